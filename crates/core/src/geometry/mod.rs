@@ -1,0 +1,358 @@
+//! Where every volume byte lives: pure arithmetic from volume offsets to
+//! member offsets, for every level.
+//!
+//! The volume is cut into chunks of `interleave_bytes`. Chunk `c` is data
+//! index `c % k` of stripe `c / k`, where `k` is the number of data chunks per
+//! stripe. Each data chunk has one or more copies, each a `(member, row)`: the
+//! bytes live at `data_offset_bytes + row * interleave_bytes + within` on that
+//! member. Parity levels add P (and Q) chunks at row `stripe` on other members.
+//!
+//! No power-of-two shortcuts: an interleave of 126 sectors is as valid as 128.
+//!
+//! Volume size: concat uses every member's full data area (each floored to a
+//! whole interleave). Every other level cuts each member to the smallest one
+//! (floored to a whole interleave); the excess on larger members is unused.
+//! md's RAID-0 zones are not implemented: one predictable rule for every level.
+
+mod parity;
+
+pub use parity::{Role, StripeRoles};
+
+use crate::level::{Level, ParityLayout};
+use crate::units::SECTOR_BYTES;
+use std::fmt;
+
+/// Everything needed to map a volume; stored in (and rebuilt from) the labels.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GeometrySpec {
+    pub level: Level,
+    pub parity_layout: ParityLayout,
+    /// Mirror: ignored (every member is a copy). RAID-10: near copies. Else 1.
+    pub copies: u32,
+    pub interleave_bytes: u64,
+    pub data_offset_bytes: u64,
+    /// Usable bytes after `data_offset_bytes` on each member, by slot.
+    pub member_data_bytes: Vec<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GeometryError(pub String);
+
+impl fmt::Display for GeometryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for GeometryError {}
+
+/// One copy of a data chunk: which member, and which interleave-sized row on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Location {
+    pub member: u32,
+    pub row: u64,
+}
+
+/// A piece of a volume range that lies inside one chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extent {
+    pub volume_offset_bytes: u64,
+    pub stripe: u64,
+    pub data_index: u32,
+    /// Offset inside the chunk.
+    pub within_bytes: u64,
+    pub len_bytes: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    spec: GeometrySpec,
+    copies: u32,
+    /// Data chunks per stripe (`k`).
+    data_per_stripe: u32,
+    /// Rows (chunks) used on each member; for concat, per member.
+    rows: Vec<u64>,
+    /// Concat only: the first volume chunk on each member, plus a final total.
+    concat_first_chunk: Vec<u64>,
+    volume_chunks: u64,
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+impl Geometry {
+    pub fn new(spec: GeometrySpec) -> Result<Geometry, GeometryError> {
+        let err = |s: String| Err(GeometryError(s));
+        let n = spec.member_data_bytes.len() as u64;
+        let level = spec.level;
+        if n < u64::from(level.min_members()) {
+            return err(format!(
+                "{level} needs at least {} members, got {n}",
+                level.min_members()
+            ));
+        }
+        if n > 255 {
+            return err(format!("at most 255 members, got {n}"));
+        }
+        let il = spec.interleave_bytes;
+        if il == 0 || il % SECTOR_BYTES != 0 {
+            return err(format!(
+                "interleave must be a positive multiple of 512 bytes, got {il}"
+            ));
+        }
+        let copies = match level {
+            Level::Mirror => n as u32,
+            Level::Raid10 => {
+                if spec.copies < 2 || u64::from(spec.copies) > n {
+                    return err(format!(
+                        "raid10 needs 2 to {n} copies over {n} members, got {}",
+                        spec.copies
+                    ));
+                }
+                spec.copies
+            }
+            _ => 1,
+        };
+        let rows: Vec<u64> = spec.member_data_bytes.iter().map(|b| b / il).collect();
+        let min_rows = *rows.iter().min().expect("at least one member");
+        let (data_per_stripe, volume_chunks) = match level {
+            Level::Concat => (1, rows.iter().sum()),
+            Level::Stripe => (n as u32, min_rows * n),
+            Level::Mirror => (1, min_rows),
+            Level::Raid10 => {
+                // The layout repeats every lcm(n, copies) chunk slots, which
+                // holds lcm / copies data chunks: that is one stripe.
+                let c = u64::from(copies);
+                let lcm = n / gcd(n, c) * c;
+                ((lcm / c) as u32, min_rows * n / c)
+            }
+            Level::Raid5 | Level::Raid6 => {
+                let k = n - u64::from(level.parity_members());
+                (k as u32, min_rows * k)
+            }
+        };
+        if volume_chunks == 0 {
+            return err(format!(
+                "members too small: each needs at least one interleave ({il} bytes) of data"
+            ));
+        }
+        let mut concat_first_chunk = Vec::new();
+        if level == Level::Concat {
+            let mut acc = 0;
+            for r in &rows {
+                concat_first_chunk.push(acc);
+                acc += r;
+            }
+            concat_first_chunk.push(acc);
+        }
+        let rows = match level {
+            Level::Concat => rows,
+            _ => vec![min_rows; n as usize],
+        };
+        Ok(Geometry {
+            spec,
+            copies,
+            data_per_stripe,
+            rows,
+            concat_first_chunk,
+            volume_chunks,
+        })
+    }
+
+    pub fn spec(&self) -> &GeometrySpec {
+        &self.spec
+    }
+    pub fn level(&self) -> Level {
+        self.spec.level
+    }
+    pub fn members(&self) -> u32 {
+        self.spec.member_data_bytes.len() as u32
+    }
+    pub fn interleave_bytes(&self) -> u64 {
+        self.spec.interleave_bytes
+    }
+    pub fn copies(&self) -> u32 {
+        self.copies
+    }
+    pub fn data_per_stripe(&self) -> u32 {
+        self.data_per_stripe
+    }
+    pub fn stripe_data_bytes(&self) -> u64 {
+        u64::from(self.data_per_stripe) * self.spec.interleave_bytes
+    }
+    pub fn volume_size_bytes(&self) -> u64 {
+        self.volume_chunks * self.spec.interleave_bytes
+    }
+    pub fn stripes(&self) -> u64 {
+        self.volume_chunks.div_ceil(u64::from(self.data_per_stripe))
+    }
+    /// Data bytes of `member` that the volume uses.
+    pub fn member_used_bytes(&self, member: u32) -> u64 {
+        self.rows[member as usize] * self.spec.interleave_bytes
+    }
+    /// How many member failures the level survives in every stripe.
+    pub fn redundancy(&self) -> u32 {
+        match self.spec.level {
+            Level::Concat | Level::Stripe => 0,
+            Level::Mirror | Level::Raid10 => self.copies - 1,
+            Level::Raid5 | Level::Raid6 => self.spec.level.parity_members(),
+        }
+    }
+
+    /// Byte offset on the member device of `within` bytes into `row`.
+    pub fn member_offset_bytes(&self, row: u64, within_bytes: u64) -> u64 {
+        debug_assert!(within_bytes <= self.spec.interleave_bytes);
+        self.spec.data_offset_bytes + row * self.spec.interleave_bytes + within_bytes
+    }
+
+    /// Splits `[offset, offset + len)` into per-chunk extents, in order.
+    /// The range must lie inside the volume (a caller bug otherwise).
+    pub fn extents(&self, offset_bytes: u64, len_bytes: u64) -> Extents<'_> {
+        assert!(
+            offset_bytes
+                .checked_add(len_bytes)
+                .is_some_and(|end| end <= self.volume_size_bytes()),
+            "range {offset_bytes}+{len_bytes} outside volume of {}",
+            self.volume_size_bytes()
+        );
+        Extents {
+            geometry: self,
+            offset_bytes,
+            end_bytes: offset_bytes + len_bytes,
+        }
+    }
+
+    /// The stripe and data index of volume chunk `chunk`.
+    pub fn chunk_position(&self, chunk: u64) -> (u64, u32) {
+        let k = u64::from(self.data_per_stripe);
+        (chunk / k, (chunk % k) as u32)
+    }
+
+    /// Every copy of data chunk `data_index` of `stripe`, first copy first.
+    pub fn data_locations(&self, stripe: u64, data_index: u32) -> CopyIter {
+        let k = u64::from(self.data_per_stripe);
+        assert!(data_index < self.data_per_stripe);
+        let chunk = stripe * k + u64::from(data_index);
+        assert!(chunk < self.volume_chunks, "chunk {chunk} past the volume");
+        let n = u64::from(self.members());
+        let one = |member: u64, row: u64| CopyIter {
+            first_slot: 0,
+            members: 1,
+            copies: 1,
+            next: 0,
+            fixed: Some(Location {
+                member: member as u32,
+                row,
+            }),
+        };
+        match self.spec.level {
+            Level::Concat => {
+                // The last member starting at or before `chunk` holds it: a
+                // member with no rows starts where its successor does.
+                let firsts = &self.concat_first_chunk[..self.members() as usize];
+                let m = firsts.partition_point(|&f| f <= chunk) - 1;
+                one(m as u64, chunk - firsts[m])
+            }
+            Level::Stripe => one(chunk % n, chunk / n),
+            Level::Mirror => CopyIter {
+                first_slot: chunk * n,
+                members: n,
+                copies: self.copies,
+                next: 0,
+                fixed: None,
+            },
+            Level::Raid10 => CopyIter {
+                first_slot: chunk * u64::from(self.copies),
+                members: n,
+                copies: self.copies,
+                next: 0,
+                fixed: None,
+            },
+            Level::Raid5 | Level::Raid6 => {
+                let roles = self.stripe_roles(stripe);
+                one(u64::from(roles.data[data_index as usize]), stripe)
+            }
+        }
+    }
+
+    /// Which member holds which role in a parity stripe (None for other levels).
+    pub fn parity_roles(&self, stripe: u64) -> Option<StripeRoles> {
+        self.spec.level.is_parity().then(|| self.stripe_roles(stripe))
+    }
+
+    fn stripe_roles(&self, stripe: u64) -> StripeRoles {
+        parity::stripe_roles(
+            self.spec.level,
+            self.spec.parity_layout,
+            self.members(),
+            stripe,
+        )
+    }
+}
+
+/// The copies of one data chunk. Mirror and RAID-10 copies are consecutive
+/// "slots" laid across the members row by row (md's near layout; a mirror is
+/// the case copies == members).
+#[derive(Clone, Debug)]
+pub struct CopyIter {
+    first_slot: u64,
+    members: u64,
+    copies: u32,
+    next: u32,
+    fixed: Option<Location>,
+}
+
+impl Iterator for CopyIter {
+    type Item = Location;
+    fn next(&mut self) -> Option<Location> {
+        if self.next >= self.copies {
+            return None;
+        }
+        self.next += 1;
+        if let Some(loc) = self.fixed {
+            return Some(loc);
+        }
+        let slot = self.first_slot + u64::from(self.next - 1);
+        Some(Location {
+            member: (slot % self.members) as u32,
+            row: slot / self.members,
+        })
+    }
+}
+
+pub struct Extents<'a> {
+    geometry: &'a Geometry,
+    offset_bytes: u64,
+    end_bytes: u64,
+}
+
+impl Iterator for Extents<'_> {
+    type Item = Extent;
+    fn next(&mut self) -> Option<Extent> {
+        if self.offset_bytes >= self.end_bytes {
+            return None;
+        }
+        let il = self.geometry.spec.interleave_bytes;
+        let chunk = self.offset_bytes / il;
+        let within_bytes = self.offset_bytes % il;
+        let len_bytes = (il - within_bytes).min(self.end_bytes - self.offset_bytes);
+        let (stripe, data_index) = self.geometry.chunk_position(chunk);
+        let e = Extent {
+            volume_offset_bytes: self.offset_bytes,
+            stripe,
+            data_index,
+            within_bytes,
+            len_bytes,
+        };
+        self.offset_bytes += len_bytes;
+        Some(e)
+    }
+}
+
+#[cfg(test)]
+mod tests;

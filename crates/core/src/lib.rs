@@ -1,0 +1,11 @@
+//! The platter engine: pure and deterministic.
+//!
+//! No threads, no sockets, no `std::fs`, no clock. A [`volume::Volume`] takes
+//! client requests, emits member I/O requests and reacts to their completions;
+//! the real executor (`platter-io`) and the simulator drive the same code.
+
+pub mod geometry;
+pub mod level;
+pub mod units;
+
+pub use level::{Level, ParityLayout};
