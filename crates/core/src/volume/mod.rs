@@ -1,0 +1,509 @@
+//! The volume state machine.
+//!
+//! A [`Volume`] takes client [`Request`]s, emits [`MemberIo`]s for the
+//! executor to perform, and turns their results into [`Completion`]s. It never
+//! blocks, reads a clock or touches a device: the real executor and the
+//! simulator drive the same code.
+//!
+//! Each request runs in up to three phases: reads (old data and parity, or the
+//! data itself), writes (data, parity, trims), and a flush (FUA and FLUSH).
+//! Requests take stripe range locks (reads shared, the rest exclusive), so a
+//! stripe's parity and a chunk's copies only ever change under one writer.
+//! A member that fails an I/O is marked faulty and never used again; a read
+//! phase that lost a member is planned again around it (at most once per
+//! member), and a write phase reports success only if every byte it wrote is
+//! still readable from the members that remain.
+
+mod lock;
+mod plan;
+mod read;
+mod request;
+mod write;
+
+pub use request::{
+    Completion, ErrorKind, Event, IoId, IoResult, MemberIo, MemberOp, Reply, Request, RequestId,
+    VolumeError,
+};
+
+use crate::geometry::Geometry;
+use crate::level::Level;
+use bytes::Bytes;
+use lock::{RangeLocks, Span};
+use plan::{Dest, ReadPiece, Target, WritePiece};
+use std::collections::{HashMap, VecDeque};
+
+/// A member's condition as the volume sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Health {
+    Online,
+    /// Failed an I/O while in use.
+    Faulty,
+    /// Not present at assembly.
+    Missing,
+}
+
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Client requests in the volume at once; more are refused with Busy.
+    pub max_requests: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_requests: 1024 }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    Waiting,
+    Reading,
+    Writing,
+    Flushing,
+}
+
+/// One parity stripe's work inside a request: its buffers cover the stripe's
+/// "hull", the bytes `[lo, hi)` of each chunk that the request touches.
+#[derive(Debug)]
+struct StripeJob {
+    stripe: u64,
+    lo_bytes: u64,
+    hi_bytes: u64,
+    roles: crate::geometry::StripeRoles,
+    /// Per member, `hi - lo` bytes (empty when unused).
+    bufs: Vec<Vec<u8>>,
+    /// Reads: `(data index, within, len, out offset)` to reconstruct.
+    /// Writes: unused.
+    wants: Vec<(u32, u64, u64, u64)>,
+    /// Writes: `(data index, within, new bytes)`.
+    new_data: Vec<(u32, u64, Bytes)>,
+    strategy: write::Strategy,
+}
+
+struct Op {
+    req: Request,
+    stage: Stage,
+    /// Member I/Os of the current phase still outstanding.
+    pending: u32,
+    /// An I/O of the current phase failed.
+    phase_failed: bool,
+    /// Any write or flush I/O failed.
+    write_failed: bool,
+    replans: u32,
+    out: Vec<u8>,
+    /// A read served whole by one member I/O is passed through uncopied.
+    direct: Option<Bytes>,
+    jobs: Vec<StripeJob>,
+    /// Member writes known before the read phase (mirrors, stripes, trims).
+    planned: Vec<WritePiece>,
+    /// Members written, for FUA.
+    written: Vec<bool>,
+}
+
+struct Inflight {
+    request: RequestId,
+    member: u32,
+    dests: Vec<Dest>,
+}
+
+pub struct Volume {
+    geometry: Geometry,
+    health: Vec<Health>,
+    limits: Limits,
+    ops: HashMap<RequestId, Op>,
+    inflight: HashMap<IoId, Inflight>,
+    locks: RangeLocks,
+    io_queue: VecDeque<MemberIo>,
+    completions: VecDeque<Completion>,
+    events: VecDeque<Event>,
+    next_request: u64,
+    next_io: u64,
+    /// Rotates reads over mirror copies.
+    read_turn: u64,
+}
+
+impl Volume {
+    pub fn new(geometry: Geometry, health: Vec<Health>, limits: Limits) -> Volume {
+        assert_eq!(health.len(), geometry.members() as usize);
+        assert!(limits.max_requests > 0);
+        Volume {
+            geometry,
+            health,
+            limits,
+            ops: HashMap::new(),
+            inflight: HashMap::new(),
+            locks: RangeLocks::default(),
+            io_queue: VecDeque::new(),
+            completions: VecDeque::new(),
+            events: VecDeque::new(),
+            next_request: 0,
+            next_io: 0,
+            read_turn: 0,
+        }
+    }
+
+    pub fn geometry(&self) -> &Geometry {
+        &self.geometry
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.geometry.volume_size_bytes()
+    }
+
+    pub fn health(&self) -> &[Health] {
+        &self.health
+    }
+
+    /// Requests accepted and not yet completed.
+    pub fn requests_in_flight(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// True when no request is in the volume and no member I/O is owed.
+    pub fn is_idle(&self) -> bool {
+        self.ops.is_empty()
+            && self.inflight.is_empty()
+            && self.io_queue.is_empty()
+            && self.locks.is_idle()
+    }
+
+    /// Accepts a request; its completion arrives through [`Volume::next_completion`].
+    pub fn submit(&mut self, req: Request) -> RequestId {
+        let id = RequestId(self.next_request);
+        self.next_request += 1;
+        let (offset_bytes, len_bytes) = req.range();
+        let size = self.size_bytes();
+        if offset_bytes.checked_add(len_bytes).is_none_or(|end| end > size) {
+            let msg = format!(
+                "{} of {len_bytes} bytes at offset {offset_bytes} is past the end of the volume ({size} bytes)",
+                req.name()
+            );
+            self.complete(id, Err(VolumeError::new(ErrorKind::OutOfRange, msg)));
+            return id;
+        }
+        if self.ops.len() >= self.limits.max_requests {
+            let msg = format!("volume busy: {} requests in flight", self.ops.len());
+            self.complete(id, Err(VolumeError::new(ErrorKind::Busy, msg)));
+            return id;
+        }
+        let members = self.geometry.members() as usize;
+        let op = Op {
+            req,
+            stage: Stage::Waiting,
+            pending: 0,
+            phase_failed: false,
+            write_failed: false,
+            replans: 0,
+            out: Vec::new(),
+            direct: None,
+            jobs: Vec::new(),
+            planned: Vec::new(),
+            written: vec![false; members],
+        };
+        let span = self.span_of(&op.req);
+        self.ops.insert(id, op);
+        match span {
+            None => self.start(id),
+            Some(span) => {
+                if self.locks.acquire(id, span) {
+                    self.start(id);
+                }
+            }
+        }
+        id
+    }
+
+    /// The next member I/O to perform, if any.
+    pub fn next_io(&mut self) -> Option<MemberIo> {
+        self.io_queue.pop_front()
+    }
+
+    /// The next finished client request, if any.
+    pub fn next_completion(&mut self) -> Option<Completion> {
+        self.completions.pop_front()
+    }
+
+    /// The next operator-visible event, if any.
+    pub fn next_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Reports the result of a member I/O handed out by [`Volume::next_io`].
+    pub fn io_done(&mut self, io: IoId, result: IoResult) {
+        let ctx = self
+            .inflight
+            .remove(&io)
+            .expect("completion for an I/O the volume did not issue");
+        let op = self.ops.get_mut(&ctx.request).expect("I/O of a live request");
+        assert!(op.pending > 0);
+        op.pending -= 1;
+        match result {
+            Err(reason) => {
+                op.phase_failed = true;
+                if matches!(op.stage, Stage::Writing | Stage::Flushing) {
+                    op.write_failed = true;
+                }
+                self.mark_faulty(ctx.member, reason);
+            }
+            Ok(data) => {
+                if !ctx.dests.is_empty() {
+                    let data = data.expect("a read completes with data");
+                    Self::route(op, &ctx.dests, data);
+                }
+            }
+        }
+        let op = &self.ops[&ctx.request];
+        if op.pending == 0 {
+            self.advance(ctx.request);
+        }
+    }
+
+    /// Takes a member out of use (an I/O error, or the operator's word).
+    pub fn mark_faulty(&mut self, member: u32, reason: String) {
+        let h = &mut self.health[member as usize];
+        if *h == Health::Online {
+            *h = Health::Faulty;
+            self.events.push_back(Event::MemberFaulty { member, reason });
+        }
+    }
+
+    fn span_of(&self, req: &Request) -> Option<Span> {
+        let (offset_bytes, len_bytes) = req.range();
+        if matches!(req, Request::Flush) || len_bytes == 0 {
+            return None;
+        }
+        let stripe_bytes = self.geometry.stripe_data_bytes();
+        Some(Span {
+            first_stripe: offset_bytes / stripe_bytes,
+            last_stripe: (offset_bytes + len_bytes - 1) / stripe_bytes,
+            exclusive: !matches!(req, Request::Read { .. }),
+        })
+    }
+
+    fn online(&self, member: u32) -> bool {
+        self.health[member as usize] == Health::Online
+    }
+
+    fn start(&mut self, id: RequestId) {
+        let mut op = self.ops.remove(&id).expect("starting a live request");
+        op.phase_failed = false;
+        op.jobs.clear();
+        let planned = match &op.req {
+            Request::Read { .. } => self.plan_read(&mut op),
+            Request::Flush => Ok(Vec::new()),
+            _ => self.plan_write(&mut op),
+        };
+        let is_flush = matches!(op.req, Request::Flush);
+        self.ops.insert(id, op);
+        match planned {
+            Err(e) => self.finish(id, Err(e)),
+            Ok(_) if is_flush => {
+                let members: Vec<u32> = (0..self.geometry.members())
+                    .filter(|&m| self.online(m))
+                    .collect();
+                self.issue_flushes(id, members);
+            }
+            Ok(reads) => self.issue_reads(id, reads),
+        }
+    }
+
+    fn new_io(&mut self, request: RequestId, member: u32, op: MemberOp, dests: Vec<Dest>) {
+        let id = IoId(self.next_io);
+        self.next_io += 1;
+        self.inflight.insert(
+            id,
+            Inflight {
+                request,
+                member,
+                dests,
+            },
+        );
+        self.io_queue.push_back(MemberIo { id, member, op });
+    }
+
+    fn issue_reads(&mut self, id: RequestId, reads: Vec<ReadPiece>) {
+        let merged = plan::merge_reads(reads);
+        let op = self.ops.get_mut(&id).expect("live request");
+        op.stage = Stage::Reading;
+        op.pending = merged.len() as u32;
+        if merged.is_empty() {
+            return self.advance(id);
+        }
+        for (member, mop, dests) in merged {
+            self.new_io(id, member, mop, dests);
+        }
+    }
+
+    fn issue_writes(&mut self, id: RequestId, writes: Vec<WritePiece>) {
+        let merged = plan::merge_writes(writes);
+        let op = self.ops.get_mut(&id).expect("live request");
+        op.stage = Stage::Writing;
+        op.phase_failed = false;
+        op.pending = merged.len() as u32;
+        for (member, _) in &merged {
+            op.written[*member as usize] = true;
+        }
+        if merged.is_empty() {
+            return self.advance(id);
+        }
+        for (member, mop) in merged {
+            self.new_io(id, member, mop, Vec::new());
+        }
+    }
+
+    fn issue_flushes(&mut self, id: RequestId, members: Vec<u32>) {
+        let op = self.ops.get_mut(&id).expect("live request");
+        op.stage = Stage::Flushing;
+        op.phase_failed = false;
+        op.pending = members.len() as u32;
+        if members.is_empty() {
+            return self.advance(id);
+        }
+        for m in members {
+            self.new_io(id, m, MemberOp::Flush, Vec::new());
+        }
+    }
+
+    fn route(op: &mut Op, dests: &[Dest], data: Bytes) {
+        let total: u64 = dests.iter().map(|d| d.len_bytes).sum();
+        assert_eq!(data.len() as u64, total, "member read returned a wrong length");
+        let (_, len_bytes) = op.req.range();
+        for d in dests {
+            let src = &data[d.io_at_bytes as usize..(d.io_at_bytes + d.len_bytes) as usize];
+            match d.target {
+                Target::Out { at_bytes } => {
+                    if at_bytes == 0 && d.len_bytes == len_bytes && dests.len() == 1 {
+                        op.direct = Some(data.slice(..));
+                        continue;
+                    }
+                    if op.out.is_empty() {
+                        op.out = vec![0; len_bytes as usize];
+                    }
+                    op.out[at_bytes as usize..(at_bytes + d.len_bytes) as usize]
+                        .copy_from_slice(src);
+                }
+                Target::Job {
+                    job,
+                    member,
+                    at_bytes,
+                } => {
+                    let buf = &mut op.jobs[job as usize].bufs[member as usize];
+                    buf[at_bytes as usize..(at_bytes + d.len_bytes) as usize].copy_from_slice(src);
+                }
+            }
+        }
+    }
+
+    /// Called when the current phase of `id` has no I/O outstanding.
+    fn advance(&mut self, id: RequestId) {
+        let op = self.ops.get_mut(&id).expect("live request");
+        match op.stage {
+            Stage::Waiting => unreachable!("advance of a waiting request"),
+            Stage::Reading => {
+                if op.phase_failed {
+                    // A member failed under us: plan again around it. Each
+                    // failure takes one member out, so this is bounded.
+                    op.replans += 1;
+                    assert!(op.replans <= self.geometry.members() + 1);
+                    op.direct = None;
+                    return self.start(id);
+                }
+                if matches!(op.req, Request::Read { .. }) {
+                    let result = self.finish_read(id);
+                    self.finish(id, result);
+                } else {
+                    let writes = self.compute_writes(id);
+                    self.issue_writes(id, writes);
+                }
+            }
+            Stage::Writing => {
+                let fua = matches!(
+                    op.req,
+                    Request::Write { fua: true, .. } | Request::WriteZeroes { fua: true, .. }
+                );
+                if fua && !op.write_failed {
+                    let members: Vec<u32> = (0..self.geometry.members())
+                        .filter(|&m| op.written[m as usize])
+                        .collect();
+                    return self.issue_flushes(id, members);
+                }
+                let result = self.write_result(id);
+                self.finish(id, result);
+            }
+            Stage::Flushing => {
+                let result = self.write_result(id);
+                self.finish(id, result);
+            }
+        }
+    }
+
+    fn write_result(&self, id: RequestId) -> Result<Reply, VolumeError> {
+        let op = &self.ops[&id];
+        if !op.write_failed {
+            return Ok(Reply::Done);
+        }
+        let (offset_bytes, len_bytes) = op.req.range();
+        let intact = match op.req {
+            Request::Flush => self.intact(0, self.size_bytes()),
+            _ => self.intact(offset_bytes, len_bytes),
+        };
+        if intact {
+            Ok(Reply::Done)
+        } else {
+            Err(VolumeError::new(
+                ErrorKind::Io,
+                format!(
+                    "{} at offset {offset_bytes} ({len_bytes} bytes) failed on too many members",
+                    op.req.name()
+                ),
+            ))
+        }
+    }
+
+    /// Whether every byte of the range is still held by online members.
+    fn intact(&self, offset_bytes: u64, len_bytes: u64) -> bool {
+        let g = &self.geometry;
+        match g.level() {
+            Level::Raid5 | Level::Raid6 => {
+                let lost = self.health.iter().filter(|h| **h != Health::Online).count();
+                lost as u32 <= g.redundancy()
+            }
+            Level::Mirror => self.health.contains(&Health::Online),
+            Level::Concat | Level::Stripe | Level::Raid10 => {
+                if len_bytes == 0 {
+                    return true;
+                }
+                // Placement repeats every stripe for striped levels, so a
+                // range longer than a stripe needs only one stripe checked.
+                let span = if g.level() == Level::Concat {
+                    len_bytes
+                } else {
+                    len_bytes.min(g.stripe_data_bytes())
+                };
+                let il = g.interleave_bytes();
+                let first = offset_bytes / il * il;
+                let end = (offset_bytes + span).min(g.volume_size_bytes());
+                g.extents(first, end - first).all(|e| {
+                    g.data_locations(e.stripe, e.data_index)
+                        .any(|l| self.online(l.member))
+                })
+            }
+        }
+    }
+
+    fn finish(&mut self, id: RequestId, result: Result<Reply, VolumeError>) {
+        let op = self.ops.remove(&id).expect("finishing a live request");
+        assert_eq!(op.pending, 0, "finished with I/O outstanding");
+        if self.span_of(&op.req).is_some() {
+            for granted in self.locks.release(id) {
+                self.start(granted);
+            }
+        }
+        self.complete(id, result);
+    }
+
+    fn complete(&mut self, id: RequestId, result: Result<Reply, VolumeError>) {
+        self.completions.push_back(Completion { id, result });
+    }
+}
+

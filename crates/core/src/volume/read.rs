@@ -1,0 +1,187 @@
+//! Reads: straight from a data chunk's member when it is online, or rebuilt
+//! from the rest of the stripe (parity levels) or from another copy.
+
+use super::plan::{ReadPiece, Target};
+use super::write::Strategy;
+use super::{ErrorKind, Op, Reply, RequestId, StripeJob, Volume, VolumeError};
+use bytes::Bytes;
+
+impl Volume {
+    pub(super) fn plan_read(&mut self, op: &mut Op) -> Result<Vec<ReadPiece>, VolumeError> {
+        let (offset_bytes, len_bytes) = op.req.range();
+        let g = &self.geometry;
+        let parity = g.level().is_parity();
+        // One copy choice per request keeps a sequential read on one member.
+        let turn = self.read_turn;
+        self.read_turn = self.read_turn.wrapping_add(1);
+        let mut pieces = Vec::new();
+        let mut roles_cache: Option<(u64, crate::geometry::StripeRoles)> = None;
+        for e in g.extents(offset_bytes, len_bytes) {
+            let at_bytes = e.volume_offset_bytes - offset_bytes;
+            if parity {
+                if roles_cache.as_ref().is_none_or(|(s, _)| *s != e.stripe) {
+                    let roles = g.parity_roles(e.stripe).expect("parity level");
+                    roles_cache = Some((e.stripe, roles));
+                }
+                let roles = &roles_cache.as_ref().expect("just set").1;
+                let m = roles.data[e.data_index as usize];
+                if self.health[m as usize] == super::Health::Online {
+                    pieces.push(ReadPiece {
+                        member: m,
+                        offset_bytes: g.member_offset_bytes(e.stripe, e.within_bytes),
+                        len_bytes: e.len_bytes,
+                        target: Target::Out { at_bytes },
+                    });
+                    continue;
+                }
+                if op.jobs.last().is_none_or(|j| j.stripe != e.stripe) {
+                    op.jobs.push(StripeJob {
+                        stripe: e.stripe,
+                        lo_bytes: e.within_bytes,
+                        hi_bytes: e.within_bytes + e.len_bytes,
+                        roles: roles.clone(),
+                        bufs: Vec::new(),
+                        wants: Vec::new(),
+                        new_data: Vec::new(),
+                        strategy: Strategy::Reconstruct,
+                    });
+                }
+                let job = op.jobs.last_mut().expect("just pushed");
+                job.lo_bytes = job.lo_bytes.min(e.within_bytes);
+                job.hi_bytes = job.hi_bytes.max(e.within_bytes + e.len_bytes);
+                job.wants
+                    .push((e.data_index, e.within_bytes, e.len_bytes, at_bytes));
+            } else {
+                let copies: Vec<_> = g.data_locations(e.stripe, e.data_index).collect();
+                let n = copies.len();
+                let pick = (0..n)
+                    .map(|i| copies[(turn as usize + i) % n])
+                    .find(|l| self.health[l.member as usize] == super::Health::Online);
+                let Some(loc) = pick else {
+                    return Err(self.lost_error("read", e.volume_offset_bytes, e.len_bytes));
+                };
+                pieces.push(ReadPiece {
+                    member: loc.member,
+                    offset_bytes: g.member_offset_bytes(loc.row, e.within_bytes),
+                    len_bytes: e.len_bytes,
+                    target: Target::Out { at_bytes },
+                });
+            }
+        }
+        // Degraded stripes: read the hull from every surviving member.
+        for (j, job) in op.jobs.iter_mut().enumerate() {
+            self.plan_hull_reads(j as u32, job, &mut pieces)
+                .map_err(|_| {
+                    let v = job.stripe * g.stripe_data_bytes();
+                    self.lost_error("read", v, g.stripe_data_bytes())
+                })?;
+        }
+        Ok(pieces)
+    }
+
+    /// Plans reads of `[lo, hi)` of every online member of a parity stripe,
+    /// for a reconstruction; fails if more members are lost than parity covers.
+    pub(super) fn plan_hull_reads(
+        &self,
+        j: u32,
+        job: &mut StripeJob,
+        pieces: &mut Vec<ReadPiece>,
+    ) -> Result<(), ()> {
+        let g = &self.geometry;
+        let n = g.members();
+        let lost = (0..n).filter(|&m| !self.online(m)).count() as u32;
+        if lost > g.redundancy() {
+            return Err(());
+        }
+        let hull = job.hi_bytes - job.lo_bytes;
+        job.bufs = (0..n).map(|_| vec![0u8; hull as usize]).collect();
+        for m in (0..n).filter(|&m| self.online(m)) {
+            pieces.push(ReadPiece {
+                member: m,
+                offset_bytes: g.member_offset_bytes(job.stripe, job.lo_bytes),
+                len_bytes: hull,
+                target: Target::Job {
+                    job: j,
+                    member: m,
+                    at_bytes: 0,
+                },
+            });
+        }
+        Ok(())
+    }
+
+    /// Rebuilds the lost members' bytes of a job's hull from the others.
+    pub(super) fn reconstruct(&self, job: &mut StripeJob) {
+        let roles = &job.roles;
+        let k = roles.data.len();
+        let mut order: Vec<u32> = vec![u32::MAX; k];
+        for (d, &m) in roles.data.iter().enumerate() {
+            order[roles.q_slot[d] as usize] = m;
+        }
+        order.push(roles.p);
+        order.extend(roles.q);
+        let missing: Vec<usize> = order
+            .iter()
+            .enumerate()
+            .filter(|(_, &m)| !self.online(m))
+            .map(|(i, _)| i)
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        let mut bufs = std::mem::take(&mut job.bufs);
+        {
+            let mut by_member: Vec<Option<&mut [u8]>> =
+                bufs.iter_mut().map(|b| Some(b.as_mut_slice())).collect();
+            let mut blocks: Vec<&mut [u8]> = order
+                .iter()
+                .map(|&m| by_member[m as usize].take().expect("each member once"))
+                .collect();
+            platter_parity::recover(&mut blocks, k, &missing)
+                .expect("losses within parity were checked when planning");
+        }
+        job.bufs = bufs;
+    }
+
+    pub(super) fn finish_read(&mut self, id: RequestId) -> Result<Reply, VolumeError> {
+        let mut op = self.ops.remove(&id).expect("live request");
+        let mut jobs = std::mem::take(&mut op.jobs);
+        for job in &mut jobs {
+            self.reconstruct(job);
+            for &(d, within, len, at) in &job.wants {
+                let m = job.roles.data[d as usize];
+                let src = &job.bufs[m as usize]
+                    [(within - job.lo_bytes) as usize..(within - job.lo_bytes + len) as usize];
+                if op.out.is_empty() {
+                    op.out = vec![0; op.req.range().1 as usize];
+                }
+                op.out[at as usize..(at + len) as usize].copy_from_slice(src);
+            }
+        }
+        let data = match op.direct.take() {
+            Some(b) => b,
+            None if op.out.is_empty() => Bytes::new(),
+            None => Bytes::from(std::mem::take(&mut op.out)),
+        };
+        self.ops.insert(id, op);
+        Ok(Reply::Data(data))
+    }
+
+    pub(super) fn lost_error(&self, what: &str, offset_bytes: u64, len_bytes: u64) -> VolumeError {
+        let lost: Vec<String> = self
+            .health
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| **h != super::Health::Online)
+            .map(|(m, h)| format!("member {m} {h:?}").to_lowercase())
+            .collect();
+        VolumeError::new(
+            ErrorKind::Io,
+            format!(
+                "cannot {what} volume bytes {offset_bytes}..{}: too many members lost ({})",
+                offset_bytes + len_bytes,
+                lost.join(", ")
+            ),
+        )
+    }
+}

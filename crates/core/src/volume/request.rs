@@ -1,0 +1,164 @@
+//! What goes in and out of a [`super::Volume`]: client requests and their
+//! completions, member I/O requests and their results.
+
+use bytes::Bytes;
+use std::fmt;
+
+/// Names a client request for its whole life; chosen by the volume.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RequestId(pub u64);
+
+/// Names one member I/O; chosen by the volume, echoed back by the executor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct IoId(pub u64);
+
+/// A client operation on the volume's flat byte space. Any byte offset and
+/// length inside the volume is accepted: partial sectors are read-modify-written.
+#[derive(Clone, Debug)]
+pub enum Request {
+    Read {
+        offset_bytes: u64,
+        len_bytes: u64,
+    },
+    /// `fua`: the data is durable on every copy before completion.
+    Write {
+        offset_bytes: u64,
+        data: Bytes,
+        fua: bool,
+    },
+    WriteZeroes {
+        offset_bytes: u64,
+        len_bytes: u64,
+        fua: bool,
+    },
+    /// Advisory: whole chunks (whole stripes on parity levels) are released
+    /// on the members and read back as zeros; partial ones are left alone.
+    Trim {
+        offset_bytes: u64,
+        len_bytes: u64,
+    },
+    /// Makes every completed write durable on every member.
+    Flush,
+}
+
+impl Request {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Request::Read { .. } => "read",
+            Request::Write { .. } => "write",
+            Request::WriteZeroes { .. } => "write-zeroes",
+            Request::Trim { .. } => "trim",
+            Request::Flush => "flush",
+        }
+    }
+
+    /// The byte range the request touches (empty for flush).
+    pub fn range(&self) -> (u64, u64) {
+        match self {
+            Request::Read {
+                offset_bytes,
+                len_bytes,
+            }
+            | Request::WriteZeroes {
+                offset_bytes,
+                len_bytes,
+                ..
+            }
+            | Request::Trim {
+                offset_bytes,
+                len_bytes,
+            } => (*offset_bytes, *len_bytes),
+            Request::Write {
+                offset_bytes, data, ..
+            } => (*offset_bytes, data.len() as u64),
+            Request::Flush => (0, 0),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    Done,
+    Data(Bytes),
+}
+
+#[derive(Clone, Debug)]
+pub struct Completion {
+    pub id: RequestId,
+    pub result: Result<Reply, VolumeError>,
+}
+
+/// Stable error kinds; the NBD server maps them to protocol errors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Data could not be read or written on enough members (EIO).
+    Io,
+    /// The range is not inside the volume (EINVAL).
+    OutOfRange,
+    /// The volume's request table is full; the caller bounds its queue.
+    Busy,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VolumeError {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+impl VolumeError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        VolumeError {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for VolumeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for VolumeError {}
+
+/// A request for one member. Offsets are absolute on the member device
+/// (the data offset is already added).
+#[derive(Clone, Debug)]
+pub struct MemberIo {
+    pub id: IoId,
+    pub member: u32,
+    pub op: MemberOp,
+}
+
+#[derive(Clone, Debug)]
+pub enum MemberOp {
+    Read { offset_bytes: u64, len_bytes: u64 },
+    Write { offset_bytes: u64, data: Bytes },
+    /// Afterwards the range reads as zeros (the member contract).
+    Trim { offset_bytes: u64, len_bytes: u64 },
+    Flush,
+}
+
+impl MemberOp {
+    pub fn name(&self) -> &'static str {
+        match self {
+            MemberOp::Read { .. } => "read",
+            MemberOp::Write { .. } => "write",
+            MemberOp::Trim { .. } => "trim",
+            MemberOp::Flush => "flush",
+        }
+    }
+}
+
+/// What the executor reports for a member I/O: data for reads, nothing for
+/// the rest, or why it failed (in words: the engine only needs to know that
+/// it failed and to tell the operator why).
+pub type IoResult = Result<Option<Bytes>, String>;
+
+/// Things the operator and the executor must know about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// The member returned an error and is no longer used.
+    MemberFaulty { member: u32, reason: String },
+}

@@ -1,0 +1,314 @@
+//! A test driver for the engine: memory members, a flat-array oracle, and
+//! member I/O performed in a seeded random order with optional failures.
+#![allow(dead_code)]
+
+use bytes::Bytes;
+use platter_core::geometry::{Geometry, GeometrySpec};
+use platter_core::volume::{
+    Completion, ErrorKind, Health, Limits, MemberIo, MemberOp, Reply, Request, RequestId, Volume,
+};
+use platter_core::{Level, ParityLayout};
+use std::collections::HashMap;
+
+pub const DATA_OFFSET_BYTES: u64 = 4096;
+
+/// splitmix64: small, seedable, good enough to pick test inputs.
+#[derive(Clone)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        assert!(n > 0);
+        self.next() % n
+    }
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+    pub fn bytes(&mut self, len: usize) -> Vec<u8> {
+        let mut v = Vec::with_capacity(len + 8);
+        while v.len() < len {
+            v.extend_from_slice(&self.next().to_le_bytes());
+        }
+        v.truncate(len);
+        v
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub level: Level,
+    pub layout: ParityLayout,
+    pub copies: u32,
+    pub members: u32,
+    pub interleave_bytes: u64,
+    pub rows: u64,
+}
+
+impl Config {
+    pub fn geometry(&self) -> Geometry {
+        Geometry::new(GeometrySpec {
+            level: self.level,
+            parity_layout: self.layout,
+            copies: self.copies,
+            interleave_bytes: self.interleave_bytes,
+            data_offset_bytes: DATA_OFFSET_BYTES,
+            member_data_bytes: (0..self.members)
+                .map(|m| self.interleave_bytes * self.rows + 512 * u64::from(m % 2))
+                .collect(),
+        })
+        .expect("valid test geometry")
+    }
+}
+
+pub struct Harness {
+    pub volume: Volume,
+    pub members: Vec<Vec<u8>>,
+    /// Members whose every I/O fails (a dead disk).
+    pub broken: Vec<bool>,
+    pub rng: Rng,
+    /// Member I/Os handed out and not yet performed.
+    pool: Vec<MemberIo>,
+}
+
+impl Harness {
+    pub fn new(config: &Config, seed: u64) -> Harness {
+        let g = config.geometry();
+        let n = g.members() as usize;
+        let members = (0..n)
+            .map(|m| vec![0u8; (DATA_OFFSET_BYTES + g.spec().member_data_bytes[m]) as usize])
+            .collect();
+        Harness {
+            volume: Volume::new(g, vec![Health::Online; n], Limits::default()),
+            members,
+            broken: vec![false; n],
+            rng: Rng(seed),
+            pool: Vec::new(),
+        }
+    }
+
+    /// A new volume over the same member bytes, with some members absent.
+    pub fn reassemble(&mut self, missing: &[u32]) {
+        let g = self.volume.geometry().clone();
+        let health = (0..g.members())
+            .map(|m| if missing.contains(&m) { Health::Missing } else { Health::Online })
+            .collect();
+        self.volume = Volume::new(g, health, Limits::default());
+    }
+
+    fn perform(&mut self, io: MemberIo) {
+        let m = io.member as usize;
+        if self.broken[m] {
+            self.volume.io_done(io.id, Err(format!("member {m} is broken")));
+            return;
+        }
+        let mem = &mut self.members[m];
+        let result = match io.op {
+            MemberOp::Read { offset_bytes, len_bytes } => {
+                let (a, b) = (offset_bytes as usize, (offset_bytes + len_bytes) as usize);
+                assert!(a >= DATA_OFFSET_BYTES as usize && b <= mem.len(), "read outside member");
+                Ok(Some(Bytes::copy_from_slice(&mem[a..b])))
+            }
+            MemberOp::Write { offset_bytes, data } => {
+                let a = offset_bytes as usize;
+                assert!(a >= DATA_OFFSET_BYTES as usize && a + data.len() <= mem.len());
+                mem[a..a + data.len()].copy_from_slice(&data);
+                Ok(None)
+            }
+            MemberOp::Trim { offset_bytes, len_bytes } => {
+                let (a, b) = (offset_bytes as usize, (offset_bytes + len_bytes) as usize);
+                assert!(a >= DATA_OFFSET_BYTES as usize && b <= mem.len());
+                mem[a..b].fill(0);
+                Ok(None)
+            }
+            MemberOp::Flush => Ok(None),
+        };
+        self.volume.io_done(io.id, result);
+    }
+
+    /// Performs member I/O in random order until the volume is idle.
+    pub fn run(&mut self) -> Vec<Completion> {
+        let mut done = Vec::new();
+        for _ in 0..10_000_000u64 {
+            while let Some(io) = self.volume.next_io() {
+                self.pool.push(io);
+            }
+            while let Some(c) = self.volume.next_completion() {
+                done.push(c);
+            }
+            if self.pool.is_empty() {
+                assert!(self.volume.is_idle(), "volume stalled with requests in flight");
+                return done;
+            }
+            let i = self.rng.below(self.pool.len() as u64) as usize;
+            let io = self.pool.swap_remove(i);
+            self.perform(io);
+        }
+        panic!("volume did not settle");
+    }
+
+    pub fn one(&mut self, req: Request) -> Result<Reply, platter_core::volume::VolumeError> {
+        let id = self.volume.submit(req);
+        let mut done = self.run();
+        assert_eq!(done.len(), 1);
+        let c = done.pop().unwrap();
+        assert_eq!(c.id, id);
+        c.result
+    }
+
+    pub fn read(&mut self, offset_bytes: u64, len_bytes: u64) -> Result<Vec<u8>, ErrorKind> {
+        match self.one(Request::Read { offset_bytes, len_bytes }) {
+            Ok(Reply::Data(d)) => Ok(d.to_vec()),
+            Ok(Reply::Done) => panic!("read without data"),
+            Err(e) => Err(e.kind),
+        }
+    }
+
+    pub fn write(&mut self, offset_bytes: u64, data: &[u8]) -> Result<(), ErrorKind> {
+        self.one(Request::Write {
+            offset_bytes,
+            data: Bytes::copy_from_slice(data),
+            fua: false,
+        })
+        .map(|_| ())
+        .map_err(|e| e.kind)
+    }
+}
+
+/// A flat byte array: what the volume must look like.
+pub struct Model {
+    pub bytes: Vec<u8>,
+    pub stripe_bytes: u64,
+    pub parity: bool,
+}
+
+impl Model {
+    pub fn new(volume: &Volume) -> Model {
+        Model {
+            bytes: vec![0; volume.size_bytes() as usize],
+            stripe_bytes: volume.geometry().stripe_data_bytes(),
+            parity: volume.geometry().level().is_parity(),
+        }
+    }
+
+    /// Applies a request the way the engine promises to.
+    pub fn apply(&mut self, req: &Request) {
+        match req {
+            Request::Write { offset_bytes, data, .. } => {
+                let a = *offset_bytes as usize;
+                self.bytes[a..a + data.len()].copy_from_slice(data);
+            }
+            Request::WriteZeroes { offset_bytes, len_bytes, .. } => {
+                self.bytes[*offset_bytes as usize..(offset_bytes + len_bytes) as usize].fill(0);
+            }
+            Request::Trim { offset_bytes, len_bytes } => {
+                let (mut a, mut b) = (*offset_bytes, offset_bytes + len_bytes);
+                if self.parity {
+                    a = a.div_ceil(self.stripe_bytes) * self.stripe_bytes;
+                    b = b / self.stripe_bytes * self.stripe_bytes;
+                }
+                if a < b {
+                    self.bytes[a as usize..b as usize].fill(0);
+                }
+            }
+            Request::Read { .. } | Request::Flush => {}
+        }
+    }
+}
+
+/// Runs `ops` random requests in batches of up to `concurrency`, checking
+/// every read against the model as of its submission.
+pub fn random_workload(h: &mut Harness, model: &mut Model, ops: usize, concurrency: u64) {
+    let size = h.volume.size_bytes();
+    let max_len = (2 * h.volume.geometry().stripe_data_bytes() + 1000).min(size).min(3 << 20);
+    let mut remaining = ops;
+    while remaining > 0 {
+        let batch = (1 + h.rng.below(concurrency)) as usize;
+        let mut expect: HashMap<RequestId, Vec<u8>> = HashMap::new();
+        for _ in 0..batch.min(remaining) {
+            remaining -= 1;
+            let len = 1 + h.rng.below(max_len);
+            let offset = h.rng.below(size - len + 1);
+            // Bias half the requests to sector alignment, as real clients do.
+            let (offset, len) = if h.rng.chance(50) && len >= 512 {
+                (offset / 512 * 512, len / 512 * 512)
+            } else {
+                (offset, len)
+            };
+            let req = match h.rng.below(100) {
+                0..=44 => Request::Write {
+                    offset_bytes: offset,
+                    data: Bytes::from(h.rng.bytes(len as usize)),
+                    fua: h.rng.chance(10),
+                },
+                45..=84 => Request::Read { offset_bytes: offset, len_bytes: len },
+                85..=91 => Request::WriteZeroes {
+                    offset_bytes: offset,
+                    len_bytes: len,
+                    fua: h.rng.chance(10),
+                },
+                92..=96 => Request::Trim { offset_bytes: offset, len_bytes: len },
+                _ => Request::Flush,
+            };
+            let id = h.volume.submit(req.clone());
+            if let Request::Read { offset_bytes, len_bytes } = req {
+                expect.insert(id, model.bytes[offset_bytes as usize..(offset_bytes + len_bytes) as usize].to_vec());
+            }
+            model.apply(&req);
+        }
+        for c in h.run() {
+            let reply = c.result.unwrap_or_else(|e| panic!("request failed: {e}"));
+            if let Some(want) = expect.remove(&c.id) {
+                match reply {
+                    Reply::Data(got) => assert!(got[..] == want[..], "read returned wrong bytes"),
+                    Reply::Done => panic!("read completed without data"),
+                }
+            }
+        }
+        assert!(expect.is_empty(), "reads never completed");
+    }
+}
+
+/// Reads the whole volume in random-sized pieces and compares with the model.
+pub fn verify_all(h: &mut Harness, model: &Model) {
+    let size = h.volume.size_bytes();
+    let mut at = 0;
+    while at < size {
+        let len = (1 + h.rng.below(300_000)).min(size - at);
+        let got = h.read(at, len).unwrap_or_else(|e| panic!("read at {at} failed: {e:?}"));
+        assert!(got[..] == model.bytes[at as usize..(at + len) as usize], "bytes at {at}+{len} differ");
+        at += len;
+    }
+}
+
+pub fn all_configs(interleaves: &[u64], member_counts: &[u32]) -> Vec<Config> {
+    let mut v = Vec::new();
+    for &il in interleaves {
+        let rows = (4 * 65536 / il).clamp(2, 8);
+        for &n in member_counts {
+            let mut add = |level, layout, copies| {
+                v.push(Config { level, layout, copies, members: n, interleave_bytes: il, rows })
+            };
+            add(Level::Concat, ParityLayout::DEFAULT, 1);
+            add(Level::Stripe, ParityLayout::DEFAULT, 1);
+            if n >= 2 {
+                add(Level::Mirror, ParityLayout::DEFAULT, n);
+                add(Level::Raid10, ParityLayout::DEFAULT, 2);
+            }
+            if n >= 3 {
+                add(Level::Raid10, ParityLayout::DEFAULT, 3);
+                add(Level::Raid5, ParityLayout::ALL[(n as usize + il as usize / 512) % 4], 1);
+            }
+            if n >= 4 {
+                add(Level::Raid6, ParityLayout::ALL[(n as usize * 3 + il as usize / 512) % 4], 1);
+            }
+        }
+    }
+    v
+}
