@@ -4,8 +4,11 @@
 //! client requests, emits member I/O requests and reacts to their completions;
 //! the real executor (`platter-io`) and the simulator drive the same code.
 
+pub mod assemble;
 pub mod geometry;
+pub mod label;
 pub mod level;
+pub mod volume;
 pub mod units;
 
 pub use level::{Level, ParityLayout};

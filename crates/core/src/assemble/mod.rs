@@ -1,0 +1,217 @@
+//! Assembly: from the labels found on a set of devices to a volume.
+//!
+//! Labels are trusted, not the order of arguments: each member says which
+//! slot it fills. The freshest label (highest event counter) speaks for the
+//! volume; a member whose own label is older missed changes and is not used.
+//! Everything refused is refused with one line naming the member and why.
+
+use crate::geometry::{Geometry, GeometrySpec};
+use crate::label::{Label, LabelError, SlotState};
+use crate::volume::Health;
+use thiserror::Error;
+
+/// What was found on one device.
+#[derive(Clone, Debug)]
+pub struct Found {
+    /// The device's name for messages (path or URI).
+    pub name: String,
+    pub size_bytes: u64,
+    pub label: Result<Label, LabelError>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum AssembleError {
+    #[error("no members given")]
+    NoMembers,
+    #[error("member {member}: {source}")]
+    Label { member: String, source: LabelError },
+    #[error(
+        "member {member}: belongs to another volume ({found}, '{found_name}'), not {expected} ('{expected_name}')"
+    )]
+    OtherVolume {
+        member: String,
+        found: String,
+        found_name: String,
+        expected: String,
+        expected_name: String,
+    },
+    #[error("member {member}: claims slot {slot}, which {other} also claims")]
+    DuplicateSlot {
+        member: String,
+        other: String,
+        slot: u32,
+    },
+    #[error("member {member}: not in the volume's member table (slot {slot} belongs to another member)")]
+    UnknownMember { member: String, slot: u32 },
+    #[error("member {member}: label disagrees with the volume on {field}")]
+    Inconsistent { member: String, field: &'static str },
+    #[error(
+        "member {member}: device is {size_bytes} bytes but its label needs {needed_bytes} (truncated or the wrong device?)"
+    )]
+    TooSmall {
+        member: String,
+        size_bytes: u64,
+        needed_bytes: u64,
+    },
+    #[error("volume {0}: {1}")]
+    Geometry(String, String),
+}
+
+/// Why a slot is not in use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SlotNote {
+    InUse,
+    NotFound,
+    /// Present but its label is older than the volume's.
+    Stale { event_counter: u64 },
+    /// The volume's table marks it so.
+    Marked(SlotState),
+}
+
+#[derive(Clone, Debug)]
+pub struct Assembly {
+    /// The freshest label: the volume's own view of itself.
+    pub label: Label,
+    pub geometry: Geometry,
+    /// For each slot, the index into the input of the device filling it.
+    pub slot_device: Vec<Option<usize>>,
+    pub health: Vec<Health>,
+    pub notes: Vec<SlotNote>,
+}
+
+pub fn uuid_string(u: &[u8; 16]) -> String {
+    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+}
+
+pub fn assemble(found: &[Found]) -> Result<Assembly, AssembleError> {
+    if found.is_empty() {
+        return Err(AssembleError::NoMembers);
+    }
+    let mut labels = Vec::with_capacity(found.len());
+    for f in found {
+        match &f.label {
+            Ok(l) => labels.push(l),
+            Err(e) => {
+                return Err(AssembleError::Label {
+                    member: f.name.clone(),
+                    source: e.clone(),
+                })
+            }
+        }
+    }
+    // The volume is the one most members belong to (the first on a tie);
+    // the others are named as intruders.
+    let volume = labels
+        .iter()
+        .map(|l| l.volume_uuid)
+        .max_by_key(|u| {
+            let count = labels.iter().filter(|l| l.volume_uuid == *u).count();
+            let first = labels.iter().position(|l| l.volume_uuid == *u).unwrap_or(0);
+            (count, std::cmp::Reverse(first))
+        })
+        .expect("at least one label");
+    // On equal counters the first member given speaks for the volume.
+    let reference = labels
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.volume_uuid == volume)
+        .max_by_key(|(i, l)| (l.event_counter, std::cmp::Reverse(*i)))
+        .map(|(_, l)| *l)
+        .expect("at least one label of the volume");
+    for (f, l) in found.iter().zip(&labels) {
+        if l.volume_uuid != volume {
+            return Err(AssembleError::OtherVolume {
+                member: f.name.clone(),
+                found: uuid_string(&l.volume_uuid),
+                found_name: l.name.clone(),
+                expected: uuid_string(&volume),
+                expected_name: reference.name.clone(),
+            });
+        }
+    }
+    let n = reference.member_count as usize;
+    let mut slot_device: Vec<Option<usize>> = vec![None; n];
+    let mut notes = vec![SlotNote::NotFound; n];
+    for (i, (f, l)) in found.iter().zip(&labels).enumerate() {
+        let inconsistent = |field| AssembleError::Inconsistent {
+            member: f.name.clone(),
+            field,
+        };
+        if l.member_count != reference.member_count {
+            return Err(inconsistent("member count"));
+        }
+        if l.level != reference.level {
+            return Err(inconsistent("level"));
+        }
+        if l.interleave_bytes != reference.interleave_bytes {
+            return Err(inconsistent("interleave"));
+        }
+        if l.parity_layout != reference.parity_layout || l.copies != reference.copies {
+            return Err(inconsistent("layout"));
+        }
+        if l.data_offset_bytes != reference.data_offset_bytes {
+            return Err(inconsistent("data offset"));
+        }
+        let slot = l.slot as usize;
+        let entry = &reference.slots[slot];
+        if entry.member_uuid != l.member_uuid {
+            return Err(AssembleError::UnknownMember {
+                member: f.name.clone(),
+                slot: l.slot,
+            });
+        }
+        if let Some(other) = slot_device[slot] {
+            return Err(AssembleError::DuplicateSlot {
+                member: f.name.clone(),
+                other: found[other].name.clone(),
+                slot: l.slot,
+            });
+        }
+        let needed_bytes = l.data_offset_bytes + l.data_size_bytes;
+        if f.size_bytes < needed_bytes {
+            return Err(AssembleError::TooSmall {
+                member: f.name.clone(),
+                size_bytes: f.size_bytes,
+                needed_bytes,
+            });
+        }
+        slot_device[slot] = Some(i);
+        notes[slot] = if l.event_counter < reference.event_counter {
+            SlotNote::Stale {
+                event_counter: l.event_counter,
+            }
+        } else if matches!(entry.state, SlotState::Faulty | SlotState::Removed) {
+            SlotNote::Marked(entry.state)
+        } else {
+            SlotNote::InUse
+        };
+    }
+    let geometry = Geometry::new(GeometrySpec {
+        level: reference.level,
+        parity_layout: reference.parity_layout,
+        copies: reference.copies,
+        interleave_bytes: reference.interleave_bytes,
+        data_offset_bytes: reference.data_offset_bytes,
+        member_data_bytes: reference.slots.iter().map(|s| s.data_size_bytes).collect(),
+    })
+    .map_err(|e| AssembleError::Geometry(uuid_string(&volume), e.0))?;
+    let health = notes
+        .iter()
+        .map(|note| match note {
+            SlotNote::InUse => Health::Online,
+            SlotNote::NotFound => Health::Missing,
+            SlotNote::Stale { .. } | SlotNote::Marked(_) => Health::Faulty,
+        })
+        .collect();
+    Ok(Assembly {
+        label: reference.clone(),
+        geometry,
+        slot_device,
+        health,
+        notes,
+    })
+}
+
+#[cfg(test)]
+mod tests;

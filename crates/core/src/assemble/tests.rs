@@ -1,0 +1,112 @@
+use super::*;
+use crate::label::{SlotEntry, VolumeState, LAYOUT_VERSION};
+use crate::level::{Level, ParityLayout};
+
+const DATA_BYTES: u64 = 64 << 20;
+
+fn volume(level: Level, n: u32, tag: u8) -> Vec<Label> {
+    let slots: Vec<SlotEntry> = (0..n)
+        .map(|i| SlotEntry {
+            member_uuid: [tag, 0xEE, i as u8, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13],
+            data_size_bytes: DATA_BYTES,
+            state: SlotState::Active,
+        })
+        .collect();
+    (0..n)
+        .map(|i| Label {
+            layout_version: LAYOUT_VERSION,
+            volume_uuid: [tag; 16],
+            member_uuid: slots[i as usize].member_uuid,
+            slot: i,
+            member_count: n,
+            level,
+            parity_layout: ParityLayout::DEFAULT,
+            copies: if level == Level::Mirror { n } else { 1 },
+            interleave_bytes: 65536,
+            data_offset_bytes: 1 << 20,
+            data_size_bytes: DATA_BYTES,
+            volume_size_bytes: 0,
+            event_counter: 5,
+            state: VolumeState::Clean,
+            rebuild_checkpoint_bytes: 0,
+            read_policy: 0,
+            created_unix_seconds: 0,
+            updated_unix_seconds: 0,
+            name: format!("vol{tag}"),
+            slots: slots.clone(),
+        })
+        .collect()
+}
+
+fn found(labels: &[Label]) -> Vec<Found> {
+    labels
+        .iter()
+        .map(|l| Found {
+            name: format!("/dev/m{}", l.slot),
+            size_bytes: (1 << 20) + DATA_BYTES,
+            label: Ok(l.clone()),
+        })
+        .collect()
+}
+
+#[test]
+fn labels_not_argument_order_decide_slots() {
+    let labels = volume(Level::Raid5, 4, 1);
+    let mut f = found(&labels);
+    f.reverse();
+    let a = assemble(&f).unwrap();
+    assert_eq!(a.slot_device, vec![Some(3), Some(2), Some(1), Some(0)]);
+    assert_eq!(a.health, vec![Health::Online; 4]);
+    assert_eq!(a.geometry.volume_size_bytes(), 3 * DATA_BYTES);
+}
+
+#[test]
+fn missing_and_stale_members_are_not_used() {
+    let mut labels = volume(Level::Raid6, 5, 2);
+    labels[1].event_counter = 3; // missed two changes while away
+    let f = found(&[labels[0].clone(), labels[1].clone(), labels[3].clone(), labels[4].clone()]);
+    let a = assemble(&f).unwrap();
+    assert_eq!(
+        a.health,
+        vec![Health::Online, Health::Faulty, Health::Missing, Health::Online, Health::Online]
+    );
+    assert_eq!(a.notes[1], SlotNote::Stale { event_counter: 3 });
+    assert_eq!(a.notes[2], SlotNote::NotFound);
+}
+
+#[test]
+fn refusals_name_the_member_and_the_reason() {
+    let labels = volume(Level::Mirror, 3, 3);
+    let other = volume(Level::Mirror, 3, 4);
+    let msg = |f: Vec<Found>| assemble(&f).unwrap_err().to_string();
+
+    let mut f = found(&labels);
+    f[2].name = "/srv/other.img".into();
+    f[2].label = Ok(other[2].clone());
+    let m = msg(f);
+    assert!(m.starts_with("member /srv/other.img: belongs to another volume"), "{m}");
+
+    let mut f = found(&labels);
+    f.push(Found { name: "/srv/copy.img".into(), ..f[1].clone() });
+    let m = msg(f);
+    assert_eq!(m, "member /srv/copy.img: claims slot 1, which /dev/m1 also claims");
+
+    let mut f = found(&labels);
+    f[0].label = Err(LabelError::Checksum { stored: 1, computed: 2 });
+    let m = msg(f);
+    assert!(m.starts_with("member /dev/m0: label checksum mismatch"), "{m}");
+
+    let mut f = found(&labels);
+    f[1].size_bytes = 4096;
+    let m = msg(f);
+    assert!(m.contains("member /dev/m1: device is 4096 bytes"), "{m}");
+
+    let mut f = found(&labels);
+    let mut l = labels[2].clone();
+    l.interleave_bytes = 4096;
+    f[2].label = Ok(l);
+    let m = msg(f);
+    assert_eq!(m, "member /dev/m2: label disagrees with the volume on interleave");
+
+    assert_eq!(msg(Vec::new()), "no members given");
+}

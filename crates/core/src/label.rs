@@ -1,0 +1,677 @@
+//! The member label: the first [`LABEL_BYTES`] of every member.
+//!
+//! The byte table, the meaning of every state and the assembly rules are in
+//! `docs/on-disk-format.md`; the offsets in [`at`] must match it (the test
+//! `crates/core/tests/label_doc.rs` reads the document and checks).
+//!
+//! One validation function ([`Label::validate`]) serves both directions:
+//! [`Label::encode`] asserts it, because writing a label that assembly would
+//! refuse is a caller bug that must not reach a disk; [`Label::decode`] returns
+//! its error, because a disk's bytes are untrusted input. A label that decodes
+//! therefore satisfies every invariant documented on [`Label`], and decoding is
+//! canonical: the bytes of any label that decodes are exactly what `encode`
+//! writes for it. That is why reserved bytes must be zero and unknown codes are
+//! refused rather than carried along.
+
+use std::fmt;
+
+use thiserror::Error;
+
+use crate::level::{Level, ParityLayout};
+use crate::units::SECTOR_BYTES;
+
+/// Size of the label at the start of every member.
+pub const LABEL_BYTES: usize = 4096;
+
+/// The first bytes of every label: readable in `hexdump -C`, and not all zero,
+/// so a blank (zeroed) device never carries it. The trailing 0x01 keeps it out
+/// of plain text files.
+pub const LABEL_MAGIC: [u8; 8] = *b"PLATTER\x01";
+
+/// Version of the byte layout below. Bumped on any change a reader of this
+/// version would misread; reserved bytes exist so that growth rarely needs it.
+pub const LABEL_FORMAT_VERSION: u32 = 1;
+
+/// Version of the volume-to-member mapping arithmetic (`geometry`).
+///
+/// Linux 3.14 changed md's RAID-0 mapping for members of unequal size, and
+/// arrays created before it were silently read with the new arithmetic. Any
+/// change to how a volume offset maps to a member offset must bump this, and a
+/// reader refuses versions it does not implement instead of guessing.
+pub const LAYOUT_VERSION: u32 = 1;
+
+/// Slots in the slot table, hence the most members a volume can have.
+pub const MAX_MEMBERS: u32 = 64;
+
+/// Bytes available for the volume name (UTF-8, stored NUL-padded).
+pub const NAME_MAX_BYTES: usize = 64;
+
+/// Byte offsets and sizes of the label fields (see `docs/on-disk-format.md`).
+pub mod at {
+    pub const MAGIC: usize = 0x000;
+    pub const FORMAT_VERSION: usize = 0x008;
+    pub const LAYOUT_VERSION: usize = 0x00C;
+    pub const VOLUME_UUID: usize = 0x010;
+    pub const MEMBER_UUID: usize = 0x020;
+    pub const SLOT: usize = 0x030;
+    pub const MEMBER_COUNT: usize = 0x034;
+    pub const LEVEL: usize = 0x038;
+    pub const PARITY_LAYOUT: usize = 0x039;
+    pub const STATE: usize = 0x03A;
+    pub const READ_POLICY: usize = 0x03B;
+    pub const COPIES: usize = 0x03C;
+    pub const INTERLEAVE_BYTES: usize = 0x040;
+    pub const DATA_OFFSET_BYTES: usize = 0x048;
+    pub const DATA_SIZE_BYTES: usize = 0x050;
+    pub const VOLUME_SIZE_BYTES: usize = 0x058;
+    pub const EVENT_COUNTER: usize = 0x060;
+    pub const REBUILD_CHECKPOINT_BYTES: usize = 0x068;
+    pub const CREATED_UNIX_SECONDS: usize = 0x070;
+    pub const UPDATED_UNIX_SECONDS: usize = 0x078;
+    pub const NAME: usize = 0x080;
+    /// Zero in format version 1: room for header fields.
+    pub const RESERVED_HEADER: usize = 0x0C0;
+    pub const SLOT_TABLE: usize = 0x200;
+    /// Zero in format version 1: room after the slot table.
+    pub const RESERVED_TAIL: usize = SLOT_TABLE + super::MAX_MEMBERS as usize * SLOT_ENTRY_BYTES;
+    /// CRC32C (Castagnoli) of bytes `[0, CHECKSUM)`.
+    pub const CHECKSUM: usize = 0xFFC;
+
+    /// One slot table entry; offsets below are relative to its start.
+    pub const SLOT_ENTRY_BYTES: usize = 48;
+    pub const ENTRY_MEMBER_UUID: usize = 0;
+    pub const ENTRY_DATA_SIZE_BYTES: usize = 16;
+    pub const ENTRY_STATE: usize = 24;
+    /// Zero in format version 1: room for per-slot fields.
+    pub const ENTRY_RESERVED: usize = 25;
+}
+
+/// The state of the whole volume, as its last writer left it.
+///
+/// Codes start at 1 so that zeroed bytes never read as a valid state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum VolumeState {
+    /// Shut down cleanly: every copy and parity block agrees.
+    Clean,
+    /// Writes may have been in flight; after a crash, redundancy must be
+    /// resynchronised before it is trusted.
+    Dirty,
+    /// Running without one or more members the level needs for full
+    /// redundancy.
+    Degraded,
+    /// A replacement member is being reconstructed; see
+    /// `Label::rebuild_checkpoint_bytes`.
+    Rebuilding,
+}
+
+impl VolumeState {
+    pub const ALL: [VolumeState; 4] = [
+        VolumeState::Clean,
+        VolumeState::Dirty,
+        VolumeState::Degraded,
+        VolumeState::Rebuilding,
+    ];
+
+    /// The label's code; never renumber.
+    pub fn code(self) -> u8 {
+        match self {
+            VolumeState::Clean => 1,
+            VolumeState::Dirty => 2,
+            VolumeState::Degraded => 3,
+            VolumeState::Rebuilding => 4,
+        }
+    }
+
+    pub fn from_code(code: u8) -> Option<VolumeState> {
+        VolumeState::ALL.into_iter().find(|s| s.code() == code)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            VolumeState::Clean => "clean",
+            VolumeState::Dirty => "dirty",
+            VolumeState::Degraded => "degraded",
+            VolumeState::Rebuilding => "rebuilding",
+        }
+    }
+}
+
+impl fmt::Display for VolumeState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The state of one slot in the slot table.
+///
+/// Codes start at 1 so that an unused (zeroed) table entry never reads as a
+/// slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SlotState {
+    /// In service and in sync.
+    Active,
+    /// Failed (an I/O error, or failed by the operator); not read or written.
+    Faulty,
+    /// A standby member that takes over when another slot fails.
+    Spare,
+    /// Empty: the member was taken out and nothing replaced it yet.
+    Removed,
+    /// Being reconstructed; in sync below the rebuild checkpoint.
+    Rebuilding,
+}
+
+impl SlotState {
+    pub const ALL: [SlotState; 5] = [
+        SlotState::Active,
+        SlotState::Faulty,
+        SlotState::Spare,
+        SlotState::Removed,
+        SlotState::Rebuilding,
+    ];
+
+    /// The label's code; never renumber.
+    pub fn code(self) -> u8 {
+        match self {
+            SlotState::Active => 1,
+            SlotState::Faulty => 2,
+            SlotState::Spare => 3,
+            SlotState::Removed => 4,
+            SlotState::Rebuilding => 5,
+        }
+    }
+
+    pub fn from_code(code: u8) -> Option<SlotState> {
+        SlotState::ALL.into_iter().find(|s| s.code() == code)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SlotState::Active => "active",
+            SlotState::Faulty => "faulty",
+            SlotState::Spare => "spare",
+            SlotState::Removed => "removed",
+            SlotState::Rebuilding => "rebuilding",
+        }
+    }
+}
+
+impl fmt::Display for SlotState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One entry of the slot table: which member holds a slot, as far as the
+/// label's writer knew.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SlotEntry {
+    /// All zero (nil) only for a [`SlotState::Removed`] slot that nothing
+    /// occupies.
+    pub member_uuid: [u8; 16],
+    pub data_size_bytes: u64,
+    pub state: SlotState,
+}
+
+/// The decoded label of one member.
+///
+/// Invariants (checked by [`Label::validate`], asserted by [`Label::encode`],
+/// guaranteed by [`Label::decode`]):
+/// - `layout_version == LAYOUT_VERSION`;
+/// - `volume_uuid` and `member_uuid` are not nil;
+/// - `level.min_members() <= member_count <= MAX_MEMBERS` and
+///   `slot < member_count`;
+/// - `copies` is `member_count` for mirror, `2..=member_count` for raid10 and 1
+///   otherwise;
+/// - `interleave_bytes` is a positive multiple of 512; `data_offset_bytes` is a
+///   multiple of 4096 and at least 4096 (the label's own space);
+///   `data_offset_bytes + data_size_bytes` fits in a u64;
+/// - `name` is at most `NAME_MAX_BYTES` bytes and has no NUL;
+/// - `slots.len() == member_count`; non-nil member uuids in it are distinct;
+///   a nil uuid only in a `Removed` slot; `slots[slot]` names this member with
+///   this member's `data_size_bytes`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Label {
+    pub layout_version: u32,
+    pub volume_uuid: [u8; 16],
+    pub member_uuid: [u8; 16],
+    /// This member's slot: its position in the layout, whatever the order of
+    /// the command line.
+    pub slot: u32,
+    pub member_count: u32,
+    pub level: Level,
+    /// Meaningful for raid5 and raid6; stored for every level.
+    pub parity_layout: ParityLayout,
+    /// Mirror: `member_count`; raid10: near copies; every other level: 1.
+    pub copies: u32,
+    pub interleave_bytes: u64,
+    /// Where the data area starts on the member; `[LABEL_BYTES,
+    /// data_offset_bytes)` is reserved (write-intent bitmap).
+    pub data_offset_bytes: u64,
+    /// This member's usable bytes after `data_offset_bytes`.
+    pub data_size_bytes: u64,
+    pub volume_size_bytes: u64,
+    /// Bumped on every state change; the highest counter among a volume's
+    /// members is the freshest truth at assembly.
+    pub event_counter: u64,
+    pub state: VolumeState,
+    /// In `Rebuilding`: offset into the data area of the rebuilding slot(s)
+    /// below which they are in sync, so a restart resumes there.
+    pub rebuild_checkpoint_bytes: u64,
+    /// 0 = auto; other codes belong to the read balancer.
+    pub read_policy: u8,
+    pub created_unix_seconds: u64,
+    pub updated_unix_seconds: u64,
+    pub name: String,
+    pub slots: Vec<SlotEntry>,
+}
+
+/// Why a member's label was refused. The messages are written to follow
+/// "member /path: ".
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum LabelError {
+    #[error("label too short: {len} bytes, a label is {LABEL_BYTES}")]
+    TooShort { len: usize },
+    #[error("no platter label (blank or foreign device)")]
+    NotALabel,
+    #[error(
+        "label checksum mismatch (stored 0x{stored:08x}, computed 0x{computed:08x}): \
+         the label is damaged"
+    )]
+    Checksum { stored: u32, computed: u32 },
+    #[error(
+        "label format version {0} is not supported (this platter reads version \
+         {LABEL_FORMAT_VERSION}): written by a newer platter?"
+    )]
+    UnknownFormatVersion(u32),
+    #[error(
+        "layout version {0} is not supported (this platter maps version \
+         {LAYOUT_VERSION}): written by a newer platter?"
+    )]
+    UnknownLayoutVersion(u32),
+    #[error("invalid label field {field}: {detail}")]
+    Field { field: &'static str, detail: String },
+}
+
+fn field_error(field: &'static str, detail: impl Into<String>) -> LabelError {
+    LabelError::Field {
+        field,
+        detail: detail.into(),
+    }
+}
+
+const NIL_UUID: [u8; 16] = [0; 16];
+
+/// True when `bytes` does not start with the label magic: a blank (zeroed) or
+/// foreign device, as opposed to a labelled one or a damaged label. A label
+/// whose magic itself is damaged also reads as blank; `create` cannot tell
+/// that from a foreign device, and neither can anyone else.
+pub fn is_blank(bytes: &[u8]) -> bool {
+    !bytes.starts_with(&LABEL_MAGIC)
+}
+
+impl Label {
+    /// Checks every invariant listed on [`Label`].
+    pub fn validate(&self) -> Result<(), LabelError> {
+        self.validate_header()?;
+        self.validate_slots()
+    }
+
+    // `u64::is_multiple_of` needs Rust 1.87; the workspace's rust-version is
+    // 1.80.
+    #[allow(clippy::manual_is_multiple_of)]
+    fn validate_header(&self) -> Result<(), LabelError> {
+        if self.layout_version != LAYOUT_VERSION {
+            return Err(LabelError::UnknownLayoutVersion(self.layout_version));
+        }
+        if self.volume_uuid == NIL_UUID {
+            return Err(field_error("volume_uuid", "is nil (all zero)"));
+        }
+        if self.member_uuid == NIL_UUID {
+            return Err(field_error("member_uuid", "is nil (all zero)"));
+        }
+        let min_members = self.level.min_members();
+        if !(min_members..=MAX_MEMBERS).contains(&self.member_count) {
+            return Err(field_error(
+                "member_count",
+                format!(
+                    "{} is outside {min_members}..={MAX_MEMBERS} for {}",
+                    self.member_count, self.level
+                ),
+            ));
+        }
+        if self.slot >= self.member_count {
+            return Err(field_error(
+                "slot",
+                format!(
+                    "{} is not below member_count {}",
+                    self.slot, self.member_count
+                ),
+            ));
+        }
+        let copies_ok = match self.level {
+            Level::Mirror => self.copies == self.member_count,
+            Level::Raid10 => (2..=self.member_count).contains(&self.copies),
+            Level::Concat | Level::Stripe | Level::Raid5 | Level::Raid6 => self.copies == 1,
+        };
+        if !copies_ok {
+            let expected = match self.level {
+                Level::Mirror => format!("{} (member_count)", self.member_count),
+                Level::Raid10 => format!("2..={} (member_count)", self.member_count),
+                _ => "1".to_string(),
+            };
+            return Err(field_error(
+                "copies",
+                format!(
+                    "{} is invalid for {} (expected {expected})",
+                    self.copies, self.level
+                ),
+            ));
+        }
+        if self.interleave_bytes == 0 || self.interleave_bytes % SECTOR_BYTES != 0 {
+            return Err(field_error(
+                "interleave_bytes",
+                format!(
+                    "{} is not a positive multiple of 512",
+                    self.interleave_bytes
+                ),
+            ));
+        }
+        if self.data_offset_bytes < LABEL_BYTES as u64
+            || self.data_offset_bytes % LABEL_BYTES as u64 != 0
+        {
+            return Err(field_error(
+                "data_offset_bytes",
+                format!(
+                    "{} is not a multiple of {LABEL_BYTES} at or after the label",
+                    self.data_offset_bytes
+                ),
+            ));
+        }
+        if self
+            .data_offset_bytes
+            .checked_add(self.data_size_bytes)
+            .is_none()
+        {
+            return Err(field_error(
+                "data_size_bytes",
+                format!(
+                    "{} after data offset {} passes the end of a 64-bit device",
+                    self.data_size_bytes, self.data_offset_bytes
+                ),
+            ));
+        }
+        if self.name.len() > NAME_MAX_BYTES {
+            return Err(field_error(
+                "name",
+                format!(
+                    "{} bytes long, at most {NAME_MAX_BYTES} fit",
+                    self.name.len()
+                ),
+            ));
+        }
+        // NUL is the padding; a name containing one would read back shorter.
+        if self.name.contains('\0') {
+            return Err(field_error("name", "contains a NUL byte"));
+        }
+        Ok(())
+    }
+
+    fn validate_slots(&self) -> Result<(), LabelError> {
+        if self.slots.len() != self.member_count as usize {
+            return Err(field_error(
+                "slots",
+                format!(
+                    "{} entries for member_count {}",
+                    self.slots.len(),
+                    self.member_count
+                ),
+            ));
+        }
+        for (i, entry) in self.slots.iter().enumerate() {
+            if entry.member_uuid == NIL_UUID {
+                if entry.state != SlotState::Removed {
+                    return Err(field_error(
+                        "slots",
+                        format!("slot {i} is {} but names no member", entry.state),
+                    ));
+                }
+                continue;
+            }
+            // Two slots naming one member would map two layout positions onto
+            // one device.
+            if let Some(j) = self.slots[..i]
+                .iter()
+                .position(|e| e.member_uuid == entry.member_uuid)
+            {
+                return Err(field_error(
+                    "slots",
+                    format!("slots {j} and {i} name the same member"),
+                ));
+            }
+        }
+        let own = &self.slots[self.slot as usize];
+        if own.member_uuid != self.member_uuid {
+            return Err(field_error(
+                "slots",
+                format!(
+                    "own slot {} names another member than this label's member_uuid",
+                    self.slot
+                ),
+            ));
+        }
+        if own.data_size_bytes != self.data_size_bytes {
+            return Err(field_error(
+                "slots",
+                format!(
+                    "own slot {} says {} data bytes, the label says {}",
+                    self.slot, own.data_size_bytes, self.data_size_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The label's bytes, checksum included.
+    ///
+    /// Panics if the label breaks an invariant: writing it would leave a member
+    /// that assembly refuses, and that is the caller's bug.
+    pub fn encode(&self) -> [u8; LABEL_BYTES] {
+        if let Err(e) = self.validate() {
+            panic!("refusing to encode an invalid label: {e}");
+        }
+        let mut b = [0u8; LABEL_BYTES];
+        b[at::MAGIC..at::MAGIC + 8].copy_from_slice(&LABEL_MAGIC);
+        put_u32(&mut b, at::FORMAT_VERSION, LABEL_FORMAT_VERSION);
+        put_u32(&mut b, at::LAYOUT_VERSION, self.layout_version);
+        b[at::VOLUME_UUID..at::VOLUME_UUID + 16].copy_from_slice(&self.volume_uuid);
+        b[at::MEMBER_UUID..at::MEMBER_UUID + 16].copy_from_slice(&self.member_uuid);
+        put_u32(&mut b, at::SLOT, self.slot);
+        put_u32(&mut b, at::MEMBER_COUNT, self.member_count);
+        b[at::LEVEL] = self.level.code();
+        b[at::PARITY_LAYOUT] = self.parity_layout.code();
+        b[at::STATE] = self.state.code();
+        b[at::READ_POLICY] = self.read_policy;
+        put_u32(&mut b, at::COPIES, self.copies);
+        put_u64(&mut b, at::INTERLEAVE_BYTES, self.interleave_bytes);
+        put_u64(&mut b, at::DATA_OFFSET_BYTES, self.data_offset_bytes);
+        put_u64(&mut b, at::DATA_SIZE_BYTES, self.data_size_bytes);
+        put_u64(&mut b, at::VOLUME_SIZE_BYTES, self.volume_size_bytes);
+        put_u64(&mut b, at::EVENT_COUNTER, self.event_counter);
+        put_u64(
+            &mut b,
+            at::REBUILD_CHECKPOINT_BYTES,
+            self.rebuild_checkpoint_bytes,
+        );
+        put_u64(&mut b, at::CREATED_UNIX_SECONDS, self.created_unix_seconds);
+        put_u64(&mut b, at::UPDATED_UNIX_SECONDS, self.updated_unix_seconds);
+        b[at::NAME..at::NAME + self.name.len()].copy_from_slice(self.name.as_bytes());
+        for (i, entry) in self.slots.iter().enumerate() {
+            let e = at::SLOT_TABLE + i * at::SLOT_ENTRY_BYTES;
+            b[e + at::ENTRY_MEMBER_UUID..e + at::ENTRY_MEMBER_UUID + 16]
+                .copy_from_slice(&entry.member_uuid);
+            put_u64(&mut b, e + at::ENTRY_DATA_SIZE_BYTES, entry.data_size_bytes);
+            b[e + at::ENTRY_STATE] = entry.state.code();
+        }
+        let crc = crc32c::crc32c(&b[..at::CHECKSUM]);
+        put_u32(&mut b, at::CHECKSUM, crc);
+        b
+    }
+
+    /// Reads a label from the first [`LABEL_BYTES`] of `bytes` (longer input,
+    /// such as a whole first megabyte, is fine).
+    ///
+    /// The checks run in the order that gives the most useful message: magic
+    /// (is this ours at all), checksum (is it intact), format version, layout
+    /// version (is it something this build understands), then every field.
+    pub fn decode(bytes: &[u8]) -> Result<Label, LabelError> {
+        let Some(b) = bytes.first_chunk::<LABEL_BYTES>() else {
+            return Err(LabelError::TooShort { len: bytes.len() });
+        };
+        if is_blank(b) {
+            return Err(LabelError::NotALabel);
+        }
+        let stored = get_u32(b, at::CHECKSUM);
+        let computed = crc32c::crc32c(&b[..at::CHECKSUM]);
+        if stored != computed {
+            return Err(LabelError::Checksum { stored, computed });
+        }
+        let format_version = get_u32(b, at::FORMAT_VERSION);
+        if format_version != LABEL_FORMAT_VERSION {
+            return Err(LabelError::UnknownFormatVersion(format_version));
+        }
+        // Before the fields: a newer layout may use codes this build lacks,
+        // and "newer platter" is the message that helps.
+        let layout_version = get_u32(b, at::LAYOUT_VERSION);
+        if layout_version != LAYOUT_VERSION {
+            return Err(LabelError::UnknownLayoutVersion(layout_version));
+        }
+
+        let level = Level::from_code(b[at::LEVEL])
+            .ok_or_else(|| field_error("level", format!("unknown level code {}", b[at::LEVEL])))?;
+        let parity_layout = ParityLayout::from_code(b[at::PARITY_LAYOUT]).ok_or_else(|| {
+            field_error(
+                "parity_layout",
+                format!("unknown parity layout code {}", b[at::PARITY_LAYOUT]),
+            )
+        })?;
+        let state = VolumeState::from_code(b[at::STATE]).ok_or_else(|| {
+            field_error(
+                "state",
+                format!("unknown volume state code {}", b[at::STATE]),
+            )
+        })?;
+        let name = decode_name(&b[at::NAME..at::NAME + NAME_MAX_BYTES])?;
+        check_zero(b, at::RESERVED_HEADER..at::SLOT_TABLE)?;
+        check_zero(b, at::RESERVED_TAIL..at::CHECKSUM)?;
+
+        let mut label = Label {
+            layout_version,
+            volume_uuid: get_uuid(b, at::VOLUME_UUID),
+            member_uuid: get_uuid(b, at::MEMBER_UUID),
+            slot: get_u32(b, at::SLOT),
+            member_count: get_u32(b, at::MEMBER_COUNT),
+            level,
+            parity_layout,
+            copies: get_u32(b, at::COPIES),
+            interleave_bytes: get_u64(b, at::INTERLEAVE_BYTES),
+            data_offset_bytes: get_u64(b, at::DATA_OFFSET_BYTES),
+            data_size_bytes: get_u64(b, at::DATA_SIZE_BYTES),
+            volume_size_bytes: get_u64(b, at::VOLUME_SIZE_BYTES),
+            event_counter: get_u64(b, at::EVENT_COUNTER),
+            state,
+            rebuild_checkpoint_bytes: get_u64(b, at::REBUILD_CHECKPOINT_BYTES),
+            read_policy: b[at::READ_POLICY],
+            created_unix_seconds: get_u64(b, at::CREATED_UNIX_SECONDS),
+            updated_unix_seconds: get_u64(b, at::UPDATED_UNIX_SECONDS),
+            name,
+            slots: Vec::new(),
+        };
+        // The header first: a bad member_count explains a bad-looking table,
+        // and bounds the loop below.
+        label.validate_header()?;
+        let used_slots = label.member_count as usize;
+        label.slots.reserve_exact(used_slots);
+        for i in 0..MAX_MEMBERS as usize {
+            let e = at::SLOT_TABLE + i * at::SLOT_ENTRY_BYTES;
+            let entry = &b[e..e + at::SLOT_ENTRY_BYTES];
+            if i >= used_slots {
+                if entry.iter().any(|&x| x != 0) {
+                    return Err(field_error(
+                        "slots",
+                        format!("unused slot {i} (member_count {used_slots}) is not zero"),
+                    ));
+                }
+                continue;
+            }
+            let state_code = entry[at::ENTRY_STATE];
+            let state = SlotState::from_code(state_code).ok_or_else(|| {
+                field_error(
+                    "slots",
+                    format!("slot {i} has unknown state code {state_code}"),
+                )
+            })?;
+            check_zero(b, e + at::ENTRY_RESERVED..e + at::SLOT_ENTRY_BYTES)?;
+            label.slots.push(SlotEntry {
+                member_uuid: get_uuid(b, e + at::ENTRY_MEMBER_UUID),
+                data_size_bytes: get_u64(b, e + at::ENTRY_DATA_SIZE_BYTES),
+                state,
+            });
+        }
+        label.validate_slots()?;
+        Ok(label)
+    }
+}
+
+/// The name up to its first NUL. Everything after must be NUL too, or the
+/// label would not re-encode to the same bytes.
+fn decode_name(raw: &[u8]) -> Result<String, LabelError> {
+    let len = raw.iter().position(|&x| x == 0).unwrap_or(raw.len());
+    if raw[len..].iter().any(|&x| x != 0) {
+        return Err(field_error(
+            "name",
+            format!("bytes after the terminating NUL at {len} are not zero"),
+        ));
+    }
+    String::from_utf8(raw[..len].to_vec())
+        .map_err(|e| field_error("name", format!("is not UTF-8 ({e})")))
+}
+
+fn check_zero(b: &[u8; LABEL_BYTES], range: std::ops::Range<usize>) -> Result<(), LabelError> {
+    match b[range.clone()].iter().position(|&x| x != 0) {
+        None => Ok(()),
+        Some(i) => Err(field_error(
+            "reserved",
+            format!(
+                "byte 0x{:03x} is 0x{:02x}; reserved bytes are zero in format version \
+                 {LABEL_FORMAT_VERSION}",
+                range.start + i,
+                b[range.start + i]
+            ),
+        )),
+    }
+}
+
+fn put_u32(b: &mut [u8; LABEL_BYTES], offset: usize, value: u32) {
+    b[offset..offset + 4].copy_from_slice(&value.to_le_bytes());
+}
+
+fn put_u64(b: &mut [u8; LABEL_BYTES], offset: usize, value: u64) {
+    b[offset..offset + 8].copy_from_slice(&value.to_le_bytes());
+}
+
+// The `try_into`s below cannot fail: offsets are constants inside the array,
+// and the slices have exactly the target length.
+fn get_u32(b: &[u8; LABEL_BYTES], offset: usize) -> u32 {
+    u32::from_le_bytes(b[offset..offset + 4].try_into().expect("4 bytes"))
+}
+
+fn get_u64(b: &[u8; LABEL_BYTES], offset: usize) -> u64 {
+    u64::from_le_bytes(b[offset..offset + 8].try_into().expect("8 bytes"))
+}
+
+fn get_uuid(b: &[u8; LABEL_BYTES], offset: usize) -> [u8; 16] {
+    b[offset..offset + 16].try_into().expect("16 bytes")
+}
+
+#[cfg(test)]
+mod tests;
