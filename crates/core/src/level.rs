@@ -97,7 +97,9 @@ impl FromStr for Level {
             .into_iter()
             .find(|l| l.name() == alias)
             .ok_or_else(|| {
-                format!("unknown level '{s}' (expected concat, stripe, mirror, raid10, raid5 or raid6)")
+                format!(
+                    "unknown level '{s}' (expected concat, stripe, mirror, raid10, raid5 or raid6)"
+                )
             })
     }
 }

@@ -8,7 +8,7 @@ pub mod assemble;
 pub mod geometry;
 pub mod label;
 pub mod level;
-pub mod volume;
 pub mod units;
+pub mod volume;
 
 pub use level::{Level, ParityLayout};

@@ -7,12 +7,12 @@ pub const SECTOR_BYTES: u64 = 512;
 /// `g`, `t` (either case, optional trailing `b`/`iB`) are powers of 1024.
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
-    let split = t
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(t.len());
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (digits, unit) = t.split_at(split);
     if digits.is_empty() {
-        return Err(format!("invalid size '{text}': expected a number with an optional unit (s, k, M, G, T)"));
+        return Err(format!(
+            "invalid size '{text}': expected a number with an optional unit (s, k, M, G, T)"
+        ));
     }
     let n: u64 = digits
         .parse()
@@ -37,7 +37,12 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 /// Formats bytes for people: exact sectors when that is shortest and exact,
 /// otherwise the largest binary unit that divides evenly, otherwise one decimal.
 pub fn format_size(bytes: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("k", 1 << 10)];
+    const UNITS: [(&str, u64); 4] = [
+        ("T", 1 << 40),
+        ("G", 1 << 30),
+        ("M", 1 << 20),
+        ("k", 1 << 10),
+    ];
     for (name, mult) in UNITS {
         if bytes >= mult && bytes % mult == 0 {
             return format!("{}{}", bytes / mult, name);

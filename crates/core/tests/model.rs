@@ -10,7 +10,14 @@ use support::*;
 
 const SECTOR: u64 = 512;
 /// 1s, 8s, 126s, 128s, 2048s and 1M: the interleaves DESIGN.md names.
-const INTERLEAVES: [u64; 6] = [SECTOR, 8 * SECTOR, 126 * SECTOR, 128 * SECTOR, 2048 * SECTOR, 1 << 20];
+const INTERLEAVES: [u64; 6] = [
+    SECTOR,
+    8 * SECTOR,
+    126 * SECTOR,
+    128 * SECTOR,
+    2048 * SECTOR,
+    1 << 20,
+];
 const WIDTHS: [u32; 6] = [2, 3, 4, 5, 8, 16];
 
 #[test]
@@ -26,28 +33,36 @@ fn every_layout_interleave_and_width_matches_the_model() {
 }
 
 fn any_config() -> impl Strategy<Value = Config> {
-    (0usize..6, 0usize..4, 1u32..=16, 1u64..=300, 2u64..=5, 2u32..=4).prop_filter_map(
-        "level needs more members",
-        |(level, layout, members, il_sectors, rows, copies)| {
-            let level = Level::ALL[level];
-            if members < level.min_members() {
-                return None;
-            }
-            let copies = match level {
-                Level::Raid10 => copies.min(members),
-                Level::Mirror => members,
-                _ => 1,
-            };
-            Some(Config {
-                level,
-                layout: ParityLayout::ALL[layout],
-                copies,
-                members,
-                interleave_bytes: il_sectors * SECTOR,
-                rows,
-            })
-        },
+    (
+        0usize..6,
+        0usize..4,
+        1u32..=16,
+        1u64..=300,
+        2u64..=5,
+        2u32..=4,
     )
+        .prop_filter_map(
+            "level needs more members",
+            |(level, layout, members, il_sectors, rows, copies)| {
+                let level = Level::ALL[level];
+                if members < level.min_members() {
+                    return None;
+                }
+                let copies = match level {
+                    Level::Raid10 => copies.min(members),
+                    Level::Mirror => members,
+                    _ => 1,
+                };
+                Some(Config {
+                    level,
+                    layout: ParityLayout::ALL[layout],
+                    copies,
+                    members,
+                    interleave_bytes: il_sectors * SECTOR,
+                    rows,
+                })
+            },
+        )
 }
 
 proptest! {
@@ -79,10 +94,13 @@ fn loss_sets(config: &Config) -> Vec<Vec<u32>> {
 
 #[test]
 fn every_byte_survives_every_allowed_loss() {
-    let configs: Vec<Config> = all_configs(&[SECTOR, 126 * SECTOR, 128 * SECTOR, 1 << 20], &[2, 3, 4, 5, 7])
-        .into_iter()
-        .filter(|c| c.level.is_parity() || matches!(c.level, Level::Mirror | Level::Raid10))
-        .collect();
+    let configs: Vec<Config> = all_configs(
+        &[SECTOR, 126 * SECTOR, 128 * SECTOR, 1 << 20],
+        &[2, 3, 4, 5, 7],
+    )
+    .into_iter()
+    .filter(|c| c.level.is_parity() || matches!(c.level, Level::Mirror | Level::Raid10))
+    .collect();
     for (i, config) in configs.iter().enumerate() {
         let mut h = Harness::new(config, 1000 + i as u64);
         let mut model = Model::new(&h.volume);
@@ -93,7 +111,10 @@ fn every_byte_survives_every_allowed_loss() {
             h.reassemble(&lost);
             verify_all(&mut h, &model);
             // Degraded writes, then degraded reads of everything.
-            let mut degraded = Model { bytes: model.bytes.clone(), ..Model::new(&h.volume) };
+            let mut degraded = Model {
+                bytes: model.bytes.clone(),
+                ..Model::new(&h.volume)
+            };
             random_workload(&mut h, &mut degraded, 10, 4);
             verify_all(&mut h, &degraded);
         }
@@ -102,7 +123,10 @@ fn every_byte_survives_every_allowed_loss() {
 
 #[test]
 fn members_that_die_mid_workload_are_survived() {
-    for (i, config) in all_configs(&[8 * SECTOR, 126 * SECTOR], &[3, 4, 6]).iter().enumerate() {
+    for (i, config) in all_configs(&[8 * SECTOR, 126 * SECTOR], &[3, 4, 6])
+        .iter()
+        .enumerate()
+    {
         let Some(redundancy) = (match config.level {
             Level::Raid6 => Some(2),
             Level::Raid5 => Some(1),
@@ -132,7 +156,10 @@ fn members_that_die_mid_workload_are_survived() {
 /// Past the redundancy budget a read may fail, but never with wrong bytes.
 #[test]
 fn beyond_redundancy_reads_fail_and_never_lie() {
-    for (i, config) in all_configs(&[8 * SECTOR, 126 * SECTOR], &[2, 4, 5]).iter().enumerate() {
+    for (i, config) in all_configs(&[8 * SECTOR, 126 * SECTOR], &[2, 4, 5])
+        .iter()
+        .enumerate()
+    {
         let mut h = Harness::new(config, 9000 + i as u64);
         let mut model = Model::new(&h.volume);
         random_workload(&mut h, &mut model, 10, 4);
@@ -160,12 +187,22 @@ fn beyond_redundancy_reads_fail_and_never_lie() {
                 }
             }
         }
-        assert!(failed > 0, "{config:?}: nothing failed with members {lost:?} lost");
+        assert!(
+            failed > 0,
+            "{config:?}: nothing failed with members {lost:?} lost"
+        );
         if matches!(config.level, Level::Concat | Level::Raid5 | Level::Raid6) {
-            assert!(served > 0, "{config:?}: reads of surviving members should still work");
+            assert!(
+                served > 0,
+                "{config:?}: reads of surviving members should still work"
+            );
         }
         // Writes that need lost members fail too, and say so.
-        let err = h.one(Request::Write { offset_bytes: 0, data: vec![1u8; size as usize].into(), fua: false });
+        let err = h.one(Request::Write {
+            offset_bytes: 0,
+            data: vec![1u8; size as usize].into(),
+            fua: false,
+        });
         assert_eq!(err.unwrap_err().kind, ErrorKind::Io);
     }
 }
@@ -188,9 +225,21 @@ fn requests_past_the_end_are_refused() {
 #[test]
 fn parity_on_members_is_mds() {
     for layout in ParityLayout::ALL {
-        for (level, n) in [(Level::Raid5, 4), (Level::Raid5, 5), (Level::Raid6, 5), (Level::Raid6, 7)] {
+        for (level, n) in [
+            (Level::Raid5, 4),
+            (Level::Raid5, 5),
+            (Level::Raid6, 5),
+            (Level::Raid6, 7),
+        ] {
             let il = 126 * SECTOR;
-            let config = Config { level, layout, copies: 1, members: n, interleave_bytes: il, rows: 6 };
+            let config = Config {
+                level,
+                layout,
+                copies: 1,
+                members: n,
+                interleave_bytes: il,
+                rows: 6,
+            };
             let mut h = Harness::new(&config, u64::from(n) * 31);
             let mut model = Model::new(&h.volume);
             random_workload(&mut h, &mut model, 30, 4);
@@ -216,9 +265,15 @@ fn parity_on_members_is_mds() {
                         q[i] ^= platter_parity::reference::gf_mul(coef, d[i]);
                     }
                 }
-                assert!(chunk(roles.p) == p, "{level} {layout} stripe {stripe}: P differs");
+                assert!(
+                    chunk(roles.p) == p,
+                    "{level} {layout} stripe {stripe}: P differs"
+                );
                 if let Some(qm) = roles.q {
-                    assert!(chunk(qm) == q, "{level} {layout} stripe {stripe}: Q differs");
+                    assert!(
+                        chunk(qm) == q,
+                        "{level} {layout} stripe {stripe}: Q differs"
+                    );
                 }
             }
         }

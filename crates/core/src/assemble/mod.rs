@@ -41,7 +41,9 @@ pub enum AssembleError {
         other: String,
         slot: u32,
     },
-    #[error("member {member}: not in the volume's member table (slot {slot} belongs to another member)")]
+    #[error(
+        "member {member}: not in the volume's member table (slot {slot} belongs to another member)"
+    )]
     UnknownMember { member: String, slot: u32 },
     #[error("member {member}: label disagrees with the volume on {field}")]
     Inconsistent { member: String, field: &'static str },
@@ -63,7 +65,9 @@ pub enum SlotNote {
     InUse,
     NotFound,
     /// Present but its label is older than the volume's.
-    Stale { event_counter: u64 },
+    Stale {
+        event_counter: u64,
+    },
     /// The volume's table marks it so.
     Marked(SlotState),
 }
@@ -81,7 +85,14 @@ pub struct Assembly {
 
 pub fn uuid_string(u: &[u8; 16]) -> String {
     let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
-    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
 }
 
 pub fn assemble(found: &[Found]) -> Result<Assembly, AssembleError> {

@@ -7,7 +7,9 @@ const DATA_BYTES: u64 = 64 << 20;
 fn volume(level: Level, n: u32, tag: u8) -> Vec<Label> {
     let slots: Vec<SlotEntry> = (0..n)
         .map(|i| SlotEntry {
-            member_uuid: [tag, 0xEE, i as u8, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13],
+            member_uuid: [
+                tag, 0xEE, i as u8, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
+            ],
             data_size_bytes: DATA_BYTES,
             state: SlotState::Active,
         })
@@ -64,11 +66,22 @@ fn labels_not_argument_order_decide_slots() {
 fn missing_and_stale_members_are_not_used() {
     let mut labels = volume(Level::Raid6, 5, 2);
     labels[1].event_counter = 3; // missed two changes while away
-    let f = found(&[labels[0].clone(), labels[1].clone(), labels[3].clone(), labels[4].clone()]);
+    let f = found(&[
+        labels[0].clone(),
+        labels[1].clone(),
+        labels[3].clone(),
+        labels[4].clone(),
+    ]);
     let a = assemble(&f).unwrap();
     assert_eq!(
         a.health,
-        vec![Health::Online, Health::Faulty, Health::Missing, Health::Online, Health::Online]
+        vec![
+            Health::Online,
+            Health::Faulty,
+            Health::Missing,
+            Health::Online,
+            Health::Online
+        ]
     );
     assert_eq!(a.notes[1], SlotNote::Stale { event_counter: 3 });
     assert_eq!(a.notes[2], SlotNote::NotFound);
@@ -84,17 +97,32 @@ fn refusals_name_the_member_and_the_reason() {
     f[2].name = "/srv/other.img".into();
     f[2].label = Ok(other[2].clone());
     let m = msg(f);
-    assert!(m.starts_with("member /srv/other.img: belongs to another volume"), "{m}");
+    assert!(
+        m.starts_with("member /srv/other.img: belongs to another volume"),
+        "{m}"
+    );
 
     let mut f = found(&labels);
-    f.push(Found { name: "/srv/copy.img".into(), ..f[1].clone() });
+    f.push(Found {
+        name: "/srv/copy.img".into(),
+        ..f[1].clone()
+    });
     let m = msg(f);
-    assert_eq!(m, "member /srv/copy.img: claims slot 1, which /dev/m1 also claims");
+    assert_eq!(
+        m,
+        "member /srv/copy.img: claims slot 1, which /dev/m1 also claims"
+    );
 
     let mut f = found(&labels);
-    f[0].label = Err(LabelError::Checksum { stored: 1, computed: 2 });
+    f[0].label = Err(LabelError::Checksum {
+        stored: 1,
+        computed: 2,
+    });
     let m = msg(f);
-    assert!(m.starts_with("member /dev/m0: label checksum mismatch"), "{m}");
+    assert!(
+        m.starts_with("member /dev/m0: label checksum mismatch"),
+        "{m}"
+    );
 
     let mut f = found(&labels);
     f[1].size_bytes = 4096;
@@ -106,7 +134,10 @@ fn refusals_name_the_member_and_the_reason() {
     l.interleave_bytes = 4096;
     f[2].label = Ok(l);
     let m = msg(f);
-    assert_eq!(m, "member /dev/m2: label disagrees with the volume on interleave");
+    assert_eq!(
+        m,
+        "member /dev/m2: label disagrees with the volume on interleave"
+    );
 
     assert_eq!(msg(Vec::new()), "no members given");
 }

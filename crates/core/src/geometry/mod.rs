@@ -282,7 +282,10 @@ impl Geometry {
 
     /// Which member holds which role in a parity stripe (None for other levels).
     pub fn parity_roles(&self, stripe: u64) -> Option<StripeRoles> {
-        self.spec.level.is_parity().then(|| self.stripe_roles(stripe))
+        self.spec
+            .level
+            .is_parity()
+            .then(|| self.stripe_roles(stripe))
     }
 
     fn stripe_roles(&self, stripe: u64) -> StripeRoles {

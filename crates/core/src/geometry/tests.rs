@@ -52,7 +52,11 @@ fn check_bijection(g: &Geometry) {
         assert!(off % 512 == 0);
         let s = (off / 512) as usize;
         let map = &mut used[member as usize];
-        assert!(s < map.len(), "member {member} sector {s} past used area {}", map.len());
+        assert!(
+            s < map.len(),
+            "member {member} sector {s} past used area {}",
+            map.len()
+        );
         assert!(!map[s], "member {member} sector {s} used twice");
         map[s] = true;
     };
@@ -65,7 +69,10 @@ fn check_bijection(g: &Geometry) {
         let mut copies = 0;
         let mut members_seen = Vec::new();
         for loc in g.data_locations(e.stripe, e.data_index) {
-            assert!(!members_seen.contains(&loc.member), "two copies on one member");
+            assert!(
+                !members_seen.contains(&loc.member),
+                "two copies on one member"
+            );
             members_seen.push(loc.member);
             mark(loc.member, g.member_offset_bytes(loc.row, e.within_bytes));
             copies += 1;
@@ -86,7 +93,8 @@ fn check_bijection(g: &Geometry) {
     // (members * rows not a multiple of copies leaves a partial last slot set).
     let missing: usize = used.iter().map(|m| m.iter().filter(|x| !**x).count()).sum();
     if g.level() == Level::Raid10 {
-        let slots_left = (u64::from(g.members()) * g.member_used_bytes(0) / il) % u64::from(g.copies());
+        let slots_left =
+            (u64::from(g.members()) * g.member_used_bytes(0) / il) % u64::from(g.copies());
         assert_eq!(missing as u64, slots_left * il / 512);
     } else {
         assert_eq!(missing, 0, "member sectors not reached");
@@ -101,7 +109,9 @@ fn every_layout_is_a_bijection_onto_member_space() {
             let il = if i == 5 { 1 << 20 } else { il_sectors * 512 };
             // Unequal members: the volume must use the smallest (or all, for concat).
             let rows = if il >= 1 << 20 { 2 } else { 5 };
-            let sizes: Vec<u64> = (0..n).map(|m| il * (rows + u64::from(m % 3)) + 512 * u64::from(m % 2)).collect();
+            let sizes: Vec<u64> = (0..n)
+                .map(|m| il * (rows + u64::from(m % 3)) + 512 * u64::from(m % 2))
+                .collect();
             let g = Geometry::new(spec(level, layout, copies, il, sizes.clone())).unwrap();
             let expect_chunks: u64 = match level {
                 Level::Concat => sizes.iter().map(|s| s / il).sum(),
@@ -111,7 +121,11 @@ fn every_layout_is_a_bijection_onto_member_space() {
                 Level::Raid5 => rows * u64::from(n - 1),
                 Level::Raid6 => rows * u64::from(n - 2),
             };
-            assert_eq!(g.volume_size_bytes(), expect_chunks * il, "{level} n={n} il={il}");
+            assert_eq!(
+                g.volume_size_bytes(),
+                expect_chunks * il,
+                "{level} n={n} il={il}"
+            );
             check_bijection(&g);
         }
     }
@@ -119,13 +133,29 @@ fn every_layout_is_a_bijection_onto_member_space() {
 
 #[test]
 fn extents_split_at_chunk_boundaries() {
-    let g = Geometry::new(spec(Level::Stripe, ParityLayout::DEFAULT, 1, 126 * 512, vec![126 * 512 * 4; 3])).unwrap();
+    let g = Geometry::new(spec(
+        Level::Stripe,
+        ParityLayout::DEFAULT,
+        1,
+        126 * 512,
+        vec![126 * 512 * 4; 3],
+    ))
+    .unwrap();
     let il = 126 * 512;
     let ex: Vec<Extent> = g.extents(il - 100, il + 200).collect();
     assert_eq!(ex.len(), 3);
-    assert_eq!((ex[0].data_index, ex[0].within_bytes, ex[0].len_bytes), (0, il - 100, 100));
-    assert_eq!((ex[1].data_index, ex[1].within_bytes, ex[1].len_bytes), (1, 0, il));
-    assert_eq!((ex[2].data_index, ex[2].within_bytes, ex[2].len_bytes), (2, 0, 100));
+    assert_eq!(
+        (ex[0].data_index, ex[0].within_bytes, ex[0].len_bytes),
+        (0, il - 100, 100)
+    );
+    assert_eq!(
+        (ex[1].data_index, ex[1].within_bytes, ex[1].len_bytes),
+        (1, 0, il)
+    );
+    assert_eq!(
+        (ex[2].data_index, ex[2].within_bytes, ex[2].len_bytes),
+        (2, 0, 100)
+    );
     assert_eq!(ex.iter().map(|e| e.len_bytes).sum::<u64>(), il + 200);
 }
 
@@ -135,25 +165,66 @@ fn extents_split_at_chunk_boundaries() {
 fn parity_placement_matches_md() {
     let roles = |level, layout, n, s| stripe_roles_for(level, layout, n, s);
     // RAID-5, 4 disks, left-symmetric: P walks left, data starts after P.
-    assert_eq!(roles(Level::Raid5, ParityLayout::LeftSymmetric, 4, 0), (vec![0, 1, 2], 3, None));
-    assert_eq!(roles(Level::Raid5, ParityLayout::LeftSymmetric, 4, 1), (vec![3, 0, 1], 2, None));
-    assert_eq!(roles(Level::Raid5, ParityLayout::LeftSymmetric, 4, 2), (vec![2, 3, 0], 1, None));
-    assert_eq!(roles(Level::Raid5, ParityLayout::LeftSymmetric, 4, 3), (vec![1, 2, 3], 0, None));
+    assert_eq!(
+        roles(Level::Raid5, ParityLayout::LeftSymmetric, 4, 0),
+        (vec![0, 1, 2], 3, None)
+    );
+    assert_eq!(
+        roles(Level::Raid5, ParityLayout::LeftSymmetric, 4, 1),
+        (vec![3, 0, 1], 2, None)
+    );
+    assert_eq!(
+        roles(Level::Raid5, ParityLayout::LeftSymmetric, 4, 2),
+        (vec![2, 3, 0], 1, None)
+    );
+    assert_eq!(
+        roles(Level::Raid5, ParityLayout::LeftSymmetric, 4, 3),
+        (vec![1, 2, 3], 0, None)
+    );
     // left-asymmetric: data keeps disk order, skipping P.
-    assert_eq!(roles(Level::Raid5, ParityLayout::LeftAsymmetric, 4, 1), (vec![0, 1, 3], 2, None));
+    assert_eq!(
+        roles(Level::Raid5, ParityLayout::LeftAsymmetric, 4, 1),
+        (vec![0, 1, 3], 2, None)
+    );
     // right-symmetric / right-asymmetric: P walks right.
-    assert_eq!(roles(Level::Raid5, ParityLayout::RightSymmetric, 4, 1), (vec![2, 3, 0], 1, None));
-    assert_eq!(roles(Level::Raid5, ParityLayout::RightAsymmetric, 4, 1), (vec![0, 2, 3], 1, None));
+    assert_eq!(
+        roles(Level::Raid5, ParityLayout::RightSymmetric, 4, 1),
+        (vec![2, 3, 0], 1, None)
+    );
+    assert_eq!(
+        roles(Level::Raid5, ParityLayout::RightAsymmetric, 4, 1),
+        (vec![0, 2, 3], 1, None)
+    );
     // RAID-6, 5 disks, left-symmetric: P then Q, data after Q.
-    assert_eq!(roles(Level::Raid6, ParityLayout::LeftSymmetric, 5, 0), (vec![1, 2, 3], 4, Some(0)));
-    assert_eq!(roles(Level::Raid6, ParityLayout::LeftSymmetric, 5, 1), (vec![0, 1, 2], 3, Some(4)));
+    assert_eq!(
+        roles(Level::Raid6, ParityLayout::LeftSymmetric, 5, 0),
+        (vec![1, 2, 3], 4, Some(0))
+    );
+    assert_eq!(
+        roles(Level::Raid6, ParityLayout::LeftSymmetric, 5, 1),
+        (vec![0, 1, 2], 3, Some(4))
+    );
     // left-asymmetric: "Q D D D P" when P is last, else "D D P Q D".
-    assert_eq!(roles(Level::Raid6, ParityLayout::LeftAsymmetric, 5, 0), (vec![1, 2, 3], 4, Some(0)));
-    assert_eq!(roles(Level::Raid6, ParityLayout::LeftAsymmetric, 5, 2), (vec![0, 1, 4], 2, Some(3)));
-    assert_eq!(roles(Level::Raid6, ParityLayout::RightAsymmetric, 5, 1), (vec![0, 3, 4], 1, Some(2)));
+    assert_eq!(
+        roles(Level::Raid6, ParityLayout::LeftAsymmetric, 5, 0),
+        (vec![1, 2, 3], 4, Some(0))
+    );
+    assert_eq!(
+        roles(Level::Raid6, ParityLayout::LeftAsymmetric, 5, 2),
+        (vec![0, 1, 4], 2, Some(3))
+    );
+    assert_eq!(
+        roles(Level::Raid6, ParityLayout::RightAsymmetric, 5, 1),
+        (vec![0, 3, 4], 1, Some(2))
+    );
 }
 
-fn stripe_roles_for(level: Level, layout: ParityLayout, n: u32, s: u64) -> (Vec<u32>, u32, Option<u32>) {
+fn stripe_roles_for(
+    level: Level,
+    layout: ParityLayout,
+    n: u32,
+    s: u64,
+) -> (Vec<u32>, u32, Option<u32>) {
     let r = parity::stripe_roles(level, layout, n, s);
     (r.data, r.p, r.q)
 }
@@ -174,10 +245,19 @@ fn q_syndrome_order_follows_md() {
 #[test]
 fn raid10_near_on_three_members_matches_md() {
     // md near=2 over 3 devices: A A B / B C C / D D E ...
-    let g = Geometry::new(spec(Level::Raid10, ParityLayout::DEFAULT, 2, 512, vec![512 * 4; 3])).unwrap();
+    let g = Geometry::new(spec(
+        Level::Raid10,
+        ParityLayout::DEFAULT,
+        2,
+        512,
+        vec![512 * 4; 3],
+    ))
+    .unwrap();
     let locs = |chunk: u64| {
         let (s, d) = g.chunk_position(chunk);
-        g.data_locations(s, d).map(|l| (l.member, l.row)).collect::<Vec<_>>()
+        g.data_locations(s, d)
+            .map(|l| (l.member, l.row))
+            .collect::<Vec<_>>()
     };
     assert_eq!(locs(0), vec![(0, 0), (1, 0)]);
     assert_eq!(locs(1), vec![(2, 0), (0, 1)]);
@@ -187,7 +267,11 @@ fn raid10_near_on_three_members_matches_md() {
 
 #[test]
 fn bad_specs_are_refused() {
-    let bad = |level, copies, il, sizes: Vec<u64>| Geometry::new(spec(level, ParityLayout::DEFAULT, copies, il, sizes)).unwrap_err().0;
+    let bad = |level, copies, il, sizes: Vec<u64>| {
+        Geometry::new(spec(level, ParityLayout::DEFAULT, copies, il, sizes))
+            .unwrap_err()
+            .0
+    };
     assert!(bad(Level::Raid5, 1, 4096, vec![1 << 20; 2]).contains("at least 3 members"));
     assert!(bad(Level::Raid6, 1, 4096, vec![1 << 20; 3]).contains("at least 4 members"));
     assert!(bad(Level::Stripe, 1, 1000, vec![1 << 20; 2]).contains("multiple of 512"));

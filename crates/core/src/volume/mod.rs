@@ -173,7 +173,10 @@ impl Volume {
         self.next_request += 1;
         let (offset_bytes, len_bytes) = req.range();
         let size = self.size_bytes();
-        if offset_bytes.checked_add(len_bytes).is_none_or(|end| end > size) {
+        if offset_bytes
+            .checked_add(len_bytes)
+            .is_none_or(|end| end > size)
+        {
             let msg = format!(
                 "{} of {len_bytes} bytes at offset {offset_bytes} is past the end of the volume ({size} bytes)",
                 req.name()
@@ -234,7 +237,10 @@ impl Volume {
             .inflight
             .remove(&io)
             .expect("completion for an I/O the volume did not issue");
-        let op = self.ops.get_mut(&ctx.request).expect("I/O of a live request");
+        let op = self
+            .ops
+            .get_mut(&ctx.request)
+            .expect("I/O of a live request");
         assert!(op.pending > 0);
         op.pending -= 1;
         match result {
@@ -263,7 +269,8 @@ impl Volume {
         let h = &mut self.health[member as usize];
         if *h == Health::Online {
             *h = Health::Faulty;
-            self.events.push_back(Event::MemberFaulty { member, reason });
+            self.events
+                .push_back(Event::MemberFaulty { member, reason });
         }
     }
 
@@ -366,7 +373,11 @@ impl Volume {
 
     fn route(op: &mut Op, dests: &[Dest], data: Bytes) {
         let total: u64 = dests.iter().map(|d| d.len_bytes).sum();
-        assert_eq!(data.len() as u64, total, "member read returned a wrong length");
+        assert_eq!(
+            data.len() as u64,
+            total,
+            "member read returned a wrong length"
+        );
         let (_, len_bytes) = op.req.range();
         for d in dests {
             let src = &data[d.io_at_bytes as usize..(d.io_at_bytes + d.len_bytes) as usize];
@@ -506,4 +517,3 @@ impl Volume {
         self.completions.push_back(Completion { id, result });
     }
 }
-

@@ -9,7 +9,11 @@ pub enum Target {
     /// Into the client's read buffer at this offset.
     Out { at_bytes: u64 },
     /// Into a stripe job's per-member buffer at this offset.
-    Job { job: u32, member: u32, at_bytes: u64 },
+    Job {
+        job: u32,
+        member: u32,
+        at_bytes: u64,
+    },
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -55,7 +59,15 @@ pub fn merge_reads(mut pieces: Vec<ReadPiece>) -> Vec<(u32, MemberOp, Vec<Dest>)
     pieces.sort_by_key(|p| (p.member, p.offset_bytes));
     let mut out: Vec<(u32, MemberOp, Vec<Dest>)> = Vec::new();
     for p in pieces {
-        if let Some((member, MemberOp::Read { offset_bytes, len_bytes }, dests)) = out.last_mut() {
+        if let Some((
+            member,
+            MemberOp::Read {
+                offset_bytes,
+                len_bytes,
+            },
+            dests,
+        )) = out.last_mut()
+        {
             if *member == p.member && *offset_bytes + *len_bytes == p.offset_bytes {
                 dests.push(Dest {
                     io_at_bytes: *len_bytes,

@@ -133,10 +133,19 @@ pub struct MemberIo {
 
 #[derive(Clone, Debug)]
 pub enum MemberOp {
-    Read { offset_bytes: u64, len_bytes: u64 },
-    Write { offset_bytes: u64, data: Bytes },
+    Read {
+        offset_bytes: u64,
+        len_bytes: u64,
+    },
+    Write {
+        offset_bytes: u64,
+        data: Bytes,
+    },
     /// Afterwards the range reads as zeros (the member contract).
-    Trim { offset_bytes: u64, len_bytes: u64 },
+    Trim {
+        offset_bytes: u64,
+        len_bytes: u64,
+    },
     Flush,
 }
 

@@ -97,7 +97,13 @@ impl Harness {
     pub fn reassemble(&mut self, missing: &[u32]) {
         let g = self.volume.geometry().clone();
         let health = (0..g.members())
-            .map(|m| if missing.contains(&m) { Health::Missing } else { Health::Online })
+            .map(|m| {
+                if missing.contains(&m) {
+                    Health::Missing
+                } else {
+                    Health::Online
+                }
+            })
             .collect();
         self.volume = Volume::new(g, health, Limits::default());
     }
@@ -105,14 +111,21 @@ impl Harness {
     fn perform(&mut self, io: MemberIo) {
         let m = io.member as usize;
         if self.broken[m] {
-            self.volume.io_done(io.id, Err(format!("member {m} is broken")));
+            self.volume
+                .io_done(io.id, Err(format!("member {m} is broken")));
             return;
         }
         let mem = &mut self.members[m];
         let result = match io.op {
-            MemberOp::Read { offset_bytes, len_bytes } => {
+            MemberOp::Read {
+                offset_bytes,
+                len_bytes,
+            } => {
                 let (a, b) = (offset_bytes as usize, (offset_bytes + len_bytes) as usize);
-                assert!(a >= DATA_OFFSET_BYTES as usize && b <= mem.len(), "read outside member");
+                assert!(
+                    a >= DATA_OFFSET_BYTES as usize && b <= mem.len(),
+                    "read outside member"
+                );
                 Ok(Some(Bytes::copy_from_slice(&mem[a..b])))
             }
             MemberOp::Write { offset_bytes, data } => {
@@ -121,7 +134,10 @@ impl Harness {
                 mem[a..a + data.len()].copy_from_slice(&data);
                 Ok(None)
             }
-            MemberOp::Trim { offset_bytes, len_bytes } => {
+            MemberOp::Trim {
+                offset_bytes,
+                len_bytes,
+            } => {
                 let (a, b) = (offset_bytes as usize, (offset_bytes + len_bytes) as usize);
                 assert!(a >= DATA_OFFSET_BYTES as usize && b <= mem.len());
                 mem[a..b].fill(0);
@@ -143,7 +159,10 @@ impl Harness {
                 done.push(c);
             }
             if self.pool.is_empty() {
-                assert!(self.volume.is_idle(), "volume stalled with requests in flight");
+                assert!(
+                    self.volume.is_idle(),
+                    "volume stalled with requests in flight"
+                );
                 return done;
             }
             let i = self.rng.below(self.pool.len() as u64) as usize;
@@ -163,7 +182,10 @@ impl Harness {
     }
 
     pub fn read(&mut self, offset_bytes: u64, len_bytes: u64) -> Result<Vec<u8>, ErrorKind> {
-        match self.one(Request::Read { offset_bytes, len_bytes }) {
+        match self.one(Request::Read {
+            offset_bytes,
+            len_bytes,
+        }) {
             Ok(Reply::Data(d)) => Ok(d.to_vec()),
             Ok(Reply::Done) => panic!("read without data"),
             Err(e) => Err(e.kind),
@@ -200,14 +222,23 @@ impl Model {
     /// Applies a request the way the engine promises to.
     pub fn apply(&mut self, req: &Request) {
         match req {
-            Request::Write { offset_bytes, data, .. } => {
+            Request::Write {
+                offset_bytes, data, ..
+            } => {
                 let a = *offset_bytes as usize;
                 self.bytes[a..a + data.len()].copy_from_slice(data);
             }
-            Request::WriteZeroes { offset_bytes, len_bytes, .. } => {
+            Request::WriteZeroes {
+                offset_bytes,
+                len_bytes,
+                ..
+            } => {
                 self.bytes[*offset_bytes as usize..(offset_bytes + len_bytes) as usize].fill(0);
             }
-            Request::Trim { offset_bytes, len_bytes } => {
+            Request::Trim {
+                offset_bytes,
+                len_bytes,
+            } => {
                 let (mut a, mut b) = (*offset_bytes, offset_bytes + len_bytes);
                 if self.parity {
                     a = a.div_ceil(self.stripe_bytes) * self.stripe_bytes;
@@ -226,7 +257,9 @@ impl Model {
 /// every read against the model as of its submission.
 pub fn random_workload(h: &mut Harness, model: &mut Model, ops: usize, concurrency: u64) {
     let size = h.volume.size_bytes();
-    let max_len = (2 * h.volume.geometry().stripe_data_bytes() + 1000).min(size).min(3 << 20);
+    let max_len = (2 * h.volume.geometry().stripe_data_bytes() + 1000)
+        .min(size)
+        .min(3 << 20);
     let mut remaining = ops;
     while remaining > 0 {
         let batch = (1 + h.rng.below(concurrency)) as usize;
@@ -247,18 +280,32 @@ pub fn random_workload(h: &mut Harness, model: &mut Model, ops: usize, concurren
                     data: Bytes::from(h.rng.bytes(len as usize)),
                     fua: h.rng.chance(10),
                 },
-                45..=84 => Request::Read { offset_bytes: offset, len_bytes: len },
+                45..=84 => Request::Read {
+                    offset_bytes: offset,
+                    len_bytes: len,
+                },
                 85..=91 => Request::WriteZeroes {
                     offset_bytes: offset,
                     len_bytes: len,
                     fua: h.rng.chance(10),
                 },
-                92..=96 => Request::Trim { offset_bytes: offset, len_bytes: len },
+                92..=96 => Request::Trim {
+                    offset_bytes: offset,
+                    len_bytes: len,
+                },
                 _ => Request::Flush,
             };
             let id = h.volume.submit(req.clone());
-            if let Request::Read { offset_bytes, len_bytes } = req {
-                expect.insert(id, model.bytes[offset_bytes as usize..(offset_bytes + len_bytes) as usize].to_vec());
+            if let Request::Read {
+                offset_bytes,
+                len_bytes,
+            } = req
+            {
+                expect.insert(
+                    id,
+                    model.bytes[offset_bytes as usize..(offset_bytes + len_bytes) as usize]
+                        .to_vec(),
+                );
             }
             model.apply(&req);
         }
@@ -281,8 +328,13 @@ pub fn verify_all(h: &mut Harness, model: &Model) {
     let mut at = 0;
     while at < size {
         let len = (1 + h.rng.below(300_000)).min(size - at);
-        let got = h.read(at, len).unwrap_or_else(|e| panic!("read at {at} failed: {e:?}"));
-        assert!(got[..] == model.bytes[at as usize..(at + len) as usize], "bytes at {at}+{len} differ");
+        let got = h
+            .read(at, len)
+            .unwrap_or_else(|e| panic!("read at {at} failed: {e:?}"));
+        assert!(
+            got[..] == model.bytes[at as usize..(at + len) as usize],
+            "bytes at {at}+{len} differ"
+        );
         at += len;
     }
 }
@@ -293,7 +345,14 @@ pub fn all_configs(interleaves: &[u64], member_counts: &[u32]) -> Vec<Config> {
         let rows = (4 * 65536 / il).clamp(2, 8);
         for &n in member_counts {
             let mut add = |level, layout, copies| {
-                v.push(Config { level, layout, copies, members: n, interleave_bytes: il, rows })
+                v.push(Config {
+                    level,
+                    layout,
+                    copies,
+                    members: n,
+                    interleave_bytes: il,
+                    rows,
+                })
             };
             add(Level::Concat, ParityLayout::DEFAULT, 1);
             add(Level::Stripe, ParityLayout::DEFAULT, 1);
@@ -303,10 +362,18 @@ pub fn all_configs(interleaves: &[u64], member_counts: &[u32]) -> Vec<Config> {
             }
             if n >= 3 {
                 add(Level::Raid10, ParityLayout::DEFAULT, 3);
-                add(Level::Raid5, ParityLayout::ALL[(n as usize + il as usize / 512) % 4], 1);
+                add(
+                    Level::Raid5,
+                    ParityLayout::ALL[(n as usize + il as usize / 512) % 4],
+                    1,
+                );
             }
             if n >= 4 {
-                add(Level::Raid6, ParityLayout::ALL[(n as usize * 3 + il as usize / 512) % 4], 1);
+                add(
+                    Level::Raid6,
+                    ParityLayout::ALL[(n as usize * 3 + il as usize / 512) % 4],
+                    1,
+                );
             }
         }
     }

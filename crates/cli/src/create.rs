@@ -1,0 +1,226 @@
+//! `platter create`: label a set of members as a new volume.
+
+use crate::error::{CliError, Result};
+use crate::members::{assemble_members, open_all, read_label_area};
+use clap::Args;
+use platter_core::geometry::{Geometry, GeometrySpec};
+use platter_core::label::{
+    is_blank, Label, SlotEntry, SlotState, VolumeState, LAYOUT_VERSION, MAX_MEMBERS, NAME_MAX_BYTES,
+};
+use platter_core::units::{parse_size, SECTOR_BYTES};
+use platter_core::{Level, ParityLayout};
+use platter_io::{Member, OpenOptions};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Where the data area starts on every member: the label, then room for the
+/// write-intent bitmap, then data at a 1 MiB boundary.
+const DATA_OFFSET_BYTES: u64 = 1 << 20;
+
+#[derive(Args)]
+pub struct CreateArgs {
+    /// concat | stripe | mirror | raid10 | raid5 | raid6
+    #[arg(long, value_name = "LEVEL")]
+    level: Level,
+    /// Bytes on one member before moving to the next: any multiple of 512
+    /// (126s, 64k, 1M).
+    #[arg(long, value_name = "SIZE", default_value = "64k", value_parser = parse_size)]
+    interleave: u64,
+    /// Parity placement for raid5/raid6: left-symmetric (default),
+    /// left-asymmetric, right-symmetric, right-asymmetric. For raid10: near.
+    #[arg(long, value_name = "NAME")]
+    layout: Option<String>,
+    /// raid10 only: copies of each chunk (md's near layout; need not divide
+    /// the member count).
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    copies: u32,
+    /// A name for people; the volume is identified by its UUID.
+    #[arg(long, value_name = "NAME", default_value = "platter")]
+    name: String,
+    /// Create member files that do not exist, of this size (sparse).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    member_size: Option<u64>,
+    /// Overwrite members that already carry a platter label.
+    #[arg(long)]
+    force: bool,
+    /// Skip zeroing the members' data areas. Only safe when they already
+    /// read as zeros (new sparse files, freshly discarded devices): parity
+    /// and mirror copies must start out agreeing.
+    #[arg(long)]
+    assume_clean: bool,
+    /// Files, block devices (nbd:// URIs in a later release). Order sets the
+    /// slots; afterwards the labels, not the order, are trusted.
+    #[arg(value_name = "MEMBER", required = true)]
+    members: Vec<String>,
+}
+
+fn layout_for(level: Level, name: Option<&str>) -> Result<ParityLayout> {
+    match (level, name) {
+        (_, None) => Ok(ParityLayout::DEFAULT),
+        (Level::Raid5 | Level::Raid6, Some(n)) => Ok(n.parse::<ParityLayout>()?),
+        (Level::Raid10, Some("near" | "n2" | "n3" | "n4")) => Ok(ParityLayout::DEFAULT),
+        (Level::Raid10, Some(n)) => Err(CliError(format!(
+            "raid10 layout '{n}' is not supported: only md's near layout is (use --copies)"
+        ))),
+        (_, Some(n)) => Err(CliError(format!(
+            "--layout {n}: {level} has no layouts (only raid5, raid6 and raid10 do)"
+        ))),
+    }
+}
+
+fn raid10_copies(layout: Option<&str>, copies: u32) -> u32 {
+    match layout {
+        Some(n) if n.len() == 2 && n.starts_with('n') => n[1..].parse().unwrap_or(copies),
+        _ => copies,
+    }
+}
+
+fn random_uuid() -> [u8; 16] {
+    *uuid::Uuid::new_v4().as_bytes()
+}
+
+pub fn run(args: CreateArgs) -> Result<()> {
+    let level = args.level;
+    let n = args.members.len() as u32;
+    if n < level.min_members() {
+        return Err(CliError(format!(
+            "{level} needs at least {} members, {n} given",
+            level.min_members()
+        )));
+    }
+    if n > MAX_MEMBERS {
+        return Err(CliError(format!(
+            "at most {MAX_MEMBERS} members, {n} given"
+        )));
+    }
+    if args.interleave == 0 || args.interleave % SECTOR_BYTES != 0 {
+        return Err(CliError(format!(
+            "--interleave must be a positive multiple of 512 bytes, got {} bytes",
+            args.interleave
+        )));
+    }
+    if args.name.len() > NAME_MAX_BYTES || args.name.contains('\0') {
+        return Err(CliError(format!(
+            "--name must be at most {NAME_MAX_BYTES} bytes without NUL"
+        )));
+    }
+    let parity_layout = layout_for(level, args.layout.as_deref())?;
+    let copies = match level {
+        Level::Mirror => n,
+        Level::Raid10 => raid10_copies(args.layout.as_deref(), args.copies),
+        _ => 1,
+    };
+    if level == Level::Raid10 && !(2..=n).contains(&copies) {
+        return Err(CliError(format!(
+            "raid10 needs 2 to {n} copies over {n} members, got {copies}"
+        )));
+    }
+
+    let opts = OpenOptions {
+        create_size_bytes: args.member_size,
+        ..OpenOptions::default()
+    };
+    let members = open_all(&args.members, opts)?;
+    for m in &members {
+        refuse_labelled(m.as_ref(), args.force)?;
+    }
+    let min_bytes = DATA_OFFSET_BYTES + args.interleave;
+    let data_bytes: Vec<u64> = members
+        .iter()
+        .map(|m| {
+            let size = m.size_bytes();
+            if size < min_bytes {
+                return Err(CliError(format!(
+                    "member {}: {size} bytes is too small: it needs at least {min_bytes} \
+                     (1 MiB for the label and bitmap, then one interleave)",
+                    m.describe()
+                )));
+            }
+            Ok((size - DATA_OFFSET_BYTES) / SECTOR_BYTES * SECTOR_BYTES)
+        })
+        .collect::<Result<_>>()?;
+    let geometry = Geometry::new(GeometrySpec {
+        level,
+        parity_layout,
+        copies,
+        interleave_bytes: args.interleave,
+        data_offset_bytes: DATA_OFFSET_BYTES,
+        member_data_bytes: data_bytes.clone(),
+    })
+    .map_err(|e| CliError(e.0))?;
+
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let volume_uuid = random_uuid();
+    let slots: Vec<SlotEntry> = data_bytes
+        .iter()
+        .map(|&d| SlotEntry {
+            member_uuid: random_uuid(),
+            data_size_bytes: d,
+            state: SlotState::Active,
+        })
+        .collect();
+    if !args.assume_clean {
+        for (m, &d) in members.iter().zip(&data_bytes) {
+            zero_data(m, d)?;
+        }
+    }
+    for (slot, m) in members.iter().enumerate() {
+        let label = Label {
+            layout_version: LAYOUT_VERSION,
+            volume_uuid,
+            member_uuid: slots[slot].member_uuid,
+            slot: slot as u32,
+            member_count: n,
+            level,
+            parity_layout,
+            copies,
+            interleave_bytes: args.interleave,
+            data_offset_bytes: DATA_OFFSET_BYTES,
+            data_size_bytes: data_bytes[slot],
+            volume_size_bytes: geometry.volume_size_bytes(),
+            event_counter: 1,
+            state: VolumeState::Clean,
+            rebuild_checkpoint_bytes: 0,
+            read_policy: 0,
+            created_unix_seconds: now,
+            updated_unix_seconds: now,
+            name: args.name.clone(),
+            slots: slots.clone(),
+        };
+        m.write_at(0, &label.encode())?;
+        m.flush()?;
+    }
+    let assembly = assemble_members(&members)?;
+    print!("{}", crate::listing::render(&assembly, &members, &[]));
+    Ok(())
+}
+
+fn refuse_labelled(m: &dyn Member, force: bool) -> Result<()> {
+    let area = read_label_area(m)?;
+    if force || is_blank(&area) {
+        return Ok(());
+    }
+    let what = match Label::decode(&area) {
+        Ok(l) => format!(
+            "already belongs to volume '{}' ({}, slot {})",
+            l.name,
+            platter_core::assemble::uuid_string(&l.volume_uuid),
+            l.slot
+        ),
+        Err(e) => format!("carries a damaged platter label ({e})"),
+    };
+    Err(CliError(format!(
+        "member {}: {what}; use --force to overwrite it",
+        m.describe()
+    )))
+}
+
+/// Makes the data area read as zeros, so every stripe's parity and every
+/// chunk's copies agree from the start.
+fn zero_data(m: &Arc<dyn Member>, data_bytes: u64) -> Result<()> {
+    m.trim(DATA_OFFSET_BYTES, data_bytes)?;
+    Ok(())
+}

@@ -1,0 +1,153 @@
+//! The volume listing, for people (a table after vinum's `list`) and for
+//! programs (`--json`, the same facts).
+
+use platter_core::assemble::{uuid_string, Assembly, SlotNote};
+use platter_core::label::SlotState;
+use platter_core::units::format_size;
+use platter_core::volume::Health;
+use platter_core::Level;
+use platter_io::Member;
+use serde::Serialize;
+use std::fmt::Write;
+use std::sync::Arc;
+
+#[derive(Serialize)]
+pub struct VolumeJson {
+    name: String,
+    uuid: String,
+    level: String,
+    layout: Option<String>,
+    copies: u32,
+    interleave_bytes: u64,
+    stripe_data_bytes: u64,
+    size_bytes: u64,
+    state: String,
+    event_counter: u64,
+    members_online: u32,
+    member_count: u32,
+    members: Vec<MemberJson>,
+    unreadable: Vec<String>,
+}
+
+#[derive(Serialize)]
+pub struct MemberJson {
+    slot: u32,
+    state: String,
+    path: Option<String>,
+    member_uuid: String,
+    data_size_bytes: u64,
+    used_bytes: u64,
+}
+
+fn volume_state(a: &Assembly) -> String {
+    let lost = a.health.iter().filter(|h| **h != Health::Online).count() as u32;
+    if lost == 0 {
+        a.label.state.name().to_string()
+    } else if lost <= a.geometry.redundancy() || a.geometry.level() == Level::Raid10 {
+        // RAID-10 survives some multi-member losses; the engine decides per chunk.
+        "degraded".to_string()
+    } else {
+        "failed".to_string()
+    }
+}
+
+fn slot_state(a: &Assembly, slot: usize) -> String {
+    match &a.notes[slot] {
+        SlotNote::InUse => SlotState::Active.name().to_string(),
+        SlotNote::NotFound => "missing".to_string(),
+        SlotNote::Stale { event_counter } => {
+            format!("stale (events {event_counter} < {})", a.label.event_counter)
+        }
+        SlotNote::Marked(s) => s.name().to_string(),
+    }
+}
+
+fn layout_name(a: &Assembly) -> Option<String> {
+    match a.label.level {
+        Level::Raid5 | Level::Raid6 => Some(a.label.parity_layout.name().to_string()),
+        Level::Raid10 => Some(format!("near, {} copies", a.label.copies)),
+        _ => None,
+    }
+}
+
+pub fn json(a: &Assembly, members: &[Arc<dyn Member>], unreadable: &[String]) -> VolumeJson {
+    let g = &a.geometry;
+    VolumeJson {
+        name: a.label.name.clone(),
+        uuid: uuid_string(&a.label.volume_uuid),
+        level: a.label.level.name().to_string(),
+        layout: layout_name(a),
+        copies: g.copies(),
+        interleave_bytes: g.interleave_bytes(),
+        stripe_data_bytes: g.stripe_data_bytes(),
+        size_bytes: g.volume_size_bytes(),
+        state: volume_state(a),
+        event_counter: a.label.event_counter,
+        members_online: a.health.iter().filter(|h| **h == Health::Online).count() as u32,
+        member_count: g.members(),
+        members: (0..g.members())
+            .map(|slot| MemberJson {
+                slot,
+                state: slot_state(a, slot as usize),
+                path: a.slot_device[slot as usize].map(|i| members[i].describe().to_string()),
+                member_uuid: uuid_string(&a.label.slots[slot as usize].member_uuid),
+                data_size_bytes: a.label.slots[slot as usize].data_size_bytes,
+                used_bytes: g.member_used_bytes(slot),
+            })
+            .collect(),
+        unreadable: unreadable.to_vec(),
+    }
+}
+
+pub fn render(a: &Assembly, members: &[Arc<dyn Member>], unreadable: &[String]) -> String {
+    let j = json(a, members, unreadable);
+    let mut s = String::new();
+    let il = j.interleave_bytes;
+    let _ = writeln!(
+        s,
+        "V {:<20} State: {:<9} Size: {} ({} bytes)",
+        j.name,
+        j.state,
+        format_size(j.size_bytes),
+        j.size_bytes
+    );
+    let _ = writeln!(s, "  UUID:       {}", j.uuid);
+    let mut level = j.level.clone();
+    if let Some(l) = &j.layout {
+        let _ = write!(level, " ({l})");
+    }
+    let _ = writeln!(s, "  Level:      {level}");
+    let _ = writeln!(
+        s,
+        "  Interleave: {} ({}s), stripe {} of data",
+        format_size(il),
+        il / 512,
+        format_size(j.stripe_data_bytes)
+    );
+    let _ = writeln!(
+        s,
+        "  Members:    {}/{} online, events {}",
+        j.members_online, j.member_count, j.event_counter
+    );
+    let _ = writeln!(s);
+    let _ = writeln!(
+        s,
+        "  {:<4} {:<26} {:>10} {:>10}  {}",
+        "Slot", "State", "Size", "Used", "Path"
+    );
+    for m in &j.members {
+        let _ = writeln!(
+            s,
+            "  {:<4} {:<26} {:>10} {:>10}  {}",
+            m.slot,
+            m.state,
+            format_size(m.data_size_bytes),
+            format_size(m.used_bytes),
+            m.path.as_deref().unwrap_or("-")
+        );
+    }
+    for u in unreadable {
+        let _ = writeln!(s, "  warning: {u}");
+    }
+    s
+}

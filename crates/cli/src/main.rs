@@ -1,0 +1,47 @@
+//! `platter`: create, inspect and serve volumes built from member devices.
+
+mod create;
+mod error;
+mod listing;
+mod members;
+mod status;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "platter",
+    version,
+    about = "A userspace volume manager: concat, stripe, mirror, RAID-10, RAID-5 and RAID-6 over files, block devices and NBD exports.",
+    long_about = None,
+    after_help = "Sizes take units: 126s (512-byte sectors), 64k, 1M, 2G.\n\
+                  Example: platter create --level raid5 --interleave 64k --member-size 1G d/m0 d/m1 d/m2 d/m3"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Write labels on members to make a new volume.
+    Create(create::CreateArgs),
+    /// Read the members' labels and show the volume they make.
+    Status(status::StatusArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Create(args) => create::run(args),
+        Command::Status(args) => status::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("platter: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! `platter status`: the volume as its members' labels describe it.
+
+use crate::error::{CliError, Result};
+use crate::members::assemble_members;
+use clap::Args;
+use platter_io::{open_member, Member, OpenOptions};
+use std::sync::Arc;
+
+#[derive(Args)]
+pub struct StatusArgs {
+    /// Print JSON for programs instead of a table for people.
+    #[arg(long)]
+    json: bool,
+    /// The members to read (any order; a missing one shows as missing).
+    #[arg(value_name = "MEMBER", required = true)]
+    members: Vec<String>,
+}
+
+pub fn run(args: StatusArgs) -> Result<()> {
+    let opts = OpenOptions {
+        read_only: true,
+        ..OpenOptions::default()
+    };
+    let mut members: Vec<Arc<dyn Member>> = Vec::new();
+    let mut unreadable = Vec::new();
+    for (i, spec) in args.members.iter().enumerate() {
+        if args.members[..i].contains(spec) {
+            return Err(CliError(format!("member {spec} is named twice")));
+        }
+        match open_member(spec, opts) {
+            Ok(m) => members.push(Arc::from(m)),
+            Err(e) => unreadable.push(e.to_string()),
+        }
+    }
+    if members.is_empty() {
+        return Err(CliError(unreadable.join("; ")));
+    }
+    let assembly = assemble_members(&members)?;
+    if args.json {
+        let v = crate::listing::json(&assembly, &members, &unreadable);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&v).expect("JSON of plain data")
+        );
+    } else {
+        print!(
+            "{}",
+            crate::listing::render(&assembly, &members, &unreadable)
+        );
+    }
+    Ok(())
+}

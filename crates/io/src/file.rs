@@ -1,0 +1,438 @@
+//! Members backed by a regular file or a block device, with positioned I/O on
+//! one file descriptor shared by all threads.
+
+use std::fs::{self, File, FileType, Metadata};
+use std::io;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::blockdev;
+use crate::direct::DirectIo;
+use crate::error::{MemberError, MemberErrorKind, Op};
+use crate::member::{check_range, Member};
+use crate::open::OpenOptions;
+use crate::positioned::{read_exact_at, write_all_at};
+
+/// The `O_DIRECT` alignment used for regular files. File systems ask for
+/// their block or their disk's logical block; 4096 covers both on every
+/// common setup.
+const DIRECT_FILE_BLOCK_BYTES: u32 = 4096;
+
+/// The most zeros written at once when trim falls back to writing them.
+const ZERO_CHUNK_BYTES: u64 = 1 << 20;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Device {
+    RegularFile,
+    BlockDevice,
+}
+
+impl Device {
+    fn of(file_type: FileType) -> Option<Device> {
+        if file_type.is_file() {
+            Some(Device::RegularFile)
+        } else if file_type.is_block_device() {
+            Some(Device::BlockDevice)
+        } else {
+            None
+        }
+    }
+}
+
+/// A member on a regular file or a block device.
+///
+/// - Size: a file's length when opened; a block device's `BLKGETSIZE64`.
+/// - Logical block: 512 for a buffered file, 4096 for a file opened with
+///   `direct`, the device's `BLKSSZGET` for a block device.
+/// - Rotational: sysfs's `queue/rotational` for the device (for a file, the
+///   device under its file system), when sysfs knows.
+/// - `direct`: `O_DIRECT`, with every request still allowed at any alignment.
+///   Unaligned reads go through an aligned bounce buffer; writes whose ends are
+///   not on a logical block become a read-modify-write of the covering blocks,
+///   serialised against every other write to the member (see `direct.rs`), so
+///   they are correct but slow. A regular file opened this way must have a
+///   size that is a multiple of 4096 bytes, so that the covering blocks of any
+///   request stay inside the file.
+/// - Trim: a regular file punches a hole (`fallocate(PUNCH_HOLE|KEEP_SIZE)`),
+///   freeing space; a block device issues `BLKZEROOUT` for the whole logical
+///   blocks and writes zeros over partial ones at the ends. Where the file
+///   system or device does not support it (`EOPNOTSUPP`), zeros are written,
+///   and for the rest of this handle's life without asking again.
+/// - A block device opened for writing is opened with `O_EXCL`, the kernel's
+///   exclusive claim: it fails if the device is mounted or claimed by md,
+///   LVM or another platter, instead of corrupting it.
+#[derive(Debug)]
+pub struct FileMember {
+    name: String,
+    file: File,
+    device: Device,
+    size_bytes: u64,
+    logical_block_bytes: u32,
+    rotational: Option<bool>,
+    read_only: bool,
+    direct: Option<DirectIo>,
+    /// Set once hole punching or `BLKZEROOUT` was refused as unsupported.
+    kernel_zeroing_unsupported: AtomicBool,
+}
+
+impl FileMember {
+    /// Opens `path`, creating a missing regular file when
+    /// `opts.create_size_bytes` says how big.
+    pub fn open(path: impl AsRef<Path>, opts: OpenOptions) -> Result<FileMember, MemberError> {
+        let path = path.as_ref();
+        let name = path.display().to_string();
+        let open_error = |err: io::Error| MemberError::from_io(err, name.as_str(), Op::Open, 0, 0);
+        let refuse = |kind: MemberErrorKind, message: String| {
+            MemberError::with_message(kind, name.as_str(), Op::Open, 0, 0, message)
+        };
+
+        let metadata = match fs::metadata(path) {
+            Ok(metadata) => metadata,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                create_missing(path, &name, opts)?;
+                fs::metadata(path).map_err(open_error)?
+            }
+            Err(err) => return Err(open_error(err)),
+        };
+        // Refuse directories, FIFOs and character devices before opening:
+        // opening a FIFO would block until someone opened its other end.
+        let device = Device::of(metadata.file_type()).ok_or_else(|| {
+            refuse(
+                MemberErrorKind::NotAMember,
+                format!(
+                    "this is a {}, not a regular file or block device",
+                    type_name(metadata.file_type())
+                ),
+            )
+        })?;
+
+        let mut flags = 0;
+        if opts.direct {
+            flags |= libc::O_DIRECT;
+        }
+        if device == Device::BlockDevice && !opts.read_only {
+            flags |= libc::O_EXCL;
+        }
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .write(!opts.read_only)
+            .custom_flags(flags)
+            .open(path)
+            .map_err(|err| match err.raw_os_error() {
+                Some(libc::EINVAL) if opts.direct => MemberError {
+                    source: Some(io::Error::new(
+                        io::ErrorKind::Unsupported,
+                        format!("the file system does not support O_DIRECT ({err})"),
+                    )),
+                    ..open_error(err)
+                },
+                Some(libc::EBUSY) if device == Device::BlockDevice => MemberError {
+                    source: Some(io::Error::new(
+                        err.kind(),
+                        format!(
+                            "the device is in use: mounted, or claimed by md, LVM or \
+                             another program ({err})"
+                        ),
+                    )),
+                    ..open_error(err)
+                },
+                _ => open_error(err),
+            })?;
+
+        // The path may have been replaced between the stat and the open; what
+        // counts is what the descriptor refers to.
+        let opened = file.metadata().map_err(open_error)?;
+        if Device::of(opened.file_type()) != Some(device) {
+            return Err(refuse(
+                MemberErrorKind::NotAMember,
+                "the path changed type while it was being opened".to_owned(),
+            ));
+        }
+
+        let (size_bytes, logical_block_bytes, rotational) = match device {
+            Device::RegularFile => regular_file_geometry(&opened, opts.direct),
+            Device::BlockDevice => {
+                let size_error = |err| MemberError::from_io(err, name.as_str(), Op::Size, 0, 0);
+                (
+                    blockdev::size_bytes(&file).map_err(size_error)?,
+                    blockdev::logical_block_bytes(&file).map_err(size_error)?,
+                    blockdev::rotational(opened.rdev()),
+                )
+            }
+        };
+        let direct = opts.direct.then(|| DirectIo::new(logical_block_bytes));
+        if let Some(direct) = &direct {
+            if size_bytes % direct.block_bytes() != 0 {
+                return Err(refuse(
+                    MemberErrorKind::NotAMember,
+                    format!(
+                        "its size, {size_bytes} bytes, is not a multiple of {} bytes as \
+                         O_DIRECT needs; open it without direct I/O or resize it",
+                        direct.block_bytes()
+                    ),
+                ));
+            }
+        }
+
+        Ok(FileMember {
+            name,
+            file,
+            device,
+            size_bytes,
+            logical_block_bytes,
+            rotational,
+            read_only: opts.read_only,
+            direct,
+            kernel_zeroing_unsupported: AtomicBool::new(false),
+        })
+    }
+
+    pub fn is_block_device(&self) -> bool {
+        self.device == Device::BlockDevice
+    }
+
+    pub fn is_direct(&self) -> bool {
+        self.direct.is_some()
+    }
+
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    fn error(&self, err: io::Error, op: Op, offset_bytes: u64, len_bytes: u64) -> MemberError {
+        MemberError::from_io(err, self.name.as_str(), op, offset_bytes, len_bytes)
+    }
+
+    /// The checks every modifying request passes before touching the device.
+    fn check_write(&self, op: Op, offset_bytes: u64, len_bytes: u64) -> Result<(), MemberError> {
+        if self.read_only {
+            return Err(MemberError::with_message(
+                MemberErrorKind::PermissionDenied,
+                self.name.as_str(),
+                op,
+                offset_bytes,
+                len_bytes,
+                "the member is opened read-only",
+            ));
+        }
+        check_range(&self.name, self.size_bytes, op, offset_bytes, len_bytes)
+    }
+
+    fn write_bytes(&self, offset_bytes: u64, data: &[u8]) -> io::Result<()> {
+        match &self.direct {
+            Some(direct) => direct.write(&self.file, offset_bytes, data),
+            None => write_all_at(&self.file, data, offset_bytes),
+        }
+    }
+
+    fn write_zeros(&self, offset_bytes: u64, len_bytes: u64) -> io::Result<()> {
+        let zeros = vec![0; len_bytes.min(ZERO_CHUNK_BYTES) as usize];
+        let end_bytes = offset_bytes + len_bytes;
+        let mut pos_bytes = offset_bytes;
+        while pos_bytes < end_bytes {
+            let n = (end_bytes - pos_bytes).min(ZERO_CHUNK_BYTES);
+            self.write_bytes(pos_bytes, &zeros[..n as usize])?;
+            pos_bytes += n;
+        }
+        Ok(())
+    }
+
+    /// Zeroes a checked, non-empty range: the kernel zeroes the part it can
+    /// (whole logical blocks for a block device, anything for a file) and the
+    /// rest is written.
+    fn zero_range(&self, offset_bytes: u64, len_bytes: u64) -> io::Result<()> {
+        let align_bytes = match self.device {
+            // Hole punching zeroes partial file system blocks itself.
+            Device::RegularFile => 1,
+            Device::BlockDevice => u64::from(self.logical_block_bytes),
+        };
+        let end_bytes = offset_bytes + len_bytes;
+        let first_bytes = offset_bytes.div_ceil(align_bytes) * align_bytes;
+        let last_bytes = end_bytes / align_bytes * align_bytes;
+        if first_bytes >= last_bytes || self.kernel_zeroing_unsupported.load(Ordering::Relaxed) {
+            return self.write_zeros(offset_bytes, len_bytes);
+        }
+        if offset_bytes < first_bytes {
+            self.write_zeros(offset_bytes, first_bytes - offset_bytes)?;
+        }
+        if last_bytes < end_bytes {
+            self.write_zeros(last_bytes, end_bytes - last_bytes)?;
+        }
+        let kernel_result = {
+            // Kernel-side zeroing must not fall inside a read-modify-write.
+            let _shared = self.direct.as_ref().map(DirectIo::shared);
+            match self.device {
+                Device::RegularFile => {
+                    punch_hole(&self.file, first_bytes, last_bytes - first_bytes)
+                }
+                Device::BlockDevice => {
+                    blockdev::zero_out(&self.file, first_bytes, last_bytes - first_bytes)
+                }
+            }
+        };
+        match kernel_result {
+            Err(err) if is_unsupported(&err) => {
+                self.kernel_zeroing_unsupported
+                    .store(true, Ordering::Relaxed);
+                self.write_zeros(first_bytes, last_bytes - first_bytes)
+            }
+            other => other,
+        }
+    }
+}
+
+impl Member for FileMember {
+    fn describe(&self) -> &str {
+        &self.name
+    }
+
+    fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+
+    fn logical_block_bytes(&self) -> u32 {
+        self.logical_block_bytes
+    }
+
+    fn rotational(&self) -> Option<bool> {
+        self.rotational
+    }
+
+    fn read_at(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), MemberError> {
+        let len_bytes = buf.len() as u64;
+        check_range(
+            &self.name,
+            self.size_bytes,
+            Op::Read,
+            offset_bytes,
+            len_bytes,
+        )?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        match &self.direct {
+            Some(direct) => direct.read(&self.file, offset_bytes, buf),
+            None => read_exact_at(&self.file, buf, offset_bytes),
+        }
+        .map_err(|err| self.error(err, Op::Read, offset_bytes, len_bytes))
+    }
+
+    fn write_at(&self, offset_bytes: u64, data: &[u8]) -> Result<(), MemberError> {
+        let len_bytes = data.len() as u64;
+        self.check_write(Op::Write, offset_bytes, len_bytes)?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        self.write_bytes(offset_bytes, data)
+            .map_err(|err| self.error(err, Op::Write, offset_bytes, len_bytes))
+    }
+
+    fn flush(&self) -> Result<(), MemberError> {
+        // fdatasync: the data and the metadata needed to read it back; for a
+        // block device it also flushes the device's volatile write cache.
+        self.file
+            .sync_data()
+            .map_err(|err| self.error(err, Op::Flush, 0, 0))
+    }
+
+    fn trim(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), MemberError> {
+        self.check_write(Op::Trim, offset_bytes, len_bytes)?;
+        if len_bytes == 0 {
+            return Ok(());
+        }
+        self.zero_range(offset_bytes, len_bytes)
+            .map_err(|err| self.error(err, Op::Trim, offset_bytes, len_bytes))
+    }
+}
+
+/// Size, logical block and rotational flag of an open regular file.
+fn regular_file_geometry(metadata: &Metadata, direct: bool) -> (u64, u32, Option<bool>) {
+    let logical_block_bytes = if direct { DIRECT_FILE_BLOCK_BYTES } else { 512 };
+    (
+        metadata.len(),
+        logical_block_bytes,
+        blockdev::rotational(metadata.dev()),
+    )
+}
+
+/// Creates a missing member file of the requested size, or explains why not.
+fn create_missing(path: &Path, name: &str, opts: OpenOptions) -> Result<(), MemberError> {
+    let not_found = |message: &str| {
+        MemberError::with_message(MemberErrorKind::NotFound, name, Op::Open, 0, 0, message)
+    };
+    let size_bytes = match opts.create_size_bytes {
+        None => {
+            return Err(not_found(
+                "no such file or device (give a member size to create a file)",
+            ))
+        }
+        Some(_) if opts.read_only => {
+            return Err(not_found(
+                "no such file or device (a read-only member is never created)",
+            ))
+        }
+        Some(size_bytes) => size_bytes,
+    };
+    let create_error = |err: io::Error| MemberError {
+        source: Some(io::Error::new(
+            err.kind(),
+            format!("cannot create the file: {err}"),
+        )),
+        ..MemberError::from_io(err, name, Op::Open, 0, 0)
+    };
+    // create_new: never truncate a file that appeared since the stat.
+    match fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+    {
+        // set_len makes a sparse file: no blocks are allocated until written.
+        Ok(file) => file.set_len(size_bytes).map_err(|err| {
+            // We created it a moment ago, so removing it loses nothing.
+            let _ = fs::remove_file(path);
+            create_error(err)
+        }),
+        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(err) => Err(create_error(err)),
+    }
+}
+
+/// Deallocates a range of a regular file; it reads as zeros afterwards and
+/// the file keeps its size.
+fn punch_hole(file: &File, offset_bytes: u64, len_bytes: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let too_big = |_| io::Error::from_raw_os_error(libc::EFBIG);
+    let offset = libc::off_t::try_from(offset_bytes).map_err(too_big)?;
+    let len = libc::off_t::try_from(len_bytes).map_err(too_big)?;
+    let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+    // SAFETY: fallocate takes plain integers and a descriptor that stays open
+    // for the life of `file`; it touches no memory of ours.
+    if unsafe { libc::fallocate(file.as_raw_fd(), mode, offset, len) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Whether the kernel refused an operation as unsupported by this file system
+/// or device, as opposed to failing it.
+fn is_unsupported(err: &io::Error) -> bool {
+    matches!(
+        err.raw_os_error(),
+        Some(libc::EOPNOTSUPP | libc::ENOSYS | libc::ENOTTY)
+    )
+}
+
+fn type_name(file_type: FileType) -> &'static str {
+    if file_type.is_dir() {
+        "directory"
+    } else if file_type.is_char_device() {
+        "character device"
+    } else if file_type.is_fifo() {
+        "FIFO"
+    } else if file_type.is_socket() {
+        "socket"
+    } else {
+        "special file"
+    }
+}

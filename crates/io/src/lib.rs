@@ -1,0 +1,23 @@
+//! Member back ends: the devices that hold the parts of a volume.
+//!
+//! [`Member`] is the small trait the executor drives (positioned, thread-safe
+//! I/O; its doc comment is the contract). [`FileMember`] serves regular files
+//! and block devices, [`MemoryMember`] serves tests, and [`open_member`] turns
+//! a command-line member name into one of them.
+
+mod blockdev;
+mod direct;
+pub mod error;
+pub mod executor;
+pub mod file;
+pub mod member;
+pub mod memory;
+pub mod open;
+mod positioned;
+
+pub use error::{MemberError, MemberErrorKind, Op};
+pub use executor::SyncExecutor;
+pub use file::FileMember;
+pub use member::{check_range, Member};
+pub use memory::MemoryMember;
+pub use open::{open_member, OpenOptions};

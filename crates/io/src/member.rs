@@ -1,0 +1,149 @@
+//! The [`Member`] trait: what the executor needs from a device.
+
+use std::sync::Arc;
+
+use crate::error::{MemberError, MemberErrorKind, Op};
+
+/// A device that holds part of a volume: a regular file, a block device, an
+/// NBD export, memory.
+///
+/// # Contract
+///
+/// Every implementation keeps these promises; the volume's correctness rests
+/// on them, and wrappers (fault injection, statistics) must pass them through.
+///
+/// - **Positioned I/O.** Every call names its byte offset; there is no file
+///   position, so calls do not interfere with each other.
+/// - **Thread-safe.** All methods take `&self` and may be called from several
+///   threads at once. Concurrent writes to *disjoint* byte ranges never affect
+///   each other, even when they share a sector. Concurrent requests that
+///   overlap have no defined outcome beyond this: a read of bytes being
+///   written may see old bytes, new bytes or a mix, and overlapping writes may
+///   interleave. The volume never issues overlapping requests at once.
+/// - **Units.** Offsets and lengths are bytes. Any alignment works unless the
+///   member says otherwise in its own documentation;
+///   [`logical_block_bytes`](Member::logical_block_bytes) is the granularity
+///   that is handled without read-modify-write.
+/// - **Bounds.** A request that reaches past [`size_bytes`](Member::size_bytes)
+///   fails with [`MemberErrorKind::OutOfRange`] before the device is touched,
+///   so it changes nothing. A zero-length request at any offset up to the end
+///   succeeds and does nothing.
+/// - **Unwritten reads zero.** A range never written (or trimmed) reads as
+///   zeros.
+/// - **Durability.** [`write_at`](Member::write_at) returns once the bytes are
+///   in the member's cache: later reads see them, but a crash may lose them.
+///   They are durable once a later [`flush`](Member::flush) returns.
+/// - **Trim.** After [`trim`](Member::trim) returns, the range reads as zeros
+///   (it is "write zeroes", not an advisory discard). Whether space is freed
+///   depends on the member.
+/// - **Errors.** A failed read leaves `buf` unspecified. A failed write or
+///   trim leaves the range unspecified (some of it may be written). Members
+///   never retry an I/O error; the volume decides.
+pub trait Member: Send + Sync {
+    /// The path or URI of the member, for messages.
+    fn describe(&self) -> &str;
+
+    /// The usable size. Fixed for the life of the handle.
+    fn size_bytes(&self) -> u64;
+
+    /// The smallest I/O granularity handled without read-modify-write.
+    fn logical_block_bytes(&self) -> u32 {
+        512
+    }
+
+    /// Whether the member is a spinning disk; `None` when unknown. Read
+    /// balancing uses it to choose between proximity and load.
+    fn rotational(&self) -> Option<bool> {
+        None
+    }
+
+    /// Fills `buf` with the bytes at `offset_bytes`.
+    fn read_at(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), MemberError>;
+
+    /// Writes `data` at `offset_bytes`; see the durability rule above.
+    fn write_at(&self, offset_bytes: u64, data: &[u8]) -> Result<(), MemberError>;
+
+    /// Makes every write that returned before this call durable.
+    fn flush(&self) -> Result<(), MemberError>;
+
+    /// Makes the range read as zeros, freeing space where the member can.
+    fn trim(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), MemberError>;
+}
+
+/// The bounds check of the contract, shared by every back end so they all
+/// refuse the same requests with the same message.
+pub fn check_range(
+    member: &str,
+    size_bytes: u64,
+    op: Op,
+    offset_bytes: u64,
+    len_bytes: u64,
+) -> Result<(), MemberError> {
+    match offset_bytes.checked_add(len_bytes) {
+        Some(end_bytes) if end_bytes <= size_bytes => Ok(()),
+        _ => Err(MemberError::with_message(
+            MemberErrorKind::OutOfRange,
+            member,
+            op,
+            offset_bytes,
+            len_bytes,
+            format!("the range is past the end of the member ({size_bytes} bytes)"),
+        )),
+    }
+}
+
+/// Lets wrappers hold their inner member as `&M`, `Box<M>` or `Arc<M>` (and
+/// `Box<dyn Member>`) without caring which.
+macro_rules! forward_member {
+    ($($ptr:ty),*) => {$(
+        impl<M: Member + ?Sized> Member for $ptr {
+            fn describe(&self) -> &str {
+                (**self).describe()
+            }
+            fn size_bytes(&self) -> u64 {
+                (**self).size_bytes()
+            }
+            fn logical_block_bytes(&self) -> u32 {
+                (**self).logical_block_bytes()
+            }
+            fn rotational(&self) -> Option<bool> {
+                (**self).rotational()
+            }
+            fn read_at(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), MemberError> {
+                (**self).read_at(offset_bytes, buf)
+            }
+            fn write_at(&self, offset_bytes: u64, data: &[u8]) -> Result<(), MemberError> {
+                (**self).write_at(offset_bytes, data)
+            }
+            fn flush(&self) -> Result<(), MemberError> {
+                (**self).flush()
+            }
+            fn trim(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), MemberError> {
+                (**self).trim(offset_bytes, len_bytes)
+            }
+        }
+    )*};
+}
+
+forward_member!(&M, Box<M>, Arc<M>);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn check_range_accepts_up_to_the_end() {
+        assert!(check_range("m", 100, Op::Read, 0, 100).is_ok());
+        assert!(check_range("m", 100, Op::Read, 100, 0).is_ok());
+        assert!(check_range("m", 100, Op::Read, 99, 1).is_ok());
+    }
+
+    #[test]
+    fn check_range_refuses_past_the_end_and_overflow() {
+        for (offset_bytes, len_bytes) in [(0, 101), (100, 1), (101, 0), (u64::MAX, 2)] {
+            let err = check_range("m", 100, Op::Write, offset_bytes, len_bytes).unwrap_err();
+            assert_eq!(err.kind, MemberErrorKind::OutOfRange);
+            assert_eq!((err.offset_bytes, err.len_bytes), (offset_bytes, len_bytes));
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! Turning a member as named on the command line into a [`Member`].
+
+use std::io;
+
+use crate::error::{MemberError, MemberErrorKind, Op};
+use crate::file::FileMember;
+use crate::member::Member;
+
+/// How to open a member.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpenOptions {
+    /// Create a missing regular file of this size (sparse). An existing file
+    /// keeps its size whatever this says: growing or shrinking a member is the
+    /// caller's decision, not a side effect of opening it.
+    pub create_size_bytes: Option<u64>,
+    /// Bypass the page cache (`O_DIRECT`). Any alignment still works; see
+    /// [`FileMember`] for the cost of unaligned writes.
+    pub direct: bool,
+    /// Open for reading only; writes and trims fail with
+    /// [`MemberErrorKind::PermissionDenied`].
+    pub read_only: bool,
+}
+
+/// Opens the member named by `spec`: a path to a regular file or a block
+/// device, or a URI.
+///
+/// A spec is a URI when it starts with a scheme followed by `://`
+/// (`nbd://host/export`, `nbd+unix:///export?socket=/run/x.sock`); write
+/// `./odd://name` for a file whose name looks like one.
+pub fn open_member(spec: &str, opts: OpenOptions) -> Result<Box<dyn Member>, MemberError> {
+    let scheme = uri_scheme(spec).map(str::to_ascii_lowercase);
+    match scheme.as_deref() {
+        None => Ok(Box::new(FileMember::open(spec, opts)?)),
+        Some("nbd" | "nbd+unix" | "nbds" | "nbds+unix") => Err(unsupported(
+            spec,
+            "NBD members are not supported yet".to_owned(),
+        )),
+        Some(other) => Err(unsupported(
+            spec,
+            format!(
+                "unknown URI scheme {other:?}; a member is a file, a block device, \
+                 or an nbd:// or nbd+unix:// URI"
+            ),
+        )),
+    }
+}
+
+fn unsupported(spec: &str, message: String) -> MemberError {
+    MemberError::new(MemberErrorKind::NotAMember, spec, Op::Open, 0, 0)
+        .with_source(io::Error::new(io::ErrorKind::Unsupported, message))
+}
+
+/// The scheme of `spec` if it is a URI (RFC 3986: a letter, then letters,
+/// digits, `+`, `-` or `.`).
+fn uri_scheme(spec: &str) -> Option<&str> {
+    let (scheme, _) = spec.split_once("://")?;
+    let mut chars = scheme.chars();
+    let starts_with_letter = chars.next().is_some_and(|c| c.is_ascii_alphabetic());
+    let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    (starts_with_letter && rest_ok).then_some(scheme)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schemes_are_recognised() {
+        assert_eq!(uri_scheme("nbd://host:10809/export"), Some("nbd"));
+        assert_eq!(uri_scheme("nbd+unix:///e?socket=/s"), Some("nbd+unix"));
+        assert_eq!(uri_scheme("/dev/sdb"), None);
+        assert_eq!(uri_scheme("member.img"), None);
+        assert_eq!(uri_scheme("./odd://name"), None);
+        assert_eq!(uri_scheme("/a/b://c"), None);
+    }
+
+    #[test]
+    fn nbd_is_refused_clearly() {
+        for spec in ["nbd://localhost/x", "NBD+UNIX:///x?socket=/tmp/s"] {
+            let err = open_member(spec, OpenOptions::default())
+                .err()
+                .expect("NBD refused");
+            assert_eq!(err.kind, MemberErrorKind::NotAMember);
+            assert_eq!(err.member, spec);
+            assert!(
+                err.to_string()
+                    .contains("NBD members are not supported yet"),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_scheme_is_refused() {
+        let err = open_member("iscsi://x/y", OpenOptions::default())
+            .err()
+            .expect("refused");
+        assert_eq!(err.kind, MemberErrorKind::NotAMember);
+        assert!(
+            err.to_string().contains("unknown URI scheme \"iscsi\""),
+            "{err}"
+        );
+    }
+}
