@@ -93,7 +93,7 @@ pub fn run(args: CreateArgs) -> Result<()> {
             "at most {MAX_MEMBERS} members, {n} given"
         )));
     }
-    if args.interleave == 0 || args.interleave % SECTOR_BYTES != 0 {
+    if args.interleave == 0 || !args.interleave.is_multiple_of(SECTOR_BYTES) {
         return Err(CliError(format!(
             "--interleave must be a positive multiple of 512 bytes, got {} bytes",
             args.interleave

@@ -132,8 +132,8 @@ pub fn render(a: &Assembly, members: &[Arc<dyn Member>], unreadable: &[String]) 
     let _ = writeln!(s);
     let _ = writeln!(
         s,
-        "  {:<4} {:<26} {:>10} {:>10}  {}",
-        "Slot", "State", "Size", "Used", "Path"
+        "  {:<4} {:<26} {:>10} {:>10}  Path",
+        "Slot", "State", "Size", "Used"
     );
     for m in &j.members {
         let _ = writeln!(

@@ -318,7 +318,6 @@ impl Label {
 
     // `u64::is_multiple_of` needs Rust 1.87; the workspace's rust-version is
     // 1.80.
-    #[allow(clippy::manual_is_multiple_of)]
     fn validate_header(&self) -> Result<(), LabelError> {
         if self.layout_version != LAYOUT_VERSION {
             return Err(LabelError::UnknownLayoutVersion(self.layout_version));
@@ -367,7 +366,7 @@ impl Label {
                 ),
             ));
         }
-        if self.interleave_bytes == 0 || self.interleave_bytes % SECTOR_BYTES != 0 {
+        if self.interleave_bytes == 0 || !self.interleave_bytes.is_multiple_of(SECTOR_BYTES) {
             return Err(field_error(
                 "interleave_bytes",
                 format!(
@@ -377,7 +376,7 @@ impl Label {
             ));
         }
         if self.data_offset_bytes < LABEL_BYTES as u64
-            || self.data_offset_bytes % LABEL_BYTES as u64 != 0
+            || !self.data_offset_bytes.is_multiple_of(LABEL_BYTES as u64)
         {
             return Err(field_error(
                 "data_offset_bytes",

@@ -44,11 +44,11 @@ pub fn format_size(bytes: u64) -> String {
         ("k", 1 << 10),
     ];
     for (name, mult) in UNITS {
-        if bytes >= mult && bytes % mult == 0 {
+        if bytes >= mult && bytes.is_multiple_of(mult) {
             return format!("{}{}", bytes / mult, name);
         }
     }
-    if bytes >= SECTOR_BYTES && bytes % SECTOR_BYTES == 0 {
+    if bytes >= SECTOR_BYTES && bytes.is_multiple_of(SECTOR_BYTES) {
         return format!("{}s", bytes / SECTOR_BYTES);
     }
     for (name, mult) in UNITS {

@@ -87,7 +87,7 @@ fn order_streaming_stores() {
 }
 
 fn aligned32(block: &[u8]) -> bool {
-    block.as_ptr() as usize % 32 == 0
+    (block.as_ptr() as usize).is_multiple_of(32)
 }
 
 pub fn backend_name() -> &'static str {
@@ -137,7 +137,7 @@ pub fn gen_pq(data: &[&[u8]], p: &mut [u8], q: &mut [u8]) {
         data.len()
     );
     let aligned = aligned32(p) && aligned32(q) && data.iter().all(|d| aligned32(d));
-    if data.len() >= 2 && p.len() % 32 == 0 && aligned {
+    if data.len() >= 2 && p.len().is_multiple_of(32) && aligned {
         if let (Some(len), Ok(vects)) = (c_len(p.len()), c_int::try_from(data.len() + 2)) {
             let mut array: Vec<*mut c_void> = data
                 .iter()

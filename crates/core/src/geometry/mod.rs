@@ -100,7 +100,7 @@ impl Geometry {
             return err(format!("at most 255 members, got {n}"));
         }
         let il = spec.interleave_bytes;
-        if il == 0 || il % SECTOR_BYTES != 0 {
+        if il == 0 || !il.is_multiple_of(SECTOR_BYTES) {
             return err(format!(
                 "interleave must be a positive multiple of 512 bytes, got {il}"
             ));

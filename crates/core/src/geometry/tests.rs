@@ -49,7 +49,7 @@ fn check_bijection(g: &Geometry) {
     let mut mark = |member: u32, member_offset: u64| {
         let off = member_offset - g.spec().data_offset_bytes;
         assert!(member_offset >= g.spec().data_offset_bytes);
-        assert!(off % 512 == 0);
+        assert!(off.is_multiple_of(512));
         let s = (off / 512) as usize;
         let map = &mut used[member as usize];
         assert!(
