@@ -1,7 +1,7 @@
 //! `platter create`: label a set of members as a new volume.
 
 use crate::error::{CliError, Result};
-use crate::members::{assemble_members, open_all, read_label_area};
+use crate::members::{assemble_devices, open_all, read_label_area};
 use clap::Args;
 use platter_core::geometry::{Geometry, GeometrySpec};
 use platter_core::label::{
@@ -193,8 +193,11 @@ pub fn run(args: CreateArgs) -> Result<()> {
         m.write_at(0, &label.encode())?;
         m.flush()?;
     }
-    let assembly = assemble_members(&members)?;
-    print!("{}", crate::listing::render(&assembly, &members, &[]));
+    let volume = assemble_devices(members)?;
+    print!(
+        "{}",
+        crate::listing::render(&volume.assembly, &volume.devices, &[])
+    );
     Ok(())
 }
 

@@ -29,8 +29,8 @@ impl From<platter_io::MemberError> for CliError {
     }
 }
 
-impl From<platter_core::assemble::AssembleError> for CliError {
-    fn from(e: platter_core::assemble::AssembleError) -> Self {
+impl From<platter_io::assembly::OpenError> for CliError {
+    fn from(e: platter_io::assembly::OpenError) -> Self {
         CliError(e.to_string())
     }
 }

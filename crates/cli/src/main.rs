@@ -4,6 +4,7 @@ mod create;
 mod error;
 mod listing;
 mod members;
+mod serve;
 mod status;
 
 use clap::{Parser, Subcommand};
@@ -28,14 +29,25 @@ enum Command {
     /// Write labels on members to make a new volume.
     Create(create::CreateArgs),
     /// Read the members' labels and show the volume they make.
+    #[command(after_help = "Sizes are shown with units: 126s (512-byte sectors), 64k, 1M, 2G.")]
     Status(status::StatusArgs),
+    /// Assemble a volume from its members and serve it over NBD.
+    Serve(serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("PLATTER_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let result = match cli.command {
         Command::Create(args) => create::run(args),
         Command::Status(args) => status::run(args),
+        Command::Serve(args) => serve::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

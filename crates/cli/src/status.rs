@@ -1,7 +1,7 @@
 //! `platter status`: the volume as its members' labels describe it.
 
 use crate::error::{CliError, Result};
-use crate::members::assemble_members;
+use crate::members::assemble_devices;
 use clap::Args;
 use platter_io::{open_member, Member, OpenOptions};
 use std::sync::Arc;
@@ -35,9 +35,10 @@ pub fn run(args: StatusArgs) -> Result<()> {
     if members.is_empty() {
         return Err(CliError(unreadable.join("; ")));
     }
-    let assembly = assemble_members(&members)?;
+    let volume = assemble_devices(members)?;
+    let (assembly, members) = (&volume.assembly, &volume.devices);
     if args.json {
-        let v = crate::listing::json(&assembly, &members, &unreadable);
+        let v = crate::listing::json(assembly, members, &unreadable);
         println!(
             "{}",
             serde_json::to_string_pretty(&v).expect("JSON of plain data")

@@ -674,3 +674,18 @@ fn get_uuid(b: &[u8; LABEL_BYTES], offset: usize) -> [u8; 16] {
 
 #[cfg(test)]
 mod tests;
+
+impl Label {
+    /// The label the member in `slot` carries, derived from this one: the
+    /// volume-wide fields and the slot table are shared, the rest is the
+    /// slot's own.
+    pub fn for_slot(&self, slot: u32) -> Label {
+        let entry = &self.slots[slot as usize];
+        Label {
+            slot,
+            member_uuid: entry.member_uuid,
+            data_size_bytes: entry.data_size_bytes,
+            ..self.clone()
+        }
+    }
+}

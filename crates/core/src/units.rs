@@ -34,8 +34,8 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("invalid size '{text}': too large"))
 }
 
-/// Formats bytes for people: exact sectors when that is shortest and exact,
-/// otherwise the largest binary unit that divides evenly, otherwise one decimal.
+/// Formats bytes for people: exact in the largest binary unit that divides
+/// evenly, otherwise to one decimal in the largest unit that fits.
 pub fn format_size(bytes: u64) -> String {
     const UNITS: [(&str, u64); 4] = [
         ("T", 1 << 40),
@@ -43,20 +43,14 @@ pub fn format_size(bytes: u64) -> String {
         ("M", 1 << 20),
         ("k", 1 << 10),
     ];
-    for (name, mult) in UNITS {
-        if bytes >= mult && bytes.is_multiple_of(mult) {
-            return format!("{}{}", bytes / mult, name);
-        }
+    let Some((name, mult)) = UNITS.into_iter().find(|(_, m)| bytes >= *m) else {
+        return format!("{bytes}B");
+    };
+    if bytes.is_multiple_of(mult) {
+        format!("{}{name}", bytes / mult)
+    } else {
+        format!("{:.1}{name}", bytes as f64 / mult as f64)
     }
-    if bytes >= SECTOR_BYTES && bytes.is_multiple_of(SECTOR_BYTES) {
-        return format!("{}s", bytes / SECTOR_BYTES);
-    }
-    for (name, mult) in UNITS {
-        if bytes >= mult {
-            return format!("{:.1}{}", bytes as f64 / mult as f64, name);
-        }
-    }
-    format!("{bytes}B")
 }
 
 #[cfg(test)]
@@ -82,7 +76,8 @@ mod tests {
     #[test]
     fn formatting() {
         assert_eq!(format_size(126 * 512), "63k");
-        assert_eq!(format_size(127 * 512), "127s");
+        assert_eq!(format_size(127 * 512), "63.5k");
+        assert_eq!(format_size(311_399_424), "297.0M");
         assert_eq!(format_size(1 << 20), "1M");
         assert_eq!(format_size(3 << 30), "3G");
         assert_eq!(format_size(1000), "1000B");

@@ -32,14 +32,24 @@ fn sources(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
 #[test]
 fn core_sources_touch_no_file_thread_socket_or_clock() {
     let mut files = Vec::new();
-    sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut files);
+    sources(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut files,
+    );
     assert!(files.len() >= 10, "found only {} sources", files.len());
     for f in files {
         let text = std::fs::read_to_string(&f).expect("source is readable");
         // Comments may name what the code must not use.
-        let code: Vec<&str> = text.lines().filter(|l| !l.trim_start().starts_with("//")).collect();
+        let code: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect();
         for word in FORBIDDEN {
-            assert!(!code.iter().any(|l| l.contains(word)), "{} uses {word}", f.display());
+            assert!(
+                !code.iter().any(|l| l.contains(word)),
+                "{} uses {word}",
+                f.display()
+            );
         }
     }
 }
@@ -48,16 +58,34 @@ fn core_sources_touch_no_file_thread_socket_or_clock() {
 fn core_depends_on_no_async_runtime() {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
-        .args(["tree", "--offline", "-p", "platter-core", "-e", "normal", "--prefix", "none"])
+        .args([
+            "tree",
+            "--offline",
+            "-p",
+            "platter-core",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+        ])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("cargo tree runs");
-    assert!(out.status.success(), "cargo tree failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "cargo tree failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let tree = String::from_utf8_lossy(&out.stdout);
-    assert!(tree.contains("platter-core"), "unexpected cargo tree output: {tree}");
+    assert!(
+        tree.contains("platter-core"),
+        "unexpected cargo tree output: {tree}"
+    );
     for crate_name in ["tokio", "async-std", "mio", "libc", "nix"] {
         assert!(
-            !tree.lines().any(|l| l.starts_with(&format!("{crate_name} "))),
+            !tree
+                .lines()
+                .any(|l| l.starts_with(&format!("{crate_name} "))),
             "platter-core depends on {crate_name}:\n{tree}"
         );
     }

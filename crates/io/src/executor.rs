@@ -87,25 +87,31 @@ impl SyncExecutor {
         let member = self.members[io.member as usize]
             .as_ref()
             .expect("the engine never addresses a member that is not present");
-        let r = match &io.op {
-            MemberOp::Read {
-                offset_bytes,
-                len_bytes,
-            } => {
-                let mut buf = vec![0u8; *len_bytes as usize];
-                member
-                    .read_at(*offset_bytes, &mut buf)
-                    .map(|()| Some(Bytes::from(buf)))
-            }
-            MemberOp::Write { offset_bytes, data } => {
-                member.write_at(*offset_bytes, data).map(|()| None)
-            }
-            MemberOp::Trim {
-                offset_bytes,
-                len_bytes,
-            } => member.trim(*offset_bytes, *len_bytes).map(|()| None),
-            MemberOp::Flush => member.flush().map(|()| None),
-        };
-        r.map_err(|e| e.to_string())
+        perform(member.as_ref(), &io.op)
     }
+}
+
+/// Performs one member I/O as the engine asked: the one place that turns a
+/// [`MemberOp`] into a call on a [`Member`].
+pub fn perform(member: &dyn Member, op: &MemberOp) -> IoResult {
+    let r = match op {
+        MemberOp::Read {
+            offset_bytes,
+            len_bytes,
+        } => {
+            let mut buf = vec![0u8; *len_bytes as usize];
+            member
+                .read_at(*offset_bytes, &mut buf)
+                .map(|()| Some(Bytes::from(buf)))
+        }
+        MemberOp::Write { offset_bytes, data } => {
+            member.write_at(*offset_bytes, data).map(|()| None)
+        }
+        MemberOp::Trim {
+            offset_bytes,
+            len_bytes,
+        } => member.trim(*offset_bytes, *len_bytes).map(|()| None),
+        MemberOp::Flush => member.flush().map(|()| None),
+    };
+    r.map_err(|e| e.to_string())
 }

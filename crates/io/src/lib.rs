@@ -5,6 +5,7 @@
 //! and block devices, [`MemoryMember`] serves tests, and [`open_member`] turns
 //! a command-line member name into one of them.
 
+pub mod assembly;
 mod blockdev;
 mod direct;
 pub mod error;
@@ -16,7 +17,7 @@ pub mod open;
 mod positioned;
 
 pub use error::{MemberError, MemberErrorKind, Op};
-pub use executor::SyncExecutor;
+pub use executor::{perform, SyncExecutor};
 pub use file::FileMember;
 pub use member::{check_range, Member};
 pub use memory::MemoryMember;

@@ -1,0 +1,578 @@
+//! The `platter` binary, run for real: `create` and `status` over member
+//! files, every level, sizes with units, and every refusal the command line
+//! promises (one clear line, the member named, no panic).
+
+mod support;
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+
+use serde_json::Value;
+use support::*;
+
+const MIB: u64 = 1 << 20;
+
+/// (level, members): each level at a width that exercises it (raid10 with a
+/// member count its two copies do not divide).
+const LEVELS: [(&str, usize); 6] = [
+    ("concat", 3),
+    ("stripe", 3),
+    ("mirror", 2),
+    ("raid10", 3),
+    ("raid5", 4),
+    ("raid6", 5),
+];
+
+/// The volume size the docs promise, computed from scratch: each member's
+/// data area is its size less 1 MiB, floored to the interleave.
+fn expected_size(level: &str, n: u64, member_bytes: u64, il: u64) -> u64 {
+    let rows = (member_bytes - MIB) / il;
+    let chunks = match level {
+        "concat" | "stripe" => n * rows,
+        "mirror" => rows,
+        "raid10" => n * rows / 2,
+        "raid5" => (n - 1) * rows,
+        "raid6" => (n - 2) * rows,
+        _ => unreachable!(),
+    };
+    chunks * il
+}
+
+#[test]
+fn create_and_status_every_level_and_interleave() {
+    let dir = temp_dir();
+    let interleaves = [("126s", 126 * 512), ("128s", 128 * 512), ("1M", MIB)];
+    let mut seed = 1u64;
+    for (level, n) in LEVELS {
+        for (il_text, il) in interleaves {
+            let what = format!("{level} {il_text}");
+            let sub = dir.path().join(format!("{level}-{il_text}"));
+            fs::create_dir(&sub).unwrap();
+            let members = member_paths(&sub, n);
+            for m in &members {
+                assert!(fs::metadata(m).is_err(), "{m} does not exist yet");
+            }
+            let name = format!("vol-{level}-{il_text}");
+            let mut args = vec![
+                "create",
+                "--level",
+                level,
+                "--interleave",
+                il_text,
+                "--member-size",
+                "8M",
+                "--name",
+                &name,
+            ];
+            args.extend(members.iter().map(String::as_str));
+            let out = platter(&args);
+            let listing = assert_ok(&out, &what);
+            for m in &members {
+                assert_eq!(fs::metadata(m).unwrap().len(), 8 * MIB, "{what}: {m}");
+                assert!(
+                    listing.contains(m.as_str()),
+                    "{what}: listing names {m}:\n{listing}"
+                );
+            }
+            assert!(listing.contains(&name), "{what}:\n{listing}");
+            assert!(listing.contains(level), "{what}:\n{listing}");
+
+            // Status, members in another order: labels decide the slots.
+            let shuffled = shuffle(&members, &mut seed);
+            let v = status_json(&shuffled, &what);
+            let size = expected_size(level, n as u64, 8 * MIB, il);
+            assert_eq!(v["level"], level, "{what}");
+            assert_eq!(v["name"], name.as_str(), "{what}");
+            assert_eq!(v["interleave_bytes"], il, "{what}");
+            assert_eq!(v["size_bytes"], size, "{what}");
+            assert_eq!(v["state"], "clean", "{what}");
+            assert_eq!(v["member_count"], n, "{what}");
+            assert_eq!(v["members_online"], n, "{what}");
+            let slots = v["members"].as_array().unwrap();
+            assert_eq!(slots.len(), n, "{what}");
+            for (i, s) in slots.iter().enumerate() {
+                assert_eq!(s["slot"], i, "{what}");
+                assert_eq!(s["path"], members[i].as_str(), "{what}: slot {i}");
+                assert_eq!(s["state"], "active", "{what}: slot {i}");
+            }
+            // create's listing is the same volume.
+            let uuid = v["uuid"].as_str().unwrap();
+            assert!(listing.contains(uuid), "{what}: {uuid} in\n{listing}");
+        }
+    }
+}
+
+#[test]
+fn human_status_shows_the_volume_and_one_line_per_slot() {
+    let dir = temp_dir();
+    let members = member_paths(dir.path(), 4);
+    let mut args = vec![
+        "create",
+        "--level",
+        "raid5",
+        "--interleave",
+        "126s",
+        "--member-size",
+        "8M",
+        "--name",
+        "people",
+    ];
+    args.extend(members.iter().map(String::as_str));
+    assert_ok(&platter(&args), "create");
+    let shuffled = vec![
+        members[2].clone(),
+        members[0].clone(),
+        members[3].clone(),
+        members[1].clone(),
+    ];
+    let uuid = status_json(&shuffled, "status --json")["uuid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut args = vec!["status"];
+    args.extend(shuffled.iter().map(String::as_str));
+    let text = assert_ok(&platter(&args), "status");
+    assert!(text.contains("people"), "{text}");
+    assert!(text.contains(&uuid), "{text}");
+    assert!(text.contains("raid5"), "{text}");
+    assert!(
+        text.contains("126s"),
+        "interleave shown in sectors:\n{text}"
+    );
+    assert!(
+        text.contains("63k"),
+        "interleave shown with a unit:\n{text}"
+    );
+    for (slot, path) in members.iter().enumerate() {
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.split_whitespace().last() == Some(path.as_str()))
+            .collect();
+        assert_eq!(lines.len(), 1, "one line for {path}:\n{text}");
+        assert_eq!(
+            lines[0].split_whitespace().next(),
+            Some(slot.to_string().as_str()),
+            "{path} is slot {slot}:\n{text}"
+        );
+        assert!(lines[0].contains("active"), "{}", lines[0]);
+    }
+}
+
+#[test]
+fn sizes_take_units() {
+    let dir = temp_dir();
+    let members = member_paths(dir.path(), 2);
+    let out = platter(&[
+        "create",
+        "--level",
+        "mirror",
+        "--interleave",
+        "126s",
+        "--member-size",
+        "2G",
+        &members[0],
+        &members[1],
+    ]);
+    assert_ok(&out, "create 2G");
+    for m in &members {
+        let meta = fs::metadata(m).unwrap();
+        assert_eq!(meta.len(), 2 << 30, "{m}");
+        // Sparse: the label is written, the data area is not allocated.
+        assert!(
+            meta.blocks() * 512 < 64 * MIB,
+            "{m}: {} bytes allocated",
+            meta.blocks() * 512
+        );
+    }
+    let v = status_json(&members, "status");
+    assert_eq!(v["interleave_bytes"], 64512);
+    assert_eq!(v["size_bytes"], ((2 << 30) - MIB) / 64512 * 64512);
+}
+
+#[test]
+fn help_mentions_sizes_with_units() {
+    for args in [
+        &["--help"][..],
+        &["create", "--help"],
+        &["status", "--help"],
+    ] {
+        let out = platter(args);
+        let text = assert_ok(&out, &format!("{args:?}"));
+        assert!(text.contains("Usage"), "{args:?}:\n{text}");
+        assert!(
+            text.contains("126s") && text.contains("64k") && text.contains("1M"),
+            "{args:?} mentions sizes with units:\n{text}"
+        );
+        assert!(
+            text.contains("512"),
+            "{args:?} says what a sector is:\n{text}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Refusals
+
+/// A raid5 volume of three 8 MiB members in `dir`: (members, uuid).
+fn raid5(dir: &std::path::Path, prefix: &str) -> (Vec<String>, String) {
+    let members: Vec<String> = (0..3)
+        .map(|i| {
+            dir.join(format!("{prefix}{i}"))
+                .to_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let mut args = vec!["create", "--level", "raid5", "--member-size", "8M"];
+    args.extend(members.iter().map(String::as_str));
+    assert_ok(&platter(&args), "create raid5");
+    let uuid = status_json(&members, "status")["uuid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    (members, uuid)
+}
+
+#[test]
+fn create_over_a_labelled_member_needs_force() {
+    let dir = temp_dir();
+    let (members, uuid) = raid5(dir.path(), "m");
+    // Data the refused create must not zero.
+    let mut before = Vec::new();
+    for (i, m) in members.iter().enumerate() {
+        let mut bytes = fs::read(m).unwrap();
+        bytes[(MIB + 12345) as usize..(MIB + 12345 + 100) as usize].fill(0x5a + i as u8);
+        fs::write(m, &bytes).unwrap();
+        before.push(bytes);
+    }
+
+    // All labelled, and only the last one labelled among fresh files.
+    let fresh = dir.path().join("fresh").to_str().unwrap().to_string();
+    let out = platter(&[
+        "create",
+        "--level",
+        "stripe",
+        &members[0],
+        &members[1],
+        &members[2],
+    ]);
+    let err = assert_refused(&out, "create over labels");
+    assert!(err.contains(&members[0]), "{err}");
+    assert!(err.contains("--force"), "{err}");
+    assert!(err.contains(&uuid), "names the volume it belongs to: {err}");
+    let out = platter(&[
+        "create",
+        "--level",
+        "mirror",
+        "--member-size",
+        "8M",
+        &fresh,
+        &members[2],
+    ]);
+    let err = assert_refused(&out, "create over one label");
+    assert!(err.contains(&members[2]), "{err}");
+    for (m, b) in members.iter().zip(&before) {
+        assert!(
+            fs::read(m).unwrap() == *b,
+            "{m} changed by a refused create"
+        );
+    }
+    assert_eq!(status_json(&members, "status")["uuid"], uuid.as_str());
+
+    let out = platter(&[
+        "create",
+        "--level",
+        "stripe",
+        "--force",
+        &members[0],
+        &members[1],
+        &members[2],
+    ]);
+    assert_ok(&out, "create --force");
+    let v = status_json(&members, "status after --force");
+    assert_ne!(v["uuid"], uuid.as_str(), "a new volume");
+    assert_eq!(v["level"], "stripe");
+}
+
+/// CRC32C (Castagnoli), bit by bit: independent of the crate platter uses.
+fn crc32c(data: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in data {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0x82F6_3B78
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+#[test]
+fn crc32c_matches_the_check_value() {
+    assert_eq!(crc32c(b"123456789"), 0xE306_9283);
+}
+
+#[test]
+fn a_damaged_label_is_refused_naming_the_member() {
+    let dir = temp_dir();
+    let (members, _) = raid5(dir.path(), "m");
+    let mut bytes = fs::read(&members[1]).unwrap();
+    bytes[0x84] ^= 0x20; // a letter of the name
+    fs::write(&members[1], &bytes).unwrap();
+    let out = platter(&["status", &members[0], &members[1], &members[2]]);
+    let err = assert_refused(&out, "damaged label");
+    assert!(err.contains(&members[1]), "{err}");
+    assert!(err.contains("checksum"), "{err}");
+    assert!(
+        !err.contains(&members[0]) && !err.contains(&members[2]),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_unknown_label_version_is_refused_naming_the_member() {
+    let dir = temp_dir();
+    let (members, _) = raid5(dir.path(), "m");
+    let mut bytes = fs::read(&members[2]).unwrap();
+    let stored = u32::from_le_bytes(bytes[4092..4096].try_into().unwrap());
+    assert_eq!(
+        stored,
+        crc32c(&bytes[..4092]),
+        "the test's CRC32C is the label's"
+    );
+    assert_eq!(&bytes[8..12], &1u32.to_le_bytes(), "format version 1");
+    bytes[8..12].copy_from_slice(&99u32.to_le_bytes());
+    let crc = crc32c(&bytes[..4092]);
+    bytes[4092..4096].copy_from_slice(&crc.to_le_bytes());
+    fs::write(&members[2], &bytes).unwrap();
+    let out = platter(&["status", "--json", &members[0], &members[1], &members[2]]);
+    let err = assert_refused(&out, "version 99");
+    assert!(err.contains(&members[2]), "{err}");
+    assert!(err.contains("version"), "{err}");
+    assert!(err.contains("99"), "{err}");
+    assert!(!err.contains("checksum"), "the checksum is right: {err}");
+}
+
+#[test]
+fn a_member_of_another_volume_is_refused() {
+    let dir = temp_dir();
+    let (members, _) = raid5(dir.path(), "m");
+    let (others, _) = raid5(dir.path(), "x");
+    let out = platter(&["status", &members[0], &others[1], &members[1], &members[2]]);
+    let err = assert_refused(&out, "intruder");
+    assert!(err.contains(&others[1]), "{err}");
+    assert!(err.contains("another volume"), "{err}");
+}
+
+#[test]
+fn a_copied_member_is_a_duplicated_slot() {
+    let dir = temp_dir();
+    let (members, _) = raid5(dir.path(), "m");
+    let copy = dir.path().join("clone.img").to_str().unwrap().to_string();
+    fs::copy(&members[1], &copy).unwrap();
+    for order in [
+        vec![&members[0], &members[1], &members[2], &copy],
+        vec![&copy, &members[0], &members[1], &members[2]],
+    ] {
+        let mut args = vec!["status"];
+        args.extend(order.iter().map(|s| s.as_str()));
+        let err = assert_refused(&platter(&args), "copy");
+        assert!(err.contains(&members[1]), "{err}");
+        assert!(err.contains(&copy), "{err}");
+        assert!(err.contains("slot 1"), "{err}");
+    }
+}
+
+#[test]
+fn a_missing_member_shows_the_volume_degraded() {
+    let dir = temp_dir();
+    let (members, uuid) = raid5(dir.path(), "m");
+    fs::rename(&members[1], dir.path().join("elsewhere")).unwrap();
+    let v = status_json(
+        &[members[2].clone(), members[1].clone(), members[0].clone()],
+        "degraded",
+    );
+    assert_eq!(v["uuid"], uuid.as_str());
+    assert_eq!(v["state"], "degraded");
+    assert_eq!(v["members_online"], 2);
+    let slots = v["members"].as_array().unwrap();
+    assert_eq!(slots[1]["state"], "missing");
+    assert_eq!(slots[1]["path"], Value::Null);
+    assert_eq!(slots[0]["path"], members[0].as_str());
+    assert_eq!(slots[2]["path"], members[2].as_str());
+    let out = platter(&["status", &members[0], &members[1], &members[2]]);
+    let text = assert_ok(&out, "human degraded");
+    assert!(text.contains("degraded"), "{text}");
+    assert!(text.contains("missing"), "{text}");
+    assert!(
+        text.contains(&members[1]),
+        "the unreadable member is named:\n{text}"
+    );
+}
+
+#[test]
+fn wrong_arguments_are_refused_with_one_line() {
+    let dir = temp_dir();
+    let p = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let (a, b, c, d) = (p("a"), p("b"), p("c"), p("d"));
+    let sub = p("subdir");
+    fs::create_dir(&sub).unwrap();
+
+    // Refused before any member is opened: nothing may be created.
+    let early: Vec<(Vec<&str>, Vec<&str>)> = vec![
+        (
+            vec!["--level", "raid7", "--member-size", "8M", &a, &b],
+            vec!["raid7"],
+        ),
+        (
+            vec![
+                "--level",
+                "stripe",
+                "--interleave",
+                "1000",
+                "--member-size",
+                "8M",
+                &a,
+                &b,
+            ],
+            vec!["1000", "512"],
+        ),
+        (
+            vec!["--level", "raid5", "--member-size", "8M", &a, &b],
+            vec!["raid5", "3"],
+        ),
+        (
+            vec!["--level", "raid6", "--member-size", "8M", &a, &b, &c],
+            vec!["raid6", "4"],
+        ),
+        (
+            vec![
+                "--level",
+                "raid5",
+                "--layout",
+                "diagonal",
+                "--member-size",
+                "8M",
+                &a,
+                &b,
+                &c,
+            ],
+            vec!["diagonal"],
+        ),
+        (
+            vec![
+                "--level",
+                "stripe",
+                "--layout",
+                "near",
+                "--member-size",
+                "8M",
+                &a,
+                &b,
+            ],
+            vec!["near"],
+        ),
+        (
+            vec!["--level", "stripe", "--member-size", "12q", &a, &b],
+            vec!["12q"],
+        ),
+        (
+            vec!["--level", "mirror", "--member-size", "8M", &a, &b, &a],
+            vec![&a, "twice"],
+        ),
+        (vec!["--level", "mirror"], vec!["required"]),
+    ];
+    for (args, words) in &early {
+        let mut full = vec!["create"];
+        full.extend(args);
+        let err = assert_refused(&platter(&full), &format!("{args:?}"));
+        for w in words {
+            assert!(err.contains(w), "{args:?}: {w:?} in {err}");
+        }
+        for m in [&a, &b, &c] {
+            assert!(fs::metadata(m).is_err(), "{args:?} created {m}");
+        }
+    }
+
+    // Refused because of one member: that member is named.
+    let err = assert_refused(
+        &platter(&["create", "--level", "mirror", &a, &b]),
+        "no size",
+    );
+    assert!(err.contains(&a), "{err}");
+    assert!(
+        err.contains("member-size") || err.contains("member size"),
+        "{err}"
+    );
+    assert!(fs::metadata(&a).is_err(), "created without a size");
+
+    let err = assert_refused(
+        &platter(&[
+            "create",
+            "--level",
+            "mirror",
+            "--member-size",
+            "100k",
+            &c,
+            &d,
+        ]),
+        "too small",
+    );
+    assert!(err.contains(&c), "{err}");
+    assert!(err.contains("too small"), "{err}");
+
+    let err = assert_refused(
+        &platter(&[
+            "create",
+            "--level",
+            "mirror",
+            "--member-size",
+            "8M",
+            &sub,
+            &b,
+        ]),
+        "directory",
+    );
+    assert!(err.contains(&sub), "{err}");
+    assert!(err.contains("directory"), "{err}");
+
+    // status refuses the same misuse.
+    let err = assert_refused(&platter(&["status", &sub]), "status of a directory");
+    assert!(err.contains(&sub), "{err}");
+    let err = assert_refused(&platter(&["status", &a, &a]), "status twice");
+    assert!(err.contains(&a) && err.contains("twice"), "{err}");
+    let err = assert_refused(&platter(&["status", "--bogus", &a]), "unknown option");
+    assert!(err.contains("--bogus"), "{err}");
+}
+
+/// The same file under two names is one member named twice. Today create
+/// labels it twice and then refuses at assembly, after writing every label.
+#[test]
+#[ignore = "bug: create does not notice one file named two ways (a and ./a) before writing labels"]
+fn the_same_file_under_two_names_is_refused_before_writing() {
+    let dir = temp_dir();
+    let a = dir.path().join("a").to_str().unwrap().to_string();
+    let a2 = dir.path().join(".").join("a").to_str().unwrap().to_string();
+    let b = dir.path().join("b").to_str().unwrap().to_string();
+    let c = dir.path().join("c").to_str().unwrap().to_string();
+    let out = platter(&[
+        "create",
+        "--level",
+        "raid5",
+        "--member-size",
+        "8M",
+        &a,
+        &a2,
+        &b,
+        &c,
+    ]);
+    let err = assert_refused(&out, "a and ./a");
+    assert!(err.contains(&a) && err.contains(&a2), "{err}");
+    for m in [&a, &b, &c] {
+        let bytes = fs::read(m).unwrap_or_default();
+        assert!(!bytes.starts_with(b"PLATTER"), "{m} was labelled");
+    }
+}

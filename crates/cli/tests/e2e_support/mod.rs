@@ -1,0 +1,923 @@
+//! The harness shared by the end-to-end tests (`e2e_*.rs`): volumes in
+//! temporary directories, a `platter serve` fixture, external commands run
+//! with a deadline, tool look-up for skipping, and a seeded PRNG.
+//!
+//! Every external command runs with a timeout and is killed when it
+//! overruns; a failing command is reported with its command line, exit
+//! status, stdout and stderr.
+
+#![allow(dead_code)] // each test binary uses a part of the harness
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::fs;
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tempfile::TempDir;
+
+pub const KIB: u64 = 1 << 10;
+pub const MIB: u64 = 1 << 20;
+
+/// How long the server may take to print its URIs.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a clean stop may take (flush and label writes included).
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+/// The default deadline for one client command.
+pub const CMD_TIMEOUT: Duration = Duration::from_secs(120);
+
+// ---------------------------------------------------------------------------
+// Tools and privileges
+
+/// The full path of `name` found on PATH (then the sbin directories, which
+/// a non-login PATH may lack), if it is an executable file.
+pub fn find_tool(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let extra = ["/usr/local/sbin", "/usr/sbin", "/sbin"].map(PathBuf::from);
+    std::env::split_paths(&path)
+        .chain(extra)
+        .map(|d| d.join(name))
+        .find(|p| {
+            fs::metadata(p)
+                .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+                .unwrap_or(false)
+        })
+}
+
+/// Every tool in `names`, or `None` after saying which is missing and that
+/// `test` is skipped.
+pub fn tools(test: &str, names: &[&str]) -> Option<Tools> {
+    let mut found = HashMap::new();
+    for n in names {
+        match find_tool(n) {
+            Some(p) => {
+                found.insert(n.to_string(), p);
+            }
+            None => {
+                eprintln!("skipping {test}: `{n}` is not installed (not on PATH)");
+                return None;
+            }
+        }
+    }
+    Some(Tools(found))
+}
+
+/// Paths of the tools a test needs.
+pub struct Tools(HashMap<String, PathBuf>);
+
+impl Tools {
+    pub fn cmd(&self, name: &str) -> Command {
+        let p = self
+            .0
+            .get(name)
+            .unwrap_or_else(|| panic!("tool {name} was not asked for"));
+        Command::new(p)
+    }
+}
+
+/// The effective user id, from /proc (no libc in this crate's tests).
+pub fn effective_uid() -> Option<u32> {
+    let status = fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace().nth(2)?.parse().ok()
+}
+
+pub fn is_root() -> bool {
+    effective_uid() == Some(0)
+}
+
+/// Whether fio was built with its nbd engine (libnbd).
+pub fn fio_has_nbd(fio: &Tools) -> bool {
+    let out = run(fio.cmd("fio").arg("--enghelp"), Duration::from_secs(20));
+    out.status.success() && out.stdout.split_whitespace().any(|w| w == "nbd")
+}
+
+// ---------------------------------------------------------------------------
+// Running commands
+
+/// What a finished command said.
+pub struct Out {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+impl Out {
+    pub fn describe(&self, what: &str) -> String {
+        format!(
+            "{what}: {} after {:.1?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.status,
+            self.elapsed,
+            tail(&self.stdout, 12_000),
+            tail(&self.stderr, 12_000)
+        )
+    }
+}
+
+/// The last `max` bytes of `s` (on a character boundary).
+pub fn tail(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut at = s.len() - max;
+    while !s.is_char_boundary(at) {
+        at += 1;
+    }
+    &s[at..]
+}
+
+fn collect<R: Read + Send + 'static>(mut r: R) -> (Arc<Mutex<Vec<u8>>>, JoinHandle<()>) {
+    let buf = Arc::new(Mutex::new(Vec::new()));
+    let b2 = Arc::clone(&buf);
+    let h = std::thread::spawn(move || {
+        let mut chunk = [0u8; 64 * 1024];
+        loop {
+            match r.read(&mut chunk) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => b2.lock().unwrap().extend_from_slice(&chunk[..n]),
+            }
+        }
+    });
+    (buf, h)
+}
+
+fn text(buf: &Arc<Mutex<Vec<u8>>>) -> String {
+    String::from_utf8_lossy(&buf.lock().unwrap()).into_owned()
+}
+
+/// Runs `cmd` (stdin closed) and waits at most `timeout`; an overrun kills
+/// it and panics with what it printed so far.
+pub fn run(cmd: &mut Command, timeout: Duration) -> Out {
+    let line = format!("{cmd:?}");
+    let start = Instant::now();
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {line}: {e}"));
+    let (out, out_h) = collect(child.stdout.take().unwrap());
+    let (err, err_h) = collect(child.stderr.take().unwrap());
+    let deadline = start + timeout;
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait for a child") {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            // Do not join the readers: a grandchild may hold the pipes.
+            panic!(
+                "{line}: still running after {timeout:?}; killed\n--- stdout ---\n{}\n--- stderr ---\n{}",
+                tail(&text(&out), 12_000),
+                tail(&text(&err), 12_000)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let _ = out_h.join();
+    let _ = err_h.join();
+    Out {
+        status,
+        stdout: text(&out),
+        stderr: text(&err),
+        elapsed: start.elapsed(),
+    }
+}
+
+/// [`run`], asserting a zero exit.
+pub fn run_ok(cmd: &mut Command, timeout: Duration, what: &str) -> Out {
+    let line = format!("{cmd:?}");
+    let out = run(cmd, timeout);
+    assert!(
+        out.status.success(),
+        "{}",
+        out.describe(&format!("{what}: {line}"))
+    );
+    out
+}
+
+/// A long-running helper process (a load generator, nbdfuse) whose output
+/// is collected; killed on drop if still running.
+pub struct Background {
+    pub what: String,
+    child: Option<Child>,
+    out: Arc<Mutex<Vec<u8>>>,
+    err: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Background {
+    pub fn spawn(cmd: &mut Command, what: &str) -> Background {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{what}: cannot run {cmd:?}: {e}"));
+        let (out, _) = collect(child.stdout.take().unwrap());
+        let (err, _) = collect(child.stderr.take().unwrap());
+        Background {
+            what: what.to_string(),
+            child: Some(child),
+            out,
+            err,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        match &mut self.child {
+            Some(c) => c.try_wait().expect("wait for a child").is_none(),
+            None => false,
+        }
+    }
+
+    pub fn stdout(&self) -> String {
+        text(&self.out)
+    }
+
+    pub fn stderr(&self) -> String {
+        text(&self.err)
+    }
+
+    /// Waits for the exit (at most `timeout`, then kills and panics).
+    pub fn wait(&mut self, timeout: Duration) -> ExitStatus {
+        let child = self.child.as_mut().expect("not waited for yet");
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(s) = child.try_wait().expect("wait for a child") {
+                self.child = None;
+                return s;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                self.child = None;
+                panic!(
+                    "{}: still running after {timeout:?}; killed\n--- stdout ---\n{}\n--- stderr ---\n{}",
+                    self.what,
+                    tail(&self.stdout(), 8000),
+                    tail(&self.stderr(), 8000)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Kills the process now (SIGKILL) and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Sends `signal` ("TERM", "INT", "KILL") to `pid` with kill(1).
+pub fn send_signal(pid: u32, signal: &str) {
+    let out = run(
+        Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string()),
+        Duration::from_secs(10),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        out.describe(&format!("kill -{signal} {pid}"))
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Files and data
+
+/// A temporary directory under the target directory (not /tmp, often
+/// tmpfs); the name is short because a Unix socket path is limited to 107
+/// bytes.
+pub fn temp_dir() -> TempDir {
+    tempfile::Builder::new()
+        .prefix("e2e-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .expect("create a temporary directory under the target directory")
+}
+
+/// SplitMix64: a small seeded generator for test data.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (n > 0; the bias is irrelevant here).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+
+    pub fn fill(&mut self, buf: &mut [u8]) {
+        let mut chunks = buf.chunks_exact_mut(8);
+        for c in &mut chunks {
+            c.copy_from_slice(&self.next_u64().to_le_bytes());
+        }
+        let rest = chunks.into_remainder();
+        let last = self.next_u64().to_le_bytes();
+        let n = rest.len();
+        rest.copy_from_slice(&last[..n]);
+    }
+}
+
+/// FNV-1a, 64 bits: a file's fingerprint.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// Writes `len` bytes of seeded random data to `path`, except that every
+/// MiB whose index is 3 mod 7 (and 64 KiB starting 5000 bytes into each MiB
+/// that is 5 mod 11) is zeros, so clients that detect zeros send
+/// write-zeroes requests too.
+pub fn write_random_image(path: &Path, len: u64, seed: u64) {
+    let f = fs::File::create(path).expect("create an image");
+    f.set_len(len).expect("size the image");
+    let mut rng = Rng::new(seed);
+    let mut buf = vec![0u8; MIB as usize];
+    let mut at = 0u64;
+    while at < len {
+        let mib = at / MIB;
+        let n = (len - at).min(MIB) as usize;
+        if mib % 7 == 3 {
+            at += n as u64; // left as a hole: reads as zeros
+            continue;
+        }
+        rng.fill(&mut buf[..n]);
+        if mib % 11 == 5 && n > 5000 + 64 * 1024 {
+            buf[5000..5000 + 64 * 1024].fill(0);
+        }
+        f.write_all_at(&buf[..n], at).expect("write the image");
+        at += n as u64;
+    }
+    f.sync_all().ok();
+}
+
+/// A 256 MiB random image (with zero runs), made once per test binary and
+/// kept under the target directory between runs (its content depends only
+/// on the seed).
+pub fn image_256m() -> &'static Path {
+    static IMAGE: OnceLock<PathBuf> = OnceLock::new();
+    IMAGE.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        let path = dir.join("e2e-image-256M-v1.raw");
+        if fs::metadata(&path).map(|m| m.len()).ok() == Some(256 * MIB) {
+            return path;
+        }
+        let tmp = dir.join(format!("e2e-image-256M-v1.raw.{}", std::process::id()));
+        write_random_image(&tmp, 256 * MIB, 0x5eed_0256);
+        fs::rename(&tmp, &path).expect("put the image in place");
+        path
+    })
+}
+
+/// Parses a size with the CLI's units: `126s`, `64k`, `1M`, `2G`, bytes.
+pub fn parse_size(s: &str) -> u64 {
+    let (num, mult) = match s.chars().last().expect("a size") {
+        's' => (&s[..s.len() - 1], 512),
+        'k' | 'K' => (&s[..s.len() - 1], KIB),
+        'M' | 'm' => (&s[..s.len() - 1], MIB),
+        'G' | 'g' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    num.parse::<u64>().expect("a number") * mult
+}
+
+// ---------------------------------------------------------------------------
+// Volumes
+
+/// A level at a width and interleave.
+#[derive(Clone, Copy, Debug)]
+pub struct Spec {
+    pub level: &'static str,
+    pub members: usize,
+    /// raid10 only.
+    pub copies: u32,
+    pub interleave: &'static str,
+}
+
+impl Spec {
+    pub const fn new(level: &'static str, members: usize, interleave: &'static str) -> Spec {
+        Spec {
+            level,
+            members,
+            copies: 2,
+            interleave,
+        }
+    }
+
+    /// `raid5-4-126s`, `raid10-3x2-64k`.
+    pub fn label(&self) -> String {
+        if self.level == "raid10" {
+            format!(
+                "{}-{}x{}-{}",
+                self.level, self.members, self.copies, self.interleave
+            )
+        } else {
+            format!("{}-{}-{}", self.level, self.members, self.interleave)
+        }
+    }
+
+    pub fn interleave_bytes(&self) -> u64 {
+        parse_size(self.interleave)
+    }
+
+    /// Volume bytes per member byte, as (numerator, denominator).
+    fn data_ratio(&self) -> (u64, u64) {
+        let n = self.members as u64;
+        match self.level {
+            "concat" | "stripe" => (n, 1),
+            "mirror" => (1, 1),
+            "raid10" => (n, u64::from(self.copies)),
+            "raid5" => (n - 1, 1),
+            "raid6" => (n - 2, 1),
+            l => panic!("unknown level {l}"),
+        }
+    }
+
+    /// A member size (whole MiB) that gives a volume of at least `bytes`.
+    pub fn member_size_for(&self, bytes: u64) -> u64 {
+        let (num, den) = self.data_ratio();
+        let il = self.interleave_bytes();
+        let data = (bytes * den).div_ceil(num) + 2 * il;
+        (data + MIB).div_ceil(MIB) * MIB
+    }
+}
+
+/// A volume's member files in a temporary directory, and what
+/// `platter status --json` says of its shape.
+pub struct Volume {
+    pub spec: Spec,
+    pub name: String,
+    pub members: Vec<String>,
+    pub size_bytes: u64,
+    pub interleave_bytes: u64,
+    pub stripe_data_bytes: u64,
+    /// Per slot: data bytes the volume uses (concat member boundaries).
+    pub member_used_bytes: Vec<u64>,
+    pub dir: TempDir,
+}
+
+impl Volume {
+    /// Creates a volume of `spec` of at least `min_bytes` (sparse members).
+    pub fn create(spec: Spec, min_bytes: u64) -> Volume {
+        let dir = temp_dir();
+        let members: Vec<String> = (0..spec.members)
+            .map(|i| {
+                dir.path()
+                    .join(format!("m{i}"))
+                    .to_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        let name = format!("v-{}", spec.label());
+        let member_size = spec.member_size_for(min_bytes).to_string();
+        let copies = spec.copies.to_string();
+        let mut args = vec![
+            "create",
+            "--level",
+            spec.level,
+            "--interleave",
+            spec.interleave,
+            "--member-size",
+            &member_size,
+            "--name",
+            &name,
+        ];
+        if spec.level == "raid10" {
+            args.extend(["--layout", "near", "--copies", &copies]);
+        }
+        args.extend(members.iter().map(String::as_str));
+        run_ok(
+            Command::new(env!("CARGO_BIN_EXE_platter")).args(&args),
+            CMD_TIMEOUT,
+            &format!("create {}", spec.label()),
+        );
+        let mut v = Volume {
+            spec,
+            name,
+            members,
+            size_bytes: 0,
+            interleave_bytes: 0,
+            stripe_data_bytes: 0,
+            member_used_bytes: Vec::new(),
+            dir,
+        };
+        let s = v.status();
+        v.size_bytes = s["size_bytes"].as_u64().expect("size_bytes");
+        v.interleave_bytes = s["interleave_bytes"].as_u64().expect("interleave_bytes");
+        v.stripe_data_bytes = s["stripe_data_bytes"].as_u64().expect("stripe_data_bytes");
+        v.member_used_bytes = s["members"]
+            .as_array()
+            .expect("members")
+            .iter()
+            .map(|m| m["used_bytes"].as_u64().expect("used_bytes"))
+            .collect();
+        assert_eq!(
+            v.interleave_bytes,
+            spec.interleave_bytes(),
+            "{}",
+            spec.label()
+        );
+        assert!(
+            v.size_bytes >= min_bytes,
+            "{}: volume of {} bytes, wanted at least {min_bytes}",
+            spec.label(),
+            v.size_bytes
+        );
+        assert_eq!(
+            v.state(),
+            "clean",
+            "{}: a new volume is clean",
+            spec.label()
+        );
+        v
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `platter status --json` of every member.
+    pub fn status(&self) -> Value {
+        let out = run_ok(
+            Command::new(env!("CARGO_BIN_EXE_platter"))
+                .args(["status", "--json"])
+                .args(&self.members),
+            CMD_TIMEOUT,
+            &format!("status of {}", self.spec.label()),
+        );
+        serde_json::from_str(&out.stdout)
+            .unwrap_or_else(|e| panic!("status --json: {e} in\n{}", out.stdout))
+    }
+
+    /// The volume's `"state"`: clean, dirty, degraded, failed.
+    pub fn state(&self) -> String {
+        self.status()["state"]
+            .as_str()
+            .expect("state is a string")
+            .to_string()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The server
+
+/// How to run `platter serve`.
+#[derive(Clone, Debug, Default)]
+pub struct ServeOptions {
+    pub read_only: bool,
+    /// Members to leave out (by index into `Volume::members`): a degraded
+    /// assembly.
+    pub leave_out: Vec<usize>,
+    pub threads: Option<usize>,
+}
+
+/// `platter serve --socket DIR/sock MEMBER...` over a [`Volume`]; killed on
+/// drop if still running (and its log shown if the test is failing).
+pub struct Server {
+    pub volume: Volume,
+    pub options: ServeOptions,
+    socket: PathBuf,
+    uri: String,
+    child: Option<Child>,
+    log: Arc<Mutex<Vec<u8>>>,
+    stdout: Arc<Mutex<Vec<String>>>,
+    starts: u32,
+}
+
+impl Server {
+    pub fn start(volume: Volume) -> Server {
+        Server::start_with(volume, ServeOptions::default())
+    }
+
+    pub fn start_with(volume: Volume, options: ServeOptions) -> Server {
+        let socket = volume.path().join("sock");
+        let mut s = Server {
+            volume,
+            options,
+            socket,
+            uri: String::new(),
+            child: None,
+            log: Arc::new(Mutex::new(Vec::new())),
+            stdout: Arc::new(Mutex::new(Vec::new())),
+            starts: 0,
+        };
+        s.launch();
+        s
+    }
+
+    pub fn label(&self) -> String {
+        self.volume.spec.label()
+    }
+
+    /// `nbd+unix:///NAME?socket=PATH`, as the server printed it.
+    pub fn uri(&self) -> &str {
+        &self.uri
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("server running").id()
+    }
+
+    /// The server's stderr so far (its log).
+    pub fn log(&self) -> String {
+        text(&self.log)
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        match &mut self.child {
+            Some(c) => c.try_wait().expect("wait for the server").is_none(),
+            None => false,
+        }
+    }
+
+    fn launch(&mut self) {
+        assert!(self.child.is_none(), "server already running");
+        self.starts += 1;
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_platter"));
+        cmd.arg("serve").arg("--socket").arg(&self.socket);
+        if self.options.read_only {
+            cmd.arg("--read-only");
+        }
+        if let Some(t) = self.options.threads {
+            cmd.arg("--threads").arg(t.to_string());
+        }
+        for (i, m) in self.volume.members.iter().enumerate() {
+            if !self.options.leave_out.contains(&i) {
+                cmd.arg(m);
+            }
+        }
+        cmd.env("RUST_BACKTRACE", "1")
+            .env("PLATTER_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let line = format!("{cmd:?}");
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {line}: {e}"));
+        // The log of every run, one after another.
+        let log = Arc::clone(&self.log);
+        log.lock()
+            .unwrap()
+            .extend_from_slice(format!("=== start {}: {line}\n", self.starts).as_bytes());
+        let mut err = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            let mut chunk = [0u8; 16 * 1024];
+            loop {
+                match err.read(&mut chunk) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => log.lock().unwrap().extend_from_slice(&chunk[..n]),
+                }
+            }
+        });
+        let (tx, rx) = channel::<String>();
+        let out = child.stdout.take().unwrap();
+        let lines = Arc::clone(&self.stdout);
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines() {
+                let Ok(l) = l else { return };
+                lines.lock().unwrap().push(l.clone());
+                let _ = tx.send(l);
+            }
+        });
+        self.child = Some(child);
+        self.uri = self.wait_ready(&rx, &line);
+    }
+
+    /// Reads the ready banner: `serving '...`, the URIs, then `try:`.
+    fn wait_ready(&mut self, rx: &Receiver<String>, line: &str) -> String {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let mut serving = false;
+        let mut uris = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(l) if l.starts_with("serving '") => {
+                    assert!(
+                        l.starts_with(&format!("serving '{}'", self.volume.name)),
+                        "{}: banner names another volume: {l}",
+                        self.label()
+                    );
+                    serving = true;
+                }
+                Ok(l) if serving && l == "try:" => break,
+                Ok(l) if serving && l.starts_with("  ") => uris.push(l.trim().to_string()),
+                Ok(_) => {}
+                Err(RecvTimeoutError::Timeout) => {
+                    let _ = self.child.as_mut().unwrap().kill();
+                    panic!(
+                        "{}: no ready banner within {READY_TIMEOUT:?} from {line}\nstdout: {:?}\nlog:\n{}",
+                        self.label(),
+                        self.stdout.lock().unwrap(),
+                        self.log()
+                    );
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    let status = self.child.as_mut().unwrap().wait();
+                    self.child = None;
+                    panic!(
+                        "{}: server ended before it was ready ({status:?}): {line}\nstdout: {:?}\nlog:\n{}",
+                        self.label(),
+                        self.stdout.lock().unwrap(),
+                        self.log()
+                    );
+                }
+            }
+        }
+        let want = format!(
+            "nbd+unix:///{}?socket={}",
+            self.volume.name,
+            self.socket.display()
+        );
+        assert!(
+            uris.contains(&want),
+            "{}: the banner lists {uris:?}, not {want}",
+            self.label()
+        );
+        want
+    }
+
+    /// Sends `signal` and waits for the exit; asserts exit status 0, no
+    /// panic in the log, and the socket removed. Returns how long it took.
+    pub fn stop_with(&mut self, signal: &str) -> Duration {
+        let start = Instant::now();
+        send_signal(self.pid(), signal);
+        let child = self.child.as_mut().expect("server running");
+        let status = loop {
+            if let Some(s) = child.try_wait().expect("wait for the server") {
+                break s;
+            }
+            if start.elapsed() > STOP_TIMEOUT {
+                let _ = child.kill();
+                let _ = child.wait();
+                self.child = None;
+                panic!(
+                    "{}: still running {STOP_TIMEOUT:?} after SIG{signal}; killed. Log:\n{}",
+                    self.label(),
+                    tail(&self.log(), 20_000)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let took = start.elapsed();
+        self.child = None;
+        // Let the log reader catch the last lines.
+        std::thread::sleep(Duration::from_millis(50));
+        let log = self.log();
+        assert!(
+            status.success(),
+            "{}: SIG{signal} ended the server with {status}; log:\n{}",
+            self.label(),
+            tail(&log, 20_000)
+        );
+        assert!(
+            !log.contains("panicked"),
+            "{}: the server panicked; log:\n{}",
+            self.label(),
+            tail(&log, 20_000)
+        );
+        assert!(
+            !self.socket.exists(),
+            "{}: the socket {} is left behind after a clean stop",
+            self.label(),
+            self.socket.display()
+        );
+        took
+    }
+
+    /// SIGTERM, exit 0, and (unless read-only or degraded) the labels say
+    /// "clean".
+    pub fn stop(&mut self) -> Duration {
+        let took = self.stop_with("TERM");
+        if !self.options.read_only && self.options.leave_out.is_empty() {
+            assert_eq!(
+                self.volume.state(),
+                "clean",
+                "{}: state after a clean stop",
+                self.label()
+            );
+        }
+        took
+    }
+
+    /// Starts the server again on the same members (after [`stop`]).
+    pub fn start_again(&mut self) {
+        self.launch();
+        if !self.options.read_only {
+            assert_eq!(
+                self.volume.state(),
+                "dirty",
+                "{}: labels say dirty while served",
+                self.label()
+            );
+        }
+    }
+
+    /// A clean stop, then a start.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.start_again();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!(
+                "--- log of the server for {} ---\n{}",
+                self.label(),
+                tail(&self.log(), 20_000)
+            );
+        }
+    }
+}
+
+/// A client command and its arguments, for messages.
+pub fn show(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for a in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&a.to_string_lossy());
+    }
+    s
+}
+
+/// `qemu-io -f raw URI -c ...` with the given commands; asserts exit 0 and
+/// that no check failed (qemu-io prints "Pattern verification failed" and
+/// "... failed: ..." for errors, and its exit status alone is not trusted).
+pub fn qemu_io(t: &Tools, uri: &str, cmds: &[String], what: &str) -> Out {
+    let mut cmd = t.cmd("qemu-io");
+    cmd.args(["-f", "raw", uri]);
+    for c in cmds {
+        cmd.arg("-c").arg(c);
+    }
+    let out = run(&mut cmd, CMD_TIMEOUT);
+    let d = || out.describe(&format!("{what} ({} commands)", cmds.len()));
+    assert!(out.status.success(), "{}", d());
+    assert!(
+        !out.stdout.contains("Pattern verification failed"),
+        "{}",
+        d()
+    );
+    assert!(!out.stdout.contains("failed"), "{}", d());
+    assert!(!out.stderr.contains("failed"), "{}", d());
+    out
+}
+
+/// Whether `a` and `b` name the same text, ignoring trailing spaces.
+pub fn same_lines(a: &str, b: &str) -> bool {
+    a.lines()
+        .map(str::trim_end)
+        .eq(b.lines().map(str::trim_end))
+}
+
+pub fn os(s: &str) -> &OsStr {
+    OsStr::new(s)
+}

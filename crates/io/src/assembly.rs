@@ -1,0 +1,98 @@
+//! Opening a volume's devices: read each member's label, assemble the volume
+//! the labels describe, and write labels back when the volume's state changes.
+
+use crate::error::MemberError;
+use crate::member::Member;
+use crate::open::{open_member, OpenOptions};
+use platter_core::assemble::{assemble, AssembleError, Assembly, Found};
+use platter_core::label::{Label, LABEL_BYTES};
+use std::sync::Arc;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum OpenError {
+    #[error("{0}")]
+    Member(#[from] MemberError),
+    #[error("{0}")]
+    Assemble(#[from] AssembleError),
+    #[error("member {0} is named twice")]
+    NamedTwice(String),
+    #[error("member {member}: too small to hold a label ({size_bytes} bytes)")]
+    TooSmall { member: String, size_bytes: u64 },
+}
+
+/// A volume's devices, opened and assembled.
+pub struct OpenVolume {
+    pub assembly: Assembly,
+    /// Every device given, in the order given.
+    pub devices: Vec<Arc<dyn Member>>,
+}
+
+impl OpenVolume {
+    /// The devices by slot, `None` where a slot has no device.
+    pub fn members_by_slot(&self) -> Vec<Option<Arc<dyn Member>>> {
+        self.assembly
+            .slot_device
+            .iter()
+            .map(|d| d.map(|i| Arc::clone(&self.devices[i])))
+            .collect()
+    }
+}
+
+/// Opens each spec, refusing the same member named twice.
+pub fn open_all(specs: &[String], opts: OpenOptions) -> Result<Vec<Arc<dyn Member>>, OpenError> {
+    for (i, a) in specs.iter().enumerate() {
+        if specs[..i].contains(a) {
+            return Err(OpenError::NamedTwice(a.clone()));
+        }
+    }
+    specs
+        .iter()
+        .map(|s| Ok(Arc::from(open_member(s, opts)?)))
+        .collect()
+}
+
+/// The first bytes of a member, where its label lives.
+pub fn read_label_area(m: &dyn Member) -> Result<Vec<u8>, OpenError> {
+    if m.size_bytes() < LABEL_BYTES as u64 {
+        return Err(OpenError::TooSmall {
+            member: m.describe().to_string(),
+            size_bytes: m.size_bytes(),
+        });
+    }
+    let mut buf = vec![0u8; LABEL_BYTES];
+    m.read_at(0, &mut buf)?;
+    Ok(buf)
+}
+
+/// Reads every device's label and assembles the volume they describe.
+pub fn assemble_devices(devices: Vec<Arc<dyn Member>>) -> Result<OpenVolume, OpenError> {
+    let found = devices
+        .iter()
+        .map(|m| {
+            Ok(Found {
+                name: m.describe().to_string(),
+                size_bytes: m.size_bytes(),
+                label: Label::decode(&read_label_area(m.as_ref())?),
+            })
+        })
+        .collect::<Result<Vec<_>, OpenError>>()?;
+    let assembly = assemble(&found)?;
+    Ok(OpenVolume { assembly, devices })
+}
+
+/// Writes `label` (adapted to each slot) to every listed slot's device and
+/// flushes it, so the new state is durable before anything relies on it.
+pub fn write_labels(
+    members_by_slot: &[Option<Arc<dyn Member>>],
+    label: &Label,
+    slots: impl IntoIterator<Item = u32>,
+) -> Result<(), MemberError> {
+    for slot in slots {
+        if let Some(m) = &members_by_slot[slot as usize] {
+            m.write_at(0, &label.for_slot(slot).encode())?;
+            m.flush()?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,389 @@
+//! The server's life: mark the volume in use, listen, serve, and on SIGINT
+//! or SIGTERM finish what was started, flush, and mark the volume clean.
+
+use crate::conn::{self, Shared};
+use crate::engine::Engine;
+use crate::flow::Budget;
+use crate::stream::Stream;
+use crate::workers::Workers;
+use platter_core::label::{Label, SlotState, VolumeState};
+use platter_core::volume::{Health, Limits, Request, Volume};
+use platter_io::assembly::{write_labels, OpenVolume};
+use platter_nbd::consts::*;
+use platter_nbd::{ExportInfo, HandshakeConfig};
+use std::io;
+use std::net::{Shutdown, TcpListener};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use thiserror::Error;
+
+/// The largest request a client may send (NBD_INFO_BLOCK_SIZE maximum).
+pub const MAX_BLOCK_BYTES: u32 = 32 << 20;
+/// Request bytes held in memory across all connections.
+pub const BUDGET_BYTES: u64 = 256 << 20;
+/// Requests in flight across all connections.
+pub const BUDGET_REQUESTS: u64 = 1024;
+
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    pub socket: Option<PathBuf>,
+    pub listen: Option<String>,
+    pub read_only: bool,
+    /// Worker threads running requests (member I/O blocks on them).
+    pub threads: usize,
+    pub max_connections: usize,
+}
+
+#[derive(Debug, Error)]
+pub enum ServeError {
+    #[error("{0}")]
+    Refused(String),
+    #[error("{what}: {source}")]
+    Io { what: String, source: io::Error },
+    #[error("{0}")]
+    Member(#[from] platter_io::MemberError),
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> ServeError {
+    let what = what.into();
+    move |source| ServeError::Io { what, source }
+}
+
+fn now_unix_seconds() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// What the server prints once it listens, for the operator to connect.
+pub struct Ready {
+    pub export_name: String,
+    pub size_bytes: u64,
+    pub uris: Vec<String>,
+}
+
+struct Conns {
+    next: AtomicU64,
+    open: Mutex<Vec<(u64, Stream, JoinHandle<()>)>>,
+}
+
+pub fn serve(
+    volume: OpenVolume,
+    config: ServeConfig,
+    on_ready: impl FnOnce(&Ready),
+) -> Result<(), ServeError> {
+    let assembly = &volume.assembly;
+    let geometry = assembly.geometry.clone();
+    let lost = assembly
+        .health
+        .iter()
+        .filter(|h| **h != Health::Online)
+        .count() as u32;
+    let level = geometry.level();
+    if lost > geometry.redundancy() && level != platter_core::Level::Raid10 {
+        return Err(ServeError::Refused(format!(
+            "volume '{}' cannot be served: {lost} of {} members unavailable and {level} survives {}",
+            assembly.label.name,
+            geometry.members(),
+            geometry.redundancy()
+        )));
+    }
+    if lost > 0 {
+        tracing::warn!(lost, "serving degraded: {lost} member(s) unavailable");
+    }
+    if assembly.label.state == VolumeState::Dirty {
+        tracing::warn!(
+            "volume was not shut down cleanly; copies and parity of regions being written then are not verified"
+        );
+    }
+    let members = volume.members_by_slot();
+    let online: Vec<u32> = (0..geometry.members())
+        .filter(|&s| assembly.health[s as usize] == Health::Online)
+        .collect();
+
+    let mut label = assembly.label.clone();
+    if !config.read_only {
+        mark(&mut label, &assembly.health, VolumeState::Dirty);
+        write_labels(&members, &label, online.iter().copied())?;
+    }
+
+    let size_bytes = geometry.volume_size_bytes();
+    let block_min = members
+        .iter()
+        .flatten()
+        .map(|m| m.logical_block_bytes())
+        .max()
+        .unwrap_or(512)
+        .max(512);
+    let preferred =
+        (geometry.stripe_data_bytes().next_power_of_two() as u32).clamp(block_min, MAX_BLOCK_BYTES);
+    let mut flags = NBD_FLAG_HAS_FLAGS
+        | NBD_FLAG_SEND_FLUSH
+        | NBD_FLAG_SEND_FUA
+        | NBD_FLAG_CAN_MULTI_CONN
+        | NBD_FLAG_SEND_DF;
+    if config.read_only {
+        flags |= NBD_FLAG_READ_ONLY;
+    } else {
+        flags |= NBD_FLAG_SEND_TRIM | NBD_FLAG_SEND_WRITE_ZEROES | NBD_FLAG_SEND_FAST_ZERO;
+    }
+    let export = ExportInfo {
+        name: label.name.clone(),
+        description: format!(
+            "platter {} volume '{}' ({} of {} members online)",
+            level,
+            label.name,
+            online.len(),
+            geometry.members()
+        ),
+        size_bytes,
+        transmission_flags: flags,
+        block_min_bytes: block_min,
+        block_preferred_bytes: preferred,
+        block_max_bytes: MAX_BLOCK_BYTES,
+    };
+    let engine = Arc::new(Engine::new(
+        Volume::new(
+            geometry.clone(),
+            assembly.health.clone(),
+            Limits {
+                max_requests: BUDGET_REQUESTS as usize * 2,
+            },
+        ),
+        members.clone(),
+    ));
+    let workers = Workers::new(config.threads.max(1), BUDGET_REQUESTS as usize);
+    let shared = Arc::new(Shared {
+        engine: Arc::clone(&engine),
+        handshake: HandshakeConfig {
+            exports: vec![export.clone()],
+            max_options: 64,
+            max_option_bytes: 64 * 1024,
+        },
+        budget: Budget::new(BUDGET_REQUESTS, BUDGET_BYTES),
+        shutting_down: AtomicBool::new(false),
+        workers: Mutex::new(Some(workers.sender())),
+    });
+
+    // Listeners.
+    let mut listeners: Vec<Listener> = Vec::new();
+    let mut uris = Vec::new();
+    if let Some(path) = &config.socket {
+        listeners.push(Listener::Unix(bind_unix(path)?));
+        uris.push(format!(
+            "nbd+unix:///{}?socket={}",
+            export.name,
+            path.display()
+        ));
+    }
+    if let Some(addr) = &config.listen {
+        let l = TcpListener::bind(addr).map_err(io_err(format!("cannot listen on {addr}")))?;
+        let local = l.local_addr().map_err(io_err("local address"))?;
+        listeners.push(Listener::Tcp(l));
+        uris.push(format!("nbd://{local}/{}", export.name));
+    }
+    if listeners.is_empty() {
+        return Err(ServeError::Refused(
+            "nothing to listen on: give --socket or --listen".into(),
+        ));
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ])
+    .map_err(io_err("cannot handle signals"))?;
+    let signal_handle = signals.handle();
+    let stop2 = Arc::clone(&stop);
+    let signal_thread = std::thread::spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            tracing::info!(signal = sig, "shutting down");
+            stop2.store(true, Ordering::SeqCst);
+        }
+    });
+
+    let conns = Arc::new(Conns {
+        next: AtomicU64::new(0),
+        open: Mutex::new(Vec::new()),
+    });
+    let accept_threads: Vec<JoinHandle<()>> = listeners
+        .into_iter()
+        .map(|l| {
+            let (stop, shared, conns) =
+                (Arc::clone(&stop), Arc::clone(&shared), Arc::clone(&conns));
+            let max = config.max_connections;
+            std::thread::Builder::new()
+                .name("platter-accept".into())
+                .spawn(move || accept_loop(l, &stop, &shared, &conns, max))
+                .expect("spawn accept thread")
+        })
+        .collect();
+
+    on_ready(&Ready {
+        export_name: export.name.clone(),
+        size_bytes,
+        uris,
+    });
+
+    while !stop.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(100));
+        reap(&conns);
+    }
+
+    // Shutdown: new requests get ESHUTDOWN, started ones finish.
+    shared.shutting_down.store(true, Ordering::SeqCst);
+    for t in accept_threads {
+        let _ = t.join();
+    }
+    shared.budget.wait_empty();
+    engine.wait_idle();
+    let flushed = engine.run(Request::Flush);
+    let health = engine.health();
+    if !config.read_only {
+        let state = if flushed.is_ok() {
+            VolumeState::Clean
+        } else {
+            VolumeState::Dirty
+        };
+        mark(&mut label, &health, state);
+        let online = (0..geometry.members()).filter(|&s| health[s as usize] == Health::Online);
+        write_labels(&members, &label, online)?;
+    }
+    let open = std::mem::take(&mut *conns.open.lock().expect("connections lock"));
+    for (_, stream, _) in &open {
+        stream.shutdown(Shutdown::Both);
+    }
+    for (_, _, handle) in open {
+        let _ = handle.join();
+    }
+    shared.workers.lock().expect("workers lock").take();
+    drop(workers);
+    if let Some(path) = &config.socket {
+        let _ = std::fs::remove_file(path);
+    }
+    signal_handle.close();
+    let _ = signal_thread.join();
+    if let Err(e) = flushed {
+        return Err(ServeError::Refused(format!("final flush failed: {e}")));
+    }
+    tracing::info!("volume flushed and marked {}", label.state);
+    Ok(())
+}
+
+/// Updates the volume-wide state and the slot table from the members' health.
+fn mark(label: &mut Label, health: &[Health], state: VolumeState) {
+    let degraded = health.iter().any(|h| *h != Health::Online);
+    label.state = if degraded && state == VolumeState::Clean {
+        VolumeState::Degraded
+    } else {
+        state
+    };
+    for (slot, h) in health.iter().enumerate() {
+        if *h == Health::Faulty {
+            label.slots[slot].state = SlotState::Faulty;
+        }
+    }
+    label.event_counter += 1;
+    label.updated_unix_seconds = now_unix_seconds();
+}
+
+enum Listener {
+    Unix(UnixListener),
+    Tcp(TcpListener),
+}
+
+fn bind_unix(path: &PathBuf) -> Result<UnixListener, ServeError> {
+    if path.exists() {
+        // A socket nobody answers on is left over from a crash; one that
+        // answers belongs to a running server.
+        if UnixStream::connect(path).is_ok() {
+            return Err(ServeError::Refused(format!(
+                "socket {} is in use by a running server",
+                path.display()
+            )));
+        }
+        std::fs::remove_file(path).map_err(io_err(format!(
+            "cannot remove stale socket {}",
+            path.display()
+        )))?;
+    }
+    UnixListener::bind(path).map_err(io_err(format!("cannot listen on {}", path.display())))
+}
+
+fn accept_loop(
+    l: Listener,
+    stop: &AtomicBool,
+    shared: &Arc<Shared>,
+    conns: &Arc<Conns>,
+    max: usize,
+) {
+    let fd = match &l {
+        Listener::Unix(u) => u.as_raw_fd(),
+        Listener::Tcp(t) => t.as_raw_fd(),
+    };
+    while !stop.load(Ordering::SeqCst) {
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd that lives across the call.
+        let ready = unsafe { libc::poll(&mut pfd, 1, 200) };
+        if ready <= 0 {
+            continue;
+        }
+        let accepted = match &l {
+            Listener::Unix(u) => u
+                .accept()
+                .map(|(s, _)| (Stream::Unix(s), "unix".to_string())),
+            Listener::Tcp(t) => t.accept().map(|(s, a)| {
+                let _ = s.set_nodelay(true);
+                (Stream::Tcp(s), a.to_string())
+            }),
+        };
+        let (stream, peer) = match accepted {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                continue;
+            }
+        };
+        let mut open = conns.open.lock().expect("connections lock");
+        if open.len() >= max {
+            tracing::warn!(%peer, max, "too many connections; refusing");
+            stream.shutdown(Shutdown::Both);
+            continue;
+        }
+        let Ok(keep) = stream.try_clone() else {
+            continue;
+        };
+        let id = conns.next.fetch_add(1, Ordering::Relaxed);
+        let shared = Arc::clone(shared);
+        let handle = std::thread::Builder::new()
+            .name(format!("platter-conn-{id}"))
+            .spawn(move || conn::serve(stream, shared, peer))
+            .expect("spawn connection thread");
+        open.push((id, keep, handle));
+    }
+}
+
+/// Forgets connections whose threads have ended.
+fn reap(conns: &Conns) {
+    let mut open = conns.open.lock().expect("connections lock");
+    let mut i = 0;
+    while i < open.len() {
+        if open[i].2.is_finished() {
+            let (_, _, h) = open.swap_remove(i);
+            let _ = h.join();
+        } else {
+            i += 1;
+        }
+    }
+}
