@@ -120,7 +120,32 @@ pub fn run(args: CreateArgs) -> Result<()> {
         create_size_bytes: args.member_size,
         ..OpenOptions::default()
     };
-    let members = open_all(&args.members, opts)?;
+    // Files this command creates are removed again if it fails, so a
+    // refused create leaves nothing behind.
+    let created: Vec<&String> = args
+        .members
+        .iter()
+        .filter(|m| !m.contains("://") && std::fs::symlink_metadata(m).is_err())
+        .collect();
+    let result = open_all(&args.members, opts)
+        .map_err(CliError::from)
+        .and_then(|members| label_members(&args, members, parity_layout, copies));
+    if result.is_err() {
+        for path in created {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    result
+}
+
+fn label_members(
+    args: &CreateArgs,
+    members: Vec<Arc<dyn Member>>,
+    parity_layout: ParityLayout,
+    copies: u32,
+) -> Result<()> {
+    let level = args.level;
+    let n = members.len() as u32;
     for m in &members {
         refuse_labelled(m.as_ref(), args.force)?;
     }

@@ -6,6 +6,7 @@ mod support;
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 
 use serde_json::Value;
 use support::*;
@@ -548,10 +549,11 @@ fn wrong_arguments_are_refused_with_one_line() {
     assert!(err.contains("--bogus"), "{err}");
 }
 
-/// The same file under two names is one member named twice. Today create
-/// labels it twice and then refuses at assembly, after writing every label.
+/// The same file under two names is one member named twice. create used to
+/// compare only the names, so it labelled the file twice and refused only at
+/// assembly, after writing every label. Devices are now compared by identity
+/// before anything is written.
 #[test]
-#[ignore = "bug: create does not notice one file named two ways (a and ./a) before writing labels"]
 fn the_same_file_under_two_names_is_refused_before_writing() {
     let dir = temp_dir();
     let a = dir.path().join("a").to_str().unwrap().to_string();
@@ -575,4 +577,41 @@ fn the_same_file_under_two_names_is_refused_before_writing() {
         let bytes = fs::read(m).unwrap_or_default();
         assert!(!bytes.starts_with(b"PLATTER"), "{m} was labelled");
     }
+}
+
+/// A refused create used to leave behind the member files it had created
+/// before the refusal (a too-small member, a directory among the members).
+#[test]
+fn a_refused_create_leaves_no_files_behind() {
+    let dir = temp_dir();
+    let e = dir.path().join("e").to_str().unwrap().to_string();
+    let f = dir.path().join("f").to_str().unwrap().to_string();
+    let sub = dir.path().join("sub");
+    fs::create_dir(&sub).unwrap();
+    let sub = sub.to_str().unwrap().to_string();
+    let out = platter(&[
+        "create",
+        "--level",
+        "raid5",
+        "--member-size",
+        "8M",
+        &e,
+        &f,
+        &sub,
+    ]);
+    assert_refused(&out, "a directory among the members");
+    let out = platter(&[
+        "create",
+        "--level",
+        "mirror",
+        "--member-size",
+        "100k",
+        &e,
+        &f,
+    ]);
+    assert_refused(&out, "members too small");
+    assert!(
+        !Path::new(&e).exists() && !Path::new(&f).exists(),
+        "files left behind"
+    );
 }

@@ -17,6 +17,8 @@ pub enum OpenError {
     Assemble(#[from] AssembleError),
     #[error("member {0} is named twice")]
     NamedTwice(String),
+    #[error("members {0} and {1} are the same device")]
+    SameDevice(String, String),
     #[error("member {member}: too small to hold a label ({size_bytes} bytes)")]
     TooSmall { member: String, size_bytes: u64 },
 }
@@ -46,10 +48,20 @@ pub fn open_all(specs: &[String], opts: OpenOptions) -> Result<Vec<Arc<dyn Membe
             return Err(OpenError::NamedTwice(a.clone()));
         }
     }
-    specs
+    let members: Vec<Arc<dyn Member>> = specs
         .iter()
         .map(|s| Ok(Arc::from(open_member(s, opts)?)))
-        .collect()
+        .collect::<Result<_, OpenError>>()?;
+    for (i, a) in members.iter().enumerate() {
+        let Some(id) = a.identity() else { continue };
+        if let Some(b) = members[..i].iter().find(|b| b.identity() == Some(id)) {
+            return Err(OpenError::SameDevice(
+                b.describe().to_string(),
+                a.describe().to_string(),
+            ));
+        }
+    }
+    Ok(members)
 }
 
 /// The first bytes of a member, where its label lives.

@@ -299,6 +299,17 @@ impl Member for FileMember {
         self.rotational
     }
 
+    fn identity(&self) -> Option<(u64, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        let m = self.file.metadata().ok()?;
+        // A block device is its device number, whichever node names it.
+        Some(if m.file_type().is_block_device() {
+            (u64::MAX, m.rdev())
+        } else {
+            (m.dev(), m.ino())
+        })
+    }
+
     fn read_at(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), MemberError> {
         let len_bytes = buf.len() as u64;
         check_range(

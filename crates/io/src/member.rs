@@ -57,6 +57,12 @@ pub trait Member: Send + Sync {
         None
     }
 
+    /// What makes two handles the same device whatever they are called
+    /// (`a` and `./a`, `/dev/sda` and its by-id link); `None` when unknown.
+    fn identity(&self) -> Option<(u64, u64)> {
+        None
+    }
+
     /// Fills `buf` with the bytes at `offset_bytes`.
     fn read_at(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), MemberError>;
 
@@ -108,6 +114,9 @@ macro_rules! forward_member {
             }
             fn rotational(&self) -> Option<bool> {
                 (**self).rotational()
+            }
+            fn identity(&self) -> Option<(u64, u64)> {
+                (**self).identity()
             }
             fn read_at(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), MemberError> {
                 (**self).read_at(offset_bytes, buf)

@@ -283,12 +283,12 @@ impl ServerHandshake {
     pub fn feed(&mut self, input: &[u8]) -> usize {
         let mut used = 0;
         while self.state == HandshakeState::Negotiating {
-            if used == input.len() {
-                break;
-            }
             if self.buf.len() == self.need {
                 self.step();
                 continue;
+            }
+            if used == input.len() {
+                break;
             }
             let take = (self.need - self.buf.len()).min(input.len() - used);
             self.buf.extend_from_slice(&input[used..used + take]);
