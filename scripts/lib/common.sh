@@ -36,5 +36,7 @@ need_rust() {
 # Packages the build needs: ISA-L for parity (a pure-Rust fallback exists,
 # but the tests compare the two).
 BUILD_PACKAGES=(pkg-config libisal-dev)
-# Real clients the end-to-end tests drive.
-TEST_PACKAGES=(qemu-utils libnbd-bin nbdkit fio xfsprogs fuse3 nbdfuse util-linux)
+# NBD clients to use the demo volume with (nbdinfo, qemu-io, nbdfuse).
+CLIENT_PACKAGES=(libnbd-bin qemu-utils nbdfuse fuse3)
+# Everything the end-to-end tests drive.
+TEST_PACKAGES=("${CLIENT_PACKAGES[@]}" nbdkit fio xfsprogs util-linux)
