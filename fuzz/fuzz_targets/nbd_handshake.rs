@@ -13,8 +13,8 @@ use platter_nbd::consts::*;
 use platter_nbd::{ExportInfo, HandshakeConfig, HandshakeState, ServerHandshake};
 
 fn config(max_options: u32, max_option_bytes: u32) -> HandshakeConfig {
-    let export = |name: &str, description: &str, size_bytes: u64, transmission_flags: u16| {
-        ExportInfo {
+    let export =
+        |name: &str, description: &str, size_bytes: u64, transmission_flags: u16| ExportInfo {
             name: name.to_string(),
             description: description.to_string(),
             size_bytes,
@@ -22,8 +22,7 @@ fn config(max_options: u32, max_option_bytes: u32) -> HandshakeConfig {
             block_min_bytes: 512,
             block_preferred_bytes: 4096,
             block_max_bytes: 32 << 20,
-        }
-    };
+        };
     HandshakeConfig {
         exports: vec![
             export(
@@ -77,7 +76,11 @@ fuzz_target!(|data: &[u8]| {
         [a, b, rest @ ..] => ([*a, *b], rest),
         _ => ([0, 0], data),
     };
-    let max_options = 1 + u32::from(params[0] & 0x7f);
+    // Bits 0-6: the option limit, 0 meaning the default of 64.
+    let max_options = match u32::from(params[0] & 0x7f) {
+        0 => 64,
+        n => n,
+    };
     let max_option_bytes = if params[0] & 0x80 != 0 { 64 } else { 64 * 1024 };
     let cfg = config(max_options, max_option_bytes);
 

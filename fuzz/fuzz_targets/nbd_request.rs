@@ -14,8 +14,8 @@
 use libfuzzer_sys::fuzz_target;
 use platter_nbd::consts::*;
 use platter_nbd::{
-    judge, parse_request_header, Command, Session, Verdict, BASE_ALLOCATION,
-    REQUEST_HEADER_BYTES, WRITE_DISCARD_LIMIT_BYTES,
+    judge, parse_request_header, Command, Session, Verdict, BASE_ALLOCATION, REQUEST_HEADER_BYTES,
+    WRITE_DISCARD_LIMIT_BYTES,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -82,7 +82,11 @@ fuzz_target!(|data: &[u8]| {
                 Command::Flush | Command::Disconnect => unreachable!(),
             }
         }
-        Verdict::Reject { errno, discard_bytes, .. } => {
+        Verdict::Reject {
+            errno,
+            discard_bytes,
+            ..
+        } => {
             assert!([NBD_EINVAL, NBD_EPERM, NBD_ENOSPC].contains(&errno));
             if h.kind == NBD_CMD_WRITE {
                 assert_eq!(discard_bytes, len);

@@ -675,8 +675,9 @@ fn read_only_export_refuses_writes() {
     ] {
         assert_eq!(e[flag], want, "{test}: {flag}:\n{}", out.stdout);
     }
-    qemu_io(
+    qemu_io_with(
         &t,
+        &["-r"],
         s.uri(),
         &["read -P 0xd1 4096 100000".into()],
         &format!("{test}: read"),
@@ -694,8 +695,9 @@ fn read_only_export_refuses_writes() {
         "{}",
         out.describe(&format!("{test}: a write to a read-only export"))
     );
-    qemu_io(
+    qemu_io_with(
         &t,
+        &["-r"],
         s.uri(),
         &["read -P 0xd1 4096 100000".into(), "read -P 0 0 4096".into()],
         &format!("{test}: read after the refused write"),

@@ -135,7 +135,7 @@ fn chunking() -> impl Strategy<Value = Vec<usize>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(512))]
+    #![proptest_config(ProptestConfig::with_cases(2048))]
 
     #[test]
     fn any_stream_in_any_chunking_gives_one_bounded_result(
@@ -220,7 +220,7 @@ fn any_session() -> impl Strategy<Value = Session> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(4096))]
+    #![proptest_config(ProptestConfig::with_cases(8192))]
 
     #[test]
     fn any_header_gets_a_verdict_that_keeps_the_stream_in_sync(
@@ -379,7 +379,7 @@ fn export_name(exports: &[ExportInfo], target: Option<usize>) -> &str {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(512))]
+    #![proptest_config(ProptestConfig::with_cases(1024))]
 
     #[test]
     fn valid_go_sessions_reach_transmission_on_the_chosen_export(

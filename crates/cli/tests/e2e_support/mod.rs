@@ -893,8 +893,13 @@ pub fn show(cmd: &Command) -> String {
 /// that no check failed (qemu-io prints "Pattern verification failed" and
 /// "... failed: ..." for errors, and its exit status alone is not trusted).
 pub fn qemu_io(t: &Tools, uri: &str, cmds: &[String], what: &str) -> Out {
+    qemu_io_with(t, &[], uri, cmds, what)
+}
+
+/// [`qemu_io`] with extra options (`-r` for a read-only open).
+pub fn qemu_io_with(t: &Tools, opts: &[&str], uri: &str, cmds: &[String], what: &str) -> Out {
     let mut cmd = t.cmd("qemu-io");
-    cmd.args(["-f", "raw", uri]);
+    cmd.args(opts).args(["-f", "raw", uri]);
     for c in cmds {
         cmd.arg("-c").arg(c);
     }
