@@ -22,6 +22,9 @@ pub struct VolumeJson {
     stripe_data_bytes: u64,
     size_bytes: u64,
     state: String,
+    /// What the freshest label says (clean, dirty...): `state` shows
+    /// "degraded" whenever a member is lost, which would hide a crash.
+    label_state: String,
     event_counter: u64,
     members_online: u32,
     member_count: u32,
@@ -82,6 +85,7 @@ pub fn json(a: &Assembly, members: &[Arc<dyn Member>], unreadable: &[String]) ->
         stripe_data_bytes: g.stripe_data_bytes(),
         size_bytes: g.volume_size_bytes(),
         state: volume_state(a),
+        label_state: a.label.state.name().to_string(),
         event_counter: a.label.event_counter,
         members_online: a.health.iter().filter(|h| **h == Health::Online).count() as u32,
         member_count: g.members(),

@@ -60,6 +60,7 @@ fn handshake_unknown_option_is_unsupported_and_negotiation_continues() {
         .expect("GO after unknown options");
     assert_eq!(e.size, f.size);
     c.write_read(0, &pattern(1, 4096), "after unknown options");
+    drop(c);
     f.finish("unknown option");
 }
 
@@ -118,6 +119,7 @@ fn handshake_oversized_option_is_refused_or_disconnects() {
             c.write_read(0, &pattern(2, 4096), "after an oversized option");
         }
     }
+    drop(c);
     f.finish("oversized option");
 }
 
@@ -150,6 +152,7 @@ fn handshake_a_thousand_options_end_in_answers_or_a_disconnect() {
         start.elapsed()
     );
     eprintln!("server answered {answered} of 1000 NBD_OPT_LIST before closing");
+    drop(c);
     f.finish("too many options");
 }
 
@@ -169,6 +172,7 @@ fn handshake_structured_reply_with_payload_is_invalid() {
         "SEND_DF without structured replies"
     );
     c.write_read(0, &pattern(3, 8192), "after a refused STRUCTURED_REPLY");
+    drop(c);
     f.finish("structured reply with payload");
 }
 
@@ -194,6 +198,7 @@ fn handshake_meta_context_before_structured_reply_is_invalid() {
     assert_eq!(r.errno(), 0);
     assert_eq!(r.block_status.len(), 1);
     assert_eq!(r.block_status[0].0, ctx[0].0, "the context id SET gave");
+    drop(c);
     f.finish("meta context before structured reply");
 }
 
@@ -219,6 +224,7 @@ fn handshake_go_for_an_unknown_export_is_unknown() {
     assert_eq!(default.size, f.size);
     c.go(EXPORT, &[]).expect("GO after unknown exports");
     c.write_read(4096, &pattern(4, 4096), "after unknown exports");
+    drop(c);
     f.finish("unknown export");
 }
 
@@ -235,6 +241,7 @@ fn handshake_list_names_the_export() {
     assert_eq!(c.option_reply("LIST with data").kind, REP_ERR_INVALID);
     c.go(EXPORT, &[]).expect("GO after LIST");
     c.write_read(0, &pattern(5, 512), "after LIST");
+    drop(c);
     f.finish("list");
 }
 
@@ -343,6 +350,7 @@ fn handshake_export_name_enters_transmission() {
     c.client_flags(FLAG_C_FIXED_NEWSTYLE);
     c.option(OPT_EXPORT_NAME, b"nope");
     c.expect_closed("EXPORT_NAME of an unknown export");
+    drop(c);
     f.finish("export name");
 }
 
@@ -623,6 +631,7 @@ fn transmission_write_over_32_mib_disconnects() {
     let mut c = f.open(Mode::Structured);
     let big = pattern(16, MAX_PAYLOAD as usize);
     c.write_read(0, &big, "a write of exactly 32 MiB");
+    drop(c);
     f.finish("write over 32 MiB");
 }
 
@@ -730,6 +739,7 @@ fn transmission_block_status_without_a_context_is_einval() {
         EINVAL,
         "no context selected"
     );
+    drop(c);
     f.finish("block status without context");
 }
 
@@ -790,6 +800,7 @@ fn transmission_block_status_with_base_allocation_covers_the_range() {
     // BLOCK_STATUS has no payload limit: a 2 GiB hint at 0 is past the end
     // here, but 64 MiB at 0 (the whole export) was answered above.
     c.write_read(region(&f, 9), &pattern(20, 4096), "after BLOCK_STATUS");
+    drop(c);
     f.finish("block status");
 }
 
@@ -854,6 +865,7 @@ fn transmission_unaligned_requests_are_refused_or_exact() {
             Err(e) => assert_eq!(e, EINVAL, "unaligned read {roff}+{rlen}"),
         }
     }
+    drop(c);
     f.finish("unaligned");
 }
 
@@ -962,6 +974,7 @@ fn disconnect_in_the_middle_of_a_write_payload() {
         vec![0u8; 4096],
         "a torn write was written"
     );
+    drop(c);
     f.finish("close in a payload");
 }
 
@@ -997,22 +1010,31 @@ fn disconnect_with_replies_pending() {
 // Clients that stall
 // ===========================================================================
 
+/// A connection that pipelines 64 reads of 1 MiB and then never reads a
+/// reply (but stays connected): its replies fill the socket buffers.
+fn stalled_reader(f: &Fixture) -> Client {
+    let mut a = f.open(Mode::Simple);
+    for i in 0..64u64 {
+        a.request(0, CMD_READ, (i % 32) * MIB, MIB as u32, &[]);
+    }
+    thread::sleep(Duration::from_millis(300));
+    a
+}
+
+/// A connection that announces a 32 MiB write, sends 4 KiB of it and waits.
+fn stalled_writer(f: &Fixture, cookie: u64) -> Client {
+    let mut a = f.open(Mode::Simple);
+    let mut m = Client::header(REQUEST_MAGIC, 0, CMD_WRITE, cookie, 0, 32 << 20);
+    m.extend_from_slice(&[0u8; 4096]);
+    a.put(&m);
+    a
+}
+
 #[test]
 fn a_client_that_stops_reading_replies_does_not_stall_others() {
-    // Connection A pipelines reads and never reads a reply (but stays
-    // connected): its replies fill the socket. The witness must still be
-    // served meanwhile.
     let mut f = Fixture::new();
-    let mut stalled = Vec::new();
-    for _ in 0..2 {
-        let mut a = f.open(Mode::Simple);
-        for i in 0..64u64 {
-            a.request(0, CMD_READ, (i % 32) * MIB, MIB as u32, &[]);
-        }
-        stalled.push(a);
-    }
-    thread::sleep(Duration::from_millis(500));
-    f.check("while two clients do not read their replies");
+    let stalled = stalled_reader(&f);
+    f.check("while one client does not read its replies");
     let mut other = f.open(Mode::Structured);
     other.write_read(
         region(&f, 14),
@@ -1020,24 +1042,17 @@ fn a_client_that_stops_reading_replies_does_not_stall_others() {
         "a new client meanwhile",
     );
     drop(stalled);
+    drop(other);
     f.finish("stalled reader");
 }
 
 #[test]
 fn clients_stalled_in_the_middle_of_write_payloads_do_not_stall_others() {
-    // Each stalled client announces a 32 MiB write and sends only part of
-    // it, then waits. Others must still be served.
+    // Nine is enough to hold 288 MiB of announced payload.
     let mut f = Fixture::new();
-    let mut stalled = Vec::new();
-    for i in 0..12u64 {
-        let mut a = f.open(Mode::Simple);
-        let mut m = Client::header(REQUEST_MAGIC, 0, CMD_WRITE, i, 0, 32 << 20);
-        m.extend_from_slice(&[0u8; 4096]);
-        a.put(&m);
-        stalled.push(a);
-    }
+    let stalled: Vec<Client> = (0..9).map(|i| stalled_writer(&f, i)).collect();
     thread::sleep(Duration::from_millis(300));
-    f.check("while 12 clients stall in 32 MiB write payloads");
+    f.check("while 9 clients stall in 32 MiB write payloads");
     let mut other = f.open(Mode::Simple);
     other.write_read(
         region(&f, 15),
@@ -1045,7 +1060,26 @@ fn clients_stalled_in_the_middle_of_write_payloads_do_not_stall_others() {
         "a new client meanwhile",
     );
     drop(stalled);
+    drop(other);
     f.finish("stalled writers");
+}
+
+#[test]
+fn sigterm_stops_the_server_despite_a_client_that_does_not_read() {
+    let f = Fixture::new();
+    let stalled = stalled_reader(&f);
+    // Stop with the client still connected and still not reading.
+    f.stop_now();
+    drop(stalled);
+}
+
+#[test]
+fn sigterm_stops_the_server_despite_a_client_stalled_in_a_write_payload() {
+    let f = Fixture::new();
+    let stalled = stalled_writer(&f, 1);
+    thread::sleep(Duration::from_millis(200));
+    f.stop_now();
+    drop(stalled);
 }
 
 // ===========================================================================
@@ -1058,31 +1092,37 @@ fn memory_stays_bounded_under_a_storm_of_abandoned_connections() {
     let socket = f.socket();
     let baseline = f.server.rss_bytes();
     let start = Instant::now();
+    let mode = |i: u64| {
+        if i.is_multiple_of(2) {
+            Mode::Simple
+        } else {
+            Mode::Structured
+        }
+    };
     // 200 connections: a write header and part of its payload, then close.
     let workers: Vec<_> = (0..4u64)
         .map(|w| {
             let socket = socket.clone();
             thread::spawn(move || {
+                let mut refused = 0;
                 for i in 0..50u64 {
-                    let mut c = Client::open(
-                        &socket,
-                        if i % 2 == 0 {
-                            Mode::Simple
-                        } else {
-                            Mode::Structured
-                        },
-                    );
+                    let Some(mut c) = Client::try_open(&socket, mode(i)) else {
+                        refused += 1;
+                        continue;
+                    };
                     let len = (1u32 << 20) << (i % 3); // 1, 2 or 4 MiB
                     let mut m = Client::header(REQUEST_MAGIC, 0, CMD_WRITE, w * 100 + i, 0, len);
                     m.extend_from_slice(&vec![0xa5u8; (len / 2) as usize]);
                     let _ = c.send(&m);
                 }
+                refused
             })
         })
         .collect();
-    for w in workers {
-        w.join().expect("partial-write storm thread");
-    }
+    let refused_writes: u32 = workers
+        .into_iter()
+        .map(|w| w.join().expect("storm thread"))
+        .sum();
     f.check("after 200 abandoned partial writes");
     let mid = f.server.rss_bytes();
     // 50 connections: 64 × 1 MiB reads pipelined, replies never read.
@@ -1090,41 +1130,44 @@ fn memory_stays_bounded_under_a_storm_of_abandoned_connections() {
         .map(|_| {
             let socket = socket.clone();
             thread::spawn(move || {
+                let mut refused = 0;
                 for i in 0..25u64 {
-                    let mut c = Client::open(
-                        &socket,
-                        if i % 2 == 0 {
-                            Mode::Simple
-                        } else {
-                            Mode::Structured
-                        },
-                    );
+                    let Some(mut c) = Client::try_open(&socket, mode(i)) else {
+                        refused += 1;
+                        continue;
+                    };
                     let mut m = Vec::new();
                     for j in 0..64u64 {
+                        let off = (j % 48) * MIB;
                         m.extend_from_slice(&Client::header(
                             REQUEST_MAGIC,
                             0,
                             CMD_READ,
                             j,
-                            (j % 48) * MIB,
+                            off,
                             MIB as u32,
                         ));
                     }
                     let _ = c.send(&m);
                 }
+                refused
             })
         })
         .collect();
-    for w in workers {
-        w.join().expect("pipelined-read storm thread");
-    }
+    let refused_reads: u32 = workers
+        .into_iter()
+        .map(|w| w.join().expect("storm thread"))
+        .sum();
     f.check_settled("after 50 abandoned pipelines");
     let after = f.server.rss_bytes();
+    let peak = f.server.peak_rss_bytes();
     eprintln!(
-        "server RSS: baseline {} MiB, after partial writes {} MiB, after pipelines {} MiB; storm took {:?}",
+        "server RSS: baseline {} MiB, after partial writes {} MiB, after pipelines {} MiB, peak {} MiB; \
+         storm took {:?}; refused {refused_writes} + {refused_reads} connections",
         baseline >> 20,
         mid >> 20,
         after >> 20,
+        peak >> 20,
         start.elapsed()
     );
     assert!(
@@ -1138,7 +1181,70 @@ fn memory_stays_bounded_under_a_storm_of_abandoned_connections() {
         baseline >> 20,
         after >> 20
     );
+    assert_eq!(
+        (refused_writes, refused_reads),
+        (0, 0),
+        "connections refused although at most 6 were open at once"
+    );
     f.finish("storm");
+}
+
+#[test]
+fn a_burst_of_short_connections_is_not_refused() {
+    // Four clients, each opening one connection at a time and closing it
+    // once the server has acknowledged NBD_OPT_ABORT: never more than a few
+    // are open, so the connection limit (64 by default) must refuse none.
+    let f = Fixture::new();
+    let socket = f.socket();
+    let start = Instant::now();
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            let socket = socket.clone();
+            thread::spawn(move || {
+                let mut refused = 0;
+                for _ in 0..100 {
+                    let mut c = Client::connect(&socket);
+                    let mut g = [0u8; 18];
+                    match c.fill(&mut g) {
+                        Ok(()) => {
+                            // ABORT and its ACK: the server is done with it.
+                            c.client_flags(FLAG_C_FIXED_NEWSTYLE);
+                            c.option(OPT_ABORT, &[]);
+                            let _ = c.option_reply_or_close("ABORT");
+                        }
+                        Err(End::Closed { got: 0 }) => refused += 1,
+                        Err(e) => panic!("greeting: {e:?}"),
+                    }
+                }
+                refused
+            })
+        })
+        .collect();
+    let refused: u32 = workers
+        .into_iter()
+        .map(|w| w.join().expect("burst thread"))
+        .sum();
+    eprintln!(
+        "400 short connections in {:?}, {refused} refused",
+        start.elapsed()
+    );
+    assert_eq!(refused, 0, "{refused} of 400 short connections refused");
+    // A connection the server ends in the handshake is closed at once,
+    // not when the server next tidies up.
+    for _ in 0..20 {
+        let mut c = f.connect();
+        c.greeting();
+        c.client_flags(FLAG_C_FIXED_NEWSTYLE);
+        let t = Instant::now();
+        c.option(OPT_ABORT, &[]);
+        let _ = c.until_closed(1024, "ABORT");
+        assert!(
+            t.elapsed() < Duration::from_millis(50),
+            "EOF {:?} after ABORT",
+            t.elapsed()
+        );
+    }
+    f.finish("burst");
 }
 
 // ===========================================================================

@@ -3,6 +3,7 @@
 
 use std::fs::{self, File, FileType, Metadata};
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -148,6 +149,24 @@ impl FileMember {
                 MemberErrorKind::NotAMember,
                 "the path changed type while it was being opened".to_owned(),
             ));
+        }
+
+        // A regular file written by two processes at once (two servers of
+        // one volume) would lose parity and copies; the exclusive lock makes
+        // the second one fail here. Block devices have O_EXCL for the same.
+        if device == Device::RegularFile && !opts.read_only {
+            // SAFETY: flock on a descriptor this function owns.
+            let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            if locked != 0 {
+                let err = io::Error::last_os_error();
+                return Err(MemberError {
+                    source: Some(io::Error::new(
+                        err.kind(),
+                        format!("the file is in use by another process, such as a running platter serve ({err})"),
+                    )),
+                    ..open_error(err)
+                });
+            }
         }
 
         let (size_bytes, logical_block_bytes, rotational) = match device {

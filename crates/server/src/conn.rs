@@ -97,9 +97,15 @@ fn errno_of(e: &VolumeError) -> u32 {
 pub fn serve(stream: Stream, shared: Arc<Shared>, peer: String) {
     let negotiated = match handshake(&stream, &shared) {
         Ok(Some(n)) => n,
-        Ok(None) => return,
+        Ok(None) => {
+            // The accept loop holds a clone of the socket until it reaps
+            // this thread: close it now so the client sees EOF at once.
+            stream.shutdown(Shutdown::Both);
+            return;
+        }
         Err(e) => {
             tracing::debug!(%peer, error = %e, "handshake ended");
+            stream.shutdown(Shutdown::Both);
             return;
         }
     };
@@ -291,6 +297,17 @@ fn run(
     };
     conn.acquire(0);
     shared.budget.acquire(bytes);
+    // Checked again under the budget: the shutdown waits for the budget to
+    // empty, so a request either counts there or sees the flag.
+    if shared.shutting_down.load(Ordering::SeqCst) {
+        shared.budget.release(bytes);
+        conn.release(0);
+        if let Command::Write { .. } = cmd {
+            discard(s, len)?;
+        }
+        writer.error(cookie, NBD_ESHUTDOWN, "server is shutting down");
+        return Ok(true);
+    }
     let (req, then_flush) = match cmd {
         Command::Read => (
             Request::Read {

@@ -108,10 +108,6 @@ pub fn serve(
         .collect();
 
     let mut label = assembly.label.clone();
-    if !config.read_only {
-        mark(&mut label, &assembly.health, VolumeState::Dirty);
-        write_labels(&members, &label, online.iter().copied())?;
-    }
 
     let size_bytes = geometry.volume_size_bytes();
     let block_min = members
@@ -209,6 +205,13 @@ pub fn serve(
         }
     });
 
+    // Marked in use only now that nothing can fail before serving: a
+    // refused socket or a busy TCP port must not leave the volume "dirty".
+    if !config.read_only {
+        mark(&mut label, &assembly.health, VolumeState::Dirty);
+        write_labels(&members, &label, online.iter().copied())?;
+    }
+
     let conns = Arc::new(Conns {
         next: AtomicU64::new(0),
         open: Mutex::new(Vec::new()),
@@ -300,7 +303,15 @@ enum Listener {
 }
 
 fn bind_unix(path: &PathBuf) -> Result<UnixListener, ServeError> {
-    if path.exists() {
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        // Only a socket is ever replaced: anything else at PATH (a typo
+        // naming a member file, say) is the user's, not a stale socket.
+        if !std::os::unix::fs::FileTypeExt::is_socket(&meta.file_type()) {
+            return Err(ServeError::Refused(format!(
+                "{} exists and is not a socket; not replacing it",
+                path.display()
+            )));
+        }
         // A socket nobody answers on is left over from a crash; one that
         // answers belongs to a running server.
         if UnixStream::connect(path).is_ok() {
@@ -355,6 +366,9 @@ fn accept_loop(
                 continue;
             }
         };
+        // Connections that ended since the main loop last reaped must not
+        // count against the limit.
+        reap(conns);
         let mut open = conns.open.lock().expect("connections lock");
         if open.len() >= max {
             tracing::warn!(%peer, max, "too many connections; refusing");

@@ -9,7 +9,6 @@
 #![allow(dead_code)] // each test binary uses a part of the harness
 
 use std::collections::HashMap;
-use std::ffi::OsStr;
 use std::fs;
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::{FileExt, PermissionsExt};
@@ -156,6 +155,12 @@ fn text(buf: &Arc<Mutex<Vec<u8>>>) -> String {
 /// Runs `cmd` (stdin closed) and waits at most `timeout`; an overrun kills
 /// it and panics with what it printed so far.
 pub fn run(cmd: &mut Command, timeout: Duration) -> Out {
+    try_run(cmd, timeout).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`run`] that reports an overrun (or a failure to start) as an error
+/// instead of panicking: for clean-up in `Drop`.
+pub fn try_run(cmd: &mut Command, timeout: Duration) -> Result<Out, String> {
     let line = format!("{cmd:?}");
     let start = Instant::now();
     let mut child = cmd
@@ -163,34 +168,36 @@ pub fn run(cmd: &mut Command, timeout: Duration) -> Out {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {line}: {e}"));
+        .map_err(|e| format!("cannot run {line}: {e}"))?;
     let (out, out_h) = collect(child.stdout.take().unwrap());
     let (err, err_h) = collect(child.stderr.take().unwrap());
     let deadline = start + timeout;
     let status = loop {
-        if let Some(s) = child.try_wait().expect("wait for a child") {
-            break s;
+        match child.try_wait() {
+            Ok(Some(s)) => break s,
+            Ok(None) => {}
+            Err(e) => return Err(format!("{line}: wait: {e}")),
         }
         if Instant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
             // Do not join the readers: a grandchild may hold the pipes.
-            panic!(
+            return Err(format!(
                 "{line}: still running after {timeout:?}; killed\n--- stdout ---\n{}\n--- stderr ---\n{}",
                 tail(&text(&out), 12_000),
                 tail(&text(&err), 12_000)
-            );
+            ));
         }
         std::thread::sleep(Duration::from_millis(10));
     };
     let _ = out_h.join();
     let _ = err_h.join();
-    Out {
+    Ok(Out {
         status,
         stdout: text(&out),
         stderr: text(&err),
         elapsed: start.elapsed(),
-    }
+    })
 }
 
 /// [`run`], asserting a zero exit.
@@ -292,8 +299,16 @@ impl Drop for Background {
 
 /// Sends `signal` ("TERM", "INT", "KILL") to `pid` with kill(1).
 pub fn send_signal(pid: u32, signal: &str) {
+    let kill = find_tool("kill")
+        .or_else(|| {
+            ["/bin/kill", "/usr/bin/kill"]
+                .map(PathBuf::from)
+                .into_iter()
+                .find(|p| p.exists())
+        })
+        .expect("kill(1) to send signals");
     let out = run(
-        Command::new("kill")
+        Command::new(kill)
             .arg(format!("-{signal}"))
             .arg(pid.to_string()),
         Duration::from_secs(10),
@@ -574,6 +589,15 @@ impl Volume {
         self.dir.path()
     }
 
+    /// Bytes the member files have allocated (they start sparse).
+    pub fn allocated_bytes(&self) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        self.members
+            .iter()
+            .map(|m| fs::metadata(m).expect("a member").blocks() * 512)
+            .sum()
+    }
+
     /// `platter status --json` of every member.
     pub fn status(&self) -> Value {
         let out = run_ok(
@@ -607,6 +631,8 @@ pub struct ServeOptions {
     /// assembly.
     pub leave_out: Vec<usize>,
     pub threads: Option<usize>,
+    /// `--listen HOST:PORT` as well as the socket.
+    pub listen: Option<String>,
 }
 
 /// `platter serve --socket DIR/sock MEMBER...` over a [`Volume`]; killed on
@@ -616,6 +642,7 @@ pub struct Server {
     pub options: ServeOptions,
     socket: PathBuf,
     uri: String,
+    uris: Vec<String>,
     child: Option<Child>,
     log: Arc<Mutex<Vec<u8>>>,
     stdout: Arc<Mutex<Vec<String>>>,
@@ -634,6 +661,7 @@ impl Server {
             options,
             socket,
             uri: String::new(),
+            uris: Vec::new(),
             child: None,
             log: Arc::new(Mutex::new(Vec::new())),
             stdout: Arc::new(Mutex::new(Vec::new())),
@@ -650,6 +678,11 @@ impl Server {
     /// `nbd+unix:///NAME?socket=PATH`, as the server printed it.
     pub fn uri(&self) -> &str {
         &self.uri
+    }
+
+    /// Every URI the banner listed (the Unix socket's first).
+    pub fn uris(&self) -> &[String] {
+        &self.uris
     }
 
     pub fn socket(&self) -> &Path {
@@ -679,6 +712,9 @@ impl Server {
         cmd.arg("serve").arg("--socket").arg(&self.socket);
         if self.options.read_only {
             cmd.arg("--read-only");
+        }
+        if let Some(l) = &self.options.listen {
+            cmd.arg("--listen").arg(l);
         }
         if let Some(t) = self.options.threads {
             cmd.arg("--threads").arg(t.to_string());
@@ -724,11 +760,11 @@ impl Server {
             }
         });
         self.child = Some(child);
-        self.uri = self.wait_ready(&rx, &line);
+        (self.uri, self.uris) = self.wait_ready(&rx, &line);
     }
 
     /// Reads the ready banner: `serving '...`, the URIs, then `try:`.
-    fn wait_ready(&mut self, rx: &Receiver<String>, line: &str) -> String {
+    fn wait_ready(&mut self, rx: &Receiver<String>, line: &str) -> (String, Vec<String>) {
         let deadline = Instant::now() + READY_TIMEOUT;
         let mut serving = false;
         let mut uris = Vec::new();
@@ -777,7 +813,7 @@ impl Server {
             "{}: the banner lists {uris:?}, not {want}",
             self.label()
         );
-        want
+        (want, uris)
     }
 
     /// Sends `signal` and waits for the exit; asserts exit status 0, no
@@ -820,12 +856,26 @@ impl Server {
             tail(&log, 20_000)
         );
         assert!(
+            !log.lines().any(|l| l.contains(" ERROR ")),
+            "{}: the server logged errors:\n{}",
+            self.label(),
+            tail(&log, 20_000)
+        );
+        assert!(
             !self.socket.exists(),
             "{}: the socket {} is left behind after a clean stop",
             self.label(),
             self.socket.display()
         );
         took
+    }
+
+    /// SIGKILL: a crash. The socket and "dirty" labels stay behind.
+    pub fn crash(&mut self) {
+        let mut child = self.child.take().expect("server running");
+        send_signal(child.id(), "KILL");
+        let status = child.wait().expect("wait for the server");
+        assert!(!status.success(), "{}: SIGKILL gave {status}", self.label());
     }
 
     /// SIGTERM, exit 0, and (unless read-only or degraded) the labels say
@@ -846,7 +896,8 @@ impl Server {
     /// Starts the server again on the same members (after [`stop`]).
     pub fn start_again(&mut self) {
         self.launch();
-        if !self.options.read_only {
+        // (With members left out, status says "degraded" whatever the label.)
+        if !self.options.read_only && self.options.leave_out.is_empty() {
             assert_eq!(
                 self.volume.state(),
                 "dirty",
@@ -877,16 +928,6 @@ impl Drop for Server {
             );
         }
     }
-}
-
-/// A client command and its arguments, for messages.
-pub fn show(cmd: &Command) -> String {
-    let mut s = cmd.get_program().to_string_lossy().into_owned();
-    for a in cmd.get_args() {
-        s.push(' ');
-        s.push_str(&a.to_string_lossy());
-    }
-    s
 }
 
 /// `qemu-io -f raw URI -c ...` with the given commands; asserts exit 0 and
@@ -921,8 +962,4 @@ pub fn same_lines(a: &str, b: &str) -> bool {
     a.lines()
         .map(str::trim_end)
         .eq(b.lines().map(str::trim_end))
-}
-
-pub fn os(s: &str) -> &OsStr {
-    OsStr::new(s)
 }

@@ -257,8 +257,22 @@ impl Client {
     /// Connects and negotiates `mode`, then `NBD_OPT_GO` with every
     /// information request; panics unless transmission starts.
     pub fn open(path: &Path, mode: Mode) -> Client {
+        Client::try_open(path, mode).unwrap_or_else(|| {
+            panic!("the server closed the connection instead of greeting (refused?)")
+        })
+    }
+
+    /// [`Client::open`], but `None` if the server closes the connection
+    /// before its greeting (it refused the connection).
+    pub fn try_open(path: &Path, mode: Mode) -> Option<Client> {
         let mut c = Client::connect(path);
-        let hflags = c.greeting();
+        let mut g = [0u8; 18];
+        match c.fill(&mut g) {
+            Ok(()) => {}
+            Err(End::Closed { got: 0 }) => return None,
+            Err(e) => panic!("greeting: {e:?}"),
+        }
+        let hflags = Client::check_greeting(&g);
         assert_ne!(
             hflags & FLAG_FIXED_NEWSTYLE,
             0,
@@ -278,7 +292,7 @@ impl Client {
         let infos = [INFO_EXPORT, INFO_NAME, INFO_DESCRIPTION, INFO_BLOCK_SIZE];
         c.go(EXPORT, &infos)
             .unwrap_or_else(|e| panic!("NBD_OPT_GO refused: {e:#x}"));
-        c
+        Some(c)
     }
 
     // --- bytes -------------------------------------------------------------
@@ -379,7 +393,11 @@ impl Client {
     /// Reads `NBDMAGIC`, `IHAVEOPT` and the handshake flags.
     pub fn greeting(&mut self) -> u16 {
         let g = self.take(18, "greeting");
-        assert_eq!(be64(&g), NBDMAGIC, "greeting: NBDMAGIC");
+        Client::check_greeting(&g)
+    }
+
+    fn check_greeting(g: &[u8]) -> u16 {
+        assert_eq!(be64(g), NBDMAGIC, "greeting: NBDMAGIC");
         assert_eq!(
             be64(&g[8..]),
             IHAVEOPT,
@@ -706,7 +724,10 @@ impl Client {
                         }
                         REPLY_TYPE_BLOCK_STATUS => {
                             assert_eq!(p.kind, CMD_BLOCK_STATUS, "status chunk for {}", p.kind);
-                            assert!(len >= 12 && (len - 4) % 8 == 0, "BLOCK_STATUS length {len}");
+                            assert!(
+                                len >= 12 && (len - 4).is_multiple_of(8),
+                                "BLOCK_STATUS length {len}"
+                            );
                             let ctx = be32(&payload);
                             let ext = payload[4..]
                                 .chunks(8)
@@ -845,6 +866,7 @@ impl Server {
             .args(extra)
             .args(members);
         cmd.env("PLATTER_LOG", "info")
+            .env("NO_COLOR", "1")
             .env("RUST_BACKTRACE", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -906,21 +928,35 @@ impl Server {
 
     /// Resident memory of the server process, in bytes.
     pub fn rss_bytes(&self) -> u64 {
+        self.proc_status_bytes("VmRSS:")
+    }
+
+    /// The most resident memory the server process has had, in bytes.
+    pub fn peak_rss_bytes(&self) -> u64 {
+        self.proc_status_bytes("VmHWM:")
+    }
+
+    fn proc_status_bytes(&self, key: &str) -> u64 {
         let s = fs::read_to_string(format!("/proc/{}/status", self.pid)).expect("/proc status");
         let line = s
             .lines()
-            .find(|l| l.starts_with("VmRSS:"))
-            .expect("VmRSS line");
+            .find(|l| l.starts_with(key))
+            .unwrap_or_else(|| panic!("{key} line"));
         let kb: u64 = line
             .split_whitespace()
             .nth(1)
             .and_then(|v| v.parse().ok())
-            .expect("VmRSS value");
+            .unwrap_or_else(|| panic!("{key} value"));
         kb * 1024
     }
 
     /// SIGTERM; asserts a clean exit (status 0, no panic) within 30 s.
-    pub fn stop(mut self) {
+    pub fn stop(self) {
+        self.stop_within(Duration::from_secs(30));
+    }
+
+    /// SIGTERM; asserts a clean exit (status 0, no panic) within `limit`.
+    pub fn stop_within(mut self, limit: Duration) {
         let mut child = self.child.take().unwrap();
         let killed = Command::new("kill")
             .args(["-TERM", &self.pid.to_string()])
@@ -932,11 +968,11 @@ impl Server {
             if let Some(s) = child.try_wait().expect("try_wait") {
                 break s;
             }
-            if start.elapsed() > Duration::from_secs(30) {
+            if start.elapsed() > limit {
                 let _ = child.kill();
                 let _ = child.wait();
                 panic!(
-                    "server did not stop within 30 s of SIGTERM; log:\n{}",
+                    "server did not stop within {limit:?} of SIGTERM; log:\n{}",
                     self.log_text()
                 );
             }
@@ -1089,6 +1125,16 @@ impl Fixture {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// SIGTERM now, whatever other clients are doing: a clean exit within
+    /// 15 s.
+    pub fn stop_now(self) {
+        let Fixture {
+            server, witness, ..
+        } = self;
+        server.stop_within(Duration::from_secs(15));
+        drop(witness);
     }
 
     /// Checks once more and stops the server cleanly.

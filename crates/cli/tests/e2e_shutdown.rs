@@ -1,0 +1,455 @@
+//! Stopping `platter serve` under a running write load (issue #3, item 6).
+//!
+//! Data written and flushed before the signal is written with qemu-io;
+//! then fio (nbd engine, two connections) and a loop of qemu-io bursts of
+//! asynchronous writes hammer the rest of the volume; then SIGTERM (or
+//! SIGINT). The server must exit 0 within a few seconds with the labels
+//! "clean"; after a restart the flushed data reads back; and "clean" must
+//! be true: serving the volume read-only with one member left out (and for
+//! RAID-6 every pair), every byte reconstructed from parity equals what the
+//! whole volume reads.
+
+mod e2e_support;
+
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use e2e_support::*;
+
+/// A clean stop under load must take no longer than this.
+const STOP_WITHIN: Duration = Duration::from_secs(10);
+
+/// The flushed patterns: (offset, length, byte), all below 16 MiB.
+const FLUSHED: [(u64, u64, u8); 5] = [
+    (0, 8 * MIB, 0xa1),
+    (8 * MIB + 1234, 3 * MIB, 0xa2),
+    (12 * MIB - 777, 200_000, 0xa3),
+    (13 * MIB + 4096, 65_536, 0xa4),
+    (15 * MIB + 100, 900_000, 0xa5),
+];
+/// qemu-io bursts write in [16 MiB, 24 MiB); fio above 24 MiB.
+const BURST_AT: u64 = 16 * MIB;
+const FIO_AT: u64 = 24 * MIB;
+
+#[test]
+fn sigterm_under_write_load_raid5_stops_clean_and_keeps_flushed_data() {
+    shutdown_under_load(
+        "sigterm_under_write_load_raid5_stops_clean_and_keeps_flushed_data",
+        Spec::new("raid5", 4, "64k"),
+        "TERM",
+    );
+}
+
+#[test]
+fn sigint_under_write_load_raid6_stops_clean_and_keeps_flushed_data() {
+    shutdown_under_load(
+        "sigint_under_write_load_raid6_stops_clean_and_keeps_flushed_data",
+        Spec::new("raid6", 5, "126s"),
+        "INT",
+    );
+}
+
+/// qemu-io processes, one after another, each a burst of 128 asynchronous
+/// writes in [BURST_AT, FIO_AT), until told to stop or the server goes.
+struct Bursts {
+    stop: Arc<AtomicBool>,
+    done: Arc<AtomicU32>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Bursts {
+    fn start(qemu_io: std::path::PathBuf, uri: String) -> Bursts {
+        let stop = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(AtomicU32::new(0));
+        let (stop2, done2) = (Arc::clone(&stop), Arc::clone(&done));
+        let handle = std::thread::spawn(move || {
+            let mut rng = Rng::new(7);
+            while !stop2.load(Ordering::SeqCst) {
+                let mut cmd = Command::new(&qemu_io);
+                cmd.args(["-f", "raw", &uri]);
+                for _ in 0..128 {
+                    let len = 512 + rng.below(200_000);
+                    let off = BURST_AT + rng.below(FIO_AT - BURST_AT - len);
+                    let flags = if rng.below(4) == 0 { "-f " } else { "" };
+                    cmd.arg("-c").arg(format!(
+                        "aio_write {flags}-P 0x{:02x} {off} {len}",
+                        rng.below(256)
+                    ));
+                }
+                cmd.args(["-c", "aio_flush"]);
+                match try_run(&mut cmd, Duration::from_secs(60)) {
+                    Ok(out) if out.status.success() => {
+                        done2.fetch_add(1, Ordering::SeqCst);
+                    }
+                    // The server stopped under it: the end of the load.
+                    _ => return,
+                }
+            }
+        });
+        Bursts {
+            stop,
+            done,
+            handle: Some(handle),
+        }
+    }
+
+    /// Stops the loop and says how many bursts completed.
+    fn finish(&mut self) -> u32 {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+        self.done.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Bursts {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+fn shutdown_under_load(test: &str, spec: Spec, signal: &str) {
+    let Some(t) = tools(test, &["qemu-io", "qemu-img", "fio"]) else {
+        return;
+    };
+    if !fio_has_nbd(&t) {
+        eprintln!("skipping {test}: fio has no nbd engine (`fio --enghelp`)");
+        return;
+    }
+    let mut s = Server::start(Volume::create(spec, 96 * MIB));
+    let size = s.volume.size_bytes;
+    let uri = s.uri().to_string();
+
+    // 1. Data written and flushed before the signal.
+    let mut cmds: Vec<String> = FLUSHED
+        .iter()
+        .map(|(off, len, b)| format!("write -P 0x{b:02x} {off} {len}"))
+        .collect();
+    cmds.push("flush".into());
+    qemu_io(&t, &uri, &cmds, &format!("{test}: flushed patterns"));
+    let checks: Vec<String> = FLUSHED
+        .iter()
+        .map(|(off, len, b)| format!("read -P 0x{b:02x} {off} {len}"))
+        .collect();
+    qemu_io(&t, &uri, &checks, &format!("{test}: flushed patterns read"));
+
+    // 2. The load: fio on two connections, and qemu-io bursts.
+    let fio_len = (size - FIO_AT) / (256 * KIB) * (256 * KIB);
+    let mut fio = Background::spawn(
+        t.cmd("fio")
+            .args([
+                "--name=load",
+                "--ioengine=nbd",
+                "--rw=randwrite",
+                "--bsrange=4k-256k",
+                "--iodepth=16",
+                "--numjobs=2",
+                "--time_based",
+                "--runtime=60",
+                "--group_reporting",
+            ])
+            .arg(format!("--uri={uri}"))
+            .arg(format!("--offset={FIO_AT}"))
+            .arg(format!("--size={fio_len}")),
+        "fio load",
+    );
+    let mut bursts = Bursts::start(
+        find_tool("qemu-io").expect("qemu-io was found"),
+        uri.clone(),
+    );
+    // Until fio reports its connections (or has had 3 s to make them; its
+    // output may be buffered) and a burst has completed.
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(20);
+    while (fio.stdout().matches("connected to NBD server").count() < 2
+        && started.elapsed() < Duration::from_secs(3))
+        || bursts.done.load(Ordering::SeqCst) < 1
+    {
+        assert!(
+            fio.is_running(),
+            "{test}: fio ended before the signal:\n{}\n{}",
+            fio.stdout(),
+            fio.stderr()
+        );
+        assert!(
+            Instant::now() < deadline,
+            "{test}: the load did not start within 20 s:\n{}\n{}",
+            fio.stdout(),
+            fio.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        fio.is_running(),
+        "{test}: fio is still writing at the signal"
+    );
+
+    // 3. The signal.
+    let took = s.stop_with(signal);
+    eprintln!("{test}: SIG{signal} under load: server exited 0 after {took:.2?}");
+    assert!(
+        took < STOP_WITHIN,
+        "{test}: SIG{signal} under load took {took:?} (more than {STOP_WITHIN:?})"
+    );
+    let status = fio.wait(Duration::from_secs(30));
+    let n = bursts.finish();
+    eprintln!("{test}: fio ended with {status}; {n} qemu-io bursts completed");
+    assert_eq!(
+        s.volume.state(),
+        "clean",
+        "{test}: labels after SIG{signal}"
+    );
+
+    // 4. Restarted, the flushed data reads back; the volume as a whole is
+    // kept for the parity check.
+    s.start_again();
+    qemu_io(
+        &t,
+        s.uri(),
+        &checks,
+        &format!("{test}: flushed patterns after restart"),
+    );
+    let whole = s.volume.path().join("whole.raw");
+    run_ok(
+        t.cmd("qemu-img")
+            .args(["convert", "-f", "raw", "-O", "raw"])
+            .arg(s.uri())
+            .arg(&whole),
+        CMD_TIMEOUT,
+        &format!("{test}: read the whole volume"),
+    );
+    s.stop();
+
+    // 5. "clean" is true: each degraded assembly reads the same bytes.
+    let n = spec.members;
+    let mut leave_outs: Vec<Vec<usize>> = (0..n).map(|k| vec![k]).collect();
+    if spec.level == "raid6" {
+        for a in 0..n {
+            for b in a + 1..n {
+                leave_outs.push(vec![a, b]);
+            }
+        }
+    }
+    for leave_out in leave_outs {
+        s.options = ServeOptions {
+            read_only: true,
+            leave_out: leave_out.clone(),
+            ..ServeOptions::default()
+        };
+        s.start_again();
+        let out = run_ok(
+            t.cmd("qemu-img")
+                .args(["compare", "-f", "raw", "-F", "raw"])
+                .arg(&whole)
+                .arg(s.uri()),
+            CMD_TIMEOUT,
+            &format!("{test}: parity after SIG{signal}: members {leave_out:?} left out"),
+        );
+        assert!(
+            out.stdout.contains("Images are identical"),
+            "{}",
+            out.stdout
+        );
+        s.stop();
+    }
+    assert_eq!(
+        s.volume.state(),
+        "clean",
+        "{test}: read-only degraded serving leaves the labels alone"
+    );
+}
+
+/// An idle client (connected, between requests) and a client stuck in the
+/// handshake do not hold the server up: SIGTERM ends it promptly, exit 0,
+/// labels clean, and a write the idle client had acknowledged (never
+/// flushed by the client) is kept by the server's final flush.
+#[test]
+fn sigterm_with_idle_and_half_open_clients_exits_promptly() {
+    let test = "sigterm_with_idle_and_half_open_clients_exits_promptly";
+    let Some(t) = tools(test, &["qemu-io"]) else {
+        return;
+    };
+    let mut s = Server::start(Volume::create(Spec::new("raid5", 4, "126s"), 16 * MIB));
+    let mut idle = Background::spawn(
+        t.cmd("qemu-io").args([
+            "-f",
+            "raw",
+            s.uri(),
+            "-c",
+            "write -P 0x42 1000 65536",
+            "-c",
+            "sleep 60000",
+        ]),
+        "idle qemu-io",
+    );
+    // Greeted, never answering: the server waits in the handshake.
+    let half_open = std::os::unix::net::UnixStream::connect(s.socket()).expect("connect");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(idle.is_running(), "{test}: qemu-io is idle, connected");
+    let took = s.stop_with("TERM");
+    eprintln!("{test}: exited 0 after {took:.2?}");
+    assert!(
+        took < Duration::from_secs(5),
+        "{test}: SIGTERM with idle clients took {took:?}"
+    );
+    assert_eq!(s.volume.state(), "clean", "{test}: labels");
+    idle.kill();
+    drop(half_open);
+    s.start_again();
+    qemu_io(
+        &t,
+        s.uri(),
+        &["read -P 0x42 1000 65536".into()],
+        &format!("{test}: the idle client's write after a restart"),
+    );
+    s.stop();
+}
+
+/// `platter serve` with MEMBER... as given to `volume`, on `socket`; for
+/// runs that must be refused.
+fn serve_refused(volume: &Volume, socket: &std::path::Path, what: &str) -> Out {
+    let out = run(
+        Command::new(env!("CARGO_BIN_EXE_platter"))
+            .arg("serve")
+            .arg("--socket")
+            .arg(socket)
+            .args(&volume.members),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", out.describe(what));
+    assert!(out.stdout.is_empty(), "{}", out.describe(what));
+    assert!(
+        out.stderr.contains("platter: error: ") && !out.stderr.contains("panicked"),
+        "{}",
+        out.describe(what)
+    );
+    out
+}
+
+/// Something at the socket path that is not a socket (a mistyped member
+/// file, say) is neither removed nor replaced, and the refused run leaves
+/// the labels as they were.
+#[test]
+fn serve_refuses_a_socket_path_that_is_not_a_socket() {
+    let test = "serve_refuses_a_socket_path_that_is_not_a_socket";
+    let volume = Volume::create(Spec::new("raid5", 4, "64k"), 8 * MIB);
+    let events = volume.status()["event_counter"].as_u64();
+    let path = volume.path().join("precious.txt");
+    std::fs::write(&path, "not a socket\n").unwrap();
+    let out = serve_refused(&volume, &path, test);
+    assert!(
+        out.stderr.contains("not a socket"),
+        "{}",
+        out.describe(test)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&path).ok().as_deref(),
+        Some("not a socket\n"),
+        "{test}: the file at the socket path is untouched"
+    );
+    // The very common slip: a member named as the socket.
+    let out = serve_refused(&volume, std::path::Path::new(&volume.members[0]), test);
+    assert!(
+        out.stderr.contains("not a socket"),
+        "{}",
+        out.describe(test)
+    );
+    let s = volume.status();
+    assert_eq!(s["state"], "clean", "{test}: labels after refused runs");
+    assert_eq!(
+        s["event_counter"].as_u64(),
+        events,
+        "{test}: labels untouched"
+    );
+    assert_eq!(
+        s["members_online"].as_u64(),
+        Some(4),
+        "{test}: members intact"
+    );
+}
+
+/// A socket a running server answers on is refused to a second server
+/// (which leaves the labels alone); after a crash (SIGKILL) the stale socket
+/// is replaced, the volume is "dirty" until the next clean stop, and data
+/// flushed before the crash reads back.
+#[test]
+fn a_live_socket_is_refused_and_a_stale_one_replaced_after_a_crash() {
+    let test = "a_live_socket_is_refused_and_a_stale_one_replaced_after_a_crash";
+    let Some(t) = tools(test, &["qemu-io"]) else {
+        return;
+    };
+    let mut s = Server::start(Volume::create(Spec::new("raid6", 5, "126s"), 16 * MIB));
+    qemu_io(
+        &t,
+        s.uri(),
+        &["write -P 0x5e 4000 300000".into(), "flush".into()],
+        &format!("{test}: write and flush"),
+    );
+    let events = s.volume.status()["event_counter"].as_u64();
+    let out = serve_refused(&s.volume, s.socket(), test);
+    assert!(out.stderr.contains("in use"), "{}", out.describe(test));
+    assert_eq!(
+        s.volume.status()["event_counter"].as_u64(),
+        events,
+        "{test}: the refused server left the labels alone"
+    );
+    qemu_io(
+        &t,
+        s.uri(),
+        &["read -P 0x5e 4000 300000".into()],
+        &format!("{test}: the first server still serves"),
+    );
+
+    s.crash();
+    assert!(s.socket().exists(), "{test}: a crash leaves the socket");
+    assert_eq!(s.volume.state(), "dirty", "{test}: labels after a crash");
+    s.start_again();
+    assert!(
+        s.log().contains("not shut down cleanly"),
+        "{test}: the restart warns of the crash:\n{}",
+        s.log()
+    );
+    qemu_io(
+        &t,
+        s.uri(),
+        &["read -P 0x5e 4000 300000".into()],
+        &format!("{test}: flushed data after a crash"),
+    );
+    s.stop();
+}
+
+/// Two servers must never drive the same members: each keeps its own
+/// stripe locks and parity, so concurrent writers through both corrupt
+/// parity. A second `platter serve` of members in use (on another socket)
+/// must be refused.
+#[test]
+fn a_second_server_of_the_same_members_is_refused() {
+    let test = "a_second_server_of_the_same_members_is_refused";
+    let mut s = Server::start(Volume::create(Spec::new("raid5", 4, "64k"), 8 * MIB));
+    let other = s.volume.path().join("other.sock");
+    let mut second = Background::spawn(
+        Command::new(env!("CARGO_BIN_EXE_platter"))
+            .arg("serve")
+            .arg("--socket")
+            .arg(&other)
+            .args(&s.volume.members),
+        "a second server",
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while second.is_running() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let serving = second.is_running();
+    second.kill();
+    assert!(
+        !serving,
+        "{test}: a second server serves members in use:\n{}",
+        second.stdout()
+    );
+    s.stop();
+}
