@@ -491,8 +491,8 @@ fn transmission_requests_past_the_end_are_refused_and_stay_in_sync() {
             // The refused write's payload was consumed: the stream is in sync.
             c.write_read(region(&f, 2), &data, "after a request past the end");
         }
-        // The last block itself is fine (below the witness's range it is
-        // the witness's, so only read it).
+        // The last block itself is in range (it belongs to the witness, so
+        // only read it).
         assert!(c.read_at(size - 512, 512).is_ok(), "the last block reads");
         f.check(&format!("{mode:?}: past the end"));
     }
@@ -797,8 +797,8 @@ fn transmission_block_status_with_base_allocation_covers_the_range() {
         EINVAL,
         "zero length"
     );
-    // BLOCK_STATUS has no payload limit: a 2 GiB hint at 0 is past the end
-    // here, but 64 MiB at 0 (the whole export) was answered above.
+    // BLOCK_STATUS is not limited to the 32 MiB payload maximum: the whole
+    // 64 MiB export at once was answered above.
     c.write_read(region(&f, 9), &pattern(20, 4096), "after BLOCK_STATUS");
     drop(c);
     f.finish("block status");
@@ -1230,20 +1230,25 @@ fn a_burst_of_short_connections_is_not_refused() {
     );
     assert_eq!(refused, 0, "{refused} of 400 short connections refused");
     // A connection the server ends in the handshake is closed at once,
-    // not when the server next tidies up.
-    for _ in 0..20 {
-        let mut c = f.connect();
-        c.greeting();
-        c.client_flags(FLAG_C_FIXED_NEWSTYLE);
-        let t = Instant::now();
-        c.option(OPT_ABORT, &[]);
-        let _ = c.until_closed(1024, "ABORT");
-        assert!(
-            t.elapsed() < Duration::from_millis(50),
-            "EOF {:?} after ABORT",
+    // not when the server next tidies up (every 100 ms): the median time to
+    // EOF after NBD_OPT_ABORT stays far below that.
+    let mut waits: Vec<Duration> = (0..21)
+        .map(|_| {
+            let mut c = f.connect();
+            c.greeting();
+            c.client_flags(FLAG_C_FIXED_NEWSTYLE);
+            c.option(OPT_ABORT, &[]);
+            let t = Instant::now();
+            let _ = c.until_closed(1024, "ABORT");
             t.elapsed()
-        );
-    }
+        })
+        .collect();
+    waits.sort();
+    assert!(
+        waits[10] < Duration::from_millis(30),
+        "median EOF {:?} after ABORT (all: {waits:?})",
+        waits[10]
+    );
     f.finish("burst");
 }
 
