@@ -20,7 +20,8 @@ pub struct ServeArgs {
     /// Refuse writes; the members are opened read-only and labels are left alone.
     #[arg(long)]
     read_only: bool,
-    /// Threads running requests; member I/O blocks on them.
+    /// Worker threads per connection: each reads a request, runs it (member
+    /// I/O blocks here) and queues the reply.
     #[arg(long, value_name = "N", default_value_t = 8)]
     threads: usize,
     /// Connections served at once; more are refused.

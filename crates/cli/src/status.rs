@@ -44,10 +44,7 @@ pub fn run(args: StatusArgs) -> Result<()> {
             serde_json::to_string_pretty(&v).expect("JSON of plain data")
         );
     } else {
-        print!(
-            "{}",
-            crate::listing::render(&assembly, &members, &unreadable)
-        );
+        print!("{}", crate::listing::render(assembly, members, &unreadable));
     }
     Ok(())
 }

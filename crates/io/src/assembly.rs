@@ -48,18 +48,20 @@ pub fn open_all(specs: &[String], opts: OpenOptions) -> Result<Vec<Arc<dyn Membe
             return Err(OpenError::NamedTwice(a.clone()));
         }
     }
-    let members: Vec<Arc<dyn Member>> = specs
-        .iter()
-        .map(|s| Ok(Arc::from(open_member(s, opts)?)))
-        .collect::<Result<_, OpenError>>()?;
-    for (i, a) in members.iter().enumerate() {
-        let Some(id) = a.identity() else { continue };
-        if let Some(b) = members[..i].iter().find(|b| b.identity() == Some(id)) {
+    // The same device under two names: the second open would be refused by
+    // the first one's lock with a vaguer message, so look first.
+    let mut members: Vec<Arc<dyn Member>> = Vec::with_capacity(specs.len());
+    for spec in specs {
+        let opened = open_member(spec, opts);
+        // A file created by an earlier name of this list exists only now.
+        let id = path_identity(spec);
+        if let Some(earlier) = members.iter().find(|m| id.is_some() && m.identity() == id) {
             return Err(OpenError::SameDevice(
-                b.describe().to_string(),
-                a.describe().to_string(),
+                earlier.describe().to_string(),
+                spec.clone(),
             ));
         }
+        members.push(Arc::from(opened?));
     }
     Ok(members)
 }
@@ -107,4 +109,19 @@ pub fn write_labels(
         }
     }
     Ok(())
+}
+
+/// What names a path's device regardless of the name: the device number for
+/// a block device, the inode otherwise; `None` for URIs and missing paths.
+fn path_identity(spec: &str) -> Option<(u64, u64)> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    if spec.contains("://") {
+        return None;
+    }
+    let m = std::fs::metadata(spec).ok()?;
+    Some(if m.file_type().is_block_device() {
+        (u64::MAX, m.rdev())
+    } else {
+        (m.dev(), m.ino())
+    })
 }

@@ -1,88 +1,61 @@
-//! One client connection: the handshake, then a reader that parses requests
-//! and hands them to the workers; replies are written by whichever worker
-//! finishes a request, under the connection's write lock.
+//! One client connection, served the way nbdkit serves one: a few worker
+//! threads per connection, each of which takes the reader lock, reads one
+//! request (and its payload), lets go, runs the request through the engine
+//! on its own thread, and queues the reply. No hand-off between threads on
+//! the way, and a slow or stalled client only ever holds up its own workers.
 
 use crate::engine::Engine;
 use crate::flow::Budget;
+use crate::replies::{Chunk, Replies};
 use crate::stream::Stream;
-use crate::workers::Job;
 use bytes::Bytes;
 use platter_core::volume::{ErrorKind, Reply, Request, VolumeError};
 use platter_nbd::consts::*;
 use platter_nbd::{
     judge, parse_request_header, Command, HandshakeConfig, HandshakeState, Negotiated,
-    RequestHeader, ServerHandshake, Session, Verdict, REQUEST_HEADER_BYTES,
+    ServerHandshake, Session, Verdict, REQUEST_HEADER_BYTES,
 };
 use std::io::{self, Read};
 use std::net::Shutdown;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::SyncSender;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 /// A handshake that takes longer than this is abandoned.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
-/// Requests one connection may have in flight.
-const CONN_MAX_REQUESTS: u64 = 128;
+/// How often a reader waiting for a request looks up (to notice shutdown).
+const READ_TICK: Duration = Duration::from_secs(1);
+/// A request (header or payload) that stalls this long mid-way ends the
+/// connection: its buffer and budget are not held hostage.
+const STALL_TICKS: u32 = 30;
+/// Requests one connection may have in flight, replies included.
+pub const CONN_MAX_REQUESTS: u64 = 64;
+/// Request and reply bytes one connection may hold: one maximum-size
+/// request and room beside it.
+pub const CONN_MAX_BYTES: u64 = 64 << 20;
 
 /// What every connection shares.
 pub struct Shared {
     pub engine: Arc<Engine>,
     pub handshake: HandshakeConfig,
-    pub budget: Budget,
-    pub shutting_down: AtomicBool,
-    pub workers: Mutex<Option<SyncSender<Job>>>,
+    /// Workers per connection.
+    pub threads: usize,
+    /// True once the server shuts down. Requests enter the engine under the
+    /// read lock; the shutdown takes the write lock to flip it, so after
+    /// that no request can slip in behind the final flush.
+    pub shutting_down: RwLock<bool>,
 }
 
-struct Writer {
-    stream: Mutex<Stream>,
+struct Conn {
+    shared: Arc<Shared>,
+    session: Session,
     structured: bool,
-    broken: AtomicBool,
-}
-
-impl Writer {
-    fn send(&self, parts: &[&[u8]]) {
-        if self.broken.load(Ordering::Relaxed) {
-            return;
-        }
-        let mut s = self.stream.lock().expect("writer lock");
-        if let Err(e) = s.write_parts(parts) {
-            // The client went away; its remaining replies have nowhere to go.
-            tracing::debug!(error = %e, "reply write failed; dropping connection");
-            self.broken.store(true, Ordering::Relaxed);
-            s.shutdown(Shutdown::Both);
-        }
-    }
-
-    fn error(&self, cookie: u64, errno: u32, message: &str) {
-        if self.structured {
-            self.send(&[&platter_nbd::structured_error(cookie, errno, message)]);
-        } else {
-            self.send(&[&platter_nbd::simple_reply(cookie, errno)]);
-        }
-    }
-
-    fn ok(&self, cookie: u64) {
-        if self.structured {
-            self.send(&[&platter_nbd::structured_none(cookie)]);
-        } else {
-            self.send(&[&platter_nbd::simple_reply(cookie, 0)]);
-        }
-    }
-
-    fn data(&self, cookie: u64, offset_bytes: u64, data: &Bytes) {
-        if self.structured {
-            let h = platter_nbd::structured_offset_data_header(
-                cookie,
-                offset_bytes,
-                data.len() as u32,
-                true,
-            );
-            self.send(&[&h, data]);
-        } else {
-            self.send(&[&platter_nbd::simple_reply(cookie, 0), data]);
-        }
-    }
+    reader: Mutex<Stream>,
+    replies: Replies,
+    budget: Arc<Budget>,
+    /// The client left, sent DISC, or broke the protocol: stop reading.
+    stop: AtomicBool,
 }
 
 fn errno_of(e: &VolumeError) -> u32 {
@@ -93,13 +66,60 @@ fn errno_of(e: &VolumeError) -> u32 {
     }
 }
 
+impl Conn {
+    fn reply_error(&self, cookie: u64, errno: u32, message: &str, release_bytes: u64) {
+        let head = if self.structured {
+            platter_nbd::structured_error(cookie, errno, message)
+        } else {
+            platter_nbd::simple_reply(cookie, errno).to_vec()
+        };
+        self.replies.push(Chunk {
+            head,
+            data: Bytes::new(),
+            release_bytes,
+        });
+    }
+
+    fn reply(
+        &self,
+        cookie: u64,
+        offset_bytes: u64,
+        result: Result<Reply, VolumeError>,
+        release_bytes: u64,
+    ) {
+        let (head, data) = match result {
+            Err(e) => return self.reply_error(cookie, errno_of(&e), &e.message, release_bytes),
+            Ok(Reply::Done) if self.structured => {
+                (platter_nbd::structured_none(cookie).to_vec(), Bytes::new())
+            }
+            Ok(Reply::Done) => (platter_nbd::simple_reply(cookie, 0).to_vec(), Bytes::new()),
+            Ok(Reply::Data(d)) if self.structured => (
+                platter_nbd::structured_offset_data_header(
+                    cookie,
+                    offset_bytes,
+                    d.len() as u32,
+                    true,
+                )
+                .to_vec(),
+                d,
+            ),
+            Ok(Reply::Data(d)) => (platter_nbd::simple_reply(cookie, 0).to_vec(), d),
+        };
+        self.replies.push(Chunk {
+            head,
+            data,
+            release_bytes,
+        });
+    }
+}
+
 /// Serves one connection until the client leaves or the server shuts down.
 pub fn serve(stream: Stream, shared: Arc<Shared>, peer: String) {
     let negotiated = match handshake(&stream, &shared) {
         Ok(Some(n)) => n,
         Ok(None) => {
-            // The accept loop holds a clone of the socket until it reaps
-            // this thread: close it now so the client sees EOF at once.
+            // The accept loop keeps a clone of the socket until it reaps
+            // this thread; close now so the client sees the end at once.
             stream.shutdown(Shutdown::Both);
             return;
         }
@@ -110,9 +130,10 @@ pub fn serve(stream: Stream, shared: Arc<Shared>, peer: String) {
         }
     };
     tracing::debug!(%peer, structured = negotiated.structured_replies, "client connected");
-    if let Err(e) = transmission(stream, &shared, negotiated) {
+    if let Err(e) = transmission(&stream, &shared, negotiated) {
         tracing::debug!(%peer, error = %e, "connection ended");
     }
+    stream.shutdown(Shutdown::Both);
     tracing::debug!(%peer, "client disconnected");
 }
 
@@ -133,7 +154,6 @@ fn handshake(stream: &Stream, shared: &Shared) -> io::Result<Option<Negotiated>>
             HandshakeState::Negotiating => {}
             HandshakeState::Transmission(n) => {
                 let n = n.clone();
-                s.set_read_timeout(None)?;
                 s.set_write_timeout(None)?;
                 return Ok(Some(n));
             }
@@ -158,235 +178,278 @@ fn handshake(stream: &Stream, shared: &Shared) -> io::Result<Option<Negotiated>>
     }
 }
 
-fn read_exact_or_eof(s: &mut Stream, buf: &mut [u8]) -> io::Result<bool> {
+fn transmission(stream: &Stream, shared: &Arc<Shared>, n: Negotiated) -> io::Result<()> {
+    let export = &shared.handshake.exports[n.export_index];
+    stream.set_read_timeout(Some(READ_TICK))?;
+    let budget = Arc::new(Budget::new(CONN_MAX_REQUESTS, CONN_MAX_BYTES));
+    let conn = Arc::new(Conn {
+        shared: Arc::clone(shared),
+        session: n.session(export),
+        structured: n.structured_replies,
+        reader: Mutex::new(stream.try_clone()?),
+        replies: Replies::new(stream.as_raw_fd(), Arc::clone(&budget)),
+        budget,
+        stop: AtomicBool::new(false),
+    });
+    let writer = {
+        let conn = Arc::clone(&conn);
+        std::thread::Builder::new()
+            .name("platter-replies".into())
+            .spawn(move || conn.replies.run_writer())?
+    };
+    let workers: Vec<_> = (1..shared.threads.max(1))
+        .map(|_| {
+            let conn = Arc::clone(&conn);
+            std::thread::Builder::new()
+                .name("platter-worker".into())
+                .spawn(move || work(&conn))
+        })
+        .collect::<io::Result<_>>()?;
+    let result = work(&conn);
+    for w in workers {
+        let _ = w.join();
+    }
+    // Every request read gets its reply before the socket closes (or the
+    // socket breaks, which drops them).
+    conn.budget.wait_empty();
+    conn.replies.close();
+    let _ = writer.join();
+    result
+}
+
+/// One worker: read a request, run it, repeat until the connection stops.
+fn work(conn: &Arc<Conn>) -> io::Result<()> {
+    let result = (|| {
+        while let Some(job) = next_request(conn)? {
+            run(conn, job);
+        }
+        Ok(())
+    })();
+    conn.stop.store(true, Ordering::SeqCst);
+    result
+}
+
+/// A request read and judged, ready for the engine.
+struct Job {
+    cookie: u64,
+    offset_bytes: u64,
+    req: Request,
+    then_flush: bool,
+    release_bytes: u64,
+}
+
+/// Reads exactly `buf`, waiting through idle ticks while nothing has
+/// arrived (unless the connection stops), but only `STALL_TICKS` once a
+/// message has begun. `Ok(false)`: the client closed between messages.
+fn read_full(conn: &Conn, s: &mut Stream, buf: &mut [u8], idle_ok: bool) -> io::Result<bool> {
     let mut at = 0;
+    let mut stalled = 0;
     while at < buf.len() {
         match s.read(&mut buf[at..]) {
-            Ok(0) if at == 0 => return Ok(false),
+            Ok(0) if at == 0 && idle_ok => return Ok(false),
             Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => at += n,
+            Ok(n) => {
+                at += n;
+                stalled = 0;
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                if conn.stop.load(Ordering::SeqCst) {
+                    return Err(io::Error::other("connection stopping"));
+                }
+                if at > 0 || !idle_ok {
+                    stalled += 1;
+                    if stalled >= STALL_TICKS {
+                        return Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "client stalled mid-request",
+                        ));
+                    }
+                }
+            }
             Err(e) => return Err(e),
         }
     }
     Ok(true)
 }
 
-fn discard(s: &mut Stream, mut bytes: u64) -> io::Result<()> {
+fn discard(conn: &Conn, s: &mut Stream, mut bytes: u64) -> io::Result<()> {
     let mut buf = [0u8; 64 * 1024];
     while bytes > 0 {
         let n = bytes.min(buf.len() as u64) as usize;
-        if !read_exact_or_eof(s, &mut buf[..n])? {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
+        read_full(conn, s, &mut buf[..n], false)?;
         bytes -= n as u64;
     }
     Ok(())
 }
 
-fn transmission(stream: Stream, shared: &Arc<Shared>, n: Negotiated) -> io::Result<()> {
-    let export = &shared.handshake.exports[n.export_index];
-    let session = n.session(export);
-    let writer = Arc::new(Writer {
-        stream: Mutex::new(stream.try_clone()?),
-        structured: n.structured_replies,
-        broken: AtomicBool::new(false),
-    });
-    let conn = Arc::new(Budget::new(CONN_MAX_REQUESTS, u64::MAX));
-    let mut reader = stream;
-    let result = read_requests(&mut reader, shared, &session, &writer, &conn);
-    // Every request read gets its reply before the socket closes.
-    conn.wait_empty();
-    reader.shutdown(Shutdown::Both);
-    result
-}
-
-fn read_requests(
-    s: &mut Stream,
-    shared: &Arc<Shared>,
-    session: &Session,
-    writer: &Arc<Writer>,
-    conn: &Arc<Budget>,
-) -> io::Result<()> {
+/// Reads requests under the reader lock until one needs the engine;
+/// requests that do not are answered here. `None`: stop.
+fn next_request(conn: &Conn) -> io::Result<Option<Job>> {
+    let mut s = conn.reader.lock().expect("reader lock");
     let mut hbuf = [0u8; REQUEST_HEADER_BYTES];
     loop {
-        if !read_exact_or_eof(s, &mut hbuf)? {
-            return Ok(());
+        if conn.stop.load(Ordering::SeqCst) {
+            return Ok(None);
         }
-        let h = match parse_request_header(&hbuf) {
-            Ok(h) => h,
-            Err(_) => {
-                tracing::warn!("bad request magic; closing the connection");
-                return Ok(());
-            }
+        if !read_full(conn, &mut s, &mut hbuf, true)? {
+            return Ok(None);
+        }
+        let Ok(h) = parse_request_header(&hbuf) else {
+            tracing::warn!("bad request magic; closing the connection");
+            return Ok(None);
         };
-        let verdict = judge(&h, session);
-        if shared.shutting_down.load(Ordering::Relaxed) {
-            match verdict {
-                Verdict::Run(Command::Disconnect) | Verdict::Disconnect { .. } => return Ok(()),
-                Verdict::Run(Command::Write { .. }) => discard(s, u64::from(h.length_bytes))?,
-                Verdict::Reject { discard_bytes, .. } => discard(s, u64::from(discard_bytes))?,
-                Verdict::Run(_) => {}
-            }
-            writer.error(h.cookie, NBD_ESHUTDOWN, "server is shutting down");
-            continue;
-        }
-        match verdict {
+        let len = u64::from(h.length_bytes);
+        let cookie = h.cookie;
+        let verdict = judge(&h, &conn.session);
+        let cmd = match verdict {
             Verdict::Disconnect { message } => {
                 tracing::warn!(%message, "closing the connection");
-                return Ok(());
+                return Ok(None);
             }
+            Verdict::Run(Command::Disconnect) => return Ok(None),
             Verdict::Reject {
                 errno,
                 discard_bytes,
                 message,
             } => {
-                discard(s, u64::from(discard_bytes))?;
+                discard(conn, &mut s, u64::from(discard_bytes))?;
                 tracing::debug!(%message, errno, "request refused");
-                writer.error(h.cookie, errno, &message);
+                conn.budget.acquire(0);
+                conn.reply_error(cookie, errno, &message, 0);
+                continue;
             }
-            Verdict::Run(cmd) => {
-                if !run(s, shared, session, writer, conn, &h, cmd)? {
-                    return Ok(());
-                }
+            Verdict::Run(cmd) => cmd,
+        };
+        let bytes = match cmd {
+            Command::Read | Command::Write { .. } => len,
+            _ => 0,
+        };
+        // Waits while this connection's replies are unsent: a client that
+        // stops reading stops being read.
+        conn.budget.acquire(bytes);
+        let offset_bytes = h.offset_bytes;
+        let (req, then_flush) = match cmd {
+            Command::Cache => {
+                conn.reply(cookie, offset_bytes, Ok(Reply::Done), 0);
+                continue;
             }
-        }
-    }
-}
-
-/// Starts one valid request; false when the client asked to disconnect.
-fn run(
-    s: &mut Stream,
-    shared: &Arc<Shared>,
-    session: &Session,
-    writer: &Arc<Writer>,
-    conn: &Arc<Budget>,
-    h: &RequestHeader,
-    cmd: Command,
-) -> io::Result<bool> {
-    let (cookie, offset_bytes, len) = (h.cookie, h.offset_bytes, u64::from(h.length_bytes));
-    match cmd {
-        Command::Disconnect => return Ok(false),
-        Command::Cache => {
-            writer.ok(cookie);
-            return Ok(true);
-        }
-        Command::BlockStatus { .. } => {
-            // Everything reads back as data: no allocation map is kept.
-            let len = len.min(session.size_bytes - offset_bytes) as u32;
-            for (id, _) in &session.meta_contexts {
-                let last = *id == session.meta_contexts.last().map(|c| c.0).unwrap_or(*id);
-                writer.send(&[&platter_nbd::structured_block_status(
-                    cookie,
-                    *id,
-                    &[(len, 0)],
-                    last,
-                )]);
+            Command::BlockStatus { .. } => {
+                block_status(conn, cookie, offset_bytes, len);
+                continue;
             }
-            return Ok(true);
-        }
-        Command::Read
-        | Command::Write { .. }
-        | Command::Flush
-        | Command::Trim { .. }
-        | Command::WriteZeroes { .. } => {}
-    };
-    let bytes = match cmd {
-        Command::Read | Command::Write { .. } => len,
-        _ => 0,
-    };
-    conn.acquire(0);
-    shared.budget.acquire(bytes);
-    // Checked again under the budget: the shutdown waits for the budget to
-    // empty, so a request either counts there or sees the flag.
-    if shared.shutting_down.load(Ordering::SeqCst) {
-        shared.budget.release(bytes);
-        conn.release(0);
-        if let Command::Write { .. } = cmd {
-            discard(s, len)?;
-        }
-        writer.error(cookie, NBD_ESHUTDOWN, "server is shutting down");
-        return Ok(true);
-    }
-    let (req, then_flush) = match cmd {
-        Command::Read => (
-            Request::Read {
-                offset_bytes,
-                len_bytes: len,
-            },
-            false,
-        ),
-        Command::Write { fua } => {
-            let mut data = vec![0u8; len as usize];
-            let read = read_exact_or_eof(s, &mut data);
-            if !matches!(read, Ok(true)) {
-                shared.budget.release(bytes);
-                conn.release(0);
-                read?;
-                return Err(io::ErrorKind::UnexpectedEof.into());
-            }
-            (
-                Request::Write {
+            Command::Read => (
+                Request::Read {
                     offset_bytes,
-                    data: Bytes::from(data),
+                    len_bytes: len,
+                },
+                false,
+            ),
+            Command::Write { fua } => {
+                let mut data = vec![0u8; len as usize];
+                if let Err(e) = read_full(conn, &mut s, &mut data, false) {
+                    conn.budget.release(bytes);
+                    return Err(e);
+                }
+                let data = Bytes::from(data);
+                (
+                    Request::Write {
+                        offset_bytes,
+                        data,
+                        fua,
+                    },
+                    false,
+                )
+            }
+            Command::Flush => (Request::Flush, false),
+            Command::Trim { fua } => (
+                Request::Trim {
+                    offset_bytes,
+                    len_bytes: len,
+                },
+                fua,
+            ),
+            Command::WriteZeroes { fua, .. } => (
+                Request::WriteZeroes {
+                    offset_bytes,
+                    len_bytes: len,
                     fua,
                 },
                 false,
-            )
-        }
-        Command::Flush => (Request::Flush, false),
-        Command::Trim { fua } => (
-            Request::Trim {
-                offset_bytes,
-                len_bytes: len,
-            },
-            fua,
-        ),
-        Command::WriteZeroes { fua, .. } => (
-            Request::WriteZeroes {
-                offset_bytes,
-                len_bytes: len,
-                fua,
-            },
-            false,
-        ),
-        Command::Disconnect | Command::Cache | Command::BlockStatus { .. } => {
-            unreachable!("answered above")
-        }
-    };
-    let engine = Arc::clone(&shared.engine);
-    let writer = Arc::clone(writer);
-    let conn = Arc::clone(conn);
-    let shared2 = Arc::clone(shared);
-    let job: Job = Box::new(move || {
-        let finish = move |result: Result<Reply, VolumeError>| {
-            match result {
-                Ok(Reply::Data(d)) => writer.data(cookie, offset_bytes, &d),
-                Ok(Reply::Done) => writer.ok(cookie),
-                Err(e) => writer.error(cookie, errno_of(&e), &e.message),
-            }
-            shared2.budget.release(bytes);
-            conn.release(0);
+            ),
+            Command::Disconnect => unreachable!("handled above"),
         };
-        if then_flush {
-            let e2 = Arc::clone(&engine);
-            engine.submit(
-                req,
-                Box::new(move |r| match r {
-                    Ok(_) => e2.submit(Request::Flush, Box::new(finish)),
-                    Err(e) => finish(Err(e)),
-                }),
-            );
-        } else {
-            engine.submit(req, Box::new(finish));
-        }
+        return Ok(Some(Job {
+            cookie,
+            offset_bytes,
+            req,
+            then_flush,
+            release_bytes: bytes,
+        }));
+    }
+}
+
+fn block_status(conn: &Conn, cookie: u64, offset_bytes: u64, len: u64) {
+    // Everything reads back as data: no allocation map is kept.
+    let len = len.min(conn.session.size_bytes - offset_bytes) as u32;
+    let contexts = &conn.session.meta_contexts;
+    let mut head = Vec::new();
+    for (i, (id, _)) in contexts.iter().enumerate() {
+        let last = i + 1 == contexts.len();
+        head.extend_from_slice(&platter_nbd::structured_block_status(
+            cookie,
+            *id,
+            &[(len, 0)],
+            last,
+        ));
+    }
+    conn.replies.push(Chunk {
+        head,
+        data: Bytes::new(),
+        release_bytes: 0,
     });
-    let tx = shared
-        .workers
-        .lock()
-        .expect("workers lock")
-        .clone()
-        .expect("workers run while connections do");
-    tx.send(job).expect("workers outlive connections");
-    Ok(true)
+}
+
+/// Runs one request through the engine; the reply is queued when it ends.
+fn run(conn: &Arc<Conn>, job: Job) {
+    let gate = conn.shared.shutting_down.read().expect("shutdown gate");
+    if *gate {
+        conn.reply_error(
+            job.cookie,
+            NBD_ESHUTDOWN,
+            "server is shutting down",
+            job.release_bytes,
+        );
+        return;
+    }
+    let Job {
+        cookie,
+        offset_bytes,
+        req,
+        then_flush,
+        release_bytes,
+    } = job;
+    let c = Arc::clone(conn);
+    let finish = move |result: Result<Reply, VolumeError>| {
+        c.reply(cookie, offset_bytes, result, release_bytes)
+    };
+    let engine: &Arc<Engine> = &conn.shared.engine;
+    if then_flush {
+        let e2 = Arc::clone(engine);
+        engine.submit(
+            req,
+            Box::new(move |r| match r {
+                Ok(_) => e2.submit(Request::Flush, Box::new(finish)),
+                Err(e) => finish(Err(e)),
+            }),
+        );
+    } else {
+        engine.submit(req, Box::new(finish));
+    }
+    drop(gate);
 }

@@ -20,6 +20,7 @@ struct State {
     volume: Volume,
     routes: HashMap<RequestId, Done>,
     events: Vec<Event>,
+    idle_waiters: u32,
 }
 
 pub struct Engine {
@@ -37,6 +38,7 @@ impl Engine {
                 volume,
                 routes: HashMap::new(),
                 events: Vec::new(),
+                idle_waiters: 0,
             }),
             idle: Condvar::new(),
             members,
@@ -75,6 +77,9 @@ impl Engine {
             let id = s.volume.submit(req);
             s.routes.insert(id, done);
             Self::drain(&mut s, &mut ios, &mut finished);
+            if s.idle_waiters > 0 && s.volume.is_idle() {
+                self.idle.notify_all();
+            }
         }
         Self::deliver(finished);
         self.pump(ios);
@@ -104,7 +109,9 @@ impl Engine {
     pub fn wait_idle(&self) {
         let mut s = self.lock();
         while !s.volume.is_idle() {
+            s.idle_waiters += 1;
             s = self.idle.wait(s).expect("engine lock poisoned");
+            s.idle_waiters -= 1;
         }
     }
 
@@ -121,7 +128,7 @@ impl Engine {
                     s.volume.io_done(id, r);
                 }
                 Self::drain(&mut s, &mut ios, &mut finished);
-                if s.volume.is_idle() {
+                if s.idle_waiters > 0 && s.volume.is_idle() {
                     self.idle.notify_all();
                 }
             }

@@ -1,12 +1,19 @@
 //! Bounds on work in flight, so memory stays bounded whatever clients send:
-//! a request is read only once its bytes fit the budget.
+//! a request is read only once its bytes fit the budget, and they count
+//! until its reply is sent.
 
 use std::sync::{Condvar, Mutex};
+
+struct Used {
+    requests: u64,
+    bytes: u64,
+    waiters: u32,
+}
 
 pub struct Budget {
     limit_requests: u64,
     limit_bytes: u64,
-    used: Mutex<(u64, u64)>,
+    used: Mutex<Used>,
     freed: Condvar,
 }
 
@@ -16,7 +23,11 @@ impl Budget {
         Budget {
             limit_requests,
             limit_bytes,
-            used: Mutex::new((0, 0)),
+            used: Mutex::new(Used {
+                requests: 0,
+                bytes: 0,
+                waiters: 0,
+            }),
             freed: Condvar::new(),
         }
     }
@@ -24,36 +35,48 @@ impl Budget {
     /// Blocks until one request of `bytes` fits. A request larger than the
     /// whole budget waits until nothing else is in flight, then runs alone.
     pub fn acquire(&self, bytes: u64) {
-        let mut used = self.used.lock().expect("budget lock");
+        let mut u = self.used.lock().expect("budget lock");
         loop {
-            let (reqs, b) = *used;
-            let fits = reqs < self.limit_requests && (b + bytes <= self.limit_bytes || reqs == 0);
+            let fits = u.requests < self.limit_requests
+                && (u.bytes + bytes <= self.limit_bytes || u.requests == 0);
             if fits {
-                *used = (reqs + 1, b + bytes);
+                u.requests += 1;
+                u.bytes += bytes;
                 return;
             }
-            used = self.freed.wait(used).expect("budget lock");
+            u.waiters += 1;
+            u = self.freed.wait(u).expect("budget lock");
+            u.waiters -= 1;
         }
     }
 
     pub fn release(&self, bytes: u64) {
-        let mut used = self.used.lock().expect("budget lock");
-        assert!(used.0 > 0 && used.1 >= bytes, "released more than acquired");
-        used.0 -= 1;
-        used.1 -= bytes;
-        self.freed.notify_all();
+        let mut u = self.used.lock().expect("budget lock");
+        assert!(
+            u.requests > 0 && u.bytes >= bytes,
+            "released more than acquired"
+        );
+        u.requests -= 1;
+        u.bytes -= bytes;
+        // Waking costs a system call; most releases have nobody waiting.
+        if u.waiters > 0 {
+            self.freed.notify_all();
+        }
     }
 
     /// Blocks until nothing is in flight.
     pub fn wait_empty(&self) {
-        let mut used = self.used.lock().expect("budget lock");
-        while used.0 > 0 {
-            used = self.freed.wait(used).expect("budget lock");
+        let mut u = self.used.lock().expect("budget lock");
+        while u.requests > 0 {
+            u.waiters += 1;
+            u = self.freed.wait(u).expect("budget lock");
+            u.waiters -= 1;
         }
     }
 
     pub fn in_flight(&self) -> (u64, u64) {
-        *self.used.lock().expect("budget lock")
+        let u = self.used.lock().expect("budget lock");
+        (u.requests, u.bytes)
     }
 }
 

@@ -1,17 +1,18 @@
 //! Serving a platter volume over NBD.
 //!
-//! Threads, not an async runtime: member I/O is blocking positioned I/O, so
-//! requests run on a fixed pool of workers that pump the engine
-//! ([`engine`]); each connection has one reader thread that parses requests
-//! with the pure codec in `platter-nbd` and hands them to the pool. Every
-//! queue is bounded ([`flow`]): a client can make the server wait, never
-//! grow without limit.
+//! Threads, not an async runtime: member I/O is blocking positioned I/O.
+//! Each connection has a few worker threads (nbdkit's model) that read a
+//! request with the pure codec in `platter-nbd`, run it through the engine
+//! on their own thread ([`engine`]) and queue the reply (`replies`). Every
+//! queue is bounded ([`flow`]): a client can make its own connection wait,
+//! never grow memory without limit or hold up another connection.
 
 mod conn;
 pub mod engine;
 pub mod flow;
+mod replies;
 mod server;
 mod stream;
-mod workers;
 
-pub use server::{serve, Ready, ServeConfig, ServeError, BUDGET_BYTES, MAX_BLOCK_BYTES};
+pub use conn::{CONN_MAX_BYTES, CONN_MAX_REQUESTS};
+pub use server::{serve, Ready, ServeConfig, ServeError, MAX_BLOCK_BYTES};

@@ -3,9 +3,7 @@
 
 use crate::conn::{self, Shared};
 use crate::engine::Engine;
-use crate::flow::Budget;
 use crate::stream::Stream;
-use crate::workers::Workers;
 use platter_core::label::{Label, SlotState, VolumeState};
 use platter_core::volume::{Health, Limits, Request, Volume};
 use platter_io::assembly::{write_labels, OpenVolume};
@@ -17,24 +15,20 @@ use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use thiserror::Error;
 
 /// The largest request a client may send (NBD_INFO_BLOCK_SIZE maximum).
 pub const MAX_BLOCK_BYTES: u32 = 32 << 20;
-/// Request bytes held in memory across all connections.
-pub const BUDGET_BYTES: u64 = 256 << 20;
-/// Requests in flight across all connections.
-pub const BUDGET_REQUESTS: u64 = 1024;
 
 #[derive(Clone, Debug)]
 pub struct ServeConfig {
     pub socket: Option<PathBuf>,
     pub listen: Option<String>,
     pub read_only: bool,
-    /// Worker threads running requests (member I/O blocks on them).
+    /// Worker threads per connection (member I/O blocks on them).
     pub threads: usize,
     pub max_connections: usize,
 }
@@ -144,17 +138,17 @@ pub fn serve(
         block_preferred_bytes: preferred,
         block_max_bytes: MAX_BLOCK_BYTES,
     };
+    // Each connection holds at most CONN_MAX_REQUESTS; the margin is for
+    // flushes chained behind FUA trims and the server's own final flush.
+    let max_requests = config.max_connections * 2 * conn::CONN_MAX_REQUESTS as usize + 16;
     let engine = Arc::new(Engine::new(
         Volume::new(
             geometry.clone(),
             assembly.health.clone(),
-            Limits {
-                max_requests: BUDGET_REQUESTS as usize * 2,
-            },
+            Limits { max_requests },
         ),
         members.clone(),
     ));
-    let workers = Workers::new(config.threads.max(1), BUDGET_REQUESTS as usize);
     let shared = Arc::new(Shared {
         engine: Arc::clone(&engine),
         handshake: HandshakeConfig {
@@ -162,9 +156,8 @@ pub fn serve(
             max_options: 64,
             max_option_bytes: 64 * 1024,
         },
-        budget: Budget::new(BUDGET_REQUESTS, BUDGET_BYTES),
-        shutting_down: AtomicBool::new(false),
-        workers: Mutex::new(Some(workers.sender())),
+        threads: config.threads.max(1),
+        shutting_down: RwLock::new(false),
     });
 
     // Listeners.
@@ -241,11 +234,10 @@ pub fn serve(
     }
 
     // Shutdown: new requests get ESHUTDOWN, started ones finish.
-    shared.shutting_down.store(true, Ordering::SeqCst);
+    *shared.shutting_down.write().expect("shutdown gate") = true;
     for t in accept_threads {
         let _ = t.join();
     }
-    shared.budget.wait_empty();
     engine.wait_idle();
     let flushed = engine.run(Request::Flush);
     let health = engine.health();
@@ -266,8 +258,6 @@ pub fn serve(
     for (_, _, handle) in open {
         let _ = handle.join();
     }
-    shared.workers.lock().expect("workers lock").take();
-    drop(workers);
     if let Some(path) = &config.socket {
         let _ = std::fs::remove_file(path);
     }

@@ -920,6 +920,23 @@ impl Server {
     }
 
     /// Threads of the server process.
+    /// The thread count once it has held still for a while: a connection's
+    /// workers start while its first requests are already being served.
+    pub fn settled_threads(&self) -> usize {
+        let mut last = self.threads();
+        let mut steady = 0;
+        for _ in 0..100 {
+            std::thread::sleep(Duration::from_millis(20));
+            let now = self.threads();
+            steady = if now == last { steady + 1 } else { 0 };
+            last = now;
+            if steady >= 10 {
+                break;
+            }
+        }
+        last
+    }
+
     pub fn threads(&self) -> usize {
         fs::read_dir(format!("/proc/{}/task", self.pid))
             .map(|d| d.count())
@@ -1070,7 +1087,7 @@ impl Fixture {
             _dir: dir,
         };
         f.check("fixture start");
-        f.baseline_threads = f.server.threads();
+        f.baseline_threads = f.server.settled_threads();
         f
     }
 

@@ -1,0 +1,195 @@
+//! A connection's outgoing replies.
+//!
+//! Any thread may finish any connection's request (the engine pump runs
+//! other requests' I/O), so a reply must never block its writer on a client
+//! that does not read. Replies are queued and written with non-blocking sends
+//! under the queue lock, which keeps each reply's bytes together; when the
+//! socket is full, the connection's own writer thread waits for room (outside
+//! the lock) and carries on. Every queued reply holds its share of the
+//! connection's budget until its last byte is sent, so a client that stops
+//! reading stops its own reader, and nobody else.
+
+use crate::flow::Budget;
+use bytes::Bytes;
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::{Arc, Condvar, Mutex};
+
+/// Replies gathered into one `sendmsg`.
+const IOV_MAX_CHUNKS: usize = 32;
+
+pub struct Chunk {
+    pub head: Vec<u8>,
+    pub data: Bytes,
+    /// Budget bytes released once this chunk is sent (or dropped).
+    pub release_bytes: u64,
+}
+
+struct State {
+    queue: VecDeque<Chunk>,
+    /// Bytes of the first chunk already sent.
+    sent_bytes: usize,
+    /// The writer thread owns the queue until it empties.
+    handed_off: bool,
+    broken: bool,
+    closed: bool,
+}
+
+pub struct Replies {
+    fd: RawFd,
+    budget: Arc<Budget>,
+    state: Mutex<State>,
+    wake: Condvar,
+}
+
+enum Progress {
+    Empty,
+    Full,
+    Failed(io::Error),
+}
+
+impl Replies {
+    /// `fd` must stay open for the life of this queue (the connection owns it).
+    pub fn new(fd: RawFd, budget: Arc<Budget>) -> Replies {
+        Replies {
+            fd,
+            budget,
+            state: Mutex::new(State {
+                queue: VecDeque::new(),
+                sent_bytes: 0,
+                handed_off: false,
+                broken: false,
+                closed: false,
+            }),
+            wake: Condvar::new(),
+        }
+    }
+
+    pub fn push(&self, chunk: Chunk) {
+        let mut st = self.state.lock().expect("reply queue lock");
+        if st.broken {
+            drop(st);
+            self.budget.release(chunk.release_bytes);
+            return;
+        }
+        st.queue.push_back(chunk);
+        if st.handed_off {
+            return;
+        }
+        match self.send_some(&mut st) {
+            Progress::Empty => {}
+            Progress::Full => {
+                st.handed_off = true;
+                self.wake.notify_one();
+            }
+            Progress::Failed(e) => self.fail(&mut st, e),
+        }
+    }
+
+    /// The connection's writer thread: waits for room on the socket when the
+    /// queue was handed off, until the queue is closed and empty or broken.
+    pub fn run_writer(&self) {
+        let mut st = self.state.lock().expect("reply queue lock");
+        // Each round either sends bytes, waits for room (bounded by the poll
+        // timeout), or ends; a dead peer makes sends fail and ends it.
+        loop {
+            if st.broken || (st.closed && st.queue.is_empty()) {
+                return;
+            }
+            if !st.handed_off {
+                st = self.wake.wait(st).expect("reply queue lock");
+                continue;
+            }
+            drop(st);
+            let mut pfd = libc::pollfd {
+                fd: self.fd,
+                events: libc::POLLOUT,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd that lives across the call.
+            unsafe { libc::poll(&mut pfd, 1, 1000) };
+            st = self.state.lock().expect("reply queue lock");
+            match self.send_some(&mut st) {
+                Progress::Empty => st.handed_off = false,
+                Progress::Full => {}
+                Progress::Failed(e) => self.fail(&mut st, e),
+            }
+        }
+    }
+
+    /// No more replies will be pushed; the writer ends once the queue drains.
+    pub fn close(&self) {
+        let mut st = self.state.lock().expect("reply queue lock");
+        st.closed = true;
+        self.wake.notify_all();
+    }
+
+    fn fail(&self, st: &mut State, e: io::Error) {
+        tracing::debug!(error = %e, "reply write failed; dropping the connection's replies");
+        st.broken = true;
+        st.sent_bytes = 0;
+        for c in st.queue.drain(..) {
+            self.budget.release(c.release_bytes);
+        }
+        self.wake.notify_all();
+    }
+
+    /// Sends as much as the socket takes without blocking.
+    fn send_some(&self, st: &mut State) -> Progress {
+        loop {
+            if st.queue.is_empty() {
+                return Progress::Empty;
+            }
+            let mut iov: Vec<libc::iovec> = Vec::with_capacity(2 * IOV_MAX_CHUNKS);
+            let mut skip = st.sent_bytes;
+            for c in st.queue.iter().take(IOV_MAX_CHUNKS) {
+                for part in [&c.head[..], &c.data[..]] {
+                    if skip >= part.len() {
+                        skip -= part.len();
+                        continue;
+                    }
+                    let rest = &part[skip..];
+                    skip = 0;
+                    iov.push(libc::iovec {
+                        iov_base: rest.as_ptr() as *mut libc::c_void,
+                        iov_len: rest.len(),
+                    });
+                }
+            }
+            // SAFETY: msghdr is plain data; the iovecs point into chunks the
+            // queue owns and keeps unchanged until after the call.
+            let sent = unsafe {
+                let mut msg: libc::msghdr = std::mem::zeroed();
+                msg.msg_iov = iov.as_mut_ptr();
+                msg.msg_iovlen = iov.len() as _;
+                libc::sendmsg(self.fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
+            };
+            if sent < 0 {
+                let e = io::Error::last_os_error();
+                match e.kind() {
+                    io::ErrorKind::WouldBlock => return Progress::Full,
+                    io::ErrorKind::Interrupted => continue,
+                    _ => return Progress::Failed(e),
+                }
+            }
+            let mut sent = sent as usize;
+            while sent > 0 {
+                let c = st
+                    .queue
+                    .front()
+                    .expect("sent bytes belong to queued chunks");
+                let left = c.head.len() + c.data.len() - st.sent_bytes;
+                if sent >= left {
+                    sent -= left;
+                    st.sent_bytes = 0;
+                    let c = st.queue.pop_front().expect("front exists");
+                    self.budget.release(c.release_bytes);
+                } else {
+                    st.sent_bytes += sent;
+                    sent = 0;
+                }
+            }
+        }
+    }
+}
