@@ -65,7 +65,7 @@ impl SyncExecutor {
             offset_bytes,
             len_bytes,
         })? {
-            Reply::Data(d) => Ok(d),
+            Reply::Data(d) => Ok(d.to_bytes()),
             Reply::Done => unreachable!("reads complete with data"),
         }
     }
@@ -98,12 +98,10 @@ pub fn perform(member: &dyn Member, op: &MemberOp) -> IoResult {
         MemberOp::Read {
             offset_bytes,
             len_bytes,
-        } => {
-            let mut buf = vec![0u8; *len_bytes as usize];
-            member
-                .read_at(*offset_bytes, &mut buf)
-                .map(|()| Some(Bytes::from(buf)))
-        }
+        } => crate::buffers::read_into(*len_bytes as usize, |buf| {
+            member.read_at(*offset_bytes, buf)
+        })
+        .map(Some),
         MemberOp::Write { offset_bytes, data } => {
             member.write_at(*offset_bytes, data).map(|()| None)
         }

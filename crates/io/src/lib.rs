@@ -7,6 +7,7 @@
 
 pub mod assembly;
 mod blockdev;
+pub mod buffers;
 mod direct;
 pub mod error;
 pub mod executor;

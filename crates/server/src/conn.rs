@@ -75,7 +75,7 @@ impl Conn {
         };
         self.replies.push(Chunk {
             head,
-            data: Bytes::new(),
+            data: Vec::new(),
             release_bytes,
         });
     }
@@ -90,9 +90,9 @@ impl Conn {
         let (head, data) = match result {
             Err(e) => return self.reply_error(cookie, errno_of(&e), &e.message, release_bytes),
             Ok(Reply::Done) if self.structured => {
-                (platter_nbd::structured_none(cookie).to_vec(), Bytes::new())
+                (platter_nbd::structured_none(cookie).to_vec(), Vec::new())
             }
-            Ok(Reply::Done) => (platter_nbd::simple_reply(cookie, 0).to_vec(), Bytes::new()),
+            Ok(Reply::Done) => (platter_nbd::simple_reply(cookie, 0).to_vec(), Vec::new()),
             Ok(Reply::Data(d)) if self.structured => (
                 platter_nbd::structured_offset_data_header(
                     cookie,
@@ -101,9 +101,12 @@ impl Conn {
                     true,
                 )
                 .to_vec(),
-                d,
+                d.segments().to_vec(),
             ),
-            Ok(Reply::Data(d)) => (platter_nbd::simple_reply(cookie, 0).to_vec(), d),
+            Ok(Reply::Data(d)) => (
+                platter_nbd::simple_reply(cookie, 0).to_vec(),
+                d.segments().to_vec(),
+            ),
         };
         self.replies.push(Chunk {
             head,
@@ -410,7 +413,7 @@ fn block_status(conn: &Conn, cookie: u64, offset_bytes: u64, len: u64) {
     }
     conn.replies.push(Chunk {
         head,
-        data: Bytes::new(),
+        data: Vec::new(),
         release_bytes: 0,
     });
 }

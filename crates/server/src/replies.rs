@@ -16,12 +16,13 @@ use std::io;
 use std::os::fd::RawFd;
 use std::sync::{Arc, Condvar, Mutex};
 
-/// Replies gathered into one `sendmsg`.
-const IOV_MAX_CHUNKS: usize = 32;
+/// iovecs gathered into one `sendmsg` (Linux's IOV_MAX is 1024).
+const IOV_MAX: usize = 1024;
 
 pub struct Chunk {
     pub head: Vec<u8>,
-    pub data: Bytes,
+    /// Read data, as the engine's segments (not copied together).
+    pub data: Vec<Bytes>,
     /// Budget bytes released once this chunk is sent (or dropped).
     pub release_bytes: u64,
 }
@@ -141,10 +142,15 @@ impl Replies {
             if st.queue.is_empty() {
                 return Progress::Empty;
             }
-            let mut iov: Vec<libc::iovec> = Vec::with_capacity(2 * IOV_MAX_CHUNKS);
+            let mut iov: Vec<libc::iovec> = Vec::with_capacity(64);
             let mut skip = st.sent_bytes;
-            for c in st.queue.iter().take(IOV_MAX_CHUNKS) {
-                for part in [&c.head[..], &c.data[..]] {
+            for c in st.queue.iter() {
+                // A chunk has at most READ_SEGMENTS_MAX + 1 parts.
+                if iov.len() + 1 + c.data.len() > IOV_MAX {
+                    break;
+                }
+                let parts = std::iter::once(&c.head[..]).chain(c.data.iter().map(|b| &b[..]));
+                for part in parts {
                     if skip >= part.len() {
                         skip -= part.len();
                         continue;
@@ -179,7 +185,8 @@ impl Replies {
                     .queue
                     .front()
                     .expect("sent bytes belong to queued chunks");
-                let left = c.head.len() + c.data.len() - st.sent_bytes;
+                let left =
+                    c.head.len() + c.data.iter().map(Bytes::len).sum::<usize>() - st.sent_bytes;
                 if sent >= left {
                     sent -= left;
                     st.sent_bytes = 0;

@@ -21,8 +21,8 @@ mod request;
 mod write;
 
 pub use request::{
-    Completion, ErrorKind, Event, IoId, IoResult, MemberIo, MemberOp, Reply, Request, RequestId,
-    VolumeError,
+    Completion, ErrorKind, Event, IoId, IoResult, MemberIo, MemberOp, ReadData, Reply, Request,
+    RequestId, VolumeError, READ_SEGMENTS_MAX,
 };
 
 use crate::geometry::Geometry;
@@ -90,9 +90,9 @@ struct Op {
     /// Any write or flush I/O failed.
     write_failed: bool,
     replans: u32,
-    out: Vec<u8>,
-    /// A read served whole by one member I/O is passed through uncopied.
-    direct: Option<Bytes>,
+    /// Read data as it arrives: (offset in the request, bytes), sliced out
+    /// of the member reads without copying.
+    segments: Vec<(u64, Bytes)>,
     jobs: Vec<StripeJob>,
     /// Member writes known before the read phase (mirrors, stripes, trims).
     planned: Vec<WritePiece>,
@@ -197,8 +197,7 @@ impl Volume {
             phase_failed: false,
             write_failed: false,
             replans: 0,
-            out: Vec::new(),
-            direct: None,
+            segments: Vec::new(),
             jobs: Vec::new(),
             planned: Vec::new(),
             written: vec![false; members],
@@ -378,20 +377,13 @@ impl Volume {
             total,
             "member read returned a wrong length"
         );
-        let (_, len_bytes) = op.req.range();
         for d in dests {
             let src = &data[d.io_at_bytes as usize..(d.io_at_bytes + d.len_bytes) as usize];
             match d.target {
                 Target::Out { at_bytes } => {
-                    if at_bytes == 0 && d.len_bytes == len_bytes && dests.len() == 1 {
-                        op.direct = Some(data.slice(..));
-                        continue;
-                    }
-                    if op.out.is_empty() {
-                        op.out = vec![0; len_bytes as usize];
-                    }
-                    op.out[at_bytes as usize..(at_bytes + d.len_bytes) as usize]
-                        .copy_from_slice(src);
+                    let a = d.io_at_bytes as usize;
+                    op.segments
+                        .push((at_bytes, data.slice(a..a + d.len_bytes as usize)));
                 }
                 Target::Job {
                     job,
@@ -416,7 +408,7 @@ impl Volume {
                     // failure takes one member out, so this is bounded.
                     op.replans += 1;
                     assert!(op.replans <= self.geometry.members() + 1);
-                    op.direct = None;
+                    op.segments.clear();
                     return self.start(id);
                 }
                 if matches!(op.req, Request::Read { .. }) {

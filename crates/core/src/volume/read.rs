@@ -3,7 +3,7 @@
 
 use super::plan::{ReadPiece, Target};
 use super::write::Strategy;
-use super::{ErrorKind, Op, Reply, RequestId, StripeJob, Volume, VolumeError};
+use super::{ErrorKind, Op, ReadData, Reply, RequestId, StripeJob, Volume, VolumeError};
 use bytes::Bytes;
 
 impl Volume {
@@ -148,23 +148,21 @@ impl Volume {
         let mut jobs = std::mem::take(&mut op.jobs);
         for job in &mut jobs {
             self.reconstruct(job);
+            let bufs: Vec<Bytes> = std::mem::take(&mut job.bufs)
+                .into_iter()
+                .map(Bytes::from)
+                .collect();
             for &(d, within, len, at) in &job.wants {
-                let m = job.roles.data[d as usize];
-                let src = &job.bufs[m as usize]
-                    [(within - job.lo_bytes) as usize..(within - job.lo_bytes + len) as usize];
-                if op.out.is_empty() {
-                    op.out = vec![0; op.req.range().1 as usize];
-                }
-                op.out[at as usize..(at + len) as usize].copy_from_slice(src);
+                let m = job.roles.data[d as usize] as usize;
+                let from = (within - job.lo_bytes) as usize;
+                op.segments
+                    .push((at, bufs[m].slice(from..from + len as usize)));
             }
         }
-        let data = match op.direct.take() {
-            Some(b) => b,
-            None if op.out.is_empty() => Bytes::new(),
-            None => Bytes::from(std::mem::take(&mut op.out)),
-        };
+        let segments = std::mem::take(&mut op.segments);
+        let len_bytes = op.req.range().1;
         self.ops.insert(id, op);
-        Ok(Reply::Data(data))
+        Ok(Reply::Data(ReadData::assemble(segments, len_bytes)))
     }
 
     pub(super) fn lost_error(&self, what: &str, offset_bytes: u64, len_bytes: u64) -> VolumeError {

@@ -79,7 +79,76 @@ impl Request {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reply {
     Done,
-    Data(Bytes),
+    Data(ReadData),
+}
+
+/// The bytes of a read, in order, as slices of the member reads that
+/// produced them: a striped read is sent to the client without being copied
+/// into one buffer first.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReadData {
+    segments: Vec<Bytes>,
+    len_bytes: u64,
+}
+
+/// More segments than this are gathered into one buffer: a reply must fit
+/// a bounded number of iovecs, and tiny interleaves make many tiny pieces.
+pub const READ_SEGMENTS_MAX: usize = 64;
+
+impl ReadData {
+    /// Orders `(offset, bytes)` pieces that tile `[0, len_bytes)` exactly.
+    pub fn assemble(mut pieces: Vec<(u64, Bytes)>, len_bytes: u64) -> ReadData {
+        pieces.sort_by_key(|(at, _)| *at);
+        let mut next = 0;
+        for (at, b) in &pieces {
+            assert_eq!(*at, next, "read pieces must tile the request");
+            next += b.len() as u64;
+        }
+        assert_eq!(next, len_bytes, "read pieces must cover the request");
+        let mut segments: Vec<Bytes> = pieces.into_iter().map(|(_, b)| b).collect();
+        if segments.len() > READ_SEGMENTS_MAX {
+            let mut flat = Vec::with_capacity(len_bytes as usize);
+            for s in &segments {
+                flat.extend_from_slice(s);
+            }
+            segments = vec![Bytes::from(flat)];
+        }
+        ReadData {
+            segments,
+            len_bytes,
+        }
+    }
+
+    pub fn len(&self) -> u64 {
+        self.len_bytes
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len_bytes == 0
+    }
+
+    pub fn segments(&self) -> &[Bytes] {
+        &self.segments
+    }
+
+    /// One contiguous copy (free when there is a single segment).
+    pub fn to_bytes(&self) -> Bytes {
+        match self.segments.as_slice() {
+            [] => Bytes::new(),
+            [one] => one.clone(),
+            many => {
+                let mut flat = Vec::with_capacity(self.len_bytes as usize);
+                for s in many {
+                    flat.extend_from_slice(s);
+                }
+                Bytes::from(flat)
+            }
+        }
+    }
+
+    pub fn to_vec(&self) -> Vec<u8> {
+        self.to_bytes().to_vec()
+    }
 }
 
 #[derive(Clone, Debug)]

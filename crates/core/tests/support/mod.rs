@@ -313,7 +313,7 @@ pub fn random_workload(h: &mut Harness, model: &mut Model, ops: usize, concurren
             let reply = c.result.unwrap_or_else(|e| panic!("request failed: {e}"));
             if let Some(want) = expect.remove(&c.id) {
                 match reply {
-                    Reply::Data(got) => assert!(got[..] == want[..], "read returned wrong bytes"),
+                    Reply::Data(got) => assert!(got.to_vec() == want, "read returned wrong bytes"),
                     Reply::Done => panic!("read completed without data"),
                 }
             }

@@ -1,0 +1,118 @@
+//! Recycled read buffers.
+//!
+//! A read's buffer lives until its reply is sent, then is freed; allocating
+//! and zeroing a fresh megabyte for every read costs as much as the read.
+//! Buffers of a power-of-two size class are kept for reuse instead (their old
+//! contents are overwritten by the next read, which must fill them whole),
+//! up to a fixed number of bytes in all, so an idle server holds little.
+
+use bytes::Bytes;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+/// Smallest size class: below this, allocation is cheap enough.
+const MIN_CLASS_BYTES: usize = 64 << 10;
+/// Largest size class: the NBD maximum request.
+const MAX_CLASS_BYTES: usize = 32 << 20;
+const CLASSES: usize = (MAX_CLASS_BYTES / MIN_CLASS_BYTES).trailing_zeros() as usize + 1;
+/// Bytes kept idle across all classes.
+pub const POOL_MAX_BYTES: u64 = 64 << 20;
+
+struct Pool {
+    classes: [Mutex<Vec<Vec<u8>>>; CLASSES],
+    idle_bytes: AtomicU64,
+}
+
+fn pool() -> &'static Pool {
+    static POOL: OnceLock<Pool> = OnceLock::new();
+    POOL.get_or_init(|| Pool {
+        classes: std::array::from_fn(|_| Mutex::new(Vec::new())),
+        idle_bytes: AtomicU64::new(0),
+    })
+}
+
+fn class_of(len: usize) -> Option<usize> {
+    if !(MIN_CLASS_BYTES..=MAX_CLASS_BYTES).contains(&len) {
+        return None;
+    }
+    let size = len.next_power_of_two();
+    Some((size / MIN_CLASS_BYTES).trailing_zeros() as usize)
+}
+
+/// A buffer of `len` bytes, filled by `fill`, as `Bytes` that return their
+/// memory to the pool when the last reference goes. `fill` must write every
+/// byte: a recycled buffer still holds an earlier read's data.
+pub fn read_into<E>(len: usize, fill: impl FnOnce(&mut [u8]) -> Result<(), E>) -> Result<Bytes, E> {
+    let Some(class) = class_of(len) else {
+        let mut v = vec![0u8; len];
+        fill(&mut v)?;
+        return Ok(Bytes::from(v));
+    };
+    let p = pool();
+    let recycled = p.classes[class].lock().expect("buffer pool").pop();
+    let mut buf = match recycled {
+        Some(b) => {
+            p.idle_bytes.fetch_sub(b.len() as u64, Ordering::Relaxed);
+            b
+        }
+        None => vec![0u8; MIN_CLASS_BYTES << class],
+    };
+    fill(&mut buf[..len])?;
+    Ok(Bytes::from_owner(Pooled { buf, len, class }))
+}
+
+struct Pooled {
+    buf: Vec<u8>,
+    len: usize,
+    class: usize,
+}
+
+impl AsRef<[u8]> for Pooled {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        let p = pool();
+        let size = self.buf.len() as u64;
+        if p.idle_bytes.fetch_add(size, Ordering::Relaxed) + size > POOL_MAX_BYTES {
+            p.idle_bytes.fetch_sub(size, Ordering::Relaxed);
+            return;
+        }
+        let buf = std::mem::take(&mut self.buf);
+        p.classes[self.class].lock().expect("buffer pool").push(buf);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_are_reused_and_hold_only_the_new_data() {
+        let a = read_into::<()>(100_000, |b| {
+            b.fill(7);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(a.len(), 100_000);
+        assert!(a.iter().all(|&x| x == 7));
+        let ptr = a.as_ptr();
+        drop(a);
+        let b = read_into::<()>(70_000, |b| {
+            b.fill(9);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(b.len(), 70_000);
+        assert!(b.iter().all(|&x| x == 9));
+        // Same size class (128 KiB): the first buffer came back.
+        assert_eq!(b.as_ptr(), ptr);
+        assert!(read_into::<&str>(1 << 20, |_| Err("failed")).is_err());
+        assert_eq!(class_of(MIN_CLASS_BYTES), Some(0));
+        assert_eq!(class_of(MAX_CLASS_BYTES), Some(CLASSES - 1));
+        assert_eq!(class_of(MAX_CLASS_BYTES + 1), None);
+    }
+}
