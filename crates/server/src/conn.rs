@@ -15,6 +15,7 @@ use platter_nbd::{
     judge, parse_request_header, Command, HandshakeConfig, HandshakeState, Negotiated,
     ServerHandshake, Session, Verdict, REQUEST_HEADER_BYTES,
 };
+use smallvec::SmallVec;
 use std::io::{self, Read};
 use std::net::Shutdown;
 use std::os::fd::AsRawFd;
@@ -69,13 +70,13 @@ fn errno_of(e: &VolumeError) -> u32 {
 impl Conn {
     fn reply_error(&self, cookie: u64, errno: u32, message: &str, release_bytes: u64) {
         let head = if self.structured {
-            platter_nbd::structured_error(cookie, errno, message)
+            SmallVec::from_vec(platter_nbd::structured_error(cookie, errno, message))
         } else {
-            platter_nbd::simple_reply(cookie, errno).to_vec()
+            SmallVec::from_slice(&platter_nbd::simple_reply(cookie, errno))
         };
         self.replies.push(Chunk {
             head,
-            data: Vec::new(),
+            data: SmallVec::new(),
             release_bytes,
         });
     }
@@ -89,23 +90,26 @@ impl Conn {
     ) {
         let (head, data) = match result {
             Err(e) => return self.reply_error(cookie, errno_of(&e), &e.message, release_bytes),
-            Ok(Reply::Done) if self.structured => {
-                (platter_nbd::structured_none(cookie).to_vec(), Vec::new())
-            }
-            Ok(Reply::Done) => (platter_nbd::simple_reply(cookie, 0).to_vec(), Vec::new()),
+            Ok(Reply::Done) if self.structured => (
+                SmallVec::from_slice(&platter_nbd::structured_none(cookie)),
+                SmallVec::new(),
+            ),
+            Ok(Reply::Done) => (
+                SmallVec::from_slice(&platter_nbd::simple_reply(cookie, 0)),
+                SmallVec::new(),
+            ),
             Ok(Reply::Data(d)) if self.structured => (
-                platter_nbd::structured_offset_data_header(
+                SmallVec::from_slice(&platter_nbd::structured_offset_data_header(
                     cookie,
                     offset_bytes,
                     d.len() as u32,
                     true,
-                )
-                .to_vec(),
-                d.segments().to_vec(),
+                )),
+                d.into_segments(),
             ),
             Ok(Reply::Data(d)) => (
-                platter_nbd::simple_reply(cookie, 0).to_vec(),
-                d.segments().to_vec(),
+                SmallVec::from_slice(&platter_nbd::simple_reply(cookie, 0)),
+                d.into_segments(),
             ),
         };
         self.replies.push(Chunk {
@@ -401,7 +405,7 @@ fn block_status(conn: &Conn, cookie: u64, offset_bytes: u64, len: u64) {
     // Everything reads back as data: no allocation map is kept.
     let len = len.min(conn.session.size_bytes - offset_bytes) as u32;
     let contexts = &conn.session.meta_contexts;
-    let mut head = Vec::new();
+    let mut head = SmallVec::new();
     for (i, (id, _)) in contexts.iter().enumerate() {
         let last = i + 1 == contexts.len();
         head.extend_from_slice(&platter_nbd::structured_block_status(
@@ -413,7 +417,7 @@ fn block_status(conn: &Conn, cookie: u64, offset_bytes: u64, len: u64) {
     }
     conn.replies.push(Chunk {
         head,
-        data: Vec::new(),
+        data: SmallVec::new(),
         release_bytes: 0,
     });
 }

@@ -8,17 +8,21 @@
 //! knows that members are real devices.
 
 use platter_core::volume::{
-    Event, Health, IoId, IoResult, MemberIo, Reply, Request, RequestId, Volume, VolumeError,
+    Event, Health, IdMap, IoId, IoResult, MemberIo, Reply, Request, RequestId, Volume, VolumeError,
 };
 use platter_io::Member;
-use std::collections::HashMap;
+use smallvec::SmallVec;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 pub type Done = Box<dyn FnOnce(Result<Reply, VolumeError>) + Send>;
 
+/// Member I/Os taken from the engine in one round; most requests make few.
+type Ios = SmallVec<[MemberIo; 4]>;
+type Finished = SmallVec<[(Done, Result<Reply, VolumeError>); 2]>;
+
 struct State {
     volume: Volume,
-    routes: HashMap<RequestId, Done>,
+    routes: IdMap<RequestId, Done>,
     events: Vec<Event>,
     idle_waiters: u32,
 }
@@ -36,7 +40,7 @@ impl Engine {
         Engine {
             state: Mutex::new(State {
                 volume,
-                routes: HashMap::new(),
+                routes: IdMap::default(),
                 events: Vec::new(),
                 idle_waiters: 0,
             }),
@@ -70,8 +74,8 @@ impl Engine {
     /// Runs `req` to completion on this thread (and any other work it
     /// unblocks); `done` is called exactly once.
     pub fn submit(&self, req: Request, done: Done) {
-        let mut ios = Vec::new();
-        let mut finished = Vec::new();
+        let mut ios = Ios::new();
+        let mut finished = Finished::new();
         {
             let mut s = self.lock();
             let id = s.volume.submit(req);
@@ -115,13 +119,13 @@ impl Engine {
         }
     }
 
-    fn pump(&self, mut ios: Vec<MemberIo>) {
+    fn pump(&self, mut ios: Ios) {
         // Each round performs the I/Os of finished plans; a request's plan
         // has a bounded number of phases, so this ends.
         while !ios.is_empty() {
-            let results: Vec<(IoId, IoResult)> =
+            let results: SmallVec<[(IoId, IoResult); 4]> =
                 ios.drain(..).map(|io| (io.id, self.perform(&io))).collect();
-            let mut finished = Vec::new();
+            let mut finished = Finished::new();
             {
                 let mut s = self.lock();
                 for (id, r) in results {
@@ -136,11 +140,7 @@ impl Engine {
         }
     }
 
-    fn drain(
-        s: &mut State,
-        ios: &mut Vec<MemberIo>,
-        finished: &mut Vec<(Done, Result<Reply, VolumeError>)>,
-    ) {
+    fn drain(s: &mut State, ios: &mut Ios, finished: &mut Finished) {
         while let Some(io) = s.volume.next_io() {
             ios.push(io);
         }
@@ -161,7 +161,7 @@ impl Engine {
         }
     }
 
-    fn deliver(finished: Vec<(Done, Result<Reply, VolumeError>)>) {
+    fn deliver(finished: Finished) {
         for (done, result) in finished {
             done(result);
         }

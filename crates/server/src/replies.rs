@@ -11,6 +11,7 @@
 
 use crate::flow::Budget;
 use bytes::Bytes;
+use smallvec::SmallVec;
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::RawFd;
@@ -20,9 +21,10 @@ use std::sync::{Arc, Condvar, Mutex};
 const IOV_MAX: usize = 1024;
 
 pub struct Chunk {
-    pub head: Vec<u8>,
+    /// The reply header (and an error message, rarely longer).
+    pub head: SmallVec<[u8; 32]>,
     /// Read data, as the engine's segments (not copied together).
-    pub data: Vec<Bytes>,
+    pub data: SmallVec<[Bytes; 2]>,
     /// Budget bytes released once this chunk is sent (or dropped).
     pub release_bytes: u64,
 }
@@ -142,7 +144,7 @@ impl Replies {
             if st.queue.is_empty() {
                 return Progress::Empty;
             }
-            let mut iov: Vec<libc::iovec> = Vec::with_capacity(64);
+            let mut iov: SmallVec<[libc::iovec; 64]> = SmallVec::new();
             let mut skip = st.sent_bytes;
             for c in st.queue.iter() {
                 // A chunk has at most READ_SEGMENTS_MAX + 1 parts.

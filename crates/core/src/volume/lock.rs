@@ -48,6 +48,9 @@ impl RangeLocks {
             .position(|(h, _)| *h == id)
             .expect("released a lock that is not held");
         self.held.swap_remove(at);
+        if self.waiting.is_empty() {
+            return Vec::new();
+        }
         let mut granted = Vec::new();
         let mut still: VecDeque<(RequestId, Span)> = VecDeque::with_capacity(self.waiting.len());
         while let Some((w, span)) = self.waiting.pop_front() {

@@ -14,6 +14,7 @@
 //! member), and a write phase reports success only if every byte it wrote is
 //! still readable from the members that remain.
 
+mod ids;
 mod lock;
 mod plan;
 mod read;
@@ -28,9 +29,11 @@ pub use request::{
 use crate::geometry::Geometry;
 use crate::level::Level;
 use bytes::Bytes;
+pub use ids::IdMap;
 use lock::{RangeLocks, Span};
-use plan::{Dest, ReadPiece, Target, WritePiece};
-use std::collections::{HashMap, VecDeque};
+use plan::{Dest, Dests, ReadPieces, Target, WritePieces};
+use smallvec::SmallVec;
+use std::collections::VecDeque;
 
 /// A member's condition as the volume sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,26 +95,27 @@ struct Op {
     replans: u32,
     /// Read data as it arrives: (offset in the request, bytes), sliced out
     /// of the member reads without copying.
-    segments: Vec<(u64, Bytes)>,
+    segments: SmallVec<[(u64, Bytes); 2]>,
     jobs: Vec<StripeJob>,
     /// Member writes known before the read phase (mirrors, stripes, trims).
-    planned: Vec<WritePiece>,
-    /// Members written, for FUA.
-    written: Vec<bool>,
+    planned: WritePieces,
+    /// Members written, for FUA (a bit per member).
+    written: [u64; 4],
 }
 
 struct Inflight {
     request: RequestId,
     member: u32,
-    dests: Vec<Dest>,
+    dests: Dests,
 }
 
 pub struct Volume {
     geometry: Geometry,
     health: Vec<Health>,
     limits: Limits,
-    ops: HashMap<RequestId, Op>,
-    inflight: HashMap<IoId, Inflight>,
+    /// Boxed: requests are taken out and put back while they are planned.
+    ops: IdMap<RequestId, Box<Op>>,
+    inflight: IdMap<IoId, Inflight>,
     locks: RangeLocks,
     io_queue: VecDeque<MemberIo>,
     completions: VecDeque<Completion>,
@@ -130,8 +134,8 @@ impl Volume {
             geometry,
             health,
             limits,
-            ops: HashMap::new(),
-            inflight: HashMap::new(),
+            ops: IdMap::default(),
+            inflight: IdMap::default(),
             locks: RangeLocks::default(),
             io_queue: VecDeque::new(),
             completions: VecDeque::new(),
@@ -189,19 +193,18 @@ impl Volume {
             self.complete(id, Err(VolumeError::new(ErrorKind::Busy, msg)));
             return id;
         }
-        let members = self.geometry.members() as usize;
-        let op = Op {
+        let op = Box::new(Op {
             req,
             stage: Stage::Waiting,
             pending: 0,
             phase_failed: false,
             write_failed: false,
             replans: 0,
-            segments: Vec::new(),
+            segments: SmallVec::new(),
             jobs: Vec::new(),
-            planned: Vec::new(),
-            written: vec![false; members],
-        };
+            planned: WritePieces::new(),
+            written: [0; 4],
+        });
         let span = self.span_of(&op.req);
         self.ops.insert(id, op);
         match span {
@@ -296,7 +299,7 @@ impl Volume {
         op.jobs.clear();
         let planned = match &op.req {
             Request::Read { .. } => self.plan_read(&mut op),
-            Request::Flush => Ok(Vec::new()),
+            Request::Flush => Ok(ReadPieces::new()),
             _ => self.plan_write(&mut op),
         };
         let is_flush = matches!(op.req, Request::Flush);
@@ -313,7 +316,7 @@ impl Volume {
         }
     }
 
-    fn new_io(&mut self, request: RequestId, member: u32, op: MemberOp, dests: Vec<Dest>) {
+    fn new_io(&mut self, request: RequestId, member: u32, op: MemberOp, dests: Dests) {
         let id = IoId(self.next_io);
         self.next_io += 1;
         self.inflight.insert(
@@ -327,7 +330,7 @@ impl Volume {
         self.io_queue.push_back(MemberIo { id, member, op });
     }
 
-    fn issue_reads(&mut self, id: RequestId, reads: Vec<ReadPiece>) {
+    fn issue_reads(&mut self, id: RequestId, reads: ReadPieces) {
         let merged = plan::merge_reads(reads);
         let op = self.ops.get_mut(&id).expect("live request");
         op.stage = Stage::Reading;
@@ -340,20 +343,20 @@ impl Volume {
         }
     }
 
-    fn issue_writes(&mut self, id: RequestId, writes: Vec<WritePiece>) {
+    fn issue_writes(&mut self, id: RequestId, writes: WritePieces) {
         let merged = plan::merge_writes(writes);
         let op = self.ops.get_mut(&id).expect("live request");
         op.stage = Stage::Writing;
         op.phase_failed = false;
         op.pending = merged.len() as u32;
         for (member, _) in &merged {
-            op.written[*member as usize] = true;
+            op.written[*member as usize / 64] |= 1 << (*member % 64);
         }
         if merged.is_empty() {
             return self.advance(id);
         }
         for (member, mop) in merged {
-            self.new_io(id, member, mop, Vec::new());
+            self.new_io(id, member, mop, Dests::new());
         }
     }
 
@@ -366,7 +369,7 @@ impl Volume {
             return self.advance(id);
         }
         for m in members {
-            self.new_io(id, m, MemberOp::Flush, Vec::new());
+            self.new_io(id, m, MemberOp::Flush, Dests::new());
         }
     }
 
@@ -426,7 +429,7 @@ impl Volume {
                 );
                 if fua && !op.write_failed {
                     let members: Vec<u32> = (0..self.geometry.members())
-                        .filter(|&m| op.written[m as usize])
+                        .filter(|&m| op.written[m as usize / 64] & (1 << (m % 64)) != 0)
                         .collect();
                     return self.issue_flushes(id, members);
                 }

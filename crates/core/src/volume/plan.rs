@@ -2,6 +2,7 @@
 
 use super::request::MemberOp;
 use bytes::{Bytes, BytesMut};
+use smallvec::SmallVec;
 
 /// Where the bytes of a member read go.
 #[derive(Clone, Copy, Debug)]
@@ -23,6 +24,13 @@ pub struct ReadPiece {
     pub len_bytes: u64,
     pub target: Target,
 }
+
+/// A request's planned reads and writes: a few, usually.
+pub type ReadPieces = SmallVec<[ReadPiece; 2]>;
+pub type WritePieces = SmallVec<[WritePiece; 2]>;
+
+/// Where the parts of one member read go; most reads have one.
+pub type Dests = SmallVec<[Dest; 1]>;
 
 /// Part of one merged member read and where it goes.
 #[derive(Clone, Copy, Debug)]
@@ -55,9 +63,11 @@ impl WritePiece {
 }
 
 /// Merges reads that are contiguous on a member into one I/O each.
-pub fn merge_reads(mut pieces: Vec<ReadPiece>) -> Vec<(u32, MemberOp, Vec<Dest>)> {
-    pieces.sort_by_key(|p| (p.member, p.offset_bytes));
-    let mut out: Vec<(u32, MemberOp, Vec<Dest>)> = Vec::new();
+pub fn merge_reads(mut pieces: ReadPieces) -> SmallVec<[(u32, MemberOp, Dests); 2]> {
+    if pieces.len() > 1 {
+        pieces.sort_by_key(|p| (p.member, p.offset_bytes));
+    }
+    let mut out: SmallVec<[(u32, MemberOp, Dests); 2]> = SmallVec::new();
     for p in pieces {
         if let Some((
             member,
@@ -86,7 +96,7 @@ pub fn merge_reads(mut pieces: Vec<ReadPiece>) -> Vec<(u32, MemberOp, Vec<Dest>)
                 offset_bytes: p.offset_bytes,
                 len_bytes: p.len_bytes,
             },
-            vec![Dest {
+            smallvec::smallvec![Dest {
                 io_at_bytes: 0,
                 len_bytes: p.len_bytes,
                 target: p.target,
@@ -97,59 +107,80 @@ pub fn merge_reads(mut pieces: Vec<ReadPiece>) -> Vec<(u32, MemberOp, Vec<Dest>)
 }
 
 /// Merges writes (and trims) that are contiguous on a member.
-pub fn merge_writes(mut pieces: Vec<WritePiece>) -> Vec<(u32, MemberOp)> {
-    pieces.sort_by_key(|p| (p.member, p.offset_bytes));
-    let mut groups: Vec<Vec<WritePiece>> = Vec::new();
+pub fn merge_writes(mut pieces: WritePieces) -> SmallVec<[(u32, MemberOp); 2]> {
+    if pieces.len() > 1 {
+        pieces.sort_by_key(|p| (p.member, p.offset_bytes));
+    }
+    // The group being built: member, offset, length, and its data pieces
+    // (none for a trim).
+    struct Group {
+        member: u32,
+        offset_bytes: u64,
+        len_bytes: u64,
+        trim: bool,
+        data: SmallVec<[Bytes; 2]>,
+    }
+    fn close(g: Group) -> (u32, MemberOp) {
+        let op = if g.trim {
+            MemberOp::Trim {
+                offset_bytes: g.offset_bytes,
+                len_bytes: g.len_bytes,
+            }
+        } else if g.data.len() == 1 {
+            MemberOp::Write {
+                offset_bytes: g.offset_bytes,
+                data: g.data.into_iter().next().expect("one piece"),
+            }
+        } else {
+            let mut buf = BytesMut::with_capacity(g.len_bytes as usize);
+            for b in &g.data {
+                buf.extend_from_slice(b);
+            }
+            MemberOp::Write {
+                offset_bytes: g.offset_bytes,
+                data: buf.freeze(),
+            }
+        };
+        (g.member, op)
+    }
+    let mut out = SmallVec::new();
+    let mut current: Option<Group> = None;
     for p in pieces {
-        if let Some(g) = groups.last_mut() {
-            let last = g.last().expect("groups are never empty");
-            let same_kind = matches!(
-                (&last.kind, &p.kind),
-                (WriteKind::Data(_), WriteKind::Data(_)) | (WriteKind::Trim(_), WriteKind::Trim(_))
-            );
+        let len = p.len_bytes();
+        let trim = matches!(p.kind, WriteKind::Trim(_));
+        if let Some(g) = &mut current {
             assert!(
-                last.member != p.member || last.offset_bytes + last.len_bytes() <= p.offset_bytes,
+                g.member != p.member || g.offset_bytes + g.len_bytes <= p.offset_bytes,
                 "overlapping member writes in one plan"
             );
-            if same_kind
-                && last.member == p.member
-                && last.offset_bytes + last.len_bytes() == p.offset_bytes
+            if g.member == p.member
+                && g.trim == trim
+                && g.offset_bytes + g.len_bytes == p.offset_bytes
             {
-                g.push(p);
+                g.len_bytes += len;
+                if let WriteKind::Data(b) = p.kind {
+                    g.data.push(b);
+                }
                 continue;
             }
         }
-        groups.push(vec![p]);
+        if let Some(g) = current.take() {
+            out.push(close(g));
+        }
+        let mut data = SmallVec::new();
+        if let WriteKind::Data(b) = p.kind {
+            data.push(b);
+        }
+        current = Some(Group {
+            member: p.member,
+            offset_bytes: p.offset_bytes,
+            len_bytes: len,
+            trim,
+            data,
+        });
     }
-    groups
-        .into_iter()
-        .map(|g| {
-            let member = g[0].member;
-            let offset_bytes = g[0].offset_bytes;
-            let op = match &g[0].kind {
-                WriteKind::Trim(_) => MemberOp::Trim {
-                    offset_bytes,
-                    len_bytes: g.iter().map(WritePiece::len_bytes).sum(),
-                },
-                WriteKind::Data(first) if g.len() == 1 => MemberOp::Write {
-                    offset_bytes,
-                    data: first.clone(),
-                },
-                WriteKind::Data(_) => {
-                    let total: u64 = g.iter().map(WritePiece::len_bytes).sum();
-                    let mut buf = BytesMut::with_capacity(total as usize);
-                    for p in &g {
-                        if let WriteKind::Data(b) = &p.kind {
-                            buf.extend_from_slice(b);
-                        }
-                    }
-                    MemberOp::Write {
-                        offset_bytes,
-                        data: buf.freeze(),
-                    }
-                }
-            };
-            (member, op)
-        })
-        .collect()
+    if let Some(g) = current {
+        out.push(close(g));
+    }
+    out
 }

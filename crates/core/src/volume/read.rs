@@ -1,20 +1,20 @@
 //! Reads: straight from a data chunk's member when it is online, or rebuilt
 //! from the rest of the stripe (parity levels) or from another copy.
 
-use super::plan::{ReadPiece, Target};
+use super::plan::{ReadPiece, ReadPieces, Target};
 use super::write::Strategy;
 use super::{ErrorKind, Op, ReadData, Reply, RequestId, StripeJob, Volume, VolumeError};
 use bytes::Bytes;
 
 impl Volume {
-    pub(super) fn plan_read(&mut self, op: &mut Op) -> Result<Vec<ReadPiece>, VolumeError> {
+    pub(super) fn plan_read(&mut self, op: &mut Op) -> Result<ReadPieces, VolumeError> {
         let (offset_bytes, len_bytes) = op.req.range();
         let g = &self.geometry;
         let parity = g.level().is_parity();
         // One copy choice per request keeps a sequential read on one member.
         let turn = self.read_turn;
         self.read_turn = self.read_turn.wrapping_add(1);
-        let mut pieces = Vec::new();
+        let mut pieces = ReadPieces::new();
         let mut roles_cache: Option<(u64, crate::geometry::StripeRoles)> = None;
         for e in g.extents(offset_bytes, len_bytes) {
             let at_bytes = e.volume_offset_bytes - offset_bytes;
@@ -52,11 +52,18 @@ impl Volume {
                 job.wants
                     .push((e.data_index, e.within_bytes, e.len_bytes, at_bytes));
             } else {
-                let copies: Vec<_> = g.data_locations(e.stripe, e.data_index).collect();
-                let n = copies.len();
-                let pick = (0..n)
-                    .map(|i| copies[(turn as usize + i) % n])
-                    .find(|l| self.health[l.member as usize] == super::Health::Online);
+                // Start at this request's turn and take the first online
+                // copy after it (no allocation: this runs per chunk).
+                let n = u64::from(g.copies().max(1));
+                let first = turn % n;
+                let online = |l: &crate::geometry::Location| {
+                    self.health[l.member as usize] == super::Health::Online
+                };
+                let copies = || g.data_locations(e.stripe, e.data_index);
+                let pick = copies()
+                    .skip(first as usize)
+                    .find(online)
+                    .or_else(|| copies().take(first as usize).find(online));
                 let Some(loc) = pick else {
                     return Err(self.lost_error("read", e.volume_offset_bytes, e.len_bytes));
                 };
@@ -85,7 +92,7 @@ impl Volume {
         &self,
         j: u32,
         job: &mut StripeJob,
-        pieces: &mut Vec<ReadPiece>,
+        pieces: &mut ReadPieces,
     ) -> Result<(), ()> {
         let g = &self.geometry;
         let n = g.members();

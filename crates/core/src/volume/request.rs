@@ -2,6 +2,7 @@
 //! completions, member I/O requests and their results.
 
 use bytes::Bytes;
+use smallvec::SmallVec;
 use std::fmt;
 
 /// Names a client request for its whole life; chosen by the volume.
@@ -87,7 +88,7 @@ pub enum Reply {
 /// into one buffer first.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ReadData {
-    segments: Vec<Bytes>,
+    segments: SmallVec<[Bytes; 2]>,
     len_bytes: u64,
 }
 
@@ -97,7 +98,7 @@ pub const READ_SEGMENTS_MAX: usize = 64;
 
 impl ReadData {
     /// Orders `(offset, bytes)` pieces that tile `[0, len_bytes)` exactly.
-    pub fn assemble(mut pieces: Vec<(u64, Bytes)>, len_bytes: u64) -> ReadData {
+    pub fn assemble(mut pieces: SmallVec<[(u64, Bytes); 2]>, len_bytes: u64) -> ReadData {
         pieces.sort_by_key(|(at, _)| *at);
         let mut next = 0;
         for (at, b) in &pieces {
@@ -105,13 +106,13 @@ impl ReadData {
             next += b.len() as u64;
         }
         assert_eq!(next, len_bytes, "read pieces must cover the request");
-        let mut segments: Vec<Bytes> = pieces.into_iter().map(|(_, b)| b).collect();
+        let mut segments: SmallVec<[Bytes; 2]> = pieces.into_iter().map(|(_, b)| b).collect();
         if segments.len() > READ_SEGMENTS_MAX {
             let mut flat = Vec::with_capacity(len_bytes as usize);
             for s in &segments {
                 flat.extend_from_slice(s);
             }
-            segments = vec![Bytes::from(flat)];
+            segments = smallvec::smallvec![Bytes::from(flat)];
         }
         ReadData {
             segments,
@@ -129,6 +130,10 @@ impl ReadData {
 
     pub fn segments(&self) -> &[Bytes] {
         &self.segments
+    }
+
+    pub fn into_segments(self) -> SmallVec<[Bytes; 2]> {
+        self.segments
     }
 
     /// One contiguous copy (free when there is a single segment).

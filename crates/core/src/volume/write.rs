@@ -13,7 +13,7 @@
 //! back zeros afterwards, and zeros are their own parity); write-zeroes writes
 //! real zeros at partial stripes, trim leaves them alone.
 
-use super::plan::{ReadPiece, Target, WriteKind, WritePiece};
+use super::plan::{ReadPiece, ReadPieces, Target, WriteKind, WritePiece, WritePieces};
 use super::{Op, Request, RequestId, StripeJob, Volume, VolumeError};
 use bytes::Bytes;
 
@@ -25,7 +25,7 @@ pub enum Strategy {
 }
 
 impl Volume {
-    pub(super) fn plan_write(&mut self, op: &mut Op) -> Result<Vec<ReadPiece>, VolumeError> {
+    pub(super) fn plan_write(&mut self, op: &mut Op) -> Result<ReadPieces, VolumeError> {
         op.planned.clear();
         let (offset_bytes, len_bytes) = op.req.range();
         let g = &self.geometry;
@@ -58,7 +58,7 @@ impl Volume {
                     return Err(self.lost_error(op.req.name(), e.volume_offset_bytes, e.len_bytes));
                 }
             }
-            return Ok(Vec::new());
+            return Ok(ReadPieces::new());
         }
 
         // Parity levels: whole stripes of zeros are trims on every member.
@@ -115,7 +115,7 @@ impl Volume {
                 job.new_data.push((e.data_index, e.within_bytes, new));
             }
         }
-        let mut reads = Vec::new();
+        let mut reads = ReadPieces::new();
         let mut jobs = std::mem::take(&mut op.jobs);
         for (j, job) in jobs.iter_mut().enumerate() {
             self.plan_stripe_write(j as u32, job, &mut reads)
@@ -133,7 +133,7 @@ impl Volume {
         &self,
         j: u32,
         job: &mut StripeJob,
-        reads: &mut Vec<ReadPiece>,
+        reads: &mut ReadPieces,
     ) -> Result<(), ()> {
         let g = &self.geometry;
         let lost = (0..g.members()).filter(|&m| !self.online(m)).count() as u32;
@@ -218,7 +218,7 @@ impl Volume {
     }
 
     /// After the read phase: compute parity and list every member write.
-    pub(super) fn compute_writes(&mut self, id: RequestId) -> Vec<WritePiece> {
+    pub(super) fn compute_writes(&mut self, id: RequestId) -> WritePieces {
         let mut op = self.ops.remove(&id).expect("live request");
         let mut writes = std::mem::take(&mut op.planned);
         let mut jobs = std::mem::take(&mut op.jobs);
@@ -229,7 +229,7 @@ impl Volume {
         writes
     }
 
-    fn compute_stripe(&self, job: &mut StripeJob, writes: &mut Vec<WritePiece>) {
+    fn compute_stripe(&self, job: &mut StripeJob, writes: &mut WritePieces) {
         let g = &self.geometry;
         let lo = job.lo_bytes;
         let roles = job.roles.clone();
