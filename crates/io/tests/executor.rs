@@ -790,6 +790,7 @@ fn assert_faulty_event(events: &[Event], member: u32, path: &str, what: &str) {
                 "{what}: reason names the member: {reason}"
             );
         }
+        other => panic!("{what}: expected a faulty member, got {other:?}"),
     }
 }
 

@@ -156,6 +156,9 @@ impl Engine {
                 Event::MemberFaulty { member, reason } => {
                     tracing::error!(member, reason = %reason, "member marked faulty");
                 }
+                Event::RebuildDone { member } => {
+                    tracing::info!(member, "rebuild finished; member online");
+                }
             }
             s.events.push(e);
         }

@@ -18,12 +18,14 @@ mod ids;
 mod lock;
 mod plan;
 mod read;
+mod rebuild;
 mod request;
 mod write;
 
+pub use rebuild::RebuildProgress;
 pub use request::{
-    Completion, ErrorKind, Event, IoId, IoResult, MemberIo, MemberOp, ReadData, Reply, Request,
-    RequestId, VolumeError, READ_SEGMENTS_MAX,
+    Completion, ErrorKind, Event, IoId, IoResult, Maintenance, MemberIo, MemberOp, ReadData, Reply,
+    Request, RequestId, VolumeError, READ_SEGMENTS_MAX,
 };
 
 use crate::geometry::Geometry;
@@ -43,6 +45,9 @@ pub enum Health {
     Faulty,
     /// Not present at assembly.
     Missing,
+    /// A fresh device being filled: in use for the stripes below the
+    /// rebuild cursor, lost above it (see [`Volume::rebuild_progress`]).
+    Rebuilding,
 }
 
 #[derive(Clone, Debug)]
@@ -124,6 +129,7 @@ pub struct Volume {
     next_io: u64,
     /// Rotates reads over mirror copies.
     read_turn: u64,
+    rebuild: Option<rebuild::RebuildState>,
 }
 
 impl Volume {
@@ -143,6 +149,7 @@ impl Volume {
             next_request: 0,
             next_io: 0,
             read_turn: 0,
+            rebuild: None,
         }
     }
 
@@ -277,6 +284,18 @@ impl Volume {
     }
 
     fn span_of(&self, req: &Request) -> Option<Span> {
+        if let Request::Maintain {
+            first_stripe,
+            stripe_count,
+            ..
+        } = req
+        {
+            return Some(Span {
+                first_stripe: *first_stripe,
+                last_stripe: first_stripe + stripe_count - 1,
+                exclusive: true,
+            });
+        }
         let (offset_bytes, len_bytes) = req.range();
         if matches!(req, Request::Flush) || len_bytes == 0 {
             return None;
@@ -289,8 +308,41 @@ impl Volume {
         })
     }
 
-    fn online(&self, member: u32) -> bool {
-        self.health[member as usize] == Health::Online
+    /// Whether `member` holds good data for `stripe`: online, or being
+    /// rebuilt and already past that stripe. Everything that reads a
+    /// member, or keeps its parity or copy current, asks this.
+    fn usable(&self, member: u32, stripe: u64) -> bool {
+        match self.health[member as usize] {
+            Health::Online => true,
+            Health::Rebuilding => self
+                .rebuild
+                .as_ref()
+                .is_some_and(|r| r.member == member && stripe < r.cursor_stripe),
+            Health::Faulty | Health::Missing => false,
+        }
+    }
+
+    /// The end of the stripes in `[.., end_stripe)` that `member` holds
+    /// good data for: all of them when online, up to its cursor when being
+    /// rebuilt, none when lost.
+    fn usable_until(&self, member: u32, end_stripe: u64) -> u64 {
+        match self.health[member as usize] {
+            Health::Online => end_stripe,
+            Health::Rebuilding => self
+                .rebuild
+                .as_ref()
+                .filter(|r| r.member == member)
+                .map_or(0, |r| r.cursor_stripe.min(end_stripe)),
+            Health::Faulty | Health::Missing => 0,
+        }
+    }
+
+    /// Members that receive writes at all (for flushes).
+    fn in_use(&self, member: u32) -> bool {
+        matches!(
+            self.health[member as usize],
+            Health::Online | Health::Rebuilding
+        )
     }
 
     fn start(&mut self, id: RequestId) {
@@ -300,6 +352,10 @@ impl Volume {
         let planned = match &op.req {
             Request::Read { .. } => self.plan_read(&mut op),
             Request::Flush => Ok(ReadPieces::new()),
+            Request::Maintain {
+                action: Maintenance::Rebuild,
+                ..
+            } => self.plan_rebuild(&mut op),
             _ => self.plan_write(&mut op),
         };
         let is_flush = matches!(op.req, Request::Flush);
@@ -308,7 +364,7 @@ impl Volume {
             Err(e) => self.finish(id, Err(e)),
             Ok(_) if is_flush => {
                 let members: Vec<u32> = (0..self.geometry.members())
-                    .filter(|&m| self.online(m))
+                    .filter(|&m| self.in_use(m))
                     .collect();
                 self.issue_flushes(id, members);
             }
@@ -414,12 +470,22 @@ impl Volume {
                     op.segments.clear();
                     return self.start(id);
                 }
-                if matches!(op.req, Request::Read { .. }) {
-                    let result = self.finish_read(id);
-                    self.finish(id, result);
-                } else {
-                    let writes = self.compute_writes(id);
-                    self.issue_writes(id, writes);
+                match op.req {
+                    Request::Read { .. } => {
+                        let result = self.finish_read(id);
+                        self.finish(id, result);
+                    }
+                    Request::Maintain {
+                        action: Maintenance::Rebuild,
+                        ..
+                    } => {
+                        let writes = self.compute_rebuild_writes(id);
+                        self.issue_writes(id, writes);
+                    }
+                    _ => {
+                        let writes = self.compute_writes(id);
+                        self.issue_writes(id, writes);
+                    }
                 }
             }
             Stage::Writing => {
@@ -447,6 +513,12 @@ impl Volume {
         let op = &self.ops[&id];
         if !op.write_failed {
             return Ok(Reply::Done);
+        }
+        if let Request::Maintain { .. } = op.req {
+            return Err(VolumeError::new(
+                ErrorKind::Io,
+                "the member being rebuilt failed a write",
+            ));
         }
         let (offset_bytes, len_bytes) = op.req.range();
         let intact = match op.req {
@@ -491,7 +563,7 @@ impl Volume {
                 let end = (offset_bytes + span).min(g.volume_size_bytes());
                 g.extents(first, end - first).all(|e| {
                     g.data_locations(e.stripe, e.data_index)
-                        .any(|l| self.online(l.member))
+                        .any(|l| self.usable(l.member, e.stripe))
                 })
             }
         }
@@ -500,6 +572,14 @@ impl Volume {
     fn finish(&mut self, id: RequestId, result: Result<Reply, VolumeError>) {
         let op = self.ops.remove(&id).expect("finishing a live request");
         assert_eq!(op.pending, 0, "finished with I/O outstanding");
+        if let Request::Maintain {
+            first_stripe,
+            stripe_count,
+            action: Maintenance::Rebuild,
+        } = op.req
+        {
+            self.rebuild_step_done(first_stripe, stripe_count, result.is_ok());
+        }
         if self.span_of(&op.req).is_some() {
             for granted in self.locks.release(id) {
                 self.start(granted);

@@ -25,7 +25,7 @@ impl Volume {
                 }
                 let roles = &roles_cache.as_ref().expect("just set").1;
                 let m = roles.data[e.data_index as usize];
-                if self.health[m as usize] == super::Health::Online {
+                if self.usable(m, e.stripe) {
                     pieces.push(ReadPiece {
                         member: m,
                         offset_bytes: g.member_offset_bytes(e.stripe, e.within_bytes),
@@ -56,9 +56,7 @@ impl Volume {
                 // copy after it (no allocation: this runs per chunk).
                 let n = u64::from(g.copies().max(1));
                 let first = turn % n;
-                let online = |l: &crate::geometry::Location| {
-                    self.health[l.member as usize] == super::Health::Online
-                };
+                let online = |l: &crate::geometry::Location| self.usable(l.member, e.stripe);
                 let copies = || g.data_locations(e.stripe, e.data_index);
                 let pick = copies()
                     .skip(first as usize)
@@ -96,13 +94,13 @@ impl Volume {
     ) -> Result<(), ()> {
         let g = &self.geometry;
         let n = g.members();
-        let lost = (0..n).filter(|&m| !self.online(m)).count() as u32;
+        let lost = (0..n).filter(|&m| !self.usable(m, job.stripe)).count() as u32;
         if lost > g.redundancy() {
             return Err(());
         }
         let hull = job.hi_bytes - job.lo_bytes;
         job.bufs = (0..n).map(|_| vec![0u8; hull as usize]).collect();
-        for m in (0..n).filter(|&m| self.online(m)) {
+        for m in (0..n).filter(|&m| self.usable(m, job.stripe)) {
             pieces.push(ReadPiece {
                 member: m,
                 offset_bytes: g.member_offset_bytes(job.stripe, job.lo_bytes),
@@ -130,7 +128,7 @@ impl Volume {
         let missing: Vec<usize> = order
             .iter()
             .enumerate()
-            .filter(|(_, &m)| !self.online(m))
+            .filter(|(_, &m)| !self.usable(m, job.stripe))
             .map(|(i, _)| i)
             .collect();
         if missing.is_empty() {

@@ -40,6 +40,21 @@ pub enum Request {
     },
     /// Makes every completed write durable on every member.
     Flush,
+    /// Volume upkeep, not a client's request: see [`Maintenance`]. Covers
+    /// whole stripes `[first_stripe, first_stripe + stripe_count)`.
+    Maintain {
+        first_stripe: u64,
+        stripe_count: u64,
+        action: Maintenance,
+    },
+}
+
+/// What a [`Request::Maintain`] does to its stripes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Maintenance {
+    /// Write the member being rebuilt from the others (the next stripes
+    /// after its cursor; see [`super::Volume::rebuild_step`]).
+    Rebuild,
 }
 
 impl Request {
@@ -50,6 +65,7 @@ impl Request {
             Request::WriteZeroes { .. } => "write-zeroes",
             Request::Trim { .. } => "trim",
             Request::Flush => "flush",
+            Request::Maintain { .. } => "maintenance",
         }
     }
 
@@ -73,6 +89,8 @@ impl Request {
                 offset_bytes, data, ..
             } => (*offset_bytes, data.len() as u64),
             Request::Flush => (0, 0),
+            // Stripes in volume bytes; the volume clips the last one.
+            Request::Maintain { .. } => (0, 0),
         }
     }
 }
@@ -244,4 +262,6 @@ pub type IoResult = Result<Option<Bytes>, String>;
 pub enum Event {
     /// The member returned an error and is no longer used.
     MemberFaulty { member: u32, reason: String },
+    /// The member's rebuild reached the end; it is online.
+    RebuildDone { member: u32 },
 }

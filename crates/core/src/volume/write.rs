@@ -40,7 +40,7 @@ impl Volume {
                 let at = (e.volume_offset_bytes - offset_bytes) as usize;
                 let mut any = false;
                 for loc in g.data_locations(e.stripe, e.data_index) {
-                    if !self.online(loc.member) {
+                    if !self.usable(loc.member, e.stripe) {
                         continue;
                     }
                     any = true;
@@ -70,12 +70,17 @@ impl Volume {
             let end_full = end_bytes / stripe_bytes;
             partial.clear();
             if first_full < end_full {
-                for m in (0..g.members()).filter(|&m| self.online(m)) {
-                    op.planned.push(WritePiece {
-                        member: m,
-                        offset_bytes: g.member_offset_bytes(first_full, 0),
-                        kind: WriteKind::Trim((end_full - first_full) * il),
-                    });
+                for m in 0..g.members() {
+                    // A member being rebuilt is trimmed only below its
+                    // cursor; the rebuild brings the zeros past it.
+                    let end = self.usable_until(m, end_full);
+                    if end > first_full {
+                        op.planned.push(WritePiece {
+                            member: m,
+                            offset_bytes: g.member_offset_bytes(first_full, 0),
+                            kind: WriteKind::Trim((end - first_full) * il),
+                        });
+                    }
                 }
                 if zeros {
                     partial.push((offset_bytes, first_full * stripe_bytes - offset_bytes));
@@ -136,7 +141,10 @@ impl Volume {
         reads: &mut ReadPieces,
     ) -> Result<(), ()> {
         let g = &self.geometry;
-        let lost = (0..g.members()).filter(|&m| !self.online(m)).count() as u32;
+        let stripe = job.stripe;
+        let lost = (0..g.members())
+            .filter(|&m| !self.usable(m, stripe))
+            .count() as u32;
         if lost > g.redundancy() {
             // Past the budget the stripe cannot hold what is written to it.
             return Err(());
@@ -147,12 +155,12 @@ impl Volume {
         let k = roles.data.len() as u32;
         let touched = |d: u32| job.new_data.iter().find(|(dd, _, _)| *dd == d);
         let parity: Vec<u32> = std::iter::once(roles.p).chain(roles.q).collect();
-        let parity_online = parity.iter().filter(|&&m| self.online(m)).count();
+        let parity_online = parity.iter().filter(|&&m| self.usable(m, stripe)).count();
 
         let rmw_ok = job
             .new_data
             .iter()
-            .all(|(d, _, _)| self.online(roles.data[*d as usize]));
+            .all(|(d, _, _)| self.usable(roles.data[*d as usize], stripe));
         let gaps = |d: u32| -> Vec<(u64, u64)> {
             match touched(d) {
                 None => vec![(lo, hi)],
@@ -165,7 +173,8 @@ impl Volume {
                 }
             }
         };
-        let rcw_ok = (0..k).all(|d| gaps(d).is_empty() || self.online(roles.data[d as usize]));
+        let rcw_ok =
+            (0..k).all(|d| gaps(d).is_empty() || self.usable(roles.data[d as usize], stripe));
         let rmw_reads = job.new_data.len() + parity_online;
         let rcw_reads: usize = (0..k).map(|d| gaps(d).len()).sum();
         job.strategy = if parity_online == 0 {
@@ -200,7 +209,7 @@ impl Volume {
                 for (d, w, b) in &job.new_data {
                     read(roles.data[*d as usize], *w, w + b.len() as u64);
                 }
-                for &m in parity.iter().filter(|&&m| self.online(m)) {
+                for &m in parity.iter().filter(|&&m| self.usable(m, stripe)) {
                     read(m, lo, hi);
                 }
             }
@@ -234,7 +243,8 @@ impl Volume {
         let lo = job.lo_bytes;
         let roles = job.roles.clone();
         let parity: Vec<u32> = std::iter::once(roles.p).chain(roles.q).collect();
-        let parity_online = parity.iter().any(|&m| self.online(m));
+        let stripe = job.stripe;
+        let parity_online = parity.iter().any(|&m| self.usable(m, stripe));
         if parity_online {
             match job.strategy {
                 Strategy::ReadModifyWrite => {
@@ -245,11 +255,11 @@ impl Volume {
                         // old ^ new: the change, folded into P and (scaled) Q.
                         platter_parity::xor_into(&mut job.bufs[m][at..at + len], new);
                         let delta = job.bufs[m][at..at + len].to_vec();
-                        if self.online(roles.p) {
+                        if self.usable(roles.p, stripe) {
                             let p = &mut job.bufs[roles.p as usize][at..at + len];
                             platter_parity::xor_into(p, &delta);
                         }
-                        if let Some(q) = roles.q.filter(|&q| self.online(q)) {
+                        if let Some(q) = roles.q.filter(|&q| self.usable(q, stripe)) {
                             let coef = platter_parity::gf_exp2(roles.q_slot[*d as usize]);
                             let qb = &mut job.bufs[q as usize][at..at + len];
                             platter_parity::mul_xor_into(coef, &delta, qb);
@@ -271,7 +281,7 @@ impl Volume {
         }
         for (d, w, new) in &job.new_data {
             let m = roles.data[*d as usize];
-            if self.online(m) {
+            if self.usable(m, stripe) {
                 writes.push(WritePiece {
                     member: m,
                     offset_bytes: g.member_offset_bytes(job.stripe, *w),
@@ -279,7 +289,7 @@ impl Volume {
                 });
             }
         }
-        for &m in parity.iter().filter(|&&m| self.online(m)) {
+        for &m in parity.iter().filter(|&&m| self.usable(m, stripe)) {
             writes.push(WritePiece {
                 member: m,
                 offset_bytes: g.member_offset_bytes(job.stripe, lo),

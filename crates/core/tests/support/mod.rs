@@ -248,7 +248,7 @@ impl Model {
                     self.bytes[a as usize..b as usize].fill(0);
                 }
             }
-            Request::Read { .. } | Request::Flush => {}
+            Request::Read { .. } | Request::Flush | Request::Maintain { .. } => {}
         }
     }
 }
@@ -256,6 +256,18 @@ impl Model {
 /// Runs `ops` random requests in batches of up to `concurrency`, checking
 /// every read against the model as of its submission.
 pub fn random_workload(h: &mut Harness, model: &mut Model, ops: usize, concurrency: u64) {
+    random_workload_with(h, model, ops, concurrency, &mut |_| {});
+}
+
+/// [`random_workload`], calling `before_batch` at the start of every batch
+/// (to put volume upkeep such as rebuild steps among the client requests).
+pub fn random_workload_with(
+    h: &mut Harness,
+    model: &mut Model,
+    ops: usize,
+    concurrency: u64,
+    before_batch: &mut dyn FnMut(&mut Volume),
+) {
     let size = h.volume.size_bytes();
     let max_len = (2 * h.volume.geometry().stripe_data_bytes() + 1000)
         .min(size)
@@ -264,6 +276,7 @@ pub fn random_workload(h: &mut Harness, model: &mut Model, ops: usize, concurren
     while remaining > 0 {
         let batch = (1 + h.rng.below(concurrency)) as usize;
         let mut expect: HashMap<RequestId, Vec<u8>> = HashMap::new();
+        before_batch(&mut h.volume);
         for _ in 0..batch.min(remaining) {
             remaining -= 1;
             let len = 1 + h.rng.below(max_len);

@@ -1,0 +1,227 @@
+//! Rebuilding a member: a fresh device takes a lost member's slot and is
+//! filled stripe by stripe, in order, from the others.
+//!
+//! The member is usable for the stripes below its cursor and lost above it,
+//! so client requests stay correct whichever side they fall on: below, the
+//! member is read and written like any other; above, it is left alone and
+//! the rebuild writes what the others say when it gets there. Each step
+//! holds the exclusive lock of its stripes, so no write slips between the
+//! rebuild's reads and its writes. The executor decides when to step (rate
+//! limits live there: the engine has no clock), and records the cursor as a
+//! checkpoint so a restart resumes instead of starting over.
+
+use super::plan::{ReadPiece, ReadPieces, Target, WriteKind, WritePiece, WritePieces};
+use super::write::Strategy;
+use super::{Event, Health, Maintenance, Op, Request, RequestId, StripeJob, Volume, VolumeError};
+use crate::volume::ErrorKind;
+use bytes::Bytes;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct RebuildState {
+    pub member: u32,
+    /// Stripes below this are written on the member.
+    pub cursor_stripe: u64,
+    /// A step is in flight (steps run one at a time, in order).
+    pub stepping: bool,
+}
+
+/// Where a rebuild stands, for status and checkpoints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RebuildProgress {
+    pub member: u32,
+    pub cursor_stripe: u64,
+    pub stripes: u64,
+}
+
+impl Volume {
+    /// Starts filling `member` (a fresh device now in its slot) from the
+    /// others, resuming at `from_stripe` (a checkpoint; 0 for a new device).
+    pub fn start_rebuild(&mut self, member: u32, from_stripe: u64) -> Result<(), VolumeError> {
+        let refuse = |m: String| Err(VolumeError::new(ErrorKind::Io, m));
+        if self.geometry.redundancy() == 0 {
+            return refuse(format!(
+                "a {} volume has no redundancy to rebuild from",
+                self.geometry.level()
+            ));
+        }
+        if let Some(r) = &self.rebuild {
+            return refuse(format!("member {} is already being rebuilt", r.member));
+        }
+        if member >= self.geometry.members() {
+            return refuse(format!("no member {member}"));
+        }
+        if self.health[member as usize] == Health::Online {
+            return refuse(format!("member {member} is online; nothing to rebuild"));
+        }
+        self.health[member as usize] = Health::Rebuilding;
+        self.rebuild = Some(RebuildState {
+            member,
+            cursor_stripe: from_stripe.min(self.geometry.stripes()),
+            stepping: false,
+        });
+        Ok(())
+    }
+
+    pub fn rebuild_progress(&self) -> Option<RebuildProgress> {
+        self.rebuild.as_ref().map(|r| RebuildProgress {
+            member: r.member,
+            cursor_stripe: r.cursor_stripe,
+            stripes: self.geometry.stripes(),
+        })
+    }
+
+    /// Submits the next step of the rebuild: up to `stripe_count` stripes
+    /// after the cursor. `None` when no rebuild runs or a step is in flight.
+    pub fn rebuild_step(&mut self, stripe_count: u64) -> Option<RequestId> {
+        let r = self.rebuild.as_mut()?;
+        if r.stepping {
+            return None;
+        }
+        let total = self.geometry.stripes();
+        let count = stripe_count.max(1).min(total - r.cursor_stripe);
+        if count == 0 {
+            return None;
+        }
+        r.stepping = true;
+        let first_stripe = r.cursor_stripe;
+        Some(self.submit(Request::Maintain {
+            first_stripe,
+            stripe_count: count,
+            action: Maintenance::Rebuild,
+        }))
+    }
+
+    pub(super) fn plan_rebuild(&mut self, op: &mut Op) -> Result<ReadPieces, VolumeError> {
+        let Request::Maintain {
+            first_stripe,
+            stripe_count,
+            ..
+        } = op.req
+        else {
+            unreachable!("planning a rebuild of another request")
+        };
+        let target = match &self.rebuild {
+            Some(r) if r.cursor_stripe == first_stripe => r.member,
+            _ => {
+                return Err(VolumeError::new(
+                    ErrorKind::Io,
+                    "rebuild step out of order or rebuild stopped",
+                ))
+            }
+        };
+        let g = &self.geometry;
+        let il = g.interleave_bytes();
+        let k = g.data_per_stripe();
+        let mut pieces = ReadPieces::new();
+        for stripe in first_stripe..first_stripe + stripe_count {
+            let j = op.jobs.len() as u32;
+            let mut job = StripeJob {
+                stripe,
+                lo_bytes: 0,
+                hi_bytes: il,
+                roles: g.parity_roles(stripe).unwrap_or_else(empty_roles),
+                bufs: Vec::new(),
+                wants: Vec::new(),
+                new_data: Vec::new(),
+                strategy: Strategy::Reconstruct,
+            };
+            if g.level().is_parity() {
+                self.plan_hull_reads(j, &mut job, &mut pieces)
+                    .map_err(|_| self.lost_error("rebuild", stripe * g.stripe_data_bytes(), il))?;
+            } else {
+                // Copy each chunk that has a copy on the target from one
+                // that is usable.
+                job.bufs = vec![Vec::new(); g.members() as usize];
+                job.bufs[target as usize] = vec![0u8; (u64::from(k) * il) as usize];
+                for d in 0..k {
+                    let chunk = stripe * u64::from(k) + u64::from(d);
+                    if chunk * il >= g.volume_size_bytes() {
+                        break;
+                    }
+                    let Some(dst) = g.data_locations(stripe, d).find(|l| l.member == target) else {
+                        continue;
+                    };
+                    let Some(src) = g
+                        .data_locations(stripe, d)
+                        .find(|l| l.member != target && self.usable(l.member, stripe))
+                    else {
+                        return Err(self.lost_error("rebuild", chunk * il, il));
+                    };
+                    let at_bytes = u64::from(d) * il;
+                    pieces.push(ReadPiece {
+                        member: src.member,
+                        offset_bytes: g.member_offset_bytes(src.row, 0),
+                        len_bytes: il,
+                        target: Target::Job {
+                            job: j,
+                            member: target,
+                            at_bytes,
+                        },
+                    });
+                    job.wants.push((d, dst.row, il, at_bytes));
+                }
+            }
+            op.jobs.push(job);
+        }
+        Ok(pieces)
+    }
+
+    /// After the rebuild's reads: the target member's chunks, to write.
+    pub(super) fn compute_rebuild_writes(&mut self, id: RequestId) -> WritePieces {
+        let mut op = self.ops.remove(&id).expect("live request");
+        let target = self.rebuild.as_ref().expect("rebuild in progress").member;
+        let mut writes = WritePieces::new();
+        let g = self.geometry.clone();
+        for job in &mut op.jobs {
+            if g.level().is_parity() {
+                self.reconstruct(job);
+                let data = std::mem::take(&mut job.bufs[target as usize]);
+                writes.push(WritePiece {
+                    member: target,
+                    offset_bytes: g.member_offset_bytes(job.stripe, 0),
+                    kind: WriteKind::Data(Bytes::from(data)),
+                });
+            } else {
+                let buf = Bytes::from(std::mem::take(&mut job.bufs[target as usize]));
+                for &(_, row, len, at) in &job.wants {
+                    writes.push(WritePiece {
+                        member: target,
+                        offset_bytes: g.member_offset_bytes(row, 0),
+                        kind: WriteKind::Data(buf.slice(at as usize..(at + len) as usize)),
+                    });
+                }
+            }
+        }
+        self.ops.insert(id, op);
+        writes
+    }
+
+    /// A rebuild step ended: move the cursor on success, finish at the end.
+    pub(super) fn rebuild_step_done(&mut self, first_stripe: u64, stripe_count: u64, ok: bool) {
+        let total = self.geometry.stripes();
+        let Some(r) = self.rebuild.as_mut() else {
+            return;
+        };
+        r.stepping = false;
+        if !ok {
+            return;
+        }
+        assert_eq!(r.cursor_stripe, first_stripe, "rebuild steps run in order");
+        r.cursor_stripe = first_stripe + stripe_count;
+        if r.cursor_stripe >= total {
+            let member = r.member;
+            self.rebuild = None;
+            self.health[member as usize] = Health::Online;
+            self.events.push_back(Event::RebuildDone { member });
+        }
+    }
+}
+
+fn empty_roles() -> crate::geometry::StripeRoles {
+    crate::geometry::StripeRoles {
+        data: Vec::new(),
+        p: u32::MAX,
+        q: None,
+        q_slot: Vec::new(),
+    }
+}
