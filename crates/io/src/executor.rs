@@ -66,7 +66,7 @@ impl SyncExecutor {
             len_bytes,
         })? {
             Reply::Data(d) => Ok(d.to_bytes()),
-            Reply::Done => unreachable!("reads complete with data"),
+            Reply::Done | Reply::Checked(_) => unreachable!("reads complete with data"),
         }
     }
 

@@ -90,11 +90,12 @@ impl Conn {
     ) {
         let (head, data) = match result {
             Err(e) => return self.reply_error(cookie, errno_of(&e), &e.message, release_bytes),
-            Ok(Reply::Done) if self.structured => (
+            // Clients never send maintenance requests.
+            Ok(Reply::Done | Reply::Checked(_)) if self.structured => (
                 SmallVec::from_slice(&platter_nbd::structured_none(cookie)),
                 SmallVec::new(),
             ),
-            Ok(Reply::Done) => (
+            Ok(Reply::Done | Reply::Checked(_)) => (
                 SmallVec::from_slice(&platter_nbd::simple_reply(cookie, 0)),
                 SmallVec::new(),
             ),

@@ -20,6 +20,7 @@ mod plan;
 mod read;
 mod rebuild;
 mod request;
+mod scrub;
 mod write;
 
 pub use rebuild::RebuildProgress;
@@ -27,6 +28,7 @@ pub use request::{
     Completion, ErrorKind, Event, IoId, IoResult, Maintenance, MemberIo, MemberOp, ReadData, Reply,
     Request, RequestId, VolumeError, READ_SEGMENTS_MAX,
 };
+pub use scrub::CheckReport;
 
 use crate::geometry::Geometry;
 use crate::level::Level;
@@ -106,6 +108,8 @@ struct Op {
     planned: WritePieces,
     /// Members written, for FUA (a bit per member).
     written: [u64; 4],
+    /// A scrub's findings, returned when its repairs are written.
+    report: Option<CheckReport>,
 }
 
 struct Inflight {
@@ -211,6 +215,7 @@ impl Volume {
             jobs: Vec::new(),
             planned: WritePieces::new(),
             written: [0; 4],
+            report: None,
         });
         let span = self.span_of(&op.req);
         self.ops.insert(id, op);
@@ -356,6 +361,7 @@ impl Volume {
                 action: Maintenance::Rebuild,
                 ..
             } => self.plan_rebuild(&mut op),
+            Request::Maintain { .. } => Ok(self.plan_scrub(&mut op)),
             _ => self.plan_write(&mut op),
         };
         let is_flush = matches!(op.req, Request::Flush);
@@ -482,6 +488,11 @@ impl Volume {
                         let writes = self.compute_rebuild_writes(id);
                         self.issue_writes(id, writes);
                     }
+                    Request::Maintain { .. } => {
+                        let (report, writes) = self.compute_scrub(id);
+                        self.ops.get_mut(&id).expect("live request").report = Some(report);
+                        self.issue_writes(id, writes);
+                    }
                     _ => {
                         let writes = self.compute_writes(id);
                         self.issue_writes(id, writes);
@@ -512,13 +523,17 @@ impl Volume {
     fn write_result(&self, id: RequestId) -> Result<Reply, VolumeError> {
         let op = &self.ops[&id];
         if !op.write_failed {
-            return Ok(Reply::Done);
+            return Ok(match &op.report {
+                Some(r) => Reply::Checked(r.clone()),
+                None => Reply::Done,
+            });
         }
-        if let Request::Maintain { .. } = op.req {
-            return Err(VolumeError::new(
-                ErrorKind::Io,
-                "the member being rebuilt failed a write",
-            ));
+        if let Request::Maintain { action, .. } = op.req {
+            let what = match action {
+                Maintenance::Rebuild => "the member being rebuilt failed a write",
+                Maintenance::Check | Maintenance::Repair => "a repair write failed",
+            };
+            return Err(VolumeError::new(ErrorKind::Io, what));
         }
         let (offset_bytes, len_bytes) = op.req.range();
         let intact = match op.req {

@@ -55,6 +55,11 @@ pub enum Maintenance {
     /// Write the member being rebuilt from the others (the next stripes
     /// after its cursor; see [`super::Volume::rebuild_step`]).
     Rebuild,
+    /// Report stripes whose parity or copies disagree.
+    Check,
+    /// Report them and rewrite parity (from the data) or copies (from the
+    /// first readable copy).
+    Repair,
 }
 
 impl Request {
@@ -99,6 +104,8 @@ impl Request {
 pub enum Reply {
     Done,
     Data(ReadData),
+    /// The result of a [`Maintenance::Check`] or [`Maintenance::Repair`].
+    Checked(super::scrub::CheckReport),
 }
 
 /// The bytes of a read, in order, as slices of the member reads that

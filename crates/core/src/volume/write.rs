@@ -299,7 +299,7 @@ impl Volume {
     }
 
     /// P (and Q) of the job's data buffers, in md's syndrome order.
-    fn generate_parity(job: &mut StripeJob) {
+    pub(super) fn generate_parity(job: &mut StripeJob) {
         let roles = &job.roles;
         let k = roles.data.len();
         let mut p = std::mem::take(&mut job.bufs[roles.p as usize]);

@@ -187,7 +187,7 @@ impl Harness {
             len_bytes,
         }) {
             Ok(Reply::Data(d)) => Ok(d.to_vec()),
-            Ok(Reply::Done) => panic!("read without data"),
+            Ok(other) => panic!("read without data: {other:?}"),
             Err(e) => Err(e.kind),
         }
     }
@@ -327,7 +327,7 @@ pub fn random_workload_with(
             if let Some(want) = expect.remove(&c.id) {
                 match reply {
                     Reply::Data(got) => assert!(got.to_vec() == want, "read returned wrong bytes"),
-                    Reply::Done => panic!("read completed without data"),
+                    other => panic!("read completed without data: {other:?}"),
                 }
             }
         }
