@@ -1,5 +1,6 @@
 //! `platter`: create, inspect and serve volumes built from member devices.
 
+mod control;
 mod create;
 mod error;
 mod listing;
@@ -33,6 +34,18 @@ enum Command {
     Status(status::StatusArgs),
     /// Assemble a volume from its members and serve it over NBD.
     Serve(serve::ServeArgs),
+    /// Take a member of a running volume out of use (it is marked faulty).
+    Fail(control::MemberArgs),
+    /// Put a new device in a member's place and rebuild it in the background.
+    Replace(control::ReplaceArgs),
+    /// Give a running volume a spare that takes over when a member fails.
+    AddSpare(control::DeviceArgs),
+    /// Read the whole volume and report where parity or copies disagree.
+    Check(control::ScrubArgs),
+    /// Like check, and rewrite parity (from data) or copies (from the first).
+    Repair(control::ScrubArgs),
+    /// Change the rebuild's rate limit while it runs.
+    RebuildRate(control::RateArgs),
 }
 
 fn main() -> ExitCode {
@@ -49,6 +62,12 @@ fn main() -> ExitCode {
         Command::Create(args) => create::run(args),
         Command::Status(args) => status::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Fail(a) => control::fail(a),
+        Command::Replace(a) => control::replace(a),
+        Command::AddSpare(a) => control::add_spare(a),
+        Command::Check(a) => control::scrub(a, false),
+        Command::Repair(a) => control::scrub(a, true),
+        Command::RebuildRate(a) => control::rebuild_rate(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -4,9 +4,10 @@ use crate::error::{CliError, Result};
 use crate::members::{assemble_devices, open_all};
 use clap::Args;
 use platter_core::units::format_size;
-use platter_io::OpenOptions;
+use platter_io::{FaultSpec, FaultyMember, OpenOptions};
 use platter_server::{serve, Ready, ServeConfig};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -27,6 +28,15 @@ pub struct ServeArgs {
     /// Connections served at once; more are refused.
     #[arg(long, value_name = "N", default_value_t = 64)]
     max_connections: usize,
+    /// Inject faults into a member, for testing: MEMBER is one of the
+    /// members as given, SPEC is e.g. fail-nth=7,fail-from=100,fail-rate=0.001,latency=500us,tear-rate=0.01,seed=3.
+    /// I/Os are counted from opening, label reads included. Repeatable.
+    #[arg(long, value_name = "MEMBER=SPEC")]
+    inject: Vec<String>,
+    /// Control socket for `platter status|fail|replace|add-spare|check|repair
+    /// --control PATH` (default: the --socket path plus ".ctl").
+    #[arg(long, value_name = "PATH")]
+    control: Option<PathBuf>,
     /// The volume's members, in any order.
     #[arg(value_name = "MEMBER", required = true)]
     members: Vec<String>,
@@ -42,15 +52,52 @@ pub fn run(args: ServeArgs) -> Result<()> {
         read_only: args.read_only,
         ..OpenOptions::default()
     };
-    let volume = assemble_devices(open_all(&args.members, opts)?)?;
+    let injections = parse_injections(&args.inject, &args.members)?;
+    let mut devices = open_all(&args.members, opts)?;
+    for (i, spec) in injections {
+        tracing::warn!(member = %args.members[i], faults = %spec, "injecting faults");
+        let inner = Arc::clone(&devices[i]);
+        devices[i] = Arc::new(FaultyMember::new(inner, spec));
+    }
+    let volume = assemble_devices(devices)?;
     let config = ServeConfig {
         socket: args.socket,
         listen: args.listen,
         read_only: args.read_only,
         threads: args.threads,
         max_connections: args.max_connections,
+        control: args.control,
     };
     serve(volume, config, print_ready).map_err(|e| CliError(e.to_string()))
+}
+
+/// `--inject MEMBER=SPEC` options as (index into `members`, spec). MEMBER
+/// is matched against the members as given (the longest that fits, so a
+/// path may itself contain `=`).
+fn parse_injections(injects: &[String], members: &[String]) -> Result<Vec<(usize, FaultSpec)>> {
+    let mut out: Vec<(usize, FaultSpec)> = Vec::new();
+    for arg in injects {
+        let Some((i, text)) = members
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| Some((i, arg.strip_prefix(m.as_str())?.strip_prefix('=')?)))
+            .min_by_key(|(_, text)| text.len())
+        else {
+            let named = arg.split_once('=').map_or(arg.as_str(), |(m, _)| m);
+            return Err(CliError(format!(
+                "--inject {arg}: {named} is not one of the members given (want MEMBER=SPEC)"
+            )));
+        };
+        let spec = FaultSpec::parse(text).map_err(|e| CliError(format!("--inject {arg}: {e}")))?;
+        if out.iter().any(|(j, _)| *j == i) {
+            return Err(CliError(format!(
+                "--inject: member {} is named twice; give one spec with every fault",
+                members[i]
+            )));
+        }
+        out.push((i, spec));
+    }
+    Ok(out)
 }
 
 fn print_ready(r: &Ready) {

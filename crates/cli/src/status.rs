@@ -11,12 +11,18 @@ pub struct StatusArgs {
     /// Print JSON for programs instead of a table for people.
     #[arg(long)]
     json: bool,
+    /// Ask a running server instead of reading labels (its control socket).
+    #[arg(long, value_name = "PATH", conflicts_with = "members")]
+    control: Option<std::path::PathBuf>,
     /// The members to read (any order; a missing one shows as missing).
-    #[arg(value_name = "MEMBER", required = true)]
+    #[arg(value_name = "MEMBER", required_unless_present = "control")]
     members: Vec<String>,
 }
 
 pub fn run(args: StatusArgs) -> Result<()> {
+    if let Some(control) = &args.control {
+        return crate::control::status(control, args.json);
+    }
     let opts = OpenOptions {
         read_only: true,
         ..OpenOptions::default()

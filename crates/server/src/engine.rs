@@ -12,9 +12,10 @@ use platter_core::volume::{
 };
 use platter_io::Member;
 use smallvec::SmallVec;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 
 pub type Done = Box<dyn FnOnce(Result<Reply, VolumeError>) + Send>;
+pub type EventHook = Box<dyn FnMut(&Event) + Send>;
 
 /// Member I/Os taken from the engine in one round; most requests make few.
 type Ios = SmallVec<[MemberIo; 4]>;
@@ -30,8 +31,11 @@ struct State {
 pub struct Engine {
     state: Mutex<State>,
     idle: Condvar,
-    /// By slot; `None` where no device is present.
-    members: Vec<Option<Arc<dyn Member>>>,
+    /// By slot; `None` where no device is present. Replaced devices are
+    /// swapped in under the write lock; I/O takes the read lock.
+    members: RwLock<Vec<Option<Arc<dyn Member>>>>,
+    /// Called (outside the engine lock) with every event, in order.
+    on_event: Mutex<Option<EventHook>>,
 }
 
 impl Engine {
@@ -45,7 +49,8 @@ impl Engine {
                 idle_waiters: 0,
             }),
             idle: Condvar::new(),
-            members,
+            members: RwLock::new(members),
+            on_event: Mutex::new(None),
         }
     }
 
@@ -63,12 +68,75 @@ impl Engine {
         self.lock().volume.health().to_vec()
     }
 
-    pub fn members(&self) -> &[Option<Arc<dyn Member>>] {
-        &self.members
+    /// The devices by slot, as they are now.
+    pub fn members(&self) -> Vec<Option<Arc<dyn Member>>> {
+        self.members.read().expect("members lock").clone()
     }
 
-    pub fn take_events(&self) -> Vec<Event> {
-        std::mem::take(&mut self.lock().events)
+    /// Puts `device` in `slot` (a replacement). The engine must not be
+    /// using the slot: it is faulty or missing.
+    pub fn set_member(&self, slot: u32, device: Arc<dyn Member>) {
+        self.members.write().expect("members lock")[slot as usize] = Some(device);
+    }
+
+    /// Runs `f` on the volume under the engine lock (management calls such
+    /// as starting a rebuild). Requests it submits are pumped by the caller.
+    pub fn with_volume<T>(&self, f: impl FnOnce(&mut Volume) -> T) -> T {
+        let (out, events) = {
+            let mut s = self.lock();
+            let out = f(&mut s.volume);
+            let mut ios = Ios::new();
+            let mut finished = Finished::new();
+            Self::drain(&mut s, &mut ios, &mut finished);
+            assert!(
+                ios.is_empty() && finished.is_empty(),
+                "with_volume must not submit"
+            );
+            (out, std::mem::take(&mut s.events))
+        };
+        self.deliver_events(events);
+        out
+    }
+
+    /// Submits what `f` submits (a maintenance step, say) with `done` as its
+    /// completion, and pumps it like [`Engine::submit`]. False when `f`
+    /// submitted nothing.
+    pub fn submit_with(
+        &self,
+        f: impl FnOnce(&mut Volume) -> Option<RequestId>,
+        done: Done,
+    ) -> bool {
+        let mut ios = Ios::new();
+        let mut finished = Finished::new();
+        let events = {
+            let mut s = self.lock();
+            let Some(id) = f(&mut s.volume) else {
+                return false;
+            };
+            s.routes.insert(id, done);
+            Self::drain(&mut s, &mut ios, &mut finished);
+            std::mem::take(&mut s.events)
+        };
+        self.deliver_events(events);
+        Self::deliver(finished);
+        self.pump(ios);
+        true
+    }
+
+    fn deliver_events(&self, events: Vec<Event>) {
+        if events.is_empty() {
+            return;
+        }
+        if let Some(hook) = self.on_event.lock().expect("event hook").as_mut() {
+            for e in &events {
+                hook(e);
+            }
+        }
+    }
+
+    /// Sets the hook that sees every event (label keeping).
+    pub fn on_event(&self, hook: EventHook) {
+        *self.on_event.lock().expect("event hook") = Some(hook);
     }
 
     /// Runs `req` to completion on this thread (and any other work it
@@ -76,7 +144,7 @@ impl Engine {
     pub fn submit(&self, req: Request, done: Done) {
         let mut ios = Ios::new();
         let mut finished = Finished::new();
-        {
+        let events = {
             let mut s = self.lock();
             let id = s.volume.submit(req);
             s.routes.insert(id, done);
@@ -84,7 +152,9 @@ impl Engine {
             if s.idle_waiters > 0 && s.volume.is_idle() {
                 self.idle.notify_all();
             }
-        }
+            std::mem::take(&mut s.events)
+        };
+        self.deliver_events(events);
         Self::deliver(finished);
         self.pump(ios);
     }
@@ -126,7 +196,7 @@ impl Engine {
             let results: SmallVec<[(IoId, IoResult); 4]> =
                 ios.drain(..).map(|io| (io.id, self.perform(&io))).collect();
             let mut finished = Finished::new();
-            {
+            let events = {
                 let mut s = self.lock();
                 for (id, r) in results {
                     s.volume.io_done(id, r);
@@ -135,7 +205,9 @@ impl Engine {
                 if s.idle_waiters > 0 && s.volume.is_idle() {
                     self.idle.notify_all();
                 }
-            }
+                std::mem::take(&mut s.events)
+            };
+            self.deliver_events(events);
             Self::deliver(finished);
         }
     }
@@ -171,8 +243,8 @@ impl Engine {
     }
 
     fn perform(&self, io: &MemberIo) -> IoResult {
-        let member = self.members[io.member as usize]
-            .as_ref()
+        let member = self.members.read().expect("members lock")[io.member as usize]
+            .clone()
             .expect("the engine never addresses an absent member");
         platter_io::executor::perform(member.as_ref(), &io.op)
     }

@@ -10,9 +10,12 @@
 mod conn;
 pub mod engine;
 pub mod flow;
+mod manage;
+mod meta;
 mod replies;
 mod server;
 mod stream;
+mod upkeep;
 
 pub use conn::{CONN_MAX_BYTES, CONN_MAX_REQUESTS};
 pub use server::{serve, Ready, ServeConfig, ServeError, MAX_BLOCK_BYTES};

@@ -3,10 +3,14 @@
 
 use crate::conn::{self, Shared};
 use crate::engine::Engine;
+use crate::manage::{self, Manager};
+use crate::meta::Meta;
 use crate::stream::Stream;
+use crate::upkeep::{self, Upkeep};
+use platter_core::assemble::SlotNote;
 use platter_core::label::{Label, SlotState, VolumeState};
 use platter_core::volume::{Health, Limits, Request, Volume};
-use platter_io::assembly::{write_labels, OpenVolume};
+use platter_io::assembly::OpenVolume;
 use platter_nbd::consts::*;
 use platter_nbd::{ExportInfo, HandshakeConfig};
 use std::io;
@@ -17,7 +21,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use thiserror::Error;
 
 /// The largest request a client may send (NBD_INFO_BLOCK_SIZE maximum).
@@ -31,6 +35,8 @@ pub struct ServeConfig {
     /// Worker threads per connection (member I/O blocks on them).
     pub threads: usize,
     pub max_connections: usize,
+    /// The control socket; defaults to the NBD socket's path plus ".ctl".
+    pub control: Option<PathBuf>,
 }
 
 #[derive(Debug, Error)]
@@ -46,13 +52,6 @@ pub enum ServeError {
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> ServeError {
     let what = what.into();
     move |source| ServeError::Io { what, source }
-}
-
-fn now_unix_seconds() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
 
 /// What the server prints once it listens, for the operator to connect.
@@ -101,7 +100,7 @@ pub fn serve(
         .filter(|&s| assembly.health[s as usize] == Health::Online)
         .collect();
 
-    let mut label = assembly.label.clone();
+    let label = assembly.label.clone();
 
     let size_bytes = geometry.volume_size_bytes();
     let block_min = members
@@ -182,6 +181,21 @@ pub fn serve(
             "nothing to listen on: give --socket or --listen".into(),
         ));
     }
+    // The control socket: given, or beside the NBD socket.
+    let control_path = config.control.clone().or_else(|| {
+        config.socket.as_ref().map(|p| {
+            let mut s = p.as_os_str().to_owned();
+            s.push(".ctl");
+            PathBuf::from(s)
+        })
+    });
+    let control = match &control_path {
+        Some(p) => Some(manage::bind_control(p).map_err(io_err(format!(
+            "cannot open the control socket {}",
+            p.display()
+        )))?),
+        None => None,
+    };
 
     let stop = Arc::new(AtomicBool::new(false));
     let mut signals = signal_hook::iterator::Signals::new([
@@ -198,12 +212,53 @@ pub fn serve(
         }
     });
 
+    // Labels follow the volume from here on: failures, rebuilds, checkpoints.
+    let meta = Arc::new(Meta::new(
+        assembly.label.clone(),
+        Arc::clone(&engine),
+        config.read_only,
+    ));
+    {
+        let m = Arc::clone(&meta);
+        engine.on_event(Box::new(move |e| m.on_event(e)));
+    }
+    // A rebuild cut short by a restart resumes at its checkpoint.
+    for (slot, note) in assembly.notes.iter().enumerate() {
+        if *note == SlotNote::Marked(SlotState::Rebuilding) && assembly.slot_device[slot].is_some()
+        {
+            let from = assembly.label.rebuild_checkpoint_bytes / assembly.label.interleave_bytes;
+            match engine.with_volume(|v| v.start_rebuild(slot as u32, from)) {
+                Ok(()) => tracing::info!(slot, from_stripe = from, "resuming the rebuild"),
+                Err(e) => tracing::error!(slot, error = %e, "cannot resume the rebuild"),
+            }
+        }
+    }
     // Marked in use only now that nothing can fail before serving: a
     // refused socket or a busy TCP port must not leave the volume "dirty".
-    if !config.read_only {
-        mark(&mut label, &assembly.health, VolumeState::Dirty);
-        write_labels(&members, &label, online.iter().copied())?;
-    }
+    let health = engine.health();
+    meta.record(|l| mark(l, &health, VolumeState::Dirty));
+
+    let upkeep = Arc::new(Upkeep::new());
+    let manager = Arc::new(Manager {
+        engine: Arc::clone(&engine),
+        meta: Arc::clone(&meta),
+        upkeep: Arc::clone(&upkeep),
+        spares: Mutex::new(Vec::new()),
+    });
+    let upkeep_thread = {
+        let (e, m, u) = (Arc::clone(&engine), Arc::clone(&meta), Arc::clone(&upkeep));
+        std::thread::Builder::new()
+            .name("platter-upkeep".into())
+            .spawn(move || upkeep::run(e, m, u))
+            .expect("spawn upkeep thread")
+    };
+    let control_thread = control.map(|l| {
+        let (m, stop) = (Arc::clone(&manager), Arc::clone(&stop));
+        std::thread::Builder::new()
+            .name("platter-control".into())
+            .spawn(move || manage::serve_control(l, m, stop))
+            .expect("spawn control thread")
+    });
 
     let conns = Arc::new(Conns {
         next: AtomicU64::new(0),
@@ -231,6 +286,7 @@ pub fn serve(
     while !stop.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(100));
         reap(&conns);
+        manager.replace_from_spares();
     }
 
     // Shutdown: new requests get ESHUTDOWN, started ones finish.
@@ -238,19 +294,27 @@ pub fn serve(
     for t in accept_threads {
         let _ = t.join();
     }
+    upkeep.stop.store(true, Ordering::SeqCst);
+    let _ = upkeep_thread.join();
+    if let Some(t) = control_thread {
+        let _ = t.join();
+    }
     engine.wait_idle();
     let flushed = engine.run(Request::Flush);
     let health = engine.health();
-    if !config.read_only {
-        let state = if flushed.is_ok() {
-            VolumeState::Clean
-        } else {
-            VolumeState::Dirty
-        };
-        mark(&mut label, &health, state);
-        let online = (0..geometry.members()).filter(|&s| health[s as usize] == Health::Online);
-        write_labels(&members, &label, online)?;
-    }
+    let progress = engine.with_volume(|v| v.rebuild_progress());
+    let state = if flushed.is_ok() {
+        VolumeState::Clean
+    } else {
+        VolumeState::Dirty
+    };
+    meta.record(|l| {
+        mark(l, &health, state);
+        if let Some(p) = progress {
+            l.rebuild_checkpoint_bytes = p.cursor_stripe * l.interleave_bytes;
+        }
+    });
+    let label = meta.label();
     let open = std::mem::take(&mut *conns.open.lock().expect("connections lock"));
     for (_, stream, _) in &open {
         stream.shutdown(Shutdown::Both);
@@ -259,6 +323,9 @@ pub fn serve(
         let _ = handle.join();
     }
     if let Some(path) = &config.socket {
+        let _ = std::fs::remove_file(path);
+    }
+    if let Some(path) = &control_path {
         let _ = std::fs::remove_file(path);
     }
     signal_handle.close();
@@ -272,19 +339,12 @@ pub fn serve(
 
 /// Updates the volume-wide state and the slot table from the members' health.
 fn mark(label: &mut Label, health: &[Health], state: VolumeState) {
-    let degraded = health.iter().any(|h| *h != Health::Online);
-    label.state = if degraded && state == VolumeState::Clean {
-        VolumeState::Degraded
-    } else {
-        state
-    };
+    label.state = Meta::state_for(health, state);
     for (slot, h) in health.iter().enumerate() {
         if *h == Health::Faulty {
             label.slots[slot].state = SlotState::Faulty;
         }
     }
-    label.event_counter += 1;
-    label.updated_unix_seconds = now_unix_seconds();
 }
 
 enum Listener {

@@ -192,7 +192,10 @@ pub fn assemble(found: &[Found]) -> Result<Assembly, AssembleError> {
             SlotNote::Stale {
                 event_counter: l.event_counter,
             }
-        } else if matches!(entry.state, SlotState::Faulty | SlotState::Removed) {
+        } else if matches!(
+            entry.state,
+            SlotState::Faulty | SlotState::Removed | SlotState::Rebuilding
+        ) {
             SlotNote::Marked(entry.state)
         } else {
             SlotNote::InUse
@@ -212,6 +215,9 @@ pub fn assemble(found: &[Found]) -> Result<Assembly, AssembleError> {
         .map(|note| match note {
             SlotNote::InUse => Health::Online,
             SlotNote::NotFound => Health::Missing,
+            // A member part-way through a rebuild holds good data only below
+            // its checkpoint; the server resumes the rebuild from there.
+            SlotNote::Marked(SlotState::Rebuilding) => Health::Missing,
             SlotNote::Stale { .. } | SlotNote::Marked(_) => Health::Faulty,
         })
         .collect();

@@ -1,0 +1,231 @@
+//! Commands that talk to a running server through its control socket.
+
+use crate::error::{CliError, Result};
+use clap::Args;
+use platter_core::units::{format_size, parse_size};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Sends one request and returns the server's answer (`ok` part).
+pub fn ask(control: &PathBuf, request: Value) -> Result<Value> {
+    let mut s = UnixStream::connect(control).map_err(|e| {
+        CliError(format!(
+            "cannot reach the control socket {}: {e} (is platter serve running?)",
+            control.display()
+        ))
+    })?;
+    // Check and repair read the whole volume; give them time.
+    let _ = s.set_read_timeout(Some(Duration::from_secs(3600)));
+    writeln!(s, "{request}").map_err(|e| CliError(format!("control socket: {e}")))?;
+    let mut line = String::new();
+    BufReader::new(&s)
+        .read_line(&mut line)
+        .map_err(|e| CliError(format!("control socket: {e}")))?;
+    let answer: Value = serde_json::from_str(&line)
+        .map_err(|e| CliError(format!("control socket sent no JSON answer: {e}")))?;
+    if let Some(e) = answer.get("error") {
+        return Err(CliError(e.as_str().unwrap_or("error").to_string()));
+    }
+    Ok(answer.get("ok").cloned().unwrap_or(Value::Null))
+}
+
+pub fn print_status(v: &Value) {
+    let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("?").to_string();
+    let n = |k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0);
+    println!(
+        "V {:<20} State: {:<10} Size: {} ({} bytes)",
+        s("name"),
+        s("state"),
+        format_size(n("size_bytes")),
+        n("size_bytes")
+    );
+    println!("  UUID:       {}", s("uuid"));
+    println!(
+        "  Level:      {}, interleave {}",
+        s("level"),
+        format_size(n("interleave_bytes"))
+    );
+    println!("  Events:     {}", n("event_counter"));
+    if let Some(r) = v.get("rebuild").filter(|r| !r.is_null()) {
+        let g = |k: &str| r.get(k).and_then(Value::as_u64).unwrap_or(0);
+        let pct = r.get("percent").and_then(Value::as_f64).unwrap_or(0.0);
+        println!(
+            "  Rebuild:    member {} {:.1}% ({}/{} stripes), {}/s (limit {}/s), ETA {} s",
+            g("member"),
+            pct,
+            g("cursor_stripe"),
+            g("stripes"),
+            format_size(g("rate_bytes_per_sec")),
+            format_size(g("rate_limit_bytes_per_sec")),
+            g("eta_seconds")
+        );
+    }
+    println!();
+    println!("  {:<4} {:<12} Path", "Slot", "State");
+    for m in v
+        .get("members")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        println!(
+            "  {:<4} {:<12} {}",
+            m.get("slot").and_then(Value::as_u64).unwrap_or(0),
+            m.get("state").and_then(Value::as_str).unwrap_or("?"),
+            m.get("path").and_then(Value::as_str).unwrap_or("-")
+        );
+    }
+    for sp in v
+        .get("spares")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        println!("  -    {:<12} {}", "spare", sp.as_str().unwrap_or("?"));
+    }
+}
+
+fn show(json_out: bool, v: &Value, human: impl FnOnce(&Value)) {
+    if json_out {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(v).expect("JSON of plain data")
+        );
+    } else {
+        human(v);
+    }
+}
+
+#[derive(Args)]
+pub struct MemberArgs {
+    /// The server's control socket.
+    #[arg(long, value_name = "PATH")]
+    control: PathBuf,
+    #[arg(long)]
+    json: bool,
+    /// A member's slot number or path.
+    #[arg(value_name = "MEMBER")]
+    member: String,
+}
+
+#[derive(Args)]
+pub struct ReplaceArgs {
+    #[arg(long, value_name = "PATH")]
+    control: PathBuf,
+    #[arg(long)]
+    json: bool,
+    /// Create NEW (a file) of this size if missing; default: what a member needs.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    member_size: Option<u64>,
+    /// The member to replace: slot number or path.
+    #[arg(value_name = "OLD")]
+    old: String,
+    /// The new device (file or block device).
+    #[arg(value_name = "NEW")]
+    new: String,
+}
+
+#[derive(Args)]
+pub struct DeviceArgs {
+    #[arg(long, value_name = "PATH")]
+    control: PathBuf,
+    #[arg(long)]
+    json: bool,
+    /// The device (file, created if missing, or block device).
+    #[arg(value_name = "DEVICE")]
+    device: String,
+}
+
+#[derive(Args)]
+pub struct ScrubArgs {
+    #[arg(long, value_name = "PATH")]
+    control: PathBuf,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct RateArgs {
+    #[arg(long, value_name = "PATH")]
+    control: PathBuf,
+    #[arg(long)]
+    json: bool,
+    /// Bytes per second (units: 10M, 1G).
+    #[arg(value_name = "RATE", value_parser = parse_size)]
+    rate: u64,
+}
+
+/// The live status of a served volume.
+pub fn status(control: &PathBuf, json_out: bool) -> Result<()> {
+    let v = ask(control, json!({ "cmd": "status" }))?;
+    show(json_out, &v, print_status);
+    Ok(())
+}
+
+pub fn fail(a: MemberArgs) -> Result<()> {
+    let v = ask(&a.control, json!({ "cmd": "fail", "member": a.member }))?;
+    show(a.json, &v, |v| {
+        println!("member {} marked faulty", v["failed"])
+    });
+    Ok(())
+}
+
+pub fn replace(a: ReplaceArgs) -> Result<()> {
+    let mut req = json!({ "cmd": "replace", "member": a.old, "device": a.new });
+    if let Some(size) = a.member_size {
+        req["size_bytes"] = json!(size);
+    }
+    let v = ask(&a.control, req)?;
+    show(a.json, &v, |v| {
+        println!(
+            "member {} replaced by {}; rebuild started",
+            v["replaced"], a.new
+        )
+    });
+    Ok(())
+}
+
+pub fn add_spare(a: DeviceArgs) -> Result<()> {
+    let v = ask(
+        &a.control,
+        json!({ "cmd": "add-spare", "device": a.device }),
+    )?;
+    show(a.json, &v, |_| println!("{} added as a spare", a.device));
+    Ok(())
+}
+
+pub fn scrub(a: ScrubArgs, repair: bool) -> Result<()> {
+    let cmd = if repair { "repair" } else { "check" };
+    let v = ask(&a.control, json!({ "cmd": cmd }))?;
+    show(a.json, &v, |v| {
+        println!(
+            "{} stripes checked: {} mismatched{}, {} unchecked (a member lost)",
+            v["stripes"],
+            v["mismatched_stripes"],
+            if repair { " and repaired" } else { "" },
+            v["unchecked_stripes"]
+        );
+        for r in v["mismatched_regions_bytes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            println!("  mismatch at volume bytes {}+{}", r[0], r[1]);
+        }
+    });
+    Ok(())
+}
+
+pub fn rebuild_rate(a: RateArgs) -> Result<()> {
+    let v = ask(
+        &a.control,
+        json!({ "cmd": "rebuild-rate", "bytes_per_sec": a.rate }),
+    )?;
+    show(a.json, &v, |_| {
+        println!("rebuild rate limit {}/s", format_size(a.rate))
+    });
+    Ok(())
+}

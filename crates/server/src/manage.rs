@@ -1,0 +1,331 @@
+//! Live management of a served volume: the operations behind the control
+//! socket (`platter status|fail|replace|add-spare|check|repair|rebuild-rate
+//! --control PATH`), each a JSON request and a JSON answer on one line.
+
+use crate::engine::Engine;
+use crate::meta::Meta;
+use crate::upkeep::Upkeep;
+use platter_core::label::{SlotState, VolumeState};
+use platter_core::volume::{CheckReport, Health, Maintenance, Reply, Request};
+use platter_io::{open_member, Member, OpenOptions};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A control request larger than this is refused.
+const REQUEST_MAX_BYTES: u64 = 64 * 1024;
+/// Stripes per scrub step.
+const SCRUB_STEP_BYTES: u64 = 8 << 20;
+
+pub struct Manager {
+    pub engine: Arc<Engine>,
+    pub meta: Arc<Meta>,
+    pub upkeep: Arc<Upkeep>,
+    pub spares: Mutex<Vec<Arc<dyn Member>>>,
+}
+
+fn health_name(h: Health) -> &'static str {
+    match h {
+        Health::Online => "active",
+        Health::Faulty => "faulty",
+        Health::Missing => "missing",
+        Health::Rebuilding => "rebuilding",
+    }
+}
+
+impl Manager {
+    pub fn status(&self) -> Value {
+        let label = self.meta.label();
+        let health = self.engine.health();
+        let members = self.engine.members();
+        let (geometry, progress) = self
+            .engine
+            .with_volume(|v| (v.geometry().clone(), v.rebuild_progress()));
+        let rebuild = progress.map(|p| {
+            let rate = self.upkeep.last_rate_bytes_per_sec.load(Ordering::Relaxed);
+            let left_bytes = (p.stripes - p.cursor_stripe) * geometry.stripe_data_bytes();
+            json!({
+                "member": p.member,
+                "cursor_stripe": p.cursor_stripe,
+                "stripes": p.stripes,
+                "percent": 100.0 * p.cursor_stripe as f64 / p.stripes.max(1) as f64,
+                "rate_bytes_per_sec": rate,
+                "rate_limit_bytes_per_sec": self.upkeep.rate_bytes_per_sec.load(Ordering::Relaxed),
+                "eta_seconds": if rate > 0 { left_bytes / rate } else { 0 },
+            })
+        });
+        json!({
+            "name": label.name,
+            "uuid": platter_core::assemble::uuid_string(&label.volume_uuid),
+            "level": geometry.level().name(),
+            "interleave_bytes": geometry.interleave_bytes(),
+            "size_bytes": geometry.volume_size_bytes(),
+            "state": Meta::state_for(&health, VolumeState::Clean).name(),
+            "event_counter": label.event_counter,
+            "members": (0..geometry.members()).map(|s| json!({
+                "slot": s,
+                "state": health_name(health[s as usize]),
+                "path": members[s as usize].as_ref().map(|m| m.describe().to_string()),
+            })).collect::<Vec<_>>(),
+            "spares": self.spares.lock().expect("spares").iter().map(|m| m.describe().to_string()).collect::<Vec<_>>(),
+            "rebuild": rebuild,
+        })
+    }
+
+    /// A slot named by number or by its device's path.
+    fn slot_of(&self, name: &str) -> Result<u32, String> {
+        let members = self.engine.members();
+        if let Ok(n) = name.parse::<u32>() {
+            if (n as usize) < members.len() {
+                return Ok(n);
+            }
+        }
+        members
+            .iter()
+            .position(|m| m.as_ref().is_some_and(|m| m.describe() == name))
+            .map(|i| i as u32)
+            .ok_or_else(|| format!("no member {name} (give a slot number or a member's path)"))
+    }
+
+    pub fn fail(&self, name: &str) -> Result<Value, String> {
+        let slot = self.slot_of(name)?;
+        self.engine
+            .with_volume(|v| v.mark_faulty(slot, "failed by the operator".into()));
+        Ok(json!({ "failed": slot }))
+    }
+
+    pub fn add_spare(&self, path: &str) -> Result<Value, String> {
+        let device = self.open_replacement(path, None)?;
+        self.spares.lock().expect("spares").push(device);
+        self.replace_from_spares();
+        Ok(json!({ "spare": path }))
+    }
+
+    fn open_replacement(&self, path: &str, size: Option<u64>) -> Result<Arc<dyn Member>, String> {
+        let label = self.meta.label();
+        let needed = label.data_offset_bytes
+            + label
+                .slots
+                .iter()
+                .map(|s| s.data_size_bytes)
+                .max()
+                .unwrap_or(0);
+        let device: Arc<dyn Member> = Arc::from(
+            open_member(
+                path,
+                OpenOptions {
+                    create_size_bytes: size.or(Some(needed)),
+                    ..OpenOptions::default()
+                },
+            )
+            .map_err(|e| e.to_string())?,
+        );
+        if device.size_bytes() < needed {
+            return Err(format!(
+                "{path}: {} bytes is too small; a member of this volume needs {needed}",
+                device.size_bytes()
+            ));
+        }
+        let id = device.identity();
+        let in_use = self
+            .engine
+            .members()
+            .iter()
+            .flatten()
+            .any(|m| id.is_some() && m.identity() == id)
+            || self
+                .spares
+                .lock()
+                .expect("spares")
+                .iter()
+                .any(|m| id.is_some() && m.identity() == id);
+        if in_use {
+            return Err(format!(
+                "{path} is already a member or a spare of this volume"
+            ));
+        }
+        Ok(device)
+    }
+
+    pub fn replace(&self, old: &str, path: &str, size: Option<u64>) -> Result<Value, String> {
+        let slot = self.slot_of(old)?;
+        let device = self.open_replacement(path, size)?;
+        self.replace_slot(slot, device)?;
+        Ok(json!({ "replaced": slot, "device": path }))
+    }
+
+    fn replace_slot(&self, slot: u32, device: Arc<dyn Member>) -> Result<(), String> {
+        let health = self.engine.health()[slot as usize];
+        if health == Health::Rebuilding {
+            return Err(format!("member {slot} is already being rebuilt"));
+        }
+        if self.engine.with_volume(|v| v.rebuild_progress()).is_some() {
+            return Err("another member is being rebuilt; one at a time".into());
+        }
+        if health == Health::Online {
+            self.engine
+                .with_volume(|v| v.mark_faulty(slot, "replaced by the operator".into()));
+        }
+        self.engine.set_member(slot, device);
+        self.engine
+            .with_volume(|v| v.start_rebuild(slot, 0))
+            .map_err(|e| e.to_string())?;
+        let member_uuid = *uuid::Uuid::new_v4().as_bytes();
+        self.meta.record(|l| {
+            l.slots[slot as usize].member_uuid = member_uuid;
+            l.slots[slot as usize].state = SlotState::Rebuilding;
+            l.state = VolumeState::Rebuilding;
+            l.rebuild_checkpoint_bytes = 0;
+        });
+        tracing::info!(slot, "rebuild started");
+        Ok(())
+    }
+
+    /// A lost member and a spare at hand: put the spare in (called by the
+    /// upkeep thread and after add-spare).
+    pub fn replace_from_spares(&self) {
+        if self.engine.with_volume(|v| v.rebuild_progress()).is_some() {
+            return;
+        }
+        let health = self.engine.health();
+        let Some(slot) = health
+            .iter()
+            .position(|h| matches!(h, Health::Faulty | Health::Missing))
+        else {
+            return;
+        };
+        let Some(spare) = self.spares.lock().expect("spares").pop() else {
+            return;
+        };
+        let name = spare.describe().to_string();
+        match self.replace_slot(slot as u32, spare) {
+            Ok(()) => tracing::info!(slot, spare = %name, "spare took over"),
+            Err(e) => tracing::error!(slot, error = %e, "spare could not take over"),
+        }
+    }
+
+    pub fn scrub(&self, action: Maintenance) -> Result<Value, String> {
+        let (stripes, stripe_bytes) = self
+            .engine
+            .with_volume(|v| (v.geometry().stripes(), v.geometry().stripe_data_bytes()));
+        let step = (SCRUB_STEP_BYTES / stripe_bytes).max(1);
+        let mut total = CheckReport::default();
+        let mut first = 0;
+        // Steps of bounded size, one at a time, so client requests are held
+        // up by one step's stripes at most.
+        while first < stripes {
+            let count = step.min(stripes - first);
+            let r = self.engine.run(Request::Maintain {
+                first_stripe: first,
+                stripe_count: count,
+                action,
+            });
+            match r {
+                Ok(Reply::Checked(rep)) => {
+                    total.mismatched_stripes.extend(rep.mismatched_stripes);
+                    total.unchecked_stripes += rep.unchecked_stripes;
+                }
+                Ok(other) => return Err(format!("unexpected answer {other:?}")),
+                Err(e) => return Err(e.to_string()),
+            }
+            first += count;
+        }
+        Ok(json!({
+            "stripes": stripes,
+            "mismatched_stripes": total.mismatched_stripes.len(),
+            "mismatched_regions_bytes": total.mismatched_stripes.iter().map(|s| [s * stripe_bytes, stripe_bytes]).collect::<Vec<_>>(),
+            "unchecked_stripes": total.unchecked_stripes,
+            "repaired": action == Maintenance::Repair,
+        }))
+    }
+
+    fn handle(&self, req: &Value) -> Result<Value, String> {
+        let arg = |k: &str| {
+            req.get(k)
+                .and_then(Value::as_str)
+                .ok_or_else(|| format!("missing \"{k}\""))
+        };
+        match req.get("cmd").and_then(Value::as_str) {
+            Some("status") => Ok(self.status()),
+            Some("fail") => self.fail(arg("member")?),
+            Some("replace") => self.replace(
+                arg("member")?,
+                arg("device")?,
+                req.get("size_bytes").and_then(Value::as_u64),
+            ),
+            Some("add-spare") => self.add_spare(arg("device")?),
+            Some("check") => self.scrub(Maintenance::Check),
+            Some("repair") => self.scrub(Maintenance::Repair),
+            Some("rebuild-rate") => {
+                let rate = req
+                    .get("bytes_per_sec")
+                    .and_then(Value::as_u64)
+                    .filter(|r| *r > 0)
+                    .ok_or("missing or zero \"bytes_per_sec\"")?;
+                self.upkeep
+                    .rate_bytes_per_sec
+                    .store(rate, Ordering::Relaxed);
+                Ok(json!({ "rebuild_rate_bytes_per_sec": rate }))
+            }
+            Some(other) => Err(format!("unknown command {other:?}")),
+            None => Err("missing \"cmd\"".into()),
+        }
+    }
+
+    fn serve_one(&self, stream: UnixStream) {
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+        let mut line = String::new();
+        let mut reader = BufReader::new(std::io::Read::take(&stream, REQUEST_MAX_BYTES));
+        let answer = match reader.read_line(&mut line) {
+            Ok(_) => match serde_json::from_str::<Value>(&line) {
+                Ok(req) => match self.handle(&req) {
+                    Ok(v) => json!({ "ok": v }),
+                    Err(e) => json!({ "error": e }),
+                },
+                Err(e) => json!({ "error": format!("not a JSON request: {e}") }),
+            },
+            Err(e) => json!({ "error": format!("cannot read the request: {e}") }),
+        };
+        let mut out = &stream;
+        let _ = writeln!(out, "{answer}");
+    }
+}
+
+/// Serves the control socket until `stop`; one request per connection.
+pub fn serve_control(
+    listener: UnixListener,
+    manager: Arc<Manager>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) {
+    let _ = listener.set_nonblocking(true);
+    while !stop.load(Ordering::SeqCst) {
+        match listener.accept() {
+            Ok((s, _)) => {
+                let _ = s.set_nonblocking(false);
+                let m = Arc::clone(&manager);
+                // Check and repair take time; do not hold up the next caller.
+                let _ = std::thread::Builder::new()
+                    .name("platter-control".into())
+                    .spawn(move || m.serve_one(s));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+pub fn bind_control(path: &Path) -> std::io::Result<UnixListener> {
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                format!("control socket {} is in use", path.display()),
+            ));
+        }
+        std::fs::remove_file(path)?;
+    }
+    UnixListener::bind(path)
+}

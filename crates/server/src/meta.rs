@@ -1,0 +1,99 @@
+//! Keeping the labels true while the volume runs: a member that fails, a
+//! replacement that starts or finishes its rebuild, and the rebuild's
+//! checkpoint are written to every member still in use, with the event
+//! counter bumped, so that after a restart a stale member is never trusted
+//! over the fresh ones.
+
+use crate::engine::Engine;
+use platter_core::label::{Label, SlotState, VolumeState};
+use platter_core::volume::{Event, Health};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub struct Meta {
+    label: Mutex<Label>,
+    engine: Arc<Engine>,
+    read_only: bool,
+}
+
+fn now_unix_seconds() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl Meta {
+    pub fn new(label: Label, engine: Arc<Engine>, read_only: bool) -> Meta {
+        Meta {
+            label: Mutex::new(label),
+            engine,
+            read_only,
+        }
+    }
+
+    pub fn label(&self) -> Label {
+        self.label.lock().expect("label lock").clone()
+    }
+
+    /// Applies `change`, bumps the event counter and writes the label to
+    /// every member in use. A member that cannot take it is left to fail on
+    /// its next I/O; the others still record the change.
+    pub fn record(&self, change: impl FnOnce(&mut Label)) {
+        if self.read_only {
+            return;
+        }
+        let mut label = self.label.lock().expect("label lock");
+        change(&mut label);
+        label.event_counter += 1;
+        label.updated_unix_seconds = now_unix_seconds();
+        let health = self.engine.health();
+        let members = self.engine.members();
+        for (slot, h) in health.iter().enumerate() {
+            if !matches!(h, Health::Online | Health::Rebuilding) {
+                continue;
+            }
+            let Some(m) = &members[slot] else { continue };
+            let bytes = label.for_slot(slot as u32).encode();
+            if let Err(e) = m.write_at(0, &bytes).and_then(|()| m.flush()) {
+                tracing::error!(slot, error = %e, "cannot write the label");
+            }
+        }
+    }
+
+    /// The volume-wide state from the members' health and a wanted state.
+    pub fn state_for(health: &[Health], wanted: VolumeState) -> VolumeState {
+        if health.iter().any(|h| *h == Health::Rebuilding) {
+            VolumeState::Rebuilding
+        } else if wanted == VolumeState::Clean && health.iter().any(|h| *h != Health::Online) {
+            VolumeState::Degraded
+        } else {
+            wanted
+        }
+    }
+
+    pub fn on_event(&self, e: &Event) {
+        match e {
+            Event::MemberFaulty { member, .. } => self.record(|l| {
+                l.slots[*member as usize].state = SlotState::Faulty;
+                l.rebuild_checkpoint_bytes = 0;
+                if l.state == VolumeState::Rebuilding {
+                    l.state = VolumeState::Dirty;
+                }
+            }),
+            Event::RebuildDone { member } => self.record(|l| {
+                l.slots[*member as usize].state = SlotState::Active;
+                l.rebuild_checkpoint_bytes = 0;
+                l.state = VolumeState::Dirty;
+            }),
+        }
+    }
+
+    /// Records how far the rebuild has come. The label keeps it in bytes
+    /// of the member's data area: the stripe cursor times the interleave.
+    pub fn checkpoint(&self, cursor_stripe: u64) {
+        self.record(|l| {
+            l.rebuild_checkpoint_bytes = cursor_stripe * l.interleave_bytes;
+        });
+    }
+}
