@@ -55,7 +55,7 @@ impl Manager {
                 "percent": 100.0 * p.cursor_stripe as f64 / p.stripes.max(1) as f64,
                 "rate_bytes_per_sec": rate,
                 "rate_limit_bytes_per_sec": self.upkeep.rate_bytes_per_sec.load(Ordering::Relaxed),
-                "eta_seconds": if rate > 0 { left_bytes / rate } else { 0 },
+                "eta_seconds": left_bytes.checked_div(rate).unwrap_or(0),
             })
         });
         json!({

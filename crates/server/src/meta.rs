@@ -63,7 +63,7 @@ impl Meta {
 
     /// The volume-wide state from the members' health and a wanted state.
     pub fn state_for(health: &[Health], wanted: VolumeState) -> VolumeState {
-        if health.iter().any(|h| *h == Health::Rebuilding) {
+        if health.contains(&Health::Rebuilding) {
             VolumeState::Rebuilding
         } else if wanted == VolumeState::Clean && health.iter().any(|h| *h != Health::Online) {
             VolumeState::Degraded
