@@ -226,7 +226,7 @@ impl Engine {
         while let Some(e) = s.volume.next_event() {
             match &e {
                 Event::MemberFaulty { member, reason } => {
-                    tracing::error!(member, reason = %reason, "member marked faulty");
+                    tracing::warn!(member, reason = %reason, "member marked faulty");
                 }
                 Event::RebuildDone { member } => {
                     tracing::info!(member, "rebuild finished; member online");
