@@ -32,12 +32,13 @@ fn live_status(s: &Server) -> Value {
 fn volume_sha256(t: &Tools, s: &Server, what: &str) -> String {
     let mut copy = t.cmd("nbdcopy");
     copy.arg(s.uri()).arg("-").stdout(Stdio::piped());
-    let child = copy.spawn().expect("nbdcopy runs");
+    let mut child = copy.spawn().expect("nbdcopy runs");
     let out = t
         .cmd("sha256sum")
-        .stdin(child.stdout.expect("nbdcopy stdout"))
+        .stdin(child.stdout.take().expect("nbdcopy stdout"))
         .output()
         .expect("sha256sum runs");
+    assert!(child.wait().expect("nbdcopy ends").success(), "{what}: nbdcopy failed");
     assert!(out.status.success(), "{what}: sha256sum failed");
     String::from_utf8_lossy(&out.stdout)
         .split_whitespace()
