@@ -59,6 +59,7 @@ fn fio(t: &Tools, s: &Server, verify_only: bool, what: &str) {
         "--randrepeat=1",
         "--verify=crc32c",
         "--verify_fatal=1",
+        "--verify_state_save=0",
     ])
     .arg(format!("--uri={}", s.uri()))
     .arg(format!("--size={size}"));
@@ -118,6 +119,7 @@ fn fail_each_member_in_turn(spec: Spec) {
                     "--verify=crc32c",
                     "--verify_fatal=1",
                     "--verify_only=1",
+                    "--verify_state_save=0",
                 ])
                 .arg(format!("--uri={}", s.uri()))
                 .arg(format!("--size={}", s.volume.size_bytes / 4096 * 4096)),
