@@ -563,6 +563,7 @@ fn fio_step(test: &str, s: &Server) {
                 "--verify=crc32c",
                 "--do_verify=1",
                 "--verify_fatal=1",
+                "--verify_state_save=0",
             ])
             .arg(format!("--uri={}", s.uri()))
             .arg(format!("--size={size}")),
@@ -934,6 +935,7 @@ fn degraded(test: &str, spec: Spec, leave_out: &[usize]) {
                     "--verify=crc32c",
                     "--do_verify=1",
                     "--verify_fatal=1",
+                    "--verify_state_save=0",
                 ])
                 .arg(format!("--uri={}", s.uri()))
                 .arg(format!("--size={size}")),

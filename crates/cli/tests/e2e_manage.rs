@@ -38,7 +38,10 @@ fn volume_sha256(t: &Tools, s: &Server, what: &str) -> String {
         .stdin(child.stdout.take().expect("nbdcopy stdout"))
         .output()
         .expect("sha256sum runs");
-    assert!(child.wait().expect("nbdcopy ends").success(), "{what}: nbdcopy failed");
+    assert!(
+        child.wait().expect("nbdcopy ends").success(),
+        "{what}: nbdcopy failed"
+    );
     assert!(out.status.success(), "{what}: sha256sum failed");
     String::from_utf8_lossy(&out.stdout)
         .split_whitespace()

@@ -11,6 +11,7 @@ pub mod buffers;
 mod direct;
 pub mod error;
 pub mod executor;
+pub mod fault;
 pub mod file;
 pub mod member;
 pub mod memory;
@@ -19,6 +20,7 @@ mod positioned;
 
 pub use error::{MemberError, MemberErrorKind, Op};
 pub use executor::{perform, SyncExecutor};
+pub use fault::{CrashMode, FaultControls, FaultSpec, FaultyMember};
 pub use file::FileMember;
 pub use member::{check_range, Member};
 pub use memory::MemoryMember;

@@ -82,6 +82,9 @@ struct StripeJob {
     roles: crate::geometry::StripeRoles,
     /// Per member, `hi - lo` bytes (empty when unused).
     bufs: Vec<Vec<u8>>,
+    /// Members whose bytes the job read (for a reconstruction): the ones
+    /// to rebuild from, whatever happens to them after the read.
+    present: Vec<bool>,
     /// Reads: `(data index, within, len, out offset)` to reconstruct.
     /// Writes: unused.
     wants: Vec<(u32, u64, u64, u64)>,

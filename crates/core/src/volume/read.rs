@@ -41,6 +41,7 @@ impl Volume {
                         hi_bytes: e.within_bytes + e.len_bytes,
                         roles: roles.clone(),
                         bufs: Vec::new(),
+                        present: Vec::new(),
                         wants: Vec::new(),
                         new_data: Vec::new(),
                         strategy: Strategy::Reconstruct,
@@ -100,7 +101,8 @@ impl Volume {
         }
         let hull = job.hi_bytes - job.lo_bytes;
         job.bufs = (0..n).map(|_| vec![0u8; hull as usize]).collect();
-        for m in (0..n).filter(|&m| self.usable(m, job.stripe)) {
+        job.present = (0..n).map(|m| self.usable(m, job.stripe)).collect();
+        for m in (0..n).filter(|&m| job.present[m as usize]) {
             pieces.push(ReadPiece {
                 member: m,
                 offset_bytes: g.member_offset_bytes(job.stripe, job.lo_bytes),
@@ -128,7 +130,10 @@ impl Volume {
         let missing: Vec<usize> = order
             .iter()
             .enumerate()
-            .filter(|(_, &m)| !self.usable(m, job.stripe))
+            // Decided by what was read, not by health now: a member that
+            // failed after its read still gave good bytes, and counting it
+            // lost could exceed what parity covers.
+            .filter(|(_, &m)| !job.present[m as usize])
             .map(|(i, _)| i)
             .collect();
         if missing.is_empty() {

@@ -121,6 +121,7 @@ impl Volume {
                 hi_bytes: il,
                 roles: g.parity_roles(stripe).unwrap_or_else(empty_roles),
                 bufs: Vec::new(),
+                present: Vec::new(),
                 wants: Vec::new(),
                 new_data: Vec::new(),
                 strategy: Strategy::Reconstruct,

@@ -55,6 +55,7 @@ impl Volume {
                         q_slot: Vec::new(),
                     }),
                 bufs: Vec::new(),
+                present: Vec::new(),
                 wants: Vec::new(),
                 new_data: Vec::new(),
                 // Unused by scrubs; `wants` marks a stripe left unchecked.
@@ -129,6 +130,7 @@ impl Volume {
                 let roles = job.roles.clone();
                 let mut fresh = StripeJob {
                     bufs: job.bufs.clone(),
+                    present: Vec::new(),
                     roles: roles.clone(),
                     new_data: Vec::new(),
                     wants: Vec::new(),

@@ -109,6 +109,7 @@ impl Volume {
                         hi_bytes: e.within_bytes + e.len_bytes,
                         roles,
                         bufs: Vec::new(),
+                        present: Vec::new(),
                         wants: Vec::new(),
                         new_data: Vec::new(),
                         strategy: Strategy::ReconstructWrite,

@@ -1,0 +1,224 @@
+//! [`FaultSpec`]: what to inject, and its one-line text form for the command
+//! line (`fail-nth=7,fail-from=100,fail-rate=0.001,latency=500us,tear-rate=0.01,seed=3`).
+
+use std::fmt;
+use std::str::FromStr;
+
+/// What a [`FaultyMember`](super::FaultyMember) injects. Every fault is off
+/// by default.
+///
+/// I/Os are numbered from 1 in the order they reach the wrapper, counting
+/// reads, writes, flushes and trims alike (requests past the end of the
+/// member are refused before they are numbered). The numbering restarts
+/// whenever a spec is set.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FaultSpec {
+    /// The Nth I/O fails; later ones succeed.
+    pub fail_nth: Option<u64>,
+    /// Every I/O from the Nth on fails (a dead disk).
+    pub fail_from_nth: Option<u64>,
+    /// Each I/O fails with this probability, decided from `seed` and the
+    /// I/O's number alone, so the same seed fails the same numbers.
+    pub fail_rate: f64,
+    /// Microseconds added to every I/O (`std::thread::sleep`, outside any
+    /// lock). The simulator ignores it and models time itself.
+    pub latency_us: u64,
+    /// A write that is not failed otherwise tears with this probability: a
+    /// prefix of its 512-byte sectors (possibly none, never all) lands, then
+    /// it fails. Sectors are counted at absolute 512-byte boundaries, so an
+    /// unaligned write's first and last sectors are partial.
+    pub tear_rate: f64,
+    pub seed: u64,
+    /// Keep an undo log of the writes and trims since the last successful
+    /// flush, so that [`FaultControls::crash`](super::FaultControls::crash)
+    /// can lose them. Costs a read of the old bytes before every write and
+    /// trim, serializes writes, and refuses writes once the log holds
+    /// [`DEFAULT_UNDO_LIMIT_BYTES`](super::DEFAULT_UNDO_LIMIT_BYTES) (or the
+    /// limit set). Off by default, so a served member wrapped for failures
+    /// does not grow a log.
+    pub undo_log: bool,
+}
+
+/// A fault spec that could not be parsed, or is out of range: one line.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct FaultSpecError(pub String);
+
+const KEYS: &str = "fail-nth, fail-from, fail-rate, latency, tear-rate, seed, undo-log";
+
+impl FaultSpec {
+    /// Whether anything is configured; a spec that injects nothing leaves the
+    /// wrapper on its fast path.
+    pub fn is_active(&self) -> bool {
+        self.fail_nth.is_some()
+            || self.fail_from_nth.is_some()
+            || self.fail_rate > 0.0
+            || self.latency_us > 0
+            || self.tear_rate > 0.0
+            || self.undo_log
+    }
+
+    /// Checks the ranges that the type does not: counts start at 1, rates
+    /// are probabilities.
+    pub fn validate(&self) -> Result<(), FaultSpecError> {
+        for (key, n) in [
+            ("fail-nth", self.fail_nth),
+            ("fail-from", self.fail_from_nth),
+        ] {
+            if n == Some(0) {
+                return Err(FaultSpecError(format!("{key}=0: I/Os are numbered from 1")));
+            }
+        }
+        for (key, rate) in [("fail-rate", self.fail_rate), ("tear-rate", self.tear_rate)] {
+            if !(0.0..=1.0).contains(&rate) {
+                return Err(FaultSpecError(format!(
+                    "{key}={rate}: a rate is a probability between 0 and 1"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Parses the comma-separated `key=value` form; `none` (or nothing) is
+    /// the default spec. Keys: `fail-nth=N`, `fail-from=N`, `fail-rate=P`,
+    /// `latency=T` (`us`, `ms` or `s`, e.g. `500us`), `tear-rate=P`,
+    /// `seed=N`, `undo-log=on|off`. Each key at most once.
+    pub fn parse(text: &str) -> Result<FaultSpec, FaultSpecError> {
+        let mut spec = FaultSpec::default();
+        let trimmed = text.trim();
+        if trimmed.is_empty() || trimmed == "none" {
+            return Ok(spec);
+        }
+        let mut seen: Vec<&str> = Vec::new();
+        for item in trimmed.split(',') {
+            let item = item.trim();
+            let Some((key, value)) = item.split_once('=') else {
+                return Err(FaultSpecError(format!(
+                    "fault spec {text:?}: {item:?} is not key=value (keys: {KEYS})"
+                )));
+            };
+            let (key, value) = (key.trim(), value.trim());
+            let bad = |why: String| FaultSpecError(format!("fault spec {text:?}: {why}"));
+            if seen.contains(&key) {
+                return Err(bad(format!("{key} is given twice")));
+            }
+            match key {
+                "fail-nth" => spec.fail_nth = Some(parse_count(key, value).map_err(bad)?),
+                "fail-from" => spec.fail_from_nth = Some(parse_count(key, value).map_err(bad)?),
+                "fail-rate" => spec.fail_rate = parse_rate(key, value).map_err(bad)?,
+                "tear-rate" => spec.tear_rate = parse_rate(key, value).map_err(bad)?,
+                "latency" => spec.latency_us = parse_latency(value).map_err(bad)?,
+                "seed" => {
+                    spec.seed = value
+                        .parse()
+                        .map_err(|_| bad(format!("seed={value:?} is not a whole number")))?
+                }
+                "undo-log" => {
+                    spec.undo_log = match value {
+                        "on" | "true" | "1" => true,
+                        "off" | "false" | "0" => false,
+                        _ => return Err(bad(format!("undo-log={value:?}: say on or off"))),
+                    }
+                }
+                _ => {
+                    return Err(bad(format!("unknown key {key:?} (keys: {KEYS})")));
+                }
+            }
+            seen.push(key);
+        }
+        Ok(spec)
+    }
+}
+
+fn parse_count(key: &str, value: &str) -> Result<u64, String> {
+    match value.parse::<u64>() {
+        Ok(0) => Err(format!("{key}=0: I/Os are numbered from 1")),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!(
+            "{key}={value:?} is not a whole number of I/Os (1 or more)"
+        )),
+    }
+}
+
+fn parse_rate(key: &str, value: &str) -> Result<f64, String> {
+    match value.parse::<f64>() {
+        Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+        _ => Err(format!(
+            "{key}={value:?} is not a probability between 0 and 1"
+        )),
+    }
+}
+
+fn parse_latency(value: &str) -> Result<u64, String> {
+    let digits = value.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let unit = &value[digits.len()..];
+    let scale: u64 = match unit {
+        "us" => 1,
+        "ms" => 1_000,
+        "s" => 1_000_000,
+        "" => {
+            return Err(format!(
+                "latency={value:?} needs a unit: us, ms or s (e.g. 500us)"
+            ))
+        }
+        _ => {
+            return Err(format!(
+                "latency={value:?}: unknown unit {unit:?}; use us, ms or s"
+            ))
+        }
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+        .ok_or_else(|| format!("latency={value:?} is not a whole number of {unit} that fits"))
+}
+
+impl FromStr for FaultSpec {
+    type Err = FaultSpecError;
+    fn from_str(s: &str) -> Result<FaultSpec, FaultSpecError> {
+        FaultSpec::parse(s)
+    }
+}
+
+/// The text [`FaultSpec::parse`] reads back to an equal spec: only the keys
+/// that differ from the default, in a fixed order; `none` for the default.
+impl fmt::Display for FaultSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut items: Vec<String> = Vec::new();
+        if let Some(n) = self.fail_nth {
+            items.push(format!("fail-nth={n}"));
+        }
+        if let Some(n) = self.fail_from_nth {
+            items.push(format!("fail-from={n}"));
+        }
+        if self.fail_rate != 0.0 {
+            // `{}` of an f64 is the shortest text that parses back exactly.
+            items.push(format!("fail-rate={}", self.fail_rate));
+        }
+        if self.latency_us != 0 {
+            let us = self.latency_us;
+            items.push(if us.is_multiple_of(1_000_000) {
+                format!("latency={}s", us / 1_000_000)
+            } else if us.is_multiple_of(1_000) {
+                format!("latency={}ms", us / 1_000)
+            } else {
+                format!("latency={us}us")
+            });
+        }
+        if self.tear_rate != 0.0 {
+            items.push(format!("tear-rate={}", self.tear_rate));
+        }
+        if self.seed != 0 {
+            items.push(format!("seed={}", self.seed));
+        }
+        if self.undo_log {
+            items.push("undo-log=on".to_string());
+        }
+        if items.is_empty() {
+            f.write_str("none")
+        } else {
+            f.write_str(&items.join(","))
+        }
+    }
+}

@@ -1,0 +1,292 @@
+//! Simulated members: plain byte vectors held by the simulator, a service
+//! time model, and faults (death, one failed I/O, one corrupted read, and
+//! the loss of unflushed writes at a crash).
+//!
+//! The simulator does not use `platter-io`: the engine in `platter-core` is
+//! the only code shared with the real executor.
+
+use crate::rng::Rng;
+use bytes::Bytes;
+use platter_core::volume::{IoResult, MemberOp};
+
+/// How long a member takes to serve one I/O. Issue #7 plugs disk models
+/// (seek, rotation, caches, DiskSim parameters) in here.
+pub trait ServiceModel {
+    /// The virtual time at which `op`, issued to `member` at `now_ns`,
+    /// completes. Must be at least `now_ns`; draw randomness only from `rng`.
+    fn complete_at_ns(&mut self, now_ns: u64, member: u32, op: &MemberOp, rng: &mut Rng) -> u64;
+}
+
+/// Every I/O is served independently (no queueing): `base + per byte +
+/// uniform jitter`; a flush costs `flush_ns` plus jitter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SimpleLatency {
+    pub base_ns: u64,
+    /// Transfer cost per KiB (1_000 ns/KiB is about 1 GB/s).
+    pub ns_per_kib: u64,
+    pub jitter_ns: u64,
+    pub flush_ns: u64,
+}
+
+impl Default for SimpleLatency {
+    fn default() -> Self {
+        SimpleLatency {
+            base_ns: 100_000,
+            ns_per_kib: 5_000,
+            jitter_ns: 100_000,
+            flush_ns: 500_000,
+        }
+    }
+}
+
+impl ServiceModel for SimpleLatency {
+    fn complete_at_ns(&mut self, now_ns: u64, _member: u32, op: &MemberOp, rng: &mut Rng) -> u64 {
+        let bytes = match op {
+            MemberOp::Read { len_bytes, .. } => *len_bytes,
+            MemberOp::Write { data, .. } => data.len() as u64,
+            // A trim is a metadata update on the member.
+            MemberOp::Trim { .. } | MemberOp::Flush => 0,
+        };
+        let fixed = if matches!(op, MemberOp::Flush) {
+            self.flush_ns
+        } else {
+            self.base_ns + bytes * self.ns_per_kib / 1024
+        };
+        let jitter = if self.jitter_ns > 0 {
+            rng.below(self.jitter_ns + 1)
+        } else {
+            0
+        };
+        // At least 1 ns: an I/O never completes in the instant it is issued.
+        now_ns + (fixed + jitter).max(1)
+    }
+}
+
+/// A write that reached the member's cache but is not yet known durable.
+#[derive(Clone, Debug)]
+struct UndoEntry {
+    seq: u64,
+    offset_bytes: usize,
+    old: Vec<u8>,
+    new: Vec<u8>,
+}
+
+/// What a crash does to writes a member completed but did not flush.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrashUndo {
+    /// Every unflushed write is lost.
+    All,
+    /// Each unflushed write independently reached the media with this
+    /// probability (percent); later writes win where they overlap.
+    Subset { persist_percent: u32 },
+}
+
+pub struct SimMember {
+    index: u32,
+    data: Vec<u8>,
+    data_offset_bytes: u64,
+    /// Every I/O that completes at or after this time fails.
+    dead_from_ns: Option<u64>,
+    /// The next I/O to complete fails (and only that one).
+    fail_next: bool,
+    /// The next read to complete returns one flipped bit (silent corruption).
+    corrupt_next_read: bool,
+    /// Keep undo entries (only when the run can crash: they cost copies).
+    track_undo: bool,
+    undo: Vec<UndoEntry>,
+    /// Writes completed so far; a flush covers those before its mark.
+    write_seq: u64,
+}
+
+impl SimMember {
+    pub fn new(index: u32, size_bytes: u64, data_offset_bytes: u64, track_undo: bool) -> SimMember {
+        SimMember {
+            index,
+            data: vec![0; size_bytes as usize],
+            data_offset_bytes,
+            dead_from_ns: None,
+            fail_next: false,
+            corrupt_next_read: false,
+            track_undo,
+            undo: Vec::new(),
+            write_seq: 0,
+        }
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.data
+    }
+
+    pub fn die_at(&mut self, at_ns: u64) {
+        self.dead_from_ns = Some(self.dead_from_ns.map_or(at_ns, |t| t.min(at_ns)));
+    }
+
+    pub fn is_dead(&self, now_ns: u64) -> bool {
+        self.dead_from_ns.is_some_and(|t| t <= now_ns)
+    }
+
+    pub fn fail_next_io(&mut self) {
+        self.fail_next = true;
+    }
+
+    pub fn corrupt_next_read(&mut self) {
+        self.corrupt_next_read = true;
+    }
+
+    /// Taken when a flush is issued: the writes it makes durable.
+    pub fn flush_mark(&self) -> u64 {
+        self.write_seq
+    }
+
+    /// Unflushed writes held in the undo log.
+    pub fn unflushed_writes(&self) -> usize {
+        self.undo.len()
+    }
+
+    fn range(&self, offset_bytes: u64, len_bytes: u64, what: &str) -> std::ops::Range<usize> {
+        let end = offset_bytes
+            .checked_add(len_bytes)
+            .expect("member range overflows");
+        assert!(
+            offset_bytes >= self.data_offset_bytes && end <= self.data.len() as u64,
+            "{what} of {len_bytes} bytes at {offset_bytes} outside member {} (data {}..{})",
+            self.index,
+            self.data_offset_bytes,
+            self.data.len()
+        );
+        offset_bytes as usize..end as usize
+    }
+
+    fn store(&mut self, offset_bytes: u64, new: &[u8]) {
+        let r = self.range(offset_bytes, new.len() as u64, "write");
+        if self.track_undo {
+            self.undo.push(UndoEntry {
+                seq: self.write_seq,
+                offset_bytes: r.start,
+                old: self.data[r.clone()].to_vec(),
+                new: new.to_vec(),
+            });
+        }
+        self.write_seq += 1;
+        self.data[r].copy_from_slice(new);
+    }
+
+    /// Performs `op` as it completes at `now_ns`. `flush_mark` is the
+    /// member's [`SimMember::flush_mark`] when a flush was issued.
+    pub fn perform(
+        &mut self,
+        now_ns: u64,
+        op: &MemberOp,
+        flush_mark: u64,
+        rng: &mut Rng,
+    ) -> IoResult {
+        if self.is_dead(now_ns) {
+            return Err(format!("simulated member {} is dead", self.index));
+        }
+        if self.fail_next {
+            self.fail_next = false;
+            return Err(format!(
+                "simulated member {}: injected I/O error",
+                self.index
+            ));
+        }
+        match op {
+            MemberOp::Read {
+                offset_bytes,
+                len_bytes,
+            } => {
+                let r = self.range(*offset_bytes, *len_bytes, "read");
+                if self.corrupt_next_read && !r.is_empty() {
+                    self.corrupt_next_read = false;
+                    let mut v = self.data[r].to_vec();
+                    let i = rng.below(v.len() as u64) as usize;
+                    v[i] ^= 1 << rng.below(8);
+                    return Ok(Some(Bytes::from(v)));
+                }
+                Ok(Some(Bytes::copy_from_slice(&self.data[r])))
+            }
+            MemberOp::Write { offset_bytes, data } => {
+                self.store(*offset_bytes, data);
+                Ok(None)
+            }
+            MemberOp::Trim {
+                offset_bytes,
+                len_bytes,
+            } => {
+                if self.track_undo {
+                    self.store(*offset_bytes, &vec![0; *len_bytes as usize]);
+                } else {
+                    let r = self.range(*offset_bytes, *len_bytes, "trim");
+                    self.write_seq += 1;
+                    self.data[r].fill(0);
+                }
+                Ok(None)
+            }
+            MemberOp::Flush => {
+                self.undo.retain(|e| e.seq >= flush_mark);
+                Ok(None)
+            }
+        }
+    }
+
+    /// A power failure: writes not covered by a completed flush are lost
+    /// (all of them, or a seeded subset). Returns how many were lost.
+    pub fn crash(&mut self, undo: CrashUndo, rng: &mut Rng) -> u64 {
+        let entries = std::mem::take(&mut self.undo);
+        // Back to the last durable image, newest first...
+        for e in entries.iter().rev() {
+            self.data[e.offset_bytes..e.offset_bytes + e.old.len()].copy_from_slice(&e.old);
+        }
+        // ...then forward again with the writes that reached the media.
+        let mut lost = 0;
+        for e in &entries {
+            let persisted = match undo {
+                CrashUndo::All => false,
+                CrashUndo::Subset { persist_percent } => rng.chance(persist_percent),
+            };
+            if persisted {
+                self.data[e.offset_bytes..e.offset_bytes + e.new.len()].copy_from_slice(&e.new);
+            } else {
+                lost += 1;
+            }
+        }
+        self.fail_next = false;
+        self.corrupt_next_read = false;
+        lost
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(m: &mut SimMember, at: u64, b: &[u8]) {
+        let op = MemberOp::Write {
+            offset_bytes: at,
+            data: Bytes::copy_from_slice(b),
+        };
+        m.perform(0, &op, 0, &mut Rng::new(0)).unwrap();
+    }
+
+    #[test]
+    fn a_crash_keeps_flushed_writes_and_loses_the_rest() {
+        let mut m = SimMember::new(0, 64, 16, true);
+        write(&mut m, 16, &[1; 8]);
+        let mark = m.flush_mark();
+        write(&mut m, 20, &[2; 8]);
+        m.perform(0, &MemberOp::Flush, mark, &mut Rng::new(0))
+            .unwrap();
+        assert_eq!(m.unflushed_writes(), 1);
+        assert_eq!(m.crash(CrashUndo::All, &mut Rng::new(0)), 1);
+        assert_eq!(&m.bytes()[16..28], &[1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn a_dead_member_fails_from_its_time_of_death() {
+        let mut m = SimMember::new(3, 64, 0, false);
+        m.die_at(100);
+        let op = MemberOp::Flush;
+        assert!(m.perform(99, &op, 0, &mut Rng::new(0)).is_ok());
+        assert!(m.perform(100, &op, 0, &mut Rng::new(0)).is_err());
+    }
+}

@@ -1,0 +1,767 @@
+//! The event loop: client requests arrive, the [`Volume`] turns them into
+//! member I/O, each member I/O completes at a virtual time drawn from the
+//! service model, and faults and crashes happen at scheduled times.
+
+use crate::clock::Clock;
+use crate::events::EventQueue;
+use crate::members::{CrashUndo, ServiceModel, SimMember, SimpleLatency};
+use crate::oracle::{Oracle, ReadExpect};
+use crate::rng::{mix64, Rng, Stream};
+use crate::trace::TraceHash;
+use bytes::Bytes;
+use platter_core::geometry::{Geometry, GeometrySpec};
+use platter_core::volume::{
+    Completion, ErrorKind, Event, Health, Limits, MemberIo, MemberOp, Reply, Request, RequestId,
+    Volume,
+};
+use std::collections::BTreeMap;
+
+/// How client requests arrive.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Arrival {
+    /// `concurrency` clients, each submitting its next request `think_ns`
+    /// after the previous one completed.
+    Closed { concurrency: u32, think_ns: u64 },
+    /// Requests arrive independently, `1..=2 * mean_gap_ns` apart.
+    Open { mean_gap_ns: u64 },
+}
+
+/// Relative weights of the request kinds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mix {
+    pub read: u32,
+    pub write: u32,
+    pub write_zeroes: u32,
+    pub trim: u32,
+    pub flush: u32,
+    /// Percent of writes and write-zeroes with FUA.
+    pub fua_percent: u32,
+}
+
+impl Default for Mix {
+    fn default() -> Self {
+        Mix {
+            read: 40,
+            write: 45,
+            write_zeroes: 7,
+            trim: 5,
+            flush: 3,
+            fua_percent: 10,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Workload {
+    /// Random requests; a verify pass (reads of the whole volume) follows
+    /// when `verify_at_end` is set.
+    pub requests: u64,
+    pub arrival: Arrival,
+    pub mix: Mix,
+    /// Longest request (at least 1 byte, cut to the volume size).
+    pub max_len_bytes: u64,
+    /// Percent of requests rounded to whole sectors (when at least one).
+    pub aligned_percent: u32,
+    pub verify_at_end: bool,
+}
+
+/// Something that happens to the members or the host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Every I/O of the member that completes from now on fails.
+    Die { member: u32 },
+    /// The next I/O of the member to complete fails (the engine then stops
+    /// using the member: a single error costs a member).
+    FailOneIo { member: u32 },
+    /// The next read of the member returns one flipped bit, silently. The
+    /// engine cannot notice; this exists to prove the oracle can fail.
+    CorruptOneRead { member: u32 },
+    /// Power failure: in-flight I/O is lost, unflushed writes are undone
+    /// (per [`SimConfig::crash_undo`]), and a new volume is assembled over
+    /// the member bytes, with members known to have failed missing.
+    ///
+    /// Only safe where a crash cannot corrupt old data (concat, stripe,
+    /// mirror, RAID-10) until the engine has a write-intent bitmap and
+    /// resync (issue 4 item 3).
+    Crash,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScheduledFault {
+    pub at_ns: u64,
+    pub fault: Fault,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SimConfig {
+    pub geometry: GeometrySpec,
+    pub workload: Workload,
+    pub faults: Vec<ScheduledFault>,
+    pub latency: SimpleLatency,
+    pub crash_undo: CrashUndo,
+    pub limits_max_requests: usize,
+    /// Hard bound on event-loop steps (an assert, not a timeout).
+    pub max_steps: u64,
+    /// Hard bound on the event queue's length.
+    pub max_queue_len: usize,
+}
+
+impl SimConfig {
+    /// The members that get a `Die` or `FailOneIo` fault, in order.
+    pub fn failing_members(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self
+            .faults
+            .iter()
+            .filter_map(|f| match f.fault {
+                Fault::Die { member } | Fault::FailOneIo { member } => Some(member),
+                _ => None,
+            })
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// True when the faults may exceed what the level survives: failed
+    /// requests (EIO) are then allowed, wrong bytes never.
+    pub fn beyond_budget(&self, geometry: &Geometry) -> bool {
+        self.failing_members().len() as u64 > u64::from(geometry.redundancy())
+    }
+}
+
+/// What a run did. Two runs of one config and seed give equal reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Report {
+    pub seed: u64,
+    pub trace_hash: u64,
+    pub beyond_budget: bool,
+    pub steps: u64,
+    pub end_ns: u64,
+    pub submitted: u64,
+    pub completed: u64,
+    /// Completed with an error.
+    pub failed: u64,
+    /// Lost in a crash (never completed).
+    pub lost: u64,
+    pub reads_checked: u64,
+    pub bytes_checked: u64,
+    pub member_ios: u64,
+    pub member_io_errors: u64,
+    /// Faults that happened while requests were still being served.
+    pub faults_fired: u64,
+    pub crashes: u64,
+    /// Unflushed member writes undone by crashes.
+    pub writes_lost_in_crashes: u64,
+    /// Members the engine marked faulty, in order.
+    pub faulty_members: Vec<u32>,
+    pub violations: u64,
+    /// The first few violations, in words.
+    pub violation_messages: Vec<String>,
+}
+
+impl Report {
+    pub fn ok(&self) -> bool {
+        self.violations == 0
+    }
+}
+
+const VIOLATION_MESSAGES_MAX: usize = 8;
+
+enum SimEvent {
+    /// A client submits its next request.
+    Arrival,
+    IoDone {
+        epoch: u64,
+        io: MemberIo,
+        flush_mark: u64,
+    },
+    Fault(Fault),
+}
+
+struct Outstanding {
+    submitted_ns: u64,
+    name: &'static str,
+    writer: Option<u32>,
+    fua: bool,
+    read: Option<ReadExpect>,
+    flush_covers: Option<Vec<u32>>,
+}
+
+/// Produces the client requests, then the verify pass.
+struct RequestGen {
+    rng: Rng,
+    remaining: u64,
+    verify_at_bytes: Option<u64>,
+    size_bytes: u64,
+    max_len_bytes: u64,
+    mix: Mix,
+    aligned_percent: u32,
+}
+
+impl RequestGen {
+    fn next(&mut self) -> Option<Request> {
+        if self.remaining > 0 {
+            self.remaining -= 1;
+            return Some(self.random());
+        }
+        let at = self.verify_at_bytes?;
+        if at >= self.size_bytes {
+            self.verify_at_bytes = None;
+            return None;
+        }
+        let len = self.max_len_bytes.min(self.size_bytes - at);
+        self.verify_at_bytes = Some(at + len);
+        Some(Request::Read {
+            offset_bytes: at,
+            len_bytes: len,
+        })
+    }
+
+    fn exhausted(&self) -> bool {
+        self.remaining == 0 && self.verify_at_bytes.is_none_or(|a| a >= self.size_bytes)
+    }
+
+    fn random(&mut self) -> Request {
+        let r = &mut self.rng;
+        let m = &self.mix;
+        let total = m.read + m.write + m.write_zeroes + m.trim + m.flush;
+        assert!(total > 0, "empty request mix");
+        let mut pick = r.below(u64::from(total)) as u32;
+        let size = self.size_bytes;
+        // Lengths: mostly short, some up to the longest.
+        let max = self.max_len_bytes.min(size).max(1);
+        let len = match r.below(10) {
+            0..=4 => r.range(1, max.min(4096)),
+            _ => r.range(1, max),
+        };
+        let mut offset = r.below(size - len + 1);
+        let mut len = len;
+        if len >= 512 && r.chance(self.aligned_percent) {
+            offset = offset / 512 * 512;
+            len = len / 512 * 512;
+        }
+        let fua = r.chance(m.fua_percent);
+        if pick < m.read {
+            return Request::Read {
+                offset_bytes: offset,
+                len_bytes: len,
+            };
+        }
+        pick -= m.read;
+        if pick < m.write {
+            return Request::Write {
+                offset_bytes: offset,
+                data: Bytes::from(r.bytes(len as usize)),
+                fua,
+            };
+        }
+        pick -= m.write;
+        if pick < m.write_zeroes {
+            return Request::WriteZeroes {
+                offset_bytes: offset,
+                len_bytes: len,
+                fua,
+            };
+        }
+        pick -= m.write_zeroes;
+        if pick < m.trim {
+            return Request::Trim {
+                offset_bytes: offset,
+                len_bytes: len,
+            };
+        }
+        Request::Flush
+    }
+}
+
+/// One simulated run of one volume.
+pub struct Simulation {
+    seed: u64,
+    config: SimConfig,
+    geometry: Geometry,
+    clock: Clock,
+    queue: EventQueue<SimEvent>,
+    volume: Volume,
+    members: Vec<SimMember>,
+    service: Box<dyn ServiceModel>,
+    latency_rng: Rng,
+    fault_rng: Rng,
+    oracle: Oracle,
+    gen: RequestGen,
+    /// Bumped by a crash: I/O completions of an older epoch are dropped.
+    epoch: u64,
+    outstanding: BTreeMap<RequestId, Outstanding>,
+    /// Members the engine marked faulty (across crashes).
+    known_faulty: Vec<bool>,
+    /// Members we made fail.
+    injected: Vec<bool>,
+    trace: TraceHash,
+    report: Report,
+}
+
+impl Simulation {
+    pub fn new(config: SimConfig, seed: u64) -> Simulation {
+        let geometry = Geometry::new(config.geometry.clone())
+            .unwrap_or_else(|e| panic!("seed {seed}: bad simulated geometry: {e}"));
+        let n = geometry.members();
+        let can_crash = config.faults.iter().any(|f| f.fault == Fault::Crash);
+        let spec = geometry.spec();
+        let members = (0..n)
+            .map(|m| {
+                SimMember::new(
+                    m,
+                    spec.data_offset_bytes + spec.member_data_bytes[m as usize],
+                    spec.data_offset_bytes,
+                    can_crash,
+                )
+            })
+            .collect();
+        let oracle = Oracle::new(
+            geometry.volume_size_bytes(),
+            geometry.stripe_data_bytes(),
+            geometry.level().is_parity(),
+        );
+        let w = &config.workload;
+        let gen = RequestGen {
+            rng: Rng::stream(seed, Stream::Workload),
+            remaining: w.requests,
+            verify_at_bytes: w.verify_at_end.then_some(0),
+            size_bytes: geometry.volume_size_bytes(),
+            max_len_bytes: w.max_len_bytes.max(1),
+            mix: w.mix.clone(),
+            aligned_percent: w.aligned_percent,
+        };
+        let volume = Volume::new(
+            geometry.clone(),
+            vec![Health::Online; n as usize],
+            Limits {
+                max_requests: config.limits_max_requests,
+            },
+        );
+        let report = Report {
+            seed,
+            trace_hash: 0,
+            beyond_budget: config.beyond_budget(&geometry),
+            steps: 0,
+            end_ns: 0,
+            submitted: 0,
+            completed: 0,
+            failed: 0,
+            lost: 0,
+            reads_checked: 0,
+            bytes_checked: 0,
+            member_ios: 0,
+            member_io_errors: 0,
+            faults_fired: 0,
+            crashes: 0,
+            writes_lost_in_crashes: 0,
+            faulty_members: Vec::new(),
+            violations: 0,
+            violation_messages: Vec::new(),
+        };
+        Simulation {
+            seed,
+            queue: EventQueue::new(config.max_queue_len),
+            service: Box::new(config.latency.clone()),
+            config,
+            geometry,
+            clock: Clock::new(),
+            volume,
+            members,
+            latency_rng: Rng::stream(seed, Stream::Latency),
+            fault_rng: Rng::stream(seed, Stream::Faults),
+            oracle,
+            gen,
+            epoch: 0,
+            outstanding: BTreeMap::new(),
+            known_faulty: vec![false; n as usize],
+            injected: vec![false; n as usize],
+            trace: TraceHash::new(mix64(seed)),
+            report,
+        }
+    }
+
+    /// Replaces the service model (issue #7: disk models).
+    pub fn with_service_model(mut self, model: Box<dyn ServiceModel>) -> Simulation {
+        self.service = model;
+        self
+    }
+
+    pub fn geometry(&self) -> &Geometry {
+        &self.geometry
+    }
+
+    /// The member bytes (for tests that look behind the engine's back).
+    pub fn member_bytes(&self, member: u32) -> &[u8] {
+        self.members[member as usize].bytes()
+    }
+
+    fn violation(&mut self, what: String) {
+        self.report.violations += 1;
+        if self.report.violation_messages.len() < VIOLATION_MESSAGES_MAX {
+            self.report.violation_messages.push(format!(
+                "seed {} at {} ns: {what}",
+                self.seed,
+                self.clock.now_ns()
+            ));
+        }
+    }
+
+    /// Runs the workload to the end and reports.
+    pub fn run(mut self) -> Report {
+        for f in self.config.faults.clone() {
+            self.queue.push(f.at_ns, SimEvent::Fault(f.fault));
+        }
+        match self.config.workload.arrival {
+            Arrival::Closed { concurrency, .. } => {
+                assert!(concurrency > 0, "a closed loop needs clients");
+                for _ in 0..concurrency {
+                    self.queue.push(0, SimEvent::Arrival);
+                }
+            }
+            Arrival::Open { .. } => self.queue.push(0, SimEvent::Arrival),
+        }
+        while !(self.gen.exhausted() && self.outstanding.is_empty()) {
+            self.report.steps += 1;
+            assert!(
+                self.report.steps <= self.config.max_steps,
+                "seed {}: more than {} steps",
+                self.seed,
+                self.config.max_steps
+            );
+            let Some((at_ns, ev)) = self.queue.pop() else {
+                let stuck = self.outstanding.len();
+                self.violation(format!(
+                    "stalled: {stuck} requests outstanding and nothing left to happen"
+                ));
+                break;
+            };
+            self.clock.advance_to(at_ns);
+            match ev {
+                SimEvent::Arrival => self.arrival(),
+                SimEvent::IoDone {
+                    epoch,
+                    io,
+                    flush_mark,
+                } => {
+                    if epoch == self.epoch {
+                        self.io_done(io, flush_mark);
+                    }
+                }
+                SimEvent::Fault(f) => self.fault(f),
+            }
+            self.pump();
+        }
+        if self.report.violations == 0 && !self.volume.is_idle() {
+            self.violation("the volume is not idle after every request completed".into());
+        }
+        if !self.report.beyond_budget {
+            // Within budget the engine must take out only failed members.
+            for m in 0..self.known_faulty.len() {
+                if self.known_faulty[m] && !self.injected[m] {
+                    self.violation(format!("member {m} was marked faulty without a fault"));
+                }
+            }
+        }
+        self.report.end_ns = self.clock.now_ns();
+        self.report.trace_hash = self.trace.finish();
+        self.report
+    }
+
+    fn arrival(&mut self) {
+        let Some(req) = self.gen.next() else {
+            return;
+        };
+        if let Arrival::Open { mean_gap_ns } = self.config.workload.arrival {
+            if !self.gen.exhausted() {
+                let gap = self.latency_rng.range(1, 2 * mean_gap_ns.max(1));
+                self.queue
+                    .push(self.clock.now_ns() + gap, SimEvent::Arrival);
+            }
+        }
+        self.submit(req);
+    }
+
+    fn submit(&mut self, req: Request) {
+        let (offset_bytes, len_bytes) = req.range();
+        let kind = match &req {
+            Request::Read { .. } => 1,
+            Request::Write { .. } => 2,
+            Request::WriteZeroes { .. } => 3,
+            Request::Trim { .. } => 4,
+            Request::Flush => 5,
+            _ => 6,
+        };
+        let fua = matches!(
+            req,
+            Request::Write { fua: true, .. } | Request::WriteZeroes { fua: true, .. }
+        );
+        let read = matches!(req, Request::Read { .. })
+            .then(|| self.oracle.expect(offset_bytes, len_bytes));
+        let flush_covers = matches!(req, Request::Flush).then(|| self.oracle.flush_covers());
+        let writer = self.oracle.apply(&req);
+        let name = req.name();
+        let id = self.volume.submit(req);
+        self.trace.fold(&[
+            1,
+            self.clock.now_ns(),
+            id.0,
+            kind,
+            offset_bytes,
+            len_bytes,
+            u64::from(fua),
+        ]);
+        self.report.submitted += 1;
+        let prev = self.outstanding.insert(
+            id,
+            Outstanding {
+                submitted_ns: self.clock.now_ns(),
+                name,
+                writer,
+                fua,
+                read,
+                flush_covers,
+            },
+        );
+        assert!(prev.is_none(), "request id {id:?} reused");
+    }
+
+    /// Moves everything the volume has to say into the simulation.
+    fn pump(&mut self) {
+        loop {
+            let mut progressed = false;
+            while let Some(io) = self.volume.next_io() {
+                progressed = true;
+                self.issue(io);
+            }
+            while let Some(c) = self.volume.next_completion() {
+                progressed = true;
+                self.completion(c);
+            }
+            while let Some(ev) = self.volume.next_event() {
+                progressed = true;
+                self.engine_event(ev);
+            }
+            if !progressed {
+                break;
+            }
+        }
+    }
+
+    fn issue(&mut self, io: MemberIo) {
+        let now = self.clock.now_ns();
+        let (kind, off, len) = op_words(&io.op);
+        self.trace
+            .fold(&[2, now, io.id.0, u64::from(io.member), kind, off, len]);
+        self.report.member_ios += 1;
+        let flush_mark = self.members[io.member as usize].flush_mark();
+        let at = self
+            .service
+            .complete_at_ns(now, io.member, &io.op, &mut self.latency_rng);
+        assert!(at > now, "service model completed an I/O instantly");
+        self.queue.push(
+            at,
+            SimEvent::IoDone {
+                epoch: self.epoch,
+                io,
+                flush_mark,
+            },
+        );
+    }
+
+    fn io_done(&mut self, io: MemberIo, flush_mark: u64) {
+        let now = self.clock.now_ns();
+        let result =
+            self.members[io.member as usize].perform(now, &io.op, flush_mark, &mut self.fault_rng);
+        let (kind, off, len) = op_words(&io.op);
+        self.trace.fold(&[
+            3,
+            now,
+            io.id.0,
+            u64::from(io.member),
+            kind,
+            off,
+            len,
+            u64::from(result.is_err()),
+        ]);
+        if result.is_err() {
+            self.report.member_io_errors += 1;
+        }
+        self.volume.io_done(io.id, result);
+    }
+
+    fn engine_event(&mut self, ev: Event) {
+        #[allow(unreachable_patterns)]
+        match ev {
+            Event::MemberFaulty { member, .. } => {
+                self.trace
+                    .fold(&[6, self.clock.now_ns(), u64::from(member)]);
+                if !self.known_faulty[member as usize] {
+                    self.known_faulty[member as usize] = true;
+                    self.report.faulty_members.push(member);
+                }
+            }
+            other => {
+                // Newer engine events: fold their words into the trace.
+                let text = format!("{other:?}");
+                self.trace
+                    .fold(&[7, self.clock.now_ns(), text.len() as u64]);
+                self.trace.fold_bytes(text.as_bytes());
+            }
+        }
+    }
+
+    fn completion(&mut self, c: Completion) {
+        let now = self.clock.now_ns();
+        let o = self.outstanding.remove(&c.id).unwrap_or_else(|| {
+            panic!(
+                "seed {}: completion of unknown request {:?}",
+                self.seed, c.id
+            )
+        });
+        self.report.completed += 1;
+        let code = match &c.result {
+            Ok(_) => 0,
+            Err(e) => match e.kind {
+                ErrorKind::Io => 1,
+                ErrorKind::OutOfRange => 2,
+                ErrorKind::Busy => 3,
+            },
+        };
+        self.trace.fold(&[4, now, c.id.0, code]);
+        if let Arrival::Closed { think_ns, .. } = self.config.workload.arrival {
+            let think = if think_ns > 0 {
+                self.latency_rng.below(think_ns + 1)
+            } else {
+                0
+            };
+            self.queue.push(now + think, SimEvent::Arrival);
+        }
+        let what = || {
+            format!(
+                "{} (request {}, submitted at {} ns)",
+                o.name, c.id.0, o.submitted_ns
+            )
+        };
+        match c.result {
+            Err(e) => {
+                self.report.failed += 1;
+                if let Some(w) = o.writer {
+                    self.oracle.failed(w);
+                }
+                let allowed = self.report.beyond_budget && e.kind == ErrorKind::Io;
+                if !allowed {
+                    let msg = format!("{} failed: {:?}: {}", what(), e.kind, e.message);
+                    self.violation(msg);
+                }
+            }
+            Ok(reply) => {
+                if let Some(w) = o.writer {
+                    self.oracle.acked(w, o.fua);
+                }
+                if let Some(covers) = &o.flush_covers {
+                    self.oracle.flushed(covers);
+                }
+                match (o.read, reply) {
+                    (Some(expect), Reply::Data(data)) => {
+                        let got = data.to_bytes();
+                        self.trace.fold(&[5, crate::trace::hash_bytes(&got)]);
+                        self.report.reads_checked += 1;
+                        self.report.bytes_checked += got.len() as u64;
+                        if let Err(msg) = self.oracle.check(&expect, &got) {
+                            let msg = format!("{}: {msg}", what());
+                            self.violation(msg);
+                        }
+                    }
+                    (Some(_), Reply::Done) => {
+                        let msg = format!("{} completed without data", what());
+                        self.violation(msg);
+                    }
+                    (None, Reply::Data(_)) => {
+                        let msg = format!("{} completed with data", what());
+                        self.violation(msg);
+                    }
+                    (None, Reply::Done) => {}
+                    (_, other) => {
+                        let msg =
+                            format!("{} completed with an unexpected reply {other:?}", what());
+                        self.violation(msg);
+                    }
+                }
+            }
+        }
+    }
+
+    fn fault(&mut self, fault: Fault) {
+        let now = self.clock.now_ns();
+        if !self.outstanding.is_empty() || !self.gen.exhausted() {
+            self.report.faults_fired += 1;
+        }
+        match fault {
+            Fault::Die { member } => {
+                self.trace.fold(&[8, now, 1, u64::from(member)]);
+                self.injected[member as usize] = true;
+                self.members[member as usize].die_at(now);
+            }
+            Fault::FailOneIo { member } => {
+                self.trace.fold(&[8, now, 2, u64::from(member)]);
+                self.injected[member as usize] = true;
+                self.members[member as usize].fail_next_io();
+            }
+            Fault::CorruptOneRead { member } => {
+                self.trace.fold(&[8, now, 3, u64::from(member)]);
+                self.members[member as usize].corrupt_next_read();
+            }
+            Fault::Crash => self.crash(),
+        }
+    }
+
+    fn crash(&mut self) {
+        let now = self.clock.now_ns();
+        self.epoch += 1;
+        self.report.crashes += 1;
+        let lost = self.outstanding.len() as u64;
+        self.report.lost += lost;
+        self.outstanding.clear();
+        for m in &mut self.members {
+            self.report.writes_lost_in_crashes +=
+                m.crash(self.config.crash_undo, &mut self.fault_rng);
+        }
+        let unknown = self.oracle.crash();
+        self.trace.fold(&[9, now, lost, unknown]);
+        let health = self
+            .known_faulty
+            .iter()
+            .map(|&f| if f { Health::Missing } else { Health::Online })
+            .collect();
+        self.volume = Volume::new(
+            self.geometry.clone(),
+            health,
+            Limits {
+                max_requests: self.config.limits_max_requests,
+            },
+        );
+        // Closed loop: the clients whose requests were lost start again.
+        if matches!(self.config.workload.arrival, Arrival::Closed { .. }) {
+            for _ in 0..lost {
+                self.queue.push(now + 1, SimEvent::Arrival);
+            }
+        }
+        // Open loop: the arrival chain is still in the queue.
+    }
+}
+
+fn op_words(op: &MemberOp) -> (u64, u64, u64) {
+    match op {
+        MemberOp::Read {
+            offset_bytes,
+            len_bytes,
+        } => (1, *offset_bytes, *len_bytes),
+        MemberOp::Write { offset_bytes, data } => (2, *offset_bytes, data.len() as u64),
+        MemberOp::Trim {
+            offset_bytes,
+            len_bytes,
+        } => (3, *offset_bytes, *len_bytes),
+        MemberOp::Flush => (4, 0, 0),
+    }
+}

@@ -1,0 +1,167 @@
+//! Random scenarios for seeded testing: a seed picks the level, geometry,
+//! workload and fault schedule.
+
+use crate::members::{CrashUndo, SimpleLatency};
+use crate::rng::{Rng, Stream};
+use crate::run::{Arrival, Fault, Mix, ScheduledFault, SimConfig, Workload};
+use platter_core::geometry::GeometrySpec;
+use platter_core::{Level, ParityLayout};
+
+pub const SECTOR_BYTES: u64 = 512;
+/// Room before the data area, as a label would take.
+pub const DATA_OFFSET_BYTES: u64 = 4096;
+
+#[derive(Clone, Debug)]
+pub struct ScenarioOptions {
+    pub levels: Vec<Level>,
+    /// Percent of scenarios whose member failures exceed the redundancy.
+    pub beyond_budget_percent: u32,
+    /// Schedule one crash (use only with levels a crash cannot corrupt).
+    pub crash: bool,
+    pub requests_min: u64,
+    pub requests_max: u64,
+}
+
+impl Default for ScenarioOptions {
+    fn default() -> Self {
+        ScenarioOptions {
+            levels: Level::ALL.to_vec(),
+            beyond_budget_percent: 15,
+            crash: false,
+            requests_min: 100,
+            requests_max: 300,
+        }
+    }
+}
+
+/// The scenario for `seed`.
+pub fn random_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
+    let mut r = Rng::stream(seed, Stream::Scenario);
+    let level = *r.pick(&opts.levels);
+    let members = r.range(u64::from(level.min_members()), 8) as u32;
+    let copies = match level {
+        Level::Mirror => members,
+        Level::Raid10 => r.range(2, u64::from(members)) as u32,
+        _ => 1,
+    };
+    let parity_layout = *r.pick(&ParityLayout::ALL);
+    let interleave_bytes = r.range(1, 256) * SECTOR_BYTES;
+    // Small members: about 256 KiB of data each, at least 2 rows.
+    let rows = (256 * 1024 / interleave_bytes).clamp(2, 16);
+    let member_data_bytes = (0..members)
+        .map(|_| {
+            // Unequal sizes: the volume cuts to the smallest (or, for
+            // concat, uses every whole interleave).
+            let extra = if r.chance(30) {
+                r.below(interleave_bytes / SECTOR_BYTES * 2) * SECTOR_BYTES
+            } else {
+                0
+            };
+            rows * interleave_bytes + extra
+        })
+        .collect();
+    let geometry = GeometrySpec {
+        level,
+        parity_layout,
+        copies,
+        interleave_bytes,
+        data_offset_bytes: DATA_OFFSET_BYTES,
+        member_data_bytes,
+    };
+    let stripe_bytes = interleave_bytes
+        * match level {
+            Level::Concat | Level::Mirror => 1,
+            Level::Stripe => u64::from(members),
+            Level::Raid10 => u64::from(members), // close enough for lengths
+            Level::Raid5 | Level::Raid6 => u64::from(members - level.parity_members()),
+        };
+    let latency = SimpleLatency {
+        base_ns: r.range(20_000, 200_000),
+        ns_per_kib: r.range(500, 10_000),
+        jitter_ns: r.range(0, 200_000),
+        flush_ns: r.range(50_000, 1_000_000),
+    };
+    let arrival = if r.chance(75) {
+        Arrival::Closed {
+            concurrency: r.range(1, 16) as u32,
+            think_ns: if r.chance(50) { 0 } else { r.range(1, 100_000) },
+        }
+    } else {
+        Arrival::Open {
+            mean_gap_ns: r.range(5_000, 300_000),
+        }
+    };
+    let requests = r.range(opts.requests_min, opts.requests_max);
+    let mix = Mix {
+        read: r.range(20, 60) as u32,
+        write: r.range(20, 60) as u32,
+        write_zeroes: r.range(0, 10) as u32,
+        trim: r.range(0, 10) as u32,
+        flush: r.range(0, 6) as u32,
+        fua_percent: r.range(0, 20) as u32,
+    };
+    // A rough length of the run, to place faults inside it.
+    let per_request_ns = latency.base_ns + latency.jitter_ns / 2 + 16 * latency.ns_per_kib;
+    let parallel = match arrival {
+        Arrival::Closed { concurrency, .. } => u64::from(concurrency),
+        Arrival::Open { .. } => 4,
+    };
+    let run_ns = (requests * per_request_ns * 2 / parallel).max(1);
+
+    let redundancy = match level {
+        Level::Concat | Level::Stripe => 0,
+        Level::Mirror | Level::Raid10 => u64::from(copies - 1),
+        Level::Raid5 | Level::Raid6 => u64::from(level.parity_members()),
+    };
+    let n = u64::from(members);
+    let failures = if r.chance(opts.beyond_budget_percent) {
+        r.range(redundancy + 1, (redundancy + 2).min(n))
+    } else {
+        r.range(0, redundancy.min(n))
+    };
+    let mut victims: Vec<u32> = (0..members).collect();
+    let mut faults = Vec::new();
+    for _ in 0..failures {
+        let i = r.below(victims.len() as u64) as usize;
+        let member = victims.swap_remove(i);
+        let fault = if r.chance(70) {
+            Fault::Die { member }
+        } else {
+            Fault::FailOneIo { member }
+        };
+        faults.push(ScheduledFault {
+            at_ns: r.below(run_ns),
+            fault,
+        });
+    }
+    if opts.crash {
+        faults.push(ScheduledFault {
+            at_ns: r.below(run_ns),
+            fault: Fault::Crash,
+        });
+    }
+    let crash_undo = if r.chance(50) {
+        CrashUndo::All
+    } else {
+        CrashUndo::Subset {
+            persist_percent: r.range(0, 100) as u32,
+        }
+    };
+    SimConfig {
+        geometry,
+        workload: Workload {
+            requests,
+            arrival,
+            mix,
+            max_len_bytes: 2 * stripe_bytes + 1000,
+            aligned_percent: 50,
+            verify_at_end: true,
+        },
+        faults,
+        latency,
+        crash_undo,
+        limits_max_requests: 1024,
+        max_steps: 2_000_000,
+        max_queue_len: 1 << 16,
+    }
+}
