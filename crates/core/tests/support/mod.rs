@@ -72,6 +72,10 @@ pub struct Harness {
     pub members: Vec<Vec<u8>>,
     /// Members whose every I/O fails (a dead disk).
     pub broken: Vec<bool>,
+    /// Fail the Nth member I/O of the run (1-based, every member counted).
+    pub fail_nth: Option<u64>,
+    /// Member I/Os performed so far.
+    pub ios: u64,
     pub rng: Rng,
     /// Member I/Os handed out and not yet performed.
     pool: Vec<MemberIo>,
@@ -88,6 +92,8 @@ impl Harness {
             volume: Volume::new(g, vec![Health::Online; n], Limits::default()),
             members,
             broken: vec![false; n],
+            fail_nth: None,
+            ios: 0,
             rng: Rng(seed),
             pool: Vec::new(),
         }
@@ -110,6 +116,12 @@ impl Harness {
 
     fn perform(&mut self, io: MemberIo) {
         let m = io.member as usize;
+        self.ios += 1;
+        if self.fail_nth == Some(self.ios) {
+            self.volume
+                .io_done(io.id, Err(format!("injected: I/O {}", self.ios)));
+            return;
+        }
         if self.broken[m] {
             self.volume
                 .io_done(io.id, Err(format!("member {m} is broken")));
