@@ -200,3 +200,58 @@ fn raid6_fail_each_member_in_turn() {
 fn raid10_fail_each_member_in_turn() {
     fail_each_member_in_turn(Spec::new("raid10", 4, "64k"));
 }
+
+/// A spare waits beside a running raid5; when a member fails, the spare takes
+/// its place and is rebuilt without anyone asking. After a stop, the member
+/// that failed is not trusted again: given back among the others, it is
+/// refused as not the volume's (its slot now belongs to the spare).
+#[test]
+fn a_spare_takes_over_and_the_failed_member_stays_out() {
+    let test = "a_spare_takes_over_and_the_failed_member_stays_out";
+    let Some(t) = tools(test, &["fio", "nbdcopy", "sha256sum"]) else {
+        return;
+    };
+    if !fio_has_nbd(&t) {
+        eprintln!("skipping {test}: fio has no nbd engine");
+        return;
+    }
+    let mut s = Server::start(Volume::create(Spec::new("raid5", 4, "64k"), 16 * MIB));
+    fio(&t, &s, false, &format!("{test}: fill"));
+    let digest = volume_sha256(&t, &s, test);
+    let spare = s.volume.path().join("spare");
+    run_ok(
+        &mut platter(&[
+            "add-spare",
+            "--control",
+            &control(&s),
+            spare.to_str().unwrap(),
+        ]),
+        CMD_TIMEOUT,
+        test,
+    );
+    assert_eq!(live_status(&s)["spares"].as_array().unwrap().len(), 1);
+    run_ok(
+        &mut platter(&["fail", "--control", &control(&s), "2"]),
+        CMD_TIMEOUT,
+        test,
+    );
+    wait_rebuilt(&s, test);
+    let st = live_status(&s);
+    assert_eq!(st["members"][2]["path"], spare.to_str().unwrap(), "{st}");
+    assert!(st["spares"].as_array().unwrap().is_empty(), "{st}");
+    assert_eq!(volume_sha256(&t, &s, test), digest);
+    let old = std::mem::replace(
+        &mut s.volume.members[2],
+        spare.to_str().unwrap().to_string(),
+    );
+    s.stop();
+
+    // The old member comes back with the others: refused, by name.
+    let mut members = s.volume.members.clone();
+    members.push(old.clone());
+    let mut args = vec!["status"];
+    args.extend(members.iter().map(String::as_str));
+    let out = run(&mut platter(&args), CMD_TIMEOUT);
+    assert!(!out.status.success(), "{}", out.describe(test));
+    assert!(out.stderr.contains(&old), "{}", out.describe(test));
+}
