@@ -63,6 +63,16 @@ pub fn print_status(v: &Value) {
             g("eta_seconds")
         );
     }
+    if let Some(r) = v.get("resync").filter(|r| !r.is_null()) {
+        let g = |k: &str| r.get(k).and_then(Value::as_u64).unwrap_or(0);
+        println!(
+            "  Resync:     {:.1}% ({}/{} stripes), {} rewritten so far",
+            r.get("percent").and_then(Value::as_f64).unwrap_or(0.0),
+            g("cursor_stripe"),
+            g("stripes"),
+            g("rewritten_stripes")
+        );
+    }
     println!();
     println!("  {:<4} {:<12} Path", "Slot", "State");
     for m in v

@@ -73,6 +73,12 @@ impl Manager {
             })).collect::<Vec<_>>(),
             "spares": self.spares.lock().expect("spares").iter().map(|m| m.describe().to_string()).collect::<Vec<_>>(),
             "rebuild": rebuild,
+            "resync": self.upkeep.resync_progress().map(|(cursor, stripes)| json!({
+                "cursor_stripe": cursor,
+                "stripes": stripes,
+                "percent": 100.0 * cursor as f64 / stripes.max(1) as f64,
+                "rewritten_stripes": self.upkeep.resync_mismatched_stripes.load(Ordering::SeqCst),
+            })),
         })
     }
 

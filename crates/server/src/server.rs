@@ -90,11 +90,7 @@ pub fn serve(
     if lost > 0 {
         tracing::warn!(lost, "serving degraded: {lost} member(s) unavailable");
     }
-    if assembly.label.state == VolumeState::Dirty {
-        tracing::warn!(
-            "volume was not shut down cleanly; copies and parity of regions being written then are not verified"
-        );
-    }
+    let unclean = matches!(assembly.label.state, VolumeState::Dirty);
     let members = volume.members_by_slot();
     let online: Vec<u32> = (0..geometry.members())
         .filter(|&s| assembly.health[s as usize] == Health::Online)
@@ -239,6 +235,14 @@ pub fn serve(
     meta.record(|l| mark(l, &health, VolumeState::Dirty));
 
     let upkeep = Arc::new(Upkeep::new());
+    if unclean && !config.read_only && geometry.redundancy() > 0 {
+        // A crash can leave a stripe's parity (or a chunk's copies) half
+        // updated: make every stripe agree again, in the background.
+        tracing::warn!("volume was not shut down cleanly; resyncing parity and copies");
+        upkeep.start_resync(geometry.stripes());
+    } else if unclean {
+        tracing::warn!("volume was not shut down cleanly");
+    }
     let manager = Arc::new(Manager {
         engine: Arc::clone(&engine),
         meta: Arc::clone(&meta),
@@ -303,7 +307,9 @@ pub fn serve(
     let flushed = engine.run(Request::Flush);
     let health = engine.health();
     let progress = engine.with_volume(|v| v.rebuild_progress());
-    let state = if flushed.is_ok() {
+    // An unfinished resync leaves stripes unverified: the next start must
+    // resync again, so the label keeps saying dirty.
+    let state = if flushed.is_ok() && upkeep.resync_progress().is_none() {
         VolumeState::Clean
     } else {
         VolumeState::Dirty

@@ -4,6 +4,7 @@
 
 use crate::engine::Engine;
 use crate::meta::Meta;
+use platter_core::volume::{Maintenance, Reply, Request};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -20,6 +21,12 @@ pub struct Upkeep {
     pub stop: AtomicBool,
     /// Bytes rebuilt per second over the last step, for status.
     pub last_rate_bytes_per_sec: AtomicU64,
+    /// After an unclean shutdown: the next stripe to resync, and the end.
+    /// `u64::MAX` when no resync runs.
+    pub resync_cursor_stripe: AtomicU64,
+    pub resync_stripes: AtomicU64,
+    /// Stripes the resync found inconsistent (and rewrote).
+    pub resync_mismatched_stripes: AtomicU64,
 }
 
 impl Upkeep {
@@ -28,7 +35,23 @@ impl Upkeep {
             rate_bytes_per_sec: AtomicU64::new(DEFAULT_REBUILD_BYTES_PER_SEC),
             stop: AtomicBool::new(false),
             last_rate_bytes_per_sec: AtomicU64::new(0),
+            resync_cursor_stripe: AtomicU64::new(u64::MAX),
+            resync_stripes: AtomicU64::new(0),
+            resync_mismatched_stripes: AtomicU64::new(0),
         }
+    }
+
+    /// Starts a resync of the whole volume (after an unclean shutdown).
+    pub fn start_resync(&self, stripes: u64) {
+        self.resync_stripes.store(stripes, Ordering::SeqCst);
+        self.resync_mismatched_stripes.store(0, Ordering::SeqCst);
+        self.resync_cursor_stripe.store(0, Ordering::SeqCst);
+    }
+
+    /// (cursor, stripes) while a resync runs.
+    pub fn resync_progress(&self) -> Option<(u64, u64)> {
+        let cursor = self.resync_cursor_stripe.load(Ordering::SeqCst);
+        (cursor != u64::MAX).then(|| (cursor, self.resync_stripes.load(Ordering::SeqCst)))
     }
 }
 
@@ -45,7 +68,9 @@ pub fn run(engine: Arc<Engine>, meta: Arc<Meta>, upkeep: Arc<Upkeep>) {
     let mut last_checkpoint = Instant::now();
     while !upkeep.stop.load(Ordering::SeqCst) {
         if engine.with_volume(|v| v.rebuild_progress()).is_none() {
-            std::thread::sleep(Duration::from_millis(100));
+            if !resync_step(&engine, &upkeep, step) {
+                std::thread::sleep(Duration::from_millis(100));
+            }
             continue;
         }
         let started = Instant::now();
@@ -88,4 +113,50 @@ pub fn run(engine: Arc<Engine>, meta: Arc<Meta>, upkeep: Arc<Upkeep>) {
             last_checkpoint = Instant::now();
         }
     }
+}
+
+/// One step of a resync: rewrite parity or copies of the next stripes so
+/// that they agree again (what a crash mid-write can leave behind). False
+/// when no resync runs.
+fn resync_step(engine: &Engine, upkeep: &Upkeep, step: u64) -> bool {
+    let Some((cursor, stripes)) = upkeep.resync_progress() else {
+        return false;
+    };
+    if cursor >= stripes {
+        let n = upkeep.resync_mismatched_stripes.load(Ordering::SeqCst);
+        tracing::info!(stripes, rewritten = n, "resync finished");
+        upkeep
+            .resync_cursor_stripe
+            .store(u64::MAX, Ordering::SeqCst);
+        return true;
+    }
+    let started = Instant::now();
+    let count = step.min(stripes - cursor);
+    match engine.run(Request::Maintain {
+        first_stripe: cursor,
+        stripe_count: count,
+        action: Maintenance::Repair,
+    }) {
+        Ok(Reply::Checked(r)) => {
+            upkeep
+                .resync_mismatched_stripes
+                .fetch_add(r.mismatched_stripes.len() as u64, Ordering::SeqCst);
+            upkeep
+                .resync_cursor_stripe
+                .store(cursor + count, Ordering::SeqCst);
+        }
+        other => {
+            tracing::error!(?other, "resync step failed; retrying in a second");
+            std::thread::sleep(Duration::from_secs(1));
+            return true;
+        }
+    }
+    let stripe_bytes = engine.with_volume(|v| v.geometry().stripe_data_bytes());
+    let rate = upkeep.rate_bytes_per_sec.load(Ordering::Relaxed).max(1);
+    let due = Duration::from_secs_f64((count * stripe_bytes) as f64 / rate as f64);
+    let took = started.elapsed();
+    if due > took {
+        std::thread::sleep((due - took).min(Duration::from_secs(5)));
+    }
+    true
 }
