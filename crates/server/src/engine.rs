@@ -115,6 +115,9 @@ impl Engine {
             };
             s.routes.insert(id, done);
             Self::drain(&mut s, &mut ios, &mut finished);
+            if s.idle_waiters > 0 && s.volume.is_idle() {
+                self.idle.notify_all();
+            }
             std::mem::take(&mut s.events)
         };
         self.deliver_events(events);
@@ -142,21 +145,7 @@ impl Engine {
     /// Runs `req` to completion on this thread (and any other work it
     /// unblocks); `done` is called exactly once.
     pub fn submit(&self, req: Request, done: Done) {
-        let mut ios = Ios::new();
-        let mut finished = Finished::new();
-        let events = {
-            let mut s = self.lock();
-            let id = s.volume.submit(req);
-            s.routes.insert(id, done);
-            Self::drain(&mut s, &mut ios, &mut finished);
-            if s.idle_waiters > 0 && s.volume.is_idle() {
-                self.idle.notify_all();
-            }
-            std::mem::take(&mut s.events)
-        };
-        self.deliver_events(events);
-        Self::deliver(finished);
-        self.pump(ios);
+        self.submit_with(|v| Some(v.submit(req)), done);
     }
 
     /// Runs a request and waits for its result (for management work).
