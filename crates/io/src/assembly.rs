@@ -95,22 +95,6 @@ pub fn assemble_devices(devices: Vec<Arc<dyn Member>>) -> Result<OpenVolume, Ope
     Ok(OpenVolume { assembly, devices })
 }
 
-/// Writes `label` (adapted to each slot) to every listed slot's device and
-/// flushes it, so the new state is durable before anything relies on it.
-pub fn write_labels(
-    members_by_slot: &[Option<Arc<dyn Member>>],
-    label: &Label,
-    slots: impl IntoIterator<Item = u32>,
-) -> Result<(), MemberError> {
-    for slot in slots {
-        if let Some(m) = &members_by_slot[slot as usize] {
-            m.write_at(0, &label.for_slot(slot).encode())?;
-            m.flush()?;
-        }
-    }
-    Ok(())
-}
-
 /// What names a path's device regardless of the name: the device number for
 /// a block device, the inode otherwise; `None` for URIs and missing paths.
 fn path_identity(spec: &str) -> Option<(u64, u64)> {

@@ -93,6 +93,35 @@ struct StripeJob {
     strategy: write::Strategy,
 }
 
+impl StripeJob {
+    /// A job over `[lo, hi)` of each chunk of `stripe`; `roles` only on
+    /// parity levels (mirror and RAID-10 jobs copy chunks and have none).
+    fn new(
+        stripe: u64,
+        lo_bytes: u64,
+        hi_bytes: u64,
+        roles: Option<crate::geometry::StripeRoles>,
+        strategy: write::Strategy,
+    ) -> StripeJob {
+        StripeJob {
+            stripe,
+            lo_bytes,
+            hi_bytes,
+            roles: roles.unwrap_or(crate::geometry::StripeRoles {
+                data: Vec::new(),
+                p: u32::MAX,
+                q: None,
+                q_slot: Vec::new(),
+            }),
+            bufs: Vec::new(),
+            present: Vec::new(),
+            wants: Vec::new(),
+            new_data: Vec::new(),
+            strategy,
+        }
+    }
+}
+
 struct Op {
     req: Request,
     stage: Stage,

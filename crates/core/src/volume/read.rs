@@ -35,17 +35,13 @@ impl Volume {
                     continue;
                 }
                 if op.jobs.last().is_none_or(|j| j.stripe != e.stripe) {
-                    op.jobs.push(StripeJob {
-                        stripe: e.stripe,
-                        lo_bytes: e.within_bytes,
-                        hi_bytes: e.within_bytes + e.len_bytes,
-                        roles: roles.clone(),
-                        bufs: Vec::new(),
-                        present: Vec::new(),
-                        wants: Vec::new(),
-                        new_data: Vec::new(),
-                        strategy: Strategy::Reconstruct,
-                    });
+                    op.jobs.push(StripeJob::new(
+                        e.stripe,
+                        e.within_bytes,
+                        e.within_bytes + e.len_bytes,
+                        Some(roles.clone()),
+                        Strategy::Reconstruct,
+                    ));
                 }
                 let job = op.jobs.last_mut().expect("just pushed");
                 job.lo_bytes = job.lo_bytes.min(e.within_bytes);

@@ -115,17 +115,8 @@ impl Volume {
         let mut pieces = ReadPieces::new();
         for stripe in first_stripe..first_stripe + stripe_count {
             let j = op.jobs.len() as u32;
-            let mut job = StripeJob {
-                stripe,
-                lo_bytes: 0,
-                hi_bytes: il,
-                roles: g.parity_roles(stripe).unwrap_or_else(empty_roles),
-                bufs: Vec::new(),
-                present: Vec::new(),
-                wants: Vec::new(),
-                new_data: Vec::new(),
-                strategy: Strategy::Reconstruct,
-            };
+            let mut job =
+                StripeJob::new(stripe, 0, il, g.parity_roles(stripe), Strategy::Reconstruct);
             if g.level().is_parity() {
                 self.plan_hull_reads(j, &mut job, &mut pieces)
                     .map_err(|_| self.lost_error("rebuild", stripe * g.stripe_data_bytes(), il))?;
@@ -215,14 +206,5 @@ impl Volume {
             self.health[member as usize] = Health::Online;
             self.events.push_back(Event::RebuildDone { member });
         }
-    }
-}
-
-fn empty_roles() -> crate::geometry::StripeRoles {
-    crate::geometry::StripeRoles {
-        data: Vec::new(),
-        p: u32::MAX,
-        q: None,
-        q_slot: Vec::new(),
     }
 }

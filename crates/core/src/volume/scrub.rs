@@ -39,33 +39,21 @@ impl Volume {
         let k = g.data_per_stripe();
         let n = g.members();
         let mut pieces = ReadPieces::new();
+        // Planned afresh after a failed read: the report starts over too.
+        let mut report = CheckReport {
+            first_stripe,
+            stripe_count,
+            ..CheckReport::default()
+        };
         for stripe in first_stripe..first_stripe + stripe_count {
-            let whole = (0..n).all(|m| self.usable(m, stripe));
-            let j = op.jobs.len() as u32;
-            let mut job = StripeJob {
-                stripe,
-                lo_bytes: 0,
-                hi_bytes: il,
-                roles: g
-                    .parity_roles(stripe)
-                    .unwrap_or_else(|| crate::geometry::StripeRoles {
-                        data: Vec::new(),
-                        p: u32::MAX,
-                        q: None,
-                        q_slot: Vec::new(),
-                    }),
-                bufs: Vec::new(),
-                present: Vec::new(),
-                wants: Vec::new(),
-                new_data: Vec::new(),
-                // Unused by scrubs; `wants` marks a stripe left unchecked.
-                strategy: Strategy::Reconstruct,
-            };
-            if !whole {
-                job.wants.push((u32::MAX, 0, 0, 0));
-                op.jobs.push(job);
+            if !(0..n).all(|m| self.usable(m, stripe)) {
+                report.unchecked_stripes += 1;
                 continue;
             }
+            let j = op.jobs.len() as u32;
+            // The strategy is unused by scrubs.
+            let mut job =
+                StripeJob::new(stripe, 0, il, g.parity_roles(stripe), Strategy::Reconstruct);
             if g.level().is_parity() {
                 self.plan_hull_reads(j, &mut job, &mut pieces)
                     .expect("every member is usable");
@@ -97,45 +85,29 @@ impl Volume {
             }
             op.jobs.push(job);
         }
+        op.report = Some(report);
         pieces
     }
 
     /// After a scrub's reads: compare, and list the rewrites of a repair.
     pub(super) fn compute_scrub(&mut self, id: RequestId) -> (CheckReport, WritePieces) {
         let mut op = self.ops.remove(&id).expect("live request");
-        let Request::Maintain {
-            first_stripe,
-            stripe_count,
-            action,
-        } = op.req
-        else {
+        let Request::Maintain { action, .. } = op.req else {
             unreachable!("a scrub")
         };
         let repair = action == Maintenance::Repair;
         let g = self.geometry.clone();
         let il = g.interleave_bytes() as usize;
-        let mut report = CheckReport {
-            first_stripe,
-            stripe_count,
-            ..CheckReport::default()
-        };
+        let mut report = op.report.take().expect("planned with its report");
         let mut writes = WritePieces::new();
         for job in &mut op.jobs {
-            if job.wants.first().is_some_and(|w| w.0 == u32::MAX) {
-                report.unchecked_stripes += 1;
-                continue;
-            }
             let mut bad = false;
             if g.level().is_parity() {
                 let roles = job.roles.clone();
-                let mut fresh = StripeJob {
-                    bufs: job.bufs.clone(),
-                    present: Vec::new(),
-                    roles: roles.clone(),
-                    new_data: Vec::new(),
-                    wants: Vec::new(),
-                    ..*job
-                };
+                // Parity as the data says it should be, beside what was read.
+                let mut fresh =
+                    StripeJob::new(job.stripe, 0, il as u64, Some(roles.clone()), job.strategy);
+                fresh.bufs = job.bufs.clone();
                 Self::generate_parity(&mut fresh);
                 for m in std::iter::once(roles.p).chain(roles.q) {
                     if fresh.bufs[m as usize] != job.bufs[m as usize] {

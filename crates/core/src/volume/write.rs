@@ -103,17 +103,13 @@ impl Volume {
                 };
                 if op.jobs.last().is_none_or(|j| j.stripe != e.stripe) {
                     let roles = g.parity_roles(e.stripe).expect("parity level");
-                    op.jobs.push(StripeJob {
-                        stripe: e.stripe,
-                        lo_bytes: e.within_bytes,
-                        hi_bytes: e.within_bytes + e.len_bytes,
-                        roles,
-                        bufs: Vec::new(),
-                        present: Vec::new(),
-                        wants: Vec::new(),
-                        new_data: Vec::new(),
-                        strategy: Strategy::ReconstructWrite,
-                    });
+                    op.jobs.push(StripeJob::new(
+                        e.stripe,
+                        e.within_bytes,
+                        e.within_bytes + e.len_bytes,
+                        Some(roles),
+                        Strategy::ReconstructWrite,
+                    ));
                 }
                 let job = op.jobs.last_mut().expect("just pushed");
                 job.lo_bytes = job.lo_bytes.min(e.within_bytes);
