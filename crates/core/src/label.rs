@@ -69,8 +69,9 @@ pub mod at {
     pub const CREATED_UNIX_SECONDS: usize = 0x070;
     pub const UPDATED_UNIX_SECONDS: usize = 0x078;
     pub const NAME: usize = 0x080;
+    pub const INTENT_REGION_STRIPES: usize = 0x0C0;
     /// Zero in format version 1: room for header fields.
-    pub const RESERVED_HEADER: usize = 0x0C0;
+    pub const RESERVED_HEADER: usize = 0x0C8;
     pub const SLOT_TABLE: usize = 0x200;
     /// Zero in format version 1: room after the slot table.
     pub const RESERVED_TAIL: usize = SLOT_TABLE + super::MAX_MEMBERS as usize * SLOT_ENTRY_BYTES;
@@ -262,6 +263,9 @@ pub struct Label {
     pub created_unix_seconds: u64,
     pub updated_unix_seconds: u64,
     pub name: String,
+    /// Stripes per bit of the write-intent bitmap kept in `[LABEL_BYTES,
+    /// data_offset_bytes)`; 0 = no bitmap (see [`crate::intent`]).
+    pub intent_region_stripes: u64,
     pub slots: Vec<SlotEntry>,
 }
 
@@ -504,6 +508,7 @@ impl Label {
         put_u64(&mut b, at::CREATED_UNIX_SECONDS, self.created_unix_seconds);
         put_u64(&mut b, at::UPDATED_UNIX_SECONDS, self.updated_unix_seconds);
         b[at::NAME..at::NAME + self.name.len()].copy_from_slice(self.name.as_bytes());
+        put_u64(&mut b, at::INTENT_REGION_STRIPES, self.intent_region_stripes);
         for (i, entry) in self.slots.iter().enumerate() {
             let e = at::SLOT_TABLE + i * at::SLOT_ENTRY_BYTES;
             b[e + at::ENTRY_MEMBER_UUID..e + at::ENTRY_MEMBER_UUID + 16]
@@ -583,6 +588,7 @@ impl Label {
             created_unix_seconds: get_u64(b, at::CREATED_UNIX_SECONDS),
             updated_unix_seconds: get_u64(b, at::UPDATED_UNIX_SECONDS),
             name,
+            intent_region_stripes: get_u64(b, at::INTENT_REGION_STRIPES),
             slots: Vec::new(),
         };
         // The header first: a bad member_count explains a bad-looking table,

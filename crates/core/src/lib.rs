@@ -6,6 +6,7 @@
 
 pub mod assemble;
 pub mod geometry;
+pub mod intent;
 pub mod label;
 pub mod level;
 pub mod units;

@@ -77,6 +77,7 @@ fn sample() -> Label {
         created_unix_seconds: 0x3132_3334_3536_3738,
         updated_unix_seconds: 0x4142_4344_4546_4748,
         name: "doc-check".to_string(),
+        intent_region_stripes: 7,
         slots,
     }
 }
@@ -105,6 +106,7 @@ fn label_table_matches_the_code() {
         row(at::CREATED_UNIX_SECONDS, 8, "created_unix_seconds"),
         row(at::UPDATED_UNIX_SECONDS, 8, "updated_unix_seconds"),
         row(at::NAME, NAME_MAX_BYTES, "name"),
+        row(at::INTENT_REGION_STRIPES, 8, "intent_region_stripes"),
         row(
             at::RESERVED_HEADER,
             at::SLOT_TABLE - at::RESERVED_HEADER,

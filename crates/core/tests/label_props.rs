@@ -145,6 +145,9 @@ fn label() -> impl Strategy<Value = Label> {
                     created_unix_seconds: created,
                     updated_unix_seconds: updated,
                     name,
+                    // Any value is valid in the label; assembly checks it
+                    // against the geometry.
+                    intent_region_stripes: updated.rotate_left(17),
                     slots,
                 }
             },

@@ -35,6 +35,7 @@ fn volume(level: Level, n: u32, tag: u8) -> Vec<Label> {
             created_unix_seconds: 0,
             updated_unix_seconds: 0,
             name: format!("vol{tag}"),
+            intent_region_stripes: 0,
             slots: slots.clone(),
         })
         .collect()

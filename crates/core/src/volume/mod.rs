@@ -15,6 +15,7 @@
 //! still readable from the members that remain.
 
 mod ids;
+mod intent;
 mod lock;
 mod plan;
 mod read;
@@ -23,6 +24,7 @@ mod request;
 mod scrub;
 mod write;
 
+pub use intent::IntentStatus;
 pub use rebuild::RebuildProgress;
 pub use request::{
     Completion, ErrorKind, Event, IoId, IoResult, Maintenance, MemberIo, MemberOp, ReadData, Reply,
@@ -142,6 +144,8 @@ struct Op {
     written: [u64; 4],
     /// A scrub's findings, returned when its repairs are written.
     report: Option<CheckReport>,
+    /// Write-intent regions held (first, last), from admission to finish.
+    intent_regions: Option<(u64, u64)>,
 }
 
 struct Inflight {
@@ -166,6 +170,7 @@ pub struct Volume {
     /// Rotates reads over mirror copies.
     read_turn: u64,
     rebuild: Option<rebuild::RebuildState>,
+    intent: Option<intent::IntentState>,
 }
 
 impl Volume {
@@ -186,6 +191,7 @@ impl Volume {
             next_io: 0,
             read_turn: 0,
             rebuild: None,
+            intent: None,
         }
     }
 
@@ -248,6 +254,7 @@ impl Volume {
             planned: WritePieces::new(),
             written: [0; 4],
             report: None,
+            intent_regions: None,
         });
         let span = self.span_of(&op.req);
         self.ops.insert(id, op);
@@ -255,7 +262,7 @@ impl Volume {
             None => self.start(id),
             Some(span) => {
                 if self.locks.acquire(id, span) {
-                    self.start(id);
+                    self.admit(id);
                 }
             }
         }
@@ -283,6 +290,9 @@ impl Volume {
             .inflight
             .remove(&io)
             .expect("completion for an I/O the volume did not issue");
+        if ctx.request == intent::INTENT_OWNER {
+            return self.intent_io_done(ctx.member, result.map(|_| ()));
+        }
         let op = self
             .ops
             .get_mut(&ctx.request)
@@ -384,6 +394,10 @@ impl Volume {
 
     fn start(&mut self, id: RequestId) {
         let mut op = self.ops.remove(&id).expect("starting a live request");
+        if let Request::Sweep { all } = op.req {
+            self.ops.insert(id, op);
+            return self.sweep(id, all);
+        }
         op.phase_failed = false;
         op.jobs.clear();
         let planned = match &op.req {
@@ -627,9 +641,12 @@ impl Volume {
         {
             self.rebuild_step_done(first_stripe, stripe_count, result.is_ok());
         }
+        if let Some((first, last)) = op.intent_regions {
+            self.intent_release(first, last);
+        }
         if self.span_of(&op.req).is_some() {
             for granted in self.locks.release(id) {
-                self.start(granted);
+                self.admit(granted);
             }
         }
         self.complete(id, result);

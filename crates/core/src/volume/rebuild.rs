@@ -54,6 +54,7 @@ impl Volume {
             return refuse(format!("member {member} is online; nothing to rebuild"));
         }
         self.health[member as usize] = Health::Rebuilding;
+        self.intent_member_joined();
         self.rebuild = Some(RebuildState {
             member,
             cursor_stripe: from_stripe.min(self.geometry.stripes()),

@@ -47,6 +47,11 @@ pub enum Request {
         stripe_count: u64,
         action: Maintenance,
     },
+    /// Clears the write-intent bits of regions not written since the last
+    /// sweep (`all`: of every region with no write in flight), flushing the
+    /// members first. The executor sends one every few seconds; a no-op
+    /// without a bitmap.
+    Sweep { all: bool },
 }
 
 /// What a [`Request::Maintain`] does to its stripes.
@@ -71,6 +76,7 @@ impl Request {
             Request::Trim { .. } => "trim",
             Request::Flush => "flush",
             Request::Maintain { .. } => "maintenance",
+            Request::Sweep { .. } => "sweep",
         }
     }
 
@@ -93,7 +99,7 @@ impl Request {
             Request::Write {
                 offset_bytes, data, ..
             } => (*offset_bytes, data.len() as u64),
-            Request::Flush => (0, 0),
+            Request::Flush | Request::Sweep { .. } => (0, 0),
             // Stripes in volume bytes; the volume clips the last one.
             Request::Maintain { .. } => (0, 0),
         }

@@ -260,7 +260,10 @@ impl Model {
                     self.bytes[a as usize..b as usize].fill(0);
                 }
             }
-            Request::Read { .. } | Request::Flush | Request::Maintain { .. } => {}
+            Request::Read { .. }
+            | Request::Flush
+            | Request::Maintain { .. }
+            | Request::Sweep { .. } => {}
         }
     }
 }
