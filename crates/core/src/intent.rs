@@ -160,7 +160,9 @@ impl RegionSet {
     pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
         self.words.iter().enumerate().flat_map(|(i, &w)| {
             let base = i as u64 * 64;
-            (0..64).filter(move |b| w & (1 << b) != 0).map(move |b| base + b)
+            (0..64)
+                .filter(move |b| w & (1 << b) != 0)
+                .map(move |b| base + b)
         })
     }
 
@@ -233,7 +235,10 @@ mod tests {
         assert_eq!(bytes[0], 0b1);
         assert_eq!(bytes[1], 0b10);
         assert_eq!(RegionSet::from_bytes(&l, &bytes), s);
-        assert_eq!(s.iter().collect::<Vec<_>>(), vec![0, 9, 63, 64, 4095, l.regions - 1]);
+        assert_eq!(
+            s.iter().collect::<Vec<_>>(),
+            vec![0, 9, 63, 64, 4095, l.regions - 1]
+        );
         assert_eq!(s.next_from(10), Some(63));
         assert_eq!(s.next_from(4096), Some(l.regions - 1));
         assert_eq!(s.len(), 6);
@@ -257,7 +262,10 @@ mod tests {
             assert!(rs * g.stripe_data_bytes() >= DEFAULT_REGION_BYTES);
         }
         let g = geometry(Level::Stripe, 3, 1 << 30);
-        assert_eq!(IntentLayout::choose_region_stripes(&g, DEFAULT_REGION_BYTES), 0);
+        assert_eq!(
+            IntentLayout::choose_region_stripes(&g, DEFAULT_REGION_BYTES),
+            0
+        );
         let g = geometry(Level::Raid5, 3, 1 << 30);
         assert!(IntentLayout::new(&g, 1 << 40).unwrap().is_some());
     }

@@ -508,7 +508,11 @@ impl Label {
         put_u64(&mut b, at::CREATED_UNIX_SECONDS, self.created_unix_seconds);
         put_u64(&mut b, at::UPDATED_UNIX_SECONDS, self.updated_unix_seconds);
         b[at::NAME..at::NAME + self.name.len()].copy_from_slice(self.name.as_bytes());
-        put_u64(&mut b, at::INTENT_REGION_STRIPES, self.intent_region_stripes);
+        put_u64(
+            &mut b,
+            at::INTENT_REGION_STRIPES,
+            self.intent_region_stripes,
+        );
         for (i, entry) in self.slots.iter().enumerate() {
             let e = at::SLOT_TABLE + i * at::SLOT_ENTRY_BYTES;
             b[e + at::ENTRY_MEMBER_UUID..e + at::ENTRY_MEMBER_UUID + 16]

@@ -337,9 +337,9 @@ fn a_sweep_clears_a_region_only_after_a_quiet_interval_and_a_flush() {
         let flush = log
             .iter()
             .position(|(mm, op)| *mm == m && matches!(op, MemberOp::Flush));
-        let clear = log.iter().position(|(mm, op)| {
-            *mm == m && matches!(op, MemberOp::Write { .. })
-        });
+        let clear = log
+            .iter()
+            .position(|(mm, op)| *mm == m && matches!(op, MemberOp::Write { .. }));
         assert!(
             matches!((flush, clear), (Some(f), Some(c)) if f < c),
             "member {m}: flush before the clearing write: {:?}",
@@ -366,10 +366,16 @@ fn a_write_racing_a_clearing_round_waits_for_its_bit_again() {
     rig.volume.submit(write(100, 10, 9));
     rig.take_ios();
     assert!(
-        rig.pool.iter().all(|io| Rig::is_data_write(&io.op).is_none()
-            && !matches!(io.op, MemberOp::Read { .. })),
+        rig.pool
+            .iter()
+            .all(|io| Rig::is_data_write(&io.op).is_none()
+                && !matches!(io.op, MemberOp::Read { .. })),
         "the write must wait: {:?}",
-        rig.pool.iter().map(|io| (io.member, io.op.clone())).collect::<Vec<_>>().len()
+        rig.pool
+            .iter()
+            .map(|io| (io.member, io.op.clone()))
+            .collect::<Vec<_>>()
+            .len()
     );
     rig.settle();
     // The write went out after a round that set the bit again.
@@ -462,7 +468,10 @@ fn after_a_crash_every_inconsistent_stripe_is_in_a_marked_region() {
     }
     // The test must have seen the problem it guards against, and the
     // bitmap must have kept the resync to part of the volumes.
-    assert!(inconsistent_seen > 20, "only {inconsistent_seen} inconsistent stripes seen");
+    assert!(
+        inconsistent_seen > 20,
+        "only {inconsistent_seen} inconsistent stripes seen"
+    );
     assert!(
         resynced_regions * 2 < all_regions,
         "resynced {resynced_regions} of {all_regions} regions"

@@ -5,7 +5,9 @@ use crate::error::MemberError;
 use crate::member::Member;
 use crate::open::{open_member, OpenOptions};
 use platter_core::assemble::{assemble, AssembleError, Assembly, Found};
+use platter_core::intent::{IntentLayout, RegionSet, INTENT_OFFSET_BYTES};
 use platter_core::label::{Label, LABEL_BYTES};
+use platter_core::volume::Health;
 use std::sync::Arc;
 use thiserror::Error;
 
@@ -21,6 +23,8 @@ pub enum OpenError {
     SameDevice(String, String),
     #[error("member {member}: too small to hold a label ({size_bytes} bytes)")]
     TooSmall { member: String, size_bytes: u64 },
+    #[error("volume '{volume}': {detail}")]
+    Intent { volume: String, detail: String },
 }
 
 /// A volume's devices, opened and assembled.
@@ -31,6 +35,47 @@ pub struct OpenVolume {
 }
 
 impl OpenVolume {
+    /// The volume's write-intent bitmap, if it keeps one: its layout and the
+    /// regions marked on the members in use, OR-ed (a member that joined or
+    /// failed part way may miss bits; none has extra ones that matter). A
+    /// member whose bitmap cannot be read is skipped with a warning; if no
+    /// member can be read, every region counts as marked.
+    pub fn intent(&self) -> Result<Option<(IntentLayout, RegionSet)>, OpenError> {
+        let a = &self.assembly;
+        let layout =
+            IntentLayout::new(&a.geometry, a.label.intent_region_stripes).map_err(|detail| {
+                OpenError::Intent {
+                    volume: a.label.name.clone(),
+                    detail,
+                }
+            })?;
+        let Some(layout) = layout else {
+            return Ok(None);
+        };
+        let mut bits = RegionSet::new(&layout);
+        let mut read_any = false;
+        for (slot, device) in self.members_by_slot().iter().enumerate() {
+            let Some(device) = device else { continue };
+            if a.health[slot] != Health::Online {
+                continue;
+            }
+            let mut area = vec![0u8; layout.area_bytes() as usize];
+            match device.read_at(INTENT_OFFSET_BYTES, &mut area) {
+                Ok(()) => {
+                    bits.union_with(&RegionSet::from_bytes(&layout, &area));
+                    read_any = true;
+                }
+                Err(e) => tracing::warn!(slot, error = %e, "cannot read the write-intent bitmap"),
+            }
+        }
+        if !read_any {
+            for r in 0..layout.regions {
+                bits.insert(r);
+            }
+        }
+        Ok(Some((layout, bits)))
+    }
+
     /// The devices by slot, `None` where a slot has no device.
     pub fn members_by_slot(&self) -> Vec<Option<Arc<dyn Member>>> {
         self.assembly

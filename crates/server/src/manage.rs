@@ -42,9 +42,13 @@ impl Manager {
         let label = self.meta.label();
         let health = self.engine.health();
         let members = self.engine.members();
-        let (geometry, progress) = self
-            .engine
-            .with_volume(|v| (v.geometry().clone(), v.rebuild_progress()));
+        let (geometry, progress, bitmap) = self.engine.with_volume(|v| {
+            (
+                v.geometry().clone(),
+                v.rebuild_progress(),
+                v.intent_status(),
+            )
+        });
         let rebuild = progress.map(|p| {
             let rate = self.upkeep.last_rate_bytes_per_sec.load(Ordering::Relaxed);
             let left_bytes = (p.stripes - p.cursor_stripe) * geometry.stripe_data_bytes();
@@ -78,6 +82,16 @@ impl Manager {
                 "stripes": stripes,
                 "percent": 100.0 * cursor as f64 / stripes.max(1) as f64,
                 "rewritten_stripes": self.upkeep.resync_mismatched_stripes.load(Ordering::SeqCst),
+                "regions": self.upkeep.resync_by_region.load(Ordering::SeqCst)
+                    .then(|| self.upkeep.resync_regions.load(Ordering::SeqCst)),
+            })),
+            "bitmap": bitmap.map(|b| json!({
+                "regions": b.layout.regions,
+                "region_bytes": b.layout.region_stripes * geometry.stripe_data_bytes(),
+                "dirty_regions": b.dirty_regions,
+                "unsynced_regions": b.unsynced_regions,
+                "rounds": b.rounds,
+                "resync_regions_at_start": self.upkeep.resync_regions.load(Ordering::SeqCst),
             })),
         })
     }

@@ -136,14 +136,29 @@ pub fn serve(
     // Each connection holds at most CONN_MAX_REQUESTS; the margin is for
     // flushes chained behind FUA trims and the server's own final flush.
     let max_requests = config.max_connections * 2 * conn::CONN_MAX_REQUESTS as usize + 16;
-    let engine = Arc::new(Engine::new(
-        Volume::new(
-            geometry.clone(),
-            assembly.health.clone(),
-            Limits { max_requests },
-        ),
-        members.clone(),
-    ));
+    let mut vol = Volume::new(
+        geometry.clone(),
+        assembly.health.clone(),
+        Limits { max_requests },
+    );
+    // The bitmap is only written by writes: a read-only server leaves it
+    // (and any resync it asks for) to the next writable start.
+    let intent = if config.read_only {
+        None
+    } else {
+        volume
+            .intent()
+            .map_err(|e| ServeError::Refused(e.to_string()))?
+    };
+    let mut resync_regions = 0;
+    if let Some((layout, bits)) = intent {
+        let resync = unclean && geometry.redundancy() > 0;
+        if resync {
+            resync_regions = bits.len();
+        }
+        vol.enable_intent(layout, bits, resync);
+    }
+    let engine = Arc::new(Engine::new(vol, members.clone()));
     let shared = Arc::new(Shared {
         engine: Arc::clone(&engine),
         handshake: HandshakeConfig {
@@ -235,11 +250,25 @@ pub fn serve(
     meta.record(|l| mark(l, &health, VolumeState::Dirty));
 
     let upkeep = Arc::new(Upkeep::new());
+    let bitmap = engine.with_volume(|v| v.intent_status());
     if unclean && !config.read_only && geometry.redundancy() > 0 {
         // A crash can leave a stripe's parity (or a chunk's copies) half
-        // updated: make every stripe agree again, in the background.
-        tracing::warn!("volume was not shut down cleanly; resyncing parity and copies");
-        upkeep.start_resync(geometry.stripes());
+        // updated: make them agree again, in the background. With a
+        // bitmap, only in the regions that were being written.
+        match bitmap {
+            Some(b) => {
+                tracing::warn!(
+                    regions = resync_regions,
+                    of = b.layout.regions,
+                    "volume was not shut down cleanly; resyncing the regions the write-intent bitmap marks"
+                );
+                upkeep.start_region_resync(resync_regions, b.layout.region_stripes);
+            }
+            None => {
+                tracing::warn!("volume was not shut down cleanly and keeps no write-intent bitmap; resyncing every stripe");
+                upkeep.start_resync(geometry.stripes());
+            }
+        }
     } else if unclean {
         tracing::warn!("volume was not shut down cleanly");
     }
@@ -305,6 +334,10 @@ pub fn serve(
     }
     engine.wait_idle();
     let flushed = engine.run(Request::Flush);
+    // Flushed and idle: every bit can go, except regions still owed a resync.
+    if let Err(e) = engine.run(Request::Sweep { all: true }) {
+        tracing::warn!(error = %e, "cannot clear the write-intent bitmap");
+    }
     let health = engine.health();
     let progress = engine.with_volume(|v| v.rebuild_progress());
     // An unfinished resync leaves stripes unverified: the next start must

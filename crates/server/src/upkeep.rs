@@ -1,6 +1,8 @@
-//! Background upkeep: the rebuild driver. The engine rebuilds in stripe
-//! steps when asked; this thread asks, at a rate that can be changed while
-//! it runs, and records a checkpoint in the labels about once a second.
+//! Background upkeep: the rebuild and resync driver, and the write-intent
+//! bitmap's sweeps. The engine rebuilds in stripe steps when asked; this
+//! thread asks, at a rate that can be changed while it runs, and records a
+//! checkpoint in the labels about once a second. Every few seconds it asks
+//! the engine to clear the bits of regions that have gone quiet.
 
 use crate::engine::Engine;
 use crate::meta::Meta;
@@ -15,6 +17,10 @@ pub const DEFAULT_REBUILD_BYTES_PER_SEC: u64 = 128 << 20;
 /// Stripes per rebuild step: large enough to stream, small enough to keep
 /// client writes from waiting long on the step's stripe lock.
 const STEP_BYTES: u64 = 4 << 20;
+/// How long a region stays marked after its last write (md's bitmap daemon
+/// sleeps 5 s too): long enough that a busy region is not set and cleared
+/// over and over, short enough that a crash finds few regions marked.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 
 pub struct Upkeep {
     pub rate_bytes_per_sec: AtomicU64,
@@ -27,6 +33,10 @@ pub struct Upkeep {
     pub resync_stripes: AtomicU64,
     /// Stripes the resync found inconsistent (and rewrote).
     pub resync_mismatched_stripes: AtomicU64,
+    /// The resync covers the regions the write-intent bitmap marked (this
+    /// many), not every stripe.
+    pub resync_regions: AtomicU64,
+    pub resync_by_region: AtomicBool,
 }
 
 impl Upkeep {
@@ -38,6 +48,8 @@ impl Upkeep {
             resync_cursor_stripe: AtomicU64::new(u64::MAX),
             resync_stripes: AtomicU64::new(0),
             resync_mismatched_stripes: AtomicU64::new(0),
+            resync_regions: AtomicU64::new(0),
+            resync_by_region: AtomicBool::new(false),
         }
     }
 
@@ -46,6 +58,14 @@ impl Upkeep {
         self.resync_stripes.store(stripes, Ordering::SeqCst);
         self.resync_mismatched_stripes.store(0, Ordering::SeqCst);
         self.resync_cursor_stripe.store(0, Ordering::SeqCst);
+    }
+
+    /// Starts a resync of the regions the bitmap marked: `regions` of
+    /// `region_stripes` stripes each (the last may be shorter).
+    pub fn start_region_resync(&self, regions: u64, region_stripes: u64) {
+        self.resync_by_region.store(true, Ordering::SeqCst);
+        self.resync_regions.store(regions, Ordering::SeqCst);
+        self.start_resync(regions * region_stripes);
     }
 
     /// (cursor, stripes) while a resync runs.
@@ -66,7 +86,14 @@ pub fn run(engine: Arc<Engine>, meta: Arc<Meta>, upkeep: Arc<Upkeep>) {
     let stripe_bytes = engine.with_volume(|v| v.geometry().stripe_data_bytes());
     let step = (STEP_BYTES / stripe_bytes).max(1);
     let mut last_checkpoint = Instant::now();
+    let mut last_sweep = Instant::now();
     while !upkeep.stop.load(Ordering::SeqCst) {
+        if last_sweep.elapsed() >= SWEEP_INTERVAL {
+            if let Err(e) = engine.run(Request::Sweep { all: false }) {
+                tracing::warn!(error = %e, "write-intent bitmap sweep failed");
+            }
+            last_sweep = Instant::now();
+        }
         if engine.with_volume(|v| v.rebuild_progress()).is_none() {
             if !resync_step(&engine, &upkeep, step) {
                 std::thread::sleep(Duration::from_millis(100));
@@ -122,18 +149,53 @@ fn resync_step(engine: &Engine, upkeep: &Upkeep, step: u64) -> bool {
     let Some((cursor, stripes)) = upkeep.resync_progress() else {
         return false;
     };
-    if cursor >= stripes {
+    let next = if upkeep.resync_by_region.load(Ordering::SeqCst) {
+        engine.with_volume(|v| {
+            let region = v.unsynced_from(0)?;
+            let layout = v.intent_status().expect("a bitmap").layout;
+            Some((Some(region), layout.stripes_of(region)))
+        })
+    } else {
+        (cursor < stripes).then_some((None, (cursor, step.min(stripes - cursor))))
+    };
+    let Some((region, (first, count))) = next else {
         let n = upkeep.resync_mismatched_stripes.load(Ordering::SeqCst);
-        tracing::info!(stripes, rewritten = n, "resync finished");
+        tracing::info!(
+            stripes = cursor,
+            rewritten = n,
+            regions = upkeep.resync_regions.load(Ordering::SeqCst),
+            "resync finished"
+        );
         upkeep
             .resync_cursor_stripe
             .store(u64::MAX, Ordering::SeqCst);
         return true;
+    };
+    // A region larger than a step goes in several; it counts as resynced
+    // only once all of them have succeeded.
+    let mut at = first;
+    while at < first + count {
+        let n = step.min(first + count - at);
+        if !repair(engine, upkeep, at, n) {
+            std::thread::sleep(Duration::from_secs(1));
+            return true;
+        }
+        at += n;
     }
+    if let Some(region) = region {
+        engine.with_volume(|v| v.resynced(region));
+    }
+    upkeep
+        .resync_cursor_stripe
+        .store((cursor + count).min(stripes), Ordering::SeqCst);
+    true
+}
+
+/// Repairs `count` stripes from `first` at the rate limit; false on error.
+fn repair(engine: &Engine, upkeep: &Upkeep, first: u64, count: u64) -> bool {
     let started = Instant::now();
-    let count = step.min(stripes - cursor);
     match engine.run(Request::Maintain {
-        first_stripe: cursor,
+        first_stripe: first,
         stripe_count: count,
         action: Maintenance::Repair,
     }) {
@@ -141,14 +203,10 @@ fn resync_step(engine: &Engine, upkeep: &Upkeep, step: u64) -> bool {
             upkeep
                 .resync_mismatched_stripes
                 .fetch_add(r.mismatched_stripes.len() as u64, Ordering::SeqCst);
-            upkeep
-                .resync_cursor_stripe
-                .store(cursor + count, Ordering::SeqCst);
         }
         other => {
             tracing::error!(?other, "resync step failed; retrying in a second");
-            std::thread::sleep(Duration::from_secs(1));
-            return true;
+            return false;
         }
     }
     let stripe_bytes = engine.with_volume(|v| v.geometry().stripe_data_bytes());

@@ -7,6 +7,7 @@
 
 use crate::rng::Rng;
 use bytes::Bytes;
+use platter_core::intent::INTENT_OFFSET_BYTES;
 use platter_core::volume::{IoResult, MemberOp};
 
 /// How long a member takes to serve one I/O. Issue #7 plugs disk models
@@ -148,7 +149,9 @@ impl SimMember {
             .checked_add(len_bytes)
             .expect("member range overflows");
         assert!(
-            offset_bytes >= self.data_offset_bytes && end <= self.data.len() as u64,
+            // The bitmap sits between the label and the data area.
+            offset_bytes >= INTENT_OFFSET_BYTES.min(self.data_offset_bytes)
+                && end <= self.data.len() as u64,
             "{what} of {len_bytes} bytes at {offset_bytes} outside member {} (data {}..{})",
             self.index,
             self.data_offset_bytes,

@@ -8,8 +8,8 @@ use platter_core::geometry::GeometrySpec;
 use platter_core::{Level, ParityLayout};
 
 pub const SECTOR_BYTES: u64 = 512;
-/// Room before the data area, as a label would take.
-pub const DATA_OFFSET_BYTES: u64 = 4096;
+/// Room before the data area: a label, then a page of write-intent bitmap.
+pub const DATA_OFFSET_BYTES: u64 = 8192;
 
 #[derive(Clone, Debug)]
 pub struct ScenarioOptions {
@@ -135,8 +135,20 @@ pub fn random_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
         });
     }
     if opts.crash {
+        // A parity volume must not crash degraded (see Fault::Crash): the
+        // crash comes before its member failures.
+        let before = if level.is_parity() {
+            faults
+                .iter()
+                .map(|f| f.at_ns)
+                .min()
+                .unwrap_or(run_ns)
+                .max(1)
+        } else {
+            run_ns
+        };
         faults.push(ScheduledFault {
-            at_ns: r.below(run_ns),
+            at_ns: r.below(before),
             fault: Fault::Crash,
         });
     }
@@ -163,5 +175,12 @@ pub fn random_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
         limits_max_requests: 1024,
         max_steps: 2_000_000,
         max_queue_len: 1 << 16,
+        // Drawn last, so that older seeds keep their other choices.
+        intent_region_stripes: if redundancy > 0 && r.chance(90) {
+            r.range(1, 8)
+        } else {
+            0
+        },
+        sweep_interval_ns: r.range(run_ns / 16 + 1, run_ns / 2 + 2),
     }
 }

@@ -241,7 +241,11 @@ impl Volume {
             return self.intent_round_done(sweeps);
         }
         s.round = Some(Round {
-            phase: if cleared { Phase::PreFlush } else { Phase::Write },
+            phase: if cleared {
+                Phase::PreFlush
+            } else {
+                Phase::Write
+            },
             pending: 0,
             image,
             pages,

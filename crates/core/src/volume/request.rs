@@ -51,7 +51,9 @@ pub enum Request {
     /// sweep (`all`: of every region with no write in flight), flushing the
     /// members first. The executor sends one every few seconds; a no-op
     /// without a bitmap.
-    Sweep { all: bool },
+    Sweep {
+        all: bool,
+    },
 }
 
 /// What a [`Request::Maintain`] does to its stripes.
