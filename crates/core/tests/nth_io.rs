@@ -1,12 +1,14 @@
 //! An Nth-I/O error sweep: for N = 1, 2, ... until the workload completes
 //! without reaching its Nth member I/O, fail exactly that I/O. Nothing
-//! panics; the failure either reaches a client as EIO or marks a member
-//! faulty; and no read ever returns wrong bytes.
+//! panics; the failure either reaches a client as EIO, marks a member
+//! faulty, or (a client read on a level with copies) is corrected in place;
+//! and no read ever returns wrong bytes.
 
 mod support;
 
 use bytes::Bytes;
-use platter_core::volume::{ErrorKind, Event, Reply, Request};
+use platter_core::volume::{ErrorKind, Event, Health, Reply, Request};
+use platter_core::Level;
 use support::*;
 
 /// A fixed small workload: writes, reads, zeroes and flushes, some at once.
@@ -104,28 +106,45 @@ fn failing_any_single_member_io_is_reported_and_never_corrupts() {
         );
         let total = clean.ios;
         assert!(total > 10, "{config:?}: only {total} member I/Os");
+        let mut corrections = 0;
         for n in 1..=total {
             let mut h = Harness::new(config, i as u64);
             h.fail_nth = Some(n);
             let mut model = Model::new(&h.volume);
             let mut unknown = vec![false; model.bytes.len()];
             let failed = workload(&mut h, &mut model, &mut unknown);
-            let mut faulty = 0;
+            let (mut faulty, mut corrected) = (0, 0);
             while let Some(e) = h.volume.next_event() {
-                if let Event::MemberFaulty { .. } = e {
-                    faulty += 1;
+                match e {
+                    Event::MemberFaulty { .. } => faulty += 1,
+                    Event::ReadErrorCorrected { .. } => corrected += 1,
+                    Event::RebuildDone { .. } => {}
                 }
             }
             assert!(
-                failed > 0 || faulty > 0,
+                failed > 0 || faulty > 0 || corrected > 0,
                 "{config:?}: I/O {n} failed and nobody heard of it"
             );
+            corrections += corrected;
+            if corrected > 0 {
+                // A client read's error on a copy, corrected: the member is
+                // still in use and nothing else failed.
+                assert_eq!(
+                    (failed, faulty, corrected),
+                    (0, 0, 1),
+                    "{config:?}: I/O {n}"
+                );
+                assert!(h.volume.health().iter().all(|x| *x == Health::Online));
+            }
             if h.volume.geometry().redundancy() > 0 {
                 // One failure is within every redundant level's budget: no
                 // request fails, and everything reads back as written.
                 assert_eq!(failed, 0, "{config:?}: I/O {n} failed a request");
                 verify_all(&mut h, &model);
             }
+        }
+        if matches!(config.level, Level::Mirror | Level::Raid10) {
+            assert!(corrections > 0, "{config:?}: no read error was corrected");
         }
     }
 }

@@ -220,6 +220,18 @@ impl Engine {
                 Event::RebuildDone { member } => {
                     tracing::info!(member, "rebuild finished; member online");
                 }
+                Event::ReadErrorCorrected {
+                    member,
+                    offset_bytes,
+                    len_bytes,
+                } => {
+                    tracing::warn!(
+                        member,
+                        offset_bytes,
+                        len_bytes,
+                        "read error corrected from another copy; member stays online"
+                    );
+                }
             }
             s.events.push(e);
         }

@@ -86,6 +86,8 @@ impl Meta {
                 l.rebuild_checkpoint_bytes = 0;
                 l.state = VolumeState::Dirty;
             }),
+            // The member stays in use: nothing for the labels.
+            Event::ReadErrorCorrected { .. } => {}
         }
     }
 

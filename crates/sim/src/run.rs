@@ -71,8 +71,10 @@ pub struct Workload {
 pub enum Fault {
     /// Every I/O of the member that completes from now on fails.
     Die { member: u32 },
-    /// The next I/O of the member to complete fails (the engine then stops
-    /// using the member: a single error costs a member).
+    /// The next I/O of the member to complete fails. The engine then stops
+    /// using the member (a single error costs a member), unless it was a
+    /// client read on a level with copies: that one is served from another
+    /// copy and rewritten, and the member stays in use.
     FailOneIo { member: u32 },
     /// The next read of the member returns one flipped bit, silently. The
     /// engine cannot notice; this exists to prove the oracle can fail.
@@ -168,6 +170,8 @@ pub struct Report {
     pub deferred_faults: u64,
     /// Members the engine marked faulty, in order.
     pub faulty_members: Vec<u32>,
+    /// Read errors the engine corrected from another copy.
+    pub read_errors_corrected: u64,
     pub violations: u64,
     /// The first few violations, in words.
     pub violation_messages: Vec<String>,
@@ -391,6 +395,7 @@ impl Simulation {
             regions: intent.map_or(0, |l| l.regions),
             deferred_faults: 0,
             faulty_members: Vec::new(),
+            read_errors_corrected: 0,
             violations: 0,
             violation_messages: Vec::new(),
         };
@@ -704,6 +709,21 @@ impl Simulation {
                 if !self.known_faulty[member as usize] {
                     self.known_faulty[member as usize] = true;
                     self.report.faulty_members.push(member);
+                }
+            }
+            Event::ReadErrorCorrected {
+                member,
+                offset_bytes,
+                ..
+            } => {
+                self.trace
+                    .fold(&[9, self.clock.now_ns(), u64::from(member), offset_bytes]);
+                self.report.read_errors_corrected += 1;
+                // Simulated disks fail reads only when told to.
+                if !self.injected[member as usize] {
+                    self.violation(format!(
+                        "member {member} had a read error corrected without a fault"
+                    ));
                 }
             }
             other => {

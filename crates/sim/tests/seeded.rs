@@ -121,6 +121,7 @@ fn seeds_in_ci() {
     // What the seeds covered, for the log (`--nocapture`).
     let mut by_level: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
     let (mut requests, mut faulty, mut failed, mut checked) = (0, 0, 0, 0);
+    let mut corrected = 0;
     for (seed, r) in &reports {
         let c = random_config(*seed, &opts);
         let e = by_level.entry(c.geometry.level.to_string()).or_default();
@@ -131,13 +132,15 @@ fn seeds_in_ci() {
         faulty += r.faulty_members.len() as u64;
         failed += r.failed;
         checked += r.bytes_checked;
+        corrected += r.read_errors_corrected;
     }
     println!(
         "{} seeds: per level (runs, runs with a faulty member, beyond budget): {by_level:?}",
         seeds.len()
     );
     println!(
-        "{requests} requests, {failed} failed (beyond budget), {faulty} members taken out, {checked} bytes of reads checked"
+        "{requests} requests, {failed} failed (beyond budget), {faulty} members taken out, \
+         {corrected} read errors corrected, {checked} bytes of reads checked"
     );
     assert!(
         failures.is_empty(),
@@ -158,6 +161,8 @@ fn seeds_in_ci() {
             }
         }
         assert!(reports.iter().filter(|(_, r)| r.beyond_budget).count() > 50);
+        // Mirror and RAID-10 runs with a one-I/O fault correct client reads.
+        assert!(corrected > 0, "no read error was corrected");
     }
 }
 

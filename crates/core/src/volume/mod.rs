@@ -12,7 +12,9 @@
 //! A member that fails an I/O is marked faulty and never used again; a read
 //! phase that lost a member is planned again around it (at most once per
 //! member), and a write phase reports success only if every byte it wrote is
-//! still readable from the members that remain.
+//! still readable from the members that remain. The exception is a client
+//! read on a level with copies: the bytes come from another copy and are
+//! written back over the failed range (see `repair.rs`).
 
 mod ids;
 mod intent;
@@ -20,12 +22,14 @@ mod lock;
 mod plan;
 mod read;
 mod rebuild;
+mod repair;
 mod request;
 mod scrub;
 mod write;
 
 pub use intent::IntentStatus;
 pub use rebuild::RebuildProgress;
+pub use repair::MAX_CORRECTED_READ_ERRORS;
 pub use request::{
     Completion, ErrorKind, Event, IoId, IoResult, Maintenance, MemberIo, MemberOp, ReadData, Reply,
     Request, RequestId, VolumeError, READ_SEGMENTS_MAX,
@@ -72,6 +76,8 @@ enum Stage {
     Reading,
     Writing,
     Flushing,
+    /// A client read rewrites (then re-reads) copies that failed to read.
+    Repairing,
 }
 
 /// One parity stripe's work inside a request: its buffers cover the stripe's
@@ -171,12 +177,14 @@ pub struct Volume {
     read_turn: u64,
     rebuild: Option<rebuild::RebuildState>,
     intent: Option<intent::IntentState>,
+    read_repair: repair::ReadRepairs,
 }
 
 impl Volume {
     pub fn new(geometry: Geometry, health: Vec<Health>, limits: Limits) -> Volume {
         assert_eq!(health.len(), geometry.members() as usize);
         assert!(limits.max_requests > 0);
+        let read_repair = repair::ReadRepairs::new(geometry.members());
         Volume {
             geometry,
             health,
@@ -192,6 +200,7 @@ impl Volume {
             read_turn: 0,
             rebuild: None,
             intent: None,
+            read_repair,
         }
     }
 
@@ -300,12 +309,19 @@ impl Volume {
         assert!(op.pending > 0);
         op.pending -= 1;
         match result {
+            result if op.stage == Stage::Repairing => {
+                self.repair_io_done(ctx.request, ctx.member, &ctx.dests, result);
+            }
             Err(reason) => {
                 op.phase_failed = true;
                 if matches!(op.stage, Stage::Writing | Stage::Flushing) {
                     op.write_failed = true;
                 }
-                self.mark_faulty(ctx.member, reason);
+                if op.stage == Stage::Reading && matches!(op.req, Request::Read { .. }) {
+                    self.read_error(ctx.request, ctx.member, &ctx.dests, reason);
+                } else {
+                    self.mark_faulty(ctx.member, reason);
+                }
             }
             Ok(data) => {
                 if !ctx.dests.is_empty() {
@@ -401,7 +417,7 @@ impl Volume {
         op.phase_failed = false;
         op.jobs.clear();
         let planned = match &op.req {
-            Request::Read { .. } => self.plan_read(&mut op),
+            Request::Read { .. } => self.plan_read(id, &mut op),
             Request::Flush => Ok(ReadPieces::new()),
             Request::Maintain {
                 action: Maintenance::Rebuild,
@@ -516,17 +532,16 @@ impl Volume {
             Stage::Reading => {
                 if op.phase_failed {
                     // A member failed under us: plan again around it. Each
-                    // failure takes one member out, so this is bounded.
+                    // failure takes one member out, or (a read error being
+                    // corrected, at most `members` per request) that
+                    // member's bytes of this request, so this is bounded.
                     op.replans += 1;
-                    assert!(op.replans <= self.geometry.members() + 1);
+                    assert!(op.replans <= 2 * self.geometry.members() + 1);
                     op.segments.clear();
                     return self.start(id);
                 }
                 match op.req {
-                    Request::Read { .. } => {
-                        let result = self.finish_read(id);
-                        self.finish(id, result);
-                    }
+                    Request::Read { .. } => self.read_phase_done(id),
                     Request::Maintain {
                         action: Maintenance::Rebuild,
                         ..
@@ -563,6 +578,7 @@ impl Volume {
                 let result = self.write_result(id);
                 self.finish(id, result);
             }
+            Stage::Repairing => self.repair_phase_done(id),
         }
     }
 
@@ -633,6 +649,7 @@ impl Volume {
     fn finish(&mut self, id: RequestId, result: Result<Reply, VolumeError>) {
         let op = self.ops.remove(&id).expect("finishing a live request");
         assert_eq!(op.pending, 0, "finished with I/O outstanding");
+        self.forget_read_repair(id);
         if let Request::Maintain {
             first_stripe,
             stripe_count,

@@ -7,7 +7,11 @@ use super::{ErrorKind, Op, ReadData, Reply, RequestId, StripeJob, Volume, Volume
 use bytes::Bytes;
 
 impl Volume {
-    pub(super) fn plan_read(&mut self, op: &mut Op) -> Result<ReadPieces, VolumeError> {
+    pub(super) fn plan_read(
+        &mut self,
+        id: RequestId,
+        op: &mut Op,
+    ) -> Result<ReadPieces, VolumeError> {
         let (offset_bytes, len_bytes) = op.req.range();
         let g = &self.geometry;
         let parity = g.level().is_parity();
@@ -16,6 +20,8 @@ impl Volume {
         self.read_turn = self.read_turn.wrapping_add(1);
         let mut pieces = ReadPieces::new();
         let mut roles_cache: Option<(u64, crate::geometry::StripeRoles)> = None;
+        // Copies that already failed this request (usually none).
+        let failed = self.read_failures(id);
         for e in g.extents(offset_bytes, len_bytes) {
             let at_bytes = e.volume_offset_bytes - offset_bytes;
             if parity {
@@ -50,17 +56,21 @@ impl Volume {
                     .push((e.data_index, e.within_bytes, e.len_bytes, at_bytes));
             } else {
                 // Start at this request's turn and take the first online
-                // copy after it (no allocation: this runs per chunk).
+                // copy after it (no allocation: this runs per chunk), but
+                // not one that already failed to give these bytes.
                 let n = u64::from(g.copies().max(1));
                 let first = turn % n;
-                let online = |l: &crate::geometry::Location| self.usable(l.member, e.stripe);
+                let online = |l: &crate::geometry::Location| {
+                    self.usable(l.member, e.stripe)
+                        && !Self::read_failed_on(failed, l.member, at_bytes, e.len_bytes)
+                };
                 let copies = || g.data_locations(e.stripe, e.data_index);
                 let pick = copies()
                     .skip(first as usize)
                     .find(online)
                     .or_else(|| copies().take(first as usize).find(online));
                 let Some(loc) = pick else {
-                    return Err(self.lost_error("read", e.volume_offset_bytes, e.len_bytes));
+                    return Err(self.read_lost(id, e.volume_offset_bytes, e.len_bytes));
                 };
                 pieces.push(ReadPiece {
                     member: loc.member,

@@ -279,4 +279,13 @@ pub enum Event {
     MemberFaulty { member: u32, reason: String },
     /// The member's rebuild reached the end; it is online.
     RebuildDone { member: u32 },
+    /// A client read failed on this member and was served from another
+    /// copy; the good bytes were written over the failed range and read
+    /// back. `offset_bytes` is on the member device, as in [`MemberIo`].
+    /// The member stays in use (see [`super::MAX_CORRECTED_READ_ERRORS`]).
+    ReadErrorCorrected {
+        member: u32,
+        offset_bytes: u64,
+        len_bytes: u64,
+    },
 }

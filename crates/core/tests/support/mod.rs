@@ -8,9 +8,23 @@ use platter_core::volume::{
     Completion, ErrorKind, Health, Limits, MemberIo, MemberOp, Reply, Request, RequestId, Volume,
 };
 use platter_core::{Level, ParityLayout};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 pub const DATA_OFFSET_BYTES: u64 = 4096;
+pub const SECTOR_BYTES: u64 = 512;
+
+/// What a bad sector of a [`Harness`] member does. Every read that touches
+/// it fails; a write that covers only part of it fails too (a device reads
+/// the rest of the sector first, as `O_DIRECT` members do).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BadSector {
+    /// A write of the whole sector heals it (the disk remaps it).
+    HealsOnWrite,
+    /// Writes fail as well.
+    Unwritable,
+    /// Writes succeed, and reads still fail.
+    StaysBad,
+}
 
 /// splitmix64: small, seedable, good enough to pick test inputs.
 #[derive(Clone)]
@@ -74,6 +88,8 @@ pub struct Harness {
     pub broken: Vec<bool>,
     /// Fail the Nth member I/O of the run (1-based, every member counted).
     pub fail_nth: Option<u64>,
+    /// Per member, bad sectors by absolute sector number (see [`BadSector`]).
+    pub bad: Vec<BTreeMap<u64, BadSector>>,
     /// Member I/Os performed so far.
     pub ios: u64,
     pub rng: Rng,
@@ -93,6 +109,7 @@ impl Harness {
             members,
             broken: vec![false; n],
             fail_nth: None,
+            bad: vec![BTreeMap::new(); n],
             ios: 0,
             rng: Rng(seed),
             pool: Vec::new(),
@@ -114,6 +131,65 @@ impl Harness {
         self.volume = Volume::new(g, health, Limits::default());
     }
 
+    /// Makes the sectors of `[offset, offset + len)` (absolute on the
+    /// member, sector-aligned) bad, with garbage in them.
+    pub fn add_bad_range(
+        &mut self,
+        member: u32,
+        offset_bytes: u64,
+        len_bytes: u64,
+        kind: BadSector,
+    ) {
+        assert!(
+            offset_bytes.is_multiple_of(SECTOR_BYTES)
+                && len_bytes.is_multiple_of(SECTOR_BYTES)
+                && len_bytes > 0
+        );
+        let m = member as usize;
+        self.members[m][offset_bytes as usize..(offset_bytes + len_bytes) as usize].fill(0xee);
+        for s in offset_bytes / SECTOR_BYTES..(offset_bytes + len_bytes) / SECTOR_BYTES {
+            self.bad[m].insert(s, kind);
+        }
+    }
+
+    /// The bad sectors that `[offset, offset + len)` of `member` touches.
+    fn bad_in(&self, member: usize, offset_bytes: u64, len_bytes: u64) -> Vec<(u64, BadSector)> {
+        if len_bytes == 0 {
+            return Vec::new();
+        }
+        let (a, b) = (
+            offset_bytes / SECTOR_BYTES,
+            (offset_bytes + len_bytes - 1) / SECTOR_BYTES,
+        );
+        self.bad[member]
+            .range(a..=b)
+            .map(|(s, k)| (*s, *k))
+            .collect()
+    }
+
+    /// Whether a write or trim of the range may go ahead; heals what it covers.
+    fn write_bad_sectors(
+        &mut self,
+        member: usize,
+        offset_bytes: u64,
+        len_bytes: u64,
+    ) -> Result<(), String> {
+        let end = offset_bytes + len_bytes;
+        let bad = self.bad_in(member, offset_bytes, len_bytes);
+        for &(s, kind) in &bad {
+            let whole = s * SECTOR_BYTES >= offset_bytes && (s + 1) * SECTOR_BYTES <= end;
+            if kind == BadSector::Unwritable || !whole {
+                return Err(format!("member {member}: write error at sector {s}"));
+            }
+        }
+        for (s, kind) in bad {
+            if kind == BadSector::HealsOnWrite {
+                self.bad[member].remove(&s);
+            }
+        }
+        Ok(())
+    }
+
     fn perform(&mut self, io: MemberIo) {
         let m = io.member as usize;
         self.ios += 1;
@@ -125,6 +201,28 @@ impl Harness {
         if self.broken[m] {
             self.volume
                 .io_done(io.id, Err(format!("member {m} is broken")));
+            return;
+        }
+        let bad = match io.op {
+            MemberOp::Read {
+                offset_bytes,
+                len_bytes,
+            } => match self.bad_in(m, offset_bytes, len_bytes).first() {
+                Some((s, _)) => Err(format!("member {m}: read error at sector {s}")),
+                None => Ok(()),
+            },
+            MemberOp::Write {
+                offset_bytes,
+                ref data,
+            } => self.write_bad_sectors(m, offset_bytes, data.len() as u64),
+            MemberOp::Trim {
+                offset_bytes,
+                len_bytes,
+            } => self.write_bad_sectors(m, offset_bytes, len_bytes),
+            MemberOp::Flush => Ok(()),
+        };
+        if let Err(e) = bad {
+            self.volume.io_done(io.id, Err(e));
             return;
         }
         let mem = &mut self.members[m];

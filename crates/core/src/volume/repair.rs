@@ -1,0 +1,378 @@
+//! Read errors on levels with copies (mirror, RAID-10), corrected in place:
+//! md's `fix_read_error`, gmirror's rewrite of a bad copy.
+//!
+//! When a client read's member read fails on a copy level, the member is not
+//! marked faulty at once. The failure is recorded against the request (the
+//! member and the request bytes it was to deliver), the read is planned again
+//! around that member for those bytes only, and once every byte has been read
+//! from another copy the good bytes are written back over the failed range of
+//! the member, then read again and compared (md re-reads too). Only then does
+//! the client read complete. If the rewrite fails, or the re-read fails or
+//! returns other bytes, the member is marked faulty; the read still returns
+//! the good bytes. If no copy of some byte can be read, the read fails with
+//! EIO and the members that failed are marked faulty, as for any other error.
+//!
+//! All of this runs under the read's shared stripe lock: writers, trims,
+//! rebuild and scrub steps take the stripes exclusively, so nothing can
+//! change the copies between the good read and the rewrite. Another reader
+//! of the same bytes may rewrite them at the same time, with the same bytes.
+//!
+//! A member gets at most [`MAX_CORRECTED_READ_ERRORS`] corrections; the read
+//! error after that marks it faulty (md's `max_read_errors`). Writes, parity
+//! levels, rebuild and scrub reads, and members being rebuilt keep the plain
+//! rule: an error marks the member faulty.
+
+use super::plan::{Dest, Dests, Target};
+use super::{Event, Health, IdMap, IoResult, MemberOp, RequestId, Stage, Volume, VolumeError};
+use crate::level::Level;
+use bytes::Bytes;
+use smallvec::SmallVec;
+
+/// Read errors a member may have corrected; the next one marks it faulty.
+pub const MAX_CORRECTED_READ_ERRORS: u64 = 20;
+
+/// Per member counts and the requests with read errors being corrected.
+#[derive(Default)]
+pub(super) struct ReadRepairs {
+    requests: IdMap<RequestId, Vec<Failure>>,
+    /// Per member: read errors taken on for correction.
+    attempts: Vec<u64>,
+    /// Per member: read errors corrected (rewritten and read back).
+    corrected: Vec<u64>,
+}
+
+impl ReadRepairs {
+    pub(super) fn new(members: u32) -> ReadRepairs {
+        ReadRepairs {
+            requests: IdMap::default(),
+            attempts: vec![0; members as usize],
+            corrected: vec![0; members as usize],
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    /// Recorded; the other copies are being read.
+    Failed,
+    Rewriting,
+    Verifying,
+    /// The rewrite or the re-read failed (the member is faulty), or the
+    /// member left service before it could be rewritten.
+    Abandoned,
+    Corrected,
+}
+
+/// One failed member read of a client read.
+pub(super) struct Failure {
+    member: u32,
+    /// The request bytes `(offset in the request, length)` that the read was
+    /// to deliver (one member read may carry several chunks).
+    ranges: SmallVec<[(u64, u64); 1]>,
+    reason: String,
+    step: Step,
+    /// Where the good bytes go on the member, and the bytes.
+    offset_bytes: u64,
+    data: Bytes,
+}
+
+impl Failure {
+    fn covers(&self, member: u32, at_bytes: u64, len_bytes: u64) -> bool {
+        self.member == member
+            && self
+                .ranges
+                .iter()
+                .any(|&(a, l)| a < at_bytes + len_bytes && at_bytes < a + l)
+    }
+}
+
+impl Volume {
+    /// Read errors corrected on `member` since the volume was assembled.
+    pub fn read_errors_corrected(&self, member: u32) -> u64 {
+        self.read_repair.corrected[member as usize]
+    }
+
+    /// A member read of client read `id` failed: take it on for correction,
+    /// or mark the member faulty when correction is not possible.
+    pub(super) fn read_error(
+        &mut self,
+        id: RequestId,
+        member: u32,
+        dests: &[Dest],
+        reason: String,
+    ) {
+        let g = &self.geometry;
+        let copies = matches!(g.level(), Level::Mirror | Level::Raid10) && g.copies() > 1;
+        let m = member as usize;
+        let ranges: Option<SmallVec<[(u64, u64); 1]>> = dests
+            .iter()
+            .map(|d| match d.target {
+                Target::Out { at_bytes } => Some((at_bytes, d.len_bytes)),
+                Target::Job { .. } => None,
+            })
+            .collect();
+        let failures = self.read_repair.requests.get(&id).map_or(0, Vec::len);
+        let correctable = copies
+            && self.health[m] == Health::Online
+            && ranges.is_some()
+            // One deferred failure per member per request on average keeps
+            // the re-plans of a request bounded (see `advance`).
+            && failures < g.members() as usize;
+        let Some(ranges) = ranges.filter(|_| correctable) else {
+            return self.mark_faulty(member, reason);
+        };
+        if self.read_repair.attempts[m] >= MAX_CORRECTED_READ_ERRORS {
+            let n = self.read_repair.corrected[m];
+            return self.mark_faulty(
+                member,
+                format!(
+                    "{reason} (after {n} corrected read errors; the limit is {MAX_CORRECTED_READ_ERRORS})"
+                ),
+            );
+        }
+        self.read_repair.attempts[m] += 1;
+        self.read_repair
+            .requests
+            .entry(id)
+            .or_default()
+            .push(Failure {
+                member,
+                ranges,
+                reason,
+                step: Step::Failed,
+                offset_bytes: 0,
+                data: Bytes::new(),
+            });
+    }
+
+    /// Whether client read `id` already failed to read any of its bytes
+    /// `[at, at + len)` from `member` (the re-plan reads another copy).
+    pub(super) fn read_failed_on(
+        failures: Option<&[Failure]>,
+        member: u32,
+        at_bytes: u64,
+        len_bytes: u64,
+    ) -> bool {
+        failures.is_some_and(|fs| fs.iter().any(|f| f.covers(member, at_bytes, len_bytes)))
+    }
+
+    pub(super) fn read_failures(&self, id: RequestId) -> Option<&[Failure]> {
+        self.read_repair.requests.get(&id).map(Vec::as_slice)
+    }
+
+    /// Client read `id` found no readable copy of some bytes: the errors
+    /// cannot be corrected, and the members that failed are faulty.
+    pub(super) fn read_uncorrectable(&mut self, id: RequestId) {
+        for f in self.read_repair.requests.remove(&id).unwrap_or_default() {
+            let reason = format!("{} (and no other copy could be read)", f.reason);
+            self.mark_faulty(f.member, reason);
+        }
+    }
+
+    pub(super) fn forget_read_repair(&mut self, id: RequestId) {
+        self.read_repair.requests.remove(&id);
+    }
+
+    /// Client read `id` has every byte from good copies: rewrite the failed
+    /// ranges, or finish when there are none.
+    pub(super) fn read_phase_done(&mut self, id: RequestId) {
+        let Some(mut failures) = self.read_repair.requests.remove(&id) else {
+            let result = self.finish_read(id);
+            return self.finish(id, result);
+        };
+        let op = self.ops.get_mut(&id).expect("live request");
+        let (req_offset, _) = op.req.range();
+        let g = &self.geometry;
+        let mut writes: Vec<(u32, MemberOp, Dests)> = Vec::new();
+        for (i, f) in failures.iter_mut().enumerate() {
+            if self.health[f.member as usize] != Health::Online {
+                f.step = Step::Abandoned;
+                continue;
+            }
+            // The member's bytes of each range, in member order: one failed
+            // member read was one contiguous member range.
+            let mut pieces: SmallVec<[(u64, Bytes); 2]> = SmallVec::new();
+            for &(at, len) in &f.ranges {
+                let good = gather(&op.segments, at, len);
+                for e in g.extents(req_offset + at, len) {
+                    let loc = g
+                        .data_locations(e.stripe, e.data_index)
+                        .find(|l| l.member == f.member)
+                        .expect("the failed member holds a copy");
+                    let from = (e.volume_offset_bytes - req_offset - at) as usize;
+                    pieces.push((
+                        g.member_offset_bytes(loc.row, e.within_bytes),
+                        good.slice(from..from + e.len_bytes as usize),
+                    ));
+                }
+            }
+            pieces.sort_by_key(|(o, _)| *o);
+            let start = pieces[0].0;
+            let mut data = Vec::with_capacity(pieces.iter().map(|(_, b)| b.len()).sum());
+            for (o, b) in &pieces {
+                assert_eq!(
+                    start + data.len() as u64,
+                    *o,
+                    "a failed read was contiguous"
+                );
+                data.extend_from_slice(b);
+            }
+            f.offset_bytes = start;
+            f.data = Bytes::from(data);
+            f.step = Step::Rewriting;
+            let write = MemberOp::Write {
+                offset_bytes: f.offset_bytes,
+                data: f.data.clone(),
+            };
+            writes.push((f.member, write, tag(i, f)));
+        }
+        self.read_repair.requests.insert(id, failures);
+        self.issue_repair(id, writes);
+    }
+
+    fn issue_repair(&mut self, id: RequestId, ios: Vec<(u32, MemberOp, Dests)>) {
+        let op = self.ops.get_mut(&id).expect("live request");
+        op.stage = Stage::Repairing;
+        op.pending = ios.len() as u32;
+        if ios.is_empty() {
+            return self.advance(id);
+        }
+        for (member, mop, dests) in ios {
+            self.new_io(id, member, mop, dests);
+        }
+    }
+
+    /// A rewrite or a re-read of client read `id` completed.
+    pub(super) fn repair_io_done(
+        &mut self,
+        id: RequestId,
+        member: u32,
+        dests: &[Dest],
+        result: IoResult,
+    ) {
+        let i = match dests {
+            [Dest {
+                target: Target::Job { job, .. },
+                ..
+            }] => *job as usize,
+            _ => unreachable!("a repair I/O carries its failure's index"),
+        };
+        let failures = self
+            .read_repair
+            .requests
+            .get_mut(&id)
+            .expect("a repairing request has failures");
+        let f = &mut failures[i];
+        assert_eq!(f.member, member);
+        let (a, b) = (f.offset_bytes, f.offset_bytes + f.data.len() as u64);
+        let fault = match (f.step, result) {
+            (Step::Rewriting, Ok(_)) => None,
+            (Step::Rewriting, Err(e)) => Some(format!(
+                "rewriting member bytes {a}..{b} after a read error ({}) failed: {e}",
+                f.reason
+            )),
+            (Step::Verifying, Ok(data)) => {
+                if data.as_deref() == Some(&f.data[..]) {
+                    f.step = Step::Corrected;
+                    None
+                } else {
+                    Some(format!(
+                        "member bytes {a}..{b} read back different bytes after being rewritten"
+                    ))
+                }
+            }
+            (Step::Verifying, Err(e)) => Some(format!(
+                "re-reading member bytes {a}..{b} after rewriting them failed: {e}"
+            )),
+            (step, _) => unreachable!("a repair I/O in step {step:?}"),
+        };
+        if let Some(reason) = fault {
+            f.step = Step::Abandoned;
+            self.mark_faulty(member, reason);
+        } else if f.step == Step::Corrected {
+            self.read_repair.corrected[member as usize] += 1;
+            self.events.push_back(Event::ReadErrorCorrected {
+                member,
+                offset_bytes: a,
+                len_bytes: b - a,
+            });
+        }
+    }
+
+    /// The rewrites (then the re-reads) of client read `id` are done.
+    pub(super) fn repair_phase_done(&mut self, id: RequestId) {
+        let failures = self
+            .read_repair
+            .requests
+            .get_mut(&id)
+            .expect("a repairing request has failures");
+        let mut reads = Vec::new();
+        for (i, f) in failures.iter_mut().enumerate() {
+            if f.step == Step::Rewriting {
+                f.step = Step::Verifying;
+                let read = MemberOp::Read {
+                    offset_bytes: f.offset_bytes,
+                    len_bytes: f.data.len() as u64,
+                };
+                reads.push((f.member, read, tag(i, f)));
+            }
+        }
+        if !reads.is_empty() {
+            return self.issue_repair(id, reads);
+        }
+        assert!(failures
+            .iter()
+            .all(|f| matches!(f.step, Step::Corrected | Step::Abandoned)));
+        self.read_repair.requests.remove(&id);
+        let result = self.finish_read(id);
+        self.finish(id, result);
+    }
+
+    /// The error for a client read with bytes no copy can give.
+    pub(super) fn read_lost(
+        &mut self,
+        id: RequestId,
+        offset_bytes: u64,
+        len_bytes: u64,
+    ) -> VolumeError {
+        self.read_uncorrectable(id);
+        self.lost_error("read", offset_bytes, len_bytes)
+    }
+}
+
+/// Names failure `i` in its rewrite's and re-read's destinations (read back
+/// by [`Volume::repair_io_done`], never routed into the request's data).
+fn tag(i: usize, f: &Failure) -> Dests {
+    smallvec::smallvec![Dest {
+        io_at_bytes: 0,
+        len_bytes: f.data.len() as u64,
+        target: Target::Job {
+            job: i as u32,
+            member: f.member,
+            at_bytes: 0,
+        },
+    }]
+}
+
+/// The request bytes `[at, at + len)` out of the segments that tile it.
+fn gather(segments: &[(u64, Bytes)], at: u64, len: u64) -> Bytes {
+    if let Some((s, b)) = segments
+        .iter()
+        .find(|(s, b)| *s <= at && at + len <= s + b.len() as u64)
+    {
+        let from = (at - s) as usize;
+        return b.slice(from..from + len as usize);
+    }
+    let mut out = vec![0u8; len as usize];
+    let mut filled = 0;
+    for (s, b) in segments {
+        let (lo, hi) = ((*s).max(at), (s + b.len() as u64).min(at + len));
+        if lo < hi {
+            out[(lo - at) as usize..(hi - at) as usize]
+                .copy_from_slice(&b[(lo - s) as usize..(hi - s) as usize]);
+            filled += hi - lo;
+        }
+    }
+    assert_eq!(filled, len, "the read's segments cover the failed range");
+    Bytes::from(out)
+}

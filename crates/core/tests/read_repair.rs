@@ -1,0 +1,346 @@
+//! Read errors on levels with copies are corrected in place (md's
+//! fix_read_error): the read is served from another copy, the good bytes are
+//! written over the failed range and read back, and the member stays in use.
+//! A member whose rewrite fails, or that has had too many errors corrected,
+//! is marked faulty; a read that no copy can give fails, never lies.
+
+mod support;
+
+use bytes::Bytes;
+use platter_core::volume::{
+    ErrorKind, Event, Health, Reply, Request, RequestId, MAX_CORRECTED_READ_ERRORS,
+};
+use platter_core::{Level, ParityLayout};
+use std::collections::HashMap;
+use support::*;
+
+fn config(level: Level, members: u32, copies: u32, interleave_bytes: u64, rows: u64) -> Config {
+    Config {
+        level,
+        layout: ParityLayout::DEFAULT,
+        copies,
+        members,
+        interleave_bytes,
+        rows,
+    }
+}
+
+/// 2- and 3-way mirrors and RAID-10s, at a small and an odd interleave.
+fn copy_configs() -> Vec<Config> {
+    let mut v = Vec::new();
+    for il in [8 * SECTOR_BYTES, 126 * SECTOR_BYTES] {
+        v.push(config(Level::Mirror, 2, 2, il, 8));
+        v.push(config(Level::Mirror, 3, 3, il, 8));
+        v.push(config(Level::Raid10, 4, 2, il, 8));
+        v.push(config(Level::Raid10, 3, 2, il, 8));
+        v.push(config(Level::Raid10, 5, 3, il, 8));
+    }
+    v
+}
+
+/// A volume full of random bytes, and its model.
+fn filled(config: &Config, seed: u64) -> (Harness, Model) {
+    let mut h = Harness::new(config, seed);
+    let mut model = Model::new(&h.volume);
+    let size = h.volume.size_bytes();
+    let data = h.rng.bytes(size as usize);
+    h.write(0, &data).unwrap();
+    model.bytes.copy_from_slice(&data);
+    (h, model)
+}
+
+/// Every copy of volume bytes `[v, v + len)` (inside one chunk), as
+/// (member, offset on the member).
+fn copies_of(h: &Harness, v: u64, len: u64) -> Vec<(u32, u64)> {
+    let g = h.volume.geometry();
+    let mut extents = g.extents(v, len);
+    let e = extents.next().unwrap();
+    assert!(extents.next().is_none(), "one chunk");
+    g.data_locations(e.stripe, e.data_index)
+        .map(|l| (l.member, g.member_offset_bytes(l.row, e.within_bytes)))
+        .collect()
+}
+
+fn events(h: &mut Harness) -> Vec<Event> {
+    std::iter::from_fn(|| h.volume.next_event()).collect()
+}
+
+/// Reads `[at, at + len)` a few times (reads rotate over the copies), each
+/// time checking the bytes, until `done` holds. Returns whether it did.
+fn read_until(
+    h: &mut Harness,
+    model: &Model,
+    at: u64,
+    len: u64,
+    done: impl Fn(&Harness) -> bool,
+) -> bool {
+    for _ in 0..8 {
+        let got = h.read(at, len).expect("the read is served");
+        assert!(
+            got[..] == model.bytes[at as usize..(at + len) as usize],
+            "wrong bytes"
+        );
+        if done(h) {
+            return true;
+        }
+    }
+    false
+}
+
+#[test]
+fn a_read_error_on_one_copy_is_served_from_another_and_rewritten() {
+    for (i, config) in copy_configs().iter().enumerate() {
+        for copy in 0..config.copies as usize {
+            let (mut h, model) = filled(config, 100 + i as u64);
+            let il = config.interleave_bytes;
+            // Two bad sectors inside the third chunk, on one of its copies.
+            let v = 2 * il + SECTOR_BYTES;
+            let (member, off) = copies_of(&h, v, 2 * SECTOR_BYTES)[copy];
+            h.add_bad_range(member, off, 2 * SECTOR_BYTES, BadSector::HealsOnWrite);
+            // An unaligned read over three chunks.
+            let (at, len) = (il - 700, 2 * il + 1400);
+            let what = format!("{config:?} copy {copy} on member {member}");
+            assert!(
+                read_until(&mut h, &model, at, len, |h| h
+                    .volume
+                    .read_errors_corrected(member)
+                    > 0),
+                "{what}: no read hit the bad copy"
+            );
+            assert_eq!(h.volume.read_errors_corrected(member), 1, "{what}");
+            assert!(
+                h.volume.health().iter().all(|x| *x == Health::Online),
+                "{what}"
+            );
+            assert!(
+                h.bad[member as usize].is_empty(),
+                "{what}: the bad sectors were not rewritten"
+            );
+            let m = &h.members[member as usize];
+            assert!(
+                m[off as usize..(off + 2 * SECTOR_BYTES) as usize]
+                    == model.bytes[v as usize..(v + 2 * SECTOR_BYTES) as usize],
+                "{what}: the rewritten range holds the wrong bytes"
+            );
+            let ev = events(&mut h);
+            assert_eq!(ev.len(), 1, "{what}: {ev:?}");
+            match ev[0] {
+                Event::ReadErrorCorrected {
+                    member: m,
+                    offset_bytes,
+                    len_bytes,
+                } => {
+                    assert_eq!(m, member, "{what}");
+                    assert!(
+                        offset_bytes <= off && off + 2 * SECTOR_BYTES <= offset_bytes + len_bytes,
+                        "{what}: {ev:?}"
+                    );
+                }
+                _ => panic!("{what}: {ev:?}"),
+            }
+            verify_all(&mut h, &model);
+        }
+    }
+}
+
+/// One request whose reads fail on two members, at different chunks.
+#[test]
+fn errors_on_two_members_in_one_read_are_both_corrected() {
+    let il = 8 * SECTOR_BYTES;
+    let config = config(Level::Raid10, 4, 2, il, 8);
+    let (mut h, model) = filled(&config, 5);
+    // Chunk 0 is on members 0 and 1, chunk 1 on members 2 and 3.
+    let a = copies_of(&h, 0, il);
+    let b = copies_of(&h, il, il);
+    assert!(a.iter().all(|(m, _)| *m < 2) && b.iter().all(|(m, _)| *m >= 2));
+    // The first copy of chunk 0 and the second of chunk 1 are bad.
+    for (member, off) in [a[0], b[1]] {
+        h.add_bad_range(
+            member,
+            off + SECTOR_BYTES,
+            SECTOR_BYTES,
+            BadSector::HealsOnWrite,
+        );
+    }
+    let (ma, mb) = (a[0].0, b[1].0);
+    assert!(
+        read_until(&mut h, &model, 0, 2 * il, |h| {
+            h.volume.read_errors_corrected(ma) > 0 && h.volume.read_errors_corrected(mb) > 0
+        }),
+        "both bad copies were read and corrected"
+    );
+    assert!(h.bad.iter().all(|b| b.is_empty()));
+    assert!(h.volume.health().iter().all(|x| *x == Health::Online));
+    verify_all(&mut h, &model);
+}
+
+#[test]
+fn a_copy_whose_rewrite_fails_is_failed_and_the_read_is_still_right() {
+    for (kind, says) in [
+        (BadSector::Unwritable, "rewriting"),
+        (BadSector::StaysBad, "re-reading"),
+    ] {
+        for config in [
+            config(Level::Mirror, 2, 2, 126 * SECTOR_BYTES, 4),
+            config(Level::Mirror, 3, 3, 8 * SECTOR_BYTES, 4),
+            config(Level::Raid10, 4, 2, 8 * SECTOR_BYTES, 8),
+        ] {
+            let what = format!("{kind:?} {config:?}");
+            let (mut h, model) = filled(&config, 9);
+            let il = config.interleave_bytes;
+            let (member, off) = copies_of(&h, il, SECTOR_BYTES)[0];
+            h.add_bad_range(member, off, SECTOR_BYTES, kind);
+            assert!(
+                read_until(&mut h, &model, 0, 3 * il, |h| {
+                    h.volume.health()[member as usize] != Health::Online
+                }),
+                "{what}: the bad copy was never read"
+            );
+            assert_eq!(h.volume.health()[member as usize], Health::Faulty, "{what}");
+            assert_eq!(h.volume.read_errors_corrected(member), 0, "{what}");
+            let ev = events(&mut h);
+            assert!(
+                matches!(&ev[..], [Event::MemberFaulty { member: m, reason }]
+                    if *m == member && reason.contains(says)),
+                "{what}: {ev:?}"
+            );
+            verify_all(&mut h, &model);
+        }
+    }
+}
+
+#[test]
+fn past_the_limit_of_corrected_errors_the_member_is_failed() {
+    let il = 8 * SECTOR_BYTES;
+    let limit = MAX_CORRECTED_READ_ERRORS;
+    let config = config(Level::Mirror, 2, 2, il, limit + 4);
+    let (mut h, model) = filled(&config, 11);
+    // One bad sector in each of the first limit + 1 chunks of member 0.
+    for chunk in 0..=limit {
+        let (m, off) = copies_of(&h, chunk * il, il)[0];
+        assert_eq!(m, 0);
+        h.add_bad_range(0, off + SECTOR_BYTES, SECTOR_BYTES, BadSector::HealsOnWrite);
+    }
+    for chunk in 0..limit {
+        assert!(
+            read_until(&mut h, &model, chunk * il, il, |h| {
+                h.volume.read_errors_corrected(0) == chunk + 1
+            }),
+            "chunk {chunk} was not corrected"
+        );
+        assert_eq!(h.volume.health()[0], Health::Online);
+    }
+    assert!(read_until(&mut h, &model, limit * il, il, |h| {
+        h.volume.health()[0] == Health::Faulty
+    }));
+    assert_eq!(h.volume.read_errors_corrected(0), limit);
+    let ev = events(&mut h);
+    assert_eq!(ev.len() as u64, limit + 1, "{ev:?}");
+    assert!(
+        matches!(ev.last(), Some(Event::MemberFaulty { member: 0, reason }) if reason.contains("limit")),
+        "{ev:?}"
+    );
+    verify_all(&mut h, &model);
+}
+
+#[test]
+fn when_every_copy_fails_the_read_fails_and_never_lies() {
+    for (i, config) in copy_configs().iter().enumerate() {
+        let (mut h, model) = filled(config, 200 + i as u64);
+        let il = config.interleave_bytes;
+        let v = il + SECTOR_BYTES;
+        for (member, off) in copies_of(&h, v, SECTOR_BYTES) {
+            h.add_bad_range(member, off, SECTOR_BYTES, BadSector::HealsOnWrite);
+        }
+        assert_eq!(h.read(0, 3 * il), Err(ErrorKind::Io), "{config:?}");
+        // A read that avoids the bad bytes is still right wherever it is
+        // served from, or fails: never wrong bytes.
+        let (at, len) = (2 * il, il);
+        if let Ok(got) = h.read(at, len) {
+            assert!(got[..] == model.bytes[at as usize..(at + len) as usize]);
+        }
+        let faulty = events(&mut h)
+            .iter()
+            .filter(|e| matches!(e, Event::MemberFaulty { .. }))
+            .count();
+        assert_eq!(
+            faulty as u32, config.copies,
+            "{config:?}: as before, they are faulty"
+        );
+    }
+}
+
+/// Sector-aligned random reads and writes at once, with bad sectors on one
+/// member (writes heal the ones they cover): every read is right, no
+/// request fails and no member is failed.
+#[test]
+fn random_workload_with_bad_sectors_on_one_copy() {
+    for (i, config) in copy_configs().iter().enumerate() {
+        let (mut h, mut model) = filled(config, 300 + i as u64);
+        let g = h.volume.geometry().clone();
+        let size = h.volume.size_bytes();
+        let sectors = g.spec().member_data_bytes[0] / SECTOR_BYTES;
+        for _ in 0..6 {
+            let s = h.rng.below(sectors - 2);
+            let off = DATA_OFFSET_BYTES + s * SECTOR_BYTES;
+            let len = SECTOR_BYTES * (1 + h.rng.below(2));
+            h.add_bad_range(0, off, len, BadSector::HealsOnWrite);
+        }
+        // The garbage in the bad sectors is not what the volume holds: put
+        // the truth back where a member's bytes are past the volume's use.
+        let used = g.member_used_bytes(0) + DATA_OFFSET_BYTES;
+        for s in h.bad[0].keys().copied().collect::<Vec<_>>() {
+            if s * SECTOR_BYTES >= used {
+                h.bad[0].remove(&s);
+            }
+        }
+        for _ in 0..30 {
+            let mut expect: HashMap<RequestId, (u64, Vec<u8>)> = HashMap::new();
+            for _ in 0..1 + h.rng.below(8) {
+                let len =
+                    SECTOR_BYTES * (1 + h.rng.below(3 * g.stripe_data_bytes() / SECTOR_BYTES));
+                let len = len.min(size);
+                let at = h.rng.below((size - len) / SECTOR_BYTES + 1) * SECTOR_BYTES;
+                if h.rng.chance(30) {
+                    let data = h.rng.bytes(len as usize);
+                    model.bytes[at as usize..(at + len) as usize].copy_from_slice(&data);
+                    h.volume.submit(Request::Write {
+                        offset_bytes: at,
+                        data: Bytes::from(data),
+                        fua: false,
+                    });
+                } else {
+                    let id = h.volume.submit(Request::Read {
+                        offset_bytes: at,
+                        len_bytes: len,
+                    });
+                    let want = model.bytes[at as usize..(at + len) as usize].to_vec();
+                    expect.insert(id, (at, want));
+                }
+            }
+            for c in h.run() {
+                let reply = c.result.unwrap_or_else(|e| panic!("{config:?}: {e}"));
+                if let Some((at, want)) = expect.remove(&c.id) {
+                    let Reply::Data(d) = reply else {
+                        panic!("a read without data")
+                    };
+                    assert!(
+                        d.to_vec() == want,
+                        "{config:?}: read at {at} returned wrong bytes"
+                    );
+                }
+            }
+        }
+        assert!(
+            h.volume.health().iter().all(|x| *x == Health::Online),
+            "{config:?}"
+        );
+        assert!(
+            events(&mut h)
+                .iter()
+                .all(|e| matches!(e, Event::ReadErrorCorrected { member: 0, .. })),
+            "{config:?}"
+        );
+        verify_all(&mut h, &model);
+    }
+}
