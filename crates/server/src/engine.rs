@@ -79,6 +79,14 @@ impl Engine {
         self.members.write().expect("members lock")[slot as usize] = Some(device);
     }
 
+    /// Takes the device out of `slot` (a removal) and returns it; the
+    /// caller drops it to close it. The engine must not be using the slot:
+    /// it is faulty or missing. An I/O the engine issued before the slot
+    /// failed and that has not been performed yet gets an error instead.
+    pub fn take_member(&self, slot: u32) -> Option<Arc<dyn Member>> {
+        self.members.write().expect("members lock")[slot as usize].take()
+    }
+
     /// Runs `f` on the volume under the engine lock (management calls such
     /// as starting a rebuild). Requests it submits are pumped by the caller.
     pub fn with_volume<T>(&self, f: impl FnOnce(&mut Volume) -> T) -> T {
@@ -232,9 +240,13 @@ impl Engine {
     }
 
     fn perform(&self, io: &MemberIo) -> IoResult {
-        let member = self.members.read().expect("members lock")[io.member as usize]
-            .clone()
-            .expect("the engine never addresses an absent member");
+        // The engine addresses only members in use, but an I/O taken from it
+        // just before its member failed can reach here after the operator
+        // removed the device: it fails like the member did.
+        let Some(member) = self.members.read().expect("members lock")[io.member as usize].clone()
+        else {
+            return Err(format!("member {} was removed", io.member));
+        };
         platter_io::executor::perform(member.as_ref(), &io.op)
     }
 }
