@@ -114,9 +114,11 @@ fn show(json_out: bool, v: &Value, human: impl FnOnce(&Value)) {
 
 #[derive(Args)]
 pub struct MemberArgs {
-    /// The server's control socket.
+    /// The server's control socket (the NBD socket's path plus ".ctl",
+    /// unless serve was given --control).
     #[arg(long, value_name = "PATH")]
     control: PathBuf,
+    /// Print the server's answer as JSON for programs.
     #[arg(long)]
     json: bool,
     /// A member's slot number or path (for remove, also a spare's path).
@@ -126,8 +128,11 @@ pub struct MemberArgs {
 
 #[derive(Args)]
 pub struct ReplaceArgs {
+    /// The server's control socket (the NBD socket's path plus ".ctl",
+    /// unless serve was given --control).
     #[arg(long, value_name = "PATH")]
     control: PathBuf,
+    /// Print the server's answer as JSON for programs.
     #[arg(long)]
     json: bool,
     /// Create NEW (a file) of this size if missing; default: what a member needs.
@@ -147,8 +152,11 @@ pub struct ReplaceArgs {
 
 #[derive(Args)]
 pub struct DeviceArgs {
+    /// The server's control socket (the NBD socket's path plus ".ctl",
+    /// unless serve was given --control).
     #[arg(long, value_name = "PATH")]
     control: PathBuf,
+    /// Print the server's answer as JSON for programs.
     #[arg(long)]
     json: bool,
     /// The device (file, created if missing, or block device).
@@ -158,16 +166,22 @@ pub struct DeviceArgs {
 
 #[derive(Args)]
 pub struct ScrubArgs {
+    /// The server's control socket (the NBD socket's path plus ".ctl",
+    /// unless serve was given --control).
     #[arg(long, value_name = "PATH")]
     control: PathBuf,
+    /// Print the server's answer as JSON for programs.
     #[arg(long)]
     json: bool,
 }
 
 #[derive(Args)]
 pub struct RateArgs {
+    /// The server's control socket (the NBD socket's path plus ".ctl",
+    /// unless serve was given --control).
     #[arg(long, value_name = "PATH")]
     control: PathBuf,
+    /// Print the server's answer as JSON for programs.
     #[arg(long)]
     json: bool,
     /// Bytes per second (units: 10M, 1G).

@@ -30,7 +30,8 @@ struct Cli {
 enum Command {
     /// Write labels on members to make a new volume.
     Create(create::CreateArgs),
-    /// Read the members' labels and show the volume they make.
+    /// Read the members' labels and show the volume they make (or ask a
+    /// running server with --control, and follow its rebuild with --watch).
     #[command(after_help = "Sizes are shown with units: 126s (512-byte sectors), 64k, 1M, 2G.")]
     Status(status::StatusArgs),
     /// Assemble a volume from its members and serve it over NBD.

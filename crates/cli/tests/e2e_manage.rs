@@ -268,7 +268,7 @@ fn holds_open(pid: u32, path: &str) -> bool {
 /// image's path (the volume must read back as exactly these bytes).
 fn fill_from_image(t: &Tools, s: &Server, what: &str) -> std::path::PathBuf {
     let image = s.volume.path().join("image");
-    write_random_image(&image, s.volume.size_bytes, 0x4e30_0e);
+    write_random_image(&image, s.volume.size_bytes, 0x5eed_4e30);
     run_ok(
         t.cmd("nbdcopy").arg(&image).arg(s.uri()),
         CMD_TIMEOUT,
