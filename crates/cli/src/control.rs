@@ -9,6 +9,9 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// How often `--wait` polls the server.
+const WAIT_INTERVAL: Duration = Duration::from_secs(1);
+
 /// Sends one request and returns the server's answer (`ok` part).
 pub fn ask(control: &PathBuf, request: Value) -> Result<Value> {
     let mut s = UnixStream::connect(control).map_err(|e| {
@@ -111,25 +114,34 @@ fn show(json_out: bool, v: &Value, human: impl FnOnce(&Value)) {
 
 #[derive(Args)]
 pub struct MemberArgs {
-    /// The server's control socket.
+    /// The server's control socket (the NBD socket's path plus ".ctl",
+    /// unless serve was given --control).
     #[arg(long, value_name = "PATH")]
     control: PathBuf,
+    /// Print the server's answer as JSON for programs.
     #[arg(long)]
     json: bool,
-    /// A member's slot number or path.
+    /// A member's slot number or path (for remove, also a spare's path).
     #[arg(value_name = "MEMBER")]
     member: String,
 }
 
 #[derive(Args)]
 pub struct ReplaceArgs {
+    /// The server's control socket (the NBD socket's path plus ".ctl",
+    /// unless serve was given --control).
     #[arg(long, value_name = "PATH")]
     control: PathBuf,
+    /// Print the server's answer as JSON for programs.
     #[arg(long)]
     json: bool,
     /// Create NEW (a file) of this size if missing; default: what a member needs.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     member_size: Option<u64>,
+    /// Stay until the rebuild ends, showing its progress (a bar on a
+    /// terminal, a line a second otherwise); fails if the rebuild stops short.
+    #[arg(long)]
+    wait: bool,
     /// The member to replace: slot number or path.
     #[arg(value_name = "OLD")]
     old: String,
@@ -140,8 +152,11 @@ pub struct ReplaceArgs {
 
 #[derive(Args)]
 pub struct DeviceArgs {
+    /// The server's control socket (the NBD socket's path plus ".ctl",
+    /// unless serve was given --control).
     #[arg(long, value_name = "PATH")]
     control: PathBuf,
+    /// Print the server's answer as JSON for programs.
     #[arg(long)]
     json: bool,
     /// The device (file, created if missing, or block device).
@@ -151,16 +166,22 @@ pub struct DeviceArgs {
 
 #[derive(Args)]
 pub struct ScrubArgs {
+    /// The server's control socket (the NBD socket's path plus ".ctl",
+    /// unless serve was given --control).
     #[arg(long, value_name = "PATH")]
     control: PathBuf,
+    /// Print the server's answer as JSON for programs.
     #[arg(long)]
     json: bool,
 }
 
 #[derive(Args)]
 pub struct RateArgs {
+    /// The server's control socket (the NBD socket's path plus ".ctl",
+    /// unless serve was given --control).
     #[arg(long, value_name = "PATH")]
     control: PathBuf,
+    /// Print the server's answer as JSON for programs.
     #[arg(long)]
     json: bool,
     /// Bytes per second (units: 10M, 1G).
@@ -183,6 +204,21 @@ pub fn fail(a: MemberArgs) -> Result<()> {
     Ok(())
 }
 
+pub fn remove(a: MemberArgs) -> Result<()> {
+    let v = ask(&a.control, json!({ "cmd": "remove", "member": a.member }))?;
+    show(a.json, &v, |v| {
+        if let Some(spare) = v.get("removed_spare") {
+            println!("spare {} removed", spare.as_str().unwrap_or("?"));
+        } else {
+            match v["device"].as_str() {
+                Some(d) => println!("member {} removed; {d} is closed", v["removed"]),
+                None => println!("member {} removed", v["removed"]),
+            }
+        }
+    });
+    Ok(())
+}
+
 pub fn replace(a: ReplaceArgs) -> Result<()> {
     let mut req = json!({ "cmd": "replace", "member": a.old, "device": a.new });
     if let Some(size) = a.member_size {
@@ -195,6 +231,9 @@ pub fn replace(a: ReplaceArgs) -> Result<()> {
             v["replaced"], a.new
         )
     });
+    if a.wait {
+        crate::progress::watch(&a.control, WAIT_INTERVAL, a.json)?;
+    }
     Ok(())
 }
 

@@ -55,6 +55,14 @@ fn volume_state(a: &Assembly) -> String {
 }
 
 fn slot_state(a: &Assembly, slot: usize) -> String {
+    // The slot was emptied by `platter remove`: a device given for it is the
+    // one that left (and has an older label, so it would read as stale).
+    if a.label.slots[slot].state == SlotState::Removed {
+        return match a.notes[slot] {
+            SlotNote::NotFound => "removed".to_string(),
+            _ => "removed (device not used)".to_string(),
+        };
+    }
     match &a.notes[slot] {
         SlotNote::InUse => SlotState::Active.name().to_string(),
         SlotNote::NotFound => "missing".to_string(),

@@ -5,6 +5,7 @@ mod create;
 mod error;
 mod listing;
 mod members;
+mod progress;
 mod serve;
 mod status;
 
@@ -29,13 +30,24 @@ struct Cli {
 enum Command {
     /// Write labels on members to make a new volume.
     Create(create::CreateArgs),
-    /// Read the members' labels and show the volume they make.
+    /// Read the members' labels and show the volume they make (or ask a
+    /// running server with --control, and follow its rebuild with --watch).
     #[command(after_help = "Sizes are shown with units: 126s (512-byte sectors), 64k, 1M, 2G.")]
     Status(status::StatusArgs),
     /// Assemble a volume from its members and serve it over NBD.
     Serve(serve::ServeArgs),
     /// Take a member of a running volume out of use (it is marked faulty).
     Fail(control::MemberArgs),
+    /// Take a failed member out of a running volume and close its device.
+    #[command(
+        long_about = "Take a failed member out of a running volume and close its device, so \
+                      that it can be pulled or reused (like mdadm --remove). Only a faulty or \
+                      missing member can be removed: fail an active one first. The slot stays \
+                      empty (\"removed\"), also across restarts, until `platter replace` puts \
+                      a new device in it; the old device, if given to `platter serve` again, \
+                      is not used. Given a spare's path, removes that spare instead."
+    )]
+    Remove(control::MemberArgs),
     /// Put a new device in a member's place and rebuild it in the background.
     Replace(control::ReplaceArgs),
     /// Give a running volume a spare that takes over when a member fails.
@@ -63,6 +75,7 @@ fn main() -> ExitCode {
         Command::Status(args) => status::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Fail(a) => control::fail(a),
+        Command::Remove(a) => control::remove(a),
         Command::Replace(a) => control::replace(a),
         Command::AddSpare(a) => control::add_spare(a),
         Command::Check(a) => control::scrub(a, false),

@@ -33,8 +33,9 @@ pub struct ServeArgs {
     /// I/Os are counted from opening, label reads included. Repeatable.
     #[arg(long, value_name = "MEMBER=SPEC")]
     inject: Vec<String>,
-    /// Control socket for `platter status|fail|replace|add-spare|check|repair
-    /// --control PATH` (default: the --socket path plus ".ctl").
+    /// Control socket for `platter status|fail|remove|replace|add-spare|check|
+    /// repair|rebuild-rate --control PATH` (default: the --socket path plus
+    /// ".ctl").
     #[arg(long, value_name = "PATH")]
     control: Option<PathBuf>,
     /// The volume's members, in any order.

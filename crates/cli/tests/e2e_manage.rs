@@ -255,3 +255,341 @@ fn a_spare_takes_over_and_the_failed_member_stays_out() {
     assert!(!out.status.success(), "{}", out.describe(test));
     assert!(out.stderr.contains(&old), "{}", out.describe(test));
 }
+
+/// True when process `pid` has `path` open (a link in /proc/PID/fd).
+fn holds_open(pid: u32, path: &str) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("/proc/PID/fd of the server")
+        .flatten()
+        .any(|e| std::fs::read_link(e.path()).is_ok_and(|l| l == std::path::Path::new(path)))
+}
+
+/// Fills the volume from a seeded random image of its size; returns the
+/// image's path (the volume must read back as exactly these bytes).
+fn fill_from_image(t: &Tools, s: &Server, what: &str) -> std::path::PathBuf {
+    let image = s.volume.path().join("image");
+    write_random_image(&image, s.volume.size_bytes, 0x5eed_4e30);
+    run_ok(
+        t.cmd("nbdcopy").arg(&image).arg(s.uri()),
+        CMD_TIMEOUT,
+        &format!("{what}: nbdcopy the image in"),
+    );
+    image
+}
+
+fn file_sha256(t: &Tools, path: &std::path::Path) -> String {
+    let out = run_ok(t.cmd("sha256sum").arg(path), CMD_TIMEOUT, "sha256sum");
+    out.stdout
+        .split_whitespace()
+        .next()
+        .expect("a digest")
+        .to_string()
+}
+
+/// `platter remove` as mdadm --remove: an active member is refused ("fail
+/// it first"); a failed one leaves the volume, its device closed, its slot
+/// "removed"; `replace` fills the empty slot and the rebuild restores it.
+#[test]
+fn remove_refuses_an_active_member_and_takes_out_a_failed_one() {
+    let test = "remove_refuses_an_active_member_and_takes_out_a_failed_one";
+    let Some(t) = tools(test, &["nbdcopy", "sha256sum"]) else {
+        return;
+    };
+    let s = Server::start(Volume::create(Spec::new("raid5", 4, "64k"), 16 * MIB));
+    let image = fill_from_image(&t, &s, test);
+    let digest = file_sha256(&t, &image);
+    assert_eq!(volume_sha256(&t, &s, test), digest, "{test}: filled");
+    let old = s.volume.members[2].clone();
+
+    // Active: refused, in one line, and nothing changes.
+    let out = run(
+        &mut platter(&["remove", "--control", &control(&s), "2"]),
+        CMD_TIMEOUT,
+    );
+    assert!(!out.status.success(), "{}", out.describe(test));
+    assert!(
+        out.stderr.contains("fail it first") && out.stderr.trim().lines().count() == 1,
+        "{}",
+        out.describe(test)
+    );
+    let st = live_status(&s);
+    assert_eq!(st["members"][2]["state"], "active", "{st}");
+    assert!(
+        holds_open(s.pid(), &old),
+        "{test}: the server does not hold {old}"
+    );
+
+    // Failed, then removed by its path: the device is closed.
+    run_ok(
+        &mut platter(&["fail", "--control", &control(&s), "2"]),
+        CMD_TIMEOUT,
+        test,
+    );
+    assert!(
+        holds_open(s.pid(), &old),
+        "{test}: a failed member stays open"
+    );
+    let out = run_ok(
+        &mut platter(&["remove", "--control", &control(&s), &old]),
+        CMD_TIMEOUT,
+        test,
+    );
+    assert!(
+        out.stdout.contains("member 2 removed"),
+        "{}",
+        out.describe(test)
+    );
+    assert!(
+        !holds_open(s.pid(), &old),
+        "{test}: {old} is still open after remove"
+    );
+    let st = live_status(&s);
+    assert_eq!(st["members"][2]["state"], "removed", "{st}");
+    assert!(st["members"][2]["path"].is_null(), "{st}");
+    assert_eq!(st["state"], "degraded", "{st}");
+    // Once is enough.
+    let out = run(
+        &mut platter(&["remove", "--control", &control(&s), "2"]),
+        CMD_TIMEOUT,
+    );
+    assert!(
+        !out.status.success() && out.stderr.contains("already removed"),
+        "{}",
+        out.describe(test)
+    );
+    assert_eq!(volume_sha256(&t, &s, test), digest, "{test}: degraded");
+
+    // The empty slot is filled by replace and rebuilt.
+    let new = s.volume.path().join("new2");
+    run_ok(
+        &mut platter(&[
+            "replace",
+            "--control",
+            &control(&s),
+            "2",
+            new.to_str().unwrap(),
+        ]),
+        CMD_TIMEOUT,
+        test,
+    );
+    wait_rebuilt(&s, test);
+    let st = live_status(&s);
+    assert_eq!(st["members"][2]["path"], new.to_str().unwrap(), "{st}");
+    // (Live status says "clean" when no member is lost.)
+    assert_eq!(st["state"], "clean", "{st}");
+    assert_eq!(volume_sha256(&t, &s, test), digest, "{test}: rebuilt");
+    let check = run_ok(
+        &mut platter(&["check", "--json", "--control", &control(&s)]),
+        CMD_TIMEOUT,
+        test,
+    );
+    let report: Value = serde_json::from_str(&check.stdout).unwrap();
+    assert_eq!(report["mismatched_stripes"], 0, "{test}: {report}");
+    assert_eq!(report["unchecked_stripes"], 0, "{test}: {report}");
+}
+
+/// A spare leaves the spare list by its path, and is not used afterwards.
+#[test]
+fn remove_takes_a_spare_off_the_list() {
+    let test = "remove_takes_a_spare_off_the_list";
+    let s = Server::start(Volume::create(Spec::new("raid5", 3, "64k"), 4 * MIB));
+    let spare = s.volume.path().join("spare");
+    let spare = spare.to_str().unwrap();
+    run_ok(
+        &mut platter(&["add-spare", "--control", &control(&s), spare]),
+        CMD_TIMEOUT,
+        test,
+    );
+    assert!(holds_open(s.pid(), spare), "{test}: the spare is not open");
+    let out = run_ok(
+        &mut platter(&["remove", "--control", &control(&s), spare]),
+        CMD_TIMEOUT,
+        test,
+    );
+    assert!(out.stdout.contains("spare"), "{}", out.describe(test));
+    assert!(
+        !holds_open(s.pid(), spare),
+        "{test}: the spare is still open"
+    );
+    assert!(live_status(&s)["spares"].as_array().unwrap().is_empty());
+    // With no spare, a failure leaves the slot faulty.
+    run_ok(
+        &mut platter(&["fail", "--control", &control(&s), "0"]),
+        CMD_TIMEOUT,
+        test,
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let st = live_status(&s);
+    assert_eq!(st["members"][0]["state"], "faulty", "{st}");
+    assert!(st["rebuild"].is_null(), "{st}");
+}
+
+/// A removed slot stays empty across a restart: the old device, given back
+/// among the others, is not used (the server says so), the volume is served
+/// degraded with the right data, and `replace OLD-PATH NEW` still fills it.
+#[test]
+fn a_removed_slot_stays_out_after_a_restart() {
+    let test = "a_removed_slot_stays_out_after_a_restart";
+    let Some(t) = tools(test, &["nbdcopy", "sha256sum"]) else {
+        return;
+    };
+    let mut s = Server::start(Volume::create(Spec::new("raid5", 4, "64k"), 16 * MIB));
+    let image = fill_from_image(&t, &s, test);
+    let digest = file_sha256(&t, &image);
+    let old = s.volume.members[1].clone();
+    for cmd in ["fail", "remove"] {
+        run_ok(
+            &mut platter(&[cmd, "--control", &control(&s), "1"]),
+            CMD_TIMEOUT,
+            test,
+        );
+    }
+    s.stop_with("TERM");
+
+    // The labels say so without a server, with or without the old device.
+    let offline = s.volume.status();
+    assert_eq!(offline["state"], "degraded", "{offline}");
+    assert_eq!(
+        offline["members"][1]["state"], "removed (device not used)",
+        "{offline}"
+    );
+
+    // Every member given, the old one included: it stays out.
+    s.start_again_unchecked();
+    let st = live_status(&s);
+    assert_eq!(st["members"][1]["state"], "removed", "{st}");
+    assert!(st["members"][1]["path"].is_null(), "{st}");
+    assert_eq!(st["state"], "degraded", "{st}");
+    assert!(
+        s.log()
+            .contains(&format!("member {old}: slot 1 was removed")),
+        "{test}: no word of the removed member:\n{}",
+        s.log()
+    );
+    assert!(!holds_open(s.pid(), &old), "{test}: {old} is open");
+    assert_eq!(volume_sha256(&t, &s, test), digest, "{test}: after restart");
+
+    // Replaced by the old device's path, and waited for.
+    let new = s.volume.path().join("new1");
+    let out = run_ok(
+        &mut platter(&[
+            "replace",
+            "--wait",
+            "--control",
+            &control(&s),
+            &old,
+            new.to_str().unwrap(),
+        ]),
+        CMD_TIMEOUT,
+        test,
+    );
+    assert!(
+        out.stdout.contains("rebuild slot 1: done"),
+        "{}",
+        out.describe(test)
+    );
+    assert_eq!(live_status(&s)["members"][1]["state"], "active");
+    assert_eq!(volume_sha256(&t, &s, test), digest, "{test}: rebuilt");
+    s.volume.members[1] = new.to_str().unwrap().to_string();
+    s.restart();
+    assert_eq!(live_status(&s)["state"], "clean");
+    assert_eq!(volume_sha256(&t, &s, test), digest, "{test}: restarted");
+    s.stop();
+}
+
+/// `status --watch` with stdout not a terminal: one plain progress line per
+/// interval while a (slowed) rebuild runs, percent never going back, a last
+/// line when it is done, exit 0; and with nothing running it says so.
+#[test]
+fn status_watch_prints_progress_lines_until_the_rebuild_ends() {
+    let test = "status_watch_prints_progress_lines_until_the_rebuild_ends";
+    let s = Server::start(Volume::create(Spec::new("raid5", 4, "64k"), 24 * MIB));
+    let ctl = control(&s);
+    let out = run_ok(
+        &mut platter(&["status", "--watch", "--control", &ctl]),
+        CMD_TIMEOUT,
+        test,
+    );
+    assert!(
+        out.stdout.starts_with("nothing to wait for"),
+        "{}",
+        out.describe(test)
+    );
+
+    // 2 MiB/s: a 4 MiB rebuild step then takes 2 s, the rebuild ~12 s.
+    run_ok(
+        &mut platter(&["rebuild-rate", "--control", &ctl, "2M"]),
+        CMD_TIMEOUT,
+        test,
+    );
+    run_ok(
+        &mut platter(&["fail", "--control", &ctl, "3"]),
+        CMD_TIMEOUT,
+        test,
+    );
+    let new = s.volume.path().join("new3");
+    run_ok(
+        &mut platter(&["replace", "--control", &ctl, "3", new.to_str().unwrap()]),
+        CMD_TIMEOUT,
+        test,
+    );
+    let mut watch = Background::spawn(
+        &mut platter(&["status", "--watch", "--interval", "0.2", "--control", &ctl]),
+        "platter status --watch",
+    );
+    let progress = |text: &str| {
+        text.lines()
+            .filter(|l| l.starts_with("rebuild slot 3: ") && l.contains('%'))
+            .count()
+    };
+    // Three lines at least, and one after the first step, with its rate.
+    let start = Instant::now();
+    while progress(&watch.stdout()) < 3 || !watch.stdout().contains("ETA") {
+        assert!(
+            watch.is_running() && start.elapsed() < Duration::from_secs(20),
+            "{test}: fewer than 3 progress lines, or none with a rate:\n{}\n{}",
+            watch.stdout(),
+            watch.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(watch.is_running(), "{test}: the watch ended early");
+    run_ok(
+        &mut platter(&["rebuild-rate", "--control", &ctl, "1G"]),
+        CMD_TIMEOUT,
+        test,
+    );
+    let status = watch.wait(Duration::from_secs(60));
+    let text = watch.stdout();
+    assert!(
+        status.success(),
+        "{test}: {status}\n{text}\n{}",
+        watch.stderr()
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines.last().copied(),
+        Some("rebuild slot 3: done, the member is active"),
+        "{text}"
+    );
+    let percents: Vec<f64> = lines[..lines.len() - 1]
+        .iter()
+        .map(|l| {
+            let rest = l
+                .strip_prefix("rebuild slot 3: ")
+                .unwrap_or_else(|| panic!("{test}: not a progress line: {l:?}\n{text}"));
+            rest.split('%').next().unwrap().parse().expect("a percent")
+        })
+        .collect();
+    assert!(percents.len() >= 3, "{text}");
+    assert!(percents.windows(2).all(|w| w[0] <= w[1]), "{text}");
+    assert!(percents[0] < 100.0, "{text}");
+    // The slowed rate shows, with an ETA.
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("at 2") && l.contains("/s, ETA ")),
+        "{text}"
+    );
+    assert_eq!(live_status(&s)["members"][3]["state"], "active");
+}

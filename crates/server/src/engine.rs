@@ -18,7 +18,11 @@ pub type Done = Box<dyn FnOnce(Result<Reply, VolumeError>) + Send>;
 pub type EventHook = Box<dyn FnMut(&Event) + Send>;
 
 /// Member I/Os taken from the engine in one round; most requests make few.
-type Ios = SmallVec<[MemberIo; 4]>;
+/// Each with the device it goes to, resolved when the engine emitted it: a
+/// replacement swapped in later must never receive an I/O meant for the
+/// device it replaced (a read of the old member would return the new one's
+/// blank bytes to a client).
+type Ios = SmallVec<[(MemberIo, Option<Arc<dyn Member>>); 4]>;
 type Finished = SmallVec<[(Done, Result<Reply, VolumeError>); 2]>;
 
 struct State {
@@ -79,6 +83,14 @@ impl Engine {
         self.members.write().expect("members lock")[slot as usize] = Some(device);
     }
 
+    /// Takes the device out of `slot` (a removal) and returns it; the
+    /// device closes once the caller and any I/O the engine issued to it
+    /// before the slot failed have let it go. The engine must not be using
+    /// the slot: it is faulty or missing.
+    pub fn take_member(&self, slot: u32) -> Option<Arc<dyn Member>> {
+        self.members.write().expect("members lock")[slot as usize].take()
+    }
+
     /// Runs `f` on the volume under the engine lock (management calls such
     /// as starting a rebuild). Requests it submits are pumped by the caller.
     pub fn with_volume<T>(&self, f: impl FnOnce(&mut Volume) -> T) -> T {
@@ -87,7 +99,7 @@ impl Engine {
             let out = f(&mut s.volume);
             let mut ios = Ios::new();
             let mut finished = Finished::new();
-            Self::drain(&mut s, &mut ios, &mut finished);
+            self.drain(&mut s, &mut ios, &mut finished);
             assert!(
                 ios.is_empty() && finished.is_empty(),
                 "with_volume must not submit"
@@ -114,7 +126,7 @@ impl Engine {
                 return false;
             };
             s.routes.insert(id, done);
-            Self::drain(&mut s, &mut ios, &mut finished);
+            self.drain(&mut s, &mut ios, &mut finished);
             if s.idle_waiters > 0 && s.volume.is_idle() {
                 self.idle.notify_all();
             }
@@ -182,15 +194,17 @@ impl Engine {
         // Each round performs the I/Os of finished plans; a request's plan
         // has a bounded number of phases, so this ends.
         while !ios.is_empty() {
-            let results: SmallVec<[(IoId, IoResult); 4]> =
-                ios.drain(..).map(|io| (io.id, self.perform(&io))).collect();
+            let results: SmallVec<[(IoId, IoResult); 4]> = ios
+                .drain(..)
+                .map(|(io, device)| (io.id, perform(&io, device)))
+                .collect();
             let mut finished = Finished::new();
             let events = {
                 let mut s = self.lock();
                 for (id, r) in results {
                     s.volume.io_done(id, r);
                 }
-                Self::drain(&mut s, &mut ios, &mut finished);
+                self.drain(&mut s, &mut ios, &mut finished);
                 if s.idle_waiters > 0 && s.volume.is_idle() {
                     self.idle.notify_all();
                 }
@@ -201,9 +215,15 @@ impl Engine {
         }
     }
 
-    fn drain(s: &mut State, ios: &mut Ios, finished: &mut Finished) {
-        while let Some(io) = s.volume.next_io() {
-            ios.push(io);
+    fn drain(&self, s: &mut State, ios: &mut Ios, finished: &mut Finished) {
+        if let Some(io) = s.volume.next_io() {
+            let members = self.members.read().expect("members lock");
+            let device = members[io.member as usize].clone();
+            ios.push((io, device));
+            while let Some(io) = s.volume.next_io() {
+                let device = members[io.member as usize].clone();
+                ios.push((io, device));
+            }
         }
         while let Some(c) = s.volume.next_completion() {
             let done = s
@@ -242,11 +262,14 @@ impl Engine {
             done(result);
         }
     }
+}
 
-    fn perform(&self, io: &MemberIo) -> IoResult {
-        let member = self.members.read().expect("members lock")[io.member as usize]
-            .clone()
-            .expect("the engine never addresses an absent member");
-        platter_io::executor::perform(member.as_ref(), &io.op)
-    }
+fn perform(io: &MemberIo, device: Option<Arc<dyn Member>>) -> IoResult {
+    // The engine addresses only members in use, but an I/O taken from it
+    // just before its member failed can be performed after the operator
+    // removed the device: it fails like the member did.
+    let Some(device) = device else {
+        return Err(format!("member {} was removed", io.member));
+    };
+    platter_io::executor::perform(device.as_ref(), &io.op)
 }

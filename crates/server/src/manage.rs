@@ -1,6 +1,7 @@
 //! Live management of a served volume: the operations behind the control
-//! socket (`platter status|fail|replace|add-spare|check|repair|rebuild-rate
-//! --control PATH`), each a JSON request and a JSON answer on one line.
+//! socket (`platter status|fail|remove|replace|add-spare|check|repair|
+//! rebuild-rate --control PATH`), each a JSON request and a JSON answer on
+//! one line.
 
 use crate::engine::Engine;
 use crate::meta::Meta;
@@ -9,6 +10,7 @@ use platter_core::label::{SlotState, VolumeState};
 use platter_core::volume::{CheckReport, Health, Maintenance, Reply, Request};
 use platter_io::{open_member, Member, OpenOptions};
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
@@ -26,6 +28,13 @@ pub struct Manager {
     pub meta: Arc<Meta>,
     pub upkeep: Arc<Upkeep>,
     pub spares: Mutex<Vec<Arc<dyn Member>>>,
+    /// Removed slots and the name of the device that left each, so that
+    /// `replace OLD-PATH NEW` still finds the slot after `remove`.
+    pub removed: Mutex<BTreeMap<u32, String>>,
+    /// Held while a slot's device changes (remove, replace), so that two
+    /// operators (or an operator and a spare taking over) cannot interleave
+    /// the check of a slot's health with the change of its device.
+    pub slot_changes: Mutex<()>,
 }
 
 fn health_name(h: Health) -> &'static str {
@@ -42,6 +51,15 @@ impl Manager {
         let label = self.meta.label();
         let health = self.engine.health();
         let members = self.engine.members();
+        let slot_state = |s: usize| {
+            if label.slots[s].state == SlotState::Removed
+                && matches!(health[s], Health::Faulty | Health::Missing)
+            {
+                "removed"
+            } else {
+                health_name(health[s])
+            }
+        };
         let (geometry, progress, bitmap) = self.engine.with_volume(|v| {
             (
                 v.geometry().clone(),
@@ -72,19 +90,25 @@ impl Manager {
             "event_counter": label.event_counter,
             "members": (0..geometry.members()).map(|s| json!({
                 "slot": s,
-                "state": health_name(health[s as usize]),
+                "state": slot_state(s as usize),
                 "path": members[s as usize].as_ref().map(|m| m.describe().to_string()),
             })).collect::<Vec<_>>(),
             "spares": self.spares.lock().expect("spares").iter().map(|m| m.describe().to_string()).collect::<Vec<_>>(),
             "rebuild": rebuild,
-            "resync": self.upkeep.resync_progress().map(|(cursor, stripes)| json!({
-                "cursor_stripe": cursor,
-                "stripes": stripes,
-                "percent": 100.0 * cursor as f64 / stripes.max(1) as f64,
-                "rewritten_stripes": self.upkeep.resync_mismatched_stripes.load(Ordering::SeqCst),
-                "regions": self.upkeep.resync_by_region.load(Ordering::SeqCst)
-                    .then(|| self.upkeep.resync_regions.load(Ordering::SeqCst)),
-            })),
+            "resync": self.upkeep.resync_progress().map(|(cursor, stripes)| {
+                let rate = self.upkeep.resync_rate_bytes_per_sec.load(Ordering::Relaxed);
+                let left_bytes = stripes.saturating_sub(cursor) * geometry.stripe_data_bytes();
+                json!({
+                    "cursor_stripe": cursor,
+                    "stripes": stripes,
+                    "percent": 100.0 * cursor as f64 / stripes.max(1) as f64,
+                    "rewritten_stripes": self.upkeep.resync_mismatched_stripes.load(Ordering::SeqCst),
+                    "rate_bytes_per_sec": rate,
+                    "eta_seconds": left_bytes.checked_div(rate).unwrap_or(0),
+                    "regions": self.upkeep.resync_by_region.load(Ordering::SeqCst)
+                        .then(|| self.upkeep.resync_regions.load(Ordering::SeqCst)),
+                })
+            }),
             "bitmap": bitmap.map(|b| json!({
                 "regions": b.layout.regions,
                 "region_bytes": b.layout.region_stripes * geometry.stripe_data_bytes(),
@@ -108,7 +132,68 @@ impl Manager {
             .iter()
             .position(|m| m.as_ref().is_some_and(|m| m.describe() == name))
             .map(|i| i as u32)
+            .or_else(|| {
+                let removed = self.removed.lock().expect("removed");
+                removed.iter().find(|(_, n)| *n == name).map(|(s, _)| *s)
+            })
             .ok_or_else(|| format!("no member {name} (give a slot number or a member's path)"))
+    }
+
+    /// Takes a member out of the volume for good (mdadm's --remove): only a
+    /// faulty or missing one, whose device is then closed so that it can be
+    /// pulled or reused; the slot stays empty ("removed") until `replace`
+    /// fills it, also after a restart. A spare is removed by its path.
+    pub fn remove(&self, name: &str) -> Result<Value, String> {
+        {
+            let mut spares = self.spares.lock().expect("spares");
+            if let Some(i) = spares.iter().position(|m| m.describe() == name) {
+                drop(spares.remove(i));
+                tracing::info!(spare = %name, "spare removed");
+                return Ok(json!({ "removed_spare": name }));
+            }
+        }
+        let _changing = self.slot_changes.lock().expect("slot changes");
+        let slot = self.slot_of(name)?;
+        let health = self.engine.health()[slot as usize];
+        let device = self.engine.members()[slot as usize]
+            .as_ref()
+            .map(|m| m.describe().to_string());
+        let shown = device.as_deref().map_or_else(
+            || format!("member {slot}"),
+            |d| format!("member {slot} ({d})"),
+        );
+        match health {
+            Health::Online | Health::Rebuilding => {
+                return Err(format!(
+                    "{shown} is {}: fail it first (platter fail --control PATH {slot})",
+                    health_name(health)
+                ))
+            }
+            Health::Faulty | Health::Missing => {}
+        }
+        if self.meta.label().slots[slot as usize].state == SlotState::Removed && device.is_none() {
+            return Err(format!("member {slot} is already removed"));
+        }
+        // The engine does not address a faulty or missing slot; an I/O it
+        // issued just before the failure fails harmlessly once the device
+        // is gone (`Engine::perform`).
+        let taken = self.engine.take_member(slot);
+        self.meta.record(|l| {
+            l.slots[slot as usize].state = SlotState::Removed;
+        });
+        drop(taken);
+        if let Some(d) = &device {
+            self.removed
+                .lock()
+                .expect("removed")
+                .insert(slot, d.clone());
+        }
+        tracing::info!(
+            slot,
+            device = device.as_deref().unwrap_or("-"),
+            "member removed"
+        );
+        Ok(json!({ "removed": slot, "device": device }))
     }
 
     pub fn fail(&self, name: &str) -> Result<Value, String> {
@@ -179,6 +264,7 @@ impl Manager {
     }
 
     fn replace_slot(&self, slot: u32, device: Arc<dyn Member>) -> Result<(), String> {
+        let _changing = self.slot_changes.lock().expect("slot changes");
         let health = self.engine.health()[slot as usize];
         if health == Health::Rebuilding {
             return Err(format!("member {slot} is already being rebuilt"));
@@ -191,6 +277,7 @@ impl Manager {
                 .with_volume(|v| v.mark_faulty(slot, "replaced by the operator".into()));
         }
         self.engine.set_member(slot, device);
+        self.removed.lock().expect("removed").remove(&slot);
         self.engine
             .with_volume(|v| v.start_rebuild(slot, 0))
             .map_err(|e| e.to_string())?;
@@ -272,6 +359,7 @@ impl Manager {
         match req.get("cmd").and_then(Value::as_str) {
             Some("status") => Ok(self.status()),
             Some("fail") => self.fail(arg("member")?),
+            Some("remove") => self.remove(arg("member")?),
             Some("replace") => self.replace(
                 arg("member")?,
                 arg("device")?,

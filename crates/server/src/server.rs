@@ -13,6 +13,7 @@ use platter_core::volume::{Health, Limits, Request, Volume};
 use platter_io::assembly::OpenVolume;
 use platter_nbd::consts::*;
 use platter_nbd::{ExportInfo, HandshakeConfig};
+use std::collections::BTreeMap;
 use std::io;
 use std::net::{Shutdown, TcpListener};
 use std::os::fd::AsRawFd;
@@ -71,7 +72,35 @@ pub fn serve(
     config: ServeConfig,
     on_ready: impl FnOnce(&Ready),
 ) -> Result<(), ServeError> {
-    let assembly = &volume.assembly;
+    // The bitmap is only written by writes: a read-only server leaves it
+    // (and any resync it asks for) to the next writable start.
+    let intent = if config.read_only {
+        None
+    } else {
+        volume
+            .intent()
+            .map_err(|e| ServeError::Refused(e.to_string()))?
+    };
+    let mut members = volume.members_by_slot();
+    let OpenVolume { assembly, devices } = volume;
+    // The engine holds the devices from here on: one that leaves it (a
+    // removed member) is closed when the engine lets it go.
+    drop(devices);
+    let assembly = &assembly;
+    let mut removed = BTreeMap::new();
+    for (slot, device) in members.iter_mut().enumerate() {
+        if assembly.label.slots[slot].state != SlotState::Removed {
+            continue;
+        }
+        if let Some(d) = device.take() {
+            let name = d.describe().to_string();
+            tracing::warn!(
+                "member {name}: slot {slot} was removed from the volume; not used \
+                 (platter replace puts a device back in the slot)"
+            );
+            removed.insert(slot as u32, name);
+        }
+    }
     let geometry = assembly.geometry.clone();
     let lost = assembly
         .health
@@ -91,7 +120,6 @@ pub fn serve(
         tracing::warn!(lost, "serving degraded: {lost} member(s) unavailable");
     }
     let unclean = matches!(assembly.label.state, VolumeState::Dirty);
-    let members = volume.members_by_slot();
     let online: Vec<u32> = (0..geometry.members())
         .filter(|&s| assembly.health[s as usize] == Health::Online)
         .collect();
@@ -141,15 +169,6 @@ pub fn serve(
         assembly.health.clone(),
         Limits { max_requests },
     );
-    // The bitmap is only written by writes: a read-only server leaves it
-    // (and any resync it asks for) to the next writable start.
-    let intent = if config.read_only {
-        None
-    } else {
-        volume
-            .intent()
-            .map_err(|e| ServeError::Refused(e.to_string()))?
-    };
     let mut resync_regions = 0;
     if let Some((layout, bits)) = intent {
         let resync = unclean && geometry.redundancy() > 0;
@@ -277,6 +296,8 @@ pub fn serve(
         meta: Arc::clone(&meta),
         upkeep: Arc::clone(&upkeep),
         spares: Mutex::new(Vec::new()),
+        removed: Mutex::new(removed),
+        slot_changes: Mutex::new(()),
     });
     let upkeep_thread = {
         let (e, m, u) = (Arc::clone(&engine), Arc::clone(&meta), Arc::clone(&upkeep));
@@ -380,7 +401,7 @@ pub fn serve(
 fn mark(label: &mut Label, health: &[Health], state: VolumeState) {
     label.state = Meta::state_for(health, state);
     for (slot, h) in health.iter().enumerate() {
-        if *h == Health::Faulty {
+        if *h == Health::Faulty && label.slots[slot].state != SlotState::Removed {
             label.slots[slot].state = SlotState::Faulty;
         }
     }

@@ -37,6 +37,8 @@ pub struct Upkeep {
     /// many), not every stripe.
     pub resync_regions: AtomicU64,
     pub resync_by_region: AtomicBool,
+    /// Bytes resynced per second over the last step, for status.
+    pub resync_rate_bytes_per_sec: AtomicU64,
 }
 
 impl Upkeep {
@@ -50,6 +52,7 @@ impl Upkeep {
             resync_mismatched_stripes: AtomicU64::new(0),
             resync_regions: AtomicU64::new(0),
             resync_by_region: AtomicBool::new(false),
+            resync_rate_bytes_per_sec: AtomicU64::new(0),
         }
     }
 
@@ -122,17 +125,11 @@ pub fn run(engine: Arc<Engine>, meta: Arc<Meta>, upkeep: Arc<Upkeep>) {
             Err(_) => return,
         }
         let done_bytes = step * stripe_bytes;
-        let took = started.elapsed();
+        pace(&upkeep, done_bytes, started);
         upkeep.last_rate_bytes_per_sec.store(
-            (done_bytes as f64 / took.as_secs_f64().max(1e-6)) as u64,
+            (done_bytes as f64 / started.elapsed().as_secs_f64().max(1e-6)) as u64,
             Ordering::Relaxed,
         );
-        // Rate limit: a step of N bytes takes at least N / rate seconds.
-        let rate = upkeep.rate_bytes_per_sec.load(Ordering::Relaxed).max(1);
-        let due = Duration::from_secs_f64(done_bytes as f64 / rate as f64);
-        if due > took {
-            std::thread::sleep((due - took).min(Duration::from_secs(5)));
-        }
         if last_checkpoint.elapsed() >= Duration::from_secs(1) {
             if let Some(p) = engine.with_volume(|v| v.rebuild_progress()) {
                 meta.checkpoint(p.cursor_stripe);
@@ -210,11 +207,27 @@ fn repair(engine: &Engine, upkeep: &Upkeep, first: u64, count: u64) -> bool {
         }
     }
     let stripe_bytes = engine.with_volume(|v| v.geometry().stripe_data_bytes());
-    let rate = upkeep.rate_bytes_per_sec.load(Ordering::Relaxed).max(1);
-    let due = Duration::from_secs_f64((count * stripe_bytes) as f64 / rate as f64);
-    let took = started.elapsed();
-    if due > took {
-        std::thread::sleep((due - took).min(Duration::from_secs(5)));
-    }
+    pace(upkeep, count * stripe_bytes, started);
+    upkeep.resync_rate_bytes_per_sec.store(
+        ((count * stripe_bytes) as f64 / started.elapsed().as_secs_f64().max(1e-6)) as u64,
+        Ordering::Relaxed,
+    );
     true
+}
+
+/// The rate limit: a step of `bytes` that started at `started` takes at
+/// least `bytes / rate` seconds. The rate is read again every few
+/// milliseconds, so `platter rebuild-rate` takes effect within the step, and
+/// a stop is not held up.
+fn pace(upkeep: &Upkeep, bytes: u64, started: Instant) {
+    const SLICE: Duration = Duration::from_millis(50);
+    loop {
+        let rate = upkeep.rate_bytes_per_sec.load(Ordering::Relaxed).max(1);
+        let due = Duration::from_secs_f64(bytes as f64 / rate as f64);
+        let took = started.elapsed();
+        if took >= due || upkeep.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        std::thread::sleep((due - took).min(SLICE));
+    }
 }

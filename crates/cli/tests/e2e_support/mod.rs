@@ -907,6 +907,12 @@ impl Server {
         }
     }
 
+    /// Starts the server again without checking what the labels say (for a
+    /// volume that is served degraded on purpose, with every member given).
+    pub fn start_again_unchecked(&mut self) {
+        self.launch();
+    }
+
     /// A clean stop, then a start.
     pub fn restart(&mut self) {
         self.stop();
