@@ -177,7 +177,9 @@ pub fn serve(
         }
         vol.enable_intent(layout, bits, resync);
     }
-    let engine = Arc::new(Engine::new(vol, members.clone()));
+    // Moved, not cloned: the engine is the only holder of the devices, so a
+    // removed member's device closes when the engine lets it go.
+    let engine = Arc::new(Engine::new(vol, members));
     let shared = Arc::new(Shared {
         engine: Arc::clone(&engine),
         handshake: HandshakeConfig {
