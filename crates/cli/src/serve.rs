@@ -4,7 +4,7 @@ use crate::error::{CliError, Result};
 use crate::members::{assemble_devices, open_all};
 use clap::Args;
 use platter_core::units::format_size;
-use platter_io::{FaultSpec, FaultyMember, OpenOptions};
+use platter_io::{FaultSpec, FaultyMember, Member, OpenOptions};
 use platter_server::{serve, Ready, ServeConfig};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -29,8 +29,14 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = 64)]
     max_connections: usize,
     /// Inject faults into a member, for testing: MEMBER is one of the
-    /// members as given, SPEC is e.g. fail-nth=7,fail-from=100,fail-rate=0.001,latency=500us,tear-rate=0.01,seed=3.
-    /// I/Os are counted from opening, label reads included. Repeatable.
+    /// members as given, SPEC is comma-separated keys, e.g.
+    /// fail-nth=7,fail-from=100,fail-rate=0.001,latency=500us,tear-rate=0.01,seed=3.
+    /// Keys: fail-nth=N, fail-from=N, fail-rate=P, latency=T, tear-rate=P,
+    /// seed=N, undo-log=on|off, bad-range=OFFSET+LEN (bad sectors at member
+    /// bytes, e.g. 2M+64k, whole 512-byte sectors: reads touching them fail,
+    /// a write covering a sector whole heals it; give the key once per
+    /// range). I/Os are counted from opening, label reads included.
+    /// Repeatable, once per member.
     #[arg(long, value_name = "MEMBER=SPEC")]
     inject: Vec<String>,
     /// Control socket for `platter status|fail|remove|replace|add-spare|check|
@@ -56,6 +62,13 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let injections = parse_injections(&args.inject, &args.members)?;
     let mut devices = open_all(&args.members, opts)?;
     for (i, spec) in injections {
+        let size = devices[i].size_bytes();
+        if let Some(r) = spec.bad_ranges.iter().find(|r| r.end_bytes() > size) {
+            return Err(CliError(format!(
+                "--inject {}: bad-range {}+{} ends past the member's end ({size} bytes)",
+                args.members[i], r.offset_bytes, r.len_bytes
+            )));
+        }
         tracing::warn!(member = %args.members[i], faults = %spec, "injecting faults");
         let inner = Arc::clone(&devices[i]);
         devices[i] = Arc::new(FaultyMember::new(inner, spec));

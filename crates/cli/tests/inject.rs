@@ -1,13 +1,18 @@
 //! `platter serve --inject MEMBER=SPEC`: refused in one line when the spec
 //! or the member is wrong; with a member dying under qemu-io, the data still
-//! reads back and the server says the member was marked faulty.
+//! reads back and the server says the member was marked faulty; with bad
+//! sectors on a mirror or RAID-10 copy, qemu-io reads right data, the read
+//! error is corrected in place once, and the member stays online.
 
 mod e2e_support;
 
+use std::fs;
+use std::os::unix::fs::FileExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use e2e_support::*;
+use serde_json::Value;
 
 fn serve_cmd(v: &Volume, injects: &[String]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_platter"));
@@ -59,6 +64,11 @@ fn bad_injections_are_refused_in_one_line() {
             "is not one of the members",
         ),
         ("m1=fail-nth=1".to_string(), "m1 is not one of the members"),
+        (format!("{m1}=bad-range=2M+100"), "multiples of 512"),
+        (
+            format!("{m1}=bad-range=1G+4k"),
+            "ends past the member's end",
+        ),
     ] {
         assert_refused_in_one_line(&v, &[inject], says);
     }
@@ -174,4 +184,192 @@ fn read_back(tools: &Tools, uri: &str, regions: &[(u64, u64, u8)]) {
         "{}",
         out.describe("qemu-io read")
     );
+}
+
+// ---------------------------------------------------------------------------
+// Bad sectors on a copy, corrected in place
+
+/// Where member data starts on every member (`platter create`'s layout).
+const DATA_OFFSET: u64 = MIB;
+
+/// The pattern byte of the volume's `i`th interleave-sized chunk (never 0
+/// and never 0xff, the bytes the test puts under the bad sectors).
+fn chunk_pattern(i: u64) -> u8 {
+    1 + (i % 250) as u8
+}
+
+/// The volume offset that member `slot`'s byte `member_offset` holds, for
+/// a mirror or md's "near" RAID-10 with `copies` copies of each chunk laid
+/// in consecutive slots, row by row.
+fn volume_offset_of(v: &Volume, slot: u64, member_offset: u64) -> u64 {
+    let d = member_offset - DATA_OFFSET;
+    match v.spec.level {
+        "mirror" => d,
+        "raid10" => {
+            let il = v.interleave_bytes;
+            let members = v.spec.members as u64;
+            let copies = u64::from(v.spec.copies);
+            let (row, within) = (d / il, d % il);
+            let chunk = (row * members + slot) / copies;
+            chunk * il + within
+        }
+        l => panic!("no copies on {l}"),
+    }
+}
+
+/// Lines of the server log that report a corrected read error.
+fn corrections(log: &str) -> Vec<String> {
+    log.lines()
+        .filter(|l| l.contains("read error corrected"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Waits (briefly) until the log reports `n` corrections; returns them.
+fn wait_corrections(s: &Server, n: usize) -> Vec<String> {
+    let start = Instant::now();
+    loop {
+        let c = corrections(&s.log());
+        if c.len() >= n || start.elapsed() > Duration::from_secs(5) {
+            return c;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn live_status(s: &Server) -> Value {
+    let control = format!("{}.ctl", s.socket().display());
+    let out = run_ok(
+        Command::new(env!("CARGO_BIN_EXE_platter")).args([
+            "status",
+            "--json",
+            "--control",
+            &control,
+        ]),
+        CMD_TIMEOUT,
+        "platter status --control",
+    );
+    serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("status --json: {e} in\n{}", out.stdout))
+}
+
+/// qemu-io `read -P` of every chunk, each twice in a row: reads rotate over
+/// the copies per request, so with two copies one of the two reads of each
+/// chunk goes to the member with the bad sectors.
+fn read_every_chunk_twice(t: &Tools, s: &Server, what: &str) {
+    let v = &s.volume;
+    let il = v.interleave_bytes;
+    let cmds: Vec<String> = (0..v.size_bytes / il)
+        .flat_map(|i| {
+            let c = format!("read -P {:#x} {} {il}", chunk_pattern(i), i * il);
+            [c.clone(), c]
+        })
+        .collect();
+    let out = qemu_io(t, s.uri(), &cmds, what);
+    assert_eq!(
+        out.stdout.matches("read ").count(),
+        cmds.len(),
+        "{}",
+        out.describe(what)
+    );
+}
+
+fn bad_sectors_are_corrected_in_place(spec: Spec, bad_slot: usize) {
+    let test = format!("bad_sectors_are_corrected_in_place {}", spec.label());
+    let Some(t) = tools(&test, &["qemu-io"]) else {
+        return;
+    };
+    assert_eq!(spec.copies, 2, "the reads rotate over two copies");
+    let mut s = Server::start(Volume::create(spec, 8 * MIB));
+    let il = s.volume.interleave_bytes;
+    assert_eq!(il, 64 * KIB);
+    // A pattern per chunk, so that a rewrite in the wrong place shows.
+    let writes: Vec<String> = (0..s.volume.size_bytes / il)
+        .map(|i| format!("write -P {:#x} {} {il}", chunk_pattern(i), i * il))
+        .chain(["flush".to_string()])
+        .collect();
+    qemu_io(&t, s.uri(), &writes, &format!("{test}: write"));
+    s.stop();
+
+    // 16 KiB of bad sectors 8 KiB into the chunk at member byte 2M (1 MiB
+    // into the data area), inside one chunk, not aligned to it.
+    let member = s.volume.members[bad_slot].clone();
+    let (bad_at, bad_len) = (2 * MIB + 8 * KIB, 16 * KIB);
+    let v_at = volume_offset_of(&s.volume, bad_slot as u64, bad_at);
+    let want = chunk_pattern(v_at / il);
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&member)
+        .expect("open the member file");
+    let mut held = vec![0u8; bad_len as usize];
+    file.read_exact_at(&mut held, bad_at).unwrap();
+    assert!(
+        held.iter().all(|&b| b == want),
+        "{test}: member {bad_slot} byte {bad_at} should hold volume byte {v_at} \
+         (pattern {want:#x}); the test's layout arithmetic is off"
+    );
+    // The sectors' contents are lost too: only a rewrite puts them back.
+    file.write_all_at(&vec![0xff; bad_len as usize], bad_at)
+        .unwrap();
+    file.sync_all().unwrap();
+
+    s.options.inject = vec![format!("{member}=bad-range={bad_at}+{bad_len}")];
+    s.start_again();
+    assert!(s.log().contains("injecting faults"), "{}", s.log());
+    read_every_chunk_twice(&t, &s, &format!("{test}: read through the bad sectors"));
+
+    // Corrected once: the failed member read (the chunk, which covers the
+    // bad sectors whole) was rewritten from the other copy and read back.
+    let found = wait_corrections(&s, 1);
+    assert_eq!(found.len(), 1, "{test}: one correction:\n{}", s.log());
+    let chunk_at = bad_at / il * il;
+    assert!(
+        found[0].contains(&format!("member={bad_slot}"))
+            && found[0].contains(&format!("offset_bytes={chunk_at}"))
+            && found[0].contains(&format!("len_bytes={il}"))
+            && found[0].contains("member stays online"),
+        "{test}: {}",
+        found[0]
+    );
+    assert!(!s.log().contains("member marked faulty"), "{}", s.log());
+    let st = live_status(&s);
+    for m in st["members"].as_array().expect("members") {
+        assert_eq!(m["state"], "active", "{test}: {st}");
+    }
+    let bad = &st["members"][bad_slot];
+    assert_eq!(bad["path"], member.as_str(), "{test}: {st}");
+    assert_eq!(st["state"], "clean", "{test}: {st}");
+
+    // Healed: reading everything again corrects nothing more.
+    read_every_chunk_twice(&t, &s, &format!("{test}: read again"));
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        corrections(&s.log()).len(),
+        1,
+        "{test}: the healed sectors needed no new correction:\n{}",
+        s.log()
+    );
+    s.stop();
+
+    // The rewrite landed on the member: the whole chunk holds its pattern.
+    let mut chunk = vec![0u8; il as usize];
+    file.read_exact_at(&mut chunk, chunk_at).unwrap();
+    assert!(
+        chunk.iter().all(|&b| b == want),
+        "{test}: member {bad_slot} bytes {chunk_at}..{} after the correction: \
+         first wrong at {:?}",
+        chunk_at + il,
+        chunk.iter().position(|&b| b != want)
+    );
+}
+
+#[test]
+fn mirror_bad_sectors_are_corrected_in_place() {
+    bad_sectors_are_corrected_in_place(Spec::new("mirror", 2, "64k"), 1);
+}
+
+#[test]
+fn raid10_bad_sectors_are_corrected_in_place() {
+    bad_sectors_are_corrected_in_place(Spec::new("raid10", 4, "64k"), 3);
 }

@@ -3,7 +3,8 @@
 //!
 //! [`FaultyMember`] fails chosen I/Os (the Nth, every one from the Nth on, a
 //! seeded random fraction), adds latency, tears writes at sector boundaries,
-//! and simulates a crash: with [`FaultSpec::undo_log`] on it remembers what
+//! models bad sectors (reads of them fail until a write covers them), and
+//! simulates a crash: with [`FaultSpec::undo_log`] on it remembers what
 //! every write and trim since the last successful flush replaced, and
 //! [`FaultControls::crash`] puts back all or a seeded subset of it, then
 //! fails every I/O until [`FaultControls::revive`].
@@ -18,7 +19,7 @@
 mod ranges;
 mod spec;
 
-pub use spec::{FaultSpec, FaultSpecError};
+pub use spec::{BadRange, FaultSpec, FaultSpecError};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -28,7 +29,7 @@ use crate::error::{MemberError, MemberErrorKind, Op};
 use crate::member::{check_range, Member};
 use ranges::RangeSet;
 
-/// The sector size at which writes tear.
+/// The sector size at which writes tear and bad sectors heal.
 pub const SECTOR_BYTES: u64 = 512;
 
 /// How many bytes of replaced data the undo log holds before it refuses
@@ -121,6 +122,8 @@ struct State {
     undo: Vec<UndoEntry>,
     undo_bytes: u64,
     undo_limit: u64,
+    /// The spec's bad sectors not healed yet.
+    bad: RangeSet,
 }
 
 /// The bytes one write or trim replaced.
@@ -163,6 +166,7 @@ impl<M: Member + 'static> FaultyMember<M> {
                 undo: Vec::new(),
                 undo_bytes: 0,
                 undo_limit: DEFAULT_UNDO_LIMIT_BYTES,
+                bad: RangeSet::default(),
             }),
         });
         controls.set(faults);
@@ -289,6 +293,9 @@ impl<M: Member> FaultyMember<M> {
         } else {
             self.inner.write_at(offset_bytes, part)
         };
+        if written.is_ok() {
+            self.controls.lock().heal(offset_bytes, landed);
+        }
         match torn {
             None => written,
             Some((k, pieces)) => {
@@ -371,6 +378,15 @@ const PURPOSE_TEAR_LEN: u64 = 3;
 const PURPOSE_CRASH: u64 = 4;
 
 impl State {
+    /// The sectors that `offset..offset+len` covers whole are bad no more.
+    fn heal(&mut self, offset_bytes: u64, len_bytes: u64) {
+        let start = offset_bytes.div_ceil(SECTOR_BYTES) * SECTOR_BYTES;
+        let end = (offset_bytes + len_bytes) / SECTOR_BYTES * SECTOR_BYTES;
+        if start < end {
+            self.bad.remove(start..end);
+        }
+    }
+
     fn verdict(&mut self, name: &str, op: Op, offset_bytes: u64, len_bytes: u64) -> Verdict {
         self.count += 1;
         let n = self.count;
@@ -393,6 +409,26 @@ impl State {
                 )
             };
             return Verdict::Fail(err);
+        }
+        if op == Op::Read {
+            if let Some(b) = self
+                .bad
+                .overlapping(offset_bytes..offset_bytes + len_bytes)
+                .first()
+            {
+                self.injected += 1;
+                return Verdict::Fail(injected(
+                    name,
+                    op,
+                    offset_bytes,
+                    len_bytes,
+                    format!(
+                        "injected fault: I/O {n} of member {name}: bad sectors at bytes {}..{} \
+                         (bad-range; a write over them heals them)",
+                        b.start, b.end
+                    ),
+                ));
+            }
         }
         let tear = (op == Op::Write
             && spec.tear_rate > 0.0
@@ -424,7 +460,8 @@ impl FaultControls {
 
     /// Puts `spec` in force from the next I/O on. The I/O numbering starts
     /// again at 1; turning the undo log off forgets it, turning it on starts
-    /// an empty one.
+    /// an empty one; the bad sectors are exactly the spec's again (healed
+    /// ones included).
     ///
     /// # Panics
     /// If `spec` does not [`validate`](FaultSpec::validate).
@@ -436,6 +473,10 @@ impl FaultControls {
         if !spec.undo_log {
             s.undo.clear();
             s.undo_bytes = 0;
+        }
+        s.bad = RangeSet::default();
+        for r in &spec.bad_ranges {
+            s.bad.insert(r.offset_bytes..r.end_bytes());
         }
         s.spec = spec;
         s.count = 0;
@@ -452,6 +493,12 @@ impl FaultControls {
     /// wrapper is a pass-through and does not count.
     pub fn io_count(&self) -> u64 {
         self.lock().count
+    }
+
+    /// The bad sectors not healed yet, in member bytes: disjoint, in order,
+    /// touching runs merged.
+    pub fn bad_sectors(&self) -> Vec<std::ops::Range<u64>> {
+        self.lock().bad.iter().collect()
     }
 
     /// I/Os failed or torn on purpose since the spec was set.

@@ -1,6 +1,7 @@
 //! The fault-injecting wrapper: transparent when idle, failing exactly the
 //! I/Os it is told to, tearing writes at sector boundaries, losing unflushed
-//! writes in a crash, and its text form for the command line.
+//! writes in a crash, bad sectors that fail reads until a write covers them,
+//! and its text form for the command line.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -9,7 +10,7 @@ use bytes::Bytes;
 use platter_core::geometry::{Geometry, GeometrySpec};
 use platter_core::volume::{Event, Health, Limits, Volume};
 use platter_core::{Level, ParityLayout};
-use platter_io::fault::{CrashReport, Fate, FaultSpecError, DEFAULT_UNDO_LIMIT_BYTES};
+use platter_io::fault::{BadRange, CrashReport, Fate, FaultSpecError, DEFAULT_UNDO_LIMIT_BYTES};
 use platter_io::{
     CrashMode, FaultSpec, FaultyMember, Member, MemberError, MemberErrorKind, MemoryMember, Op,
     SyncExecutor,
@@ -438,6 +439,226 @@ fn torn_writes_land_a_sector_prefix_and_fail() {
 }
 
 // ---------------------------------------------------------------------------
+// Bad sectors
+
+fn bad_spec(ranges: &[(u64, u64)]) -> FaultSpec {
+    FaultSpec {
+        bad_ranges: ranges
+            .iter()
+            .map(|&(offset_bytes, len_bytes)| BadRange {
+                offset_bytes,
+                len_bytes,
+            })
+            .collect(),
+        ..FaultSpec::default()
+    }
+}
+
+fn assert_bad_read(m: &dyn Member, off: u64, len: usize, what: &str) {
+    let e = m
+        .read_at(off, &mut vec![0u8; len])
+        .expect_err(&format!("{what}: {len} bytes at {off} touch a bad sector"));
+    assert_injected(&e, what);
+    assert!(e.to_string().contains("bad sectors"), "{what}: {e}");
+}
+
+fn read(m: &dyn Member, off: u64, len: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; len];
+    m.read_at(off, &mut buf)
+        .unwrap_or_else(|e| panic!("{len} bytes at {off}: {e}"));
+    buf
+}
+
+#[test]
+fn bad_sectors_fail_every_read_that_touches_them_and_nothing_else() {
+    let size = 64 * 1024;
+    let m = faulty(size, FaultSpec::default());
+    let mut rng = Rng(3);
+    let data = rng.bytes(size as usize);
+    m.write_at(0, &data).unwrap();
+    // Sectors 8..12 and 20 (overlapping ranges merge).
+    m.controls().set(bad_spec(&[
+        (4096, 1024),
+        (5120, 1024),
+        (4608, 512),
+        (10240, 512),
+    ]));
+    assert_eq!(m.controls().bad_sectors(), vec![4096..6144, 10240..10752]);
+    let bad = |b: u64| (4096..6144).contains(&b) || (10240..10752).contains(&b);
+    for _ in 0..2000 {
+        let off = rng.below(size - 1);
+        let len = 1 + rng.below((size - off).min(3000));
+        let touches = (off..off + len).any(bad);
+        if touches {
+            assert_bad_read(&m, off, len as usize, "random read");
+        } else {
+            assert_eq!(
+                read(&m, off, len as usize),
+                data[off as usize..(off + len) as usize]
+            );
+        }
+    }
+    // The edges, byte exact.
+    assert_eq!(read(&m, 0, 4096), data[..4096]);
+    assert_eq!(read(&m, 6144, 4096), data[6144..10240]);
+    assert_bad_read(&m, 4095, 2, "last byte before");
+    assert_bad_read(&m, 6143, 1, "last bad byte");
+    assert_bad_read(&m, 0, size as usize, "all of it");
+    // Writes, trims and flushes go through; the bytes under the bad
+    // sectors are what they were.
+    m.flush().unwrap();
+    m.trim(4096, 2048).unwrap();
+    assert_bad_read(&m, 4096, 512, "a trim does not heal");
+    assert_eq!(m.controls().bad_sectors(), vec![4096..6144, 10240..10752]);
+    assert!(m.controls().injected_count() > 100);
+}
+
+#[test]
+fn a_write_heals_the_bad_sectors_it_covers_whole() {
+    let size = 64 * 1024;
+    let m = faulty(size, bad_spec(&[(4096, 4 * SECTOR)])); // sectors 8..12
+    let c = m.controls();
+    // Inside two sectors but neither whole: nothing heals.
+    m.write_at(4096 + 100, &[1u8; 612]).unwrap();
+    assert_eq!(c.bad_sectors(), vec![4096..6144]);
+    assert_bad_read(&m, 4096 + 100, 612, "partly written");
+    // Sector 7 (not bad) partly, 8 and 9 whole, 10 partly: 8 and 9 heal.
+    let new: Vec<u8> = (0..1300u32).map(|i| (i % 251) as u8).collect();
+    m.write_at(4000, &new).unwrap();
+    assert_eq!(c.bad_sectors(), vec![5120..6144]);
+    assert_eq!(
+        read(&m, 4000, 1120),
+        new[..1120],
+        "healed: the bytes written"
+    );
+    assert_bad_read(&m, 5119, 2, "sector 10 is still bad");
+    // The rest, sector-aligned: none left.
+    m.write_at(5120, &[7u8; 1024]).unwrap();
+    assert!(c.bad_sectors().is_empty());
+    assert_eq!(read(&m, 5120, 1024), vec![7u8; 1024]);
+    let before = c.injected_count();
+    read(&m, 0, size as usize);
+    assert_eq!(c.injected_count(), before, "no more bad reads");
+    // Setting the spec again makes them bad again.
+    c.set(c.spec());
+    assert_eq!(c.bad_sectors(), vec![4096..6144]);
+    assert_bad_read(&m, 5120, 512, "bad again");
+}
+
+#[test]
+fn failed_and_torn_writes_heal_only_what_landed() {
+    let size = 64 * 1024;
+    let bad = (8 * SECTOR, 16 * SECTOR);
+    // A write that fails heals nothing. I/O 1 is this write.
+    let m = faulty(
+        size,
+        FaultSpec {
+            fail_nth: Some(1),
+            ..bad_spec(&[bad])
+        },
+    );
+    assert_injected(
+        &m.write_at(bad.0, &[1u8; 16 * 512]).expect_err("fail-nth=1"),
+        "failed write",
+    );
+    assert_eq!(m.controls().bad_sectors(), vec![bad.0..bad.0 + bad.1]);
+    // A torn write heals the whole sectors of its landed prefix.
+    let mut healed_some = 0;
+    for seed in 0..40 {
+        let m = faulty(size, FaultSpec::default());
+        m.controls().set(FaultSpec {
+            tear_rate: 1.0,
+            seed,
+            ..bad_spec(&[bad])
+        });
+        // From the middle of sector 7 to the middle of sector 24.
+        let off = 7 * SECTOR + 200;
+        let new = vec![0xa5u8; (17 * SECTOR) as usize];
+        let e = m.write_at(off, &new).expect_err("every write tears");
+        assert!(e.to_string().contains("torn write"), "{e}");
+        let held = snapshot(&m)[off as usize..off as usize + new.len()].to_vec();
+        let landed = torn_prefix(&held, &vec![0u8; new.len()], &new, off) as u64;
+        // The whole bad sectors under the prefix heal; from the first
+        // sector it did not cover whole, they stay bad.
+        let healed_to = ((off + landed) / SECTOR * SECTOR).clamp(bad.0, bad.0 + bad.1);
+        let still: Vec<_> = (healed_to < bad.0 + bad.1)
+            .then_some(healed_to..bad.0 + bad.1)
+            .into_iter()
+            .collect();
+        assert_eq!(
+            m.controls().bad_sectors(),
+            still,
+            "seed {seed}: {landed} landed"
+        );
+        if healed_to > bad.0 {
+            healed_some += 1;
+            read(&m, bad.0, (healed_to - bad.0) as usize);
+        }
+    }
+    assert!(
+        healed_some > 10,
+        "{healed_some} of 40 tears healed something"
+    );
+}
+
+#[test]
+fn a_mirror_read_of_a_bad_sector_is_served_corrected_and_heals() {
+    let data_offset = MIB;
+    let member_size = data_offset + 2 * MIB;
+    let geometry = Geometry::new(GeometrySpec {
+        level: Level::Mirror,
+        parity_layout: ParityLayout::DEFAULT,
+        copies: 2,
+        interleave_bytes: 64 * 1024,
+        data_offset_bytes: data_offset,
+        member_data_bytes: vec![2 * MIB; 2],
+    })
+    .unwrap();
+    let good = Arc::new(MemoryMember::new("m0", member_size));
+    let bad = Arc::new(FaultyMember::new(
+        MemoryMember::new("m1", member_size),
+        FaultSpec::default(),
+    ));
+    let members: Vec<Option<Arc<dyn Member>>> = vec![
+        Some(Arc::clone(&good) as Arc<dyn Member>),
+        Some(Arc::clone(&bad) as Arc<dyn Member>),
+    ];
+    let volume = Volume::new(geometry, vec![Health::Online; 2], Limits::default());
+    let size = volume.size_bytes();
+    let mut ex = SyncExecutor::new(volume, members);
+    let data = Rng(23).bytes(size as usize);
+    ex.write(0, Bytes::from(data.clone())).unwrap();
+    // Bad sectors on m1 under volume bytes 512k..544k; their old bytes lost.
+    let at = data_offset + 512 * 1024;
+    bad.inner().write_at(at, &[0xee; 32 * 1024]).unwrap();
+    bad.controls().set(bad_spec(&[(at, 32 * 1024)]));
+    // Reads rotate over the copies: read the whole volume in 64k pieces,
+    // each twice.
+    for _ in 0..2 {
+        for off in (0..size).step_by(64 * 1024) {
+            for _ in 0..2 {
+                let got = ex.read(off, 64 * 1024).unwrap();
+                assert!(got[..] == data[off as usize..off as usize + 64 * 1024]);
+            }
+        }
+    }
+    assert_eq!(ex.volume().health()[1], Health::Online);
+    assert_eq!(ex.volume().read_errors_corrected(1), 1);
+    let events = ex.take_events();
+    assert!(
+        events.iter().any(|e| matches!(e,
+            Event::ReadErrorCorrected { member: 1, offset_bytes, .. } if *offset_bytes == data_offset + 512 * 1024)),
+        "{events:?}"
+    );
+    assert!(bad.controls().bad_sectors().is_empty(), "healed");
+    assert_eq!(
+        read(bad.inner(), at, 32 * 1024),
+        data[512 * 1024..544 * 1024],
+        "the good bytes were written back"
+    );
+}
+
+// ---------------------------------------------------------------------------
 // Crashes
 
 fn undo_spec(seed: u64) -> FaultSpec {
@@ -861,6 +1082,7 @@ fn parse_reads_every_key() {
             tear_rate: 0.01,
             seed: 3,
             undo_log: false,
+            bad_ranges: vec![],
         }
     );
     assert_eq!(FaultSpec::parse("none").unwrap(), FaultSpec::default());
@@ -906,6 +1128,15 @@ fn parse_refuses_bad_specs_in_one_line() {
         ("undo-log=maybe", "on or off"),
         ("seed=1,seed=2", "given twice"),
         ("seed=1,,seed=2", "is not key=value"),
+        ("bad-range=2M", "is not OFFSET+LEN"),
+        ("bad-range=2M,64k", "is not OFFSET+LEN"),
+        ("bad-range=2M+", "the length: invalid size"),
+        ("bad-range=x+1k", "the offset: invalid size"),
+        ("bad-range=2M+64q", "unknown unit 'q'"),
+        ("bad-range=1000+1k", "multiples of 512"),
+        ("bad-range=1M+100", "multiples of 512"),
+        ("bad-range=1M+0", "length is zero"),
+        ("bad-range=16777215T+2T", "past 2^64"),
     ] {
         let FaultSpecError(msg) = FaultSpec::parse(text).expect_err(text);
         assert!(msg.contains(says), "{text}: {msg}");
@@ -915,6 +1146,49 @@ fn parse_refuses_bad_specs_in_one_line() {
             "{text}: names the spec: {msg}"
         );
     }
+}
+
+#[test]
+fn parse_reads_bad_ranges_given_once_each() {
+    let s =
+        FaultSpec::parse("bad-range=2M+64k, seed=4,bad-range=8s+1s,bad-range=4096+512").unwrap();
+    assert_eq!(
+        s.bad_ranges,
+        vec![
+            BadRange {
+                offset_bytes: 2 * MIB,
+                len_bytes: 64 * 1024
+            },
+            BadRange {
+                offset_bytes: 4096,
+                len_bytes: SECTOR
+            },
+            BadRange {
+                offset_bytes: 4096,
+                len_bytes: SECTOR
+            },
+        ]
+    );
+    assert_eq!(s.seed, 4);
+    assert!(s.is_active());
+    assert_eq!(
+        s.to_string(),
+        "seed=4,bad-range=2M+64k,bad-range=4k+1s,bad-range=4k+1s"
+    );
+    // A spec built in code is checked the same way.
+    let FaultSpecError(msg) = FaultSpec {
+        bad_ranges: vec![BadRange {
+            offset_bytes: 1000,
+            len_bytes: 512,
+        }],
+        ..FaultSpec::default()
+    }
+    .validate()
+    .expect_err("unaligned");
+    assert!(
+        msg.starts_with("bad-range=1000+1s: ") && msg.contains("multiples of 512"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -941,6 +1215,13 @@ fn display_round_trips() {
             tear_rate: [0.0, 0.5, 1e-9][rng.below(3) as usize],
             seed: [0, 3, rng.next()][rng.below(3) as usize],
             undo_log: rng.below(2) == 0,
+            bad_ranges: (0..rng.below(3))
+                .map(|_| BadRange {
+                    offset_bytes: [0, MIB, rng.below(1 << 40) * SECTOR][rng.below(3) as usize],
+                    len_bytes: [SECTOR, 64 * 1024, (1 + rng.below(1 << 20)) * SECTOR]
+                        [rng.below(3) as usize],
+                })
+                .collect(),
         });
     }
     for s in samples {

@@ -633,6 +633,8 @@ pub struct ServeOptions {
     pub threads: Option<usize>,
     /// `--listen HOST:PORT` as well as the socket.
     pub listen: Option<String>,
+    /// `--inject MEMBER=SPEC` arguments, as given.
+    pub inject: Vec<String>,
 }
 
 /// `platter serve --socket DIR/sock MEMBER...` over a [`Volume`]; killed on
@@ -718,6 +720,9 @@ impl Server {
         }
         if let Some(t) = self.options.threads {
             cmd.arg("--threads").arg(t.to_string());
+        }
+        for i in &self.options.inject {
+            cmd.arg("--inject").arg(i);
         }
         for (i, m) in self.volume.members.iter().enumerate() {
             if !self.options.leave_out.contains(&i) {

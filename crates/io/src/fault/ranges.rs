@@ -1,5 +1,6 @@
-//! A set of byte ranges, for the crash: the bytes that kept writes cover,
-//! which the undo of older dropped writes must leave alone.
+//! A set of byte ranges: for the crash, the bytes that kept writes cover,
+//! which the undo of older dropped writes must leave alone; for bad sectors,
+//! the bytes that still fail reads.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -31,6 +32,46 @@ impl RangeSet {
             self.ranges.remove(&s);
         }
         self.ranges.insert(start, end);
+    }
+
+    /// Takes `r` out of the set, splitting the ranges it cuts.
+    pub(super) fn remove(&mut self, r: Range<u64>) {
+        if r.is_empty() {
+            return;
+        }
+        for o in self.overlapping(r.clone()) {
+            self.ranges.remove(&o.start);
+            if o.start < r.start {
+                self.ranges.insert(o.start, r.start);
+            }
+            if o.end > r.end {
+                self.ranges.insert(r.end, o.end);
+            }
+        }
+    }
+
+    /// The ranges of the set that overlap `r`, as stored (not clipped), in
+    /// order.
+    pub(super) fn overlapping(&self, r: Range<u64>) -> Vec<Range<u64>> {
+        if r.is_empty() {
+            return Vec::new();
+        }
+        let first = self
+            .ranges
+            .range(..=r.start)
+            .next_back()
+            .map(|(&s, _)| s)
+            .unwrap_or(r.start);
+        self.ranges
+            .range(first..r.end)
+            .filter(|(_, &e)| e > r.start)
+            .map(|(&s, &e)| s..e)
+            .collect()
+    }
+
+    /// Every range, in order.
+    pub(super) fn iter(&self) -> impl Iterator<Item = Range<u64>> + '_ {
+        self.ranges.iter().map(|(&s, &e)| s..e)
     }
 
     /// The parts of `r` that no range of the set covers, in order.
@@ -66,8 +107,9 @@ impl RangeSet {
 mod tests {
     use super::*;
 
-    /// The same questions answered with a bitmap.
-    fn check(inserts: &[Range<u64>], query: Range<u64>) {
+    /// The same questions answered with a bitmap; `removes` are taken out
+    /// after the inserts.
+    fn check(inserts: &[Range<u64>], removes: &[Range<u64>], query: Range<u64>) {
         let mut set = RangeSet::default();
         let mut bits = [false; 80];
         for r in inserts {
@@ -76,6 +118,36 @@ mod tests {
                 bits[b as usize] = true;
             }
         }
+        for r in removes {
+            set.remove(r.clone());
+            for b in r.clone() {
+                bits[b as usize] = false;
+            }
+        }
+        // The stored ranges are the bitmap's runs.
+        let mut runs = Vec::new();
+        let mut b = 0;
+        while b < bits.len() {
+            if bits[b] {
+                let s = b;
+                while b < bits.len() && bits[b] {
+                    b += 1;
+                }
+                runs.push(s as u64..b as u64);
+            }
+            b += 1;
+        }
+        assert_eq!(
+            set.iter().collect::<Vec<_>>(),
+            runs,
+            "{inserts:?} - {removes:?}"
+        );
+        let hit: Vec<Range<u64>> = runs
+            .iter()
+            .filter(|r| !query.is_empty() && r.start < query.end && query.start < r.end)
+            .cloned()
+            .collect();
+        assert_eq!(set.overlapping(query.clone()), hit, "{runs:?} {query:?}");
         let mut want = Vec::new();
         let mut run: Option<u64> = None;
         for b in query.clone() {
@@ -116,8 +188,14 @@ mod tests {
                     s..s + next(10)
                 })
                 .collect();
+            let removes: Vec<Range<u64>> = (0..next(3))
+                .map(|_| {
+                    let s = next(60);
+                    s..s + next(12)
+                })
+                .collect();
             let s = next(60);
-            check(&inserts, s..(s + next(8)).min(64));
+            check(&inserts, &removes, s..(s + next(8)).min(64));
         }
     }
 }

@@ -1,8 +1,13 @@
 //! [`FaultSpec`]: what to inject, and its one-line text form for the command
-//! line (`fail-nth=7,fail-from=100,fail-rate=0.001,latency=500us,tear-rate=0.01,seed=3`).
+//! line (`fail-nth=7,fail-from=100,fail-rate=0.001,latency=500us,tear-rate=0.01,seed=3`,
+//! `bad-range=2M+64k,bad-range=5M+1s`).
 
 use std::fmt;
 use std::str::FromStr;
+
+use platter_core::units::parse_size;
+
+use super::SECTOR_BYTES;
 
 /// What a [`FaultyMember`](super::FaultyMember) injects. Every fault is off
 /// by default.
@@ -37,6 +42,32 @@ pub struct FaultSpec {
     /// limit set). Off by default, so a served member wrapped for failures
     /// does not grow a log.
     pub undo_log: bool,
+    /// Bad sectors, in member bytes (whole 512-byte sectors; ranges may
+    /// overlap). A read that touches a bad sector fails; a write heals the
+    /// bad sectors it covers whole (they read fine afterwards, with the
+    /// bytes written), a partial write of a sector leaves it bad. A write
+    /// heals only what lands: not when it fails, and only the landed prefix
+    /// when it tears. Trims heal nothing, and a crash does not make healed
+    /// sectors bad again (a disk's remapping stays). Setting a spec makes
+    /// exactly these sectors bad again;
+    /// [`FaultControls::bad_sectors`](super::FaultControls::bad_sectors)
+    /// tells which are still bad.
+    pub bad_ranges: Vec<BadRange>,
+}
+
+/// A run of bad sectors on a member: `bad-range=OFFSET+LEN` in the text form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BadRange {
+    /// A multiple of 512.
+    pub offset_bytes: u64,
+    /// A multiple of 512, not zero.
+    pub len_bytes: u64,
+}
+
+impl BadRange {
+    pub fn end_bytes(&self) -> u64 {
+        self.offset_bytes.saturating_add(self.len_bytes)
+    }
 }
 
 /// A fault spec that could not be parsed, or is out of range: one line.
@@ -44,7 +75,7 @@ pub struct FaultSpec {
 #[error("{0}")]
 pub struct FaultSpecError(pub String);
 
-const KEYS: &str = "fail-nth, fail-from, fail-rate, latency, tear-rate, seed, undo-log";
+const KEYS: &str = "fail-nth, fail-from, fail-rate, latency, tear-rate, seed, undo-log, bad-range";
 
 impl FaultSpec {
     /// Whether anything is configured; a spec that injects nothing leaves the
@@ -56,10 +87,11 @@ impl FaultSpec {
             || self.latency_us > 0
             || self.tear_rate > 0.0
             || self.undo_log
+            || !self.bad_ranges.is_empty()
     }
 
     /// Checks the ranges that the type does not: counts start at 1, rates
-    /// are probabilities.
+    /// are probabilities, bad ranges are whole sectors.
     pub fn validate(&self) -> Result<(), FaultSpecError> {
         for (key, n) in [
             ("fail-nth", self.fail_nth),
@@ -76,13 +108,20 @@ impl FaultSpec {
                 )));
             }
         }
+        for r in &self.bad_ranges {
+            check_bad_range(r)
+                .map_err(|why| FaultSpecError(format!("bad-range={}: {why}", r.text())))?;
+        }
         Ok(())
     }
 
     /// Parses the comma-separated `key=value` form; `none` (or nothing) is
     /// the default spec. Keys: `fail-nth=N`, `fail-from=N`, `fail-rate=P`,
     /// `latency=T` (`us`, `ms` or `s`, e.g. `500us`), `tear-rate=P`,
-    /// `seed=N`, `undo-log=on|off`. Each key at most once.
+    /// `seed=N`, `undo-log=on|off`, `bad-range=OFFSET+LEN` (sizes with the
+    /// command line's units: `2M+64k`, `4096+8s`; whole 512-byte sectors).
+    /// Each key at most once, except `bad-range`, which is given once per
+    /// range (`bad-range=2M+64k,bad-range=5M+4k`).
     pub fn parse(text: &str) -> Result<FaultSpec, FaultSpecError> {
         let mut spec = FaultSpec::default();
         let trimmed = text.trim();
@@ -99,7 +138,7 @@ impl FaultSpec {
             };
             let (key, value) = (key.trim(), value.trim());
             let bad = |why: String| FaultSpecError(format!("fault spec {text:?}: {why}"));
-            if seen.contains(&key) {
+            if key != "bad-range" && seen.contains(&key) {
                 return Err(bad(format!("{key} is given twice")));
             }
             match key {
@@ -120,6 +159,7 @@ impl FaultSpec {
                         _ => return Err(bad(format!("undo-log={value:?}: say on or off"))),
                     }
                 }
+                "bad-range" => spec.bad_ranges.push(parse_bad_range(value).map_err(bad)?),
                 _ => {
                     return Err(bad(format!("unknown key {key:?} (keys: {KEYS})")));
                 }
@@ -127,6 +167,69 @@ impl FaultSpec {
             seen.push(key);
         }
         Ok(spec)
+    }
+}
+
+fn parse_bad_range(value: &str) -> Result<BadRange, String> {
+    let Some((off, len)) = value.split_once('+') else {
+        return Err(format!(
+            "bad-range={value:?} is not OFFSET+LEN (member bytes, e.g. 2M+64k)"
+        ));
+    };
+    let size = |what: &str, t: &str| {
+        parse_size(t).map_err(|e| format!("bad-range={value:?}: the {what}: {e}"))
+    };
+    let r = BadRange {
+        offset_bytes: size("offset", off)?,
+        len_bytes: size("length", len)?,
+    };
+    check_bad_range(&r).map_err(|why| format!("bad-range={value:?}: {why}"))?;
+    Ok(r)
+}
+
+fn check_bad_range(r: &BadRange) -> Result<(), String> {
+    if r.len_bytes == 0 {
+        return Err("the length is zero; a bad range holds at least one sector".into());
+    }
+    if !r.offset_bytes.is_multiple_of(SECTOR_BYTES) || !r.len_bytes.is_multiple_of(SECTOR_BYTES) {
+        return Err(format!(
+            "bad sectors are whole {SECTOR_BYTES}-byte sectors: give an offset and a length \
+             that are multiples of {SECTOR_BYTES} (e.g. 8s, 4k)"
+        ));
+    }
+    if r.offset_bytes.checked_add(r.len_bytes).is_none() {
+        return Err("the range ends past 2^64 bytes".into());
+    }
+    Ok(())
+}
+
+/// `bytes` in the largest unit that divides it exactly (`2M`, `64k`,
+/// `3s`, `100`): text `parse_size` reads back to the same number.
+fn exact_size(bytes: u64) -> String {
+    const UNITS: [(&str, u64); 5] = [
+        ("T", 1 << 40),
+        ("G", 1 << 30),
+        ("M", 1 << 20),
+        ("k", 1 << 10),
+        ("s", SECTOR_BYTES),
+    ];
+    match UNITS
+        .into_iter()
+        .find(|(_, m)| bytes != 0 && bytes.is_multiple_of(*m))
+    {
+        Some((name, m)) => format!("{}{name}", bytes / m),
+        None => bytes.to_string(),
+    }
+}
+
+impl BadRange {
+    /// `OFFSET+LEN`, as [`FaultSpec::parse`] reads it.
+    fn text(&self) -> String {
+        format!(
+            "{}+{}",
+            exact_size(self.offset_bytes),
+            exact_size(self.len_bytes)
+        )
     }
 }
 
@@ -214,6 +317,9 @@ impl fmt::Display for FaultSpec {
         }
         if self.undo_log {
             items.push("undo-log=on".to_string());
+        }
+        for r in &self.bad_ranges {
+            items.push(format!("bad-range={}", r.text()));
         }
         if items.is_empty() {
             f.write_str("none")
