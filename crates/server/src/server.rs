@@ -38,6 +38,8 @@ pub struct ServeConfig {
     pub max_connections: usize,
     /// The control socket; defaults to the NBD socket's path plus ".ctl".
     pub control: Option<PathBuf>,
+    /// Serve the statistics at `GET /metrics` on this HOST:PORT.
+    pub metrics: Option<String>,
 }
 
 #[derive(Debug, Error)]
@@ -227,6 +229,16 @@ pub fn serve(
         None => None,
     };
 
+    let metrics = match &config.metrics {
+        Some(addr) => {
+            let l = TcpListener::bind(addr)
+                .map_err(io_err(format!("cannot serve metrics on {addr}")))?;
+            let local = l.local_addr().map_err(io_err("local address"))?;
+            Some((l, local))
+        }
+        None => None,
+    };
+
     let stop = Arc::new(AtomicBool::new(false));
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,
@@ -314,6 +326,15 @@ pub fn serve(
             .expect("spawn control thread")
     });
 
+    let metrics_thread = metrics.map(|(l, local)| {
+        tracing::info!("metrics at http://{local}/metrics");
+        let (e, m, stop) = (Arc::clone(&engine), Arc::clone(&meta), Arc::clone(&stop));
+        std::thread::Builder::new()
+            .name("platter-metrics".into())
+            .spawn(move || crate::metrics::serve_metrics(l, e, m, stop))
+            .expect("spawn metrics thread")
+    });
+
     let conns = Arc::new(Conns {
         next: AtomicU64::new(0),
         open: Mutex::new(Vec::new()),
@@ -351,6 +372,9 @@ pub fn serve(
     upkeep.stop.store(true, Ordering::SeqCst);
     let _ = upkeep_thread.join();
     if let Some(t) = control_thread {
+        let _ = t.join();
+    }
+    if let Some(t) = metrics_thread {
         let _ = t.join();
     }
     engine.wait_idle();
