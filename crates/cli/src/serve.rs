@@ -116,6 +116,9 @@ fn print_ready(r: &Ready) {
     for uri in &r.uris {
         println!("  {uri}");
     }
+    if let Some(m) = &r.metrics {
+        println!("metrics: {m}");
+    }
     if let Some(uri) = r.uris.first() {
         println!("try:");
         println!("  nbdinfo '{uri}'");

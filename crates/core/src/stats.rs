@@ -227,6 +227,23 @@ impl Histogram {
         *self = Histogram::default();
     }
 
+    /// The samples recorded since `earlier` (a snapshot of this histogram):
+    /// bucket counts, count and sum subtract (saturating, so a reset in
+    /// between gives the later numbers). The maximum cannot be told apart
+    /// and stays this one's: an upper bound for the interval.
+    pub fn delta(&self, earlier: &Histogram) -> Histogram {
+        let mut d = Histogram::default();
+        for (b, (now, then)) in self.buckets.iter().zip(earlier.buckets.iter()).enumerate() {
+            d.buckets[b] = now.saturating_sub(*then);
+        }
+        d.count = d.buckets.iter().sum();
+        d.sum = self.sum.saturating_sub(earlier.sum);
+        if d.count > 0 {
+            d.max = self.max;
+        }
+        d
+    }
+
     pub fn count(&self) -> u64 {
         self.count
     }
@@ -368,6 +385,19 @@ mod tests {
         for b in 0..HISTOGRAM_BUCKETS {
             assert_eq!(Histogram::bucket_of(Histogram::bucket_upper(b)), b);
         }
+    }
+
+    #[test]
+    fn delta_of_snapshots() {
+        let mut h = Histogram::default();
+        h.record(100);
+        let earlier = h.clone();
+        h.record(5000);
+        h.record(6000);
+        let d = h.delta(&earlier);
+        assert_eq!((d.count(), d.sum(), d.max()), (2, 11_000, 6000));
+        assert_eq!(d.p50(), 6000);
+        assert_eq!(h.delta(&h), Histogram::default());
     }
 
     #[test]

@@ -150,16 +150,19 @@ impl Snapshot {
     ) -> std::fmt::Result {
         let mut family = enc.encode_descriptor(name, help, None, MetricType::Histogram)?;
         for (labels, h) in series {
-            // Cumulative counts at the log2 bounds from 1 µs to 64 s; the
-            // encoder adds +Inf.
-            let mut buckets = Vec::new();
-            let mut below = 0;
+            // Counts per log2 bound from 1 µs to 64 s, then +Inf (the
+            // encoder makes them cumulative): the first bound takes every
+            // smaller bucket too, +Inf every larger one.
+            let mut buckets: Vec<(f64, u64)> = Vec::new();
+            let mut pending = 0;
             for (b, n) in h.buckets().iter().enumerate() {
-                below += n;
+                pending += n;
                 if (10..=36).contains(&b) {
-                    buckets.push((Histogram::bucket_upper(b) as f64 / 1e9, below));
+                    buckets.push((Histogram::bucket_upper(b) as f64 / 1e9, pending));
+                    pending = 0;
                 }
             }
+            buckets.push((f64::INFINITY, pending));
             let sum = h.sum() as f64 / 1e9;
             family
                 .encode_family(labels)?
@@ -447,5 +450,24 @@ mod tests {
             "{text}"
         );
         assert!(text.trim_end().ends_with("# EOF"), "{text}");
+        // Cumulative buckets: 3 µs is under the 4.096 µs bound.
+        assert!(
+            text.contains(
+                "platter_volume_read_latency_seconds_bucket{le=\"0.000002048\",volume=\"v1\"} 0"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "platter_volume_read_latency_seconds_bucket{le=\"0.000004096\",volume=\"v1\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "platter_volume_read_latency_seconds_bucket{le=\"+Inf\",volume=\"v1\"} 1"
+            ),
+            "{text}"
+        );
     }
 }

@@ -62,6 +62,8 @@ pub struct Ready {
     pub export_name: String,
     pub size_bytes: u64,
     pub uris: Vec<String>,
+    /// `http://HOST:PORT/metrics` when serving metrics.
+    pub metrics: Option<String>,
 }
 
 struct Conns {
@@ -326,8 +328,10 @@ pub fn serve(
             .expect("spawn control thread")
     });
 
-    let metrics_thread = metrics.map(|(l, local)| {
-        tracing::info!("metrics at http://{local}/metrics");
+    let metrics_url = metrics
+        .as_ref()
+        .map(|(_, local)| format!("http://{local}/metrics"));
+    let metrics_thread = metrics.map(|(l, _)| {
         let (e, m, stop) = (Arc::clone(&engine), Arc::clone(&meta), Arc::clone(&stop));
         std::thread::Builder::new()
             .name("platter-metrics".into())
@@ -356,6 +360,7 @@ pub fn serve(
         export_name: export.name.clone(),
         size_bytes,
         uris,
+        metrics: metrics_url,
     });
 
     while !stop.load(Ordering::SeqCst) {

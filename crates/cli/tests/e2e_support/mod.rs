@@ -633,6 +633,8 @@ pub struct ServeOptions {
     pub threads: Option<usize>,
     /// `--listen HOST:PORT` as well as the socket.
     pub listen: Option<String>,
+    /// More arguments for `platter serve` (before the members).
+    pub extra_args: Vec<String>,
 }
 
 /// `platter serve --socket DIR/sock MEMBER...` over a [`Volume`]; killed on
@@ -693,6 +695,11 @@ impl Server {
         self.child.as_ref().expect("server running").id()
     }
 
+    /// The server's stdout lines so far (the ready banner).
+    pub fn stdout_lines(&self) -> Vec<String> {
+        self.stdout.lock().unwrap().clone()
+    }
+
     /// The server's stderr so far (its log).
     pub fn log(&self) -> String {
         text(&self.log)
@@ -719,6 +726,7 @@ impl Server {
         if let Some(t) = self.options.threads {
             cmd.arg("--threads").arg(t.to_string());
         }
+        cmd.args(&self.options.extra_args);
         for (i, m) in self.volume.members.iter().enumerate() {
             if !self.options.leave_out.contains(&i) {
                 cmd.arg(m);
