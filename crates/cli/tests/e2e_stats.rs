@@ -243,4 +243,25 @@ fn stats_and_metrics_on_a_served_raid5() {
         !text.contains('\x1b'),
         "no screen control off a terminal: {text:?}"
     );
+
+    // --watch --json: one object per line, rates from the second on.
+    let mut w = Background::spawn(
+        &mut platter(&["stats", "--watch", "0.2", "--json", "--control", &ctl]),
+        "platter stats --watch 0.2 --json",
+    );
+    let mut lines = Vec::new();
+    for _ in 0..100 {
+        std::thread::sleep(Duration::from_millis(100));
+        lines = w.stdout().lines().map(str::to_string).collect::<Vec<_>>();
+        if lines.len() >= 3 || !w.is_running() {
+            break;
+        }
+    }
+    w.kill();
+    assert!(lines.len() >= 3, "{lines:?}\n{}", w.stderr());
+    for (i, l) in lines.iter().take(2).enumerate() {
+        let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+        assert_eq!(v["rates"].is_object(), i > 0, "{l}");
+        assert!(v["volume"]["writes"].is_u64(), "{l}");
+    }
 }

@@ -93,8 +93,8 @@ pub struct VolumeStats {
 pub struct PlexStats {
     #[serde(flatten)]
     pub counters: Counters,
-    /// Client requests in the volume now with member I/O planned on this
-    /// plex (a gauge).
+    /// Client requests in the volume now on this plex (a gauge): reads
+    /// whose plan reads from it, and every other request.
     pub outstanding: u64,
 }
 

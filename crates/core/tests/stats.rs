@@ -468,3 +468,26 @@ fn stats_serialize_and_parse_back() {
     let back: Stats = serde_json::from_str(&text).unwrap();
     assert_eq!(back, s);
 }
+
+#[test]
+fn mirror_outstanding_per_plex() {
+    let c = config(Level::Mirror, 2, 2);
+    let mut h = Harness::new(&c, 13);
+    // A write goes to both plexes; a read to the one copy it picked.
+    h.volume.submit(Request::Write {
+        offset_bytes: 0,
+        data: Bytes::from(vec![1u8; 512]),
+        fua: false,
+    });
+    h.volume.submit(Request::Read {
+        offset_bytes: 4 * IL,
+        len_bytes: 512,
+    });
+    let s = stats(&h);
+    assert_eq!(s.volume.outstanding, 2);
+    let per_plex: Vec<u64> = s.plexes.iter().map(|p| p.outstanding).collect();
+    assert_eq!(per_plex.iter().sum::<u64>(), 3, "{per_plex:?}");
+    assert!(per_plex.iter().all(|&n| n >= 1), "{per_plex:?}");
+    assert_eq!(h.run().len(), 2);
+    assert!(stats(&h).plexes.iter().all(|p| p.outstanding == 0));
+}

@@ -92,13 +92,12 @@ impl Volume {
                 continue;
             }
             outstanding += 1;
-            if s.plexes.len() == 1 {
-                s.plexes[0].outstanding += 1;
-            } else {
-                for (p, &b) in op.tally.plex_bytes.iter().enumerate() {
-                    if b > 0 {
-                        s.plexes[p].outstanding += 1;
-                    }
+            // A read counts on the plexes its plan reads; anything else
+            // (and a read not planned yet) on every plex.
+            let planned = &op.tally.plex_bytes;
+            for (p, plex) in s.plexes.iter_mut().enumerate() {
+                if planned.is_empty() || planned.get(p).is_some_and(|&b| b > 0) {
+                    plex.outstanding += 1;
                 }
             }
         }
@@ -245,7 +244,9 @@ impl Volume {
             if plexes == 1 {
                 per_plex[0] = len_bytes;
             } else {
-                per_plex.copy_from_slice(&op.tally.plex_bytes);
+                for (to, from) in per_plex.iter_mut().zip(&op.tally.plex_bytes) {
+                    *to = *from;
+                }
             }
         } else {
             self.write_reach(offset_bytes, len_bytes, &mut per_plex, &mut missed);
