@@ -7,6 +7,7 @@ mod listing;
 mod members;
 mod progress;
 mod serve;
+mod stats;
 mod status;
 
 use clap::{Parser, Subcommand};
@@ -58,6 +59,15 @@ enum Command {
     Repair(control::ScrubArgs),
     /// Change the rebuild's rate limit while it runs.
     RebuildRate(control::RateArgs),
+    /// Show a served volume's counters per volume, plex and member (reads,
+    /// writes, multiblock and multistripe transfers, recovered reads,
+    /// degraded writes, latencies), like vinum's `list -s`.
+    #[command(
+        after_help = "Definitions: docs/statistics.md. Rows: V the volume, P its plexes (a mirror has one per member, \
+                      raid10 one per copy), M its members. Recover: recovered reads; Degraded: degraded writes; \
+                      Out: requests (members: I/Os) in flight; p50/p99/Max: latency (volume: reads and writes)."
+    )]
+    Stats(stats::StatsArgs),
 }
 
 fn main() -> ExitCode {
@@ -81,6 +91,7 @@ fn main() -> ExitCode {
         Command::Check(a) => control::scrub(a, false),
         Command::Repair(a) => control::scrub(a, true),
         Command::RebuildRate(a) => control::rebuild_rate(a),
+        Command::Stats(a) => stats::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

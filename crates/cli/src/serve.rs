@@ -44,6 +44,10 @@ pub struct ServeArgs {
     /// ".ctl").
     #[arg(long, value_name = "PATH")]
     control: Option<PathBuf>,
+    /// Serve the volume's statistics in the Prometheus text format at
+    /// http://HOST:PORT/metrics (see docs/statistics.md).
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics: Option<String>,
     /// The volume's members, in any order.
     #[arg(value_name = "MEMBER", required = true)]
     members: Vec<String>,
@@ -81,6 +85,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         threads: args.threads,
         max_connections: args.max_connections,
         control: args.control,
+        metrics: args.metrics,
     };
     serve(volume, config, print_ready).map_err(|e| CliError(e.to_string()))
 }
@@ -123,6 +128,9 @@ fn print_ready(r: &Ready) {
     );
     for uri in &r.uris {
         println!("  {uri}");
+    }
+    if let Some(m) = &r.metrics {
+        println!("metrics: {m}");
     }
     if let Some(uri) = r.uris.first() {
         println!("try:");

@@ -9,6 +9,7 @@ pub mod geometry;
 pub mod intent;
 pub mod label;
 pub mod level;
+pub mod stats;
 pub mod units;
 pub mod volume;
 

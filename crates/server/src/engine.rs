@@ -7,12 +7,14 @@
 //! The engine is the same state machine the simulator drives; only this file
 //! knows that members are real devices.
 
+use platter_core::stats::LatencyOf;
 use platter_core::volume::{
     Event, Health, IdMap, IoId, IoResult, MemberIo, Reply, Request, RequestId, Volume, VolumeError,
 };
 use platter_io::Member;
 use smallvec::SmallVec;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+use std::time::Instant;
 
 pub type Done = Box<dyn FnOnce(Result<Reply, VolumeError>) + Send>;
 pub type EventHook = Box<dyn FnMut(&Event) + Send>;
@@ -25,9 +27,15 @@ pub type EventHook = Box<dyn FnMut(&Event) + Send>;
 type Ios = SmallVec<[(MemberIo, Option<Arc<dyn Member>>); 4]>;
 type Finished = SmallVec<[(Done, Result<Reply, VolumeError>); 2]>;
 
+/// Where a completion goes, and (client requests) when it was submitted.
+struct Route {
+    done: Done,
+    timed: Option<(LatencyOf, Instant)>,
+}
+
 struct State {
     volume: Volume,
-    routes: IdMap<RequestId, Done>,
+    routes: IdMap<RequestId, Route>,
     events: Vec<Event>,
     idle_waiters: u32,
 }
@@ -118,6 +126,18 @@ impl Engine {
         f: impl FnOnce(&mut Volume) -> Option<RequestId>,
         done: Done,
     ) -> bool {
+        self.submit_timed(f, done, None)
+    }
+
+    /// [`Engine::submit_with`], recording the request's latency (submit to
+    /// completion) in the volume's statistics when `timed` says which kind.
+    fn submit_timed(
+        &self,
+        f: impl FnOnce(&mut Volume) -> Option<RequestId>,
+        done: Done,
+        timed: Option<LatencyOf>,
+    ) -> bool {
+        let start = Instant::now();
         let mut ios = Ios::new();
         let mut finished = Finished::new();
         let events = {
@@ -125,7 +145,8 @@ impl Engine {
             let Some(id) = f(&mut s.volume) else {
                 return false;
             };
-            s.routes.insert(id, done);
+            let timed = timed.map(|of| (of, start));
+            s.routes.insert(id, Route { done, timed });
             self.drain(&mut s, &mut ios, &mut finished);
             if s.idle_waiters > 0 && s.volume.is_idle() {
                 self.idle.notify_all();
@@ -157,7 +178,18 @@ impl Engine {
     /// Runs `req` to completion on this thread (and any other work it
     /// unblocks); `done` is called exactly once.
     pub fn submit(&self, req: Request, done: Done) {
-        self.submit_with(|v| Some(v.submit(req)), done);
+        let timed = LatencyOf::of(&req);
+        self.submit_timed(|v| Some(v.submit(req)), done, timed);
+    }
+
+    /// A snapshot of the volume's statistics.
+    pub fn stats(&self) -> platter_core::stats::Stats {
+        self.lock().volume.stats()
+    }
+
+    /// Zeroes the volume's statistics.
+    pub fn reset_stats(&self) {
+        self.lock().volume.reset_stats();
     }
 
     /// Runs a request and waits for its result (for management work).
@@ -194,14 +226,19 @@ impl Engine {
         // Each round performs the I/Os of finished plans; a request's plan
         // has a bounded number of phases, so this ends.
         while !ios.is_empty() {
-            let results: SmallVec<[(IoId, IoResult); 4]> = ios
+            let results: SmallVec<[(IoId, u32, IoResult, u64); 4]> = ios
                 .drain(..)
-                .map(|(io, device)| (io.id, perform(&io, device)))
+                .map(|(io, device)| {
+                    let start = Instant::now();
+                    let result = perform(&io, device);
+                    (io.id, io.member, result, elapsed_ns(start))
+                })
                 .collect();
             let mut finished = Finished::new();
             let events = {
                 let mut s = self.lock();
-                for (id, r) in results {
+                for (id, member, r, ns) in results {
+                    s.volume.record_latency(LatencyOf::Member(member), ns);
                     s.volume.io_done(id, r);
                 }
                 self.drain(&mut s, &mut ios, &mut finished);
@@ -226,11 +263,14 @@ impl Engine {
             }
         }
         while let Some(c) = s.volume.next_completion() {
-            let done = s
+            let route = s
                 .routes
                 .remove(&c.id)
                 .expect("every completion has a route");
-            finished.push((done, c.result));
+            if let Some((of, start)) = route.timed {
+                s.volume.record_latency(of, elapsed_ns(start));
+            }
+            finished.push((route.done, c.result));
         }
         while let Some(e) = s.volume.next_event() {
             match &e {
@@ -262,6 +302,10 @@ impl Engine {
             done(result);
         }
     }
+}
+
+fn elapsed_ns(start: Instant) -> u64 {
+    u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
 fn perform(io: &MemberIo, device: Option<Arc<dyn Member>>) -> IoResult {

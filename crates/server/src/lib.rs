@@ -12,6 +12,7 @@ pub mod engine;
 pub mod flow;
 mod manage;
 mod meta;
+pub mod metrics;
 mod replies;
 mod server;
 mod stream;

@@ -1,6 +1,6 @@
 //! Live management of a served volume: the operations behind the control
 //! socket (`platter status|fail|remove|replace|add-spare|check|repair|
-//! rebuild-rate --control PATH`), each a JSON request and a JSON answer on
+//! rebuild-rate|stats --control PATH`), each a JSON request and a JSON answer on
 //! one line.
 
 use crate::engine::Engine;
@@ -358,6 +358,11 @@ impl Manager {
         };
         match req.get("cmd").and_then(Value::as_str) {
             Some("status") => Ok(self.status()),
+            Some("stats") => Ok(crate::metrics::stats_json(&self.engine, &self.meta)),
+            Some("stats-reset") => {
+                self.engine.reset_stats();
+                Ok(crate::metrics::stats_json(&self.engine, &self.meta))
+            }
             Some("fail") => self.fail(arg("member")?),
             Some("remove") => self.remove(arg("member")?),
             Some("replace") => self.replace(

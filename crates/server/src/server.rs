@@ -38,6 +38,8 @@ pub struct ServeConfig {
     pub max_connections: usize,
     /// The control socket; defaults to the NBD socket's path plus ".ctl".
     pub control: Option<PathBuf>,
+    /// Serve the statistics at `GET /metrics` on this HOST:PORT.
+    pub metrics: Option<String>,
 }
 
 #[derive(Debug, Error)]
@@ -60,6 +62,8 @@ pub struct Ready {
     pub export_name: String,
     pub size_bytes: u64,
     pub uris: Vec<String>,
+    /// `http://HOST:PORT/metrics` when serving metrics.
+    pub metrics: Option<String>,
 }
 
 struct Conns {
@@ -229,6 +233,16 @@ pub fn serve(
         None => None,
     };
 
+    let metrics = match &config.metrics {
+        Some(addr) => {
+            let l = TcpListener::bind(addr)
+                .map_err(io_err(format!("cannot serve metrics on {addr}")))?;
+            let local = l.local_addr().map_err(io_err("local address"))?;
+            Some((l, local))
+        }
+        None => None,
+    };
+
     let stop = Arc::new(AtomicBool::new(false));
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,
@@ -316,6 +330,17 @@ pub fn serve(
             .expect("spawn control thread")
     });
 
+    let metrics_url = metrics
+        .as_ref()
+        .map(|(_, local)| format!("http://{local}/metrics"));
+    let metrics_thread = metrics.map(|(l, _)| {
+        let (e, m, stop) = (Arc::clone(&engine), Arc::clone(&meta), Arc::clone(&stop));
+        std::thread::Builder::new()
+            .name("platter-metrics".into())
+            .spawn(move || crate::metrics::serve_metrics(l, e, m, stop))
+            .expect("spawn metrics thread")
+    });
+
     let conns = Arc::new(Conns {
         next: AtomicU64::new(0),
         open: Mutex::new(Vec::new()),
@@ -337,6 +362,7 @@ pub fn serve(
         export_name: export.name.clone(),
         size_bytes,
         uris,
+        metrics: metrics_url,
     });
 
     while !stop.load(Ordering::SeqCst) {
@@ -353,6 +379,9 @@ pub fn serve(
     upkeep.stop.store(true, Ordering::SeqCst);
     let _ = upkeep_thread.join();
     if let Some(t) = control_thread {
+        let _ = t.join();
+    }
+    if let Some(t) = metrics_thread {
         let _ = t.join();
     }
     engine.wait_idle();

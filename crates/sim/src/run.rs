@@ -11,6 +11,7 @@ use crate::trace::TraceHash;
 use bytes::Bytes;
 use platter_core::geometry::{Geometry, GeometrySpec};
 use platter_core::intent::{IntentLayout, RegionSet, INTENT_OFFSET_BYTES};
+use platter_core::stats::LatencyOf;
 use platter_core::volume::{
     Completion, ErrorKind, Event, Health, Limits, Maintenance, MemberIo, MemberOp, Reply, Request,
     RequestId, Volume,
@@ -175,6 +176,9 @@ pub struct Report {
     pub violations: u64,
     /// The first few violations, in words.
     pub violation_messages: Vec<String>,
+    /// The engine's statistics at the end of the run (since the last
+    /// crash, which assembles the volume afresh), latencies in virtual ns.
+    pub stats: platter_core::stats::Stats,
 }
 
 impl Report {
@@ -194,6 +198,7 @@ enum SimEvent {
         epoch: u64,
         io: MemberIo,
         flush_mark: u64,
+        issued_ns: u64,
     },
     Fault(Fault),
     /// Time to clear the write-intent bits of quiet regions.
@@ -209,6 +214,8 @@ struct Outstanding {
     flush_covers: Option<Vec<u32>>,
     /// Volume upkeep (a sweep, a resync step), not a client's request.
     upkeep: bool,
+    /// Where the request's latency goes in the statistics.
+    latency: Option<LatencyOf>,
     /// A resync step; of this bitmap region, if any.
     resync: Option<Option<u64>>,
 }
@@ -398,6 +405,7 @@ impl Simulation {
             read_errors_corrected: 0,
             violations: 0,
             violation_messages: Vec::new(),
+            stats: Default::default(),
         };
         Simulation {
             seed,
@@ -490,8 +498,11 @@ impl Simulation {
                     epoch,
                     io,
                     flush_mark,
+                    issued_ns,
                 } => {
                     if epoch == self.epoch {
+                        let ns = self.clock.now_ns() - issued_ns;
+                        self.volume.record_latency(LatencyOf::Member(io.member), ns);
                         self.io_done(io, flush_mark);
                     }
                 }
@@ -522,6 +533,7 @@ impl Simulation {
             }
         }
         self.report.end_ns = self.clock.now_ns();
+        self.report.stats = self.volume.stats();
         self.report.trace_hash = self.trace.finish();
         self.report
     }
@@ -559,6 +571,7 @@ impl Simulation {
         let flush_covers = matches!(req, Request::Flush).then(|| self.oracle.flush_covers());
         let writer = self.oracle.apply(&req);
         let name = req.name();
+        let latency = LatencyOf::of(&req);
         let id = self.volume.submit(req);
         self.trace.fold(&[
             1,
@@ -580,6 +593,7 @@ impl Simulation {
                 read,
                 flush_covers,
                 upkeep: false,
+                latency,
                 resync: None,
             },
         );
@@ -606,6 +620,7 @@ impl Simulation {
                 read: None,
                 flush_covers: None,
                 upkeep: true,
+                latency: None,
                 resync,
             },
         );
@@ -675,6 +690,7 @@ impl Simulation {
                 epoch: self.epoch,
                 io,
                 flush_mark,
+                issued_ns: now,
             },
         );
     }
@@ -754,6 +770,9 @@ impl Simulation {
             },
         };
         self.trace.fold(&[4, now, c.id.0, code]);
+        if let Some(of) = o.latency {
+            self.volume.record_latency(of, now - o.submitted_ns);
+        }
         if o.upkeep {
             return self.upkeep_done(o, c.result);
         }

@@ -317,3 +317,33 @@ fn an_open_loop_runs_to_the_end() {
     assert!(r.ok(), "seed {seed}: {:?}", r.violation_messages);
     assert!(r.completed >= 100, "seed {seed}: {r:?}");
 }
+
+#[test]
+fn the_report_carries_the_engines_statistics() {
+    for seed in 0..5 {
+        let c = plain_stripe(seed);
+        let r = Simulation::new(c, seed).run();
+        assert!(r.ok(), "seed {seed}: {:?}", r.violation_messages);
+        let s = &r.stats;
+        let v = &s.volume;
+        // Every member I/O is counted once, and timed in virtual time.
+        let member_ios: u64 = s
+            .members
+            .iter()
+            .map(|m| m.reads + m.writes + m.trims + m.flushes)
+            .sum();
+        assert_eq!(member_ios, r.member_ios, "seed {seed}");
+        let timed: u64 = s.members.iter().map(|m| m.latency.count()).sum();
+        assert_eq!(timed, r.member_ios, "seed {seed}");
+        assert!(s.members.iter().any(|m| m.latency.max() > 0));
+        // Every client request completed once: counted and timed.
+        let counted = v.counters.reads + v.counters.writes + v.trims + v.flushes + v.errors;
+        let latencies = v.read_latency.count() + v.write_latency.count() + v.other_latency.count();
+        assert_eq!(counted, latencies, "seed {seed}");
+        assert!(counted > 0 && counted <= r.completed, "seed {seed}");
+        assert_eq!(v.read_latency.count(), v.counters.reads, "seed {seed}");
+        assert!(v.read_latency.p50() <= v.read_latency.p99());
+        assert!(v.read_latency.p99() <= v.read_latency.max());
+        assert_eq!(v.outstanding, 0);
+    }
+}

@@ -635,6 +635,8 @@ pub struct ServeOptions {
     pub listen: Option<String>,
     /// `--inject MEMBER=SPEC` arguments, as given.
     pub inject: Vec<String>,
+    /// More arguments for `platter serve` (before the members).
+    pub extra_args: Vec<String>,
 }
 
 /// `platter serve --socket DIR/sock MEMBER...` over a [`Volume`]; killed on
@@ -695,6 +697,11 @@ impl Server {
         self.child.as_ref().expect("server running").id()
     }
 
+    /// The server's stdout lines so far (the ready banner).
+    pub fn stdout_lines(&self) -> Vec<String> {
+        self.stdout.lock().unwrap().clone()
+    }
+
     /// The server's stderr so far (its log).
     pub fn log(&self) -> String {
         text(&self.log)
@@ -724,6 +731,7 @@ impl Server {
         for i in &self.options.inject {
             cmd.arg("--inject").arg(i);
         }
+        cmd.args(&self.options.extra_args);
         for (i, m) in self.volume.members.iter().enumerate() {
             if !self.options.leave_out.contains(&i) {
                 cmd.arg(m);

@@ -16,6 +16,7 @@
 //! read on a level with copies: the bytes come from another copy and are
 //! written back over the failed range (see `repair.rs`).
 
+mod account;
 mod ids;
 mod intent;
 mod lock;
@@ -27,6 +28,7 @@ mod request;
 mod scrub;
 mod write;
 
+pub use account::{plex_count, transfer_shape};
 pub use intent::IntentStatus;
 pub use rebuild::RebuildProgress;
 pub use repair::MAX_CORRECTED_READ_ERRORS;
@@ -152,6 +154,8 @@ struct Op {
     report: Option<CheckReport>,
     /// Write-intent regions held (first, last), from admission to finish.
     intent_regions: Option<(u64, u64)>,
+    /// For the statistics (see `account.rs`).
+    tally: account::Tally,
 }
 
 struct Inflight {
@@ -178,6 +182,7 @@ pub struct Volume {
     rebuild: Option<rebuild::RebuildState>,
     intent: Option<intent::IntentState>,
     read_repair: repair::ReadRepairs,
+    stats: crate::stats::Stats,
 }
 
 impl Volume {
@@ -185,6 +190,7 @@ impl Volume {
         assert_eq!(health.len(), geometry.members() as usize);
         assert!(limits.max_requests > 0);
         let read_repair = repair::ReadRepairs::new(geometry.members());
+        let stats = crate::stats::Stats::new(plex_count(&geometry), geometry.members());
         Volume {
             geometry,
             health,
@@ -201,6 +207,7 @@ impl Volume {
             rebuild: None,
             intent: None,
             read_repair,
+            stats,
         }
     }
 
@@ -243,11 +250,13 @@ impl Volume {
                 "{} of {len_bytes} bytes at offset {offset_bytes} is past the end of the volume ({size} bytes)",
                 req.name()
             );
+            self.stats.volume.errors += 1;
             self.complete(id, Err(VolumeError::new(ErrorKind::OutOfRange, msg)));
             return id;
         }
         if self.ops.len() >= self.limits.max_requests {
             let msg = format!("volume busy: {} requests in flight", self.ops.len());
+            self.stats.volume.errors += 1;
             self.complete(id, Err(VolumeError::new(ErrorKind::Busy, msg)));
             return id;
         }
@@ -264,6 +273,7 @@ impl Volume {
             written: [0; 4],
             report: None,
             intent_regions: None,
+            tally: account::Tally::default(),
         });
         let span = self.span_of(&op.req);
         self.ops.insert(id, op);
@@ -299,6 +309,7 @@ impl Volume {
             .inflight
             .remove(&io)
             .expect("completion for an I/O the volume did not issue");
+        self.account_io_result(ctx.member, &result);
         if ctx.request == intent::INTENT_OWNER {
             return self.intent_io_done(ctx.member, result.map(|_| ()));
         }
@@ -443,6 +454,7 @@ impl Volume {
     fn new_io(&mut self, request: RequestId, member: u32, op: MemberOp, dests: Dests) {
         let id = IoId(self.next_io);
         self.next_io += 1;
+        self.account_issue(member, &op);
         self.inflight.insert(
             id,
             Inflight {
@@ -455,6 +467,7 @@ impl Volume {
     }
 
     fn issue_reads(&mut self, id: RequestId, reads: ReadPieces) {
+        self.account_reads(id, &reads);
         let merged = plan::merge_reads(reads);
         let op = self.ops.get_mut(&id).expect("live request");
         op.stage = Stage::Reading;
@@ -555,6 +568,7 @@ impl Volume {
                         self.issue_writes(id, writes);
                     }
                     _ => {
+                        self.account_stripe_writes(id);
                         let writes = self.compute_writes(id);
                         self.issue_writes(id, writes);
                     }
@@ -649,6 +663,7 @@ impl Volume {
     fn finish(&mut self, id: RequestId, result: Result<Reply, VolumeError>) {
         let op = self.ops.remove(&id).expect("finishing a live request");
         assert_eq!(op.pending, 0, "finished with I/O outstanding");
+        self.account_finish(&op, &result);
         self.forget_read_repair(id);
         if let Request::Maintain {
             first_stripe,

@@ -93,8 +93,23 @@ pub struct Harness {
     /// Member I/Os performed so far.
     pub ios: u64,
     pub rng: Rng,
+    /// Per member, what it was asked to do (every I/O performed, failed
+    /// or not).
+    pub received: Vec<Received>,
     /// Member I/Os handed out and not yet performed.
     pool: Vec<MemberIo>,
+}
+
+/// What a [`Harness`] member received.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Received {
+    pub reads: u64,
+    pub bytes_read: u64,
+    pub writes: u64,
+    pub bytes_written: u64,
+    pub trims: u64,
+    pub bytes_trimmed: u64,
+    pub flushes: u64,
 }
 
 impl Harness {
@@ -112,6 +127,7 @@ impl Harness {
             bad: vec![BTreeMap::new(); n],
             ios: 0,
             rng: Rng(seed),
+            received: vec![Received::default(); n],
             pool: Vec::new(),
         }
     }
@@ -129,6 +145,7 @@ impl Harness {
             })
             .collect();
         self.volume = Volume::new(g, health, Limits::default());
+        self.received = vec![Received::default(); self.members.len()];
     }
 
     /// Makes the sectors of `[offset, offset + len)` (absolute on the
@@ -193,6 +210,22 @@ impl Harness {
     fn perform(&mut self, io: MemberIo) {
         let m = io.member as usize;
         self.ios += 1;
+        let r = &mut self.received[m];
+        match &io.op {
+            MemberOp::Read { len_bytes, .. } => {
+                r.reads += 1;
+                r.bytes_read += len_bytes;
+            }
+            MemberOp::Write { data, .. } => {
+                r.writes += 1;
+                r.bytes_written += data.len() as u64;
+            }
+            MemberOp::Trim { len_bytes, .. } => {
+                r.trims += 1;
+                r.bytes_trimmed += len_bytes;
+            }
+            MemberOp::Flush => r.flushes += 1,
+        }
         if self.fail_nth == Some(self.ios) {
             self.volume
                 .io_done(io.id, Err(format!("injected: I/O {}", self.ios)));

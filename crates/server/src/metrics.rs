@@ -1,0 +1,473 @@
+//! The volume's statistics for people and programs: the JSON the control
+//! socket's `stats` command answers, and `GET /metrics` in the Prometheus
+//! text format (`platter serve --metrics HOST:PORT`), encoded with the
+//! `prometheus-client` crate. Definitions: docs/statistics.md.
+
+use crate::engine::Engine;
+use crate::meta::Meta;
+use platter_core::stats::{Counters, Histogram, Stats};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The `stats` control command's answer: the counters and what names them.
+pub fn stats_json(engine: &Engine, meta: &Meta) -> Value {
+    let label = meta.label();
+    let stats = engine.stats();
+    let geometry = engine.with_volume(|v| v.geometry().clone());
+    let paths: Vec<Option<String>> = engine
+        .members()
+        .iter()
+        .map(|m| m.as_ref().map(|m| m.describe().to_string()))
+        .collect();
+    let mut v = serde_json::to_value(&stats).expect("statistics are plain data");
+    let obj = v.as_object_mut().expect("a JSON object");
+    obj.insert("name".into(), json!(label.name));
+    obj.insert("level".into(), json!(geometry.level().name()));
+    obj.insert(
+        "interleave_bytes".into(),
+        json!(geometry.interleave_bytes()),
+    );
+    obj.insert(
+        "stripe_data_bytes".into(),
+        json!(geometry.stripe_data_bytes()),
+    );
+    obj.insert("member_paths".into(), json!(paths));
+    v
+}
+
+/// Counter fields shared by the volume and the plexes, with their help.
+fn counter_fields(c: &Counters) -> [(&'static str, u64, &'static str); 12] {
+    [
+        ("reads", c.reads, "Client reads completed successfully"),
+        (
+            "read_bytes",
+            c.bytes_read,
+            "Bytes of successful client reads",
+        ),
+        (
+            "writes",
+            c.writes,
+            "Client writes and write-zeroes completed successfully",
+        ),
+        (
+            "written_bytes",
+            c.bytes_written,
+            "Bytes of successful client writes",
+        ),
+        (
+            "multiblock",
+            c.multiblock,
+            "Reads and writes touching more than one interleave-sized chunk",
+        ),
+        (
+            "multistripe",
+            c.multistripe,
+            "Reads and writes touching more than one stripe",
+        ),
+        (
+            "recovered_reads",
+            c.recovered_reads,
+            "Reads served by reconstruction or by another copy after a failure",
+        ),
+        (
+            "degraded_writes",
+            c.degraded_writes,
+            "Writes that could not update every copy or parity chunk",
+        ),
+        (
+            "full_stripe_writes",
+            c.full_stripe_writes,
+            "Parity stripes written whole, nothing read",
+        ),
+        (
+            "read_modify_writes",
+            c.read_modify_writes,
+            "Parity stripes written by read-modify-write",
+        ),
+        (
+            "reconstruct_writes",
+            c.reconstruct_writes,
+            "Parity stripes written by reconstruct-write",
+        ),
+        (
+            "parityless_writes",
+            c.parityless_writes,
+            "Parity stripes written with every parity member lost",
+        ),
+    ]
+}
+
+/// The statistics in the Prometheus text format, one scrape's worth.
+#[derive(Debug)]
+struct Snapshot {
+    name: String,
+    stats: Stats,
+}
+
+type Labels = Vec<(&'static str, String)>;
+
+impl Snapshot {
+    fn counter(
+        enc: &mut DescriptorEncoder,
+        name: &str,
+        help: &str,
+        series: &[(Labels, u64)],
+    ) -> std::fmt::Result {
+        let mut family = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+        for (labels, v) in series {
+            ConstCounter::new(*v).encode(family.encode_family(labels)?)?;
+        }
+        Ok(())
+    }
+
+    fn gauge(
+        enc: &mut DescriptorEncoder,
+        name: &str,
+        help: &str,
+        series: &[(Labels, u64)],
+    ) -> std::fmt::Result {
+        let mut family = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+        for (labels, v) in series {
+            ConstGauge::new(*v as i64).encode(family.encode_family(labels)?)?;
+        }
+        Ok(())
+    }
+
+    fn histogram(
+        enc: &mut DescriptorEncoder,
+        name: &str,
+        help: &str,
+        series: &[(Labels, &Histogram)],
+    ) -> std::fmt::Result {
+        let mut family = enc.encode_descriptor(name, help, None, MetricType::Histogram)?;
+        for (labels, h) in series {
+            // Counts per log2 bound from 1 µs to 64 s, then +Inf (the
+            // encoder makes them cumulative): the first bound takes every
+            // smaller bucket too, +Inf every larger one.
+            let mut buckets: Vec<(f64, u64)> = Vec::new();
+            let mut pending = 0;
+            for (b, n) in h.buckets().iter().enumerate() {
+                pending += n;
+                if (10..=36).contains(&b) {
+                    buckets.push((Histogram::bucket_upper(b) as f64 / 1e9, pending));
+                    pending = 0;
+                }
+            }
+            buckets.push((f64::INFINITY, pending));
+            let sum = h.sum() as f64 / 1e9;
+            family
+                .encode_family(labels)?
+                .encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                    sum,
+                    h.count(),
+                    &buckets,
+                    None,
+                )?;
+        }
+        Ok(())
+    }
+}
+
+impl prometheus_client::collector::Collector for Snapshot {
+    fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
+        let s = &self.stats;
+        let vol = || -> Labels { vec![("volume", self.name.clone())] };
+        let plex =
+            |p: usize| -> Labels { vec![("volume", self.name.clone()), ("plex", p.to_string())] };
+        let member =
+            |m: usize| -> Labels { vec![("volume", self.name.clone()), ("member", m.to_string())] };
+        let v = counter_fields(&s.volume.counters);
+        let plexes: Vec<_> = s
+            .plexes
+            .iter()
+            .map(|p| counter_fields(&p.counters))
+            .collect();
+        for (i, (field, value, help)) in v.iter().enumerate() {
+            Self::counter(
+                &mut enc,
+                &format!("platter_volume_{field}"),
+                help,
+                &[(vol(), *value)],
+            )?;
+            let series: Vec<(Labels, u64)> = plexes
+                .iter()
+                .enumerate()
+                .map(|(p, f)| (plex(p), f[i].1))
+                .collect();
+            Self::counter(&mut enc, &format!("platter_plex_{field}"), help, &series)?;
+        }
+        let vs = &s.volume;
+        for (field, value, help) in [
+            ("trims", vs.trims, "Client trims completed successfully"),
+            (
+                "trimmed_bytes",
+                vs.bytes_trimmed,
+                "Bytes of successful client trims",
+            ),
+            (
+                "flushes",
+                vs.flushes,
+                "Client flushes completed successfully",
+            ),
+            (
+                "errors",
+                vs.errors,
+                "Client requests that failed or were refused",
+            ),
+        ] {
+            Self::counter(
+                &mut enc,
+                &format!("platter_volume_{field}"),
+                help,
+                &[(vol(), value)],
+            )?;
+        }
+        Self::gauge(
+            &mut enc,
+            "platter_volume_outstanding",
+            "Client requests in the volume now",
+            &[(vol(), vs.outstanding)],
+        )?;
+        let series: Vec<(Labels, u64)> = s
+            .plexes
+            .iter()
+            .enumerate()
+            .map(|(p, x)| (plex(p), x.outstanding))
+            .collect();
+        Self::gauge(
+            &mut enc,
+            "platter_plex_outstanding",
+            "Client requests in the volume now with member I/O on the plex",
+            &series,
+        )?;
+        for (field, help, h) in [
+            ("read", "Client read latency", &vs.read_latency),
+            (
+                "write",
+                "Client write and write-zeroes latency",
+                &vs.write_latency,
+            ),
+            ("other", "Client trim and flush latency", &vs.other_latency),
+        ] {
+            Self::histogram(
+                &mut enc,
+                &format!("platter_volume_{field}_latency_seconds"),
+                help,
+                &[(vol(), h)],
+            )?;
+        }
+        type Field = fn(&platter_core::stats::MemberStats) -> u64;
+        let member_fields: [(&str, Field, &str); 8] = [
+            ("reads", |m| m.reads, "Member reads issued"),
+            (
+                "read_bytes",
+                |m| m.bytes_read,
+                "Bytes of member reads issued",
+            ),
+            ("writes", |m| m.writes, "Member writes issued"),
+            (
+                "written_bytes",
+                |m| m.bytes_written,
+                "Bytes of member writes issued",
+            ),
+            ("trims", |m| m.trims, "Member trims issued"),
+            (
+                "trimmed_bytes",
+                |m| m.bytes_trimmed,
+                "Bytes of member trims issued",
+            ),
+            ("flushes", |m| m.flushes, "Member flushes issued"),
+            ("errors", |m| m.errors, "Member I/Os that failed"),
+        ];
+        for (field, get, help) in member_fields {
+            let series: Vec<(Labels, u64)> = s
+                .members
+                .iter()
+                .enumerate()
+                .map(|(i, m)| (member(i), get(m)))
+                .collect();
+            Self::counter(&mut enc, &format!("platter_member_{field}"), help, &series)?;
+        }
+        let series: Vec<(Labels, u64)> = s
+            .members
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (member(i), m.outstanding))
+            .collect();
+        Self::gauge(
+            &mut enc,
+            "platter_member_outstanding",
+            "Member I/Os issued and not yet done",
+            &series,
+        )?;
+        let series: Vec<(Labels, &Histogram)> = s
+            .members
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (member(i), &m.latency))
+            .collect();
+        Self::histogram(
+            &mut enc,
+            "platter_member_latency_seconds",
+            "Member I/O service time",
+            &series,
+        )
+    }
+}
+
+/// `stats` in the Prometheus (OpenMetrics) text format.
+pub fn encode_prometheus(volume_name: &str, stats: &Stats) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Snapshot {
+        name: volume_name.to_string(),
+        stats: stats.clone(),
+    }));
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, &registry)
+        .expect("writing to a String cannot fail");
+    out
+}
+
+/// Serves `GET /metrics` until `stop`: one short request per connection,
+/// answered and closed (a scraper needs nothing more).
+pub fn serve_metrics(
+    listener: TcpListener,
+    engine: Arc<Engine>,
+    meta: Arc<Meta>,
+    stop: Arc<AtomicBool>,
+) {
+    let _ = listener.set_nonblocking(true);
+    while !stop.load(Ordering::SeqCst) {
+        match listener.accept() {
+            Ok((s, _)) => {
+                let _ = s.set_nonblocking(false);
+                let (engine, meta) = (Arc::clone(&engine), Arc::clone(&meta));
+                let _ = std::thread::Builder::new()
+                    .name("platter-metrics".into())
+                    .spawn(move || answer(s, &engine, &meta));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+/// Reads one HTTP request and answers it.
+fn answer(stream: TcpStream, engine: &Engine, meta: &Meta) {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(10)));
+    let mut reader = BufReader::new((&stream).take(16 * 1024));
+    let mut request_line = String::new();
+    if reader.read_line(&mut request_line).is_err() {
+        return;
+    }
+    // Headers up to the blank line; their content does not matter.
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match reader.read_line(&mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) if line == "\r\n" || line == "\n" => break,
+            Ok(_) => {}
+        }
+    }
+    let mut parts = request_line.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = path.split('?').next().unwrap_or("");
+    let (status, content_type, body) = match (method, path) {
+        ("GET", "/metrics") | ("HEAD", "/metrics") => (
+            "200 OK",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            encode_prometheus(&meta.label().name, &engine.stats()),
+        ),
+        ("GET", _) | ("HEAD", _) => (
+            "404 Not Found",
+            "text/plain; charset=utf-8",
+            "platter serves its metrics at /metrics\n".to_string(),
+        ),
+        _ => (
+            "405 Method Not Allowed",
+            "text/plain; charset=utf-8",
+            "only GET /metrics\n".to_string(),
+        ),
+    };
+    let mut out = &stream;
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = out.write_all(head.as_bytes());
+    if method != "HEAD" {
+        let _ = out.write_all(body.as_bytes());
+    }
+    let _ = out.flush();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use platter_core::stats::Stats;
+
+    #[test]
+    fn encodes_every_family() {
+        let mut s = Stats::new(2, 2);
+        s.volume.counters.bytes_written = 4096;
+        s.volume.counters.multistripe = 3;
+        s.plexes[1].counters.reads = 7;
+        s.members[0].bytes_read = 512;
+        s.volume.read_latency.record(3_000);
+        let text = encode_prometheus("v1", &s);
+        assert!(
+            text.contains("platter_volume_written_bytes_total{volume=\"v1\"} 4096"),
+            "{text}"
+        );
+        assert!(
+            text.contains("platter_volume_multistripe_total{volume=\"v1\"} 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("platter_plex_reads_total{volume=\"v1\",plex=\"1\"} 7"),
+            "{text}"
+        );
+        assert!(
+            text.contains("platter_member_read_bytes_total{volume=\"v1\",member=\"0\"} 512"),
+            "{text}"
+        );
+        assert!(
+            text.contains("platter_volume_read_latency_seconds_count{volume=\"v1\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE platter_volume_outstanding gauge"),
+            "{text}"
+        );
+        assert!(text.trim_end().ends_with("# EOF"), "{text}");
+        // Cumulative buckets: 3 µs is under the 4.096 µs bound.
+        assert!(
+            text.contains(
+                "platter_volume_read_latency_seconds_bucket{le=\"0.000002048\",volume=\"v1\"} 0"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "platter_volume_read_latency_seconds_bucket{le=\"0.000004096\",volume=\"v1\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "platter_volume_read_latency_seconds_bucket{le=\"+Inf\",volume=\"v1\"} 1"
+            ),
+            "{text}"
+        );
+    }
+}
