@@ -16,6 +16,7 @@
 //! read on a level with copies: the bytes come from another copy and are
 //! written back over the failed range (see `repair.rs`).
 
+mod balancing;
 mod ids;
 mod intent;
 mod lock;
@@ -173,8 +174,8 @@ pub struct Volume {
     events: VecDeque<Event>,
     next_request: u64,
     next_io: u64,
-    /// Rotates reads over mirror copies.
-    read_turn: u64,
+    /// Chooses among mirror and RAID-10 copies for reads (`balancing.rs`).
+    balancer: crate::balance::Balancer,
     rebuild: Option<rebuild::RebuildState>,
     intent: Option<intent::IntentState>,
     read_repair: repair::ReadRepairs,
@@ -185,6 +186,7 @@ impl Volume {
         assert_eq!(health.len(), geometry.members() as usize);
         assert!(limits.max_requests > 0);
         let read_repair = repair::ReadRepairs::new(geometry.members());
+        let balancer = balancing::new_balancer(&geometry);
         Volume {
             geometry,
             health,
@@ -197,7 +199,7 @@ impl Volume {
             events: VecDeque::new(),
             next_request: 0,
             next_io: 0,
-            read_turn: 0,
+            balancer,
             rebuild: None,
             intent: None,
             read_repair,
@@ -299,6 +301,7 @@ impl Volume {
             .inflight
             .remove(&io)
             .expect("completion for an I/O the volume did not issue");
+        self.balancer.completed(ctx.member);
         if ctx.request == intent::INTENT_OWNER {
             return self.intent_io_done(ctx.member, result.map(|_| ()));
         }
@@ -451,6 +454,7 @@ impl Volume {
                 dests,
             },
         );
+        self.balancer.issued(member, &op);
         self.io_queue.push_back(MemberIo { id, member, op });
     }
 
