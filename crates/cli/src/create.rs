@@ -237,6 +237,7 @@ fn label_members(
             updated_unix_seconds: now,
             name: args.name.clone(),
             intent_region_stripes,
+            read_policy_arg: 0,
             slots: slots.clone(),
         };
         m.write_at(0, &label.encode())?;
