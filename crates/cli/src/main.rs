@@ -58,6 +58,18 @@ enum Command {
     Repair(control::ScrubArgs),
     /// Change the rebuild's rate limit while it runs.
     RebuildRate(control::RateArgs),
+    /// Show or change how a running mirror or raid10 volume balances reads.
+    #[command(
+        long_about = "Show or change how a running mirror or raid10 volume chooses the copy \
+                      each read goes to. The change applies to reads from now on and is \
+                      recorded in every member's label, so it survives a restart (a \
+                      --read-only server applies it until it stops). POLICY is one of: \
+                      round-robin, split[:SIZE], load, prefer:SLOT, proximity[:WINDOW], auto \
+                      (see platter create --help and docs/tuning.md). Without POLICY, shows \
+                      the policy, what it amounts to now (auto resolved, defaults filled in) \
+                      and which members spin."
+    )]
+    ReadPolicy(control::PolicyArgs),
 }
 
 fn main() -> ExitCode {
@@ -81,6 +93,7 @@ fn main() -> ExitCode {
         Command::Check(a) => control::scrub(a, false),
         Command::Repair(a) => control::scrub(a, true),
         Command::RebuildRate(a) => control::rebuild_rate(a),
+        Command::ReadPolicy(a) => control::read_policy(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

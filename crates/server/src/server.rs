@@ -38,6 +38,10 @@ pub struct ServeConfig {
     pub max_connections: usize,
     /// The control socket; defaults to the NBD socket's path plus ".ctl".
     pub control: Option<PathBuf>,
+    /// Slots whose rotation the operator states, for `auto` read balancing:
+    /// files and NBD exports cannot tell, and a block device's own answer
+    /// (sysfs) can be overridden.
+    pub rotational: BTreeMap<u32, bool>,
 }
 
 #[derive(Debug, Error)]
@@ -177,6 +181,7 @@ pub fn serve(
         }
         vol.enable_intent(layout, bits, resync);
     }
+    crate::balancing::configure(&mut vol, &label, &members, &config.rotational);
     let engine = Arc::new(Engine::new(vol, members.clone()));
     let shared = Arc::new(Shared {
         engine: Arc::clone(&engine),
@@ -298,6 +303,7 @@ pub fn serve(
         spares: Mutex::new(Vec::new()),
         removed: Mutex::new(removed),
         slot_changes: Mutex::new(()),
+        rotational: config.rotational.clone(),
     });
     let upkeep_thread = {
         let (e, m, u) = (Arc::clone(&engine), Arc::clone(&meta), Arc::clone(&upkeep));

@@ -633,6 +633,8 @@ pub struct ServeOptions {
     pub threads: Option<usize>,
     /// `--listen HOST:PORT` as well as the socket.
     pub listen: Option<String>,
+    /// More `platter serve` options, before the members.
+    pub extra_args: Vec<String>,
 }
 
 /// `platter serve --socket DIR/sock MEMBER...` over a [`Volume`]; killed on
@@ -719,6 +721,7 @@ impl Server {
         if let Some(t) = self.options.threads {
             cmd.arg("--threads").arg(t.to_string());
         }
+        cmd.args(&self.options.extra_args);
         for (i, m) in self.volume.members.iter().enumerate() {
             if !self.options.leave_out.contains(&i) {
                 cmd.arg(m);
