@@ -19,7 +19,7 @@
 //! - `prefer:SLOT`: the member in SLOT whenever it holds a usable copy;
 //!   otherwise as `load`.
 //! - `proximity[:WINDOW]`: gmirror's `load` since 2009 (Maxim Sobolev's patch,
-//!   `references/geom-mirror-read-balancing-2009.txt`): the least loaded
+//!   "Improving geom_mirror(4)'s read balancing", 2009; see `docs/tuning.md`): the least loaded
 //!   member, where a member whose last I/O ended exactly where the read starts
 //!   counts two I/Os less, and one within WINDOW bytes (1 MiB by default) of
 //!   it one I/O less. A sequential reader stays on one disk and its
