@@ -18,12 +18,12 @@
 //!   ties go round-robin.
 //! - `prefer:SLOT`: the member in SLOT whenever it holds a usable copy;
 //!   otherwise as `load`.
-//! - `proximity[:WINDOW]`: gmirror's `load` since 2009 (Maxim Sobolev's patch,
-//!   "Improving geom_mirror(4)'s read balancing", 2009; see `docs/tuning.md`): the least loaded
-//!   member, where a member whose last I/O ended exactly where the read starts
-//!   counts two I/Os less, and one within WINDOW bytes (1 MiB by default) of
-//!   it one I/O less. A sequential reader stays on one disk and its
-//!   read-ahead cache; concurrent readers spread over the disks.
+//! - `proximity[:WINDOW]`: gmirror's `load` since 2009 (Maxim Sobolev's
+//!   patch, "Improving geom_mirror(4)'s read balancing"; see `docs/tuning.md`):
+//!   the least loaded member, where a member whose last I/O ended exactly
+//!   where the read starts counts two I/Os less, and one within WINDOW bytes
+//!   (1 MiB by default) of it one I/O less. A sequential reader stays on one
+//!   disk and its read-ahead cache; concurrent readers spread over the disks.
 //! - `auto`: `proximity` if any member is (or may be) rotational, `load` when
 //!   every member is known not to be.
 //!
