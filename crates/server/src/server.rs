@@ -182,7 +182,7 @@ pub fn serve(
         vol.enable_intent(layout, bits, resync);
     }
     crate::balancing::configure(&mut vol, &label, &members, &config.rotational);
-    let engine = Arc::new(Engine::new(vol, members.clone()));
+    let engine = Arc::new(Engine::new(vol, members));
     let shared = Arc::new(Shared {
         engine: Arc::clone(&engine),
         handshake: HandshakeConfig {
