@@ -51,6 +51,9 @@ pub fn print_status(v: &Value) {
         s("level"),
         format_size(n("interleave_bytes"))
     );
+    if let Some(p) = v.get("read_policy").filter(|p| !p.is_null()) {
+        println!("  Reads:      {}", policy_line(p));
+    }
     println!("  Events:     {}", n("event_counter"));
     if let Some(r) = v.get("rebuild").filter(|r| !r.is_null()) {
         let g = |k: &str| r.get(k).and_then(Value::as_u64).unwrap_or(0);
@@ -189,6 +192,21 @@ pub struct RateArgs {
     rate: u64,
 }
 
+#[derive(Args)]
+pub struct PolicyArgs {
+    /// The server's control socket (the NBD socket's path plus ".ctl",
+    /// unless serve was given --control).
+    #[arg(long, value_name = "PATH")]
+    control: PathBuf,
+    /// Print the server's answer as JSON for programs.
+    #[arg(long)]
+    json: bool,
+    /// round-robin | split[:SIZE] | load | prefer:SLOT | proximity[:WINDOW] |
+    /// auto; leave out to show the current one.
+    #[arg(value_name = "POLICY")]
+    policy: Option<String>,
+}
+
 /// The live status of a served volume.
 pub fn status(control: &PathBuf, json_out: bool) -> Result<()> {
     let v = ask(control, json!({ "cmd": "status" }))?;
@@ -264,6 +282,50 @@ pub fn scrub(a: ScrubArgs, repair: bool) -> Result<()> {
         {
             println!("  mismatch at volume bytes {}+{}", r[0], r[1]);
         }
+    });
+    Ok(())
+}
+
+/// "proximity (in effect: proximity:1M)" or just "load".
+fn policy_line(p: &Value) -> String {
+    let policy = p["policy"].as_str().unwrap_or("?");
+    let effective = p["in_effect"].as_str().unwrap_or("?");
+    if policy == effective {
+        policy.to_string()
+    } else {
+        format!("{policy} (in effect: {effective})")
+    }
+}
+
+pub fn read_policy(a: PolicyArgs) -> Result<()> {
+    let mut req = json!({ "cmd": "read-policy" });
+    if let Some(p) = &a.policy {
+        // Checked here too, for the clearer message.
+        p.parse::<platter_core::balance::ReadPolicy>()
+            .map_err(CliError)?;
+        req["policy"] = json!(p);
+    }
+    let v = ask(&a.control, req)?;
+    show(a.json, &v, |v| {
+        println!("read policy {}", policy_line(v));
+        if a.policy.is_some() && v["recorded"] == json!(false) {
+            println!("(read-only server: not recorded in the labels; lasts until it stops)");
+        }
+        let spins: Vec<String> = v["rotational"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .map(|(slot, r)| {
+                let r = match r.as_bool() {
+                    Some(true) => "spins",
+                    Some(false) => "does not spin",
+                    None => "unknown",
+                };
+                format!("slot {slot} {r}")
+            })
+            .collect();
+        println!("members: {}", spins.join(", "));
     });
     Ok(())
 }

@@ -3,6 +3,7 @@
 use crate::error::{CliError, Result};
 use crate::members::{assemble_devices, open_all, read_label_area};
 use clap::Args;
+use platter_core::balance::ReadPolicy;
 use platter_core::geometry::{Geometry, GeometrySpec};
 use platter_core::intent::{IntentLayout, INTENT_OFFSET_BYTES};
 use platter_core::label::{
@@ -35,6 +36,16 @@ pub struct CreateArgs {
     /// the member count).
     #[arg(long, value_name = "N", default_value_t = 2)]
     copies: u32,
+    /// How mirror and raid10 reads choose a copy: round-robin,
+    /// split[:SIZE] (reads of SIZE or more, default 128k, split across the
+    /// copies), load (fewest outstanding I/Os), prefer:SLOT (that member
+    /// first), proximity[:WINDOW] (gmirror's load: least loaded, favouring
+    /// the member whose last I/O ended at or within WINDOW, default 1M, of
+    /// the read), auto (proximity for rotational members, load for the
+    /// others). Changeable later with `platter read-policy`. See
+    /// docs/tuning.md.
+    #[arg(long, value_name = "POLICY", default_value = "auto")]
+    read_policy: ReadPolicy,
     /// A name for people; the volume is identified by its UUID.
     #[arg(long, value_name = "NAME", default_value = "platter")]
     name: String,
@@ -123,6 +134,9 @@ pub fn run(args: CreateArgs) -> Result<()> {
             "raid10 needs 2 to {n} copies over {n} members, got {copies}"
         )));
     }
+    args.read_policy
+        .check(n, copies)
+        .map_err(|e| CliError(format!("--read-policy: {e}")))?;
 
     let opts = OpenOptions {
         create_size_bytes: args.member_size,
@@ -232,11 +246,12 @@ fn label_members(
             event_counter: 1,
             state: VolumeState::Clean,
             rebuild_checkpoint_bytes: 0,
-            read_policy: 0,
+            read_policy: args.read_policy.code(),
             created_unix_seconds: now,
             updated_unix_seconds: now,
             name: args.name.clone(),
             intent_region_stripes,
+            read_policy_arg: args.read_policy.arg(),
             slots: slots.clone(),
         };
         m.write_at(0, &label.encode())?;

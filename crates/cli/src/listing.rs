@@ -2,6 +2,7 @@
 //! programs (`--json`, the same facts).
 
 use platter_core::assemble::{uuid_string, Assembly, SlotNote};
+use platter_core::balance::ReadPolicy;
 use platter_core::label::SlotState;
 use platter_core::units::format_size;
 use platter_core::volume::Health;
@@ -18,6 +19,8 @@ pub struct VolumeJson {
     level: String,
     layout: Option<String>,
     copies: u32,
+    /// As stored (`auto` stays `auto`); null for levels without copies.
+    read_policy: Option<String>,
     interleave_bytes: u64,
     stripe_data_bytes: u64,
     size_bytes: u64,
@@ -81,6 +84,14 @@ fn layout_name(a: &Assembly) -> Option<String> {
     }
 }
 
+/// The label's read policy by name, or what is wrong with it.
+fn read_policy_name(a: &Assembly) -> String {
+    match ReadPolicy::from_label(a.label.read_policy, a.label.read_policy_arg) {
+        Ok(p) => p.to_string(),
+        Err(e) => format!("auto ({e})"),
+    }
+}
+
 pub fn json(a: &Assembly, members: &[Arc<dyn Member>], unreadable: &[String]) -> VolumeJson {
     let g = &a.geometry;
     VolumeJson {
@@ -89,6 +100,7 @@ pub fn json(a: &Assembly, members: &[Arc<dyn Member>], unreadable: &[String]) ->
         level: a.label.level.name().to_string(),
         layout: layout_name(a),
         copies: g.copies(),
+        read_policy: (g.copies() > 1).then(|| read_policy_name(a)),
         interleave_bytes: g.interleave_bytes(),
         stripe_data_bytes: g.stripe_data_bytes(),
         size_bytes: g.volume_size_bytes(),
@@ -129,6 +141,9 @@ pub fn render(a: &Assembly, members: &[Arc<dyn Member>], unreadable: &[String]) 
         let _ = write!(level, " ({l})");
     }
     let _ = writeln!(s, "  Level:      {level}");
+    if let Some(p) = &j.read_policy {
+        let _ = writeln!(s, "  Reads:      {p}");
+    }
     let _ = writeln!(
         s,
         "  Interleave: {} ({}s), stripe {} of data",

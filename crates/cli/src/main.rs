@@ -68,6 +68,18 @@ enum Command {
                       Out: requests (members: I/Os) in flight; p50/p99/Max: latency (volume: reads and writes)."
     )]
     Stats(stats::StatsArgs),
+    /// Show or change how a running mirror or raid10 volume balances reads.
+    #[command(
+        long_about = "Show or change how a running mirror or raid10 volume chooses the copy \
+                      each read goes to. The change applies to reads from now on and is \
+                      recorded in every member's label, so it survives a restart (a \
+                      --read-only server applies it until it stops). POLICY is one of: \
+                      round-robin, split[:SIZE], load, prefer:SLOT, proximity[:WINDOW], auto \
+                      (see platter create --help and docs/tuning.md). Without POLICY, shows \
+                      the policy, what it amounts to now (auto resolved, defaults filled in) \
+                      and which members spin."
+    )]
+    ReadPolicy(control::PolicyArgs),
 }
 
 fn main() -> ExitCode {
@@ -92,6 +104,7 @@ fn main() -> ExitCode {
         Command::Repair(a) => control::scrub(a, true),
         Command::RebuildRate(a) => control::rebuild_rate(a),
         Command::Stats(a) => stats::run(a),
+        Command::ReadPolicy(a) => control::read_policy(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -6,6 +6,7 @@ use clap::Args;
 use platter_core::units::format_size;
 use platter_io::{FaultSpec, FaultyMember, Member, OpenOptions};
 use platter_server::{serve, Ready, ServeConfig};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -40,14 +41,22 @@ pub struct ServeArgs {
     #[arg(long, value_name = "MEMBER=SPEC")]
     inject: Vec<String>,
     /// Control socket for `platter status|fail|remove|replace|add-spare|check|
-    /// repair|rebuild-rate --control PATH` (default: the --socket path plus
-    /// ".ctl").
+    /// repair|rebuild-rate|read-policy --control PATH` (default: the --socket
+    /// path plus ".ctl").
     #[arg(long, value_name = "PATH")]
     control: Option<PathBuf>,
     /// Serve the volume's statistics in the Prometheus text format at
     /// http://HOST:PORT/metrics (see docs/statistics.md).
     #[arg(long, value_name = "HOST:PORT")]
     metrics: Option<String>,
+    /// Whether a member spins, for the `auto` read policy (proximity if any
+    /// member may spin, load when none does). MEMBER is one of the members
+    /// as given, or a slot number. Block devices say so themselves (sysfs
+    /// queue/rotational), and a file the disk under it; NBD exports and
+    /// files on RAM or network file systems cannot, and count as possibly
+    /// spinning unless told. Repeatable.
+    #[arg(long, value_name = "MEMBER=yes|no")]
+    rotational: Vec<String>,
     /// The volume's members, in any order.
     #[arg(value_name = "MEMBER", required = true)]
     members: Vec<String>,
@@ -78,6 +87,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         devices[i] = Arc::new(FaultyMember::new(inner, spec));
     }
     let volume = assemble_devices(devices)?;
+    let rotational = parse_rotational(&args.rotational, &args.members, &volume)?;
     let config = ServeConfig {
         socket: args.socket,
         listen: args.listen,
@@ -86,6 +96,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         max_connections: args.max_connections,
         control: args.control,
         metrics: args.metrics,
+        rotational,
     };
     serve(volume, config, print_ready).map_err(|e| CliError(e.to_string()))
 }
@@ -115,6 +126,57 @@ fn parse_injections(injects: &[String], members: &[String]) -> Result<Vec<(usize
             )));
         }
         out.push((i, spec));
+    }
+    Ok(out)
+}
+
+/// `--rotational MEMBER=yes|no` options as slot → spins. MEMBER is a
+/// member as given (the longest that fits, as for --inject) or a slot.
+fn parse_rotational(
+    opts: &[String],
+    members: &[String],
+    volume: &platter_io::assembly::OpenVolume,
+) -> Result<BTreeMap<u32, bool>> {
+    let slots = volume.assembly.slot_device.len();
+    let mut out = BTreeMap::new();
+    for arg in opts {
+        let bad = |why: String| CliError(format!("--rotational {arg}: {why}"));
+        let named = members
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| Some((i, arg.strip_prefix(m.as_str())?.strip_prefix('=')?)))
+            .min_by_key(|(_, text)| text.len());
+        let (slot, value) = match named {
+            Some((i, value)) => {
+                let slot = volume
+                    .assembly
+                    .slot_device
+                    .iter()
+                    .position(|d| *d == Some(i))
+                    .ok_or_else(|| bad(format!("{} is not in use in the volume", members[i])))?;
+                (slot as u32, value)
+            }
+            None => {
+                let (key, value) = arg
+                    .split_once('=')
+                    .ok_or_else(|| bad("want MEMBER=yes|no".into()))?;
+                let slot: u32 = key.parse().map_err(|_| {
+                    bad(format!(
+                        "{key} is neither one of the members given nor a slot number"
+                    ))
+                })?;
+                if slot as usize >= slots {
+                    return Err(bad(format!("there is no slot {slot} (slots 0..{slots})")));
+                }
+                (slot, value)
+            }
+        };
+        let spins = match value.to_ascii_lowercase().as_str() {
+            "yes" | "true" | "1" | "hdd" => true,
+            "no" | "false" | "0" | "ssd" => false,
+            other => return Err(bad(format!("'{other}' is not yes or no"))),
+        };
+        out.insert(slot, spins);
     }
     Ok(out)
 }

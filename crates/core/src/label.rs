@@ -70,8 +70,9 @@ pub mod at {
     pub const UPDATED_UNIX_SECONDS: usize = 0x078;
     pub const NAME: usize = 0x080;
     pub const INTENT_REGION_STRIPES: usize = 0x0C0;
+    pub const READ_POLICY_ARG: usize = 0x0C8;
     /// Zero in format version 1: room for header fields.
-    pub const RESERVED_HEADER: usize = 0x0C8;
+    pub const RESERVED_HEADER: usize = 0x0D0;
     pub const SLOT_TABLE: usize = 0x200;
     /// Zero in format version 1: room after the slot table.
     pub const RESERVED_TAIL: usize = SLOT_TABLE + super::MAX_MEMBERS as usize * SLOT_ENTRY_BYTES;
@@ -258,7 +259,9 @@ pub struct Label {
     /// In `Rebuilding`: offset into the data area of the rebuilding slot(s)
     /// below which they are in sync, so a restart resumes there.
     pub rebuild_checkpoint_bytes: u64,
-    /// 0 = auto; other codes belong to the read balancer.
+    /// 0 = auto; other codes belong to the read balancer
+    /// ([`crate::balance::ReadPolicy::from_label`]). Any value is valid in
+    /// the label; the server checks it.
     pub read_policy: u8,
     pub created_unix_seconds: u64,
     pub updated_unix_seconds: u64,
@@ -266,6 +269,10 @@ pub struct Label {
     /// Stripes per bit of the write-intent bitmap kept in `[LABEL_BYTES,
     /// data_offset_bytes)`; 0 = no bitmap (see [`crate::intent`]).
     pub intent_region_stripes: u64,
+    /// The read policy's argument: the split threshold in bytes, the
+    /// preferred slot, or the proximity window in bytes; 0 = the default
+    /// (and 0 for policies without one). Checked like `read_policy`.
+    pub read_policy_arg: u64,
     pub slots: Vec<SlotEntry>,
 }
 
@@ -513,6 +520,7 @@ impl Label {
             at::INTENT_REGION_STRIPES,
             self.intent_region_stripes,
         );
+        put_u64(&mut b, at::READ_POLICY_ARG, self.read_policy_arg);
         for (i, entry) in self.slots.iter().enumerate() {
             let e = at::SLOT_TABLE + i * at::SLOT_ENTRY_BYTES;
             b[e + at::ENTRY_MEMBER_UUID..e + at::ENTRY_MEMBER_UUID + 16]
@@ -593,6 +601,7 @@ impl Label {
             updated_unix_seconds: get_u64(b, at::UPDATED_UNIX_SECONDS),
             name,
             intent_region_stripes: get_u64(b, at::INTENT_REGION_STRIPES),
+            read_policy_arg: get_u64(b, at::READ_POLICY_ARG),
             slots: Vec::new(),
         };
         // The header first: a bad member_count explains a bad-looking table,

@@ -5,6 +5,7 @@
 //! the real executor (`platter-io`) and the simulator drive the same code.
 
 pub mod assemble;
+pub mod balance;
 pub mod geometry;
 pub mod intent;
 pub mod label;

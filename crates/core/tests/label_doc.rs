@@ -78,6 +78,7 @@ fn sample() -> Label {
         updated_unix_seconds: 0x4142_4344_4546_4748,
         name: "doc-check".to_string(),
         intent_region_stripes: 7,
+        read_policy_arg: 0x5152_5354_5556_5758,
         slots,
     }
 }
@@ -107,6 +108,7 @@ fn label_table_matches_the_code() {
         row(at::UPDATED_UNIX_SECONDS, 8, "updated_unix_seconds"),
         row(at::NAME, NAME_MAX_BYTES, "name"),
         row(at::INTENT_REGION_STRIPES, 8, "intent_region_stripes"),
+        row(at::READ_POLICY_ARG, 8, "read_policy_arg"),
         row(
             at::RESERVED_HEADER,
             at::SLOT_TABLE - at::RESERVED_HEADER,
@@ -166,6 +168,14 @@ fn documented_offsets_hold_the_values() {
         ("parity_layout", vec![3]),
         ("state", vec![3]),
         ("read_policy", vec![label.read_policy]),
+        (
+            "read_policy_arg",
+            label.read_policy_arg.to_le_bytes().to_vec(),
+        ),
+        (
+            "intent_region_stripes",
+            label.intent_region_stripes.to_le_bytes().to_vec(),
+        ),
         ("copies", label.copies.to_le_bytes().to_vec()),
         (
             "interleave_bytes",

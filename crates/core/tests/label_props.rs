@@ -148,6 +148,8 @@ fn label() -> impl Strategy<Value = Label> {
                     // Any value is valid in the label; assembly checks it
                     // against the geometry.
                     intent_region_stripes: updated.rotate_left(17),
+                    // Like read_policy: the server checks it.
+                    read_policy_arg: created.rotate_left(29),
                     slots,
                 }
             },
@@ -252,6 +254,7 @@ proptest! {
         created in any::<u64>(),
         updated in any::<u64>(),
         read_policy in any::<u8>(),
+        read_policy_arg in any::<u64>(),
     ) {
         let mut bytes = label.encode();
         bytes[at::EVENT_COUNTER..at::EVENT_COUNTER + 8].copy_from_slice(&event_counter.to_le_bytes());
@@ -264,6 +267,8 @@ proptest! {
         bytes[at::UPDATED_UNIX_SECONDS..at::UPDATED_UNIX_SECONDS + 8]
             .copy_from_slice(&updated.to_le_bytes());
         bytes[at::READ_POLICY] = read_policy;
+        bytes[at::READ_POLICY_ARG..at::READ_POLICY_ARG + 8]
+            .copy_from_slice(&read_policy_arg.to_le_bytes());
         refix_crc(&mut bytes);
         let decoded = Label::decode(&bytes).expect("free fields only");
         prop_assert_eq!(decoded.event_counter, event_counter);
@@ -272,6 +277,7 @@ proptest! {
         prop_assert_eq!(decoded.created_unix_seconds, created);
         prop_assert_eq!(decoded.updated_unix_seconds, updated);
         prop_assert_eq!(decoded.read_policy, read_policy);
+        prop_assert_eq!(decoded.read_policy_arg, read_policy_arg);
         prop_assert_eq!(decoded.encode(), bytes);
     }
 }

@@ -1,7 +1,7 @@
 //! Live management of a served volume: the operations behind the control
 //! socket (`platter status|fail|remove|replace|add-spare|check|repair|
-//! rebuild-rate|stats --control PATH`), each a JSON request and a JSON answer on
-//! one line.
+//! rebuild-rate|read-policy|stats --control PATH`), each a JSON request and a
+//! JSON answer on one line.
 
 use crate::engine::Engine;
 use crate::meta::Meta;
@@ -35,6 +35,8 @@ pub struct Manager {
     /// operators (or an operator and a spare taking over) cannot interleave
     /// the check of a slot's health with the change of its device.
     pub slot_changes: Mutex<()>,
+    /// `serve --rotational`: slots whose rotation the operator stated.
+    pub rotational: BTreeMap<u32, bool>,
 }
 
 fn health_name(h: Health) -> &'static str {
@@ -88,6 +90,7 @@ impl Manager {
             "size_bytes": geometry.volume_size_bytes(),
             "state": Meta::state_for(&health, VolumeState::Clean).name(),
             "event_counter": label.event_counter,
+            "read_policy": (geometry.copies() > 1).then(|| self.read_policy_status()),
             "members": (0..geometry.members()).map(|s| json!({
                 "slot": s,
                 "state": slot_state(s as usize),
@@ -276,6 +279,7 @@ impl Manager {
             self.engine
                 .with_volume(|v| v.mark_faulty(slot, "replaced by the operator".into()));
         }
+        self.note_rotational(slot, &device);
         self.engine.set_member(slot, device);
         self.removed.lock().expect("removed").remove(&slot);
         self.engine
@@ -373,6 +377,7 @@ impl Manager {
             Some("add-spare") => self.add_spare(arg("device")?),
             Some("check") => self.scrub(Maintenance::Check),
             Some("repair") => self.scrub(Maintenance::Repair),
+            Some("read-policy") => self.read_policy(req.get("policy").and_then(Value::as_str)),
             Some("rebuild-rate") => {
                 let rate = req
                     .get("bytes_per_sec")

@@ -32,6 +32,11 @@ impl Meta {
         }
     }
 
+    /// Whether the labels are left alone (a read-only server).
+    pub fn read_only(&self) -> bool {
+        self.read_only
+    }
+
     pub fn label(&self) -> Label {
         self.label.lock().expect("label lock").clone()
     }

@@ -40,6 +40,10 @@ pub struct ServeConfig {
     pub control: Option<PathBuf>,
     /// Serve the statistics at `GET /metrics` on this HOST:PORT.
     pub metrics: Option<String>,
+    /// Slots whose rotation the operator states, for `auto` read balancing:
+    /// files and NBD exports cannot tell, and a block device's own answer
+    /// (sysfs) can be overridden.
+    pub rotational: BTreeMap<u32, bool>,
 }
 
 #[derive(Debug, Error)]
@@ -181,6 +185,7 @@ pub fn serve(
         }
         vol.enable_intent(layout, bits, resync);
     }
+    crate::balancing::configure(&mut vol, &label, &members, &config.rotational);
     // Moved, not cloned: the engine is the only holder of the devices, so a
     // removed member's device closes when the engine lets it go.
     let engine = Arc::new(Engine::new(vol, members));
@@ -314,6 +319,7 @@ pub fn serve(
         spares: Mutex::new(Vec::new()),
         removed: Mutex::new(removed),
         slot_changes: Mutex::new(()),
+        rotational: config.rotational.clone(),
     });
     let upkeep_thread = {
         let (e, m, u) = (Arc::clone(&engine), Arc::clone(&meta), Arc::clone(&upkeep));

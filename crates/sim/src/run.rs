@@ -9,6 +9,7 @@ use crate::oracle::{Oracle, ReadExpect};
 use crate::rng::{mix64, Rng, Stream};
 use crate::trace::TraceHash;
 use bytes::Bytes;
+use platter_core::balance::ReadPolicy;
 use platter_core::geometry::{Geometry, GeometrySpec};
 use platter_core::intent::{IntentLayout, RegionSet, INTENT_OFFSET_BYTES};
 use platter_core::stats::LatencyOf;
@@ -115,6 +116,8 @@ pub struct SimConfig {
     pub intent_region_stripes: u64,
     /// Virtual time between bitmap sweeps; 0 = none.
     pub sweep_interval_ns: u64,
+    /// How reads choose among copies (mirror, raid10).
+    pub read_policy: ReadPolicy,
 }
 
 impl SimConfig {
@@ -376,6 +379,9 @@ impl Simulation {
                 max_requests: config.limits_max_requests,
             },
         );
+        volume
+            .set_read_policy(config.read_policy)
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
         let intent = IntentLayout::new(&geometry, config.intent_region_stripes)
             .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
         if let Some(layout) = intent {
@@ -893,6 +899,9 @@ impl Simulation {
                 max_requests: self.config.limits_max_requests,
             },
         );
+        self.volume
+            .set_read_policy(self.config.read_policy)
+            .expect("checked at the start");
         // The bitmap as the members hold it now, OR-ed over those in use;
         // the regions it marks are resynced before anything else.
         if let Some(layout) = self.intent {

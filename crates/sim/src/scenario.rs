@@ -4,6 +4,7 @@
 use crate::members::{CrashUndo, SimpleLatency};
 use crate::rng::{Rng, Stream};
 use crate::run::{Arrival, Fault, Mix, ScheduledFault, SimConfig, Workload};
+use platter_core::balance::ReadPolicy;
 use platter_core::geometry::GeometrySpec;
 use platter_core::{Level, ParityLayout};
 
@@ -182,5 +183,28 @@ pub fn random_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
             0
         },
         sweep_interval_ns: r.range(run_ns / 16 + 1, run_ns / 2 + 2),
+        read_policy: random_read_policy(&mut r, members, copies),
+    }
+}
+
+/// Any read policy for levels with copies (so the seeded runs cover every
+/// one with failures, rebuilds and crashes), `auto` for the others.
+fn random_read_policy(r: &mut Rng, members: u32, copies: u32) -> ReadPolicy {
+    if copies < 2 {
+        return ReadPolicy::Auto;
+    }
+    match r.below(6) {
+        0 => ReadPolicy::Auto,
+        1 => ReadPolicy::RoundRobin,
+        2 => ReadPolicy::Split {
+            threshold_bytes: *r.pick(&[0, 1024, 4096, 64 << 10]),
+        },
+        3 => ReadPolicy::Load,
+        4 => ReadPolicy::Prefer {
+            slot: r.below(u64::from(members)) as u32,
+        },
+        _ => ReadPolicy::Proximity {
+            window_bytes: *r.pick(&[0, 512, 64 << 10]),
+        },
     }
 }

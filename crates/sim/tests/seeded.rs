@@ -61,12 +61,13 @@ fn run_seed(seed: u64, opts: &ScenarioOptions) -> Result<Report, String> {
 fn describe(c: &SimConfig) -> String {
     let g = &c.geometry;
     format!(
-        "{} x{} copies {} {} interleave {}s, {} requests {:?}, faults {:?}",
+        "{} x{} copies {} {} interleave {}s, reads {}, {} requests {:?}, faults {:?}",
         g.level,
         g.member_data_bytes.len(),
         g.copies,
         g.parity_layout,
         g.interleave_bytes / 512,
+        c.read_policy,
         c.workload.requests,
         c.workload.arrival,
         c.faults

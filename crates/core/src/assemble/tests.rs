@@ -36,6 +36,7 @@ fn volume(level: Level, n: u32, tag: u8) -> Vec<Label> {
             updated_unix_seconds: 0,
             name: format!("vol{tag}"),
             intent_region_stripes: 0,
+            read_policy_arg: 0,
             slots: slots.clone(),
         })
         .collect()

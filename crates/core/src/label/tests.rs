@@ -51,6 +51,7 @@ fn sample(level: Level) -> Label {
         updated_unix_seconds: 1_700_000_999,
         name: "home—ünïcode".to_string(),
         intent_region_stripes: 0,
+        read_policy_arg: 64 << 10,
         slots,
     }
 }
@@ -514,6 +515,7 @@ fn fields_tile_the_label_without_overlap() {
         (at::CREATED_UNIX_SECONDS, 8),
         (at::UPDATED_UNIX_SECONDS, 8),
         (at::INTENT_REGION_STRIPES, 8),
+        (at::READ_POLICY_ARG, 8),
         (at::NAME, NAME_MAX_BYTES),
         (at::RESERVED_HEADER, at::SLOT_TABLE - at::RESERVED_HEADER),
         (at::SLOT_TABLE, MAX_MEMBERS as usize * at::SLOT_ENTRY_BYTES),

@@ -17,6 +17,7 @@
 //! written back over the failed range (see `repair.rs`).
 
 mod account;
+mod balancing;
 mod ids;
 mod intent;
 mod lock;
@@ -177,8 +178,8 @@ pub struct Volume {
     events: VecDeque<Event>,
     next_request: u64,
     next_io: u64,
-    /// Rotates reads over mirror copies.
-    read_turn: u64,
+    /// Chooses among mirror and RAID-10 copies for reads (`balancing.rs`).
+    balancer: crate::balance::Balancer,
     rebuild: Option<rebuild::RebuildState>,
     intent: Option<intent::IntentState>,
     read_repair: repair::ReadRepairs,
@@ -191,6 +192,7 @@ impl Volume {
         assert!(limits.max_requests > 0);
         let read_repair = repair::ReadRepairs::new(geometry.members());
         let stats = crate::stats::Stats::new(plex_count(&geometry), geometry.members());
+        let balancer = balancing::new_balancer(&geometry);
         Volume {
             geometry,
             health,
@@ -203,7 +205,7 @@ impl Volume {
             events: VecDeque::new(),
             next_request: 0,
             next_io: 0,
-            read_turn: 0,
+            balancer,
             rebuild: None,
             intent: None,
             read_repair,
@@ -310,6 +312,7 @@ impl Volume {
             .remove(&io)
             .expect("completion for an I/O the volume did not issue");
         self.account_io_result(ctx.member, &result);
+        self.balancer.completed(ctx.member);
         if ctx.request == intent::INTENT_OWNER {
             return self.intent_io_done(ctx.member, result.map(|_| ()));
         }
@@ -463,6 +466,7 @@ impl Volume {
                 dests,
             },
         );
+        self.balancer.issued(member, &op);
         self.io_queue.push_back(MemberIo { id, member, op });
     }
 

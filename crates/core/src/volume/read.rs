@@ -13,11 +13,10 @@ impl Volume {
         op: &mut Op,
     ) -> Result<ReadPieces, VolumeError> {
         let (offset_bytes, len_bytes) = op.req.range();
+        let parity = self.geometry.level().is_parity();
+        // Copy levels: the read balancer chooses (`balancing.rs`).
+        let mut choice = (!parity).then(|| self.begin_read_choice(offset_bytes, len_bytes));
         let g = &self.geometry;
-        let parity = g.level().is_parity();
-        // One copy choice per request keeps a sequential read on one member.
-        let turn = self.read_turn;
-        self.read_turn = self.read_turn.wrapping_add(1);
         let mut pieces = ReadPieces::new();
         let mut roles_cache: Option<(u64, crate::geometry::StripeRoles)> = None;
         // Copies that already failed this request (usually none).
@@ -55,29 +54,10 @@ impl Volume {
                 job.wants
                     .push((e.data_index, e.within_bytes, e.len_bytes, at_bytes));
             } else {
-                // Start at this request's turn and take the first online
-                // copy after it (no allocation: this runs per chunk), but
-                // not one that already failed to give these bytes.
-                let n = u64::from(g.copies().max(1));
-                let first = turn % n;
-                let online = |l: &crate::geometry::Location| {
-                    self.usable(l.member, e.stripe)
-                        && !Self::read_failed_on(failed, l.member, at_bytes, e.len_bytes)
-                };
-                let copies = || g.data_locations(e.stripe, e.data_index);
-                let pick = copies()
-                    .skip(first as usize)
-                    .find(online)
-                    .or_else(|| copies().take(first as usize).find(online));
-                let Some(loc) = pick else {
+                let choice = choice.as_mut().expect("begun for copy levels");
+                if !self.place_read_extent(choice, &e, at_bytes, failed, &mut pieces) {
                     return Err(self.read_lost(id, e.volume_offset_bytes, e.len_bytes));
-                };
-                pieces.push(ReadPiece {
-                    member: loc.member,
-                    offset_bytes: g.member_offset_bytes(loc.row, e.within_bytes),
-                    len_bytes: e.len_bytes,
-                    target: Target::Out { at_bytes },
-                });
+                }
             }
         }
         // Degraded stripes: read the hull from every surviving member.

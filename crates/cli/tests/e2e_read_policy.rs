@@ -1,0 +1,207 @@
+//! Issue 5, read policies on a real server: `platter read-policy --control`
+//! changes the policy of a running mirror (live `status` shows it), the
+//! labels keep it across a restart, `serve --rotational` decides what
+//! `auto` amounts to, and a volume without copies refuses a policy. With
+//! nbdcopy at hand, the volume reads back the same bytes under each policy.
+
+mod e2e_support;
+
+use e2e_support::*;
+use serde_json::Value;
+use std::process::{Command, Stdio};
+
+fn platter(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_platter"));
+    c.args(args);
+    c
+}
+
+fn control(s: &Server) -> String {
+    format!("{}.ctl", s.socket().display())
+}
+
+fn live_status(s: &Server) -> Value {
+    let out = run_ok(
+        &mut platter(&["status", "--json", "--control", &control(s)]),
+        CMD_TIMEOUT,
+        "platter status --control",
+    );
+    serde_json::from_str(&out.stdout).expect("status --json is JSON")
+}
+
+fn set_policy(s: &Server, policy: &str) -> Out {
+    run_ok(
+        &mut platter(&["read-policy", "--control", &control(s), policy]),
+        CMD_TIMEOUT,
+        &format!("platter read-policy {policy}"),
+    )
+}
+
+/// `platter read-policy` that must fail, with `message` in its error.
+fn refused(s: &Server, policy: &str, message: &str) {
+    let out = run(
+        &mut platter(&["read-policy", "--control", &control(s), policy]),
+        CMD_TIMEOUT,
+    );
+    let what = format!("read-policy {policy}");
+    assert!(!out.status.success(), "{}", out.describe(&what));
+    assert!(out.stderr.contains(message), "{}", out.describe(&what));
+}
+
+/// sha256 of the whole volume, read with nbdcopy.
+fn volume_sha256(t: &Tools, s: &Server, what: &str) -> String {
+    let mut copy = t.cmd("nbdcopy");
+    copy.arg(s.uri()).arg("-").stdout(Stdio::piped());
+    let mut child = copy.spawn().expect("nbdcopy runs");
+    let out = t
+        .cmd("sha256sum")
+        .stdin(child.stdout.take().expect("nbdcopy stdout"))
+        .output()
+        .expect("sha256sum runs");
+    assert!(child.wait().expect("nbdcopy ends").success(), "{what}");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .expect("a digest")
+        .to_string()
+}
+
+#[test]
+fn read_policy_changes_live_and_persists_across_a_restart() {
+    let test = "read_policy_changes_live_and_persists_across_a_restart";
+    let volume = Volume::create(Spec::new("mirror", 2, "64k"), 16 * MIB);
+    let m1 = volume.members[1].clone();
+    // Files cannot say whether they spin: the operator does, once by
+    // slot and once by path.
+    let options = ServeOptions {
+        extra_args: vec![
+            "--rotational".into(),
+            "0=no".into(),
+            "--rotational".into(),
+            format!("{m1}=no"),
+        ],
+        ..ServeOptions::default()
+    };
+    let mut s = Server::start_with(volume, options);
+
+    let st = live_status(&s);
+    assert_eq!(st["read_policy"]["policy"], "auto", "{st}");
+    assert_eq!(st["read_policy"]["in_effect"], "load", "{st}");
+    assert_eq!(
+        st["read_policy"]["rotational"],
+        serde_json::json!([false, false])
+    );
+    let events = st["event_counter"].as_u64().unwrap();
+
+    // Data to read back under each policy, where nbdcopy exists.
+    let tools = tools(test, &["nbdcopy", "sha256sum"]);
+    let digest = tools.as_ref().map(|t| {
+        let image = s.volume.path().join("image");
+        write_random_image(&image, s.volume.size_bytes, 0x5eed_0005);
+        run_ok(
+            t.cmd("nbdcopy").arg(&image).arg(s.uri()),
+            CMD_TIMEOUT,
+            "nbdcopy the image in",
+        );
+        let out = run_ok(t.cmd("sha256sum").arg(&image), CMD_TIMEOUT, "sha256sum");
+        out.stdout.split_whitespace().next().unwrap().to_string()
+    });
+
+    let out = set_policy(&s, "split:256k");
+    assert!(
+        out.stdout.contains("read policy split:256k"),
+        "{}",
+        out.describe(test)
+    );
+    let st = live_status(&s);
+    assert_eq!(st["read_policy"]["policy"], "split:256k", "{st}");
+    assert_eq!(st["read_policy"]["in_effect"], "split:256k", "{st}");
+    assert!(
+        st["event_counter"].as_u64().unwrap() > events,
+        "{test}: the labels were not rewritten: {st}"
+    );
+    let human = run_ok(
+        &mut platter(&["status", "--control", &control(&s)]),
+        CMD_TIMEOUT,
+        "status",
+    );
+    assert!(
+        human.stdout.contains("Reads:      split:256k"),
+        "{}",
+        human.describe(test)
+    );
+    if let (Some(t), Some(d)) = (&tools, &digest) {
+        assert_eq!(&volume_sha256(t, &s, test), d, "{test}: under split");
+    }
+
+    // Refused, and the policy stays.
+    refused(&s, "prefer:7", "there is no slot 7");
+    refused(&s, "fastest", "unknown read policy 'fastest'");
+    assert_eq!(live_status(&s)["read_policy"]["policy"], "split:256k");
+
+    // The labels keep it: offline status, and a restart.
+    s.stop();
+    assert_eq!(s.volume.status()["read_policy"], "split:256k");
+    s.start_again();
+    let st = live_status(&s);
+    assert_eq!(st["read_policy"]["policy"], "split:256k", "{st}");
+    assert!(s.log().contains("policy=split:256k"), "{test}: {}", s.log());
+
+    // auto follows the members: spinning ones make it proximity.
+    set_policy(&s, "auto");
+    assert_eq!(live_status(&s)["read_policy"]["in_effect"], "load");
+    s.options.extra_args = vec!["--rotational".into(), "1=yes".into()];
+    s.restart();
+    let st = live_status(&s);
+    assert_eq!(st["read_policy"]["policy"], "auto", "{st}");
+    assert_eq!(st["read_policy"]["in_effect"], "proximity:1M", "{st}");
+
+    for policy in ["prefer:1", "proximity:4M", "round-robin", "load"] {
+        set_policy(&s, policy);
+        assert_eq!(live_status(&s)["read_policy"]["policy"], policy);
+        if let (Some(t), Some(d)) = (&tools, &digest) {
+            assert_eq!(&volume_sha256(t, &s, test), d, "{test}: under {policy}");
+        }
+    }
+    s.restart();
+    assert_eq!(live_status(&s)["read_policy"]["policy"], "load");
+    s.stop();
+    assert_eq!(s.volume.status()["read_policy"], "load");
+}
+
+#[test]
+fn a_volume_without_copies_refuses_a_read_policy() {
+    let test = "a_volume_without_copies_refuses_a_read_policy";
+    let mut s = Server::start(Volume::create(Spec::new("raid5", 3, "64k"), 8 * MIB));
+    assert!(live_status(&s)["read_policy"].is_null());
+    refused(&s, "load", "no read to balance");
+    // create says the same.
+    let dir = temp_dir();
+    let members: Vec<String> = (0..3)
+        .map(|i| {
+            dir.path()
+                .join(format!("m{i}"))
+                .to_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let mut args = vec![
+        "create",
+        "--level",
+        "stripe",
+        "--member-size",
+        "8M",
+        "--read-policy",
+        "round-robin",
+    ];
+    args.extend(members.iter().map(String::as_str));
+    let out = run(&mut platter(&args), CMD_TIMEOUT);
+    assert!(!out.status.success(), "{}", out.describe(test));
+    assert!(
+        out.stderr.contains("no read to balance"),
+        "{}",
+        out.describe(test)
+    );
+    s.stop();
+}
