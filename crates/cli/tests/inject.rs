@@ -253,9 +253,9 @@ fn live_status(s: &Server) -> Value {
         .unwrap_or_else(|e| panic!("status --json: {e} in\n{}", out.stdout))
 }
 
-/// qemu-io `read -P` of every chunk, each twice in a row: reads rotate over
-/// the copies per request, so with two copies one of the two reads of each
-/// chunk goes to the member with the bad sectors.
+/// qemu-io `read -P` of every chunk, each twice in a row: under round-robin
+/// reads rotate over the copies per request, so with two copies one of the
+/// two reads of each chunk goes to the member with the bad sectors.
 fn read_every_chunk_twice(t: &Tools, s: &Server, what: &str) {
     let v = &s.volume;
     let il = v.interleave_bytes;
@@ -317,6 +317,18 @@ fn bad_sectors_are_corrected_in_place(spec: Spec, bad_slot: usize) {
     s.options.inject = vec![format!("{member}=bad-range={bad_at}+{bad_len}")];
     s.start_again();
     assert!(s.log().contains("injecting faults"), "{}", s.log());
+    // Files count as spinning, so `auto` reads by proximity and could stay
+    // on one copy; round-robin makes every copy serve.
+    run_ok(
+        Command::new(env!("CARGO_BIN_EXE_platter")).args([
+            "read-policy",
+            "--control",
+            &format!("{}.ctl", s.socket().display()),
+            "round-robin",
+        ]),
+        CMD_TIMEOUT,
+        "platter read-policy",
+    );
     read_every_chunk_twice(&t, &s, &format!("{test}: read through the bad sectors"));
 
     // Corrected once: the failed member read (the chunk, which covers the
