@@ -43,6 +43,8 @@
 //! return wrong bytes (bytes of a failed write may be old or new).
 
 pub mod clock;
+pub mod disk;
+pub mod disksim;
 pub mod events;
 pub mod members;
 pub mod oracle;
@@ -51,6 +53,7 @@ pub mod run;
 pub mod scenario;
 pub mod trace;
 
-pub use members::{CrashUndo, ServiceModel, SimpleLatency};
+pub use disk::{DiskModel, HostModel};
+pub use members::{CrashUndo, ServiceModel, SimpleLatency, SimpleService};
 pub use run::{Arrival, Fault, Mix, Report, ScheduledFault, SimConfig, Simulation, Workload};
 pub use scenario::{random_config, ScenarioOptions};

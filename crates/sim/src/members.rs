@@ -10,12 +10,24 @@ use bytes::Bytes;
 use platter_core::intent::INTENT_OFFSET_BYTES;
 use platter_core::volume::{IoResult, MemberOp};
 
-/// How long a member takes to serve one I/O. Issue #7 plugs disk models
-/// (seek, rotation, caches, DiskSim parameters) in here.
+/// How members serve I/O in virtual time: an event-driven model that may
+/// queue, reorder and cache (the disk models of [`crate::disk`]), or serve
+/// each I/O on its own ([`SimpleLatency`]).
+///
+/// The event loop submits each member I/O with a token, asks when the
+/// model next completes something, and at that time collects the tokens
+/// completed. Models are pure: no wall clock, randomness only from `rng`.
 pub trait ServiceModel {
-    /// The virtual time at which `op`, issued to `member` at `now_ns`,
-    /// completes. Must be at least `now_ns`; draw randomness only from `rng`.
-    fn complete_at_ns(&mut self, now_ns: u64, member: u32, op: &MemberOp, rng: &mut Rng) -> u64;
+    /// `op` is issued to `member` at `now_ns`.
+    fn submit(&mut self, now_ns: u64, member: u32, token: u64, op: &MemberOp, rng: &mut Rng);
+    /// The earliest time at which a submitted I/O completes (after the
+    /// last `advance`), if any is outstanding.
+    fn next_event_ns(&self) -> Option<u64>;
+    /// The tokens of the I/O completed at or before `now_ns`, in order of
+    /// completion.
+    fn advance(&mut self, now_ns: u64, rng: &mut Rng) -> Vec<u64>;
+    /// A power failure: everything outstanding is forgotten.
+    fn power_fail(&mut self, now_ns: u64);
 }
 
 /// Every I/O is served independently (no queueing): `base + per byte +
@@ -40,8 +52,9 @@ impl Default for SimpleLatency {
     }
 }
 
-impl ServiceModel for SimpleLatency {
-    fn complete_at_ns(&mut self, now_ns: u64, _member: u32, op: &MemberOp, rng: &mut Rng) -> u64 {
+impl SimpleLatency {
+    /// The virtual time at which `op`, issued at `now_ns`, completes.
+    pub fn complete_at_ns(&self, now_ns: u64, op: &MemberOp, rng: &mut Rng) -> u64 {
         let bytes = match op {
             MemberOp::Read { len_bytes, .. } => *len_bytes,
             MemberOp::Write { data, .. } => data.len() as u64,
@@ -60,6 +73,53 @@ impl ServiceModel for SimpleLatency {
         };
         // At least 1 ns: an I/O never completes in the instant it is issued.
         now_ns + (fixed + jitter).max(1)
+    }
+}
+
+/// [`SimpleLatency`] behind the event-driven interface: each I/O's
+/// completion time is drawn when it is submitted.
+#[derive(Clone, Debug)]
+pub struct SimpleService {
+    pub latency: SimpleLatency,
+    /// (completion time, submission order) -> token.
+    pending: std::collections::BTreeMap<(u64, u64), u64>,
+    seq: u64,
+}
+
+impl SimpleService {
+    pub fn new(latency: SimpleLatency) -> SimpleService {
+        SimpleService {
+            latency,
+            pending: Default::default(),
+            seq: 0,
+        }
+    }
+}
+
+impl ServiceModel for SimpleService {
+    fn submit(&mut self, now_ns: u64, _member: u32, token: u64, op: &MemberOp, rng: &mut Rng) {
+        let at = self.latency.complete_at_ns(now_ns, op, rng);
+        self.pending.insert((at, self.seq), token);
+        self.seq += 1;
+    }
+
+    fn next_event_ns(&self) -> Option<u64> {
+        self.pending.keys().next().map(|k| k.0)
+    }
+
+    fn advance(&mut self, now_ns: u64, _rng: &mut Rng) -> Vec<u64> {
+        let mut out = Vec::new();
+        while let Some(entry) = self.pending.first_entry() {
+            if entry.key().0 > now_ns {
+                break;
+            }
+            out.push(entry.remove());
+        }
+        out
+    }
+
+    fn power_fail(&mut self, _now_ns: u64) {
+        self.pending.clear();
     }
 }
 

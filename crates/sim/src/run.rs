@@ -4,7 +4,7 @@
 
 use crate::clock::Clock;
 use crate::events::EventQueue;
-use crate::members::{CrashUndo, ServiceModel, SimMember, SimpleLatency};
+use crate::members::{CrashUndo, ServiceModel, SimMember, SimpleLatency, SimpleService};
 use crate::oracle::{Oracle, ReadExpect};
 use crate::rng::{mix64, Rng, Stream};
 use crate::trace::TraceHash;
@@ -197,15 +197,17 @@ const RESYNC_STEP_STRIPES: u64 = 16;
 enum SimEvent {
     /// A client submits its next request.
     Arrival,
-    IoDone {
-        epoch: u64,
-        io: MemberIo,
-        flush_mark: u64,
-        issued_ns: u64,
-    },
+    /// The service model completes I/O at this time.
+    ServiceWake,
     Fault(Fault),
     /// Time to clear the write-intent bits of quiet regions.
     Sweep,
+}
+
+struct Inflight {
+    io: MemberIo,
+    flush_mark: u64,
+    issued_ns: u64,
 }
 
 struct Outstanding {
@@ -324,8 +326,11 @@ pub struct Simulation {
     fault_rng: Rng,
     oracle: Oracle,
     gen: RequestGen,
-    /// Bumped by a crash: I/O completions of an older epoch are dropped.
-    epoch: u64,
+    /// Member I/O at the service model, by token (a crash empties it).
+    inflight: BTreeMap<u64, Inflight>,
+    next_token: u64,
+    /// Times at which a `ServiceWake` is queued.
+    wakes: std::collections::BTreeSet<u64>,
     outstanding: BTreeMap<RequestId, Outstanding>,
     /// Members the engine marked faulty (across crashes).
     known_faulty: Vec<bool>,
@@ -416,7 +421,7 @@ impl Simulation {
         Simulation {
             seed,
             queue: EventQueue::new(config.max_queue_len),
-            service: Box::new(config.latency.clone()),
+            service: Box::new(SimpleService::new(config.latency.clone())),
             config,
             geometry,
             clock: Clock::new(),
@@ -426,7 +431,9 @@ impl Simulation {
             fault_rng: Rng::stream(seed, Stream::Faults),
             oracle,
             gen,
-            epoch: 0,
+            inflight: BTreeMap::new(),
+            next_token: 0,
+            wakes: Default::default(),
             outstanding: BTreeMap::new(),
             known_faulty: vec![false; n as usize],
             injected: vec![false; n as usize],
@@ -500,18 +507,7 @@ impl Simulation {
             self.clock.advance_to(at_ns);
             match ev {
                 SimEvent::Arrival => self.arrival(),
-                SimEvent::IoDone {
-                    epoch,
-                    io,
-                    flush_mark,
-                    issued_ns,
-                } => {
-                    if epoch == self.epoch {
-                        let ns = self.clock.now_ns() - issued_ns;
-                        self.volume.record_latency(LatencyOf::Member(io.member), ns);
-                        self.io_done(io, flush_mark);
-                    }
-                }
+                SimEvent::ServiceWake => self.service_wake(at_ns),
                 SimEvent::Fault(f) => self.fault(f),
                 SimEvent::Sweep => {
                     self.submit_upkeep(Request::Sweep { all: false }, None);
@@ -686,19 +682,43 @@ impl Simulation {
             .fold(&[2, now, io.id.0, u64::from(io.member), kind, off, len]);
         self.report.member_ios += 1;
         let flush_mark = self.members[io.member as usize].flush_mark();
-        let at = self
-            .service
-            .complete_at_ns(now, io.member, &io.op, &mut self.latency_rng);
-        assert!(at > now, "service model completed an I/O instantly");
-        self.queue.push(
-            at,
-            SimEvent::IoDone {
-                epoch: self.epoch,
+        let token = self.next_token;
+        self.next_token += 1;
+        self.service
+            .submit(now, io.member, token, &io.op, &mut self.latency_rng);
+        self.inflight.insert(
+            token,
+            Inflight {
                 io,
                 flush_mark,
                 issued_ns: now,
             },
         );
+        self.arm_wake();
+    }
+
+    /// Queues a wake-up for the service model's next completion.
+    fn arm_wake(&mut self) {
+        if let Some(t) = self.service.next_event_ns() {
+            let t = t.max(self.clock.now_ns());
+            if self.wakes.insert(t) {
+                self.queue.push(t, SimEvent::ServiceWake);
+            }
+        }
+    }
+
+    fn service_wake(&mut self, at_ns: u64) {
+        self.wakes.remove(&at_ns);
+        let now = self.clock.now_ns();
+        for token in self.service.advance(now, &mut self.latency_rng) {
+            // Unknown tokens were lost in a crash.
+            if let Some(f) = self.inflight.remove(&token) {
+                self.volume
+                    .record_latency(LatencyOf::Member(f.io.member), now - f.issued_ns);
+                self.io_done(f.io, f.flush_mark);
+            }
+        }
+        self.arm_wake();
     }
 
     fn io_done(&mut self, io: MemberIo, flush_mark: u64) {
@@ -876,7 +896,8 @@ impl Simulation {
 
     fn crash(&mut self) {
         let now = self.clock.now_ns();
-        self.epoch += 1;
+        self.service.power_fail(now);
+        self.inflight.clear();
         self.report.crashes += 1;
         let lost = self.outstanding.len() as u64;
         self.report.lost += lost;

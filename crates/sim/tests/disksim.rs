@@ -1,0 +1,296 @@
+//! DiskSim import and validation against DiskSim's measured traces.
+//!
+//! The data live in `../shared/data/disksim` next to the repository; the
+//! tests that need them print why and pass when it is absent.
+
+use platter_sim::disk::drive::{Command, Drive, DriveSpec, Hit, Kind};
+use platter_sim::disk::layout::Sparing;
+use platter_sim::disk::seek::SeekCurve;
+use platter_sim::disksim::load_drive;
+use platter_sim::disksim::trace::{read_trace, validate};
+use std::path::PathBuf;
+
+fn data_dir() -> Option<PathBuf> {
+    let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/disksim");
+    if d.join("cheetah9LP.parv").exists() {
+        Some(d)
+    } else {
+        println!("skipped: DiskSim data not found at {}", d.display());
+        None
+    }
+}
+
+/// The three drives: parameter file, trace, DiskSim's own demerit (ms).
+const DRIVES: &[(&str, &str, f64)] = &[
+    ("cheetah9LP.parv", "cheetah9LP.trace", 0.107),
+    ("hp_c2247a.parv", "hp_c2247a.trace", 0.090),
+    ("barracuda.parv", "barracuda.trace", 0.349),
+];
+
+fn drive(name: &str) -> Option<DriveSpec> {
+    let d = data_dir()?;
+    Some(load_drive(&d.join(name)).unwrap_or_else(|e| panic!("{e}")))
+}
+
+#[test]
+fn parses_the_three_drives() {
+    let Some(c) = drive("cheetah9LP.parv") else {
+        return;
+    };
+    assert_eq!(c.rpm, 10045.0);
+    assert_eq!(c.layout.surfaces, 12);
+    assert_eq!(c.layout.zones.len(), 11);
+    assert_eq!(c.layout.sparing, Sparing::PerZone);
+    assert_eq!(c.layout.zones[0].blocks_per_track, 254);
+    assert_eq!(c.layout.zones[0].slips.len(), 34);
+    assert_eq!(c.layout.zones[0].track_skew, 97);
+    assert_eq!(c.layout.zones[0].cyl_skew, 133);
+    // DiskSim recomputes the capacity from the zones (layout_g1's
+    // checknumblocks) and uses that, not the file's "Block count"; for
+    // the Seagates the zones hold more than the count says.
+    assert_eq!(c.layout.blocks, 17_918_387);
+    match &c.seek {
+        SeekCurve::Table { points } => {
+            assert_eq!(points.len(), 106);
+            assert_eq!(points[0], (1, 0.831));
+        }
+        other => panic!("cheetah seek {other:?}"),
+    }
+    assert_eq!(c.bus_read_ms, 0.105);
+    assert_eq!(c.cache.segments, 3);
+    assert_eq!(c.cache.segment_blocks, 561);
+    assert_eq!(c.head_switch_ms, 0.03);
+    assert_eq!(c.write_settle_ms, 0.461);
+    assert_eq!(c.overheads.read_miss_after_read, 0.28362);
+
+    let h = drive("hp_c2247a.parv").unwrap();
+    assert_eq!(h.rpm, 5400.0);
+    assert_eq!(h.layout.surfaces, 13);
+    assert_eq!(h.layout.zones.len(), 8);
+    assert_eq!(h.layout.sparing, Sparing::Tracks);
+    assert_eq!(h.layout.zones[0].dead_space, 1632);
+    assert_eq!(
+        h.layout.blocks, 2_054_864,
+        "the HP zones give its block count exactly"
+    );
+    assert!(matches!(
+        h.seek,
+        SeekCurve::Hpl {
+            boundary: 300,
+            first_ten: Some(_),
+            ..
+        }
+    ));
+    assert_eq!(h.seek.seek_ms(1), 2.89);
+    assert!((h.seek.seek_ms(100) - (3.81 + 0.33 * 10.0)).abs() < 1e-12);
+    assert!((h.seek.seek_ms(1000) - (7.75 + 0.0059 * 1000.0)).abs() < 1e-12);
+    // The slow bus of the HP (BUS1), not the disk's zero.
+    assert_eq!(h.bus_read_ms, 0.1701);
+    assert_eq!(h.bus_write_ms, 0.18686);
+    assert!(h.overheads.extra_write_disconnect.is_some());
+
+    let b = drive("barracuda.parv").unwrap();
+    assert_eq!(b.rpm, 7200.0);
+    assert_eq!(b.layout.surfaces, 5);
+    assert_eq!(b.layout.zones.len(), 11);
+    assert_eq!(b.layout.sparing, Sparing::PerRange { cylinders: 6 });
+    assert_eq!(b.layout.blocks, 4_217_670);
+    match &b.seek {
+        SeekCurve::Table { points } => assert_eq!(points.len(), 87),
+        other => panic!("barracuda seek {other:?}"),
+    }
+}
+
+#[test]
+fn parse_errors_name_file_line_and_key() {
+    let Some(d) = data_dir() else {
+        return;
+    };
+    let tmp = std::env::temp_dir().join(format!("platter-disksim-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let text = std::fs::read_to_string(d.join("cheetah9LP.diskspecs"))
+        .unwrap()
+        .replace(
+            "Segment size (in blks) = 561",
+            "Segment size (in blks) = lots",
+        );
+    std::fs::write(tmp.join("bad.diskspecs"), text).unwrap();
+    std::fs::write(tmp.join("bad.parv"), "source bad.diskspecs\n").unwrap();
+    // The model and its seek curve resolve next to the file that sources them.
+    std::fs::copy(d.join("cheetah9LP.model"), tmp.join("cheetah9LP.model")).unwrap();
+    std::fs::copy(d.join("cheetah9LP.seek"), tmp.join("cheetah9LP.seek")).unwrap();
+    let e = load_drive(&tmp.join("bad.parv")).unwrap_err();
+    let s = e.to_string();
+    assert!(s.contains("bad.diskspecs:36:"), "{s}");
+    assert!(s.contains("`Segment size (in blks)`"), "{s}");
+    std::fs::remove_dir_all(&tmp).ok();
+}
+
+#[test]
+fn layout_round_trips_and_skews() {
+    for (parv, _, _) in DRIVES {
+        let Some(spec) = drive(parv) else {
+            return;
+        };
+        let l = &spec.layout;
+        // Every zone's first, middle and last blocks, and a stride over
+        // the disk, map to distinct sectors and back.
+        let mut lbns: Vec<u64> = (0..l.blocks).step_by(9973).collect();
+        for z in &l.zones {
+            lbns.extend([
+                z.first_lbn,
+                z.first_lbn + z.lbns / 2,
+                z.first_lbn + z.lbns - 1,
+            ]);
+        }
+        for lbn in lbns {
+            let p = l.ltop(lbn);
+            assert!(p.head < l.surfaces && p.sector < l.blocks_per_track(p.cyl));
+            assert_eq!(l.ptol(p), Some(lbn), "{parv}: lbn {lbn} at {p:?}");
+        }
+        // Track skew: the first sector of the next track of a zone starts
+        // `track_skew` slots after the first sector of the track before.
+        let z = &l.zones[1];
+        let bpt = z.blocks_per_track;
+        let a = l.slot(platter_sim::disk::layout::Pbn {
+            cyl: z.first_cyl,
+            head: 0,
+            sector: 0,
+        });
+        let b = l.slot(platter_sim::disk::layout::Pbn {
+            cyl: z.first_cyl,
+            head: 1,
+            sector: 0,
+        });
+        assert_eq!((a + z.track_skew) % bpt, b, "{parv}: track skew");
+        let c = l.slot(platter_sim::disk::layout::Pbn {
+            cyl: z.first_cyl + 1,
+            head: 0,
+            sector: 0,
+        });
+        let expect = (a + (l.surfaces - 1) * z.track_skew + z.cyl_skew) % bpt;
+        assert_eq!(c, expect, "{parv}: cylinder skew");
+    }
+}
+
+fn read(token: u64, lbn: u64, count: u32) -> Command {
+    Command {
+        token,
+        kind: Kind::Read,
+        lbn,
+        count,
+    }
+}
+
+/// Serves one command on an idle drive at `now`; returns (ms taken, hit).
+fn serve(d: &mut Drive, now: f64, cmd: Command) -> (f64, Hit) {
+    d.submit(now, cmd);
+    let t = d.next_event_ms().unwrap();
+    let s = d.advance(t);
+    (s[0].done_ms - now, s[0].hit)
+}
+
+#[test]
+fn model_units() {
+    let Some(mut spec) = drive("cheetah9LP.parv") else {
+        return;
+    };
+    let period = spec.period_ms();
+    let bpt = spec.layout.zones[0].blocks_per_track;
+    let xfer = spec.bus_read_ms;
+    let ovh = spec.overheads.read_miss_after_read;
+    // No cache: every read goes to the media.
+    spec.cache.enabled = false;
+    let mut d = Drive::new(spec.clone());
+    // Warm up at block 0 (track 0), then read the next sectors of the
+    // same track: no seek, only rotation.
+    serve(&mut d, 0.0, read(0, 0, 1));
+    let arm = d.arm();
+    let (t, _) = serve(&mut d, 100.0, read(1, 10, 4));
+    assert_eq!(d.arm(), arm, "same track");
+    assert!(
+        t < ovh + period + 4.0 * xfer + 1e-6,
+        "same-track read took {t}"
+    );
+
+    // A full-stroke seek matches the curve (first cylinder to last).
+    let mut d = Drive::new(spec.clone());
+    let last = spec.layout.blocks - 1;
+    let (t, _) = serve(&mut d, 0.0, read(0, last, 1));
+    let full = spec.seek.seek_ms(spec.layout.ltop(last).cyl);
+    let fixed = ovh
+        + full
+        + period / f64::from(spec.layout.blocks_per_track(spec.layout.ltop(last).cyl))
+        + xfer;
+    assert!(
+        t >= fixed - 1e-9 && t <= fixed + period + 1e-9,
+        "full stroke {t} vs seek {full} + overheads {fixed}"
+    );
+    assert!(
+        (full - 10.627).abs() < 0.3,
+        "full stroke seek {full} vs 10.627 in the model file"
+    );
+
+    // Rotational latency averages half a revolution over random reads on
+    // one track at random times.
+    let mut d = Drive::new(spec.clone());
+    let mut rng = platter_sim::rng::Rng::new(7);
+    let mut sum = 0.0;
+    let n = 2000;
+    let mut now = 0.0;
+    for i in 0..n {
+        now += 50.0 + rng.below(10_000) as f64 / 1000.0;
+        let lbn = rng.below(u64::from(bpt));
+        let (t, _) = serve(&mut d, now, read(i, lbn, 1));
+        sum += t - ovh - xfer - period / f64::from(bpt);
+    }
+    let mean = sum / f64::from(n as u32);
+    assert!(
+        (mean - period / 2.0).abs() < 0.05 * period,
+        "mean rotational latency {mean} vs half a revolution {}",
+        period / 2.0
+    );
+
+    // Cache: a re-read hits and costs only overhead and transfer.
+    let mut d = Drive::new(drive("cheetah9LP.parv").unwrap());
+    let (miss, h1) = serve(&mut d, 0.0, read(0, 5000, 8));
+    let (hit, h2) = serve(&mut d, 50.0, read(1, 5000, 8));
+    assert_eq!((h1, h2), (Hit::Miss, Hit::Whole));
+    let c = d.spec();
+    let expect = c.overheads.read_hit_after_read + 8.0 * c.bus_read_ms;
+    assert!(
+        (hit - expect).abs() < 1e-9,
+        "hit {hit} vs {expect} (miss {miss})"
+    );
+    // Read-ahead: the blocks after it hit too, once prefetched.
+    let (_, h3) = serve(&mut d, 100.0, read(2, 5008, 8));
+    assert_eq!(h3, Hit::Whole);
+}
+
+#[test]
+fn validation_against_disksim() {
+    let Some(d) = data_dir() else {
+        return;
+    };
+    let mut failures = Vec::new();
+    for (parv, trace, disksim) in DRIVES {
+        let spec = load_drive(&d.join(parv)).unwrap();
+        let t = read_trace(&d.join(trace)).unwrap();
+        let v = validate(&spec, &t);
+        let bound = 1.5 * disksim;
+        println!(
+            "{parv}: demerit {:.3} ms (exact quantiles {:.3}), DiskSim {disksim:.3}, bound {bound:.3}; \
+             mean measured {:.3} ms, simulated {:.3} ms; read hits measured {:?}, simulated {:.3}",
+            v.demerit_ms,
+            v.demerit_exact_ms,
+            v.mean_measured_ms,
+            v.mean_simulated_ms,
+            v.measured_read_hit_ratio,
+            v.simulated_read_hit_ratio
+        );
+        if v.demerit_ms > bound {
+            failures.push(format!("{parv}: {:.3} > {bound:.3}", v.demerit_ms));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:?}");
+}
