@@ -7,6 +7,7 @@ mod listing;
 mod members;
 mod progress;
 mod serve;
+mod sim;
 mod stats;
 mod status;
 
@@ -80,6 +81,9 @@ enum Command {
                       and which members spin."
     )]
     ReadPolicy(control::PolicyArgs),
+    /// Simulate modelled disks in virtual time (see docs/simulator.md).
+    #[command(subcommand)]
+    Sim(sim::SimCommand),
 }
 
 fn main() -> ExitCode {
@@ -105,6 +109,7 @@ fn main() -> ExitCode {
         Command::RebuildRate(a) => control::rebuild_rate(a),
         Command::Stats(a) => stats::run(a),
         Command::ReadPolicy(a) => control::read_policy(a),
+        Command::Sim(c) => sim::run(c),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -218,8 +218,11 @@ impl Layout {
                     .map(|&x| x - first)
                     .collect();
                 off += slips_before(&on_cyl, off);
-                let cyl = cyl + off / per;
-                let off = off % per;
+                // Slips use the cylinder's spares. (DiskSim wraps at the
+                // LBNs per cylinder here, which maps two LBNs to one sector
+                // when a cylinder has slips; we keep them on the cylinder.)
+                let cyl = cyl + off / per_cyl;
+                let off = off % per_cyl;
                 (cyl, off / bpt, off % bpt)
             }
             Sparing::PerTrack => {
@@ -275,17 +278,31 @@ impl Layout {
             + u64::from(track_in_cyl))
             * bpt
             + u64::from(p.sector);
-        let guess = phys.saturating_sub(z.dead_space);
+        let spt = u64::from(self.surfaces) * bpt;
+        let phys = phys.checked_sub(z.dead_space)?;
+        // The LBN the sector would hold without slips (an upper bound):
+        // whole sparing units before it lose their spares.
+        let guess = match self.sparing {
+            Sparing::None | Sparing::PerZone | Sparing::Tracks => phys,
+            Sparing::PerTrack => (phys / bpt) * (bpt - z.spares) + (phys % bpt).min(bpt - z.spares),
+            Sparing::PerCylinder => {
+                (phys / spt) * (spt - z.spares) + (phys % spt).min(spt - z.spares)
+            }
+            Sparing::PerRange { cylinders } => {
+                let per = spt * u64::from(cylinders);
+                (phys / per) * (per - z.spares) + (phys % per).min(per - z.spares)
+            }
+        };
         let lo = z.first_lbn;
         let hi = z.first_lbn + z.lbns;
-        // LBNs only fall behind physical numbers; search a window back.
-        let start = (lo + guess).min(hi.saturating_sub(1));
+        let start = (lo + guess).min(hi.checked_sub(1)?);
+        let window = (z.slips.len() as u64 + 2) * bpt;
         let mut l = start;
         loop {
             if self.ltop(l) == p {
                 return Some(l);
             }
-            if l == lo || start - l > z.spares * bpt.max(1) + z.slips.len() as u64 * bpt + bpt {
+            if l == lo || start - l > window {
                 return None;
             }
             l -= 1;
@@ -369,7 +386,7 @@ mod tests {
                 sparing,
                 Mapping::Normal,
                 vec![
-                    zone(0, 9, 20, (3, 5), 2, slips),
+                    zone(0, 9, 20, (3, 5), 3, slips),
                     zone(10, 19, 16, (2, 4), 2, vec![]),
                 ],
             )

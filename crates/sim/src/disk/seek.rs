@@ -122,6 +122,6 @@ mod tests {
         let c = SeekCurve::three_point(1.0, 8.0, 16.0, 3001);
         assert!((c.seek_ms(1) - 1.0).abs() < 1e-9);
         assert!((c.seek_ms(1000) - 8.0).abs() < 0.01);
-        assert!((c.seek_ms(2999) - 16.0).abs() < 1e-6);
+        assert!((c.seek_ms(3000) - 16.0).abs() < 1e-6);
     }
 }
