@@ -218,6 +218,16 @@ struct Prefetch {
     arms: Vec<Arm>,
 }
 
+/// A media access from where the arm is: `count` sectors from `lbn`,
+/// positioning from `start`, at least `min_seek` before the first sector.
+struct Access {
+    start: f64,
+    lbn: u64,
+    count: u32,
+    write: bool,
+    min_seek: f64,
+}
+
 /// A media access: the end time of each sector and where the arm is.
 struct MediaRun {
     done: Vec<f64>,
@@ -351,9 +361,9 @@ impl Drive {
     fn pick_sptf(&self, now: f64) -> usize {
         let mut best = (f64::INFINITY, 0);
         for (i, (_, cmd)) in self.queue.iter().enumerate() {
-            let est = if cmd.kind == Kind::Flush {
-                0.0
-            } else if cmd.kind == Kind::Read && self.whole_hit(cmd.lbn, cmd.count) {
+            let no_media = cmd.kind == Kind::Flush
+                || (cmd.kind == Kind::Read && self.whole_hit(cmd.lbn, cmd.count));
+            let est = if no_media {
                 0.0
             } else {
                 let start = now.max(self.mech_free);
@@ -404,19 +414,17 @@ impl Drive {
     /// Reads or writes `count` sectors from `lbn`, positioning from
     /// `from` at `start`. A write's sector `i` must be in the buffer
     /// (`data_ready(i)`) before the heads reach it.
-    fn media(
-        &self,
-        start: f64,
-        from: Arm,
-        lbn: u64,
-        count: u32,
-        write: bool,
-        min_seek: f64,
-        data_ready: &dyn Fn(u32) -> f64,
-    ) -> MediaRun {
+    fn media(&self, access: Access, data_ready: &dyn Fn(u32) -> f64) -> MediaRun {
+        let Access {
+            start,
+            lbn,
+            count,
+            write,
+            min_seek,
+        } = access;
         let layout = &self.spec.layout;
         let mut t = start;
-        let mut arm = from;
+        let mut arm = self.arm;
         let mut done = Vec::with_capacity(count as usize);
         let mut arms = Vec::with_capacity(count as usize);
         let mut prev: Option<(Pbn, u32)> = None;
@@ -611,9 +619,16 @@ impl Drive {
             return;
         }
         let count = (to - from_lbn) as u32;
-        let run = self.media(at, self.arm, from_lbn, count, false, 0.0, &|_| {
-            f64::NEG_INFINITY
-        });
+        let run = self.media(
+            Access {
+                start: at,
+                lbn: from_lbn,
+                count,
+                write: false,
+                min_seek: 0.0,
+            },
+            &|_| f64::NEG_INFINITY,
+        );
         let last = *run.done.last().expect("read-ahead of at least a sector");
         self.mech_free = last;
         self.arm = *run.arms.last().unwrap();
@@ -726,12 +741,13 @@ impl Drive {
         let mech_start = overhead_done.max(self.mech_free);
         let media_n = n - cached_prefix;
         let run = self.media(
-            mech_start,
-            self.arm,
-            first_media,
-            media_n,
-            false,
-            0.0,
+            Access {
+                start: mech_start,
+                lbn: first_media,
+                count: media_n,
+                write: false,
+                min_seek: 0.0,
+            },
             &|_| f64::NEG_INFINITY,
         );
         let ready = |i: u32| -> f64 {
@@ -834,12 +850,13 @@ impl Drive {
         let mech_start = overhead_done.max(self.mech_free);
         let min_seek = if sequential { 0.0 } else { o.min_seek_delay };
         let run = self.media(
-            mech_start,
-            self.arm,
-            cmd.lbn,
-            n,
-            true,
-            min_seek,
+            Access {
+                start: mech_start,
+                lbn: cmd.lbn,
+                count: n,
+                write: true,
+                min_seek,
+            },
             &data_ready,
         );
         let media_end = *run.done.last().unwrap();
