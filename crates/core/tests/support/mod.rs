@@ -5,7 +5,8 @@
 use bytes::Bytes;
 use platter_core::geometry::{Geometry, GeometrySpec};
 use platter_core::volume::{
-    Completion, ErrorKind, Health, Limits, MemberIo, MemberOp, Reply, Request, RequestId, Volume,
+    CacheLimits, Completion, ErrorKind, Health, Limits, MemberIo, MemberOp, Reply, Request,
+    RequestId, Volume,
 };
 use platter_core::{Level, ParityLayout};
 use std::collections::{BTreeMap, HashMap};
@@ -98,6 +99,8 @@ pub struct Harness {
     pub received: Vec<Received>,
     /// Member I/Os handed out and not yet performed.
     pool: Vec<MemberIo>,
+    /// The stripe cache's limits, when it is on (kept across reassembly).
+    pub cache: Option<CacheLimits>,
 }
 
 /// What a [`Harness`] member received.
@@ -129,7 +132,30 @@ impl Harness {
             rng: Rng(seed),
             received: vec![Received::default(); n],
             pool: Vec::new(),
+            cache: None,
         }
+    }
+
+    /// A harness whose volume has the stripe cache on (parity levels).
+    pub fn with_cache(config: &Config, seed: u64, limits: CacheLimits) -> Harness {
+        let mut h = Harness::new(config, seed);
+        h.enable_cache(limits);
+        h
+    }
+
+    pub fn enable_cache(&mut self, limits: CacheLimits) {
+        self.cache = Some(limits);
+        self.volume.enable_stripe_cache(limits);
+    }
+
+    /// Flushes the volume (cached stripes go to the members first).
+    pub fn flush(&mut self) {
+        self.one(Request::Flush).expect("flush");
+        assert_eq!(
+            self.volume.cached_stripes(),
+            0,
+            "a flush left cached stripes"
+        );
     }
 
     /// A new volume over the same member bytes, with some members absent.
@@ -145,6 +171,9 @@ impl Harness {
             })
             .collect();
         self.volume = Volume::new(g, health, Limits::default());
+        if let Some(limits) = self.cache {
+            self.volume.enable_stripe_cache(limits);
+        }
         self.received = vec![Received::default(); self.members.len()];
     }
 
@@ -394,7 +423,8 @@ impl Model {
             Request::Read { .. }
             | Request::Flush
             | Request::Maintain { .. }
-            | Request::Sweep { .. } => {}
+            | Request::Sweep { .. }
+            | Request::Destage { .. } => {}
         }
     }
 }
@@ -419,12 +449,18 @@ pub fn random_workload_with(
         .min(size)
         .min(3 << 20);
     let mut remaining = ops;
+    let cache = h.volume.cache_status().is_some();
     while remaining > 0 {
         let batch = (1 + h.rng.below(concurrency)) as usize;
         let mut expect: HashMap<RequestId, Vec<u8>> = HashMap::new();
         before_batch(&mut h.volume);
         for _ in 0..batch.min(remaining) {
             remaining -= 1;
+            // With the stripe cache, its clock ticks now and then.
+            if cache && h.rng.chance(15) {
+                let all = h.rng.chance(20);
+                h.volume.submit(Request::Destage { all });
+            }
             let len = 1 + h.rng.below(max_len);
             let offset = h.rng.below(size - len + 1);
             // Bias half the requests to sector alignment, as real clients do.
