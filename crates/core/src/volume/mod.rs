@@ -686,15 +686,29 @@ impl Volume {
                 None => Reply::Done,
             });
         }
-        if let Request::Maintain { action, .. } = op.req {
-            let what = match action {
-                Maintenance::Rebuild => "the member being rebuilt failed a write",
-                Maintenance::Check | Maintenance::Repair => "a repair write failed",
-                Maintenance::Destage => "a cached stripe could not be written out",
-            };
-            return Err(VolumeError::new(ErrorKind::Io, what));
-        }
-        let (offset_bytes, len_bytes) = op.req.range();
+        let (offset_bytes, len_bytes) = match op.req {
+            // A destage is a write of its stripe: it fails only if the
+            // stripe lost more than its parity covers.
+            Request::Maintain {
+                first_stripe,
+                action: Maintenance::Destage,
+                ..
+            } => {
+                let sb = self.geometry.stripe_data_bytes();
+                (
+                    first_stripe * sb,
+                    sb.min(self.size_bytes() - first_stripe * sb),
+                )
+            }
+            Request::Maintain { action, .. } => {
+                let what = match action {
+                    Maintenance::Rebuild => "the member being rebuilt failed a write",
+                    _ => "a repair write failed",
+                };
+                return Err(VolumeError::new(ErrorKind::Io, what));
+            }
+            _ => op.req.range(),
+        };
         let intact = match op.req {
             Request::Flush => self.intact(0, self.size_bytes()),
             _ => self.intact(offset_bytes, len_bytes),

@@ -380,7 +380,7 @@ impl Volume {
         // Per data index: the piece to use in place, if there is one.
         let k = roles.data.len();
         let mut direct: Vec<Option<usize>> = vec![None; k];
-        for d in 0..k {
+        for (d, slot) in direct.iter_mut().enumerate() {
             let mut pieces = job
                 .new_data
                 .iter()
@@ -388,7 +388,7 @@ impl Volume {
                 .filter(|(_, (dd, _, _))| *dd as usize == d);
             if let (Some((i, (_, w, b))), None) = (pieces.next(), pieces.next()) {
                 if *w == lo && b.len() == hull && crate::buf::aligned32(b) {
-                    direct[d] = Some(i);
+                    *slot = Some(i);
                 }
             }
         }

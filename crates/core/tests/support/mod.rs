@@ -82,6 +82,9 @@ impl Config {
     }
 }
 
+/// A check run after every member I/O (see [`Harness::after_io`]).
+pub type AfterIo = Box<dyn FnMut(&Volume)>;
+
 pub struct Harness {
     pub volume: Volume,
     pub members: Vec<Vec<u8>>,
@@ -101,6 +104,10 @@ pub struct Harness {
     pool: Vec<MemberIo>,
     /// The stripe cache's limits, when it is on (kept across reassembly).
     pub cache: Option<CacheLimits>,
+    /// When set, every member I/O performed, in order: (member, op name).
+    pub log: Option<Vec<(u32, &'static str)>>,
+    /// Called with the volume after every member I/O it is told about.
+    pub after_io: Option<AfterIo>,
 }
 
 /// What a [`Harness`] member received.
@@ -133,6 +140,8 @@ impl Harness {
             received: vec![Received::default(); n],
             pool: Vec::new(),
             cache: None,
+            log: None,
+            after_io: None,
         }
     }
 
@@ -237,8 +246,18 @@ impl Harness {
     }
 
     fn perform(&mut self, io: MemberIo) {
+        self.perform_io(io);
+        if let Some(f) = self.after_io.as_mut() {
+            f(&self.volume);
+        }
+    }
+
+    fn perform_io(&mut self, io: MemberIo) {
         let m = io.member as usize;
         self.ios += 1;
+        if let Some(log) = self.log.as_mut() {
+            log.push((io.member, io.op.name()));
+        }
         let r = &mut self.received[m];
         match &io.op {
             MemberOp::Read { len_bytes, .. } => {
