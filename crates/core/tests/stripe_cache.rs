@@ -452,3 +452,28 @@ fn checks_and_rebuilds_see_the_cached_data() {
     assert_eq!(h.volume.cached_stripes(), 0);
     check_members(&mut h, &model);
 }
+
+#[test]
+fn a_stripe_that_cannot_be_written_out_stays_readable_and_fails_the_flush() {
+    let config = small(Level::Raid5, 4);
+    let mut h = Harness::with_cache(&config, 41, CacheLimits::DEFAULT);
+    let sb = h.volume.geometry().stripe_data_bytes();
+    h.write(sb + 100, &[3; 1000]).unwrap();
+    assert_eq!(h.volume.cached_stripes(), 1);
+    // Two members of four lost: past what RAID-5 survives.
+    h.broken[0] = true;
+    h.broken[1] = true;
+    let _ = h.read(0, h.volume.size_bytes());
+    let flushed = h.one(Request::Flush);
+    assert!(
+        flushed.is_err(),
+        "a flush succeeded with its cached data unwritable"
+    );
+    // The acknowledged bytes are still what reads return, never older ones.
+    assert_eq!(h.read(sb + 100, 1000).unwrap(), vec![3; 1000]);
+    assert_eq!(h.volume.cached_stripes(), 1);
+    assert!(
+        h.one(Request::Flush).is_err(),
+        "every later flush fails too"
+    );
+}

@@ -146,6 +146,9 @@ pub(super) struct Entry {
     pub touched: bool,
     /// A destage request for the stripe has been submitted.
     pub queued: bool,
+    /// Writing it out failed (too many members lost): it stays here, so
+    /// that reads still see it, and only a FLUSH tries again.
+    pub failed: bool,
 }
 
 /// Cached data taken out for writing: the stripe, its buffer, and the
@@ -338,6 +341,7 @@ impl Volume {
                             valid,
                             touched: true,
                             queued: false,
+                            failed: false,
                         },
                     );
                     work.skip.push(s);
@@ -434,7 +438,7 @@ impl Volume {
         let mut due = Vec::new();
         if let Some(c) = self.cache.as_mut() {
             for (s, e) in c.entries.iter_mut() {
-                if all || !e.touched {
+                if (all || !e.touched) && !e.failed {
                     due.push(*s);
                 }
                 e.touched = false;
@@ -469,15 +473,39 @@ impl Volume {
         true
     }
 
-    /// A request that took entries has finished: they are settled (on the
-    /// members, or lost with a failed write), and flushes waiting only for
-    /// them go on to flush the members.
-    pub(super) fn cache_settle(&mut self, taken: &[u64], failed: bool) {
+    /// A request that took entries has finished: they are settled, and
+    /// flushes waiting only for them go on to flush the members. If the
+    /// request failed (its stripe lost more members than parity covers),
+    /// the cached data it was writing out goes back into the cache, where
+    /// reads still find it (a read must never return older bytes than a
+    /// completed write left), marked failed, and the waiting flushes fail.
+    pub(super) fn cache_settle(&mut self, op: &Op, failed: bool) {
         let Some(c) = self.cache.as_mut() else {
             return;
         };
+        let taken = &op.taken;
         if failed {
             c.failures += 1;
+            for out in op.cache.iter().flat_map(|w| &w.outgoing) {
+                assert!(
+                    !c.entries.contains_key(&out.stripe),
+                    "a new entry under a write-out's lock"
+                );
+                let seq = c.next_seq;
+                c.next_seq += 1;
+                c.unsettled.insert(seq);
+                c.entries.insert(
+                    out.stripe,
+                    Entry {
+                        seq,
+                        buf: AlignedBuf::copy_from(&out.data),
+                        valid: Ranges(out.ranges.clone()),
+                        touched: false,
+                        queued: false,
+                        failed: true,
+                    },
+                );
+            }
         }
         for seq in taken {
             c.unsettled.remove(seq);

@@ -776,7 +776,7 @@ impl Volume {
         if !op.taken.is_empty() {
             // Cached data this request took is on the members now, or
             // (the write failed) lost: a FLUSH waiting for it must say so.
-            self.cache_settle(&op.taken, result.is_err());
+            self.cache_settle(&op, result.is_err());
         }
         if self.span_of(&op.req).is_some() {
             for granted in self.locks.release(id) {
