@@ -132,7 +132,7 @@ fn rebuild_and_sweep(engine: &Engine, meta: &Meta, upkeep: &Upkeep) {
             last_sweep = Instant::now();
         }
         if engine.with_volume(|v| v.rebuild_progress()).is_none() {
-            if !resync_step(&engine, &upkeep, step) {
+            if !resync_step(engine, upkeep, step) {
                 std::thread::sleep(Duration::from_millis(100));
             }
             continue;
@@ -159,7 +159,7 @@ fn rebuild_and_sweep(engine: &Engine, meta: &Meta, upkeep: &Upkeep) {
             Err(_) => return,
         }
         let done_bytes = step * stripe_bytes;
-        pace(&upkeep, done_bytes, started);
+        pace(upkeep, done_bytes, started);
         upkeep.last_rate_bytes_per_sec.store(
             (done_bytes as f64 / started.elapsed().as_secs_f64().max(1e-6)) as u64,
             Ordering::Relaxed,

@@ -322,6 +322,7 @@ impl Volume {
                         // Full: the oldest goes out, and this stripe is
                         // written by the request itself.
                         if let Some(old) = c.oldest_unqueued() {
+                            c.entries.get_mut(&old).expect("just found").queued = true;
                             c.to_spawn.push(old);
                         }
                         continue;
@@ -399,6 +400,10 @@ impl Volume {
             return;
         }
         e.queued = true;
+        self.submit_destage(stripe);
+    }
+
+    fn submit_destage(&mut self, stripe: u64) {
         self.submit_internal(Request::Maintain {
             first_stripe: stripe,
             stripe_count: 1,
@@ -407,12 +412,12 @@ impl Volume {
     }
 
     /// Submits the destages that requests asked for while they were being
-    /// planned.
+    /// planned (their entries are already marked queued).
     pub(super) fn cache_spawn_pending(&mut self) {
-        // Bounded: each spawn marks its entry queued, and nothing below
-        // adds to the list but a write being planned.
+        // Bounded: only a write being planned adds to the list, and each
+        // entry is added once (it is marked queued when added).
         while let Some(s) = self.cache.as_mut().and_then(|c| c.to_spawn.pop()) {
-            self.spawn_destage(s);
+            self.submit_destage(s);
         }
     }
 
