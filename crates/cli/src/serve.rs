@@ -57,6 +57,13 @@ pub struct ServeArgs {
     /// spinning unless told. Repeatable.
     #[arg(long, value_name = "MEMBER=yes|no")]
     rotational: Vec<String>,
+    /// RAID-5/6: stripes of partial-stripe writes held in memory until
+    /// later writes complete them (at most 16 MiB; 0 turns the cache off).
+    /// Held data is written out within about 50 ms of the last write to
+    /// it, and by every FLUSH; like a disk's write cache, it is lost in a
+    /// crash unless flushed (docs/failures.md).
+    #[arg(long, value_name = "STRIPES", default_value_t = 64)]
+    stripe_cache: u64,
     /// The volume's members, in any order.
     #[arg(value_name = "MEMBER", required = true)]
     members: Vec<String>,
@@ -97,6 +104,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         control: args.control,
         metrics: args.metrics,
         rotational,
+        stripe_cache_stripes: args.stripe_cache,
     };
     serve(volume, config, print_ready).map_err(|e| CliError(e.to_string()))
 }

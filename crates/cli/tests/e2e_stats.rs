@@ -265,3 +265,109 @@ fn stats_and_metrics_on_a_served_raid5() {
         assert!(v["volume"]["writes"].is_u64(), "{l}");
     }
 }
+
+/// Full-stripe share of the stripe writes `platter stats --json` reports,
+/// once the stripe cache has nothing left to write out (its ticks are
+/// 20 ms apart; qemu-io and fio flush at the end anyway).
+fn full_stripe_share(s: &Server) -> (f64, Value) {
+    let mut last = Value::Null;
+    for _ in 0..50 {
+        let j = stats_json(s, &[]);
+        let v = &j["volume"];
+        let n = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("no {k}: {j}"));
+        let (full, rmw, rcw) = (
+            n("full_stripe_writes"),
+            n("read_modify_writes"),
+            n("reconstruct_writes"),
+        );
+        if full + rmw + rcw > 0 && j == last {
+            return (full as f64 / (full + rmw + rcw) as f64, j);
+        }
+        last = j;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("the stripe counts did not settle: {last}");
+}
+
+/// Issue 6, point 2: sequential 1 MiB writes to RAID-5 over 4 members at
+/// 64 KiB interleave (a 192 KiB data stripe) are at least 90% full-stripe
+/// writes, with qemu-io (one write at a time) and fio (8 in flight); and
+/// without the stripe cache they are not (so this test can fail).
+#[test]
+fn sequential_mib_writes_are_full_stripe_writes() {
+    let test = "sequential_mib_writes_are_full_stripe_writes";
+    let Some(t) = tools(test, &["qemu-io"]) else {
+        return;
+    };
+    let total = 32 * MIB;
+    let qemu_writes: Vec<String> = (0..total / MIB)
+        .map(|i| format!("write -P 0x{:02x} {} {}", 0x40 + i, i * MIB, MIB))
+        .collect();
+    let qemu_reads: Vec<String> = (0..total / MIB)
+        .map(|i| format!("read -P 0x{:02x} {} {}", 0x40 + i, i * MIB, MIB))
+        .collect();
+    for cache in [true, false] {
+        let volume = Volume::create(Spec::new("raid5", 4, "64k"), total + 4 * MIB);
+        assert_eq!(volume.stripe_data_bytes, 192 * KIB);
+        let mut options = ServeOptions::default();
+        if !cache {
+            options.extra_args = vec!["--stripe-cache".into(), "0".into()];
+        }
+        let s = Server::start_with(volume, options);
+        // qemu-io's default cache mode is writethrough: every write would
+        // be durable on completion (FUA), which the cache must not hold.
+        qemu_io_with(
+            &t,
+            &["-t", "writeback"],
+            s.uri(),
+            &qemu_writes,
+            "qemu-io sequential 1 MiB writes",
+        );
+        let (share, j) = full_stripe_share(&s);
+        eprintln!(
+            "qemu-io, stripe cache {}: {:.1}% full-stripe writes",
+            if cache { "on" } else { "off" },
+            100.0 * share
+        );
+        if cache {
+            assert!(share >= 0.9, "{share}: {j}");
+        } else {
+            assert!(share < 0.9, "without the cache: {share}: {j}");
+        }
+        qemu_io(&t, s.uri(), &qemu_reads, "qemu-io read back");
+        if !cache {
+            continue;
+        }
+        // fio: 8 writes in flight.
+        let Some(f) = tools(&format!("{test} (fio)"), &["fio"]) else {
+            continue;
+        };
+        if !fio_has_nbd(&f) {
+            eprintln!("skipping {test} (fio): fio has no nbd engine (`fio --enghelp`)");
+            continue;
+        }
+        stats_json(&s, &["--reset"]);
+        let out = run_ok(
+            f.cmd("fio")
+                .args([
+                    "--name=seq",
+                    "--ioengine=nbd",
+                    "--rw=write",
+                    "--bs=1M",
+                    "--iodepth=8",
+                    "--verify=crc32c",
+                    "--do_verify=1",
+                    "--verify_fatal=1",
+                    "--verify_state_save=0",
+                ])
+                .arg(format!("--uri={}", s.uri()))
+                .arg(format!("--size={total}")),
+            CMD_TIMEOUT,
+            "fio sequential 1 MiB writes, 8 in flight",
+        );
+        assert!(out.stdout.contains("err= 0"), "{}", out.describe("fio"));
+        let (share, j) = full_stripe_share(&s);
+        eprintln!("fio, 8 in flight: {:.1}% full-stripe writes", 100.0 * share);
+        assert!(share >= 0.9, "fio: {share}: {j}");
+    }
+}

@@ -6,6 +6,7 @@
 
 pub mod assemble;
 pub mod balance;
+pub mod buf;
 pub mod geometry;
 pub mod intent;
 pub mod label;

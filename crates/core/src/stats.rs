@@ -362,7 +362,7 @@ impl LatencyOf {
             Request::Read { .. } => Some(LatencyOf::Read),
             Request::Write { .. } | Request::WriteZeroes { .. } => Some(LatencyOf::Write),
             Request::Trim { .. } | Request::Flush => Some(LatencyOf::Other),
-            Request::Maintain { .. } | Request::Sweep { .. } => None,
+            Request::Maintain { .. } | Request::Sweep { .. } | Request::Destage { .. } => None,
         }
     }
 }

@@ -3,7 +3,7 @@
 
 mod support;
 
-use platter_core::volume::{ErrorKind, Event, Request};
+use platter_core::volume::{CacheLimits, ErrorKind, Event, Request};
 use platter_core::{Level, ParityLayout};
 use proptest::prelude::*;
 use support::*;
@@ -92,19 +92,64 @@ fn loss_sets(config: &Config) -> Vec<Vec<u32>> {
     }
 }
 
+/// A small stripe cache (so that it fills and evicts), for the runs with
+/// the cache on.
+const SMALL_CACHE: CacheLimits = CacheLimits {
+    max_stripes: 4,
+    max_bytes: 16 << 20,
+};
+
+#[test]
+fn every_parity_layout_matches_the_model_with_the_stripe_cache() {
+    let configs: Vec<Config> = all_configs(&INTERLEAVES, &WIDTHS)
+        .into_iter()
+        .filter(|c| c.level.is_parity())
+        .collect();
+    for (i, config) in configs.iter().enumerate() {
+        let limits = if i % 2 == 0 {
+            SMALL_CACHE
+        } else {
+            CacheLimits::DEFAULT
+        };
+        let mut h = Harness::with_cache(config, 500 + i as u64, limits);
+        let mut model = Model::new(&h.volume);
+        random_workload(&mut h, &mut model, 40, 8);
+        verify_all(&mut h, &model);
+        h.flush();
+        verify_all(&mut h, &model);
+    }
+}
+
 #[test]
 fn every_byte_survives_every_allowed_loss() {
+    survives_every_allowed_loss(None);
+}
+
+#[test]
+fn every_byte_survives_every_allowed_loss_with_the_stripe_cache() {
+    survives_every_allowed_loss(Some(SMALL_CACHE));
+}
+
+fn survives_every_allowed_loss(cache: Option<CacheLimits>) {
     let configs: Vec<Config> = all_configs(
         &[SECTOR, 126 * SECTOR, 128 * SECTOR, 1 << 20],
         &[2, 3, 4, 5, 7],
     )
     .into_iter()
     .filter(|c| c.level.is_parity() || matches!(c.level, Level::Mirror | Level::Raid10))
+    .filter(|c| cache.is_none() || c.level.is_parity())
     .collect();
     for (i, config) in configs.iter().enumerate() {
         let mut h = Harness::new(config, 1000 + i as u64);
+        if let Some(limits) = cache {
+            h.enable_cache(limits);
+        }
         let mut model = Model::new(&h.volume);
         random_workload(&mut h, &mut model, 12, 4);
+        if cache.is_some() {
+            // The members are copied below: the cached stripes first.
+            h.flush();
+        }
         let pristine = h.members.clone();
         for lost in loss_sets(config) {
             h.members = pristine.clone();
@@ -123,10 +168,23 @@ fn every_byte_survives_every_allowed_loss() {
 
 #[test]
 fn members_that_die_mid_workload_are_survived() {
+    members_die_mid_workload(None);
+}
+
+#[test]
+fn members_that_die_mid_workload_are_survived_with_the_stripe_cache() {
+    members_die_mid_workload(Some(SMALL_CACHE));
+    members_die_mid_workload(Some(CacheLimits::DEFAULT));
+}
+
+fn members_die_mid_workload(cache: Option<CacheLimits>) {
     for (i, config) in all_configs(&[8 * SECTOR, 126 * SECTOR], &[3, 4, 6])
         .iter()
         .enumerate()
     {
+        if cache.is_some() && !config.level.is_parity() {
+            continue;
+        }
         let Some(redundancy) = (match config.level {
             Level::Raid6 => Some(2),
             Level::Raid5 => Some(1),
@@ -136,6 +194,9 @@ fn members_that_die_mid_workload_are_survived() {
             continue;
         };
         let mut h = Harness::new(config, 7000 + i as u64);
+        if let Some(limits) = cache {
+            h.enable_cache(limits);
+        }
         let mut model = Model::new(&h.volume);
         random_workload(&mut h, &mut model, 10, 6);
         for k in 0..redundancy {

@@ -7,7 +7,7 @@
 mod support;
 
 use bytes::Bytes;
-use platter_core::volume::{ErrorKind, Event, Health, Reply, Request};
+use platter_core::volume::{CacheLimits, ErrorKind, Event, Health, Reply, Request};
 use platter_core::Level;
 use support::*;
 
@@ -93,10 +93,35 @@ fn workload(h: &mut Harness, model: &mut Model, unknown: &mut [bool]) -> u64 {
 
 #[test]
 fn failing_any_single_member_io_is_reported_and_never_corrupts() {
+    sweep(None);
+}
+
+/// The same with the stripe cache on (parity levels): a cached write's
+/// failure shows when its stripe goes out, as a faulty member.
+#[test]
+fn failing_any_single_member_io_with_the_stripe_cache() {
+    sweep(Some(CacheLimits {
+        max_stripes: 2,
+        max_bytes: 16 << 20,
+    }));
+}
+
+fn harness(config: &Config, seed: u64, cache: Option<CacheLimits>) -> Harness {
+    let mut h = Harness::new(config, seed);
+    if let Some(limits) = cache {
+        h.enable_cache(limits);
+    }
+    h
+}
+
+fn sweep(cache: Option<CacheLimits>) {
     let configs = all_configs(&[8 * 512, 126 * 512], &[2, 4, 5]);
     for (i, config) in configs.iter().enumerate() {
+        if cache.is_some() && !config.level.is_parity() {
+            continue;
+        }
         // The I/O count of a clean run bounds the sweep.
-        let mut clean = Harness::new(config, i as u64);
+        let mut clean = harness(config, i as u64, cache);
         let mut model = Model::new(&clean.volume);
         let mut unknown = vec![false; model.bytes.len()];
         workload(&mut clean, &mut model, &mut unknown);
@@ -108,7 +133,7 @@ fn failing_any_single_member_io_is_reported_and_never_corrupts() {
         assert!(total > 10, "{config:?}: only {total} member I/Os");
         let mut corrections = 0;
         for n in 1..=total {
-            let mut h = Harness::new(config, i as u64);
+            let mut h = harness(config, i as u64, cache);
             h.fail_nth = Some(n);
             let mut model = Model::new(&h.volume);
             let mut unknown = vec![false; model.bytes.len()];

@@ -120,10 +120,12 @@ pub fn gen_p(data: &[&[u8]], p: &mut [u8]) {
             let rc = unsafe { ffi::xor_gen(vects, len, array.as_mut_ptr()) };
             order_streaming_stores();
             if rc == 0 {
+                crate::count_accelerated();
                 return;
             }
         }
     }
+    crate::count_fallback();
     reference::gen_p(data, p);
 }
 
@@ -151,10 +153,12 @@ pub fn gen_pq(data: &[&[u8]], p: &mut [u8], q: &mut [u8]) {
             let rc = unsafe { ffi::pq_gen(vects, len, array.as_mut_ptr()) };
             order_streaming_stores();
             if rc == 0 {
+                crate::count_accelerated();
                 return;
             }
         }
     }
+    crate::count_fallback();
     let coefs: Vec<u8> = (0..data.len())
         .map(|_| 1)
         .chain((0..data.len()).map(|i| gf_exp2(i as u32)))

@@ -56,8 +56,49 @@ pub fn xor_into(dst: &mut [u8], src: &[u8]) {
     backend::xor_into(dst, src)
 }
 
+/// `dst = a ^ b`, into a separate destination: the change a
+/// read-modify-write folds into parity (`old ^ new`). ISA-L's `xor_gen`
+/// with two sources when all three blocks are 32-byte aligned.
+pub fn xor2(a: &[u8], b: &[u8], dst: &mut [u8]) {
+    gen_p(&[a, b], dst)
+}
+
+/// How many P and P+Q generations ran on the vector kernels and how many
+/// fell back to the reference loops (unaligned blocks, lengths ISA-L
+/// cannot take, or no ISA-L at all), since the process started. Callers
+/// check with it that their buffers reach the fast path; it costs one
+/// relaxed atomic add per call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelCounts {
+    pub accelerated: u64,
+    pub fallback: u64,
+}
+
+static ACCELERATED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static FALLBACK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// See [`KernelCounts`].
+pub fn kernel_counts() -> KernelCounts {
+    use std::sync::atomic::Ordering::Relaxed;
+    KernelCounts {
+        accelerated: ACCELERATED.load(Relaxed),
+        fallback: FALLBACK.load(Relaxed),
+    }
+}
+
+#[allow(dead_code)] // unused when built without ISA-L
+pub(crate) fn count_accelerated() {
+    ACCELERATED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+pub(crate) fn count_fallback() {
+    FALLBACK.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// `p` = XOR of all `data` blocks (at least one).
 pub fn gen_p(data: &[&[u8]], p: &mut [u8]) {
+    #[cfg(not(has_isal))]
+    count_fallback();
     backend::gen_p(data, p)
 }
 
@@ -65,6 +106,8 @@ pub fn gen_p(data: &[&[u8]], p: &mut [u8]) {
 /// block's position in `data`. Takes 1 to [`MAX_DATA_BLOCKS`] data blocks
 /// and panics outside that range.
 pub fn gen_pq(data: &[&[u8]], p: &mut [u8], q: &mut [u8]) {
+    #[cfg(not(has_isal))]
+    count_fallback();
     backend::gen_pq(data, p, q)
 }
 

@@ -9,7 +9,7 @@ use crate::stream::Stream;
 use crate::upkeep::{self, Upkeep};
 use platter_core::assemble::SlotNote;
 use platter_core::label::{Label, SlotState, VolumeState};
-use platter_core::volume::{Health, Limits, Request, Volume};
+use platter_core::volume::{CacheLimits, Health, Limits, Request, Volume};
 use platter_io::assembly::OpenVolume;
 use platter_nbd::consts::*;
 use platter_nbd::{ExportInfo, HandshakeConfig};
@@ -44,6 +44,9 @@ pub struct ServeConfig {
     /// files and NBD exports cannot tell, and a block device's own answer
     /// (sysfs) can be overridden.
     pub rotational: BTreeMap<u32, bool>,
+    /// Stripes the RAID-5/6 stripe cache may hold (within 16 MiB); 0 turns
+    /// it off. See `platter_core::volume::CacheLimits`.
+    pub stripe_cache_stripes: u64,
 }
 
 #[derive(Debug, Error)]
@@ -186,6 +189,14 @@ pub fn serve(
         vol.enable_intent(layout, bits, resync);
     }
     crate::balancing::configure(&mut vol, &label, &members, &config.rotational);
+    if !config.read_only && config.stripe_cache_stripes > 0 {
+        // Partial-stripe writes gathered into full stripes; the upkeep
+        // thread's destage ticks and every FLUSH write them out.
+        vol.enable_stripe_cache(CacheLimits {
+            max_stripes: config.stripe_cache_stripes,
+            ..CacheLimits::DEFAULT
+        });
+    }
     // Moved, not cloned: the engine is the only holder of the devices, so a
     // removed member's device closes when the engine lets it go.
     let engine = Arc::new(Engine::new(vol, members));

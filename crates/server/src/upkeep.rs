@@ -1,8 +1,11 @@
-//! Background upkeep: the rebuild and resync driver, and the write-intent
-//! bitmap's sweeps. The engine rebuilds in stripe steps when asked; this
-//! thread asks, at a rate that can be changed while it runs, and records a
-//! checkpoint in the labels about once a second. Every few seconds it asks
-//! the engine to clear the bits of regions that have gone quiet.
+//! Background upkeep: the rebuild and resync driver, the write-intent
+//! bitmap's sweeps, and the stripe cache's clock. The engine rebuilds in
+//! stripe steps when asked; this thread asks, at a rate that can be changed
+//! while it runs, and records a checkpoint in the labels about once a
+//! second. Every few seconds it asks the engine to clear the bits of regions
+//! that have gone quiet. A second thread ticks the stripe cache every
+//! [`DESTAGE_INTERVAL`], so that a partial stripe nobody completes goes to
+//! the members within two ticks of its last write.
 
 use crate::engine::Engine;
 use crate::meta::Meta;
@@ -21,6 +24,10 @@ const STEP_BYTES: u64 = 4 << 20;
 /// sleeps 5 s too): long enough that a busy region is not set and cleared
 /// over and over, short enough that a crash finds few regions marked.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
+/// The stripe cache's tick: a cached stripe not written for a whole tick is
+/// written out. Sequential writers complete stripes within microseconds;
+/// this only bounds how long a stray partial stripe stays in memory.
+pub const DESTAGE_INTERVAL: Duration = Duration::from_millis(20);
 
 pub struct Upkeep {
     pub rate_bytes_per_sec: AtomicU64,
@@ -86,6 +93,33 @@ impl Default for Upkeep {
 
 /// Runs until `upkeep.stop`; sleeps while nothing needs doing.
 pub fn run(engine: Arc<Engine>, meta: Arc<Meta>, upkeep: Arc<Upkeep>) {
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("platter-destage".into())
+            .spawn_scoped(scope, || destage_ticks(&engine, &upkeep))
+            .expect("spawn the destage thread");
+        rebuild_and_sweep(&engine, &meta, &upkeep);
+    });
+}
+
+/// The stripe cache's clock (nothing to do without a cache).
+fn destage_ticks(engine: &Engine, upkeep: &Upkeep) {
+    if engine.with_volume(|v| v.cache_status().is_none()) {
+        return;
+    }
+    while !upkeep.stop.load(Ordering::SeqCst) {
+        std::thread::sleep(DESTAGE_INTERVAL);
+        if engine.with_volume(|v| v.cached_stripes()) == 0 {
+            continue;
+        }
+        // Completes at once; the write-outs it starts are performed here.
+        if let Err(e) = engine.run(Request::Destage { all: false }) {
+            tracing::warn!(error = %e, "stripe cache tick failed");
+        }
+    }
+}
+
+fn rebuild_and_sweep(engine: &Engine, meta: &Meta, upkeep: &Upkeep) {
     let stripe_bytes = engine.with_volume(|v| v.geometry().stripe_data_bytes());
     let step = (STEP_BYTES / stripe_bytes).max(1);
     let mut last_checkpoint = Instant::now();
@@ -98,7 +132,7 @@ pub fn run(engine: Arc<Engine>, meta: Arc<Meta>, upkeep: Arc<Upkeep>) {
             last_sweep = Instant::now();
         }
         if engine.with_volume(|v| v.rebuild_progress()).is_none() {
-            if !resync_step(&engine, &upkeep, step) {
+            if !resync_step(engine, upkeep, step) {
                 std::thread::sleep(Duration::from_millis(100));
             }
             continue;
@@ -125,7 +159,7 @@ pub fn run(engine: Arc<Engine>, meta: Arc<Meta>, upkeep: Arc<Upkeep>) {
             Err(_) => return,
         }
         let done_bytes = step * stripe_bytes;
-        pace(&upkeep, done_bytes, started);
+        pace(upkeep, done_bytes, started);
         upkeep.last_rate_bytes_per_sec.store(
             (done_bytes as f64 / started.elapsed().as_secs_f64().max(1e-6)) as u64,
             Ordering::Relaxed,

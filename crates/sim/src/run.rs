@@ -14,8 +14,8 @@ use platter_core::geometry::{Geometry, GeometrySpec};
 use platter_core::intent::{IntentLayout, RegionSet, INTENT_OFFSET_BYTES};
 use platter_core::stats::LatencyOf;
 use platter_core::volume::{
-    Completion, ErrorKind, Event, Health, Limits, Maintenance, MemberIo, MemberOp, Reply, Request,
-    RequestId, Volume,
+    CacheLimits, Completion, ErrorKind, Event, Health, Limits, Maintenance, MemberIo, MemberOp,
+    Reply, Request, RequestId, Volume,
 };
 use std::collections::BTreeMap;
 
@@ -118,6 +118,10 @@ pub struct SimConfig {
     pub sweep_interval_ns: u64,
     /// How reads choose among copies (mirror, raid10).
     pub read_policy: ReadPolicy,
+    /// The stripe cache (RAID-5/6), or none.
+    pub stripe_cache: Option<CacheLimits>,
+    /// Virtual time between the stripe cache's destage ticks; 0 = none.
+    pub destage_interval_ns: u64,
 }
 
 impl SimConfig {
@@ -182,6 +186,10 @@ pub struct Report {
     /// The engine's statistics at the end of the run (since the last
     /// crash, which assembles the volume afresh), latencies in virtual ns.
     pub stats: platter_core::stats::Stats,
+    /// The most stripes the stripe cache held at once (0 without one).
+    pub cache_peak_stripes: u64,
+    /// Cached stripes lost in crashes (acknowledged, never flushed).
+    pub cached_stripes_lost_in_crashes: u64,
 }
 
 impl Report {
@@ -202,6 +210,8 @@ enum SimEvent {
     Fault(Fault),
     /// Time to clear the write-intent bits of quiet regions.
     Sweep,
+    /// The stripe cache's clock.
+    Destage,
 }
 
 struct Inflight {
@@ -392,6 +402,9 @@ impl Simulation {
         if let Some(layout) = intent {
             volume.enable_intent(layout, RegionSet::new(&layout), false);
         }
+        if let Some(limits) = config.stripe_cache {
+            volume.enable_stripe_cache(limits);
+        }
         let report = Report {
             seed,
             trace_hash: 0,
@@ -417,6 +430,8 @@ impl Simulation {
             violations: 0,
             violation_messages: Vec::new(),
             stats: Default::default(),
+            cache_peak_stripes: 0,
+            cached_stripes_lost_in_crashes: 0,
         };
         Simulation {
             seed,
@@ -489,7 +504,13 @@ impl Simulation {
             self.queue
                 .push(self.config.sweep_interval_ns, SimEvent::Sweep);
         }
-        while !(self.gen.exhausted() && self.outstanding.is_empty()) {
+        if self.config.stripe_cache.is_some() && self.config.destage_interval_ns > 0 {
+            self.queue
+                .push(self.config.destage_interval_ns, SimEvent::Destage);
+        }
+        // The volume's own requests (the stripe cache's write-outs) run on
+        // after the clients' have completed.
+        while !(self.gen.exhausted() && self.outstanding.is_empty() && self.volume.is_idle()) {
             self.report.steps += 1;
             assert!(
                 self.report.steps <= self.config.max_steps,
@@ -520,8 +541,22 @@ impl Simulation {
                         );
                     }
                 }
+                SimEvent::Destage => {
+                    self.submit_upkeep(Request::Destage { all: false }, None);
+                    // As for sweeps: only while something else can happen.
+                    if !self.queue.is_empty() {
+                        self.queue.push(
+                            self.clock.now_ns() + self.config.destage_interval_ns,
+                            SimEvent::Destage,
+                        );
+                    }
+                }
             }
             self.pump();
+            self.report.cache_peak_stripes = self
+                .report
+                .cache_peak_stripes
+                .max(self.volume.cached_stripes());
         }
         if self.report.violations == 0 && !self.volume.is_idle() {
             self.violation("the volume is not idle after every request completed".into());
@@ -899,6 +934,8 @@ impl Simulation {
         self.service.power_fail(now);
         self.inflight.clear();
         self.report.crashes += 1;
+        // The stripe cache is memory: it goes with the host.
+        self.report.cached_stripes_lost_in_crashes += self.volume.cached_stripes();
         let lost = self.outstanding.len() as u64;
         self.report.lost += lost;
         self.outstanding.clear();
@@ -923,6 +960,9 @@ impl Simulation {
         self.volume
             .set_read_policy(self.config.read_policy)
             .expect("checked at the start");
+        if let Some(limits) = self.config.stripe_cache {
+            self.volume.enable_stripe_cache(limits);
+        }
         // The bitmap as the members hold it now, OR-ed over those in use;
         // the regions it marks are resynced before anything else.
         if let Some(layout) = self.intent {

@@ -6,6 +6,7 @@ use crate::rng::{Rng, Stream};
 use crate::run::{Arrival, Fault, Mix, ScheduledFault, SimConfig, Workload};
 use platter_core::balance::ReadPolicy;
 use platter_core::geometry::GeometrySpec;
+use platter_core::volume::CacheLimits;
 use platter_core::{Level, ParityLayout};
 
 pub const SECTOR_BYTES: u64 = 512;
@@ -184,6 +185,13 @@ pub fn random_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
         },
         sweep_interval_ns: r.range(run_ns / 16 + 1, run_ns / 2 + 2),
         read_policy: random_read_policy(&mut r, members, copies),
+        // The stripe cache on most parity volumes, often small so that it
+        // fills; its ticks a few to a few dozen times per run.
+        stripe_cache: (level.is_parity() && r.chance(80)).then(|| CacheLimits {
+            max_stripes: *r.pick(&[1, 2, 4, 64]),
+            max_bytes: 16 << 20,
+        }),
+        destage_interval_ns: r.range(run_ns / 50 + 1, run_ns / 4 + 2),
     }
 }
 

@@ -123,7 +123,9 @@ fn seeds_in_ci() {
     let mut by_level: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
     let (mut requests, mut faulty, mut failed, mut checked) = (0, 0, 0, 0);
     let mut corrected = 0;
+    let mut cached_runs = 0;
     for (seed, r) in &reports {
+        cached_runs += u64::from(r.cache_peak_stripes > 0);
         let c = random_config(*seed, &opts);
         let e = by_level.entry(c.geometry.level.to_string()).or_default();
         e.0 += 1;
@@ -141,7 +143,8 @@ fn seeds_in_ci() {
     );
     println!(
         "{requests} requests, {failed} failed (beyond budget), {faulty} members taken out, \
-         {corrected} read errors corrected, {checked} bytes of reads checked"
+         {corrected} read errors corrected, {checked} bytes of reads checked, \
+         {cached_runs} runs held data in the stripe cache"
     );
     assert!(
         failures.is_empty(),
@@ -164,6 +167,11 @@ fn seeds_in_ci() {
         assert!(reports.iter().filter(|(_, r)| r.beyond_budget).count() > 50);
         // Mirror and RAID-10 runs with a one-I/O fault correct client reads.
         assert!(corrected > 0, "no read error was corrected");
+        // Most RAID-5/6 runs use the stripe cache (scenario.rs).
+        assert!(
+            cached_runs > 100,
+            "only {cached_runs} runs used the stripe cache"
+        );
     }
 }
 
@@ -284,10 +292,20 @@ fn crashes_keep_flushed_writes() {
         .iter()
         .filter(|(_, r)| r.resynced_regions > 0 && !r.faulty_members.is_empty())
         .count();
+    let cached_lost: u64 = reports
+        .iter()
+        .map(|(_, r)| r.cached_stripes_lost_in_crashes)
+        .sum();
     println!(
-        "{crashed} runs crashed, {lost} unflushed member writes lost; resynced {resynced} of \
-         {regions} regions; {after_resync} runs lost a member after a resync"
+        "{crashed} runs crashed, {lost} unflushed member writes lost, {cached_lost} cached \
+         stripes lost; resynced {resynced} of {regions} regions; {after_resync} runs lost a \
+         member after a resync"
     );
+    // Crashes found data in the stripe cache (acknowledged, not flushed:
+    // the oracle must treat it as unknown, not as lost).
+    if n >= 600 {
+        assert!(cached_lost > 0, "no crash caught cached data");
+    }
     assert!(crashed as u64 > n / 2);
     assert!(resynced > 0 && resynced < regions);
     assert!(after_resync > 0);

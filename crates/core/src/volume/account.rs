@@ -9,7 +9,7 @@
 //! here from the geometry and the members' health.
 
 use super::plan::{ReadPieces, Target};
-use super::{IoResult, MemberOp, Op, Reply, Request, RequestId, Volume, VolumeError};
+use super::{IoResult, Maintenance, MemberOp, Op, Reply, Request, RequestId, Volume, VolumeError};
 use crate::geometry::Geometry;
 use crate::level::Level;
 use crate::stats::{Counters, LatencyOf, Stats};
@@ -211,6 +211,28 @@ impl Volume {
 
     /// A request finished: count it.
     pub(super) fn account_finish(&mut self, op: &Op, result: &Result<Reply, VolumeError>) {
+        if let (
+            Request::Maintain {
+                action: Maintenance::Destage,
+                ..
+            },
+            Ok(_),
+        ) = (&op.req, result)
+        {
+            // The stripe cache writing out client data: its stripes count
+            // like those of the writes that filled it (the writes
+            // themselves were counted when they completed).
+            let s = &op.tally.stripes;
+            for c in std::iter::once(&mut self.stats.volume.counters)
+                .chain(self.stats.plexes.iter_mut().map(|p| &mut p.counters))
+            {
+                c.full_stripe_writes += s[0];
+                c.read_modify_writes += s[1];
+                c.reconstruct_writes += s[2];
+                c.parityless_writes += s[3];
+            }
+            return;
+        }
         if LatencyOf::of(&op.req).is_none() {
             return;
         }

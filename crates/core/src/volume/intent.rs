@@ -149,7 +149,7 @@ impl Volume {
                 | Request::WriteZeroes { .. }
                 | Request::Trim { .. }
                 | Request::Maintain {
-                    action: super::Maintenance::Repair,
+                    action: super::Maintenance::Repair | super::Maintenance::Destage,
                     ..
                 }
         );

@@ -18,6 +18,7 @@
 
 mod account;
 mod balancing;
+mod cache;
 mod ids;
 mod intent;
 mod lock;
@@ -30,6 +31,7 @@ mod scrub;
 mod write;
 
 pub use account::{plex_count, transfer_shape};
+pub use cache::{CacheLimits, CacheStatus};
 pub use intent::IntentStatus;
 pub use rebuild::RebuildProgress;
 pub use repair::MAX_CORRECTED_READ_ERRORS;
@@ -39,6 +41,7 @@ pub use request::{
 };
 pub use scrub::CheckReport;
 
+use crate::buf::AlignedBuf;
 use crate::geometry::Geometry;
 use crate::level::Level;
 use bytes::Bytes;
@@ -81,6 +84,8 @@ enum Stage {
     Flushing,
     /// A client read rewrites (then re-reads) copies that failed to read.
     Repairing,
+    /// A FLUSH waits for cached stripes to be written out (`cache.rs`).
+    Destaging,
 }
 
 /// One parity stripe's work inside a request: its buffers cover the stripe's
@@ -91,8 +96,9 @@ struct StripeJob {
     lo_bytes: u64,
     hi_bytes: u64,
     roles: crate::geometry::StripeRoles,
-    /// Per member, `hi - lo` bytes (empty when unused).
-    bufs: Vec<Vec<u8>>,
+    /// Per member, `hi - lo` bytes (empty when unused), 64-byte aligned
+    /// so that the parity kernels run on their vector paths.
+    bufs: Vec<AlignedBuf>,
     /// Members whose bytes the job read (for a reconstruction): the ones
     /// to rebuild from, whatever happens to them after the read.
     present: Vec<bool>,
@@ -157,6 +163,39 @@ struct Op {
     intent_regions: Option<(u64, u64)>,
     /// For the statistics (see `account.rs`).
     tally: account::Tally,
+    /// What the request did with the stripe cache (decided once).
+    cache: Option<cache::CacheWork>,
+    /// Cache entries the request took over (their sequence numbers),
+    /// settled when it finishes.
+    taken: SmallVec<[u64; 2]>,
+    /// The volume's own request (a destage): it completes to no one.
+    internal: bool,
+    /// A FLUSH: cache write-out failures when it started.
+    cache_failures_seen: u64,
+}
+
+impl Op {
+    fn new(req: Request) -> Box<Op> {
+        Box::new(Op {
+            req,
+            stage: Stage::Waiting,
+            pending: 0,
+            phase_failed: false,
+            write_failed: false,
+            replans: 0,
+            segments: SmallVec::new(),
+            jobs: Vec::new(),
+            planned: WritePieces::new(),
+            written: [0; 4],
+            report: None,
+            intent_regions: None,
+            tally: account::Tally::default(),
+            cache: None,
+            taken: SmallVec::new(),
+            internal: false,
+            cache_failures_seen: 0,
+        })
+    }
 }
 
 struct Inflight {
@@ -184,6 +223,10 @@ pub struct Volume {
     intent: Option<intent::IntentState>,
     read_repair: repair::ReadRepairs,
     stats: crate::stats::Stats,
+    /// The stripe cache, when enabled (`cache.rs`).
+    cache: Option<cache::StripeCache>,
+    /// Requests in `ops` that the volume submitted itself.
+    internal_ops: usize,
 }
 
 impl Volume {
@@ -210,6 +253,8 @@ impl Volume {
             intent: None,
             read_repair,
             stats,
+            cache: None,
+            internal_ops: 0,
         }
     }
 
@@ -256,27 +301,40 @@ impl Volume {
             self.complete(id, Err(VolumeError::new(ErrorKind::OutOfRange, msg)));
             return id;
         }
-        if self.ops.len() >= self.limits.max_requests {
-            let msg = format!("volume busy: {} requests in flight", self.ops.len());
+        let client_ops = self.ops.len() - self.internal_ops;
+        if client_ops >= self.limits.max_requests {
+            let msg = format!("volume busy: {client_ops} requests in flight");
             self.stats.volume.errors += 1;
             self.complete(id, Err(VolumeError::new(ErrorKind::Busy, msg)));
             return id;
         }
-        let op = Box::new(Op {
-            req,
-            stage: Stage::Waiting,
-            pending: 0,
-            phase_failed: false,
-            write_failed: false,
-            replans: 0,
-            segments: SmallVec::new(),
-            jobs: Vec::new(),
-            planned: WritePieces::new(),
-            written: [0; 4],
-            report: None,
-            intent_regions: None,
-            tally: account::Tally::default(),
-        });
+        if let Request::Maintain {
+            first_stripe,
+            stripe_count,
+            ..
+        } = req
+        {
+            // Checks, repairs and rebuild steps see the cached data: it
+            // goes out first (its destages queue for the locks first).
+            self.destage_range(first_stripe, stripe_count);
+        }
+        self.enter(id, Op::new(req));
+        id
+    }
+
+    /// A request the volume makes itself (a destage): it runs like a
+    /// client's, takes no slot of `max_requests`, and completes to no one.
+    fn submit_internal(&mut self, req: Request) {
+        let id = RequestId(self.next_request);
+        self.next_request += 1;
+        let mut op = Op::new(req);
+        op.internal = true;
+        self.internal_ops += 1;
+        self.enter(id, op);
+    }
+
+    /// Puts a request in the table and starts it once it holds its locks.
+    fn enter(&mut self, id: RequestId, op: Box<Op>) {
         let span = self.span_of(&op.req);
         self.ops.insert(id, op);
         match span {
@@ -287,7 +345,6 @@ impl Volume {
                 }
             }
         }
-        id
     }
 
     /// The next member I/O to perform, if any.
@@ -428,6 +485,11 @@ impl Volume {
             self.ops.insert(id, op);
             return self.sweep(id, all);
         }
+        if let Request::Destage { all } = op.req {
+            self.ops.insert(id, op);
+            self.destage_tick(all);
+            return self.finish(id, Ok(Reply::Done));
+        }
         op.phase_failed = false;
         op.jobs.clear();
         let planned = match &op.req {
@@ -437,6 +499,10 @@ impl Volume {
                 action: Maintenance::Rebuild,
                 ..
             } => self.plan_rebuild(&mut op),
+            Request::Maintain {
+                action: Maintenance::Destage,
+                ..
+            } => self.plan_write(&mut op),
             Request::Maintain { .. } => Ok(self.plan_scrub(&mut op)),
             _ => self.plan_write(&mut op),
         };
@@ -445,13 +511,16 @@ impl Volume {
         match planned {
             Err(e) => self.finish(id, Err(e)),
             Ok(_) if is_flush => {
-                let members: Vec<u32> = (0..self.geometry.members())
-                    .filter(|&m| self.in_use(m))
-                    .collect();
-                self.issue_flushes(id, members);
+                if !self.flush_start(id) {
+                    let members: Vec<u32> = (0..self.geometry.members())
+                        .filter(|&m| self.in_use(m))
+                        .collect();
+                    self.issue_flushes(id, members);
+                }
             }
             Ok(reads) => self.issue_reads(id, reads),
         }
+        self.cache_spawn_pending();
     }
 
     fn new_io(&mut self, request: RequestId, member: u32, op: MemberOp, dests: Dests) {
@@ -545,7 +614,7 @@ impl Volume {
     fn advance(&mut self, id: RequestId) {
         let op = self.ops.get_mut(&id).expect("live request");
         match op.stage {
-            Stage::Waiting => unreachable!("advance of a waiting request"),
+            Stage::Waiting | Stage::Destaging => unreachable!("advance of a waiting request"),
             Stage::Reading => {
                 if op.phase_failed {
                     // A member failed under us: plan again around it. Each
@@ -566,7 +635,10 @@ impl Volume {
                         let writes = self.compute_rebuild_writes(id);
                         self.issue_writes(id, writes);
                     }
-                    Request::Maintain { .. } => {
+                    Request::Maintain {
+                        action: Maintenance::Check | Maintenance::Repair,
+                        ..
+                    } => {
                         let (report, writes) = self.compute_scrub(id);
                         self.ops.get_mut(&id).expect("live request").report = Some(report);
                         self.issue_writes(id, writes);
@@ -602,20 +674,41 @@ impl Volume {
 
     fn write_result(&self, id: RequestId) -> Result<Reply, VolumeError> {
         let op = &self.ops[&id];
+        if matches!(op.req, Request::Flush) && self.cache_failed_since(op) {
+            return Err(VolumeError::new(
+                ErrorKind::Io,
+                "cached writes could not be written to the members (too many members lost)",
+            ));
+        }
         if !op.write_failed {
             return Ok(match &op.report {
                 Some(r) => Reply::Checked(r.clone()),
                 None => Reply::Done,
             });
         }
-        if let Request::Maintain { action, .. } = op.req {
-            let what = match action {
-                Maintenance::Rebuild => "the member being rebuilt failed a write",
-                Maintenance::Check | Maintenance::Repair => "a repair write failed",
-            };
-            return Err(VolumeError::new(ErrorKind::Io, what));
-        }
-        let (offset_bytes, len_bytes) = op.req.range();
+        let (offset_bytes, len_bytes) = match op.req {
+            // A destage is a write of its stripe: it fails only if the
+            // stripe lost more than its parity covers.
+            Request::Maintain {
+                first_stripe,
+                action: Maintenance::Destage,
+                ..
+            } => {
+                let sb = self.geometry.stripe_data_bytes();
+                (
+                    first_stripe * sb,
+                    sb.min(self.size_bytes() - first_stripe * sb),
+                )
+            }
+            Request::Maintain { action, .. } => {
+                let what = match action {
+                    Maintenance::Rebuild => "the member being rebuilt failed a write",
+                    _ => "a repair write failed",
+                };
+                return Err(VolumeError::new(ErrorKind::Io, what));
+            }
+            _ => op.req.range(),
+        };
         let intact = match op.req {
             Request::Flush => self.intact(0, self.size_bytes()),
             _ => self.intact(offset_bytes, len_bytes),
@@ -680,12 +773,22 @@ impl Volume {
         if let Some((first, last)) = op.intent_regions {
             self.intent_release(first, last);
         }
+        if !op.taken.is_empty() {
+            // Cached data this request took is on the members now, or
+            // (the write failed) lost: a FLUSH waiting for it must say so.
+            self.cache_settle(&op, result.is_err());
+        }
         if self.span_of(&op.req).is_some() {
             for granted in self.locks.release(id) {
                 self.admit(granted);
             }
         }
-        self.complete(id, result);
+        if op.internal {
+            self.internal_ops -= 1;
+        } else {
+            self.complete(id, result);
+        }
+        self.cache_spawn_pending();
     }
 
     fn complete(&mut self, id: RequestId, result: Result<Reply, VolumeError>) {

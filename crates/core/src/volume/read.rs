@@ -4,6 +4,7 @@
 use super::plan::{ReadPiece, ReadPieces, Target};
 use super::write::Strategy;
 use super::{ErrorKind, Op, ReadData, Reply, RequestId, StripeJob, Volume, VolumeError};
+use crate::buf::AlignedBuf;
 use bytes::Bytes;
 
 impl Volume {
@@ -30,29 +31,40 @@ impl Volume {
                 }
                 let roles = &roles_cache.as_ref().expect("just set").1;
                 let m = roles.data[e.data_index as usize];
-                if self.usable(m, e.stripe) {
-                    pieces.push(ReadPiece {
-                        member: m,
-                        offset_bytes: g.member_offset_bytes(e.stripe, e.within_bytes),
-                        len_bytes: e.len_bytes,
-                        target: Target::Out { at_bytes },
-                    });
-                    continue;
+                // Bytes in the stripe cache come from there; the rest from
+                // the members (which hold no part of a cached write).
+                let runs = self
+                    .cached_runs(e.stripe, e.data_index, e.within_bytes, e.len_bytes)
+                    .unwrap_or_else(|| vec![(e.within_bytes, e.len_bytes, None)]);
+                for (within, len, cached) in runs {
+                    let at_bytes = at_bytes + (within - e.within_bytes);
+                    if let Some(bytes) = cached {
+                        op.segments.push((at_bytes, bytes));
+                        continue;
+                    }
+                    if self.usable(m, e.stripe) {
+                        pieces.push(ReadPiece {
+                            member: m,
+                            offset_bytes: g.member_offset_bytes(e.stripe, within),
+                            len_bytes: len,
+                            target: Target::Out { at_bytes },
+                        });
+                        continue;
+                    }
+                    if op.jobs.last().is_none_or(|j| j.stripe != e.stripe) {
+                        op.jobs.push(StripeJob::new(
+                            e.stripe,
+                            within,
+                            within + len,
+                            Some(roles.clone()),
+                            Strategy::Reconstruct,
+                        ));
+                    }
+                    let job = op.jobs.last_mut().expect("just pushed");
+                    job.lo_bytes = job.lo_bytes.min(within);
+                    job.hi_bytes = job.hi_bytes.max(within + len);
+                    job.wants.push((e.data_index, within, len, at_bytes));
                 }
-                if op.jobs.last().is_none_or(|j| j.stripe != e.stripe) {
-                    op.jobs.push(StripeJob::new(
-                        e.stripe,
-                        e.within_bytes,
-                        e.within_bytes + e.len_bytes,
-                        Some(roles.clone()),
-                        Strategy::Reconstruct,
-                    ));
-                }
-                let job = op.jobs.last_mut().expect("just pushed");
-                job.lo_bytes = job.lo_bytes.min(e.within_bytes);
-                job.hi_bytes = job.hi_bytes.max(e.within_bytes + e.len_bytes);
-                job.wants
-                    .push((e.data_index, e.within_bytes, e.len_bytes, at_bytes));
             } else {
                 let choice = choice.as_mut().expect("begun for copy levels");
                 if !self.place_read_extent(choice, &e, at_bytes, failed, &mut pieces) {
@@ -86,7 +98,7 @@ impl Volume {
             return Err(());
         }
         let hull = job.hi_bytes - job.lo_bytes;
-        job.bufs = (0..n).map(|_| vec![0u8; hull as usize]).collect();
+        job.bufs = (0..n).map(|_| AlignedBuf::zeroed(hull as usize)).collect();
         job.present = (0..n).map(|m| self.usable(m, job.stripe)).collect();
         for m in (0..n).filter(|&m| job.present[m as usize]) {
             pieces.push(ReadPiece {
@@ -128,7 +140,7 @@ impl Volume {
         let mut bufs = std::mem::take(&mut job.bufs);
         {
             let mut by_member: Vec<Option<&mut [u8]>> =
-                bufs.iter_mut().map(|b| Some(b.as_mut_slice())).collect();
+                bufs.iter_mut().map(|b| Some(&mut b[..])).collect();
             let mut blocks: Vec<&mut [u8]> = order
                 .iter()
                 .map(|&m| by_member[m as usize].take().expect("each member once"))
@@ -146,7 +158,7 @@ impl Volume {
             self.reconstruct(job);
             let bufs: Vec<Bytes> = std::mem::take(&mut job.bufs)
                 .into_iter()
-                .map(Bytes::from)
+                .map(AlignedBuf::into_bytes)
                 .collect();
             for &(d, within, len, at) in &job.wants {
                 let m = job.roles.data[d as usize] as usize;

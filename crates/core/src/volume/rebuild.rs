@@ -13,8 +13,8 @@
 use super::plan::{ReadPiece, ReadPieces, Target, WriteKind, WritePiece, WritePieces};
 use super::write::Strategy;
 use super::{Event, Health, Maintenance, Op, Request, RequestId, StripeJob, Volume, VolumeError};
+use crate::buf::AlignedBuf;
 use crate::volume::ErrorKind;
-use bytes::Bytes;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct RebuildState {
@@ -124,8 +124,8 @@ impl Volume {
             } else {
                 // Copy each chunk that has a copy on the target from one
                 // that is usable.
-                job.bufs = vec![Vec::new(); g.members() as usize];
-                job.bufs[target as usize] = vec![0u8; (u64::from(k) * il) as usize];
+                job.bufs = (0..g.members()).map(|_| AlignedBuf::default()).collect();
+                job.bufs[target as usize] = AlignedBuf::zeroed((u64::from(k) * il) as usize);
                 for d in 0..k {
                     let chunk = stripe * u64::from(k) + u64::from(d);
                     if chunk * il >= g.volume_size_bytes() {
@@ -172,10 +172,10 @@ impl Volume {
                 writes.push(WritePiece {
                     member: target,
                     offset_bytes: g.member_offset_bytes(job.stripe, 0),
-                    kind: WriteKind::Data(Bytes::from(data)),
+                    kind: WriteKind::Data(data.into_bytes()),
                 });
             } else {
-                let buf = Bytes::from(std::mem::take(&mut job.bufs[target as usize]));
+                let buf = std::mem::take(&mut job.bufs[target as usize]).into_bytes();
                 for &(_, row, len, at) in &job.wants {
                     writes.push(WritePiece {
                         member: target,

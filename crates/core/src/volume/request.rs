@@ -54,6 +54,15 @@ pub enum Request {
     Sweep {
         all: bool,
     },
+    /// The stripe cache's clock ([`super::Volume::enable_stripe_cache`]):
+    /// entries not written since the previous tick (every entry with
+    /// `all`) are written out to the members. The executor sends one every
+    /// few tens of milliseconds, so a stripe waits that long for the writes
+    /// that would complete it; it completes at once (the write-outs run on
+    /// as the volume's own requests). A no-op without a cache.
+    Destage {
+        all: bool,
+    },
 }
 
 /// What a [`Request::Maintain`] does to its stripes.
@@ -67,6 +76,9 @@ pub enum Maintenance {
     /// Report them and rewrite parity (from the data) or copies (from the
     /// first readable copy).
     Repair,
+    /// Write a stripe's cached data to the members (internal: the volume
+    /// submits these itself; see `cache.rs`).
+    Destage,
 }
 
 impl Request {
@@ -79,6 +91,7 @@ impl Request {
             Request::Flush => "flush",
             Request::Maintain { .. } => "maintenance",
             Request::Sweep { .. } => "sweep",
+            Request::Destage { .. } => "destage",
         }
     }
 
@@ -101,7 +114,7 @@ impl Request {
             Request::Write {
                 offset_bytes, data, ..
             } => (*offset_bytes, data.len() as u64),
-            Request::Flush | Request::Sweep { .. } => (0, 0),
+            Request::Flush | Request::Sweep { .. } | Request::Destage { .. } => (0, 0),
             // Stripes in volume bytes; the volume clips the last one.
             Request::Maintain { .. } => (0, 0),
         }

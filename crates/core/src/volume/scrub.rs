@@ -10,6 +10,7 @@
 use super::plan::{ReadPiece, ReadPieces, Target, WriteKind, WritePiece, WritePieces};
 use super::write::Strategy;
 use super::{Maintenance, Op, Request, RequestId, StripeJob, Volume};
+use crate::buf::AlignedBuf;
 use bytes::Bytes;
 
 /// What a check found in its stripes.
@@ -59,7 +60,7 @@ impl Volume {
                     .expect("every member is usable");
             } else {
                 job.bufs = (0..n)
-                    .map(|_| vec![0u8; (u64::from(k) * il) as usize])
+                    .map(|_| AlignedBuf::zeroed((u64::from(k) * il) as usize))
                     .collect();
                 for d in 0..k {
                     let chunk = stripe * u64::from(k) + u64::from(d);
@@ -116,9 +117,9 @@ impl Volume {
                             writes.push(WritePiece {
                                 member: m,
                                 offset_bytes: g.member_offset_bytes(job.stripe, 0),
-                                kind: WriteKind::Data(Bytes::from(std::mem::take(
-                                    &mut fresh.bufs[m as usize],
-                                ))),
+                                kind: WriteKind::Data(
+                                    std::mem::take(&mut fresh.bufs[m as usize]).into_bytes(),
+                                ),
                             });
                         }
                     }

@@ -5,7 +5,8 @@
 use bytes::Bytes;
 use platter_core::geometry::{Geometry, GeometrySpec};
 use platter_core::volume::{
-    Completion, ErrorKind, Health, Limits, MemberIo, MemberOp, Reply, Request, RequestId, Volume,
+    CacheLimits, Completion, ErrorKind, Health, Limits, MemberIo, MemberOp, Reply, Request,
+    RequestId, Volume,
 };
 use platter_core::{Level, ParityLayout};
 use std::collections::{BTreeMap, HashMap};
@@ -81,6 +82,9 @@ impl Config {
     }
 }
 
+/// A check run after every member I/O (see [`Harness::after_io`]).
+pub type AfterIo = Box<dyn FnMut(&Volume)>;
+
 pub struct Harness {
     pub volume: Volume,
     pub members: Vec<Vec<u8>>,
@@ -98,6 +102,12 @@ pub struct Harness {
     pub received: Vec<Received>,
     /// Member I/Os handed out and not yet performed.
     pool: Vec<MemberIo>,
+    /// The stripe cache's limits, when it is on (kept across reassembly).
+    pub cache: Option<CacheLimits>,
+    /// When set, every member I/O performed, in order: (member, op name).
+    pub log: Option<Vec<(u32, &'static str)>>,
+    /// Called with the volume after every member I/O it is told about.
+    pub after_io: Option<AfterIo>,
 }
 
 /// What a [`Harness`] member received.
@@ -129,7 +139,32 @@ impl Harness {
             rng: Rng(seed),
             received: vec![Received::default(); n],
             pool: Vec::new(),
+            cache: None,
+            log: None,
+            after_io: None,
         }
+    }
+
+    /// A harness whose volume has the stripe cache on (parity levels).
+    pub fn with_cache(config: &Config, seed: u64, limits: CacheLimits) -> Harness {
+        let mut h = Harness::new(config, seed);
+        h.enable_cache(limits);
+        h
+    }
+
+    pub fn enable_cache(&mut self, limits: CacheLimits) {
+        self.cache = Some(limits);
+        self.volume.enable_stripe_cache(limits);
+    }
+
+    /// Flushes the volume (cached stripes go to the members first).
+    pub fn flush(&mut self) {
+        self.one(Request::Flush).expect("flush");
+        assert_eq!(
+            self.volume.cached_stripes(),
+            0,
+            "a flush left cached stripes"
+        );
     }
 
     /// A new volume over the same member bytes, with some members absent.
@@ -145,6 +180,9 @@ impl Harness {
             })
             .collect();
         self.volume = Volume::new(g, health, Limits::default());
+        if let Some(limits) = self.cache {
+            self.volume.enable_stripe_cache(limits);
+        }
         self.received = vec![Received::default(); self.members.len()];
     }
 
@@ -208,8 +246,18 @@ impl Harness {
     }
 
     fn perform(&mut self, io: MemberIo) {
+        self.perform_io(io);
+        if let Some(f) = self.after_io.as_mut() {
+            f(&self.volume);
+        }
+    }
+
+    fn perform_io(&mut self, io: MemberIo) {
         let m = io.member as usize;
         self.ios += 1;
+        if let Some(log) = self.log.as_mut() {
+            log.push((io.member, io.op.name()));
+        }
         let r = &mut self.received[m];
         match &io.op {
             MemberOp::Read { len_bytes, .. } => {
@@ -394,7 +442,8 @@ impl Model {
             Request::Read { .. }
             | Request::Flush
             | Request::Maintain { .. }
-            | Request::Sweep { .. } => {}
+            | Request::Sweep { .. }
+            | Request::Destage { .. } => {}
         }
     }
 }
@@ -419,12 +468,18 @@ pub fn random_workload_with(
         .min(size)
         .min(3 << 20);
     let mut remaining = ops;
+    let cache = h.volume.cache_status().is_some();
     while remaining > 0 {
         let batch = (1 + h.rng.below(concurrency)) as usize;
         let mut expect: HashMap<RequestId, Vec<u8>> = HashMap::new();
         before_batch(&mut h.volume);
         for _ in 0..batch.min(remaining) {
             remaining -= 1;
+            // With the stripe cache, its clock ticks now and then.
+            if cache && h.rng.chance(15) {
+                let all = h.rng.chance(20);
+                h.volume.submit(Request::Destage { all });
+            }
             let len = 1 + h.rng.below(max_len);
             let offset = h.rng.below(size - len + 1);
             // Bias half the requests to sector alignment, as real clients do.

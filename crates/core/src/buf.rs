@@ -1,0 +1,129 @@
+//! Stripe buffers that start on a 64-byte boundary.
+//!
+//! ISA-L's XOR and P+Q kernels take only 32-byte aligned blocks and the
+//! parity crate falls back to its reference loops for anything else (see
+//! `platter_parity::kernel_counts`). An ordinary `Vec<u8>` promises no
+//! alignment, so the engine's per-stripe buffers are [`AlignedBuf`]s: a
+//! `Vec<u8>` allocated 63 bytes longer than asked, used from its first
+//! 64-byte boundary. It becomes [`Bytes`] without a copy (`Bytes` keeps the
+//! vector's allocation and slices it), so parity computed in it goes to the
+//! members as it is.
+
+use bytes::Bytes;
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+
+/// The alignment of every [`AlignedBuf`] (a cache line; ISA-L needs 32).
+pub const BUF_ALIGN: usize = 64;
+
+/// A zero-initialised byte buffer whose first byte is [`BUF_ALIGN`]-aligned.
+#[derive(Default)]
+pub struct AlignedBuf {
+    raw: Vec<u8>,
+    at: usize,
+    len: usize,
+}
+
+impl AlignedBuf {
+    /// `len` zero bytes at a 64-byte boundary. Large buffers come from
+    /// `calloc`, so the zeroing is usually free.
+    pub fn zeroed(len: usize) -> AlignedBuf {
+        if len == 0 {
+            return AlignedBuf::default();
+        }
+        let raw = vec![0u8; len + BUF_ALIGN - 1];
+        let at = raw.as_ptr().align_offset(BUF_ALIGN);
+        assert!(at < BUF_ALIGN, "no 64-byte boundary in the allocation");
+        AlignedBuf { raw, at, len }
+    }
+
+    /// A copy of `src` at a 64-byte boundary.
+    pub fn copy_from(src: &[u8]) -> AlignedBuf {
+        let mut b = AlignedBuf::zeroed(src.len());
+        b.copy_from_slice(src);
+        b
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The bytes as [`Bytes`], without copying them.
+    pub fn into_bytes(self) -> Bytes {
+        if self.len == 0 {
+            return Bytes::new();
+        }
+        // `vec![0; n]` has length == capacity, so `Bytes` takes the
+        // allocation as it is: the slice keeps its address and alignment.
+        Bytes::from(self.raw).slice(self.at..self.at + self.len)
+    }
+}
+
+impl Deref for AlignedBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.raw[self.at..self.at + self.len]
+    }
+}
+
+impl DerefMut for AlignedBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.raw[self.at..self.at + self.len]
+    }
+}
+
+impl Clone for AlignedBuf {
+    /// A new allocation, aligned in its own right (cloning the vector
+    /// would keep the old offset in a new, differently placed, allocation).
+    fn clone(&self) -> AlignedBuf {
+        AlignedBuf::copy_from(self)
+    }
+}
+
+impl PartialEq for AlignedBuf {
+    fn eq(&self, other: &AlignedBuf) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for AlignedBuf {}
+
+impl fmt::Debug for AlignedBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "AlignedBuf({} bytes)", self.len)
+    }
+}
+
+/// Whether a block starts where ISA-L's aligned kernels can take it.
+pub fn aligned32(block: &[u8]) -> bool {
+    (block.as_ptr() as usize).is_multiple_of(32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aligned_zeroed_and_kept_aligned_as_bytes() {
+        for len in [1usize, 63, 64, 512, 65536, 196_608, 1 << 20] {
+            let mut b = AlignedBuf::zeroed(len);
+            assert_eq!(b.len(), len);
+            assert!(b.iter().all(|&x| x == 0));
+            assert_eq!(b.as_ptr() as usize % BUF_ALIGN, 0);
+            b[len - 1] = 7;
+            let c = b.clone();
+            assert_eq!(c.as_ptr() as usize % BUF_ALIGN, 0);
+            assert_eq!(c, b);
+            let ptr = b.as_ptr();
+            let bytes = b.into_bytes();
+            assert_eq!(bytes.as_ptr(), ptr, "into_bytes copied");
+            assert_eq!(bytes.len(), len);
+            assert_eq!(bytes[len - 1], 7);
+        }
+        assert!(AlignedBuf::zeroed(0).into_bytes().is_empty());
+    }
+}

@@ -1,0 +1,595 @@
+//! The stripe cache: partial-stripe write data held in memory until later
+//! writes complete the stripe, as md's raid5 stripe cache and a disk's
+//! volatile write cache do (RAID-5 and RAID-6 only; off unless
+//! [`Volume::enable_stripe_cache`] is called).
+//!
+//! A write without FUA that covers only part of a stripe copies its bytes
+//! into the stripe's cache entry and, for that stripe, is complete: no
+//! member is touched. When later writes make the entry whole, the stripe
+//! goes out as one full-stripe write, parity computed without reading
+//! anything. NBD promises durability only for FLUSH and FUA, so an
+//! acknowledged write may sit here exactly as it may sit in a disk's cache.
+//!
+//! The rules, each kept by the code named:
+//! - Reads see cached bytes (`plan_read` serves them from the entry; the
+//!   rest of a stripe comes from the members, which never hold a partial
+//!   update of a cached stripe: a stripe's members change only under its
+//!   exclusive lock, in one write).
+//! - A FLUSH writes out every entry that existed when it arrived and waits
+//!   for those writes (and any write that took an entry) to end before it
+//!   flushes the members (`flush_start`, `cache_settle`).
+//! - A FUA write never leaves data here: a stripe it touches that has an
+//!   entry is merged and written out in the same request.
+//! - An entry is written out (a *destage*: an internal request holding the
+//!   stripe's lock, with its write-intent bit set and durable first like
+//!   any write) when the cache is full (oldest first; the write that found
+//!   it full goes to the members itself), when it has been idle for a
+//!   whole [`Request::Destage`] tick, when a FLUSH asks, and before
+//!   a check, repair or rebuild step of its stripe (so scrubs see the
+//!   data; the members are consistent either way, so this is not needed
+//!   for correctness).
+//! - Write-zeroes drop the cached bytes they cover; trims drop entries of
+//!   the whole stripes they release (a trim leaves partial stripes alone).
+//!
+//! What a crash can lose: the entries, i.e. writes acknowledged and not
+//! yet flushed, the same as any unflushed write (`docs/failures.md`).
+//!
+//! The bound: at most [`CacheLimits::max_stripes`] entries and
+//! [`CacheLimits::max_bytes`] of entry buffers (each a whole stripe's data),
+//! whichever is smaller; a volume whose stripe is larger than the byte
+//! bound caches nothing.
+
+use super::{Maintenance, Op, Request, RequestId, Stage, Volume};
+use crate::buf::AlignedBuf;
+use bytes::Bytes;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// How much the stripe cache may hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheLimits {
+    pub max_stripes: u64,
+    pub max_bytes: u64,
+}
+
+impl CacheLimits {
+    /// 64 stripes or 16 MiB, whichever is smaller.
+    pub const DEFAULT: CacheLimits = CacheLimits {
+        max_stripes: 64,
+        max_bytes: 16 << 20,
+    };
+}
+
+impl Default for CacheLimits {
+    fn default() -> Self {
+        CacheLimits::DEFAULT
+    }
+}
+
+/// What the stripe cache holds now, for status and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStatus {
+    /// Stripes with cached data (acknowledged, not on the members).
+    pub stripes: u64,
+    /// Cached data bytes in them.
+    pub bytes: u64,
+    /// The most stripes the cache holds at once.
+    pub capacity_stripes: u64,
+    /// Entries taken out and being written to the members now.
+    pub writing: u64,
+    /// Write-outs that failed (too many members lost): their data is gone,
+    /// and the next FLUSH fails.
+    pub failures: u64,
+}
+
+/// Sorted, disjoint, non-adjacent byte ranges `[a, b)` of one stripe's data.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct Ranges(pub Vec<(u64, u64)>);
+
+impl Ranges {
+    pub fn insert(&mut self, a: u64, b: u64) {
+        if a >= b {
+            return;
+        }
+        let (mut a, mut b) = (a, b);
+        let mut out = Vec::with_capacity(self.0.len() + 1);
+        for &(x, y) in &self.0 {
+            if y < a || x > b {
+                out.push((x, y));
+            } else {
+                a = a.min(x);
+                b = b.max(y);
+            }
+        }
+        out.push((a, b));
+        out.sort_unstable();
+        self.0 = out;
+    }
+
+    pub fn remove(&mut self, a: u64, b: u64) {
+        let mut out = Vec::with_capacity(self.0.len() + 1);
+        for &(x, y) in &self.0 {
+            if y <= a || x >= b {
+                out.push((x, y));
+                continue;
+            }
+            if x < a {
+                out.push((x, a));
+            }
+            if y > b {
+                out.push((b, y));
+            }
+        }
+        self.0 = out;
+    }
+
+    pub fn covers(&self, len: u64) -> bool {
+        self.0 == [(0, len)]
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.0.iter().map(|(a, b)| b - a).sum()
+    }
+}
+
+pub(super) struct Entry {
+    /// Order of creation: FLUSH waits for the entries older than itself,
+    /// eviction takes the oldest.
+    pub seq: u64,
+    /// The stripe's data bytes; only `valid` is meaningful.
+    pub buf: AlignedBuf,
+    pub valid: Ranges,
+    /// Written since the last destage tick.
+    pub touched: bool,
+    /// A destage request for the stripe has been submitted.
+    pub queued: bool,
+    /// Writing it out failed (too many members lost): it stays here, so
+    /// that reads still see it, and only a FLUSH tries again.
+    pub failed: bool,
+}
+
+/// Cached data taken out for writing: the stripe, its buffer, and the
+/// ranges of it to write.
+pub(super) struct Outgoing {
+    pub stripe: u64,
+    pub data: Bytes,
+    pub ranges: Vec<(u64, u64)>,
+}
+
+/// What a request did with the cache, decided once, when it first starts
+/// (a request planned again after a member failure must not do it twice).
+#[derive(Default)]
+pub(super) struct CacheWork {
+    /// Stripes the request does not write from its own data: cached, or
+    /// merged into `outgoing`. Sorted.
+    pub skip: Vec<u64>,
+    pub outgoing: Vec<Outgoing>,
+}
+
+pub(super) struct StripeCache {
+    pub capacity: usize,
+    pub entries: BTreeMap<u64, Entry>,
+    /// Sequence numbers of entries cached or being written out: a FLUSH
+    /// waits until none older than itself is left.
+    pub unsettled: BTreeSet<u64>,
+    pub next_seq: u64,
+    /// FLUSHes waiting for write-outs: (request, its sequence bound).
+    pub flush_waiters: Vec<(RequestId, u64)>,
+    pub failures: u64,
+    /// Stripes owed a destage request, submitted once the request that
+    /// found them is back in the table.
+    pub to_spawn: Vec<u64>,
+}
+
+impl StripeCache {
+    fn oldest_unqueued(&self) -> Option<u64> {
+        self.entries
+            .iter()
+            .filter(|(_, e)| !e.queued)
+            .min_by_key(|(_, e)| e.seq)
+            .map(|(s, _)| *s)
+    }
+}
+
+impl Volume {
+    /// Turns on the stripe cache (RAID-5 and RAID-6; a no-op for other
+    /// levels, or when one stripe's data exceeds `limits.max_bytes`).
+    /// The driver must then send [`Request::Destage`] ticks (see there).
+    pub fn enable_stripe_cache(&mut self, limits: CacheLimits) {
+        assert!(self.is_idle(), "the cache is enabled before any request");
+        let sb = self.geometry.stripe_data_bytes();
+        if !self.geometry.level().is_parity() || sb == 0 {
+            return;
+        }
+        let capacity = limits.max_stripes.min(limits.max_bytes / sb) as usize;
+        if capacity == 0 {
+            return;
+        }
+        self.cache = Some(StripeCache {
+            capacity,
+            entries: BTreeMap::new(),
+            unsettled: BTreeSet::new(),
+            next_seq: 0,
+            flush_waiters: Vec::new(),
+            failures: 0,
+            to_spawn: Vec::new(),
+        });
+    }
+
+    /// `None` when the cache is off.
+    pub fn cache_status(&self) -> Option<CacheStatus> {
+        let c = self.cache.as_ref()?;
+        Some(CacheStatus {
+            stripes: c.entries.len() as u64,
+            bytes: c.entries.values().map(|e| e.valid.bytes()).sum(),
+            capacity_stripes: c.capacity as u64,
+            writing: (c.unsettled.len() - c.entries.len()) as u64,
+            failures: c.failures,
+        })
+    }
+
+    /// Stripes with cached data not yet on the members (0 without a cache).
+    pub fn cached_stripes(&self) -> u64 {
+        self.cache.as_ref().map_or(0, |c| c.entries.len() as u64)
+    }
+
+    /// The bytes of a stripe (`stripe_data_bytes`, less at the end of the
+    /// volume).
+    fn stripe_len(&self, stripe: u64) -> u64 {
+        let sb = self.geometry.stripe_data_bytes();
+        sb.min(self.size_bytes().saturating_sub(stripe * sb))
+    }
+
+    /// Whether a stripe can take a write at all (enough members left).
+    fn stripe_writable(&self, stripe: u64) -> bool {
+        let g = &self.geometry;
+        let lost = (0..g.members())
+            .filter(|&m| !self.usable(m, stripe))
+            .count() as u32;
+        lost <= g.redundancy()
+    }
+
+    /// A write, write-zeroes, trim or destage meets the cache, once, when
+    /// it first starts: see the module comment.
+    pub(super) fn cache_absorb(&mut self, op: &mut Op) {
+        if op.cache.is_some() {
+            return;
+        }
+        let mut work = CacheWork::default();
+        let idle = match &self.cache {
+            None => true,
+            Some(c) => c.entries.is_empty() && !matches!(op.req, Request::Write { .. }),
+        };
+        if idle {
+            op.cache = Some(work);
+            return;
+        }
+        let sb = self.geometry.stripe_data_bytes();
+        let (offset_bytes, len_bytes) = op.req.range();
+        let stripes = if len_bytes == 0 {
+            0..0
+        } else {
+            offset_bytes / sb..(offset_bytes + len_bytes - 1) / sb + 1
+        };
+        // The part `[a, b)` of stripe `s` that the request covers.
+        let part = |s: u64| {
+            let a = offset_bytes.max(s * sb) - s * sb;
+            let b = (offset_bytes + len_bytes).min((s + 1) * sb) - s * sb;
+            (a, b)
+        };
+        match &op.req {
+            Request::Write { data, fua, .. } => {
+                let fua = *fua;
+                for s in stripes {
+                    let (a, b) = part(s);
+                    let slen = self.stripe_len(s);
+                    let src = &data[(s * sb + a - offset_bytes) as usize
+                        ..(s * sb + b - offset_bytes) as usize];
+                    let writable = self.stripe_writable(s);
+                    let c = self.cache.as_mut().expect("cache on");
+                    let whole = a == 0 && b == slen;
+                    if whole {
+                        // Every byte is new: the entry is superseded, and
+                        // the stripe goes out from the request's own data.
+                        if let Some(e) = c.entries.remove(&s) {
+                            op.taken.push(e.seq);
+                        }
+                        continue;
+                    }
+                    if let Some(e) = c.entries.get_mut(&s) {
+                        e.buf[a as usize..b as usize].copy_from_slice(src);
+                        e.valid.insert(a, b);
+                        e.touched = true;
+                        work.skip.push(s);
+                        if fua || e.valid.covers(slen) {
+                            let e = c.entries.remove(&s).expect("just found");
+                            op.taken.push(e.seq);
+                            work.outgoing.push(Outgoing {
+                                stripe: s,
+                                data: e.buf.into_bytes(),
+                                ranges: e.valid.0,
+                            });
+                        }
+                        continue;
+                    }
+                    if fua || !writable {
+                        continue;
+                    }
+                    if c.entries.len() >= c.capacity {
+                        // Full: the oldest goes out, and this stripe is
+                        // written by the request itself.
+                        if let Some(old) = c.oldest_unqueued() {
+                            c.entries.get_mut(&old).expect("just found").queued = true;
+                            c.to_spawn.push(old);
+                        }
+                        continue;
+                    }
+                    let seq = c.next_seq;
+                    c.next_seq += 1;
+                    c.unsettled.insert(seq);
+                    let mut buf = AlignedBuf::zeroed(slen as usize);
+                    buf[a as usize..b as usize].copy_from_slice(src);
+                    let mut valid = Ranges::default();
+                    valid.insert(a, b);
+                    c.entries.insert(
+                        s,
+                        Entry {
+                            seq,
+                            buf,
+                            valid,
+                            touched: true,
+                            queued: false,
+                            failed: false,
+                        },
+                    );
+                    work.skip.push(s);
+                }
+            }
+            Request::WriteZeroes { .. } | Request::Trim { .. } => {
+                let zeroes = matches!(op.req, Request::WriteZeroes { .. });
+                for s in stripes {
+                    let (a, b) = part(s);
+                    let whole = a == 0 && b == self.stripe_len(s);
+                    let c = self.cache.as_mut().expect("cache on");
+                    let Some(e) = c.entries.get_mut(&s) else {
+                        continue;
+                    };
+                    if zeroes {
+                        e.valid.remove(a, b);
+                    } else if whole {
+                        e.valid = Ranges::default();
+                    }
+                    if e.valid.is_empty() {
+                        // Superseded: settled when this request's own
+                        // writes are done, not before.
+                        let e = c.entries.remove(&s).expect("just found");
+                        op.taken.push(e.seq);
+                    }
+                }
+            }
+            Request::Maintain {
+                first_stripe,
+                action: Maintenance::Destage,
+                ..
+            } => {
+                let c = self.cache.as_mut().expect("cache on");
+                if let Some(e) = c.entries.remove(first_stripe) {
+                    op.taken.push(e.seq);
+                    work.outgoing.push(Outgoing {
+                        stripe: *first_stripe,
+                        data: e.buf.into_bytes(),
+                        ranges: e.valid.0,
+                    });
+                }
+            }
+            _ => {}
+        }
+        op.cache = Some(work);
+    }
+
+    /// Submits a destage request for `stripe`'s entry, unless one is owed
+    /// already. Internal: it completes nowhere but in the cache.
+    pub(super) fn spawn_destage(&mut self, stripe: u64) {
+        let Some(e) = self.cache.as_mut().and_then(|c| c.entries.get_mut(&stripe)) else {
+            return;
+        };
+        if e.queued {
+            return;
+        }
+        e.queued = true;
+        self.submit_destage(stripe);
+    }
+
+    fn submit_destage(&mut self, stripe: u64) {
+        self.submit_internal(Request::Maintain {
+            first_stripe: stripe,
+            stripe_count: 1,
+            action: Maintenance::Destage,
+        });
+    }
+
+    /// Submits the destages that requests asked for while they were being
+    /// planned (their entries are already marked queued).
+    pub(super) fn cache_spawn_pending(&mut self) {
+        // Bounded: only a write being planned adds to the list, and each
+        // entry is added once (it is marked queued when added).
+        while let Some(s) = self.cache.as_mut().and_then(|c| c.to_spawn.pop()) {
+            self.submit_destage(s);
+        }
+    }
+
+    /// Writes out the entries in `[first, first + count)` (before a scrub
+    /// or rebuild step of those stripes).
+    pub(super) fn destage_range(&mut self, first: u64, count: u64) {
+        let stripes: Vec<u64> = match &self.cache {
+            Some(c) => c
+                .entries
+                .range(first..first + count)
+                .map(|(s, _)| *s)
+                .collect(),
+            None => return,
+        };
+        for s in stripes {
+            self.spawn_destage(s);
+        }
+    }
+
+    /// A [`Request::Destage`] tick: entries not written since the previous
+    /// tick (every entry with `all`) are written out.
+    pub(super) fn destage_tick(&mut self, all: bool) {
+        let mut due = Vec::new();
+        if let Some(c) = self.cache.as_mut() {
+            for (s, e) in c.entries.iter_mut() {
+                if (all || !e.touched) && !e.failed {
+                    due.push(*s);
+                }
+                e.touched = false;
+            }
+        }
+        for s in due {
+            self.spawn_destage(s);
+        }
+    }
+
+    /// A FLUSH starts: if cached data older than it exists, write it out
+    /// and hold the flush until that is done (true).
+    pub(super) fn flush_start(&mut self, id: RequestId) -> bool {
+        let Some(c) = self.cache.as_mut() else {
+            return false;
+        };
+        let bound = c.next_seq;
+        let failures = c.failures;
+        let waiting = c.unsettled.first().is_some_and(|&s| s < bound);
+        let op = self.ops.get_mut(&id).expect("live request");
+        op.cache_failures_seen = failures;
+        if !waiting {
+            return false;
+        }
+        op.stage = Stage::Destaging;
+        let c = self.cache.as_mut().expect("cache on");
+        c.flush_waiters.push((id, bound));
+        let stripes: Vec<u64> = c.entries.keys().copied().collect();
+        for s in stripes {
+            self.spawn_destage(s);
+        }
+        true
+    }
+
+    /// A request that took entries has finished: they are settled, and
+    /// flushes waiting only for them go on to flush the members. If the
+    /// request failed (its stripe lost more members than parity covers),
+    /// the cached data it was writing out goes back into the cache, where
+    /// reads still find it (a read must never return older bytes than a
+    /// completed write left), marked failed, and the waiting flushes fail.
+    pub(super) fn cache_settle(&mut self, op: &Op, failed: bool) {
+        let Some(c) = self.cache.as_mut() else {
+            return;
+        };
+        let taken = &op.taken;
+        if failed {
+            c.failures += 1;
+            for out in op.cache.iter().flat_map(|w| &w.outgoing) {
+                assert!(
+                    !c.entries.contains_key(&out.stripe),
+                    "a new entry under a write-out's lock"
+                );
+                let seq = c.next_seq;
+                c.next_seq += 1;
+                c.unsettled.insert(seq);
+                c.entries.insert(
+                    out.stripe,
+                    Entry {
+                        seq,
+                        buf: AlignedBuf::copy_from(&out.data),
+                        valid: Ranges(out.ranges.clone()),
+                        touched: false,
+                        queued: false,
+                        failed: true,
+                    },
+                );
+            }
+        }
+        for seq in taken {
+            c.unsettled.remove(seq);
+        }
+        let oldest = c.unsettled.first().copied().unwrap_or(u64::MAX);
+        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut c.flush_waiters)
+            .into_iter()
+            .partition(|&(_, bound)| oldest >= bound);
+        c.flush_waiters = waiting;
+        for (id, _) in ready {
+            let members: Vec<u32> = (0..self.geometry.members())
+                .filter(|&m| self.in_use(m))
+                .collect();
+            self.issue_flushes(id, members);
+        }
+    }
+
+    /// Whether write-outs failed since the FLUSH `op` started.
+    pub(super) fn cache_failed_since(&self, op: &Op) -> bool {
+        self.cache
+            .as_ref()
+            .is_some_and(|c| c.failures > op.cache_failures_seen)
+    }
+
+    /// Splits `[within, within + len)` of data chunk `d` of `stripe` into
+    /// runs that are cached (with their bytes) and runs that are not.
+    pub(super) fn cached_runs(
+        &self,
+        stripe: u64,
+        data_index: u32,
+        within: u64,
+        len: u64,
+    ) -> Option<Vec<(u64, u64, Option<Bytes>)>> {
+        let e = self.cache.as_ref()?.entries.get(&stripe)?;
+        let il = self.geometry.interleave_bytes();
+        let base = u64::from(data_index) * il;
+        let (a, b) = (base + within, base + within + len);
+        let mut out = Vec::new();
+        let mut at = a;
+        for &(x, y) in &e.valid.0 {
+            if y <= at || x >= b {
+                continue;
+            }
+            let (x, y) = (x.max(at), y.min(b));
+            if x > at {
+                out.push((at - base, x - at, None));
+            }
+            let bytes = Bytes::copy_from_slice(&e.buf[x as usize..y as usize]);
+            out.push((x - base, y - x, Some(bytes)));
+            at = y;
+        }
+        if at < b {
+            out.push((at - base, b - at, None));
+        }
+        Some(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Ranges;
+
+    #[test]
+    fn ranges_merge_and_split() {
+        let mut r = Ranges::default();
+        r.insert(10, 20);
+        r.insert(30, 40);
+        assert_eq!(r.0, vec![(10, 20), (30, 40)]);
+        r.insert(20, 30);
+        assert_eq!(r.0, vec![(10, 40)]);
+        r.insert(0, 5);
+        r.insert(5, 10);
+        assert!(r.covers(40));
+        r.remove(15, 25);
+        assert_eq!(r.0, vec![(0, 15), (25, 40)]);
+        r.remove(0, 15);
+        assert_eq!(r.0, vec![(25, 40)]);
+        assert_eq!(r.bytes(), 15);
+        r.remove(0, 100);
+        assert!(r.is_empty());
+    }
+}
