@@ -138,7 +138,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
                 return Err("--max-transfer must be at least 512 bytes".into());
             }
             Members::Disk {
-                spec,
+                spec: Box::new(spec),
                 host: HostModel {
                     max_transfer_bytes,
                     queue_depth: a.queue_depth,
@@ -247,7 +247,11 @@ pub fn run(a: SweepArgs) -> Result<()> {
         if out.extension().is_some_and(|e| e != "svg") {
             return Err(format!("{}: only SVG plots are written", out.display()).into());
         }
-        let title = format!("{} on {drive_name}, seed {}", sweep.workload.describe(), a.seed);
+        let title = format!(
+            "{} on {drive_name}, seed {}",
+            sweep.workload.describe(),
+            a.seed
+        );
         std::fs::write(out, svg(&rows, &title)).map_err(|e| format!("{}: {e}", out.display()))?;
         eprintln!("sweep: plot written to {}", out.display());
     }

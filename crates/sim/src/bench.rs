@@ -339,7 +339,8 @@ impl Bench {
             .remove(&c.id)
             .expect("completion of a submitted request");
         let lat = now - p.submitted_ns;
-        self.trace.fold(&[4, now, c.id.0, u64::from(c.result.is_err())]);
+        self.trace
+            .fold(&[4, now, c.id.0, u64::from(c.result.is_err())]);
         self.report.requests += 1;
         if c.result.is_err() {
             self.report.errors += 1;

@@ -29,7 +29,7 @@ pub enum Members {
     /// A modelled drive behind each member; members are the whole drive
     /// (or `member_bytes`, if smaller).
     Disk {
-        spec: DriveSpec,
+        spec: Box<DriveSpec>,
         host: HostModel,
     },
     /// [`SimpleLatency`] members of `member_bytes` each.
@@ -96,7 +96,7 @@ pub fn parse_interleaves(text: &str) -> Result<Vec<u64>, String> {
         }
     }
     for &il in &out {
-        if il == 0 || il % SECTOR_BYTES != 0 {
+        if il == 0 || !il.is_multiple_of(SECTOR_BYTES) {
             return Err(format!("interleave {il}: a positive multiple of 512 bytes"));
         }
     }
@@ -175,7 +175,10 @@ impl Sweep {
             copies: if p.level == Level::Raid10 { 2 } else { 1 },
             interleave_bytes: p.interleave_bytes,
             data_offset_bytes: DATA_OFFSET_BYTES,
-            member_data_bytes: vec![self.member_data_bytes(p.interleave_bytes)?; p.members as usize],
+            member_data_bytes: vec![
+                self.member_data_bytes(p.interleave_bytes)?;
+                p.members as usize
+            ],
         })
     }
 
@@ -229,7 +232,11 @@ impl Sweep {
         });
         slots
             .into_iter()
-            .map(|m| m.into_inner().expect("not poisoned").expect("every point ran"))
+            .map(|m| {
+                m.into_inner()
+                    .expect("not poisoned")
+                    .expect("every point ran")
+            })
             .collect()
     }
 }

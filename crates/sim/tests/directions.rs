@@ -17,7 +17,7 @@ const SECTOR: u64 = 512;
 fn sweep(workload: &str, host: HostModel, drive: &Parametric) -> Sweep {
     Sweep {
         members_model: Members::Disk {
-            spec: drive.spec(),
+            spec: Box::new(drive.spec()),
             host,
         },
         workload: WorkloadSpec::parse(workload).unwrap(),
@@ -31,7 +31,13 @@ fn sweep(workload: &str, host: HostModel, drive: &Parametric) -> Sweep {
     }
 }
 
-fn run(s: &Sweep, level: Level, members: u32, il_sectors: u64, policy: Option<ReadPolicy>) -> BenchReport {
+fn run(
+    s: &Sweep,
+    level: Level,
+    members: u32,
+    il_sectors: u64,
+    policy: Option<ReadPolicy>,
+) -> BenchReport {
     let p = Point {
         level,
         members,
@@ -60,11 +66,7 @@ fn a_stream_is_faster_split_over_both_drives() {
         max_transfer_bytes: 64 << 10,
         queue_depth: 1,
     };
-    let s = sweep(
-        "dd:bs=64k,qd=1,total=32M",
-        host,
-        &Parametric::drive_7200(),
-    );
+    let s = sweep("dd:bs=64k,qd=1,total=32M", host, &Parametric::drive_7200());
     let split = run(&s, Level::Stripe, 2, 64, None).mb_per_s();
     for il in [128, 256, 1024, 8192, 32768] {
         let whole = run(&s, Level::Stripe, 2, il, None).mb_per_s();

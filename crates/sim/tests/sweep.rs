@@ -11,7 +11,7 @@ use platter_sim::workload::WorkloadSpec;
 fn sweep(seed: u64, workload: &str) -> Sweep {
     Sweep {
         members_model: Members::Disk {
-            spec: Parametric::drive_7200().spec(),
+            spec: Box::new(Parametric::drive_7200().spec()),
             host: HostModel::default(),
         },
         workload: WorkloadSpec::parse(workload).unwrap(),

@@ -692,9 +692,10 @@ impl Drive {
         // progress): its data go out as they arrive, and what lies past
         // the read-ahead is read next, without losing a revolution.
         let rides_prefetch = cmd.kind == Kind::Read
-            && self.prefetch.as_ref().is_some_and(|pf| {
-                pf.lbn0 <= cmd.lbn && cmd.lbn < pf.lbn0 + pf.ready.len() as u64
-            });
+            && self
+                .prefetch
+                .as_ref()
+                .is_some_and(|pf| pf.lbn0 <= cmd.lbn && cmd.lbn < pf.lbn0 + pf.ready.len() as u64);
         if !rides_prefetch {
             self.stop_prefetch(t0);
         }
@@ -784,7 +785,9 @@ impl Drive {
                 let to = self.read_ahead_end(self.segments[seg].start, cmd.lbn, end);
                 self.extend_prefetch(to);
             }
-            if c.read_ahead_on_idle_hit && c.read_ahead != ReadAhead::None && self.prefetch.is_none()
+            if c.read_ahead_on_idle_hit
+                && c.read_ahead != ReadAhead::None
+                && self.prefetch.is_none()
             {
                 let s_end = self.segments[seg].end;
                 let s_start = self.segments[seg].start;

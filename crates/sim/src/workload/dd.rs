@@ -40,7 +40,7 @@ impl Dd {
             queue_depth: p.num("qd", 1)? as u32,
             total_bytes: p.size("total", d.total_bytes)?,
         };
-        if dd.block_bytes == 0 || dd.block_bytes % 512 != 0 || dd.queue_depth == 0 {
+        if dd.block_bytes == 0 || !dd.block_bytes.is_multiple_of(512) || dd.queue_depth == 0 {
             return Err("dd: bs must be a positive multiple of 512 and qd at least 1".into());
         }
         Ok(dd)

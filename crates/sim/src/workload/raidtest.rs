@@ -43,7 +43,7 @@ impl Raidtest {
         if r.processes == 0 || r.read_percent > 100 {
             return Err("raidtest: p at least 1, read at most 100".into());
         }
-        if r.min_bytes < 512 || r.min_bytes % 512 != 0 || r.max_bytes < r.min_bytes {
+        if r.min_bytes < 512 || !r.min_bytes.is_multiple_of(512) || r.max_bytes < r.min_bytes {
             return Err("raidtest: min and max multiples of 512 with min <= max".into());
         }
         Ok(r)
@@ -92,7 +92,8 @@ impl Generator for RaidtestGen {
         self.left -= 1;
         let r = &mut self.rng;
         // Whole KiB when the bounds allow it, else whole sectors.
-        let unit = if self.w.min_bytes % 1024 == 0 && self.w.max_bytes % 1024 == 0 {
+        let unit = if self.w.min_bytes.is_multiple_of(1024) && self.w.max_bytes.is_multiple_of(1024)
+        {
             1024
         } else {
             512

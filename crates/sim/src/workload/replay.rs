@@ -84,7 +84,13 @@ pub fn parse_fio_iolog(text: &str, name: &str) -> Result<Vec<TraceOp>, String> {
             f.get(k)
                 .ok_or_else(|| bad(name, n, format!("{action}: missing {what}")))?
                 .parse::<u64>()
-                .map_err(|_| bad(name, n, format!("{action}: {what} `{}` is not a number", f[k])))
+                .map_err(|_| {
+                    bad(
+                        name,
+                        n,
+                        format!("{action}: {what} `{}` is not a number", f[k]),
+                    )
+                })
         };
         let kind = match action {
             "add" | "open" | "close" | "trim" => continue,
@@ -124,7 +130,11 @@ pub fn parse_fio_iolog(text: &str, name: &str) -> Result<Vec<TraceOp>, String> {
 
 /// Parses blkparse's default text output; `action` is `D` or `Q`, or
 /// `None` for `D` if the trace has any, else `Q`.
-pub fn parse_blkparse(text: &str, name: &str, action: Option<&str>) -> Result<Vec<TraceOp>, String> {
+pub fn parse_blkparse(
+    text: &str,
+    name: &str,
+    action: Option<&str>,
+) -> Result<Vec<TraceOp>, String> {
     // (line, seconds, action, rwbs, sector, count)
     let mut events = Vec::new();
     for (i, line) in text.lines().enumerate() {
@@ -191,8 +201,16 @@ pub fn parse_blkparse(text: &str, name: &str, action: Option<&str>) -> Result<Ve
             at_ns: Some(ns_since(&mut first, secs)),
             wait_ns: 0,
             kind,
-            offset_bytes: if kind == OpKind::Flush { 0 } else { sector * 512 },
-            len_bytes: if kind == OpKind::Flush { 0 } else { count * 512 },
+            offset_bytes: if kind == OpKind::Flush {
+                0
+            } else {
+                sector * 512
+            },
+            len_bytes: if kind == OpKind::Flush {
+                0
+            } else {
+                count * 512
+            },
         });
     }
     Ok(out)
@@ -245,7 +263,9 @@ impl Replay {
         let has_times = records.iter().all(|r| r.at_ns.is_some());
         let timed = p.num("timed", u64::from(has_times))? != 0;
         if timed && !has_times {
-            return Err(format!("{path}: timed replay needs timestamps (fio v3, blkparse)"));
+            return Err(format!(
+                "{path}: timed replay needs timestamps (fio v3, blkparse)"
+            ));
         }
         Ok(Replay {
             path,
