@@ -10,6 +10,7 @@ mod serve;
 mod sim;
 mod stats;
 mod status;
+mod sweep;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -84,6 +85,10 @@ enum Command {
     /// Simulate modelled disks in virtual time (see docs/simulator.md).
     #[command(subcommand)]
     Sim(sim::SimCommand),
+    /// Run one workload over lists of levels, member counts, interleaves
+    /// and read policies on modelled drives, in virtual time; print a
+    /// table and write an SVG plot (see docs/simulator.md).
+    Sweep(sweep::SweepArgs),
 }
 
 fn main() -> ExitCode {
@@ -110,6 +115,7 @@ fn main() -> ExitCode {
         Command::Stats(a) => stats::run(a),
         Command::ReadPolicy(a) => control::read_policy(a),
         Command::Sim(c) => sim::run(c),
+        Command::Sweep(a) => sweep::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -615,3 +615,51 @@ fn a_refused_create_leaves_no_files_behind() {
         "files left behind"
     );
 }
+
+#[test]
+fn sweep_prints_a_table_writes_a_plot_and_repeats_itself() {
+    let dir = temp_dir();
+    let plot = dir.path().join("plot.svg");
+    let args = |threads: &'static str, plot: &str| {
+        vec![
+            "sweep".to_string(),
+            "--drive".into(),
+            "parametric-7200".into(),
+            "--workload".into(),
+            "raidtest:p=4,n=100".into(),
+            "--levels".into(),
+            "stripe,raid5".into(),
+            "--members".into(),
+            "3".into(),
+            "--interleaves".into(),
+            "64s..256s,126s".into(),
+            "--seed".into(),
+            "3".into(),
+            "--threads".into(),
+            threads.into(),
+            "--out".into(),
+            plot.into(),
+        ]
+    };
+    let run = |threads: &'static str| {
+        let a = args(threads, plot.to_str().unwrap());
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        let out = platter(&a);
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "sweep failed: {err}");
+        // Progress goes to stderr, one plain line per configuration here
+        // (not a terminal).
+        assert!(err.contains("sweep: 8/8 done"), "{err}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let one = run("1");
+    assert!(one.contains("interleave") && one.contains("MB/s"), "{one}");
+    assert_eq!(one.lines().count(), 1 + 2 * 4, "{one}");
+    assert!(one.contains("126s"), "{one}");
+    let svg = fs::read_to_string(&plot).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("raid5 x3"), "{svg}");
+    assert_eq!(run("2"), one, "the same seed gives the same table");
+    let out = platter(&["sweep", "--drive", "no-such-drive"]);
+    let msg = assert_refused(&out, "unknown drive");
+    assert!(msg.contains("no-such-drive"), "{msg}");
+}

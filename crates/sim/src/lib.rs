@@ -42,6 +42,7 @@
 //! beyond it, failures must be `ErrorKind::Io` and reads must still never
 //! return wrong bytes (bytes of a failed write may be old or new).
 
+pub mod bench;
 pub mod clock;
 pub mod disk;
 pub mod disksim;
@@ -51,7 +52,9 @@ pub mod oracle;
 pub mod rng;
 pub mod run;
 pub mod scenario;
+pub mod sweep;
 pub mod trace;
+pub mod workload;
 
 pub use disk::{DiskModel, HostModel};
 pub use members::{CrashUndo, ServiceModel, SimpleLatency, SimpleService};

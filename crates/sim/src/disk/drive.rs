@@ -499,6 +499,48 @@ impl Drive {
         }
     }
 
+    /// Carries the read-ahead in progress on to `to`, from where the
+    /// mechanism will be when it ends.
+    fn extend_prefetch(&mut self, to: u64) {
+        let Some(pf) = &self.prefetch else {
+            return;
+        };
+        let from = pf.lbn0 + pf.ready.len() as u64;
+        if to <= from {
+            return;
+        }
+        let run = self.media(
+            Access {
+                start: self.mech_free,
+                lbn: from,
+                count: (to - from) as u32,
+                write: false,
+                min_seek: 0.0,
+            },
+            &|_| f64::NEG_INFINITY,
+        );
+        self.mech_free = *run.done.last().expect("at least a sector");
+        self.arm = *run.arms.last().expect("at least a sector");
+        let pf = self.prefetch.as_mut().expect("checked");
+        pf.ready.extend(run.done);
+        pf.arms.extend(run.arms);
+        let seg = &mut self.segments[pf.seg];
+        seg.end = to;
+        let size = u64::from(self.spec.cache.segment_blocks);
+        seg.start = seg.start.max(to.saturating_sub(size));
+    }
+
+    /// When read-ahead in progress has `lbn` in the buffer (or long ago,
+    /// if it is not bringing it in).
+    fn prefetch_ready(&self, lbn: u64) -> f64 {
+        match &self.prefetch {
+            Some(pf) if pf.lbn0 <= lbn && lbn < pf.lbn0 + pf.ready.len() as u64 => {
+                pf.ready[(lbn - pf.lbn0) as usize]
+            }
+            _ => f64::NEG_INFINITY,
+        }
+    }
+
     fn touch(&mut self, i: usize) {
         self.use_counter += 1;
         self.segments[i].last_use = self.use_counter;
@@ -645,7 +687,18 @@ impl Drive {
     }
 
     fn serve(&mut self, t0: f64, cmd: Command) -> Served {
-        self.stop_prefetch(t0);
+        // A read of a sector that read-ahead is bringing in lets the
+        // read-ahead run on (DiskSim's "sneaky" hit on a prefetch in
+        // progress): its data go out as they arrive, and what lies past
+        // the read-ahead is read next, without losing a revolution.
+        let rides_prefetch = cmd.kind == Kind::Read
+            && self
+                .prefetch
+                .as_ref()
+                .is_some_and(|pf| pf.lbn0 <= cmd.lbn && cmd.lbn < pf.lbn0 + pf.ready.len() as u64);
+        if !rides_prefetch {
+            self.stop_prefetch(t0);
+        }
         let served = match cmd.kind {
             Kind::Read => self.serve_read(t0, cmd),
             Kind::Write => self.serve_write(t0, cmd),
@@ -705,6 +758,11 @@ impl Drive {
                 o.read_disconnect_after_write,
             )
         };
+        // When each cached sector is in the buffer: now, or when the
+        // read-ahead in progress brings it in.
+        let cached_at: Vec<f64> = (0..cached_prefix)
+            .map(|i| self.prefetch_ready(cmd.lbn + u64::from(i)).max(t0))
+            .collect();
         if hit == Hit::Whole {
             let seg = self
                 .segments
@@ -712,8 +770,25 @@ impl Drive {
                 .position(|s| s.start <= cmd.lbn && end <= s.end)
                 .expect("hit segment");
             self.touch(seg);
-            let done = t0 + hit_ovh + o.data_prep + f64::from(n) * bus + o.read_completion;
-            if c.read_ahead_on_idle_hit && c.read_ahead != ReadAhead::None {
+            let mut b = t0 + hit_ovh + o.data_prep;
+            for &r in &cached_at {
+                b = b.max(r) + bus;
+            }
+            let done = b + o.read_completion;
+            // A hit on read-ahead still running moves its end on, as a
+            // read that came from the media would have.
+            let active = self
+                .prefetch
+                .as_ref()
+                .is_some_and(|pf| pf.ready.last().is_some_and(|&r| r > t0));
+            if active && c.read_ahead != ReadAhead::None {
+                let to = self.read_ahead_end(self.segments[seg].start, cmd.lbn, end);
+                self.extend_prefetch(to);
+            }
+            if c.read_ahead_on_idle_hit
+                && c.read_ahead != ReadAhead::None
+                && self.prefetch.is_none()
+            {
                 let s_end = self.segments[seg].end;
                 let s_start = self.segments[seg].start;
                 let to = self.read_ahead_end(s_start, cmd.lbn, end);
@@ -752,7 +827,7 @@ impl Drive {
         );
         let ready = |i: u32| -> f64 {
             if i < cached_prefix {
-                t0
+                cached_at[i as usize]
             } else {
                 run.done[(i - cached_prefix) as usize]
             }

@@ -6,6 +6,7 @@
 
 pub mod drive;
 pub mod layout;
+pub mod parametric;
 pub mod seek;
 
 use crate::members::ServiceModel;

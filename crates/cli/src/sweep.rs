@@ -1,0 +1,262 @@
+//! `platter sweep`: one workload over levels, member counts, interleaves
+//! and read policies on modelled drives; a table, an SVG plot, progress.
+
+use crate::error::Result;
+use clap::Args;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use platter_core::balance::ReadPolicy;
+use platter_core::units::parse_size;
+use platter_core::{Level, ParityLayout};
+use platter_sim::disk::drive::{DriveSpec, Scheduler};
+use platter_sim::disk::parametric::Parametric;
+use platter_sim::disk::HostModel;
+use platter_sim::sweep::{default_interleaves, parse_interleaves, svg, table, Members, Row, Sweep};
+use platter_sim::workload::WorkloadSpec;
+use platter_sim::SimpleLatency;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+#[derive(Args)]
+#[command(after_help = "\
+Drives: a DiskSim 4.0 parameter file (FILE.parv), a name of DiskSim's validation set \
+(cheetah9LP, barracuda, hp_c2247a: looked up in $PLATTER_DISKSIM_DIR, ../shared/data/disksim \
+and ../../shared/data/disksim), parametric-7200 (a built-in 7200 rpm drive), or simple \
+(SimpleLatency members, which need --member-size).
+
+Workloads: dd[:rw=read|write,bs=64k,qd=1,total=64M], raidtest[:p=8,n=10000,read=50,min=1k,max=128k], \
+bonnie[:size=100M,phase=all|write|rewrite|read|seeks,seeks=4000], \
+news[:readers=30,files=1000,dirs=390,per-dir=100,run=10], untar[:files=2000,p=1,dir-files=20,cluster=64k], \
+fio:PATH[,qd=N,timed=0|1], blkparse:PATH[,qd=N,timed=0|1,action=D|Q] (see docs/simulator.md).
+
+Example: platter sweep --drive parametric-7200 --workload raidtest:p=30,read=100 \
+--levels stripe,raid5 --members 4 --interleaves 8s..32768s,126s --out sweep.svg")]
+pub struct SweepArgs {
+    /// The drive behind every member.
+    #[arg(long, value_name = "DRIVE", default_value = "parametric-7200")]
+    drive: String,
+    /// The workload (NAME[:key=value,...]).
+    #[arg(long, default_value = "raidtest")]
+    workload: String,
+    /// Levels, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "stripe")]
+    levels: Vec<Level>,
+    /// Member counts, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "4")]
+    members: Vec<u32>,
+    /// Interleaves: sizes (126s, 64k) and A..B for A, 2A, 4A ... B
+    /// [default: 8s..32768s,126s].
+    #[arg(long)]
+    interleaves: Option<String>,
+    /// Read policies for mirror and raid10, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "auto")]
+    policies: Vec<ReadPolicy>,
+    /// The seed: the same seed gives the same numbers.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Largest command the host sends a drive (MAXPHYS).
+    #[arg(long, default_value = "128k")]
+    max_transfer: String,
+    /// Commands outstanding at each drive.
+    #[arg(long, default_value_t = 1)]
+    queue_depth: u32,
+    /// Drive scheduling of queued commands: fcfs or sptf (default: the
+    /// drive's own).
+    #[arg(long)]
+    scheduler: Option<String>,
+    /// Use at most this much of each member (required for `simple`).
+    #[arg(long)]
+    member_size: Option<String>,
+    /// Threads (default: every core).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Write an SVG plot of throughput against interleave here.
+    #[arg(long, value_name = "FILE.svg")]
+    out: Option<PathBuf>,
+    /// Print the results as JSON lines instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Where DiskSim's validation drives may be.
+fn disksim_dirs() -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    if let Some(d) = std::env::var_os("PLATTER_DISKSIM_DIR") {
+        v.push(PathBuf::from(d));
+    }
+    v.push(PathBuf::from("../shared/data/disksim"));
+    v.push(PathBuf::from("../../shared/data/disksim"));
+    v
+}
+
+fn resolve_drive(name: &str) -> Result<Option<DriveSpec>> {
+    match name {
+        "simple" => return Ok(None),
+        "parametric-7200" | "7200" => return Ok(Some(Parametric::drive_7200().spec())),
+        _ => {}
+    }
+    let path = Path::new(name);
+    let file = if path.extension().is_some_and(|e| e == "parv") || path.exists() {
+        path.to_path_buf()
+    } else {
+        disksim_dirs()
+            .into_iter()
+            .map(|d| d.join(format!("{name}.parv")))
+            .find(|p| p.exists())
+            .ok_or_else(|| {
+                format!(
+                    "drive `{name}`: not a file, not parametric-7200 or simple, and no {name}.parv in \
+                     $PLATTER_DISKSIM_DIR, ../shared/data/disksim or ../../shared/data/disksim"
+                )
+            })?
+    };
+    let spec = platter_sim::disksim::load_drive(&file).map_err(|e| e.to_string())?;
+    Ok(Some(spec))
+}
+
+pub fn run(a: SweepArgs) -> Result<()> {
+    let workload = WorkloadSpec::parse(&a.workload)?;
+    let interleaves = match &a.interleaves {
+        Some(t) => parse_interleaves(t)?,
+        None => default_interleaves(),
+    };
+    let member_bytes = a.member_size.as_deref().map(parse_size).transpose()?;
+    let drive = resolve_drive(&a.drive)?;
+    let members_model = match drive {
+        Some(mut spec) => {
+            match a.scheduler.as_deref() {
+                None => {}
+                Some("fcfs") => spec.scheduler = Scheduler::Fcfs,
+                Some("sptf") => spec.scheduler = Scheduler::Sptf,
+                Some(other) => return Err(format!("--scheduler {other}: fcfs or sptf").into()),
+            }
+            if a.queue_depth == 0 {
+                return Err("--queue-depth must be at least 1".into());
+            }
+            let max_transfer_bytes = parse_size(&a.max_transfer)?;
+            if max_transfer_bytes < 512 {
+                return Err("--max-transfer must be at least 512 bytes".into());
+            }
+            Members::Disk {
+                spec: Box::new(spec),
+                host: HostModel {
+                    max_transfer_bytes,
+                    queue_depth: a.queue_depth,
+                },
+            }
+        }
+        None => {
+            if member_bytes.is_none() {
+                return Err("--drive simple needs --member-size".into());
+            }
+            Members::Simple {
+                latency: SimpleLatency::default(),
+            }
+        }
+    };
+    let drive_name = match &members_model {
+        Members::Disk { spec, .. } => spec.name.clone(),
+        Members::Simple { .. } => "simple".into(),
+    };
+    let sweep = Sweep {
+        members_model,
+        workload,
+        levels: a.levels.clone(),
+        member_counts: a.members.clone(),
+        interleaves,
+        policies: a.policies.clone(),
+        seed: a.seed,
+        member_bytes,
+        parity_layout: ParityLayout::LeftSymmetric,
+    };
+    let total = sweep.points().len();
+    if total == 0 {
+        return Err("nothing to run: no level has that many members".into());
+    }
+    let threads = a
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let b = ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::stderr());
+        b.set_style(
+            ProgressStyle::with_template("{bar:40} {pos}/{len} configurations, {elapsed} {msg}")
+                .expect("a valid template"),
+        );
+        b
+    });
+    let print_lock = Mutex::new(());
+    let done = |n: usize, total: usize, row: &Row| {
+        let what = format!(
+            "{} {}",
+            row.point.series(),
+            platter_sim::sweep::format_interleave(row.point.interleave_bytes)
+        );
+        match &bar {
+            Some(b) => {
+                b.set_position(n as u64);
+                b.set_message(what);
+            }
+            None => {
+                let _g = print_lock.lock();
+                eprintln!("sweep: {n}/{total} done ({what})");
+            }
+        }
+    };
+    eprintln!(
+        "sweep: {} on {} x {drive_name}, seed {}, {total} configurations on {threads} threads",
+        sweep.workload.describe(),
+        a.members
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join("/"),
+        a.seed
+    );
+    let rows = sweep.run(threads, &done);
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    if a.json {
+        for r in &rows {
+            let p = &r.point;
+            let mut j = serde_json::json!({
+                "level": p.level.to_string(),
+                "members": p.members,
+                "interleave_bytes": p.interleave_bytes,
+                "policy": p.policy.map(|p| p.to_string()),
+            });
+            match &r.result {
+                Ok(b) => {
+                    j["mb_per_s"] = b.mb_per_s().into();
+                    j["iops"] = b.iops().into();
+                    j["mean_latency_ms"] = (b.mean_latency_ns as f64 / 1e6).into();
+                    j["p99_latency_ms"] = (b.p99_latency_ns as f64 / 1e6).into();
+                    j["requests"] = b.requests.into();
+                    j["member_ios"] = b.member_ios.into();
+                    j["elapsed_ns"] = b.elapsed_ns.into();
+                }
+                Err(e) => j["error"] = e.clone().into(),
+            }
+            println!("{j}");
+        }
+    } else {
+        print!("{}", table(&rows));
+    }
+    if let Some(out) = &a.out {
+        if out.extension().is_some_and(|e| e != "svg") {
+            return Err(format!("{}: only SVG plots are written", out.display()).into());
+        }
+        let title = format!(
+            "{} on {drive_name}, seed {}",
+            sweep.workload.describe(),
+            a.seed
+        );
+        std::fs::write(out, svg(&rows, &title)).map_err(|e| format!("{}: {e}", out.display()))?;
+        eprintln!("sweep: plot written to {}", out.display());
+    }
+    if rows.iter().any(|r| r.result.is_err()) {
+        return Err("some configurations failed (see the table)".into());
+    }
+    Ok(())
+}

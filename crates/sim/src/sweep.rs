@@ -1,0 +1,454 @@
+//! Sweeps: one workload over lists of levels, member counts, interleaves
+//! and read policies, each configuration a [`Bench`] run on modelled
+//! members; a table and an SVG plot of the results.
+//!
+//! Every configuration runs with the same seed, so each sees the same
+//! client requests (common random numbers), and runs on its own: the
+//! results do not depend on how many threads run them or in what order.
+
+use crate::bench::{Bench, BenchReport};
+use crate::disk::drive::DriveSpec;
+use crate::disk::{DiskModel, HostModel};
+use crate::members::{ServiceModel, SimpleLatency, SimpleService};
+use crate::workload::WorkloadSpec;
+use platter_core::balance::ReadPolicy;
+use platter_core::geometry::{Geometry, GeometrySpec};
+use platter_core::units::{format_size, parse_size, SECTOR_BYTES};
+use platter_core::{Level, ParityLayout};
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+/// Room before each member's data area (label and bitmap), as the
+/// seeded scenarios leave it.
+pub const DATA_OFFSET_BYTES: u64 = 8192;
+
+/// What serves member I/O.
+#[derive(Clone, Debug)]
+pub enum Members {
+    /// A modelled drive behind each member; members are the whole drive
+    /// (or `member_bytes`, if smaller).
+    Disk {
+        spec: Box<DriveSpec>,
+        host: HostModel,
+    },
+    /// [`SimpleLatency`] members of `member_bytes` each.
+    Simple { latency: SimpleLatency },
+}
+
+#[derive(Clone, Debug)]
+pub struct Sweep {
+    pub members_model: Members,
+    pub workload: WorkloadSpec,
+    pub levels: Vec<Level>,
+    pub member_counts: Vec<u32>,
+    pub interleaves: Vec<u64>,
+    /// For mirror and RAID-10; other levels run once, without one.
+    pub policies: Vec<ReadPolicy>,
+    pub seed: u64,
+    /// Cap on each member's data bytes (required for `Simple`).
+    pub member_bytes: Option<u64>,
+    pub parity_layout: ParityLayout,
+}
+
+/// One configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Point {
+    pub level: Level,
+    pub members: u32,
+    pub interleave_bytes: u64,
+    pub policy: Option<ReadPolicy>,
+}
+
+impl Point {
+    /// The line of the plot this point belongs to.
+    pub fn series(&self) -> String {
+        match self.policy {
+            Some(p) => format!("{} x{} {}", self.level, self.members, p),
+            None => format!("{} x{}", self.level, self.members),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    pub point: Point,
+    pub result: Result<BenchReport, String>,
+}
+
+/// Interleaves as the command line takes them: sizes separated by commas,
+/// and `A..B` for A, 2A, 4A, ... up to B.
+pub fn parse_interleaves(text: &str) -> Result<Vec<u64>, String> {
+    let mut out = Vec::new();
+    for part in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        if let Some((a, b)) = part.split_once("..") {
+            let (a, b) = (parse_size(a)?, parse_size(b)?);
+            if a == 0 || b < a {
+                return Err(format!("`{part}`: expected A..B with 0 < A <= B"));
+            }
+            let mut x = a;
+            while x <= b {
+                out.push(x);
+                x *= 2;
+            }
+        } else {
+            out.push(parse_size(part)?);
+        }
+    }
+    for &il in &out {
+        if il == 0 || !il.is_multiple_of(SECTOR_BYTES) {
+            return Err(format!("interleave {il}: a positive multiple of 512 bytes"));
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}
+
+/// 8s to 32768s by powers of two, and 126s.
+pub fn default_interleaves() -> Vec<u64> {
+    let mut v = parse_interleaves("8s..32768s,126s").expect("valid");
+    v.sort_unstable();
+    v
+}
+
+/// An interleave for people: sectors, and the size when it is round.
+pub fn format_interleave(bytes: u64) -> String {
+    format!("{}s", bytes / SECTOR_BYTES)
+}
+
+impl Sweep {
+    pub fn points(&self) -> Vec<Point> {
+        let mut out = Vec::new();
+        for &level in &self.levels {
+            for &members in &self.member_counts {
+                if members < level.min_members() {
+                    continue;
+                }
+                let policies: Vec<Option<ReadPolicy>> =
+                    if matches!(level, Level::Mirror | Level::Raid10) {
+                        if self.policies.is_empty() {
+                            vec![Some(ReadPolicy::Auto)]
+                        } else {
+                            self.policies.iter().copied().map(Some).collect()
+                        }
+                    } else {
+                        vec![None]
+                    };
+                for policy in policies {
+                    for &interleave_bytes in &self.interleaves {
+                        out.push(Point {
+                            level,
+                            members,
+                            interleave_bytes,
+                            policy,
+                        });
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn member_data_bytes(&self, il: u64) -> Result<u64, String> {
+        let b = match &self.members_model {
+            Members::Disk { spec, .. } => {
+                let disk = spec.layout.blocks * SECTOR_BYTES - DATA_OFFSET_BYTES;
+                self.member_bytes.map_or(disk, |m| m.min(disk))
+            }
+            Members::Simple { .. } => self
+                .member_bytes
+                .ok_or("simple members need a member size")?,
+        };
+        let b = b / il * il;
+        if b == 0 {
+            return Err(format!("interleave {} exceeds the member", format_size(il)));
+        }
+        Ok(b)
+    }
+
+    /// The geometry of a point.
+    pub fn geometry(&self, p: &Point) -> Result<GeometrySpec, String> {
+        Ok(GeometrySpec {
+            level: p.level,
+            parity_layout: self.parity_layout,
+            copies: if p.level == Level::Raid10 { 2 } else { 1 },
+            interleave_bytes: p.interleave_bytes,
+            data_offset_bytes: DATA_OFFSET_BYTES,
+            member_data_bytes: vec![
+                self.member_data_bytes(p.interleave_bytes)?;
+                p.members as usize
+            ],
+        })
+    }
+
+    fn service(&self, members: u32) -> Box<dyn ServiceModel> {
+        match &self.members_model {
+            Members::Disk { spec, host } => Box::new(DiskModel::new(spec, members, host.clone())),
+            Members::Simple { latency } => Box::new(SimpleService::new(latency.clone())),
+        }
+    }
+
+    /// Runs one configuration.
+    pub fn run_point(&self, p: &Point) -> Result<BenchReport, String> {
+        let g = self.geometry(p)?;
+        let size = Geometry::new(g.clone())
+            .map_err(|e| e.to_string())?
+            .volume_size_bytes();
+        let gen = self.workload.build(size, self.seed);
+        let bench = Bench::new(
+            g,
+            p.policy.unwrap_or_default(),
+            self.service(p.members),
+            gen,
+            self.seed,
+        )?;
+        Ok(bench.run())
+    }
+
+    /// Runs every point on `threads` threads; `done(finished, total, row)`
+    /// is called as each finishes (from the thread that ran it). Rows come
+    /// back in the order of [`Sweep::points`].
+    pub fn run(&self, threads: usize, done: &(dyn Fn(usize, usize, &Row) + Sync)) -> Vec<Row> {
+        let points = self.points();
+        let total = points.len();
+        let next = AtomicUsize::new(0);
+        let finished = AtomicUsize::new(0);
+        let slots: Vec<Mutex<Option<Row>>> = points.iter().map(|_| Mutex::new(None)).collect();
+        std::thread::scope(|s| {
+            for _ in 0..threads.clamp(1, total.max(1)) {
+                s.spawn(|| loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(p) = points.get(i) else { break };
+                    let row = Row {
+                        point: *p,
+                        result: self.run_point(p),
+                    };
+                    let n = finished.fetch_add(1, Ordering::Relaxed) + 1;
+                    done(n, total, &row);
+                    *slots[i].lock().expect("not poisoned") = Some(row);
+                });
+            }
+        });
+        slots
+            .into_iter()
+            .map(|m| {
+                m.into_inner()
+                    .expect("not poisoned")
+                    .expect("every point ran")
+            })
+            .collect()
+    }
+}
+
+/// The results as a table: one line per configuration.
+pub fn table(rows: &[Row]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<7} {:>3} {:>10} {:<14} {:>9} {:>9} {:>9} {:>9} {:>11}",
+        "level", "n", "interleave", "policy", "MB/s", "IOPS", "mean ms", "p99 ms", "member I/O"
+    );
+    for r in rows {
+        let p = &r.point;
+        let policy = p.policy.map_or_else(|| "-".to_string(), |p| p.to_string());
+        let _ = write!(
+            s,
+            "{:<7} {:>3} {:>10} {:<14} ",
+            p.level.to_string(),
+            p.members,
+            format_interleave(p.interleave_bytes),
+            policy
+        );
+        match &r.result {
+            Ok(b) => {
+                let _ = writeln!(
+                    s,
+                    "{:>9.2} {:>9.1} {:>9.2} {:>9.2} {:>11}",
+                    b.mb_per_s(),
+                    b.iops(),
+                    b.mean_latency_ns as f64 / 1e6,
+                    b.p99_latency_ns as f64 / 1e6,
+                    b.member_ios
+                );
+            }
+            Err(e) => {
+                let _ = writeln!(s, "error: {e}");
+            }
+        }
+    }
+    s
+}
+
+const COLORS: [&str; 10] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+    "#bcbd22", "#17becf",
+];
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// Throughput against interleave (log scale), one line per level,
+/// member count and policy, as a standalone SVG document.
+pub fn svg(rows: &[Row], title: &str) -> String {
+    let (w, h) = (860.0, 520.0);
+    let (left, right, top, bottom) = (70.0, 230.0, 40.0, 60.0);
+    let pw = w - left - right;
+    let ph = h - top - bottom;
+    let ok: Vec<(&Point, f64)> = rows
+        .iter()
+        .filter_map(|r| r.result.as_ref().ok().map(|b| (&r.point, b.mb_per_s())))
+        .collect();
+    let mut xs: Vec<u64> = ok.iter().map(|(p, _)| p.interleave_bytes).collect();
+    xs.sort_unstable();
+    xs.dedup();
+    let (x0, x1) = match (xs.first(), xs.last()) {
+        (Some(&a), Some(&b)) => ((a as f64).log2(), (b as f64).log2()),
+        _ => (0.0, 1.0),
+    };
+    let span = if x1 > x0 { x1 - x0 } else { 1.0 };
+    let ymax = ok.iter().map(|(_, y)| *y).fold(0.0, f64::max);
+    let ymax = nice_ceiling(ymax.max(1e-9));
+    let px = |il: u64| left + ((il as f64).log2() - x0) / span * pw;
+    let py = |y: f64| top + ph - y / ymax * ph;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="22" text-anchor="middle" font-size="14">{}</text>"#,
+        left + pw / 2.0,
+        esc(title)
+    );
+    // Axes and grid.
+    for i in 0..=5 {
+        let y = ymax * f64::from(i) / 5.0;
+        let yy = py(y);
+        let _ = writeln!(
+            s,
+            r##"<line x1="{left}" y1="{yy:.1}" x2="{:.1}" y2="{yy:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
+            left + pw,
+            left - 6.0,
+            yy + 4.0,
+            trim_float(y)
+        );
+    }
+    let mut last_label = f64::NEG_INFINITY;
+    for &il in &xs {
+        let x = px(il);
+        let _ = writeln!(
+            s,
+            r##"<line x1="{x:.1}" y1="{top}" x2="{x:.1}" y2="{:.1}" stroke="#eee"/>"##,
+            top + ph
+        );
+        if x - last_label >= 34.0 {
+            last_label = x;
+            let _ = writeln!(
+                s,
+                r#"<text x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+                top + ph + 16.0,
+                format_interleave(il)
+            );
+        }
+    }
+    let _ = writeln!(
+        s,
+        r#"<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="black"/>"#
+    );
+    let _ = writeln!(
+        s,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">interleave (sectors, log scale)</text>"#,
+        left + pw / 2.0,
+        h - 18.0
+    );
+    let _ = writeln!(
+        s,
+        r#"<text x="18" y="{:.1}" text-anchor="middle" transform="rotate(-90 18 {:.1})">MB/s</text>"#,
+        top + ph / 2.0,
+        top + ph / 2.0
+    );
+    // One line per series, in order of first appearance.
+    let mut series: Vec<String> = Vec::new();
+    for (p, _) in &ok {
+        let name = p.series();
+        if !series.contains(&name) {
+            series.push(name);
+        }
+    }
+    for (i, name) in series.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let pts: Vec<String> = ok
+            .iter()
+            .filter(|(p, _)| &p.series() == name)
+            .map(|(p, y)| format!("{:.1},{:.1}", px(p.interleave_bytes), py(*y)))
+            .collect();
+        let _ = writeln!(
+            s,
+            r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#,
+            pts.join(" ")
+        );
+        for pt in &pts {
+            let (x, y) = pt.split_once(',').expect("x,y");
+            let _ = writeln!(s, r#"<circle cx="{x}" cy="{y}" r="2.5" fill="{color}"/>"#);
+        }
+        let ly = top + 10.0 + 18.0 * i as f64;
+        let lx = left + pw + 16.0;
+        let _ = writeln!(
+            s,
+            r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{color}" stroke-width="2"/><text x="{}" y="{}">{}</text>"#,
+            lx + 20.0,
+            lx + 26.0,
+            ly + 4.0,
+            esc(name)
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+/// 1, 2 or 5 times a power of ten, at least `y`.
+fn nice_ceiling(y: f64) -> f64 {
+    let p = 10f64.powf(y.log10().floor());
+    for m in [1.0, 2.0, 5.0, 10.0] {
+        if m * p >= y {
+            return m * p;
+        }
+    }
+    10.0 * p
+}
+
+fn trim_float(y: f64) -> String {
+    let s = format!("{y:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interleave_lists() {
+        assert_eq!(
+            parse_interleaves("8s..64s,126s").unwrap(),
+            vec![4096, 8192, 16384, 32768, 64512]
+        );
+        let d = default_interleaves();
+        assert_eq!(d.len(), 14);
+        assert_eq!(d[0], 4096);
+        assert_eq!(*d.last().unwrap(), 32768 * 512);
+        assert!(parse_interleaves("100").is_err());
+    }
+
+    #[test]
+    fn nice_ceilings() {
+        assert_eq!(nice_ceiling(3.2), 5.0);
+        assert_eq!(nice_ceiling(17.0), 20.0);
+        assert_eq!(nice_ceiling(100.0), 100.0);
+    }
+}
