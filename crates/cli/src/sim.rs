@@ -2,8 +2,11 @@
 
 use crate::error::Result;
 use clap::{Args, Subcommand};
+use platter_core::units::{format_size, parse_size};
 use platter_sim::disksim::trace::{read_trace, validate};
-use std::path::PathBuf;
+use platter_sim::workload::iolog::{counts, fio_iolog_v2, per_process};
+use platter_sim::workload::WorkloadSpec;
+use std::path::{Path, PathBuf};
 
 #[derive(Subcommand)]
 pub enum SimCommand {
@@ -17,6 +20,50 @@ pub enum SimCommand {
                       DiskSim 4.0's own demerits: cheetah9LP 0.107, hp_c2247a 0.090, barracuda 0.349 ms."
     )]
     Validate(ValidateArgs),
+    /// Write a workload's requests as fio iologs (version 2), one per
+    /// process, and print the fio command that replays them against a
+    /// served volume through fio's nbd engine.
+    #[command(
+        long_about = "Write a workload's requests as fio iologs (version 2), one per process \
+                      (DIR/proc-N.iolog), and print the fio command that replays them against a \
+                      served volume through fio's nbd engine, one job per process.\n\n\
+                      The generator runs as in the simulator's closed loop, with requests \
+                      completing in the order they were issued; each iolog holds one process's \
+                      requests in the order it issued them. Think times and trace arrival times \
+                      are not written (no `wait` lines): every job runs as fast as the volume \
+                      allows, and jobs do not wait for each other. Flushes become `sync`. fio \
+                      writes its own data.",
+        after_help = "Workloads: dd[:rw=read|write,bs=64k,qd=1,total=64M], \
+raidtest[:p=8,n=10000,read=50,min=1k,max=128k], \
+bonnie[:size=100M,phase=all|write|rewrite|read|seeks,seeks=4000], \
+news[:readers=30,files=1000,dirs=390,per-dir=100,run=10], untar[:files=2000,p=1,dir-files=20,cluster=64k], \
+fio:PATH[,qd=N,timed=0|1], blkparse:PATH[,qd=N,timed=0|1,action=D|Q] (see docs/simulator.md).
+
+Example: platter sim iolog --workload raidtest:p=4,n=500 --size 192M --out /tmp/rt \
+--uri 'nbd+unix:///home?socket=/run/home.sock'"
+    )]
+    Iolog(IologArgs),
+}
+
+#[derive(Args)]
+pub struct IologArgs {
+    /// The workload (NAME[:key=value,...]).
+    #[arg(long)]
+    workload: String,
+    /// The volume's size (the generators keep their requests inside it):
+    /// `platter status` shows it.
+    #[arg(long)]
+    size: String,
+    /// The seed: the same seed gives the same iologs.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// The folder for the iologs (created if missing).
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+    /// The NBD URI to put in the printed fio command (default: `$NBD_URI`,
+    /// left for the shell).
+    #[arg(long)]
+    uri: Option<String>,
 }
 
 #[derive(Args)]
@@ -37,7 +84,79 @@ pub struct ValidateArgs {
 pub fn run(c: SimCommand) -> Result<()> {
     match c {
         SimCommand::Validate(a) => run_validate(a),
+        SimCommand::Iolog(a) => run_iolog(a),
     }
+}
+
+/// Quotes `s` for a POSIX shell when it needs it.
+fn shell_quote(s: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_=./,:@%+".contains(c);
+    if !s.is_empty() && s.chars().all(plain) {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+fn run_iolog(a: IologArgs) -> Result<()> {
+    let spec = WorkloadSpec::parse(&a.workload)?;
+    let size = parse_size(&a.size).map_err(|e| format!("--size {}: {e}", a.size))?;
+    if size < 512 {
+        return Err(format!("--size {}: at least one sector", a.size).into());
+    }
+    let size = size / 512 * 512;
+    let export = per_process(spec.build(size, a.seed).as_mut());
+    std::fs::create_dir_all(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
+    let procs = export.processes.len();
+    eprintln!(
+        "{} on {} (seed {}): {procs} process{}",
+        spec.describe(),
+        format_size(size),
+        a.seed,
+        if procs == 1 { "" } else { "es" }
+    );
+    let mut jobs = Vec::new();
+    for (p, ops) in export.processes.iter().enumerate() {
+        let name = format!("proc-{p}");
+        if ops.is_empty() {
+            eprintln!("  {name}: no requests, no iolog");
+            continue;
+        }
+        let path = a.out.join(format!("{name}.iolog"));
+        write_file(&path, &fio_iolog_v2(ops))?;
+        let c = counts(ops);
+        eprintln!(
+            "  {}: {} reads ({}), {} writes ({}), {} syncs",
+            path.display(),
+            c.reads,
+            format_size(c.read_bytes),
+            c.writes,
+            format_size(c.write_bytes),
+            c.syncs
+        );
+        jobs.push((name, path));
+    }
+    if jobs.is_empty() {
+        return Err(format!("{}: no requests on a volume of {}", a.workload, a.size).into());
+    }
+    if export.timing_dropped {
+        eprintln!("  note: think times and arrival times are not in the iologs; fio replays as fast as it can");
+    }
+    let uri = match &a.uri {
+        Some(u) => shell_quote(&format!("--uri={u}")),
+        None => "\"--uri=$NBD_URI\"".to_string(),
+    };
+    let mut cmd = format!("fio --ioengine=nbd {uri}");
+    for (name, path) in &jobs {
+        let iolog = shell_quote(&format!("--read_iolog={}", path.display()));
+        cmd.push_str(&format!(" \\\n  --name={name} {iolog}"));
+    }
+    println!("{cmd}");
+    Ok(())
+}
+
+fn write_file(path: &Path, text: &str) -> Result<()> {
+    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()).into())
 }
 
 fn run_validate(a: ValidateArgs) -> Result<()> {

@@ -663,3 +663,73 @@ fn sweep_prints_a_table_writes_a_plot_and_repeats_itself() {
     let msg = assert_refused(&out, "unknown drive");
     assert!(msg.contains("no-such-drive"), "{msg}");
 }
+
+#[test]
+fn sim_iolog_writes_one_iolog_per_process_and_the_fio_command() {
+    let dir = temp_dir();
+    let out_dir = dir.path().join("logs");
+    let o = out_dir.to_str().unwrap();
+    let args = [
+        "sim",
+        "iolog",
+        "--workload",
+        "raidtest:p=3,n=30",
+        "--size",
+        "64M",
+        "--seed",
+        "5",
+        "--out",
+        o,
+    ];
+    let out = platter(&args);
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "sim iolog failed: {err}");
+    let cmd = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        cmd.starts_with("fio --ioengine=nbd \"--uri=$NBD_URI\""),
+        "{cmd}"
+    );
+    let mut requests = 0;
+    let mut first = Vec::new();
+    for p in 0..3 {
+        let path = out_dir.join(format!("proc-{p}.iolog"));
+        assert!(
+            cmd.contains(&format!("--name=proc-{p} --read_iolog={}", path.display())),
+            "{cmd}"
+        );
+        let text = fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[..3], ["fio version 2 iolog", "nbd add", "nbd open"]);
+        assert_eq!(lines.last(), Some(&"nbd close"));
+        for l in &lines[3..lines.len() - 1] {
+            let f: Vec<&str> = l.split(' ').collect();
+            assert!(f.len() == 4 && ["read", "write"].contains(&f[1]), "{l}");
+            let (off, len): (u64, u64) = (f[2].parse().unwrap(), f[3].parse().unwrap());
+            assert!(off % 512 == 0 && off + len <= 64 * MIB, "{l}");
+            requests += 1;
+        }
+        first.push(text);
+    }
+    assert_eq!(requests, 30);
+    assert!(!out_dir.join("proc-3.iolog").exists());
+    // The same seed writes the same iologs.
+    assert!(platter(&args).status.success());
+    for (p, text) in first.iter().enumerate() {
+        assert_eq!(
+            &fs::read_to_string(out_dir.join(format!("proc-{p}.iolog"))).unwrap(),
+            text
+        );
+    }
+    let out = platter(&[
+        "sim",
+        "iolog",
+        "--workload",
+        "nosuch",
+        "--size",
+        "64M",
+        "--out",
+        o,
+    ]);
+    let msg = assert_refused(&out, "unknown workload");
+    assert!(msg.contains("nosuch"), "{msg}");
+}

@@ -26,10 +26,14 @@
 //! | `untar[:files=2000,p=1,dir-files=20,cluster=64k]` | file creation, tar's size mix |
 //! | `fio:PATH[,qd=N,timed=0\|1]` | fio iolog v2 or v3 replay |
 //! | `blkparse:PATH[,qd=N,timed=0\|1,action=D\|Q]` | blkparse text replay |
+//!
+//! [`iolog`] writes any of them as fio iologs, one per process, for fio to
+//! replay against a real volume.
 
 pub mod bonnie;
 pub mod dd;
 pub mod fs;
+pub mod iolog;
 pub mod news;
 pub mod raidtest;
 pub mod replay;
