@@ -4,7 +4,7 @@
 #
 #   bench/serve.sh [--runs N] [--runtime SECS] [--mem-runtime SECS]
 #                  [--size SIZE] [--interleave SIZE] [--threads N]
-#                  [--only LIST] [--perf JOB] [--out DIR]
+#                  [--only LIST] [--perf JOB] [--platter BIN] [--out DIR]
 #
 # Servers, each on fresh sparse files in one tmpfs directory:
 #   stripe4  platter, stripe over 4 members
@@ -20,7 +20,8 @@
 # Each pair runs back to back, the whole set --runs times; the table shows
 # the median of the per-pair ratios. Exits 1 when the memory bound is broken.
 # --perf JOB records `perf record -g` on the platter side of JOB (e.g.
-# rand-write) in the first run, into the output directory.
+# rand-write) in the first run, into the output directory. --platter BIN
+# runs that binary instead of building one (to measure an older commit).
 
 set -euo pipefail
 
@@ -33,9 +34,10 @@ THREADS=8
 ONLY=stripe,raid5,mirror,memory
 PERF_JOB=""
 OUT=""
+PLATTER=""
 
 usage() {
-    sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'
     exit "${1:-0}"
 }
 
@@ -50,6 +52,7 @@ while [ $# -gt 0 ]; do
         --only) ONLY="$2"; shift 2 ;;
         --perf) PERF_JOB="$2"; shift 2 ;;
         --out) OUT="$2"; shift 2 ;;
+        --platter) PLATTER="$2"; shift 2 ;;
         -h|--help) usage 0 ;;
         *) echo "serve.sh: unknown argument: $1" >&2; usage 2 >&2 ;;
     esac
@@ -94,9 +97,11 @@ if [ -z "$OUT" ]; then
 fi
 mkdir -p "$OUT"
 
-echo "== building the release binary"
-(cd "$ROOT" && cargo build --release --bin platter) >&2
-PLATTER="$TARGET/release/platter"
+if [ -z "$PLATTER" ]; then
+    echo "== building the release binary"
+    (cd "$ROOT" && cargo build --release --bin platter) >&2
+    PLATTER="$TARGET/release/platter"
+fi
 [ -x "$PLATTER" ] || die "no $PLATTER after the build"
 
 WORK=$(mktemp -d -p /dev/shm platter-bench.XXXXXX)
@@ -279,23 +284,27 @@ MEM_DEPTH=32
 if want memory; then
     pid=${PID[stripe4]}
     # The bound (docs/performance.md, "Memory"): the server's fixed part,
-    # the idle buffer pool, and per connection twice its byte budget (read
-    # buffers are rounded up to a power of two) plus its threads.
-    read -r CONN_MAX_BYTES POOL_MAX_BYTES < <(python3 - "$ROOT" <<'EOF'
+    # the idle buffer pool, and per connection twice its byte budget (pooled
+    # buffers are rounded up to a power of two), its receive buffer and its
+    # threads. The limits are read from the source the binary was built from.
+    read -r CONN_MAX_BYTES READ_BUFFER_BYTES POOL_MAX_BYTES < <(python3 - "$ROOT" <<'EOF'
 import re, sys
 root = sys.argv[1]
-def const(path, name):
+def const(path, name, default=None):
     text = open(f"{root}/{path}").read()
-    m = re.search(rf"const {name}: u64 = ([^;]+);", text)
+    m = re.search(rf"const {name}: (?:u64|usize) = ([^;]+);", text)
+    if not m and default is not None:
+        return default
     return eval(m.group(1).replace("_", ""))
 print(const("crates/server/src/conn.rs", "CONN_MAX_BYTES"),
+      const("crates/server/src/conn.rs", "READ_BUFFER_BYTES", 0),
       const("crates/io/src/buffers.rs", "POOL_MAX_BYTES"))
 EOF
 )
     BASE_BYTES=$((32 << 20))
     PER_THREAD_BYTES=$((256 << 10))
     BOUND_BYTES=$(( BASE_BYTES + POOL_MAX_BYTES
-        + MEM_CONNS * (2 * CONN_MAX_BYTES + (THREADS + 1) * PER_THREAD_BYTES) ))
+        + MEM_CONNS * (2 * CONN_MAX_BYTES + READ_BUFFER_BYTES + (THREADS + 1) * PER_THREAD_BYTES) ))
     echo "== memory: $MEM_CONNS connections, iodepth $MEM_DEPTH, ${MEM_RUNTIME} s on stripe4 (bound $((BOUND_BYTES >> 20)) MiB)"
     grep -E '^(VmRSS|VmHWM)' "/proc/$pid/status" | tr -s ' \t' ' ' >"$OUT/memory-before.txt"
     python3 - "$pid" "$OUT/memory-samples.txt" <<'EOF' &
@@ -325,7 +334,7 @@ EOF
     grep -E '^(VmRSS|VmHWM)' "/proc/$pid/status" | tr -s ' \t' ' ' >"$OUT/memory-after.txt"
     stop_pid "$SAMPLER_PID"
     SAMPLER_PID=""
-    echo "$MEM_CONNS $MEM_DEPTH $MEM_RUNTIME $BOUND_BYTES $BASE_BYTES $POOL_MAX_BYTES $CONN_MAX_BYTES $THREADS $PER_THREAD_BYTES" \
+    echo "$MEM_CONNS $MEM_DEPTH $MEM_RUNTIME $BOUND_BYTES $BASE_BYTES $POOL_MAX_BYTES $CONN_MAX_BYTES $READ_BUFFER_BYTES $THREADS $PER_THREAD_BYTES" \
         >"$OUT/memory-bound.txt"
 fi
 
@@ -386,7 +395,7 @@ print("(subject and reference IOPS columns; MiB/s beside each)")
 
 rc = 0
 if os.path.exists(f"{out}/memory-bound.txt"):
-    conns, depth, secs, bound, base, pool, cmax, threads, per_thread = map(
+    conns, depth, secs, bound, base, pool, cmax, rbuf, threads, per_thread = map(
         int, open(f"{out}/memory-bound.txt").read().split())
     samples = [l.split() for l in open(f"{out}/memory-samples.txt") if l.strip()]
     peak_rss = max(int(s[1]) for s in samples) << 10
@@ -401,7 +410,7 @@ if os.path.exists(f"{out}/memory-bound.txt"):
           f" {iops:.0f} IOPS, {mib:.0f} MiB/s, {len(samples)} samples, up to {threads_seen} threads")
     print(f"  peak VmRSS {peak_rss / MiB:.1f} MiB, VmHWM (whole life) {hwm / MiB:.1f} MiB;"
           f" bound {bound / MiB:.0f} MiB = {base // MiB} + pool {pool // MiB}"
-          f" + {conns} x (2 x {cmax // MiB} + {threads + 1} x {per_thread // 1024 / 1024:g}) MiB")
+          f" + {conns} x (2 x {cmax // MiB} + {rbuf / MiB:g} + {threads + 1} x {per_thread / MiB:g}) MiB")
     if max(peak_rss, hwm) > bound:
         print("  BOUND EXCEEDED")
         rc = 1
