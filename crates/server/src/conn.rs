@@ -243,7 +243,7 @@ struct Job {
 }
 
 /// Bytes of requests fetched from the socket at once.
-const READ_BUFFER_BYTES: usize = 128 << 10;
+const READ_BUFFER_BYTES: usize = 32 << 10;
 
 /// The receiving side of a connection, read through a buffer: a client at
 /// queue depth 32 sends its requests back to back, and one `recv` fetches
