@@ -354,15 +354,18 @@ fn read_full(conn: &Conn, r: &mut Reader, buf: &mut [u8], idle_ok: bool) -> io::
 
 /// Reads a write's payload. When it is all buffered already (small writes
 /// at depth), it is copied out without zeroing a buffer first; otherwise it
-/// is read into a recycled buffer from the pool (large writes: no fresh
-/// megabyte to allocate and zero for every request).
+/// is read into a fresh buffer. (Recycled buffers from the pool were tried
+/// for large payloads and made 1 MiB sequential writes slower: 0.64 of
+/// nbdkit against 0.88 with fresh ones, docs/performance.md.)
 fn read_payload(conn: &Conn, r: &mut Reader, len: usize) -> io::Result<Bytes> {
     if r.buffered().len() >= len {
         let data = Bytes::copy_from_slice(&r.buffered()[..len]);
         r.consume(len);
         return Ok(data);
     }
-    platter_io::buffers::read_into(len, |buf| read_full(conn, r, buf, false).map(|_| ()))
+    let mut data = vec![0u8; len];
+    read_full(conn, r, &mut data, false)?;
+    Ok(Bytes::from(data))
 }
 
 fn discard(conn: &Conn, r: &mut Reader, mut bytes: u64) -> io::Result<()> {
