@@ -13,7 +13,7 @@ use platter_core::volume::{
 };
 use platter_io::Member;
 use smallvec::SmallVec;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 pub type Done = Box<dyn FnOnce(Result<Reply, VolumeError>) + Send>;
@@ -38,14 +38,18 @@ struct State {
     routes: IdMap<RequestId, Route>,
     events: Vec<Event>,
     idle_waiters: u32,
+    /// By slot; `None` where no device is present. Kept under the engine
+    /// lock, which every I/O takes anyway: resolving an I/O's device then
+    /// costs no lock of its own. Replacements are swapped in under it.
+    members: Vec<Option<Arc<dyn Member>>>,
+    /// Set at shutdown: client requests are refused from then on, so none
+    /// can slip in behind the final flush.
+    closed_to_clients: bool,
 }
 
 pub struct Engine {
     state: Mutex<State>,
     idle: Condvar,
-    /// By slot; `None` where no device is present. Replaced devices are
-    /// swapped in under the write lock; I/O takes the read lock.
-    members: RwLock<Vec<Option<Arc<dyn Member>>>>,
     /// Called (outside the engine lock) with every event, in order.
     on_event: Mutex<Option<EventHook>>,
 }
@@ -59,9 +63,10 @@ impl Engine {
                 routes: IdMap::default(),
                 events: Vec::new(),
                 idle_waiters: 0,
+                members,
+                closed_to_clients: false,
             }),
             idle: Condvar::new(),
-            members: RwLock::new(members),
             on_event: Mutex::new(None),
         }
     }
@@ -82,13 +87,13 @@ impl Engine {
 
     /// The devices by slot, as they are now.
     pub fn members(&self) -> Vec<Option<Arc<dyn Member>>> {
-        self.members.read().expect("members lock").clone()
+        self.lock().members.clone()
     }
 
     /// Puts `device` in `slot` (a replacement). The engine must not be
     /// using the slot: it is faulty or missing.
     pub fn set_member(&self, slot: u32, device: Arc<dyn Member>) {
-        self.members.write().expect("members lock")[slot as usize] = Some(device);
+        self.lock().members[slot as usize] = Some(device);
     }
 
     /// Takes the device out of `slot` (a removal) and returns it; the
@@ -96,7 +101,7 @@ impl Engine {
     /// before the slot failed have let it go. The engine must not be using
     /// the slot: it is faulty or missing.
     pub fn take_member(&self, slot: u32) -> Option<Arc<dyn Member>> {
-        self.members.write().expect("members lock")[slot as usize].take()
+        self.lock().members[slot as usize].take()
     }
 
     /// Runs `f` on the volume under the engine lock (management calls such
@@ -126,24 +131,30 @@ impl Engine {
         f: impl FnOnce(&mut Volume) -> Option<RequestId>,
         done: Done,
     ) -> bool {
-        self.submit_timed(f, done, None)
+        self.submit_timed(f, done, None, false)
+            .is_ok_and(|submitted| submitted)
     }
 
     /// [`Engine::submit_with`], recording the request's latency (submit to
     /// completion) in the volume's statistics when `timed` says which kind.
+    /// `Err(done)` when `client` and the engine is closed to clients.
     fn submit_timed(
         &self,
         f: impl FnOnce(&mut Volume) -> Option<RequestId>,
         done: Done,
         timed: Option<LatencyOf>,
-    ) -> bool {
+        client: bool,
+    ) -> Result<bool, Done> {
         let start = Instant::now();
         let mut ios = Ios::new();
         let mut finished = Finished::new();
         let events = {
             let mut s = self.lock();
+            if client && s.closed_to_clients {
+                return Err(done);
+            }
             let Some(id) = f(&mut s.volume) else {
-                return false;
+                return Ok(false);
             };
             let timed = timed.map(|of| (of, start));
             s.routes.insert(id, Route { done, timed });
@@ -156,7 +167,7 @@ impl Engine {
         self.deliver_events(events);
         Self::deliver(finished);
         self.pump(ios);
-        true
+        Ok(true)
     }
 
     fn deliver_events(&self, events: Vec<Event>) {
@@ -179,7 +190,22 @@ impl Engine {
     /// unblocks); `done` is called exactly once.
     pub fn submit(&self, req: Request, done: Done) {
         let timed = LatencyOf::of(&req);
-        self.submit_timed(|v| Some(v.submit(req)), done, timed);
+        let _ = self.submit_timed(|v| Some(v.submit(req)), done, timed, false);
+    }
+
+    /// [`Engine::submit`] for a client's request: once the engine is closed
+    /// to clients, `done` comes back unused (the caller answers
+    /// ESHUTDOWN). Checked under the engine lock, which the submission takes
+    /// anyway.
+    pub fn submit_client(&self, req: Request, done: Done) -> Result<(), Done> {
+        let timed = LatencyOf::of(&req);
+        self.submit_timed(|v| Some(v.submit(req)), done, timed, true)
+            .map(|_| ())
+    }
+
+    /// Refuses client requests from now on; those already submitted finish.
+    pub fn close_to_clients(&self) {
+        self.lock().closed_to_clients = true;
     }
 
     /// A snapshot of the volume's statistics.
@@ -253,14 +279,9 @@ impl Engine {
     }
 
     fn drain(&self, s: &mut State, ios: &mut Ios, finished: &mut Finished) {
-        if let Some(io) = s.volume.next_io() {
-            let members = self.members.read().expect("members lock");
-            let device = members[io.member as usize].clone();
+        while let Some(io) = s.volume.next_io() {
+            let device = s.members[io.member as usize].clone();
             ios.push((io, device));
-            while let Some(io) = s.volume.next_io() {
-                let device = members[io.member as usize].clone();
-                ios.push((io, device));
-            }
         }
         while let Some(c) = s.volume.next_completion() {
             let route = s

@@ -2,81 +2,115 @@
 //! a request is read only once its bytes fit the budget, and they count
 //! until its reply is sent.
 
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 
-struct Used {
-    requests: u64,
-    bytes: u64,
-    waiters: u32,
+/// Requests in flight live in the top bits of one word, their bytes in the
+/// rest, so that taking and giving back budget is one atomic operation each
+/// (this runs twice for every request).
+const REQUEST_SHIFT: u32 = 48;
+const BYTES_MASK: u64 = (1 << REQUEST_SHIFT) - 1;
+
+fn pack(requests: u64, bytes: u64) -> u64 {
+    (requests << REQUEST_SHIFT) | bytes
+}
+
+fn unpack(used: u64) -> (u64, u64) {
+    (used >> REQUEST_SHIFT, used & BYTES_MASK)
 }
 
 pub struct Budget {
     limit_requests: u64,
     limit_bytes: u64,
-    used: Mutex<Used>,
+    used: AtomicU64,
+    /// Threads waiting for room; a release wakes them only when there are.
+    waiters: AtomicU32,
+    lock: Mutex<()>,
     freed: Condvar,
 }
 
 impl Budget {
     pub fn new(limit_requests: u64, limit_bytes: u64) -> Budget {
         assert!(limit_requests > 0 && limit_bytes > 0);
+        assert!(limit_requests < 1 << (64 - REQUEST_SHIFT) && limit_bytes <= BYTES_MASK / 2);
         Budget {
             limit_requests,
             limit_bytes,
-            used: Mutex::new(Used {
-                requests: 0,
-                bytes: 0,
-                waiters: 0,
-            }),
+            used: AtomicU64::new(0),
+            waiters: AtomicU32::new(0),
+            lock: Mutex::new(()),
             freed: Condvar::new(),
         }
+    }
+
+    fn fits(&self, used: u64, bytes: u64) -> bool {
+        let (requests, used_bytes) = unpack(used);
+        requests < self.limit_requests && (used_bytes + bytes <= self.limit_bytes || requests == 0)
     }
 
     /// Blocks until one request of `bytes` fits. A request larger than the
     /// whole budget waits until nothing else is in flight, then runs alone.
     pub fn acquire(&self, bytes: u64) {
-        let mut u = self.used.lock().expect("budget lock");
+        let bytes = bytes.min(BYTES_MASK / 2);
+        let mut used = self.used.load(Ordering::SeqCst);
         loop {
-            let fits = u.requests < self.limit_requests
-                && (u.bytes + bytes <= self.limit_bytes || u.requests == 0);
-            if fits {
-                u.requests += 1;
-                u.bytes += bytes;
-                return;
+            if self.fits(used, bytes) {
+                match self.used.compare_exchange_weak(
+                    used,
+                    used + pack(1, bytes),
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                ) {
+                    Ok(_) => return,
+                    Err(now) => {
+                        used = now;
+                        continue;
+                    }
+                }
             }
-            u.waiters += 1;
-            u = self.freed.wait(u).expect("budget lock");
-            u.waiters -= 1;
+            used = self.wait_until(|used| self.fits(used, bytes));
+        }
+    }
+
+    /// Waits until `ok(used)` might hold, and returns `used` as it is then.
+    /// The waiter counts itself and checks again under the lock; a release
+    /// takes the lock to notify whenever it sees a waiter, so no wake-up is
+    /// lost between the check and the wait.
+    fn wait_until(&self, ok: impl Fn(u64) -> bool) -> u64 {
+        let mut g = self.lock.lock().expect("budget lock");
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        loop {
+            let used = self.used.load(Ordering::SeqCst);
+            if ok(used) {
+                self.waiters.fetch_sub(1, Ordering::SeqCst);
+                return used;
+            }
+            g = self.freed.wait(g).expect("budget lock");
         }
     }
 
     pub fn release(&self, bytes: u64) {
-        let mut u = self.used.lock().expect("budget lock");
+        let bytes = bytes.min(BYTES_MASK / 2);
+        let before = self.used.fetch_sub(pack(1, bytes), Ordering::SeqCst);
+        let (requests, used_bytes) = unpack(before);
         assert!(
-            u.requests > 0 && u.bytes >= bytes,
+            requests > 0 && used_bytes >= bytes,
             "released more than acquired"
         );
-        u.requests -= 1;
-        u.bytes -= bytes;
         // Waking costs a system call; most releases have nobody waiting.
-        if u.waiters > 0 {
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            let _g = self.lock.lock().expect("budget lock");
             self.freed.notify_all();
         }
     }
 
     /// Blocks until nothing is in flight.
     pub fn wait_empty(&self) {
-        let mut u = self.used.lock().expect("budget lock");
-        while u.requests > 0 {
-            u.waiters += 1;
-            u = self.freed.wait(u).expect("budget lock");
-            u.waiters -= 1;
-        }
+        self.wait_until(|used| unpack(used).0 == 0);
     }
 
     pub fn in_flight(&self) -> (u64, u64) {
-        let u = self.used.lock().expect("budget lock");
-        (u.requests, u.bytes)
+        unpack(self.used.load(Ordering::SeqCst))
     }
 }
 

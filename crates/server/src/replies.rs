@@ -3,9 +3,12 @@
 //! Any thread may finish any connection's request (the engine pump runs
 //! other requests' I/O), so a reply must never block its writer on a client
 //! that does not read. Replies are queued and written with non-blocking sends
-//! under the queue lock, which keeps each reply's bytes together; when the
-//! socket is full, the connection's own writer thread waits for room (outside
-//! the lock) and carries on. Every queued reply holds its share of the
+//! by one thread at a time, which keeps each reply's bytes together: the
+//! thread whose push finds nobody sending takes the whole queue out, sends
+//! it in one `sendmsg` outside the lock, and comes back for what was queued
+//! meanwhile, so replies finished together leave together. When the socket
+//! is full, the connection's own writer thread waits for room (outside the
+//! lock) and carries on. Every queued reply holds its share of the
 //! connection's budget until its last byte is sent, so a client that stops
 //! reading stops its own reader, and nobody else.
 
@@ -19,6 +22,8 @@ use std::sync::{Arc, Condvar, Mutex};
 
 /// iovecs gathered into one `sendmsg` (Linux's IOV_MAX is 1024).
 const IOV_MAX: usize = 1024;
+/// Batches a pushing thread sends before it leaves the rest to the writer.
+const SEND_ROUNDS: usize = 4;
 
 pub struct Chunk {
     /// The reply header (and an error message, rarely longer).
@@ -35,6 +40,12 @@ struct State {
     sent_bytes: usize,
     /// The writer thread owns the queue until it empties.
     handed_off: bool,
+    /// A pushing thread is sending a batch it took out of the queue, outside
+    /// the lock; replies pushed meanwhile wait for it to come back for them,
+    /// so that replies finished together leave in one `sendmsg`.
+    sending: bool,
+    /// An empty queue kept for its capacity (batches swap with the queue).
+    spare: VecDeque<Chunk>,
     broken: bool,
     closed: bool,
 }
@@ -62,6 +73,8 @@ impl Replies {
                 queue: VecDeque::new(),
                 sent_bytes: 0,
                 handed_off: false,
+                sending: false,
+                spare: VecDeque::new(),
                 broken: false,
                 closed: false,
             }),
@@ -77,17 +90,45 @@ impl Replies {
             return;
         }
         st.queue.push_back(chunk);
-        if st.handed_off {
+        if st.handed_off || st.sending {
             return;
         }
-        match self.send_some(&mut st) {
-            Progress::Empty => {}
-            Progress::Full => {
-                st.handed_off = true;
-                self.wake.notify_one();
+        st.sending = true;
+        // Each round sends what was queued when it began; a thread that
+        // keeps finding more after a few rounds leaves it to the writer
+        // thread and goes back to its own work.
+        for _ in 0..SEND_ROUNDS {
+            let mut batch = std::mem::take(&mut st.spare);
+            std::mem::swap(&mut batch, &mut st.queue);
+            let mut sent_bytes = std::mem::take(&mut st.sent_bytes);
+            drop(st);
+            let progress = self.send_some(&mut batch, &mut sent_bytes);
+            st = self.state.lock().expect("reply queue lock");
+            if batch.is_empty() {
+                st.spare = batch;
+            } else {
+                // Unsent replies go back ahead of those queued meanwhile.
+                batch.append(&mut st.queue);
+                st.spare = std::mem::replace(&mut st.queue, batch);
             }
-            Progress::Failed(e) => self.fail(&mut st, e),
+            st.sent_bytes = sent_bytes;
+            match progress {
+                Progress::Empty if st.queue.is_empty() => {
+                    st.sending = false;
+                    return;
+                }
+                Progress::Empty => {}
+                Progress::Full => break,
+                Progress::Failed(e) => {
+                    st.sending = false;
+                    self.fail(&mut st, e);
+                    return;
+                }
+            }
         }
+        st.sending = false;
+        st.handed_off = true;
+        self.wake.notify_one();
     }
 
     /// The connection's writer thread: waits for room on the socket when the
@@ -97,7 +138,7 @@ impl Replies {
         // Each round either sends bytes, waits for room (bounded by the poll
         // timeout), or ends; a dead peer makes sends fail and ends it.
         loop {
-            if st.broken || (st.closed && st.queue.is_empty()) {
+            if st.broken || (st.closed && st.queue.is_empty() && !st.sending) {
                 return;
             }
             if !st.handed_off {
@@ -113,10 +154,11 @@ impl Replies {
             // SAFETY: one valid pollfd that lives across the call.
             unsafe { libc::poll(&mut pfd, 1, 1000) };
             st = self.state.lock().expect("reply queue lock");
-            match self.send_some(&mut st) {
+            let st = &mut *st;
+            match self.send_some(&mut st.queue, &mut st.sent_bytes) {
                 Progress::Empty => st.handed_off = false,
                 Progress::Full => {}
-                Progress::Failed(e) => self.fail(&mut st, e),
+                Progress::Failed(e) => self.fail(st, e),
             }
         }
     }
@@ -138,15 +180,16 @@ impl Replies {
         self.wake.notify_all();
     }
 
-    /// Sends as much as the socket takes without blocking.
-    fn send_some(&self, st: &mut State) -> Progress {
+    /// Sends as much of `queue` as the socket takes without blocking;
+    /// `sent_bytes` of its first chunk are gone already.
+    fn send_some(&self, queue: &mut VecDeque<Chunk>, sent_bytes: &mut usize) -> Progress {
         loop {
-            if st.queue.is_empty() {
+            if queue.is_empty() {
                 return Progress::Empty;
             }
             let mut iov: SmallVec<[libc::iovec; 64]> = SmallVec::new();
-            let mut skip = st.sent_bytes;
-            for c in st.queue.iter() {
+            let mut skip = *sent_bytes;
+            for c in queue.iter() {
                 // A chunk has at most READ_SEGMENTS_MAX + 1 parts.
                 if iov.len() + 1 + c.data.len() > IOV_MAX {
                     break;
@@ -183,19 +226,16 @@ impl Replies {
             }
             let mut sent = sent as usize;
             while sent > 0 {
-                let c = st
-                    .queue
-                    .front()
-                    .expect("sent bytes belong to queued chunks");
+                let c = queue.front().expect("sent bytes belong to queued chunks");
                 let left =
-                    c.head.len() + c.data.iter().map(Bytes::len).sum::<usize>() - st.sent_bytes;
+                    c.head.len() + c.data.iter().map(Bytes::len).sum::<usize>() - *sent_bytes;
                 if sent >= left {
                     sent -= left;
-                    st.sent_bytes = 0;
-                    let c = st.queue.pop_front().expect("front exists");
+                    *sent_bytes = 0;
+                    let c = queue.pop_front().expect("front exists");
                     self.budget.release(c.release_bytes);
                 } else {
-                    st.sent_bytes += sent;
+                    *sent_bytes += sent;
                     sent = 0;
                 }
             }

@@ -20,7 +20,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use thiserror::Error;
@@ -208,7 +208,6 @@ pub fn serve(
             max_option_bytes: 64 * 1024,
         },
         threads: config.threads.max(1),
-        shutting_down: RwLock::new(false),
     });
 
     // Listeners.
@@ -389,7 +388,7 @@ pub fn serve(
     }
 
     // Shutdown: new requests get ESHUTDOWN, started ones finish.
-    *shared.shutting_down.write().expect("shutdown gate") = true;
+    engine.close_to_clients();
     for t in accept_threads {
         let _ = t.join();
     }
