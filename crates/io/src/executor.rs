@@ -102,9 +102,14 @@ pub fn perform(member: &dyn Member, op: &MemberOp) -> IoResult {
             member.read_at(*offset_bytes, buf)
         })
         .map(Some),
-        MemberOp::Write { offset_bytes, data } => {
-            member.write_at(*offset_bytes, data).map(|()| None)
+        MemberOp::Write { offset_bytes, data } => match data.parts() {
+            [one] => member.write_at(*offset_bytes, one),
+            parts => {
+                let parts: Vec<&[u8]> = parts.iter().map(|b| &b[..]).collect();
+                member.write_parts_at(*offset_bytes, &parts)
+            }
         }
+        .map(|()| None),
         MemberOp::Trim {
             offset_bytes,
             len_bytes,

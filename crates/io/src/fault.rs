@@ -661,6 +661,14 @@ impl<M: Member> Member for FaultyMember<M> {
         self.write_armed(offset_bytes, data)
     }
 
+    fn write_parts_at(&self, offset_bytes: u64, parts: &[&[u8]]) -> Result<(), MemberError> {
+        if self.fast() {
+            return self.inner.write_parts_at(offset_bytes, parts);
+        }
+        // Armed faults see one write of the whole range.
+        self.write_armed(offset_bytes, &parts.concat())
+    }
+
     fn flush(&self) -> Result<(), MemberError> {
         if self.fast() {
             return self.inner.flush();

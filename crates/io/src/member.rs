@@ -69,6 +69,17 @@ pub trait Member: Send + Sync {
     /// Writes `data` at `offset_bytes`; see the durability rule above.
     fn write_at(&self, offset_bytes: u64, data: &[u8]) -> Result<(), MemberError>;
 
+    /// Writes `parts` back to back from `offset_bytes`, as one write (the
+    /// same rules as [`write_at`](Member::write_at)). By default they are
+    /// gathered into one buffer; a member that can write them where they
+    /// lie (`pwritev`) does.
+    fn write_parts_at(&self, offset_bytes: u64, parts: &[&[u8]]) -> Result<(), MemberError> {
+        match parts {
+            [one] => self.write_at(offset_bytes, one),
+            _ => self.write_at(offset_bytes, &parts.concat()),
+        }
+    }
+
     /// Makes every write that returned before this call durable.
     fn flush(&self) -> Result<(), MemberError>;
 
@@ -123,6 +134,9 @@ macro_rules! forward_member {
             }
             fn write_at(&self, offset_bytes: u64, data: &[u8]) -> Result<(), MemberError> {
                 (**self).write_at(offset_bytes, data)
+            }
+            fn write_parts_at(&self, offset_bytes: u64, parts: &[&[u8]]) -> Result<(), MemberError> {
+                (**self).write_parts_at(offset_bytes, parts)
             }
             fn flush(&self) -> Result<(), MemberError> {
                 (**self).flush()

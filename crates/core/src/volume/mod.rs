@@ -36,8 +36,8 @@ pub use intent::IntentStatus;
 pub use rebuild::RebuildProgress;
 pub use repair::MAX_CORRECTED_READ_ERRORS;
 pub use request::{
-    Completion, ErrorKind, Event, IoId, IoResult, Maintenance, MemberIo, MemberOp, ReadData, Reply,
-    Request, RequestId, VolumeError, READ_SEGMENTS_MAX,
+    Completion, ErrorKind, Event, IoId, IoResult, Maintenance, MemberIo, MemberOp, Payload,
+    ReadData, Reply, Request, RequestId, VolumeError, READ_SEGMENTS_MAX,
 };
 pub use scrub::CheckReport;
 

@@ -322,7 +322,7 @@ impl Harness {
             MemberOp::Write { offset_bytes, data } => {
                 let a = offset_bytes as usize;
                 assert!(a >= DATA_OFFSET_BYTES as usize && a + data.len() <= mem.len());
-                mem[a..a + data.len()].copy_from_slice(&data);
+                mem[a..a + data.len()].copy_from_slice(&data.to_bytes());
                 Ok(None)
             }
             MemberOp::Trim {
