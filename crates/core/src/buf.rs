@@ -68,6 +68,30 @@ impl AlignedBuf {
         Ok(AlignedBuf { raw, at, len })
     }
 
+    /// `len` bytes at a 64-byte boundary, written by `init` and not zeroed
+    /// first: `init` must hand back the slice it was given, initialised
+    /// (only safe code that wrote every byte can, e.g.
+    /// `platter_parity::gen_p_uninit`). Panics if it hands back another.
+    pub fn init_with(
+        len: usize,
+        init: impl for<'a> FnOnce(&'a mut [MaybeUninit<u8>]) -> &'a mut [u8],
+    ) -> AlignedBuf {
+        // SAFETY: the slice `init` returns is initialised (it is a `&mut
+        // [u8]`), and it is checked to be the one it was given.
+        let r = unsafe {
+            AlignedBuf::filled(len, |dst| {
+                let (at, n) = (dst.as_ptr() as usize, dst.len());
+                let out = init(dst);
+                if out.as_ptr() as usize == at && out.len() == n {
+                    Ok(())
+                } else {
+                    Err(())
+                }
+            })
+        };
+        r.expect("AlignedBuf::init_with: the closure returned another slice")
+    }
+
     /// A copy of `src` at a 64-byte boundary.
     pub fn copy_from(src: &[u8]) -> AlignedBuf {
         let mut b = AlignedBuf::zeroed(src.len());
