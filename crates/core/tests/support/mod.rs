@@ -245,7 +245,7 @@ impl Harness {
         Ok(())
     }
 
-    fn perform(&mut self, io: MemberIo) {
+    pub fn perform(&mut self, io: MemberIo) {
         self.perform_io(io);
         if let Some(f) = self.after_io.as_mut() {
             f(&self.volume);
