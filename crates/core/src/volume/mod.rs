@@ -586,6 +586,13 @@ impl Volume {
 
     fn issue_reads(&mut self, id: RequestId, reads: ReadPieces) {
         self.account_reads(id, &reads);
+        if reads.is_empty() {
+            // Writes that read nothing (stripes, mirrors, full stripes).
+            let op = self.ops.get_mut(&id).expect("live request");
+            op.stage = Stage::Reading;
+            op.pending = 0;
+            return self.advance(id);
+        }
         let merged = plan::merge_reads(reads);
         let op = self.ops.get_mut(&id).expect("live request");
         op.stage = Stage::Reading;

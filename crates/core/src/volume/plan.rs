@@ -108,6 +108,21 @@ pub fn merge_reads(mut pieces: ReadPieces) -> SmallVec<[(u32, MemberOp, Dests); 
 
 /// Merges writes (and trims) that are contiguous on a member.
 pub fn merge_writes(mut pieces: WritePieces) -> SmallVec<[(u32, MemberOp); 2]> {
+    if pieces.len() == 1 {
+        // One piece (a small write on a stripe): nothing to merge.
+        let p = pieces.pop().expect("one piece");
+        let op = match p.kind {
+            WriteKind::Data(b) => MemberOp::Write {
+                offset_bytes: p.offset_bytes,
+                data: b.into(),
+            },
+            WriteKind::Trim(len_bytes) => MemberOp::Trim {
+                offset_bytes: p.offset_bytes,
+                len_bytes,
+            },
+        };
+        return smallvec::smallvec![(p.member, op)];
+    }
     if pieces.len() > 1 {
         pieces.sort_by_key(|p| (p.member, p.offset_bytes));
     }
