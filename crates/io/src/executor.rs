@@ -98,8 +98,8 @@ pub fn perform(member: &dyn Member, op: &MemberOp) -> IoResult {
         MemberOp::Read {
             offset_bytes,
             len_bytes,
-        } => crate::buffers::read_into(*len_bytes as usize, |buf| {
-            member.read_at(*offset_bytes, buf)
+        } => crate::buffers::read_into_uninit(*len_bytes as usize, |buf| {
+            member.read_uninit_at(*offset_bytes, buf)
         })
         .map(Some),
         MemberOp::Write { offset_bytes, data } => match data.parts() {

@@ -3,6 +3,7 @@
 
 use std::fs::File;
 use std::io;
+use std::mem::MaybeUninit;
 use std::os::unix::fs::FileExt;
 
 /// Fills `buf` from `offset_bytes`. Reaching end of file before `buf` is full
@@ -28,6 +29,51 @@ pub(crate) fn read_exact_at(file: &File, buf: &mut [u8], offset_bytes: u64) -> i
         }
     }
     Ok(())
+}
+
+/// [`read_exact_at`] into memory not yet initialised: on success every
+/// byte of `buf` was written by `pread`, and is returned.
+pub(crate) fn read_exact_uninit_at<'a>(
+    file: &File,
+    buf: &'a mut [MaybeUninit<u8>],
+    offset_bytes: u64,
+) -> io::Result<&'a mut [u8]> {
+    use std::os::fd::AsRawFd;
+    let mut done = 0;
+    while done < buf.len() {
+        let rest = &mut buf[done..];
+        // SAFETY: `rest` is valid for writes of `rest.len()` bytes, and
+        // pread writes only initialised bytes into it.
+        let n = unsafe {
+            libc::pread(
+                file.as_raw_fd(),
+                rest.as_mut_ptr().cast(),
+                rest.len(),
+                (offset_bytes + done as u64) as libc::off_t,
+            )
+        };
+        match n {
+            0 => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!(
+                        "short read: end of file at byte {} (the member is smaller than \
+                         when it was opened; was it truncated?)",
+                        offset_bytes + done as u64
+                    ),
+                ))
+            }
+            n if n > 0 => done += n as usize,
+            _ => {
+                let err = io::Error::last_os_error();
+                if err.kind() != io::ErrorKind::Interrupted {
+                    return Err(err);
+                }
+            }
+        }
+    }
+    // SAFETY: pread wrote all `buf.len()` bytes above.
+    Ok(unsafe { &mut *(buf as *mut [MaybeUninit<u8>] as *mut [u8]) })
 }
 
 /// Writes all of `data` at `offset_bytes`.
