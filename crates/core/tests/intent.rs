@@ -101,8 +101,9 @@ impl Rig {
             }
             MemberOp::Write { offset_bytes, data } => {
                 let a = *offset_bytes as usize;
-                d.current[a..a + data.len()].copy_from_slice(data);
-                d.unflushed.push((*offset_bytes, data.clone()));
+                let data = data.to_bytes();
+                d.current[a..a + data.len()].copy_from_slice(&data);
+                d.unflushed.push((*offset_bytes, data));
                 Ok(None)
             }
             MemberOp::Trim {

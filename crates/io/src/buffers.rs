@@ -7,6 +7,7 @@
 //! up to a fixed number of bytes in all, so an idle server holds little.
 
 use bytes::Bytes;
+use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
@@ -59,6 +60,41 @@ pub fn read_into<E>(len: usize, fill: impl FnOnce(&mut [u8]) -> Result<(), E>) -
     };
     fill(&mut buf[..len])?;
     Ok(Bytes::from_owner(Pooled { buf, len, class }))
+}
+
+/// [`read_into`] for a reader that fills memory not yet initialised
+/// (`Member::read_uninit_at`): buffers below the pool's classes are not
+/// zeroed first. `fill` must hand back the slice it was given, initialised;
+/// this panics if it hands back another.
+pub fn read_into_uninit<E>(
+    len: usize,
+    fill: impl for<'a> FnOnce(&'a mut [MaybeUninit<u8>]) -> Result<&'a mut [u8], E>,
+) -> Result<Bytes, E> {
+    if class_of(len).is_some() {
+        return read_into(len, |buf| {
+            // SAFETY: `MaybeUninit<u8>` has the layout of `u8`; `fill`
+            // returns the same bytes as `&mut [u8]`, initialised (checked).
+            let raw = unsafe { &mut *(buf as *mut [u8] as *mut [MaybeUninit<u8>]) };
+            let (at, n) = (raw.as_ptr() as usize, raw.len());
+            let out = fill(raw)?;
+            assert!(
+                out.as_ptr() as usize == at && out.len() == n,
+                "read_into_uninit: another slice"
+            );
+            Ok(())
+        });
+    }
+    let mut v: Vec<u8> = Vec::with_capacity(len);
+    let spare = &mut v.spare_capacity_mut()[..len];
+    let (at, n) = (spare.as_ptr() as usize, spare.len());
+    let out = fill(spare)?;
+    assert!(
+        out.as_ptr() as usize == at && out.len() == n,
+        "read_into_uninit: another slice"
+    );
+    // SAFETY: `fill` returned these `len` bytes as an initialised slice.
+    unsafe { v.set_len(len) };
+    Ok(Bytes::from(v))
 }
 
 struct Pooled {

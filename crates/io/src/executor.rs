@@ -98,13 +98,18 @@ pub fn perform(member: &dyn Member, op: &MemberOp) -> IoResult {
         MemberOp::Read {
             offset_bytes,
             len_bytes,
-        } => crate::buffers::read_into(*len_bytes as usize, |buf| {
-            member.read_at(*offset_bytes, buf)
+        } => crate::buffers::read_into_uninit(*len_bytes as usize, |buf| {
+            member.read_uninit_at(*offset_bytes, buf)
         })
         .map(Some),
-        MemberOp::Write { offset_bytes, data } => {
-            member.write_at(*offset_bytes, data).map(|()| None)
+        MemberOp::Write { offset_bytes, data } => match data.parts() {
+            [one] => member.write_at(*offset_bytes, one),
+            parts => {
+                let parts: Vec<&[u8]> = parts.iter().map(|b| &b[..]).collect();
+                member.write_parts_at(*offset_bytes, &parts)
+            }
         }
+        .map(|()| None),
         MemberOp::Trim {
             offset_bytes,
             len_bytes,

@@ -654,11 +654,35 @@ impl<M: Member> Member for FaultyMember<M> {
         }
     }
 
+    fn read_uninit_at<'a>(
+        &self,
+        offset_bytes: u64,
+        buf: &'a mut [std::mem::MaybeUninit<u8>],
+    ) -> Result<&'a mut [u8], MemberError> {
+        if self.fast() {
+            return self.inner.read_uninit_at(offset_bytes, buf);
+        }
+        // Armed: through `read_at`, where the faults are.
+        buf.fill(std::mem::MaybeUninit::new(0));
+        // SAFETY: just zeroed.
+        let buf = unsafe { &mut *(buf as *mut [std::mem::MaybeUninit<u8>] as *mut [u8]) };
+        self.read_at(offset_bytes, buf)?;
+        Ok(buf)
+    }
+
     fn write_at(&self, offset_bytes: u64, data: &[u8]) -> Result<(), MemberError> {
         if self.fast() {
             return self.inner.write_at(offset_bytes, data);
         }
         self.write_armed(offset_bytes, data)
+    }
+
+    fn write_parts_at(&self, offset_bytes: u64, parts: &[&[u8]]) -> Result<(), MemberError> {
+        if self.fast() {
+            return self.inner.write_parts_at(offset_bytes, parts);
+        }
+        // Armed faults see one write of the whole range.
+        self.write_armed(offset_bytes, &parts.concat())
     }
 
     fn flush(&self) -> Result<(), MemberError> {

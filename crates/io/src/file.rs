@@ -13,7 +13,7 @@ use crate::direct::DirectIo;
 use crate::error::{MemberError, MemberErrorKind, Op};
 use crate::member::{check_range, Member};
 use crate::open::OpenOptions;
-use crate::positioned::{read_exact_at, write_all_at};
+use crate::positioned::{read_exact_at, read_exact_uninit_at, write_all_at, write_all_vectored_at};
 
 /// The `O_DIRECT` alignment used for regular files. File systems ask for
 /// their block or their disk's logical block; 4096 covers both on every
@@ -355,6 +355,48 @@ impl Member for FileMember {
             return Ok(());
         }
         self.write_bytes(offset_bytes, data)
+            .map_err(|err| self.error(err, Op::Write, offset_bytes, len_bytes))
+    }
+
+    fn read_uninit_at<'a>(
+        &self,
+        offset_bytes: u64,
+        buf: &'a mut [std::mem::MaybeUninit<u8>],
+    ) -> Result<&'a mut [u8], MemberError> {
+        let len_bytes = buf.len() as u64;
+        if self.direct.is_some() || buf.is_empty() {
+            // Direct I/O reads through its aligned buffer anyway.
+            buf.fill(std::mem::MaybeUninit::new(0));
+            // SAFETY: just zeroed.
+            let buf = unsafe { &mut *(buf as *mut [std::mem::MaybeUninit<u8>] as *mut [u8]) };
+            self.read_at(offset_bytes, buf)?;
+            return Ok(buf);
+        }
+        check_range(
+            &self.name,
+            self.size_bytes,
+            Op::Read,
+            offset_bytes,
+            len_bytes,
+        )?;
+        read_exact_uninit_at(&self.file, buf, offset_bytes)
+            .map_err(|err| self.error(err, Op::Read, offset_bytes, len_bytes))
+    }
+
+    fn write_parts_at(&self, offset_bytes: u64, parts: &[&[u8]]) -> Result<(), MemberError> {
+        if self.direct.is_some() || parts.len() == 1 {
+            // Direct I/O goes through its aligned buffer anyway.
+            return match parts {
+                [one] => self.write_at(offset_bytes, one),
+                _ => self.write_at(offset_bytes, &parts.concat()),
+            };
+        }
+        let len_bytes: u64 = parts.iter().map(|p| p.len() as u64).sum();
+        self.check_write(Op::Write, offset_bytes, len_bytes)?;
+        if len_bytes == 0 {
+            return Ok(());
+        }
+        write_all_vectored_at(&self.file, parts, offset_bytes)
             .map_err(|err| self.error(err, Op::Write, offset_bytes, len_bytes))
     }
 

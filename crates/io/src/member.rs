@@ -1,5 +1,6 @@
 //! The [`Member`] trait: what the executor needs from a device.
 
+use std::mem::MaybeUninit;
 use std::sync::Arc;
 
 use crate::error::{MemberError, MemberErrorKind, Op};
@@ -66,8 +67,36 @@ pub trait Member: Send + Sync {
     /// Fills `buf` with the bytes at `offset_bytes`.
     fn read_at(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), MemberError>;
 
+    /// [`read_at`](Member::read_at) into memory not yet initialised (a
+    /// fresh read buffer: zeroing it first would be a wasted pass). On
+    /// success every byte of `buf` is written and returned as the result,
+    /// which must be `buf` itself. By default `buf` is zeroed and read
+    /// with `read_at`; a member that can read into it directly does.
+    fn read_uninit_at<'a>(
+        &self,
+        offset_bytes: u64,
+        buf: &'a mut [MaybeUninit<u8>],
+    ) -> Result<&'a mut [u8], MemberError> {
+        buf.fill(MaybeUninit::new(0));
+        // SAFETY: just zeroed; `MaybeUninit<u8>` has the layout of `u8`.
+        let buf = unsafe { &mut *(buf as *mut [MaybeUninit<u8>] as *mut [u8]) };
+        self.read_at(offset_bytes, buf)?;
+        Ok(buf)
+    }
+
     /// Writes `data` at `offset_bytes`; see the durability rule above.
     fn write_at(&self, offset_bytes: u64, data: &[u8]) -> Result<(), MemberError>;
+
+    /// Writes `parts` back to back from `offset_bytes`, as one write (the
+    /// same rules as [`write_at`](Member::write_at)). By default they are
+    /// gathered into one buffer; a member that can write them where they
+    /// lie (`pwritev`) does.
+    fn write_parts_at(&self, offset_bytes: u64, parts: &[&[u8]]) -> Result<(), MemberError> {
+        match parts {
+            [one] => self.write_at(offset_bytes, one),
+            _ => self.write_at(offset_bytes, &parts.concat()),
+        }
+    }
 
     /// Makes every write that returned before this call durable.
     fn flush(&self) -> Result<(), MemberError>;
@@ -121,8 +150,18 @@ macro_rules! forward_member {
             fn read_at(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), MemberError> {
                 (**self).read_at(offset_bytes, buf)
             }
+            fn read_uninit_at<'a>(
+                &self,
+                offset_bytes: u64,
+                buf: &'a mut [MaybeUninit<u8>],
+            ) -> Result<&'a mut [u8], MemberError> {
+                (**self).read_uninit_at(offset_bytes, buf)
+            }
             fn write_at(&self, offset_bytes: u64, data: &[u8]) -> Result<(), MemberError> {
                 (**self).write_at(offset_bytes, data)
+            }
+            fn write_parts_at(&self, offset_bytes: u64, parts: &[&[u8]]) -> Result<(), MemberError> {
+                (**self).write_parts_at(offset_bytes, parts)
             }
             fn flush(&self) -> Result<(), MemberError> {
                 (**self).flush()

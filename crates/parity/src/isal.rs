@@ -23,6 +23,7 @@
 //! [`reference`](mod@crate::reference). Results are identical either way, which the tests check.
 
 use std::ffi::{c_int, c_uchar, c_void};
+use std::mem::MaybeUninit;
 
 use crate::recover::{self, Kernels};
 use crate::{assert_stripe, reference, RecoverError, MAX_DATA_BLOCKS};
@@ -105,58 +106,61 @@ pub fn xor_into(dst: &mut [u8], src: &[u8]) {
 /// `p = D_0 + D_1 + ...` (XOR).
 pub fn gen_p(data: &[&[u8]], p: &mut [u8]) {
     assert_stripe(data, p.len());
-    if data.len() >= 2 && aligned32(p) && data.iter().all(|d| aligned32(d)) {
-        if let (Some(len), Ok(vects)) = (c_len(p.len()), c_int::try_from(data.len() + 1)) {
+    // SAFETY: `p` is an exclusive borrow of `p.len()` bytes, so it is
+    // valid for writes and aliases no source.
+    if unsafe { xor_gen_raw(data, p.as_mut_ptr(), p.len()) } {
+        return;
+    }
+    crate::count_fallback();
+    reference::gen_p(data, p);
+}
+
+/// [`gen_p`]'s vector path into memory that need not be initialised: true
+/// when it ran and wrote every byte of `p`; false (nothing written) when it
+/// does not apply (unaligned blocks, fewer than two sources).
+pub fn gen_p_uninit(data: &[&[u8]], p: &mut [MaybeUninit<u8>]) -> bool {
+    assert_stripe(data, p.len());
+    // SAFETY: as in `gen_p`: an exclusive borrow of `p.len()` bytes.
+    unsafe { xor_gen_raw(data, p.as_mut_ptr().cast(), p.len()) }
+}
+
+/// ISA-L's `xor_gen` of `data` into the `len` bytes at `p`, when it
+/// applies; false (nothing written) otherwise.
+///
+/// # Safety
+///
+/// `p` must be valid for writes of `len` bytes and overlap no source.
+unsafe fn xor_gen_raw(data: &[&[u8]], p: *mut u8, len: usize) -> bool {
+    if data.len() >= 2 && (p as usize).is_multiple_of(32) && data.iter().all(|d| aligned32(d)) {
+        if let (Some(clen), Ok(vects)) = (c_len(len), c_int::try_from(data.len() + 1)) {
             let mut array: Vec<*mut c_void> = data
                 .iter()
                 .map(|d| d.as_ptr() as *mut c_void)
-                .chain(std::iter::once(p.as_mut_ptr().cast()))
+                .chain(std::iter::once(p.cast()))
                 .collect();
             // SAFETY: `array` holds `vects` pointers: the sources, then `p`.
             // Each buffer is `len` bytes long and 32-byte aligned, and there
             // are at least two sources, as xor_gen requires; it only reads the
             // sources (the `*mut` is C's signature, not a write), and `p` is
-            // exclusively borrowed, so nothing it writes is aliased.
-            let rc = unsafe { ffi::xor_gen(vects, len, array.as_mut_ptr()) };
+            // writable and aliases none of them (the caller's promise).
+            let rc = unsafe { ffi::xor_gen(vects, clen, array.as_mut_ptr()) };
             order_streaming_stores();
             if rc == 0 {
                 crate::count_accelerated();
-                return;
+                return true;
             }
         }
     }
-    crate::count_fallback();
-    reference::gen_p(data, p);
+    false
 }
 
 /// P and Q, `q = sum of g^i * D_i` with `i` the position in `data`.
 pub fn gen_pq(data: &[&[u8]], p: &mut [u8], q: &mut [u8]) {
     assert_stripe(data, p.len());
     assert_eq!(q.len(), p.len(), "gen_pq: P and Q differ in length");
-    assert!(
-        data.len() <= MAX_DATA_BLOCKS,
-        "gen_pq: {} data blocks, at most {MAX_DATA_BLOCKS} allowed",
-        data.len()
-    );
-    let aligned = aligned32(p) && aligned32(q) && data.iter().all(|d| aligned32(d));
-    if data.len() >= 2 && p.len().is_multiple_of(32) && aligned {
-        if let (Some(len), Ok(vects)) = (c_len(p.len()), c_int::try_from(data.len() + 2)) {
-            let mut array: Vec<*mut c_void> = data
-                .iter()
-                .map(|d| d.as_ptr() as *mut c_void)
-                .chain([p.as_mut_ptr().cast(), q.as_mut_ptr().cast()])
-                .collect();
-            // SAFETY: `array` holds `vects` pointers: the sources, then P, then
-            // Q, each to `len` bytes, 32-byte aligned, `len` a multiple of 32,
-            // at least two sources: everything pq_gen requires. It only reads
-            // the sources; P and Q are distinct exclusive borrows.
-            let rc = unsafe { ffi::pq_gen(vects, len, array.as_mut_ptr()) };
-            order_streaming_stores();
-            if rc == 0 {
-                crate::count_accelerated();
-                return;
-            }
-        }
+    // SAFETY: `p` and `q` are distinct exclusive borrows of `p.len()` bytes.
+    if unsafe { pq_gen_raw(data, p.as_mut_ptr(), q.as_mut_ptr(), p.len()) } {
+        return;
     }
     crate::count_fallback();
     let coefs: Vec<u8> = (0..data.len())
@@ -166,6 +170,55 @@ pub fn gen_pq(data: &[&[u8]], p: &mut [u8], q: &mut [u8]) {
     if !encode(&coefs, data, &mut [&mut *p, &mut *q]) {
         reference::gen_pq(data, p, q);
     }
+}
+
+/// [`gen_pq`]'s vector path into memory that need not be initialised:
+/// true when it ran and wrote every byte of `p` and `q`; false (nothing
+/// written) when it does not apply.
+pub fn gen_pq_uninit(data: &[&[u8]], p: &mut [MaybeUninit<u8>], q: &mut [MaybeUninit<u8>]) -> bool {
+    assert_stripe(data, p.len());
+    assert_eq!(q.len(), p.len(), "gen_pq: P and Q differ in length");
+    // SAFETY: as in `gen_pq`.
+    unsafe { pq_gen_raw(data, p.as_mut_ptr().cast(), q.as_mut_ptr().cast(), p.len()) }
+}
+
+/// ISA-L's `pq_gen` of `data` into the `len` bytes at `p` and at `q`,
+/// when it applies; false (nothing written) otherwise.
+///
+/// # Safety
+///
+/// `p` and `q` must be valid for writes of `len` bytes, and overlap
+/// neither each other nor any source.
+unsafe fn pq_gen_raw(data: &[&[u8]], p: *mut u8, q: *mut u8, len: usize) -> bool {
+    assert!(
+        data.len() <= MAX_DATA_BLOCKS,
+        "gen_pq: {} data blocks, at most {MAX_DATA_BLOCKS} allowed",
+        data.len()
+    );
+    let aligned = (p as usize).is_multiple_of(32)
+        && (q as usize).is_multiple_of(32)
+        && data.iter().all(|d| aligned32(d));
+    if data.len() >= 2 && len.is_multiple_of(32) && aligned {
+        if let (Some(clen), Ok(vects)) = (c_len(len), c_int::try_from(data.len() + 2)) {
+            let mut array: Vec<*mut c_void> = data
+                .iter()
+                .map(|d| d.as_ptr() as *mut c_void)
+                .chain([p.cast(), q.cast()])
+                .collect();
+            // SAFETY: `array` holds `vects` pointers: the sources, then P, then
+            // Q, each to `len` bytes, 32-byte aligned, `len` a multiple of 32,
+            // at least two sources: everything pq_gen requires. It only reads
+            // the sources; P and Q are writable and distinct (the caller's
+            // promise).
+            let rc = unsafe { ffi::pq_gen(vects, clen, array.as_mut_ptr()) };
+            order_streaming_stores();
+            if rc == 0 {
+                crate::count_accelerated();
+                return true;
+            }
+        }
+    }
+    false
 }
 
 /// Q alone, for recovery when only Q was lost.

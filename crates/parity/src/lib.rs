@@ -27,6 +27,8 @@
 //! All blocks passed to one call must have the same length (asserted); any
 //! length is accepted.
 
+use std::mem::MaybeUninit;
+
 mod gf;
 #[cfg(has_isal)]
 pub mod isal;
@@ -100,6 +102,51 @@ pub fn gen_p(data: &[&[u8]], p: &mut [u8]) {
     #[cfg(not(has_isal))]
     count_fallback();
     backend::gen_p(data, p)
+}
+
+/// [`gen_p`] into a buffer not yet initialised (a fresh parity block:
+/// zeroing it first would be a wasted pass over it). Writes every byte of
+/// `p` and returns it, initialised.
+pub fn gen_p_uninit<'a>(data: &[&[u8]], p: &'a mut [MaybeUninit<u8>]) -> &'a mut [u8] {
+    #[cfg(has_isal)]
+    if backend::gen_p_uninit(data, p) {
+        // SAFETY: the kernel wrote every byte of `p`.
+        return unsafe { assume_init_mut(p) };
+    }
+    p.fill(MaybeUninit::new(0));
+    // SAFETY: just zeroed.
+    let p = unsafe { assume_init_mut(p) };
+    gen_p(data, p);
+    p
+}
+
+/// [`gen_pq`] into buffers not yet initialised; writes every byte of both
+/// and returns them, initialised.
+pub fn gen_pq_uninit<'a, 'b>(
+    data: &[&[u8]],
+    p: &'a mut [MaybeUninit<u8>],
+    q: &'b mut [MaybeUninit<u8>],
+) -> (&'a mut [u8], &'b mut [u8]) {
+    #[cfg(has_isal)]
+    if backend::gen_pq_uninit(data, p, q) {
+        // SAFETY: the kernel wrote every byte of `p` and `q`.
+        return unsafe { (assume_init_mut(p), assume_init_mut(q)) };
+    }
+    p.fill(MaybeUninit::new(0));
+    q.fill(MaybeUninit::new(0));
+    // SAFETY: just zeroed.
+    let (p, q) = unsafe { (assume_init_mut(p), assume_init_mut(q)) };
+    gen_pq(data, p, q);
+    (p, q)
+}
+
+/// # Safety
+///
+/// Every byte of `b` must be initialised.
+unsafe fn assume_init_mut(b: &mut [MaybeUninit<u8>]) -> &mut [u8] {
+    // SAFETY: `MaybeUninit<u8>` has the layout of `u8`, and the caller
+    // promises the bytes are initialised.
+    unsafe { &mut *(b as *mut [MaybeUninit<u8>] as *mut [u8]) }
 }
 
 /// P as [`gen_p`], and `q = sum of g^i * D_i` over GF(2^8), `i` being the

@@ -112,7 +112,7 @@ impl Engine {
             let out = f(&mut s.volume);
             let mut ios = Ios::new();
             let mut finished = Finished::new();
-            self.drain(&mut s, &mut ios, &mut finished);
+            self.drain(&mut s, &mut ios, &mut finished, None);
             assert!(
                 ios.is_empty() && finished.is_empty(),
                 "with_volume must not submit"
@@ -158,7 +158,7 @@ impl Engine {
             };
             let timed = timed.map(|of| (of, start));
             s.routes.insert(id, Route { done, timed });
-            self.drain(&mut s, &mut ios, &mut finished);
+            self.drain(&mut s, &mut ios, &mut finished, None);
             if s.idle_waiters > 0 && s.volume.is_idle() {
                 self.idle.notify_all();
             }
@@ -252,12 +252,18 @@ impl Engine {
         // Each round performs the I/Os of finished plans; a request's plan
         // has a bounded number of phases, so this ends.
         while !ios.is_empty() {
+            // One clock reading per I/O: each starts when the one before
+            // it ended, and the last one's end also times the requests it
+            // completes.
+            let mut at = Instant::now();
             let results: SmallVec<[(IoId, u32, IoResult, u64); 4]> = ios
                 .drain(..)
                 .map(|(io, device)| {
-                    let start = Instant::now();
                     let result = perform(&io, device);
-                    (io.id, io.member, result, elapsed_ns(start))
+                    let end = Instant::now();
+                    let ns = ns_between(at, end);
+                    at = end;
+                    (io.id, io.member, result, ns)
                 })
                 .collect();
             let mut finished = Finished::new();
@@ -267,7 +273,7 @@ impl Engine {
                     s.volume.record_latency(LatencyOf::Member(member), ns);
                     s.volume.io_done(id, r);
                 }
-                self.drain(&mut s, &mut ios, &mut finished);
+                self.drain(&mut s, &mut ios, &mut finished, Some(at));
                 if s.idle_waiters > 0 && s.volume.is_idle() {
                     self.idle.notify_all();
                 }
@@ -278,7 +284,11 @@ impl Engine {
         }
     }
 
-    fn drain(&self, s: &mut State, ios: &mut Ios, finished: &mut Finished) {
+    /// Takes the engine's I/Os, completions and events. `now`: the time
+    /// it is, if the caller just read the clock (completions are timed to
+    /// it); otherwise the clock is read for the first timed completion.
+    fn drain(&self, s: &mut State, ios: &mut Ios, finished: &mut Finished, now: Option<Instant>) {
+        let mut now = now;
         while let Some(io) = s.volume.next_io() {
             let device = s.members[io.member as usize].clone();
             ios.push((io, device));
@@ -289,7 +299,8 @@ impl Engine {
                 .remove(&c.id)
                 .expect("every completion has a route");
             if let Some((of, start)) = route.timed {
-                s.volume.record_latency(of, elapsed_ns(start));
+                let end = *now.get_or_insert_with(Instant::now);
+                s.volume.record_latency(of, ns_between(start, end));
             }
             finished.push((route.done, c.result));
         }
@@ -325,8 +336,8 @@ impl Engine {
     }
 }
 
-fn elapsed_ns(start: Instant) -> u64 {
-    u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+fn ns_between(start: Instant, end: Instant) -> u64 {
+    u64::try_from(end.saturating_duration_since(start).as_nanos()).unwrap_or(u64::MAX)
 }
 
 fn perform(io: &MemberIo, device: Option<Arc<dyn Member>>) -> IoResult {

@@ -1,7 +1,9 @@
 //! A client connection over a Unix or TCP socket.
 
 use std::io::{self, IoSlice, Read, Write};
+use std::mem::MaybeUninit;
 use std::net::{Shutdown, TcpStream};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
@@ -77,6 +79,30 @@ impl Stream {
             }
         }
         Ok(())
+    }
+}
+
+impl Stream {
+    /// [`Read::read`] into memory not yet initialised (a payload buffer
+    /// that is not zeroed first): one `recv`, returning the bytes written
+    /// at the start of `buf`.
+    pub fn read_uninit(&mut self, buf: &mut [MaybeUninit<u8>]) -> io::Result<usize> {
+        let fd = match self {
+            Stream::Unix(s) => s.as_raw_fd(),
+            Stream::Tcp(s) => s.as_raw_fd(),
+        };
+        loop {
+            // SAFETY: `buf` is valid for writes of `buf.len()` bytes, and
+            // recv writes only initialised bytes into it.
+            let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+            if n >= 0 {
+                return Ok(n as usize);
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
     }
 }
 

@@ -269,7 +269,7 @@ impl SimMember {
                 Ok(Some(Bytes::copy_from_slice(&self.data[r])))
             }
             MemberOp::Write { offset_bytes, data } => {
-                self.store(*offset_bytes, data);
+                self.store(*offset_bytes, &data.to_bytes());
                 Ok(None)
             }
             MemberOp::Trim {
@@ -326,7 +326,7 @@ mod tests {
     fn write(m: &mut SimMember, at: u64, b: &[u8]) {
         let op = MemberOp::Write {
             offset_bytes: at,
-            data: Bytes::copy_from_slice(b),
+            data: Bytes::copy_from_slice(b).into(),
         };
         m.perform(0, &op, 0, &mut Rng::new(0)).unwrap();
     }

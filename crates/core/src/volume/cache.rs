@@ -43,6 +43,7 @@ use super::{Maintenance, Op, Request, RequestId, Stage, Volume};
 use crate::buf::AlignedBuf;
 use bytes::Bytes;
 use std::collections::{BTreeMap, BTreeSet};
+use std::mem::MaybeUninit;
 
 /// How much the stripe cache may hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -330,8 +331,22 @@ impl Volume {
                     let seq = c.next_seq;
                     c.next_seq += 1;
                     c.unsettled.insert(seq);
-                    let mut buf = AlignedBuf::zeroed(slen as usize);
-                    buf[a as usize..b as usize].copy_from_slice(src);
+                    // The new bytes, zeros around them: one pass.
+                    let (a_at, b_at) = (a as usize, b as usize);
+                    // SAFETY: the closure writes every byte of `dst`.
+                    let buf = unsafe {
+                        AlignedBuf::filled(slen as usize, |dst| {
+                            dst[..a_at].fill(MaybeUninit::new(0));
+                            std::ptr::copy_nonoverlapping(
+                                src.as_ptr(),
+                                dst[a_at..b_at].as_mut_ptr().cast::<u8>(),
+                                b_at - a_at,
+                            );
+                            dst[b_at..].fill(MaybeUninit::new(0));
+                            Ok::<(), std::convert::Infallible>(())
+                        })
+                    }
+                    .unwrap_or_else(|e| match e {});
                     let mut valid = Ranges::default();
                     valid.insert(a, b);
                     c.entries.insert(

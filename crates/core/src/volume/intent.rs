@@ -290,7 +290,7 @@ impl Volume {
                             m,
                             MemberOp::Write {
                                 offset_bytes: INTENT_OFFSET_BYTES + first * INTENT_PAGE_BYTES,
-                                data: data.clone(),
+                                data: data.clone().into(),
                             },
                         ));
                     }

@@ -48,6 +48,35 @@ impl RangeLocks {
             .position(|(h, _)| *h == id)
             .expect("released a lock that is not held");
         self.held.swap_remove(at);
+        self.grant()
+    }
+
+    /// Shrinks `id`'s held span to `[first_stripe, last_stripe]` (inside
+    /// it) and returns the waiters that now hold theirs: a request lets go
+    /// of the stripes it turned out not to write.
+    pub fn narrow(&mut self, id: RequestId, first_stripe: u64, last_stripe: u64) -> Vec<RequestId> {
+        let (_, span) = self
+            .held
+            .iter_mut()
+            .find(|(h, _)| *h == id)
+            .expect("narrowed a lock that is not held");
+        assert!(
+            span.first_stripe <= first_stripe
+                && first_stripe <= last_stripe
+                && last_stripe <= span.last_stripe,
+            "a lock only narrows"
+        );
+        if (span.first_stripe, span.last_stripe) == (first_stripe, last_stripe) {
+            return Vec::new();
+        }
+        span.first_stripe = first_stripe;
+        span.last_stripe = last_stripe;
+        self.grant()
+    }
+
+    /// Grants, in order, the waiters that no held span and no earlier
+    /// waiter blocks.
+    fn grant(&mut self) -> Vec<RequestId> {
         if self.waiting.is_empty() {
             return Vec::new();
         }
@@ -99,6 +128,24 @@ mod tests {
         assert_eq!(l.release(RequestId(3)), vec![RequestId(4)]);
         l.release(RequestId(4));
         l.release(RequestId(5));
+        assert!(l.is_idle());
+    }
+
+    #[test]
+    fn narrowing_lets_waiters_on_the_released_stripes_go() {
+        let mut l = RangeLocks::default();
+        assert!(l.acquire(RequestId(1), span(0, 5, true)));
+        assert!(!l.acquire(RequestId(2), span(5, 9, true)));
+        assert!(!l.acquire(RequestId(3), span(0, 0, false)));
+        // Still overlapping the waiter: nobody goes.
+        assert_eq!(l.narrow(RequestId(1), 0, 5), vec![]);
+        assert_eq!(
+            l.narrow(RequestId(1), 1, 4),
+            vec![RequestId(2), RequestId(3)]
+        );
+        assert_eq!(l.release(RequestId(1)), vec![]);
+        l.release(RequestId(2));
+        l.release(RequestId(3));
         assert!(l.is_idle());
     }
 }

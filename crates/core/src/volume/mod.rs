@@ -36,8 +36,8 @@ pub use intent::IntentStatus;
 pub use rebuild::RebuildProgress;
 pub use repair::MAX_CORRECTED_READ_ERRORS;
 pub use request::{
-    Completion, ErrorKind, Event, IoId, IoResult, Maintenance, MemberIo, MemberOp, ReadData, Reply,
-    Request, RequestId, VolumeError, READ_SEGMENTS_MAX,
+    Completion, ErrorKind, Event, IoId, IoResult, Maintenance, MemberIo, MemberOp, Payload,
+    ReadData, Reply, Request, RequestId, VolumeError, READ_SEGMENTS_MAX,
 };
 pub use scrub::CheckReport;
 
@@ -172,6 +172,9 @@ struct Op {
     internal: bool,
     /// A FLUSH: cache write-out failures when it started.
     cache_failures_seen: u64,
+    /// The stripe cache took every stripe of the write, so it let go of its
+    /// lock when it started (`narrow_to_written`).
+    lock_released: bool,
 }
 
 impl Op {
@@ -194,6 +197,7 @@ impl Op {
             taken: SmallVec::new(),
             internal: false,
             cache_failures_seen: 0,
+            lock_released: false,
         })
     }
 }
@@ -508,6 +512,9 @@ impl Volume {
         };
         let is_flush = matches!(op.req, Request::Flush);
         self.ops.insert(id, op);
+        if planned.is_ok() {
+            self.narrow_to_written(id);
+        }
         match planned {
             Err(e) => self.finish(id, Err(e)),
             Ok(_) if is_flush => {
@@ -521,6 +528,44 @@ impl Volume {
             Ok(reads) => self.issue_reads(id, reads),
         }
         self.cache_spawn_pending();
+    }
+
+    /// A write lets go of the stripes at the ends of its lock that the
+    /// stripe cache took whole (their bytes are cached; it writes nothing
+    /// of them to the members). The next sequential write, which shares
+    /// its first stripe with this one's last, then starts at once instead
+    /// of waiting for all of this one. Overlapping requests still apply in
+    /// order: this one's bytes went into the cache when it started.
+    fn narrow_to_written(&mut self, id: RequestId) {
+        let op = &self.ops[&id];
+        if !matches!(op.req, Request::Write { .. }) || op.lock_released {
+            return;
+        }
+        let Some(work) = op.cache.as_ref().filter(|w| !w.skip.is_empty()) else {
+            return;
+        };
+        let Some(span) = self.span_of(&op.req) else {
+            return;
+        };
+        let cached_only = |s: u64| {
+            work.skip.binary_search(&s).is_ok() && !work.outgoing.iter().any(|o| o.stripe == s)
+        };
+        let (mut first, mut end) = (span.first_stripe, span.last_stripe + 1);
+        while first < end && cached_only(first) {
+            first += 1;
+        }
+        while end > first && cached_only(end - 1) {
+            end -= 1;
+        }
+        let granted = if first == end {
+            self.ops.get_mut(&id).expect("live request").lock_released = true;
+            self.locks.release(id)
+        } else {
+            self.locks.narrow(id, first, end - 1)
+        };
+        for g in granted {
+            self.admit(g);
+        }
     }
 
     fn new_io(&mut self, request: RequestId, member: u32, op: MemberOp, dests: Dests) {
@@ -541,6 +586,13 @@ impl Volume {
 
     fn issue_reads(&mut self, id: RequestId, reads: ReadPieces) {
         self.account_reads(id, &reads);
+        if reads.is_empty() {
+            // Writes that read nothing (stripes, mirrors, full stripes).
+            let op = self.ops.get_mut(&id).expect("live request");
+            op.stage = Stage::Reading;
+            op.pending = 0;
+            return self.advance(id);
+        }
         let merged = plan::merge_reads(reads);
         let op = self.ops.get_mut(&id).expect("live request");
         op.stage = Stage::Reading;
@@ -778,7 +830,7 @@ impl Volume {
             // (the write failed) lost: a FLUSH waiting for it must say so.
             self.cache_settle(&op, result.is_err());
         }
-        if self.span_of(&op.req).is_some() {
+        if self.span_of(&op.req).is_some() && !op.lock_released {
             for granted in self.locks.release(id) {
                 self.admit(granted);
             }

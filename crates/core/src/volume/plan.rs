@@ -1,7 +1,7 @@
 //! Member I/O plans: pieces of work on one member, merged where they touch.
 
-use super::request::MemberOp;
-use bytes::{Bytes, BytesMut};
+use super::request::{MemberOp, Payload};
+use bytes::Bytes;
 use smallvec::SmallVec;
 
 /// Where the bytes of a member read go.
@@ -108,6 +108,21 @@ pub fn merge_reads(mut pieces: ReadPieces) -> SmallVec<[(u32, MemberOp, Dests); 
 
 /// Merges writes (and trims) that are contiguous on a member.
 pub fn merge_writes(mut pieces: WritePieces) -> SmallVec<[(u32, MemberOp); 2]> {
+    if pieces.len() == 1 {
+        // One piece (a small write on a stripe): nothing to merge.
+        let p = pieces.pop().expect("one piece");
+        let op = match p.kind {
+            WriteKind::Data(b) => MemberOp::Write {
+                offset_bytes: p.offset_bytes,
+                data: b.into(),
+            },
+            WriteKind::Trim(len_bytes) => MemberOp::Trim {
+                offset_bytes: p.offset_bytes,
+                len_bytes,
+            },
+        };
+        return smallvec::smallvec![(p.member, op)];
+    }
     if pieces.len() > 1 {
         pieces.sort_by_key(|p| (p.member, p.offset_bytes));
     }
@@ -118,7 +133,7 @@ pub fn merge_writes(mut pieces: WritePieces) -> SmallVec<[(u32, MemberOp); 2]> {
         offset_bytes: u64,
         len_bytes: u64,
         trim: bool,
-        data: SmallVec<[Bytes; 2]>,
+        data: Payload,
     }
     fn close(g: Group) -> (u32, MemberOp) {
         let op = if g.trim {
@@ -126,19 +141,12 @@ pub fn merge_writes(mut pieces: WritePieces) -> SmallVec<[(u32, MemberOp); 2]> {
                 offset_bytes: g.offset_bytes,
                 len_bytes: g.len_bytes,
             }
-        } else if g.data.len() == 1 {
-            MemberOp::Write {
-                offset_bytes: g.offset_bytes,
-                data: g.data.into_iter().next().expect("one piece"),
-            }
         } else {
-            let mut buf = BytesMut::with_capacity(g.len_bytes as usize);
-            for b in &g.data {
-                buf.extend_from_slice(b);
-            }
+            // Pieces back to back on the member go out as one vectored
+            // write, not copied into one buffer.
             MemberOp::Write {
                 offset_bytes: g.offset_bytes,
-                data: buf.freeze(),
+                data: g.data,
             }
         };
         (g.member, op)
@@ -167,7 +175,7 @@ pub fn merge_writes(mut pieces: WritePieces) -> SmallVec<[(u32, MemberOp); 2]> {
         if let Some(g) = current.take() {
             out.push(close(g));
         }
-        let mut data = SmallVec::new();
+        let mut data = Payload::default();
         if let WriteKind::Data(b) = p.kind {
             data.push(b);
         }

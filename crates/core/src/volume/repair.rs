@@ -222,7 +222,7 @@ impl Volume {
             f.step = Step::Rewriting;
             let write = MemberOp::Write {
                 offset_bytes: f.offset_bytes,
-                data: f.data.clone(),
+                data: f.data.clone().into(),
             };
             writes.push((f.member, write, tag(i, f)));
         }

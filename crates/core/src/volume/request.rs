@@ -259,7 +259,7 @@ pub enum MemberOp {
     },
     Write {
         offset_bytes: u64,
-        data: Bytes,
+        data: Payload,
     },
     /// Afterwards the range reads as zeros (the member contract).
     Trim {
@@ -267,6 +267,68 @@ pub enum MemberOp {
         len_bytes: u64,
     },
     Flush,
+}
+
+/// The bytes of a member write, in order: one buffer, or several when the
+/// engine merged pieces that lie back to back on the member but not in
+/// memory (a striped write's chunks for one member, a stripe's parity and
+/// the next one's). The executor writes them with one vectored write; they
+/// are never copied together on the way.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Payload {
+    parts: SmallVec<[Bytes; 1]>,
+    len: usize,
+}
+
+impl Payload {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The buffers, to be written back to back.
+    pub fn parts(&self) -> &[Bytes] {
+        &self.parts
+    }
+
+    /// Appends `b` after the bytes already here.
+    pub fn push(&mut self, b: Bytes) {
+        self.len += b.len();
+        self.parts.push(b);
+    }
+
+    /// The bytes as one buffer: free for one part, a copy for several.
+    pub fn to_bytes(&self) -> Bytes {
+        match self.parts.as_slice() {
+            [] => Bytes::new(),
+            [one] => one.clone(),
+            many => {
+                let mut flat = Vec::with_capacity(self.len);
+                for b in many {
+                    flat.extend_from_slice(b);
+                }
+                Bytes::from(flat)
+            }
+        }
+    }
+}
+
+impl From<Bytes> for Payload {
+    fn from(b: Bytes) -> Payload {
+        Payload {
+            len: b.len(),
+            parts: smallvec::smallvec![b],
+        }
+    }
+}
+
+impl From<Vec<u8>> for Payload {
+    fn from(v: Vec<u8>) -> Payload {
+        Payload::from(Bytes::from(v))
+    }
 }
 
 impl MemberOp {

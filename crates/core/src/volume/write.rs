@@ -409,9 +409,9 @@ impl Volume {
             let at = (w - lo) as usize;
             job.bufs[m][at..at + new.len()].copy_from_slice(new);
         }
-        let mut p = AlignedBuf::zeroed(hull);
-        let mut q = roles.q.map(|_| AlignedBuf::zeroed(hull));
-        {
+        // P and Q are written whole by the kernels: not zeroed first.
+        let mut q = None;
+        let p = {
             let mut data: Vec<&[u8]> = vec![&[]; k];
             for (d, &m) in roles.data.iter().enumerate() {
                 data[roles.q_slot[d] as usize] = match direct[d] {
@@ -419,11 +419,19 @@ impl Volume {
                     None => &job.bufs[m as usize],
                 };
             }
-            match &mut q {
-                Some(q) => platter_parity::gen_pq(&data, &mut p, q),
-                None => platter_parity::gen_p(&data, &mut p),
+            match roles.q {
+                None => AlignedBuf::init_with(hull, |p| platter_parity::gen_p_uninit(&data, p)),
+                Some(_) => AlignedBuf::init_with(hull, |p| {
+                    let mut p_done = None;
+                    q = Some(AlignedBuf::init_with(hull, |q| {
+                        let (p, q) = platter_parity::gen_pq_uninit(&data, p, q);
+                        p_done = Some(p);
+                        q
+                    }));
+                    p_done.expect("P is written with Q")
+                }),
             }
-        }
+        };
         job.bufs[roles.p as usize] = p;
         if let (Some(qm), Some(q)) = (roles.q, q) {
             job.bufs[qm as usize] = q;

@@ -245,7 +245,7 @@ impl Harness {
         Ok(())
     }
 
-    fn perform(&mut self, io: MemberIo) {
+    pub fn perform(&mut self, io: MemberIo) {
         self.perform_io(io);
         if let Some(f) = self.after_io.as_mut() {
             f(&self.volume);
@@ -322,7 +322,7 @@ impl Harness {
             MemberOp::Write { offset_bytes, data } => {
                 let a = offset_bytes as usize;
                 assert!(a >= DATA_OFFSET_BYTES as usize && a + data.len() <= mem.len());
-                mem[a..a + data.len()].copy_from_slice(&data);
+                mem[a..a + data.len()].copy_from_slice(&data.to_bytes());
                 Ok(None)
             }
             MemberOp::Trim {
