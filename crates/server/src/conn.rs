@@ -72,11 +72,14 @@ impl Conn {
         } else {
             SmallVec::from_slice(&platter_nbd::simple_reply(cookie, errno))
         };
-        self.replies.push(Chunk {
-            head,
-            data: SmallVec::new(),
-            release_bytes,
-        });
+        self.replies.push(
+            Chunk {
+                head,
+                data: SmallVec::new(),
+                release_bytes,
+            },
+            self.corked_here(),
+        );
     }
 
     fn reply(
@@ -111,12 +114,27 @@ impl Conn {
                 d.into_segments(),
             ),
         };
-        self.replies.push(Chunk {
-            head,
-            data,
-            release_bytes,
-        });
+        self.replies.push(
+            Chunk {
+                head,
+                data,
+                release_bytes,
+            },
+            self.corked_here(),
+        );
     }
+
+    /// Whether this thread is one of this connection's workers running a
+    /// request with more requests buffered behind it: its replies can wait
+    /// for theirs and leave in one `sendmsg`.
+    fn corked_here(&self) -> bool {
+        CORKED.with(|c| c.get()) == self as *const Conn as usize
+    }
+}
+
+thread_local! {
+    /// The connection (its address) whose replies this thread corks, or 0.
+    static CORKED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// Serves one connection until the client leaves or the server shuts down.
@@ -226,14 +244,37 @@ fn transmission(stream: &Stream, shared: &Arc<Shared>, n: Negotiated) -> io::Res
 /// One worker: read a request, run it, repeat until the connection stops.
 fn work(conn: &Arc<Conn>) -> io::Result<()> {
     let result = (|| {
+        // Requests in a row whose replies this worker corked.
+        let mut corked_run = 0;
         while let Some(job) = next_request(conn)? {
+            let more = job.more_buffered
+                && corked_run < CORK_REQUESTS_MAX
+                && conn.shared.engine.member_io_ns_avg() < CORK_MEMBER_IO_NS_MAX;
+            corked_run = if more { corked_run + 1 } else { 0 };
+            if more {
+                CORKED.with(|c| c.set(Arc::as_ptr(conn) as usize));
+            }
             run(conn, job);
+            CORKED.with(|c| c.set(0));
+            if !more {
+                conn.replies.flush();
+            }
         }
         Ok(())
     })();
+    conn.replies.flush();
     conn.stop.store(true, Ordering::SeqCst);
     result
 }
+
+/// Replies one worker holds back, at most, for the requests buffered
+/// behind theirs (see [`work`]).
+const CORK_REQUESTS_MAX: u32 = 16;
+/// Replies are held back only while member I/O takes less than this on
+/// average: then the next request is a few microseconds away, and sending
+/// its reply with this one saves a `sendmsg` and the client a wake-up. On
+/// disks a reply must not wait for another request's seek.
+const CORK_MEMBER_IO_NS_MAX: u64 = 30_000;
 
 /// A request read and judged, ready for the engine.
 struct Job {
@@ -242,6 +283,8 @@ struct Job {
     req: Request,
     then_flush: bool,
     release_bytes: u64,
+    /// Another request's header was already received behind this one.
+    more_buffered: bool,
 }
 
 /// Bytes of requests fetched from the socket at once.
@@ -336,6 +379,9 @@ fn read_into(
         // The buffer is empty: a large remainder goes straight where it
         // belongs, anything else through the buffer.
         let direct = buf.len() - at >= READ_BUFFER_BYTES / 2;
+        // The system call below may wait for the client, which may be
+        // waiting for replies.
+        conn.replies.flush();
         let got = if direct {
             r.stream.read_uninit(&mut buf[at..])
         } else {
@@ -408,7 +454,15 @@ fn discard(conn: &Conn, r: &mut Reader, mut bytes: u64) -> io::Result<()> {
 /// Reads requests under the reader lock until one needs the engine;
 /// requests that do not are answered here. `None`: stop.
 fn next_request(conn: &Conn) -> io::Result<Option<Job>> {
-    let mut s = conn.reader.lock().expect("reader lock");
+    // Replies corked by this thread go out before it waits for anything.
+    let mut s = match conn.reader.try_lock() {
+        Ok(s) => s,
+        Err(std::sync::TryLockError::WouldBlock) => {
+            conn.replies.flush();
+            conn.reader.lock().expect("reader lock")
+        }
+        Err(std::sync::TryLockError::Poisoned(_)) => panic!("reader lock poisoned"),
+    };
     let mut hbuf = [0u8; REQUEST_HEADER_BYTES];
     loop {
         if conn.stop.load(Ordering::SeqCst) {
@@ -437,7 +491,7 @@ fn next_request(conn: &Conn) -> io::Result<Option<Job>> {
             } => {
                 discard(conn, &mut s, u64::from(discard_bytes))?;
                 tracing::debug!(%message, errno, "request refused");
-                conn.budget.acquire(0);
+                acquire(conn, 0);
                 conn.reply_error(cookie, errno, &message, 0);
                 continue;
             }
@@ -449,7 +503,7 @@ fn next_request(conn: &Conn) -> io::Result<Option<Job>> {
         };
         // Waits while this connection's replies are unsent: a client that
         // stops reading stops being read.
-        conn.budget.acquire(bytes);
+        acquire(conn, bytes);
         let offset_bytes = h.offset_bytes;
         let (req, then_flush) = match cmd {
             Command::Cache => {
@@ -508,7 +562,17 @@ fn next_request(conn: &Conn) -> io::Result<Option<Job>> {
             req,
             then_flush,
             release_bytes: bytes,
+            more_buffered: s.buffered().len() >= REQUEST_HEADER_BYTES,
         }));
+    }
+}
+
+/// Takes budget for a request, sending corked replies first if it must
+/// wait: they hold budget, and the client may be waiting for them.
+fn acquire(conn: &Conn, bytes: u64) {
+    if !conn.budget.try_acquire(bytes) {
+        conn.replies.flush();
+        conn.budget.acquire(bytes);
     }
 }
 
@@ -526,11 +590,14 @@ fn block_status(conn: &Conn, cookie: u64, offset_bytes: u64, len: u64) {
             last,
         ));
     }
-    conn.replies.push(Chunk {
-        head,
-        data: SmallVec::new(),
-        release_bytes: 0,
-    });
+    conn.replies.push(
+        Chunk {
+            head,
+            data: SmallVec::new(),
+            release_bytes: 0,
+        },
+        conn.corked_here(),
+    );
 }
 
 /// Runs one request through the engine; the reply is queued when it ends.
@@ -541,6 +608,7 @@ fn run(conn: &Arc<Conn>, job: Job) {
         req,
         then_flush,
         release_bytes,
+        more_buffered: _,
     } = job;
     let c = Arc::clone(conn);
     let finish = move |result: Result<Reply, VolumeError>| {

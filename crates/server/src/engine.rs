@@ -13,6 +13,7 @@ use platter_core::volume::{
 };
 use platter_io::Member;
 use smallvec::SmallVec;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -52,7 +53,16 @@ pub struct Engine {
     idle: Condvar,
     /// Called (outside the engine lock) with every event, in order.
     on_event: Mutex<Option<EventHook>>,
+    /// Recent member I/O time (ns), a moving average over about the last
+    /// 8 I/Os: whether a request's member I/O is a matter of microseconds
+    /// (memory, a cache) or of milliseconds (a disk). Updated without a
+    /// lock; a lost update only makes it a little less recent.
+    member_io_ns_avg: AtomicU64,
 }
+
+/// What [`Engine::member_io_ns_avg`] starts from: slow, until I/Os show
+/// otherwise.
+const MEMBER_IO_NS_START: u64 = 1_000_000;
 
 impl Engine {
     pub fn new(volume: Volume, members: Vec<Option<Arc<dyn Member>>>) -> Engine {
@@ -68,7 +78,19 @@ impl Engine {
             }),
             idle: Condvar::new(),
             on_event: Mutex::new(None),
+            member_io_ns_avg: AtomicU64::new(MEMBER_IO_NS_START),
         }
+    }
+
+    /// The recent average time of one member I/O, in nanoseconds.
+    pub fn member_io_ns_avg(&self) -> u64 {
+        self.member_io_ns_avg.load(Ordering::Relaxed)
+    }
+
+    fn note_member_io(&self, ns: u64) {
+        let avg = self.member_io_ns_avg.load(Ordering::Relaxed);
+        let next = avg - avg / 8 + ns.min(MEMBER_IO_NS_START * 100) / 8;
+        self.member_io_ns_avg.store(next, Ordering::Relaxed);
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -263,6 +285,7 @@ impl Engine {
                     let end = Instant::now();
                     let ns = ns_between(at, end);
                     at = end;
+                    self.note_member_io(ns);
                     (io.id, io.member, result, ns)
                 })
                 .collect();

@@ -72,6 +72,24 @@ impl Budget {
         }
     }
 
+    /// Takes room for one request of `bytes` if it fits now.
+    pub fn try_acquire(&self, bytes: u64) -> bool {
+        let bytes = bytes.min(BYTES_MASK / 2);
+        let mut used = self.used.load(Ordering::SeqCst);
+        while self.fits(used, bytes) {
+            match self.used.compare_exchange_weak(
+                used,
+                used + pack(1, bytes),
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return true,
+                Err(now) => used = now,
+            }
+        }
+        false
+    }
+
     /// Waits until `ok(used)` might hold, and returns `used` as it is then.
     /// The waiter counts itself and checks again under the lock; a release
     /// takes the lock to notify whenever it sees a waiter, so no wake-up is

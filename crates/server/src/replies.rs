@@ -82,7 +82,10 @@ impl Replies {
         }
     }
 
-    pub fn push(&self, chunk: Chunk) {
+    /// Queues `chunk` and sends what is queued, unless `corked`: then it
+    /// waits in the queue for the next send. Whoever corks a reply must
+    /// [`flush`](Replies::flush) before it next waits for anything.
+    pub fn push(&self, chunk: Chunk, corked: bool) {
         let mut st = self.state.lock().expect("reply queue lock");
         if st.broken {
             drop(st);
@@ -90,7 +93,23 @@ impl Replies {
             return;
         }
         st.queue.push_back(chunk);
-        if st.handed_off || st.sending {
+        if corked {
+            return;
+        }
+        self.send_queued(st);
+    }
+
+    /// Sends the replies queued and corked, if nobody else is sending them.
+    pub fn flush(&self) {
+        let st = self.state.lock().expect("reply queue lock");
+        if st.queue.is_empty() {
+            return;
+        }
+        self.send_queued(st);
+    }
+
+    fn send_queued<'a>(&'a self, mut st: std::sync::MutexGuard<'a, State>) {
+        if st.handed_off || st.sending || st.broken {
             return;
         }
         st.sending = true;

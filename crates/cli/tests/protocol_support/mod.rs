@@ -7,6 +7,9 @@
 //! that lie, half a payload) and it reads every reply with a timeout, so a
 //! server that hangs fails the test instead of hanging it.
 
+// Shared by several test binaries, each of which uses part of it.
+#![allow(dead_code)]
+
 use std::collections::HashMap;
 use std::fs;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -639,6 +642,22 @@ impl Client {
         self.put(&m);
         self.pending.insert(cookie, Pending { kind, offset, len });
         cookie
+    }
+
+    /// Sends several requests (kind, offset, len, payload) in one write, as
+    /// a client at depth does; returns their cookies.
+    pub fn burst(&mut self, requests: &[(u16, u64, u32, &[u8])]) -> Vec<u64> {
+        let mut m = Vec::new();
+        let mut cookies = Vec::with_capacity(requests.len());
+        for &(kind, offset, len, payload) in requests {
+            let cookie = self.cookie();
+            m.extend_from_slice(&Client::header(REQUEST_MAGIC, 0, kind, cookie, offset, len));
+            m.extend_from_slice(payload);
+            self.pending.insert(cookie, Pending { kind, offset, len });
+            cookies.push(cookie);
+        }
+        self.put(&m);
+        cookies
     }
 
     /// Reads the next complete reply (chunks of other replies in between are
