@@ -22,6 +22,11 @@
 # --perf JOB records `perf record -g` on the platter side of JOB (e.g.
 # rand-write) in the first run, into the output directory. --platter BIN
 # runs that binary instead of building one (to measure an older commit).
+# --pin SERVER_CPUS:CLIENT_CPUS (e.g. 1:0) runs every server under
+# `taskset -c SERVER_CPUS` and fio under `taskset -c CLIENT_CPUS`: on a small
+# machine, where client and server otherwise fight over the same CPUs, the
+# pair ratios scatter far less (the figure is then the server's cost per
+# request on CPUs of its own).
 
 set -euo pipefail
 
@@ -35,9 +40,10 @@ ONLY=stripe,raid5,mirror,memory
 PERF_JOB=""
 OUT=""
 PLATTER=""
+PIN=""
 
 usage() {
-    sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'
     exit "${1:-0}"
 }
 
@@ -53,6 +59,7 @@ while [ $# -gt 0 ]; do
         --perf) PERF_JOB="$2"; shift 2 ;;
         --out) OUT="$2"; shift 2 ;;
         --platter) PLATTER="$2"; shift 2 ;;
+        --pin) PIN="$2"; shift 2 ;;
         -h|--help) usage 0 ;;
         *) echo "serve.sh: unknown argument: $1" >&2; usage 2 >&2 ;;
     esac
@@ -103,6 +110,13 @@ if [ -z "$PLATTER" ]; then
     PLATTER="$TARGET/release/platter"
 fi
 [ -x "$PLATTER" ] || die "no $PLATTER after the build"
+
+ON_SERVER_CPUS=(env) ON_CLIENT_CPUS=(env)
+if [ -n "$PIN" ]; then
+    [[ "$PIN" == *:* ]] || die "--pin wants SERVER_CPUS:CLIENT_CPUS, e.g. 1:0"
+    command -v taskset >/dev/null || die "--pin needs taskset (Debian: util-linux)"
+    ON_SERVER_CPUS=(taskset -c "${PIN%%:*}") ON_CLIENT_CPUS=(taskset -c "${PIN#*:}")
+fi
 
 WORK=$(mktemp -d -p /dev/shm platter-bench.XXXXXX)
 declare -A PID=() URI=()
@@ -160,7 +174,7 @@ start_platter() {
     "$PLATTER" create --level "$level" --interleave "$INTERLEAVE" \
         --member-size "$mbytes" --name "$name" "${paths[@]}" >"$OUT/create-$name.txt"
     local sock="$dir/sock"
-    NO_COLOR=1 "$PLATTER" serve --socket "$sock" --threads "$THREADS" "${paths[@]}" \
+    NO_COLOR=1 "${ON_SERVER_CPUS[@]}" "$PLATTER" serve --socket "$sock" --threads "$THREADS" "${paths[@]}" \
         >"$OUT/$name.out" 2>"$OUT/$name.log" &
     PID[$name]=$!
     for _ in $(seq 300); do
@@ -180,7 +194,7 @@ start_nbdkit() {
     local bytes="$1" dir="$WORK/nbdkit"
     mkdir "$dir"
     truncate -s "$bytes" "$dir/reference.img"
-    nbdkit --unix "$dir/sock" --foreground --exit-with-parent file "$dir/reference.img" \
+    "${ON_SERVER_CPUS[@]}" nbdkit --unix "$dir/sock" --foreground --exit-with-parent file "$dir/reference.img" \
         >"$OUT/nbdkit.log" 2>&1 &
     PID[nbdkit]=$!
     for _ in $(seq 300); do
@@ -206,7 +220,7 @@ fio_run() {
     local timing=(--time_based "--runtime=$6")
     [ -n "$6" ] || timing=()
     kill -0 "${PID[$1]}" 2>/dev/null || die "$1 died: $(tail -n 5 "$OUT/$1.log" 2>/dev/null)"
-    fio --name=job --ioengine=nbd "--uri=${URI[$1]}" "--rw=$3" "--bs=$4" "--iodepth=$5" \
+    "${ON_CLIENT_CPUS[@]}" fio --name=job --ioengine=nbd "--uri=${URI[$1]}" "--rw=$3" "--bs=$4" "--iodepth=$5" \
         --numjobs=1 "--size=$SIZE_OF_stripe4" "${timing[@]}" --randrepeat=0 \
         --output-format=json "--output=$2" >/dev/null
 }
@@ -214,6 +228,7 @@ fio_run() {
 {
     echo "date:      $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "host:      $(uname -srm), $(nproc) CPUs"
+    echo "pinning:   ${PIN:-none} (server CPUs:client CPUs)"
     echo "cpu:       $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
     echo "load:      $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min, at start)"
     echo "fio:       $(fio --version)"
@@ -327,7 +342,7 @@ EOF
     # Mixed sizes up to 1 MiB, reads and writes: the most bytes in flight
     # per request, and the allocator sees every size class.
     kill -0 "$pid" 2>/dev/null || die "stripe4 died"
-    fio --name=mem --ioengine=nbd "--uri=${URI[stripe4]}" --rw=randrw \
+    "${ON_CLIENT_CPUS[@]}" fio --name=mem --ioengine=nbd "--uri=${URI[stripe4]}" --rw=randrw \
         --bssplit=4k/40:64k/30:1M/30 "--iodepth=$MEM_DEPTH" "--numjobs=$MEM_CONNS" \
         "--size=$SIZE_OF_stripe4" --time_based "--runtime=$MEM_RUNTIME" --randrepeat=0 \
         --group_reporting --output-format=json "--output=$OUT/memory-fio.json" >/dev/null
