@@ -134,6 +134,13 @@ impl Replies {
             match progress {
                 Progress::Empty if st.queue.is_empty() => {
                     st.sending = false;
+                    // The connection may have closed the queue while this
+                    // batch was out (its budget is released as it is
+                    // sent); the writer, which saw `sending`, waits for
+                    // word that it is over.
+                    if st.closed {
+                        self.wake.notify_all();
+                    }
                     return;
                 }
                 Progress::Empty => {}
@@ -258,6 +265,64 @@ impl Replies {
                     sent = 0;
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+    use std::time::Duration;
+
+    /// The story: `bench/serve.sh` hung at its final SIGTERM. A connection
+    /// had seen its budget empty and closed its reply queue, and its writer
+    /// thread waited forever. The last reply's budget is released inside
+    /// `send_some`, while the pushing thread still counts as `sending`;
+    /// the connection closed the queue in that window, the writer saw
+    /// `sending` and went back to sleep, and the pusher then cleared
+    /// `sending` without waking it. Ending a send on a closed queue must
+    /// wake the writer.
+    #[test]
+    fn closing_while_the_last_reply_is_being_sent_ends_the_writer() {
+        for round in 0..2000 {
+            let (ours, mut theirs) = UnixStream::pair().unwrap();
+            let budget = Arc::new(Budget::new(8, 1 << 20));
+            let replies = Arc::new(Replies::new(ours.as_raw_fd(), Arc::clone(&budget)));
+            let writer = {
+                let r = Arc::clone(&replies);
+                std::thread::spawn(move || r.run_writer())
+            };
+            budget.acquire(0);
+            let pusher = {
+                let r = Arc::clone(&replies);
+                std::thread::spawn(move || {
+                    r.push(
+                        Chunk {
+                            head: SmallVec::from_slice(&[7u8; 16]),
+                            data: SmallVec::new(),
+                            release_bytes: 0,
+                        },
+                        false,
+                    )
+                })
+            };
+            budget.wait_empty();
+            replies.close();
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let _ = writer.join();
+                let _ = tx.send(());
+            });
+            assert!(
+                rx.recv_timeout(Duration::from_secs(5)).is_ok(),
+                "round {round}: the writer did not end after close"
+            );
+            pusher.join().unwrap();
+            let mut got = [0u8; 16];
+            std::io::Read::read_exact(&mut theirs, &mut got).unwrap();
+            assert_eq!(got, [7u8; 16]);
         }
     }
 }
