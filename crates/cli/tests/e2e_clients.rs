@@ -556,6 +556,7 @@ fn fio_step(test: &str, s: &Server) {
         t.cmd("fio")
             .args([
                 "--name=e2e",
+                "--thread",
                 "--ioengine=nbd",
                 "--rw=randwrite",
                 "--bs=4k",
@@ -928,6 +929,7 @@ fn degraded(test: &str, spec: Spec, leave_out: &[usize]) {
             t.cmd("fio")
                 .args([
                     "--name=e2e",
+                    "--thread",
                     "--ioengine=nbd",
                     "--rw=randwrite",
                     bs,

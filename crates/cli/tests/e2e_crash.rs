@@ -68,6 +68,7 @@ fn crash_under_load(spec: Spec, kills: u64, seed: u64) {
             t.cmd("fio")
                 .args([
                     "--name=crash",
+                    "--thread",
                     "--ioengine=nbd",
                     "--rw=randwrite",
                     "--bsrange=4k-256k",

@@ -55,6 +55,7 @@ fn fio(t: &Tools, s: &Server, verify_only: bool, what: &str) {
     let mut c = t.cmd("fio");
     c.args([
         "--name=manage",
+        "--thread",
         "--ioengine=nbd",
         "--rw=randwrite",
         "--bs=4k",
@@ -114,6 +115,7 @@ fn fail_each_member_in_turn(spec: Spec) {
             t.cmd("fio")
                 .args([
                     "--name=load",
+                    "--thread",
                     "--ioengine=nbd",
                     "--rw=randwrite",
                     "--bs=4k",

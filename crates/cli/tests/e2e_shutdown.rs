@@ -143,6 +143,7 @@ fn shutdown_under_load(test: &str, spec: Spec, signal: &str) {
         t.cmd("fio")
             .args([
                 "--name=load",
+                "--thread",
                 "--ioengine=nbd",
                 "--rw=randwrite",
                 "--bsrange=4k-256k",

@@ -351,6 +351,7 @@ fn sequential_mib_writes_are_full_stripe_writes() {
             f.cmd("fio")
                 .args([
                     "--name=seq",
+                    "--thread",
                     "--ioengine=nbd",
                     "--rw=write",
                     "--bs=1M",
