@@ -9,6 +9,8 @@
 #   bench/cost.sh [--level LEVEL]... [--rw RW] [--bs SIZE] [--iodepth N]
 #                 [--runtime SECS] [--members N] [--platter BIN]
 #
+# --level nbdkit measures nbdkit's file plugin serving one tmpfs file of the
+# members' total size, for reference.
 # Defaults: --level stripe --level raid5, --rw write, --bs 1M, --iodepth 8,
 # --runtime 6, 4 members of 400 MiB in /dev/shm, 64k interleave. Each level
 # gets a 4 s warm-up job first (the members' pages exist afterwards).
@@ -60,20 +62,32 @@ cpu_ticks() { awk '{print $14, $15}' "/proc/$1/stat"; }
 idle_ticks() { awk '/^cpu /{print $5}' /proc/stat; }
 
 printf '%-8s %9s %12s %12s %12s %8s\n' level requests/s "user us/req" "sys us/req" "total us/req" idle
+n=0
 for level in "${LEVELS[@]}"; do
-    d="$WORK/$level"
+    n=$((n + 1))
+    d="$WORK/$n-$level"
     mkdir "$d"
     paths=()
     for i in $(seq 0 $((MEMBERS - 1))); do
         truncate -s 400M "$d/m$i"
         paths+=("$d/m$i")
     done
-    "$PLATTER" create --level "$level" --interleave 64k --name v "${paths[@]}" >/dev/null
-    NO_COLOR=1 "$PLATTER" serve --socket "$d/sock" "${paths[@]}" >"$d/log" 2>&1 &
+    if [ "$level" = nbdkit ]; then
+        command -v nbdkit >/dev/null || die "needs nbdkit (Debian: apt-get install nbdkit)"
+        rm -f "${paths[@]}"
+        truncate -s $((MEMBERS * 400))M "$d/reference.img"
+        nbdkit --unix "$d/sock" --foreground --exit-with-parent \
+            file "$d/reference.img" >"$d/log" 2>&1 &
+        uri="nbd+unix:///?socket=$d/sock"
+    else
+        "$PLATTER" create --level "$level" --interleave 64k --name v "${paths[@]}" >/dev/null
+        NO_COLOR=1 "$PLATTER" serve --socket "$d/sock" "${paths[@]}" >"$d/log" 2>&1 &
+        uri="nbd+unix:///v?socket=$d/sock"
+    fi
     SERVER=$!
     for _ in $(seq 100); do [ -S "$d/sock" ] && break; sleep 0.1; done
     [ -S "$d/sock" ] || die "$level: the server did not listen: $(tail -n 3 "$d/log")"
-    job=(fio --name=cost --ioengine=nbd "--uri=nbd+unix:///v?socket=$d/sock" "--rw=$RW"
+    job=(fio --name=cost --ioengine=nbd "--uri=$uri" "--rw=$RW"
          "--bs=$BS" "--iodepth=$IODEPTH" --size=1G --time_based --output-format=json)
     "${job[@]}" --runtime=4 --output="$d/warm.json" >/dev/null
     read -r u0 s0 < <(cpu_ticks "$SERVER")
