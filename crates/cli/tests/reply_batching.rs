@@ -14,27 +14,6 @@ mod protocol_support;
 use protocol_support::*;
 use std::time::{Duration, Instant};
 
-/// A stripe over four sparse files in `dir`, served with `extra` options.
-fn serve_stripe(dir: &std::path::Path, extra: &[&str]) -> (Server, Vec<String>) {
-    let members: Vec<String> = (0..4)
-        .map(|i| dir.join(format!("m{i}")).to_str().unwrap().to_string())
-        .collect();
-    let mut args = vec![
-        "create",
-        "--level",
-        "stripe",
-        "--interleave",
-        "64k",
-        "--member-size",
-        "17M",
-        "--name",
-        EXPORT,
-    ];
-    args.extend(members.iter().map(String::as_str));
-    platter_ok(&args);
-    (Server::start(dir, &members, extra), members)
-}
-
 /// Bursts of 1 to 48 requests in one write, reads and 4 KiB writes mixed,
 /// each answered whole before the next is sent: every burst's replies
 /// arrive promptly and reads return what was written. A corked reply left
@@ -44,7 +23,8 @@ fn serve_stripe(dir: &std::path::Path, extra: &[&str]) -> (Server, Vec<String>) 
 fn pipelined_bursts_are_answered_promptly_and_correctly() {
     for threads in ["1", "8"] {
         let dir = temp_dir();
-        let (server, _members) = serve_stripe(dir.path(), &["--threads", threads]);
+        let members = create_stripe(dir.path());
+        let server = Server::start(dir.path(), &members, &["--threads", threads]);
         let mut c = Client::open(&server.socket, Mode::Structured);
         const BLOCK: u64 = 4096;
         let blocks = 4096; // the first 16 MiB
@@ -122,15 +102,7 @@ fn pipelined_bursts_are_answered_promptly_and_correctly() {
 #[test]
 fn a_reply_does_not_wait_for_the_next_request_on_slow_members() {
     let dir = temp_dir();
-    let members: Vec<String> = (0..4)
-        .map(|i| {
-            dir.path()
-                .join(format!("m{i}"))
-                .to_str()
-                .unwrap()
-                .to_string()
-        })
-        .collect();
+    let members = create_stripe(dir.path());
     let injects: Vec<String> = members
         .iter()
         .map(|m| format!("{m}=latency=150ms"))
@@ -139,7 +111,7 @@ fn a_reply_does_not_wait_for_the_next_request_on_slow_members() {
     for i in &injects {
         extra.extend(["--inject", i.as_str()]);
     }
-    let (server, _) = serve_stripe(dir.path(), &extra);
+    let server = Server::start(dir.path(), &members, &extra);
     let mut c = Client::open(&server.socket, Mode::Structured);
     let mut gaps = Vec::new();
     for round in 0..3u64 {

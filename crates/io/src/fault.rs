@@ -663,11 +663,7 @@ impl<M: Member> Member for FaultyMember<M> {
             return self.inner.read_uninit_at(offset_bytes, buf);
         }
         // Armed: through `read_at`, where the faults are.
-        buf.fill(std::mem::MaybeUninit::new(0));
-        // SAFETY: just zeroed.
-        let buf = unsafe { &mut *(buf as *mut [std::mem::MaybeUninit<u8>] as *mut [u8]) };
-        self.read_at(offset_bytes, buf)?;
-        Ok(buf)
+        crate::member::read_zeroed_at(self, offset_bytes, buf)
     }
 
     fn write_at(&self, offset_bytes: u64, data: &[u8]) -> Result<(), MemberError> {

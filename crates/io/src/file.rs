@@ -366,11 +366,7 @@ impl Member for FileMember {
         let len_bytes = buf.len() as u64;
         if self.direct.is_some() || buf.is_empty() {
             // Direct I/O reads through its aligned buffer anyway.
-            buf.fill(std::mem::MaybeUninit::new(0));
-            // SAFETY: just zeroed.
-            let buf = unsafe { &mut *(buf as *mut [std::mem::MaybeUninit<u8>] as *mut [u8]) };
-            self.read_at(offset_bytes, buf)?;
-            return Ok(buf);
+            return crate::member::read_zeroed_at(self, offset_bytes, buf);
         }
         check_range(
             &self.name,

@@ -77,11 +77,7 @@ pub trait Member: Send + Sync {
         offset_bytes: u64,
         buf: &'a mut [MaybeUninit<u8>],
     ) -> Result<&'a mut [u8], MemberError> {
-        buf.fill(MaybeUninit::new(0));
-        // SAFETY: just zeroed; `MaybeUninit<u8>` has the layout of `u8`.
-        let buf = unsafe { &mut *(buf as *mut [MaybeUninit<u8>] as *mut [u8]) };
-        self.read_at(offset_bytes, buf)?;
-        Ok(buf)
+        read_zeroed_at(self, offset_bytes, buf)
     }
 
     /// Writes `data` at `offset_bytes`; see the durability rule above.
@@ -174,6 +170,21 @@ macro_rules! forward_member {
 }
 
 forward_member!(&M, Box<M>, Arc<M>);
+
+/// [`Member::read_uninit_at`] the plain way: zero `buf`, then
+/// [`Member::read_at`] into it. For members (and paths) that cannot read
+/// into uninitialised memory themselves.
+pub fn read_zeroed_at<'a, M: Member + ?Sized>(
+    member: &M,
+    offset_bytes: u64,
+    buf: &'a mut [MaybeUninit<u8>],
+) -> Result<&'a mut [u8], MemberError> {
+    buf.fill(MaybeUninit::new(0));
+    // SAFETY: just zeroed; `MaybeUninit<u8>` has the layout of `u8`.
+    let buf = unsafe { &mut *(buf as *mut [MaybeUninit<u8>] as *mut [u8]) };
+    member.read_at(offset_bytes, buf)?;
+    Ok(buf)
+}
 
 #[cfg(test)]
 mod tests {

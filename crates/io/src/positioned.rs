@@ -10,25 +10,10 @@ use std::os::unix::fs::FileExt;
 /// is an error, never a silent zero fill: inside the member's reported size it
 /// means the file shrank underneath us.
 pub(crate) fn read_exact_at(file: &File, buf: &mut [u8], offset_bytes: u64) -> io::Result<()> {
-    let mut done = 0;
-    while done < buf.len() {
-        match file.read_at(&mut buf[done..], offset_bytes + done as u64) {
-            Ok(0) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    format!(
-                        "short read: end of file at byte {} (the member is smaller than \
-                         when it was opened; was it truncated?)",
-                        offset_bytes + done as u64
-                    ),
-                ))
-            }
-            Ok(n) => done += n,
-            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
-            Err(err) => return Err(err),
-        }
-    }
-    Ok(())
+    // SAFETY: `MaybeUninit<u8>` has the layout of `u8`, and the reader
+    // writes only initialised bytes through it.
+    let raw = unsafe { &mut *(buf as *mut [u8] as *mut [MaybeUninit<u8>]) };
+    read_exact_uninit_at(file, raw, offset_bytes).map(|_| ())
 }
 
 /// [`read_exact_at`] into memory not yet initialised: on success every

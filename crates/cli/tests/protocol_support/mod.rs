@@ -1040,6 +1040,28 @@ impl Drop for Server {
 // The fixture
 // ---------------------------------------------------------------------------
 
+/// Creates the fixture's volume in `dir`: a stripe over four sparse 17 MiB
+/// files at 64 KiB interleave, exported as [`EXPORT`]. Returns the members.
+pub fn create_stripe(dir: &Path) -> Vec<String> {
+    let members: Vec<String> = (0..4)
+        .map(|i| dir.join(format!("m{i}")).to_str().unwrap().to_string())
+        .collect();
+    let mut args = vec![
+        "create",
+        "--level",
+        "stripe",
+        "--interleave",
+        "64k",
+        "--member-size",
+        "17M",
+        "--name",
+        EXPORT,
+    ];
+    args.extend(members.iter().map(String::as_str));
+    platter_ok(&args);
+    members
+}
+
 /// A stripe volume over four sparse files, served, with a witness
 /// connection that must keep working whatever another connection does.
 pub struct Fixture {
@@ -1069,28 +1091,7 @@ impl Fixture {
 
     fn build(read_only: bool) -> Fixture {
         let dir = temp_dir();
-        let members: Vec<String> = (0..4)
-            .map(|i| {
-                dir.path()
-                    .join(format!("m{i}"))
-                    .to_str()
-                    .unwrap()
-                    .to_string()
-            })
-            .collect();
-        let mut args = vec![
-            "create",
-            "--level",
-            "stripe",
-            "--interleave",
-            "64k",
-            "--member-size",
-            "17M",
-            "--name",
-            EXPORT,
-        ];
-        args.extend(members.iter().map(String::as_str));
-        platter_ok(&args);
+        let members = create_stripe(dir.path());
         let extra: &[&str] = if read_only { &["--read-only"] } else { &[] };
         let server = Server::start(dir.path(), &members, extra);
         let witness = Client::open(&server.socket, Mode::Structured);
