@@ -247,16 +247,19 @@ fn work(conn: &Arc<Conn>) -> io::Result<()> {
         // Requests in a row whose replies this worker corked.
         let mut corked_run = 0;
         while let Some(job) = next_request(conn)? {
-            let more = job.more_buffered
+            let cork = job.more_buffered
                 && corked_run < CORK_REQUESTS_MAX
                 && conn.shared.engine.member_io_ns_avg() < CORK_MEMBER_IO_NS_MAX;
-            corked_run = if more { corked_run + 1 } else { 0 };
-            if more {
+            corked_run = if cork { corked_run + 1 } else { 0 };
+            if cork {
                 CORKED.with(|c| c.set(Arc::as_ptr(conn) as usize));
             }
             run(conn, job);
             CORKED.with(|c| c.set(0));
-            if !more {
+            if !cork {
+                // This request's reply may not be pushed yet (it waits on a
+                // range lock, another thread finishes it): replies corked
+                // before it must not wait for that.
                 conn.replies.flush();
             }
         }
