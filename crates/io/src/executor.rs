@@ -49,6 +49,11 @@ impl SyncExecutor {
                 mine = Some(result);
             }
             while let Some(e) = self.volume.next_event() {
+                // This executor keeps no labels: a failure is as recorded
+                // as it will ever be once its event is seen.
+                if let Event::MemberFaulty { member, .. } = &e {
+                    self.volume.failure_recorded(*member);
+                }
                 self.events.push(e);
             }
             let Some(io) = self.volume.next_io() else {

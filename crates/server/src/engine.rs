@@ -18,7 +18,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 pub type Done = Box<dyn FnOnce(Result<Reply, VolumeError>) + Send>;
-pub type EventHook = Box<dyn FnMut(&Event) + Send>;
+/// Sees every event; returns the members that must be failed because of
+/// it (those whose label could not record it), with why.
+pub type EventHook = Box<dyn FnMut(&Event) -> Vec<(u32, String)> + Send>;
 
 /// Member I/Os taken from the engine in one round; most requests make few.
 /// Each with the device it goes to, resolved when the engine emitted it: a
@@ -58,6 +60,7 @@ pub struct Engine {
     /// (memory, a cache) or of milliseconds (a disk). Updated without a
     /// lock; a lost update only makes it a little less recent.
     member_io_ns_avg: AtomicU64,
+    member_count: usize,
 }
 
 /// What [`Engine::member_io_ns_avg`] starts from: slow, until I/Os show
@@ -67,6 +70,7 @@ const MEMBER_IO_NS_START: u64 = 1_000_000;
 impl Engine {
     pub fn new(volume: Volume, members: Vec<Option<Arc<dyn Member>>>) -> Engine {
         assert_eq!(members.len(), volume.geometry().members() as usize);
+        let members_len = members.len();
         Engine {
             state: Mutex::new(State {
                 volume,
@@ -79,6 +83,7 @@ impl Engine {
             idle: Condvar::new(),
             on_event: Mutex::new(None),
             member_io_ns_avg: AtomicU64::new(MEMBER_IO_NS_START),
+            member_count: members_len,
         }
     }
 
@@ -192,15 +197,53 @@ impl Engine {
         Ok(true)
     }
 
-    fn deliver_events(&self, events: Vec<Event>) {
-        if events.is_empty() {
-            return;
-        }
-        if let Some(hook) = self.on_event.lock().expect("event hook").as_mut() {
-            for e in &events {
-                hook(e);
+    /// Hands events to the hook (which writes the labels), then tells the
+    /// volume which member failures are now recorded: the writes it held
+    /// back for them are released here and delivered. Members whose label
+    /// could not be written are failed in turn, and their failure recorded
+    /// on the rest; each round fails at least one more member, so the loop
+    /// ends within the member count.
+    fn deliver_events(&self, mut events: Vec<Event>) {
+        for _ in 0..=self.member_count {
+            if events.is_empty() {
+                return;
             }
+            let mut to_fail = Vec::new();
+            if let Some(hook) = self.on_event.lock().expect("event hook").as_mut() {
+                for e in &events {
+                    to_fail.extend(hook(e));
+                }
+            }
+            let recorded: SmallVec<[u32; 2]> = events
+                .iter()
+                .filter_map(|e| match e {
+                    Event::MemberFaulty { member, .. } => Some(*member),
+                    _ => None,
+                })
+                .collect();
+            if recorded.is_empty() && to_fail.is_empty() {
+                return;
+            }
+            let mut ios = Ios::new();
+            let mut finished = Finished::new();
+            events = {
+                let mut s = self.lock();
+                for (member, reason) in to_fail {
+                    s.volume.mark_faulty(member, reason);
+                }
+                for member in recorded {
+                    s.volume.failure_recorded(member);
+                }
+                self.drain(&mut s, &mut ios, &mut finished, None);
+                if s.idle_waiters > 0 && s.volume.is_idle() {
+                    self.idle.notify_all();
+                }
+                std::mem::take(&mut s.events)
+            };
+            Self::deliver(finished);
+            self.pump(ios);
         }
+        assert!(events.is_empty(), "label failures did not settle");
     }
 
     /// Sets the hook that sees every event (label keeping).

@@ -45,8 +45,15 @@ impl Meta {
     /// every member in use. A member that cannot take it is left to fail on
     /// its next I/O; the others still record the change.
     pub fn record(&self, change: impl FnOnce(&mut Label)) {
+        let _ = self.record_on_members(change);
+    }
+
+    /// [`Meta::record`], returning the members that could not take the
+    /// label, with why.
+    fn record_on_members(&self, change: impl FnOnce(&mut Label)) -> Vec<(u32, String)> {
+        let mut failed = Vec::new();
         if self.read_only {
-            return;
+            return failed;
         }
         let mut label = self.label.lock().expect("label lock");
         change(&mut label);
@@ -62,8 +69,10 @@ impl Meta {
             let bytes = label.for_slot(slot as u32).encode();
             if let Err(e) = m.write_at(0, &bytes).and_then(|()| m.flush()) {
                 tracing::error!(slot, error = %e, "cannot write the label");
+                failed.push((slot as u32, format!("cannot write the label: {e}")));
             }
         }
+        failed
     }
 
     /// The volume-wide state from the members' health and a wanted state.
@@ -77,22 +86,25 @@ impl Meta {
         }
     }
 
-    pub fn on_event(&self, e: &Event) {
+    /// Keeps the labels true after `e`. Returns the members that could not
+    /// take the new label: they must be failed too, or a crash could bring
+    /// them back believing the failed member current.
+    pub fn on_event(&self, e: &Event) -> Vec<(u32, String)> {
         match e {
-            Event::MemberFaulty { member, .. } => self.record(|l| {
+            Event::MemberFaulty { member, .. } => self.record_on_members(|l| {
                 l.slots[*member as usize].state = SlotState::Faulty;
                 l.rebuild_checkpoint_bytes = 0;
                 if l.state == VolumeState::Rebuilding {
                     l.state = VolumeState::Dirty;
                 }
             }),
-            Event::RebuildDone { member } => self.record(|l| {
+            Event::RebuildDone { member } => self.record_on_members(|l| {
                 l.slots[*member as usize].state = SlotState::Active;
                 l.rebuild_checkpoint_bytes = 0;
                 l.state = VolumeState::Dirty;
             }),
             // The member stays in use: nothing for the labels.
-            Event::ReadErrorCorrected { .. } => {}
+            Event::ReadErrorCorrected { .. } => Vec::new(),
         }
     }
 

@@ -23,7 +23,7 @@ use bytes::Bytes;
 use platter_core::balance::ReadPolicy;
 use platter_core::geometry::{Geometry, GeometrySpec};
 use platter_core::volume::{
-    Completion, Health, IdMap, IoId, Limits, MemberOp, Request, RequestId, Volume,
+    Completion, Event, Health, IdMap, IoId, Limits, MemberOp, Request, RequestId, Volume,
 };
 
 /// The largest member read served from the shared zero buffer; longer
@@ -274,7 +274,11 @@ impl Bench {
                 progressed = true;
                 self.completion(c);
             }
-            while self.volume.next_event().is_some() {
+            while let Some(e) = self.volume.next_event() {
+                // Benchmarks never crash: labels are as good as written.
+                if let Event::MemberFaulty { member, .. } = e {
+                    self.volume.failure_recorded(member);
+                }
                 progressed = true;
             }
             if !progressed {

@@ -122,6 +122,10 @@ pub struct SimConfig {
     pub stripe_cache: Option<CacheLimits>,
     /// Virtual time between the stripe cache's destage ticks; 0 = none.
     pub destage_interval_ns: u64,
+    /// Virtual time from a member's failure to its record in the labels of
+    /// the members in use. A crash before then assembles the failed member
+    /// again, as a real restart would.
+    pub label_write_ns: u64,
 }
 
 impl SimConfig {
@@ -190,6 +194,9 @@ pub struct Report {
     pub cache_peak_stripes: u64,
     /// Cached stripes lost in crashes (acknowledged, never flushed).
     pub cached_stripes_lost_in_crashes: u64,
+    /// Member failures the engine knew of and the labels did not yet
+    /// record when a crash came: those members were assembled again.
+    pub failures_unrecorded_at_crashes: u64,
 }
 
 impl Report {
@@ -212,6 +219,12 @@ enum SimEvent {
     Sweep,
     /// The stripe cache's clock.
     Destage,
+    /// The labels now record the member's failure (unless a crash came
+    /// first: `epoch` counts crashes).
+    LabelsWritten {
+        member: u32,
+        epoch: u64,
+    },
 }
 
 struct Inflight {
@@ -344,6 +357,8 @@ pub struct Simulation {
     outstanding: BTreeMap<RequestId, Outstanding>,
     /// Members the engine marked faulty (across crashes).
     known_faulty: Vec<bool>,
+    /// Members whose failure the labels record: what a restart leaves out.
+    labels_faulty: Vec<bool>,
     /// Members we made fail.
     injected: Vec<bool>,
     trace: TraceHash,
@@ -432,6 +447,7 @@ impl Simulation {
             stats: Default::default(),
             cache_peak_stripes: 0,
             cached_stripes_lost_in_crashes: 0,
+            failures_unrecorded_at_crashes: 0,
         };
         Simulation {
             seed,
@@ -451,6 +467,7 @@ impl Simulation {
             wakes: Default::default(),
             outstanding: BTreeMap::new(),
             known_faulty: vec![false; n as usize],
+            labels_faulty: vec![false; n as usize],
             injected: vec![false; n as usize],
             trace: TraceHash::new(mix64(seed)),
             report,
@@ -530,6 +547,13 @@ impl Simulation {
                 SimEvent::Arrival => self.arrival(),
                 SimEvent::ServiceWake => self.service_wake(at_ns),
                 SimEvent::Fault(f) => self.fault(f),
+                SimEvent::LabelsWritten { member, epoch } => {
+                    if epoch == self.report.crashes {
+                        self.trace.fold(&[11, at_ns, u64::from(member)]);
+                        self.labels_faulty[member as usize] = true;
+                        self.volume.failure_recorded(member);
+                    }
+                }
                 SimEvent::Sweep => {
                     self.submit_upkeep(Request::Sweep { all: false }, None);
                     // Only while something else can still happen: a lone
@@ -787,6 +811,13 @@ impl Simulation {
                     self.known_faulty[member as usize] = true;
                     self.report.faulty_members.push(member);
                 }
+                self.queue.push(
+                    self.clock.now_ns() + self.config.label_write_ns,
+                    SimEvent::LabelsWritten {
+                        member,
+                        epoch: self.report.crashes,
+                    },
+                );
             }
             Event::ReadErrorCorrected {
                 member,
@@ -934,6 +965,12 @@ impl Simulation {
         self.service.power_fail(now);
         self.inflight.clear();
         self.report.crashes += 1;
+        self.report.failures_unrecorded_at_crashes += self
+            .known_faulty
+            .iter()
+            .zip(&self.labels_faulty)
+            .filter(|(&known, &recorded)| known && !recorded)
+            .count() as u64;
         // The stripe cache is memory: it goes with the host.
         self.report.cached_stripes_lost_in_crashes += self.volume.cached_stripes();
         let lost = self.outstanding.len() as u64;
@@ -946,7 +983,7 @@ impl Simulation {
         let unknown = self.oracle.crash();
         self.trace.fold(&[9, now, lost, unknown]);
         let health = self
-            .known_faulty
+            .labels_faulty
             .iter()
             .map(|&f| if f { Health::Missing } else { Health::Online })
             .collect();
@@ -970,7 +1007,7 @@ impl Simulation {
             let area =
                 INTENT_OFFSET_BYTES as usize..(INTENT_OFFSET_BYTES + layout.area_bytes()) as usize;
             for (m, member) in self.members.iter().enumerate() {
-                if !self.known_faulty[m] {
+                if !self.labels_faulty[m] {
                     bits.union_with(&RegionSet::from_bytes(
                         &layout,
                         &member.bytes()[area.clone()],

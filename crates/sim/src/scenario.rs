@@ -20,6 +20,11 @@ pub struct ScenarioOptions {
     pub beyond_budget_percent: u32,
     /// Schedule one crash (use only with levels a crash cannot corrupt).
     pub crash: bool,
+    /// With `crash`: member failures are transient (one failed I/O) and the
+    /// crash comes right after the first, around the time its labels are
+    /// written, so the failed member may be assembled again. Levels with
+    /// copies only (a parity volume must not crash degraded).
+    pub crash_after_failure: bool,
     pub requests_min: u64,
     pub requests_max: u64,
 }
@@ -30,6 +35,7 @@ impl Default for ScenarioOptions {
             levels: Level::ALL.to_vec(),
             beyond_budget_percent: 15,
             crash: false,
+            crash_after_failure: false,
             requests_min: 100,
             requests_max: 300,
         }
@@ -161,7 +167,8 @@ pub fn random_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
             persist_percent: r.range(0, 100) as u32,
         }
     };
-    SimConfig {
+    let (label_min_ns, flush_ns) = (latency.base_ns + 1, latency.flush_ns);
+    let mut config = SimConfig {
         geometry,
         workload: Workload {
             requests,
@@ -192,6 +199,36 @@ pub fn random_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
             max_bytes: 16 << 20,
         }),
         destage_interval_ns: r.range(run_ns / 50 + 1, run_ns / 4 + 2),
+        // A label update is a write and a flush on every member in use.
+        label_write_ns: r.range(label_min_ns, label_min_ns + 2 * flush_ns + 1),
+    };
+    if opts.crash && opts.crash_after_failure {
+        crash_after_first_failure(&mut config, &mut r);
+    }
+    config
+}
+
+/// Makes every failure one failed I/O and moves the crash to just after
+/// the first of them (drawn after everything else, so other scenarios keep
+/// their choices).
+fn crash_after_first_failure(config: &mut SimConfig, r: &mut Rng) {
+    for f in &mut config.faults {
+        if let Fault::Die { member } = f.fault {
+            f.fault = Fault::FailOneIo { member };
+        }
+    }
+    let first = config
+        .faults
+        .iter()
+        .filter(|f| f.fault != Fault::Crash)
+        .map(|f| f.at_ns)
+        .min();
+    let Some(first) = first else { return };
+    let crash_at = first + r.below(3 * config.label_write_ns + 1);
+    for f in &mut config.faults {
+        if f.fault == Fault::Crash {
+            f.at_ns = crash_at;
+        }
     }
 }
 

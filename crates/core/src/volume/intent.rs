@@ -201,6 +201,10 @@ impl Volume {
         let members: Vec<u32> = (0..self.geometry.members())
             .filter(|&m| self.in_use(m))
             .collect();
+        // While a failure is not yet in the labels, the failed member may
+        // be assembled again after a crash: the regions written without it
+        // must stay marked so that the resync makes its copies agree.
+        let keep_bits = self.any_failure_unrecorded();
         let s = self.intent.as_mut().expect("bitmap enabled");
         if s.round.is_some() || (s.sweeps.is_empty() && s.waiters.is_empty()) {
             return;
@@ -210,6 +214,9 @@ impl Volume {
         // Bounded by the queue: each sweep is taken once.
         while let Some((id, all)) = s.sweeps.pop_front() {
             sweeps.push(id);
+            if keep_bits {
+                continue;
+            }
             let idle: Vec<u64> = s
                 .want
                 .iter()

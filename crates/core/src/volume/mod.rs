@@ -231,6 +231,12 @@ pub struct Volume {
     cache: Option<cache::StripeCache>,
     /// Requests in `ops` that the volume submitted itself.
     internal_ops: usize,
+    /// Members marked faulty whose failure the host has not yet made
+    /// durable in the labels of the members still in use (see
+    /// [`Volume::failure_recorded`]).
+    unrecorded_failures: Vec<bool>,
+    /// Completions held back until every failure is recorded.
+    held: VecDeque<Completion>,
 }
 
 impl Volume {
@@ -240,6 +246,7 @@ impl Volume {
         let read_repair = repair::ReadRepairs::new(geometry.members());
         let stats = crate::stats::Stats::new(plex_count(&geometry), geometry.members());
         let balancer = balancing::new_balancer(&geometry);
+        let n_members = geometry.members() as usize;
         Volume {
             geometry,
             health,
@@ -259,6 +266,8 @@ impl Volume {
             stats,
             cache: None,
             internal_ops: 0,
+            unrecorded_failures: vec![false; n_members],
+            held: VecDeque::new(),
         }
     }
 
@@ -280,6 +289,8 @@ impl Volume {
     }
 
     /// True when no request is in the volume and no member I/O is owed.
+    /// Completions held for an unrecorded failure count as done: they
+    /// wait for the host, not for members.
     pub fn is_idle(&self) -> bool {
         self.ops.is_empty()
             && self.inflight.is_empty()
@@ -412,13 +423,47 @@ impl Volume {
     }
 
     /// Takes a member out of use (an I/O error, or the operator's word).
+    ///
+    /// The failure is *unrecorded* until the host says the labels of the
+    /// members still in use carry it ([`Volume::failure_recorded`]); until
+    /// then every write, trim and flush that completes is held back. A
+    /// write acknowledged before that could be lost to a crash: the member
+    /// it left behind would be assembled again as current and read as
+    /// data. md blocks writes the same way until its superblock update
+    /// lands (`MD_SB_CHANGE_PENDING`).
     pub fn mark_faulty(&mut self, member: u32, reason: String) {
         let h = &mut self.health[member as usize];
         if *h == Health::Online {
             *h = Health::Faulty;
+            self.unrecorded_failures[member as usize] = true;
             self.events
                 .push_back(Event::MemberFaulty { member, reason });
         }
+    }
+
+    /// Members marked faulty whose failure is not yet recorded in the
+    /// labels.
+    pub fn unrecorded_failures(&self) -> impl Iterator<Item = u32> + '_ {
+        self.unrecorded_failures
+            .iter()
+            .enumerate()
+            .filter(|(_, &u)| u)
+            .map(|(m, _)| m as u32)
+    }
+
+    /// The host has written `member`'s failure to the labels of every
+    /// member in use and flushed them (or found it cannot, and failed
+    /// those members too). Once no failure is unrecorded, the completions
+    /// held back are released.
+    pub fn failure_recorded(&mut self, member: u32) {
+        self.unrecorded_failures[member as usize] = false;
+        if !self.any_failure_unrecorded() {
+            self.completions.append(&mut self.held);
+        }
+    }
+
+    fn any_failure_unrecorded(&self) -> bool {
+        self.unrecorded_failures.iter().any(|&u| u)
     }
 
     fn span_of(&self, req: &Request) -> Option<Span> {
@@ -707,9 +752,17 @@ impl Volume {
                     op.req,
                     Request::Write { fua: true, .. } | Request::WriteZeroes { fua: true, .. }
                 );
-                if fua && !op.write_failed {
+                // A write that lost a member still succeeds when the
+                // others hold its bytes, so FUA flushes the members it
+                // wrote that are still in use, failed writes or not.
+                // Skipping the flush after any failure once acknowledged
+                // FUA writes that a crash then undid (seed 1142 of
+                // crashes_keep_flushed_writes).
+                if fua {
+                    let written = op.written;
                     let members: Vec<u32> = (0..self.geometry.members())
-                        .filter(|&m| op.written[m as usize / 64] & (1 << (m % 64)) != 0)
+                        .filter(|&m| written[m as usize / 64] & (1 << (m % 64)) != 0)
+                        .filter(|&m| self.in_use(m))
                         .collect();
                     return self.issue_flushes(id, members);
                 }
@@ -837,6 +890,11 @@ impl Volume {
         }
         if op.internal {
             self.internal_ops -= 1;
+        } else if result.is_ok()
+            && !matches!(op.req, Request::Read { .. })
+            && self.any_failure_unrecorded()
+        {
+            self.held.push_back(Completion { id, result });
         } else {
             self.complete(id, result);
         }

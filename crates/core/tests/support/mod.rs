@@ -108,6 +108,11 @@ pub struct Harness {
     pub log: Option<Vec<(u32, &'static str)>>,
     /// Called with the volume after every member I/O it is told about.
     pub after_io: Option<AfterIo>,
+    /// Record each member failure in the (imaginary) labels as soon as it
+    /// happens, as a host with instant label writes would (default). Off,
+    /// writes that complete after a failure stay held until the test calls
+    /// [`Harness::record_failures`].
+    pub record_failures: bool,
 }
 
 /// What a [`Harness`] member received.
@@ -142,6 +147,15 @@ impl Harness {
             cache: None,
             log: None,
             after_io: None,
+            record_failures: true,
+        }
+    }
+
+    /// Tells the volume that every failure so far is in the labels.
+    pub fn record_failures(&mut self) {
+        let unrecorded: Vec<u32> = self.volume.unrecorded_failures().collect();
+        for m in unrecorded {
+            self.volume.failure_recorded(m);
         }
     }
 
@@ -247,6 +261,9 @@ impl Harness {
 
     pub fn perform(&mut self, io: MemberIo) {
         self.perform_io(io);
+        if self.record_failures {
+            self.record_failures();
+        }
         if let Some(f) = self.after_io.as_mut() {
             f(&self.volume);
         }
