@@ -129,3 +129,39 @@ fn rebuild_is_refused_where_it_cannot_work() {
         "one rebuild at a time"
     );
 }
+
+/// A member being rebuilt serves the stripes below its cursor. A client
+/// write there that failed on it (and succeeded on the other copy) left it
+/// `Rebuilding`: the engine only took *online* members out of use. Reads
+/// that chose it then returned the bytes from before the write, silently.
+/// It is now failed like any member, and its rebuild stops (md fails a
+/// recovering disk that cannot be written the same way).
+#[test]
+fn a_member_that_fails_a_write_while_being_rebuilt_is_not_read_again() {
+    let config = Config {
+        level: Level::Mirror,
+        layout: platter_core::ParityLayout::LeftSymmetric,
+        copies: 2,
+        members: 2,
+        interleave_bytes: 4096,
+        rows: 8,
+    };
+    let mut h = Harness::new(&config, 5);
+    h.volume
+        .set_read_policy(platter_core::balance::ReadPolicy::Prefer { slot: 1 })
+        .unwrap();
+    h.volume.mark_faulty(1, "test: replaced".into());
+    h.volume.start_rebuild(1, 0).unwrap();
+    for _ in 0..4 {
+        h.volume.rebuild_step(1).unwrap();
+        h.run();
+    }
+    // Stripe 0 is below the cursor: member 1 serves it. Its write fails.
+    h.broken[1] = true;
+    h.write(0, &[0x5a; 4096]).expect("member 0 holds the write");
+    h.broken[1] = false;
+    let read = h.read(0, 4096).unwrap();
+    assert!(read == vec![0x5a; 4096], "stale bytes served");
+    assert_eq!(h.volume.health()[1], Health::Faulty);
+    assert!(h.volume.rebuild_progress().is_none(), "the rebuild stops");
+}

@@ -433,7 +433,13 @@ impl Volume {
     /// lands (`MD_SB_CHANGE_PENDING`).
     pub fn mark_faulty(&mut self, member: u32, reason: String) {
         let h = &mut self.health[member as usize];
-        if *h == Health::Online {
+        if matches!(*h, Health::Online | Health::Rebuilding) {
+            // A member being rebuilt serves the stripes below its cursor:
+            // one that failed must not be read there again, and its rebuild
+            // cannot go on.
+            if *h == Health::Rebuilding {
+                self.rebuild = None;
+            }
             *h = Health::Faulty;
             self.unrecorded_failures[member as usize] = true;
             self.events
