@@ -1,8 +1,9 @@
 //! Seeded simulation: random levels, geometries, workloads and member
 //! failures, each run checked against a flat-array oracle.
 //!
-//! `PLATTER_SIM_SEEDS=N` runs N seeds instead of the default;
-//! `PLATTER_SIM_SEED=S` replays one seed (its report is printed).
+//! `PLATTER_SIM_SEEDS=N` runs N seeds instead of the default, starting at
+//! `PLATTER_SIM_FIRST_SEED` (default 0; `scripts/soak-sim` runs many
+//! ranges); `PLATTER_SIM_SEED=S` replays one seed (its report is printed).
 
 use platter_core::Level;
 use platter_sim::{
@@ -94,6 +95,15 @@ fn describe(c: &SimConfig) -> String {
     )
 }
 
+/// The seeds a test runs: `n` of them from `PLATTER_SIM_FIRST_SEED`.
+fn seed_range(n: u64) -> Vec<u64> {
+    let first = env_u64("PLATTER_SIM_FIRST_SEED").unwrap_or(0);
+    let end = first
+        .checked_add(n)
+        .expect("PLATTER_SIM_FIRST_SEED + PLATTER_SIM_SEEDS overflows");
+    (first..end).collect()
+}
+
 /// Replays the one seed `PLATTER_SIM_SEED` names, if it is set, with the
 /// test's own options, printing its scenario and report. True if it did.
 fn replayed(test: &str, opts: &ScenarioOptions) -> bool {
@@ -146,7 +156,7 @@ fn seeds_in_ci() {
         return;
     }
     let n = env_u64("PLATTER_SIM_SEEDS").unwrap_or(DEFAULT_SEEDS);
-    let seeds: Vec<u64> = (0..n).collect();
+    let seeds = seed_range(n);
     let (reports, failures) = run_seeds("seeds_in_ci", &seeds, &opts);
 
     // What the seeds covered, for the log (`--nocapture`).
@@ -305,8 +315,12 @@ fn crashes_keep_flushed_writes() {
         return;
     }
     let n = env_u64("PLATTER_SIM_SEEDS").unwrap_or(600);
-    let mut seeds: Vec<u64> = (0..n).collect();
-    seeds.extend(CRASH_REGRESSION_SEEDS.iter().filter(|&&s| s >= n));
+    let mut seeds = seed_range(n);
+    for seed in CRASH_REGRESSION_SEEDS {
+        if !seeds.contains(seed) {
+            seeds.push(*seed);
+        }
+    }
     let (reports, failures) = run_seeds("crashes_keep_flushed_writes", &seeds, &opts);
     assert!(
         failures.is_empty(),
@@ -365,7 +379,7 @@ fn crashes_right_after_a_failure_keep_flushed_writes() {
         return;
     }
     let n = env_u64("PLATTER_SIM_SEEDS").unwrap_or(400);
-    let seeds: Vec<u64> = (0..n).collect();
+    let seeds = seed_range(n);
     let (reports, failures) = run_seeds(test, &seeds, &opts);
     assert!(
         failures.is_empty(),
