@@ -9,7 +9,7 @@
 
 use crate::engine::Engine;
 use crate::meta::Meta;
-use platter_core::volume::{Maintenance, Reply, Request};
+use platter_core::volume::{Health, Maintenance, Reply, Request};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -28,6 +28,10 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 /// written out. Sequential writers complete stripes within microseconds;
 /// this only bounds how long a stray partial stripe stays in memory.
 pub const DESTAGE_INTERVAL: Duration = Duration::from_millis(20);
+/// How often every member in use is asked whether it shrank. Writes find a
+/// truncated file at once (`platter_io::FileMember`); this finds one that
+/// sees no writes, before a read past its new end would.
+const SIZE_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 pub struct Upkeep {
     pub rate_bytes_per_sec: AtomicU64,
@@ -124,7 +128,12 @@ fn rebuild_and_sweep(engine: &Engine, meta: &Meta, upkeep: &Upkeep) {
     let step = (STEP_BYTES / stripe_bytes).max(1);
     let mut last_checkpoint = Instant::now();
     let mut last_sweep = Instant::now();
+    let mut last_size_check = Instant::now();
     while !upkeep.stop.load(Ordering::SeqCst) {
+        if last_size_check.elapsed() >= SIZE_CHECK_INTERVAL {
+            fail_shrunk_members(engine);
+            last_size_check = Instant::now();
+        }
         if last_sweep.elapsed() >= SWEEP_INTERVAL {
             if let Err(e) = engine.run(Request::Sweep { all: false }) {
                 tracing::warn!(error = %e, "write-intent bitmap sweep failed");
@@ -169,6 +178,21 @@ fn rebuild_and_sweep(engine: &Engine, meta: &Meta, upkeep: &Upkeep) {
                 meta.checkpoint(p.cursor_stripe);
             }
             last_checkpoint = Instant::now();
+        }
+    }
+}
+
+/// Takes every member in use that shrank out of use: its bytes past the
+/// new end are gone, and a file re-extended later would read zeros there.
+fn fail_shrunk_members(engine: &Engine) {
+    let health = engine.health();
+    for (slot, device) in engine.members().iter().enumerate() {
+        let Some(device) = device else { continue };
+        if health[slot] != Health::Online {
+            continue;
+        }
+        if let Err(e) = device.check_size() {
+            engine.with_volume(|v| v.mark_faulty(slot as u32, e.to_string()));
         }
     }
 }

@@ -693,6 +693,37 @@ impl Server {
         &self.socket
     }
 
+    /// The control socket: the NBD socket's path plus `.ctl`.
+    pub fn control(&self) -> String {
+        format!("{}.ctl", self.socket.display())
+    }
+
+    /// `platter CMD --json --control ...` (status, check, repair), parsed.
+    pub fn live(&self, cmd: &str) -> Value {
+        let out = run_ok(
+            Command::new(env!("CARGO_BIN_EXE_platter")).args([
+                cmd,
+                "--json",
+                "--control",
+                &self.control(),
+            ]),
+            CMD_TIMEOUT,
+            &format!("platter {cmd} --control"),
+        );
+        serde_json::from_str(&out.stdout)
+            .unwrap_or_else(|e| panic!("platter {cmd} --json: {e} in\n{}", out.stdout))
+    }
+
+    /// Each slot's state as the running server reports it.
+    pub fn member_states(&self) -> Vec<String> {
+        self.live("status")["members"]
+            .as_array()
+            .expect("members")
+            .iter()
+            .map(|m| m["state"].as_str().expect("a state").to_string())
+            .collect()
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("server running").id()
     }
