@@ -92,7 +92,7 @@ impl Meta {
                 l.state = VolumeState::Dirty;
             }),
             // The member stays in use: nothing for the labels.
-            Event::ReadErrorCorrected { .. } => {}
+            Event::ReadErrorCorrected { .. } | Event::NoSpace { .. } => {}
         }
     }
 

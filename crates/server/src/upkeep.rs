@@ -9,7 +9,7 @@
 
 use crate::engine::Engine;
 use crate::meta::Meta;
-use platter_core::volume::{Health, Maintenance, Reply, Request};
+use platter_core::volume::{ErrorKind, Health, Maintenance, Reply, Request};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -141,6 +141,7 @@ fn rebuild_and_sweep(engine: &Engine, meta: &Meta, upkeep: &Upkeep) {
             last_sweep = Instant::now();
         }
         if engine.with_volume(|v| v.rebuild_progress()).is_none() {
+            resync_refused_writes(engine, upkeep);
             if !resync_step(engine, upkeep, step) {
                 std::thread::sleep(Duration::from_millis(100));
             }
@@ -194,6 +195,28 @@ fn fail_shrunk_members(engine: &Engine) {
         if let Err(e) = device.check_size() {
             engine.with_volume(|v| v.mark_faulty(slot as u32, e.to_string()));
         }
+    }
+}
+
+/// Starts a resync of the regions whose writes were refused for space
+/// (`platter_core::volume::Volume::resync_owed`), when none runs. Its
+/// repairs are refused too while the members are full; it retries every
+/// second and finishes once there is room. Without a bitmap the stripes are
+/// not known: the label stays dirty, and the next start resyncs them all.
+fn resync_refused_writes(engine: &Engine, upkeep: &Upkeep) {
+    if upkeep.resync_progress().is_some() {
+        return;
+    }
+    let owed = engine.with_volume(|v| {
+        let b = v.intent_status()?;
+        (b.unsynced_regions > 0).then_some((b.unsynced_regions, b.layout.region_stripes))
+    });
+    if let Some((regions, region_stripes)) = owed {
+        tracing::warn!(
+            regions,
+            "resyncing the regions whose writes were refused for lack of space"
+        );
+        upkeep.start_region_resync(regions, region_stripes);
     }
 }
 
@@ -258,6 +281,12 @@ fn repair(engine: &Engine, upkeep: &Upkeep, first: u64, count: u64) -> bool {
             upkeep
                 .resync_mismatched_stripes
                 .fetch_add(r.mismatched_stripes.len() as u64, Ordering::SeqCst);
+        }
+        // Full members refuse the repair's writes too; the engine has
+        // logged that, and the step is tried again until there is room.
+        Err(e) if e.kind == ErrorKind::NoSpace => {
+            tracing::debug!(error = %e, "resync waits for space; retrying in a second");
+            return false;
         }
         other => {
             tracing::error!(?other, "resync step failed; retrying in a second");
