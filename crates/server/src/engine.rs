@@ -344,8 +344,7 @@ impl Engine {
                 }
                 Event::NoSpace { member, reason } => {
                     let now = Instant::now();
-                    if s
-                        .no_space_logged
+                    if s.no_space_logged
                         .is_none_or(|t| now.duration_since(t) >= NO_SPACE_LOG_INTERVAL)
                     {
                         tracing::warn!(
