@@ -7,7 +7,7 @@ mod e2e_support;
 
 use e2e_support::*;
 use serde_json::Value;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn platter(args: &[&str]) -> Command {
