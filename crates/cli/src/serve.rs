@@ -64,6 +64,15 @@ pub struct ServeArgs {
     /// crash unless flushed (docs/failures.md).
     #[arg(long, value_name = "STRIPES", default_value_t = 64)]
     stripe_cache: u64,
+    /// Use members the labels mark faulty, or whose own label is older than
+    /// the volume's, as if they were in sync (md's `--assemble --force`):
+    /// for members failed by a passing condition (a full file system, a
+    /// cable) whose data is still current. The volume is resynced, parity
+    /// from the data. RISK: a member that missed writes while it was out of
+    /// use now serves the old bytes of those writes, and the resync makes
+    /// parity agree with them (docs/failures.md).
+    #[arg(long)]
+    force: bool,
     /// The volume's members, in any order.
     #[arg(value_name = "MEMBER", required = true)]
     members: Vec<String>,
@@ -93,7 +102,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
         let inner = Arc::clone(&devices[i]);
         devices[i] = Arc::new(FaultyMember::new(inner, spec));
     }
-    let volume = assemble_devices(devices)?;
+    let mut volume = assemble_devices(devices)?;
+    if args.force && !args.read_only {
+        force_members_into_use(&mut volume);
+    }
     let rotational = parse_rotational(&args.rotational, &args.members, &volume)?;
     let config = ServeConfig {
         socket: args.socket,
@@ -107,6 +119,48 @@ pub fn run(args: ServeArgs) -> Result<()> {
         stripe_cache_stripes: args.stripe_cache,
     };
     serve(volume, config, print_ready).map_err(|e| CliError(e.to_string()))
+}
+
+/// `--force`: every present member that the freshest label marks faulty,
+/// or whose own label is older, is taken as in sync; the volume is marked
+/// dirty so that it is resynced. Says what it does, and what it risks, on
+/// stderr and in the log.
+fn force_members_into_use(volume: &mut platter_io::assembly::OpenVolume) {
+    use platter_core::assemble::SlotNote;
+    use platter_core::label::{SlotState, VolumeState};
+    use platter_core::volume::Health;
+    let a = &mut volume.assembly;
+    let mut forced = 0;
+    for slot in 0..a.notes.len() {
+        let Some(device) = a.slot_device[slot] else {
+            continue;
+        };
+        let why = match a.notes[slot] {
+            SlotNote::Marked(SlotState::Faulty) => "the volume's labels mark it faulty".to_string(),
+            SlotNote::Stale { event_counter } => format!(
+                "its label is older than the volume's (event {event_counter} of {})",
+                a.label.event_counter
+            ),
+            _ => continue,
+        };
+        let name = volume.devices[device].describe();
+        eprintln!(
+            "platter: warning: --force: using member {name} (slot {slot}) although {why}; \
+             if it missed writes while out of use, reads of those bytes return old data \
+             and the resync makes parity and copies agree with it"
+        );
+        tracing::warn!(member = %name, slot, reason = %why, "--force: member forced into use");
+        a.notes[slot] = SlotNote::InUse;
+        a.health[slot] = Health::Online;
+        a.label.slots[slot].state = SlotState::Active;
+        forced += 1;
+    }
+    if forced > 0 {
+        // Parity and copies may disagree where writes were refused or lost:
+        // serve as after a crash, resyncing what the bitmap marks (all of
+        // it without one).
+        a.label.state = VolumeState::Dirty;
+    }
 }
 
 /// `--inject MEMBER=SPEC` options as (index into `members`, spec). MEMBER

@@ -7,7 +7,7 @@ mod e2e_support;
 
 use e2e_support::*;
 use serde_json::Value;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn platter(args: &[&str]) -> Command {
@@ -27,27 +27,6 @@ fn live_status(s: &Server) -> Value {
         "platter status --control",
     );
     serde_json::from_str(&out.stdout).expect("status --json is JSON")
-}
-
-fn volume_sha256(t: &Tools, s: &Server, what: &str) -> String {
-    let mut copy = t.cmd("nbdcopy");
-    copy.arg(s.uri()).arg("-").stdout(Stdio::piped());
-    let mut child = copy.spawn().expect("nbdcopy runs");
-    let out = t
-        .cmd("sha256sum")
-        .stdin(child.stdout.take().expect("nbdcopy stdout"))
-        .output()
-        .expect("sha256sum runs");
-    assert!(
-        child.wait().expect("nbdcopy ends").success(),
-        "{what}: nbdcopy failed"
-    );
-    assert!(out.status.success(), "{what}: sha256sum failed");
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .next()
-        .expect("a digest")
-        .to_string()
 }
 
 fn fio(t: &Tools, s: &Server, verify_only: bool, what: &str) {
@@ -107,7 +86,7 @@ fn fail_each_member_in_turn(spec: Spec) {
     let members = spec.members;
     let mut s = Server::start(Volume::create(spec, 24 * MIB));
     fio(&t, &s, false, &format!("{test}: fill"));
-    let digest = volume_sha256(&t, &s, &test);
+    let digest = volume_sha256(&t, s.uri(), &test);
     for m in 0..members {
         let what = format!("{test}: member {m}");
         // The verify load runs while the member fails.
@@ -144,7 +123,7 @@ fn fail_each_member_in_turn(spec: Spec) {
         );
         assert_eq!(live_status(&s)["state"], "degraded", "{what}");
         assert_eq!(
-            volume_sha256(&t, &s, &what),
+            volume_sha256(&t, s.uri(), &what),
             digest,
             "{what}: degraded contents differ"
         );
@@ -163,7 +142,7 @@ fn fail_each_member_in_turn(spec: Spec) {
         );
         wait_rebuilt(&s, &what);
         assert_eq!(
-            volume_sha256(&t, &s, &what),
+            volume_sha256(&t, s.uri(), &what),
             digest,
             "{what}: contents differ after the rebuild"
         );
@@ -181,7 +160,7 @@ fn fail_each_member_in_turn(spec: Spec) {
     // After a restart the new members are trusted.
     s.restart();
     assert_eq!(
-        volume_sha256(&t, &s, &test),
+        volume_sha256(&t, s.uri(), &test),
         digest,
         "{test}: after restart"
     );
@@ -219,7 +198,7 @@ fn a_spare_takes_over_and_the_failed_member_stays_out() {
     }
     let mut s = Server::start(Volume::create(Spec::new("raid5", 4, "64k"), 16 * MIB));
     fio(&t, &s, false, &format!("{test}: fill"));
-    let digest = volume_sha256(&t, &s, test);
+    let digest = volume_sha256(&t, s.uri(), test);
     let spare = s.volume.path().join("spare");
     run_ok(
         &mut platter(&[
@@ -241,7 +220,7 @@ fn a_spare_takes_over_and_the_failed_member_stays_out() {
     let st = live_status(&s);
     assert_eq!(st["members"][2]["path"], spare.to_str().unwrap(), "{st}");
     assert!(st["spares"].as_array().unwrap().is_empty(), "{st}");
-    assert_eq!(volume_sha256(&t, &s, test), digest);
+    assert_eq!(volume_sha256(&t, s.uri(), test), digest);
     let old = std::mem::replace(
         &mut s.volume.members[2],
         spare.to_str().unwrap().to_string(),
@@ -300,7 +279,7 @@ fn remove_refuses_an_active_member_and_takes_out_a_failed_one() {
     let s = Server::start(Volume::create(Spec::new("raid5", 4, "64k"), 16 * MIB));
     let image = fill_from_image(&t, &s, test);
     let digest = file_sha256(&t, &image);
-    assert_eq!(volume_sha256(&t, &s, test), digest, "{test}: filled");
+    assert_eq!(volume_sha256(&t, s.uri(), test), digest, "{test}: filled");
     let old = s.volume.members[2].clone();
 
     // Active: refused, in one line, and nothing changes.
@@ -359,7 +338,7 @@ fn remove_refuses_an_active_member_and_takes_out_a_failed_one() {
         "{}",
         out.describe(test)
     );
-    assert_eq!(volume_sha256(&t, &s, test), digest, "{test}: degraded");
+    assert_eq!(volume_sha256(&t, s.uri(), test), digest, "{test}: degraded");
 
     // The empty slot is filled by replace and rebuilt.
     let new = s.volume.path().join("new2");
@@ -379,7 +358,7 @@ fn remove_refuses_an_active_member_and_takes_out_a_failed_one() {
     assert_eq!(st["members"][2]["path"], new.to_str().unwrap(), "{st}");
     // (Live status says "clean" when no member is lost.)
     assert_eq!(st["state"], "clean", "{st}");
-    assert_eq!(volume_sha256(&t, &s, test), digest, "{test}: rebuilt");
+    assert_eq!(volume_sha256(&t, s.uri(), test), digest, "{test}: rebuilt");
     let check = run_ok(
         &mut platter(&["check", "--json", "--control", &control(&s)]),
         CMD_TIMEOUT,
@@ -469,7 +448,11 @@ fn a_removed_slot_stays_out_after_a_restart() {
         s.log()
     );
     assert!(!holds_open(s.pid(), &old), "{test}: {old} is open");
-    assert_eq!(volume_sha256(&t, &s, test), digest, "{test}: after restart");
+    assert_eq!(
+        volume_sha256(&t, s.uri(), test),
+        digest,
+        "{test}: after restart"
+    );
 
     // Replaced by the old device's path, and waited for.
     let new = s.volume.path().join("new1");
@@ -491,11 +474,15 @@ fn a_removed_slot_stays_out_after_a_restart() {
         out.describe(test)
     );
     assert_eq!(live_status(&s)["members"][1]["state"], "active");
-    assert_eq!(volume_sha256(&t, &s, test), digest, "{test}: rebuilt");
+    assert_eq!(volume_sha256(&t, s.uri(), test), digest, "{test}: rebuilt");
     s.volume.members[1] = new.to_str().unwrap().to_string();
     s.restart();
     assert_eq!(live_status(&s)["state"], "clean");
-    assert_eq!(volume_sha256(&t, &s, test), digest, "{test}: restarted");
+    assert_eq!(
+        volume_sha256(&t, s.uri(), test),
+        digest,
+        "{test}: restarted"
+    );
     s.stop();
 }
 

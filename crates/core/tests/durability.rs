@@ -50,7 +50,8 @@ fn a_fua_write_that_lost_a_copy_still_flushes_the_copies_it_kept() {
     for io in writes {
         assert!(matches!(io.op, MemberOp::Write { .. }));
         if io.member == 0 {
-            h.volume.io_done(io.id, Err("test: write error".into()));
+            h.volume
+                .io_done(io.id, Err(String::from("test: write error").into()));
         } else {
             h.perform(io);
         }
@@ -91,7 +92,8 @@ fn a_write_that_left_a_member_behind_waits_for_its_failure_to_be_recorded() {
     let id = fua_write(&mut h);
     for io in take_ios(&mut h) {
         if io.member == 1 {
-            h.volume.io_done(io.id, Err("test: write error".into()));
+            h.volume
+                .io_done(io.id, Err(String::from("test: write error").into()));
         } else {
             h.perform(io);
         }
@@ -134,7 +136,8 @@ fn a_failed_write_is_reported_at_once() {
     h.record_failures = false;
     let id = fua_write(&mut h);
     for io in take_ios(&mut h) {
-        h.volume.io_done(io.id, Err("test: write error".into()));
+        h.volume
+            .io_done(io.id, Err(String::from("test: write error").into()));
     }
     let c = h.volume.next_completion().expect("completed");
     assert_eq!(c.id, id);

@@ -143,7 +143,7 @@ fn sweep(cache: Option<CacheLimits>) {
                 match e {
                     Event::MemberFaulty { .. } => faulty += 1,
                     Event::ReadErrorCorrected { .. } => corrected += 1,
-                    Event::RebuildDone { .. } => {}
+                    Event::RebuildDone { .. } | Event::NoSpace { .. } => {}
                 }
             }
             assert!(

@@ -60,6 +60,11 @@ pub enum MemberErrorKind {
     /// The device disappeared (`ENXIO`, `ENODEV`): unplugged, detached loop
     /// device, closed NBD connection.
     Gone,
+    /// The member is smaller than when it was opened: a file truncated (or a
+    /// device shrunk) behind the server's back. Its bytes past the new end
+    /// are gone, and a file re-extended by a later write reads zeros there,
+    /// so the member must never be read as data again.
+    Shrunk,
 }
 
 impl MemberErrorKind {
@@ -92,6 +97,7 @@ impl MemberErrorKind {
             MemberErrorKind::PermissionDenied => "permission denied",
             MemberErrorKind::NotAMember => "not a regular file or block device",
             MemberErrorKind::Gone => "the device has gone away",
+            MemberErrorKind::Shrunk => "the member shrank",
         }
     }
 }
@@ -109,7 +115,7 @@ impl fmt::Display for MemberErrorKind {
 /// The line already contains the source's text, so print it with `{}` and
 /// do not also walk [`std::error::Error::source`] (it would repeat).
 #[derive(Debug, thiserror::Error)]
-#[error("member {member}: {}: {}", self.what(), self.reason())]
+#[error("member {member}{}", self.detail())]
 pub struct MemberError {
     pub kind: MemberErrorKind,
     /// [`crate::Member::describe`] of the member: its path or URI.
@@ -176,6 +182,15 @@ impl MemberError {
     pub fn with_source(mut self, source: io::Error) -> MemberError {
         self.source = Some(source);
         self
+    }
+
+    /// A shrunk member leads with what happened to it ("member PATH shrank
+    /// from X to Y bytes"), then the operation that found out.
+    fn detail(&self) -> String {
+        match self.kind {
+            MemberErrorKind::Shrunk => format!(" {} (found by a {})", self.reason(), self.what()),
+            _ => format!(": {}: {}", self.what(), self.reason()),
+        }
     }
 
     fn what(&self) -> String {

@@ -6,9 +6,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use platter_core::volume::{
-    Completion, Event, IoResult, MemberIo, MemberOp, Reply, Request, Volume, VolumeError,
+    Completion, Event, IoError, IoErrorKind, IoResult, MemberIo, MemberOp, Reply, Request, Volume,
+    VolumeError,
 };
 
+use crate::error::MemberErrorKind;
 use crate::member::Member;
 
 pub struct SyncExecutor {
@@ -121,5 +123,11 @@ pub fn perform(member: &dyn Member, op: &MemberOp) -> IoResult {
         } => member.trim(*offset_bytes, *len_bytes).map(|()| None),
         MemberOp::Flush => member.flush().map(|()| None),
     };
-    r.map_err(|e| e.to_string())
+    r.map_err(|e| {
+        let kind = match e.kind {
+            MemberErrorKind::NoSpace => IoErrorKind::NoSpace,
+            _ => IoErrorKind::Media,
+        };
+        IoError::new(kind, e.to_string())
+    })
 }

@@ -644,6 +644,10 @@ impl<M: Member> Member for FaultyMember<M> {
         self.inner.identity()
     }
 
+    fn check_size(&self) -> Result<(), MemberError> {
+        self.inner.check_size()
+    }
+
     fn read_at(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), MemberError> {
         if self.fast() {
             return self.inner.read_at(offset_bytes, buf);

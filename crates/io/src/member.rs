@@ -99,6 +99,14 @@ pub trait Member: Send + Sync {
 
     /// Makes the range read as zeros, freeing space where the member can.
     fn trim(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), MemberError>;
+
+    /// Fails with [`MemberErrorKind::Shrunk`] when the member is smaller
+    /// now than [`size_bytes`](Member::size_bytes): its bytes past the new
+    /// end are gone. Cheap (one system call); the server asks every member
+    /// in use about once a second. Members that cannot shrink say Ok.
+    fn check_size(&self) -> Result<(), MemberError> {
+        Ok(())
+    }
 }
 
 /// The bounds check of the contract, shared by every back end so they all
@@ -164,6 +172,9 @@ macro_rules! forward_member {
             }
             fn trim(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), MemberError> {
                 (**self).trim(offset_bytes, len_bytes)
+            }
+            fn check_size(&self) -> Result<(), MemberError> {
+                (**self).check_size()
             }
         }
     )*};

@@ -62,6 +62,7 @@ fn errno_of(e: &VolumeError) -> u32 {
         ErrorKind::Io => NBD_EIO,
         ErrorKind::OutOfRange => NBD_EINVAL,
         ErrorKind::Busy => NBD_ENOMEM,
+        ErrorKind::NoSpace => NBD_ENOSPC,
     }
 }
 

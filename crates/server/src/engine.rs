@@ -48,7 +48,15 @@ struct State {
     /// Set at shutdown: client requests are refused from then on, so none
     /// can slip in behind the final flush.
     closed_to_clients: bool,
+    /// When a write refused for space was last logged, and how many have
+    /// not been since: a full file system refuses every write, and the log
+    /// must not fill it further.
+    no_space_logged: Option<Instant>,
+    no_space_unlogged: u64,
 }
+
+/// At most one log line per this long for writes refused for space.
+const NO_SPACE_LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub struct Engine {
     state: Mutex<State>,
@@ -79,6 +87,8 @@ impl Engine {
                 idle_waiters: 0,
                 members,
                 closed_to_clients: false,
+                no_space_logged: None,
+                no_space_unlogged: 0,
             }),
             idle: Condvar::new(),
             on_event: Mutex::new(None),
@@ -375,6 +385,24 @@ impl Engine {
                 Event::MemberFaulty { member, reason } => {
                     tracing::warn!(member, reason = %reason, "member marked faulty");
                 }
+                Event::NoSpace { member, reason } => {
+                    let now = Instant::now();
+                    if s.no_space_logged
+                        .is_none_or(|t| now.duration_since(t) >= NO_SPACE_LOG_INTERVAL)
+                    {
+                        tracing::warn!(
+                            member,
+                            reason = %reason,
+                            not_logged_since_last = s.no_space_unlogged,
+                            "write refused: no space left on the member; it stays in use, the \
+                             client gets ENOSPC, and the stripes are resynced once there is room"
+                        );
+                        s.no_space_logged = Some(now);
+                        s.no_space_unlogged = 0;
+                    } else {
+                        s.no_space_unlogged += 1;
+                    }
+                }
                 Event::RebuildDone { member } => {
                     tracing::info!(member, "rebuild finished; member online");
                 }
@@ -411,7 +439,7 @@ fn perform(io: &MemberIo, device: Option<Arc<dyn Member>>) -> IoResult {
     // just before its member failed can be performed after the operator
     // removed the device: it fails like the member did.
     let Some(device) = device else {
-        return Err(format!("member {} was removed", io.member));
+        return Err(format!("member {} was removed", io.member).into());
     };
     platter_io::executor::perform(device.as_ref(), &io.op)
 }

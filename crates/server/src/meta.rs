@@ -104,7 +104,7 @@ impl Meta {
                 l.state = VolumeState::Dirty;
             }),
             // The member stays in use: nothing for the labels.
-            Event::ReadErrorCorrected { .. } => Vec::new(),
+            Event::ReadErrorCorrected { .. } | Event::NoSpace { .. } => Vec::new(),
         }
     }
 

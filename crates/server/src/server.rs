@@ -408,9 +408,11 @@ pub fn serve(
     }
     let health = engine.health();
     let progress = engine.with_volume(|v| v.rebuild_progress());
-    // An unfinished resync leaves stripes unverified: the next start must
-    // resync again, so the label keeps saying dirty.
-    let state = if flushed.is_ok() && upkeep.resync_progress().is_none() {
+    // An unfinished resync leaves stripes unverified, and so do writes
+    // refused for space: the next start must resync, so the label keeps
+    // saying dirty.
+    let resync_owed = engine.with_volume(|v| v.resync_owed());
+    let state = if flushed.is_ok() && upkeep.resync_progress().is_none() && !resync_owed {
         VolumeState::Clean
     } else {
         VolumeState::Dirty

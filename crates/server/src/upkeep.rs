@@ -9,7 +9,7 @@
 
 use crate::engine::Engine;
 use crate::meta::Meta;
-use platter_core::volume::{Maintenance, Reply, Request};
+use platter_core::volume::{ErrorKind, Health, Maintenance, Reply, Request};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -28,6 +28,10 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 /// written out. Sequential writers complete stripes within microseconds;
 /// this only bounds how long a stray partial stripe stays in memory.
 pub const DESTAGE_INTERVAL: Duration = Duration::from_millis(20);
+/// How often every member in use is asked whether it shrank. Writes find a
+/// truncated file at once (`platter_io::FileMember`); this finds one that
+/// sees no writes, before a read past its new end would.
+const SIZE_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 pub struct Upkeep {
     pub rate_bytes_per_sec: AtomicU64,
@@ -124,7 +128,12 @@ fn rebuild_and_sweep(engine: &Engine, meta: &Meta, upkeep: &Upkeep) {
     let step = (STEP_BYTES / stripe_bytes).max(1);
     let mut last_checkpoint = Instant::now();
     let mut last_sweep = Instant::now();
+    let mut last_size_check = Instant::now();
     while !upkeep.stop.load(Ordering::SeqCst) {
+        if last_size_check.elapsed() >= SIZE_CHECK_INTERVAL {
+            fail_shrunk_members(engine);
+            last_size_check = Instant::now();
+        }
         if last_sweep.elapsed() >= SWEEP_INTERVAL {
             if let Err(e) = engine.run(Request::Sweep { all: false }) {
                 tracing::warn!(error = %e, "write-intent bitmap sweep failed");
@@ -132,6 +141,7 @@ fn rebuild_and_sweep(engine: &Engine, meta: &Meta, upkeep: &Upkeep) {
             last_sweep = Instant::now();
         }
         if engine.with_volume(|v| v.rebuild_progress()).is_none() {
+            resync_refused_writes(engine, upkeep);
             if !resync_step(engine, upkeep, step) {
                 std::thread::sleep(Duration::from_millis(100));
             }
@@ -170,6 +180,43 @@ fn rebuild_and_sweep(engine: &Engine, meta: &Meta, upkeep: &Upkeep) {
             }
             last_checkpoint = Instant::now();
         }
+    }
+}
+
+/// Takes every member in use that shrank out of use: its bytes past the
+/// new end are gone, and a file re-extended later would read zeros there.
+fn fail_shrunk_members(engine: &Engine) {
+    let health = engine.health();
+    for (slot, device) in engine.members().iter().enumerate() {
+        let Some(device) = device else { continue };
+        if health[slot] != Health::Online {
+            continue;
+        }
+        if let Err(e) = device.check_size() {
+            engine.with_volume(|v| v.mark_faulty(slot as u32, e.to_string()));
+        }
+    }
+}
+
+/// Starts a resync of the regions whose writes were refused for space
+/// (`platter_core::volume::Volume::resync_owed`), when none runs. Its
+/// repairs are refused too while the members are full; it retries every
+/// second and finishes once there is room. Without a bitmap the stripes are
+/// not known: the label stays dirty, and the next start resyncs them all.
+fn resync_refused_writes(engine: &Engine, upkeep: &Upkeep) {
+    if upkeep.resync_progress().is_some() {
+        return;
+    }
+    let owed = engine.with_volume(|v| {
+        let b = v.intent_status()?;
+        (b.unsynced_regions > 0).then_some((b.unsynced_regions, b.layout.region_stripes))
+    });
+    if let Some((regions, region_stripes)) = owed {
+        tracing::warn!(
+            regions,
+            "resyncing the regions whose writes were refused for lack of space"
+        );
+        upkeep.start_region_resync(regions, region_stripes);
     }
 }
 
@@ -234,6 +281,12 @@ fn repair(engine: &Engine, upkeep: &Upkeep, first: u64, count: u64) -> bool {
             upkeep
                 .resync_mismatched_stripes
                 .fetch_add(r.mismatched_stripes.len() as u64, Ordering::SeqCst);
+        }
+        // Full members refuse the repair's writes too; the engine has
+        // logged that, and the step is tried again until there is room.
+        Err(e) if e.kind == ErrorKind::NoSpace => {
+            tracing::debug!(error = %e, "resync waits for space; retrying in a second");
+            return false;
         }
         other => {
             tracing::error!(?other, "resync step failed; retrying in a second");

@@ -244,14 +244,11 @@ impl SimMember {
         rng: &mut Rng,
     ) -> IoResult {
         if self.is_dead(now_ns) {
-            return Err(format!("simulated member {} is dead", self.index));
+            return Err(format!("simulated member {} is dead", self.index).into());
         }
         if self.fail_next {
             self.fail_next = false;
-            return Err(format!(
-                "simulated member {}: injected I/O error",
-                self.index
-            ));
+            return Err(format!("simulated member {}: injected I/O error", self.index).into());
         }
         match op {
             MemberOp::Read {

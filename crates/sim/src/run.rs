@@ -859,6 +859,7 @@ impl Simulation {
                 ErrorKind::Io => 1,
                 ErrorKind::OutOfRange => 2,
                 ErrorKind::Busy => 3,
+                ErrorKind::NoSpace => 4,
             },
         };
         self.trace.fold(&[4, now, c.id.0, code]);

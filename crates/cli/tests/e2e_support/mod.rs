@@ -511,7 +511,11 @@ pub struct Volume {
 impl Volume {
     /// Creates a volume of `spec` of at least `min_bytes` (sparse members).
     pub fn create(spec: Spec, min_bytes: u64) -> Volume {
-        let dir = temp_dir();
+        Volume::create_in(spec, min_bytes, temp_dir())
+    }
+
+    /// [`Volume::create`] with the members (and the socket) in `dir`.
+    pub fn create_in(spec: Spec, min_bytes: u64, dir: TempDir) -> Volume {
         let members: Vec<String> = (0..spec.members)
             .map(|i| {
                 dir.path()
@@ -691,6 +695,37 @@ impl Server {
 
     pub fn socket(&self) -> &Path {
         &self.socket
+    }
+
+    /// The control socket: the NBD socket's path plus `.ctl`.
+    pub fn control(&self) -> String {
+        format!("{}.ctl", self.socket.display())
+    }
+
+    /// `platter CMD --json --control ...` (status, check, repair), parsed.
+    pub fn live(&self, cmd: &str) -> Value {
+        let out = run_ok(
+            Command::new(env!("CARGO_BIN_EXE_platter")).args([
+                cmd,
+                "--json",
+                "--control",
+                &self.control(),
+            ]),
+            CMD_TIMEOUT,
+            &format!("platter {cmd} --control"),
+        );
+        serde_json::from_str(&out.stdout)
+            .unwrap_or_else(|e| panic!("platter {cmd} --json: {e} in\n{}", out.stdout))
+    }
+
+    /// Each slot's state as the running server reports it.
+    pub fn member_states(&self) -> Vec<String> {
+        self.live("status")["members"]
+            .as_array()
+            .expect("members")
+            .iter()
+            .map(|m| m["state"].as_str().expect("a state").to_string())
+            .collect()
     }
 
     pub fn pid(&self) -> u32 {
@@ -974,6 +1009,28 @@ pub fn qemu_io_with(t: &Tools, opts: &[&str], uri: &str, cmds: &[String], what: 
     assert!(!out.stdout.contains("failed"), "{}", d());
     assert!(!out.stderr.contains("failed"), "{}", d());
     out
+}
+
+/// The sha256 of everything the volume at `uri` holds, read with nbdcopy.
+pub fn volume_sha256(t: &Tools, uri: &str, what: &str) -> String {
+    let mut copy = t.cmd("nbdcopy");
+    copy.arg(uri).arg("-").stdout(Stdio::piped());
+    let mut child = copy.spawn().expect("nbdcopy runs");
+    let out = t
+        .cmd("sha256sum")
+        .stdin(child.stdout.take().expect("nbdcopy stdout"))
+        .output()
+        .expect("sha256sum runs");
+    assert!(
+        child.wait().expect("nbdcopy ends").success(),
+        "{what}: nbdcopy failed"
+    );
+    assert!(out.status.success(), "{what}: sha256sum failed");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .expect("a digest")
+        .to_string()
 }
 
 /// Whether `a` and `b` name the same text, ignoring trailing spaces.

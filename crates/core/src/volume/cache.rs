@@ -148,7 +148,9 @@ pub(super) struct Entry {
     /// A destage request for the stripe has been submitted.
     pub queued: bool,
     /// Writing it out failed (too many members lost): it stays here, so
-    /// that reads still see it, and only a FLUSH tries again.
+    /// that reads still see it, and only a FLUSH tries again. A write-out
+    /// refused for space is not marked: the clock tries it again, and it
+    /// goes out once there is room.
     pub failed: bool,
 }
 
@@ -522,7 +524,7 @@ impl Volume {
                         valid: Ranges(out.ranges.clone()),
                         touched: false,
                         queued: false,
-                        failed: true,
+                        failed: !op.no_space,
                     },
                 );
             }

@@ -133,6 +133,21 @@ impl Volume {
         }
     }
 
+    /// Stripes whose parity or copies may disagree (a write refused for
+    /// space part way, `nospace.rs`): their regions stay marked until a
+    /// resync repairs them. Their bits are durable already (the write was
+    /// admitted). False without a bitmap.
+    pub(super) fn intent_keep_unsynced(&mut self, first_stripe: u64, last_stripe: u64) -> bool {
+        let Some(s) = self.intent.as_mut() else {
+            return false;
+        };
+        for r in s.layout.region_of(first_stripe)..=s.layout.region_of(last_stripe) {
+            s.want.insert(r);
+            s.unsynced.insert(r);
+        }
+        true
+    }
+
     /// A member joined (a rebuild): its bitmap area holds nothing useful.
     pub(super) fn intent_member_joined(&mut self) {
         if let Some(s) = self.intent.as_mut() {

@@ -22,6 +22,7 @@ mod cache;
 mod ids;
 mod intent;
 mod lock;
+mod nospace;
 mod plan;
 mod read;
 mod rebuild;
@@ -36,8 +37,8 @@ pub use intent::IntentStatus;
 pub use rebuild::RebuildProgress;
 pub use repair::MAX_CORRECTED_READ_ERRORS;
 pub use request::{
-    Completion, ErrorKind, Event, IoId, IoResult, Maintenance, MemberIo, MemberOp, Payload,
-    ReadData, Reply, Request, RequestId, VolumeError, READ_SEGMENTS_MAX,
+    Completion, ErrorKind, Event, IoError, IoErrorKind, IoId, IoResult, Maintenance, MemberIo,
+    MemberOp, Payload, ReadData, Reply, Request, RequestId, VolumeError, READ_SEGMENTS_MAX,
 };
 pub use scrub::CheckReport;
 
@@ -170,6 +171,8 @@ struct Op {
     taken: SmallVec<[u64; 2]>,
     /// The volume's own request (a destage): it completes to no one.
     internal: bool,
+    /// A member had no room for one of its writes (`nospace.rs`).
+    no_space: bool,
     /// A FLUSH: cache write-out failures when it started.
     cache_failures_seen: u64,
     /// The stripe cache took every stripe of the write, so it let go of its
@@ -196,6 +199,7 @@ impl Op {
             cache: None,
             taken: SmallVec::new(),
             internal: false,
+            no_space: false,
             cache_failures_seen: 0,
             lock_released: false,
         })
@@ -237,6 +241,8 @@ pub struct Volume {
     unrecorded_failures: Vec<bool>,
     /// Completions held back until every failure is recorded.
     held: VecDeque<Completion>,
+    /// A write refused for space with no bitmap to mark it (`nospace.rs`).
+    resync_all_owed: bool,
 }
 
 impl Volume {
@@ -268,6 +274,7 @@ impl Volume {
             internal_ops: 0,
             unrecorded_failures: vec![false; n_members],
             held: VecDeque::new(),
+            resync_all_owed: false,
         }
     }
 
@@ -386,7 +393,7 @@ impl Volume {
         self.account_io_result(ctx.member, &result);
         self.balancer.completed(ctx.member);
         if ctx.request == intent::INTENT_OWNER {
-            return self.intent_io_done(ctx.member, result.map(|_| ()));
+            return self.intent_io_done(ctx.member, result.map(|_| ()).map_err(|e| e.message));
         }
         let op = self
             .ops
@@ -398,7 +405,15 @@ impl Volume {
             result if op.stage == Stage::Repairing => {
                 self.repair_io_done(ctx.request, ctx.member, &ctx.dests, result);
             }
-            Err(reason) => {
+            Err(e) if Self::is_refused_for_space(op, &e) => {
+                op.phase_failed = true;
+                op.write_failed = true;
+                op.no_space = true;
+                self.refused_for_space(ctx.request, ctx.member, e.message);
+            }
+            Err(IoError {
+                message: reason, ..
+            }) => {
                 op.phase_failed = true;
                 if matches!(op.stage, Stage::Writing | Stage::Flushing) {
                     op.write_failed = true;
@@ -796,6 +811,9 @@ impl Volume {
                 Some(r) => Reply::Checked(r.clone()),
                 None => Reply::Done,
             });
+        }
+        if op.no_space {
+            return Err(self.no_space_error(op));
         }
         let (offset_bytes, len_bytes) = match op.req {
             // A destage is a write of its stripe: it fails only if the

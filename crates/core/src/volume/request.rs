@@ -217,6 +217,9 @@ pub enum ErrorKind {
     OutOfRange,
     /// The volume's request table is full; the caller bounds its queue.
     Busy,
+    /// A member had no room for a write (ENOSPC): the write did not
+    /// complete, the members stay in use (ENOSPC).
+    NoSpace,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -343,15 +346,60 @@ impl MemberOp {
 }
 
 /// What the executor reports for a member I/O: data for reads, nothing for
-/// the rest, or why it failed (in words: the engine only needs to know that
-/// it failed and to tell the operator why).
-pub type IoResult = Result<Option<Bytes>, String>;
+/// the rest, or why it failed.
+pub type IoResult = Result<Option<Bytes>, IoError>;
+
+/// The classes of member failure the engine acts on differently. Plain
+/// data: the executor maps the OS error (errno) onto them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoErrorKind {
+    /// The member cannot be trusted any more (a media error, a device that
+    /// went away, a member that shrank): it is marked faulty.
+    Media,
+    /// The member (a sparse file, a thin device) had no room for a write.
+    /// Nothing is wrong with the bytes it holds: it stays in use, and the
+    /// write fails with [`ErrorKind::NoSpace`].
+    NoSpace,
+}
+
+/// A failed member I/O: its class and, in words, why (for the operator).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IoError {
+    pub kind: IoErrorKind,
+    pub message: String,
+}
+
+impl IoError {
+    pub fn new(kind: IoErrorKind, message: impl Into<String>) -> IoError {
+        IoError {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+/// A failure told only in words is one that costs the member.
+impl From<String> for IoError {
+    fn from(message: String) -> IoError {
+        IoError::new(IoErrorKind::Media, message)
+    }
+}
+
+impl fmt::Display for IoError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
 
 /// Things the operator and the executor must know about.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     /// The member returned an error and is no longer used.
     MemberFaulty { member: u32, reason: String },
+    /// The member had no room for a write. It stays in use; the write
+    /// failed with [`ErrorKind::NoSpace`] and its stripes are owed a resync
+    /// ([`super::Volume::resync_owed`]).
+    NoSpace { member: u32, reason: String },
     /// The member's rebuild reached the end; it is online.
     RebuildDone { member: u32 },
     /// A client read failed on this member and was served from another

@@ -5,8 +5,8 @@
 use bytes::Bytes;
 use platter_core::geometry::{Geometry, GeometrySpec};
 use platter_core::volume::{
-    CacheLimits, Completion, ErrorKind, Health, Limits, MemberIo, MemberOp, Reply, Request,
-    RequestId, Volume,
+    CacheLimits, CheckReport, Completion, ErrorKind, Health, IoError, IoErrorKind, Limits,
+    Maintenance, MemberIo, MemberOp, Reply, Request, RequestId, Volume,
 };
 use platter_core::{Level, ParityLayout};
 use std::collections::{BTreeMap, HashMap};
@@ -90,6 +90,9 @@ pub struct Harness {
     pub members: Vec<Vec<u8>>,
     /// Members whose every I/O fails (a dead disk).
     pub broken: Vec<bool>,
+    /// Members with no room: writes and trims fail with `NoSpace` and
+    /// change nothing (a sparse file on a full file system).
+    pub full: Vec<bool>,
     /// Fail the Nth member I/O of the run (1-based, every member counted).
     pub fail_nth: Option<u64>,
     /// Per member, bad sectors by absolute sector number (see [`BadSector`]).
@@ -138,6 +141,7 @@ impl Harness {
             volume: Volume::new(g, vec![Health::Online; n], Limits::default()),
             members,
             broken: vec![false; n],
+            full: vec![false; n],
             fail_nth: None,
             bad: vec![BTreeMap::new(); n],
             ios: 0,
@@ -293,12 +297,17 @@ impl Harness {
         }
         if self.fail_nth == Some(self.ios) {
             self.volume
-                .io_done(io.id, Err(format!("injected: I/O {}", self.ios)));
+                .io_done(io.id, Err(format!("injected: I/O {}", self.ios).into()));
             return;
         }
         if self.broken[m] {
             self.volume
-                .io_done(io.id, Err(format!("member {m} is broken")));
+                .io_done(io.id, Err(format!("member {m} is broken").into()));
+            return;
+        }
+        if self.full[m] && matches!(io.op, MemberOp::Write { .. } | MemberOp::Trim { .. }) {
+            let e = IoError::new(IoErrorKind::NoSpace, format!("member {m}: no space left"));
+            self.volume.io_done(io.id, Err(e));
             return;
         }
         let bad = match io.op {
@@ -320,7 +329,7 @@ impl Harness {
             MemberOp::Flush => Ok(()),
         };
         if let Err(e) = bad {
-            self.volume.io_done(io.id, Err(e));
+            self.volume.io_done(io.id, Err(e.into()));
             return;
         }
         let mem = &mut self.members[m];
@@ -387,6 +396,19 @@ impl Harness {
         let c = done.pop().unwrap();
         assert_eq!(c.id, id);
         c.result
+    }
+
+    /// A check or repair of every stripe.
+    pub fn scrub(&mut self, action: Maintenance) -> CheckReport {
+        let stripe_count = self.volume.geometry().stripes();
+        match self.one(Request::Maintain {
+            first_stripe: 0,
+            stripe_count,
+            action,
+        }) {
+            Ok(Reply::Checked(r)) => r,
+            other => panic!("scrub answered {other:?}"),
+        }
     }
 
     pub fn read(&mut self, offset_bytes: u64, len_bytes: u64) -> Result<Vec<u8>, ErrorKind> {

@@ -185,19 +185,82 @@ fn truncated_file_read_is_a_short_read_error() {
 
         let mut buf = vec![0; 8192];
         let err = member.read_at(10_000, &mut buf).unwrap_err();
-        assert_eq!(err.kind, MemberErrorKind::Io, "direct={direct}: {err}");
+        assert_eq!(err.kind, MemberErrorKind::Shrunk, "direct={direct}: {err}");
         assert_eq!(
             (err.op, err.offset_bytes, err.len_bytes),
             (Op::Read, 10_000, 8192)
         );
+        let path = path.display();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "member {path} shrank from 65536 to 4096 bytes (truncated or resized while \
+                 in use?) (found by a read of 8192 bytes at offset 10000)"
+            ),
+            "direct={direct}"
+        );
+    }
+}
+
+/// The outside tester's story: a raid5 member file was truncated to 2 MiB
+/// behind the running server, then a full-stripe write re-extended it past
+/// the cut with a hole behind, the write "succeeded", and reads of the
+/// hole returned zeros as data, with no error and the member still active.
+/// A write into a truncated file must fail as `Shrunk` (the member is then
+/// failed), and a write that would re-extend it to its full size must not
+/// happen at all.
+#[test]
+fn write_past_a_truncated_end_is_a_shrink_never_a_silent_re_extension() {
+    for direct in [false, true] {
+        let dir = temp_dir();
+        let path = dir.path().join("cut.img");
+        let opts = OpenOptions {
+            create_size_bytes: Some(1 << 20),
+            direct,
+            read_only: false,
+        };
+        let Some(member) = open_or_skip(&path, opts) else {
+            continue;
+        };
+        member.write_at(0, &pattern(7, 1 << 20)).unwrap();
+        assert!(member.check_size().is_ok(), "direct={direct}");
+        let cut = || {
+            fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_len(64 << 10)
+                .unwrap()
+        };
+        cut();
+
+        let err = member.check_size().unwrap_err();
+        assert_eq!(err.kind, MemberErrorKind::Shrunk, "direct={direct}: {err}");
         assert!(
-            err.to_string().contains("short read"),
+            err.to_string()
+                .contains("shrank from 1048576 to 65536 bytes"),
             "direct={direct}: {err}"
         );
-        assert_eq!(
-            err.source.as_ref().unwrap().kind(),
-            std::io::ErrorKind::UnexpectedEof
-        );
+
+        // In the middle: it lands (and re-extends the file), but says so.
+        let err = member.write_at(512 << 10, &pattern(8, 4096)).unwrap_err();
+        assert_eq!(err.kind, MemberErrorKind::Shrunk, "direct={direct}: {err}");
+        assert_eq!((err.op, err.offset_bytes), (Op::Write, 512 << 10));
+
+        // At the very end: refused before it is written, so the file does
+        // not come back at its full size with a hole inside.
+        cut();
+        let end = (1 << 20) - 4096;
+        for err in [
+            member.write_at(end, &pattern(9, 4096)).unwrap_err(),
+            member
+                .write_parts_at(end, &[&pattern(9, 2048), &pattern(10, 2048)])
+                .unwrap_err(),
+            member.trim(end, 4096).unwrap_err(),
+        ] {
+            assert_eq!(err.kind, MemberErrorKind::Shrunk, "direct={direct}: {err}");
+        }
+        assert_eq!(fs::metadata(&path).unwrap().len(), 64 << 10);
     }
 }
 
