@@ -3,7 +3,7 @@
 use crate::error::{CliError, Result};
 use crate::members::{assemble_devices, open_all};
 use clap::Args;
-use platter_core::units::format_size;
+use platter_core::units::{format_size, parse_size};
 use platter_io::{FaultSpec, FaultyMember, Member, OpenOptions};
 use platter_server::{serve, Ready, ServeConfig};
 use std::collections::BTreeMap;
@@ -64,6 +64,11 @@ pub struct ServeArgs {
     /// crash unless flushed (docs/failures.md).
     #[arg(long, value_name = "STRIPES", default_value_t = 64)]
     stripe_cache: u64,
+    /// Request payloads and replies not yet sent, across every connection
+    /// (each also holds at most 64 MiB); when reached, clients are not read
+    /// from until replies leave. At least 32M (docs/nbd.md).
+    #[arg(long, value_name = "SIZE", default_value = "1G", value_parser = parse_size)]
+    buffer_limit: u64,
     /// The volume's members, in any order.
     #[arg(value_name = "MEMBER", required = true)]
     members: Vec<String>,
@@ -105,6 +110,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         metrics: args.metrics,
         rotational,
         stripe_cache_stripes: args.stripe_cache,
+        buffer_limit_bytes: args.buffer_limit,
     };
     serve(volume, config, print_ready).map_err(|e| CliError(e.to_string()))
 }

@@ -41,6 +41,9 @@ pub const CONN_MAX_BYTES: u64 = 64 << 20;
 /// What every connection shares.
 pub struct Shared {
     pub engine: Arc<Engine>,
+    /// Request and reply bytes across every connection (`--buffer-limit`):
+    /// each connection's budget is part of it.
+    pub buffered: Arc<Budget>,
     pub handshake: HandshakeConfig,
     /// Workers per connection.
     pub threads: usize,
@@ -205,7 +208,11 @@ fn handshake(stream: &Stream, shared: &Shared) -> io::Result<Option<Negotiated>>
 fn transmission(stream: &Stream, shared: &Arc<Shared>, n: Negotiated) -> io::Result<()> {
     let export = &shared.handshake.exports[n.export_index];
     stream.set_read_timeout(Some(READ_TICK))?;
-    let budget = Arc::new(Budget::new(CONN_MAX_REQUESTS, CONN_MAX_BYTES));
+    let budget = Arc::new(Budget::within(
+        CONN_MAX_REQUESTS,
+        CONN_MAX_BYTES,
+        Arc::clone(&shared.buffered),
+    ));
     let conn = Arc::new(Conn {
         shared: Arc::clone(shared),
         session: n.session(export),

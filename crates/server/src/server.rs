@@ -3,6 +3,7 @@
 
 use crate::conn::{self, Shared};
 use crate::engine::Engine;
+use crate::flow::{self, Budget};
 use crate::manage::{self, Manager};
 use crate::meta::Meta;
 use crate::stream::Stream;
@@ -47,7 +48,14 @@ pub struct ServeConfig {
     /// Stripes the RAID-5/6 stripe cache may hold (within 16 MiB); 0 turns
     /// it off. See `platter_core::volume::CacheLimits`.
     pub stripe_cache_stripes: u64,
+    /// Request payloads and replies not yet sent, in bytes, across every
+    /// connection; when they reach it, sockets are not read until replies
+    /// leave. At least [`MAX_BLOCK_BYTES`].
+    pub buffer_limit_bytes: u64,
 }
+
+/// What `--buffer-limit` defaults to.
+pub const BUFFER_LIMIT_BYTES_DEFAULT: u64 = 1 << 30;
 
 #[derive(Debug, Error)]
 pub enum ServeError {
@@ -200,8 +208,16 @@ pub fn serve(
     // Moved, not cloned: the engine is the only holder of the devices, so a
     // removed member's device closes when the engine lets it go.
     let engine = Arc::new(Engine::new(vol, members));
+    if config.buffer_limit_bytes < u64::from(MAX_BLOCK_BYTES) {
+        return Err(ServeError::Refused(format!(
+            "a buffer limit of {} bytes cannot hold one request of the maximum size ({MAX_BLOCK_BYTES} bytes)",
+            config.buffer_limit_bytes
+        )));
+    }
+    let buffered = Arc::new(Budget::new(flow::REQUESTS_MAX, config.buffer_limit_bytes));
     let shared = Arc::new(Shared {
         engine: Arc::clone(&engine),
+        buffered: Arc::clone(&buffered),
         handshake: HandshakeConfig {
             exports: vec![export.clone()],
             max_options: 64,
@@ -381,9 +397,11 @@ pub fn serve(
         metrics: metrics_url,
     });
 
+    let mut trimmer = crate::memory::Trimmer::default();
     while !stop.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(100));
-        reap(&conns);
+        let ended = reap(&conns);
+        trimmer.tick(ended > 0 || buffered.in_flight() != (0, 0));
         manager.replace_from_spares();
     }
 
@@ -545,16 +563,19 @@ fn accept_loop(
     }
 }
 
-/// Forgets connections whose threads have ended.
-fn reap(conns: &Conns) {
+/// Forgets connections whose threads have ended; returns how many.
+fn reap(conns: &Conns) -> usize {
     let mut open = conns.open.lock().expect("connections lock");
     let mut i = 0;
+    let mut ended = 0;
     while i < open.len() {
         if open[i].2.is_finished() {
             let (_, _, h) = open.swap_remove(i);
             let _ = h.join();
+            ended += 1;
         } else {
             i += 1;
         }
     }
+    ended
 }

@@ -1082,17 +1082,18 @@ pub const WITNESS_BYTES: u64 = MIB;
 impl Fixture {
     /// 4 × 16 MiB data (64 MiB), 64 KiB interleave.
     pub fn new() -> Fixture {
-        Fixture::build(false)
+        Fixture::with_args(&[])
     }
 
     pub fn read_only() -> Fixture {
-        Fixture::build(true)
+        Fixture::with_args(&["--read-only"])
     }
 
-    fn build(read_only: bool) -> Fixture {
+    /// The fixture with `extra` arguments to `platter serve`.
+    pub fn with_args(extra: &[&str]) -> Fixture {
+        let read_only = extra.contains(&"--read-only");
         let dir = temp_dir();
         let members = create_stripe(dir.path());
-        let extra: &[&str] = if read_only { &["--read-only"] } else { &[] };
         let server = Server::start(dir.path(), &members, extra);
         let witness = Client::open(&server.socket, Mode::Structured);
         let size = witness.export.size;
