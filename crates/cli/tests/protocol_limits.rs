@@ -2,6 +2,7 @@
 //! serve` with the raw client of `protocol_support`: memory, connection
 //! slots, and the time a connection may sit doing nothing.
 
+mod e2e_support;
 mod protocol_support;
 
 use protocol_support::*;
@@ -101,4 +102,198 @@ fn many_clients_that_never_read_replies_stay_within_the_buffer_limit() {
         baseline >> 20
     );
     f.finish("buffer limit");
+}
+
+// ===========================================================================
+// Connection slots and time
+// ===========================================================================
+
+/// A stripe volume served with `extra` arguments, without the fixture's
+/// witness connection (which a short idle timeout would close).
+fn serve_bare(extra: &[&str]) -> (Server, tempfile::TempDir) {
+    let dir = temp_dir();
+    let members = create_stripe(dir.path());
+    let server = Server::start(dir.path(), &members, extra);
+    (server, dir)
+}
+
+/// Waits until the server closes `c` (EOF or a reset on read); returns how
+/// long that took, or `None` if it stayed open for `limit`.
+fn closed_within(c: &mut Client, limit: Duration) -> Option<Duration> {
+    let start = Instant::now();
+    let mut b = [0u8; 1];
+    while start.elapsed() < limit {
+        match c.fill(&mut b) {
+            Err(End::Closed { .. }) => return Some(start.elapsed()),
+            Err(End::Timeout { .. }) => {}
+            Ok(()) => panic!("the server sent a byte to an idle client"),
+        }
+    }
+    None
+}
+
+/// The story: beyond `--max-connections` the server closed the socket
+/// without a word, and libnbd said "server disconnected unexpectedly", as
+/// if it had crashed. The refused client must hear why, in the handshake:
+/// an `NBD_REP_ERR_POLICY` reply carrying the reason, which libnbd shows.
+#[test]
+fn a_client_over_the_connection_limit_is_told_why() {
+    let f = Fixture::with_args(&["--max-connections", "2"]);
+    // The witness is one; this makes two.
+    let second = f.open(Mode::Structured);
+    let mut c = f.connect();
+    c.greeting();
+    c.client_flags(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES);
+    let mut go = (EXPORT.len() as u32).to_be_bytes().to_vec();
+    go.extend_from_slice(EXPORT.as_bytes());
+    go.extend_from_slice(&0u16.to_be_bytes());
+    c.option(OPT_GO, &go);
+    let r = c.option_reply("GO over the limit");
+    let message = String::from_utf8_lossy(&r.data).to_string();
+    assert_eq!(
+        (r.option, r.kind),
+        (OPT_GO, REP_ERR_POLICY),
+        "reply {message:?}"
+    );
+    assert!(
+        message.contains("too many connections") && message.contains("--max-connections"),
+        "the refusal says {message:?}"
+    );
+    c.option(OPT_ABORT, &[]);
+    assert_eq!(c.option_reply("ABORT").kind, REP_ACK);
+    c.expect_closed("after ABORT");
+    assert!(
+        Client::try_open(&f.socket(), Mode::Simple).is_none(),
+        "a third connection was served"
+    );
+    if let Some(t) = e2e_support::tools("refusal (nbdinfo)", &["nbdinfo"]) {
+        let uri = format!("nbd+unix:///{EXPORT}?socket={}", f.socket().display());
+        // libnbd 1.14 prints the server's message in its debug output; later
+        // versions also in the error.
+        let out = e2e_support::run(
+            t.cmd("nbdinfo").arg(&uri).env("LIBNBD_DEBUG", "1"),
+            Duration::from_secs(20),
+        );
+        assert!(!out.status.success(), "nbdinfo over the limit succeeded");
+        assert!(
+            out.stderr.contains("too many connections"),
+            "nbdinfo does not show the reason:\n{}",
+            e2e_support::tail(&out.stderr, 3000)
+        );
+        assert!(
+            !out.stderr.contains("disconnected unexpectedly"),
+            "nbdinfo saw a bare disconnect:\n{}",
+            e2e_support::tail(&out.stderr, 3000)
+        );
+    }
+    // A slot that frees up is served again.
+    drop(second);
+    let start = Instant::now();
+    let mut third = loop {
+        if let Some(c) = Client::try_open(&f.socket(), Mode::Simple) {
+            break c;
+        }
+        assert!(start.elapsed() < TIMEOUT, "a freed slot was not served");
+        thread::sleep(Duration::from_millis(50));
+    };
+    third.write_read(0, &pattern(31, 4096), "in the freed slot");
+    drop(third);
+    f.finish("connection limit");
+}
+
+/// The story: connections were never timed out after the handshake, so 64
+/// clients that connected and then did nothing locked everyone else out
+/// for good. With `--idle-timeout 1` an idle connection is closed (and
+/// the log says so), while one whose replies are still waiting for the
+/// client to read them, and one that keeps sending requests, stay.
+#[test]
+fn an_idle_connection_is_closed_after_the_idle_timeout() {
+    let (server, _dir) = serve_bare(&["--idle-timeout", "1"]);
+    let mut idle = Client::open(&server.socket, Mode::Simple);
+    // 64 reads of 1 MiB whose replies fill the socket: work in flight.
+    let mut waiting = Client::open(&server.socket, Mode::Simple);
+    let cookies: Vec<u64> = (0..64u64)
+        .map(|i| waiting.request(0, CMD_READ, (i % 32) * MIB, MIB as u32, &[]))
+        .collect();
+    let mut busy = Client::open(&server.socket, Mode::Structured);
+    let busy = thread::spawn(move || {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(4) {
+            busy.read_at(0, 4096)
+                .unwrap_or_else(|e| panic!("a busy client's read failed with {e}"));
+            thread::sleep(Duration::from_millis(300));
+        }
+        busy
+    });
+    let closed_after = closed_within(&mut idle, Duration::from_secs(4))
+        .expect("the idle connection was still open after 4 s");
+    eprintln!("idle connection closed after about {closed_after:?}");
+    assert!(
+        closed_after >= Duration::from_secs(1),
+        "closed after {closed_after:?}, before its second of idleness"
+    );
+    let busy = busy.join().expect("the busy client");
+    // The connection with replies waiting is still there, all of them in it.
+    let mut got: Vec<u64> = (0..cookies.len())
+        .map(|_| {
+            let r = waiting.reply();
+            assert_eq!(r.errno(), 0, "a reply the client had not read yet");
+            r.cookie
+        })
+        .collect();
+    got.sort_unstable();
+    assert_eq!(got, cookies);
+    let log = server.log_text();
+    assert!(
+        log.contains("closing an idle connection"),
+        "no log line for the idle connection:\n{log}"
+    );
+    drop((waiting, busy));
+    server.stop();
+}
+
+/// The story: the handshake timeout applied to each read, not to the
+/// handshake: a client sending one byte every 29 s held its connection
+/// slot for ever. With `--handshake-timeout 2`, a client dripping a byte
+/// every 200 ms is cut off about 2 s after it connected.
+#[test]
+fn a_slow_drip_handshake_is_cut_at_the_deadline() {
+    let (server, _dir) = serve_bare(&["--handshake-timeout", "2"]);
+    let mut c = Client::connect(&server.socket);
+    let start = Instant::now();
+    c.greeting();
+    let mut msg = (FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES)
+        .to_be_bytes()
+        .to_vec();
+    // An option header for NBD_OPT_LIST, and more than enough of them.
+    for _ in 0..8 {
+        msg.extend_from_slice(&IHAVEOPT.to_be_bytes());
+        msg.extend_from_slice(&OPT_LIST.to_be_bytes());
+        msg.extend_from_slice(&0u32.to_be_bytes());
+    }
+    let mut cut = None;
+    for b in msg {
+        if c.send(&[b]).is_err() {
+            cut = Some(start.elapsed());
+            break;
+        }
+        thread::sleep(Duration::from_millis(200));
+        if start.elapsed() > Duration::from_secs(8) {
+            break;
+        }
+    }
+    let cut = cut
+        .or_else(|| closed_within(&mut c, Duration::from_millis(100)).map(|_| start.elapsed()))
+        .unwrap_or_else(|| panic!("still connected after {:?} of dripping", start.elapsed()));
+    eprintln!("slow handshake cut after {cut:?}");
+    assert!(
+        cut >= Duration::from_millis(1800) && cut < Duration::from_secs(5),
+        "cut after {cut:?}, want about 2 s"
+    );
+    let log = server.log_text();
+    assert!(
+        log.contains("handshake not finished in time"),
+        "no log line for the cut handshake:\n{log}"
+    );
+    server.stop();
 }

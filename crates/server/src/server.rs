@@ -20,7 +20,7 @@ use std::net::{Shutdown, TcpListener};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -52,6 +52,12 @@ pub struct ServeConfig {
     /// connection; when they reach it, sockets are not read until replies
     /// leave. At least [`MAX_BLOCK_BYTES`].
     pub buffer_limit_bytes: u64,
+    /// The whole handshake must end within this; a client that takes
+    /// longer is disconnected.
+    pub handshake_timeout: Duration,
+    /// A connection with nothing in flight that receives nothing for this
+    /// long is closed; `None`: never.
+    pub idle_timeout: Option<Duration>,
 }
 
 /// What `--buffer-limit` defaults to.
@@ -84,7 +90,13 @@ pub struct Ready {
 struct Conns {
     next: AtomicU64,
     open: Mutex<Vec<(u64, Stream, JoinHandle<()>)>>,
+    /// Clients over the limit being told so (see [`conn::refuse`]).
+    refusing: Arc<AtomicUsize>,
 }
+
+/// Clients over the connection limit told why at once; more than this are
+/// just closed, so a flood of them cannot take a thread each.
+const REFUSING_MAX: usize = 8;
 
 pub fn serve(
     volume: OpenVolume,
@@ -224,6 +236,8 @@ pub fn serve(
             max_option_bytes: 64 * 1024,
         },
         threads: config.threads.max(1),
+        handshake_timeout: config.handshake_timeout,
+        idle_timeout: config.idle_timeout,
     });
 
     // Listeners.
@@ -376,6 +390,7 @@ pub fn serve(
     let conns = Arc::new(Conns {
         next: AtomicU64::new(0),
         open: Mutex::new(Vec::new()),
+        refusing: Arc::new(AtomicUsize::new(0)),
     });
     let accept_threads: Vec<JoinHandle<()>> = listeners
         .into_iter()
@@ -546,8 +561,8 @@ fn accept_loop(
         reap(conns);
         let mut open = conns.open.lock().expect("connections lock");
         if open.len() >= max {
-            tracing::warn!(%peer, max, "too many connections; refusing");
-            stream.shutdown(Shutdown::Both);
+            drop(open);
+            refuse(stream, peer, shared, conns, max);
             continue;
         }
         let Ok(keep) = stream.try_clone() else {
@@ -560,6 +575,33 @@ fn accept_loop(
             .spawn(move || conn::serve(stream, shared, peer))
             .expect("spawn connection thread");
         open.push((id, keep, handle));
+    }
+}
+
+/// Answers a client over the connection limit, on a thread of its own
+/// (bounded in number and time), with the reason in the handshake.
+fn refuse(stream: Stream, peer: String, shared: &Arc<Shared>, conns: &Conns, max: usize) {
+    tracing::warn!(%peer, max, "too many connections; refusing");
+    let refusing = Arc::clone(&conns.refusing);
+    if refusing.fetch_add(1, Ordering::SeqCst) >= REFUSING_MAX {
+        refusing.fetch_sub(1, Ordering::SeqCst);
+        stream.shutdown(Shutdown::Both);
+        return;
+    }
+    let shared = Arc::clone(shared);
+    let message = format!(
+        "too many connections: this server serves {max} at once (--max-connections); try again later"
+    );
+    let spawned = std::thread::Builder::new()
+        .name("platter-refuse".into())
+        .spawn(move || {
+            conn::refuse(stream, &shared, &peer, message);
+            refusing.fetch_sub(1, Ordering::SeqCst);
+        });
+    if let Err(e) = spawned {
+        // The closure, the stream in it and the count's share are gone.
+        tracing::warn!(error = %e, "cannot start a thread to refuse a client");
+        conns.refusing.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
