@@ -265,7 +265,12 @@ fn transmission(
         session: n.session(export),
         structured: n.structured_replies,
         reader: Mutex::new(Reader::new(stream.try_clone()?)),
-        replies: Replies::new(stream.as_raw_fd(), Arc::clone(&budget)),
+        replies: Replies::new(
+            stream.as_raw_fd(),
+            Arc::clone(&budget),
+            shared.idle_timeout,
+            peer.to_string(),
+        ),
         budget,
         stop: AtomicBool::new(false),
     });
@@ -474,8 +479,9 @@ fn read_into(
                         ));
                     }
                 } else if let Some(limit) = conn.shared.idle_timeout {
-                    // A reply still queued is work in flight: the client
-                    // is waiting for it, or the writer for the client.
+                    // A reply not yet sent is work in flight: the client
+                    // that does not take it is timed out by the reply
+                    // writer (`Replies::run_writer`).
                     if conn.budget.in_flight().0 > 0 {
                         idle_since = None;
                     } else if idle_since.get_or_insert_with(Instant::now).elapsed() >= limit {
