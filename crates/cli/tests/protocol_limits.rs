@@ -135,7 +135,7 @@ fn closed_within(c: &mut Client, limit: Duration) -> Option<Duration> {
 /// The story: beyond `--max-connections` the server closed the socket
 /// without a word, and libnbd said "server disconnected unexpectedly", as
 /// if it had crashed. The refused client must hear why, in the handshake:
-/// an `NBD_REP_ERR_POLICY` reply carrying the reason, which libnbd shows.
+/// an `NBD_REP_ERR_POLICY` reply carrying the reason, which libnbd prints.
 #[test]
 fn a_client_over_the_connection_limit_is_told_why() {
     let f = Fixture::with_args(&["--max-connections", "2"]);
@@ -168,8 +168,7 @@ fn a_client_over_the_connection_limit_is_told_why() {
     );
     if let Some(t) = e2e_support::tools("refusal (nbdinfo)", &["nbdinfo"]) {
         let uri = format!("nbd+unix:///{EXPORT}?socket={}", f.socket().display());
-        // libnbd 1.14 prints the server's message in its debug output; later
-        // versions also in the error.
+        // libnbd 1.14 prints the server's message in its debug output.
         let out = e2e_support::run(
             t.cmd("nbdinfo").arg(&uri).env("LIBNBD_DEBUG", "1"),
             Duration::from_secs(20),
