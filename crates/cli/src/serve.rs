@@ -3,12 +3,13 @@
 use crate::error::{CliError, Result};
 use crate::members::{assemble_devices, open_all};
 use clap::Args;
-use platter_core::units::format_size;
+use platter_core::units::{format_size, parse_size};
 use platter_io::{FaultSpec, FaultyMember, Member, OpenOptions};
 use platter_server::{serve, Ready, ServeConfig};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -26,7 +27,8 @@ pub struct ServeArgs {
     /// I/O blocks here) and queues the reply.
     #[arg(long, value_name = "N", default_value_t = 8)]
     threads: usize,
-    /// Connections served at once; more are refused.
+    /// Connections served at once; more are refused, told why in the
+    /// handshake.
     #[arg(long, value_name = "N", default_value_t = 64)]
     max_connections: usize,
     /// Inject faults into a member, for testing: MEMBER is one of the
@@ -73,6 +75,20 @@ pub struct ServeArgs {
     /// parity agree with them (docs/failures.md).
     #[arg(long)]
     force: bool,
+    /// Request payloads and replies not yet sent, across every connection
+    /// (each also holds at most 64 MiB); when reached, clients are not read
+    /// from until replies leave. At least 32M (docs/nbd.md).
+    #[arg(long, value_name = "SIZE", default_value = "1G", value_parser = parse_size)]
+    buffer_limit: u64,
+    /// Close a connection that has had no request in flight and sent
+    /// nothing for SECS seconds (0: never).
+    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    idle_timeout: u64,
+    /// A client must finish the handshake (reach transmission) within SECS
+    /// seconds of connecting (1 to 3600), or it is disconnected.
+    #[arg(long, value_name = "SECS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    handshake_timeout: u64,
     /// The volume's members, in any order.
     #[arg(value_name = "MEMBER", required = true)]
     members: Vec<String>,
@@ -117,6 +133,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
         metrics: args.metrics,
         rotational,
         stripe_cache_stripes: args.stripe_cache,
+        buffer_limit_bytes: args.buffer_limit,
+        handshake_timeout: Duration::from_secs(args.handshake_timeout),
+        idle_timeout: (args.idle_timeout > 0).then(|| Duration::from_secs(args.idle_timeout)),
     };
     serve(volume, config, print_ready).map_err(|e| CliError(e.to_string()))
 }

@@ -2,9 +2,15 @@
 //!
 //! A read's buffer lives until its reply is sent, then is freed; allocating
 //! and zeroing a fresh megabyte for every read costs as much as the read.
-//! Buffers of a power-of-two size class are kept for reuse instead (their old
-//! contents are overwritten by the next read, which must fill them whole),
-//! up to a fixed number of bytes in all, so an idle server holds little.
+//! Buffers of a size class are kept for reuse instead (their old contents
+//! are overwritten by the next read, which must fill them whole), up to a
+//! fixed number of bytes in all, and [`release_idle`] lets them go, so an
+//! idle server holds little.
+//!
+//! Classes are eight per power of two, so a buffer is at most an eighth
+//! larger than the read it holds: a server's memory bound counts reads by
+//! their length (docs/nbd.md), and power-of-two classes let a RAID-5 read
+//! of 4 MiB over three data members hold 6 MiB.
 
 use bytes::Bytes;
 use std::mem::MaybeUninit;
@@ -15,7 +21,9 @@ use std::sync::{Mutex, OnceLock};
 const MIN_CLASS_BYTES: usize = 64 << 10;
 /// Largest size class: the NBD maximum request.
 const MAX_CLASS_BYTES: usize = 32 << 20;
-const CLASSES: usize = (MAX_CLASS_BYTES / MIN_CLASS_BYTES).trailing_zeros() as usize + 1;
+/// Classes per power of two: sizes of 9/16 to 16/16 of it.
+const STEPS: usize = 8;
+const CLASSES: usize = (MAX_CLASS_BYTES / MIN_CLASS_BYTES).trailing_zeros() as usize * STEPS + 1;
 /// Bytes kept idle across all classes.
 pub const POOL_MAX_BYTES: u64 = 64 << 20;
 
@@ -36,8 +44,34 @@ fn class_of(len: usize) -> Option<usize> {
     if !(MIN_CLASS_BYTES..=MAX_CLASS_BYTES).contains(&len) {
         return None;
     }
-    let size = len.next_power_of_two();
-    Some((size / MIN_CLASS_BYTES).trailing_zeros() as usize)
+    // `len` lies in (top/2, top]; the classes there are k * step for k in
+    // 9..=16 (the class of `top` itself is the next octave's first).
+    let top = len.next_power_of_two();
+    let step = top / (2 * STEPS);
+    let k = len.div_ceil(step);
+    let octave = (top / MIN_CLASS_BYTES).trailing_zeros() as usize;
+    Some(if k == 2 * STEPS {
+        octave * STEPS
+    } else {
+        (octave - 1) * STEPS + (k - STEPS)
+    })
+}
+
+/// The bytes a buffer of `class` holds.
+fn class_bytes(class: usize) -> usize {
+    let (octave, k) = (class / STEPS, class % STEPS);
+    let base = MIN_CLASS_BYTES << octave;
+    base + k * (base / STEPS)
+}
+
+/// Frees every buffer kept for reuse (the server calls this when idle).
+pub fn release_idle() {
+    let p = pool();
+    for class in &p.classes {
+        let freed = std::mem::take(&mut *class.lock().expect("buffer pool"));
+        let bytes: usize = freed.iter().map(Vec::len).sum();
+        p.idle_bytes.fetch_sub(bytes as u64, Ordering::Relaxed);
+    }
 }
 
 /// A buffer of `len` bytes, filled by `fill`, as `Bytes` that return their
@@ -56,7 +90,7 @@ pub fn read_into<E>(len: usize, fill: impl FnOnce(&mut [u8]) -> Result<(), E>) -
             p.idle_bytes.fetch_sub(b.len() as u64, Ordering::Relaxed);
             b
         }
-        None => vec![0u8; MIN_CLASS_BYTES << class],
+        None => vec![0u8; class_bytes(class)],
     };
     fill(&mut buf[..len])?;
     Ok(Bytes::from_owner(Pooled { buf, len, class }))
@@ -137,18 +171,41 @@ mod tests {
         assert!(a.iter().all(|&x| x == 7));
         let ptr = a.as_ptr();
         drop(a);
-        let b = read_into::<()>(70_000, |b| {
+        let b = read_into::<()>(99_000, |b| {
             b.fill(9);
             Ok(())
         })
         .unwrap();
-        assert_eq!(b.len(), 70_000);
+        assert_eq!(b.len(), 99_000);
         assert!(b.iter().all(|&x| x == 9));
-        // Same size class (128 KiB): the first buffer came back.
+        // Same size class (104 KiB): the first buffer came back.
         assert_eq!(b.as_ptr(), ptr);
         assert!(read_into::<&str>(1 << 20, |_| Err("failed")).is_err());
         assert_eq!(class_of(MIN_CLASS_BYTES), Some(0));
         assert_eq!(class_of(MAX_CLASS_BYTES), Some(CLASSES - 1));
         assert_eq!(class_of(MAX_CLASS_BYTES + 1), None);
+    }
+
+    /// The story: 60 clients each pipelining 4 MiB reads took the server
+    /// past its documented memory bound. The bound counts a read by its
+    /// length, but the buffers holding it were rounded up to a power of
+    /// two: a RAID-5 read of 4 MiB over three data members is three member
+    /// reads of 1.33 MiB, held in 2 MiB buffers each. A class may now be at
+    /// most an eighth larger than what it holds.
+    #[test]
+    fn a_buffer_is_at_most_an_eighth_larger_than_its_read() {
+        let mut len = MIN_CLASS_BYTES;
+        while len <= MAX_CLASS_BYTES {
+            let class = class_of(len).unwrap();
+            let size = class_bytes(class);
+            assert!(size >= len, "{len} in a class of {size}");
+            assert!(size - len <= len / 8, "{len} in a class of {size}");
+            if class > 0 {
+                assert!(class_bytes(class - 1) < len, "{len} not in the least class");
+            }
+            len += 4093;
+        }
+        assert_eq!(class_bytes(class_of(4 << 20).unwrap()), 4 << 20);
+        assert_eq!(class_bytes(CLASSES - 1), MAX_CLASS_BYTES);
     }
 }

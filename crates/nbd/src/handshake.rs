@@ -199,6 +199,10 @@ pub enum CloseReason {
     /// `NBD_OPT_EXPORT_NAME` named no export (that option has no error reply).
     #[error("NBD_OPT_EXPORT_NAME for an unknown export")]
     UnknownExportName,
+    /// A refusing handshake ([`ServerHandshake::refusing`]) got
+    /// `NBD_OPT_EXPORT_NAME`, which has no error reply to carry the reason.
+    #[error("connection refused (NBD_OPT_EXPORT_NAME cannot be told why)")]
+    Refused,
 }
 
 /// The transmission flags sent for `export`: its configured flags with
@@ -248,6 +252,8 @@ pub struct ServerHandshake {
     client_flags: u32,
     structured_replies: bool,
     meta: Option<MetaSelection>,
+    /// Set by [`ServerHandshake::refusing`]: why every option is refused.
+    refusal: Option<String>,
 }
 
 impl ServerHandshake {
@@ -268,6 +274,20 @@ impl ServerHandshake {
             client_flags: 0,
             structured_replies: false,
             meta: None,
+            refusal: None,
+        }
+    }
+
+    /// A handshake that only tells the client why it cannot be served:
+    /// every option gets `NBD_REP_ERR_POLICY` carrying `message` (clients
+    /// show it: libnbd's "server error message"), `NBD_OPT_ABORT` its ACK,
+    /// and `NBD_OPT_EXPORT_NAME`, which has no error reply, a close. For a
+    /// server at its connection limit: the protocol has no error before
+    /// the first option, and a bare close reads as a crash.
+    pub fn refusing(config: HandshakeConfig, message: String) -> Self {
+        ServerHandshake {
+            refusal: Some(message),
+            ..ServerHandshake::new(config)
         }
     }
 
@@ -371,6 +391,18 @@ impl ServerHandshake {
     }
 
     fn option(&mut self, option: u32, data: &[u8]) {
+        if let Some(message) = self.refusal.take() {
+            match option {
+                NBD_OPT_ABORT => {
+                    self.reply(option, NBD_REP_ACK, &[]);
+                    self.close(CloseReason::ClientAbort);
+                }
+                NBD_OPT_EXPORT_NAME => self.close(CloseReason::Refused),
+                _ => self.error(option, NBD_REP_ERR_POLICY, &message),
+            }
+            self.refusal = Some(message);
+            return;
+        }
         match option {
             NBD_OPT_EXPORT_NAME => self.export_name(data),
             NBD_OPT_ABORT => {

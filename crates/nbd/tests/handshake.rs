@@ -912,3 +912,42 @@ fn negotiated_session_reflects_the_export_and_options() {
         NBD_FLAG_HAS_FLAGS
     );
 }
+
+/// The story: beyond `--max-connections` the server closed the socket at
+/// once, and libnbd reported "server disconnected unexpectedly", as if it
+/// had crashed. A refusing handshake answers every option with
+/// `NBD_REP_ERR_POLICY` and the reason, acknowledges an abort, and closes
+/// on `NBD_OPT_EXPORT_NAME` (which has no error reply).
+#[test]
+fn a_refusing_handshake_tells_every_option_why() {
+    let why = "too many connections";
+    let input = stream(
+        FIXED_NZ,
+        &[
+            opt(NBD_OPT_STRUCTURED_REPLY, &[]),
+            opt(NBD_OPT_GO, &info_data("vol0", &[])),
+            opt(NBD_OPT_LIST, &[]),
+            opt(NBD_OPT_ABORT, &[]),
+        ],
+    );
+    let mut hs = ServerHandshake::refusing(config(), why.into());
+    let used = hs.feed(&input);
+    assert_eq!(used, input.len());
+    assert_eq!(
+        *hs.state(),
+        HandshakeState::Closed(CloseReason::ClientAbort)
+    );
+    let out = hs.take_output();
+    let mut want = Vec::new();
+    for o in [NBD_OPT_STRUCTURED_REPLY, NBD_OPT_GO, NBD_OPT_LIST] {
+        want.extend(rep(o, NBD_REP_ERR_POLICY, why.as_bytes()));
+    }
+    want.extend(rep(NBD_OPT_ABORT, NBD_REP_ACK, &[]));
+    assert_eq!(after_greeting(&out), &want[..]);
+
+    let input = stream(FIXED, &[opt(NBD_OPT_EXPORT_NAME, b"vol0")]);
+    let mut hs = ServerHandshake::refusing(config(), why.into());
+    hs.feed(&input);
+    assert_eq!(*hs.state(), HandshakeState::Closed(CloseReason::Refused));
+    assert_eq!(after_greeting(&hs.take_output()), &[] as &[u8]);
+}

@@ -23,10 +23,10 @@ use std::net::Shutdown;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// A handshake that takes longer than this is abandoned.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+/// The most a refused client is given to hear why (see [`refuse`]).
+const REFUSAL_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often a reader waiting for a request looks up (to notice shutdown).
 const READ_TICK: Duration = Duration::from_secs(1);
 /// A request (header or payload) that stalls this long mid-way ends the
@@ -41,13 +41,22 @@ pub const CONN_MAX_BYTES: u64 = 64 << 20;
 /// What every connection shares.
 pub struct Shared {
     pub engine: Arc<Engine>,
+    /// Request and reply bytes across every connection (`--buffer-limit`):
+    /// each connection's budget is part of it.
+    pub buffered: Arc<Budget>,
     pub handshake: HandshakeConfig,
     /// Workers per connection.
     pub threads: usize,
+    /// The whole handshake must end within this (`--handshake-timeout`).
+    pub handshake_timeout: Duration,
+    /// A connection with nothing in flight that receives nothing for this
+    /// long is closed (`--idle-timeout`); `None`: never.
+    pub idle_timeout: Option<Duration>,
 }
 
 struct Conn {
     shared: Arc<Shared>,
+    peer: String,
     session: Session,
     structured: bool,
     reader: Mutex<Reader>,
@@ -140,11 +149,17 @@ thread_local! {
 
 /// Serves one connection until the client leaves or the server shuts down.
 pub fn serve(stream: Stream, shared: Arc<Shared>, peer: String) {
-    let negotiated = match handshake(&stream, &shared) {
+    let hs = ServerHandshake::new(shared.handshake.clone());
+    let negotiated = match handshake(&stream, hs, shared.handshake_timeout) {
         Ok(Some(n)) => n,
         Ok(None) => {
             // The accept loop keeps a clone of the socket until it reaps
             // this thread; close now so the client sees the end at once.
+            stream.shutdown(Shutdown::Both);
+            return;
+        }
+        Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+            tracing::info!(%peer, timeout_s = shared.handshake_timeout.as_secs_f64(), "handshake not finished in time; closing the connection");
             stream.shutdown(Shutdown::Both);
             return;
         }
@@ -155,24 +170,46 @@ pub fn serve(stream: Stream, shared: Arc<Shared>, peer: String) {
         }
     };
     tracing::debug!(%peer, structured = negotiated.structured_replies, "client connected");
-    if let Err(e) = transmission(&stream, &shared, negotiated) {
+    if let Err(e) = transmission(&stream, &shared, negotiated, &peer) {
         tracing::debug!(%peer, error = %e, "connection ended");
     }
     stream.shutdown(Shutdown::Both);
     tracing::debug!(%peer, "client disconnected");
 }
 
-fn handshake(stream: &Stream, shared: &Shared) -> io::Result<Option<Negotiated>> {
+/// Tells a client the server cannot take it, in the handshake (`message`
+/// goes with an error reply to each option it sends), then closes.
+pub fn refuse(stream: Stream, shared: &Shared, peer: &str, message: String) {
+    let hs = ServerHandshake::refusing(shared.handshake.clone(), message);
+    let timeout = shared.handshake_timeout.min(REFUSAL_TIMEOUT);
+    if let Err(e) = handshake(&stream, hs, timeout) {
+        tracing::debug!(%peer, error = %e, "refused client's handshake ended");
+    }
+    stream.shutdown(Shutdown::Both);
+}
+
+/// Runs `hs` to its end, which must come within `timeout` of the start: a
+/// client sending a byte now and then does not keep its slot.
+fn handshake(
+    stream: &Stream,
+    mut hs: ServerHandshake,
+    timeout: Duration,
+) -> io::Result<Option<Negotiated>> {
     let mut s = stream.try_clone()?;
-    s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
-    s.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
-    let mut hs = ServerHandshake::new(shared.handshake.clone());
+    let deadline = Instant::now() + timeout;
+    let left = || {
+        deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::TimedOut, "handshake deadline passed"))
+    };
     let mut buf = vec![0u8; 64 * 1024];
     // Every round either reads at least one byte or ends the handshake, and
     // the handshake bounds options and their sizes.
     loop {
         let out = hs.take_output();
         if !out.is_empty() {
+            s.set_write_timeout(Some(left()?))?;
             s.write_parts(&[&out])?;
         }
         match hs.state() {
@@ -188,7 +225,14 @@ fn handshake(stream: &Stream, shared: &Shared) -> io::Result<Option<Negotiated>>
             }
         }
         let want = hs.wanted_bytes().clamp(1, buf.len());
-        let got = s.read(&mut buf[..want])?;
+        s.set_read_timeout(Some(left()?))?;
+        let got = match s.read(&mut buf[..want]) {
+            // A read timeout is reported as WouldBlock on Unix.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, e))
+            }
+            r => r?,
+        };
         if got == 0 {
             return Ok(None);
         }
@@ -203,16 +247,31 @@ fn handshake(stream: &Stream, shared: &Shared) -> io::Result<Option<Negotiated>>
     }
 }
 
-fn transmission(stream: &Stream, shared: &Arc<Shared>, n: Negotiated) -> io::Result<()> {
+fn transmission(
+    stream: &Stream,
+    shared: &Arc<Shared>,
+    n: Negotiated,
+    peer: &str,
+) -> io::Result<()> {
     let export = &shared.handshake.exports[n.export_index];
     stream.set_read_timeout(Some(READ_TICK))?;
-    let budget = Arc::new(Budget::new(CONN_MAX_REQUESTS, CONN_MAX_BYTES));
+    let budget = Arc::new(Budget::within(
+        CONN_MAX_REQUESTS,
+        CONN_MAX_BYTES,
+        Arc::clone(&shared.buffered),
+    ));
     let conn = Arc::new(Conn {
         shared: Arc::clone(shared),
+        peer: peer.to_string(),
         session: n.session(export),
         structured: n.structured_replies,
         reader: Mutex::new(Reader::new(stream.try_clone()?)),
-        replies: Replies::new(stream.as_raw_fd(), Arc::clone(&budget)),
+        replies: Replies::new(
+            stream.as_raw_fd(),
+            Arc::clone(&budget),
+            shared.idle_timeout,
+            peer.to_string(),
+        ),
         budget,
         stop: AtomicBool::new(false),
     });
@@ -363,6 +422,8 @@ fn read_into(
 ) -> io::Result<bool> {
     let mut at = 0;
     let mut stalled = 0;
+    // Since when nothing has been in flight, while waiting for a request.
+    let mut idle_since: Option<Instant> = None;
     while at < buf.len() {
         let buffered = r.buffered();
         if !buffered.is_empty() {
@@ -417,6 +478,20 @@ fn read_into(
                             io::ErrorKind::TimedOut,
                             "client stalled mid-request",
                         ));
+                    }
+                } else if let Some(limit) = conn.shared.idle_timeout {
+                    // A reply not yet sent is work in flight: the client
+                    // that does not take it is timed out by the reply
+                    // writer (`Replies::run_writer`).
+                    if conn.budget.in_flight().0 > 0 {
+                        idle_since = None;
+                    } else if idle_since.get_or_insert_with(Instant::now).elapsed() >= limit {
+                        tracing::info!(
+                            peer = %conn.peer,
+                            idle_timeout_s = limit.as_secs(),
+                            "closing an idle connection"
+                        );
+                        return Ok(false);
                     }
                 }
             }

@@ -1,9 +1,12 @@
 //! Bounds on work in flight, so memory stays bounded whatever clients send:
 //! a request is read only once its bytes fit the budget, and they count
-//! until its reply is sent.
+//! until its reply is sent. Each connection has its own budget inside one
+//! the whole server shares: a request takes room in both, so no client can
+//! hold more than its share, and all of them together no more than the
+//! server's limit.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 /// Requests in flight live in the top bits of one word, their bytes in the
 /// rest, so that taking and giving back budget is one atomic operation each
@@ -27,12 +30,18 @@ pub struct Budget {
     waiters: AtomicU32,
     lock: Mutex<()>,
     freed: Condvar,
+    /// The budget this one is part of: room is taken there after here,
+    /// and given back to both.
+    parent: Option<Arc<Budget>>,
 }
+
+/// The most requests a budget can count.
+pub const REQUESTS_MAX: u64 = (1 << (64 - REQUEST_SHIFT)) - 1;
 
 impl Budget {
     pub fn new(limit_requests: u64, limit_bytes: u64) -> Budget {
         assert!(limit_requests > 0 && limit_bytes > 0);
-        assert!(limit_requests < 1 << (64 - REQUEST_SHIFT) && limit_bytes <= BYTES_MASK / 2);
+        assert!(limit_requests <= REQUESTS_MAX && limit_bytes <= BYTES_MASK / 2);
         Budget {
             limit_requests,
             limit_bytes,
@@ -40,6 +49,15 @@ impl Budget {
             waiters: AtomicU32::new(0),
             lock: Mutex::new(()),
             freed: Condvar::new(),
+            parent: None,
+        }
+    }
+
+    /// A budget whose requests also take room in `parent`.
+    pub fn within(limit_requests: u64, limit_bytes: u64, parent: Arc<Budget>) -> Budget {
+        Budget {
+            parent: Some(parent),
+            ..Budget::new(limit_requests, limit_bytes)
         }
     }
 
@@ -48,9 +66,17 @@ impl Budget {
         requests < self.limit_requests && (used_bytes + bytes <= self.limit_bytes || requests == 0)
     }
 
-    /// Blocks until one request of `bytes` fits. A request larger than the
-    /// whole budget waits until nothing else is in flight, then runs alone.
+    /// Blocks until one request of `bytes` fits here and in the parent. A
+    /// request larger than a whole budget waits until nothing else is in
+    /// flight there, then runs alone.
     pub fn acquire(&self, bytes: u64) {
+        self.acquire_here(bytes);
+        if let Some(p) = &self.parent {
+            p.acquire(bytes);
+        }
+    }
+
+    fn acquire_here(&self, bytes: u64) {
         let bytes = bytes.min(BYTES_MASK / 2);
         let mut used = self.used.load(Ordering::SeqCst);
         loop {
@@ -72,8 +98,22 @@ impl Budget {
         }
     }
 
-    /// Takes room for one request of `bytes` if it fits now.
+    /// Takes room for one request of `bytes` if it fits now, here and in
+    /// the parent.
     pub fn try_acquire(&self, bytes: u64) -> bool {
+        if !self.try_acquire_here(bytes) {
+            return false;
+        }
+        match &self.parent {
+            Some(p) if !p.try_acquire(bytes) => {
+                self.release_here(bytes);
+                false
+            }
+            _ => true,
+        }
+    }
+
+    fn try_acquire_here(&self, bytes: u64) -> bool {
         let bytes = bytes.min(BYTES_MASK / 2);
         let mut used = self.used.load(Ordering::SeqCst);
         while self.fits(used, bytes) {
@@ -108,6 +148,13 @@ impl Budget {
     }
 
     pub fn release(&self, bytes: u64) {
+        self.release_here(bytes);
+        if let Some(p) = &self.parent {
+            p.release(bytes);
+        }
+    }
+
+    fn release_here(&self, bytes: u64) {
         let bytes = bytes.min(BYTES_MASK / 2);
         let before = self.used.fetch_sub(pack(1, bytes), Ordering::SeqCst);
         let (requests, used_bytes) = unpack(before);
@@ -153,5 +200,24 @@ mod tests {
         b.release(40);
         t.join().unwrap();
         assert_eq!(b.in_flight(), (0, 0));
+    }
+
+    #[test]
+    fn a_connection_waits_for_room_in_the_shared_budget() {
+        let all = Arc::new(Budget::new(100, 100));
+        let a = Budget::within(10, 80, Arc::clone(&all));
+        let b = Arc::new(Budget::within(10, 80, Arc::clone(&all)));
+        a.acquire(70);
+        assert!(!b.try_acquire(40), "took room the shared budget lacks");
+        assert_eq!(b.in_flight(), (0, 0), "a failed try kept its own room");
+        let b2 = Arc::clone(&b);
+        let t = std::thread::spawn(move || b2.acquire(40));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(!t.is_finished(), "ran past the shared budget");
+        a.release(70);
+        t.join().unwrap();
+        assert_eq!(all.in_flight(), (1, 40));
+        b.release(40);
+        assert_eq!(all.in_flight(), (0, 0));
     }
 }

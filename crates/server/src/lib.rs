@@ -12,6 +12,7 @@ mod conn;
 pub mod engine;
 pub mod flow;
 mod manage;
+mod memory;
 mod meta;
 pub mod metrics;
 mod replies;
@@ -20,4 +21,6 @@ mod stream;
 mod upkeep;
 
 pub use conn::{CONN_MAX_BYTES, CONN_MAX_REQUESTS};
-pub use server::{serve, Ready, ServeConfig, ServeError, MAX_BLOCK_BYTES};
+pub use server::{
+    serve, Ready, ServeConfig, ServeError, BUFFER_LIMIT_BYTES_DEFAULT, MAX_BLOCK_BYTES,
+};

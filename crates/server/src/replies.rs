@@ -18,7 +18,9 @@ use smallvec::SmallVec;
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 /// iovecs gathered into one `sendmsg` (Linux's IOV_MAX is 1024).
 const IOV_MAX: usize = 1024;
@@ -55,6 +57,14 @@ pub struct Replies {
     budget: Arc<Budget>,
     state: Mutex<State>,
     wake: Condvar,
+    /// Bytes sent in all, so the writer can tell a client that takes none
+    /// of its replies.
+    sent_bytes_total: AtomicU64,
+    /// A client that takes no reply bytes for this long is disconnected
+    /// (`--idle-timeout`): its replies hold budget the whole server shares.
+    stall_limit: Option<Duration>,
+    /// Who the client is, for the log.
+    peer: String,
 }
 
 enum Progress {
@@ -65,7 +75,12 @@ enum Progress {
 
 impl Replies {
     /// `fd` must stay open for the life of this queue (the connection owns it).
-    pub fn new(fd: RawFd, budget: Arc<Budget>) -> Replies {
+    pub fn new(
+        fd: RawFd,
+        budget: Arc<Budget>,
+        stall_limit: Option<Duration>,
+        peer: String,
+    ) -> Replies {
         Replies {
             fd,
             budget,
@@ -79,6 +94,9 @@ impl Replies {
                 closed: false,
             }),
             wake: Condvar::new(),
+            sent_bytes_total: AtomicU64::new(0),
+            stall_limit,
+            peer,
         }
     }
 
@@ -161,6 +179,8 @@ impl Replies {
     /// queue was handed off, until the queue is closed and empty or broken.
     pub fn run_writer(&self) {
         let mut st = self.state.lock().expect("reply queue lock");
+        // Since when the client has taken none of the bytes waiting for it.
+        let mut stalled_since: Option<Instant> = None;
         // Each round either sends bytes, waits for room (bounded by the poll
         // timeout), or ends; a dead peer makes sends fail and ends it.
         loop {
@@ -168,6 +188,7 @@ impl Replies {
                 return;
             }
             if !st.handed_off {
+                stalled_since = None;
                 st = self.wake.wait(st).expect("reply queue lock");
                 continue;
             }
@@ -181,9 +202,27 @@ impl Replies {
             unsafe { libc::poll(&mut pfd, 1, 1000) };
             st = self.state.lock().expect("reply queue lock");
             let st = &mut *st;
+            let sent_before = self.sent_bytes_total.load(Ordering::Relaxed);
             match self.send_some(&mut st.queue, &mut st.sent_bytes) {
                 Progress::Empty => st.handed_off = false,
-                Progress::Full => {}
+                Progress::Full if self.sent_bytes_total.load(Ordering::Relaxed) != sent_before => {
+                    stalled_since = None;
+                }
+                Progress::Full => {
+                    let since = *stalled_since.get_or_insert_with(Instant::now);
+                    if let Some(limit) = self.stall_limit.filter(|l| since.elapsed() >= *l) {
+                        tracing::info!(
+                            peer = %self.peer,
+                            idle_timeout_s = limit.as_secs(),
+                            "client takes none of its replies; closing the connection"
+                        );
+                        // The reader may wait for budget these replies hold,
+                        // or for the client: both end once the socket does.
+                        // SAFETY: shutdown on the connection's open socket.
+                        unsafe { libc::shutdown(self.fd, libc::SHUT_RDWR) };
+                        self.fail(st, io::Error::from(io::ErrorKind::TimedOut));
+                    }
+                }
                 Progress::Failed(e) => self.fail(st, e),
             }
         }
@@ -250,6 +289,8 @@ impl Replies {
                     _ => return Progress::Failed(e),
                 }
             }
+            self.sent_bytes_total
+                .fetch_add(sent as u64, Ordering::Relaxed);
             let mut sent = sent as usize;
             while sent > 0 {
                 let c = queue.front().expect("sent bytes belong to queued chunks");
@@ -289,7 +330,12 @@ mod tests {
         for round in 0..2000 {
             let (ours, mut theirs) = UnixStream::pair().unwrap();
             let budget = Arc::new(Budget::new(8, 1 << 20));
-            let replies = Arc::new(Replies::new(ours.as_raw_fd(), Arc::clone(&budget)));
+            let replies = Arc::new(Replies::new(
+                ours.as_raw_fd(),
+                Arc::clone(&budget),
+                None,
+                "test".into(),
+            ));
             let writer = {
                 let r = Arc::clone(&replies);
                 std::thread::spawn(move || r.run_writer())

@@ -3,6 +3,7 @@
 
 use crate::conn::{self, Shared};
 use crate::engine::Engine;
+use crate::flow::{self, Budget};
 use crate::manage::{self, Manager};
 use crate::meta::Meta;
 use crate::stream::Stream;
@@ -19,7 +20,7 @@ use std::net::{Shutdown, TcpListener};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -47,7 +48,20 @@ pub struct ServeConfig {
     /// Stripes the RAID-5/6 stripe cache may hold (within 16 MiB); 0 turns
     /// it off. See `platter_core::volume::CacheLimits`.
     pub stripe_cache_stripes: u64,
+    /// Request payloads and replies not yet sent, in bytes, across every
+    /// connection; when they reach it, sockets are not read until replies
+    /// leave. At least [`MAX_BLOCK_BYTES`].
+    pub buffer_limit_bytes: u64,
+    /// The whole handshake must end within this; a client that takes
+    /// longer is disconnected.
+    pub handshake_timeout: Duration,
+    /// A connection with nothing in flight that receives nothing for this
+    /// long is closed; `None`: never.
+    pub idle_timeout: Option<Duration>,
 }
+
+/// What `--buffer-limit` defaults to.
+pub const BUFFER_LIMIT_BYTES_DEFAULT: u64 = 1 << 30;
 
 #[derive(Debug, Error)]
 pub enum ServeError {
@@ -76,7 +90,13 @@ pub struct Ready {
 struct Conns {
     next: AtomicU64,
     open: Mutex<Vec<(u64, Stream, JoinHandle<()>)>>,
+    /// Clients over the limit being told so (see [`conn::refuse`]).
+    refusing: Arc<AtomicUsize>,
 }
+
+/// Clients over the connection limit told why at once; more than this are
+/// just closed, so a flood of them cannot take a thread each.
+const REFUSING_MAX: usize = 8;
 
 pub fn serve(
     volume: OpenVolume,
@@ -200,14 +220,24 @@ pub fn serve(
     // Moved, not cloned: the engine is the only holder of the devices, so a
     // removed member's device closes when the engine lets it go.
     let engine = Arc::new(Engine::new(vol, members));
+    if config.buffer_limit_bytes < u64::from(MAX_BLOCK_BYTES) {
+        return Err(ServeError::Refused(format!(
+            "a buffer limit of {} bytes cannot hold one request of the maximum size ({MAX_BLOCK_BYTES} bytes)",
+            config.buffer_limit_bytes
+        )));
+    }
+    let buffered = Arc::new(Budget::new(flow::REQUESTS_MAX, config.buffer_limit_bytes));
     let shared = Arc::new(Shared {
         engine: Arc::clone(&engine),
+        buffered: Arc::clone(&buffered),
         handshake: HandshakeConfig {
             exports: vec![export.clone()],
             max_options: 64,
             max_option_bytes: 64 * 1024,
         },
         threads: config.threads.max(1),
+        handshake_timeout: config.handshake_timeout,
+        idle_timeout: config.idle_timeout,
     });
 
     // Listeners.
@@ -360,6 +390,7 @@ pub fn serve(
     let conns = Arc::new(Conns {
         next: AtomicU64::new(0),
         open: Mutex::new(Vec::new()),
+        refusing: Arc::new(AtomicUsize::new(0)),
     });
     let accept_threads: Vec<JoinHandle<()>> = listeners
         .into_iter()
@@ -381,9 +412,11 @@ pub fn serve(
         metrics: metrics_url,
     });
 
+    let mut trimmer = crate::memory::Trimmer::default();
     while !stop.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(100));
-        reap(&conns);
+        let ended = reap(&conns);
+        trimmer.tick(ended > 0 || buffered.in_flight() != (0, 0));
         manager.replace_from_spares();
     }
 
@@ -530,8 +563,8 @@ fn accept_loop(
         reap(conns);
         let mut open = conns.open.lock().expect("connections lock");
         if open.len() >= max {
-            tracing::warn!(%peer, max, "too many connections; refusing");
-            stream.shutdown(Shutdown::Both);
+            drop(open);
+            refuse(stream, peer, shared, conns, max);
             continue;
         }
         let Ok(keep) = stream.try_clone() else {
@@ -547,16 +580,46 @@ fn accept_loop(
     }
 }
 
-/// Forgets connections whose threads have ended.
-fn reap(conns: &Conns) {
+/// Answers a client over the connection limit, on a thread of its own
+/// (bounded in number and time), with the reason in the handshake.
+fn refuse(stream: Stream, peer: String, shared: &Arc<Shared>, conns: &Conns, max: usize) {
+    tracing::warn!(%peer, max, "too many connections; refusing");
+    let refusing = Arc::clone(&conns.refusing);
+    if refusing.fetch_add(1, Ordering::SeqCst) >= REFUSING_MAX {
+        refusing.fetch_sub(1, Ordering::SeqCst);
+        stream.shutdown(Shutdown::Both);
+        return;
+    }
+    let shared = Arc::clone(shared);
+    let message = format!(
+        "too many connections: this server serves {max} at once (--max-connections); try again later"
+    );
+    let spawned = std::thread::Builder::new()
+        .name("platter-refuse".into())
+        .spawn(move || {
+            conn::refuse(stream, &shared, &peer, message);
+            refusing.fetch_sub(1, Ordering::SeqCst);
+        });
+    if let Err(e) = spawned {
+        // The closure, the stream in it and the count's share are gone.
+        tracing::warn!(error = %e, "cannot start a thread to refuse a client");
+        conns.refusing.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Forgets connections whose threads have ended; returns how many.
+fn reap(conns: &Conns) -> usize {
     let mut open = conns.open.lock().expect("connections lock");
     let mut i = 0;
+    let mut ended = 0;
     while i < open.len() {
         if open[i].2.is_finished() {
             let (_, _, h) = open.swap_remove(i);
             let _ = h.join();
+            ended += 1;
         } else {
             i += 1;
         }
     }
+    ended
 }

@@ -60,6 +60,7 @@ pub const REP_SERVER: u32 = 2;
 pub const REP_INFO: u32 = 3;
 pub const REP_META_CONTEXT: u32 = 4;
 pub const REP_ERR_UNSUP: u32 = (1 << 31) | 1;
+pub const REP_ERR_POLICY: u32 = (1 << 31) | 2;
 pub const REP_ERR_INVALID: u32 = (1 << 31) | 3;
 pub const REP_ERR_UNKNOWN: u32 = (1 << 31) | 6;
 pub const REP_ERR_TOO_BIG: u32 = (1 << 31) | 9;
@@ -265,8 +266,9 @@ impl Client {
         })
     }
 
-    /// [`Client::open`], but `None` if the server closes the connection
-    /// before its greeting (it refused the connection).
+    /// [`Client::open`], but `None` if the server refuses the connection:
+    /// answers its options with `NBD_REP_ERR_POLICY` (over the connection
+    /// limit), or closes it before its greeting.
     pub fn try_open(path: &Path, mode: Mode) -> Option<Client> {
         let mut c = Client::connect(path);
         let mut g = [0u8; 18];
@@ -283,7 +285,10 @@ impl Client {
         );
         c.client_flags(FLAG_C_FIXED_NEWSTYLE | (u32::from(hflags & FLAG_NO_ZEROES)));
         if mode != Mode::Simple {
-            assert_eq!(c.structured_reply(&[]), REP_ACK, "NBD_OPT_STRUCTURED_REPLY");
+            match c.structured_reply(&[]) {
+                REP_ERR_POLICY => return None,
+                r => assert_eq!(r, REP_ACK, "NBD_OPT_STRUCTURED_REPLY"),
+            }
         }
         if mode == Mode::Meta {
             let ctx = c
@@ -293,9 +298,11 @@ impl Client {
             assert_eq!(ctx[0].1, "base:allocation");
         }
         let infos = [INFO_EXPORT, INFO_NAME, INFO_DESCRIPTION, INFO_BLOCK_SIZE];
-        c.go(EXPORT, &infos)
-            .unwrap_or_else(|e| panic!("NBD_OPT_GO refused: {e:#x}"));
-        Some(c)
+        match c.go(EXPORT, &infos) {
+            Ok(_) => Some(c),
+            Err(REP_ERR_POLICY) => None,
+            Err(e) => panic!("NBD_OPT_GO refused: {e:#x}"),
+        }
     }
 
     // --- bytes -------------------------------------------------------------
@@ -1082,17 +1089,18 @@ pub const WITNESS_BYTES: u64 = MIB;
 impl Fixture {
     /// 4 × 16 MiB data (64 MiB), 64 KiB interleave.
     pub fn new() -> Fixture {
-        Fixture::build(false)
+        Fixture::with_args(&[])
     }
 
     pub fn read_only() -> Fixture {
-        Fixture::build(true)
+        Fixture::with_args(&["--read-only"])
     }
 
-    fn build(read_only: bool) -> Fixture {
+    /// The fixture with `extra` arguments to `platter serve`.
+    pub fn with_args(extra: &[&str]) -> Fixture {
+        let read_only = extra.contains(&"--read-only");
         let dir = temp_dir();
         let members = create_stripe(dir.path());
-        let extra: &[&str] = if read_only { &["--read-only"] } else { &[] };
         let server = Server::start(dir.path(), &members, extra);
         let witness = Client::open(&server.socket, Mode::Structured);
         let size = witness.export.size;
