@@ -138,9 +138,13 @@ pub struct ReplaceArgs {
     /// Print the server's answer as JSON for programs.
     #[arg(long)]
     json: bool,
-    /// Create NEW (a file) of this size if missing; default: what a member needs.
+    /// Create NEW as a file of this size if it does not exist (without it,
+    /// a missing NEW is refused).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     member_size: Option<u64>,
+    /// Overwrite NEW even if it carries another volume's label.
+    #[arg(long)]
+    force: bool,
     /// Stay until the rebuild ends, showing its progress (a bar on a
     /// terminal, a line a second otherwise); fails if the rebuild stops short.
     #[arg(long)]
@@ -162,7 +166,14 @@ pub struct DeviceArgs {
     /// Print the server's answer as JSON for programs.
     #[arg(long)]
     json: bool,
-    /// The device (file, created if missing, or block device).
+    /// Create DEVICE as a file of this size if it does not exist (without
+    /// it, a missing DEVICE is refused).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    member_size: Option<u64>,
+    /// Overwrite DEVICE even if it carries another volume's label.
+    #[arg(long)]
+    force: bool,
+    /// The device (file or block device).
     #[arg(value_name = "DEVICE")]
     device: String,
 }
@@ -214,8 +225,47 @@ pub fn status(control: &PathBuf, json_out: bool) -> Result<()> {
     Ok(())
 }
 
+/// A path as the server must see it: absolute, resolved here, where the
+/// operator typed it (the server's working directory is another one).
+/// URIs are left alone.
+fn resolved(path: &str) -> Result<String> {
+    if path.contains("://") {
+        return Ok(path.to_string());
+    }
+    let absolute = std::path::absolute(path)
+        .map_err(|e| CliError(format!("{path}: cannot make the path absolute: {e}")))?;
+    absolute
+        .into_os_string()
+        .into_string()
+        .map_err(|p| CliError(format!("{}: not a UTF-8 path", p.display())))
+}
+
+/// A member as named on the command line: a slot number as it is, a path
+/// resolved here.
+fn member_name(name: &str) -> Result<String> {
+    if name.parse::<u32>().is_ok() {
+        return Ok(name.to_string());
+    }
+    resolved(name)
+}
+
+/// The request fields naming a new device.
+fn device_request(mut req: Value, path: &str, size: Option<u64>, force: bool) -> Result<Value> {
+    req["device"] = json!(resolved(path)?);
+    if let Some(size) = size {
+        req["size_bytes"] = json!(size);
+    }
+    if force {
+        req["force"] = json!(true);
+    }
+    Ok(req)
+}
+
 pub fn fail(a: MemberArgs) -> Result<()> {
-    let v = ask(&a.control, json!({ "cmd": "fail", "member": a.member }))?;
+    let v = ask(
+        &a.control,
+        json!({ "cmd": "fail", "member": member_name(&a.member)? }),
+    )?;
     show(a.json, &v, |v| {
         println!("member {} marked faulty", v["failed"])
     });
@@ -223,7 +273,10 @@ pub fn fail(a: MemberArgs) -> Result<()> {
 }
 
 pub fn remove(a: MemberArgs) -> Result<()> {
-    let v = ask(&a.control, json!({ "cmd": "remove", "member": a.member }))?;
+    let v = ask(
+        &a.control,
+        json!({ "cmd": "remove", "member": member_name(&a.member)? }),
+    )?;
     show(a.json, &v, |v| {
         if let Some(spare) = v.get("removed_spare") {
             println!("spare {} removed", spare.as_str().unwrap_or("?"));
@@ -238,11 +291,11 @@ pub fn remove(a: MemberArgs) -> Result<()> {
 }
 
 pub fn replace(a: ReplaceArgs) -> Result<()> {
-    let mut req = json!({ "cmd": "replace", "member": a.old, "device": a.new });
-    if let Some(size) = a.member_size {
-        req["size_bytes"] = json!(size);
-    }
-    let v = ask(&a.control, req)?;
+    let req = json!({ "cmd": "replace", "member": member_name(&a.old)? });
+    let v = ask(
+        &a.control,
+        device_request(req, &a.new, a.member_size, a.force)?,
+    )?;
     show(a.json, &v, |v| {
         println!(
             "member {} replaced by {}; rebuild started",
@@ -256,9 +309,10 @@ pub fn replace(a: ReplaceArgs) -> Result<()> {
 }
 
 pub fn add_spare(a: DeviceArgs) -> Result<()> {
+    let req = json!({ "cmd": "add-spare" });
     let v = ask(
         &a.control,
-        json!({ "cmd": "add-spare", "device": a.device }),
+        device_request(req, &a.device, a.member_size, a.force)?,
     )?;
     show(a.json, &v, |_| println!("{} added as a spare", a.device));
     Ok(())

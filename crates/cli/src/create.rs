@@ -1,13 +1,13 @@
 //! `platter create`: label a set of members as a new volume.
 
 use crate::error::{CliError, Result};
-use crate::members::{assemble_devices, open_all, read_label_area};
+use crate::members::{assemble_devices, foreign_label, open_all};
 use clap::Args;
 use platter_core::balance::ReadPolicy;
 use platter_core::geometry::{Geometry, GeometrySpec};
 use platter_core::intent::{IntentLayout, INTENT_OFFSET_BYTES};
 use platter_core::label::{
-    is_blank, Label, SlotEntry, SlotState, VolumeState, LAYOUT_VERSION, MAX_MEMBERS, NAME_MAX_BYTES,
+    check_new_name, Label, SlotEntry, SlotState, VolumeState, LAYOUT_VERSION, MAX_MEMBERS,
 };
 use platter_core::units::{parse_size, SECTOR_BYTES};
 use platter_core::{Level, ParityLayout};
@@ -118,11 +118,7 @@ pub fn run(args: CreateArgs) -> Result<()> {
             args.interleave
         )));
     }
-    if args.name.len() > NAME_MAX_BYTES || args.name.contains('\0') {
-        return Err(CliError(format!(
-            "--name must be at most {NAME_MAX_BYTES} bytes without NUL"
-        )));
-    }
+    check_new_name(&args.name).map_err(|e| CliError(format!("--name {e}")))?;
     let parity_layout = layout_for(level, args.layout.as_deref())?;
     let copies = match level {
         Level::Mirror => n,
@@ -266,23 +262,16 @@ fn label_members(
 }
 
 fn refuse_labelled(m: &dyn Member, force: bool) -> Result<()> {
-    let area = read_label_area(m)?;
-    if force || is_blank(&area) {
+    if force {
         return Ok(());
     }
-    let what = match Label::decode(&area) {
-        Ok(l) => format!(
-            "already belongs to volume '{}' ({}, slot {})",
-            l.name,
-            platter_core::assemble::uuid_string(&l.volume_uuid),
-            l.slot
-        ),
-        Err(e) => format!("carries a damaged platter label ({e})"),
-    };
-    Err(CliError(format!(
-        "member {}: {what}; use --force to overwrite it",
-        m.describe()
-    )))
+    match foreign_label(m, None)? {
+        None => Ok(()),
+        Some(what) => Err(CliError(format!(
+            "member {}: {what}; use --force to overwrite it",
+            m.describe()
+        ))),
+    }
 }
 
 /// Makes the data area read as zeros, so every stripe's parity and every

@@ -14,6 +14,7 @@ pub mod flow;
 mod manage;
 mod meta;
 pub mod metrics;
+mod newdevice;
 mod replies;
 mod server;
 mod stream;

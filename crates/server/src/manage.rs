@@ -5,10 +5,11 @@
 
 use crate::engine::Engine;
 use crate::meta::Meta;
+use crate::newdevice::{names_device, NewDevice};
 use crate::upkeep::Upkeep;
 use platter_core::label::{SlotState, VolumeState};
 use platter_core::volume::{CheckReport, Health, Maintenance, Reply, Request};
-use platter_io::{open_member, Member, OpenOptions};
+use platter_io::Member;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -133,11 +134,14 @@ impl Manager {
         }
         members
             .iter()
-            .position(|m| m.as_ref().is_some_and(|m| m.describe() == name))
+            .position(|m| m.as_ref().is_some_and(|m| names_device(m.describe(), name)))
             .map(|i| i as u32)
             .or_else(|| {
                 let removed = self.removed.lock().expect("removed");
-                removed.iter().find(|(_, n)| *n == name).map(|(s, _)| *s)
+                removed
+                    .iter()
+                    .find(|(_, n)| names_device(n, name))
+                    .map(|(s, _)| *s)
             })
             .ok_or_else(|| format!("no member {name} (give a slot number or a member's path)"))
     }
@@ -149,7 +153,7 @@ impl Manager {
     pub fn remove(&self, name: &str) -> Result<Value, String> {
         {
             let mut spares = self.spares.lock().expect("spares");
-            if let Some(i) = spares.iter().position(|m| m.describe() == name) {
+            if let Some(i) = spares.iter().position(|m| names_device(m.describe(), name)) {
                 drop(spares.remove(i));
                 tracing::info!(spare = %name, "spare removed");
                 return Ok(json!({ "removed_spare": name }));
@@ -206,64 +210,18 @@ impl Manager {
         Ok(json!({ "failed": slot }))
     }
 
-    pub fn add_spare(&self, path: &str) -> Result<Value, String> {
-        let device = self.open_replacement(path, None)?;
+    pub fn add_spare(&self, new: &NewDevice) -> Result<Value, String> {
+        let device = self.open_new_device(new)?;
         self.spares.lock().expect("spares").push(device);
         self.replace_from_spares();
-        Ok(json!({ "spare": path }))
+        Ok(json!({ "spare": new.path }))
     }
 
-    fn open_replacement(&self, path: &str, size: Option<u64>) -> Result<Arc<dyn Member>, String> {
-        let label = self.meta.label();
-        let needed = label.data_offset_bytes
-            + label
-                .slots
-                .iter()
-                .map(|s| s.data_size_bytes)
-                .max()
-                .unwrap_or(0);
-        let device: Arc<dyn Member> = Arc::from(
-            open_member(
-                path,
-                OpenOptions {
-                    create_size_bytes: size.or(Some(needed)),
-                    ..OpenOptions::default()
-                },
-            )
-            .map_err(|e| e.to_string())?,
-        );
-        if device.size_bytes() < needed {
-            return Err(format!(
-                "{path}: {} bytes is too small; a member of this volume needs {needed}",
-                device.size_bytes()
-            ));
-        }
-        let id = device.identity();
-        let in_use = self
-            .engine
-            .members()
-            .iter()
-            .flatten()
-            .any(|m| id.is_some() && m.identity() == id)
-            || self
-                .spares
-                .lock()
-                .expect("spares")
-                .iter()
-                .any(|m| id.is_some() && m.identity() == id);
-        if in_use {
-            return Err(format!(
-                "{path} is already a member or a spare of this volume"
-            ));
-        }
-        Ok(device)
-    }
-
-    pub fn replace(&self, old: &str, path: &str, size: Option<u64>) -> Result<Value, String> {
+    pub fn replace(&self, old: &str, new: &NewDevice) -> Result<Value, String> {
         let slot = self.slot_of(old)?;
-        let device = self.open_replacement(path, size)?;
+        let device = self.open_new_device(new)?;
         self.replace_slot(slot, device)?;
-        Ok(json!({ "replaced": slot, "device": path }))
+        Ok(json!({ "replaced": slot, "device": new.path }))
     }
 
     fn replace_slot(&self, slot: u32, device: Arc<dyn Member>) -> Result<(), String> {
@@ -360,6 +318,11 @@ impl Manager {
                 .and_then(Value::as_str)
                 .ok_or_else(|| format!("missing \"{k}\""))
         };
+        let new_device = |path| NewDevice {
+            path,
+            create_size_bytes: req.get("size_bytes").and_then(Value::as_u64),
+            force: req.get("force").and_then(Value::as_bool).unwrap_or(false),
+        };
         match req.get("cmd").and_then(Value::as_str) {
             Some("status") => Ok(self.status()),
             Some("stats") => Ok(crate::metrics::stats_json(&self.engine, &self.meta)),
@@ -369,12 +332,8 @@ impl Manager {
             }
             Some("fail") => self.fail(arg("member")?),
             Some("remove") => self.remove(arg("member")?),
-            Some("replace") => self.replace(
-                arg("member")?,
-                arg("device")?,
-                req.get("size_bytes").and_then(Value::as_u64),
-            ),
-            Some("add-spare") => self.add_spare(arg("device")?),
+            Some("replace") => self.replace(arg("member")?, &new_device(arg("device")?)),
+            Some("add-spare") => self.add_spare(&new_device(arg("device")?)),
             Some("check") => self.scrub(Maintenance::Check),
             Some("repair") => self.scrub(Maintenance::Repair),
             Some("read-policy") => self.read_policy(req.get("policy").and_then(Value::as_str)),
