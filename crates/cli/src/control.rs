@@ -130,6 +130,25 @@ pub struct MemberArgs {
 }
 
 #[derive(Args)]
+pub struct FailArgs {
+    /// The server's control socket (the NBD socket's path plus ".ctl",
+    /// unless serve was given --control).
+    #[arg(long, value_name = "PATH")]
+    control: PathBuf,
+    /// Print the server's answer as JSON for programs.
+    #[arg(long)]
+    json: bool,
+    /// Fail the member even if the volume then cannot serve all of its
+    /// data (the last copy of a chunk, more members than parity covers):
+    /// clients get I/O errors there.
+    #[arg(long)]
+    force: bool,
+    /// A member's slot number or path.
+    #[arg(value_name = "MEMBER")]
+    member: String,
+}
+
+#[derive(Args)]
 pub struct ReplaceArgs {
     /// The server's control socket (the NBD socket's path plus ".ctl",
     /// unless serve was given --control).
@@ -261,13 +280,19 @@ fn device_request(mut req: Value, path: &str, size: Option<u64>, force: bool) ->
     Ok(req)
 }
 
-pub fn fail(a: MemberArgs) -> Result<()> {
-    let v = ask(
-        &a.control,
-        json!({ "cmd": "fail", "member": member_name(&a.member)? }),
-    )?;
-    show(a.json, &v, |v| {
-        println!("member {} marked faulty", v["failed"])
+pub fn fail(a: FailArgs) -> Result<()> {
+    let mut req = json!({ "cmd": "fail", "member": member_name(&a.member)? });
+    if a.force {
+        req["force"] = json!(true);
+    }
+    let v = ask(&a.control, req)?;
+    show(a.json, &v, |v| match v["already"].as_str() {
+        Some(state) => println!("member {} is already {state}", v["failed"]),
+        None if v["volume_serves_all"] == json!(false) => println!(
+            "member {} marked faulty; the volume can no longer serve all of its data",
+            v["failed"]
+        ),
+        None => println!("member {} marked faulty", v["failed"]),
     });
     Ok(())
 }

@@ -49,8 +49,10 @@ fn volume_state(a: &Assembly) -> String {
     let lost = a.health.iter().filter(|h| **h != Health::Online).count() as u32;
     if lost == 0 {
         a.label.state.name().to_string()
-    } else if lost <= a.geometry.redundancy() || a.geometry.level() == Level::Raid10 {
-        // RAID-10 survives some multi-member losses; the engine decides per chunk.
+    } else if a
+        .geometry
+        .serves_all(|m| a.health[m as usize] == Health::Online)
+    {
         "degraded".to_string()
     } else {
         "failed".to_string()

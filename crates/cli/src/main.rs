@@ -40,7 +40,9 @@ enum Command {
     /// Assemble a volume from its members and serve it over NBD.
     Serve(serve::ServeArgs),
     /// Take a member of a running volume out of use (it is marked faulty).
-    Fail(control::MemberArgs),
+    /// Refused, unless --force, when the volume could then no longer serve
+    /// all of its data.
+    Fail(control::FailArgs),
     /// Take a failed member out of a running volume and close its device.
     #[command(
         long_about = "Take a failed member out of a running volume and close its device, so \

@@ -414,6 +414,34 @@ fn a_missing_member_shows_the_volume_degraded() {
     );
 }
 
+/// Found beside the `fail` story: with two raid10 members missing the
+/// offline status said "degraded" whichever two they were, and `serve`
+/// started a raid10 whose lost members held the only copies of some
+/// chunks (reads there failed). Which members are missing decides it.
+#[test]
+fn raid10_is_failed_only_when_a_chunk_loses_every_copy() {
+    let dir = temp_dir();
+    let members = member_paths(dir.path(), 4);
+    let mut args = vec!["create", "--level", "raid10", "--member-size", "4M"];
+    args.extend(members.iter().map(String::as_str));
+    assert_ok(&platter(&args), "create raid10");
+    // Near 2 over 4: slots 0 and 1 hold the same chunks, as do 2 and 3.
+    let v = status_json(&[members[1].clone(), members[3].clone()], "0 and 2 missing");
+    assert_eq!(v["state"], "degraded", "{v}");
+    let v = status_json(&[members[2].clone(), members[3].clone()], "0 and 1 missing");
+    assert_eq!(v["state"], "failed", "{v}");
+    let sock = dir.path().join("s.sock");
+    let out = platter(&[
+        "serve",
+        "--socket",
+        sock.to_str().unwrap(),
+        &members[2],
+        &members[3],
+    ]);
+    let err = assert_refused(&out, "serve without slots 0 and 1");
+    assert!(err.contains("cannot serve all of its data"), "{err}");
+}
+
 #[test]
 fn wrong_arguments_are_refused_with_one_line() {
     let dir = temp_dir();

@@ -814,3 +814,115 @@ fn management_paths_resolve_in_the_caller_and_nothing_is_created_unasked() {
     );
     assert!(out.stdout.contains("member 2"), "{}", out.describe(test));
 }
+
+/// What `nbdinfo --json` says the export's description is, as a new client
+/// sees it.
+fn export_description(t: &Tools, s: &Server) -> String {
+    let out = run_ok(
+        t.cmd("nbdinfo").arg("--json").arg(s.uri()),
+        CMD_TIMEOUT,
+        "nbdinfo",
+    );
+    let v: Value = serde_json::from_str(&out.stdout).expect("nbdinfo --json is JSON");
+    v["exports"][0]["description"]
+        .as_str()
+        .expect("a description")
+        .to_string()
+}
+
+/// Whether the whole volume reads without an error.
+fn reads_whole(t: &Tools, s: &Server) -> bool {
+    run(t.cmd("nbdcopy").arg(s.uri()).arg("null:"), CMD_TIMEOUT)
+        .status
+        .success()
+}
+
+/// The story: `fail` went past redundancy without a word. Under fio verify
+/// load, `fail 0..3` on raid5 each returned 0; after the second, clients
+/// got EIO; status then said `degraded` with 4/4 faulty and the NBD export
+/// description still said "4 of 4 members online". A mirror let its last
+/// member be failed. Now a `fail` that would leave the volume unable to
+/// serve all of its data is refused (one line, naming --force) and changes
+/// nothing; with --force it goes ahead and status says `failed`; the
+/// description a new client reads follows every change.
+#[test]
+fn fail_refuses_to_lose_data_unless_forced() {
+    let test = "fail_refuses_to_lose_data_unless_forced";
+    let Some(t) = tools(test, &["nbdinfo", "nbdcopy"]) else {
+        return;
+    };
+    // (spec, slots to fail in order: true where the volume survives it)
+    let cases = [
+        (Spec::new("raid5", 4, "64k"), vec![(0, true), (1, false)]),
+        (Spec::new("mirror", 2, "64k"), vec![(1, true), (0, false)]),
+        (
+            Spec::new("raid10", 4, "64k"),
+            vec![(0, true), (2, true), (1, false), (3, false)],
+        ),
+        (Spec::new("stripe", 2, "64k"), vec![(1, false)]),
+    ];
+    for (spec, order) in cases {
+        let what = format!("{test} {}", spec.label());
+        let s = Server::start(Volume::create(spec, 4 * MIB));
+        let ctl = control(&s);
+        let n = spec.members;
+        assert!(
+            export_description(&t, &s).contains(&format!("({n} of {n} members online)")),
+            "{what}: {}",
+            export_description(&t, &s)
+        );
+        let mut online = n;
+        for &(slot, survives) in &order {
+            let slot = slot.to_string();
+            if survives {
+                run_ok(
+                    &mut platter(&["fail", "--control", &ctl, &slot]),
+                    CMD_TIMEOUT,
+                    &what,
+                );
+                online -= 1;
+                assert_eq!(live_status(&s)["state"], "degraded", "{what}");
+                let d = export_description(&t, &s);
+                assert!(
+                    d.contains(&format!("({online} of {n} members online, degraded)")),
+                    "{what}: {d}"
+                );
+                continue;
+            }
+            let err = refused(
+                &["fail", "--control", &ctl, &slot],
+                &["unable to serve all of its data", "--force"],
+                &what,
+            );
+            let st = live_status(&s);
+            assert_eq!(
+                st["members"][slot.parse::<usize>().unwrap()]["state"],
+                "active",
+                "{what}: {err}"
+            );
+            assert!(
+                reads_whole(&t, &s),
+                "{what}: data lost after a refused fail"
+            );
+        }
+        // Insisted on: the volume cannot serve, and says so everywhere.
+        let (last, _) = order.last().copied().unwrap();
+        let out = run_ok(
+            &mut platter(&["fail", "--force", "--control", &ctl, &last.to_string()]),
+            CMD_TIMEOUT,
+            &what,
+        );
+        assert!(
+            out.stdout.contains("can no longer serve"),
+            "{}",
+            out.describe(&what)
+        );
+        assert_eq!(live_status(&s)["state"], "failed", "{what}");
+        let d = export_description(&t, &s);
+        assert!(
+            d.contains(&format!("({} of {n} members online, failed", online - 1)),
+            "{what}: {d}"
+        );
+        assert!(!reads_whole(&t, &s), "{what}: a failed volume read whole");
+    }
+}

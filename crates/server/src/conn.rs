@@ -41,7 +41,13 @@ pub const CONN_MAX_BYTES: u64 = 64 << 20;
 /// What every connection shares.
 pub struct Shared {
     pub engine: Arc<Engine>,
+    /// The export as offered; its description is rewritten for each
+    /// handshake by `describe`.
     pub handshake: HandshakeConfig,
+    /// The export's description as things stand (members online, whether
+    /// the volume still holds all of its data): a client connecting after
+    /// a failure must not read the description of the start.
+    pub describe: Box<dyn Fn(&Engine) -> String + Send + Sync>,
     /// Workers per connection.
     pub threads: usize,
 }
@@ -165,7 +171,12 @@ fn handshake(stream: &Stream, shared: &Shared) -> io::Result<Option<Negotiated>>
     let mut s = stream.try_clone()?;
     s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     s.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
-    let mut hs = ServerHandshake::new(shared.handshake.clone());
+    let mut config = shared.handshake.clone();
+    let description = (shared.describe)(&shared.engine);
+    for export in &mut config.exports {
+        export.description.clone_from(&description);
+    }
+    let mut hs = ServerHandshake::new(config);
     let mut buf = vec![0u8; 64 * 1024];
     // Every round either reads at least one byte or ends the handshake, and
     // the handshake bounds options and their sizes.

@@ -7,6 +7,7 @@ use crate::engine::Engine;
 use crate::meta::Meta;
 use crate::newdevice::{names_device, NewDevice};
 use crate::upkeep::Upkeep;
+use platter_core::geometry::Geometry;
 use platter_core::label::{SlotState, VolumeState};
 use platter_core::volume::{CheckReport, Health, Maintenance, Reply, Request};
 use platter_io::Member;
@@ -46,6 +47,17 @@ fn health_name(h: Health) -> &'static str {
         Health::Faulty => "faulty",
         Health::Missing => "missing",
         Health::Rebuilding => "rebuilding",
+    }
+}
+
+/// The volume's state as `status` shows it: `failed` when the members in
+/// use no longer hold all of its data (a member being rebuilt counts as
+/// lost: it holds nothing above its cursor), otherwise what the labels say.
+pub fn live_state(geometry: &Geometry, health: &[Health]) -> &'static str {
+    if geometry.serves_all(|m| health[m as usize] == Health::Online) {
+        Meta::state_for(health, VolumeState::Clean).name()
+    } else {
+        "failed"
     }
 }
 
@@ -89,7 +101,7 @@ impl Manager {
             "level": geometry.level().name(),
             "interleave_bytes": geometry.interleave_bytes(),
             "size_bytes": geometry.volume_size_bytes(),
-            "state": Meta::state_for(&health, VolumeState::Clean).name(),
+            "state": live_state(&geometry, &health),
             "event_counter": label.event_counter,
             "read_policy": (geometry.copies() > 1).then(|| self.read_policy_status()),
             "members": (0..geometry.members()).map(|s| json!({
@@ -203,11 +215,48 @@ impl Manager {
         Ok(json!({ "removed": slot, "device": device }))
     }
 
-    pub fn fail(&self, name: &str) -> Result<Value, String> {
+    /// Marks a member faulty. A failure that would leave the volume unable
+    /// to serve all of its data (the last copy of a chunk, more members
+    /// than the parity covers) is refused unless `force`: clients would get
+    /// EIO where they had data.
+    pub fn fail(&self, name: &str, force: bool) -> Result<Value, String> {
         let slot = self.slot_of(name)?;
+        let _changing = self.slot_changes.lock().expect("slot changes");
+        let health = self.engine.health();
+        match health[slot as usize] {
+            Health::Online => {}
+            Health::Rebuilding => {
+                return Err(format!(
+                    "member {slot} is being rebuilt; a rebuild cannot be stopped by failing \
+                     its member (let it finish, then fail it)"
+                ))
+            }
+            h @ (Health::Faulty | Health::Missing) => {
+                return Ok(json!({ "failed": slot, "already": health_name(h) }))
+            }
+        }
+        let geometry = self.engine.with_volume(|v| v.geometry().clone());
+        let serves_after =
+            geometry.serves_all(|m| m != slot && health[m as usize] == Health::Online);
+        if !serves_after && !force {
+            let out: Vec<String> = (0..geometry.members())
+                .filter(|&m| health[m as usize] != Health::Online)
+                .map(|m| format!("{m} ({})", health_name(health[m as usize])))
+                .collect();
+            let already = if out.is_empty() {
+                String::new()
+            } else {
+                format!(" (already out: {})", out.join(", "))
+            };
+            return Err(format!(
+                "failing member {slot} would leave the {} volume unable to serve all of its \
+                 data{already}: clients would get I/O errors; use --force to fail it anyway",
+                geometry.level()
+            ));
+        }
         self.engine
             .with_volume(|v| v.mark_faulty(slot, "failed by the operator".into()));
-        Ok(json!({ "failed": slot }))
+        Ok(json!({ "failed": slot, "volume_serves_all": serves_after }))
     }
 
     pub fn add_spare(&self, new: &NewDevice) -> Result<Value, String> {
@@ -318,10 +367,11 @@ impl Manager {
                 .and_then(Value::as_str)
                 .ok_or_else(|| format!("missing \"{k}\""))
         };
+        let force = req.get("force").and_then(Value::as_bool).unwrap_or(false);
         let new_device = |path| NewDevice {
             path,
             create_size_bytes: req.get("size_bytes").and_then(Value::as_u64),
-            force: req.get("force").and_then(Value::as_bool).unwrap_or(false),
+            force,
         };
         match req.get("cmd").and_then(Value::as_str) {
             Some("status") => Ok(self.status()),
@@ -330,7 +380,7 @@ impl Manager {
                 self.engine.reset_stats();
                 Ok(crate::metrics::stats_json(&self.engine, &self.meta))
             }
-            Some("fail") => self.fail(arg("member")?),
+            Some("fail") => self.fail(arg("member")?, force),
             Some("remove") => self.remove(arg("member")?),
             Some("replace") => self.replace(arg("member")?, &new_device(arg("device")?)),
             Some("add-spare") => self.add_spare(&new_device(arg("device")?)),

@@ -204,6 +204,30 @@ impl Geometry {
         }
     }
 
+    /// Whether the members for which `usable` says yes hold every byte of
+    /// the volume: a copy of every chunk, or enough of every parity stripe
+    /// to rebuild the rest. Unlike a count against [`redundancy`], this
+    /// knows that raid10 survives the loss of members holding no common
+    /// chunk.
+    ///
+    /// [`redundancy`]: Geometry::redundancy
+    pub fn serves_all(&self, usable: impl Fn(u32) -> bool) -> bool {
+        let lost = (0..self.members()).filter(|&m| !usable(m)).count() as u32;
+        match self.spec.level {
+            Level::Concat | Level::Stripe | Level::Raid5 | Level::Raid6 => {
+                lost <= self.redundancy()
+            }
+            Level::Mirror | Level::Raid10 => {
+                // Chunk c's copies start at slot c * copies mod members: the
+                // first `members` chunks show every group of slots there is.
+                (0..self.volume_chunks.min(u64::from(self.members()))).all(|chunk| {
+                    let (stripe, index) = self.chunk_position(chunk);
+                    self.data_locations(stripe, index).any(|l| usable(l.member))
+                })
+            }
+        }
+    }
+
     /// Byte offset on the member device of `within` bytes into `row`.
     pub fn member_offset_bytes(&self, row: u64, within_bytes: u64) -> u64 {
         debug_assert!(within_bytes <= self.spec.interleave_bytes);
