@@ -134,6 +134,8 @@ pub fn run(args: CreateArgs) -> Result<()> {
         .check(n, copies)
         .map_err(|e| CliError(format!("--read-policy: {e}")))?;
 
+    check_member_size(&args, parity_layout, copies)?;
+
     let opts = OpenOptions {
         create_size_bytes: args.member_size,
         ..OpenOptions::default()
@@ -156,6 +158,73 @@ pub fn run(args: CreateArgs) -> Result<()> {
     result
 }
 
+/// The smallest member: the label and bitmap area, then one interleave.
+fn min_member_bytes(interleave: u64) -> Result<u64> {
+    DATA_OFFSET_BYTES.checked_add(interleave).ok_or_else(|| {
+        CliError(format!(
+            "--interleave {interleave} bytes is too large: no member can hold 1 MiB of \
+             label and bitmap and one interleave"
+        ))
+    })
+}
+
+/// A member's data area: what follows the label and bitmap area, in whole
+/// sectors.
+fn data_bytes_of(member_bytes: u64) -> u64 {
+    member_bytes.saturating_sub(DATA_OFFSET_BYTES) / SECTOR_BYTES * SECTOR_BYTES
+}
+
+/// The volume's geometry and write-intent bitmap (region stripes, layout)
+/// for members with these data areas.
+fn layout(
+    args: &CreateArgs,
+    parity_layout: ParityLayout,
+    copies: u32,
+    data_bytes: Vec<u64>,
+) -> Result<(Geometry, u64, Option<IntentLayout>)> {
+    let geometry = Geometry::new(GeometrySpec {
+        level: args.level,
+        parity_layout,
+        copies,
+        interleave_bytes: args.interleave,
+        data_offset_bytes: DATA_OFFSET_BYTES,
+        member_data_bytes: data_bytes,
+    })
+    .map_err(|e| CliError(e.0))?;
+    let intent_region_stripes = if args.bitmap_region == 0 {
+        0
+    } else {
+        IntentLayout::choose_region_stripes(&geometry, args.bitmap_region)
+    };
+    let intent = IntentLayout::new(&geometry, intent_region_stripes).map_err(CliError)?;
+    Ok((geometry, intent_region_stripes, intent))
+}
+
+/// What the arguments alone decide, checked before any file is created: a
+/// member of `--member-size` holds the label area and an interleave, can be
+/// a file at all, and such members make a volume whose sizes fit a u64.
+fn check_member_size(args: &CreateArgs, parity_layout: ParityLayout, copies: u32) -> Result<()> {
+    let min_bytes = min_member_bytes(args.interleave)?;
+    let Some(size) = args.member_size else {
+        return Ok(());
+    };
+    if i64::try_from(size).is_err() {
+        return Err(CliError(format!(
+            "--member-size {size} bytes is larger than any file can be (at most {} bytes, \
+             2^63 - 1)",
+            i64::MAX
+        )));
+    }
+    if size < min_bytes {
+        return Err(CliError(format!(
+            "--member-size {size} bytes is too small: a member needs at least {min_bytes} \
+             (1 MiB for the label and bitmap, then one interleave)"
+        )));
+    }
+    let members = vec![data_bytes_of(size); args.members.len()];
+    layout(args, parity_layout, copies, members).map(|_| ())
+}
+
 fn label_members(
     args: &CreateArgs,
     members: Vec<Arc<dyn Member>>,
@@ -167,7 +236,7 @@ fn label_members(
     for m in &members {
         refuse_labelled(m.as_ref(), args.force)?;
     }
-    let min_bytes = DATA_OFFSET_BYTES + args.interleave;
+    let min_bytes = min_member_bytes(args.interleave)?;
     let data_bytes: Vec<u64> = members
         .iter()
         .map(|m| {
@@ -179,25 +248,11 @@ fn label_members(
                     m.describe()
                 )));
             }
-            Ok((size - DATA_OFFSET_BYTES) / SECTOR_BYTES * SECTOR_BYTES)
+            Ok(data_bytes_of(size))
         })
         .collect::<Result<_>>()?;
-    let geometry = Geometry::new(GeometrySpec {
-        level,
-        parity_layout,
-        copies,
-        interleave_bytes: args.interleave,
-        data_offset_bytes: DATA_OFFSET_BYTES,
-        member_data_bytes: data_bytes.clone(),
-    })
-    .map_err(|e| CliError(e.0))?;
-
-    let intent_region_stripes = if args.bitmap_region == 0 {
-        0
-    } else {
-        IntentLayout::choose_region_stripes(&geometry, args.bitmap_region)
-    };
-    let intent = IntentLayout::new(&geometry, intent_region_stripes).map_err(CliError)?;
+    let (geometry, intent_region_stripes, intent) =
+        layout(args, parity_layout, copies, data_bytes.clone())?;
 
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -440,6 +440,20 @@ fn create_missing(path: &Path, name: &str, opts: OpenOptions) -> Result<(), Memb
                 "no such file or device (a read-only member is never created)",
             ))
         }
+        Some(size_bytes) if i64::try_from(size_bytes).is_err() => {
+            return Err(MemberError::with_message(
+                MemberErrorKind::OutOfRange,
+                name,
+                Op::Open,
+                0,
+                0,
+                format!(
+                    "cannot create a file of {size_bytes} bytes: a file holds at most {} \
+                     (2^63 - 1)",
+                    i64::MAX
+                ),
+            ))
+        }
         Some(size_bytes) => size_bytes,
     };
     let create_error = |err: io::Error| MemberError {
