@@ -343,7 +343,18 @@ pub fn add_spare(a: DeviceArgs) -> Result<()> {
     Ok(())
 }
 
-pub fn scrub(a: ScrubArgs, repair: bool) -> Result<()> {
+/// `check` and `repair` exit codes (README.md, docs/failures.md): 0 when
+/// every stripe was checked and agrees (after `repair`: was made to agree)...
+pub const SCRUB_CLEAN: u8 = 0;
+/// ...1 when `check` found stripes whose parity or copies disagree...
+pub const SCRUB_MISMATCHES: u8 = 1;
+/// ...2 when some or all of the volume could not be checked: a member lost
+/// (its stripes have nothing to compare with), or the server not reached
+/// or failing the scrub.
+pub const SCRUB_INCOMPLETE: u8 = 2;
+
+/// Runs `check` or `repair`; the answer is the exit code.
+pub fn scrub(a: ScrubArgs, repair: bool) -> Result<u8> {
     let cmd = if repair { "repair" } else { "check" };
     let v = ask(&a.control, json!({ "cmd": cmd }))?;
     show(a.json, &v, |v| {
@@ -362,7 +373,17 @@ pub fn scrub(a: ScrubArgs, repair: bool) -> Result<()> {
             println!("  mismatch at volume bytes {}+{}", r[0], r[1]);
         }
     });
-    Ok(())
+    let count = |k: &str| {
+        v[k].as_u64()
+            .ok_or_else(|| CliError(format!("the server's {cmd} answer has no \"{k}\"")))
+    };
+    Ok(if count("mismatched_stripes")? > 0 && !repair {
+        SCRUB_MISMATCHES
+    } else if count("unchecked_stripes")? > 0 {
+        SCRUB_INCOMPLETE
+    } else {
+        SCRUB_CLEAN
+    })
 }
 
 /// "proximity (in effect: proximity:1M)" or just "load".

@@ -553,7 +553,10 @@ fn wrong_arguments_are_refused_with_one_line() {
     // Judged from the argument, before any file is made.
     assert!(err.contains("--member-size"), "{err}");
     assert!(err.contains("too small"), "{err}");
-    assert!(fs::metadata(&c).is_err(), "{c} was made for a refused create");
+    assert!(
+        fs::metadata(&c).is_err(),
+        "{c} was made for a refused create"
+    );
 
     let err = assert_refused(
         &platter(&[

@@ -926,3 +926,82 @@ fn fail_refuses_to_lose_data_unless_forced() {
         assert!(!reads_whole(&t, &s), "{what}: a failed volume read whole");
     }
 }
+
+/// `platter check|repair [--json]`: exit code, and the answer as JSON.
+fn scrub(s: &Server, cmd: &str) -> (Option<i32>, Value) {
+    let out = run(
+        &mut platter(&[cmd, "--json", "--control", &control(s)]),
+        CMD_TIMEOUT,
+    );
+    let plain = run(&mut platter(&[cmd, "--control", &control(s)]), CMD_TIMEOUT);
+    // The plain report (run second: for repair, after the first repaired)
+    // exits as the JSON one does once nothing is left to repair.
+    if cmd == "check" {
+        assert_eq!(
+            plain.status.code(),
+            out.status.code(),
+            "{}",
+            plain.describe(cmd)
+        );
+    }
+    let v = serde_json::from_str(&out.stdout).unwrap_or(Value::Null);
+    (out.status.code(), v)
+}
+
+/// The story: `check` exited 0 after finding mismatches ("1008 stripes
+/// checked: 1008 mismatched"), so no script could tell. Now check exits 0
+/// when everything was checked and agrees, 1 when it found mismatches, 2
+/// when it could not check (a member lost, the server unreachable), plain
+/// and with --json alike; repair exits 0 when it repaired everything it
+/// found, 2 when it could not check everything.
+#[test]
+fn check_and_repair_exit_codes_say_what_they_found() {
+    let test = "check_and_repair_exit_codes_say_what_they_found";
+    let s = Server::start(Volume::create(Spec::new("raid5", 4, "64k"), 4 * MIB));
+    assert_eq!(scrub(&s, "check").0, Some(0), "{test}: a new volume");
+
+    // Data the parity does not cover, written behind the server's back.
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&s.volume.members[0])
+            .unwrap();
+        f.write_all_at(&[0xa5; 4096], MIB).unwrap();
+        f.sync_all().unwrap();
+    }
+    let (code, report) = scrub(&s, "check");
+    assert_eq!(code, Some(1), "{test}: {report}");
+    assert!(
+        report["mismatched_stripes"].as_u64().unwrap() > 0,
+        "{report}"
+    );
+    let (code, report) = scrub(&s, "repair");
+    assert_eq!(code, Some(0), "{test}: repair: {report}");
+    assert!(
+        report["mismatched_stripes"].as_u64().unwrap() > 0,
+        "{report}"
+    );
+    assert_eq!(scrub(&s, "check").0, Some(0), "{test}: after repair");
+
+    // A member lost: nothing to compare with.
+    run_ok(
+        &mut platter(&["fail", "--control", &control(&s), "1"]),
+        CMD_TIMEOUT,
+        test,
+    );
+    for cmd in ["check", "repair"] {
+        let (code, report) = scrub(&s, cmd);
+        assert_eq!(code, Some(2), "{test}: {cmd} degraded: {report}");
+        assert!(
+            report["unchecked_stripes"].as_u64().unwrap() > 0,
+            "{report}"
+        );
+    }
+    // No server at all.
+    let out = run(
+        &mut platter(&["check", "--control", "/nonexistent/platter.ctl"]),
+        CMD_TIMEOUT,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", out.describe(test));
+}
