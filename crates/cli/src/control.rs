@@ -2,6 +2,7 @@
 
 use crate::error::{CliError, Result};
 use clap::Args;
+use platter_core::label::printable;
 use platter_core::units::{format_size, parse_size};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
@@ -40,7 +41,7 @@ pub fn print_status(v: &Value) {
     let n = |k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0);
     println!(
         "V {:<20} State: {:<10} Size: {} ({} bytes)",
-        s("name"),
+        printable(&s("name")),
         s("state"),
         format_size(n("size_bytes")),
         n("size_bytes")
@@ -217,8 +218,8 @@ pub struct RateArgs {
     /// Print the server's answer as JSON for programs.
     #[arg(long)]
     json: bool,
-    /// Bytes per second (units: 10M, 1G).
-    #[arg(value_name = "RATE", value_parser = parse_size)]
+    /// Bytes per second, more than 0 (units: 10M, 1G).
+    #[arg(value_name = "RATE", value_parser = parse_rate)]
     rate: u64,
 }
 
@@ -242,6 +243,19 @@ pub fn status(control: &PathBuf, json_out: bool) -> Result<()> {
     let v = ask(control, json!({ "cmd": "status" }))?;
     show(json_out, &v, print_status);
     Ok(())
+}
+
+/// A rebuild rate: a size per second, more than 0 (a rate of 0 would stop
+/// the rebuild for good).
+fn parse_rate(text: &str) -> std::result::Result<u64, String> {
+    match parse_size(text)? {
+        0 => Err(
+            "the rate must be a size per second greater than 0, with units \
+                  (e.g. 500k, 20M, 1G)"
+                .into(),
+        ),
+        rate => Ok(rate),
+    }
 }
 
 /// A path as the server must see it: absolute, resolved here, where the

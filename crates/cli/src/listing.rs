@@ -3,7 +3,7 @@
 
 use platter_core::assemble::{uuid_string, Assembly, SlotNote};
 use platter_core::balance::ReadPolicy;
-use platter_core::label::SlotState;
+use platter_core::label::{printable, SlotState};
 use platter_core::units::format_size;
 use platter_core::volume::Health;
 use platter_core::Level;
@@ -132,7 +132,7 @@ pub fn render(a: &Assembly, members: &[Arc<dyn Member>], unreadable: &[String]) 
     let _ = writeln!(
         s,
         "V {:<20} State: {:<9} Size: {} ({} bytes)",
-        j.name,
+        printable(&j.name),
         j.state,
         format_size(j.size_bytes),
         j.size_bytes

@@ -392,7 +392,10 @@ impl Manager {
                     .get("bytes_per_sec")
                     .and_then(Value::as_u64)
                     .filter(|r| *r > 0)
-                    .ok_or("missing or zero \"bytes_per_sec\"")?;
+                    .ok_or(
+                        "\"bytes_per_sec\" must be a number of bytes per second greater \
+                         than 0",
+                    )?;
                 self.upkeep
                     .rate_bytes_per_sec
                     .store(rate, Ordering::Relaxed);
