@@ -2,6 +2,7 @@
 
 use crate::error::{CliError, Result};
 use clap::Args;
+use platter_core::label::printable;
 use platter_core::units::{format_size, parse_size};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
@@ -40,7 +41,7 @@ pub fn print_status(v: &Value) {
     let n = |k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0);
     println!(
         "V {:<20} State: {:<10} Size: {} ({} bytes)",
-        s("name"),
+        printable(&s("name")),
         s("state"),
         format_size(n("size_bytes")),
         n("size_bytes")
@@ -130,6 +131,25 @@ pub struct MemberArgs {
 }
 
 #[derive(Args)]
+pub struct FailArgs {
+    /// The server's control socket (the NBD socket's path plus ".ctl",
+    /// unless serve was given --control).
+    #[arg(long, value_name = "PATH")]
+    control: PathBuf,
+    /// Print the server's answer as JSON for programs.
+    #[arg(long)]
+    json: bool,
+    /// Fail the member even if the volume then cannot serve all of its
+    /// data (the last copy of a chunk, more members than parity covers):
+    /// clients get I/O errors there.
+    #[arg(long)]
+    force: bool,
+    /// A member's slot number or path.
+    #[arg(value_name = "MEMBER")]
+    member: String,
+}
+
+#[derive(Args)]
 pub struct ReplaceArgs {
     /// The server's control socket (the NBD socket's path plus ".ctl",
     /// unless serve was given --control).
@@ -138,9 +158,13 @@ pub struct ReplaceArgs {
     /// Print the server's answer as JSON for programs.
     #[arg(long)]
     json: bool,
-    /// Create NEW (a file) of this size if missing; default: what a member needs.
+    /// Create NEW as a file of this size if it does not exist (without it,
+    /// a missing NEW is refused).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     member_size: Option<u64>,
+    /// Overwrite NEW even if it carries another volume's label.
+    #[arg(long)]
+    force: bool,
     /// Stay until the rebuild ends, showing its progress (a bar on a
     /// terminal, a line a second otherwise); fails if the rebuild stops short.
     #[arg(long)]
@@ -162,7 +186,14 @@ pub struct DeviceArgs {
     /// Print the server's answer as JSON for programs.
     #[arg(long)]
     json: bool,
-    /// The device (file, created if missing, or block device).
+    /// Create DEVICE as a file of this size if it does not exist (without
+    /// it, a missing DEVICE is refused).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    member_size: Option<u64>,
+    /// Overwrite DEVICE even if it carries another volume's label.
+    #[arg(long)]
+    force: bool,
+    /// The device (file or block device).
     #[arg(value_name = "DEVICE")]
     device: String,
 }
@@ -187,8 +218,8 @@ pub struct RateArgs {
     /// Print the server's answer as JSON for programs.
     #[arg(long)]
     json: bool,
-    /// Bytes per second (units: 10M, 1G).
-    #[arg(value_name = "RATE", value_parser = parse_size)]
+    /// Bytes per second, more than 0 (units: 10M, 1G).
+    #[arg(value_name = "RATE", value_parser = parse_rate)]
     rate: u64,
 }
 
@@ -214,16 +245,77 @@ pub fn status(control: &PathBuf, json_out: bool) -> Result<()> {
     Ok(())
 }
 
-pub fn fail(a: MemberArgs) -> Result<()> {
-    let v = ask(&a.control, json!({ "cmd": "fail", "member": a.member }))?;
-    show(a.json, &v, |v| {
-        println!("member {} marked faulty", v["failed"])
+/// A rebuild rate: a size per second, more than 0 (a rate of 0 would stop
+/// the rebuild for good).
+fn parse_rate(text: &str) -> std::result::Result<u64, String> {
+    match parse_size(text)? {
+        0 => Err(
+            "the rate must be a size per second greater than 0, with units \
+                  (e.g. 500k, 20M, 1G)"
+                .into(),
+        ),
+        rate => Ok(rate),
+    }
+}
+
+/// A path as the server must see it: absolute, resolved here, where the
+/// operator typed it (the server's working directory is another one).
+/// URIs are left alone.
+fn resolved(path: &str) -> Result<String> {
+    if path.contains("://") {
+        return Ok(path.to_string());
+    }
+    let absolute = std::path::absolute(path)
+        .map_err(|e| CliError(format!("{path}: cannot make the path absolute: {e}")))?;
+    absolute
+        .into_os_string()
+        .into_string()
+        .map_err(|p| CliError(format!("{}: not a UTF-8 path", p.display())))
+}
+
+/// A member as named on the command line: a slot number as it is, a path
+/// resolved here.
+fn member_name(name: &str) -> Result<String> {
+    if name.parse::<u32>().is_ok() {
+        return Ok(name.to_string());
+    }
+    resolved(name)
+}
+
+/// The request fields naming a new device.
+fn device_request(mut req: Value, path: &str, size: Option<u64>, force: bool) -> Result<Value> {
+    req["device"] = json!(resolved(path)?);
+    if let Some(size) = size {
+        req["size_bytes"] = json!(size);
+    }
+    if force {
+        req["force"] = json!(true);
+    }
+    Ok(req)
+}
+
+pub fn fail(a: FailArgs) -> Result<()> {
+    let mut req = json!({ "cmd": "fail", "member": member_name(&a.member)? });
+    if a.force {
+        req["force"] = json!(true);
+    }
+    let v = ask(&a.control, req)?;
+    show(a.json, &v, |v| match v["already"].as_str() {
+        Some(state) => println!("member {} is already {state}", v["failed"]),
+        None if v["volume_serves_all"] == json!(false) => println!(
+            "member {} marked faulty; the volume can no longer serve all of its data",
+            v["failed"]
+        ),
+        None => println!("member {} marked faulty", v["failed"]),
     });
     Ok(())
 }
 
 pub fn remove(a: MemberArgs) -> Result<()> {
-    let v = ask(&a.control, json!({ "cmd": "remove", "member": a.member }))?;
+    let v = ask(
+        &a.control,
+        json!({ "cmd": "remove", "member": member_name(&a.member)? }),
+    )?;
     show(a.json, &v, |v| {
         if let Some(spare) = v.get("removed_spare") {
             println!("spare {} removed", spare.as_str().unwrap_or("?"));
@@ -238,11 +330,11 @@ pub fn remove(a: MemberArgs) -> Result<()> {
 }
 
 pub fn replace(a: ReplaceArgs) -> Result<()> {
-    let mut req = json!({ "cmd": "replace", "member": a.old, "device": a.new });
-    if let Some(size) = a.member_size {
-        req["size_bytes"] = json!(size);
-    }
-    let v = ask(&a.control, req)?;
+    let req = json!({ "cmd": "replace", "member": member_name(&a.old)? });
+    let v = ask(
+        &a.control,
+        device_request(req, &a.new, a.member_size, a.force)?,
+    )?;
     show(a.json, &v, |v| {
         println!(
             "member {} replaced by {}; rebuild started",
@@ -256,15 +348,27 @@ pub fn replace(a: ReplaceArgs) -> Result<()> {
 }
 
 pub fn add_spare(a: DeviceArgs) -> Result<()> {
+    let req = json!({ "cmd": "add-spare" });
     let v = ask(
         &a.control,
-        json!({ "cmd": "add-spare", "device": a.device }),
+        device_request(req, &a.device, a.member_size, a.force)?,
     )?;
     show(a.json, &v, |_| println!("{} added as a spare", a.device));
     Ok(())
 }
 
-pub fn scrub(a: ScrubArgs, repair: bool) -> Result<()> {
+/// `check` and `repair` exit codes (README.md, docs/failures.md): 0 when
+/// every stripe was checked and agrees (after `repair`: was made to agree)...
+pub const SCRUB_CLEAN: u8 = 0;
+/// ...1 when `check` found stripes whose parity or copies disagree...
+pub const SCRUB_MISMATCHES: u8 = 1;
+/// ...2 when some or all of the volume could not be checked: a member lost
+/// (its stripes have nothing to compare with), or the server not reached
+/// or failing the scrub.
+pub const SCRUB_INCOMPLETE: u8 = 2;
+
+/// Runs `check` or `repair`; the answer is the exit code.
+pub fn scrub(a: ScrubArgs, repair: bool) -> Result<u8> {
     let cmd = if repair { "repair" } else { "check" };
     let v = ask(&a.control, json!({ "cmd": cmd }))?;
     show(a.json, &v, |v| {
@@ -283,7 +387,17 @@ pub fn scrub(a: ScrubArgs, repair: bool) -> Result<()> {
             println!("  mismatch at volume bytes {}+{}", r[0], r[1]);
         }
     });
-    Ok(())
+    let count = |k: &str| {
+        v[k].as_u64()
+            .ok_or_else(|| CliError(format!("the server's {cmd} answer has no \"{k}\"")))
+    };
+    Ok(if count("mismatched_stripes")? > 0 && !repair {
+        SCRUB_MISMATCHES
+    } else if count("unchecked_stripes")? > 0 {
+        SCRUB_INCOMPLETE
+    } else {
+        SCRUB_CLEAN
+    })
 }
 
 /// "proximity (in effect: proximity:1M)" or just "load".

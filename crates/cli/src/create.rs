@@ -1,13 +1,13 @@
 //! `platter create`: label a set of members as a new volume.
 
 use crate::error::{CliError, Result};
-use crate::members::{assemble_devices, open_all, read_label_area};
+use crate::members::{assemble_devices, foreign_label, open_all};
 use clap::Args;
 use platter_core::balance::ReadPolicy;
 use platter_core::geometry::{Geometry, GeometrySpec};
 use platter_core::intent::{IntentLayout, INTENT_OFFSET_BYTES};
 use platter_core::label::{
-    is_blank, Label, SlotEntry, SlotState, VolumeState, LAYOUT_VERSION, MAX_MEMBERS, NAME_MAX_BYTES,
+    check_new_name, Label, SlotEntry, SlotState, VolumeState, LAYOUT_VERSION, MAX_MEMBERS,
 };
 use platter_core::units::{parse_size, SECTOR_BYTES};
 use platter_core::{Level, ParityLayout};
@@ -118,11 +118,7 @@ pub fn run(args: CreateArgs) -> Result<()> {
             args.interleave
         )));
     }
-    if args.name.len() > NAME_MAX_BYTES || args.name.contains('\0') {
-        return Err(CliError(format!(
-            "--name must be at most {NAME_MAX_BYTES} bytes without NUL"
-        )));
-    }
+    check_new_name(&args.name).map_err(|e| CliError(format!("--name {e}")))?;
     let parity_layout = layout_for(level, args.layout.as_deref())?;
     let copies = match level {
         Level::Mirror => n,
@@ -137,6 +133,8 @@ pub fn run(args: CreateArgs) -> Result<()> {
     args.read_policy
         .check(n, copies)
         .map_err(|e| CliError(format!("--read-policy: {e}")))?;
+
+    check_member_size(&args, parity_layout, copies)?;
 
     let opts = OpenOptions {
         create_size_bytes: args.member_size,
@@ -160,6 +158,73 @@ pub fn run(args: CreateArgs) -> Result<()> {
     result
 }
 
+/// The smallest member: the label and bitmap area, then one interleave.
+fn min_member_bytes(interleave: u64) -> Result<u64> {
+    DATA_OFFSET_BYTES.checked_add(interleave).ok_or_else(|| {
+        CliError(format!(
+            "--interleave {interleave} bytes is too large: no member can hold 1 MiB of \
+             label and bitmap and one interleave"
+        ))
+    })
+}
+
+/// A member's data area: what follows the label and bitmap area, in whole
+/// sectors.
+fn data_bytes_of(member_bytes: u64) -> u64 {
+    member_bytes.saturating_sub(DATA_OFFSET_BYTES) / SECTOR_BYTES * SECTOR_BYTES
+}
+
+/// The volume's geometry and write-intent bitmap (region stripes, layout)
+/// for members with these data areas.
+fn layout(
+    args: &CreateArgs,
+    parity_layout: ParityLayout,
+    copies: u32,
+    data_bytes: Vec<u64>,
+) -> Result<(Geometry, u64, Option<IntentLayout>)> {
+    let geometry = Geometry::new(GeometrySpec {
+        level: args.level,
+        parity_layout,
+        copies,
+        interleave_bytes: args.interleave,
+        data_offset_bytes: DATA_OFFSET_BYTES,
+        member_data_bytes: data_bytes,
+    })
+    .map_err(|e| CliError(e.0))?;
+    let intent_region_stripes = if args.bitmap_region == 0 {
+        0
+    } else {
+        IntentLayout::choose_region_stripes(&geometry, args.bitmap_region)
+    };
+    let intent = IntentLayout::new(&geometry, intent_region_stripes).map_err(CliError)?;
+    Ok((geometry, intent_region_stripes, intent))
+}
+
+/// What the arguments alone decide, checked before any file is created: a
+/// member of `--member-size` holds the label area and an interleave, can be
+/// a file at all, and such members make a volume whose sizes fit a u64.
+fn check_member_size(args: &CreateArgs, parity_layout: ParityLayout, copies: u32) -> Result<()> {
+    let min_bytes = min_member_bytes(args.interleave)?;
+    let Some(size) = args.member_size else {
+        return Ok(());
+    };
+    if i64::try_from(size).is_err() {
+        return Err(CliError(format!(
+            "--member-size {size} bytes is larger than any file can be (at most {} bytes, \
+             2^63 - 1)",
+            i64::MAX
+        )));
+    }
+    if size < min_bytes {
+        return Err(CliError(format!(
+            "--member-size {size} bytes is too small: a member needs at least {min_bytes} \
+             (1 MiB for the label and bitmap, then one interleave)"
+        )));
+    }
+    let members = vec![data_bytes_of(size); args.members.len()];
+    layout(args, parity_layout, copies, members).map(|_| ())
+}
+
 fn label_members(
     args: &CreateArgs,
     members: Vec<Arc<dyn Member>>,
@@ -171,7 +236,7 @@ fn label_members(
     for m in &members {
         refuse_labelled(m.as_ref(), args.force)?;
     }
-    let min_bytes = DATA_OFFSET_BYTES + args.interleave;
+    let min_bytes = min_member_bytes(args.interleave)?;
     let data_bytes: Vec<u64> = members
         .iter()
         .map(|m| {
@@ -183,25 +248,11 @@ fn label_members(
                     m.describe()
                 )));
             }
-            Ok((size - DATA_OFFSET_BYTES) / SECTOR_BYTES * SECTOR_BYTES)
+            Ok(data_bytes_of(size))
         })
         .collect::<Result<_>>()?;
-    let geometry = Geometry::new(GeometrySpec {
-        level,
-        parity_layout,
-        copies,
-        interleave_bytes: args.interleave,
-        data_offset_bytes: DATA_OFFSET_BYTES,
-        member_data_bytes: data_bytes.clone(),
-    })
-    .map_err(|e| CliError(e.0))?;
-
-    let intent_region_stripes = if args.bitmap_region == 0 {
-        0
-    } else {
-        IntentLayout::choose_region_stripes(&geometry, args.bitmap_region)
-    };
-    let intent = IntentLayout::new(&geometry, intent_region_stripes).map_err(CliError)?;
+    let (geometry, intent_region_stripes, intent) =
+        layout(args, parity_layout, copies, data_bytes.clone())?;
 
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -266,23 +317,16 @@ fn label_members(
 }
 
 fn refuse_labelled(m: &dyn Member, force: bool) -> Result<()> {
-    let area = read_label_area(m)?;
-    if force || is_blank(&area) {
+    if force {
         return Ok(());
     }
-    let what = match Label::decode(&area) {
-        Ok(l) => format!(
-            "already belongs to volume '{}' ({}, slot {})",
-            l.name,
-            platter_core::assemble::uuid_string(&l.volume_uuid),
-            l.slot
-        ),
-        Err(e) => format!("carries a damaged platter label ({e})"),
-    };
-    Err(CliError(format!(
-        "member {}: {what}; use --force to overwrite it",
-        m.describe()
-    )))
+    match foreign_label(m, None)? {
+        None => Ok(()),
+        Some(what) => Err(CliError(format!(
+            "member {}: {what}; use --force to overwrite it",
+            m.describe()
+        ))),
+    }
 }
 
 /// Makes the data area read as zeros, so every stripe's parity and every

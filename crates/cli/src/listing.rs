@@ -3,7 +3,7 @@
 
 use platter_core::assemble::{uuid_string, Assembly, SlotNote};
 use platter_core::balance::ReadPolicy;
-use platter_core::label::SlotState;
+use platter_core::label::{printable, SlotState};
 use platter_core::units::format_size;
 use platter_core::volume::Health;
 use platter_core::Level;
@@ -49,8 +49,10 @@ fn volume_state(a: &Assembly) -> String {
     let lost = a.health.iter().filter(|h| **h != Health::Online).count() as u32;
     if lost == 0 {
         a.label.state.name().to_string()
-    } else if lost <= a.geometry.redundancy() || a.geometry.level() == Level::Raid10 {
-        // RAID-10 survives some multi-member losses; the engine decides per chunk.
+    } else if a
+        .geometry
+        .serves_all(|m| a.health[m as usize] == Health::Online)
+    {
         "degraded".to_string()
     } else {
         "failed".to_string()
@@ -130,7 +132,7 @@ pub fn render(a: &Assembly, members: &[Arc<dyn Member>], unreadable: &[String]) 
     let _ = writeln!(
         s,
         "V {:<20} State: {:<9} Size: {} ({} bytes)",
-        j.name,
+        printable(&j.name),
         j.state,
         format_size(j.size_bytes),
         j.size_bytes

@@ -40,7 +40,9 @@ enum Command {
     /// Assemble a volume from its members and serve it over NBD.
     Serve(serve::ServeArgs),
     /// Take a member of a running volume out of use (it is marked faulty).
-    Fail(control::MemberArgs),
+    /// Refused, unless --force, when the volume could then no longer serve
+    /// all of its data.
+    Fail(control::FailArgs),
     /// Take a failed member out of a running volume and close its device.
     #[command(
         long_about = "Take a failed member out of a running volume and close its device, so \
@@ -56,8 +58,16 @@ enum Command {
     /// Give a running volume a spare that takes over when a member fails.
     AddSpare(control::DeviceArgs),
     /// Read the whole volume and report where parity or copies disagree.
+    #[command(
+        after_help = "Exit status: 0 every stripe checked and in agreement; 1 mismatches found; \
+                      2 some stripes could not be checked (a member lost) or the check failed."
+    )]
     Check(control::ScrubArgs),
     /// Like check, and rewrite parity (from data) or copies (from the first).
+    #[command(
+        after_help = "Exit status: 0 every stripe checked, and any mismatch found repaired; \
+                      2 some stripes could not be checked or repaired (a member lost) or the repair failed."
+    )]
     Repair(control::ScrubArgs),
     /// Change the rebuild's rate limit while it runs.
     RebuildRate(control::RateArgs),
@@ -101,6 +111,11 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    // check and repair keep 1 for "mismatches found"; their failures are 2.
+    let error_code = match cli.command {
+        Command::Check(_) | Command::Repair(_) => control::SCRUB_INCOMPLETE,
+        _ => 1,
+    };
     let result = match cli.command {
         Command::Create(args) => create::run(args),
         Command::Status(args) => status::run(args),
@@ -109,19 +124,24 @@ fn main() -> ExitCode {
         Command::Remove(a) => control::remove(a),
         Command::Replace(a) => control::replace(a),
         Command::AddSpare(a) => control::add_spare(a),
-        Command::Check(a) => control::scrub(a, false),
-        Command::Repair(a) => control::scrub(a, true),
+        Command::Check(a) => return exit(control::scrub(a, false), error_code),
+        Command::Repair(a) => return exit(control::scrub(a, true), error_code),
         Command::RebuildRate(a) => control::rebuild_rate(a),
         Command::Stats(a) => stats::run(a),
         Command::ReadPolicy(a) => control::read_policy(a),
         Command::Sim(c) => sim::run(c),
         Command::Sweep(a) => sweep::run(a),
     };
+    exit(result.map(|()| 0), error_code)
+}
+
+/// The exit code of a command's outcome; an error is printed first.
+fn exit(result: error::Result<u8>, error_code: u8) -> ExitCode {
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("platter: error: {e}");
-            ExitCode::FAILURE
+            ExitCode::from(error_code)
         }
     }
 }

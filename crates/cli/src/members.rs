@@ -1,3 +1,3 @@
 //! Opening members for the command line.
 
-pub use platter_io::assembly::{assemble_devices, open_all, read_label_area};
+pub use platter_io::assembly::{assemble_devices, foreign_label, open_all};

@@ -185,7 +185,7 @@ pub fn watch(control: &PathBuf, interval: Duration, json_out: bool) -> Result<()
             if current.is_none() && !json_out {
                 println!(
                     "nothing to wait for: no rebuild or resync runs on '{}'",
-                    status["name"].as_str().unwrap_or("?")
+                    platter_core::label::printable(status["name"].as_str().unwrap_or("?"))
                 );
             }
             break;

@@ -3,6 +3,7 @@
 use crate::error::{CliError, Result};
 use crate::members::{assemble_devices, open_all};
 use clap::Args;
+use platter_core::label::printable;
 use platter_core::units::{format_size, parse_size};
 use platter_io::{FaultSpec, FaultyMember, Member, OpenOptions};
 use platter_server::{serve, Ready, ServeConfig};
@@ -23,13 +24,13 @@ pub struct ServeArgs {
     /// Refuse writes; the members are opened read-only and labels are left alone.
     #[arg(long)]
     read_only: bool,
-    /// Worker threads per connection: each reads a request, runs it (member
-    /// I/O blocks here) and queues the reply.
-    #[arg(long, value_name = "N", default_value_t = 8)]
+    /// Worker threads per connection (at least 1): each reads a request,
+    /// runs it (member I/O blocks here) and queues the reply.
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = at_least_one)]
     threads: usize,
-    /// Connections served at once; more are refused, told why in the
-    /// handshake.
-    #[arg(long, value_name = "N", default_value_t = 64)]
+    /// Connections served at once (at least 1); more are refused, told
+    /// why in the handshake.
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = at_least_one)]
     max_connections: usize,
     /// Inject faults into a member, for testing: MEMBER is one of the
     /// members as given, SPEC is comma-separated keys, e.g.
@@ -94,6 +95,16 @@ pub struct ServeArgs {
     members: Vec<String>,
 }
 
+/// A count that must be at least 1: 0 connections would refuse every
+/// client, 0 threads serve nothing.
+fn at_least_one(text: &str) -> std::result::Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("not a count: {e}")),
+    }
+}
+
 pub fn run(args: ServeArgs) -> Result<()> {
     if args.socket.is_none() && args.listen.is_none() {
         return Err(CliError(
@@ -102,6 +113,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     }
     let opts = OpenOptions {
         read_only: args.read_only,
+        claim: true,
         ..OpenOptions::default()
     };
     let injections = parse_injections(&args.inject, &args.members)?;
@@ -265,17 +277,17 @@ fn parse_rotational(
 fn print_ready(r: &Ready) {
     println!(
         "serving '{}' ({}, {} bytes); stop with Ctrl-C or SIGTERM",
-        r.export_name,
+        printable(&r.export_name),
         format_size(r.size_bytes),
         r.size_bytes
     );
     for uri in &r.uris {
-        println!("  {uri}");
+        println!("  {}", printable(uri));
     }
     if let Some(m) = &r.metrics {
         println!("metrics: {m}");
     }
-    if let Some(uri) = r.uris.first() {
+    if let Some(uri) = r.uris.first().map(|u| printable(u)) {
         println!("try:");
         println!("  nbdinfo '{uri}'");
         println!("  qemu-io -f raw -c 'write -P 0xab 0 1M' -c 'read -P 0xab 0 1M' '{uri}'");

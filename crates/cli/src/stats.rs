@@ -55,7 +55,9 @@ impl Snapshot {
             .map(|a| a.iter().map(|p| p.as_str().map(str::to_string)).collect())
             .unwrap_or_default();
         Ok(Snapshot {
-            name: s("name"),
+            // Shown in every table: a crafted label's control characters
+            // escaped.
+            name: platter_core::label::printable(&s("name")).into_owned(),
             level: s("level"),
             paths,
             stats,

@@ -414,6 +414,34 @@ fn a_missing_member_shows_the_volume_degraded() {
     );
 }
 
+/// Found beside the `fail` story: with two raid10 members missing the
+/// offline status said "degraded" whichever two they were, and `serve`
+/// started a raid10 whose lost members held the only copies of some
+/// chunks (reads there failed). Which members are missing decides it.
+#[test]
+fn raid10_is_failed_only_when_a_chunk_loses_every_copy() {
+    let dir = temp_dir();
+    let members = member_paths(dir.path(), 4);
+    let mut args = vec!["create", "--level", "raid10", "--member-size", "4M"];
+    args.extend(members.iter().map(String::as_str));
+    assert_ok(&platter(&args), "create raid10");
+    // Near 2 over 4: slots 0 and 1 hold the same chunks, as do 2 and 3.
+    let v = status_json(&[members[1].clone(), members[3].clone()], "0 and 2 missing");
+    assert_eq!(v["state"], "degraded", "{v}");
+    let v = status_json(&[members[2].clone(), members[3].clone()], "0 and 1 missing");
+    assert_eq!(v["state"], "failed", "{v}");
+    let sock = dir.path().join("s.sock");
+    let out = platter(&[
+        "serve",
+        "--socket",
+        sock.to_str().unwrap(),
+        &members[2],
+        &members[3],
+    ]);
+    let err = assert_refused(&out, "serve without slots 0 and 1");
+    assert!(err.contains("cannot serve all of its data"), "{err}");
+}
+
 #[test]
 fn wrong_arguments_are_refused_with_one_line() {
     let dir = temp_dir();
@@ -522,8 +550,13 @@ fn wrong_arguments_are_refused_with_one_line() {
         ]),
         "too small",
     );
-    assert!(err.contains(&c), "{err}");
+    // Judged from the argument, before any file is made.
+    assert!(err.contains("--member-size"), "{err}");
     assert!(err.contains("too small"), "{err}");
+    assert!(
+        fs::metadata(&c).is_err(),
+        "{c} was made for a refused create"
+    );
 
     let err = assert_refused(
         &platter(&[
@@ -732,4 +765,103 @@ fn sim_iolog_writes_one_iolog_per_process_and_the_fio_command() {
     ]);
     let msg = assert_refused(&out, "unknown workload");
     assert!(msg.contains("nosuch"), "{msg}");
+}
+
+/// The story: `--name` took newlines and terminal escapes and every
+/// listing printed them raw (a name could clear the operator's screen).
+/// `create` refuses control characters now; and since a label can be
+/// crafted by hand, a name read from one is printed with them escaped.
+#[test]
+fn names_with_control_characters_are_refused_or_escaped() {
+    let dir = temp_dir();
+    for bad in ["two\nlines", "clear\u{1b}[2J", "bell\u{7}"] {
+        let members = member_paths(dir.path(), 2);
+        let mut args = vec![
+            "create",
+            "--level",
+            "mirror",
+            "--member-size",
+            "4M",
+            "--name",
+            bad,
+        ];
+        args.extend(members.iter().map(String::as_str));
+        let err = assert_refused(&platter(&args), "a name with a control character");
+        assert!(
+            err.contains("--name") && err.contains("control character"),
+            "{err}"
+        );
+        assert!(
+            !err.contains(bad),
+            "the refusal prints the name raw: {err:?}"
+        );
+        assert!(
+            members.iter().all(|m| fs::metadata(m).is_err()),
+            "files made"
+        );
+    }
+
+    // A label written by hand with such a name.
+    let (members, _) = raid5(dir.path(), "c");
+    let crafted = "evil\u{1b}[2J\nname";
+    for m in &members {
+        use platter_core::label::{Label, LABEL_BYTES};
+        let mut bytes = fs::read(m).unwrap();
+        let mut label = Label::decode(&bytes[..LABEL_BYTES]).unwrap();
+        label.name = crafted.to_string();
+        bytes[..LABEL_BYTES].copy_from_slice(&label.encode());
+        fs::write(m, bytes).unwrap();
+    }
+    let text = assert_ok(
+        &platter(&["status", &members[0], &members[1], &members[2]]),
+        "status",
+    );
+    assert!(
+        !text.contains('\u{1b}'),
+        "status prints the escape raw:\n{text:?}"
+    );
+    assert!(
+        text.lines()
+            .next()
+            .unwrap()
+            .contains(r"evil\u{1b}[2J\nname"),
+        "{text}"
+    );
+    // JSON carries the name as it is (JSON escapes it).
+    assert_eq!(status_json(&members, "json")["name"], crafted);
+    // Refusals that name the volume escape it too.
+    let mut args = vec!["create", "--level", "mirror"];
+    args.extend([members[0].as_str(), members[1].as_str()]);
+    let err = assert_refused(&platter(&args), "create over the crafted label");
+    assert!(
+        !err.contains('\u{1b}') && err.contains(r"evil\u{1b}"),
+        "{err:?}"
+    );
+}
+
+/// The stories: `rebuild-rate 0` said `missing or zero "bytes_per_sec"`,
+/// naming a JSON field instead of what is accepted; `serve
+/// --max-connections 0` started and refused every client. Both are refused
+/// where the arguments are read, saying what would do.
+#[test]
+fn zero_rates_and_counts_are_refused_saying_what_is_accepted() {
+    let dir = temp_dir();
+    let ctl = dir.path().join("none.ctl");
+    let err = assert_refused(
+        &platter(&["rebuild-rate", "--control", ctl.to_str().unwrap(), "0"]),
+        "rebuild-rate 0",
+    );
+    assert!(
+        err.contains("greater than 0") && err.contains("20M"),
+        "{err}"
+    );
+    let (members, _) = raid5(dir.path(), "z");
+    let sock = dir.path().join("z.sock");
+    for flag in ["--max-connections", "--threads"] {
+        let mut args = vec!["serve", "--socket", sock.to_str().unwrap(), flag, "0"];
+        args.extend(members.iter().map(String::as_str));
+        let err = assert_refused(&platter(&args), flag);
+        assert!(err.contains("at least 1"), "{flag}: {err}");
+        assert!(!sock.exists(), "{flag} 0: the server started");
+    }
 }

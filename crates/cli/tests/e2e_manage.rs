@@ -29,6 +29,20 @@ fn live_status(s: &Server) -> Value {
     serde_json::from_str(&out.stdout).expect("status --json is JSON")
 }
 
+/// `platter replace [EXTRA..] --control .. OLD DIR/NAME`, NAME a new file
+/// of the volume's member size; returns the new file's path and the output.
+fn replace_with_new_file(s: &Server, old: &str, name: &str, extra: &[&str]) -> (String, Out) {
+    let new = s.volume.path().join(name).to_str().unwrap().to_string();
+    let size = s.volume.member_size_bytes.to_string();
+    let mut args = vec!["replace", "--member-size", &size, "--control"];
+    let ctl = control(s);
+    args.push(&ctl);
+    args.extend(extra);
+    args.extend([old, new.as_str()]);
+    let out = run_ok(&mut platter(&args), CMD_TIMEOUT, &format!("replace {old}"));
+    (new, out)
+}
+
 fn fio(t: &Tools, s: &Server, verify_only: bool, what: &str) {
     let size = s.volume.size_bytes / 4096 * 4096;
     let mut c = t.cmd("fio");
@@ -128,18 +142,7 @@ fn fail_each_member_in_turn(spec: Spec) {
             "{what}: degraded contents differ"
         );
 
-        let new = s.volume.path().join(format!("new{m}"));
-        run_ok(
-            &mut platter(&[
-                "replace",
-                "--control",
-                &control(&s),
-                &m.to_string(),
-                new.to_str().unwrap(),
-            ]),
-            CMD_TIMEOUT,
-            &what,
-        );
+        let (new, _) = replace_with_new_file(&s, &m.to_string(), &format!("new{m}"), &[]);
         wait_rebuilt(&s, &what);
         assert_eq!(
             volume_sha256(&t, s.uri(), &what),
@@ -154,7 +157,7 @@ fn fail_each_member_in_turn(spec: Spec) {
         let report: Value = serde_json::from_str(&check.stdout).unwrap();
         assert_eq!(report["mismatched_stripes"], 0, "{what}: {report}");
         assert_eq!(report["unchecked_stripes"], 0, "{what}: {report}");
-        s.volume.members[m] = new.to_str().unwrap().to_string();
+        s.volume.members[m] = new;
     }
     fio(&t, &s, true, &format!("{test}: final verify"));
     // After a restart the new members are trusted.
@@ -203,6 +206,8 @@ fn a_spare_takes_over_and_the_failed_member_stays_out() {
     run_ok(
         &mut platter(&[
             "add-spare",
+            "--member-size",
+            &s.volume.member_size_bytes.to_string(),
             "--control",
             &control(&s),
             spare.to_str().unwrap(),
@@ -341,21 +346,10 @@ fn remove_refuses_an_active_member_and_takes_out_a_failed_one() {
     assert_eq!(volume_sha256(&t, s.uri(), test), digest, "{test}: degraded");
 
     // The empty slot is filled by replace and rebuilt.
-    let new = s.volume.path().join("new2");
-    run_ok(
-        &mut platter(&[
-            "replace",
-            "--control",
-            &control(&s),
-            "2",
-            new.to_str().unwrap(),
-        ]),
-        CMD_TIMEOUT,
-        test,
-    );
+    let (new, _) = replace_with_new_file(&s, "2", "new2", &[]);
     wait_rebuilt(&s, test);
     let st = live_status(&s);
-    assert_eq!(st["members"][2]["path"], new.to_str().unwrap(), "{st}");
+    assert_eq!(st["members"][2]["path"], new.as_str(), "{st}");
     // (Live status says "clean" when no member is lost.)
     assert_eq!(st["state"], "clean", "{st}");
     assert_eq!(volume_sha256(&t, s.uri(), test), digest, "{test}: rebuilt");
@@ -376,8 +370,16 @@ fn remove_takes_a_spare_off_the_list() {
     let s = Server::start(Volume::create(Spec::new("raid5", 3, "64k"), 4 * MIB));
     let spare = s.volume.path().join("spare");
     let spare = spare.to_str().unwrap();
+    let size = s.volume.member_size_bytes.to_string();
     run_ok(
-        &mut platter(&["add-spare", "--control", &control(&s), spare]),
+        &mut platter(&[
+            "add-spare",
+            "--member-size",
+            &size,
+            "--control",
+            &control(&s),
+            spare,
+        ]),
         CMD_TIMEOUT,
         test,
     );
@@ -455,19 +457,7 @@ fn a_removed_slot_stays_out_after_a_restart() {
     );
 
     // Replaced by the old device's path, and waited for.
-    let new = s.volume.path().join("new1");
-    let out = run_ok(
-        &mut platter(&[
-            "replace",
-            "--wait",
-            "--control",
-            &control(&s),
-            &old,
-            new.to_str().unwrap(),
-        ]),
-        CMD_TIMEOUT,
-        test,
-    );
+    let (new, out) = replace_with_new_file(&s, &old, "new1", &["--wait"]);
     assert!(
         out.stdout.contains("rebuild slot 1: done"),
         "{}",
@@ -475,7 +465,7 @@ fn a_removed_slot_stays_out_after_a_restart() {
     );
     assert_eq!(live_status(&s)["members"][1]["state"], "active");
     assert_eq!(volume_sha256(&t, s.uri(), test), digest, "{test}: rebuilt");
-    s.volume.members[1] = new.to_str().unwrap().to_string();
+    s.volume.members[1] = new;
     s.restart();
     assert_eq!(live_status(&s)["state"], "clean");
     assert_eq!(
@@ -516,12 +506,7 @@ fn status_watch_prints_progress_lines_until_the_rebuild_ends() {
         CMD_TIMEOUT,
         test,
     );
-    let new = s.volume.path().join("new3");
-    run_ok(
-        &mut platter(&["replace", "--control", &ctl, "3", new.to_str().unwrap()]),
-        CMD_TIMEOUT,
-        test,
-    );
+    replace_with_new_file(&s, "3", "new3", &[]);
     let mut watch = Background::spawn(
         &mut platter(&["status", "--watch", "--interval", "0.2", "--control", &ctl]),
         "platter status --watch",
@@ -581,4 +566,429 @@ fn status_watch_prints_progress_lines_until_the_rebuild_ends() {
         "{text}"
     );
     assert_eq!(live_status(&s)["members"][3]["state"], "active");
+}
+
+/// Runs `platter ARGS` expecting a refusal in one line that contains every
+/// one of `needles`; returns stderr.
+fn refused(args: &[&str], needles: &[&str], what: &str) -> String {
+    let out = run(&mut platter(args), CMD_TIMEOUT);
+    assert!(!out.status.success(), "{}", out.describe(what));
+    assert_eq!(
+        out.stderr.trim().lines().count(),
+        1,
+        "{}",
+        out.describe(what)
+    );
+    for n in needles {
+        assert!(
+            out.stderr.contains(n),
+            "{what}: no {n:?} in\n{}",
+            out.describe(what)
+        );
+    }
+    out.stderr
+}
+
+/// The story: `replace` and `add-spare` overwrote a member of another
+/// volume without a word (`create` refuses the same device and names its
+/// volume): after `fail 3; replace 3 OTHER-VOLUME-MEMBER` the other volume
+/// went from 4/4 to failed. Now both refuse it, naming the volume, unless
+/// `--force`; and a device that is already one of this volume's members or
+/// spares is refused as such (it used to meet the server's own lock and
+/// blame "another process").
+#[test]
+fn replace_and_add_spare_refuse_devices_in_use_by_a_volume() {
+    let test = "replace_and_add_spare_refuse_devices_in_use_by_a_volume";
+    let s = Server::start(Volume::create(Spec::new("raid5", 4, "64k"), 8 * MIB));
+    let other = Volume::create(Spec::new("raid5", 4, "64k"), 8 * MIB);
+    let ctl = control(&s);
+    run_ok(
+        &mut platter(&["fail", "--control", &ctl, "3"]),
+        CMD_TIMEOUT,
+        test,
+    );
+
+    let victim = other.members[0].as_str();
+    refused(
+        &["replace", "--control", &ctl, "3", victim],
+        &[victim, &other.name, "--force"],
+        test,
+    );
+    refused(
+        &["add-spare", "--control", &ctl, other.members[1].as_str()],
+        &[&other.members[1], &other.name, "--force"],
+        test,
+    );
+    assert_eq!(
+        other.state(),
+        "clean",
+        "{test}: the other volume was touched"
+    );
+    assert!(live_status(&s)["spares"].as_array().unwrap().is_empty());
+
+    // This volume's own devices: an active member, the failed one, a spare.
+    for (slot, member) in s.volume.members.iter().enumerate() {
+        refused(
+            &["replace", "--control", &ctl, "3", member],
+            &[&format!("already member {slot} of this volume")],
+            test,
+        );
+    }
+    let spare = s.volume.path().join("spare").to_str().unwrap().to_string();
+    let size = s.volume.member_size_bytes.to_string();
+    let add_spare = [
+        "add-spare",
+        "--member-size",
+        &size,
+        "--control",
+        &ctl,
+        &spare,
+    ];
+    // A spare takes the failed slot at once: the rebuild makes it member 3.
+    run_ok(&mut platter(&add_spare), CMD_TIMEOUT, test);
+    wait_rebuilt(&s, test);
+    refused(&add_spare, &["already member 3 of this volume"], test);
+    let spare2 = s.volume.path().join("spare2").to_str().unwrap().to_string();
+    let add_spare2 = [
+        "add-spare",
+        "--member-size",
+        &size,
+        "--control",
+        &ctl,
+        &spare2,
+    ];
+    run_ok(&mut platter(&add_spare2), CMD_TIMEOUT, test);
+    refused(&add_spare2, &["already a spare of this volume"], test);
+
+    // Insisted on, the other volume's member is taken.
+    run_ok(
+        &mut platter(&["fail", "--control", &ctl, "0"]),
+        CMD_TIMEOUT,
+        test,
+    );
+    wait_rebuilt(&s, test);
+    run_ok(
+        &mut platter(&["fail", "--control", &ctl, "1"]),
+        CMD_TIMEOUT,
+        test,
+    );
+    run_ok(
+        &mut platter(&["replace", "--force", "--control", &ctl, "1", victim]),
+        CMD_TIMEOUT,
+        test,
+    );
+    wait_rebuilt(&s, test);
+    assert_eq!(live_status(&s)["members"][1]["path"], victim);
+}
+
+/// The story: paths in management commands resolved against the server's
+/// working directory, and a path that did not exist became a new 64M file:
+/// `cd elsewhere && platter replace --control S.ctl 2 relnew` created and
+/// rebuilt onto a file in the server's directory. Paths now resolve where
+/// the command runs, and a missing one is refused unless `--member-size`
+/// asks for a file (which a refused replace removes again).
+#[test]
+fn management_paths_resolve_in_the_caller_and_nothing_is_created_unasked() {
+    let test = "management_paths_resolve_in_the_caller_and_nothing_is_created_unasked";
+    let s = Server::start(Volume::create(Spec::new("raid5", 4, "64k"), 8 * MIB));
+    let ctl = control(&s);
+    let elsewhere = temp_dir();
+    let in_elsewhere = |args: &[&str]| {
+        let mut c = platter(args);
+        c.current_dir(elsewhere.path());
+        c
+    };
+    // The server runs in the test's working directory.
+    let server_dir = std::env::current_dir().unwrap();
+    let gone = |what: &str| {
+        for dir in [elsewhere.path(), &server_dir] {
+            assert!(
+                !dir.join("relnew").exists(),
+                "{what}: {} has relnew",
+                dir.display()
+            );
+        }
+    };
+
+    // A member named by a path relative to where the command runs.
+    let out = run_ok(
+        platter(&["fail", "--control", &ctl, "m2"]).current_dir(s.volume.path()),
+        CMD_TIMEOUT,
+        test,
+    );
+    assert!(out.stdout.contains("member 2"), "{}", out.describe(test));
+
+    let out = run(
+        &mut in_elsewhere(&["replace", "--control", &ctl, "2", "relnew"]),
+        CMD_TIMEOUT,
+    );
+    assert!(!out.status.success(), "{}", out.describe(test));
+    let absolute = elsewhere.path().join("relnew");
+    for n in [
+        absolute.to_str().unwrap(),
+        "does not exist",
+        "--member-size",
+    ] {
+        assert!(
+            out.stderr.contains(n),
+            "{test}: no {n:?}: {}",
+            out.describe(test)
+        );
+    }
+    gone("replace without --member-size");
+    let out = run(
+        &mut in_elsewhere(&["add-spare", "--control", &ctl, "relnew"]),
+        CMD_TIMEOUT,
+    );
+    assert!(
+        !out.status.success() && out.stderr.contains("--member-size"),
+        "{}",
+        out.describe(test)
+    );
+    gone("add-spare without --member-size");
+    // Asked for, but too small: refused, and the file made for it removed.
+    let out = run(
+        &mut in_elsewhere(&[
+            "replace",
+            "--member-size",
+            "1M",
+            "--control",
+            &ctl,
+            "2",
+            "relnew",
+        ]),
+        CMD_TIMEOUT,
+    );
+    assert!(
+        !out.status.success() && out.stderr.contains("too small"),
+        "{}",
+        out.describe(test)
+    );
+    gone("a refused replace");
+
+    let size = s.volume.member_size_bytes.to_string();
+    run_ok(
+        &mut in_elsewhere(&[
+            "replace",
+            "--member-size",
+            &size,
+            "--control",
+            &ctl,
+            "2",
+            "relnew",
+        ]),
+        CMD_TIMEOUT,
+        test,
+    );
+    assert!(
+        absolute.exists(),
+        "{test}: relnew not made where the command ran"
+    );
+    assert!(
+        !server_dir.join("relnew").exists(),
+        "{test}: relnew made in the server's directory"
+    );
+    wait_rebuilt(&s, test);
+    assert_eq!(
+        live_status(&s)["members"][2]["path"],
+        absolute.to_str().unwrap()
+    );
+    // And it is found again by the same relative name.
+    let out = run_ok(
+        &mut in_elsewhere(&["fail", "--control", &ctl, "relnew"]),
+        CMD_TIMEOUT,
+        test,
+    );
+    assert!(out.stdout.contains("member 2"), "{}", out.describe(test));
+}
+
+/// What `nbdinfo --json` says the export's description is, as a new client
+/// sees it.
+fn export_description(t: &Tools, s: &Server) -> String {
+    let out = run_ok(
+        t.cmd("nbdinfo").arg("--json").arg(s.uri()),
+        CMD_TIMEOUT,
+        "nbdinfo",
+    );
+    let v: Value = serde_json::from_str(&out.stdout).expect("nbdinfo --json is JSON");
+    v["exports"][0]["description"]
+        .as_str()
+        .expect("a description")
+        .to_string()
+}
+
+/// Whether the whole volume reads without an error.
+fn reads_whole(t: &Tools, s: &Server) -> bool {
+    run(t.cmd("nbdcopy").arg(s.uri()).arg("null:"), CMD_TIMEOUT)
+        .status
+        .success()
+}
+
+/// The story: `fail` went past redundancy without a word. Under fio verify
+/// load, `fail 0..3` on raid5 each returned 0; after the second, clients
+/// got EIO; status then said `degraded` with 4/4 faulty and the NBD export
+/// description still said "4 of 4 members online". A mirror let its last
+/// member be failed. Now a `fail` that would leave the volume unable to
+/// serve all of its data is refused (one line, naming --force) and changes
+/// nothing; with --force it goes ahead and status says `failed`; the
+/// description a new client reads follows every change.
+#[test]
+fn fail_refuses_to_lose_data_unless_forced() {
+    let test = "fail_refuses_to_lose_data_unless_forced";
+    let Some(t) = tools(test, &["nbdinfo", "nbdcopy"]) else {
+        return;
+    };
+    // (spec, slots to fail in order: true where the volume survives it)
+    let cases = [
+        (Spec::new("raid5", 4, "64k"), vec![(0, true), (1, false)]),
+        (Spec::new("mirror", 2, "64k"), vec![(1, true), (0, false)]),
+        (
+            Spec::new("raid10", 4, "64k"),
+            vec![(0, true), (2, true), (1, false), (3, false)],
+        ),
+        (Spec::new("stripe", 2, "64k"), vec![(1, false)]),
+    ];
+    for (spec, order) in cases {
+        let what = format!("{test} {}", spec.label());
+        let s = Server::start(Volume::create(spec, 4 * MIB));
+        let ctl = control(&s);
+        let n = spec.members;
+        assert!(
+            export_description(&t, &s).contains(&format!("({n} of {n} members online)")),
+            "{what}: {}",
+            export_description(&t, &s)
+        );
+        let mut online = n;
+        for &(slot, survives) in &order {
+            let slot = slot.to_string();
+            if survives {
+                run_ok(
+                    &mut platter(&["fail", "--control", &ctl, &slot]),
+                    CMD_TIMEOUT,
+                    &what,
+                );
+                online -= 1;
+                assert_eq!(live_status(&s)["state"], "degraded", "{what}");
+                let d = export_description(&t, &s);
+                assert!(
+                    d.contains(&format!("({online} of {n} members online, degraded)")),
+                    "{what}: {d}"
+                );
+                continue;
+            }
+            let err = refused(
+                &["fail", "--control", &ctl, &slot],
+                &["unable to serve all of its data", "--force"],
+                &what,
+            );
+            let st = live_status(&s);
+            assert_eq!(
+                st["members"][slot.parse::<usize>().unwrap()]["state"],
+                "active",
+                "{what}: {err}"
+            );
+            assert!(
+                reads_whole(&t, &s),
+                "{what}: data lost after a refused fail"
+            );
+        }
+        // Insisted on: the volume cannot serve, and says so everywhere.
+        let (last, _) = order.last().copied().unwrap();
+        let out = run_ok(
+            &mut platter(&["fail", "--force", "--control", &ctl, &last.to_string()]),
+            CMD_TIMEOUT,
+            &what,
+        );
+        assert!(
+            out.stdout.contains("can no longer serve"),
+            "{}",
+            out.describe(&what)
+        );
+        assert_eq!(live_status(&s)["state"], "failed", "{what}");
+        let d = export_description(&t, &s);
+        assert!(
+            d.contains(&format!("({} of {n} members online, failed", online - 1)),
+            "{what}: {d}"
+        );
+        assert!(!reads_whole(&t, &s), "{what}: a failed volume read whole");
+    }
+}
+
+/// `platter check|repair [--json]`: exit code, and the answer as JSON.
+fn scrub(s: &Server, cmd: &str) -> (Option<i32>, Value) {
+    let out = run(
+        &mut platter(&[cmd, "--json", "--control", &control(s)]),
+        CMD_TIMEOUT,
+    );
+    let plain = run(&mut platter(&[cmd, "--control", &control(s)]), CMD_TIMEOUT);
+    // The plain report (run second: for repair, after the first repaired)
+    // exits as the JSON one does once nothing is left to repair.
+    if cmd == "check" {
+        assert_eq!(
+            plain.status.code(),
+            out.status.code(),
+            "{}",
+            plain.describe(cmd)
+        );
+    }
+    let v = serde_json::from_str(&out.stdout).unwrap_or(Value::Null);
+    (out.status.code(), v)
+}
+
+/// The story: `check` exited 0 after finding mismatches ("1008 stripes
+/// checked: 1008 mismatched"), so no script could tell. Now check exits 0
+/// when everything was checked and agrees, 1 when it found mismatches, 2
+/// when it could not check (a member lost, the server unreachable), plain
+/// and with --json alike; repair exits 0 when it repaired everything it
+/// found, 2 when it could not check everything.
+#[test]
+fn check_and_repair_exit_codes_say_what_they_found() {
+    let test = "check_and_repair_exit_codes_say_what_they_found";
+    let s = Server::start(Volume::create(Spec::new("raid5", 4, "64k"), 4 * MIB));
+    assert_eq!(scrub(&s, "check").0, Some(0), "{test}: a new volume");
+
+    // Data the parity does not cover, written behind the server's back.
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&s.volume.members[0])
+            .unwrap();
+        f.write_all_at(&[0xa5; 4096], MIB).unwrap();
+        f.sync_all().unwrap();
+    }
+    let (code, report) = scrub(&s, "check");
+    assert_eq!(code, Some(1), "{test}: {report}");
+    assert!(
+        report["mismatched_stripes"].as_u64().unwrap() > 0,
+        "{report}"
+    );
+    let (code, report) = scrub(&s, "repair");
+    assert_eq!(code, Some(0), "{test}: repair: {report}");
+    assert!(
+        report["mismatched_stripes"].as_u64().unwrap() > 0,
+        "{report}"
+    );
+    assert_eq!(scrub(&s, "check").0, Some(0), "{test}: after repair");
+
+    // A member lost: nothing to compare with.
+    run_ok(
+        &mut platter(&["fail", "--control", &control(&s), "1"]),
+        CMD_TIMEOUT,
+        test,
+    );
+    for cmd in ["check", "repair"] {
+        let (code, report) = scrub(&s, cmd);
+        assert_eq!(code, Some(2), "{test}: {cmd} degraded: {report}");
+        assert!(
+            report["unchecked_stripes"].as_u64().unwrap() > 0,
+            "{report}"
+        );
+    }
+    // No server at all.
+    let out = run(
+        &mut platter(&["check", "--control", "/nonexistent/platter.ctl"]),
+        CMD_TIMEOUT,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", out.describe(test));
 }

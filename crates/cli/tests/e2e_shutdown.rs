@@ -454,3 +454,65 @@ fn a_second_server_of_the_same_members_is_refused() {
     );
     s.stop();
 }
+
+/// `platter serve ARGS.. MEMBERS` on another socket, given 10 s: whether it
+/// was still serving then (it is stopped either way), and its stderr.
+fn second_server(s: &Server, args: &[&str], name: &str) -> (bool, String) {
+    let other = s.volume.path().join(name);
+    let mut second = Background::spawn(
+        Command::new(env!("CARGO_BIN_EXE_platter"))
+            .arg("serve")
+            .args(args)
+            .arg("--socket")
+            .arg(&other)
+            .args(&s.volume.members),
+        "a second server",
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while second.is_running() && !other.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let serving = second.is_running();
+    second.kill();
+    // Its stderr is collected by a thread: give it time to reach the end.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while second.stderr().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (serving, second.stderr())
+}
+
+/// The story: `serve --read-only` started on members a read-write server
+/// held, although the docs say a second serve of members in use fails at
+/// once; its clients then read a volume changing under a server that does
+/// not see the changes (stale stripe cache, parity mid-update). Now a
+/// read-only server takes a shared claim: refused beside a writer, it
+/// keeps a writer from starting beside it, and read-only servers still
+/// share members.
+#[test]
+fn a_read_only_server_and_a_writer_never_share_members() {
+    let test = "a_read_only_server_and_a_writer_never_share_members";
+    let mut s = Server::start(Volume::create(Spec::new("raid5", 4, "64k"), 8 * MIB));
+    let (serving, err) = second_server(&s, &["--read-only"], "ro.sock");
+    assert!(
+        !serving,
+        "{test}: a read-only server started beside a writer"
+    );
+    assert!(err.contains("in use"), "{test}: {err}");
+    s.stop();
+
+    s.options.read_only = true;
+    s.start_again();
+    let (serving, err) = second_server(&s, &[], "rw.sock");
+    assert!(
+        !serving,
+        "{test}: a writer started beside a read-only server"
+    );
+    assert!(err.contains("in use"), "{test}: {err}");
+    let (serving, err) = second_server(&s, &["--read-only"], "ro2.sock");
+    assert!(
+        serving,
+        "{test}: two read-only servers cannot share members: {err}"
+    );
+    s.stop();
+}

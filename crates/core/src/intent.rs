@@ -67,7 +67,11 @@ impl IntentLayout {
             return 0;
         }
         let room_bytes = geometry.spec().data_offset_bytes - INTENT_OFFSET_BYTES;
-        let mut region_stripes = region_bytes.div_ceil(geometry.stripe_data_bytes()).max(1);
+        // A region larger than the volume is the whole volume; clamped, the
+        // region's bytes (stripes times stripe bytes) stay a volume size.
+        let mut region_stripes = region_bytes
+            .div_ceil(geometry.stripe_data_bytes())
+            .clamp(1, geometry.stripes());
         let bits_max = room_bytes / INTENT_PAGE_BYTES * INTENT_PAGE_BYTES * 8;
         // Doubling reaches one region for the whole volume within 64 steps.
         for _ in 0..64 {

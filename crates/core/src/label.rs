@@ -13,6 +13,7 @@
 //! writes for it. That is why reserved bytes must be zero and unknown codes are
 //! refused rather than carried along.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use thiserror::Error;
@@ -318,6 +319,45 @@ const NIL_UUID: [u8; 16] = [0; 16];
 /// that from a foreign device, and neither can anyone else.
 pub fn is_blank(bytes: &[u8]) -> bool {
     !bytes.starts_with(&LABEL_MAGIC)
+}
+
+/// Checks a name for a new volume: it must fit the label and hold no
+/// control characters (a newline or a terminal escape in a name would
+/// garble every listing that shows it, or drive the operator's terminal).
+pub fn check_new_name(name: &str) -> Result<(), String> {
+    if name.len() > NAME_MAX_BYTES {
+        return Err(format!(
+            "is {} bytes long; at most {NAME_MAX_BYTES} bytes fit",
+            name.len()
+        ));
+    }
+    match name.chars().find(|c| c.is_control()) {
+        Some(c) => Err(format!(
+            "contains the control character {}; use printable characters",
+            c.escape_default()
+        )),
+        None => Ok(()),
+    }
+}
+
+/// A name read from a label, safe to print: control characters (which a
+/// crafted label may hold, though `create` never writes them) are shown
+/// escaped (`\n`, `\u{1b}`), everything else as it is.
+pub fn printable(name: &str) -> Cow<'_, str> {
+    if !name.chars().any(char::is_control) {
+        return Cow::Borrowed(name);
+    }
+    Cow::Owned(
+        name.chars()
+            .map(|c| {
+                if c.is_control() {
+                    c.escape_default().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect(),
+    )
 }
 
 impl Label {

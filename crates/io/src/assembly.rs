@@ -6,7 +6,7 @@ use crate::member::Member;
 use crate::open::{open_member, OpenOptions};
 use platter_core::assemble::{assemble, AssembleError, Assembly, Found};
 use platter_core::intent::{IntentLayout, RegionSet, INTENT_OFFSET_BYTES};
-use platter_core::label::{Label, LABEL_BYTES};
+use platter_core::label::{is_blank, printable, Label, LABEL_BYTES};
 use platter_core::volume::Health;
 use std::sync::Arc;
 use thiserror::Error;
@@ -140,9 +140,30 @@ pub fn assemble_devices(devices: Vec<Arc<dyn Member>>) -> Result<OpenVolume, Ope
     Ok(OpenVolume { assembly, devices })
 }
 
+/// Why `m` must not be overwritten unless the operator insists: it carries
+/// the label of a volume other than `ours` (named, so the operator knows
+/// what would be lost), or a damaged one. `None` for a blank device or one
+/// of `ours` (a member given back).
+pub fn foreign_label(m: &dyn Member, ours: Option<&[u8; 16]>) -> Result<Option<String>, OpenError> {
+    let area = read_label_area(m)?;
+    if is_blank(&area) {
+        return Ok(None);
+    }
+    Ok(match Label::decode(&area) {
+        Ok(l) if Some(&l.volume_uuid) == ours => None,
+        Ok(l) => Some(format!(
+            "already belongs to volume '{}' ({}, slot {})",
+            printable(&l.name),
+            platter_core::assemble::uuid_string(&l.volume_uuid),
+            l.slot
+        )),
+        Err(e) => Some(format!("carries a damaged platter label ({e})")),
+    })
+}
+
 /// What names a path's device regardless of the name: the device number for
 /// a block device, the inode otherwise; `None` for URIs and missing paths.
-fn path_identity(spec: &str) -> Option<(u64, u64)> {
+pub fn path_identity(spec: &str) -> Option<(u64, u64)> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
     if spec.contains("://") {
         return None;

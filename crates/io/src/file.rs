@@ -112,7 +112,7 @@ impl FileMember {
         if opts.direct {
             flags |= libc::O_DIRECT;
         }
-        if device == Device::BlockDevice && !opts.read_only {
+        if device == Device::BlockDevice && (!opts.read_only || opts.claim) {
             flags |= libc::O_EXCL;
         }
         let file = fs::OpenOptions::new()
@@ -154,9 +154,17 @@ impl FileMember {
         // A regular file written by two processes at once (two servers of
         // one volume) would lose parity and copies; the exclusive lock makes
         // the second one fail here. Block devices have O_EXCL for the same.
-        if device == Device::RegularFile && !opts.read_only {
+        // A read-only server takes the lock shared: it cannot start beside a
+        // writer, nor a writer beside it (the writer would change what it
+        // serves underneath it), but read-only servers can share members.
+        let lock = match (opts.read_only, opts.claim) {
+            (false, _) => Some(libc::LOCK_EX),
+            (true, true) => Some(libc::LOCK_SH),
+            (true, false) => None,
+        };
+        if let (Device::RegularFile, Some(lock)) = (device, lock) {
             // SAFETY: flock on a descriptor this function owns.
-            let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            let locked = unsafe { libc::flock(file.as_raw_fd(), lock | libc::LOCK_NB) };
             if locked != 0 {
                 let err = io::Error::last_os_error();
                 return Err(MemberError {
@@ -526,6 +534,20 @@ fn create_missing(path: &Path, name: &str, opts: OpenOptions) -> Result<(), Memb
         Some(_) if opts.read_only => {
             return Err(not_found(
                 "no such file or device (a read-only member is never created)",
+            ))
+        }
+        Some(size_bytes) if i64::try_from(size_bytes).is_err() => {
+            return Err(MemberError::with_message(
+                MemberErrorKind::OutOfRange,
+                name,
+                Op::Open,
+                0,
+                0,
+                format!(
+                    "cannot create a file of {size_bytes} bytes: a file holds at most {} \
+                     (2^63 - 1)",
+                    i64::MAX
+                ),
             ))
         }
         Some(size_bytes) => size_bytes,

@@ -19,6 +19,13 @@ pub struct OpenOptions {
     /// Open for reading only; writes and trims fail with
     /// [`MemberErrorKind::PermissionDenied`].
     pub read_only: bool,
+    /// With `read_only`: claim the member as a read-only server does, so
+    /// that the open fails while a writer (a read-write server) holds it,
+    /// and a writer cannot open it while this is held. A shared `flock` on
+    /// files (read-only servers may share them), `O_EXCL` on block devices
+    /// (the kernel's claim has no shared form). Without it a read-only open
+    /// claims nothing (`platter status` reads a served volume's labels).
+    pub claim: bool,
 }
 
 /// Opens the member named by `spec`: a path to a regular file or a block

@@ -44,7 +44,13 @@ pub struct Shared {
     /// Request and reply bytes across every connection (`--buffer-limit`):
     /// each connection's budget is part of it.
     pub buffered: Arc<Budget>,
+    /// The export as offered; its description is rewritten for each
+    /// handshake by `describe`.
     pub handshake: HandshakeConfig,
+    /// The export's description as things stand (members online, whether
+    /// the volume still holds all of its data): a client connecting after
+    /// a failure must not read the description of the start.
+    pub describe: Box<dyn Fn(&Engine) -> String + Send + Sync>,
     /// Workers per connection.
     pub threads: usize,
     /// The whole handshake must end within this (`--handshake-timeout`).
@@ -149,7 +155,12 @@ thread_local! {
 
 /// Serves one connection until the client leaves or the server shuts down.
 pub fn serve(stream: Stream, shared: Arc<Shared>, peer: String) {
-    let hs = ServerHandshake::new(shared.handshake.clone());
+    let mut config = shared.handshake.clone();
+    let description = (shared.describe)(&shared.engine);
+    for export in &mut config.exports {
+        export.description.clone_from(&description);
+    }
+    let hs = ServerHandshake::new(config);
     let negotiated = match handshake(&stream, hs, shared.handshake_timeout) {
         Ok(Some(n)) => n,
         Ok(None) => {

@@ -15,6 +15,7 @@ mod manage;
 mod memory;
 mod meta;
 pub mod metrics;
+mod newdevice;
 mod replies;
 mod server;
 mod stream;

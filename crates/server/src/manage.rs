@@ -5,10 +5,12 @@
 
 use crate::engine::Engine;
 use crate::meta::Meta;
+use crate::newdevice::{names_device, NewDevice};
 use crate::upkeep::Upkeep;
+use platter_core::geometry::Geometry;
 use platter_core::label::{SlotState, VolumeState};
 use platter_core::volume::{CheckReport, Health, Maintenance, Reply, Request};
-use platter_io::{open_member, Member, OpenOptions};
+use platter_io::Member;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -45,6 +47,17 @@ fn health_name(h: Health) -> &'static str {
         Health::Faulty => "faulty",
         Health::Missing => "missing",
         Health::Rebuilding => "rebuilding",
+    }
+}
+
+/// The volume's state as `status` shows it: `failed` when the members in
+/// use no longer hold all of its data (a member being rebuilt counts as
+/// lost: it holds nothing above its cursor), otherwise what the labels say.
+pub fn live_state(geometry: &Geometry, health: &[Health]) -> &'static str {
+    if geometry.serves_all(|m| health[m as usize] == Health::Online) {
+        Meta::state_for(health, VolumeState::Clean).name()
+    } else {
+        "failed"
     }
 }
 
@@ -88,7 +101,7 @@ impl Manager {
             "level": geometry.level().name(),
             "interleave_bytes": geometry.interleave_bytes(),
             "size_bytes": geometry.volume_size_bytes(),
-            "state": Meta::state_for(&health, VolumeState::Clean).name(),
+            "state": live_state(&geometry, &health),
             "event_counter": label.event_counter,
             "read_policy": (geometry.copies() > 1).then(|| self.read_policy_status()),
             "members": (0..geometry.members()).map(|s| json!({
@@ -133,11 +146,14 @@ impl Manager {
         }
         members
             .iter()
-            .position(|m| m.as_ref().is_some_and(|m| m.describe() == name))
+            .position(|m| m.as_ref().is_some_and(|m| names_device(m.describe(), name)))
             .map(|i| i as u32)
             .or_else(|| {
                 let removed = self.removed.lock().expect("removed");
-                removed.iter().find(|(_, n)| *n == name).map(|(s, _)| *s)
+                removed
+                    .iter()
+                    .find(|(_, n)| names_device(n, name))
+                    .map(|(s, _)| *s)
             })
             .ok_or_else(|| format!("no member {name} (give a slot number or a member's path)"))
     }
@@ -149,7 +165,7 @@ impl Manager {
     pub fn remove(&self, name: &str) -> Result<Value, String> {
         {
             let mut spares = self.spares.lock().expect("spares");
-            if let Some(i) = spares.iter().position(|m| m.describe() == name) {
+            if let Some(i) = spares.iter().position(|m| names_device(m.describe(), name)) {
                 drop(spares.remove(i));
                 tracing::info!(spare = %name, "spare removed");
                 return Ok(json!({ "removed_spare": name }));
@@ -199,71 +215,62 @@ impl Manager {
         Ok(json!({ "removed": slot, "device": device }))
     }
 
-    pub fn fail(&self, name: &str) -> Result<Value, String> {
+    /// Marks a member faulty. A failure that would leave the volume unable
+    /// to serve all of its data (the last copy of a chunk, more members
+    /// than the parity covers) is refused unless `force`: clients would get
+    /// EIO where they had data.
+    pub fn fail(&self, name: &str, force: bool) -> Result<Value, String> {
         let slot = self.slot_of(name)?;
+        let _changing = self.slot_changes.lock().expect("slot changes");
+        let health = self.engine.health();
+        match health[slot as usize] {
+            Health::Online => {}
+            Health::Rebuilding => {
+                return Err(format!(
+                    "member {slot} is being rebuilt; a rebuild cannot be stopped by failing \
+                     its member (let it finish, then fail it)"
+                ))
+            }
+            h @ (Health::Faulty | Health::Missing) => {
+                return Ok(json!({ "failed": slot, "already": health_name(h) }))
+            }
+        }
+        let geometry = self.engine.with_volume(|v| v.geometry().clone());
+        let serves_after =
+            geometry.serves_all(|m| m != slot && health[m as usize] == Health::Online);
+        if !serves_after && !force {
+            let out: Vec<String> = (0..geometry.members())
+                .filter(|&m| health[m as usize] != Health::Online)
+                .map(|m| format!("{m} ({})", health_name(health[m as usize])))
+                .collect();
+            let already = if out.is_empty() {
+                String::new()
+            } else {
+                format!(" (already out: {})", out.join(", "))
+            };
+            return Err(format!(
+                "failing member {slot} would leave the {} volume unable to serve all of its \
+                 data{already}: clients would get I/O errors; use --force to fail it anyway",
+                geometry.level()
+            ));
+        }
         self.engine
             .with_volume(|v| v.mark_faulty(slot, "failed by the operator".into()));
-        Ok(json!({ "failed": slot }))
+        Ok(json!({ "failed": slot, "volume_serves_all": serves_after }))
     }
 
-    pub fn add_spare(&self, path: &str) -> Result<Value, String> {
-        let device = self.open_replacement(path, None)?;
+    pub fn add_spare(&self, new: &NewDevice) -> Result<Value, String> {
+        let device = self.open_new_device(new)?;
         self.spares.lock().expect("spares").push(device);
         self.replace_from_spares();
-        Ok(json!({ "spare": path }))
+        Ok(json!({ "spare": new.path }))
     }
 
-    fn open_replacement(&self, path: &str, size: Option<u64>) -> Result<Arc<dyn Member>, String> {
-        let label = self.meta.label();
-        let needed = label.data_offset_bytes
-            + label
-                .slots
-                .iter()
-                .map(|s| s.data_size_bytes)
-                .max()
-                .unwrap_or(0);
-        let device: Arc<dyn Member> = Arc::from(
-            open_member(
-                path,
-                OpenOptions {
-                    create_size_bytes: size.or(Some(needed)),
-                    ..OpenOptions::default()
-                },
-            )
-            .map_err(|e| e.to_string())?,
-        );
-        if device.size_bytes() < needed {
-            return Err(format!(
-                "{path}: {} bytes is too small; a member of this volume needs {needed}",
-                device.size_bytes()
-            ));
-        }
-        let id = device.identity();
-        let in_use = self
-            .engine
-            .members()
-            .iter()
-            .flatten()
-            .any(|m| id.is_some() && m.identity() == id)
-            || self
-                .spares
-                .lock()
-                .expect("spares")
-                .iter()
-                .any(|m| id.is_some() && m.identity() == id);
-        if in_use {
-            return Err(format!(
-                "{path} is already a member or a spare of this volume"
-            ));
-        }
-        Ok(device)
-    }
-
-    pub fn replace(&self, old: &str, path: &str, size: Option<u64>) -> Result<Value, String> {
+    pub fn replace(&self, old: &str, new: &NewDevice) -> Result<Value, String> {
         let slot = self.slot_of(old)?;
-        let device = self.open_replacement(path, size)?;
+        let device = self.open_new_device(new)?;
         self.replace_slot(slot, device)?;
-        Ok(json!({ "replaced": slot, "device": path }))
+        Ok(json!({ "replaced": slot, "device": new.path }))
     }
 
     fn replace_slot(&self, slot: u32, device: Arc<dyn Member>) -> Result<(), String> {
@@ -360,6 +367,12 @@ impl Manager {
                 .and_then(Value::as_str)
                 .ok_or_else(|| format!("missing \"{k}\""))
         };
+        let force = req.get("force").and_then(Value::as_bool).unwrap_or(false);
+        let new_device = |path| NewDevice {
+            path,
+            create_size_bytes: req.get("size_bytes").and_then(Value::as_u64),
+            force,
+        };
         match req.get("cmd").and_then(Value::as_str) {
             Some("status") => Ok(self.status()),
             Some("stats") => Ok(crate::metrics::stats_json(&self.engine, &self.meta)),
@@ -367,14 +380,10 @@ impl Manager {
                 self.engine.reset_stats();
                 Ok(crate::metrics::stats_json(&self.engine, &self.meta))
             }
-            Some("fail") => self.fail(arg("member")?),
+            Some("fail") => self.fail(arg("member")?, force),
             Some("remove") => self.remove(arg("member")?),
-            Some("replace") => self.replace(
-                arg("member")?,
-                arg("device")?,
-                req.get("size_bytes").and_then(Value::as_u64),
-            ),
-            Some("add-spare") => self.add_spare(arg("device")?),
+            Some("replace") => self.replace(arg("member")?, &new_device(arg("device")?)),
+            Some("add-spare") => self.add_spare(&new_device(arg("device")?)),
             Some("check") => self.scrub(Maintenance::Check),
             Some("repair") => self.scrub(Maintenance::Repair),
             Some("read-policy") => self.read_policy(req.get("policy").and_then(Value::as_str)),
@@ -383,7 +392,10 @@ impl Manager {
                     .get("bytes_per_sec")
                     .and_then(Value::as_u64)
                     .filter(|r| *r > 0)
-                    .ok_or("missing or zero \"bytes_per_sec\"")?;
+                    .ok_or(
+                        "\"bytes_per_sec\" must be a number of bytes per second greater \
+                         than 0",
+                    )?;
                 self.upkeep
                     .rate_bytes_per_sec
                     .store(rate, Ordering::Relaxed);

@@ -9,7 +9,8 @@ use crate::meta::Meta;
 use crate::stream::Stream;
 use crate::upkeep::{self, Upkeep};
 use platter_core::assemble::SlotNote;
-use platter_core::label::{Label, SlotState, VolumeState};
+use platter_core::geometry::Geometry;
+use platter_core::label::{printable, Label, SlotState, VolumeState};
 use platter_core::volume::{CacheLimits, Health, Limits, Request, Volume};
 use platter_io::assembly::OpenVolume;
 use platter_nbd::consts::*;
@@ -139,21 +140,18 @@ pub fn serve(
         .filter(|h| **h != Health::Online)
         .count() as u32;
     let level = geometry.level();
-    if lost > geometry.redundancy() && level != platter_core::Level::Raid10 {
+    if !geometry.serves_all(|m| assembly.health[m as usize] == Health::Online) {
         return Err(ServeError::Refused(format!(
-            "volume '{}' cannot be served: {lost} of {} members unavailable and {level} survives {}",
-            assembly.label.name,
+            "volume '{}' cannot be served: {lost} of {} members unavailable, and {level} \
+             cannot serve all of its data without them",
+            printable(&assembly.label.name),
             geometry.members(),
-            geometry.redundancy()
         )));
     }
     if lost > 0 {
         tracing::warn!(lost, "serving degraded: {lost} member(s) unavailable");
     }
     let unclean = matches!(assembly.label.state, VolumeState::Dirty);
-    let online: Vec<u32> = (0..geometry.members())
-        .filter(|&s| assembly.health[s as usize] == Health::Online)
-        .collect();
 
     let label = assembly.label.clone();
 
@@ -179,13 +177,7 @@ pub fn serve(
     }
     let export = ExportInfo {
         name: label.name.clone(),
-        description: format!(
-            "platter {} volume '{}' ({} of {} members online)",
-            level,
-            label.name,
-            online.len(),
-            geometry.members()
-        ),
+        description: describe_export(&geometry, &label.name, &assembly.health),
         size_bytes,
         transmission_flags: flags,
         block_min_bytes: block_min,
@@ -238,6 +230,10 @@ pub fn serve(
         threads: config.threads.max(1),
         handshake_timeout: config.handshake_timeout,
         idle_timeout: config.idle_timeout,
+        describe: {
+            let (geometry, name) = (geometry.clone(), label.name.clone());
+            Box::new(move |engine: &Engine| describe_export(&geometry, &name, &engine.health()))
+        },
     });
 
     // Listeners.
@@ -477,6 +473,23 @@ pub fn serve(
     }
     tracing::info!("volume flushed and marked {}", label.state);
     Ok(())
+}
+
+/// The export's description: level, name, members online, and whether
+/// the volume can still serve all of its data.
+fn describe_export(geometry: &Geometry, name: &str, health: &[Health]) -> String {
+    let online = health.iter().filter(|h| **h == Health::Online).count();
+    let state = match manage::live_state(geometry, health) {
+        "failed" => ", failed: some data cannot be read",
+        "clean" => "",
+        _ => ", degraded",
+    };
+    format!(
+        "platter {} volume '{}' ({online} of {} members online{state})",
+        geometry.level(),
+        printable(name),
+        geometry.members()
+    )
 }
 
 /// Updates the volume-wide state and the slot table from the members' health.

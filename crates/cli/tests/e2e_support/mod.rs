@@ -501,6 +501,8 @@ pub struct Volume {
     pub name: String,
     pub members: Vec<String>,
     pub size_bytes: u64,
+    /// What each member file was created with (`--member-size`).
+    pub member_size_bytes: u64,
     pub interleave_bytes: u64,
     pub stripe_data_bytes: u64,
     /// Per slot: data bytes the volume uses (concat member boundaries).
@@ -526,7 +528,8 @@ impl Volume {
             })
             .collect();
         let name = format!("v-{}", spec.label());
-        let member_size = spec.member_size_for(min_bytes).to_string();
+        let member_size_bytes = spec.member_size_for(min_bytes);
+        let member_size = member_size_bytes.to_string();
         let copies = spec.copies.to_string();
         let mut args = vec![
             "create",
@@ -553,6 +556,7 @@ impl Volume {
             name,
             members,
             size_bytes: 0,
+            member_size_bytes,
             interleave_bytes: 0,
             stripe_data_bytes: 0,
             member_used_bytes: Vec::new(),

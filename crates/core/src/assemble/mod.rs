@@ -6,7 +6,7 @@
 //! Everything refused is refused with one line naming the member and why.
 
 use crate::geometry::{Geometry, GeometrySpec};
-use crate::label::{Label, LabelError, SlotState};
+use crate::label::{printable, Label, LabelError, SlotState};
 use crate::volume::Health;
 use thiserror::Error;
 
@@ -135,9 +135,9 @@ pub fn assemble(found: &[Found]) -> Result<Assembly, AssembleError> {
             return Err(AssembleError::OtherVolume {
                 member: f.name.clone(),
                 found: uuid_string(&l.volume_uuid),
-                found_name: l.name.clone(),
+                found_name: printable(&l.name).into_owned(),
                 expected: uuid_string(&volume),
-                expected_name: reference.name.clone(),
+                expected_name: printable(&reference.name).into_owned(),
             });
         }
     }

@@ -120,20 +120,32 @@ impl Geometry {
         };
         let rows: Vec<u64> = spec.member_data_bytes.iter().map(|b| b / il).collect();
         let min_rows = *rows.iter().min().expect("at least one member");
+        let too_large = || {
+            GeometryError(format!(
+                "the volume would hold more than 2^64 bytes (interleave {il} bytes); \
+                 use smaller members or a smaller interleave"
+            ))
+        };
         let (data_per_stripe, volume_chunks) = match level {
-            Level::Concat => (1, rows.iter().sum()),
-            Level::Stripe => (n as u32, min_rows * n),
+            Level::Concat => (
+                1,
+                rows.iter()
+                    .try_fold(0u64, |acc, r| acc.checked_add(*r))
+                    .ok_or_else(too_large)?,
+            ),
+            Level::Stripe => (n as u32, min_rows.checked_mul(n).ok_or_else(too_large)?),
             Level::Mirror => (1, min_rows),
             Level::Raid10 => {
                 // The layout repeats every lcm(n, copies) chunk slots, which
                 // holds lcm / copies data chunks: that is one stripe.
                 let c = u64::from(copies);
                 let lcm = n / gcd(n, c) * c;
-                ((lcm / c) as u32, min_rows * n / c)
+                let slots = min_rows.checked_mul(n).ok_or_else(too_large)?;
+                ((lcm / c) as u32, slots / c)
             }
             Level::Raid5 | Level::Raid6 => {
                 let k = n - u64::from(level.parity_members());
-                (k as u32, min_rows * k)
+                (k as u32, min_rows.checked_mul(k).ok_or_else(too_large)?)
             }
         };
         if volume_chunks == 0 {
@@ -141,6 +153,15 @@ impl Geometry {
                 "members too small: each needs at least one interleave ({il} bytes) of data"
             ));
         }
+        // Every byte count derived later (volume, stripe, member offsets)
+        // is at most one of these two.
+        volume_chunks.checked_mul(il).ok_or_else(too_large)?;
+        u64::from(data_per_stripe).checked_mul(il).ok_or_else(|| {
+            GeometryError(format!(
+                "a stripe of {data_per_stripe} interleaves of {il} bytes is more than \
+                     2^64 bytes; use a smaller interleave"
+            ))
+        })?;
         let mut concat_first_chunk = Vec::new();
         if level == Level::Concat {
             let mut acc = 0;
@@ -201,6 +222,30 @@ impl Geometry {
             Level::Concat | Level::Stripe => 0,
             Level::Mirror | Level::Raid10 => self.copies - 1,
             Level::Raid5 | Level::Raid6 => self.spec.level.parity_members(),
+        }
+    }
+
+    /// Whether the members for which `usable` says yes hold every byte of
+    /// the volume: a copy of every chunk, or enough of every parity stripe
+    /// to rebuild the rest. Unlike a count against [`redundancy`], this
+    /// knows that raid10 survives the loss of members holding no common
+    /// chunk.
+    ///
+    /// [`redundancy`]: Geometry::redundancy
+    pub fn serves_all(&self, usable: impl Fn(u32) -> bool) -> bool {
+        let lost = (0..self.members()).filter(|&m| !usable(m)).count() as u32;
+        match self.spec.level {
+            Level::Concat | Level::Stripe | Level::Raid5 | Level::Raid6 => {
+                lost <= self.redundancy()
+            }
+            Level::Mirror | Level::Raid10 => {
+                // Chunk c's copies start at slot c * copies mod members: the
+                // first `members` chunks show every group of slots there is.
+                (0..self.volume_chunks.min(u64::from(self.members()))).all(|chunk| {
+                    let (stripe, index) = self.chunk_position(chunk);
+                    self.data_locations(stripe, index).any(|l| usable(l.member))
+                })
+            }
         }
     }
 

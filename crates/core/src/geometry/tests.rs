@@ -279,3 +279,36 @@ fn bad_specs_are_refused() {
     assert!(bad(Level::Raid10, 5, 4096, vec![1 << 20; 4]).contains("copies"));
     assert!(bad(Level::Stripe, 1, 1 << 20, vec![4096; 2]).contains("too small"));
 }
+
+#[test]
+fn serves_all_knows_which_losses_keep_every_chunk() {
+    let geometry = |level, copies, n: usize| {
+        Geometry::new(spec(
+            level,
+            ParityLayout::DEFAULT,
+            copies,
+            512,
+            vec![512 * 8; n],
+        ))
+        .unwrap()
+    };
+    let serves = |g: &Geometry, lost: &[u32]| g.serves_all(|m| !lost.contains(&m));
+    // raid10 near 2 over 4: slots 0,1 hold the same chunks, and 2,3.
+    let r10 = geometry(Level::Raid10, 2, 4);
+    assert!(serves(&r10, &[0, 2]) && serves(&r10, &[1, 3]) && serves(&r10, &[0, 3]));
+    assert!(!serves(&r10, &[0, 1]) && !serves(&r10, &[2, 3]));
+    // Over 3 (A A B / B C C): every pair of slots shares a chunk.
+    let r10 = geometry(Level::Raid10, 2, 3);
+    assert!(serves(&r10, &[0]) && serves(&r10, &[1]) && serves(&r10, &[2]));
+    assert!(!serves(&r10, &[0, 1]) && !serves(&r10, &[0, 2]) && !serves(&r10, &[1, 2]));
+    let mirror = geometry(Level::Mirror, 3, 3);
+    assert!(serves(&mirror, &[0, 1]) && !serves(&mirror, &[0, 1, 2]));
+    let r5 = geometry(Level::Raid5, 1, 4);
+    assert!(serves(&r5, &[3]) && !serves(&r5, &[0, 3]));
+    let r6 = geometry(Level::Raid6, 1, 5);
+    assert!(serves(&r6, &[1, 4]) && !serves(&r6, &[0, 1, 4]));
+    for level in [Level::Concat, Level::Stripe] {
+        let g = geometry(level, 1, 3);
+        assert!(serves(&g, &[]) && !serves(&g, &[1]));
+    }
+}

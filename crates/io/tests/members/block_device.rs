@@ -91,3 +91,26 @@ fn loop_device_is_claimed_exclusively_for_writing() {
     FileMember::open(&loop_device.path, OpenOptions::default())
         .expect("the claim ends when the writer closes");
 }
+
+/// A read-only server claims its block device too (`claim`): refused while
+/// a writer holds it, and keeping a writer out while it does.
+#[test]
+fn loop_device_claimed_read_only_excludes_writers() {
+    let dir = temp_dir();
+    let Some(loop_device) = attach(&dir) else {
+        return;
+    };
+    let claim = OpenOptions {
+        read_only: true,
+        claim: true,
+        ..OpenOptions::default()
+    };
+    let writer = FileMember::open(&loop_device.path, OpenOptions::default()).unwrap();
+    let err = FileMember::open(&loop_device.path, claim).unwrap_err();
+    assert!(err.to_string().contains("in use"), "{err}");
+    drop(writer);
+    let reader = FileMember::open(&loop_device.path, claim).unwrap();
+    let err = FileMember::open(&loop_device.path, OpenOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("in use"), "{err}");
+    drop(reader);
+}

@@ -123,6 +123,7 @@ fn file_fixture(size_bytes: u64, direct: bool) -> Option<Fixture> {
         create_size_bytes: Some(size_bytes),
         direct,
         read_only: false,
+        claim: false,
     };
     let member = open_or_skip(&dir.path().join("member.img"), opts)?;
     Some(Fixture {
@@ -149,6 +150,7 @@ fn loop_fixture(size_bytes: u64, sector_bytes: u32, direct: bool) -> Option<Fixt
         create_size_bytes: None,
         direct,
         read_only: false,
+        claim: false,
     };
     let member = open_or_skip(&loop_device.path, opts)?;
     assert_eq!(member.logical_block_bytes(), sector_bytes);

@@ -13,6 +13,7 @@ const CREATE: OpenOptions = OpenOptions {
     create_size_bytes: Some(1 << 20),
     direct: false,
     read_only: false,
+    claim: false,
 };
 
 #[test]
@@ -171,6 +172,7 @@ fn truncated_file_read_is_a_short_read_error() {
             create_size_bytes: Some(65_536),
             direct,
             read_only: false,
+            claim: false,
         };
         let Some(member) = open_or_skip(&path, opts) else {
             continue;
@@ -218,6 +220,7 @@ fn write_past_a_truncated_end_is_a_shrink_never_a_silent_re_extension() {
             create_size_bytes: Some(1 << 20),
             direct,
             read_only: false,
+            claim: false,
         };
         let Some(member) = open_or_skip(&path, opts) else {
             continue;
@@ -330,4 +333,35 @@ fn no_space_errno_maps_to_no_space() {
     assert_eq!(MemberErrorKind::from_io(&err), MemberErrorKind::NoSpace);
     let err = std::io::Error::from_raw_os_error(libc::EDQUOT);
     assert_eq!(MemberErrorKind::from_io(&err), MemberErrorKind::NoSpace);
+}
+
+/// A read-only open with `claim` (a read-only server) takes a shared lock:
+/// refused while a writer holds the file, it keeps a writer out, and other
+/// claimed readers and plain readers (`platter status`) still get in.
+#[test]
+fn claimed_read_only_file_shares_with_readers_and_excludes_writers() {
+    let dir = temp_dir();
+    let path = dir.path().join("claimed.img");
+    let claim = OpenOptions {
+        read_only: true,
+        claim: true,
+        ..OpenOptions::default()
+    };
+    let plain = OpenOptions {
+        read_only: true,
+        ..OpenOptions::default()
+    };
+    let writer = FileMember::open(&path, CREATE).unwrap();
+    let err = FileMember::open(&path, claim).unwrap_err();
+    assert!(err.to_string().contains("in use"), "{err}");
+    FileMember::open(&path, plain).expect("a plain reader beside a writer");
+    drop(writer);
+
+    let first = FileMember::open(&path, claim).unwrap();
+    let second = FileMember::open(&path, claim).expect("two claimed readers");
+    FileMember::open(&path, plain).expect("a plain reader beside claimed ones");
+    let err = FileMember::open(&path, CREATE).unwrap_err();
+    assert!(err.to_string().contains("in use"), "{err}");
+    drop((first, second));
+    FileMember::open(&path, CREATE).expect("the claims end when the readers close");
 }
