@@ -82,7 +82,9 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SIZE", default_value = "1G", value_parser = parse_size)]
     buffer_limit: u64,
     /// Close a connection that has had no request in flight and sent
-    /// nothing for SECS seconds (0: never).
+    /// nothing for SECS seconds, once another client has been turned away
+    /// over --max-connections (0: never). Quiet clients keep their
+    /// connection while no one else waits for a slot.
     #[arg(long, value_name = "SECS", default_value_t = 300)]
     idle_timeout: u64,
     /// A client must finish the handshake (reach transmission) within SECS

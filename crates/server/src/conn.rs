@@ -32,6 +32,9 @@ const READ_TICK: Duration = Duration::from_secs(1);
 /// A request (header or payload) that stalls this long mid-way ends the
 /// connection: its buffer and budget are not held hostage.
 const STALL_TICKS: u32 = 30;
+/// How long a client turned away over `--max-connections` counts as
+/// waiting for a slot (clients retry on their own schedule).
+const SLOT_WANTED_WINDOW: Duration = Duration::from_secs(60);
 /// Requests one connection may have in flight, replies included.
 pub const CONN_MAX_REQUESTS: u64 = 64;
 /// Request and reply bytes one connection may hold: one maximum-size
@@ -56,8 +59,30 @@ pub struct Shared {
     /// The whole handshake must end within this (`--handshake-timeout`).
     pub handshake_timeout: Duration,
     /// A connection with nothing in flight that receives nothing for this
-    /// long is closed (`--idle-timeout`); `None`: never.
+    /// long is closed (`--idle-timeout`) once another client has been
+    /// turned away for want of a slot; `None`: never.
     pub idle_timeout: Option<Duration>,
+    /// When a client was last turned away over `--max-connections`.
+    pub turned_away_at: Mutex<Option<Instant>>,
+}
+
+impl Shared {
+    /// Whether a client was turned away for want of a slot within `window`:
+    /// only then is an idle connection worth closing. NBD has no keep-alive,
+    /// and a quiet client (a mounted kernel `nbd` device, a VM's disk) that
+    /// loses its connection sees I/O errors, so no one is cut off for
+    /// idleness alone.
+    fn slot_wanted_within(&self, window: Duration) -> bool {
+        self.turned_away_at
+            .lock()
+            .expect("turned-away time")
+            .is_some_and(|at| at.elapsed() <= window)
+    }
+
+    /// Notes that a client was turned away over `--max-connections`.
+    pub fn note_turned_away(&self) {
+        *self.turned_away_at.lock().expect("turned-away time") = Some(Instant::now());
+    }
 }
 
 struct Conn {
@@ -496,11 +521,13 @@ fn read_into(
                     // writer (`Replies::run_writer`).
                     if conn.budget.in_flight().0 > 0 {
                         idle_since = None;
-                    } else if idle_since.get_or_insert_with(Instant::now).elapsed() >= limit {
+                    } else if idle_since.get_or_insert_with(Instant::now).elapsed() >= limit
+                        && conn.shared.slot_wanted_within(limit.max(SLOT_WANTED_WINDOW))
+                    {
                         tracing::info!(
                             peer = %conn.peer,
                             idle_timeout_s = limit.as_secs(),
-                            "closing an idle connection"
+                            "closing an idle connection: another client wants its slot"
                         );
                         return Ok(false);
                     }

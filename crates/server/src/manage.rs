@@ -224,13 +224,10 @@ impl Manager {
         let _changing = self.slot_changes.lock().expect("slot changes");
         let health = self.engine.health();
         match health[slot as usize] {
-            Health::Online => {}
-            Health::Rebuilding => {
-                return Err(format!(
-                    "member {slot} is being rebuilt; a rebuild cannot be stopped by failing \
-                     its member (let it finish, then fail it)"
-                ))
-            }
+            // Failing the member being rebuilt stops its rebuild (as
+            // `mdadm --fail` does to a recovering spare); it held no data
+            // the volume needs, since it was not yet counted as online.
+            Health::Online | Health::Rebuilding => {}
             h @ (Health::Faulty | Health::Missing) => {
                 return Ok(json!({ "failed": slot, "already": health_name(h) }))
             }

@@ -230,6 +230,7 @@ pub fn serve(
         threads: config.threads.max(1),
         handshake_timeout: config.handshake_timeout,
         idle_timeout: config.idle_timeout,
+        turned_away_at: Mutex::new(None),
         describe: {
             let (geometry, name) = (geometry.clone(), label.name.clone());
             Box::new(move |engine: &Engine| describe_export(&geometry, &name, &engine.health()))
@@ -597,6 +598,7 @@ fn accept_loop(
 /// (bounded in number and time), with the reason in the handshake.
 fn refuse(stream: Stream, peer: String, shared: &Arc<Shared>, conns: &Conns, max: usize) {
     tracing::warn!(%peer, max, "too many connections; refusing");
+    shared.note_turned_away();
     let refusing = Arc::clone(&conns.refusing);
     if refusing.fetch_add(1, Ordering::SeqCst) >= REFUSING_MAX {
         refusing.fetch_sub(1, Ordering::SeqCst);
