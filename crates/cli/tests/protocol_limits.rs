@@ -242,7 +242,10 @@ fn an_idle_connection_is_closed_after_the_idle_timeout() {
         if let Some(c) = Client::try_open(&server.socket, Mode::Simple) {
             break c;
         }
-        assert!(start.elapsed() < Duration::from_secs(5), "the freed slot was not served");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the freed slot was not served"
+        );
         thread::sleep(Duration::from_millis(50));
     };
     for i in 0..64u64 {

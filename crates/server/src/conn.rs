@@ -522,7 +522,9 @@ fn read_into(
                     if conn.budget.in_flight().0 > 0 {
                         idle_since = None;
                     } else if idle_since.get_or_insert_with(Instant::now).elapsed() >= limit
-                        && conn.shared.slot_wanted_within(limit.max(SLOT_WANTED_WINDOW))
+                        && conn
+                            .shared
+                            .slot_wanted_within(limit.max(SLOT_WANTED_WINDOW))
                     {
                         tracing::info!(
                             peer = %conn.peer,

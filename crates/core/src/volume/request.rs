@@ -394,7 +394,10 @@ impl fmt::Display for IoError {
 /// Things the operator and the executor must know about.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
-    /// The member returned an error and is no longer used.
+    /// The member returned an error and is no longer used. The host must
+    /// record the failure in the labels of the members in use and then call
+    /// [`super::Volume::failure_recorded`]: until it does, completions of
+    /// writes, trims and flushes are held back.
     MemberFaulty { member: u32, reason: String },
     /// The member had no room for a write. It stays in use; the write
     /// failed with [`ErrorKind::NoSpace`] and its stripes are owed a resync
