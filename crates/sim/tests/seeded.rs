@@ -14,7 +14,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-const DEFAULT_SEEDS: u64 = 1000;
+/// Seeds per test in CI: as many as its time allows (about three minutes
+/// for the three tests on 2 cores); `scripts/soak-sim` goes deeper.
+const DEFAULT_SEEDS: u64 = 3000;
 
 /// Seeds that once found an engine bug, replayed by `regression_seeds`.
 ///
@@ -314,7 +316,7 @@ fn crashes_keep_flushed_writes() {
     if replayed("crashes_keep_flushed_writes", &opts) {
         return;
     }
-    let n = env_u64("PLATTER_SIM_SEEDS").unwrap_or(600);
+    let n = env_u64("PLATTER_SIM_SEEDS").unwrap_or(5000);
     let mut seeds = seed_range(n);
     for seed in CRASH_REGRESSION_SEEDS {
         if !seeds.contains(seed) {
@@ -378,7 +380,7 @@ fn crashes_right_after_a_failure_keep_flushed_writes() {
     if replayed(test, &opts) {
         return;
     }
-    let n = env_u64("PLATTER_SIM_SEEDS").unwrap_or(400);
+    let n = env_u64("PLATTER_SIM_SEEDS").unwrap_or(4000);
     let seeds = seed_range(n);
     let (reports, failures) = run_seeds(test, &seeds, &opts);
     assert!(
