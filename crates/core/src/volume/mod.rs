@@ -239,8 +239,10 @@ pub struct Volume {
     /// durable in the labels of the members still in use (see
     /// [`Volume::failure_recorded`]).
     unrecorded_failures: Vec<bool>,
-    /// Completions held back until every failure is recorded.
-    held: VecDeque<Completion>,
+    /// Completions held back until every failure is recorded, with the
+    /// volume bytes each promises are durable.
+    /// (None: upkeep, which promises nothing to a client).
+    held: VecDeque<(Completion, Option<(u64, u64)>)>,
     /// A write refused for space with no bitmap to mark it (`nospace.rs`).
     resync_all_owed: bool,
 }
@@ -479,7 +481,23 @@ impl Volume {
     pub fn failure_recorded(&mut self, member: u32) {
         self.unrecorded_failures[member as usize] = false;
         if !self.any_failure_unrecorded() {
-            self.completions.append(&mut self.held);
+            // Members may have failed while these waited: a write whose
+            // bytes no longer sit on members in use is not acknowledged.
+            while let Some((mut c, promised)) = self.held.pop_front() {
+                if let Some((offset_bytes, len_bytes)) =
+                    promised.filter(|&(o, l)| !self.intact(o, l))
+                {
+                    c.result = Err(VolumeError::new(
+                        ErrorKind::Io,
+                        format!(
+                            "the members holding bytes {offset_bytes}..{} failed before the \
+                             write could be acknowledged",
+                            offset_bytes + len_bytes
+                        ),
+                    ));
+                }
+                self.completions.push_back(c);
+            }
         }
     }
 
@@ -918,7 +936,12 @@ impl Volume {
             && !matches!(op.req, Request::Read { .. })
             && self.any_failure_unrecorded()
         {
-            self.held.push_back(Completion { id, result });
+            let range = match op.req {
+                Request::Flush => Some((0, self.size_bytes())),
+                Request::Maintain { .. } | Request::Sweep { .. } | Request::Destage { .. } => None,
+                _ => Some(op.req.range()),
+            };
+            self.held.push_back((Completion { id, result }, range));
         } else {
             self.complete(id, result);
         }
