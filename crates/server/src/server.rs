@@ -13,6 +13,7 @@ use platter_core::geometry::Geometry;
 use platter_core::label::{printable, Label, SlotState, VolumeState};
 use platter_core::volume::{CacheLimits, Health, Limits, Request, Volume};
 use platter_io::assembly::OpenVolume;
+use platter_io::Member;
 use platter_nbd::consts::*;
 use platter_nbd::{ExportInfo, HandshakeConfig};
 use std::collections::BTreeMap;
@@ -132,6 +133,9 @@ pub fn serve(
             );
             removed.insert(slot as u32, name);
         }
+    }
+    if intent.is_some() {
+        reserve_bitmap_areas(&members, &assembly.health, assembly.label.data_offset_bytes)?;
     }
     let geometry = assembly.geometry.clone();
     let lost = assembly
@@ -470,6 +474,31 @@ pub fn serve(
         return Err(ServeError::Refused(format!("final flush failed: {e}")));
     }
     tracing::info!("volume flushed and marked {}", label.state);
+    Ok(())
+}
+
+/// Allocates the label and bitmap area of every member in use: a bitmap
+/// write refused for space would fail each member it went to, so a volume
+/// copied sparsely onto a full file system lost every member at its first
+/// write to a quiet region. Refused here, the operator can make room.
+fn reserve_bitmap_areas(
+    members: &[Option<Arc<dyn Member>>],
+    health: &[Health],
+    data_offset_bytes: u64,
+) -> Result<(), ServeError> {
+    for (device, health) in members.iter().zip(health) {
+        let Some(device) = device.as_ref().filter(|_| *health == Health::Online) else {
+            continue;
+        };
+        device.reserve(0, data_offset_bytes).map_err(|e| {
+            ServeError::Refused(format!(
+                "cannot allocate the label and write-intent bitmap area of member {} \
+                 ({data_offset_bytes} bytes; a sparse copy leaves it unallocated): {e}; \
+                 make room on its file system, or serve --read-only",
+                device.describe()
+            ))
+        })?;
+    }
     Ok(())
 }
 
