@@ -284,6 +284,110 @@ fn a_full_file_system_refuses_writes_with_enospc_and_keeps_the_members() {
     s.stop();
 }
 
+/// The abuse pass's story: a raid5 copied with `cp --sparse=always` (the
+/// zeroed write-intent bitmap becomes a hole) onto a file system that then
+/// filled up. The first write to a quiet region set its bitmap bit, the
+/// bitmap write found no room on any member, and all four members were
+/// marked faulty at once: the client got EIO and the volume was "failed".
+/// Now a read-write start allocates every member's label and bitmap area,
+/// and refuses, saying so, when it cannot; once it could, a full file
+/// system costs the writes their ENOSPC and no member.
+#[test]
+fn a_sparse_copy_on_a_full_file_system_keeps_its_members() {
+    let test = "a_sparse_copy_on_a_full_file_system_keeps_its_members";
+    let Some(t) = tools(test, &["qemu-io", "cp", "dd"]) else {
+        return;
+    };
+    let dir = temp_dir();
+    let Some(_tmpfs) = Tmpfs::mount(test, dir.path(), "64m") else {
+        return;
+    };
+    let inner = tempfile::tempdir_in(dir.path()).expect("a directory on the tmpfs");
+    let mut s = Server::start(Volume::create_in(RAID5, 24 * MIB, inner));
+    let old = 4 * MIB;
+    qemu_io(&t, s.uri(), &[format!("write -P 0x11 0 {old}")], test);
+    s.stop();
+    for m in &s.volume.members {
+        let copy = format!("{m}.sparse");
+        run_ok(
+            t.cmd("cp").args(["--sparse=always", m, &copy]),
+            CMD_TIMEOUT,
+            "sparse copy",
+        );
+        fs::rename(&copy, m).unwrap();
+    }
+    let filler = s.volume.path().join("filler");
+    let fill = || {
+        let out = run(
+            t.cmd("dd")
+                .args(["if=/dev/zero", "bs=1M"])
+                .arg(format!("of={}", filler.display())),
+            CMD_TIMEOUT,
+        );
+        assert!(
+            out.stderr.contains("No space left"),
+            "{}",
+            out.describe(test)
+        );
+    };
+    fill();
+    let events = s.volume.status()["event_counter"].as_u64();
+    let out = run(
+        Command::new(env!("CARGO_BIN_EXE_platter"))
+            .arg("serve")
+            .arg("--socket")
+            .arg(s.volume.path().join("refused.sock"))
+            .args(&s.volume.members),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", out.describe(test));
+    assert!(
+        out.stderr.contains("write-intent bitmap area") && out.stderr.contains("make room"),
+        "{}",
+        out.describe(test)
+    );
+    let st = s.volume.status();
+    assert_eq!(st["state"], "clean", "{test}: labels after the refusal");
+    assert_eq!(
+        st["event_counter"].as_u64(),
+        events,
+        "{test}: labels untouched"
+    );
+
+    fs::remove_file(&filler).unwrap();
+    s.start_again();
+    s.stop();
+    fill();
+    s.start_again();
+    let out = run(
+        t.cmd("qemu-io")
+            .args(["-f", "raw", s.uri(), "-c"])
+            .arg(format!(
+                "write -P 0x22 {} {}",
+                s.volume.size_bytes / 2,
+                4 * MIB
+            )),
+        CMD_TIMEOUT,
+    );
+    assert!(
+        format!("{}{}", out.stdout, out.stderr).contains("No space left on device"),
+        "{}",
+        out.describe(test)
+    );
+    assert_eq!(
+        s.member_states(),
+        ["active"; 4],
+        "{test}: a full file system"
+    );
+    qemu_io(
+        &t,
+        s.uri(),
+        &[format!("read -P 0x11 0 {old}")],
+        &format!("{test}: what was written before"),
+    );
+    s.stop_with("TERM");
+}
+
 /// md's escape hatch: members the labels mark faulty (two of a raid5, so
 /// a plain `serve` refuses the volume) but whose data is current are
 /// brought back by `serve --force`, which says what it risks; the data is

@@ -314,11 +314,22 @@ fn sigterm_with_idle_and_half_open_clients_exits_promptly() {
 /// `platter serve` with MEMBER... as given to `volume`, on `socket`; for
 /// runs that must be refused.
 fn serve_refused(volume: &Volume, socket: &std::path::Path, what: &str) -> Out {
+    serve_refused_with(volume, socket, &[], what)
+}
+
+/// `serve_refused` with `options` (such as `--control PATH`) before the members.
+fn serve_refused_with(
+    volume: &Volume,
+    socket: &std::path::Path,
+    options: &[&std::ffi::OsStr],
+    what: &str,
+) -> Out {
     let out = run(
         Command::new(env!("CARGO_BIN_EXE_platter"))
             .arg("serve")
             .arg("--socket")
             .arg(socket)
+            .args(options)
             .args(&volume.members),
         Duration::from_secs(20),
     );
@@ -371,6 +382,43 @@ fn serve_refuses_a_socket_path_that_is_not_a_socket() {
         s["members_online"].as_u64(),
         Some(4),
         "{test}: members intact"
+    );
+}
+
+/// A member named as the control socket was deleted: `serve --control
+/// d/m1 d/m0 d/m1` checked only that nothing answered at d/m1, removed the
+/// member file to bind the control socket there, served on the unlinked
+/// file, and removed the control socket at the stop, so m1 was gone. The
+/// control socket path is judged like the NBD socket's now.
+#[test]
+fn serve_refuses_a_control_path_that_is_not_a_socket() {
+    let test = "serve_refuses_a_control_path_that_is_not_a_socket";
+    let volume = Volume::create(Spec::new("mirror", 2, "64k"), 8 * MIB);
+    let events = volume.status()["event_counter"].as_u64();
+    let member = std::path::Path::new(&volume.members[1]);
+    let before = std::fs::read(member).unwrap();
+    let socket = volume.path().join("s.sock");
+    let out = serve_refused_with(
+        &volume,
+        &socket,
+        &["--control".as_ref(), member.as_os_str()],
+        test,
+    );
+    assert!(
+        out.stderr.contains("not a socket") && out.stderr.contains("control socket"),
+        "{}",
+        out.describe(test)
+    );
+    assert!(
+        std::fs::read(member).is_ok_and(|now| now == before),
+        "{test}: the member named as the control socket is untouched"
+    );
+    let s = volume.status();
+    assert_eq!(s["state"], "clean", "{test}: labels after the refused run");
+    assert_eq!(
+        s["event_counter"].as_u64(),
+        events,
+        "{test}: labels untouched"
     );
 }
 

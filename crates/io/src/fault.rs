@@ -648,6 +648,10 @@ impl<M: Member> Member for FaultyMember<M> {
         self.inner.check_size()
     }
 
+    fn reserve(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), MemberError> {
+        self.inner.reserve(offset_bytes, len_bytes)
+    }
+
     fn read_at(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), MemberError> {
         if self.fast() {
             return self.inner.read_at(offset_bytes, buf);

@@ -508,6 +508,30 @@ impl Member for FileMember {
     fn check_size(&self) -> Result<(), MemberError> {
         self.check_not_shrunk(Op::Size, 0, 0)
     }
+
+    fn reserve(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), MemberError> {
+        self.check_write(Op::Write, offset_bytes, len_bytes)?;
+        if !matches!(self.device, Device::RegularFile) || len_bytes == 0 {
+            return Ok(());
+        }
+        match fallocate(
+            &self.file,
+            libc::FALLOC_FL_KEEP_SIZE,
+            offset_bytes,
+            len_bytes,
+        ) {
+            // Without fallocate (some network file systems) nothing can be
+            // reserved; the writes take their chances as before.
+            Err(err) if !is_unsupported(&err) => Err(MemberError::from_io(
+                err,
+                &self.name,
+                Op::Write,
+                offset_bytes,
+                len_bytes,
+            )),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// Size, logical block and rotational flag of an open regular file.
@@ -579,11 +603,15 @@ fn create_missing(path: &Path, name: &str, opts: OpenOptions) -> Result<(), Memb
 /// Deallocates a range of a regular file; it reads as zeros afterwards and
 /// the file keeps its size.
 fn punch_hole(file: &File, offset_bytes: u64, len_bytes: u64) -> io::Result<()> {
+    let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+    fallocate(file, mode, offset_bytes, len_bytes)
+}
+
+fn fallocate(file: &File, mode: libc::c_int, offset_bytes: u64, len_bytes: u64) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     let too_big = |_| io::Error::from_raw_os_error(libc::EFBIG);
     let offset = libc::off_t::try_from(offset_bytes).map_err(too_big)?;
     let len = libc::off_t::try_from(len_bytes).map_err(too_big)?;
-    let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
     // SAFETY: fallocate takes plain integers and a descriptor that stays open
     // for the life of `file`; it touches no memory of ours.
     if unsafe { libc::fallocate(file.as_raw_fd(), mode, offset, len) } < 0 {

@@ -107,6 +107,16 @@ pub trait Member: Send + Sync {
     fn check_size(&self) -> Result<(), MemberError> {
         Ok(())
     }
+
+    /// Makes sure later writes to the range find room. The server reserves
+    /// the write-intent bitmap area, which a client write waits on: a
+    /// bitmap write refused for space fails the member, and on a full file
+    /// system every member at once. A regular file allocates the range (a
+    /// sparse copy, `cp --sparse=always`, leaves the zeroed bitmap a hole);
+    /// members whose blocks are fixed say Ok.
+    fn reserve(&self, _offset_bytes: u64, _len_bytes: u64) -> Result<(), MemberError> {
+        Ok(())
+    }
 }
 
 /// The bounds check of the contract, shared by every back end so they all
@@ -175,6 +185,9 @@ macro_rules! forward_member {
             }
             fn check_size(&self) -> Result<(), MemberError> {
                 (**self).check_size()
+            }
+            fn reserve(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), MemberError> {
+                (**self).reserve(offset_bytes, len_bytes)
             }
         }
     )*};

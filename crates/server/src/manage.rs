@@ -15,7 +15,6 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -442,17 +441,4 @@ pub fn serve_control(
             Err(_) => std::thread::sleep(Duration::from_millis(50)),
         }
     }
-}
-
-pub fn bind_control(path: &Path) -> std::io::Result<UnixListener> {
-    if path.exists() {
-        if UnixStream::connect(path).is_ok() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::AddrInUse,
-                format!("control socket {} is in use", path.display()),
-            ));
-        }
-        std::fs::remove_file(path)?;
-    }
-    UnixListener::bind(path)
 }

@@ -13,6 +13,7 @@ use platter_core::geometry::Geometry;
 use platter_core::label::{printable, Label, SlotState, VolumeState};
 use platter_core::volume::{CacheLimits, Health, Limits, Request, Volume};
 use platter_io::assembly::OpenVolume;
+use platter_io::Member;
 use platter_nbd::consts::*;
 use platter_nbd::{ExportInfo, HandshakeConfig};
 use std::collections::BTreeMap;
@@ -20,7 +21,7 @@ use std::io;
 use std::net::{Shutdown, TcpListener};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -133,6 +134,9 @@ pub fn serve(
             removed.insert(slot as u32, name);
         }
     }
+    if intent.is_some() {
+        reserve_bitmap_areas(&members, &assembly.health, assembly.label.data_offset_bytes)?;
+    }
     let geometry = assembly.geometry.clone();
     let lost = assembly
         .health
@@ -241,7 +245,7 @@ pub fn serve(
     let mut listeners: Vec<Listener> = Vec::new();
     let mut uris = Vec::new();
     if let Some(path) = &config.socket {
-        listeners.push(Listener::Unix(bind_unix(path)?));
+        listeners.push(Listener::Unix(bind_unix(path, "socket")?));
         uris.push(format!(
             "nbd+unix:///{}?socket={}",
             export.name,
@@ -268,10 +272,7 @@ pub fn serve(
         })
     });
     let control = match &control_path {
-        Some(p) => Some(manage::bind_control(p).map_err(io_err(format!(
-            "cannot open the control socket {}",
-            p.display()
-        )))?),
+        Some(p) => Some(bind_unix(p, "control socket")?),
         None => None,
     };
 
@@ -462,10 +463,10 @@ pub fn serve(
         let _ = handle.join();
     }
     if let Some(path) = &config.socket {
-        let _ = std::fs::remove_file(path);
+        remove_socket(path);
     }
     if let Some(path) = &control_path {
-        let _ = std::fs::remove_file(path);
+        remove_socket(path);
     }
     signal_handle.close();
     let _ = signal_thread.join();
@@ -473,6 +474,31 @@ pub fn serve(
         return Err(ServeError::Refused(format!("final flush failed: {e}")));
     }
     tracing::info!("volume flushed and marked {}", label.state);
+    Ok(())
+}
+
+/// Allocates the label and bitmap area of every member in use: a bitmap
+/// write refused for space would fail each member it went to, so a volume
+/// copied sparsely onto a full file system lost every member at its first
+/// write to a quiet region. Refused here, the operator can make room.
+fn reserve_bitmap_areas(
+    members: &[Option<Arc<dyn Member>>],
+    health: &[Health],
+    data_offset_bytes: u64,
+) -> Result<(), ServeError> {
+    for (device, health) in members.iter().zip(health) {
+        let Some(device) = device.as_ref().filter(|_| *health == Health::Online) else {
+            continue;
+        };
+        device.reserve(0, data_offset_bytes).map_err(|e| {
+            ServeError::Refused(format!(
+                "cannot allocate the label and write-intent bitmap area of member {} \
+                 ({data_offset_bytes} bytes; a sparse copy leaves it unallocated): {e}; \
+                 make room on its file system, or serve --read-only",
+                device.describe()
+            ))
+        })?;
+    }
     Ok(())
 }
 
@@ -508,13 +534,14 @@ enum Listener {
     Tcp(TcpListener),
 }
 
-fn bind_unix(path: &PathBuf) -> Result<UnixListener, ServeError> {
-    if let Ok(meta) = std::fs::symlink_metadata(path) {
+/// Binds the NBD or the control socket (`what` names which, for errors).
+fn bind_unix(path: &Path, what: &str) -> Result<UnixListener, ServeError> {
+    if std::fs::symlink_metadata(path).is_ok() {
         // Only a socket is ever replaced: anything else at PATH (a typo
         // naming a member file, say) is the user's, not a stale socket.
-        if !std::os::unix::fs::FileTypeExt::is_socket(&meta.file_type()) {
+        if !is_socket(path) {
             return Err(ServeError::Refused(format!(
-                "{} exists and is not a socket; not replacing it",
+                "{} exists and is not a socket; not replacing it ({what})",
                 path.display()
             )));
         }
@@ -522,16 +549,29 @@ fn bind_unix(path: &PathBuf) -> Result<UnixListener, ServeError> {
         // answers belongs to a running server.
         if UnixStream::connect(path).is_ok() {
             return Err(ServeError::Refused(format!(
-                "socket {} is in use by a running server",
+                "{what} {} is in use by a running server",
                 path.display()
             )));
         }
         std::fs::remove_file(path).map_err(io_err(format!(
-            "cannot remove stale socket {}",
+            "cannot remove stale {what} {}",
             path.display()
         )))?;
     }
     UnixListener::bind(path).map_err(io_err(format!("cannot listen on {}", path.display())))
+}
+
+fn is_socket(path: &Path) -> bool {
+    std::fs::symlink_metadata(path)
+        .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()))
+}
+
+/// Removes a socket the server made; whatever has taken its path since
+/// (a file put there while the server ran) is left alone.
+fn remove_socket(path: &Path) {
+    if is_socket(path) {
+        let _ = std::fs::remove_file(path);
+    }
 }
 
 fn accept_loop(
