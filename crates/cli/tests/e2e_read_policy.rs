@@ -142,7 +142,11 @@ fn read_policy_changes_live_and_persists_across_a_restart() {
         set_policy(&s, policy);
         assert_eq!(live_status(&s)["read_policy"]["policy"], policy);
         if let (Some(t), Some(d)) = (&tools, &digest) {
-            assert_eq!(&volume_sha256(t, s.uri(), test), d, "{test}: under {policy}");
+            assert_eq!(
+                &volume_sha256(t, s.uri(), test),
+                d,
+                "{test}: under {policy}"
+            );
         }
     }
     s.restart();
