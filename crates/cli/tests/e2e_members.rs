@@ -86,6 +86,33 @@ fn a_truncated_member_is_failed_and_never_read_as_data() {
     );
 }
 
+/// The story: a member file removed (`rm`) behind a running server was never
+/// noticed. Reads and writes went on to the open inode, status said
+/// `active`, and a clean stop marked the volume clean, after which the
+/// inode and every byte written to it were gone: on a stripe or concat,
+/// the volume with it. The periodic size check now fails a member whose
+/// file has no name left, while the data can still be served from the
+/// others.
+#[test]
+fn a_member_deleted_while_served_is_failed() {
+    let test = "a_member_deleted_while_served_is_failed";
+    let Some(t) = tools(test, &["qemu-io"]) else {
+        return;
+    };
+    let mut s = Server::start(Volume::create(RAID5, 32 * MIB));
+    let size = s.volume.size_bytes;
+    qemu_io(&t, s.uri(), &[format!("write -P 0x3c 0 {size}")], test);
+    fs::remove_file(&s.volume.members[1]).expect("rm m1");
+    wait_faulty(&s, 1, test);
+    assert!(
+        s.log().contains("was deleted while in use"),
+        "{test}: the log does not say m1 was deleted:\n{}",
+        tail(&s.log(), 5000)
+    );
+    qemu_io(&t, s.uri(), &[format!("read -P 0x3c 0 {size}")], test);
+    s.stop_with("TERM");
+}
+
 /// A member truncated while nothing is written to it is found by the
 /// server's periodic size check (before this, it stayed `active` until a
 /// read happened to cross its new end); a member that is short when the

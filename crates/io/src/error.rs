@@ -65,6 +65,10 @@ pub enum MemberErrorKind {
     /// are gone, and a file re-extended by a later write reads zeros there,
     /// so the member must never be read as data again.
     Shrunk,
+    /// The member's file was deleted while in use: writes still land in the
+    /// open inode, which vanishes when the server closes it, taking every
+    /// byte with it.
+    Unlinked,
 }
 
 impl MemberErrorKind {
@@ -98,6 +102,7 @@ impl MemberErrorKind {
             MemberErrorKind::NotAMember => "not a regular file or block device",
             MemberErrorKind::Gone => "the device has gone away",
             MemberErrorKind::Shrunk => "the member shrank",
+            MemberErrorKind::Unlinked => "the member's file was deleted while in use",
         }
     }
 }

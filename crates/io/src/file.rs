@@ -505,8 +505,24 @@ impl Member for FileMember {
         })
     }
 
+    /// Also fails a file that was deleted while in use: nothing else
+    /// notices (reads and writes go on to the open inode), and at the stop
+    /// the inode and every byte written to it are gone.
     fn check_size(&self) -> Result<(), MemberError> {
-        self.check_not_shrunk(Op::Size, 0, 0)
+        self.check_not_shrunk(Op::Size, 0, 0)?;
+        if matches!(self.device, Device::RegularFile)
+            && self.file.metadata().is_ok_and(|m| m.nlink() == 0)
+        {
+            return Err(MemberError::with_message(
+                MemberErrorKind::Unlinked,
+                self.name.as_str(),
+                Op::Size,
+                0,
+                0,
+                "was deleted while in use (its bytes go when the server closes it)".to_string(),
+            ));
+        }
+        Ok(())
     }
 
     fn reserve(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), MemberError> {

@@ -129,6 +129,8 @@ fn rebuild_and_sweep(engine: &Engine, meta: &Meta, upkeep: &Upkeep) {
     let mut last_checkpoint = Instant::now();
     let mut last_sweep = Instant::now();
     let mut last_size_check = Instant::now();
+    let mut step_failures: u64 = 0;
+    let mut last_failure_log: Option<Instant> = None;
     while !upkeep.stop.load(Ordering::SeqCst) {
         if last_size_check.elapsed() >= SIZE_CHECK_INTERVAL {
             fail_shrunk_members(engine);
@@ -160,9 +162,23 @@ fn rebuild_and_sweep(engine: &Engine, meta: &Meta, upkeep: &Upkeep) {
             continue;
         }
         match rx.recv() {
-            Ok(Ok(_)) => {}
+            Ok(Ok(_)) => {
+                step_failures = 0;
+                last_failure_log = None;
+            }
             Ok(Err(e)) => {
-                tracing::error!(error = %e, "rebuild step failed; retrying in a second");
+                // A rebuild that cannot proceed (its sources lost) retries
+                // every second for as long as it is stuck: say so once a
+                // minute, not every second.
+                step_failures += 1;
+                if last_failure_log.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+                    tracing::error!(
+                        error = %e,
+                        failures = step_failures,
+                        "rebuild step failed; retrying every second"
+                    );
+                    last_failure_log = Some(Instant::now());
+                }
                 std::thread::sleep(Duration::from_secs(1));
                 continue;
             }
