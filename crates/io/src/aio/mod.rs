@@ -1,0 +1,68 @@
+//! Asynchronous member I/O: an I/O is submitted now and completes later,
+//! on its own, through a callback. The server's engine hands every member
+//! I/O the volume emits to a [`MemberQueue`] at once and is driven by the
+//! completions, so a request waits for its slowest member I/O per phase,
+//! not for the sum of them.
+//!
+//! The interface is shaped for submit/complete rather than call/return so
+//! that back ends which are asynchronous by nature (io_uring, a remote NBD
+//! member with requests in flight on one socket) fit behind it as they
+//! are. Its first implementation, [`pool::ThreadPool`], runs the
+//! synchronous [`Member`] calls on a bounded set of threads per member.
+//!
+//! Promises every implementation keeps (the engine relies on them):
+//! - `done` is called exactly once per submission, never from inside
+//!   [`MemberQueue::submit`] itself (the caller may hold locks), and on a
+//!   thread of the layer's own.
+//! - An I/O not completed within the layer's timeout completes with
+//!   [`Completed::timed_out`] set; whatever the device answers later is
+//!   dropped. An I/O still waiting for its turn when it times out is never
+//!   started.
+//! - I/Os on one queue may complete in any order: the volume never has two
+//!   overlapping I/Os on a member in flight at once.
+
+pub mod pool;
+
+use std::sync::Arc;
+
+use platter_core::volume::{IoResult, MemberOp};
+
+use crate::member::Member;
+
+/// How one member I/O ended.
+pub struct Completed {
+    pub result: IoResult,
+    /// How long the device took (from the start of the call to its
+    /// return; queueing before it is not counted). Zero when timed out.
+    pub device_ns: u64,
+    /// The I/O did not complete within the timeout; `result` is an error
+    /// saying so, and the member must be taken out of use.
+    pub timed_out: bool,
+}
+
+/// Called once with the outcome of a submitted I/O.
+pub type IoDone = Box<dyn FnOnce(Completed) + Send>;
+
+/// How busy a queue is, for `stats`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueLoad {
+    /// I/Os submitted and not yet completed (waiting for a turn, or on
+    /// the device).
+    pub outstanding: u64,
+    /// The most I/Os the queue has on its device at once.
+    pub depth: u64,
+}
+
+/// One member device's queue.
+pub trait MemberQueue: Send + Sync {
+    /// Starts `op` on the queue's device; `done` gets its outcome.
+    fn submit(&self, op: MemberOp, done: IoDone);
+
+    fn load(&self) -> QueueLoad;
+}
+
+/// A source of queues: one per member device. Dropping a queue lets its
+/// I/Os in flight finish and then frees what serves it.
+pub trait IoLayer: Send + Sync {
+    fn queue(&self, device: Arc<dyn Member>) -> Arc<dyn MemberQueue>;
+}
