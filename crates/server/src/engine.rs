@@ -1,20 +1,26 @@
-//! The engine pump: one [`Volume`] behind a mutex, driven by whichever
-//! worker thread has work. A worker submits a request, takes the member I/Os
-//! the engine emits, performs them outside the lock, reports the results, and
-//! repeats until the engine asks for nothing more. Completions are handed to
-//! their callbacks outside the lock.
+//! The engine: one [`Volume`] behind a mutex, driven by submissions and by
+//! member I/O completions. A connection's worker submits a request and
+//! goes back to its socket; every member I/O the volume emits is handed at
+//! once to the member's queue in the asynchronous I/O layer
+//! (`platter_io::aio`). Each completion, on a thread of that layer, takes
+//! the lock, reports the result to the volume and takes what the volume
+//! has next: more I/Os (submitted at once too), finished requests and
+//! events, both handed on outside the lock. A request's latency is then
+//! that of its slowest member I/O per phase. docs/architecture.md tells the
+//! whole path.
 //!
 //! The engine is the same state machine the simulator drives; only this file
 //! knows that members are real devices.
 
 use platter_core::stats::LatencyOf;
 use platter_core::volume::{
-    Event, Health, IdMap, IoId, IoResult, MemberIo, Reply, Request, RequestId, Volume, VolumeError,
+    Event, Health, IdMap, IoId, MemberIo, Reply, Request, RequestId, Volume, VolumeError,
 };
+use platter_io::aio::{Completed, IoLayer, MemberQueue, QueueLoad};
 use platter_io::Member;
 use smallvec::SmallVec;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
 pub type Done = Box<dyn FnOnce(Result<Reply, VolumeError>) + Send>;
@@ -27,7 +33,7 @@ pub type EventHook = Box<dyn FnMut(&Event) -> Vec<(u32, String)> + Send>;
 /// replacement swapped in later must never receive an I/O meant for the
 /// device it replaced (a read of the old member would return the new one's
 /// blank bytes to a client).
-type Ios = SmallVec<[(MemberIo, Option<Arc<dyn Member>>); 4]>;
+type Ios = SmallVec<[(MemberIo, Option<Arc<dyn MemberQueue>>); 4]>;
 type Finished = SmallVec<[(Done, Result<Reply, VolumeError>); 2]>;
 
 /// Where a completion goes, and (client requests) when it was submitted.
@@ -44,7 +50,7 @@ struct State {
     /// By slot; `None` where no device is present. Kept under the engine
     /// lock, which every I/O takes anyway: resolving an I/O's device then
     /// costs no lock of its own. Replacements are swapped in under it.
-    members: Vec<Option<Arc<dyn Member>>>,
+    members: Vec<Option<Device>>,
     /// Set at shutdown: client requests are refused from then on, so none
     /// can slip in behind the final flush.
     closed_to_clients: bool,
@@ -58,7 +64,18 @@ struct State {
 /// At most one log line per this long for writes refused for space.
 const NO_SPACE_LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// A member device and its queue in the I/O layer. A replacement gets a
+/// queue of its own: threads stuck in the device it replaced must not
+/// take the new one's depth.
+struct Device {
+    device: Arc<dyn Member>,
+    queue: Arc<dyn MemberQueue>,
+}
+
 pub struct Engine {
+    /// Completions hold the engine through this while their I/O is out.
+    me: Weak<Engine>,
+    io: Arc<dyn IoLayer>,
     state: Mutex<State>,
     idle: Condvar,
     /// Called (outside the engine lock) with every event, in order.
@@ -76,10 +93,27 @@ pub struct Engine {
 const MEMBER_IO_NS_START: u64 = 1_000_000;
 
 impl Engine {
-    pub fn new(volume: Volume, members: Vec<Option<Arc<dyn Member>>>) -> Engine {
+    /// The engine over `volume`, its member devices by slot, doing member
+    /// I/O through `io`.
+    pub fn new(
+        volume: Volume,
+        members: Vec<Option<Arc<dyn Member>>>,
+        io: Arc<dyn IoLayer>,
+    ) -> Arc<Engine> {
         assert_eq!(members.len(), volume.geometry().members() as usize);
         let members_len = members.len();
-        Engine {
+        let members = members
+            .into_iter()
+            .map(|m| {
+                m.map(|device| Device {
+                    queue: io.queue(Arc::clone(&device)),
+                    device,
+                })
+            })
+            .collect();
+        Arc::new_cyclic(|me| Engine {
+            me: me.clone(),
+            io,
             state: Mutex::new(State {
                 volume,
                 routes: IdMap::default(),
@@ -94,7 +128,7 @@ impl Engine {
             on_event: Mutex::new(None),
             member_io_ns_avg: AtomicU64::new(MEMBER_IO_NS_START),
             member_count: members_len,
-        }
+        })
     }
 
     /// The recent average time of one member I/O, in nanoseconds.
@@ -124,13 +158,27 @@ impl Engine {
 
     /// The devices by slot, as they are now.
     pub fn members(&self) -> Vec<Option<Arc<dyn Member>>> {
-        self.lock().members.clone()
+        self.lock()
+            .members
+            .iter()
+            .map(|m| m.as_ref().map(|d| Arc::clone(&d.device)))
+            .collect()
+    }
+
+    /// How busy each member's queue is, by slot (`None`: no device).
+    pub fn member_queues(&self) -> Vec<Option<QueueLoad>> {
+        self.lock()
+            .members
+            .iter()
+            .map(|m| m.as_ref().map(|d| d.queue.load()))
+            .collect()
     }
 
     /// Puts `device` in `slot` (a replacement). The engine must not be
     /// using the slot: it is faulty or missing.
     pub fn set_member(&self, slot: u32, device: Arc<dyn Member>) {
-        self.lock().members[slot as usize] = Some(device);
+        let queue = self.io.queue(Arc::clone(&device));
+        self.lock().members[slot as usize] = Some(Device { device, queue });
     }
 
     /// Takes the device out of `slot` (a removal) and returns it; the
@@ -138,11 +186,12 @@ impl Engine {
     /// before the slot failed have let it go. The engine must not be using
     /// the slot: it is faulty or missing.
     pub fn take_member(&self, slot: u32) -> Option<Arc<dyn Member>> {
-        self.lock().members[slot as usize].take()
+        self.lock().members[slot as usize].take().map(|d| d.device)
     }
 
     /// Runs `f` on the volume under the engine lock (management calls such
-    /// as starting a rebuild). Requests it submits are pumped by the caller.
+    /// as starting a rebuild). Requests it submits are started by the
+    /// caller (`f` must leave no member I/O behind).
     pub fn with_volume<T>(&self, f: impl FnOnce(&mut Volume) -> T) -> T {
         let (out, events) = {
             let mut s = self.lock();
@@ -161,8 +210,8 @@ impl Engine {
     }
 
     /// Submits what `f` submits (a maintenance step, say) with `done` as its
-    /// completion, and pumps it like [`Engine::submit`]. False when `f`
-    /// submitted nothing.
+    /// completion, like [`Engine::submit`]. False when `f` submitted
+    /// nothing.
     pub fn submit_with(
         &self,
         f: impl FnOnce(&mut Volume) -> Option<RequestId>,
@@ -201,9 +250,9 @@ impl Engine {
             }
             std::mem::take(&mut s.events)
         };
+        self.start(ios);
         self.deliver_events(events);
         Self::deliver(finished);
-        self.pump(ios);
         Ok(true)
     }
 
@@ -250,8 +299,8 @@ impl Engine {
                 }
                 std::mem::take(&mut s.events)
             };
+            self.start(ios);
             Self::deliver(finished);
-            self.pump(ios);
         }
         assert!(events.is_empty(), "label failures did not settle");
     }
@@ -261,8 +310,9 @@ impl Engine {
         *self.on_event.lock().expect("event hook") = Some(hook);
     }
 
-    /// Runs `req` to completion on this thread (and any other work it
-    /// unblocks); `done` is called exactly once.
+    /// Starts `req`; `done` is called exactly once, when it ends: on this
+    /// thread when it needs no member I/O, otherwise on the I/O layer's
+    /// thread that completes its last member I/O.
     pub fn submit(&self, req: Request, done: Done) {
         let timed = LatencyOf::of(&req);
         let _ = self.submit_timed(|v| Some(v.submit(req)), done, timed, false);
@@ -323,41 +373,70 @@ impl Engine {
         }
     }
 
-    fn pump(&self, mut ios: Ios) {
-        // Each round performs the I/Os of finished plans; a request's plan
-        // has a bounded number of phases, so this ends.
-        while !ios.is_empty() {
-            // One clock reading per I/O: each starts when the one before
-            // it ended, and the last one's end also times the requests it
-            // completes.
-            let mut at = Instant::now();
-            let results: SmallVec<[(IoId, u32, IoResult, u64); 4]> = ios
-                .drain(..)
-                .map(|(io, device)| {
-                    let result = perform(&io, device);
-                    let end = Instant::now();
-                    let ns = ns_between(at, end);
-                    at = end;
-                    self.note_member_io(ns);
-                    (io.id, io.member, result, ns)
-                })
-                .collect();
-            let mut finished = Finished::new();
-            let events = {
-                let mut s = self.lock();
-                for (id, member, r, ns) in results {
-                    s.volume.record_latency(LatencyOf::Member(member), ns);
-                    s.volume.io_done(id, r);
-                }
-                self.drain(&mut s, &mut ios, &mut finished, Some(at));
-                if s.idle_waiters > 0 && s.volume.is_idle() {
-                    self.idle.notify_all();
-                }
-                std::mem::take(&mut s.events)
+    /// Hands each I/O to its member's queue. Outside the engine lock: a
+    /// queue may complete an I/O on another thread at once.
+    fn start(&self, ios: Ios) {
+        for (io, queue) in ios {
+            let MemberIo { id, member, op } = io;
+            let Some(queue) = queue else {
+                // The engine addresses only members in use, but an I/O
+                // taken from it just before its member failed can be
+                // started after the operator removed the device: it fails
+                // like the member did.
+                self.complete(
+                    id,
+                    member,
+                    Completed {
+                        result: Err(format!("member {member} was removed").into()),
+                        device_ns: 0,
+                        timed_out: false,
+                    },
+                );
+                continue;
             };
-            self.deliver_events(events);
-            Self::deliver(finished);
+            let engine = self.me.upgrade().expect("the engine outlives its I/Os");
+            queue.submit(op, Box::new(move |c| engine.complete(id, member, c)));
         }
+    }
+
+    /// One member I/O ended: the volume hears of it, and whatever that lets
+    /// it do next is started, delivered and told.
+    fn complete(&self, id: IoId, member: u32, c: Completed) {
+        let now = Instant::now();
+        if !c.timed_out {
+            self.note_member_io(c.device_ns);
+        }
+        let mut ios = Ios::new();
+        let mut finished = Finished::new();
+        let events = {
+            let mut s = self.lock();
+            match &c.result {
+                Err(e) if c.timed_out => {
+                    tracing::error!(
+                        member,
+                        reason = %e.message,
+                        "member I/O timed out; failing the member"
+                    );
+                    // Not left to the volume's read-error handling, which
+                    // would try to correct the range on the same member and
+                    // wait for it again.
+                    s.volume
+                        .mark_faulty(member, format!("I/O timed out: {}", e.message));
+                }
+                _ => s
+                    .volume
+                    .record_latency(LatencyOf::Member(member), c.device_ns),
+            }
+            s.volume.io_done(id, c.result);
+            self.drain(&mut s, &mut ios, &mut finished, Some(now));
+            if s.idle_waiters > 0 && s.volume.is_idle() {
+                self.idle.notify_all();
+            }
+            std::mem::take(&mut s.events)
+        };
+        self.start(ios);
+        self.deliver_events(events);
+        Self::deliver(finished);
     }
 
     /// Takes the engine's I/Os, completions and events. `now`: the time
@@ -366,8 +445,10 @@ impl Engine {
     fn drain(&self, s: &mut State, ios: &mut Ios, finished: &mut Finished, now: Option<Instant>) {
         let mut now = now;
         while let Some(io) = s.volume.next_io() {
-            let device = s.members[io.member as usize].clone();
-            ios.push((io, device));
+            let queue = s.members[io.member as usize]
+                .as_ref()
+                .map(|d| Arc::clone(&d.queue));
+            ios.push((io, queue));
         }
         while let Some(c) = s.volume.next_completion() {
             let route = s
@@ -432,14 +513,4 @@ impl Engine {
 
 fn ns_between(start: Instant, end: Instant) -> u64 {
     u64::try_from(end.saturating_duration_since(start).as_nanos()).unwrap_or(u64::MAX)
-}
-
-fn perform(io: &MemberIo, device: Option<Arc<dyn Member>>) -> IoResult {
-    // The engine addresses only members in use, but an I/O taken from it
-    // just before its member failed can be performed after the operator
-    // removed the device: it fails like the member did.
-    let Some(device) = device else {
-        return Err(format!("member {} was removed", io.member).into());
-    };
-    platter_io::executor::perform(device.as_ref(), &io.op)
 }

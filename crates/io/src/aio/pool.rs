@@ -26,7 +26,7 @@ pub const QUEUE_DEPTH_DEFAULT: usize = 32;
 /// What `serve --member-timeout` defaults to.
 pub const TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
 /// A thread with no I/O for this long ends.
-pub const IDLE_EXIT: Duration = Duration::from_secs(10);
+pub const IDLE_EXIT: Duration = Duration::from_secs(2);
 
 #[derive(Clone, Copy, Debug)]
 pub struct PoolConfig {
