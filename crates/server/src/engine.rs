@@ -412,11 +412,18 @@ impl Engine {
             let mut s = self.lock();
             match &c.result {
                 Err(e) if c.timed_out => {
-                    tracing::error!(
-                        member,
-                        reason = %e.message,
-                        "member I/O timed out; failing the member"
-                    );
+                    // Once per member: the I/Os queued behind the first
+                    // one time out with it.
+                    if matches!(
+                        s.volume.health()[member as usize],
+                        Health::Online | Health::Rebuilding
+                    ) {
+                        tracing::error!(
+                            member,
+                            reason = %e.message,
+                            "member I/O timed out; failing the member"
+                        );
+                    }
                     // Not left to the volume's read-error handling, which
                     // would try to correct the range on the same member and
                     // wait for it again.
