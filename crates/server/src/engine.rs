@@ -19,6 +19,7 @@ use platter_core::volume::{
 use platter_io::aio::{Completed, IoLayer, MemberQueue, QueueLoad};
 use platter_io::Member;
 use smallvec::SmallVec;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::Instant;
@@ -35,6 +36,60 @@ pub type EventHook = Box<dyn FnMut(&Event) -> Vec<(u32, String)> + Send>;
 /// blank bytes to a client).
 type Ios = SmallVec<[(MemberIo, Option<Arc<dyn MemberQueue>>); 4]>;
 type Finished = SmallVec<[(Done, Result<Reply, VolumeError>); 2]>;
+
+/// A member I/O at most this slow (expected, [`MemberQueue::expected_ns`])
+/// is performed on the thread that has it, not handed to the member's
+/// queue threads: handing it over and back costs two thread wake-ups, more
+/// than memory-speed members (tmpfs, a page cache) take for the I/O itself.
+const INLINE_IO_NS_MAX: u64 = 40_000;
+/// What one thread takes on performing itself, at most, per submission or
+/// completion (expected times summed): a request with many I/Os on fast
+/// members runs them one after another while that stays short, and hands
+/// the rest over so they run beside it.
+const INLINE_WORK_NS_MAX: u64 = 200_000;
+
+/// What the thread driving the engine does itself: fast members' I/Os,
+/// performed in a loop ([`Engine::work_here`]) rather than by recursion
+/// as each one's completion makes the next.
+struct Here {
+    steps: VecDeque<Step>,
+    /// Whether this thread may perform member I/O: a submitting thread
+    /// may, the I/O layer's threads do not (a member I/O thread stuck in
+    /// another member's I/O would hold its own member's depth, and the
+    /// watchdog must never wait for a device).
+    inline: bool,
+    /// Of [`INLINE_WORK_NS_MAX`], what is left.
+    budget_ns: u64,
+}
+
+enum Step {
+    Perform(MemberIo, Arc<dyn MemberQueue>),
+    /// An I/O that ended without reaching a device.
+    Ended(IoId, u32, Completed),
+}
+
+impl Here {
+    fn new(inline: bool) -> Here {
+        Here {
+            steps: VecDeque::new(),
+            inline,
+            budget_ns: INLINE_WORK_NS_MAX,
+        }
+    }
+
+    /// Whether this thread takes on an I/O on `queue` itself.
+    fn takes(&mut self, queue: &dyn MemberQueue) -> bool {
+        if !self.inline {
+            return false;
+        }
+        let expected_ns = queue.expected_ns();
+        if expected_ns > INLINE_IO_NS_MAX || expected_ns > self.budget_ns {
+            return false;
+        }
+        self.budget_ns -= expected_ns;
+        true
+    }
+}
 
 /// Where a completion goes, and (client requests) when it was submitted.
 struct Route {
@@ -205,7 +260,9 @@ impl Engine {
             );
             (out, std::mem::take(&mut s.events))
         };
-        self.deliver_events(events);
+        let mut here = Here::new(true);
+        self.deliver_events(events, &mut here);
+        self.work_here(here);
         out
     }
 
@@ -250,9 +307,11 @@ impl Engine {
             }
             std::mem::take(&mut s.events)
         };
-        self.start(ios);
-        self.deliver_events(events);
+        let mut here = Here::new(true);
+        self.start(ios, &mut here);
+        self.deliver_events(events, &mut here);
         Self::deliver(finished);
+        self.work_here(here);
         Ok(true)
     }
 
@@ -261,8 +320,9 @@ impl Engine {
     /// back for them are released here and delivered. Members whose label
     /// could not be written are failed in turn, and their failure recorded
     /// on the rest; each round fails at least one more member, so the loop
-    /// ends within the member count.
-    fn deliver_events(&self, mut events: Vec<Event>) {
+    /// ends within the member count. I/Os this makes are started, or left
+    /// in `here` for the caller to perform.
+    fn deliver_events(&self, mut events: Vec<Event>, here: &mut Here) {
         for _ in 0..=self.member_count {
             if events.is_empty() {
                 return;
@@ -299,7 +359,7 @@ impl Engine {
                 }
                 std::mem::take(&mut s.events)
             };
-            self.start(ios);
+            self.start(ios, here);
             Self::deliver(finished);
         }
         assert!(events.is_empty(), "label failures did not settle");
@@ -311,8 +371,9 @@ impl Engine {
     }
 
     /// Starts `req`; `done` is called exactly once, when it ends: on this
-    /// thread when it needs no member I/O, otherwise on the I/O layer's
-    /// thread that completes its last member I/O.
+    /// thread when it needs no member I/O or its I/Os were fast enough to
+    /// perform here, otherwise on the I/O layer's thread that completes
+    /// its last member I/O.
     pub fn submit(&self, req: Request, done: Done) {
         let timed = LatencyOf::of(&req);
         let _ = self.submit_timed(|v| Some(v.submit(req)), done, timed, false);
@@ -373,35 +434,73 @@ impl Engine {
         }
     }
 
-    /// Hands each I/O to its member's queue. Outside the engine lock: a
-    /// queue may complete an I/O on another thread at once.
-    fn start(&self, ios: Ios) {
+    /// Hands each I/O to its member's queue, or leaves it in `here` when
+    /// its member is fast enough for this thread to perform it. Outside
+    /// the engine lock: a queue may complete an I/O on another thread at
+    /// once.
+    fn start(&self, ios: Ios, here: &mut Here) {
         for (io, queue) in ios {
-            let MemberIo { id, member, op } = io;
             let Some(queue) = queue else {
                 // The engine addresses only members in use, but an I/O
                 // taken from it just before its member failed can be
                 // started after the operator removed the device: it fails
                 // like the member did.
-                self.complete(
-                    id,
+                let member = io.member;
+                here.steps.push_back(Step::Ended(
+                    io.id,
                     member,
                     Completed {
                         result: Err(format!("member {member} was removed").into()),
                         device_ns: 0,
                         timed_out: false,
                     },
-                );
+                ));
                 continue;
             };
+            if here.takes(queue.as_ref()) {
+                here.steps.push_back(Step::Perform(io, queue));
+                continue;
+            }
+            let MemberIo { id, member, op } = io;
             let engine = self.me.upgrade().expect("the engine outlives its I/Os");
             queue.submit(op, Box::new(move |c| engine.complete(id, member, c)));
         }
     }
 
-    /// One member I/O ended: the volume hears of it, and whatever that lets
-    /// it do next is started, delivered and told.
+    /// Performs the I/Os left in `here`, and those their completions make
+    /// (the next phase of a request), until none is left. Each I/O is
+    /// still one of its queue's: it counts in `stats`, and one that
+    /// outlives `--member-timeout` is completed as timed out by the
+    /// watchdog (failing the member) while this thread stays in the
+    /// device, as a member I/O thread would; other threads see the member
+    /// as slow meanwhile ([`MemberQueue::expected_ns`]) and hand its I/Os
+    /// over.
+    fn work_here(&self, mut here: Here) {
+        while let Some(step) = here.steps.pop_front() {
+            match step {
+                Step::Perform(io, queue) => {
+                    let MemberIo { id, member, op } = io;
+                    let engine = self.me.upgrade().expect("the engine outlives its I/Os");
+                    let timed_out = Box::new(move |c| engine.complete(id, member, c));
+                    if let Some(c) = queue.perform_here(op, timed_out) {
+                        self.settle(id, member, c, &mut here);
+                    }
+                }
+                Step::Ended(id, member, c) => self.settle(id, member, c, &mut here),
+            }
+        }
+    }
+
+    /// One member I/O ended on a thread of the I/O layer.
     fn complete(&self, id: IoId, member: u32, c: Completed) {
+        let mut here = Here::new(false);
+        self.settle(id, member, c, &mut here);
+        self.work_here(here);
+    }
+
+    /// One member I/O ended: the volume hears of it, and whatever that lets
+    /// it do next is started (or left in `here`), delivered and told.
+    fn settle(&self, id: IoId, member: u32, c: Completed, here: &mut Here) {
         let now = Instant::now();
         if !c.timed_out {
             self.note_member_io(c.device_ns);
@@ -441,8 +540,8 @@ impl Engine {
             }
             std::mem::take(&mut s.events)
         };
-        self.start(ios);
-        self.deliver_events(events);
+        self.start(ios, here);
+        self.deliver_events(events, here);
         Self::deliver(finished);
     }
 

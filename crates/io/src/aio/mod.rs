@@ -14,6 +14,11 @@
 //! - `done` is called exactly once per submission, never from inside
 //!   [`MemberQueue::submit`] itself (the caller may hold locks), and on a
 //!   thread of the layer's own.
+//! - [`MemberQueue::perform_here`] is the exception: the I/O runs on the
+//!   caller's thread, which gets the outcome back, and `done` is called
+//!   only if the I/O times out first (then on the layer's thread, and the
+//!   caller gets `None`). It is counted in the queue like any other I/O,
+//!   so `load` and the timeout see it.
 //! - An I/O not completed within the layer's timeout completes with
 //!   [`Completed::timed_out`] set; whatever the device answers later is
 //!   dropped. An I/O still waiting for its turn when it times out is never
@@ -57,6 +62,19 @@ pub struct QueueLoad {
 pub trait MemberQueue: Send + Sync {
     /// Starts `op` on the queue's device; `done` gets its outcome.
     fn submit(&self, op: MemberOp, done: IoDone);
+
+    /// Performs `op` on this thread and returns its outcome; `None` when
+    /// it timed out first, in which case `done` got the timeout (on the
+    /// layer's thread) and the device's late answer is dropped. Otherwise
+    /// `done` is dropped uncalled. For members whose I/O takes less than
+    /// a hand-off to another thread costs: see [`MemberQueue::expected_ns`].
+    fn perform_here(&self, op: MemberOp, done: IoDone) -> Option<Completed>;
+
+    /// What the next I/O is expected to take, in nanoseconds: a moving
+    /// average of the device's recent I/O times, or the age of the oldest
+    /// I/O still out if that is more (a device that stopped answering
+    /// looks slow at once, not only after its I/O comes back).
+    fn expected_ns(&self) -> u64;
 
     fn load(&self) -> QueueLoad;
 }

@@ -12,7 +12,7 @@
 //! by the timeout, so no new I/O goes to it.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -54,6 +54,11 @@ struct Shared {
     /// I/Os submitted and not completed, over every queue: the watchdog
     /// sleeps without a deadline while this is zero.
     outstanding: AtomicU64,
+    /// The watchdog sleeps without a deadline: the first I/O must wake it.
+    /// While it ticks, I/Os need not touch its lock (on a fast member at
+    /// depth 1 every I/O takes `outstanding` from 0 to 1, and waking the
+    /// watchdog for each would cost a context switch per I/O).
+    watchdog_asleep: AtomicBool,
     watch: Mutex<Watch>,
     watch_wake: Condvar,
 }
@@ -67,6 +72,10 @@ struct Watch {
 struct Inner {
     device: Arc<dyn Member>,
     pool: Arc<Shared>,
+    /// The device's recent I/O time (ns), a moving average over about the
+    /// last 8 I/Os. Updated without a lock; a lost update only makes it a
+    /// little less recent.
+    recent_ns: AtomicU64,
     state: Mutex<QueueState>,
     work: Condvar,
 }
@@ -121,6 +130,10 @@ impl OpSummary {
     }
 }
 
+/// What a queue's expected I/O time starts from: slow, so its first I/Os
+/// go to its threads until their times show the device is fast.
+const EXPECTED_NS_START: u64 = 1_000_000;
+
 impl ThreadPool {
     /// # Panics
     /// If `config.queue_depth` is 0 (the command line refuses it).
@@ -130,6 +143,7 @@ impl ThreadPool {
             shared: Arc::new(Shared {
                 config,
                 outstanding: AtomicU64::new(0),
+                watchdog_asleep: AtomicBool::new(false),
                 watch: Mutex::new(Watch {
                     queues: Vec::new(),
                     started: false,
@@ -159,6 +173,7 @@ impl IoLayer for ThreadPool {
         let inner = Arc::new(Inner {
             device,
             pool: Arc::clone(&self.shared),
+            recent_ns: AtomicU64::new(EXPECTED_NS_START),
             state: Mutex::new(QueueState {
                 pending: VecDeque::new(),
                 waiting: BTreeMap::new(),
@@ -203,10 +218,17 @@ impl Shared {
             if w.stop {
                 return;
             }
+            // Asleep is announced before `outstanding` is looked at, and
+            // an I/O counts itself before it looks at `asleep`: one of the
+            // two sees the other (both sequentially consistent). The waker
+            // notifies under this lock, so not between the check and the
+            // wait.
+            self.watchdog_asleep.store(true, Ordering::SeqCst);
             if self.outstanding.load(Ordering::SeqCst) == 0 {
                 w = self.watch_wake.wait(w).unwrap_or_else(|p| p.into_inner());
                 continue;
             }
+            self.watchdog_asleep.store(false, Ordering::SeqCst);
             w = self
                 .watch_wake
                 .wait_timeout(w, tick)
@@ -237,17 +259,7 @@ impl MemberQueue for PoolQueue {
     fn submit(&self, op: MemberOp, done: IoDone) {
         let inner = &self.0;
         let mut st = inner.lock();
-        let seq = st.next_seq;
-        st.next_seq += 1;
-        let summary = OpSummary::of(&op);
-        st.waiting.insert(
-            seq,
-            Waiting {
-                since: Instant::now(),
-                op: summary,
-                done,
-            },
-        );
+        let seq = Inner::register(&mut st, &op, done);
         st.pending.push_back((seq, op));
         if st.pending.len() > st.idle && st.threads < inner.pool.config.queue_depth {
             let me = Arc::clone(inner);
@@ -266,12 +278,37 @@ impl MemberQueue for PoolQueue {
             inner.work.notify_one();
         }
         drop(st);
-        if inner.pool.outstanding.fetch_add(1, Ordering::SeqCst) == 0 {
-            // Under the watchdog's lock, so it cannot miss the change
-            // between its check and its wait.
-            let _w = inner.pool.watch();
-            inner.pool.watch_wake.notify_all();
-        }
+        inner.pool.counted();
+    }
+
+    fn perform_here(&self, op: MemberOp, done: IoDone) -> Option<Completed> {
+        let inner = &self.0;
+        let seq = Inner::register(&mut inner.lock(), &op, done);
+        inner.pool.counted();
+        let (result, device_ns) = inner.perform(&op);
+        drop(op);
+        // Still there: the watchdog did not time it out, and its `done`
+        // is not needed.
+        inner.take(seq)?;
+        Some(Completed {
+            result,
+            device_ns,
+            timed_out: false,
+        })
+    }
+
+    fn expected_ns(&self) -> u64 {
+        let recent_ns = self.0.recent_ns.load(Ordering::Relaxed);
+        let oldest = self
+            .0
+            .lock()
+            .waiting
+            .first_key_value()
+            .map(|(_, w)| w.since);
+        let out_ns = oldest.map_or(0, |since| {
+            u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        });
+        recent_ns.max(out_ns)
     }
 
     fn load(&self) -> QueueLoad {
@@ -282,11 +319,65 @@ impl MemberQueue for PoolQueue {
     }
 }
 
+impl Shared {
+    /// One more I/O is outstanding: wakes the watchdog if it sleeps.
+    fn counted(&self) {
+        self.outstanding.fetch_add(1, Ordering::SeqCst);
+        if self.watchdog_asleep.load(Ordering::SeqCst) {
+            // Under the watchdog's lock, so it cannot miss the change
+            // between its check and its wait.
+            let _w = self.watch();
+            self.watch_wake.notify_all();
+        }
+    }
+}
+
 impl Inner {
     fn lock(&self) -> MutexGuard<'_, QueueState> {
         // The state is consistent between statements; a panic in a
         // completion callback happens outside the lock.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Enters an I/O among those outstanding (the watchdog's list); its
+    /// number.
+    fn register(st: &mut QueueState, op: &MemberOp, done: IoDone) -> u64 {
+        let seq = st.next_seq;
+        st.next_seq += 1;
+        st.waiting.insert(
+            seq,
+            Waiting {
+                since: Instant::now(),
+                op: OpSummary::of(op),
+                done,
+            },
+        );
+        seq
+    }
+
+    /// Takes I/O `seq` off the outstanding list; `None` if the watchdog
+    /// already timed it out (its answer is then dropped).
+    fn take(&self, seq: u64) -> Option<Waiting> {
+        let Some(w) = self.lock().waiting.remove(&seq) else {
+            tracing::debug!(
+                member = self.device.describe(),
+                "a member I/O answered after its timeout; the answer is dropped"
+            );
+            return None;
+        };
+        self.pool.outstanding.fetch_sub(1, Ordering::SeqCst);
+        Some(w)
+    }
+
+    /// Makes the device call, timing it into the recent average.
+    fn perform(&self, op: &MemberOp) -> (platter_core::volume::IoResult, u64) {
+        let start = Instant::now();
+        let result = crate::executor::perform(self.device.as_ref(), op);
+        let device_ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let avg = self.recent_ns.load(Ordering::Relaxed);
+        let next = avg - avg / 8 + device_ns.min(EXPECTED_NS_START * 100) / 8;
+        self.recent_ns.store(next, Ordering::Relaxed);
+        (result, device_ns)
     }
 
     /// One thread: takes I/Os in order and performs them until it has had
@@ -320,18 +411,11 @@ impl Inner {
                 continue;
             }
             drop(st);
-            let start = Instant::now();
-            let result = crate::executor::perform(self.device.as_ref(), &op);
-            let device_ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            let (result, device_ns) = self.perform(&op);
             drop(op);
-            let Some(w) = self.lock().waiting.remove(&seq) else {
-                tracing::debug!(
-                    member = self.device.describe(),
-                    "a member I/O answered after its timeout; the answer is dropped"
-                );
+            let Some(w) = self.take(seq) else {
                 continue;
             };
-            self.pool.outstanding.fetch_sub(1, Ordering::SeqCst);
             (w.done)(Completed {
                 result,
                 device_ns,
