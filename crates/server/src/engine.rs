@@ -16,7 +16,7 @@ use platter_core::stats::LatencyOf;
 use platter_core::volume::{
     Event, Health, IdMap, IoId, MemberIo, Reply, Request, RequestId, Volume, VolumeError,
 };
-use platter_io::aio::{Completed, IoLayer, MemberQueue, QueueLoad};
+use platter_io::aio::{average_step, Completed, IoLayer, MemberQueue, QueueLoad};
 use platter_io::Member;
 use smallvec::SmallVec;
 use std::collections::VecDeque;
@@ -37,11 +37,23 @@ pub type EventHook = Box<dyn FnMut(&Event) -> Vec<(u32, String)> + Send>;
 type Ios = SmallVec<[(MemberIo, Option<Arc<dyn MemberQueue>>); 4]>;
 type Finished = SmallVec<[(Done, Result<Reply, VolumeError>); 2]>;
 
-/// A member I/O at most this slow (expected, [`MemberQueue::expected_ns`])
-/// is performed on the thread that has it, not handed to the member's
-/// queue threads: handing it over and back costs two thread wake-ups, more
-/// than memory-speed members (tmpfs, a page cache) take for the I/O itself.
+/// A member I/O on a device this fast lately ([`platter_io::aio::Pace::recent_ns`]) is
+/// performed on the thread that has it, not handed to the member's queue
+/// threads: handing it over and back costs two thread wake-ups, more than
+/// memory-speed members (tmpfs, a page cache) take for the I/O itself.
 const INLINE_IO_NS_MAX: u64 = 40_000;
+/// ... unless one of the member's I/Os has been out this long: the device
+/// may have stopped answering, and no more threads should wait in it.
+/// Well above a fast I/O, so that one preempted by the scheduler on a busy
+/// machine rarely trips it.
+const INLINE_STALL_NS: u64 = 1_000_000;
+/// ... or this many of its I/Os are being performed on callers' threads
+/// already: a device that stops answering holds at most about this many
+/// of the threads that read requests (each until `--member-timeout` fails
+/// the member and the device answers). The check and the count are not
+/// one atomic step, so threads deciding at the same instant may pass it
+/// together; on a 2-core machine more than 2 at once gain nothing anyway.
+const INLINE_PER_MEMBER_MAX: u32 = 4;
 /// What one thread takes on performing itself, at most, per submission or
 /// completion (expected times summed): a request with many I/Os on fast
 /// members runs them one after another while that stays short, and hands
@@ -82,11 +94,15 @@ impl Here {
         if !self.inline {
             return false;
         }
-        let expected_ns = queue.expected_ns();
-        if expected_ns > INLINE_IO_NS_MAX || expected_ns > self.budget_ns {
+        let pace = queue.pace();
+        if pace.recent_ns > INLINE_IO_NS_MAX
+            || pace.recent_ns > self.budget_ns
+            || pace.oldest_out_ns >= INLINE_STALL_NS
+            || pace.here_now >= INLINE_PER_MEMBER_MAX
+        {
             return false;
         }
-        self.budget_ns -= expected_ns;
+        self.budget_ns -= pace.recent_ns;
         true
     }
 }
@@ -135,8 +151,8 @@ pub struct Engine {
     idle: Condvar,
     /// Called (outside the engine lock) with every event, in order.
     on_event: Mutex<Option<EventHook>>,
-    /// Recent member I/O time (ns), a moving average over about the last
-    /// 8 I/Os: whether a request's member I/O is a matter of microseconds
+    /// Recent member I/O time (ns), over every member ([`average_step`]):
+    /// whether a request's member I/O is a matter of microseconds
     /// (memory, a cache) or of milliseconds (a disk). Updated without a
     /// lock; a lost update only makes it a little less recent.
     member_io_ns_avg: AtomicU64,
@@ -192,9 +208,9 @@ impl Engine {
     }
 
     fn note_member_io(&self, ns: u64) {
-        let avg = self.member_io_ns_avg.load(Ordering::Relaxed);
-        let next = avg - avg / 8 + ns.min(MEMBER_IO_NS_START * 100) / 8;
-        self.member_io_ns_avg.store(next, Ordering::Relaxed);
+        let avg_ns = self.member_io_ns_avg.load(Ordering::Relaxed);
+        self.member_io_ns_avg
+            .store(average_step(avg_ns, ns), Ordering::Relaxed);
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -473,7 +489,7 @@ impl Engine {
     /// outlives `--member-timeout` is completed as timed out by the
     /// watchdog (failing the member) while this thread stays in the
     /// device, as a member I/O thread would; other threads see the member
-    /// as slow meanwhile ([`MemberQueue::expected_ns`]) and hand its I/Os
+    /// as slow meanwhile ([`MemberQueue::pace`]) and hand its I/Os
     /// over.
     fn work_here(&self, mut here: Here) {
         while let Some(step) = here.steps.pop_front() {

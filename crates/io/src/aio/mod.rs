@@ -58,6 +58,34 @@ pub struct QueueLoad {
     pub depth: u64,
 }
 
+/// How fast a queue's device has been answering.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pace {
+    /// A moving average of its recent I/O times ([`average_step`]).
+    pub recent_ns: u64,
+    /// How long the oldest I/O still out has been (0: none is): a device
+    /// that stopped answering shows here at once, long before an answer
+    /// moves the average.
+    pub oldest_out_ns: u64,
+    /// I/Os being performed on callers' threads now.
+    pub here_now: u32,
+}
+
+/// What a device's recent average starts from: slow, so its first I/Os
+/// go to its queue's threads until their times show the device is fast.
+pub const RECENT_NS_START: u64 = 1_000_000;
+
+/// The next value of a moving average over about the last 8 I/O times,
+/// given one more. A sample counts for at most 4 times the average (and
+/// at least 10 µs): one I/O stretched by the scheduler on a busy machine
+/// (a thread preempted for milliseconds in a 2 µs read) barely moves it,
+/// while a device that became slow moves it past any microsecond
+/// threshold within about 20 I/Os.
+pub fn average_step(avg_ns: u64, sample_ns: u64) -> u64 {
+    let cap_ns = avg_ns.saturating_mul(4).max(10_000);
+    avg_ns - avg_ns / 8 + sample_ns.min(cap_ns) / 8
+}
+
 /// One member device's queue.
 pub trait MemberQueue: Send + Sync {
     /// Starts `op` on the queue's device; `done` gets its outcome.
@@ -67,14 +95,12 @@ pub trait MemberQueue: Send + Sync {
     /// it timed out first, in which case `done` got the timeout (on the
     /// layer's thread) and the device's late answer is dropped. Otherwise
     /// `done` is dropped uncalled. For members whose I/O takes less than
-    /// a hand-off to another thread costs: see [`MemberQueue::expected_ns`].
+    /// a hand-off to another thread costs: see [`MemberQueue::pace`].
     fn perform_here(&self, op: MemberOp, done: IoDone) -> Option<Completed>;
 
-    /// What the next I/O is expected to take, in nanoseconds: a moving
-    /// average of the device's recent I/O times, or the age of the oldest
-    /// I/O still out if that is more (a device that stopped answering
-    /// looks slow at once, not only after its I/O comes back).
-    fn expected_ns(&self) -> u64;
+    /// How fast the device has been answering, to choose between
+    /// [`MemberQueue::submit`] and [`MemberQueue::perform_here`].
+    fn pace(&self) -> Pace;
 
     fn load(&self) -> QueueLoad;
 }

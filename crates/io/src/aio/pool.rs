@@ -12,13 +12,15 @@
 //! by the timeout, so no new I/O goes to it.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use platter_core::volume::{IoError, IoErrorKind, MemberOp};
 
-use super::{Completed, IoDone, IoLayer, MemberQueue, QueueLoad};
+use super::{
+    average_step, Completed, IoDone, IoLayer, MemberQueue, Pace, QueueLoad, RECENT_NS_START,
+};
 use crate::member::Member;
 
 /// What `serve --member-queue-depth` defaults to.
@@ -72,10 +74,11 @@ struct Watch {
 struct Inner {
     device: Arc<dyn Member>,
     pool: Arc<Shared>,
-    /// The device's recent I/O time (ns), a moving average over about the
-    /// last 8 I/Os. Updated without a lock; a lost update only makes it a
-    /// little less recent.
+    /// The device's recent I/O time (ns), [`average_step`]. Updated
+    /// without a lock; a lost update only makes it a little less recent.
     recent_ns: AtomicU64,
+    /// I/Os in [`MemberQueue::perform_here`] now.
+    here_now: AtomicU32,
     state: Mutex<QueueState>,
     work: Condvar,
 }
@@ -130,10 +133,6 @@ impl OpSummary {
     }
 }
 
-/// What a queue's expected I/O time starts from: slow, so its first I/Os
-/// go to its threads until their times show the device is fast.
-const EXPECTED_NS_START: u64 = 1_000_000;
-
 impl ThreadPool {
     /// # Panics
     /// If `config.queue_depth` is 0 (the command line refuses it).
@@ -173,7 +172,8 @@ impl IoLayer for ThreadPool {
         let inner = Arc::new(Inner {
             device,
             pool: Arc::clone(&self.shared),
-            recent_ns: AtomicU64::new(EXPECTED_NS_START),
+            recent_ns: AtomicU64::new(RECENT_NS_START),
+            here_now: AtomicU32::new(0),
             state: Mutex::new(QueueState {
                 pending: VecDeque::new(),
                 waiting: BTreeMap::new(),
@@ -285,7 +285,9 @@ impl MemberQueue for PoolQueue {
         let inner = &self.0;
         let seq = Inner::register(&mut inner.lock(), &op, done);
         inner.pool.counted();
+        inner.here_now.fetch_add(1, Ordering::Relaxed);
         let (result, device_ns) = inner.perform(&op);
+        inner.here_now.fetch_sub(1, Ordering::Relaxed);
         drop(op);
         // Still there: the watchdog did not time it out, and its `done`
         // is not needed.
@@ -297,18 +299,20 @@ impl MemberQueue for PoolQueue {
         })
     }
 
-    fn expected_ns(&self) -> u64 {
-        let recent_ns = self.0.recent_ns.load(Ordering::Relaxed);
+    fn pace(&self) -> Pace {
         let oldest = self
             .0
             .lock()
             .waiting
             .first_key_value()
             .map(|(_, w)| w.since);
-        let out_ns = oldest.map_or(0, |since| {
-            u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX)
-        });
-        recent_ns.max(out_ns)
+        Pace {
+            recent_ns: self.0.recent_ns.load(Ordering::Relaxed),
+            oldest_out_ns: oldest.map_or(0, |since| {
+                u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX)
+            }),
+            here_now: self.0.here_now.load(Ordering::Relaxed),
+        }
     }
 
     fn load(&self) -> QueueLoad {
@@ -374,9 +378,9 @@ impl Inner {
         let start = Instant::now();
         let result = crate::executor::perform(self.device.as_ref(), op);
         let device_ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        let avg = self.recent_ns.load(Ordering::Relaxed);
-        let next = avg - avg / 8 + device_ns.min(EXPECTED_NS_START * 100) / 8;
-        self.recent_ns.store(next, Ordering::Relaxed);
+        let avg_ns = self.recent_ns.load(Ordering::Relaxed);
+        self.recent_ns
+            .store(average_step(avg_ns, device_ns), Ordering::Relaxed);
         (result, device_ns)
     }
 
