@@ -63,6 +63,8 @@ pub struct QueueLoad {
 pub struct Pace {
     /// A moving average of its recent I/O times ([`average_step`]).
     pub recent_ns: u64,
+    /// What those I/Os moved, on average (flushes count as 0 bytes).
+    pub recent_bytes: u64,
     /// How long the oldest I/O still out has been (0: none is): a device
     /// that stopped answering shows here at once, long before an answer
     /// moves the average.

@@ -77,6 +77,8 @@ struct Inner {
     /// The device's recent I/O time (ns), [`average_step`]. Updated
     /// without a lock; a lost update only makes it a little less recent.
     recent_ns: AtomicU64,
+    /// The bytes those I/Os moved, a plain moving average over about 8.
+    recent_bytes: AtomicU64,
     /// I/Os in [`MemberQueue::perform_here`] now.
     here_now: AtomicU32,
     state: Mutex<QueueState>,
@@ -173,6 +175,7 @@ impl IoLayer for ThreadPool {
             device,
             pool: Arc::clone(&self.shared),
             recent_ns: AtomicU64::new(RECENT_NS_START),
+            recent_bytes: AtomicU64::new(0),
             here_now: AtomicU32::new(0),
             state: Mutex::new(QueueState {
                 pending: VecDeque::new(),
@@ -308,6 +311,7 @@ impl MemberQueue for PoolQueue {
             .map(|(_, w)| w.since);
         Pace {
             recent_ns: self.0.recent_ns.load(Ordering::Relaxed),
+            recent_bytes: self.0.recent_bytes.load(Ordering::Relaxed),
             oldest_out_ns: oldest.map_or(0, |since| {
                 u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX)
             }),
@@ -381,6 +385,10 @@ impl Inner {
         let avg_ns = self.recent_ns.load(Ordering::Relaxed);
         self.recent_ns
             .store(average_step(avg_ns, device_ns), Ordering::Relaxed);
+        let avg_bytes = self.recent_bytes.load(Ordering::Relaxed);
+        let bytes = OpSummary::of(op).len_bytes;
+        self.recent_bytes
+            .store(avg_bytes - avg_bytes / 8 + bytes / 8, Ordering::Relaxed);
         (result, device_ns)
     }
 
