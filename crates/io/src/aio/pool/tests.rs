@@ -117,3 +117,79 @@ fn a_stalled_member_does_not_hold_up_another() {
     }
     assert!(start.elapsed() < Duration::from_secs(1));
 }
+
+#[test]
+fn an_io_performed_here_runs_on_the_caller_and_counts_in_the_queue() {
+    let pool = ThreadPool::default();
+    let (device, controls) = slow(0);
+    let q = pool.queue(device);
+    assert_eq!(q.pace().recent_ns, crate::aio::RECENT_NS_START);
+    let caller = std::thread::current().id();
+    let q2 = Arc::clone(&q);
+    // Seen from another thread while the I/O is in the device: counted.
+    controls.set(FaultSpec {
+        latency_us: 100_000,
+        ..FaultSpec::default()
+    });
+    let watcher = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        (q2.load().outstanding, q2.pace())
+    });
+    let c = q
+        .perform_here(read(0), Box::new(|_| panic!("not timed out: not called")))
+        .expect("in time");
+    assert!(c.result.is_ok() && !c.timed_out);
+    assert_eq!(std::thread::current().id(), caller);
+    let (outstanding, pace) = watcher.join().expect("watcher");
+    assert_eq!(outstanding, 1);
+    assert_eq!(pace.here_now, 1);
+    assert!(pace.oldest_out_ns >= 40_000_000, "{pace:?}");
+    assert_eq!(q.load().outstanding, 0);
+    assert_eq!(q.pace().here_now, 0);
+    assert_eq!(q.pace().recent_bytes, 4096 / 8);
+}
+
+#[test]
+fn an_io_performed_here_past_the_timeout_fails_the_member_through_done() {
+    // A fast member that stops answering in an I/O its caller performs
+    // itself: the caller stays in the device (a blocking call cannot be
+    // taken back), but the watchdog completes the I/O as timed out on
+    // time, and the caller, once the device answers, drops the answer.
+    let pool = ThreadPool::new(PoolConfig {
+        queue_depth: 1,
+        timeout: Duration::from_millis(200),
+    });
+    let (device, _) = slow(600);
+    let q = pool.queue(device);
+    let (tx, rx) = mpsc::channel();
+    let start = Instant::now();
+    let out = q.perform_here(
+        read(0),
+        Box::new(move |c| {
+            let _ = tx.send((c, Instant::now(), std::thread::current().id()));
+        }),
+    );
+    assert!(out.is_none(), "a late answer was returned");
+    assert!(start.elapsed() >= Duration::from_millis(600));
+    let (c, at, thread) = rx.try_recv().expect("timed out through done");
+    assert!(c.timed_out);
+    assert!(at - start < Duration::from_millis(500), "{:?}", at - start);
+    assert_ne!(thread, std::thread::current().id());
+    assert_eq!(q.load().outstanding, 0);
+}
+
+#[test]
+fn the_recent_average_shrugs_off_one_stretched_io_and_follows_a_slowed_device() {
+    let mut avg_ns = 2_000;
+    // One read stretched to 10 ms by the scheduler.
+    avg_ns = crate::aio::average_step(avg_ns, 10_000_000);
+    assert!(avg_ns < 4_000, "{avg_ns}");
+    // The device now takes 2 ms per I/O: past 40 µs within 20 I/Os.
+    let steps = (1..=20)
+        .find(|_| {
+            avg_ns = crate::aio::average_step(avg_ns, 2_000_000);
+            avg_ns > 40_000
+        })
+        .expect("within 20 I/Os");
+    assert!(steps >= 5, "{steps}");
+}
