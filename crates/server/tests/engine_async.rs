@@ -309,33 +309,33 @@ fn read_completes_here(engine: &Engine) -> bool {
 /// member that becomes slow goes back to its queue.
 #[test]
 fn fast_members_are_served_on_the_submitting_thread_and_slow_ones_are_not() {
-    let rig = rig(
+    let fast = rig(
         Level::Stripe,
         4,
         Duration::ZERO,
         pool(32, Duration::from_secs(30)),
     );
     // The queues start by assuming a slow device.
-    assert!(!read_completes_here(&rig.engine));
+    assert!(!read_completes_here(&fast.engine));
     for _ in 0..64 {
-        read_completes_here(&rig.engine);
+        read_completes_here(&fast.engine);
     }
     assert!(
-        read_completes_here(&rig.engine),
+        read_completes_here(&fast.engine),
         "fast members are handed over"
     );
-    for c in &rig.controls {
+    for c in &fast.controls {
         c.set(FaultSpec {
             latency_us: 2_000,
             ..FaultSpec::default()
         });
     }
-    let switched = (0..40).find(|_| !read_completes_here(&rig.engine));
+    let switched = (0..40).find(|_| !read_completes_here(&fast.engine));
     assert!(
         switched.is_some(),
         "a member now slow is still served inline"
     );
-    assert!(!read_completes_here(&rig.engine));
+    assert!(!read_completes_here(&fast.engine));
     // Slow from the start: never inline.
     let slow = rig(
         Level::Stripe,
