@@ -22,6 +22,10 @@
 # --perf JOB records `perf record -g` on the platter side of JOB (e.g.
 # rand-write) in the first run, into the output directory. --platter BIN
 # runs that binary instead of building one (to measure an older commit).
+# --baseline BIN also serves each compared volume with BIN (an older build)
+# and adds a pair per job, this build against that one back to back in the
+# same run (comparison "baseline", target >= 1.0): on a shared machine far
+# steadier than comparing two runs' ratios to nbdkit.
 # --pin SERVER_CPUS:CLIENT_CPUS (e.g. 1:0) runs every server under
 # `taskset -c SERVER_CPUS` and fio under `taskset -c CLIENT_CPUS`: on a small
 # machine, where client and server otherwise fight over the same CPUs, the
@@ -40,6 +44,7 @@ ONLY=stripe,raid5,mirror,memory
 PERF_JOB=""
 OUT=""
 PLATTER=""
+BASELINE=""
 PIN=""
 
 usage() {
@@ -59,6 +64,7 @@ while [ $# -gt 0 ]; do
         --perf) PERF_JOB="$2"; shift 2 ;;
         --out) OUT="$2"; shift 2 ;;
         --platter) PLATTER="$2"; shift 2 ;;
+        --baseline) BASELINE="$2"; shift 2 ;;
         --pin) PIN="$2"; shift 2 ;;
         -h|--help) usage 0 ;;
         *) echo "serve.sh: unknown argument: $1" >&2; usage 2 >&2 ;;
@@ -110,6 +116,7 @@ if [ -z "$PLATTER" ]; then
     PLATTER="$TARGET/release/platter"
 fi
 [ -x "$PLATTER" ] || die "no $PLATTER after the build"
+[ -z "$BASELINE" ] || [ -x "$BASELINE" ] || die "--baseline: no executable $BASELINE"
 
 ON_SERVER_CPUS=(env) ON_CLIENT_CPUS=(env)
 if [ -n "$PIN" ]; then
@@ -152,10 +159,11 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # --- servers -----------------------------------------------------------------
-# start_platter NAME LEVEL MEMBERS: creates the volume and serves it on a Unix
-# socket; sets PID[NAME], URI[NAME] and SIZE_OF_NAME.
+# start_platter NAME LEVEL MEMBERS [BIN]: creates the volume and serves it
+# (with BIN, default the build measured) on a Unix socket; sets PID[NAME],
+# URI[NAME] and SIZE_OF_NAME.
 start_platter() {
-    local name="$1" level="$2" members="$3" data i
+    local name="$1" level="$2" members="$3" bin="${4:-$PLATTER}" data i
     case "$level" in
         stripe) data=$members ;;
         mirror) data=1 ;;
@@ -171,10 +179,10 @@ start_platter() {
     mkdir "$dir"
     for i in $(seq 0 $((members - 1))); do paths+=("$dir/m$i"); done
     echo "== $name: $level over $members tmpfs members"
-    "$PLATTER" create --level "$level" --interleave "$INTERLEAVE" \
+    "$bin" create --level "$level" --interleave "$INTERLEAVE" \
         --member-size "$mbytes" --name "$name" "${paths[@]}" >"$OUT/create-$name.txt"
     local sock="$dir/sock"
-    NO_COLOR=1 "${ON_SERVER_CPUS[@]}" "$PLATTER" serve --socket "$sock" --threads "$THREADS" "${paths[@]}" \
+    NO_COLOR=1 "${ON_SERVER_CPUS[@]}" "$bin" serve --socket "$sock" --threads "$THREADS" "${paths[@]}" \
         >"$OUT/$name.out" 2>"$OUT/$name.log" &
     PID[$name]=$!
     for _ in $(seq 300); do
@@ -211,6 +219,11 @@ SIZE_OF_stripe4=${SIZE_OF_stripe4:?cannot read stripe4\'s size}
 if want stripe || want mirror; then start_nbdkit "$SIZE_OF_stripe4"; fi
 if want raid5; then start_platter raid5 raid5 4; fi
 if want mirror; then start_platter mirror2 mirror 2; fi
+if [ -n "$BASELINE" ]; then
+    start_platter stripe4_base stripe 4 "$BASELINE"
+    if want raid5; then start_platter raid5_base raid5 4 "$BASELINE"; fi
+    if want mirror; then start_platter mirror2_base mirror 2 "$BASELINE"; fi
+fi
 
 # --- fio ---------------------------------------------------------------------
 fio_run() {
@@ -234,6 +247,7 @@ fio_run() {
     echo "fio:       $(fio --version)"
     echo "nbdkit:    $(nbdkit --version)"
     echo "platter:   $("$PLATTER" --version) ($(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo '?'))"
+    [ -z "$BASELINE" ] || echo "baseline:  $BASELINE ($("$BASELINE" --version))"
     echo "volumes:   stripe4, raid5 (4), mirror2; interleave $INTERLEAVE, --size $SIZE, --threads $THREADS"
     echo "reference: nbdkit file plugin, one tmpfs file of $SIZE_OF_stripe4 bytes"
     echo "jobs:      ${RUNTIME} s each, time_based, $SIZE_OF_stripe4 bytes, $RUNS runs; compare: $ONLY"
@@ -258,6 +272,15 @@ if want stripe; then
 fi
 if want raid5; then PAIRS+=("raid5 seq-write raid5 stripe4"); fi
 if want mirror; then PAIRS+=("mirror rand-read mirror2 nbdkit"); fi
+if [ -n "$BASELINE" ]; then
+    if want stripe; then
+        for j in seq-read seq-write rand-read rand-write; do
+            PAIRS+=("baseline $j stripe4 stripe4_base")
+        done
+    fi
+    if want raid5; then PAIRS+=("baseline seq-write raid5 raid5_base"); fi
+    if want mirror; then PAIRS+=("baseline rand-read mirror2 mirror2_base"); fi
+fi
 
 run_job() {
     # $1 server, $2 job, $3 output file, $4 profile this one (1/0)
@@ -371,7 +394,7 @@ out, runs = sys.argv[1], int(sys.argv[2])
 jobs = {"seq-read": ("read", "1M", 8), "seq-write": ("write", "1M", 8),
         "rand-read": ("read", "4k", 32), "rand-write": ("write", "4k", 32)}
 # The issue's targets: the subject's share of the reference's IOPS.
-targets = {"stripe": 1.0, "raid5": 0.8, "mirror": 1.0}
+targets = {"stripe": 1.0, "raid5": 0.8, "mirror": 1.0, "baseline": 1.0}
 pairs = [l.split() for l in open(f"{out}/pairs.txt") if l.strip()]
 
 def load(path):
@@ -389,7 +412,7 @@ def result(cmp, name, side, run, direction):
 print()
 print(f"{runs} run(s); IOPS are medians; ratio = median of the per-pair subject/reference ratios")
 print()
-hdr = (f"{'comparison':<18}{'job':<20}{'subject':>9}{'MiB/s':>9}{'reference':>10}{'MiB/s':>9}"
+hdr = (f"{'comparison':<26}{'job':<20}{'subject':>9}{'MiB/s':>9}{'reference':>10}{'MiB/s':>9}"
        f"{'ratio':>7}{'target':>8}  pair ratios")
 print(hdr)
 print("-" * len(hdr))
@@ -403,7 +426,7 @@ for cmp, name, subject, ref in pairs:
     ratio = statistics.median(ratios)
     t = targets[cmp]
     verdict = "met" if ratio >= t else "below"
-    print(f"{subject + '/' + ref:<18}{name + ' ' + bs + ' qd' + str(depth):<20}"
+    print(f"{subject + '/' + ref:<26}{name + ' ' + bs + ' qd' + str(depth):<20}"
           f"{statistics.median(x[0] for x in p):>9.0f}{statistics.median(x[1] for x in p):>9.1f}"
           f"{statistics.median(x[0] for x in n):>10.0f}{statistics.median(x[1] for x in n):>9.1f}"
           f"{ratio:>7.2f}{'>=' + format(t, '.1f'):>6} {verdict:<5} "

@@ -24,8 +24,9 @@ pub struct ServeArgs {
     /// Refuse writes; the members are opened read-only and labels are left alone.
     #[arg(long)]
     read_only: bool,
-    /// Worker threads per connection (at least 1): each reads a request,
-    /// runs it (member I/O blocks here) and queues the reply.
+    /// Worker threads per connection (at least 1): each reads a request
+    /// and starts it; member I/O runs on threads of its own (see
+    /// --member-queue-depth).
     #[arg(long, value_name = "N", default_value_t = 8, value_parser = at_least_one)]
     threads: usize,
     /// Connections served at once (at least 1); more are refused, told
@@ -92,6 +93,18 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SECS", default_value_t = 30,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     handshake_timeout: u64,
+    /// Member I/Os each member has in flight at once, at most (1 to
+    /// 4096): every member I/O a request needs is started at once, and a
+    /// member's queue holds those beyond this until one ends.
+    #[arg(long, value_name = "N", default_value_t = platter_io::aio::pool::QUEUE_DEPTH_DEFAULT as u64,
+          value_parser = clap::value_parser!(u64).range(1..=4096))]
+    member_queue_depth: u64,
+    /// A member I/O not completed within SECS seconds (1 to 3600) fails its
+    /// member like an I/O error (docs/failures.md); whatever the member
+    /// answers later is ignored.
+    #[arg(long, value_name = "SECS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    member_timeout: u64,
     /// The volume's members, in any order.
     #[arg(value_name = "MEMBER", required = true)]
     members: Vec<String>,
@@ -150,6 +163,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
         buffer_limit_bytes: args.buffer_limit,
         handshake_timeout: Duration::from_secs(args.handshake_timeout),
         idle_timeout: (args.idle_timeout > 0).then(|| Duration::from_secs(args.idle_timeout)),
+        // At most 4096 (the parser's range): fits any usize.
+        member_queue_depth: args.member_queue_depth as usize,
+        member_timeout: Duration::from_secs(args.member_timeout),
     };
     serve(volume, config, print_ready).map_err(|e| CliError(e.to_string()))
 }

@@ -864,4 +864,15 @@ fn zero_rates_and_counts_are_refused_saying_what_is_accepted() {
         assert!(err.contains("at least 1"), "{flag}: {err}");
         assert!(!sock.exists(), "{flag} 0: the server started");
     }
+    for (flag, bad, accepted) in [
+        ("--member-queue-depth", "0", "1..=4096"),
+        ("--member-queue-depth", "5000", "1..=4096"),
+        ("--member-timeout", "0", "1..=3600"),
+    ] {
+        let mut args = vec!["serve", "--socket", sock.to_str().unwrap(), flag, bad];
+        args.extend(members.iter().map(String::as_str));
+        let err = assert_refused(&platter(&args), flag);
+        assert!(err.contains(accepted), "{flag} {bad}: {err}");
+        assert!(!sock.exists(), "{flag} {bad}: the server started");
+    }
 }

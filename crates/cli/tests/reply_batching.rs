@@ -98,7 +98,10 @@ fn pipelined_bursts_are_answered_promptly_and_correctly() {
 /// With one worker and members that take 150 ms per I/O, two reads sent
 /// together: the first reply leaves when its read ends, not with the
 /// second's. Corking it would hold it for the second read's whole
-/// latency.
+/// latency. Both reads go to one member served one I/O at a time
+/// (`--member-queue-depth 1`), so that the second does end a whole member
+/// I/O after the first: on two members, or at a greater depth, they would
+/// run at once and end together however the replies were sent.
 #[test]
 fn a_reply_does_not_wait_for_the_next_request_on_slow_members() {
     let dir = temp_dir();
@@ -107,7 +110,7 @@ fn a_reply_does_not_wait_for_the_next_request_on_slow_members() {
         .iter()
         .map(|m| format!("{m}=latency=150ms"))
         .collect();
-    let mut extra = vec!["--threads", "1"];
+    let mut extra = vec!["--threads", "1", "--member-queue-depth", "1"];
     for i in &injects {
         extra.extend(["--inject", i.as_str()]);
     }
@@ -115,17 +118,18 @@ fn a_reply_does_not_wait_for_the_next_request_on_slow_members() {
     let mut c = Client::open(&server.socket, Mode::Structured);
     let mut gaps = Vec::new();
     for round in 0..3u64 {
-        // Different members (64 KiB interleave), so the engine does not
-        // merge or order them.
-        let a = round * 4 * 65536;
-        let cookies = c.burst(&[(CMD_READ, a, 4096, &[]), (CMD_READ, a + 65536, 4096, &[])]);
+        // Member 0 both times (4 members at 64 KiB interleave), in
+        // different chunks, so the engine does not merge them.
+        let a = round * 8 * 65536;
+        let b = a + 4 * 65536;
+        let cookies = c.burst(&[(CMD_READ, a, 4096, &[]), (CMD_READ, b, 4096, &[])]);
         let start = Instant::now();
         let first = c.reply();
         let t1 = start.elapsed();
         let second = c.reply();
         let t2 = start.elapsed();
         assert!(first.errors.is_empty() && second.errors.is_empty());
-        assert_eq!(first.cookie, cookies[0], "one worker serves them in order");
+        assert_eq!(first.cookie, cookies[0], "one member serves them in order");
         gaps.push(t2.saturating_sub(t1));
     }
     println!("gaps between the two replies: {gaps:?}");

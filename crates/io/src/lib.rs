@@ -5,6 +5,7 @@
 //! and block devices, [`MemoryMember`] serves tests, and [`open_member`] turns
 //! a command-line member name into one of them.
 
+pub mod aio;
 pub mod assembly;
 mod blockdev;
 pub mod buffers;

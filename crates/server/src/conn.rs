@@ -1,8 +1,9 @@
 //! One client connection, served the way nbdkit serves one: a few worker
 //! threads per connection, each of which takes the reader lock, reads one
-//! request (and its payload), lets go, runs the request through the engine
-//! on its own thread, and queues the reply. No hand-off between threads on
-//! the way, and a slow or stalled client only ever holds up its own workers.
+//! request (and its payload), lets go, and starts the request in the
+//! engine. The reply is queued by whichever thread completes the request
+//! (a member I/O thread, or the worker itself when no member I/O was
+//! needed). A slow or stalled client only ever holds up its own workers.
 
 use crate::engine::Engine;
 use crate::flow::Budget;

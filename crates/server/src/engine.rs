@@ -1,20 +1,27 @@
-//! The engine pump: one [`Volume`] behind a mutex, driven by whichever
-//! worker thread has work. A worker submits a request, takes the member I/Os
-//! the engine emits, performs them outside the lock, reports the results, and
-//! repeats until the engine asks for nothing more. Completions are handed to
-//! their callbacks outside the lock.
+//! The engine: one [`Volume`] behind a mutex, driven by submissions and by
+//! member I/O completions. A connection's worker submits a request and
+//! goes back to its socket; every member I/O the volume emits is handed at
+//! once to the member's queue in the asynchronous I/O layer
+//! (`platter_io::aio`). Each completion, on a thread of that layer, takes
+//! the lock, reports the result to the volume and takes what the volume
+//! has next: more I/Os (submitted at once too), finished requests and
+//! events, both handed on outside the lock. A request's latency is then
+//! that of its slowest member I/O per phase. docs/architecture.md tells the
+//! whole path.
 //!
 //! The engine is the same state machine the simulator drives; only this file
 //! knows that members are real devices.
 
 use platter_core::stats::LatencyOf;
 use platter_core::volume::{
-    Event, Health, IdMap, IoId, IoResult, MemberIo, Reply, Request, RequestId, Volume, VolumeError,
+    Event, Health, IdMap, IoId, MemberIo, Reply, Request, RequestId, Volume, VolumeError,
 };
+use platter_io::aio::{average_step, Completed, IoLayer, MemberQueue, QueueLoad};
 use platter_io::Member;
 use smallvec::SmallVec;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
 pub type Done = Box<dyn FnOnce(Result<Reply, VolumeError>) + Send>;
@@ -27,8 +34,89 @@ pub type EventHook = Box<dyn FnMut(&Event) -> Vec<(u32, String)> + Send>;
 /// replacement swapped in later must never receive an I/O meant for the
 /// device it replaced (a read of the old member would return the new one's
 /// blank bytes to a client).
-type Ios = SmallVec<[(MemberIo, Option<Arc<dyn Member>>); 4]>;
+type Ios = SmallVec<[(MemberIo, Option<Arc<dyn MemberQueue>>); 4]>;
 type Finished = SmallVec<[(Done, Result<Reply, VolumeError>); 2]>;
+
+/// A member I/O on a device this fast lately ([`platter_io::aio::Pace`]:
+/// its recent I/Os took at most this, plus [`INLINE_NS_PER_KIB`] for each
+/// KiB they moved) is performed on the thread that has it, not handed to
+/// the member's queue threads. Handing it over and back costs two thread
+/// wake-ups, more than memory-speed members (tmpfs, a page cache) take for
+/// a small I/O; and a large one on them is a memory copy, which keeps a
+/// CPU busy wherever it runs: another thread only adds the hand-off (on
+/// tmpfs a RAID-5 volume's 330 KiB member writes, handed over, cost 15%
+/// of its sequential write speed). Disks, SSDs and remote members take
+/// far longer than their bytes' copy, and their I/Os overlap in the
+/// queue's threads.
+const INLINE_IO_NS_MAX: u64 = 40_000;
+/// About a memory copy at 2 GB/s, on a busy machine.
+const INLINE_NS_PER_KIB: u64 = 500;
+/// ... unless one of the member's I/Os has been out this long: the device
+/// may have stopped answering, and no more threads should wait in it.
+/// Well above a fast I/O, so that one preempted by the scheduler on a busy
+/// machine rarely trips it.
+const INLINE_STALL_NS: u64 = 1_000_000;
+/// ... or this many of its I/Os are being performed on callers' threads
+/// already: a device that stops answering holds at most about this many
+/// of the threads that read requests (each until `--member-timeout` fails
+/// the member and the device answers). The check and the count are not
+/// one atomic step, so threads deciding at the same instant may pass it
+/// together; on a 2-core machine more than 2 at once gain nothing anyway.
+const INLINE_PER_MEMBER_MAX: u32 = 4;
+/// What one thread takes on performing itself, at most, per submission or
+/// completion (expected times summed): a request with many I/Os on fast
+/// members runs them one after another while that stays short, and hands
+/// the rest over so they run beside it.
+const INLINE_WORK_NS_MAX: u64 = 1_000_000;
+
+/// What the thread driving the engine does itself: fast members' I/Os,
+/// performed in a loop ([`Engine::work_here`]) rather than by recursion
+/// as each one's completion makes the next.
+struct Here {
+    steps: VecDeque<Step>,
+    /// Whether this thread may perform member I/O: a submitting thread
+    /// may, the I/O layer's threads do not (a member I/O thread stuck in
+    /// another member's I/O would hold its own member's depth, and the
+    /// watchdog must never wait for a device).
+    inline: bool,
+    /// Of [`INLINE_WORK_NS_MAX`], what is left.
+    budget_ns: u64,
+}
+
+enum Step {
+    Perform(MemberIo, Arc<dyn MemberQueue>),
+    /// An I/O that ended without reaching a device.
+    Ended(IoId, u32, Completed),
+}
+
+impl Here {
+    fn new(inline: bool) -> Here {
+        Here {
+            steps: VecDeque::new(),
+            inline,
+            budget_ns: INLINE_WORK_NS_MAX,
+        }
+    }
+
+    /// Whether this thread takes on an I/O on `queue` itself.
+    fn takes(&mut self, queue: &dyn MemberQueue) -> bool {
+        if !self.inline {
+            return false;
+        }
+        let pace = queue.pace();
+        let fast_ns = INLINE_IO_NS_MAX
+            .saturating_add(pace.recent_bytes.saturating_mul(INLINE_NS_PER_KIB) / 1024);
+        if pace.recent_ns > fast_ns
+            || pace.recent_ns > self.budget_ns
+            || pace.oldest_out_ns >= INLINE_STALL_NS
+            || pace.here_now >= INLINE_PER_MEMBER_MAX
+        {
+            return false;
+        }
+        self.budget_ns -= pace.recent_ns;
+        true
+    }
+}
 
 /// Where a completion goes, and (client requests) when it was submitted.
 struct Route {
@@ -44,7 +132,7 @@ struct State {
     /// By slot; `None` where no device is present. Kept under the engine
     /// lock, which every I/O takes anyway: resolving an I/O's device then
     /// costs no lock of its own. Replacements are swapped in under it.
-    members: Vec<Option<Arc<dyn Member>>>,
+    members: Vec<Option<Device>>,
     /// Set at shutdown: client requests are refused from then on, so none
     /// can slip in behind the final flush.
     closed_to_clients: bool,
@@ -58,13 +146,24 @@ struct State {
 /// At most one log line per this long for writes refused for space.
 const NO_SPACE_LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// A member device and its queue in the I/O layer. A replacement gets a
+/// queue of its own: threads stuck in the device it replaced must not
+/// take the new one's depth.
+struct Device {
+    device: Arc<dyn Member>,
+    queue: Arc<dyn MemberQueue>,
+}
+
 pub struct Engine {
+    /// Completions hold the engine through this while their I/O is out.
+    me: Weak<Engine>,
+    io: Arc<dyn IoLayer>,
     state: Mutex<State>,
     idle: Condvar,
     /// Called (outside the engine lock) with every event, in order.
     on_event: Mutex<Option<EventHook>>,
-    /// Recent member I/O time (ns), a moving average over about the last
-    /// 8 I/Os: whether a request's member I/O is a matter of microseconds
+    /// Recent member I/O time (ns), over every member ([`average_step`]):
+    /// whether a request's member I/O is a matter of microseconds
     /// (memory, a cache) or of milliseconds (a disk). Updated without a
     /// lock; a lost update only makes it a little less recent.
     member_io_ns_avg: AtomicU64,
@@ -76,10 +175,27 @@ pub struct Engine {
 const MEMBER_IO_NS_START: u64 = 1_000_000;
 
 impl Engine {
-    pub fn new(volume: Volume, members: Vec<Option<Arc<dyn Member>>>) -> Engine {
+    /// The engine over `volume`, its member devices by slot, doing member
+    /// I/O through `io`.
+    pub fn new(
+        volume: Volume,
+        members: Vec<Option<Arc<dyn Member>>>,
+        io: Arc<dyn IoLayer>,
+    ) -> Arc<Engine> {
         assert_eq!(members.len(), volume.geometry().members() as usize);
         let members_len = members.len();
-        Engine {
+        let members = members
+            .into_iter()
+            .map(|m| {
+                m.map(|device| Device {
+                    queue: io.queue(Arc::clone(&device)),
+                    device,
+                })
+            })
+            .collect();
+        Arc::new_cyclic(|me| Engine {
+            me: me.clone(),
+            io,
             state: Mutex::new(State {
                 volume,
                 routes: IdMap::default(),
@@ -94,7 +210,7 @@ impl Engine {
             on_event: Mutex::new(None),
             member_io_ns_avg: AtomicU64::new(MEMBER_IO_NS_START),
             member_count: members_len,
-        }
+        })
     }
 
     /// The recent average time of one member I/O, in nanoseconds.
@@ -103,9 +219,9 @@ impl Engine {
     }
 
     fn note_member_io(&self, ns: u64) {
-        let avg = self.member_io_ns_avg.load(Ordering::Relaxed);
-        let next = avg - avg / 8 + ns.min(MEMBER_IO_NS_START * 100) / 8;
-        self.member_io_ns_avg.store(next, Ordering::Relaxed);
+        let avg_ns = self.member_io_ns_avg.load(Ordering::Relaxed);
+        self.member_io_ns_avg
+            .store(average_step(avg_ns, ns), Ordering::Relaxed);
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -124,13 +240,27 @@ impl Engine {
 
     /// The devices by slot, as they are now.
     pub fn members(&self) -> Vec<Option<Arc<dyn Member>>> {
-        self.lock().members.clone()
+        self.lock()
+            .members
+            .iter()
+            .map(|m| m.as_ref().map(|d| Arc::clone(&d.device)))
+            .collect()
+    }
+
+    /// How busy each member's queue is, by slot (`None`: no device).
+    pub fn member_queues(&self) -> Vec<Option<QueueLoad>> {
+        self.lock()
+            .members
+            .iter()
+            .map(|m| m.as_ref().map(|d| d.queue.load()))
+            .collect()
     }
 
     /// Puts `device` in `slot` (a replacement). The engine must not be
     /// using the slot: it is faulty or missing.
     pub fn set_member(&self, slot: u32, device: Arc<dyn Member>) {
-        self.lock().members[slot as usize] = Some(device);
+        let queue = self.io.queue(Arc::clone(&device));
+        self.lock().members[slot as usize] = Some(Device { device, queue });
     }
 
     /// Takes the device out of `slot` (a removal) and returns it; the
@@ -138,11 +268,12 @@ impl Engine {
     /// before the slot failed have let it go. The engine must not be using
     /// the slot: it is faulty or missing.
     pub fn take_member(&self, slot: u32) -> Option<Arc<dyn Member>> {
-        self.lock().members[slot as usize].take()
+        self.lock().members[slot as usize].take().map(|d| d.device)
     }
 
     /// Runs `f` on the volume under the engine lock (management calls such
-    /// as starting a rebuild). Requests it submits are pumped by the caller.
+    /// as starting a rebuild). Requests it submits are started by the
+    /// caller (`f` must leave no member I/O behind).
     pub fn with_volume<T>(&self, f: impl FnOnce(&mut Volume) -> T) -> T {
         let (out, events) = {
             let mut s = self.lock();
@@ -156,13 +287,15 @@ impl Engine {
             );
             (out, std::mem::take(&mut s.events))
         };
-        self.deliver_events(events);
+        let mut here = Here::new(true);
+        self.deliver_events(events, &mut here);
+        self.work_here(here);
         out
     }
 
     /// Submits what `f` submits (a maintenance step, say) with `done` as its
-    /// completion, and pumps it like [`Engine::submit`]. False when `f`
-    /// submitted nothing.
+    /// completion, like [`Engine::submit`]. False when `f` submitted
+    /// nothing.
     pub fn submit_with(
         &self,
         f: impl FnOnce(&mut Volume) -> Option<RequestId>,
@@ -201,9 +334,11 @@ impl Engine {
             }
             std::mem::take(&mut s.events)
         };
-        self.deliver_events(events);
+        let mut here = Here::new(true);
+        self.start(ios, &mut here);
+        self.deliver_events(events, &mut here);
         Self::deliver(finished);
-        self.pump(ios);
+        self.work_here(here);
         Ok(true)
     }
 
@@ -212,8 +347,9 @@ impl Engine {
     /// back for them are released here and delivered. Members whose label
     /// could not be written are failed in turn, and their failure recorded
     /// on the rest; each round fails at least one more member, so the loop
-    /// ends within the member count.
-    fn deliver_events(&self, mut events: Vec<Event>) {
+    /// ends within the member count. I/Os this makes are started, or left
+    /// in `here` for the caller to perform.
+    fn deliver_events(&self, mut events: Vec<Event>, here: &mut Here) {
         for _ in 0..=self.member_count {
             if events.is_empty() {
                 return;
@@ -250,8 +386,8 @@ impl Engine {
                 }
                 std::mem::take(&mut s.events)
             };
+            self.start(ios, here);
             Self::deliver(finished);
-            self.pump(ios);
         }
         assert!(events.is_empty(), "label failures did not settle");
     }
@@ -261,8 +397,10 @@ impl Engine {
         *self.on_event.lock().expect("event hook") = Some(hook);
     }
 
-    /// Runs `req` to completion on this thread (and any other work it
-    /// unblocks); `done` is called exactly once.
+    /// Starts `req`; `done` is called exactly once, when it ends: on this
+    /// thread when it needs no member I/O or its I/Os were fast enough to
+    /// perform here, otherwise on the I/O layer's thread that completes
+    /// its last member I/O.
     pub fn submit(&self, req: Request, done: Done) {
         let timed = LatencyOf::of(&req);
         let _ = self.submit_timed(|v| Some(v.submit(req)), done, timed, false);
@@ -323,41 +461,115 @@ impl Engine {
         }
     }
 
-    fn pump(&self, mut ios: Ios) {
-        // Each round performs the I/Os of finished plans; a request's plan
-        // has a bounded number of phases, so this ends.
-        while !ios.is_empty() {
-            // One clock reading per I/O: each starts when the one before
-            // it ended, and the last one's end also times the requests it
-            // completes.
-            let mut at = Instant::now();
-            let results: SmallVec<[(IoId, u32, IoResult, u64); 4]> = ios
-                .drain(..)
-                .map(|(io, device)| {
-                    let result = perform(&io, device);
-                    let end = Instant::now();
-                    let ns = ns_between(at, end);
-                    at = end;
-                    self.note_member_io(ns);
-                    (io.id, io.member, result, ns)
-                })
-                .collect();
-            let mut finished = Finished::new();
-            let events = {
-                let mut s = self.lock();
-                for (id, member, r, ns) in results {
-                    s.volume.record_latency(LatencyOf::Member(member), ns);
-                    s.volume.io_done(id, r);
-                }
-                self.drain(&mut s, &mut ios, &mut finished, Some(at));
-                if s.idle_waiters > 0 && s.volume.is_idle() {
-                    self.idle.notify_all();
-                }
-                std::mem::take(&mut s.events)
+    /// Hands each I/O to its member's queue, or leaves it in `here` when
+    /// its member is fast enough for this thread to perform it. Outside
+    /// the engine lock: a queue may complete an I/O on another thread at
+    /// once.
+    fn start(&self, ios: Ios, here: &mut Here) {
+        for (io, queue) in ios {
+            let Some(queue) = queue else {
+                // The engine addresses only members in use, but an I/O
+                // taken from it just before its member failed can be
+                // started after the operator removed the device: it fails
+                // like the member did.
+                let member = io.member;
+                here.steps.push_back(Step::Ended(
+                    io.id,
+                    member,
+                    Completed {
+                        result: Err(format!("member {member} was removed").into()),
+                        device_ns: 0,
+                        timed_out: false,
+                    },
+                ));
+                continue;
             };
-            self.deliver_events(events);
-            Self::deliver(finished);
+            if here.takes(queue.as_ref()) {
+                here.steps.push_back(Step::Perform(io, queue));
+                continue;
+            }
+            let MemberIo { id, member, op } = io;
+            let engine = self.me.upgrade().expect("the engine outlives its I/Os");
+            queue.submit(op, Box::new(move |c| engine.complete(id, member, c)));
         }
+    }
+
+    /// Performs the I/Os left in `here`, and those their completions make
+    /// (the next phase of a request), until none is left. Each I/O is
+    /// still one of its queue's: it counts in `stats`, and one that
+    /// outlives `--member-timeout` is completed as timed out by the
+    /// watchdog (failing the member) while this thread stays in the
+    /// device, as a member I/O thread would; other threads see the member
+    /// as slow meanwhile ([`MemberQueue::pace`]) and hand its I/Os
+    /// over.
+    fn work_here(&self, mut here: Here) {
+        while let Some(step) = here.steps.pop_front() {
+            match step {
+                Step::Perform(io, queue) => {
+                    let MemberIo { id, member, op } = io;
+                    let engine = self.me.upgrade().expect("the engine outlives its I/Os");
+                    let timed_out = Box::new(move |c| engine.complete(id, member, c));
+                    if let Some(c) = queue.perform_here(op, timed_out) {
+                        self.settle(id, member, c, &mut here);
+                    }
+                }
+                Step::Ended(id, member, c) => self.settle(id, member, c, &mut here),
+            }
+        }
+    }
+
+    /// One member I/O ended on a thread of the I/O layer.
+    fn complete(&self, id: IoId, member: u32, c: Completed) {
+        let mut here = Here::new(false);
+        self.settle(id, member, c, &mut here);
+        self.work_here(here);
+    }
+
+    /// One member I/O ended: the volume hears of it, and whatever that lets
+    /// it do next is started (or left in `here`), delivered and told.
+    fn settle(&self, id: IoId, member: u32, c: Completed, here: &mut Here) {
+        let now = Instant::now();
+        if !c.timed_out {
+            self.note_member_io(c.device_ns);
+        }
+        let mut ios = Ios::new();
+        let mut finished = Finished::new();
+        let events = {
+            let mut s = self.lock();
+            match &c.result {
+                Err(e) if c.timed_out => {
+                    // Once per member: the I/Os queued behind the first
+                    // one time out with it.
+                    if matches!(
+                        s.volume.health()[member as usize],
+                        Health::Online | Health::Rebuilding
+                    ) {
+                        tracing::error!(
+                            member,
+                            reason = %e.message,
+                            "member I/O timed out; failing the member"
+                        );
+                    }
+                    // Not left to the volume's read-error handling, which
+                    // would try to correct the range on the same member and
+                    // wait for it again.
+                    s.volume
+                        .mark_faulty(member, format!("I/O timed out: {}", e.message));
+                }
+                _ => s
+                    .volume
+                    .record_latency(LatencyOf::Member(member), c.device_ns),
+            }
+            s.volume.io_done(id, c.result);
+            self.drain(&mut s, &mut ios, &mut finished, Some(now));
+            if s.idle_waiters > 0 && s.volume.is_idle() {
+                self.idle.notify_all();
+            }
+            std::mem::take(&mut s.events)
+        };
+        self.start(ios, here);
+        self.deliver_events(events, here);
+        Self::deliver(finished);
     }
 
     /// Takes the engine's I/Os, completions and events. `now`: the time
@@ -366,8 +578,10 @@ impl Engine {
     fn drain(&self, s: &mut State, ios: &mut Ios, finished: &mut Finished, now: Option<Instant>) {
         let mut now = now;
         while let Some(io) = s.volume.next_io() {
-            let device = s.members[io.member as usize].clone();
-            ios.push((io, device));
+            let queue = s.members[io.member as usize]
+                .as_ref()
+                .map(|d| Arc::clone(&d.queue));
+            ios.push((io, queue));
         }
         while let Some(c) = s.volume.next_completion() {
             let route = s
@@ -432,14 +646,4 @@ impl Engine {
 
 fn ns_between(start: Instant, end: Instant) -> u64 {
     u64::try_from(end.saturating_duration_since(start).as_nanos()).unwrap_or(u64::MAX)
-}
-
-fn perform(io: &MemberIo, device: Option<Arc<dyn Member>>) -> IoResult {
-    // The engine addresses only members in use, but an I/O taken from it
-    // just before its member failed can be performed after the operator
-    // removed the device: it fails like the member did.
-    let Some(device) = device else {
-        return Err(format!("member {} was removed", io.member).into());
-    };
-    platter_io::executor::perform(device.as_ref(), &io.op)
 }

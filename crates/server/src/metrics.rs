@@ -41,6 +41,17 @@ pub fn stats_json(engine: &Engine, meta: &Meta) -> Value {
         json!(geometry.stripe_data_bytes()),
     );
     obj.insert("member_paths".into(), json!(paths));
+    // By slot, like member_paths: I/Os submitted to the member and not
+    // yet completed, and the most it has at once (--member-queue-depth).
+    let queues: Vec<Value> = engine
+        .member_queues()
+        .iter()
+        .map(|q| match q {
+            Some(q) => json!({ "outstanding": q.outstanding, "depth": q.depth }),
+            None => Value::Null,
+        })
+        .collect();
+    obj.insert("member_queues".into(), json!(queues));
     v
 }
 

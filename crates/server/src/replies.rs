@@ -1,7 +1,7 @@
 //! A connection's outgoing replies.
 //!
-//! Any thread may finish any connection's request (the engine pump runs
-//! other requests' I/O), so a reply must never block its writer on a client
+//! Any thread may finish any connection's request (a member I/O thread
+//! completes whichever request its I/O ends), so a reply must never block its writer on a client
 //! that does not read. Replies are queued and written with non-blocking sends
 //! by one thread at a time, which keeps each reply's bytes together: the
 //! thread whose push finds nobody sending takes the whole queue out, sends

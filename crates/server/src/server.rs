@@ -36,7 +36,8 @@ pub struct ServeConfig {
     pub socket: Option<PathBuf>,
     pub listen: Option<String>,
     pub read_only: bool,
-    /// Worker threads per connection (member I/O blocks on them).
+    /// Worker threads per connection (they read requests and start them;
+    /// member I/O runs on the I/O layer's threads).
     pub threads: usize,
     pub max_connections: usize,
     /// The control socket; defaults to the NBD socket's path plus ".ctl".
@@ -60,6 +61,12 @@ pub struct ServeConfig {
     /// A connection with nothing in flight that receives nothing for this
     /// long is closed; `None`: never.
     pub idle_timeout: Option<Duration>,
+    /// Member I/Os each member has in flight at most
+    /// (`--member-queue-depth`).
+    pub member_queue_depth: usize,
+    /// A member I/O not completed this long after it was started fails
+    /// its member (`--member-timeout`).
+    pub member_timeout: Duration,
 }
 
 /// What `--buffer-limit` defaults to.
@@ -215,7 +222,11 @@ pub fn serve(
     }
     // Moved, not cloned: the engine is the only holder of the devices, so a
     // removed member's device closes when the engine lets it go.
-    let engine = Arc::new(Engine::new(vol, members));
+    let io = platter_io::aio::pool::ThreadPool::new(platter_io::aio::pool::PoolConfig {
+        queue_depth: config.member_queue_depth.max(1),
+        timeout: config.member_timeout,
+    });
+    let engine = Engine::new(vol, members, Arc::new(io));
     if config.buffer_limit_bytes < u64::from(MAX_BLOCK_BYTES) {
         return Err(ServeError::Refused(format!(
             "a buffer limit of {} bytes cannot hold one request of the maximum size ({MAX_BLOCK_BYTES} bytes)",

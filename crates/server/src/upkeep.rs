@@ -116,7 +116,8 @@ fn destage_ticks(engine: &Engine, upkeep: &Upkeep) {
         if engine.with_volume(|v| v.cached_stripes()) == 0 {
             continue;
         }
-        // Completes at once; the write-outs it starts are performed here.
+        // Completes at once; the write-outs it starts go on in the I/O
+        // layer, and the volume counts them as in flight until they end.
         if let Err(e) = engine.run(Request::Destage { all: false }) {
             tracing::warn!(error = %e, "stripe cache tick failed");
         }

@@ -1,0 +1,195 @@
+use super::*;
+use crate::fault::{FaultSpec, FaultyMember};
+use crate::memory::MemoryMember;
+use std::sync::mpsc;
+
+fn slow(latency_ms: u64) -> (Arc<dyn Member>, Arc<crate::FaultControls>) {
+    let m = FaultyMember::new(
+        MemoryMember::new("slow", 1 << 20),
+        FaultSpec {
+            latency_us: latency_ms * 1000,
+            ..FaultSpec::default()
+        },
+    );
+    let controls = m.controls();
+    (Arc::new(m), controls)
+}
+
+fn read(offset_bytes: u64) -> MemberOp {
+    MemberOp::Read {
+        offset_bytes,
+        len_bytes: 4096,
+    }
+}
+
+/// Submits `n` reads and returns a receiver of their outcomes (tagged by
+/// their number) and when each arrived.
+fn submit_reads(q: &dyn MemberQueue, n: u64) -> mpsc::Receiver<(u64, Completed, Instant)> {
+    let (tx, rx) = mpsc::channel();
+    for i in 0..n {
+        let tx = tx.clone();
+        q.submit(
+            read(i * 4096),
+            Box::new(move |c| {
+                let _ = tx.send((i, c, Instant::now()));
+            }),
+        );
+    }
+    rx
+}
+
+#[test]
+fn ios_on_one_member_run_at_once_up_to_the_depth() {
+    let pool = ThreadPool::new(PoolConfig {
+        queue_depth: 4,
+        timeout: Duration::from_secs(30),
+    });
+    let (device, _) = slow(100);
+    let q = pool.queue(device);
+    let start = Instant::now();
+    let rx = submit_reads(q.as_ref(), 8);
+    assert_eq!(q.load().outstanding, 8);
+    assert_eq!(q.load().depth, 4);
+    let mut ends: Vec<Duration> = (0..8)
+        .map(|_| {
+            let (_, c, at) = rx.recv().expect("every I/O completes");
+            assert!(c.result.is_ok() && !c.timed_out);
+            assert!(c.device_ns >= 100_000_000);
+            at - start
+        })
+        .collect();
+    ends.sort();
+    // Four at a time: the first four end after one latency, the rest after
+    // two. One at a time they would take eight; unbounded, one.
+    assert!(ends[3] < Duration::from_millis(190), "{ends:?}");
+    assert!(ends[4] >= Duration::from_millis(200), "{ends:?}");
+    assert!(ends[7] < Duration::from_millis(390), "{ends:?}");
+    assert_eq!(q.load().outstanding, 0);
+}
+
+#[test]
+fn an_io_past_the_timeout_fails_once_and_its_late_answer_is_dropped() {
+    let pool = ThreadPool::new(PoolConfig {
+        queue_depth: 1,
+        timeout: Duration::from_millis(200),
+    });
+    let (device, controls) = slow(500);
+    let q = pool.queue(device);
+    let start = Instant::now();
+    // Depth 1: the second read waits behind the first and times out
+    // before its turn; it must never reach the device.
+    let rx = submit_reads(q.as_ref(), 2);
+    for _ in 0..2 {
+        let (_, c, at) = rx.recv().expect("both complete");
+        assert!(c.timed_out);
+        let message = c.result.expect_err("a timeout is an error").message;
+        assert!(message.contains("not answered within 0.2 s"), "{message}");
+        assert!(message.contains("read of 4096 bytes"), "{message}");
+        assert!(at - start < Duration::from_millis(450), "{:?}", at - start);
+    }
+    assert_eq!(q.load().outstanding, 0);
+    // The first read's answer arrives at 500 ms and is dropped: no second
+    // completion for it, and the queued read was never performed.
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(rx.try_recv().is_err(), "a late answer was delivered");
+    assert_eq!(
+        controls.io_count(),
+        1,
+        "the read that timed out waiting ran"
+    );
+}
+
+#[test]
+fn a_stalled_member_does_not_hold_up_another() {
+    let pool = ThreadPool::new(PoolConfig {
+        queue_depth: 2,
+        timeout: Duration::from_secs(30),
+    });
+    let (stalled, _) = slow(60_000);
+    let (fine, _) = slow(10);
+    let stalled = pool.queue(stalled);
+    let fine = pool.queue(fine);
+    let _stuck = submit_reads(stalled.as_ref(), 4);
+    let start = Instant::now();
+    let rx = submit_reads(fine.as_ref(), 4);
+    for _ in 0..4 {
+        assert!(rx.recv().expect("completes").1.result.is_ok());
+    }
+    assert!(start.elapsed() < Duration::from_secs(1));
+}
+
+#[test]
+fn an_io_performed_here_runs_on_the_caller_and_counts_in_the_queue() {
+    let pool = ThreadPool::default();
+    let (device, controls) = slow(0);
+    let q = pool.queue(device);
+    assert_eq!(q.pace().recent_ns, crate::aio::RECENT_NS_START);
+    let caller = std::thread::current().id();
+    let q2 = Arc::clone(&q);
+    // Seen from another thread while the I/O is in the device: counted.
+    controls.set(FaultSpec {
+        latency_us: 100_000,
+        ..FaultSpec::default()
+    });
+    let watcher = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        (q2.load().outstanding, q2.pace())
+    });
+    let c = q
+        .perform_here(read(0), Box::new(|_| panic!("not timed out: not called")))
+        .expect("in time");
+    assert!(c.result.is_ok() && !c.timed_out);
+    assert_eq!(std::thread::current().id(), caller);
+    let (outstanding, pace) = watcher.join().expect("watcher");
+    assert_eq!(outstanding, 1);
+    assert_eq!(pace.here_now, 1);
+    assert!(pace.oldest_out_ns >= 40_000_000, "{pace:?}");
+    assert_eq!(q.load().outstanding, 0);
+    assert_eq!(q.pace().here_now, 0);
+    assert_eq!(q.pace().recent_bytes, 4096 / 8);
+}
+
+#[test]
+fn an_io_performed_here_past_the_timeout_fails_the_member_through_done() {
+    // A fast member that stops answering in an I/O its caller performs
+    // itself: the caller stays in the device (a blocking call cannot be
+    // taken back), but the watchdog completes the I/O as timed out on
+    // time, and the caller, once the device answers, drops the answer.
+    let pool = ThreadPool::new(PoolConfig {
+        queue_depth: 1,
+        timeout: Duration::from_millis(200),
+    });
+    let (device, _) = slow(600);
+    let q = pool.queue(device);
+    let (tx, rx) = mpsc::channel();
+    let start = Instant::now();
+    let out = q.perform_here(
+        read(0),
+        Box::new(move |c| {
+            let _ = tx.send((c, Instant::now(), std::thread::current().id()));
+        }),
+    );
+    assert!(out.is_none(), "a late answer was returned");
+    assert!(start.elapsed() >= Duration::from_millis(600));
+    let (c, at, thread) = rx.try_recv().expect("timed out through done");
+    assert!(c.timed_out);
+    assert!(at - start < Duration::from_millis(500), "{:?}", at - start);
+    assert_ne!(thread, std::thread::current().id());
+    assert_eq!(q.load().outstanding, 0);
+}
+
+#[test]
+fn the_recent_average_shrugs_off_one_stretched_io_and_follows_a_slowed_device() {
+    let mut avg_ns = 2_000;
+    // One read stretched to 10 ms by the scheduler.
+    avg_ns = crate::aio::average_step(avg_ns, 10_000_000);
+    assert!(avg_ns < 4_000, "{avg_ns}");
+    // The device now takes 2 ms per I/O: past 40 µs within 20 I/Os.
+    let steps = (1..=20)
+        .find(|_| {
+            avg_ns = crate::aio::average_step(avg_ns, 2_000_000);
+            avg_ns > 40_000
+        })
+        .expect("within 20 I/Os");
+    assert!(steps >= 5, "{steps}");
+}
