@@ -12,6 +12,7 @@ use bytes::Bytes;
 use platter_core::geometry::{Geometry, GeometrySpec};
 use platter_core::volume::{Event, Health, Limits, Request, Volume};
 use platter_core::{Level, ParityLayout};
+use platter_io::aio::pool::{PoolConfig, ThreadPool};
 use platter_io::{FaultSpec, FaultyMember, Member, MemoryMember};
 use platter_server::engine::Engine;
 use std::sync::{Arc, Mutex};
@@ -40,7 +41,11 @@ fn mirror_engine(failing: FaultSpec) -> Arc<Engine> {
         ))),
     ];
     let volume = Volume::new(geometry, vec![Health::Online; 2], Limits::default());
-    Arc::new(Engine::new(volume, members))
+    Engine::new(
+        volume,
+        members,
+        Arc::new(ThreadPool::new(PoolConfig::default())),
+    )
 }
 
 #[test]
