@@ -19,7 +19,7 @@
 mod ranges;
 mod spec;
 
-pub use spec::{BadRange, FaultSpec, FaultSpecError};
+pub use spec::{BadRange, FaultSpec, FaultSpecError, Jitter, JITTER_EXP_CAP};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -376,6 +376,7 @@ const PURPOSE_FAIL: u64 = 1;
 const PURPOSE_TEAR: u64 = 2;
 const PURPOSE_TEAR_LEN: u64 = 3;
 const PURPOSE_CRASH: u64 = 4;
+const PURPOSE_JITTER: u64 = 5;
 
 impl State {
     /// The sectors that `offset..offset+len` covers whole are bad no more.
@@ -439,7 +440,7 @@ impl State {
         }
         Verdict::Go {
             number: n,
-            latency_us: spec.latency_us,
+            latency_us: spec.latency_us_of(n),
             undo_log: spec.undo_log,
             tear,
         }

@@ -10,7 +10,9 @@ use bytes::Bytes;
 use platter_core::geometry::{Geometry, GeometrySpec};
 use platter_core::volume::{Event, Health, Limits, Volume};
 use platter_core::{Level, ParityLayout};
-use platter_io::fault::{BadRange, CrashReport, Fate, FaultSpecError, DEFAULT_UNDO_LIMIT_BYTES};
+use platter_io::fault::{
+    BadRange, CrashReport, Fate, FaultSpecError, Jitter, DEFAULT_UNDO_LIMIT_BYTES, JITTER_EXP_CAP,
+};
 use platter_io::{
     CrashMode, FaultSpec, FaultyMember, Member, MemberError, MemberErrorKind, MemoryMember, Op,
     SyncExecutor,
@@ -1069,7 +1071,8 @@ fn a_raid5_volume_survives_a_member_dying_mid_workload() {
 #[test]
 fn parse_reads_every_key() {
     let s = FaultSpec::parse(
-        "fail-nth=7,fail-from=100,fail-rate=0.001,latency=500us,tear-rate=0.01,seed=3",
+        "fail-nth=7,fail-from=100,fail-rate=0.001,latency=500us,latency-jitter=exp:2ms,\
+         tear-rate=0.01,seed=3",
     )
     .unwrap();
     assert_eq!(
@@ -1079,6 +1082,7 @@ fn parse_reads_every_key() {
             fail_from_nth: Some(100),
             fail_rate: 0.001,
             latency_us: 500,
+            latency_jitter: Some(Jitter::Exponential { mean_us: 2000 }),
             tear_rate: 0.01,
             seed: 3,
             undo_log: false,
@@ -1124,6 +1128,9 @@ fn parse_refuses_bad_specs_in_one_line() {
         ("latency=5min", "unknown unit \"min\""),
         ("latency=1.5ms", "not a whole number"),
         ("latency=99999999999999999s", "fits"),
+        ("latency-jitter=1", "needs a unit"),
+        ("latency-jitter=gauss:1ms", "unknown distribution \"gauss\""),
+        ("latency-jitter=exp:1000000000000s", "too large"),
         ("seed=x", "seed=\"x\""),
         ("undo-log=maybe", "on or off"),
         ("seed=1,seed=2", "given twice"),
@@ -1212,6 +1219,14 @@ fn display_round_trips() {
                 (rng.next() >> 11) as f64 / (1u64 << 53) as f64,
             ][rng.below(4) as usize],
             latency_us: [0, 1, 1000, 1500, 2_000_000, rng.next() >> 20][rng.below(6) as usize],
+            latency_jitter: [
+                None,
+                Some(Jitter::Uniform { max_us: 1500 }),
+                Some(Jitter::Exponential { mean_us: 2000 }),
+                Some(Jitter::Uniform {
+                    max_us: rng.next() >> 20,
+                }),
+            ][rng.below(4) as usize],
             tear_rate: [0.0, 0.5, 1e-9][rng.below(3) as usize],
             seed: [0, 3, rng.next()][rng.below(3) as usize],
             undo_log: rng.below(2) == 0,
@@ -1236,4 +1251,35 @@ fn display_round_trips() {
             .to_string(),
         "fail-nth=2,latency=3ms,seed=3"
     );
+}
+
+/// `latency-jitter=` makes a member look like a disk rather than a
+/// constant: uniform jitter spreads evenly up to its bound, exponential
+/// jitter has its mean and a bounded tail, and both are the same for the
+/// same seed and I/O number.
+#[test]
+fn latency_jitter_has_its_distribution_and_repeats_by_seed() {
+    let spec = |text: &str| FaultSpec::parse(text).unwrap();
+    let n = 20_000u64;
+    let mean = |s: &FaultSpec| (1..=n).map(|i| s.latency_us_of(i)).sum::<u64>() as f64 / n as f64;
+
+    let uniform = spec("latency=2ms,latency-jitter=1ms,seed=7");
+    let all: Vec<u64> = (1..=n).map(|i| uniform.latency_us_of(i)).collect();
+    assert!(all.iter().all(|&us| (2000..=3000).contains(&us)));
+    assert!(all.iter().any(|&us| us < 2100) && all.iter().any(|&us| us > 2900));
+    let m = mean(&uniform);
+    assert!((2450.0..2550.0).contains(&m), "uniform mean {m}");
+
+    let exp = spec("latency-jitter=exp:500us,seed=7");
+    let m = mean(&exp);
+    assert!((470.0..530.0).contains(&m), "exponential mean {m}");
+    assert!((1..=n).all(|i| exp.latency_us_of(i) <= 500 * JITTER_EXP_CAP));
+    let over_twice = (1..=n).filter(|&i| exp.latency_us_of(i) > 1000).count() as f64 / n as f64;
+    // e^-2 of the I/Os take more than twice the mean.
+    assert!((0.11..0.16).contains(&over_twice), "tail {over_twice}");
+
+    assert_eq!(uniform.latency_us_of(41), uniform.clone().latency_us_of(41));
+    let other_seed = spec("latency=2ms,latency-jitter=1ms,seed=8");
+    assert!((1..=100).any(|i| other_seed.latency_us_of(i) != uniform.latency_us_of(i)));
+    assert_eq!(spec("latency=2ms").latency_us_of(5), 2000);
 }

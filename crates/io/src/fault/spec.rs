@@ -28,6 +28,10 @@ pub struct FaultSpec {
     /// Microseconds added to every I/O (`std::thread::sleep`, outside any
     /// lock). The simulator ignores it and models time itself.
     pub latency_us: u64,
+    /// How much each I/O's latency varies on top of `latency_us`, decided
+    /// from `seed` and the I/O's number (`latency-jitter=`): a member that
+    /// looks like a disk, not a constant.
+    pub latency_jitter: Option<Jitter>,
     /// A write that is not failed otherwise tears with this probability: a
     /// prefix of its 512-byte sectors (possibly none, never all) lands, then
     /// it fails. Sectors are counted at absolute 512-byte boundaries, so an
@@ -55,6 +59,21 @@ pub struct FaultSpec {
     pub bad_ranges: Vec<BadRange>,
 }
 
+/// Extra latency per I/O, drawn per I/O (`latency-jitter=T`,
+/// `latency-jitter=exp:T`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Jitter {
+    /// Uniformly from 0 to this many microseconds.
+    Uniform { max_us: u64 },
+    /// Exponentially distributed with this mean (a queue's service time),
+    /// cut at [`JITTER_EXP_CAP`] times the mean so that no I/O waits
+    /// without bound.
+    Exponential { mean_us: u64 },
+}
+
+/// The longest exponential jitter, in means.
+pub const JITTER_EXP_CAP: u64 = 20;
+
 /// A run of bad sectors on a member: `bad-range=OFFSET+LEN` in the text form.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BadRange {
@@ -75,7 +94,8 @@ impl BadRange {
 #[error("{0}")]
 pub struct FaultSpecError(pub String);
 
-const KEYS: &str = "fail-nth, fail-from, fail-rate, latency, tear-rate, seed, undo-log, bad-range";
+const KEYS: &str =
+    "fail-nth, fail-from, fail-rate, latency, latency-jitter, tear-rate, seed, undo-log, bad-range";
 
 impl FaultSpec {
     /// Whether anything is configured; a spec that injects nothing leaves the
@@ -85,9 +105,25 @@ impl FaultSpec {
             || self.fail_from_nth.is_some()
             || self.fail_rate > 0.0
             || self.latency_us > 0
+            || self.latency_jitter.is_some()
             || self.tear_rate > 0.0
             || self.undo_log
             || !self.bad_ranges.is_empty()
+    }
+
+    /// The latency I/O number `n` gets, in microseconds: `latency` plus
+    /// its draw of `latency-jitter`, the same for the same seed and number.
+    pub fn latency_us_of(&self, n: u64) -> u64 {
+        let h = super::draw(self.seed, super::PURPOSE_JITTER, n);
+        let extra = match self.latency_jitter {
+            None => 0,
+            Some(Jitter::Uniform { max_us }) => h % (max_us + 1),
+            Some(Jitter::Exponential { mean_us }) => {
+                let e = -(1.0 - super::unit(h)).ln() * mean_us as f64;
+                (e as u64).min(mean_us * JITTER_EXP_CAP)
+            }
+        };
+        self.latency_us.saturating_add(extra)
     }
 
     /// Checks the ranges that the type does not: counts start at 1, rates
@@ -117,7 +153,9 @@ impl FaultSpec {
 
     /// Parses the comma-separated `key=value` form; `none` (or nothing) is
     /// the default spec. Keys: `fail-nth=N`, `fail-from=N`, `fail-rate=P`,
-    /// `latency=T` (`us`, `ms` or `s`, e.g. `500us`), `tear-rate=P`,
+    /// `latency=T` (`us`, `ms` or `s`, e.g. `500us`), `latency-jitter=T`
+    /// (uniform, 0 to T more) or `latency-jitter=exp:T` (exponential with
+    /// mean T), `tear-rate=P`,
     /// `seed=N`, `undo-log=on|off`, `bad-range=OFFSET+LEN` (sizes with the
     /// command line's units: `2M+64k`, `4096+8s`; whole 512-byte sectors).
     /// Each key at most once, except `bad-range`, which is given once per
@@ -147,6 +185,7 @@ impl FaultSpec {
                 "fail-rate" => spec.fail_rate = parse_rate(key, value).map_err(bad)?,
                 "tear-rate" => spec.tear_rate = parse_rate(key, value).map_err(bad)?,
                 "latency" => spec.latency_us = parse_latency(value).map_err(bad)?,
+                "latency-jitter" => spec.latency_jitter = Some(parse_jitter(value).map_err(bad)?),
                 "seed" => {
                     spec.seed = value
                         .parse()
@@ -252,6 +291,32 @@ fn parse_rate(key: &str, value: &str) -> Result<f64, String> {
     }
 }
 
+fn parse_jitter(value: &str) -> Result<Jitter, String> {
+    let (kind, time) = value.split_once(':').unwrap_or(("uniform", value));
+    let us = parse_latency(time).map_err(|e| format!("latency-jitter: {e}"))?;
+    match kind {
+        "uniform" => Ok(Jitter::Uniform { max_us: us }),
+        "exp" => us
+            .checked_mul(JITTER_EXP_CAP)
+            .map(|_| Jitter::Exponential { mean_us: us })
+            .ok_or_else(|| format!("latency-jitter={value:?} is too large")),
+        _ => Err(format!(
+            "latency-jitter={value:?}: unknown distribution {kind:?}; use uniform:T or exp:T"
+        )),
+    }
+}
+
+/// `us` in the largest unit that keeps it whole, as `latency=` reads it.
+fn latency_text(us: u64) -> String {
+    if us.is_multiple_of(1_000_000) {
+        format!("{}s", us / 1_000_000)
+    } else if us.is_multiple_of(1_000) {
+        format!("{}ms", us / 1_000)
+    } else {
+        format!("{us}us")
+    }
+}
+
 fn parse_latency(value: &str) -> Result<u64, String> {
     let digits = value.trim_end_matches(|c: char| c.is_ascii_alphabetic());
     let unit = &value[digits.len()..];
@@ -300,14 +365,16 @@ impl fmt::Display for FaultSpec {
             items.push(format!("fail-rate={}", self.fail_rate));
         }
         if self.latency_us != 0 {
-            let us = self.latency_us;
-            items.push(if us.is_multiple_of(1_000_000) {
-                format!("latency={}s", us / 1_000_000)
-            } else if us.is_multiple_of(1_000) {
-                format!("latency={}ms", us / 1_000)
-            } else {
-                format!("latency={us}us")
-            });
+            items.push(format!("latency={}", latency_text(self.latency_us)));
+        }
+        match self.latency_jitter {
+            Some(Jitter::Uniform { max_us }) => {
+                items.push(format!("latency-jitter={}", latency_text(max_us)))
+            }
+            Some(Jitter::Exponential { mean_us }) => {
+                items.push(format!("latency-jitter=exp:{}", latency_text(mean_us)))
+            }
+            None => {}
         }
         if self.tear_rate != 0.0 {
             items.push(format!("tear-rate={}", self.tear_rate));
