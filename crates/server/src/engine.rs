@@ -278,14 +278,12 @@ impl Engine {
         let (out, events) = {
             let mut s = self.lock();
             let out = f(&mut s.volume);
-            let mut ios = Ios::new();
-            let mut finished = Finished::new();
-            self.drain(&mut s, &mut ios, &mut finished, None);
+            let (ios, finished, events) = self.take_out(&mut s, None);
             assert!(
                 ios.is_empty() && finished.is_empty(),
                 "with_volume must not submit"
             );
-            (out, std::mem::take(&mut s.events))
+            (out, events)
         };
         let mut here = Here::new(true);
         self.deliver_events(events, &mut here);
@@ -316,9 +314,7 @@ impl Engine {
         client: bool,
     ) -> Result<bool, Done> {
         let start = Instant::now();
-        let mut ios = Ios::new();
-        let mut finished = Finished::new();
-        let events = {
+        let (ios, finished, events) = {
             let mut s = self.lock();
             if client && s.closed_to_clients {
                 return Err(done);
@@ -328,11 +324,7 @@ impl Engine {
             };
             let timed = timed.map(|of| (of, start));
             s.routes.insert(id, Route { done, timed });
-            self.drain(&mut s, &mut ios, &mut finished, None);
-            if s.idle_waiters > 0 && s.volume.is_idle() {
-                self.idle.notify_all();
-            }
-            std::mem::take(&mut s.events)
+            self.take_out(&mut s, None)
         };
         let mut here = Here::new(true);
         self.start(ios, &mut here);
@@ -370,9 +362,7 @@ impl Engine {
             if recorded.is_empty() && to_fail.is_empty() {
                 return;
             }
-            let mut ios = Ios::new();
-            let mut finished = Finished::new();
-            events = {
+            let (ios, finished, next) = {
                 let mut s = self.lock();
                 for (member, reason) in to_fail {
                     s.volume.mark_faulty(member, reason);
@@ -380,12 +370,9 @@ impl Engine {
                 for member in recorded {
                     s.volume.failure_recorded(member);
                 }
-                self.drain(&mut s, &mut ios, &mut finished, None);
-                if s.idle_waiters > 0 && s.volume.is_idle() {
-                    self.idle.notify_all();
-                }
-                std::mem::take(&mut s.events)
+                self.take_out(&mut s, None)
             };
+            events = next;
             self.start(ios, here);
             Self::deliver(finished);
         }
@@ -532,9 +519,7 @@ impl Engine {
         if !c.timed_out {
             self.note_member_io(c.device_ns);
         }
-        let mut ios = Ios::new();
-        let mut finished = Finished::new();
-        let events = {
+        let (ios, finished, events) = {
             let mut s = self.lock();
             match &c.result {
                 Err(e) if c.timed_out => {
@@ -561,15 +546,23 @@ impl Engine {
                     .record_latency(LatencyOf::Member(member), c.device_ns),
             }
             s.volume.io_done(id, c.result);
-            self.drain(&mut s, &mut ios, &mut finished, Some(now));
-            if s.idle_waiters > 0 && s.volume.is_idle() {
-                self.idle.notify_all();
-            }
-            std::mem::take(&mut s.events)
+            self.take_out(&mut s, Some(now))
         };
         self.start(ios, here);
         self.deliver_events(events, here);
         Self::deliver(finished);
+    }
+
+    /// Everything the volume has for the host after a change (its I/Os,
+    /// finished requests and events), waking `wait_idle` once it is idle.
+    fn take_out(&self, s: &mut State, now: Option<Instant>) -> (Ios, Finished, Vec<Event>) {
+        let mut ios = Ios::new();
+        let mut finished = Finished::new();
+        self.drain(s, &mut ios, &mut finished, now);
+        if s.idle_waiters > 0 && s.volume.is_idle() {
+            self.idle.notify_all();
+        }
+        (ios, finished, std::mem::take(&mut s.events))
     }
 
     /// Takes the engine's I/Os, completions and events. `now`: the time

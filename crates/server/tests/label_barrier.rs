@@ -22,7 +22,8 @@ const DATA_OFFSET_BYTES: u64 = 1 << 20;
 const MEMBER_DATA_BYTES: u64 = 1 << 20;
 const LABEL_WRITE: Duration = Duration::from_millis(300);
 
-fn mirror_engine(failing: FaultSpec) -> Arc<Engine> {
+/// A mirror of two memory members with `faults[m]` injected into member m.
+fn mirror_engine(faults: [FaultSpec; 2]) -> Arc<Engine> {
     let geometry = Geometry::new(GeometrySpec {
         level: Level::Mirror,
         parity_layout: ParityLayout::LeftSymmetric,
@@ -33,13 +34,14 @@ fn mirror_engine(failing: FaultSpec) -> Arc<Engine> {
     })
     .expect("a mirror");
     let size = DATA_OFFSET_BYTES + MEMBER_DATA_BYTES;
-    let members: Vec<Option<Arc<dyn Member>>> = vec![
-        Some(Arc::new(MemoryMember::new("m0", size))),
-        Some(Arc::new(FaultyMember::new(
-            MemoryMember::new("m1", size),
-            failing,
-        ))),
-    ];
+    let members: Vec<Option<Arc<dyn Member>>> = faults
+        .into_iter()
+        .enumerate()
+        .map(|(m, spec)| {
+            let member = FaultyMember::new(MemoryMember::new(format!("m{m}"), size), spec);
+            Some(Arc::new(member) as Arc<dyn Member>)
+        })
+        .collect();
     let volume = Volume::new(geometry, vec![Health::Online; 2], Limits::default());
     Engine::new(
         volume,
@@ -50,11 +52,20 @@ fn mirror_engine(failing: FaultSpec) -> Arc<Engine> {
 
 #[test]
 fn a_write_is_acknowledged_only_after_the_labels_record_the_failure() {
-    // Member 1 fails its first I/O: the write below.
-    let engine = mirror_engine(FaultSpec {
-        fail_nth: Some(1),
-        ..FaultSpec::default()
-    });
+    // Member 1 fails its first I/O (the write below) at once; member 0
+    // takes 100 ms per I/O, so its write and FUA flush end on another
+    // thread while the hook is still writing the labels. Without the hold
+    // the write was acknowledged then, 100 ms before the labels had it.
+    let engine = mirror_engine([
+        FaultSpec {
+            latency_us: 100_000,
+            ..FaultSpec::default()
+        },
+        FaultSpec {
+            fail_nth: Some(1),
+            ..FaultSpec::default()
+        },
+    ]);
     let labels_written: Arc<Mutex<Option<Instant>>> = Arc::default();
     let seen = Arc::clone(&labels_written);
     engine.on_event(Box::new(move |e| {
@@ -84,10 +95,13 @@ fn a_write_is_acknowledged_only_after_the_labels_record_the_failure() {
 fn a_member_whose_label_cannot_be_written_is_failed_too() {
     // Member 1 fails a write; the hook reports that member 0 could not take
     // the label either. A mirror that loses both copies fails the write.
-    let engine = mirror_engine(FaultSpec {
-        fail_nth: Some(1),
-        ..FaultSpec::default()
-    });
+    let engine = mirror_engine([
+        FaultSpec::default(),
+        FaultSpec {
+            fail_nth: Some(1),
+            ..FaultSpec::default()
+        },
+    ]);
     engine.on_event(Box::new(|e| match e {
         Event::MemberFaulty { member: 1, .. } => {
             vec![(0, "cannot write the label: test".to_string())]
