@@ -143,3 +143,75 @@ fn a_failed_write_is_reported_at_once() {
     assert_eq!(c.id, id);
     assert!(c.result.is_err());
 }
+
+/// Answers every member I/O the volume has out, and those they lead to,
+/// with success (reads with zeros), except writes to `failing`.
+fn settle(v: &mut platter_core::volume::Volume, failing: Option<u32>) {
+    for _ in 0..1000 {
+        let Some(io) = v.next_io() else { return };
+        let result = match io.op {
+            MemberOp::Read { len_bytes, .. } => Ok(Some(Bytes::from(vec![0; len_bytes as usize]))),
+            MemberOp::Write { .. } if Some(io.member) == failing => {
+                Err(String::from("test: write error").into())
+            }
+            _ => Ok(None),
+        };
+        v.io_done(io.id, result);
+    }
+    panic!("the volume did not settle");
+}
+
+/// While a failure is not in the labels, the failed member may come back
+/// after a crash as current; the regions written without it must stay
+/// marked in the write-intent bitmap so that the resync makes the copies
+/// agree. A sweep then clears nothing; once the failure is recorded, it
+/// does.
+#[test]
+fn sweeps_keep_every_bit_while_a_failure_is_unrecorded() {
+    use platter_core::geometry::{Geometry, GeometrySpec};
+    use platter_core::intent::{IntentLayout, RegionSet};
+    use platter_core::volume::{Health, Limits, Volume};
+    // Room for a bitmap page between the label and the data.
+    let geometry = Geometry::new(GeometrySpec {
+        data_offset_bytes: 8192,
+        ..mirror(2).geometry().spec().clone()
+    })
+    .unwrap();
+    let layout = IntentLayout::new(&geometry, 2).unwrap().expect("a bitmap");
+    let v = &mut Volume::new(geometry, vec![Health::Online; 2], Limits::default());
+    v.enable_intent(layout, RegionSet::new(&layout), false);
+    let write = fua_write_on(v);
+    settle(v, Some(1));
+    assert_eq!(v.unrecorded_failures().collect::<Vec<_>>(), [1]);
+    let dirty = |v: &platter_core::volume::Volume| v.intent_status().unwrap().dirty_regions;
+    assert_eq!(dirty(v), 1, "the write marked its region");
+
+    let sweep = v.submit(Request::Sweep { all: true });
+    settle(v, None);
+    assert_eq!(
+        dirty(v),
+        1,
+        "a sweep cleared a bit while a failure was unrecorded"
+    );
+
+    v.failure_recorded(1);
+    let released: Vec<_> = std::iter::from_fn(|| v.next_completion())
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(released, [write, sweep]);
+    v.submit(Request::Sweep { all: true });
+    settle(v, None);
+    assert_eq!(
+        dirty(v),
+        0,
+        "once recorded, the sweep clears the quiet region"
+    );
+}
+
+fn fua_write_on(v: &mut platter_core::volume::Volume) -> platter_core::volume::RequestId {
+    v.submit(Request::Write {
+        offset_bytes: 0,
+        data: Bytes::from(vec![0xab; 4096]),
+        fua: true,
+    })
+}

@@ -240,8 +240,8 @@ pub struct Volume {
     /// [`Volume::failure_recorded`]).
     unrecorded_failures: Vec<bool>,
     /// Completions held back until every failure is recorded, with the
-    /// volume bytes each promises are durable.
-    /// (None: upkeep, which promises nothing to a client).
+    /// volume bytes each promises are durable (none for upkeep, which
+    /// promises nothing to a client).
     held: VecDeque<(Completion, Option<(u64, u64)>)>,
     /// A write refused for space with no bitmap to mark it (`nospace.rs`).
     resync_all_owed: bool,
