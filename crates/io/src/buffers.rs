@@ -131,6 +131,125 @@ pub fn read_into_uninit<E>(
     Ok(Bytes::from(v))
 }
 
+/// A read buffer that a device fills later (an io_uring read in flight),
+/// then handed out as [`Bytes`] like [`read_into`]'s.
+pub struct ReadBuf {
+    kind: ReadBufKind,
+    len: usize,
+}
+
+enum ReadBufKind {
+    Pooled(Pooled),
+    /// Below the pool's classes: not initialised until filled.
+    Plain(Vec<u8>),
+    Aligned(Aligned),
+}
+
+impl ReadBuf {
+    /// A buffer for `len` bytes, its memory aligned to `align_bytes` (a
+    /// power of two; above 16 for `O_DIRECT`, which pooled buffers do not
+    /// promise).
+    pub fn new(len: usize, align_bytes: usize) -> ReadBuf {
+        let kind = if align_bytes > 16 {
+            ReadBufKind::Aligned(Aligned::new(len, align_bytes))
+        } else if let Some(class) = class_of(len) {
+            let p = pool();
+            let recycled = p.classes[class].lock().expect("buffer pool").pop();
+            let buf = match recycled {
+                Some(b) => {
+                    p.idle_bytes.fetch_sub(b.len() as u64, Ordering::Relaxed);
+                    b
+                }
+                None => vec![0u8; class_bytes(class)],
+            };
+            ReadBufKind::Pooled(Pooled { buf, len, class })
+        } else {
+            ReadBufKind::Plain(Vec::with_capacity(len))
+        };
+        ReadBuf { kind, len }
+    }
+
+    /// Where the device writes the buffer's bytes; stays put while the
+    /// buffer lives (moving a `ReadBuf` does not move its memory).
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        match &mut self.kind {
+            ReadBufKind::Pooled(p) => p.buf.as_mut_ptr(),
+            ReadBufKind::Plain(v) => v.as_mut_ptr(),
+            ReadBufKind::Aligned(a) => a.ptr.as_ptr(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The bytes, once the device has written every one of them.
+    ///
+    /// # Safety
+    /// All `len` bytes from [`as_mut_ptr`](ReadBuf::as_mut_ptr) have been
+    /// written (a read that came back whole).
+    pub unsafe fn into_bytes(self) -> Bytes {
+        match self.kind {
+            ReadBufKind::Pooled(p) => Bytes::from_owner(p),
+            ReadBufKind::Plain(mut v) => {
+                // SAFETY: the caller promises the device wrote them all.
+                unsafe { v.set_len(self.len) };
+                Bytes::from(v)
+            }
+            ReadBufKind::Aligned(a) => Bytes::from_owner(a),
+        }
+    }
+}
+
+/// Memory aligned for `O_DIRECT`, not initialised until a device fills it.
+pub(crate) struct Aligned {
+    ptr: std::ptr::NonNull<u8>,
+    layout: std::alloc::Layout,
+    len: usize,
+}
+
+// SAFETY: a plain heap allocation owned by this value alone.
+unsafe impl Send for Aligned {}
+// SAFETY: shared only as `&[u8]` once filled (`ReadBuf::into_bytes`).
+unsafe impl Sync for Aligned {}
+
+impl Aligned {
+    pub(crate) fn new(len: usize, align_bytes: usize) -> Aligned {
+        let layout = std::alloc::Layout::from_size_align(len.max(1), align_bytes)
+            .expect("a read buffer's size and alignment fit a layout");
+        // SAFETY: the layout's size is not zero.
+        let raw = unsafe { std::alloc::alloc(layout) };
+        let ptr = std::ptr::NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        Aligned { ptr, layout, len }
+    }
+}
+
+impl Aligned {
+    /// Its memory, to be written before it is read.
+    pub(crate) fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+}
+
+impl AsRef<[u8]> for Aligned {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: handed out only by `ReadBuf::into_bytes`, whose caller
+        // promises all `len` bytes were written.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for Aligned {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+    }
+}
+
 struct Pooled {
     buf: Vec<u8>,
     len: usize,

@@ -123,11 +123,14 @@ pub fn perform(member: &dyn Member, op: &MemberOp) -> IoResult {
         } => member.trim(*offset_bytes, *len_bytes).map(|()| None),
         MemberOp::Flush => member.flush().map(|()| None),
     };
-    r.map_err(|e| {
-        let kind = match e.kind {
-            MemberErrorKind::NoSpace => IoErrorKind::NoSpace,
-            _ => IoErrorKind::Media,
-        };
-        IoError::new(kind, e.to_string())
-    })
+    r.map_err(io_error)
+}
+
+/// A member's error as the engine sees it: a full disk is not a dead one.
+pub fn io_error(e: crate::error::MemberError) -> IoError {
+    let kind = match e.kind {
+        MemberErrorKind::NoSpace => IoErrorKind::NoSpace,
+        _ => IoErrorKind::Media,
+    };
+    IoError::new(kind, e.to_string())
 }

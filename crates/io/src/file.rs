@@ -3,7 +3,7 @@
 
 use std::fs::{self, File, FileType, Metadata};
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::blockdev;
 use crate::direct::DirectIo;
 use crate::error::{MemberError, MemberErrorKind, Op};
-use crate::member::{check_range, Member};
+use crate::member::{check_range, Member, RingTarget};
 use crate::open::OpenOptions;
 use crate::positioned::{read_exact_at, read_exact_uninit_at, write_all_at, write_all_vectored_at};
 
@@ -108,6 +108,8 @@ impl FileMember {
             )
         })?;
 
+        let direct = opts.direct || (opts.direct_block_devices && device == Device::BlockDevice);
+        let opts = OpenOptions { direct, ..opts };
         let mut flags = 0;
         if opts.direct {
             flags |= libc::O_DIRECT;
@@ -525,6 +527,10 @@ impl Member for FileMember {
         Ok(())
     }
 
+    fn ring_target(&self) -> Option<&dyn RingTarget> {
+        Some(self)
+    }
+
     fn reserve(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), MemberError> {
         self.check_write(Op::Write, offset_bytes, len_bytes)?;
         if !matches!(self.device, Device::RegularFile) || len_bytes == 0 {
@@ -547,6 +553,45 @@ impl Member for FileMember {
             )),
             _ => Ok(()),
         }
+    }
+}
+
+impl RingTarget for FileMember {
+    fn fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+
+    fn direct_block_bytes(&self) -> Option<u64> {
+        self.direct.as_ref().map(DirectIo::block_bytes)
+    }
+
+    fn check_before(&self, op: Op, offset_bytes: u64, len_bytes: u64) -> Result<(), MemberError> {
+        match op {
+            Op::Read => check_range(&self.name, self.size_bytes, op, offset_bytes, len_bytes),
+            Op::Write => {
+                self.check_write(op, offset_bytes, len_bytes)?;
+                // The first half of `guarded_write`.
+                if self.device == Device::RegularFile
+                    && offset_bytes + len_bytes == self.size_bytes
+                {
+                    self.check_not_shrunk(op, offset_bytes, len_bytes)?;
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn check_after(&self, op: Op, offset_bytes: u64, len_bytes: u64) -> Result<(), MemberError> {
+        // The second half of `guarded_write`.
+        if op == Op::Write && self.device == Device::RegularFile {
+            self.check_not_shrunk(op, offset_bytes, len_bytes)?;
+        }
+        Ok(())
+    }
+
+    fn error(&self, err: io::Error, op: Op, offset_bytes: u64, len_bytes: u64) -> MemberError {
+        FileMember::error(self, err, op, offset_bytes, len_bytes)
     }
 }
 

@@ -23,6 +23,6 @@ pub use error::{MemberError, MemberErrorKind, Op};
 pub use executor::{perform, SyncExecutor};
 pub use fault::{CrashMode, FaultControls, FaultSpec, FaultyMember};
 pub use file::FileMember;
-pub use member::{check_range, Member};
+pub use member::{check_range, Member, RingTarget};
 pub use memory::MemoryMember;
 pub use open::{open_member, OpenOptions};

@@ -1,6 +1,8 @@
 //! The [`Member`] trait: what the executor needs from a device.
 
+use std::io;
 use std::mem::MaybeUninit;
+use std::os::fd::RawFd;
 use std::sync::Arc;
 
 use crate::error::{MemberError, MemberErrorKind, Op};
@@ -117,6 +119,46 @@ pub trait Member: Send + Sync {
     fn reserve(&self, _offset_bytes: u64, _len_bytes: u64) -> Result<(), MemberError> {
         Ok(())
     }
+
+    /// The member's descriptor and checks, for an I/O layer that performs
+    /// reads, writes and flushes on it itself (io_uring) instead of
+    /// calling [`read_at`](Member::read_at) and the rest. `None` (the
+    /// default) for members that are not one descriptor, and for wrappers
+    /// that must see every I/O (fault injection).
+    fn ring_target(&self) -> Option<&dyn RingTarget> {
+        None
+    }
+}
+
+/// What an I/O layer needs to perform a member's reads, writes and
+/// flushes on its descriptor and still keep the [`Member`] contract: the
+/// checks the member makes around its own calls, and its errors.
+///
+/// The layer calls [`check_before`](RingTarget::check_before) before the
+/// kernel sees a read or write, [`check_after`](RingTarget::check_after)
+/// once a write has fully succeeded, and [`error`](RingTarget::error) for
+/// whatever the kernel answered instead (a short read at the end is
+/// `UnexpectedEof`). Trims are never performed this way (they take several
+/// calls and fallbacks); they go through [`Member::trim`].
+pub trait RingTarget: Send + Sync {
+    /// Stays open, and the same file, for the life of the member.
+    fn fd(&self) -> RawFd;
+
+    /// `Some(alignment)` when opened with `O_DIRECT`: offsets, lengths and
+    /// memory must be multiples of it (memory: of at least 4096). I/Os that
+    /// are not go through the member's own calls, which bounce them.
+    fn direct_block_bytes(&self) -> Option<u64>;
+
+    /// Bounds, read-only, and anything else refused before the device is
+    /// touched; `op` is [`Op::Read`], [`Op::Write`] or [`Op::Flush`].
+    fn check_before(&self, op: Op, offset_bytes: u64, len_bytes: u64) -> Result<(), MemberError>;
+
+    /// After a write succeeded: the member may still call it failed (a
+    /// file that shrank under it).
+    fn check_after(&self, op: Op, offset_bytes: u64, len_bytes: u64) -> Result<(), MemberError>;
+
+    /// The member's error for what the kernel answered.
+    fn error(&self, err: io::Error, op: Op, offset_bytes: u64, len_bytes: u64) -> MemberError;
 }
 
 /// The bounds check of the contract, shared by every back end so they all
@@ -188,6 +230,9 @@ macro_rules! forward_member {
             }
             fn reserve(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), MemberError> {
                 (**self).reserve(offset_bytes, len_bytes)
+            }
+            fn ring_target(&self) -> Option<&dyn RingTarget> {
+                (**self).ring_target()
             }
         }
     )*};

@@ -16,6 +16,11 @@ pub struct OpenOptions {
     /// Bypass the page cache (`O_DIRECT`). Any alignment still works; see
     /// [`FileMember`] for the cost of unaligned writes.
     pub direct: bool,
+    /// `O_DIRECT` for block devices even without `direct` (what `serve`
+    /// does by default): the volume caches nothing a device's page cache
+    /// would add to, and a flush then has only the device's own cache to
+    /// empty. Regular files still follow `direct`.
+    pub direct_block_devices: bool,
     /// Open for reading only; writes and trims fail with
     /// [`MemberErrorKind::PermissionDenied`].
     pub read_only: bool,

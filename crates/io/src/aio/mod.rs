@@ -7,8 +7,10 @@
 //! The interface is shaped for submit/complete rather than call/return so
 //! that back ends which are asynchronous by nature (io_uring, a remote NBD
 //! member with requests in flight on one socket) fit behind it as they
-//! are. Its first implementation, [`pool::ThreadPool`], runs the
-//! synchronous [`Member`] calls on a bounded set of threads per member.
+//! are. Its implementation, [`layer::Layer`], performs reads, writes and
+//! flushes in an io_uring where the kernel allows it and everything else
+//! (and everything, where io_uring is refused) on a bounded set of
+//! threads per member making the synchronous [`Member`] calls.
 //!
 //! Promises every implementation keeps (the engine relies on them):
 //! - `done` is called exactly once per submission, never from inside
@@ -26,13 +28,48 @@
 //! - I/Os on one queue may complete in any order: the volume never has two
 //!   overlapping I/Os on a member in flight at once.
 
-pub mod pool;
+pub mod layer;
+mod queue;
+mod ring;
+mod timer;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use platter_core::volume::{IoResult, MemberOp};
 
+use crate::fault::FaultSpec;
 use crate::member::Member;
+
+/// Latency injected into every I/O of one member (`--inject
+/// latency=,latency-jitter=`), served by the layer's timer: the I/O holds
+/// its place in the member's queue depth for the latency, then goes to the
+/// device.
+#[derive(Clone, Debug)]
+pub struct Delay {
+    /// Only its latency, jitter and seed are used.
+    spec: FaultSpec,
+}
+
+impl Delay {
+    /// The latency `spec` injects; `None` when it injects none.
+    pub fn of_spec(spec: &FaultSpec) -> Option<Delay> {
+        (spec.latency_us > 0 || spec.latency_jitter.is_some()).then(|| Delay {
+            spec: spec.clone().split_latency().1,
+        })
+    }
+
+    /// The latency of the member's I/O number `n` (its order of taking a
+    /// slot), the same for the same seed.
+    pub fn of(&self, n: u64) -> Duration {
+        Duration::from_micros(self.spec.latency_us_of(n))
+    }
+
+    /// The latency every I/O gets at least.
+    pub fn base_ns(&self) -> u64 {
+        self.spec.latency_us.saturating_mul(1000)
+    }
+}
 
 /// How one member I/O ended.
 pub struct Completed {
@@ -111,4 +148,9 @@ pub trait MemberQueue: Send + Sync {
 /// I/Os in flight finish and then frees what serves it.
 pub trait IoLayer: Send + Sync {
     fn queue(&self, device: Arc<dyn Member>) -> Arc<dyn MemberQueue>;
+
+    /// What performs the I/O, for `stats` (`io-uring`, `threads`).
+    fn backend(&self) -> &'static str {
+        "threads"
+    }
 }

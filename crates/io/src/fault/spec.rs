@@ -111,6 +111,21 @@ impl FaultSpec {
             || !self.bad_ranges.is_empty()
     }
 
+    /// The spec with its latency (and jitter) taken out, and that latency
+    /// as a spec of its own: what `serve` gives the I/O layer as a timer
+    /// ([`crate::aio::Delay`]), leaving the rest to [`super::FaultyMember`].
+    pub fn split_latency(mut self) -> (FaultSpec, FaultSpec) {
+        let latency = FaultSpec {
+            latency_us: self.latency_us,
+            latency_jitter: self.latency_jitter,
+            seed: self.seed,
+            ..FaultSpec::default()
+        };
+        self.latency_us = 0;
+        self.latency_jitter = None;
+        (self, latency)
+    }
+
     /// The latency I/O number `n` gets, in microseconds: `latency` plus
     /// its draw of `latency-jitter`, the same for the same seed and number.
     pub fn latency_us_of(&self, n: u64) -> u64 {

@@ -122,6 +122,7 @@ fn file_fixture(size_bytes: u64, direct: bool) -> Option<Fixture> {
     let opts = OpenOptions {
         create_size_bytes: Some(size_bytes),
         direct,
+        direct_block_devices: false,
         read_only: false,
         claim: false,
     };
@@ -149,6 +150,7 @@ fn loop_fixture(size_bytes: u64, sector_bytes: u32, direct: bool) -> Option<Fixt
     let opts = OpenOptions {
         create_size_bytes: None,
         direct,
+        direct_block_devices: false,
         read_only: false,
         claim: false,
     };

@@ -12,6 +12,7 @@ use crate::common::{open_or_skip, pattern, temp_dir};
 const CREATE: OpenOptions = OpenOptions {
     create_size_bytes: Some(1 << 20),
     direct: false,
+    direct_block_devices: false,
     read_only: false,
     claim: false,
 };
@@ -171,6 +172,7 @@ fn truncated_file_read_is_a_short_read_error() {
         let opts = OpenOptions {
             create_size_bytes: Some(65_536),
             direct,
+            direct_block_devices: false,
             read_only: false,
             claim: false,
         };
@@ -219,6 +221,7 @@ fn write_past_a_truncated_end_is_a_shrink_never_a_silent_re_extension() {
         let opts = OpenOptions {
             create_size_bytes: Some(1 << 20),
             direct,
+            direct_block_devices: false,
             read_only: false,
             claim: false,
         };

@@ -1,4 +1,7 @@
 use super::*;
+use crate::aio::{Completed, IoLayer, MemberQueue};
+use platter_core::volume::MemberOp;
+use std::time::Instant;
 use crate::fault::{FaultSpec, FaultyMember};
 use crate::memory::MemoryMember;
 use std::sync::mpsc;
@@ -40,9 +43,10 @@ fn submit_reads(q: &dyn MemberQueue, n: u64) -> mpsc::Receiver<(u64, Completed, 
 
 #[test]
 fn ios_on_one_member_run_at_once_up_to_the_depth() {
-    let pool = ThreadPool::new(PoolConfig {
+    let pool = Layer::threads(LayerConfig {
         queue_depth: 4,
         timeout: Duration::from_secs(30),
+        ..LayerConfig::default()
     });
     let (device, _) = slow(100);
     let q = pool.queue(device);
@@ -69,9 +73,10 @@ fn ios_on_one_member_run_at_once_up_to_the_depth() {
 
 #[test]
 fn an_io_past_the_timeout_fails_once_and_its_late_answer_is_dropped() {
-    let pool = ThreadPool::new(PoolConfig {
+    let pool = Layer::threads(LayerConfig {
         queue_depth: 1,
         timeout: Duration::from_millis(200),
+        ..LayerConfig::default()
     });
     let (device, controls) = slow(500);
     let q = pool.queue(device);
@@ -101,9 +106,10 @@ fn an_io_past_the_timeout_fails_once_and_its_late_answer_is_dropped() {
 
 #[test]
 fn a_stalled_member_does_not_hold_up_another() {
-    let pool = ThreadPool::new(PoolConfig {
+    let pool = Layer::threads(LayerConfig {
         queue_depth: 2,
         timeout: Duration::from_secs(30),
+        ..LayerConfig::default()
     });
     let (stalled, _) = slow(60_000);
     let (fine, _) = slow(10);
@@ -120,7 +126,7 @@ fn a_stalled_member_does_not_hold_up_another() {
 
 #[test]
 fn an_io_performed_here_runs_on_the_caller_and_counts_in_the_queue() {
-    let pool = ThreadPool::default();
+    let pool = Layer::threads(LayerConfig::default());
     let (device, controls) = slow(0);
     let q = pool.queue(device);
     assert_eq!(q.pace().recent_ns, crate::aio::RECENT_NS_START);
@@ -155,9 +161,10 @@ fn an_io_performed_here_past_the_timeout_fails_the_member_through_done() {
     // itself: the caller stays in the device (a blocking call cannot be
     // taken back), but the watchdog completes the I/O as timed out on
     // time, and the caller, once the device answers, drops the answer.
-    let pool = ThreadPool::new(PoolConfig {
+    let pool = Layer::threads(LayerConfig {
         queue_depth: 1,
         timeout: Duration::from_millis(200),
+        ..LayerConfig::default()
     });
     let (device, _) = slow(600);
     let q = pool.queue(device);
