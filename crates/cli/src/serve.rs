@@ -5,6 +5,8 @@ use crate::members::{assemble_devices, open_all};
 use clap::Args;
 use platter_core::label::printable;
 use platter_core::units::{format_size, parse_size};
+use platter_io::aio::layer::{Backend, BACKEND_ENV};
+use platter_io::aio::Delay;
 use platter_io::{FaultSpec, FaultyMember, Member, OpenOptions};
 use platter_server::{serve, Ready, ServeConfig};
 use std::collections::BTreeMap;
@@ -97,7 +99,7 @@ pub struct ServeArgs {
     /// Member I/Os each member has in flight at once, at most (1 to
     /// 4096): every member I/O a request needs is started at once, and a
     /// member's queue holds those beyond this until one ends.
-    #[arg(long, value_name = "N", default_value_t = platter_io::aio::pool::QUEUE_DEPTH_DEFAULT as u64,
+    #[arg(long, value_name = "N", default_value_t = platter_io::aio::layer::QUEUE_DEPTH_DEFAULT as u64,
           value_parser = clap::value_parser!(u64).range(1..=4096))]
     member_queue_depth: u64,
     /// A member I/O not completed within SECS seconds (1 to 3600) fails its
@@ -106,9 +108,38 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SECS", default_value_t = 30,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     member_timeout: u64,
+    /// What performs member I/O: `auto` (io_uring where the kernel allows
+    /// it, else a pool of threads per member, the reason logged at start),
+    /// `io-uring` (refuse to start without it) or `threads`. Default: the
+    /// PLATTER_IO_BACKEND environment variable, else auto.
+    #[arg(long, value_name = "BACKEND")]
+    io_backend: Option<String>,
+    /// Open file members with O_DIRECT as well (block devices use it by
+    /// default): the page cache is bypassed, a flush has only the device's
+    /// cache to empty, and memory holds no second copy of member data.
+    /// Needs a file system that supports it (not every FUSE or network
+    /// file system does).
+    #[arg(long, conflicts_with = "no_direct")]
+    direct: bool,
+    /// Open block devices through the page cache too (no O_DIRECT at all).
+    #[arg(long)]
+    no_direct: bool,
     /// The volume's members, in any order.
     #[arg(value_name = "MEMBER", required = true)]
     members: Vec<String>,
+}
+
+/// `--io-backend`, else the environment's choice, else auto.
+fn io_backend(given: Option<&str>) -> Result<Backend> {
+    if let Some(text) = given {
+        return Backend::parse(text).map_err(|e| CliError(format!("--io-backend: {e}")));
+    }
+    match std::env::var(BACKEND_ENV) {
+        Ok(text) if !text.is_empty() => {
+            Backend::parse(&text).map_err(|e| CliError(format!("{BACKEND_ENV}: {e}")))
+        }
+        _ => Ok(Backend::Auto),
+    }
 }
 
 /// A count that must be at least 1: 0 connections would refuse every
@@ -130,9 +161,13 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let opts = OpenOptions {
         read_only: args.read_only,
         claim: true,
+        direct: args.direct,
+        direct_block_devices: !args.no_direct,
         ..OpenOptions::default()
     };
+    let io_backend = io_backend(args.io_backend.as_deref())?;
     let injections = parse_injections(&args.inject, &args.members)?;
+    let mut member_delays = std::collections::HashMap::new();
     let mut devices = open_all(&args.members, opts)?;
     for (i, spec) in injections {
         let size = devices[i].size_bytes();
@@ -143,8 +178,17 @@ pub fn run(args: ServeArgs) -> Result<()> {
             )));
         }
         tracing::warn!(member = %args.members[i], faults = %spec, "injecting faults");
-        let inner = Arc::clone(&devices[i]);
-        devices[i] = Arc::new(FaultyMember::new(inner, spec));
+        // Latency is a timer on the I/O layer (no thread sleeps through
+        // it); the other faults need to see each I/O, so they wrap the
+        // member, which then does not offer its descriptor to io_uring.
+        let (faults, latency) = spec.split_latency();
+        if let Some(delay) = Delay::of_spec(&latency) {
+            member_delays.insert(devices[i].describe().to_string(), delay);
+        }
+        if faults.is_active() {
+            let inner = Arc::clone(&devices[i]);
+            devices[i] = Arc::new(FaultyMember::new(inner, faults));
+        }
     }
     let mut volume = assemble_devices(devices)?;
     if args.force && !args.read_only {
@@ -167,6 +211,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         // At most 4096 (the parser's range): fits any usize.
         member_queue_depth: args.member_queue_depth as usize,
         member_timeout: Duration::from_secs(args.member_timeout),
+        io_backend,
+        member_delays,
     };
     serve(volume, config, print_ready).map_err(|e| CliError(e.to_string()))
 }

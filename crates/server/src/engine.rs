@@ -247,6 +247,11 @@ impl Engine {
             .collect()
     }
 
+    /// What performs member I/O: `io-uring` or `threads`.
+    pub fn io_backend(&self) -> &'static str {
+        self.io.backend()
+    }
+
     /// How busy each member's queue is, by slot (`None`: no device).
     pub fn member_queues(&self) -> Vec<Option<QueueLoad>> {
         self.lock()

@@ -67,6 +67,11 @@ pub struct ServeConfig {
     /// A member I/O not completed this long after it was started fails
     /// its member (`--member-timeout`).
     pub member_timeout: Duration,
+    /// What performs member I/O (`--io-backend`).
+    pub io_backend: platter_io::aio::layer::Backend,
+    /// Latency injected into members' I/O by the I/O layer, by member as
+    /// its device describes itself (`--inject latency=`).
+    pub member_delays: std::collections::HashMap<String, platter_io::aio::Delay>,
 }
 
 /// What `--buffer-limit` defaults to.
@@ -222,10 +227,16 @@ pub fn serve(
     }
     // Moved, not cloned: the engine is the only holder of the devices, so a
     // removed member's device closes when the engine lets it go.
-    let io = platter_io::aio::pool::ThreadPool::new(platter_io::aio::pool::PoolConfig {
+    let io = platter_io::aio::layer::Layer::new(platter_io::aio::layer::LayerConfig {
         queue_depth: config.member_queue_depth.max(1),
         timeout: config.member_timeout,
-    });
+        backend: config.io_backend,
+        delays: config.member_delays.clone(),
+    })
+    .map_err(|e| ServeError::Refused(format!("--io-backend io-uring: {e}")))?;
+    if let Some(why) = io.fallback_reason() {
+        tracing::warn!(reason = why, "member I/O does not use io_uring");
+    }
     let engine = Engine::new(vol, members, Arc::new(io));
     if config.buffer_limit_bytes < u64::from(MAX_BLOCK_BYTES) {
         return Err(ServeError::Refused(format!(

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use platter_core::geometry::{Geometry, GeometrySpec};
 use platter_core::volume::{Health, Limits, Reply, Request, Volume, VolumeError};
 use platter_core::{Level, ParityLayout};
-use platter_io::aio::pool::{PoolConfig, ThreadPool};
+use platter_io::aio::layer::{Layer, LayerConfig};
 use platter_io::{FaultControls, FaultSpec, FaultyMember, Member, MemoryMember};
 use platter_server::engine::Engine;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,7 +22,7 @@ struct Rig {
     controls: Vec<Arc<FaultControls>>,
 }
 
-fn rig(level: Level, members: u32, latency: Duration, pool: PoolConfig) -> Rig {
+fn rig(level: Level, members: u32, latency: Duration, pool: LayerConfig) -> Rig {
     let geometry = Geometry::new(GeometrySpec {
         level,
         parity_layout: ParityLayout::LeftSymmetric,
@@ -52,15 +52,16 @@ fn rig(level: Level, members: u32, latency: Duration, pool: PoolConfig) -> Rig {
         })
         .collect();
     Rig {
-        engine: Engine::new(volume, devices, Arc::new(ThreadPool::new(pool))),
+        engine: Engine::new(volume, devices, Arc::new(Layer::threads(pool))),
         controls,
     }
 }
 
-fn pool(queue_depth: usize, timeout: Duration) -> PoolConfig {
-    PoolConfig {
+fn pool(queue_depth: usize, timeout: Duration) -> LayerConfig {
+    LayerConfig {
         queue_depth,
         timeout,
+        ..LayerConfig::default()
     }
 }
 

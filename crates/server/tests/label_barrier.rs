@@ -12,7 +12,7 @@ use bytes::Bytes;
 use platter_core::geometry::{Geometry, GeometrySpec};
 use platter_core::volume::{Event, Health, Limits, Request, Volume};
 use platter_core::{Level, ParityLayout};
-use platter_io::aio::pool::{PoolConfig, ThreadPool};
+use platter_io::aio::layer::{Layer, LayerConfig};
 use platter_io::{FaultSpec, FaultyMember, Member, MemoryMember};
 use platter_server::engine::Engine;
 use std::sync::{Arc, Mutex};
@@ -46,7 +46,7 @@ fn mirror_engine(faults: [FaultSpec; 2]) -> Arc<Engine> {
     Engine::new(
         volume,
         members,
-        Arc::new(ThreadPool::new(PoolConfig::default())),
+        Arc::new(Layer::threads(LayerConfig::default())),
     )
 }
 
