@@ -117,12 +117,16 @@ impl FileMember {
         if device == Device::BlockDevice && (!opts.read_only || opts.claim) {
             flags |= libc::O_EXCL;
         }
-        let file = fs::OpenOptions::new()
-            .read(true)
-            .write(!opts.read_only)
-            .custom_flags(flags)
-            .open(path)
-            .map_err(|err| match err.raw_os_error() {
+        let block_claimed =
+            |err: &io::Error| device == Device::BlockDevice && err.raw_os_error() == Some(libc::EBUSY);
+        let file = while_claimed(block_claimed, || {
+            fs::OpenOptions::new()
+                .read(true)
+                .write(!opts.read_only)
+                .custom_flags(flags)
+                .open(path)
+        })
+        .map_err(|err| match err.raw_os_error() {
                 Some(libc::EINVAL) if opts.direct => MemberError {
                     source: Some(io::Error::new(
                         io::ErrorKind::Unsupported,
@@ -165,10 +169,17 @@ impl FileMember {
             (true, false) => None,
         };
         if let (Device::RegularFile, Some(lock)) = (device, lock) {
-            // SAFETY: flock on a descriptor this function owns.
-            let locked = unsafe { libc::flock(file.as_raw_fd(), lock | libc::LOCK_NB) };
-            if locked != 0 {
-                let err = io::Error::last_os_error();
+            let locked = while_claimed(
+                |err| err.raw_os_error() == Some(libc::EWOULDBLOCK),
+                || {
+                    // SAFETY: flock on a descriptor this function owns.
+                    match unsafe { libc::flock(file.as_raw_fd(), lock | libc::LOCK_NB) } {
+                        0 => Ok(()),
+                        _ => Err(io::Error::last_os_error()),
+                    }
+                },
+            );
+            if let Err(err) = locked {
                 return Err(MemberError {
                     source: Some(io::Error::new(
                         err.kind(),
@@ -592,6 +603,32 @@ impl RingTarget for FileMember {
 
     fn error(&self, err: io::Error, op: Op, offset_bytes: u64, len_bytes: u64) -> MemberError {
         FileMember::error(self, err, op, offset_bytes, len_bytes)
+    }
+}
+
+/// How long an open waits for a member another process holds: a server
+/// killed a moment ago keeps its members claimed until the kernel has
+/// finished the I/O its io_uring had in flight (the ring is torn down
+/// after the process), and that I/O must land before a new server starts
+/// on the member. A running server holds its members for good; it is
+/// refused after this wait.
+pub const CLAIM_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Runs `attempt` until it succeeds, fails otherwise than `busy` says, or
+/// [`CLAIM_WAIT`] has passed.
+fn while_claimed<T>(
+    busy: impl Fn(&io::Error) -> bool,
+    mut attempt: impl FnMut() -> io::Result<T>,
+) -> io::Result<T> {
+    let start = std::time::Instant::now();
+    // Bounded by CLAIM_WAIT, at 10 ms a try.
+    loop {
+        match attempt() {
+            Err(err) if busy(&err) && start.elapsed() < CLAIM_WAIT => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => return other,
+        }
     }
 }
 

@@ -168,6 +168,22 @@ pub struct Engine {
     /// lock; a lost update only makes it a little less recent.
     member_io_ns_avg: AtomicU64,
     member_count: usize,
+    /// How often the engine lock was taken, found taken, and how long
+    /// takers waited: what tells whether the lock bounds anything
+    /// (docs/architecture.md, "The engine lock").
+    lock_acquired: AtomicU64,
+    lock_contended: AtomicU64,
+    lock_waited_ns: AtomicU64,
+}
+
+/// The engine lock's use since the start, for `stats --json`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LockUse {
+    pub acquired: u64,
+    /// Acquisitions that found it held and waited.
+    pub contended: u64,
+    /// Their waits, summed.
+    pub waited_ns: u64,
 }
 
 /// What [`Engine::member_io_ns_avg`] starts from: slow, until I/Os show
@@ -210,6 +226,9 @@ impl Engine {
             on_event: Mutex::new(None),
             member_io_ns_avg: AtomicU64::new(MEMBER_IO_NS_START),
             member_count: members_len,
+            lock_acquired: AtomicU64::new(0),
+            lock_contended: AtomicU64::new(0),
+            lock_waited_ns: AtomicU64::new(0),
         })
     }
 
@@ -225,9 +244,30 @@ impl Engine {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
+        self.lock_acquired.fetch_add(1, Ordering::Relaxed);
+        match self.state.try_lock() {
+            Ok(guard) => return guard,
+            Err(std::sync::TryLockError::Poisoned(_)) => panic!("engine lock poisoned"),
+            Err(std::sync::TryLockError::WouldBlock) => {}
+        }
+        // Only a contended acquisition reads the clock.
+        let start = Instant::now();
         // A panic while holding the lock is a broken invariant; the server
         // cannot continue from it safely.
-        self.state.lock().expect("engine lock poisoned")
+        let guard = self.state.lock().expect("engine lock poisoned");
+        let waited_ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.lock_contended.fetch_add(1, Ordering::Relaxed);
+        self.lock_waited_ns.fetch_add(waited_ns, Ordering::Relaxed);
+        guard
+    }
+
+    /// How the engine lock has been used since the start.
+    pub fn lock_use(&self) -> LockUse {
+        LockUse {
+            acquired: self.lock_acquired.load(Ordering::Relaxed),
+            contended: self.lock_contended.load(Ordering::Relaxed),
+            waited_ns: self.lock_waited_ns.load(Ordering::Relaxed),
+        }
     }
 
     pub fn size_bytes(&self) -> u64 {

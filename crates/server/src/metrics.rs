@@ -53,6 +53,7 @@ pub fn stats_json(engine: &Engine, meta: &Meta) -> Value {
         .collect();
     obj.insert("member_queues".into(), json!(queues));
     obj.insert("io_backend".into(), json!(engine.io_backend()));
+    obj.insert("engine_lock".into(), json!(engine.lock_use()));
     v
 }
 
