@@ -292,7 +292,12 @@ run_job() {
         perf_pid=$!
         sleep 0.5
     fi
+    local ctl="$WORK/$1/sock.ctl"
+    # The engine lock's use over the job (platter only): does the lock
+    # bound anything? (docs/architecture.md, "The engine lock")
+    if [ -S "$ctl" ]; then "$PLATTER" stats --control "$ctl" --json >"$3.lock-before" 2>/dev/null || true; fi
     fio_run "$1" "$3" "$rw" "$bs" "$depth" "$RUNTIME"
+    if [ -S "$ctl" ]; then "$PLATTER" stats --control "$ctl" --json >"$3.lock-after" 2>/dev/null || true; fi
     if [ -n "$perf_pid" ]; then
         kill -INT "$perf_pid" 2>/dev/null || true
         wait "$perf_pid" 2>/dev/null || true
@@ -432,6 +437,36 @@ for cmp, name, subject, ref in pairs:
           f"{ratio:>7.2f}{'>=' + format(t, '.1f'):>6} {verdict:<5} "
           + " ".join(f"{r:.2f}" for r in ratios))
 print("(subject and reference IOPS columns; MiB/s beside each)")
+
+# The engine lock over each platter job: the share of acquisitions that
+# found it held, and how long takers waited per request served, medians
+# over the runs (docs/architecture.md, "The engine lock").
+locks = {}
+for cmp, name, subject, ref in pairs:
+    for side in (subject, ref):
+        for r in range(1, runs + 1):
+            base = f"{out}/{cmp}-{name}-{side}-{r}.json"
+            try:
+                a, b = (load(base + ".lock-before"), load(base + ".lock-after"))
+            except (OSError, ValueError):
+                continue
+            la, lb = a.get("engine_lock"), b.get("engine_lock")
+            if not la or not lb:
+                continue
+            reqs = sum(b["volume"][k] - a["volume"][k] for k in ("reads", "writes"))
+            got = lb["acquired"] - la["acquired"]
+            if got <= 0 or reqs <= 0:
+                continue
+            locks.setdefault((side, name), []).append((
+                (lb["contended"] - la["contended"]) / got,
+                (lb["waited_ns"] - la["waited_ns"]) / reqs / 1000,
+                got / reqs))
+if locks:
+    print()
+    print(f"{'engine lock':<26}{'job':<20}{'contended':>10}{'wait/req':>10}{'takes/req':>10}")
+    for (side, name), v in sorted(locks.items()):
+        print(f"{side:<26}{name:<20}{statistics.median(x[0] for x in v):>10.1%}"
+              f"{statistics.median(x[1] for x in v):>8.2f}us{statistics.median(x[2] for x in v):>10.1f}")
 
 rc = 0
 if os.path.exists(f"{out}/memory-bound.txt"):

@@ -223,7 +223,8 @@ impl Aligned {
             .expect("a read buffer's size and alignment fit a layout");
         // SAFETY: the layout's size is not zero.
         let raw = unsafe { std::alloc::alloc(layout) };
-        let ptr = std::ptr::NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        let ptr =
+            std::ptr::NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
         Aligned { ptr, layout, len }
     }
 }

@@ -117,8 +117,9 @@ impl FileMember {
         if device == Device::BlockDevice && (!opts.read_only || opts.claim) {
             flags |= libc::O_EXCL;
         }
-        let block_claimed =
-            |err: &io::Error| device == Device::BlockDevice && err.raw_os_error() == Some(libc::EBUSY);
+        let block_claimed = |err: &io::Error| {
+            device == Device::BlockDevice && err.raw_os_error() == Some(libc::EBUSY)
+        };
         let file = while_claimed(block_claimed, || {
             fs::OpenOptions::new()
                 .read(true)
@@ -127,25 +128,25 @@ impl FileMember {
                 .open(path)
         })
         .map_err(|err| match err.raw_os_error() {
-                Some(libc::EINVAL) if opts.direct => MemberError {
-                    source: Some(io::Error::new(
-                        io::ErrorKind::Unsupported,
-                        format!("the file system does not support O_DIRECT ({err})"),
-                    )),
-                    ..open_error(err)
-                },
-                Some(libc::EBUSY) if device == Device::BlockDevice => MemberError {
-                    source: Some(io::Error::new(
-                        err.kind(),
-                        format!(
-                            "the device is in use: mounted, or claimed by md, LVM or \
+            Some(libc::EINVAL) if opts.direct => MemberError {
+                source: Some(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    format!("the file system does not support O_DIRECT ({err})"),
+                )),
+                ..open_error(err)
+            },
+            Some(libc::EBUSY) if device == Device::BlockDevice => MemberError {
+                source: Some(io::Error::new(
+                    err.kind(),
+                    format!(
+                        "the device is in use: mounted, or claimed by md, LVM or \
                              another program ({err})"
-                        ),
-                    )),
-                    ..open_error(err)
-                },
-                _ => open_error(err),
-            })?;
+                    ),
+                )),
+                ..open_error(err)
+            },
+            _ => open_error(err),
+        })?;
 
         // The path may have been replaced between the stat and the open; what
         // counts is what the descriptor refers to.
@@ -582,8 +583,7 @@ impl RingTarget for FileMember {
             Op::Write => {
                 self.check_write(op, offset_bytes, len_bytes)?;
                 // The first half of `guarded_write`.
-                if self.device == Device::RegularFile
-                    && offset_bytes + len_bytes == self.size_bytes
+                if self.device == Device::RegularFile && offset_bytes + len_bytes == self.size_bytes
                 {
                     self.check_not_shrunk(op, offset_bytes, len_bytes)?;
                 }

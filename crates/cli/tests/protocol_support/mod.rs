@@ -963,10 +963,22 @@ impl Server {
         last
     }
 
+    /// The server's own threads. The kernel's io_uring workers
+    /// (`iou-wrk-*`, started for I/O the ring punts, gone after seconds
+    /// idle, at most the bound the ring sets) are the kernel's, not a
+    /// connection the server failed to let go.
     pub fn threads(&self) -> usize {
-        fs::read_dir(format!("/proc/{}/task", self.pid))
-            .map(|d| d.count())
-            .unwrap_or(0)
+        let Ok(tasks) = fs::read_dir(format!("/proc/{}/task", self.pid)) else {
+            return 0;
+        };
+        tasks
+            .filter_map(Result::ok)
+            .filter(|t| {
+                fs::read_to_string(t.path().join("comm"))
+                    .map(|c| !c.starts_with("iou-"))
+                    .unwrap_or(false)
+            })
+            .count()
     }
 
     /// Resident memory of the server process, in bytes.

@@ -136,7 +136,12 @@ impl Layer {
     pub fn new(config: LayerConfig) -> Result<Layer, UringRefused> {
         assert!(config.queue_depth > 0, "a queue depth of 0 serves nothing");
         let (ring, fallback_reason) = match config.backend {
-            Backend::Threads => (None, Some(format!("the thread pool was asked for (--io-backend threads or {BACKEND_ENV}=threads)"))),
+            Backend::Threads => (
+                None,
+                Some(format!(
+                    "the thread pool was asked for (--io-backend threads or {BACKEND_ENV}=threads)"
+                )),
+            ),
             Backend::Uring => (Some(Ring::new().map_err(UringRefused)?), None),
             Backend::Auto => match Ring::new() {
                 Ok(ring) => (Some(ring), None),
@@ -145,7 +150,9 @@ impl Layer {
         };
         match &fallback_reason {
             None => tracing::info!("member I/O through io_uring"),
-            Some(why) => tracing::info!(reason = %why, "member I/O through the portable thread pool"),
+            Some(why) => {
+                tracing::info!(reason = %why, "member I/O through the portable thread pool")
+            }
         }
         Ok(Layer {
             shared: Arc::new(Shared {
@@ -201,12 +208,7 @@ impl Drop for Layer {
 
 impl IoLayer for Layer {
     fn queue(&self, device: Arc<dyn Member>) -> Arc<dyn MemberQueue> {
-        let delay = self
-            .shared
-            .config
-            .delays
-            .get(device.describe())
-            .cloned();
+        let delay = self.shared.config.delays.get(device.describe()).cloned();
         let queue = Arc::new(Queue::new(device, Arc::clone(&self.shared), delay));
         let mut w = self.shared.watch();
         w.queues.retain(|q| q.strong_count() > 0);

@@ -121,9 +121,9 @@ impl OpSummary {
 
 impl Queue {
     pub(super) fn new(device: Arc<dyn Member>, layer: Arc<Shared>, delay: Option<Delay>) -> Queue {
-        let start_ns = delay
-            .as_ref()
-            .map_or(super::RECENT_NS_START, |d| d.base_ns().max(super::RECENT_NS_START));
+        let start_ns = delay.as_ref().map_or(super::RECENT_NS_START, |d| {
+            d.base_ns().max(super::RECENT_NS_START)
+        });
         Queue {
             device,
             layer,

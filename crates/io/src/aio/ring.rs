@@ -37,6 +37,10 @@ const ENTRIES: u32 = 256;
 const WAKE: u64 = u64::MAX;
 /// Times an I/O is resubmitted after `EAGAIN`/`EINTR` before it fails.
 const RETRIES_MAX: u32 = 8;
+/// The kernel's io_uring workers for file I/O at most (per NUMA node),
+/// and for anything else.
+const IOWQ_BOUNDED_MAX: u32 = 64;
+const IOWQ_UNBOUNDED_MAX: u32 = 4;
 /// `O_DIRECT` memory alignment asked of write buffers (a page satisfies
 /// every device; `direct.rs` asks the same).
 const DIRECT_MEMORY_ALIGN_BYTES: u64 = 4096;
@@ -124,6 +128,13 @@ impl Ring {
                 return Err(format!("the kernel's io_uring has no {name} operation"));
             }
         }
+        // The kernel's own workers for I/O it cannot do inline (buffered
+        // writes, mostly) get a bound too: io_uring's default is the
+        // process's thread limit.
+        let mut workers = [IOWQ_BOUNDED_MAX, IOWQ_UNBOUNDED_MAX];
+        if let Err(e) = uring.submitter().register_iowq_max_workers(&mut workers) {
+            tracing::debug!(error = %e, "the kernel's io_uring workers keep their default bound");
+        }
         let room = uring.params().cq_entries() as usize;
         let ring = Arc::new(Ring {
             uring,
@@ -162,7 +173,9 @@ impl Ring {
             (Op::Flush, _) => true,
             // Nothing to do, or more than one kernel call can move.
             _ if len_bytes == 0 || len_bytes > u64::from(u32::MAX) => false,
-            (_, Some(block)) => offset_bytes.is_multiple_of(block) && len_bytes.is_multiple_of(block),
+            (_, Some(block)) => {
+                offset_bytes.is_multiple_of(block) && len_bytes.is_multiple_of(block)
+            }
             (_, None) => true,
         };
         let mut st = self.lock();
@@ -309,10 +322,9 @@ impl Ring {
             let exit = {
                 let mut st = self.lock();
                 // SAFETY: only this thread reads the completion queue.
-                let completions: Vec<(u64, i32)> =
-                    unsafe { self.uring.completion_shared() }
-                        .map(|c| (c.user_data(), c.result()))
-                        .collect();
+                let completions: Vec<(u64, i32)> = unsafe { self.uring.completion_shared() }
+                    .map(|c| (c.user_data(), c.result()))
+                    .collect();
                 for (user_data, result) in completions {
                     if user_data == WAKE {
                         continue;
@@ -354,7 +366,9 @@ impl Ring {
         index: usize,
         result: i32,
     ) -> Option<(Arc<Queue>, u64, Instant, IoResult)> {
-        let flight = st.slots[index].as_mut().expect("a completion for a slot in use");
+        let flight = st.slots[index]
+            .as_mut()
+            .expect("a completion for a slot in use");
         let queue = Arc::clone(&flight.queue);
         let target = queue
             .device
@@ -418,10 +432,9 @@ impl Ring {
 /// `O_DIRECT` (memory and length); `None` when they can go as they are.
 fn bounce_if_unaligned(data: &Payload, block_bytes: u64) -> Option<Aligned> {
     let align = block_bytes.max(DIRECT_MEMORY_ALIGN_BYTES);
-    let aligned = data
-        .parts()
-        .iter()
-        .all(|p| (p.as_ptr() as u64).is_multiple_of(align) && (p.len() as u64).is_multiple_of(block_bytes));
+    let aligned = data.parts().iter().all(|p| {
+        (p.as_ptr() as u64).is_multiple_of(align) && (p.len() as u64).is_multiple_of(block_bytes)
+    });
     if aligned {
         return None;
     }

@@ -1,10 +1,10 @@
 use super::*;
 use crate::aio::{Completed, IoLayer, MemberQueue};
-use platter_core::volume::MemberOp;
-use std::time::Instant;
 use crate::fault::{FaultSpec, FaultyMember};
 use crate::memory::MemoryMember;
+use platter_core::volume::MemberOp;
 use std::sync::mpsc;
+use std::time::Instant;
 
 fn slow(latency_ms: u64) -> (Arc<dyn Member>, Arc<crate::FaultControls>) {
     let m = FaultyMember::new(

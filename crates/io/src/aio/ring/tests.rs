@@ -130,7 +130,10 @@ fn a_request_past_the_end_is_refused_before_the_kernel_sees_it() {
     let err = w.result.expect_err("past the end");
     assert!(err.message.contains("past the end"), "{}", err.message);
     assert_eq!(thread.as_deref(), Some("platter-io-ring"));
-    assert_eq!(std::fs::metadata(dir.path().join("m.img")).unwrap().len(), 1 << 20);
+    assert_eq!(
+        std::fs::metadata(dir.path().join("m.img")).unwrap().len(),
+        1 << 20
+    );
 }
 
 /// The story this guards: the member contract says a file truncated
@@ -191,7 +194,11 @@ fn direct_io_goes_through_the_ring_aligned_and_through_threads_unaligned() {
     let mut want = data.clone();
     want[512..1024].copy_from_slice(&small);
     assert_eq!(&got[..], &want[..]);
-    assert_eq!(got.as_ptr() as usize % 4096, 0, "an O_DIRECT buffer is aligned");
+    assert_eq!(
+        got.as_ptr() as usize % 4096,
+        0,
+        "an O_DIRECT buffer is aligned"
+    );
 }
 
 fn delayed_layer(member: &str, latency_us: u64, depth: usize, timeout: Duration) -> Layer {
@@ -247,10 +254,17 @@ fn thousands_of_delayed_ios_wait_on_a_timer_not_on_threads() {
         let (c, at) = rx.recv_timeout(Duration::from_secs(10)).expect("completes");
         assert!(c.result.is_ok());
         assert!(at - start >= Duration::from_millis(400));
-        assert!(c.device_ns >= 400_000_000, "the delay counts as device time");
+        assert!(
+            c.device_ns >= 400_000_000,
+            "the delay counts as device time"
+        );
     }
     // All at once, not one after another: about one latency in all.
-    assert!(start.elapsed() < Duration::from_secs(3), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
     assert!(q.pace().recent_ns >= 400_000_000);
 }
 
@@ -269,7 +283,9 @@ fn a_delayed_io_past_the_timeout_fails_and_never_reaches_the_device() {
         q.submit(read(i * 4096, 4096), Box::new(move |c| drop(tx.send(c))));
     }
     for _ in 0..2 {
-        let c = rx.recv_timeout(Duration::from_secs(2)).expect("timed out in time");
+        let c = rx
+            .recv_timeout(Duration::from_secs(2))
+            .expect("timed out in time");
         assert!(c.timed_out);
         assert!(c.result.unwrap_err().message.contains("--member-timeout"));
     }
