@@ -261,7 +261,13 @@ impl Client {
     /// Connects and negotiates `mode`, then `NBD_OPT_GO` with every
     /// information request; panics unless transmission starts.
     pub fn open(path: &Path, mode: Mode) -> Client {
-        Client::try_open(path, mode).unwrap_or_else(|| {
+        Client::open_export(path, mode, EXPORT)
+    }
+
+    /// [`Client::open`] of the export named `name` (`""`: the default
+    /// export, the only one a `platter serve` has, whatever its name).
+    pub fn open_export(path: &Path, mode: Mode, name: &str) -> Client {
+        Client::try_open_export(path, mode, name).unwrap_or_else(|| {
             panic!("the server closed the connection instead of greeting (refused?)")
         })
     }
@@ -270,6 +276,11 @@ impl Client {
     /// answers its options with `NBD_REP_ERR_POLICY` (over the connection
     /// limit), or closes it before its greeting.
     pub fn try_open(path: &Path, mode: Mode) -> Option<Client> {
+        Client::try_open_export(path, mode, EXPORT)
+    }
+
+    /// [`Client::try_open`] of the export named `name`.
+    pub fn try_open_export(path: &Path, mode: Mode, name: &str) -> Option<Client> {
         let mut c = Client::connect(path);
         let mut g = [0u8; 18];
         match c.fill(&mut g) {
@@ -292,13 +303,13 @@ impl Client {
         }
         if mode == Mode::Meta {
             let ctx = c
-                .set_meta_context(EXPORT, &["base:allocation"])
+                .set_meta_context(name, &["base:allocation"])
                 .unwrap_or_else(|e| panic!("SET_META_CONTEXT refused: {e:#x}"));
             assert_eq!(ctx.len(), 1, "one context for base:allocation: {ctx:?}");
             assert_eq!(ctx[0].1, "base:allocation");
         }
         let infos = [INFO_EXPORT, INFO_NAME, INFO_DESCRIPTION, INFO_BLOCK_SIZE];
-        match c.go(EXPORT, &infos) {
+        match c.go(name, &infos) {
             Ok(_) => Some(c),
             Err(REP_ERR_POLICY) => None,
             Err(e) => panic!("NBD_OPT_GO refused: {e:#x}"),
@@ -668,13 +679,46 @@ impl Client {
     }
 
     /// Reads the next complete reply (chunks of other replies in between are
-    /// kept for later). Every chunk is checked against proto.md.
+    /// kept for later). Every chunk is checked against proto.md. Panics if
+    /// the server closes or hangs.
     pub fn reply(&mut self) -> Reply {
+        self.try_reply().unwrap_or_else(|e| match e {
+            End::Closed { got } => {
+                panic!("reply: server closed the connection ({got} bytes into a reply's message)")
+            }
+            End::Timeout { got } => panic!(
+                "reply: server hung: nothing more in {} s ({got} bytes into a reply's message)",
+                TIMEOUT.as_secs()
+            ),
+        })
+    }
+
+    /// Reads exactly `n` bytes, or says why not.
+    fn get(&mut self, n: usize) -> Result<Vec<u8>, End> {
+        let mut buf = vec![0u8; n];
+        self.fill(&mut buf).map(|()| buf)
+    }
+
+    /// [`Client::reply`], but the end of the connection is an answer too:
+    /// `Err(End::Closed { got: 0 })` when the server closed between
+    /// messages (with simple replies, between replies), `Err(End::Closed
+    /// { got })` with `got > 0` when it closed inside one, `Err(End::Timeout
+    /// { .. })` when nothing came for [`TIMEOUT`].
+    pub fn try_reply(&mut self) -> Result<Reply, End> {
+        // Inside a message, a close is counted as one byte in at least.
+        let inside = |e: End| match e {
+            End::Closed { got } => End::Closed { got: got.max(1) },
+            e => e,
+        };
         loop {
-            let h = self.take(4, "reply magic");
+            // Between chunks of a structured reply is inside a message too.
+            let mid_reply = !self.partial.is_empty();
+            let h = self
+                .get(4)
+                .map_err(|e| if mid_reply { inside(e) } else { e })?;
             match be32(&h) {
                 SIMPLE_REPLY_MAGIC => {
-                    let rest = self.take(12, "simple reply");
+                    let rest = self.get(12).map_err(inside)?;
                     let (errno, cookie) = (be32(&rest), be64(&rest[4..]));
                     let p = self.pending.remove(&cookie).unwrap_or_else(|| {
                         panic!("simple reply for unknown cookie {cookie:#x} (errno {errno})")
@@ -692,17 +736,17 @@ impl Client {
                     if errno != 0 {
                         r.errors.push(errno);
                     } else if p.kind == CMD_READ {
-                        r.data = self.take(p.len as usize, "simple read data");
+                        r.data = self.get(p.len as usize).map_err(inside)?;
                         r.covered = u64::from(p.len);
                     }
-                    return r;
+                    return Ok(r);
                 }
                 STRUCTURED_REPLY_MAGIC => {
                     assert!(
                         self.structured,
                         "structured reply chunk without negotiation"
                     );
-                    let rest = self.take(16, "structured chunk header");
+                    let rest = self.get(16).map_err(inside)?;
                     let (flags, kind) = (be16(&rest), be16(&rest[2..]));
                     let cookie = be64(&rest[4..]);
                     let len = be32(&rest[12..]) as usize;
@@ -710,7 +754,7 @@ impl Client {
                         len as u64 <= MAX_PAYLOAD + 64,
                         "structured chunk of {len} bytes"
                     );
-                    let payload = self.take(len, "structured chunk payload");
+                    let payload = self.get(len).map_err(inside)?;
                     let p = *self.pending.get(&cookie).unwrap_or_else(|| {
                         panic!("structured chunk for unknown cookie {cookie:#x}")
                     });
@@ -781,7 +825,7 @@ impl Client {
                     }
                     if flags & REPLY_FLAG_DONE != 0 {
                         self.pending.remove(&cookie);
-                        return self.partial.remove(&cookie).unwrap().reply;
+                        return Ok(self.partial.remove(&cookie).unwrap().reply);
                     }
                 }
                 m => panic!("bad reply magic {m:#010x}"),
