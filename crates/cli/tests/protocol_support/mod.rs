@@ -92,6 +92,7 @@ pub const REPLY_TYPE_ERROR_OFFSET: u16 = (1 << 15) | 2;
 pub const EPERM: u32 = 1;
 pub const EINVAL: u32 = 22;
 pub const ENOSPC: u32 = 28;
+pub const ESHUTDOWN: u32 = 108;
 
 pub const MIB: u64 = 1 << 20;
 /// The maximum payload the server advertises (DESIGN.md, "NBD export").
@@ -660,6 +661,25 @@ impl Client {
         self.put(&m);
         self.pending.insert(cookie, Pending { kind, offset, len });
         cookie
+    }
+
+    /// [`Client::request`], but a server that has gone (or stopped reading
+    /// for [`TIMEOUT`]) is an `Err`, not a panic; the request is then not
+    /// expected to be answered.
+    pub fn try_request(
+        &mut self,
+        flags: u16,
+        kind: u16,
+        offset: u64,
+        len: u32,
+        payload: &[u8],
+    ) -> io::Result<u64> {
+        let cookie = self.cookie();
+        let mut m = Client::header(REQUEST_MAGIC, flags, kind, cookie, offset, len);
+        m.extend_from_slice(payload);
+        self.send(&m)?;
+        self.pending.insert(cookie, Pending { kind, offset, len });
+        Ok(cookie)
     }
 
     /// Sends several requests (kind, offset, len, payload) in one write, as
