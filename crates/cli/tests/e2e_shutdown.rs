@@ -23,6 +23,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use e2e_support::*;
+use protocol_support::{load_block_data, pipelined_load, LoadSeen, LOAD_BLOCK};
 
 /// A clean stop under load must take no longer than this.
 const STOP_WITHIN: Duration = Duration::from_secs(10);
@@ -576,122 +577,8 @@ fn a_read_only_server_and_a_writer_never_share_members() {
 /// Connections of the in-flight stop, each with the server's 64 requests
 /// in flight (and a few more waiting in its socket).
 const INFLIGHT_CONNS: usize = 48;
-/// Each connection's own part of the volume, written in 4 KiB blocks at
-/// most once each, so a block reads back as its one write or as zeros.
+/// Each connection's own part of the volume.
 const INFLIGHT_REGION: u64 = 2 * MIB;
-const BLOCK: u64 = 4096;
-
-/// The bytes of `block` (a volume block number) when written.
-fn block_data(block: u64) -> Vec<u8> {
-    protocol_support::pattern(0xb10c_0000 + block, BLOCK as usize)
-}
-
-/// What one connection saw, from its start to the server's close.
-#[derive(Default)]
-struct Seen {
-    /// Blocks whose write was acknowledged.
-    acked: Vec<u64>,
-    /// How many of `acked` (the first ones) were acknowledged before a
-    /// FLUSH that then succeeded was sent.
-    flushed: usize,
-    /// Blocks whose write was answered ESHUTDOWN: never submitted, so
-    /// never written.
-    refused: Vec<u64>,
-    /// Replies of every kind, and the requests still unanswered when the
-    /// server closed the connection.
-    replies: u64,
-    unanswered: usize,
-    /// Anything wrong: an error other than ESHUTDOWN, wrong read data, a
-    /// close inside a reply, a hang.
-    wrong: Vec<String>,
-}
-
-/// One connection's load: writes of fresh 4 KiB blocks of its region in a
-/// random order, reads of blocks it has had acknowledged (checked), a
-/// FLUSH every 32 requests, 72 requests outstanding, until the server
-/// closes the connection; every reply is accounted for.
-fn inflight_load(conn: usize, socket: &std::path::Path) -> Seen {
-    use protocol_support::{Client, End, Mode, CMD_FLUSH, CMD_READ, CMD_WRITE, ESHUTDOWN};
-    use std::collections::HashMap;
-    let mut c = Client::open_export(socket, Mode::Simple, "");
-    let first = conn as u64 * INFLIGHT_REGION / BLOCK;
-    let mut rng = Rng::new(0x1f1 + conn as u64);
-    let mut fresh: Vec<u64> = (first..first + INFLIGHT_REGION / BLOCK).collect();
-    for i in (1..fresh.len()).rev() {
-        fresh.swap(i, rng.below(i as u64 + 1) as usize);
-    }
-    let mut seen = Seen::default();
-    // cookie -> (kind, block or, for a flush, acked.len() when sent)
-    let mut out: HashMap<u64, (u16, u64)> = HashMap::new();
-    let mut sending = true;
-    let mut sent = 0u64;
-    loop {
-        while sending && out.len() < 72 {
-            sent += 1;
-            let (kind, block) = if sent.is_multiple_of(32) {
-                (CMD_FLUSH, seen.acked.len() as u64)
-            } else if !seen.acked.is_empty() && (fresh.is_empty() || rng.below(4) == 0) {
-                let i = rng.below(seen.acked.len() as u64) as usize;
-                (CMD_READ, seen.acked[i])
-            } else if let Some(b) = fresh.pop() {
-                (CMD_WRITE, b)
-            } else {
-                (CMD_FLUSH, seen.acked.len() as u64)
-            };
-            let result = match kind {
-                CMD_WRITE => {
-                    c.try_request(0, kind, block * BLOCK, BLOCK as u32, &block_data(block))
-                }
-                CMD_READ => c.try_request(0, kind, block * BLOCK, BLOCK as u32, &[]),
-                _ => c.try_request(0, kind, 0, 0, &[]),
-            };
-            match result {
-                Ok(cookie) => {
-                    out.insert(cookie, (kind, block));
-                }
-                // The server has closed: what was sent is still answered
-                // or ended below.
-                Err(_) => sending = false,
-            }
-        }
-        if out.is_empty() {
-            return seen;
-        }
-        let r = match c.try_reply() {
-            Ok(r) => r,
-            Err(End::Closed { got: 0 }) => {
-                seen.unanswered = out.len();
-                return seen;
-            }
-            Err(e) => {
-                seen.wrong.push(format!(
-                    "connection {conn}: {e:?} with {} requests unanswered",
-                    out.len()
-                ));
-                return seen;
-            }
-        };
-        seen.replies += 1;
-        let (kind, block) = out.remove(&r.cookie).expect("a reply to a request sent");
-        match (kind, r.errno()) {
-            (CMD_WRITE, 0) => seen.acked.push(block),
-            (CMD_WRITE, ESHUTDOWN) => seen.refused.push(block),
-            (CMD_READ, 0) if r.data != block_data(block) => seen
-                .wrong
-                .push(format!("connection {conn}: block {block} read back wrong")),
-            (CMD_FLUSH, 0) => seen.flushed = seen.flushed.max(block as usize),
-            (_, 0 | ESHUTDOWN) => {}
-            (k, e) => seen.wrong.push(format!(
-                "connection {conn}: request kind {k} failed with errno {e}"
-            )),
-        }
-        if r.errno() == ESHUTDOWN {
-            // The server is stopping: no more requests, the rest answered.
-            sending = false;
-        }
-    }
-}
-
 /// Member I/Os waiting in or running on the members' queues, and requests
 /// in the volume, as `platter stats --json` says.
 fn in_flight(s: &Server) -> (u64, u64) {
@@ -739,10 +626,14 @@ fn sigterm_with_thousands_of_ios_in_flight_answers_every_request_and_stops_clean
         },
     );
     let socket = s.socket().to_path_buf();
-    let clients: Vec<JoinHandle<Seen>> = (0..INFLIGHT_CONNS)
+    let never = Arc::new(AtomicBool::new(false));
+    let blocks = INFLIGHT_REGION / LOAD_BLOCK;
+    let clients: Vec<JoinHandle<LoadSeen>> = (0..INFLIGHT_CONNS)
         .map(|i| {
-            let socket = socket.clone();
-            std::thread::spawn(move || inflight_load(i, &socket))
+            let (socket, never) = (socket.clone(), Arc::clone(&never));
+            std::thread::spawn(move || {
+                pipelined_load(&socket, i as u64 * blocks, blocks, 0x1f1 + i as u64, &never)
+            })
         })
         .collect();
 
@@ -790,9 +681,13 @@ fn sigterm_with_thousands_of_ios_in_flight_answers_every_request_and_stops_clean
         ended < Duration::from_secs(25),
         "{test}: the clients ended {ended:?} after the signal"
     );
-    let wrong: Vec<&String> = seen.iter().flat_map(|s| &s.wrong).collect();
+    let wrong: Vec<String> = seen
+        .iter()
+        .enumerate()
+        .flat_map(|(i, s)| s.wrong.iter().map(move |w| format!("connection {i}: {w}")))
+        .collect();
     assert!(wrong.is_empty(), "{test}: {wrong:#?}");
-    let sum = |f: &dyn Fn(&Seen) -> usize| seen.iter().map(f).sum::<usize>();
+    let sum = |f: &dyn Fn(&LoadSeen) -> usize| seen.iter().map(f).sum::<usize>();
     let (acked, flushed, refused, unanswered) = (
         sum(&|s| s.acked.len()),
         sum(&|s| s.flushed),
@@ -826,12 +721,12 @@ fn sigterm_with_thousands_of_ios_in_flight_answers_every_request_and_stops_clean
             .read_at(i as u64 * INFLIGHT_REGION, INFLIGHT_REGION as u32)
             .unwrap_or_else(|e| panic!("{test}: read region {i}: errno {e}"));
         let at = |b: u64| {
-            let off = (b * BLOCK - i as u64 * INFLIGHT_REGION) as usize;
-            &region[off..off + BLOCK as usize]
+            let off = (b * LOAD_BLOCK - i as u64 * INFLIGHT_REGION) as usize;
+            &region[off..off + LOAD_BLOCK as usize]
         };
         for &b in &seen.acked {
             assert!(
-                at(b) == block_data(b).as_slice(),
+                at(b) == load_block_data(b).as_slice(),
                 "{test}: block {b}, acknowledged before the stop, reads back wrong"
             );
         }

@@ -333,6 +333,69 @@ pub fn send_signal(pid: u32, signal: &str) {
 }
 
 // ---------------------------------------------------------------------------
+// What /proc says of a process (Linux)
+
+/// The fields of `/proc/PID/stat` (or `/proc/PID/task/TID/stat`) after the
+/// command name, which may hold spaces: index 0 is field 3 (the state).
+fn stat_fields(path: &str) -> Option<Vec<String>> {
+    let text = fs::read_to_string(path).ok()?;
+    let rest = &text[text.rfind(')')? + 1..];
+    Some(rest.split_whitespace().map(str::to_string).collect())
+}
+
+/// CPU time `pid` has used (user and system, its ended threads included),
+/// in clock ticks of [`CLOCK_TICKS_PER_SECOND`].
+pub fn cpu_ticks(pid: u32) -> u64 {
+    let f = stat_fields(&format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
+    // utime and stime are fields 14 and 15.
+    f[11].parse::<u64>().expect("utime") + f[12].parse::<u64>().expect("stime")
+}
+
+/// The unit of /proc's CPU times (USER_HZ): 100 on Linux whatever the
+/// kernel's own tick rate.
+pub const CLOCK_TICKS_PER_SECOND: u64 = 100;
+
+/// A `kB` line of `/proc/PID/status` (`VmRSS:`, `VmHWM:`), in bytes.
+pub fn proc_status_bytes(pid: u32, key: &str) -> u64 {
+    let s = fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc/PID/status");
+    let line = s
+        .lines()
+        .find(|l| l.starts_with(key))
+        .unwrap_or_else(|| panic!("no {key} line in /proc/{pid}/status"));
+    line.split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("{key} value"))
+        * 1024
+}
+
+/// The names of `pid`'s threads (`comm`: at most 15 bytes), one per thread.
+pub fn thread_names(pid: u32) -> Vec<String> {
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    dir.filter_map(|t| fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim_end().to_string())
+        .collect()
+}
+
+/// Context switches of `pid`'s live threads, voluntary and not, summed:
+/// how often its threads woke up.
+pub fn context_switches(pid: u32) -> u64 {
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    dir.filter_map(|t| fs::read_to_string(t.ok()?.path().join("status")).ok())
+        .flat_map(|s| {
+            s.lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .collect::<Vec<u64>>()
+        })
+        .sum()
+}
+
+// ---------------------------------------------------------------------------
 // Files and data
 
 /// A temporary directory under the target directory (not /tmp, often

@@ -903,10 +903,151 @@ impl Client {
         assert!(back == data, "{what}: read back differs at {offset}");
     }
 
+    /// `NBD_CMD_DISC`, if the server still takes it.
+    pub fn disconnect_quietly(&mut self) {
+        let c = self.cookie();
+        let _ = self.send(&Client::header(REQUEST_MAGIC, 0, CMD_DISC, c, 0, 0));
+    }
+
     /// `NBD_CMD_DISC`.
     pub fn disconnect(&mut self) {
         let c = self.cookie();
         self.put(&Client::header(REQUEST_MAGIC, 0, CMD_DISC, c, 0, 0));
+    }
+}
+
+// ---------------------------------------------------------------------------
+// A pipelined load
+// ---------------------------------------------------------------------------
+
+/// The size of [`pipelined_load`]'s requests.
+pub const LOAD_BLOCK: u64 = 4096;
+/// Requests [`pipelined_load`] keeps outstanding on its connection: the
+/// server takes 64 (`CONN_MAX_REQUESTS`), the rest wait in the socket.
+pub const LOAD_DEPTH: usize = 72;
+
+/// The bytes of volume block `block` (of [`LOAD_BLOCK`] bytes) when
+/// [`pipelined_load`] writes it.
+pub fn load_block_data(block: u64) -> Vec<u8> {
+    pattern(0xb10c_0000 + block, LOAD_BLOCK as usize)
+}
+
+/// What one connection of [`pipelined_load`] saw.
+#[derive(Debug, Default)]
+pub struct LoadSeen {
+    /// Blocks whose write was acknowledged.
+    pub acked: Vec<u64>,
+    /// How many of `acked` (the first ones) were acknowledged before a
+    /// FLUSH that then succeeded was sent.
+    pub flushed: usize,
+    /// Blocks whose write was answered ESHUTDOWN: never submitted, so
+    /// never written.
+    pub refused: Vec<u64>,
+    /// Replies of every kind.
+    pub replies: u64,
+    /// Requests still unanswered when the server closed the connection.
+    pub unanswered: usize,
+    /// Anything wrong: an error other than ESHUTDOWN, wrong read data, a
+    /// close inside a reply, a hang.
+    pub wrong: Vec<String>,
+}
+
+/// One connection's load on `blocks` blocks of [`LOAD_BLOCK`] bytes from
+/// block `first`, each written at most once (so it reads back as that
+/// write or as zeros): writes of fresh blocks in a random order (from
+/// `seed`), reads of blocks already acknowledged (checked), a FLUSH every
+/// 32 requests, [`LOAD_DEPTH`] requests outstanding. It runs until the
+/// server closes the connection, or until `stop` is set (then it sends no
+/// more, takes the replies to what it sent and disconnects); every reply
+/// is accounted for. It never panics on the server's account: what went
+/// wrong is in [`LoadSeen::wrong`].
+pub fn pipelined_load(
+    socket: &Path,
+    first: u64,
+    blocks: u64,
+    seed: u64,
+    stop: &std::sync::atomic::AtomicBool,
+) -> LoadSeen {
+    use std::sync::atomic::Ordering;
+    let mut c = Client::open_export(socket, Mode::Simple, "");
+    let mut rng = Rng(seed);
+    let mut fresh: Vec<u64> = (first..first + blocks).collect();
+    for i in (1..fresh.len()).rev() {
+        fresh.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    let mut seen = LoadSeen::default();
+    // cookie -> (kind, the block, or for a flush acked.len() when sent)
+    let mut out: HashMap<u64, (u16, u64)> = HashMap::new();
+    let mut sending = true;
+    let mut sent = 0u64;
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            sending = false;
+        }
+        while sending && out.len() < LOAD_DEPTH {
+            sent += 1;
+            let (kind, block) = if sent.is_multiple_of(32) {
+                (CMD_FLUSH, seen.acked.len() as u64)
+            } else if !seen.acked.is_empty() && (fresh.is_empty() || rng.below(4) == 0) {
+                let i = rng.below(seen.acked.len() as u64) as usize;
+                (CMD_READ, seen.acked[i])
+            } else if let Some(b) = fresh.pop() {
+                (CMD_WRITE, b)
+            } else {
+                (CMD_FLUSH, seen.acked.len() as u64)
+            };
+            let (off, len) = (block * LOAD_BLOCK, LOAD_BLOCK as u32);
+            let result = match kind {
+                CMD_WRITE => c.try_request(0, kind, off, len, &load_block_data(block)),
+                CMD_READ => c.try_request(0, kind, off, len, &[]),
+                _ => c.try_request(0, kind, 0, 0, &[]),
+            };
+            match result {
+                Ok(cookie) => {
+                    out.insert(cookie, (kind, block));
+                }
+                // The server has closed: what was sent is still answered
+                // or ended below.
+                Err(_) => sending = false,
+            }
+        }
+        if out.is_empty() {
+            if !sending {
+                c.disconnect_quietly();
+            }
+            return seen;
+        }
+        let r = match c.try_reply() {
+            Ok(r) => r,
+            Err(End::Closed { got: 0 }) => {
+                seen.unanswered = out.len();
+                return seen;
+            }
+            Err(e) => {
+                seen.wrong
+                    .push(format!("{e:?} with {} requests unanswered", out.len()));
+                return seen;
+            }
+        };
+        seen.replies += 1;
+        let (kind, block) = out.remove(&r.cookie).expect("a reply to a request sent");
+        let errno = r.errors.first().copied().unwrap_or(0);
+        match (kind, errno) {
+            (CMD_WRITE, 0) => seen.acked.push(block),
+            (CMD_WRITE, ESHUTDOWN) => seen.refused.push(block),
+            (CMD_READ, 0) if r.data != load_block_data(block) => {
+                seen.wrong.push(format!("block {block} read back wrong"))
+            }
+            (CMD_FLUSH, 0) => seen.flushed = seen.flushed.max(block as usize),
+            (_, 0 | ESHUTDOWN) => {}
+            (k, e) => seen
+                .wrong
+                .push(format!("request kind {k} failed with errno {e}")),
+        }
+        if errno == ESHUTDOWN {
+            // The server is stopping: no more requests, the rest answered.
+            sending = false;
+        }
     }
 }
 
