@@ -116,6 +116,18 @@ fn a_member_past_the_timeout_is_failed_and_the_mirror_serves_on() {
         "{test}: the timed-out I/O left the member's queue: {}",
         stats["member_queues"]
     );
+    assert_eq!(
+        (
+            stats["members"][0]["errors"].as_u64(),
+            stats["members"][1]["errors"].as_u64()
+        ),
+        (Some(0), Some(1)),
+        "{test}: stats count the timed-out I/O as the slow member's one error"
+    );
+    assert_eq!(
+        stats["volume"]["errors"], 0,
+        "{test}: no client request failed"
+    );
     assert_one_timeout_line(&s, test, 1, &slow, 1);
     qemu_io(&t, s.uri(), &reads, &format!("{test}: reads again"));
 
