@@ -39,7 +39,10 @@ pub struct ServeArgs {
     /// members as given, SPEC is comma-separated keys, e.g.
     /// fail-nth=7,fail-from=100,fail-rate=0.001,latency=500us,tear-rate=0.01,seed=3.
     /// Keys: fail-nth=N, fail-from=N, fail-rate=P, latency=T,
-    /// latency-jitter=T (0 to T more, uniform) or exp:T (mean T), tear-rate=P,
+    /// latency-jitter=T (0 to T more, uniform) or exp:T (mean T),
+    /// latency-from=N (latency only from the Nth I/O on, counted from the
+    /// open; served inside the member's calls, as a device that hangs),
+    /// tear-rate=P,
     /// seed=N, undo-log=on|off, bad-range=OFFSET+LEN (bad sectors at member
     /// bytes, e.g. 2M+64k, whole 512-byte sectors: reads touching them fail,
     /// a write covering a sector whole heals it; give the key once per

@@ -258,6 +258,11 @@ fn fua_writes_reach_the_members_before_they_complete() {
     }
 }
 
+/// The bound is on memory: entries and the write-outs still holding their
+/// stripe's buffer together. Write-outs used to count for nothing, so with
+/// slow members (an e2e RAID-5 at 200 ms per I/O) they piled up, 800
+/// stripes (166 MB) for a 64-stripe cache, each entry's room reused at
+/// once by a new one.
 #[test]
 fn the_cache_bound_is_never_exceeded() {
     let config = small(Level::Raid5, 4);
@@ -272,7 +277,7 @@ fn the_cache_bound_is_never_exceeded() {
         h.after_io = Some(Box::new(move |v: &Volume| {
             let s = v.cache_status().expect("cache on");
             w.set(w.get().max(s.stripes));
-            assert!(s.stripes <= max_stripes, "{s:?}");
+            assert!(s.stripes + s.writing <= max_stripes, "{s:?}");
         }));
         let mut model = Model::new(&h.volume);
         random_workload(&mut h, &mut model, 300, 8);

@@ -372,6 +372,31 @@ fn latency_is_added() {
     assert!(t.elapsed() >= std::time::Duration::from_millis(10));
 }
 
+/// `latency-from=N`: a member that becomes slow while served. I/Os before
+/// the Nth (the label reads and writes of a server's start) take no
+/// latency, from the Nth on every one does, jitter included.
+#[test]
+fn latency_from_delays_only_from_the_nth_io() {
+    let s = FaultSpec::parse("latency=30s,latency-jitter=1ms,latency-from=5").unwrap();
+    assert!((1..5).all(|n| s.latency_us_of(n) == 0));
+    assert!((5..100).all(|n| s.latency_us_of(n) >= 30_000_000));
+    let m = faulty(
+        4096,
+        FaultSpec {
+            latency_us: 400_000,
+            latency_from_nth: Some(4),
+            ..FaultSpec::default()
+        },
+    );
+    let t = std::time::Instant::now();
+    for _ in 0..3 {
+        m.read_at(0, &mut [0u8; 512]).unwrap();
+    }
+    assert!(t.elapsed() < std::time::Duration::from_millis(300));
+    m.read_at(0, &mut [0u8; 512]).unwrap();
+    assert!(t.elapsed() >= std::time::Duration::from_millis(400));
+}
+
 // ---------------------------------------------------------------------------
 // Torn writes
 
@@ -1072,7 +1097,7 @@ fn a_raid5_volume_survives_a_member_dying_mid_workload() {
 fn parse_reads_every_key() {
     let s = FaultSpec::parse(
         "fail-nth=7,fail-from=100,fail-rate=0.001,latency=500us,latency-jitter=exp:2ms,\
-         tear-rate=0.01,seed=3",
+         latency-from=9,tear-rate=0.01,seed=3",
     )
     .unwrap();
     assert_eq!(
@@ -1083,6 +1108,7 @@ fn parse_reads_every_key() {
             fail_rate: 0.001,
             latency_us: 500,
             latency_jitter: Some(Jitter::Exponential { mean_us: 2000 }),
+            latency_from_nth: Some(9),
             tear_rate: 0.01,
             seed: 3,
             undo_log: false,
@@ -1117,6 +1143,7 @@ fn parse_refuses_bad_specs_in_one_line() {
         ("fial-nth=3", "unknown key \"fial-nth\""),
         ("fail-nth", "is not key=value"),
         ("fail-nth=0", "numbered from 1"),
+        ("latency-from=0", "numbered from 1"),
         ("fail-nth=-1", "not a whole number"),
         ("fail-nth=7x", "not a whole number"),
         ("fail-from=", "not a whole number"),
@@ -1227,6 +1254,7 @@ fn display_round_trips() {
                     max_us: rng.next() >> 20,
                 }),
             ][rng.below(4) as usize],
+            latency_from_nth: (rng.below(2) == 0).then(|| 1 + rng.below(1 << 20)),
             tear_rate: [0.0, 0.5, 1e-9][rng.below(3) as usize],
             seed: [0, 3, rng.next()][rng.below(3) as usize],
             undo_log: rng.below(2) == 0,

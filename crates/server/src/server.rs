@@ -108,6 +108,11 @@ struct Conns {
     refusing: Arc<AtomicUsize>,
 }
 
+/// How long a stop waits for connection threads once their sockets are
+/// closed: they end within milliseconds, except one caught in a member
+/// that stopped answering (see `serve`).
+const CONN_END_WAIT: Duration = Duration::from_secs(2);
+
 /// Clients over the connection limit told why at once; more than this are
 /// just closed, so a flood of them cannot take a thread each.
 const REFUSING_MAX: usize = 8;
@@ -481,8 +486,31 @@ pub fn serve(
     for (_, stream, _) in &open {
         stream.shutdown(Shutdown::Both);
     }
+    // With its socket closed a connection's threads end at once, unless a
+    // worker is inside a member I/O it performs itself (a fast member,
+    // `Engine::work_here`) and the device stopped answering: the engine is
+    // idle, so that I/O has been failed by --member-timeout already, and
+    // the worker stays until the device answers, which may be never. The
+    // labels are written: nothing is left for it to do, so it is not
+    // waited for beyond CONN_END_WAIT.
+    let deadline = std::time::Instant::now() + CONN_END_WAIT;
+    let mut stuck = 0;
     for (_, _, handle) in open {
-        let _ = handle.join();
+        while !handle.is_finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if handle.is_finished() {
+            let _ = handle.join();
+        } else {
+            stuck += 1;
+        }
+    }
+    if stuck > 0 {
+        tracing::warn!(
+            connections = stuck,
+            "connections still inside a member I/O that timed out (the device has not \
+             answered); exiting without them"
+        );
     }
     if let Some(path) = &config.socket {
         remove_socket(path);

@@ -68,6 +68,18 @@ pub fn tools(test: &str, names: &[&str]) -> Option<Tools> {
     Some(Tools(found))
 }
 
+/// [`tools`], except that under `CI=true` a missing tool fails `test`
+/// instead of skipping it: CI installs every tool (`scripts/test`), so a
+/// skip there would hide a test that never runs.
+pub fn required_tools(test: &str, names: &[&str]) -> Option<Tools> {
+    let found = tools(test, names);
+    assert!(
+        found.is_some() || std::env::var("CI").as_deref() != Ok("true"),
+        "{test}: a tool it needs is missing under CI (see above)"
+    );
+    found
+}
+
 /// Paths of the tools a test needs.
 pub struct Tools(HashMap<String, PathBuf>);
 
@@ -318,6 +330,69 @@ pub fn send_signal(pid: u32, signal: &str) {
         "{}",
         out.describe(&format!("kill -{signal} {pid}"))
     );
+}
+
+// ---------------------------------------------------------------------------
+// What /proc says of a process (Linux)
+
+/// The fields of `/proc/PID/stat` (or `/proc/PID/task/TID/stat`) after the
+/// command name, which may hold spaces: index 0 is field 3 (the state).
+fn stat_fields(path: &str) -> Option<Vec<String>> {
+    let text = fs::read_to_string(path).ok()?;
+    let rest = &text[text.rfind(')')? + 1..];
+    Some(rest.split_whitespace().map(str::to_string).collect())
+}
+
+/// CPU time `pid` has used (user and system, its ended threads included),
+/// in clock ticks of [`CLOCK_TICKS_PER_SECOND`].
+pub fn cpu_ticks(pid: u32) -> u64 {
+    let f = stat_fields(&format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
+    // utime and stime are fields 14 and 15.
+    f[11].parse::<u64>().expect("utime") + f[12].parse::<u64>().expect("stime")
+}
+
+/// The unit of /proc's CPU times (USER_HZ): 100 on Linux whatever the
+/// kernel's own tick rate.
+pub const CLOCK_TICKS_PER_SECOND: u64 = 100;
+
+/// A `kB` line of `/proc/PID/status` (`VmRSS:`, `VmHWM:`), in bytes.
+pub fn proc_status_bytes(pid: u32, key: &str) -> u64 {
+    let s = fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc/PID/status");
+    let line = s
+        .lines()
+        .find(|l| l.starts_with(key))
+        .unwrap_or_else(|| panic!("no {key} line in /proc/{pid}/status"));
+    line.split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("{key} value"))
+        * 1024
+}
+
+/// The names of `pid`'s threads (`comm`: at most 15 bytes), one per thread.
+pub fn thread_names(pid: u32) -> Vec<String> {
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    dir.filter_map(|t| fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim_end().to_string())
+        .collect()
+}
+
+/// Context switches of `pid`'s live threads, voluntary and not, summed:
+/// how often its threads woke up.
+pub fn context_switches(pid: u32) -> u64 {
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    dir.filter_map(|t| fs::read_to_string(t.ok()?.path().join("status")).ok())
+        .flat_map(|s| {
+            s.lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .collect::<Vec<u64>>()
+        })
+        .sum()
 }
 
 // ---------------------------------------------------------------------------
@@ -869,8 +944,16 @@ impl Server {
     }
 
     /// Sends `signal` and waits for the exit; asserts exit status 0, no
-    /// panic in the log, and the socket removed. Returns how long it took.
+    /// panic in the log, no ERROR line, and the socket removed. Returns how
+    /// long it took.
     pub fn stop_with(&mut self, signal: &str) -> Duration {
+        self.stop_expecting_errors(signal, &[])
+    }
+
+    /// [`Server::stop_with`] for a run that logs errors on purpose (a
+    /// member failed by a test): an ERROR line is allowed if it contains
+    /// one of `expected`.
+    pub fn stop_expecting_errors(&mut self, signal: &str, expected: &[&str]) -> Duration {
         let start = Instant::now();
         send_signal(self.pid(), signal);
         let child = self.child.as_mut().expect("server running");
@@ -908,7 +991,8 @@ impl Server {
             tail(&log, 20_000)
         );
         assert!(
-            !log.lines().any(|l| l.contains(" ERROR ")),
+            !log.lines()
+                .any(|l| l.contains(" ERROR ") && !expected.iter().any(|e| l.contains(e))),
             "{}: the server logged errors:\n{}",
             self.label(),
             tail(&log, 20_000)

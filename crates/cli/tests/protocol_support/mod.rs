@@ -92,6 +92,7 @@ pub const REPLY_TYPE_ERROR_OFFSET: u16 = (1 << 15) | 2;
 pub const EPERM: u32 = 1;
 pub const EINVAL: u32 = 22;
 pub const ENOSPC: u32 = 28;
+pub const ESHUTDOWN: u32 = 108;
 
 pub const MIB: u64 = 1 << 20;
 /// The maximum payload the server advertises (DESIGN.md, "NBD export").
@@ -261,7 +262,13 @@ impl Client {
     /// Connects and negotiates `mode`, then `NBD_OPT_GO` with every
     /// information request; panics unless transmission starts.
     pub fn open(path: &Path, mode: Mode) -> Client {
-        Client::try_open(path, mode).unwrap_or_else(|| {
+        Client::open_export(path, mode, EXPORT)
+    }
+
+    /// [`Client::open`] of the export named `name` (`""`: the default
+    /// export, the only one a `platter serve` has, whatever its name).
+    pub fn open_export(path: &Path, mode: Mode, name: &str) -> Client {
+        Client::try_open_export(path, mode, name).unwrap_or_else(|| {
             panic!("the server closed the connection instead of greeting (refused?)")
         })
     }
@@ -270,6 +277,11 @@ impl Client {
     /// answers its options with `NBD_REP_ERR_POLICY` (over the connection
     /// limit), or closes it before its greeting.
     pub fn try_open(path: &Path, mode: Mode) -> Option<Client> {
+        Client::try_open_export(path, mode, EXPORT)
+    }
+
+    /// [`Client::try_open`] of the export named `name`.
+    pub fn try_open_export(path: &Path, mode: Mode, name: &str) -> Option<Client> {
         let mut c = Client::connect(path);
         let mut g = [0u8; 18];
         match c.fill(&mut g) {
@@ -292,13 +304,13 @@ impl Client {
         }
         if mode == Mode::Meta {
             let ctx = c
-                .set_meta_context(EXPORT, &["base:allocation"])
+                .set_meta_context(name, &["base:allocation"])
                 .unwrap_or_else(|e| panic!("SET_META_CONTEXT refused: {e:#x}"));
             assert_eq!(ctx.len(), 1, "one context for base:allocation: {ctx:?}");
             assert_eq!(ctx[0].1, "base:allocation");
         }
         let infos = [INFO_EXPORT, INFO_NAME, INFO_DESCRIPTION, INFO_BLOCK_SIZE];
-        match c.go(EXPORT, &infos) {
+        match c.go(name, &infos) {
             Ok(_) => Some(c),
             Err(REP_ERR_POLICY) => None,
             Err(e) => panic!("NBD_OPT_GO refused: {e:#x}"),
@@ -651,6 +663,25 @@ impl Client {
         cookie
     }
 
+    /// [`Client::request`], but a server that has gone (or stopped reading
+    /// for [`TIMEOUT`]) is an `Err`, not a panic; the request is then not
+    /// expected to be answered.
+    pub fn try_request(
+        &mut self,
+        flags: u16,
+        kind: u16,
+        offset: u64,
+        len: u32,
+        payload: &[u8],
+    ) -> io::Result<u64> {
+        let cookie = self.cookie();
+        let mut m = Client::header(REQUEST_MAGIC, flags, kind, cookie, offset, len);
+        m.extend_from_slice(payload);
+        self.send(&m)?;
+        self.pending.insert(cookie, Pending { kind, offset, len });
+        Ok(cookie)
+    }
+
     /// Sends several requests (kind, offset, len, payload) in one write, as
     /// a client at depth does; returns their cookies.
     pub fn burst(&mut self, requests: &[(u16, u64, u32, &[u8])]) -> Vec<u64> {
@@ -668,13 +699,46 @@ impl Client {
     }
 
     /// Reads the next complete reply (chunks of other replies in between are
-    /// kept for later). Every chunk is checked against proto.md.
+    /// kept for later). Every chunk is checked against proto.md. Panics if
+    /// the server closes or hangs.
     pub fn reply(&mut self) -> Reply {
+        self.try_reply().unwrap_or_else(|e| match e {
+            End::Closed { got } => {
+                panic!("reply: server closed the connection ({got} bytes into a reply's message)")
+            }
+            End::Timeout { got } => panic!(
+                "reply: server hung: nothing more in {} s ({got} bytes into a reply's message)",
+                TIMEOUT.as_secs()
+            ),
+        })
+    }
+
+    /// Reads exactly `n` bytes, or says why not.
+    fn get(&mut self, n: usize) -> Result<Vec<u8>, End> {
+        let mut buf = vec![0u8; n];
+        self.fill(&mut buf).map(|()| buf)
+    }
+
+    /// [`Client::reply`], but the end of the connection is an answer too:
+    /// `Err(End::Closed { got: 0 })` when the server closed between
+    /// messages (with simple replies, between replies), `Err(End::Closed
+    /// { got })` with `got > 0` when it closed inside one, `Err(End::Timeout
+    /// { .. })` when nothing came for [`TIMEOUT`].
+    pub fn try_reply(&mut self) -> Result<Reply, End> {
+        // Inside a message, a close is counted as one byte in at least.
+        let inside = |e: End| match e {
+            End::Closed { got } => End::Closed { got: got.max(1) },
+            e => e,
+        };
         loop {
-            let h = self.take(4, "reply magic");
+            // Between chunks of a structured reply is inside a message too.
+            let mid_reply = !self.partial.is_empty();
+            let h = self
+                .get(4)
+                .map_err(|e| if mid_reply { inside(e) } else { e })?;
             match be32(&h) {
                 SIMPLE_REPLY_MAGIC => {
-                    let rest = self.take(12, "simple reply");
+                    let rest = self.get(12).map_err(inside)?;
                     let (errno, cookie) = (be32(&rest), be64(&rest[4..]));
                     let p = self.pending.remove(&cookie).unwrap_or_else(|| {
                         panic!("simple reply for unknown cookie {cookie:#x} (errno {errno})")
@@ -692,17 +756,17 @@ impl Client {
                     if errno != 0 {
                         r.errors.push(errno);
                     } else if p.kind == CMD_READ {
-                        r.data = self.take(p.len as usize, "simple read data");
+                        r.data = self.get(p.len as usize).map_err(inside)?;
                         r.covered = u64::from(p.len);
                     }
-                    return r;
+                    return Ok(r);
                 }
                 STRUCTURED_REPLY_MAGIC => {
                     assert!(
                         self.structured,
                         "structured reply chunk without negotiation"
                     );
-                    let rest = self.take(16, "structured chunk header");
+                    let rest = self.get(16).map_err(inside)?;
                     let (flags, kind) = (be16(&rest), be16(&rest[2..]));
                     let cookie = be64(&rest[4..]);
                     let len = be32(&rest[12..]) as usize;
@@ -710,7 +774,7 @@ impl Client {
                         len as u64 <= MAX_PAYLOAD + 64,
                         "structured chunk of {len} bytes"
                     );
-                    let payload = self.take(len, "structured chunk payload");
+                    let payload = self.get(len).map_err(inside)?;
                     let p = *self.pending.get(&cookie).unwrap_or_else(|| {
                         panic!("structured chunk for unknown cookie {cookie:#x}")
                     });
@@ -781,7 +845,7 @@ impl Client {
                     }
                     if flags & REPLY_FLAG_DONE != 0 {
                         self.pending.remove(&cookie);
-                        return self.partial.remove(&cookie).unwrap().reply;
+                        return Ok(self.partial.remove(&cookie).unwrap().reply);
                     }
                 }
                 m => panic!("bad reply magic {m:#010x}"),
@@ -839,10 +903,151 @@ impl Client {
         assert!(back == data, "{what}: read back differs at {offset}");
     }
 
+    /// `NBD_CMD_DISC`, if the server still takes it.
+    pub fn disconnect_quietly(&mut self) {
+        let c = self.cookie();
+        let _ = self.send(&Client::header(REQUEST_MAGIC, 0, CMD_DISC, c, 0, 0));
+    }
+
     /// `NBD_CMD_DISC`.
     pub fn disconnect(&mut self) {
         let c = self.cookie();
         self.put(&Client::header(REQUEST_MAGIC, 0, CMD_DISC, c, 0, 0));
+    }
+}
+
+// ---------------------------------------------------------------------------
+// A pipelined load
+// ---------------------------------------------------------------------------
+
+/// The size of [`pipelined_load`]'s requests.
+pub const LOAD_BLOCK: u64 = 4096;
+/// Requests [`pipelined_load`] keeps outstanding on its connection: the
+/// server takes 64 (`CONN_MAX_REQUESTS`), the rest wait in the socket.
+pub const LOAD_DEPTH: usize = 72;
+
+/// The bytes of volume block `block` (of [`LOAD_BLOCK`] bytes) when
+/// [`pipelined_load`] writes it.
+pub fn load_block_data(block: u64) -> Vec<u8> {
+    pattern(0xb10c_0000 + block, LOAD_BLOCK as usize)
+}
+
+/// What one connection of [`pipelined_load`] saw.
+#[derive(Debug, Default)]
+pub struct LoadSeen {
+    /// Blocks whose write was acknowledged.
+    pub acked: Vec<u64>,
+    /// How many of `acked` (the first ones) were acknowledged before a
+    /// FLUSH that then succeeded was sent.
+    pub flushed: usize,
+    /// Blocks whose write was answered ESHUTDOWN: never submitted, so
+    /// never written.
+    pub refused: Vec<u64>,
+    /// Replies of every kind.
+    pub replies: u64,
+    /// Requests still unanswered when the server closed the connection.
+    pub unanswered: usize,
+    /// Anything wrong: an error other than ESHUTDOWN, wrong read data, a
+    /// close inside a reply, a hang.
+    pub wrong: Vec<String>,
+}
+
+/// One connection's load on `blocks` blocks of [`LOAD_BLOCK`] bytes from
+/// block `first`, each written at most once (so it reads back as that
+/// write or as zeros): writes of fresh blocks in a random order (from
+/// `seed`), reads of blocks already acknowledged (checked), a FLUSH every
+/// 32 requests, [`LOAD_DEPTH`] requests outstanding. It runs until the
+/// server closes the connection, or until `stop` is set (then it sends no
+/// more, takes the replies to what it sent and disconnects); every reply
+/// is accounted for. It never panics on the server's account: what went
+/// wrong is in [`LoadSeen::wrong`].
+pub fn pipelined_load(
+    socket: &Path,
+    first: u64,
+    blocks: u64,
+    seed: u64,
+    stop: &std::sync::atomic::AtomicBool,
+) -> LoadSeen {
+    use std::sync::atomic::Ordering;
+    let mut c = Client::open_export(socket, Mode::Simple, "");
+    let mut rng = Rng(seed);
+    let mut fresh: Vec<u64> = (first..first + blocks).collect();
+    for i in (1..fresh.len()).rev() {
+        fresh.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    let mut seen = LoadSeen::default();
+    // cookie -> (kind, the block, or for a flush acked.len() when sent)
+    let mut out: HashMap<u64, (u16, u64)> = HashMap::new();
+    let mut sending = true;
+    let mut sent = 0u64;
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            sending = false;
+        }
+        while sending && out.len() < LOAD_DEPTH {
+            sent += 1;
+            let (kind, block) = if sent.is_multiple_of(32) {
+                (CMD_FLUSH, seen.acked.len() as u64)
+            } else if !seen.acked.is_empty() && (fresh.is_empty() || rng.below(4) == 0) {
+                let i = rng.below(seen.acked.len() as u64) as usize;
+                (CMD_READ, seen.acked[i])
+            } else if let Some(b) = fresh.pop() {
+                (CMD_WRITE, b)
+            } else {
+                (CMD_FLUSH, seen.acked.len() as u64)
+            };
+            let (off, len) = (block * LOAD_BLOCK, LOAD_BLOCK as u32);
+            let result = match kind {
+                CMD_WRITE => c.try_request(0, kind, off, len, &load_block_data(block)),
+                CMD_READ => c.try_request(0, kind, off, len, &[]),
+                _ => c.try_request(0, kind, 0, 0, &[]),
+            };
+            match result {
+                Ok(cookie) => {
+                    out.insert(cookie, (kind, block));
+                }
+                // The server has closed: what was sent is still answered
+                // or ended below.
+                Err(_) => sending = false,
+            }
+        }
+        if out.is_empty() {
+            if !sending {
+                c.disconnect_quietly();
+            }
+            return seen;
+        }
+        let r = match c.try_reply() {
+            Ok(r) => r,
+            Err(End::Closed { got: 0 }) => {
+                seen.unanswered = out.len();
+                return seen;
+            }
+            Err(e) => {
+                seen.wrong
+                    .push(format!("{e:?} with {} requests unanswered", out.len()));
+                return seen;
+            }
+        };
+        seen.replies += 1;
+        let (kind, block) = out.remove(&r.cookie).expect("a reply to a request sent");
+        let errno = r.errors.first().copied().unwrap_or(0);
+        match (kind, errno) {
+            (CMD_WRITE, 0) => seen.acked.push(block),
+            (CMD_WRITE, ESHUTDOWN) => seen.refused.push(block),
+            (CMD_READ, 0) if r.data != load_block_data(block) => {
+                seen.wrong.push(format!("block {block} read back wrong"))
+            }
+            (CMD_FLUSH, 0) => seen.flushed = seen.flushed.max(block as usize),
+            (_, 0 | ESHUTDOWN) => {}
+            (k, e) => seen
+                .wrong
+                .push(format!("request kind {k} failed with errno {e}")),
+        }
+        if errno == ESHUTDOWN {
+            // The server is stopping: no more requests, the rest answered.
+            sending = false;
+        }
     }
 }
 

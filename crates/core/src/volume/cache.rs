@@ -36,8 +36,9 @@
 //!
 //! The bound: at most [`CacheLimits::max_stripes`] entries and
 //! [`CacheLimits::max_bytes`] of entry buffers (each a whole stripe's data),
-//! whichever is smaller; a volume whose stripe is larger than the byte
-//! bound caches nothing.
+//! whichever is smaller, counting the entries taken out and still being
+//! written (their buffers live until the members have them); a volume
+//! whose stripe is larger than the byte bound caches nothing.
 
 use super::{Maintenance, Op, Request, RequestId, Stage, Volume};
 use crate::buf::AlignedBuf;
@@ -321,12 +322,19 @@ impl Volume {
                     if fua || !writable {
                         continue;
                     }
-                    if c.entries.len() >= c.capacity {
-                        // Full: the oldest goes out, and this stripe is
-                        // written by the request itself.
-                        if let Some(old) = c.oldest_unqueued() {
-                            c.entries.get_mut(&old).expect("just found").queued = true;
-                            c.to_spawn.push(old);
+                    // Entries and the write-outs still holding their
+                    // stripe's buffer count alike: with slow members the
+                    // write-outs otherwise pile up beyond any bound, each
+                    // entry's room taken again as soon as it went out.
+                    if c.unsettled.len() >= c.capacity {
+                        // Full: this stripe is written by the request
+                        // itself, and the oldest entry goes out (when the
+                        // entries fill it; write-outs end on their own).
+                        if c.entries.len() >= c.capacity {
+                            if let Some(old) = c.oldest_unqueued() {
+                                c.entries.get_mut(&old).expect("just found").queued = true;
+                                c.to_spawn.push(old);
+                            }
                         }
                         continue;
                     }

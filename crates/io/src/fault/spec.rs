@@ -1,5 +1,5 @@
 //! [`FaultSpec`]: what to inject, and its one-line text form for the command
-//! line (`fail-nth=7,fail-from=100,fail-rate=0.001,latency=500us,tear-rate=0.01,seed=3`,
+//! line (`fail-nth=7,fail-from=100,fail-rate=0.001,latency=500us,latency-from=20,tear-rate=0.01,seed=3`,
 //! `bad-range=2M+64k,bad-range=5M+1s`).
 
 use std::fmt;
@@ -32,6 +32,11 @@ pub struct FaultSpec {
     /// from `seed` and the I/O's number (`latency-jitter=`): a member that
     /// looks like a disk, not a constant.
     pub latency_jitter: Option<Jitter>,
+    /// Latency (and its jitter) only for I/Os numbered this or later
+    /// (`latency-from=N`): a member that becomes slow while served, whose
+    /// label reads and writes at the start stay fast. `None`: from the
+    /// first.
+    pub latency_from_nth: Option<u64>,
     /// A write that is not failed otherwise tears with this probability: a
     /// prefix of its 512-byte sectors (possibly none, never all) lands, then
     /// it fails. Sectors are counted at absolute 512-byte boundaries, so an
@@ -94,8 +99,8 @@ impl BadRange {
 #[error("{0}")]
 pub struct FaultSpecError(pub String);
 
-const KEYS: &str =
-    "fail-nth, fail-from, fail-rate, latency, latency-jitter, tear-rate, seed, undo-log, bad-range";
+const KEYS: &str = "fail-nth, fail-from, fail-rate, latency, latency-jitter, latency-from, \
+                    tear-rate, seed, undo-log, bad-range";
 
 impl FaultSpec {
     /// Whether anything is configured; a spec that injects nothing leaves the
@@ -114,7 +119,15 @@ impl FaultSpec {
     /// The spec with its latency (and jitter) taken out, and that latency
     /// as a spec of its own: what `serve` gives the I/O layer as a timer
     /// ([`crate::aio::Delay`]), leaving the rest to [`super::FaultyMember`].
+    ///
+    /// A latency with `latency-from` stays in the member: it models a
+    /// device that becomes slow inside its calls (its I/Os counted from
+    /// the open, label reads included), and a thread in such a call is
+    /// stuck there as in a hung disk.
     pub fn split_latency(mut self) -> (FaultSpec, FaultSpec) {
+        if self.latency_from_nth.is_some() {
+            return (self, FaultSpec::default());
+        }
         let latency = FaultSpec {
             latency_us: self.latency_us,
             latency_jitter: self.latency_jitter,
@@ -127,8 +140,12 @@ impl FaultSpec {
     }
 
     /// The latency I/O number `n` gets, in microseconds: `latency` plus
-    /// its draw of `latency-jitter`, the same for the same seed and number.
+    /// its draw of `latency-jitter`, the same for the same seed and number;
+    /// none before `latency-from`.
     pub fn latency_us_of(&self, n: u64) -> u64 {
+        if self.latency_from_nth.is_some_and(|from| n < from) {
+            return 0;
+        }
         let h = super::draw(self.seed, super::PURPOSE_JITTER, n);
         let extra = match self.latency_jitter {
             None => 0,
@@ -147,6 +164,7 @@ impl FaultSpec {
         for (key, n) in [
             ("fail-nth", self.fail_nth),
             ("fail-from", self.fail_from_nth),
+            ("latency-from", self.latency_from_nth),
         ] {
             if n == Some(0) {
                 return Err(FaultSpecError(format!("{key}=0: I/Os are numbered from 1")));
@@ -170,7 +188,7 @@ impl FaultSpec {
     /// the default spec. Keys: `fail-nth=N`, `fail-from=N`, `fail-rate=P`,
     /// `latency=T` (`us`, `ms` or `s`, e.g. `500us`), `latency-jitter=T`
     /// (uniform, 0 to T more) or `latency-jitter=exp:T` (exponential with
-    /// mean T), `tear-rate=P`,
+    /// mean T), `latency-from=N` (both only from the Nth I/O on), `tear-rate=P`,
     /// `seed=N`, `undo-log=on|off`, `bad-range=OFFSET+LEN` (sizes with the
     /// command line's units: `2M+64k`, `4096+8s`; whole 512-byte sectors).
     /// Each key at most once, except `bad-range`, which is given once per
@@ -201,6 +219,9 @@ impl FaultSpec {
                 "tear-rate" => spec.tear_rate = parse_rate(key, value).map_err(bad)?,
                 "latency" => spec.latency_us = parse_latency(value).map_err(bad)?,
                 "latency-jitter" => spec.latency_jitter = Some(parse_jitter(value).map_err(bad)?),
+                "latency-from" => {
+                    spec.latency_from_nth = Some(parse_count(key, value).map_err(bad)?)
+                }
                 "seed" => {
                     spec.seed = value
                         .parse()
@@ -390,6 +411,9 @@ impl fmt::Display for FaultSpec {
                 items.push(format!("latency-jitter=exp:{}", latency_text(mean_us)))
             }
             None => {}
+        }
+        if let Some(n) = self.latency_from_nth {
+            items.push(format!("latency-from={n}"));
         }
         if self.tear_rate != 0.0 {
             items.push(format!("tear-rate={}", self.tear_rate));
