@@ -168,50 +168,6 @@ impl Drop for Fuse<'_> {
     }
 }
 
-/// `losetup --find --show FILE`.
-struct Loop<'t> {
-    t: &'t Tools,
-    dev: String,
-    attached: bool,
-}
-
-impl<'t> Loop<'t> {
-    fn attach(t: &'t Tools, file: &Path) -> Loop<'t> {
-        let out = run_ok(
-            t.cmd("losetup").args(["--find", "--show"]).arg(file),
-            CMD_TIMEOUT,
-            "losetup --find --show",
-        );
-        let dev = out.stdout.trim().to_string();
-        assert!(dev.starts_with("/dev/loop"), "losetup said {dev:?}");
-        Loop {
-            t,
-            dev,
-            attached: true,
-        }
-    }
-
-    fn detach(mut self) {
-        run_ok(
-            self.t.cmd("losetup").arg("-d").arg(&self.dev),
-            CMD_TIMEOUT,
-            "losetup -d",
-        );
-        self.attached = false;
-    }
-}
-
-impl Drop for Loop<'_> {
-    fn drop(&mut self) {
-        if self.attached {
-            let _ = try_run(
-                self.t.cmd("losetup").arg("-d").arg(&self.dev),
-                Duration::from_secs(30),
-            );
-        }
-    }
-}
-
 /// `mount DEV DIR`.
 struct Mount<'t> {
     t: &'t Tools,
