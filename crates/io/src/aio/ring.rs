@@ -4,8 +4,9 @@
 //! A queue hands an I/O that holds a slot to [`Ring::try_push`]; reads,
 //! writes and flushes of members that offer their descriptor
 //! ([`Member::ring_target`](crate::member::Member::ring_target)) go in, the
-//! rest go back to the queue's threads (trims; `O_DIRECT` I/Os that are
-//! not block-aligned, which the member bounces itself). Every I/O in the
+//! rest go back to the queue's threads (trims; writes without `O_DIRECT`,
+//! which io_uring could only hand to a kernel worker; `O_DIRECT` I/Os that
+//! are not block-aligned, which the member bounces itself). Every I/O in the
 //! ring owns its buffers (`slots`) until its completion arrives, even
 //! when the watchdog has long given up on it: the kernel may still write
 //! into them.
@@ -171,6 +172,13 @@ impl Ring {
         let direct = target.direct_block_bytes();
         let fits = match (op, direct) {
             (Op::Flush, _) => true,
+            // A buffered write cannot be done without blocking, so io_uring
+            // hands it to a kernel worker, one file's writes one at a time:
+            // a thread hop like ours, and the hop's time taken for the
+            // device's made a tmpfs member look slow (4k random writes at
+            // depth 32 fell to 0.67 of the thread pool's, bench/serve.sh).
+            // The member's own call on a queue thread does it instead.
+            (Op::Write, None) => false,
             // Nothing to do, or more than one kernel call can move.
             _ if len_bytes == 0 || len_bytes > u64::from(u32::MAX) => false,
             (_, Some(block)) => {
