@@ -46,17 +46,17 @@ impl Link {
             let (key, value) = part
                 .split_once('=')
                 .ok_or_else(|| format!("link `{part}`: expected key=value"))?;
-            let ns = parse_time_ns(value.trim()).map_err(|e| format!("link {key}: {e}"))?;
-            match key.trim() {
-                "request" => link.request_ns = ns,
-                "read" => link.read_ns_per_mib = ns,
-                "write" => link.write_ns_per_mib = ns,
+            let field = match key.trim() {
+                "request" => &mut link.request_ns,
+                "read" => &mut link.read_ns_per_mib,
+                "write" => &mut link.write_ns_per_mib,
                 other => {
                     return Err(format!(
                         "link: unknown key `{other}` (request, read, write)"
                     ))
                 }
-            }
+            };
+            *field = parse_time_ns(value.trim()).map_err(|e| format!("link {key}: {e}"))?;
         }
         Ok(link)
     }

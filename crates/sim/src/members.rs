@@ -499,6 +499,105 @@ mod tests {
         assert_eq!(&m.bytes()[16..28], &[1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0]);
     }
 
+    fn read(len_bytes: u64) -> MemberOp {
+        MemberOp::Read {
+            offset_bytes: 0,
+            len_bytes,
+        }
+    }
+
+    /// Every completion of `s` until it has none left: (time, token).
+    fn drain(s: &mut SimpleService, rng: &mut Rng) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        while let Some(t) = s.next_event_ns() {
+            out.extend(s.advance(t, rng).into_iter().map(|k| (t, k)));
+        }
+        out
+    }
+
+    #[test]
+    fn a_member_serves_its_queue_depth_at_once_and_members_in_parallel() {
+        let lat = SimpleLatency::constant(1_000, Jitter::NONE, 0);
+        let mut s = SimpleService::with_queue_depth(lat.clone(), 2);
+        let mut rng = Rng::new(1);
+        for token in 0..5 {
+            s.submit(0, 0, token, &read(4096), &mut rng);
+        }
+        s.submit(0, 1, 9, &read(4096), &mut rng);
+        assert_eq!(s.waiting(0), 3);
+        assert_eq!(s.waiting(1), 0);
+        assert_eq!(
+            drain(&mut s, &mut rng),
+            vec![
+                (1_000, 0),
+                (1_000, 1),
+                (1_000, 9),
+                (2_000, 2),
+                (2_000, 3),
+                (3_000, 4)
+            ]
+        );
+        // Without a depth nothing waits.
+        let mut s = SimpleService::new(lat);
+        for token in 0..5 {
+            s.submit(0, 0, token, &read(4096), &mut rng);
+        }
+        assert!(drain(&mut s, &mut rng).iter().all(|&(t, _)| t == 1_000));
+    }
+
+    #[test]
+    fn a_late_advance_starts_the_waiting_io_when_the_one_ahead_ended() {
+        let lat = SimpleLatency::constant(1_000, Jitter::NONE, 0);
+        let mut s = SimpleService::with_queue_depth(lat, 1);
+        let mut rng = Rng::new(1);
+        s.submit(0, 0, 1, &read(512), &mut rng);
+        s.submit(0, 0, 2, &read(512), &mut rng);
+        s.submit(0, 0, 3, &MemberOp::Flush, &mut rng);
+        // Looked at only at 2_500: the second started at 1_000, ended at
+        // 2_000; the flush (the same latency) ends at 3_000.
+        assert_eq!(s.advance(2_500, &mut rng), vec![1, 2]);
+        assert_eq!(s.next_event_ns(), Some(3_000));
+        s.power_fail(2_600);
+        assert_eq!(s.next_event_ns(), None);
+        assert_eq!(s.waiting(0), 0);
+    }
+
+    #[test]
+    fn jitter_draws_stay_in_their_bounds_with_their_means() {
+        let mut rng = Rng::new(7);
+        let n = 20_000u64;
+        let u = Jitter::parse("1ms").unwrap();
+        assert_eq!(u, Jitter::Uniform { max_ns: 1_000_000 });
+        let draws: Vec<u64> = (0..n).map(|_| u.draw_ns(&mut rng)).collect();
+        assert!(draws.iter().all(|&d| d <= 1_000_000));
+        let mean = draws.iter().sum::<u64>() / n;
+        assert!((480_000..520_000).contains(&mean), "{mean}");
+        let e = Jitter::parse("exp:500us").unwrap();
+        assert_eq!(e, Jitter::Exponential { mean_ns: 500_000 });
+        let draws: Vec<u64> = (0..n).map(|_| e.draw_ns(&mut rng)).collect();
+        assert!(draws.iter().all(|&d| d <= 500_000 * JITTER_EXP_CAP));
+        let mean = draws.iter().sum::<u64>() / n;
+        assert!((480_000..520_000).contains(&mean), "{mean}");
+        // About e^-1 of an exponential's draws exceed its mean.
+        let above = draws.iter().filter(|&&d| d > 500_000).count() as u64;
+        assert!((n * 34 / 100..n * 40 / 100).contains(&above), "{above}");
+        assert_eq!(Jitter::NONE.draw_ns(&mut rng), 0);
+        assert!(Jitter::parse("gauss:1ms").is_err());
+        assert!(Jitter::parse("5").is_err());
+    }
+
+    #[test]
+    fn times_take_units() {
+        assert_eq!(parse_time_ns("2ms"), Ok(2_000_000));
+        assert_eq!(parse_time_ns("450us"), Ok(450_000));
+        assert_eq!(parse_time_ns("17ns"), Ok(17));
+        assert_eq!(parse_time_ns("1s"), Ok(1_000_000_000));
+        assert_eq!(parse_time_ns("0"), Ok(0));
+        assert!(parse_time_ns("2").is_err());
+        assert!(parse_time_ns("2h").is_err());
+        assert!(parse_time_ns("99999999999999s").is_err());
+    }
+
     #[test]
     fn a_dead_member_fails_from_its_time_of_death() {
         let mut m = SimMember::new(3, 64, 0, false);
