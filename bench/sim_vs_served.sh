@@ -135,6 +135,10 @@ serve() {
     URI[$name]="nbd+unix:///$export?socket=$WORK/$name/sock"
 }
 
+# Ticks (1/100 s) of the whole machine (busy, idle) and of a server (user + system).
+machine_ticks() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8 + $9, $5 + $6}' /proc/stat; }
+server_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
 echo "== volumes: every member given $INJECT (one calibration volume none)"
 serve bare concat 1 64k none
 serve single concat 1 64k "$INJECT"
@@ -176,10 +180,13 @@ for run in $(seq 1 "$RUNS"); do
         read -r server rw bs depth <<<"${JOB[$job]}"
         kill -0 "${PID[$server]}" 2>/dev/null || die "$server died: $(tail -n 5 "$OUT/$server.log")"
         echo "== run $run/$RUNS: $job ($rw $bs iodepth $depth on $server)"
+        # CPU over the job: the machine's busy and idle ticks, the server's.
+        cpu_before="$(machine_ticks) $(server_ticks "${PID[$server]}")"
         # 48 MiB: within every volume (the one-member volumes hold 63 MiB).
         fio --name=job --ioengine=nbd "--uri=${URI[$server]}" "--rw=$rw" "--bs=$bs" \
             "--iodepth=$depth" --numjobs=1 --size=48M --time_based "--runtime=$RUNTIME" \
             --randrepeat=0 --output-format=json "--output=$OUT/$job-$run.json" >/dev/null
+        echo "$cpu_before $(machine_ticks) $(server_ticks "${PID[$server]}")" >"$OUT/$job-$run.cpu"
     done
 done
 
@@ -240,6 +247,13 @@ def sim(case, member_ns, link):
     return {"lat_ns": r["mean_latency_ms"] * 1e6, "iops": r["iops"],
             "mib_s": r["mb_per_s"] * 1e6 / 2**20}, cmd
 
+def cpu(name, run):
+    """The server's CPU per request (us) and the machine's idle share."""
+    b0, i0, s0, b1, i1, s1 = map(int, open(f"{out}/{name}-{run}.cpu").read().split())
+    j = json.load(open(f"{out}/{name}-{run}.json"))["jobs"][0]
+    ios = j["read"]["total_ios"] + j["write"]["total_ios"]
+    return (s1 - s0) * 1e4 / max(ios, 1), (i1 - i0) / max(b1 - b0 + i1 - i0, 1)
+
 def value(m, metric):
     return m["lat_ns"] / 1e6 if metric == "lat" else m[metric]
 
@@ -270,8 +284,9 @@ print("Calibration (medians of %d runs): request %.1f us; link read %.1f us/MiB,
 print("  per run (us): " + "; ".join(
     "/".join(f"{x / 1e3:.0f}" for x in c) for c in cal))
 print()
-print("| case | measure | served | members alone | ratio | model | ratio (median) | runs |")
-print("|---|---|---|---|---|---|---|---|")
+print("| case | measure | served | members alone | ratio | model | ratio (median) | runs "
+      "| server CPU/req | idle |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for case in CASES:
     r = rows[case[0]]
     unit = {"lat": "ms", "iops": "IOPS", "mib_s": "MiB/s"}[case[6]]
@@ -282,7 +297,9 @@ for case in CASES:
     print(f"| {case[0]} | {what} ({unit}) | {fmt(med(s for s, _, _ in r))} "
           f"| {fmt(med(a for _, a, _ in r))} | {med(ratios_alone):.2f} "
           f"| {fmt(med(m for _, _, m in r))} | {med(ratios):.2f} | "
-          + ", ".join(f"{x:.2f}" for x in ratios) + " |")
+          + ", ".join(f"{x:.2f}" for x in ratios)
+          + f" | {med(cpu(case[1], k)[0] for k in range(1, runs + 1)):.0f} us"
+          + f" | {100 * med(cpu(case[1], k)[1] for k in range(1, runs + 1)):.0f}% |")
 print()
 print("The simulation of each case:")
 for case in CASES:
