@@ -185,6 +185,7 @@ for server in bare single stripe4 mirror2 raid5; do
 done
 
 for run in $(seq 1 "$RUNS"); do
+    cut -d' ' -f1 /proc/loadavg >"$OUT/load-$run.txt"
     for job in "${ORDER[@]}"; do
         read -r server rw bs depth <<<"${JOB[$job]}"
         kill -0 "${PID[$server]}" 2>/dev/null || die "$server died: $(tail -n 5 "$OUT/$server.log")"
@@ -292,6 +293,8 @@ print("Calibration (medians of %d runs): request %.1f us; link read %.1f us/MiB,
       % (runs, request / 1e3, read / 1e3, write / 1e3, overhead / 1e3, latency))
 print("  per run (us): " + "; ".join(
     "/".join(f"{x / 1e3:.0f}" for x in c) for c in cal))
+print("Load average at each run's start: " + ", ".join(
+    open(f"{out}/load-{k}.txt").read().strip() for k in range(1, runs + 1)))
 print()
 print("| case | measure | served | members alone | ratio | model | ratio (median) | runs "
       "| server CPU/req | idle |")
