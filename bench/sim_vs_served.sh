@@ -17,24 +17,22 @@
 #   mirror x2       4k random read, iodepth 32        IOPS
 #   raid5 x4 64k    1M sequential write, iodepth 1    mean latency
 #   mirror x2       1M sequential write, iodepth 1    mean latency
-# and two checks of the calibration, one member with latency T:
-#   concat x1       1M sequential read / write, iodepth 1   mean latency
 # The mirror and raid5 have no write-intent bitmap (--bitmap-region 0);
 # raid5 keeps serve's stripe cache (64 stripes), and so does the model.
-# Two predictions per case: "members" is the member model alone (every
-# member I/O takes T); "model" adds what a served request costs besides
-# its members, measured in the same run on two one-member volumes (not
-# on the volumes compared): the client's link (a request's round trip,
-# and its bytes per MiB each way, from 4k and 1M jobs on a member with no
-# injected latency) and the member I/O's overhead beyond T (the thread
-# hand-off and the sleep's overshoot, from 4k reads on a member with T).
-# The calibration is the median of each figure over the runs (single
-# jobs on this shared machine scatter by tens of percent), and each case
-# is simulated once with it. The ratio is served/simulated for latencies
-# and throughputs alike (1.00: agreement; above 1 the served latency is
-# longer, or its throughput higher, than predicted); the table shows the
-# median over --runs of each run's served figure against the simulation,
-# and every run's ratio. Not a test: it prints.
+# Two predictions per case: "members alone" is the member model on its
+# own (every member I/O takes T); "model" adds what a served request
+# costs besides its members, measured in the same run on two one-member
+# volumes, not on the volumes compared: the client's link (a request's
+# round trip, and its bytes per MiB each way: 4k and 1M jobs at iodepth 1
+# on `bare`, a member with no injected latency) and a member I/O's cost
+# beyond T (4k and 1M jobs at iodepth 1 on `single`, a member with T:
+# the thread hand-off and the sleep's overshoot, and per MiB the copy on
+# the member's thread). Each calibration figure is the median over the
+# runs, and each case is simulated once with them. The ratio is
+# served/simulated for latencies and throughputs alike (1.00: agreement;
+# above 1 the served latency is longer, or its throughput higher, than
+# predicted); the table shows the median over --runs and every run's
+# ratio. Not a test: it prints.
 # --platter BIN runs that binary instead of building one.
 
 set -euo pipefail
@@ -48,7 +46,7 @@ OUT=""
 PLATTER=""
 
 usage() {
-    sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'
     exit "${1:-0}"
 }
 
@@ -158,12 +156,12 @@ declare -A JOB=(
     [mirror-randread]="mirror2 randread 4k 32"
     [raid5-write]="raid5 write 1M 1"
     [mirror-write]="mirror2 write 1M 1"
-    [single-read]="single read 1M 1"
-    [single-write]="single write 1M 1"
+    [cal-single-1m-read]="single read 1M 1"
+    [cal-single-1m-write]="single write 1M 1"
 )
 ORDER=(cal-bare-4k-read cal-bare-1m-read cal-bare-1m-write cal-single-4k-read
-    stripe-read-qd1 stripe-read-qd8 stripe-randread mirror-randread raid5-write mirror-write
-    single-read single-write)
+    cal-single-1m-read cal-single-1m-write
+    stripe-read-qd1 stripe-read-qd8 stripe-randread mirror-randread raid5-write mirror-write)
 
 {
     echo "date:      $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -237,13 +235,9 @@ CASES = [
      "dd:rw=write,bs=1M,qd=1,total=180M", "lat"),
     ("mirror x2, 1M seq write qd1", "mirror-write", "mirror", 2, "64k",
      "dd:rw=write,bs=1M,qd=1,total=60M", "lat"),
-    ("check: one member, 1M seq read qd1", "single-read", "concat", 1, "64k",
-     "dd:bs=1M,qd=1,total=60M", "lat"),
-    ("check: one member, 1M seq write qd1", "single-write", "concat", 1, "64k",
-     "dd:rw=write,bs=1M,qd=1,total=60M", "lat"),
 ]
 
-def sim(case, member_ns, link):
+def sim(case, member_ns, link, member_per_mib_ns=0):
     _, _, level, n, il, workload, _ = case
     cmd = [platter, "sweep", "--drive", "simple", "--member-size", "63M",
            "--latency", f"{round(member_ns)}ns", "--queue-depth", depth,
@@ -252,7 +246,7 @@ def sim(case, member_ns, link):
     if jitter:
         cmd += ["--latency-jitter", jitter]
     if link:
-        cmd += ["--link", link]
+        cmd += ["--link", link, "--latency-per-mib", f"{round(member_per_mib_ns)}ns"]
     r = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
     return {"lat_ns": r["mean_latency_ms"] * 1e6, "iops": r["iops"],
             "mib_s": r["mb_per_s"] * 1e6 / 2**20}, cmd
@@ -270,28 +264,34 @@ def value(m, metric):
 med = statistics.median
 cal = []
 for run in range(1, runs + 1):
-    b4k = fio("cal-bare-4k-read", run)["lat_ns"]
-    per_mib = lambda t: max(t - b4k, 0) * 1024 / 1020
-    cal.append((b4k, per_mib(fio("cal-bare-1m-read", run)["lat_ns"]),
-                per_mib(fio("cal-bare-1m-write", run)["lat_ns"]),
-                max(fio("cal-single-4k-read", run)["lat_ns"] - L - jitter_mean - b4k, 0)))
-request, read, write, overhead = [med(c[i] for c in cal) for i in range(4)]
+    t = lambda job: fio(job, run)["lat_ns"]
+    request = t("cal-bare-4k-read")
+    # A 1M job less a 4k one: 1020 KiB more.
+    per_mib = lambda x: max(x, 0) * 1024 / 1020
+    read, write = per_mib(t("cal-bare-1m-read") - request), per_mib(t("cal-bare-1m-write") - request)
+    # single = bare + T + jitter + the member's cost beyond T.
+    overhead = max(t("cal-single-4k-read") - L - jitter_mean - request, 0)
+    beyond_1m = [t("cal-single-1m-" + rw) - L - jitter_mean - t("cal-bare-1m-" + rw) for rw in ("read", "write")]
+    member_per_mib = per_mib(sum(beyond_1m) / 2 - overhead)
+    cal.append((request, read, write, overhead, member_per_mib))
+request, read, write, overhead, member_per_mib = [med(c[i] for c in cal) for i in range(5)]
 link = f"request={round(request)}ns,read={round(read)}ns,write={round(write)}ns"
 
 rows = {c[0]: [] for c in CASES}
 commands = {}
 for case in CASES:
     alone, _ = sim(case, L, None)
-    model, commands[case[0]] = sim(case, L + overhead, link)
+    model, commands[case[0]] = sim(case, L + overhead, link, member_per_mib)
     for run in range(1, runs + 1):
         rows[case[0]].append((value(fio(case[1], run), case[6]),
                               value(alone, case[6]), value(model, case[6])))
 
 print()
 print("Calibration (medians of %d runs): request %.1f us; link read %.1f us/MiB, "
-      "write %.1f us/MiB; member overhead %.1f us beyond %s"
-      % (runs, request / 1e3, read / 1e3, write / 1e3, overhead / 1e3, latency))
-print("  per run (us): " + "; ".join(
+      "write %.1f us/MiB; member I/O %s + %.1f us + %.1f us/MiB"
+      % (runs, request / 1e3, read / 1e3, write / 1e3, latency, overhead / 1e3,
+         member_per_mib / 1e3))
+print("  per run (us, in that order): " + "; ".join(
     "/".join(f"{x / 1e3:.0f}" for x in c) for c in cal))
 print("Load average at each run's start: " + ", ".join(
     open(f"{out}/load-{k}.txt").read().strip() for k in range(1, runs + 1)))

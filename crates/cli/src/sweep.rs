@@ -77,6 +77,10 @@ pub struct SweepArgs {
     /// `serve --inject mN=latency-jitter=` adds it.
     #[arg(long, value_name = "T|exp:T")]
     latency_jitter: Option<String>,
+    /// `simple` members with --latency: this much more per MiB an I/O
+    /// moves (a member's copy; default 0).
+    #[arg(long, value_name = "TIME")]
+    latency_per_mib: Option<String>,
     /// Gather RAID-5/6 partial-stripe writes in a stripe cache of this many
     /// stripes (at most 16 MiB), destaged every 20 ms, as `platter serve
     /// --stripe-cache` does (its default is 64); 0 or absent: none.
@@ -161,8 +165,11 @@ pub fn run(a: SweepArgs) -> Result<()> {
             if queue_depth == 0 {
                 return Err("--queue-depth must be at least 1".into());
             }
-            if a.latency.is_some() || a.latency_jitter.is_some() {
-                return Err("--latency and --latency-jitter are for --drive simple".into());
+            if a.latency.is_some() || a.latency_jitter.is_some() || a.latency_per_mib.is_some() {
+                return Err(
+                    "--latency, --latency-jitter and --latency-per-mib are for --drive simple"
+                        .into(),
+                );
             }
             let max_transfer_bytes = parse_size(&a.max_transfer)?;
             if max_transfer_bytes < 512 {
@@ -185,6 +192,9 @@ pub fn run(a: SweepArgs) -> Result<()> {
                 return Err("--queue-depth must be at least 1".into());
             }
             let latency = match (&a.latency, &a.latency_jitter) {
+                (None, None) if a.latency_per_mib.is_some() => {
+                    return Err("--latency-per-mib needs --latency".into())
+                }
                 (None, None) => SimpleLatency::default(),
                 (None, Some(_)) => return Err("--latency-jitter needs --latency".into()),
                 (Some(t), j) => {
@@ -195,7 +205,13 @@ pub fn run(a: SweepArgs) -> Result<()> {
                         }
                         None => Jitter::NONE,
                     };
-                    SimpleLatency::constant(latency_ns, jitter, 0)
+                    let per_mib_ns = match &a.latency_per_mib {
+                        Some(t) => {
+                            parse_time_ns(t).map_err(|e| format!("--latency-per-mib: {e}"))?
+                        }
+                        None => 0,
+                    };
+                    SimpleLatency::constant(latency_ns, jitter, (per_mib_ns + 512) / 1024)
                 }
             };
             Members::Simple {

@@ -700,7 +700,8 @@ fn sweep_prints_a_table_writes_a_plot_and_repeats_itself() {
 #[test]
 fn sweep_simple_members_model_a_served_volume() {
     // The members `serve --inject mN=latency=2ms` makes, behind a link:
-    // a 1 MiB read on stripe4 takes one member latency plus the link.
+    // a 1 MiB read on stripe4 takes one member read of 256 KiB (2 ms and
+    // a quarter of 512 us) plus the link (50 us and 300 us).
     let out = platter(&[
         "sweep",
         "--drive",
@@ -709,6 +710,8 @@ fn sweep_simple_members_model_a_served_volume() {
         "63M",
         "--latency",
         "2ms",
+        "--latency-per-mib",
+        "512us",
         "--queue-depth",
         "32",
         "--link",
@@ -726,7 +729,7 @@ fn sweep_simple_members_model_a_served_volume() {
     let err = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(out.status.success(), "sweep failed: {err}");
     let j: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(j["mean_latency_ms"].as_f64(), Some(2.35), "{j}");
+    assert_eq!(j["mean_latency_ms"].as_f64(), Some(2.478), "{j}");
     assert_eq!(j["member_ios"].as_u64(), Some(4 * 32), "{j}");
     for (args, why) in [
         (
@@ -754,6 +757,17 @@ fn sweep_simple_members_model_a_served_volume() {
                 "2",
             ][..],
             "unit",
+        ),
+        (
+            &[
+                "--drive",
+                "simple",
+                "--member-size",
+                "63M",
+                "--latency-per-mib",
+                "1ms",
+            ][..],
+            "needs --latency",
         ),
         (
             &[
