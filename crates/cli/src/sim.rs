@@ -34,7 +34,7 @@ pub enum SimCommand {
                       allows, and jobs do not wait for each other. Flushes become `sync`. fio \
                       writes its own data.",
         after_help = "Workloads: dd[:rw=read|write,bs=64k,qd=1,total=64M], \
-raidtest[:p=8,n=10000,read=50,min=1k,max=128k], \
+raidtest[:p=8,n=10000,read=50,min=1k,max=128k,align=512], \
 bonnie[:size=100M,phase=all|write|rewrite|read|seeks,seeks=4000], \
 news[:readers=30,files=1000,dirs=390,per-dir=100,run=10], untar[:files=2000,p=1,dir-files=20,cluster=64k], \
 fio:PATH[,qd=N,timed=0|1], blkparse:PATH[,qd=N,timed=0|1,action=D|Q] (see docs/simulator.md).

@@ -6,13 +6,16 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use platter_core::balance::ReadPolicy;
 use platter_core::units::parse_size;
+use platter_core::volume::CacheLimits;
 use platter_core::{Level, ParityLayout};
+use platter_io::aio::pool::QUEUE_DEPTH_DEFAULT;
 use platter_sim::disk::drive::{DriveSpec, Scheduler};
 use platter_sim::disk::parametric::Parametric;
 use platter_sim::disk::HostModel;
+use platter_sim::members::parse_time_ns;
 use platter_sim::sweep::{default_interleaves, parse_interleaves, svg, table, Members, Row, Sweep};
 use platter_sim::workload::WorkloadSpec;
-use platter_sim::SimpleLatency;
+use platter_sim::{Jitter, Link, SimpleLatency};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -22,9 +25,11 @@ use std::sync::Mutex;
 Drives: a DiskSim 4.0 parameter file (FILE.parv), a name of DiskSim's validation set \
 (cheetah9LP, barracuda, hp_c2247a: looked up in $PLATTER_DISKSIM_DIR, ../shared/data/disksim \
 and ../../shared/data/disksim), parametric-7200 (a built-in 7200 rpm drive), or simple \
-(SimpleLatency members, which need --member-size).
+(SimpleLatency members, which need --member-size; with --latency they are the members \
+`platter serve --inject mN=latency=T` makes: every I/O takes T plus --latency-jitter, at most \
+--queue-depth at once per member).
 
-Workloads: dd[:rw=read|write,bs=64k,qd=1,total=64M], raidtest[:p=8,n=10000,read=50,min=1k,max=128k], \
+Workloads: dd[:rw=read|write,bs=64k,qd=1,total=64M], raidtest[:p=8,n=10000,read=50,min=1k,max=128k,align=512], \
 bonnie[:size=100M,phase=all|write|rewrite|read|seeks,seeks=4000], \
 news[:readers=30,files=1000,dirs=390,per-dir=100,run=10], untar[:files=2000,p=1,dir-files=20,cluster=64k], \
 fio:PATH[,qd=N,timed=0|1], blkparse:PATH[,qd=N,timed=0|1,action=D|Q] (see docs/simulator.md).
@@ -57,9 +62,35 @@ pub struct SweepArgs {
     /// Largest command the host sends a drive (MAXPHYS).
     #[arg(long, default_value = "128k")]
     max_transfer: String,
-    /// Commands outstanding at each drive.
-    #[arg(long, default_value_t = 1)]
-    queue_depth: u32,
+    /// Commands outstanding at each drive (default 1); for `simple`, I/Os
+    /// each member serves at once, the rest waiting in order (default 32,
+    /// as `serve --member-queue-depth`).
+    #[arg(long)]
+    queue_depth: Option<u32>,
+    /// `simple` members: every member I/O (flushes too) takes this long,
+    /// whatever its size (2ms, 500us) [default: 100us + 5us per KiB,
+    /// flushes 500us, plus up to 100us].
+    #[arg(long, value_name = "TIME")]
+    latency: Option<String>,
+    /// `simple` members with --latency: a random extra time per I/O, T
+    /// (uniform, 0 to T) or exp:T (exponential, mean T, cut at 20 T), as
+    /// `serve --inject mN=latency-jitter=` adds it.
+    #[arg(long, value_name = "T|exp:T")]
+    latency_jitter: Option<String>,
+    /// `simple` members with --latency: this much more per MiB an I/O
+    /// moves (a member's copy; default 0).
+    #[arg(long, value_name = "TIME")]
+    latency_per_mib: Option<String>,
+    /// Gather RAID-5/6 partial-stripe writes in a stripe cache of this many
+    /// stripes (at most 16 MiB), destaged every 20 ms, as `platter serve
+    /// --stripe-cache` does (its default is 64); 0 or absent: none.
+    #[arg(long, value_name = "STRIPES")]
+    stripe_cache: Option<u64>,
+    /// The client's connection to a served volume:
+    /// request=T,read=T,write=T (per request, per MiB read, per MiB
+    /// written; one request at a time each way); absent: none.
+    #[arg(long, value_name = "SPEC")]
+    link: Option<String>,
     /// Drive scheduling of queued commands: fcfs or sptf (default: the
     /// drive's own).
     #[arg(long)]
@@ -130,8 +161,15 @@ pub fn run(a: SweepArgs) -> Result<()> {
                 Some("sptf") => spec.scheduler = Scheduler::Sptf,
                 Some(other) => return Err(format!("--scheduler {other}: fcfs or sptf").into()),
             }
-            if a.queue_depth == 0 {
+            let queue_depth = a.queue_depth.unwrap_or(1);
+            if queue_depth == 0 {
                 return Err("--queue-depth must be at least 1".into());
+            }
+            if a.latency.is_some() || a.latency_jitter.is_some() || a.latency_per_mib.is_some() {
+                return Err(
+                    "--latency, --latency-jitter and --latency-per-mib are for --drive simple"
+                        .into(),
+                );
             }
             let max_transfer_bytes = parse_size(&a.max_transfer)?;
             if max_transfer_bytes < 512 {
@@ -141,7 +179,7 @@ pub fn run(a: SweepArgs) -> Result<()> {
                 spec: Box::new(spec),
                 host: HostModel {
                     max_transfer_bytes,
-                    queue_depth: a.queue_depth,
+                    queue_depth,
                 },
             }
         }
@@ -149,8 +187,36 @@ pub fn run(a: SweepArgs) -> Result<()> {
             if member_bytes.is_none() {
                 return Err("--drive simple needs --member-size".into());
             }
+            let queue_depth = a.queue_depth.unwrap_or(QUEUE_DEPTH_DEFAULT as u32);
+            if queue_depth == 0 {
+                return Err("--queue-depth must be at least 1".into());
+            }
+            let latency = match (&a.latency, &a.latency_jitter) {
+                (None, None) if a.latency_per_mib.is_some() => {
+                    return Err("--latency-per-mib needs --latency".into())
+                }
+                (None, None) => SimpleLatency::default(),
+                (None, Some(_)) => return Err("--latency-jitter needs --latency".into()),
+                (Some(t), j) => {
+                    let latency_ns = parse_time_ns(t).map_err(|e| format!("--latency: {e}"))?;
+                    let jitter = match j {
+                        Some(j) => {
+                            Jitter::parse(j).map_err(|e| format!("--latency-jitter: {e}"))?
+                        }
+                        None => Jitter::NONE,
+                    };
+                    let per_mib_ns = match &a.latency_per_mib {
+                        Some(t) => {
+                            parse_time_ns(t).map_err(|e| format!("--latency-per-mib: {e}"))?
+                        }
+                        None => 0,
+                    };
+                    SimpleLatency::constant(latency_ns, jitter, (per_mib_ns + 512) / 1024)
+                }
+            };
             Members::Simple {
-                latency: SimpleLatency::default(),
+                latency,
+                queue_depth: Some(queue_depth),
             }
         }
     };
@@ -168,6 +234,17 @@ pub fn run(a: SweepArgs) -> Result<()> {
         seed: a.seed,
         member_bytes,
         parity_layout: ParityLayout::LeftSymmetric,
+        stripe_cache: match a.stripe_cache {
+            None | Some(0) => None,
+            Some(max_stripes) => Some(CacheLimits {
+                max_stripes,
+                ..CacheLimits::DEFAULT
+            }),
+        },
+        link: match &a.link {
+            Some(t) => Link::parse(t).map_err(|e| format!("--link: {e}"))?,
+            None => Link::default(),
+        },
     };
     let total = sweep.points().len();
     if total == 0 {

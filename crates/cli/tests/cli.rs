@@ -698,6 +698,97 @@ fn sweep_prints_a_table_writes_a_plot_and_repeats_itself() {
 }
 
 #[test]
+fn sweep_simple_members_model_a_served_volume() {
+    // The members `serve --inject mN=latency=2ms` makes, behind a link:
+    // a 1 MiB read on stripe4 takes one member read of 256 KiB (2 ms and
+    // a quarter of 512 us) plus the link (50 us and 300 us).
+    let out = platter(&[
+        "sweep",
+        "--drive",
+        "simple",
+        "--member-size",
+        "63M",
+        "--latency",
+        "2ms",
+        "--latency-per-mib",
+        "512us",
+        "--queue-depth",
+        "32",
+        "--link",
+        "request=50us,read=300us,write=400us",
+        "--levels",
+        "stripe",
+        "--members",
+        "4",
+        "--interleaves",
+        "256k",
+        "--workload",
+        "dd:bs=1M,qd=1,total=32M",
+        "--json",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "sweep failed: {err}");
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["mean_latency_ms"].as_f64(), Some(2.478), "{j}");
+    assert_eq!(j["member_ios"].as_u64(), Some(4 * 32), "{j}");
+    for (args, why) in [
+        (
+            &["--drive", "parametric-7200", "--latency", "2ms"][..],
+            "for --drive simple",
+        ),
+        (
+            &[
+                "--drive",
+                "simple",
+                "--member-size",
+                "63M",
+                "--latency-jitter",
+                "1ms",
+            ][..],
+            "needs --latency",
+        ),
+        (
+            &[
+                "--drive",
+                "simple",
+                "--member-size",
+                "63M",
+                "--latency",
+                "2",
+            ][..],
+            "unit",
+        ),
+        (
+            &[
+                "--drive",
+                "simple",
+                "--member-size",
+                "63M",
+                "--latency-per-mib",
+                "1ms",
+            ][..],
+            "needs --latency",
+        ),
+        (
+            &[
+                "--drive",
+                "simple",
+                "--member-size",
+                "63M",
+                "--link",
+                "rate=1G",
+            ][..],
+            "unknown key",
+        ),
+    ] {
+        let mut a = vec!["sweep"];
+        a.extend_from_slice(args);
+        let msg = assert_refused(&platter(&a), why);
+        assert!(msg.contains(why), "{args:?}: {msg}");
+    }
+}
+
+#[test]
 fn sim_iolog_writes_one_iolog_per_process_and_the_fio_command() {
     let dir = temp_dir();
     let out_dir = dir.path().join("logs");

@@ -33,6 +33,7 @@ fn main() {
         read_percent: 50,
         min_bytes: 4096,
         max_bytes: 4096,
+        align_bytes: 512,
     });
     let rounds: usize = std::env::args()
         .nth(2)

@@ -15,6 +15,7 @@
 
 use crate::clock::Clock;
 use crate::events::EventQueue;
+use crate::link::{Channels, Direction, Link};
 use crate::members::ServiceModel;
 use crate::rng::{mix64, Rng, Stream};
 use crate::trace::TraceHash;
@@ -23,7 +24,8 @@ use bytes::Bytes;
 use platter_core::balance::ReadPolicy;
 use platter_core::geometry::{Geometry, GeometrySpec};
 use platter_core::volume::{
-    Completion, Event, Health, IdMap, IoId, Limits, MemberOp, Request, RequestId, Volume,
+    CacheLimits, Completion, Event, Health, IdMap, IoId, Limits, MemberOp, Request, RequestId,
+    Volume,
 };
 
 /// The largest member read served from the shared zero buffer; longer
@@ -52,7 +54,8 @@ pub struct BenchReport {
     /// Requests that completed with an error (none, on healthy members).
     pub errors: u64,
     pub member_ios: u64,
-    /// Virtual time from the first arrival to the last completion.
+    /// Virtual time from the first arrival to the last client request's
+    /// completion.
     pub elapsed_ns: u64,
     pub mean_latency_ns: u64,
     pub p99_latency_ns: u64,
@@ -82,7 +85,14 @@ impl BenchReport {
 enum Ev {
     /// Process `p` submits `op`.
     Arrival(u32, Op),
+    /// A write's payload has crossed the link: the engine gets it. The
+    /// time is the client's submission.
+    Submit(u32, Op, u64),
+    /// A read's reply has crossed the link: the client has it.
+    Reply(Pending, bool),
     Wake,
+    /// The stripe cache's clock ([`Request::Destage`]).
+    Destage,
 }
 
 struct IoSlot {
@@ -92,7 +102,11 @@ struct IoSlot {
 
 struct Pending {
     process: u32,
+    /// When the client submitted it (before the link, if any).
     submitted_ns: u64,
+    kind: OpKind,
+    len_bytes: u64,
+    id: RequestId,
 }
 
 /// One performance run.
@@ -116,6 +130,13 @@ pub struct Bench {
     trace: TraceHash,
     report: BenchReport,
     started: bool,
+    /// Virtual time between destage ticks (0: no stripe cache).
+    destage_interval_ns: u64,
+    /// The volume's own requests (destage ticks) not yet completed.
+    upkeep: IdMap<RequestId, ()>,
+    last_done_ns: u64,
+    link: Link,
+    channels: Channels,
 }
 
 impl Bench {
@@ -155,7 +176,32 @@ impl Bench {
             trace: TraceHash::new(mix64(seed)),
             report: BenchReport::default(),
             started: false,
+            destage_interval_ns: 0,
+            upkeep: IdMap::default(),
+            last_done_ns: 0,
+            link: Link::default(),
+            channels: Channels::default(),
         })
+    }
+
+    /// Requests cross `link` to reach the engine (writes, flushes) and to
+    /// return to the client (reads' replies); their latency includes it.
+    pub fn with_link(mut self, link: Link) -> Bench {
+        assert!(!self.started);
+        self.link = link;
+        self
+    }
+
+    /// Gathers partial-stripe writes in a stripe cache (RAID-5 and RAID-6;
+    /// nothing for other levels), as `platter serve` does by default, with
+    /// a destage tick every `destage_interval_ns` (the server's is 20 ms).
+    pub fn with_stripe_cache(mut self, limits: CacheLimits, destage_interval_ns: u64) -> Bench {
+        assert!(!self.started && destage_interval_ns > 0);
+        self.volume.enable_stripe_cache(limits);
+        if self.volume.cache_status().is_some() {
+            self.destage_interval_ns = destage_interval_ns;
+        }
+        self
     }
 
     pub fn volume_bytes(&self) -> u64 {
@@ -170,22 +216,44 @@ impl Bench {
         for p in 0..procs {
             self.ask(p);
         }
+        if self.destage_interval_ns > 0 {
+            self.queue.push(self.destage_interval_ns, Ev::Destage);
+        }
         let mut first_ns = None;
         while let Some((at_ns, ev)) = self.queue.pop() {
             self.clock.advance_to(at_ns);
             match ev {
                 Ev::Arrival(p, op) => {
                     first_ns.get_or_insert(at_ns);
-                    self.submit(p, op);
+                    if self.link.is_some() && Link::direction(op.kind) == Direction::ToServer {
+                        let hold = self.link.hold_ns(op.kind, op.len_bytes);
+                        let end = self.channels.reserve(at_ns, Direction::ToServer, hold);
+                        self.queue.push(end, Ev::Submit(p, op, at_ns));
+                    } else {
+                        self.submit(p, op, at_ns);
+                    }
                     if self.open_loop {
                         self.ask(p);
                     }
                 }
+                Ev::Submit(p, op, arrived_ns) => self.submit(p, op, arrived_ns),
+                Ev::Reply(p, failed) => self.finish(p, failed),
                 Ev::Wake => {
                     if at_ns == self.armed_ns {
                         self.armed_ns = u64::MAX;
                     }
                     self.wake();
+                }
+                Ev::Destage => {
+                    let id = self.volume.submit(Request::Destage { all: false });
+                    self.upkeep.insert(id, ());
+                    // Only while the clients have something left to do: the
+                    // cached ends of the run are not written out (the
+                    // served side's runs end the same way, without a flush).
+                    if !self.pending.is_empty() || !self.queue.is_empty() {
+                        self.queue
+                            .push(at_ns + self.destage_interval_ns, Ev::Destage);
+                    }
                 }
             }
             self.pump();
@@ -196,7 +264,7 @@ impl Bench {
             self.pending.len()
         );
         let r = &mut self.report;
-        r.elapsed_ns = self.clock.now_ns() - first_ns.unwrap_or(0);
+        r.elapsed_ns = self.last_done_ns.saturating_sub(first_ns.unwrap_or(0));
         if !self.latencies.is_empty() {
             let n = self.latencies.len();
             r.mean_latency_ns =
@@ -227,8 +295,9 @@ impl Bench {
         }
     }
 
-    fn submit(&mut self, p: u32, op: Op) {
-        let now = self.clock.now_ns();
+    /// `op` of process `p`, submitted by the client at `submitted_ns`,
+    /// reaches the engine now.
+    fn submit(&mut self, p: u32, op: Op, submitted_ns: u64) {
         let req = match op.kind {
             OpKind::Read => Request::Read {
                 offset_bytes: op.offset_bytes,
@@ -258,7 +327,10 @@ impl Bench {
             id,
             Pending {
                 process: p,
-                submitted_ns: now,
+                submitted_ns,
+                kind: op.kind,
+                len_bytes: op.len_bytes,
+                id,
             },
         );
     }
@@ -338,15 +410,31 @@ impl Bench {
 
     fn completion(&mut self, c: Completion) {
         let now = self.clock.now_ns();
+        if self.upkeep.remove(&c.id).is_some() {
+            return;
+        }
         let p = self
             .pending
             .remove(&c.id)
             .expect("completion of a submitted request");
+        let failed = c.result.is_err();
+        if self.link.is_some() && Link::direction(p.kind) == Direction::ToClient {
+            let hold = self.link.hold_ns(p.kind, p.len_bytes);
+            let end = self.channels.reserve(now, Direction::ToClient, hold);
+            self.queue.push(end, Ev::Reply(p, failed));
+        } else {
+            self.finish(p, failed);
+        }
+    }
+
+    /// The client has its request's answer.
+    fn finish(&mut self, p: Pending, failed: bool) {
+        let now = self.clock.now_ns();
+        self.last_done_ns = now;
         let lat = now - p.submitted_ns;
-        self.trace
-            .fold(&[4, now, c.id.0, u64::from(c.result.is_err())]);
+        self.trace.fold(&[4, now, p.id.0, u64::from(failed)]);
         self.report.requests += 1;
-        if c.result.is_err() {
+        if failed {
             self.report.errors += 1;
         }
         self.latencies.push(lat);

@@ -47,6 +47,7 @@ pub mod clock;
 pub mod disk;
 pub mod disksim;
 pub mod events;
+pub mod link;
 pub mod members;
 pub mod oracle;
 pub mod rng;
@@ -57,6 +58,7 @@ pub mod trace;
 pub mod workload;
 
 pub use disk::{DiskModel, HostModel};
-pub use members::{CrashUndo, ServiceModel, SimpleLatency, SimpleService};
+pub use link::Link;
+pub use members::{CrashUndo, Jitter, ServiceModel, SimpleLatency, SimpleService};
 pub use run::{Arrival, Fault, Mix, Report, ScheduledFault, SimConfig, Simulation, Workload};
 pub use scenario::{random_config, ScenarioOptions};

@@ -12,7 +12,8 @@ use platter_core::volume::{IoResult, MemberOp};
 
 /// How members serve I/O in virtual time: an event-driven model that may
 /// queue, reorder and cache (the disk models of [`crate::disk`]), or serve
-/// each I/O on its own ([`SimpleLatency`]).
+/// each I/O in a time of its own, at most a queue depth at once per member
+/// ([`SimpleService`]).
 ///
 /// The event loop submits each member I/O with a token, asks when the
 /// model next completes something, and at that time collects the tokens
@@ -30,15 +31,100 @@ pub trait ServiceModel {
     fn power_fail(&mut self, now_ns: u64);
 }
 
-/// Every I/O is served independently (no queueing): `base + per byte +
-/// uniform jitter`; a flush costs `flush_ns` plus jitter.
+/// Each I/O's time on its member: `base + per byte + jitter`; a flush
+/// costs `flush_ns` plus jitter. [`SimpleService`] serves I/Os with these
+/// times, each on its own or at most a queue depth at once per member.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SimpleLatency {
     pub base_ns: u64,
     /// Transfer cost per KiB (1_000 ns/KiB is about 1 GB/s).
     pub ns_per_kib: u64,
-    pub jitter_ns: u64,
+    pub jitter: Jitter,
     pub flush_ns: u64,
+}
+
+/// Extra time per I/O, drawn per I/O from the latency stream: what
+/// `serve --inject mN=latency-jitter=T` (uniform) and `=exp:T`
+/// (exponential) add on a served member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Jitter {
+    /// Uniformly from 0 to `max_ns` (nothing drawn when 0).
+    Uniform { max_ns: u64 },
+    /// Exponentially distributed with mean `mean_ns`, cut at
+    /// [`JITTER_EXP_CAP`] means, as the served side cuts it.
+    Exponential { mean_ns: u64 },
+}
+
+/// The longest exponential jitter, in means (`platter_io`'s
+/// `JITTER_EXP_CAP`).
+pub const JITTER_EXP_CAP: u64 = 20;
+
+impl Jitter {
+    pub const NONE: Jitter = Jitter::Uniform { max_ns: 0 };
+
+    /// One I/O's extra time.
+    pub fn draw_ns(self, rng: &mut Rng) -> u64 {
+        match self {
+            Jitter::Uniform { max_ns: 0 } | Jitter::Exponential { mean_ns: 0 } => 0,
+            Jitter::Uniform { max_ns } => rng.below(max_ns + 1),
+            Jitter::Exponential { mean_ns } => {
+                // 53 random bits: u in [0, 1), so 1 - u is never 0.
+                let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+                let e = -(1.0 - u).ln() * mean_ns as f64;
+                (e as u64).min(mean_ns.saturating_mul(JITTER_EXP_CAP))
+            }
+        }
+    }
+
+    /// `T` (uniform, 0 to T) or `exp:T` (exponential, mean T), as
+    /// `serve --inject mN=latency-jitter=` takes it; `0` for none.
+    pub fn parse(text: &str) -> Result<Jitter, String> {
+        let (kind, time) = text.split_once(':').unwrap_or(("uniform", text));
+        let ns = parse_time_ns(time).map_err(|e| format!("jitter {text:?}: {e}"))?;
+        match kind {
+            "uniform" => Ok(Jitter::Uniform { max_ns: ns }),
+            "exp" => Ok(Jitter::Exponential { mean_ns: ns }),
+            _ => Err(format!(
+                "jitter {text:?}: unknown distribution {kind:?}; use T, uniform:T or exp:T"
+            )),
+        }
+    }
+
+    /// The mean extra time.
+    pub fn mean_ns(self) -> u64 {
+        match self {
+            Jitter::Uniform { max_ns } => max_ns / 2,
+            Jitter::Exponential { mean_ns } => mean_ns,
+        }
+    }
+}
+
+/// A time with its unit, `ns`, `us`, `ms` or `s` (`2ms`, `450us`; a bare
+/// `0` is 0), in nanoseconds.
+pub fn parse_time_ns(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    if text == "0" {
+        return Ok(0);
+    }
+    let digits = text.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let unit = &text[digits.len()..];
+    let scale: u64 = match unit {
+        "ns" => 1,
+        "us" => 1_000,
+        "ms" => 1_000_000,
+        "s" => 1_000_000_000,
+        "" => return Err(format!("`{text}` needs a unit: ns, us, ms or s")),
+        _ => {
+            return Err(format!(
+                "`{text}`: unknown unit `{unit}`; use ns, us, ms or s"
+            ))
+        }
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+        .ok_or_else(|| format!("`{text}` is not a whole number of {unit} that fits"))
 }
 
 impl Default for SimpleLatency {
@@ -46,15 +132,27 @@ impl Default for SimpleLatency {
         SimpleLatency {
             base_ns: 100_000,
             ns_per_kib: 5_000,
-            jitter_ns: 100_000,
+            jitter: Jitter::Uniform { max_ns: 100_000 },
             flush_ns: 500_000,
         }
     }
 }
 
 impl SimpleLatency {
-    /// The virtual time at which `op`, issued at `now_ns`, completes.
-    pub fn complete_at_ns(&self, now_ns: u64, op: &MemberOp, rng: &mut Rng) -> u64 {
+    /// A member as `serve --inject mN=latency=L` makes one: every I/O,
+    /// flushes included, takes `latency_ns` plus its jitter, and
+    /// `ns_per_kib` per KiB moved (a tmpfs file's copy; 0 to ignore it).
+    pub fn constant(latency_ns: u64, jitter: Jitter, ns_per_kib: u64) -> SimpleLatency {
+        SimpleLatency {
+            base_ns: latency_ns,
+            ns_per_kib,
+            jitter,
+            flush_ns: latency_ns,
+        }
+    }
+
+    /// How long `op` takes once its member starts it.
+    pub fn service_ns(&self, op: &MemberOp, rng: &mut Rng) -> u64 {
         let bytes = match op {
             MemberOp::Read { len_bytes, .. } => *len_bytes,
             MemberOp::Write { data, .. } => data.len() as u64,
@@ -66,60 +164,120 @@ impl SimpleLatency {
         } else {
             self.base_ns + bytes * self.ns_per_kib / 1024
         };
-        let jitter = if self.jitter_ns > 0 {
-            rng.below(self.jitter_ns + 1)
-        } else {
-            0
-        };
         // At least 1 ns: an I/O never completes in the instant it is issued.
-        now_ns + (fixed + jitter).max(1)
+        (fixed + self.jitter.draw_ns(rng)).max(1)
+    }
+
+    /// The virtual time at which `op`, issued at `now_ns` to a member with
+    /// nothing ahead of it, completes.
+    pub fn complete_at_ns(&self, now_ns: u64, op: &MemberOp, rng: &mut Rng) -> u64 {
+        now_ns + self.service_ns(op, rng)
     }
 }
 
-/// [`SimpleLatency`] behind the event-driven interface: each I/O's
-/// completion time is drawn when it is submitted.
+/// [`SimpleLatency`] behind the event-driven interface. Each member serves
+/// at most `queue_depth` I/Os at once (`None`: any number), the rest wait
+/// in its FIFO, as a served member's queue does
+/// (`serve --member-queue-depth`); members serve in parallel. An I/O's
+/// time is drawn when its member starts it (with no depth limit, when it
+/// is submitted).
 #[derive(Clone, Debug)]
 pub struct SimpleService {
     pub latency: SimpleLatency,
-    /// (completion time, submission order) -> token.
-    pending: std::collections::BTreeMap<(u64, u64), u64>,
+    queue_depth: Option<u32>,
+    /// (completion time, start order) -> (token, member).
+    pending: std::collections::BTreeMap<(u64, u64), (u64, u32)>,
     seq: u64,
+    /// Per member: I/Os started and not completed.
+    busy: Vec<u32>,
+    /// Per member: I/Os waiting for a free place, oldest first.
+    waiting: Vec<std::collections::VecDeque<(u64, MemberOp)>>,
 }
 
 impl SimpleService {
+    /// Every I/O served on its own, none waiting for another.
     pub fn new(latency: SimpleLatency) -> SimpleService {
         SimpleService {
             latency,
+            queue_depth: None,
             pending: Default::default(),
             seq: 0,
+            busy: Vec::new(),
+            waiting: Vec::new(),
+        }
+    }
+
+    /// At most `queue_depth` (at least 1) I/Os in service on each member.
+    pub fn with_queue_depth(latency: SimpleLatency, queue_depth: u32) -> SimpleService {
+        assert!(queue_depth > 0, "a queue depth of at least 1");
+        SimpleService {
+            queue_depth: Some(queue_depth),
+            ..SimpleService::new(latency)
+        }
+    }
+
+    /// I/Os waiting (not started) on `member`.
+    pub fn waiting(&self, member: u32) -> usize {
+        self.waiting.get(member as usize).map_or(0, |w| w.len())
+    }
+
+    fn start(&mut self, now_ns: u64, member: u32, token: u64, op: &MemberOp, rng: &mut Rng) {
+        let at = now_ns + self.latency.service_ns(op, rng);
+        self.pending.insert((at, self.seq), (token, member));
+        self.seq += 1;
+        if self.queue_depth.is_some() {
+            self.busy[member as usize] += 1;
         }
     }
 }
 
 impl ServiceModel for SimpleService {
-    fn submit(&mut self, now_ns: u64, _member: u32, token: u64, op: &MemberOp, rng: &mut Rng) {
-        let at = self.latency.complete_at_ns(now_ns, op, rng);
-        self.pending.insert((at, self.seq), token);
-        self.seq += 1;
+    fn submit(&mut self, now_ns: u64, member: u32, token: u64, op: &MemberOp, rng: &mut Rng) {
+        let Some(depth) = self.queue_depth else {
+            return self.start(now_ns, member, token, op, rng);
+        };
+        let m = member as usize;
+        if self.busy.len() <= m {
+            self.busy.resize(m + 1, 0);
+            self.waiting.resize_with(m + 1, Default::default);
+        }
+        if self.busy[m] < depth {
+            self.start(now_ns, member, token, op, rng);
+        } else {
+            self.waiting[m].push_back((token, op.clone()));
+        }
     }
 
     fn next_event_ns(&self) -> Option<u64> {
         self.pending.keys().next().map(|k| k.0)
     }
 
-    fn advance(&mut self, now_ns: u64, _rng: &mut Rng) -> Vec<u64> {
+    fn advance(&mut self, now_ns: u64, rng: &mut Rng) -> Vec<u64> {
         let mut out = Vec::new();
         while let Some(entry) = self.pending.first_entry() {
-            if entry.key().0 > now_ns {
+            let at = entry.key().0;
+            if at > now_ns {
                 break;
             }
-            out.push(entry.remove());
+            let (token, member) = entry.remove();
+            out.push(token);
+            if self.queue_depth.is_some() {
+                let m = member as usize;
+                self.busy[m] -= 1;
+                // The next in line starts as this one ends (it may end by
+                // `now_ns` too: the loop takes it).
+                if let Some((t, op)) = self.waiting[m].pop_front() {
+                    self.start(at, member, t, &op, rng);
+                }
+            }
         }
         out
     }
 
     fn power_fail(&mut self, _now_ns: u64) {
         self.pending.clear();
+        self.busy.iter_mut().for_each(|b| *b = 0);
+        self.waiting.iter_mut().for_each(|w| w.clear());
     }
 }
 
@@ -339,6 +497,105 @@ mod tests {
         assert_eq!(m.unflushed_writes(), 1);
         assert_eq!(m.crash(CrashUndo::All, &mut Rng::new(0)), 1);
         assert_eq!(&m.bytes()[16..28], &[1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0]);
+    }
+
+    fn read(len_bytes: u64) -> MemberOp {
+        MemberOp::Read {
+            offset_bytes: 0,
+            len_bytes,
+        }
+    }
+
+    /// Every completion of `s` until it has none left: (time, token).
+    fn drain(s: &mut SimpleService, rng: &mut Rng) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        while let Some(t) = s.next_event_ns() {
+            out.extend(s.advance(t, rng).into_iter().map(|k| (t, k)));
+        }
+        out
+    }
+
+    #[test]
+    fn a_member_serves_its_queue_depth_at_once_and_members_in_parallel() {
+        let lat = SimpleLatency::constant(1_000, Jitter::NONE, 0);
+        let mut s = SimpleService::with_queue_depth(lat.clone(), 2);
+        let mut rng = Rng::new(1);
+        for token in 0..5 {
+            s.submit(0, 0, token, &read(4096), &mut rng);
+        }
+        s.submit(0, 1, 9, &read(4096), &mut rng);
+        assert_eq!(s.waiting(0), 3);
+        assert_eq!(s.waiting(1), 0);
+        assert_eq!(
+            drain(&mut s, &mut rng),
+            vec![
+                (1_000, 0),
+                (1_000, 1),
+                (1_000, 9),
+                (2_000, 2),
+                (2_000, 3),
+                (3_000, 4)
+            ]
+        );
+        // Without a depth nothing waits.
+        let mut s = SimpleService::new(lat);
+        for token in 0..5 {
+            s.submit(0, 0, token, &read(4096), &mut rng);
+        }
+        assert!(drain(&mut s, &mut rng).iter().all(|&(t, _)| t == 1_000));
+    }
+
+    #[test]
+    fn a_late_advance_starts_the_waiting_io_when_the_one_ahead_ended() {
+        let lat = SimpleLatency::constant(1_000, Jitter::NONE, 0);
+        let mut s = SimpleService::with_queue_depth(lat, 1);
+        let mut rng = Rng::new(1);
+        s.submit(0, 0, 1, &read(512), &mut rng);
+        s.submit(0, 0, 2, &read(512), &mut rng);
+        s.submit(0, 0, 3, &MemberOp::Flush, &mut rng);
+        // Looked at only at 2_500: the second started at 1_000, ended at
+        // 2_000; the flush (the same latency) ends at 3_000.
+        assert_eq!(s.advance(2_500, &mut rng), vec![1, 2]);
+        assert_eq!(s.next_event_ns(), Some(3_000));
+        s.power_fail(2_600);
+        assert_eq!(s.next_event_ns(), None);
+        assert_eq!(s.waiting(0), 0);
+    }
+
+    #[test]
+    fn jitter_draws_stay_in_their_bounds_with_their_means() {
+        let mut rng = Rng::new(7);
+        let n = 20_000u64;
+        let u = Jitter::parse("1ms").unwrap();
+        assert_eq!(u, Jitter::Uniform { max_ns: 1_000_000 });
+        let draws: Vec<u64> = (0..n).map(|_| u.draw_ns(&mut rng)).collect();
+        assert!(draws.iter().all(|&d| d <= 1_000_000));
+        let mean = draws.iter().sum::<u64>() / n;
+        assert!((480_000..520_000).contains(&mean), "{mean}");
+        let e = Jitter::parse("exp:500us").unwrap();
+        assert_eq!(e, Jitter::Exponential { mean_ns: 500_000 });
+        let draws: Vec<u64> = (0..n).map(|_| e.draw_ns(&mut rng)).collect();
+        assert!(draws.iter().all(|&d| d <= 500_000 * JITTER_EXP_CAP));
+        let mean = draws.iter().sum::<u64>() / n;
+        assert!((480_000..520_000).contains(&mean), "{mean}");
+        // About e^-1 of an exponential's draws exceed its mean.
+        let above = draws.iter().filter(|&&d| d > 500_000).count() as u64;
+        assert!((n * 34 / 100..n * 40 / 100).contains(&above), "{above}");
+        assert_eq!(Jitter::NONE.draw_ns(&mut rng), 0);
+        assert!(Jitter::parse("gauss:1ms").is_err());
+        assert!(Jitter::parse("5").is_err());
+    }
+
+    #[test]
+    fn times_take_units() {
+        assert_eq!(parse_time_ns("2ms"), Ok(2_000_000));
+        assert_eq!(parse_time_ns("450us"), Ok(450_000));
+        assert_eq!(parse_time_ns("17ns"), Ok(17));
+        assert_eq!(parse_time_ns("1s"), Ok(1_000_000_000));
+        assert_eq!(parse_time_ns("0"), Ok(0));
+        assert!(parse_time_ns("2").is_err());
+        assert!(parse_time_ns("2h").is_err());
+        assert!(parse_time_ns("99999999999999s").is_err());
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Random scenarios for seeded testing: a seed picks the level, geometry,
 //! workload and fault schedule.
 
-use crate::members::{CrashUndo, SimpleLatency};
+use crate::members::{CrashUndo, Jitter, SimpleLatency};
 use crate::rng::{Rng, Stream};
 use crate::run::{Arrival, Fault, Mix, ScheduledFault, SimConfig, Workload};
 use platter_core::balance::ReadPolicy;
@@ -86,7 +86,9 @@ pub fn random_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
     let latency = SimpleLatency {
         base_ns: r.range(20_000, 200_000),
         ns_per_kib: r.range(500, 10_000),
-        jitter_ns: r.range(0, 200_000),
+        jitter: Jitter::Uniform {
+            max_ns: r.range(0, 200_000),
+        },
         flush_ns: r.range(50_000, 1_000_000),
     };
     let arrival = if r.chance(75) {
@@ -109,7 +111,7 @@ pub fn random_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
         fua_percent: r.range(0, 20) as u32,
     };
     // A rough length of the run, to place faults inside it.
-    let per_request_ns = latency.base_ns + latency.jitter_ns / 2 + 16 * latency.ns_per_kib;
+    let per_request_ns = latency.base_ns + latency.jitter.mean_ns() + 16 * latency.ns_per_kib;
     let parallel = match arrival {
         Arrival::Closed { concurrency, .. } => u64::from(concurrency),
         Arrival::Open { .. } => 4,

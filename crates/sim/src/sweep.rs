@@ -9,11 +9,13 @@
 use crate::bench::{Bench, BenchReport};
 use crate::disk::drive::DriveSpec;
 use crate::disk::{DiskModel, HostModel};
+use crate::link::Link;
 use crate::members::{ServiceModel, SimpleLatency, SimpleService};
 use crate::workload::WorkloadSpec;
 use platter_core::balance::ReadPolicy;
 use platter_core::geometry::{Geometry, GeometrySpec};
 use platter_core::units::{format_size, parse_size, SECTOR_BYTES};
+use platter_core::volume::CacheLimits;
 use platter_core::{Level, ParityLayout};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -32,8 +34,12 @@ pub enum Members {
         spec: Box<DriveSpec>,
         host: HostModel,
     },
-    /// [`SimpleLatency`] members of `member_bytes` each.
-    Simple { latency: SimpleLatency },
+    /// [`SimpleLatency`] members of `member_bytes` each, serving at most
+    /// `queue_depth` I/Os at once (`None`: any number).
+    Simple {
+        latency: SimpleLatency,
+        queue_depth: Option<u32>,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -49,7 +55,15 @@ pub struct Sweep {
     /// Cap on each member's data bytes (required for `Simple`).
     pub member_bytes: Option<u64>,
     pub parity_layout: ParityLayout,
+    /// RAID-5/6 partial-stripe writes gathered as `platter serve` gathers
+    /// them (its default: [`CacheLimits::DEFAULT`], [`DESTAGE_INTERVAL_NS`]).
+    pub stripe_cache: Option<CacheLimits>,
+    /// The client's connection ([`Link`]; the default costs nothing).
+    pub link: Link,
 }
+
+/// The served side's destage tick (`platter-server`'s `DESTAGE_INTERVAL`).
+pub const DESTAGE_INTERVAL_NS: u64 = 20_000_000;
 
 /// One configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -185,7 +199,14 @@ impl Sweep {
     fn service(&self, members: u32) -> Box<dyn ServiceModel> {
         match &self.members_model {
             Members::Disk { spec, host } => Box::new(DiskModel::new(spec, members, host.clone())),
-            Members::Simple { latency } => Box::new(SimpleService::new(latency.clone())),
+            Members::Simple {
+                latency,
+                queue_depth: None,
+            } => Box::new(SimpleService::new(latency.clone())),
+            Members::Simple {
+                latency,
+                queue_depth: Some(d),
+            } => Box::new(SimpleService::with_queue_depth(latency.clone(), *d)),
         }
     }
 
@@ -203,6 +224,11 @@ impl Sweep {
             gen,
             self.seed,
         )?;
+        let bench = match self.stripe_cache {
+            Some(limits) => bench.with_stripe_cache(limits, DESTAGE_INTERVAL_NS),
+            None => bench,
+        }
+        .with_link(self.link);
         Ok(bench.run())
     }
 

@@ -28,6 +28,8 @@ fn sweep(workload: &str, host: HostModel, drive: &Parametric) -> Sweep {
         seed: 1,
         member_bytes: None,
         parity_layout: ParityLayout::LeftSymmetric,
+        stripe_cache: None,
+        link: Default::default(),
     }
 }
 

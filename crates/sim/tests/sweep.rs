@@ -25,6 +25,8 @@ fn sweep(seed: u64, workload: &str) -> Sweep {
         seed,
         member_bytes: None,
         parity_layout: ParityLayout::LeftSymmetric,
+        stripe_cache: None,
+        link: Default::default(),
     }
 }
 

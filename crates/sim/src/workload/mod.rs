@@ -20,7 +20,7 @@
 //! | spec | what |
 //! |---|---|
 //! | `dd[:rw=read\|write,bs=64k,qd=1,total=64M]` | sequential stream, `qd` requests in flight |
-//! | `raidtest[:p=8,n=10000,read=50,min=1k,max=128k]` | random, sizes uniform over min..max in whole KiB |
+//! | `raidtest[:p=8,n=10000,read=50,min=1k,max=128k,align=512]` | random, sizes uniform over min..max in whole KiB, offsets multiples of align |
 //! | `bonnie[:size=100M,phase=all\|write\|rewrite\|read\|seeks,seeks=4000]` | bonnie's block phases and 3 seekers |
 //! | `news[:readers=30,files=1000,dirs=390,per-dir=100,run=10]` | news spool readers over [`fs::FsModel`] |
 //! | `untar[:files=2000,p=1,dir-files=20,cluster=64k]` | file creation, tar's size mix |
@@ -236,10 +236,10 @@ pub(crate) fn uniform_units(rng: &mut Rng, lo: u64, hi: u64, unit: u64) -> u64 {
     rng.range(lo / unit, hi / unit) * unit
 }
 
-/// A random sector-aligned offset for `len` bytes in a volume.
-pub(crate) fn random_offset(rng: &mut Rng, volume_bytes: u64, len: u64) -> u64 {
-    let slots = (volume_bytes.saturating_sub(len)) / SECTOR + 1;
-    rng.below(slots) * SECTOR
+/// A random multiple of `align` at which `len` bytes fit in a volume.
+pub(crate) fn random_offset_aligned(rng: &mut Rng, volume_bytes: u64, len: u64, align: u64) -> u64 {
+    let slots = (volume_bytes.saturating_sub(len)) / align + 1;
+    rng.below(slots) * align
 }
 
 #[cfg(test)]

@@ -1,10 +1,11 @@
 //! raidtest-like random I/O (FreeBSD's `tools/tools/raidtest`): `n`
 //! requests in all, spread over `p` processes that each keep one request
 //! outstanding; sizes uniform over `min..=max` in whole KiB (1 to 128 KiB
-//! by default), offsets uniform and sector-aligned over the volume, `read`
-//! percent reads (50) and the rest writes.
+//! by default), offsets uniform over the volume and multiples of `align`
+//! (a sector by default; fio aligns random offsets to its block size),
+//! `read` percent reads (50) and the rest writes.
 
-use super::{random_offset, uniform_units, Generator, Next, Op, Params};
+use super::{random_offset_aligned, uniform_units, Generator, Next, Op, Params};
 use crate::rng::Rng;
 use platter_core::units::format_size;
 use std::fmt;
@@ -16,6 +17,8 @@ pub struct Raidtest {
     pub read_percent: u32,
     pub min_bytes: u64,
     pub max_bytes: u64,
+    /// Offsets are multiples of this.
+    pub align_bytes: u64,
 }
 
 impl Default for Raidtest {
@@ -26,6 +29,7 @@ impl Default for Raidtest {
             read_percent: 50,
             min_bytes: 1 << 10,
             max_bytes: 128 << 10,
+            align_bytes: 512,
         }
     }
 }
@@ -39,12 +43,16 @@ impl Raidtest {
             read_percent: p.num("read", u64::from(d.read_percent))? as u32,
             min_bytes: p.size("min", d.min_bytes)?,
             max_bytes: p.size("max", d.max_bytes)?,
+            align_bytes: p.size("align", d.align_bytes)?,
         };
         if r.processes == 0 || r.read_percent > 100 {
             return Err("raidtest: p at least 1, read at most 100".into());
         }
         if r.min_bytes < 512 || !r.min_bytes.is_multiple_of(512) || r.max_bytes < r.min_bytes {
             return Err("raidtest: min and max multiples of 512 with min <= max".into());
+        }
+        if r.align_bytes < 512 || !r.align_bytes.is_multiple_of(512) {
+            return Err("raidtest: align a positive multiple of 512".into());
         }
         Ok(r)
     }
@@ -69,7 +77,11 @@ impl fmt::Display for Raidtest {
             self.read_percent,
             format_size(self.min_bytes),
             format_size(self.max_bytes)
-        )
+        )?;
+        if self.align_bytes != 512 {
+            write!(f, " align={}", format_size(self.align_bytes))?;
+        }
+        Ok(())
     }
 }
 
@@ -99,7 +111,7 @@ impl Generator for RaidtestGen {
             512
         };
         let len = uniform_units(r, self.w.min_bytes, self.w.max_bytes, unit).min(self.volume_bytes);
-        let at = random_offset(r, self.volume_bytes, len);
+        let at = random_offset_aligned(r, self.volume_bytes, len, self.w.align_bytes);
         Next::Op(if r.chance(self.w.read_percent) {
             Op::read(at, len)
         } else {
@@ -128,5 +140,34 @@ mod tests {
         }
         assert!((4500..5500).contains(&reads), "{reads}");
         assert_eq!(g.next(0, 0), Next::Done);
+    }
+
+    #[test]
+    fn align_puts_offsets_on_block_boundaries() {
+        let spec = crate::workload::WorkloadSpec::parse("raidtest:min=4k,max=4k,align=4k").unwrap();
+        let crate::workload::WorkloadSpec::Raidtest(w) = spec else {
+            panic!("a raidtest")
+        };
+        assert_eq!(w.align_bytes, 4096);
+        let mut g = w.generator((1 << 20) + 512, Rng::new(5));
+        let mut odd = false;
+        for _ in 0..2000 {
+            let Next::Op(o) = g.next(0, 0) else {
+                panic!("ended early")
+            };
+            assert_eq!(o.offset_bytes % 4096, 0, "{o:?}");
+            assert!(o.offset_bytes + 4096 <= 1 << 20);
+            odd |= o.offset_bytes == (1 << 20) - 4096;
+        }
+        assert!(odd, "the last whole block is drawn too");
+        assert!(w.to_string().ends_with("align=4k"), "{w}");
+        // A sector by default: the same draws as before `align`.
+        let d = Raidtest::default();
+        let mut g = d.generator(1 << 30, Rng::new(3));
+        let Next::Op(o) = g.next(0, 0) else { panic!() };
+        let mut r = Rng::new(3);
+        let len = uniform_units(&mut r, 1024, 128 << 10, 1024);
+        let slots = ((1 << 30) - len) / 512 + 1;
+        assert_eq!(o.offset_bytes, r.below(slots) * 512);
     }
 }
