@@ -8,7 +8,7 @@ use platter_core::balance::ReadPolicy;
 use platter_core::units::parse_size;
 use platter_core::volume::CacheLimits;
 use platter_core::{Level, ParityLayout};
-use platter_io::aio::pool::QUEUE_DEPTH_DEFAULT;
+use platter_io::aio::layer::QUEUE_DEPTH_DEFAULT;
 use platter_sim::disk::drive::{DriveSpec, Scheduler};
 use platter_sim::disk::parametric::Parametric;
 use platter_sim::disk::HostModel;
