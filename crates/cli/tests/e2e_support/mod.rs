@@ -1171,4 +1171,3 @@ impl Drop for Loop<'_> {
         }
     }
 }
-
