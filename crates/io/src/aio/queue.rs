@@ -32,6 +32,10 @@ use crate::member::Member;
 
 /// A thread with no I/O for this long ends.
 pub const IDLE_EXIT: Duration = Duration::from_secs(2);
+/// One I/O in this many goes to a queue thread even when the ring could
+/// take it: the member's own call is timed there, which the recent
+/// average needs (see [`Queue::slot_done`]).
+pub const PROBE_EVERY: u64 = 32;
 /// Threads per member at most, whatever the depth: I/Os the ring cannot
 /// take run on them, and a depth of thousands (slow members, mostly
 /// waiting on the injected-latency timer) must not become thousands of
@@ -206,12 +210,13 @@ impl Queue {
     /// Hands an I/O that holds a slot to the device: to the ring if it can
     /// take it, else to the queue's threads.
     fn dispatch(self: &Arc<Self>, st: &mut QueueState, started: Started) {
+        let probe = st.slotted.is_multiple_of(PROBE_EVERY);
         let started = match &self.layer.ring {
-            Some(ring) => match ring.try_push(self, started) {
+            Some(ring) if !probe => match ring.try_push(self, started) {
                 Ok(()) => return,
                 Err(back) => back,
             },
-            None => started,
+            _ => started,
         };
         st.ready.push_back(started);
         if st.ready.len() > st.idle && st.threads < self.depth().min(THREADS_MAX) {
@@ -251,18 +256,41 @@ impl Queue {
 
     /// An I/O holding a slot has finished on the device (or was dropped):
     /// frees the slot, then completes it unless the watchdog did.
-    pub(super) fn slot_done(self: &Arc<Self>, seq: u64, at: Instant, result: IoResult) {
-        let device_ns = u64::try_from(at.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    ///
+    /// `call_ns`: how long the member's own call took, for an I/O a queue
+    /// thread performed; `None` for the ring's. Only calls feed the recent
+    /// average ([`MemberQueue::pace`]): a ring completion's time includes
+    /// the ring thread's wake-up, which on a member of microseconds is most
+    /// of it, and taken for the device's it kept tmpfs members "slow", off
+    /// the submitting thread (4k random reads on a tmpfs mirror at half the
+    /// build before io_uring). Every [`PROBE_EVERY`]th I/O goes to a thread
+    /// for that reason, so a ring-only member is still measured.
+    pub(super) fn slot_done(
+        self: &Arc<Self>,
+        seq: u64,
+        at: Instant,
+        result: IoResult,
+        call_ns: Option<u64>,
+    ) {
+        let since_slot_ns = u64::try_from(at.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        // Injected latency is part of the device's time, as a slow disk's.
+        let device_ns = match (self.delay.is_some(), call_ns) {
+            (false, Some(ns)) => ns,
+            _ => since_slot_ns,
+        };
         self.free_slot(&mut self.lock());
-        self.finish(seq, result, device_ns);
+        self.finish(seq, result, device_ns, call_ns.is_some());
     }
 
-    /// Times the I/O into the recent average and calls its `done`.
-    fn finish(&self, seq: u64, result: IoResult, device_ns: u64) {
+    /// Times the I/O into the recent average (if `sample`) and calls its
+    /// `done`.
+    fn finish(&self, seq: u64, result: IoResult, device_ns: u64, sample: bool) {
         let Some(w) = self.take(seq) else {
             return;
         };
-        self.note(device_ns, w.op.len_bytes);
+        if sample {
+            self.note(device_ns, w.op.len_bytes);
+        }
         (w.done)(Completed {
             result,
             device_ns,
@@ -325,9 +353,11 @@ impl Queue {
             }
             drop(st);
             let Started { seq, op, at } = started;
+            let call = Instant::now();
             let result = crate::executor::perform(self.device.as_ref(), &op);
+            let call_ns = u64::try_from(call.elapsed().as_nanos()).unwrap_or(u64::MAX);
             drop(op);
-            self.slot_done(seq, at, result);
+            self.slot_done(seq, at, result, Some(call_ns));
         }
     }
 

@@ -358,7 +358,7 @@ impl Ring {
                 exit
             };
             for (queue, seq, at, result) in finished {
-                queue.slot_done(seq, at, result);
+                queue.slot_done(seq, at, result, None);
             }
             if exit {
                 return;
