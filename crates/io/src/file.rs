@@ -315,12 +315,33 @@ impl FileMember {
         len_bytes: u64,
         write: impl FnOnce() -> io::Result<()>,
     ) -> Result<(), MemberError> {
-        let file = self.device == Device::RegularFile;
-        if file && offset_bytes + len_bytes == self.size_bytes {
+        self.shrink_guard_before(op, offset_bytes, len_bytes)?;
+        write().map_err(|err| self.error(err, op, offset_bytes, len_bytes))?;
+        self.shrink_guard_after(op, offset_bytes, len_bytes)
+    }
+
+    /// The half of [`FileMember::guarded_write`] before the write: the
+    /// write that ends at the member's end is checked first.
+    fn shrink_guard_before(
+        &self,
+        op: Op,
+        offset_bytes: u64,
+        len_bytes: u64,
+    ) -> Result<(), MemberError> {
+        if self.device == Device::RegularFile && offset_bytes + len_bytes == self.size_bytes {
             self.check_not_shrunk(op, offset_bytes, len_bytes)?;
         }
-        write().map_err(|err| self.error(err, op, offset_bytes, len_bytes))?;
-        if file {
+        Ok(())
+    }
+
+    /// The half of [`FileMember::guarded_write`] after the write.
+    fn shrink_guard_after(
+        &self,
+        op: Op,
+        offset_bytes: u64,
+        len_bytes: u64,
+    ) -> Result<(), MemberError> {
+        if self.device == Device::RegularFile {
             self.check_not_shrunk(op, offset_bytes, len_bytes)?;
         }
         Ok(())
@@ -582,23 +603,17 @@ impl RingTarget for FileMember {
             Op::Read => check_range(&self.name, self.size_bytes, op, offset_bytes, len_bytes),
             Op::Write => {
                 self.check_write(op, offset_bytes, len_bytes)?;
-                // The first half of `guarded_write`.
-                if self.device == Device::RegularFile && offset_bytes + len_bytes == self.size_bytes
-                {
-                    self.check_not_shrunk(op, offset_bytes, len_bytes)?;
-                }
-                Ok(())
+                self.shrink_guard_before(op, offset_bytes, len_bytes)
             }
             _ => Ok(()),
         }
     }
 
     fn check_after(&self, op: Op, offset_bytes: u64, len_bytes: u64) -> Result<(), MemberError> {
-        // The second half of `guarded_write`.
-        if op == Op::Write && self.device == Device::RegularFile {
-            self.check_not_shrunk(op, offset_bytes, len_bytes)?;
+        match op {
+            Op::Write => self.shrink_guard_after(op, offset_bytes, len_bytes),
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     fn error(&self, err: io::Error, op: Op, offset_bytes: u64, len_bytes: u64) -> MemberError {

@@ -707,6 +707,15 @@ impl Volume {
 // The server
 
 /// How to run `platter serve`.
+/// `--inject` arguments giving every member of `volume` the same `spec`.
+pub fn inject_every_member(volume: &Volume, spec: &str) -> Vec<String> {
+    volume
+        .members
+        .iter()
+        .map(|m| format!("{m}={spec}"))
+        .collect()
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct ServeOptions {
     pub read_only: bool,

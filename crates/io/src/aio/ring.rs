@@ -186,8 +186,11 @@ impl Ring {
             }
             (_, None) => true,
         };
+        if !fits {
+            return Err(started);
+        }
         let mut st = self.lock();
-        if !fits || st.stop || st.exited {
+        if st.stop || st.exited {
             return Err(started);
         }
         let io = match (target.check_before(op, offset_bytes, len_bytes), started.op) {
