@@ -59,70 +59,15 @@ die() { echo "latency.sh: $*" >&2; exit 1; }
 case "$RUNS" in ''|*[!0-9]*|0) die "--runs wants a positive integer" ;; esac
 case "$RUNTIME" in ''|*[!0-9]*|0) die "--runtime wants a positive number of seconds" ;; esac
 case "$LATENCY" in *[0-9]us|*[0-9]ms|*[0-9]s) ;; *) die "--latency wants a time with a unit: 500us, 2ms, 1s" ;; esac
-for tool in fio python3 cargo; do
-    command -v "$tool" >/dev/null || die "needs $tool (Debian: apt-get install fio python3)"
-done
-fio --enghelp=nbd >/dev/null 2>&1 || die "this fio has no nbd engine (Debian's fio has it)"
-[ -d /dev/shm ] && [ -w /dev/shm ] || die "needs a writable /dev/shm (tmpfs)"
-
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
-[ -n "$OUT" ] || OUT="$TARGET/bench/latency-$(date -u +%Y%m%dT%H%M%SZ)"
-mkdir -p "$OUT"
-if [ -z "$PLATTER" ]; then
-    echo "== building the release binary"
-    (cd "$ROOT" && cargo build --release --bin platter) >&2
-    PLATTER="$TARGET/release/platter"
-fi
-[ -x "$PLATTER" ] || die "no $PLATTER"
-
-WORK=$(mktemp -d -p /dev/shm platter-latency.XXXXXX)
-declare -A PID=() URI=()
-
-cleanup() {
-    local rc=$? s
-    trap - EXIT INT TERM
-    for s in "${!PID[@]}"; do
-        kill -TERM "${PID[$s]}" 2>/dev/null || true
-        wait "${PID[$s]}" 2>/dev/null || true
-    done
-    rm -rf "$WORK"
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# serve NAME LEVEL MEMBERS INTERLEAVE [create options...]: 64 MiB members.
-serve() {
-    local name="$1" level="$2" n="$3" il="$4" i paths=() inject=()
-    shift 4
-    mkdir "$WORK/$name"
-    for i in $(seq 0 $((n - 1))); do
-        paths+=("$WORK/$name/m$i")
-        inject+=(--inject "$WORK/$name/m$i=latency=$LATENCY")
-    done
-    "$PLATTER" create --level "$level" --interleave "$il" --member-size 64M \
-        --name "$name" "$@" "${paths[@]}" >"$OUT/create-$name.txt"
-    NO_COLOR=1 "$PLATTER" serve --socket "$WORK/$name/sock" "${inject[@]}" "${paths[@]}" \
-        >"$OUT/$name.out" 2>"$OUT/$name.log" &
-    PID[$name]=$!
-    for _ in $(seq 300); do
-        grep -q "^serving '" "$OUT/$name.out" 2>/dev/null && break
-        kill -0 "${PID[$name]}" 2>/dev/null || die "$name: platter serve exited: $(tail -n 5 "$OUT/$name.log")"
-        sleep 0.1
-    done
-    grep -q "^serving '" "$OUT/$name.out" || die "$name: not ready in 30 s"
-    local export
-    export=$(sed -n "s/^serving '\([^']*\)'.*/\1/p" "$OUT/$name.out")
-    URI[$name]="nbd+unix:///$export?socket=$WORK/$name/sock"
-}
+. "$(dirname "$0")/lib.sh"
+bench_setup latency
+SERVE_ARGS=()
 
 echo "== volumes: every member given latency=$LATENCY"
-serve single concat 1 64k
-serve stripe4 stripe 4 256k
-serve mirror2 mirror 2 64k --bitmap-region 0
-serve raid5 raid5 4 64k --bitmap-region 0
+serve single concat 1 64k "latency=$LATENCY"
+serve stripe4 stripe 4 256k "latency=$LATENCY"
+serve mirror2 mirror 2 64k "latency=$LATENCY" --bitmap-region 0
+serve raid5 raid5 4 64k "latency=$LATENCY" --bitmap-region 0
 
 # name: server rw bs iodepth
 declare -A JOB=(

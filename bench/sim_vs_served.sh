@@ -71,67 +71,12 @@ case "$RUNTIME" in ''|*[!0-9]*|0) die "--runtime wants a positive number of seco
 case "$QUEUE_DEPTH" in ''|*[!0-9]*|0) die "--queue-depth wants a positive integer" ;; esac
 case "$LATENCY" in *[0-9]us|*[0-9]ms|*[0-9]s) ;; *) die "--latency wants a time with a unit: 500us, 2ms, 1s" ;; esac
 case "$JITTER" in ''|*[0-9]us|*[0-9]ms|*[0-9]s) ;; *) die "--jitter wants T or exp:T (T with a unit: 500us)" ;; esac
-for tool in fio python3 cargo; do
-    command -v "$tool" >/dev/null || die "needs $tool (Debian: apt-get install fio python3)"
-done
-fio --enghelp=nbd >/dev/null 2>&1 || die "this fio has no nbd engine (Debian's fio has it)"
-[ -d /dev/shm ] && [ -w /dev/shm ] || die "needs a writable /dev/shm (tmpfs)"
-
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
-[ -n "$OUT" ] || OUT="$TARGET/bench/sim-vs-served-$(date -u +%Y%m%dT%H%M%SZ)"
-mkdir -p "$OUT"
-if [ -z "$PLATTER" ]; then
-    echo "== building the release binary"
-    (cd "$ROOT" && cargo build --release --bin platter) >&2
-    PLATTER="$TARGET/release/platter"
-fi
-[ -x "$PLATTER" ] || die "no $PLATTER"
-
-WORK=$(mktemp -d -p /dev/shm platter-simvs.XXXXXX)
-declare -A PID=() URI=()
-
-cleanup() {
-    local rc=$? s
-    trap - EXIT INT TERM
-    for s in "${!PID[@]}"; do
-        kill -TERM "${PID[$s]}" 2>/dev/null || true
-        wait "${PID[$s]}" 2>/dev/null || true
-    done
-    rm -rf "$WORK"
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+. "$(dirname "$0")/lib.sh"
+bench_setup sim-vs-served
 
 INJECT="latency=$LATENCY${JITTER:+,latency-jitter=$JITTER}"
 
-# serve NAME LEVEL MEMBERS INTERLEAVE INJECT|none [create options...]:
-# 64 MiB members (63 MiB of data each).
-serve() {
-    local name="$1" level="$2" n="$3" il="$4" spec="$5" i paths=() inject=()
-    shift 5
-    mkdir "$WORK/$name"
-    for i in $(seq 0 $((n - 1))); do
-        paths+=("$WORK/$name/m$i")
-        [ "$spec" = none ] || inject+=(--inject "$WORK/$name/m$i=$spec")
-    done
-    "$PLATTER" create --level "$level" --interleave "$il" --member-size 64M \
-        --name "$name" "$@" "${paths[@]}" >"$OUT/create-$name.txt"
-    NO_COLOR=1 "$PLATTER" serve --socket "$WORK/$name/sock" --member-queue-depth "$QUEUE_DEPTH" \
-        ${inject[@]+"${inject[@]}"} "${paths[@]}" >"$OUT/$name.out" 2>"$OUT/$name.log" &
-    PID[$name]=$!
-    for _ in $(seq 300); do
-        grep -q "^serving '" "$OUT/$name.out" 2>/dev/null && break
-        kill -0 "${PID[$name]}" 2>/dev/null || die "$name: platter serve exited: $(tail -n 5 "$OUT/$name.log")"
-        sleep 0.1
-    done
-    grep -q "^serving '" "$OUT/$name.out" || die "$name: not ready in 30 s"
-    local export
-    export=$(sed -n "s/^serving '\([^']*\)'.*/\1/p" "$OUT/$name.out")
-    URI[$name]="nbd+unix:///$export?socket=$WORK/$name/sock"
-}
+SERVE_ARGS=(--member-queue-depth "$QUEUE_DEPTH")
 
 # Ticks (1/100 s) of the whole machine (busy, idle) and of a server (user + system).
 machine_ticks() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8 + $9, $5 + $6}' /proc/stat; }

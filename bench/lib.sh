@@ -1,0 +1,72 @@
+# Shared by bench/latency.sh and bench/sim_vs_served.sh: the tools they
+# need, the release build, a tmpfs work directory removed on exit, and
+# volumes served over it. The caller defines `die` and sets OUT (or ""),
+# PLATTER (or "") first; `. "$(dirname "$0")/lib.sh"` then `bench_setup NAME`.
+
+# bench_setup NAME: checks the tools, builds platter unless PLATTER is set,
+# makes OUT (target/bench/NAME-<UTC time> unless set) and WORK (on
+# /dev/shm), and stops every server in PID and removes WORK on exit.
+bench_setup() {
+    local tool
+    for tool in fio python3 cargo; do
+        command -v "$tool" >/dev/null || die "needs $tool (Debian: apt-get install fio python3)"
+    done
+    fio --enghelp=nbd >/dev/null 2>&1 || die "this fio has no nbd engine (Debian's fio has it)"
+    [ -d /dev/shm ] && [ -w /dev/shm ] || die "needs a writable /dev/shm (tmpfs)"
+
+    ROOT=$(cd "$(dirname "$0")/.." && pwd)
+    TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+    [ -n "$OUT" ] || OUT="$TARGET/bench/$1-$(date -u +%Y%m%dT%H%M%SZ)"
+    mkdir -p "$OUT"
+    if [ -z "$PLATTER" ]; then
+        echo "== building the release binary"
+        (cd "$ROOT" && cargo build --release --bin platter) >&2
+        PLATTER="$TARGET/release/platter"
+    fi
+    [ -x "$PLATTER" ] || die "no $PLATTER"
+
+    WORK=$(mktemp -d -p /dev/shm "platter-$1.XXXXXX")
+    declare -gA PID=() URI=()
+    trap bench_cleanup EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+}
+
+bench_cleanup() {
+    local rc=$? s
+    trap - EXIT INT TERM
+    for s in "${!PID[@]}"; do
+        kill -TERM "${PID[$s]}" 2>/dev/null || true
+        wait "${PID[$s]}" 2>/dev/null || true
+    done
+    rm -rf "$WORK"
+    exit "$rc"
+}
+
+# serve NAME LEVEL MEMBERS INTERLEAVE INJECT|none [create options...]:
+# 64 MiB members (63 MiB of data each), every member given `--inject
+# MEMBER=INJECT`, served with the options in SERVE_ARGS (an array, may be
+# empty); sets PID[NAME] and URI[NAME].
+serve() {
+    local name="$1" level="$2" n="$3" il="$4" spec="$5" i paths=() inject=()
+    shift 5
+    mkdir "$WORK/$name"
+    for i in $(seq 0 $((n - 1))); do
+        paths+=("$WORK/$name/m$i")
+        [ "$spec" = none ] || inject+=(--inject "$WORK/$name/m$i=$spec")
+    done
+    "$PLATTER" create --level "$level" --interleave "$il" --member-size 64M \
+        --name "$name" "$@" "${paths[@]}" >"$OUT/create-$name.txt"
+    NO_COLOR=1 "$PLATTER" serve --socket "$WORK/$name/sock" ${SERVE_ARGS[@]+"${SERVE_ARGS[@]}"} \
+        ${inject[@]+"${inject[@]}"} "${paths[@]}" >"$OUT/$name.out" 2>"$OUT/$name.log" &
+    PID[$name]=$!
+    for _ in $(seq 300); do
+        grep -q "^serving '" "$OUT/$name.out" 2>/dev/null && break
+        kill -0 "${PID[$name]}" 2>/dev/null || die "$name: platter serve exited: $(tail -n 5 "$OUT/$name.log")"
+        sleep 0.1
+    done
+    grep -q "^serving '" "$OUT/$name.out" || die "$name: not ready in 30 s"
+    local export
+    export=$(sed -n "s/^serving '\([^']*\)'.*/\1/p" "$OUT/$name.out")
+    URI[$name]="nbd+unix:///$export?socket=$WORK/$name/sock"
+}
