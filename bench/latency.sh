@@ -6,7 +6,7 @@
 # bench/README.md and docs/performance.md ("Members with latency").
 #
 #   bench/latency.sh [--runs N] [--runtime SECS] [--latency T]
-#                    [--platter BIN] [--out DIR]
+#                    [--platter BIN] [--out DIR] [--dir DIR]
 #
 # Volumes, on sparse tmpfs files, each member's latency injected:
 #   single   concat over 1 member: the reference
@@ -28,6 +28,9 @@
 # The whole set runs --runs times; each run's ratios use that run's
 # reference, and the table shows their medians. Not a test: it prints.
 # --platter BIN runs that binary instead of building one (an older commit).
+# --dir DIR puts the member files in DIR (default /dev/shm, tmpfs). On
+# tmpfs io_uring hands every read to its kernel workers (iou-wrk threads,
+# Linux 6.18); on ext4's page cache a cached read is copied at submission.
 
 set -euo pipefail
 
@@ -36,9 +39,10 @@ RUNTIME=5
 LATENCY=2ms
 OUT=""
 PLATTER=""
+MEMBER_DIR=""
 
 usage() {
-    sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'
     exit "${1:-0}"
 }
 
@@ -49,6 +53,7 @@ while [ $# -gt 0 ]; do
         --latency) LATENCY="$2"; shift 2 ;;
         --out) OUT="$2"; shift 2 ;;
         --platter) PLATTER="$2"; shift 2 ;;
+        --dir) MEMBER_DIR="$2"; shift 2 ;;
         -h|--help) usage 0 ;;
         *) echo "latency.sh: unknown argument: $1" >&2; usage 2 >&2 ;;
     esac

@@ -4,15 +4,17 @@
 # PLATTER (or "") first; `. "$(dirname "$0")/lib.sh"` then `bench_setup NAME`.
 
 # bench_setup NAME: checks the tools, builds platter unless PLATTER is set,
-# makes OUT (target/bench/NAME-<UTC time> unless set) and WORK (on
-# /dev/shm), and stops every server in PID and removes WORK on exit.
+# makes OUT (target/bench/NAME-<UTC time> unless set) and WORK (under
+# MEMBER_DIR if the caller set it, else /dev/shm), and stops every server
+# in PID and removes WORK on exit.
 bench_setup() {
     local tool
     for tool in fio python3 cargo; do
         command -v "$tool" >/dev/null || die "needs $tool (Debian: apt-get install fio python3)"
     done
     fio --enghelp=nbd >/dev/null 2>&1 || die "this fio has no nbd engine (Debian's fio has it)"
-    [ -d /dev/shm ] && [ -w /dev/shm ] || die "needs a writable /dev/shm (tmpfs)"
+    MEMBER_DIR=${MEMBER_DIR:-/dev/shm}
+    [ -d "$MEMBER_DIR" ] && [ -w "$MEMBER_DIR" ] || die "needs a writable $MEMBER_DIR for the member files"
 
     ROOT=$(cd "$(dirname "$0")/.." && pwd)
     TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
@@ -25,7 +27,7 @@ bench_setup() {
     fi
     [ -x "$PLATTER" ] || die "no $PLATTER"
 
-    WORK=$(mktemp -d -p /dev/shm "platter-$1.XXXXXX")
+    WORK=$(mktemp -d -p "$MEMBER_DIR" "platter-$1.XXXXXX")
     declare -gA PID=() URI=()
     trap bench_cleanup EXIT
     trap 'exit 130' INT

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The served volume against the simulator: the same workloads on the same
-# geometries, once through `platter serve` (fio's nbd engine, tmpfs member
-# files, every member given `--inject mN=latency=T`) and once through
+# geometries, once through `platter serve` (fio's nbd engine, member files
+# in --dir, every member given `--inject mN=latency=T`) and once through
 # `platter sweep --drive simple` (members of constant latency T, at most
 # --queue-depth I/Os at once each, in parallel). See bench/README.md and
 # docs/performance.md ("Served against simulated").
 #
 #   bench/sim_vs_served.sh [--runs N] [--runtime SECS] [--latency T]
 #                          [--jitter T|exp:T] [--queue-depth N]
-#                          [--platter BIN] [--out DIR]
+#                          [--platter BIN] [--out DIR] [--dir DIR]
 #
 # Cases (served: fio, --runtime s each; simulated: the sweep's report):
 #   stripe x4 256k  1M sequential read, iodepth 1     mean latency
@@ -24,16 +24,25 @@
 # costs besides its members, measured in the same run on two one-member
 # volumes, not on the volumes compared: the client's link (a request's
 # round trip, and its bytes per MiB each way: 4k and 1M jobs at iodepth 1
-# on `bare`, a member with no injected latency) and a member I/O's cost
-# beyond T (4k and 1M jobs at iodepth 1 on `single`, a member with T:
-# the thread hand-off and the sleep's overshoot, and per MiB the copy on
-# the member's thread). Each calibration figure is the median over the
+# on `bare`, a member with no injected latency, less that member's own
+# service time per MiB from `platter stats`, which is the member's work,
+# not the link's) and a member I/O's cost beyond T (4k and 1M jobs at
+# iodepth 1 on `single`, a member with T: the timer's overshoot and the
+# hand-offs, and per MiB the member's copy). The link carries one
+# request at a time each way; members work in parallel. Each calibration
+# figure is the median over the
 # runs, and each case is simulated once with them. The ratio is
 # served/simulated for latencies and throughputs alike (1.00: agreement;
 # above 1 the served latency is longer, or its throughput higher, than
 # predicted); the table shows the median over --runs and every run's
 # ratio. Not a test: it prints.
 # --platter BIN runs that binary instead of building one.
+# --dir DIR puts the member files in DIR (default: the cargo target
+# directory, a disk file system's page cache, not tmpfs). On tmpfs
+# io_uring hands every read to its kernel workers (iou-wrk threads, Linux
+# 6.18), a CPU cost and a hand-off that neither a cached ext4 file (copied
+# at submission) nor a real member has and the model leaves out: 1 MiB
+# reads at iodepth 8, bound by the two CPUs here, come out at 0.74 there.
 
 set -euo pipefail
 
@@ -44,9 +53,10 @@ JITTER=""
 QUEUE_DEPTH=32
 OUT=""
 PLATTER=""
+MEMBER_DIR=""
 
 usage() {
-    sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,45p' "$0" | sed 's/^# \{0,1\}//'
     exit "${1:-0}"
 }
 
@@ -59,6 +69,7 @@ while [ $# -gt 0 ]; do
         --queue-depth) QUEUE_DEPTH="$2"; shift 2 ;;
         --out) OUT="$2"; shift 2 ;;
         --platter) PLATTER="$2"; shift 2 ;;
+        --dir) MEMBER_DIR="$2"; shift 2 ;;
         -h|--help) usage 0 ;;
         *) echo "sim_vs_served.sh: unknown argument: $1" >&2; usage 2 >&2 ;;
     esac
@@ -71,6 +82,8 @@ case "$RUNTIME" in ''|*[!0-9]*|0) die "--runtime wants a positive number of seco
 case "$QUEUE_DEPTH" in ''|*[!0-9]*|0) die "--queue-depth wants a positive integer" ;; esac
 case "$LATENCY" in *[0-9]us|*[0-9]ms|*[0-9]s) ;; *) die "--latency wants a time with a unit: 500us, 2ms, 1s" ;; esac
 case "$JITTER" in ''|*[0-9]us|*[0-9]ms|*[0-9]s) ;; *) die "--jitter wants T or exp:T (T with a unit: 500us)" ;; esac
+[ -n "$MEMBER_DIR" ] || MEMBER_DIR="${CARGO_TARGET_DIR:-$(cd "$(dirname "$0")/.." && pwd)/target}"
+mkdir -p "$MEMBER_DIR"
 . "$(dirname "$0")/lib.sh"
 bench_setup sim-vs-served
 
@@ -135,11 +148,16 @@ for run in $(seq 1 "$RUNS"); do
         echo "== run $run/$RUNS: $job ($rw $bs iodepth $depth on $server)"
         # CPU over the job: the machine's busy and idle ticks, the server's.
         cpu_before="$(machine_ticks) $(server_ticks "${PID[$server]}")"
+        # The one-member volumes' member service times, for the calibration.
+        case "$job" in cal-*) "$PLATTER" stats --control "$WORK/$server/sock.ctl" --reset >/dev/null ;; esac
         # 48 MiB: within every volume (the one-member volumes hold 63 MiB).
         fio --name=job --ioengine=nbd "--uri=${URI[$server]}" "--rw=$rw" "--bs=$bs" \
             "--iodepth=$depth" --numjobs=1 --size=48M --time_based "--runtime=$RUNTIME" \
             --randrepeat=0 --output-format=json "--output=$OUT/$job-$run.json" >/dev/null
         echo "$cpu_before $(machine_ticks) $(server_ticks "${PID[$server]}")" >"$OUT/$job-$run.cpu"
+        case "$job" in
+            cal-*) "$PLATTER" stats --control "$WORK/$server/sock.ctl" --json >"$OUT/$job-$run.stats.json" ;;
+        esac
     done
 done
 
@@ -196,6 +214,11 @@ def sim(case, member_ns, link, member_per_mib_ns=0):
     return {"lat_ns": r["mean_latency_ms"] * 1e6, "iops": r["iops"],
             "mib_s": r["mb_per_s"] * 1e6 / 2**20}, cmd
 
+def member_ns(name, run):
+    """The mean service time of the one member's I/Os over a job (ns)."""
+    h = json.load(open(f"{out}/{name}-{run}.stats.json"))["members"][0]["latency"]
+    return h["sum"] / max(h["count"], 1)
+
 def cpu(name, run):
     """The server's CPU per request (us) and the machine's idle share."""
     b0, i0, s0, b1, i1, s1 = map(int, open(f"{out}/{name}-{run}.cpu").read().split())
@@ -213,11 +236,17 @@ for run in range(1, runs + 1):
     request = t("cal-bare-4k-read")
     # A 1M job less a 4k one: 1020 KiB more.
     per_mib = lambda x: max(x, 0) * 1024 / 1020
-    read, write = per_mib(t("cal-bare-1m-read") - request), per_mib(t("cal-bare-1m-write") - request)
+    # The bare member's own service time per MiB (its copy to or from
+    # tmpfs, from the server's statistics): a member's work, done by every
+    # member in parallel, not the link's, which carries one reply at a time.
+    member = lambda job: member_ns(job, run) - member_ns("cal-bare-4k-read", run)
+    copy_read, copy_write = per_mib(member("cal-bare-1m-read")), per_mib(member("cal-bare-1m-write"))
+    read = max(per_mib(t("cal-bare-1m-read") - request) - copy_read, 0)
+    write = max(per_mib(t("cal-bare-1m-write") - request) - copy_write, 0)
     # single = bare + T + jitter + the member's cost beyond T.
     overhead = max(t("cal-single-4k-read") - L - jitter_mean - request, 0)
     beyond_1m = [t("cal-single-1m-" + rw) - L - jitter_mean - t("cal-bare-1m-" + rw) for rw in ("read", "write")]
-    member_per_mib = per_mib(sum(beyond_1m) / 2 - overhead)
+    member_per_mib = per_mib(sum(beyond_1m) / 2 - overhead) + (copy_read + copy_write) / 2
     cal.append((request, read, write, overhead, member_per_mib))
 request, read, write, overhead, member_per_mib = [med(c[i] for c in cal) for i in range(5)]
 link = f"request={round(request)}ns,read={round(read)}ns,write={round(write)}ns"
