@@ -8,7 +8,7 @@ use platter_core::units::{format_size, parse_size};
 use platter_io::aio::layer::{Backend, BACKEND_ENV};
 use platter_io::aio::Delay;
 use platter_io::{FaultSpec, FaultyMember, Member, OpenOptions};
-use platter_server::{serve, Ready, ServeConfig};
+use platter_server::{defaults, serve, Ready, ServeConfig};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -29,11 +29,11 @@ pub struct ServeArgs {
     /// Worker threads per connection (at least 1): each reads a request
     /// and starts it; member I/O runs on threads of its own (see
     /// --member-queue-depth).
-    #[arg(long, value_name = "N", default_value_t = 8, value_parser = at_least_one)]
+    #[arg(long, value_name = "N", default_value_t = defaults::THREADS_PER_CONNECTION, value_parser = at_least_one)]
     threads: usize,
     /// Connections served at once (at least 1); more are refused, told
     /// why in the handshake.
-    #[arg(long, value_name = "N", default_value_t = 64, value_parser = at_least_one)]
+    #[arg(long, value_name = "N", default_value_t = defaults::MAX_CONNECTIONS, value_parser = at_least_one)]
     max_connections: usize,
     /// Inject faults into a member, for testing: MEMBER is one of the
     /// members as given, SPEC is comma-separated keys, e.g.
@@ -72,7 +72,7 @@ pub struct ServeArgs {
     /// Held data is written out within about 50 ms of the last write to
     /// it, and by every FLUSH; like a disk's write cache, it is lost in a
     /// crash unless flushed (docs/failures.md).
-    #[arg(long, value_name = "STRIPES", default_value_t = 64)]
+    #[arg(long, value_name = "STRIPES", default_value_t = defaults::STRIPE_CACHE_STRIPES)]
     stripe_cache: u64,
     /// Use members the labels mark faulty, or whose own label is older than
     /// the volume's, as if they were in sync (md's `--assemble --force`):
@@ -86,29 +86,29 @@ pub struct ServeArgs {
     /// Request payloads and replies not yet sent, across every connection
     /// (each also holds at most 64 MiB); when reached, clients are not read
     /// from until replies leave. At least 32M (docs/nbd.md).
-    #[arg(long, value_name = "SIZE", default_value = "1G", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", default_value = defaults::BUFFER_LIMIT, value_parser = parse_size)]
     buffer_limit: u64,
     /// Close a connection that has had no request in flight and sent
     /// nothing for SECS seconds, once another client has been turned away
     /// over --max-connections (0: never). Quiet clients keep their
     /// connection while no one else waits for a slot.
-    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    #[arg(long, value_name = "SECS", default_value_t = defaults::IDLE_TIMEOUT_SECS)]
     idle_timeout: u64,
     /// A client must finish the handshake (reach transmission) within SECS
     /// seconds of connecting (1 to 3600), or it is disconnected.
-    #[arg(long, value_name = "SECS", default_value_t = 30,
+    #[arg(long, value_name = "SECS", default_value_t = defaults::HANDSHAKE_TIMEOUT_SECS,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     handshake_timeout: u64,
     /// Member I/Os each member has in flight at once, at most (1 to
     /// 4096): every member I/O a request needs is started at once, and a
     /// member's queue holds those beyond this until one ends.
-    #[arg(long, value_name = "N", default_value_t = platter_io::aio::layer::QUEUE_DEPTH_DEFAULT as u64,
+    #[arg(long, value_name = "N", default_value_t = defaults::MEMBER_QUEUE_DEPTH as u64,
           value_parser = clap::value_parser!(u64).range(1..=4096))]
     member_queue_depth: u64,
     /// A member I/O not completed within SECS seconds (1 to 3600) fails its
     /// member like an I/O error (docs/failures.md); whatever the member
     /// answers later is ignored.
-    #[arg(long, value_name = "SECS", default_value_t = 30,
+    #[arg(long, value_name = "SECS", default_value_t = defaults::MEMBER_TIMEOUT_SECS,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     member_timeout: u64,
     /// What performs member I/O: `auto` (io_uring where the kernel allows
@@ -364,4 +364,39 @@ fn print_ready(r: &Ready) {
     // Scripts wait for this line; make sure it is out.
     use std::io::Write;
     let _ = std::io::stdout().flush();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    /// `--help`'s defaults are the server's: the buffer limit is written
+    /// for people ("1G") and must say the same number of bytes.
+    #[test]
+    fn the_options_default_to_the_servers_defaults() {
+        assert_eq!(
+            parse_size(defaults::BUFFER_LIMIT).unwrap(),
+            defaults::BUFFER_LIMIT_BYTES
+        );
+        let a = Cli::parse_from(["serve", "--socket", "/s", "/m0"]).serve;
+        let d = ServeConfig::default();
+        assert_eq!(a.threads, d.threads);
+        assert_eq!(a.max_connections, d.max_connections);
+        assert_eq!(a.stripe_cache, d.stripe_cache_stripes);
+        assert_eq!(a.buffer_limit, d.buffer_limit_bytes);
+        assert_eq!(Some(Duration::from_secs(a.idle_timeout)), d.idle_timeout);
+        assert_eq!(
+            Duration::from_secs(a.handshake_timeout),
+            d.handshake_timeout
+        );
+        assert_eq!(a.member_queue_depth as usize, d.member_queue_depth);
+        assert_eq!(Duration::from_secs(a.member_timeout), d.member_timeout);
+    }
 }

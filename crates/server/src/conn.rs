@@ -450,7 +450,9 @@ fn read_full(conn: &Conn, r: &mut Reader, buf: &mut [u8], idle_ok: bool) -> io::
 }
 
 /// [`read_full`] into memory that need not be initialised; on `Ok(true)`
-/// every byte of `buf` has been written.
+/// every byte of `buf` has been written. `Ok(false)` (only with `idle_ok`,
+/// before the first byte) means the client closed between messages, and
+/// nothing was written.
 fn read_into(
     conn: &Conn,
     r: &mut Reader,
@@ -556,8 +558,16 @@ fn read_payload(conn: &Conn, r: &mut Reader, len: usize) -> io::Result<Bytes> {
         r.consume(len);
         return Ok(data);
     }
-    // SAFETY: `read_into` returns `Ok` only once every byte is written.
-    let buf = unsafe { AlignedBuf::filled(len, |dst| read_into(conn, r, dst, false).map(|_| ())) }?;
+    // `Ok(false)` (nothing read, the client gone) is possible only where a
+    // message may end, and a payload may not: it is an error here, so
+    // `Ok(())` below always means every byte was written.
+    let fill = |dst: &mut [MaybeUninit<u8>]| match read_into(conn, r, dst, false)? {
+        true => Ok(()),
+        false => Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+    };
+    // SAFETY: `fill` returns `Ok` only when `read_into` returned `Ok(true)`,
+    // which it does only once every byte of `dst` is written.
+    let buf = unsafe { AlignedBuf::filled(len, fill) }?;
     Ok(buf.into_bytes())
 }
 

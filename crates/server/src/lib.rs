@@ -9,6 +9,7 @@
 
 mod balancing;
 mod conn;
+pub mod defaults;
 pub mod engine;
 pub mod flow;
 mod manage;
@@ -22,6 +23,4 @@ mod stream;
 mod upkeep;
 
 pub use conn::{CONN_MAX_BYTES, CONN_MAX_REQUESTS};
-pub use server::{
-    serve, Ready, ServeConfig, ServeError, BUFFER_LIMIT_BYTES_DEFAULT, MAX_BLOCK_BYTES,
-};
+pub use server::{serve, Ready, ServeConfig, ServeError, MAX_BLOCK_BYTES};

@@ -2,6 +2,7 @@
 //! or SIGTERM finish what was started, flush, and mark the volume clean.
 
 use crate::conn::{self, Shared};
+use crate::defaults;
 use crate::engine::Engine;
 use crate::flow::{self, Budget};
 use crate::manage::{self, Manager};
@@ -74,17 +75,48 @@ pub struct ServeConfig {
     pub member_delays: std::collections::HashMap<String, platter_io::aio::Delay>,
 }
 
-/// What `--buffer-limit` defaults to.
-pub const BUFFER_LIMIT_BYTES_DEFAULT: u64 = 1 << 30;
+impl Default for ServeConfig {
+    /// `platter serve`'s defaults ([`crate::defaults`]), listening nowhere.
+    fn default() -> ServeConfig {
+        ServeConfig {
+            socket: None,
+            listen: None,
+            read_only: false,
+            threads: defaults::THREADS_PER_CONNECTION,
+            max_connections: defaults::MAX_CONNECTIONS,
+            control: None,
+            metrics: None,
+            rotational: BTreeMap::new(),
+            stripe_cache_stripes: defaults::STRIPE_CACHE_STRIPES,
+            buffer_limit_bytes: defaults::BUFFER_LIMIT_BYTES,
+            handshake_timeout: Duration::from_secs(defaults::HANDSHAKE_TIMEOUT_SECS),
+            idle_timeout: Some(Duration::from_secs(defaults::IDLE_TIMEOUT_SECS)),
+            member_queue_depth: defaults::MEMBER_QUEUE_DEPTH,
+            member_timeout: defaults::MEMBER_TIMEOUT,
+            io_backend: platter_io::aio::layer::Backend::default(),
+            member_delays: std::collections::HashMap::new(),
+        }
+    }
+}
 
+/// Why `serve` did not start, or did not end cleanly.
 #[derive(Debug, Error)]
 pub enum ServeError {
+    /// The volume cannot be served as asked (members missing, an option
+    /// out of range, nothing to listen on); nothing was changed.
     #[error("{0}")]
     Refused(String),
+    /// `--io-backend io-uring` was asked for and the kernel refused it.
+    #[error("--io-backend io-uring: {0}")]
+    IoBackend(String),
     #[error("{what}: {source}")]
     Io { what: String, source: io::Error },
     #[error("{0}")]
     Member(#[from] platter_io::MemberError),
+    /// The server stopped, but its last flush failed: the labels say
+    /// dirty, and the next start resyncs.
+    #[error("final flush failed: {0}; the volume is marked dirty and will be resynced at the next start")]
+    FinalFlush(String),
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> ServeError {
@@ -238,7 +270,7 @@ pub fn serve(
         backend: config.io_backend,
         delays: config.member_delays.clone(),
     })
-    .map_err(|e| ServeError::Refused(format!("--io-backend io-uring: {e}")))?;
+    .map_err(|e| ServeError::IoBackend(e.to_string()))?;
     if let Some(why) = io.fallback_reason() {
         tracing::warn!(reason = why, "member I/O does not use io_uring");
     }
@@ -521,7 +553,7 @@ pub fn serve(
     signal_handle.close();
     let _ = signal_thread.join();
     if let Err(e) = flushed {
-        return Err(ServeError::Refused(format!("final flush failed: {e}")));
+        return Err(ServeError::FinalFlush(e.to_string()));
     }
     tracing::info!("volume flushed and marked {}", label.state);
     Ok(())
