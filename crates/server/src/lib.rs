@@ -12,6 +12,7 @@ mod conn;
 pub mod defaults;
 pub mod engine;
 pub mod flow;
+mod listen;
 mod manage;
 mod memory;
 mod meta;
@@ -19,6 +20,7 @@ pub mod metrics;
 mod newdevice;
 mod replies;
 mod server;
+mod startup;
 mod stream;
 mod upkeep;
 

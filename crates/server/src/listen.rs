@@ -1,0 +1,248 @@
+//! The server's sockets: the NBD listeners (Unix and TCP), the control
+//! socket and the metrics port, bound before the volume is marked in use;
+//! the accept loops, and the connection limit.
+
+use crate::conn::{self, Shared};
+use crate::server::{io_err, ServeConfig, ServeError};
+use crate::stream::Stream;
+use std::net::{Shutdown, SocketAddr, TcpListener};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+/// Clients over the connection limit told why at once; more than this are
+/// just closed, so a flood of them cannot take a thread each.
+const REFUSING_MAX: usize = 8;
+
+/// Every socket the server serves on, bound.
+pub(crate) struct Bound {
+    pub listeners: Vec<Listener>,
+    /// Where clients reach the export, for the operator.
+    pub uris: Vec<String>,
+    pub control_path: Option<PathBuf>,
+    pub control: Option<UnixListener>,
+    pub metrics: Option<(TcpListener, SocketAddr)>,
+}
+
+/// Binds the NBD listeners, the control socket (given, or beside the NBD
+/// socket) and the metrics port; refuses a server with nothing to listen on.
+pub(crate) fn bind(config: &ServeConfig, export_name: &str) -> Result<Bound, ServeError> {
+    let mut listeners: Vec<Listener> = Vec::new();
+    let mut uris = Vec::new();
+    if let Some(path) = &config.socket {
+        listeners.push(Listener::Unix(bind_unix(path, "socket")?));
+        uris.push(format!(
+            "nbd+unix:///{export_name}?socket={}",
+            path.display()
+        ));
+    }
+    if let Some(addr) = &config.listen {
+        let l = TcpListener::bind(addr).map_err(io_err(format!("cannot listen on {addr}")))?;
+        let local = l.local_addr().map_err(io_err("local address"))?;
+        listeners.push(Listener::Tcp(l));
+        uris.push(format!("nbd://{local}/{export_name}"));
+    }
+    if listeners.is_empty() {
+        return Err(ServeError::Refused(
+            "nothing to listen on: give --socket or --listen".into(),
+        ));
+    }
+    let control_path = config.control.clone().or_else(|| {
+        config.socket.as_ref().map(|p| {
+            let mut s = p.as_os_str().to_owned();
+            s.push(".ctl");
+            PathBuf::from(s)
+        })
+    });
+    let control = match &control_path {
+        Some(p) => Some(bind_unix(p, "control socket")?),
+        None => None,
+    };
+    let metrics = match &config.metrics {
+        Some(addr) => {
+            let l = TcpListener::bind(addr)
+                .map_err(io_err(format!("cannot serve metrics on {addr}")))?;
+            let local = l.local_addr().map_err(io_err("local address"))?;
+            Some((l, local))
+        }
+        None => None,
+    };
+    Ok(Bound {
+        listeners,
+        uris,
+        control_path,
+        control,
+        metrics,
+    })
+}
+
+/// The connections being served, and the clients being refused.
+pub(crate) struct Conns {
+    next: AtomicU64,
+    pub open: Mutex<Vec<(u64, Stream, JoinHandle<()>)>>,
+    /// Clients over the limit being told so (see [`conn::refuse`]).
+    refusing: Arc<AtomicUsize>,
+}
+
+impl Conns {
+    pub fn new() -> Conns {
+        Conns {
+            next: AtomicU64::new(0),
+            open: Mutex::new(Vec::new()),
+            refusing: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+}
+
+pub(crate) enum Listener {
+    Unix(UnixListener),
+    Tcp(TcpListener),
+}
+
+/// Binds the NBD or the control socket (`what` names which, for errors).
+pub(crate) fn bind_unix(path: &Path, what: &str) -> Result<UnixListener, ServeError> {
+    if std::fs::symlink_metadata(path).is_ok() {
+        // Only a socket is ever replaced: anything else at PATH (a typo
+        // naming a member file, say) is the user's, not a stale socket.
+        if !is_socket(path) {
+            return Err(ServeError::Refused(format!(
+                "{} exists and is not a socket; not replacing it ({what})",
+                path.display()
+            )));
+        }
+        // A socket nobody answers on is left over from a crash; one that
+        // answers belongs to a running server.
+        if UnixStream::connect(path).is_ok() {
+            return Err(ServeError::Refused(format!(
+                "{what} {} is in use by a running server",
+                path.display()
+            )));
+        }
+        std::fs::remove_file(path).map_err(io_err(format!(
+            "cannot remove stale {what} {}",
+            path.display()
+        )))?;
+    }
+    UnixListener::bind(path).map_err(io_err(format!("cannot listen on {}", path.display())))
+}
+
+fn is_socket(path: &Path) -> bool {
+    std::fs::symlink_metadata(path)
+        .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()))
+}
+
+/// Removes a socket the server made; whatever has taken its path since
+/// (a file put there while the server ran) is left alone.
+pub(crate) fn remove_socket(path: &Path) {
+    if is_socket(path) {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+pub(crate) fn accept_loop(
+    l: Listener,
+    stop: &AtomicBool,
+    shared: &Arc<Shared>,
+    conns: &Arc<Conns>,
+    max: usize,
+) {
+    let fd = match &l {
+        Listener::Unix(u) => u.as_raw_fd(),
+        Listener::Tcp(t) => t.as_raw_fd(),
+    };
+    while !stop.load(Ordering::SeqCst) {
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd that lives across the call.
+        let ready = unsafe { libc::poll(&mut pfd, 1, 200) };
+        if ready <= 0 {
+            continue;
+        }
+        let accepted = match &l {
+            Listener::Unix(u) => u
+                .accept()
+                .map(|(s, _)| (Stream::Unix(s), "unix".to_string())),
+            Listener::Tcp(t) => t.accept().map(|(s, a)| {
+                let _ = s.set_nodelay(true);
+                (Stream::Tcp(s), a.to_string())
+            }),
+        };
+        let (stream, peer) = match accepted {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                continue;
+            }
+        };
+        // Connections that ended since the main loop last reaped must not
+        // count against the limit.
+        reap(conns);
+        let mut open = conns.open.lock().expect("connections lock");
+        if open.len() >= max {
+            drop(open);
+            refuse(stream, peer, shared, conns, max);
+            continue;
+        }
+        let Ok(keep) = stream.try_clone() else {
+            continue;
+        };
+        let id = conns.next.fetch_add(1, Ordering::Relaxed);
+        let shared = Arc::clone(shared);
+        let handle = std::thread::Builder::new()
+            .name(format!("platter-conn-{id}"))
+            .spawn(move || conn::serve(stream, shared, peer))
+            .expect("spawn connection thread");
+        open.push((id, keep, handle));
+    }
+}
+
+/// Answers a client over the connection limit, on a thread of its own
+/// (bounded in number and time), with the reason in the handshake.
+fn refuse(stream: Stream, peer: String, shared: &Arc<Shared>, conns: &Conns, max: usize) {
+    tracing::warn!(%peer, max, "too many connections; refusing");
+    shared.note_turned_away();
+    let refusing = Arc::clone(&conns.refusing);
+    if refusing.fetch_add(1, Ordering::SeqCst) >= REFUSING_MAX {
+        refusing.fetch_sub(1, Ordering::SeqCst);
+        stream.shutdown(Shutdown::Both);
+        return;
+    }
+    let shared = Arc::clone(shared);
+    let message = format!(
+        "too many connections: this server serves {max} at once (--max-connections); try again later"
+    );
+    let spawned = std::thread::Builder::new()
+        .name("platter-refuse".into())
+        .spawn(move || {
+            conn::refuse(stream, &shared, &peer, message);
+            refusing.fetch_sub(1, Ordering::SeqCst);
+        });
+    if let Err(e) = spawned {
+        // The closure, the stream in it and the count's share are gone.
+        tracing::warn!(error = %e, "cannot start a thread to refuse a client");
+        conns.refusing.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Forgets connections whose threads have ended; returns how many.
+pub(crate) fn reap(conns: &Conns) -> usize {
+    let mut open = conns.open.lock().expect("connections lock");
+    let mut i = 0;
+    let mut ended = 0;
+    while i < open.len() {
+        if open[i].2.is_finished() {
+            let (_, _, h) = open.swap_remove(i);
+            let _ = h.join();
+            ended += 1;
+        } else {
+            i += 1;
+        }
+    }
+    ended
+}

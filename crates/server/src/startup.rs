@@ -1,0 +1,301 @@
+//! Start-up: from an assembled volume to an engine ready to serve, and
+//! what the labels and the upkeep thread must know before the first client.
+//! Nothing here changes a member's data or label except
+//! [`reserve_bitmap_areas`] (allocation only) and [`mark_in_use`].
+
+use crate::engine::Engine;
+use crate::manage;
+use crate::meta::Meta;
+use crate::server::{ServeConfig, ServeError, MAX_BLOCK_BYTES};
+use crate::upkeep::Upkeep;
+use platter_core::assemble::{Assembly, SlotNote};
+use platter_core::geometry::Geometry;
+use platter_core::intent::{IntentLayout, RegionSet};
+use platter_core::label::{printable, Label, SlotState, VolumeState};
+use platter_core::volume::{CacheLimits, Health, Limits, Volume};
+use platter_io::assembly::OpenVolume;
+use platter_io::Member;
+use platter_nbd::consts::*;
+use platter_nbd::ExportInfo;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The volume as it will be served: its members by slot (a removed slot's
+/// device left out), what the bitmap says, and whether it was in use.
+pub(crate) struct Opened {
+    pub assembly: Assembly,
+    pub members: Vec<Option<Arc<dyn Member>>>,
+    /// The bitmap's layout and marked regions; `None` without a bitmap or
+    /// on a read-only server (which leaves it, and any resync it asks for,
+    /// to the next writable start).
+    pub intent: Option<(IntentLayout, RegionSet)>,
+    /// Slots removed from the volume whose old device was given anyway,
+    /// by slot: its description, for `platter status`.
+    pub removed: BTreeMap<u32, String>,
+    /// The labels say the volume was not shut down cleanly.
+    pub unclean: bool,
+}
+
+/// Takes the volume's members by slot and refuses a volume that cannot
+/// serve all of its data with the members present.
+pub(crate) fn open(volume: OpenVolume, config: &ServeConfig) -> Result<Opened, ServeError> {
+    let intent = if config.read_only {
+        None
+    } else {
+        volume
+            .intent()
+            .map_err(|e| ServeError::Refused(e.to_string()))?
+    };
+    let mut members = volume.members_by_slot();
+    let OpenVolume { assembly, devices } = volume;
+    // The engine holds the devices from here on: one that leaves it (a
+    // removed member) is closed when the engine lets it go.
+    drop(devices);
+    let mut removed = BTreeMap::new();
+    for (slot, device) in members.iter_mut().enumerate() {
+        if assembly.label.slots[slot].state != SlotState::Removed {
+            continue;
+        }
+        if let Some(d) = device.take() {
+            let name = d.describe().to_string();
+            tracing::warn!(
+                "member {name}: slot {slot} was removed from the volume; not used \
+                 (platter replace puts a device back in the slot)"
+            );
+            removed.insert(slot as u32, name);
+        }
+    }
+    if intent.is_some() {
+        reserve_bitmap_areas(&members, &assembly.health, assembly.label.data_offset_bytes)?;
+    }
+    let geometry = &assembly.geometry;
+    let lost = assembly
+        .health
+        .iter()
+        .filter(|h| **h != Health::Online)
+        .count() as u32;
+    if !geometry.serves_all(|m| assembly.health[m as usize] == Health::Online) {
+        return Err(ServeError::Refused(format!(
+            "volume '{}' cannot be served: {lost} of {} members unavailable, and {} \
+             cannot serve all of its data without them",
+            printable(&assembly.label.name),
+            geometry.members(),
+            geometry.level(),
+        )));
+    }
+    if lost > 0 {
+        tracing::warn!(lost, "serving degraded: {lost} member(s) unavailable");
+    }
+    let unclean = matches!(assembly.label.state, VolumeState::Dirty);
+    Ok(Opened {
+        assembly,
+        members,
+        intent,
+        removed,
+        unclean,
+    })
+}
+
+/// Allocates the label and bitmap area of every member in use: a bitmap
+/// write refused for space would fail each member it went to, so a volume
+/// copied sparsely onto a full file system lost every member at its first
+/// write to a quiet region. Refused here, the operator can make room.
+fn reserve_bitmap_areas(
+    members: &[Option<Arc<dyn Member>>],
+    health: &[Health],
+    data_offset_bytes: u64,
+) -> Result<(), ServeError> {
+    for (device, health) in members.iter().zip(health) {
+        let Some(device) = device.as_ref().filter(|_| *health == Health::Online) else {
+            continue;
+        };
+        device.reserve(0, data_offset_bytes).map_err(|e| {
+            ServeError::Refused(format!(
+                "cannot allocate the label and write-intent bitmap area of member {} \
+                 ({data_offset_bytes} bytes; a sparse copy leaves it unallocated): {e}; \
+                 make room on its file system, or serve --read-only",
+                device.describe()
+            ))
+        })?;
+    }
+    Ok(())
+}
+
+/// What the handshake offers: the export's size, flags and block sizes.
+pub(crate) fn export_info(opened: &Opened, read_only: bool) -> ExportInfo {
+    let geometry = &opened.assembly.geometry;
+    let block_min = opened
+        .members
+        .iter()
+        .flatten()
+        .map(|m| m.logical_block_bytes())
+        .max()
+        .unwrap_or(512)
+        .max(512);
+    let preferred =
+        (geometry.stripe_data_bytes().next_power_of_two() as u32).clamp(block_min, MAX_BLOCK_BYTES);
+    let mut flags = NBD_FLAG_HAS_FLAGS
+        | NBD_FLAG_SEND_FLUSH
+        | NBD_FLAG_SEND_FUA
+        | NBD_FLAG_CAN_MULTI_CONN
+        | NBD_FLAG_SEND_DF;
+    if read_only {
+        flags |= NBD_FLAG_READ_ONLY;
+    } else {
+        flags |= NBD_FLAG_SEND_TRIM | NBD_FLAG_SEND_WRITE_ZEROES | NBD_FLAG_SEND_FAST_ZERO;
+    }
+    let name = &opened.assembly.label.name;
+    ExportInfo {
+        name: name.clone(),
+        description: describe_export(geometry, name, &opened.assembly.health),
+        size_bytes: geometry.volume_size_bytes(),
+        transmission_flags: flags,
+        block_min_bytes: block_min,
+        block_preferred_bytes: preferred,
+        block_max_bytes: MAX_BLOCK_BYTES,
+    }
+}
+
+/// The export's description: level, name, members online, and whether
+/// the volume can still serve all of its data.
+pub(crate) fn describe_export(geometry: &Geometry, name: &str, health: &[Health]) -> String {
+    let online = health.iter().filter(|h| **h == Health::Online).count();
+    let state = match manage::live_state(geometry, health) {
+        "failed" => ", failed: some data cannot be read",
+        "clean" => "",
+        _ => ", degraded",
+    };
+    format!(
+        "platter {} volume '{}' ({online} of {} members online{state})",
+        geometry.level(),
+        printable(name),
+        geometry.members()
+    )
+}
+
+/// The engine over the opened volume: its bitmap, read balancing and
+/// stripe cache set up, member I/O on the back end asked for. Takes the
+/// members: the engine is their only holder from here on. Returns it and
+/// the number of regions the bitmap owes a resync.
+pub(crate) fn engine(
+    opened: &mut Opened,
+    config: &ServeConfig,
+) -> Result<(Arc<Engine>, u64), ServeError> {
+    if config.buffer_limit_bytes < u64::from(MAX_BLOCK_BYTES) {
+        return Err(ServeError::Refused(format!(
+            "a buffer limit of {} bytes cannot hold one request of the maximum size ({MAX_BLOCK_BYTES} bytes)",
+            config.buffer_limit_bytes
+        )));
+    }
+    let geometry = opened.assembly.geometry.clone();
+    // Each connection holds at most CONN_MAX_REQUESTS; the margin is for
+    // flushes chained behind FUA trims and the server's own final flush.
+    let max_requests = config.max_connections * 2 * crate::conn::CONN_MAX_REQUESTS as usize + 16;
+    let mut vol = Volume::new(
+        geometry.clone(),
+        opened.assembly.health.clone(),
+        Limits { max_requests },
+    );
+    let mut resync_regions = 0;
+    if let Some((layout, bits)) = opened.intent.take() {
+        let resync = opened.unclean && geometry.redundancy() > 0;
+        if resync {
+            resync_regions = bits.len();
+        }
+        vol.enable_intent(layout, bits, resync);
+    }
+    crate::balancing::configure(
+        &mut vol,
+        &opened.assembly.label,
+        &opened.members,
+        &config.rotational,
+    );
+    if !config.read_only && config.stripe_cache_stripes > 0 {
+        // Partial-stripe writes gathered into full stripes; the upkeep
+        // thread's destage ticks and every FLUSH write them out.
+        vol.enable_stripe_cache(CacheLimits {
+            max_stripes: config.stripe_cache_stripes,
+            ..CacheLimits::DEFAULT
+        });
+    }
+    let io = platter_io::aio::layer::Layer::new(platter_io::aio::layer::LayerConfig {
+        queue_depth: config.member_queue_depth.max(1),
+        timeout: config.member_timeout,
+        backend: config.io_backend,
+        delays: config.member_delays.clone(),
+    })
+    .map_err(|e| ServeError::IoBackend(e.to_string()))?;
+    if let Some(why) = io.fallback_reason() {
+        tracing::warn!(reason = why, "member I/O does not use io_uring");
+    }
+    // Moved, not cloned: a removed member's device closes when the engine
+    // lets it go.
+    let members = std::mem::take(&mut opened.members);
+    Ok((Engine::new(vol, members, Arc::new(io)), resync_regions))
+}
+
+/// A rebuild cut short by a restart resumes at its checkpoint.
+pub(crate) fn resume_rebuilds(assembly: &Assembly, engine: &Engine) {
+    for (slot, note) in assembly.notes.iter().enumerate() {
+        if *note == SlotNote::Marked(SlotState::Rebuilding) && assembly.slot_device[slot].is_some()
+        {
+            let from = assembly.label.rebuild_checkpoint_bytes / assembly.label.interleave_bytes;
+            match engine.with_volume(|v| v.start_rebuild(slot as u32, from)) {
+                Ok(()) => tracing::info!(slot, from_stripe = from, "resuming the rebuild"),
+                Err(e) => tracing::error!(slot, error = %e, "cannot resume the rebuild"),
+            }
+        }
+    }
+}
+
+/// After an unclean stop, a stripe's parity (or a chunk's copies) may be
+/// half updated: the upkeep thread makes them agree again, in the
+/// background; with a bitmap, only in the regions that were being written.
+pub(crate) fn start_resync(
+    opened: &Opened,
+    engine: &Engine,
+    upkeep: &Upkeep,
+    resync_regions: u64,
+    read_only: bool,
+) {
+    let geometry = &opened.assembly.geometry;
+    if !opened.unclean {
+        return;
+    }
+    if read_only || geometry.redundancy() == 0 {
+        tracing::warn!("volume was not shut down cleanly");
+        return;
+    }
+    match engine.with_volume(|v| v.intent_status()) {
+        Some(b) => {
+            tracing::warn!(
+                regions = resync_regions,
+                of = b.layout.regions,
+                "volume was not shut down cleanly; resyncing the regions the write-intent bitmap marks"
+            );
+            upkeep.start_region_resync(resync_regions, b.layout.region_stripes);
+        }
+        None => {
+            tracing::warn!("volume was not shut down cleanly and keeps no write-intent bitmap; resyncing every stripe");
+            upkeep.start_resync(geometry.stripes());
+        }
+    }
+}
+
+/// Updates the volume-wide state and the slot table from the members' health.
+pub(crate) fn mark(label: &mut Label, health: &[Health], state: VolumeState) {
+    label.state = Meta::state_for(health, state);
+    for (slot, h) in health.iter().enumerate() {
+        if *h == Health::Faulty && label.slots[slot].state != SlotState::Removed {
+            label.slots[slot].state = SlotState::Faulty;
+        }
+    }
+}
+
+/// Marks the volume in use in its labels. Called only once nothing can
+/// fail before serving: a refused socket or a busy TCP port must not leave
+/// the volume "dirty".
+pub(crate) fn mark_in_use(meta: &Meta, engine: &Engine) {
+    let health = engine.health();
+    meta.record(|l| mark(l, &health, VolumeState::Dirty));
+}
