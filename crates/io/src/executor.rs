@@ -126,11 +126,72 @@ pub fn perform(member: &dyn Member, op: &MemberOp) -> IoResult {
     r.map_err(io_error)
 }
 
-/// A member's error as the engine sees it: a full disk is not a dead one.
+/// A member's error as the engine sees it: a full disk is not a dead one,
+/// and a bad sector is not a device that went away (the engine's policy
+/// per kind: [`IoErrorKind::policy`]).
 pub fn io_error(e: crate::error::MemberError) -> IoError {
-    let kind = match e.kind {
+    IoError::new(io_error_kind(e.kind), e.to_string())
+}
+
+pub fn io_error_kind(kind: MemberErrorKind) -> IoErrorKind {
+    match kind {
         MemberErrorKind::NoSpace => IoErrorKind::NoSpace,
-        _ => IoErrorKind::Media,
-    };
-    IoError::new(kind, e.to_string())
+        MemberErrorKind::Gone | MemberErrorKind::Unlinked | MemberErrorKind::NotFound => {
+            IoErrorKind::Gone
+        }
+        MemberErrorKind::Shrunk => IoErrorKind::Shrunk,
+        MemberErrorKind::PermissionDenied => IoErrorKind::ReadOnly,
+        MemberErrorKind::OutOfRange => IoErrorKind::OutOfRange,
+        MemberErrorKind::Io | MemberErrorKind::NotAMember => IoErrorKind::Media,
+    }
+}
+
+#[cfg(test)]
+mod kind_tests {
+    use super::*;
+    use platter_core::volume::FailurePolicy;
+
+    /// From the OS's errno to what the engine does: the table in
+    /// docs/failures.md, "What each member error does".
+    #[test]
+    fn errnos_reach_the_engine_as_their_kind() {
+        let cases = [
+            (libc::EIO, IoErrorKind::Media, FailurePolicy::CorrectRead),
+            (
+                libc::ENOSPC,
+                IoErrorKind::NoSpace,
+                FailurePolicy::FailRequest,
+            ),
+            (
+                libc::EDQUOT,
+                IoErrorKind::NoSpace,
+                FailurePolicy::FailRequest,
+            ),
+            (libc::ENXIO, IoErrorKind::Gone, FailurePolicy::FailMember),
+            (libc::ENODEV, IoErrorKind::Gone, FailurePolicy::FailMember),
+            (
+                libc::EROFS,
+                IoErrorKind::ReadOnly,
+                FailurePolicy::FailMember,
+            ),
+            (
+                libc::EACCES,
+                IoErrorKind::ReadOnly,
+                FailurePolicy::FailMember,
+            ),
+        ];
+        for (errno, kind, policy) in cases {
+            let member_kind = MemberErrorKind::from_io(&std::io::Error::from_raw_os_error(errno));
+            assert_eq!(io_error_kind(member_kind), kind, "errno {errno}");
+            assert_eq!(kind.policy(), policy, "errno {errno}");
+        }
+        for (member_kind, kind) in [
+            (MemberErrorKind::Shrunk, IoErrorKind::Shrunk),
+            (MemberErrorKind::Unlinked, IoErrorKind::Gone),
+            (MemberErrorKind::OutOfRange, IoErrorKind::OutOfRange),
+        ] {
+            assert_eq!(io_error_kind(member_kind), kind);
+            assert_eq!(kind.policy(), FailurePolicy::FailMember);
+        }
+    }
 }

@@ -124,7 +124,7 @@ fn worker(engine: &Engine, t: u64, start: &Barrier, halfway: &Barrier) -> Vec<u8
         match next(&mut rng) % 10 {
             0..=5 => {
                 let data: Vec<u8> = (0..BLOCK_BYTES).map(|_| next(&mut rng) as u8).collect();
-                let fua = next(&mut rng) % 8 == 0;
+                let fua = next(&mut rng).is_multiple_of(8);
                 engine
                     .run(Request::Write {
                         offset_bytes: off,

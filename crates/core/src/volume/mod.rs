@@ -37,8 +37,9 @@ pub use intent::IntentStatus;
 pub use rebuild::RebuildProgress;
 pub use repair::MAX_CORRECTED_READ_ERRORS;
 pub use request::{
-    Completion, ErrorKind, Event, IoError, IoErrorKind, IoId, IoResult, Maintenance, MemberIo,
-    MemberOp, Payload, ReadData, Reply, Request, RequestId, VolumeError, READ_SEGMENTS_MAX,
+    Completion, ErrorKind, Event, FailurePolicy, IoError, IoErrorKind, IoId, IoResult, Maintenance,
+    MemberIo, MemberOp, Payload, ReadData, Reply, Request, RequestId, VolumeError,
+    READ_SEGMENTS_MAX,
 };
 pub use scrub::CheckReport;
 
@@ -414,13 +415,17 @@ impl Volume {
                 self.refused_for_space(ctx.request, ctx.member, e.message);
             }
             Err(IoError {
-                message: reason, ..
+                message: reason,
+                kind,
             }) => {
                 op.phase_failed = true;
                 if matches!(op.stage, Stage::Writing | Stage::Flushing) {
                     op.write_failed = true;
                 }
-                if op.stage == Stage::Reading && matches!(op.req, Request::Read { .. }) {
+                if op.stage == Stage::Reading
+                    && matches!(op.req, Request::Read { .. })
+                    && kind.policy() == FailurePolicy::CorrectRead
+                {
                     self.read_error(ctx.request, ctx.member, &ctx.dests, reason);
                 } else {
                     self.mark_faulty(ctx.member, reason);

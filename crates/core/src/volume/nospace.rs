@@ -11,7 +11,7 @@
 //! stripe, as after a crash).
 
 use super::{
-    ErrorKind, Event, IoError, IoErrorKind, Maintenance, Op, Request, RequestId, Stage, Volume,
+    ErrorKind, Event, FailurePolicy, IoError, Maintenance, Op, Request, RequestId, Stage, Volume,
     VolumeError,
 };
 
@@ -23,7 +23,7 @@ impl Volume {
     /// bitmap writes: after a failed writeback the kernel may have dropped
     /// the pages, so what the member holds is no longer known.
     pub(super) fn is_refused_for_space(op: &Op, e: &IoError) -> bool {
-        e.kind == IoErrorKind::NoSpace
+        e.kind.policy() == FailurePolicy::FailRequest
             && op.stage == Stage::Writing
             && !matches!(
                 op.req,

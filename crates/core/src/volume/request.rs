@@ -349,17 +349,78 @@ impl MemberOp {
 /// the rest, or why it failed.
 pub type IoResult = Result<Option<Bytes>, IoError>;
 
-/// The classes of member failure the engine acts on differently. Plain
-/// data: the executor maps the OS error (errno) onto them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The classes of member failure. Plain data: the executor maps the OS
+/// error (errno) or the I/O layer's own verdict onto them. What the engine
+/// does with each is [`IoErrorKind::policy`]; docs/failures.md has the
+/// table. Transient conditions (`EINTR`, `EAGAIN`, a short transfer) never
+/// get here: the I/O layer retries them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum IoErrorKind {
-    /// The member cannot be trusted any more (a media error, a device that
-    /// went away, a member that shrank): it is marked faulty.
+    /// The device reported an error for these bytes (`EIO`, a bad sector,
+    /// a short read at a place the member has). The rest of the device may
+    /// be fine: a read is corrected from another copy where there is one.
     Media,
     /// The member (a sparse file, a thin device) had no room for a write.
-    /// Nothing is wrong with the bytes it holds: it stays in use, and the
-    /// write fails with [`ErrorKind::NoSpace`].
+    /// Nothing is wrong with the bytes it holds.
     NoSpace,
+    /// The device went away (`ENXIO`, `ENODEV`, an unplugged disk, a
+    /// detached loop device, a closed remote connection) or its file was
+    /// deleted while in use.
+    Gone,
+    /// The member is smaller than it was: bytes past its new end are lost.
+    Shrunk,
+    /// No answer within the member timeout.
+    Timeout,
+    /// The member refuses writes (`EROFS`, `EPERM`, `EACCES`).
+    ReadOnly,
+    /// A request past the member's end, refused before the device was
+    /// touched: the member is not the size the volume was assembled with.
+    OutOfRange,
+}
+
+/// What the engine does about a failed member I/O.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailurePolicy {
+    /// The member is marked faulty and not used again; the request goes on
+    /// without it where redundancy allows, else fails with `EIO`.
+    FailMember,
+    /// A client read on a level with copies is served from another copy
+    /// and the bad bytes are rewritten (md's read error correction); a
+    /// member whose rewrite fails, or that needed too many, is failed.
+    /// Anything else: as [`FailurePolicy::FailMember`].
+    CorrectRead,
+    /// The request fails with `ENOSPC`; the member stays in use, and the
+    /// stripes the write touched are resynced once there is room.
+    FailRequest,
+}
+
+impl IoErrorKind {
+    pub fn policy(self) -> FailurePolicy {
+        match self {
+            IoErrorKind::Media => FailurePolicy::CorrectRead,
+            IoErrorKind::NoSpace => FailurePolicy::FailRequest,
+            // A device that is gone, cut short, silent or read-only will not
+            // take the rewrite a correction needs.
+            IoErrorKind::Gone
+            | IoErrorKind::Shrunk
+            | IoErrorKind::Timeout
+            | IoErrorKind::ReadOnly
+            | IoErrorKind::OutOfRange => FailurePolicy::FailMember,
+        }
+    }
+
+    /// How the operator reads it in a log line.
+    pub fn name(self) -> &'static str {
+        match self {
+            IoErrorKind::Media => "media error",
+            IoErrorKind::NoSpace => "no space",
+            IoErrorKind::Gone => "device gone",
+            IoErrorKind::Shrunk => "member shrank",
+            IoErrorKind::Timeout => "timed out",
+            IoErrorKind::ReadOnly => "read-only",
+            IoErrorKind::OutOfRange => "out of range",
+        }
+    }
 }
 
 /// A failed member I/O: its class and, in words, why (for the operator).
@@ -378,7 +439,7 @@ impl IoError {
     }
 }
 
-/// A failure told only in words is one that costs the member.
+/// A failure told only in words is a media error.
 impl From<String> for IoError {
     fn from(message: String) -> IoError {
         IoError::new(IoErrorKind::Media, message)

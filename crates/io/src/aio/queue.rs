@@ -390,7 +390,7 @@ impl Queue {
                 timeout.as_secs_f64()
             );
             (w.done)(Completed {
-                result: Err(IoError::new(IoErrorKind::Media, message)),
+                result: Err(IoError::new(IoErrorKind::Timeout, message)),
                 device_ns: 0,
                 timed_out: true,
             });
