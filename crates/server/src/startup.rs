@@ -299,3 +299,52 @@ pub(crate) fn mark_in_use(meta: &Meta, engine: &Engine) {
     let health = engine.health();
     meta.record(|l| mark(l, &health, VolumeState::Dirty));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use platter_core::geometry::GeometrySpec;
+    use platter_core::{Level, ParityLayout};
+
+    fn raid5() -> Geometry {
+        Geometry::new(GeometrySpec {
+            level: Level::Raid5,
+            parity_layout: ParityLayout::DEFAULT,
+            copies: 1,
+            interleave_bytes: 64 << 10,
+            data_offset_bytes: 0,
+            member_data_bytes: vec![1 << 20; 4],
+        })
+        .unwrap()
+    }
+
+    /// What a client reads in `nbdinfo` after each failure: a client that
+    /// connects after a member failed must not read the start's "clean".
+    #[test]
+    fn the_description_says_how_much_of_the_volume_is_left() {
+        let g = raid5();
+        let mut health = vec![Health::Online; 4];
+        assert_eq!(
+            describe_export(&g, "v", &health),
+            "platter raid5 volume 'v' (4 of 4 members online)"
+        );
+        health[1] = Health::Faulty;
+        assert_eq!(
+            describe_export(&g, "v", &health),
+            "platter raid5 volume 'v' (3 of 4 members online, degraded)"
+        );
+        health[2] = Health::Missing;
+        assert_eq!(
+            describe_export(&g, "v", &health),
+            "platter raid5 volume 'v' (2 of 4 members online, failed: some data cannot be read)"
+        );
+    }
+
+    /// A name is printed escaped: a label is read from a device, and its
+    /// bytes must not drive the client's terminal.
+    #[test]
+    fn the_description_escapes_the_name() {
+        let d = describe_export(&raid5(), "a\u{1b}[2Jb", &[Health::Online; 4]);
+        assert!(!d.contains('\u{1b}'), "{d}");
+    }
+}
