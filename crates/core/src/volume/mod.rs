@@ -21,6 +21,7 @@ mod balancing;
 mod cache;
 mod ids;
 mod intent;
+mod invariants;
 mod lock;
 mod nospace;
 mod plan;
@@ -29,11 +30,13 @@ mod rebuild;
 mod repair;
 mod request;
 mod scrub;
+mod stripe_cache;
 mod write;
 
 pub use account::{plex_count, transfer_shape};
 pub use cache::{CacheLimits, CacheStatus};
 pub use intent::IntentStatus;
+pub use invariants::SELF_CHECK_EVERY_IOS;
 pub use rebuild::RebuildProgress;
 pub use repair::MAX_CORRECTED_READ_ERRORS;
 pub use request::{
@@ -231,8 +234,9 @@ pub struct Volume {
     intent: Option<intent::IntentState>,
     read_repair: repair::ReadRepairs,
     stats: crate::stats::Stats,
-    /// The stripe cache, when enabled (`cache.rs`).
-    cache: Option<cache::StripeCache>,
+    /// The stripe cache, when enabled (`stripe_cache.rs` holds it,
+    /// `cache.rs` says when data goes in and out).
+    cache: Option<stripe_cache::StripeCache>,
     /// Requests in `ops` that the volume submitted itself.
     internal_ops: usize,
     /// Members marked faulty whose failure the host has not yet made
@@ -245,6 +249,9 @@ pub struct Volume {
     held: VecDeque<(Completion, Option<(u64, u64)>)>,
     /// A write refused for space with no bitmap to mark it (`nospace.rs`).
     resync_all_owed: bool,
+    /// Member I/O completions so far: every `SELF_CHECK_EVERY_IOS`th
+    /// runs [`Volume::check_invariants`].
+    ios_done: u64,
 }
 
 impl Volume {
@@ -277,6 +284,7 @@ impl Volume {
             unrecorded_failures: vec![false; n_members],
             held: VecDeque::new(),
             resync_all_owed: false,
+            ios_done: 0,
         }
     }
 
@@ -388,6 +396,17 @@ impl Volume {
 
     /// Reports the result of a member I/O handed out by [`Volume::next_io`].
     pub fn io_done(&mut self, io: IoId, result: IoResult) {
+        self.member_io_done(io, result);
+        self.ios_done += 1;
+        if self
+            .ios_done
+            .is_multiple_of(invariants::SELF_CHECK_EVERY_IOS)
+        {
+            self.check_invariants();
+        }
+    }
+
+    fn member_io_done(&mut self, io: IoId, result: IoResult) {
         let ctx = self
             .inflight
             .remove(&io)
@@ -542,6 +561,16 @@ impl Volume {
                 .is_some_and(|r| r.member == member && stripe < r.cursor_stripe),
             Health::Faulty | Health::Missing => false,
         }
+    }
+
+    /// Members that hold no good data for `stripe`: the one count that
+    /// decides whether a stripe can take a write (`plan_stripe_write`, and
+    /// the stripe cache's `cache_absorb`). At most `redundancy()` and the
+    /// stripe still holds everything written to it.
+    fn stripe_lost_members(&self, stripe: u64) -> u32 {
+        (0..self.geometry.members())
+            .filter(|&m| !self.usable(m, stripe))
+            .count() as u32
     }
 
     /// The end of the stripes in `[.., end_stripe)` that `member` holds

@@ -42,6 +42,17 @@ pub(super) struct ReadRepairs {
 }
 
 impl ReadRepairs {
+    /// Read errors are tracked only for live requests, and a member has
+    /// no more corrected than it took on.
+    pub(super) fn check(&self, live: impl Fn(RequestId) -> bool) {
+        for &id in self.requests.keys() {
+            assert!(live(id), "read repair: {id:?} is not live");
+        }
+        for (m, (c, a)) in self.corrected.iter().zip(&self.attempts).enumerate() {
+            assert!(c <= a, "read repair: member {m} corrected {c} of {a}");
+        }
+    }
+
     pub(super) fn new(members: u32) -> ReadRepairs {
         ReadRepairs {
             requests: IdMap::default(),

@@ -174,10 +174,7 @@ impl Volume {
     ) -> Result<(), ()> {
         let g = &self.geometry;
         let stripe = job.stripe;
-        let lost = (0..g.members())
-            .filter(|&m| !self.usable(m, stripe))
-            .count() as u32;
-        if lost > g.redundancy() {
+        if self.stripe_lost_members(stripe) > g.redundancy() {
             // Past the budget the stripe cannot hold what is written to it.
             return Err(());
         }
