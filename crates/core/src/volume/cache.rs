@@ -61,6 +61,8 @@ impl CacheLimits {
     };
 }
 
+const _: () = assert!(CacheLimits::DEFAULT.max_stripes > 0 && CacheLimits::DEFAULT.max_bytes > 0);
+
 impl Default for CacheLimits {
     fn default() -> Self {
         CacheLimits::DEFAULT
@@ -262,6 +264,15 @@ impl Volume {
                 }
             }
             _ => {}
+        }
+        // `plan_write` and `narrow_to_written` binary-search `skip`; and
+        // a stripe going out from the cache is one the request skips.
+        assert!(work.skip.windows(2).all(|w| w[0] < w[1]), "skip is sorted");
+        if matches!(op.req, Request::Write { .. }) {
+            assert!(work
+                .outgoing
+                .iter()
+                .all(|o| work.skip.binary_search(&o.stripe).is_ok()));
         }
         op.cache = Some(work);
     }

@@ -143,6 +143,11 @@ impl StripeJob {
     }
 }
 
+/// Words of [`Op`]'s bitmap of members written: room for every member a
+/// label can name.
+const WRITTEN_WORDS: usize = 4;
+const _: () = assert!(crate::label::MAX_MEMBERS as usize <= 64 * WRITTEN_WORDS);
+
 struct Op {
     req: Request,
     stage: Stage,
@@ -160,7 +165,7 @@ struct Op {
     /// Member writes known before the read phase (mirrors, stripes, trims).
     planned: WritePieces,
     /// Members written, for FUA (a bit per member).
-    written: [u64; 4],
+    written: [u64; WRITTEN_WORDS],
     /// A scrub's findings, returned when its repairs are written.
     report: Option<CheckReport>,
     /// Write-intent regions held (first, last), from admission to finish.
@@ -195,7 +200,7 @@ impl Op {
             segments: SmallVec::new(),
             jobs: Vec::new(),
             planned: WritePieces::new(),
-            written: [0; 4],
+            written: [0; WRITTEN_WORDS],
             report: None,
             intent_regions: None,
             tally: account::Tally::default(),
@@ -257,6 +262,11 @@ pub struct Volume {
 impl Volume {
     pub fn new(geometry: Geometry, health: Vec<Health>, limits: Limits) -> Volume {
         assert_eq!(health.len(), geometry.members() as usize);
+        assert!(
+            geometry.members() as usize <= 64 * WRITTEN_WORDS,
+            "{} members: more than a request's bitmap of members written holds",
+            geometry.members()
+        );
         assert!(limits.max_requests > 0);
         let read_repair = repair::ReadRepairs::new(geometry.members());
         let stats = crate::stats::Stats::new(plex_count(&geometry), geometry.members());

@@ -144,6 +144,19 @@ impl Volume {
                 }
             }
         }
+        // Each job covers a non-empty part of its chunks, and its pieces
+        // lie in it: the parity kernels and member offsets rely on both.
+        for job in &jobs {
+            assert!(
+                job.lo_bytes < job.hi_bytes && job.hi_bytes <= il,
+                "a stripe job's hull"
+            );
+            assert!(job.new_data.iter().all(|(d, w, b)| {
+                (*d as usize) < job.roles.data.len()
+                    && job.lo_bytes <= *w
+                    && w + b.len() as u64 <= job.hi_bytes
+            }));
+        }
         let mut reads = ReadPieces::new();
         for (j, job) in jobs.iter_mut().enumerate() {
             self.plan_stripe_write(j as u32, job, &mut reads)
@@ -286,6 +299,11 @@ impl Volume {
 
     fn compute_stripe(&self, job: &mut StripeJob, writes: &mut WritePieces) {
         let g = &self.geometry;
+        assert_eq!(
+            job.bufs.len(),
+            g.members() as usize,
+            "a planned job has a buffer per member"
+        );
         let lo = job.lo_bytes;
         let roles = job.roles.clone();
         let parity: Vec<u32> = std::iter::once(roles.p).chain(roles.q).collect();
@@ -312,11 +330,15 @@ impl Volume {
                 });
             }
         }
+        let hull = job.hi_bytes - lo;
         for &m in parity.iter().filter(|&&m| self.usable(m, stripe)) {
+            let p = std::mem::take(&mut job.bufs[m as usize]);
+            // Parity covers the whole hull, whatever the strategy.
+            assert_eq!(p.len() as u64, hull, "parity of member {m} over the hull");
             writes.push(WritePiece {
                 member: m,
                 offset_bytes: g.member_offset_bytes(job.stripe, lo),
-                kind: WriteKind::Data(std::mem::take(&mut job.bufs[m as usize]).into_bytes()),
+                kind: WriteKind::Data(p.into_bytes()),
             });
         }
     }
