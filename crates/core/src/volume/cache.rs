@@ -332,7 +332,11 @@ impl Volume {
         let (bound, waiting) = c.flush_bound();
         let failures = c.failures();
         let op = self.ops.get_mut(&id).expect("live request");
-        assert_eq!(op.pending, 0, "a FLUSH waits for the cache before any I/O");
+        assert_eq!(
+            op.stage.pending(),
+            0,
+            "a FLUSH waits for the cache before any I/O"
+        );
         op.cache_failures_seen = failures;
         if !waiting {
             return false;

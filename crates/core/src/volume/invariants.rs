@@ -68,18 +68,16 @@ impl Volume {
         for (&id, op) in &self.ops {
             assert!(id.0 < self.next_request, "{id:?} was never submitted");
             let in_flight = ios_of.get(&id).copied().unwrap_or(0);
+            // Outside a phase `pending()` is 0: no I/O out for a waiting
+            // request or a FLUSH waiting for the cache.
             assert_eq!(
-                op.pending,
+                op.stage.pending(),
                 in_flight,
                 "{id:?} ({}, {:?}) counts {} I/Os pending with {in_flight} in flight",
                 op.req.name(),
                 op.stage,
-                op.pending
+                op.stage.pending()
             );
-            match op.stage {
-                Stage::Waiting | Stage::Destaging => assert_eq!(op.pending, 0),
-                Stage::Reading | Stage::Writing | Stage::Flushing | Stage::Repairing => {}
-            }
             if op.stage == Stage::Destaging {
                 assert!(matches!(op.req, Request::Flush));
                 let waits = self
@@ -241,7 +239,11 @@ impl Volume {
         else {
             return false;
         };
-        self.ops.get_mut(&id).expect("live request").pending += 1;
+        let op = self.ops.get_mut(&id).expect("live request");
+        op.stage
+            .phase_mut()
+            .expect("I/O in flight in a phase")
+            .pending += 1;
         true
     }
 }

@@ -80,16 +80,59 @@ impl Default for Limits {
     }
 }
 
+/// Where a request is, with what that stage needs: a phase of member I/O
+/// carries its count of I/Os outstanding and whether one failed; the other
+/// stages have no I/O out (`check_invariants` holds them to it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Stage {
+    /// For its locks, its bitmap bits, or (a sweep) its bitmap round.
     Waiting,
-    Reading,
-    Writing,
-    Flushing,
+    Reading(Phase),
+    Writing(Phase),
+    Flushing(Phase),
     /// A client read rewrites (then re-reads) copies that failed to read.
-    Repairing,
+    Repairing(Phase),
     /// A FLUSH waits for cached stripes to be written out (`cache.rs`).
     Destaging,
+}
+
+/// One phase of a request's member I/O, issued at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Phase {
+    /// Member I/Os of the phase still outstanding.
+    pending: u32,
+    /// An I/O of the phase failed (a read phase is planned again).
+    failed: bool,
+}
+
+impl Phase {
+    fn issued(ios: usize) -> Phase {
+        Phase {
+            pending: u32::try_from(ios).expect("a phase's I/Os fit a u32"),
+            failed: false,
+        }
+    }
+}
+
+impl Stage {
+    fn phase_mut(&mut self) -> Option<&mut Phase> {
+        match self {
+            Stage::Reading(p) | Stage::Writing(p) | Stage::Flushing(p) | Stage::Repairing(p) => {
+                Some(p)
+            }
+            Stage::Waiting | Stage::Destaging => None,
+        }
+    }
+
+    /// Member I/Os outstanding: none outside a phase.
+    fn pending(&self) -> u32 {
+        match self {
+            Stage::Reading(p) | Stage::Writing(p) | Stage::Flushing(p) | Stage::Repairing(p) => {
+                p.pending
+            }
+            Stage::Waiting | Stage::Destaging => 0,
+        }
+    }
 }
 
 /// One parity stripe's work inside a request: its buffers cover the stripe's
@@ -151,10 +194,6 @@ const _: () = assert!(crate::label::MAX_MEMBERS as usize <= 64 * WRITTEN_WORDS);
 struct Op {
     req: Request,
     stage: Stage,
-    /// Member I/Os of the current phase still outstanding.
-    pending: u32,
-    /// An I/O of the current phase failed.
-    phase_failed: bool,
     /// Any write or flush I/O failed.
     write_failed: bool,
     replans: u32,
@@ -193,8 +232,6 @@ impl Op {
         Box::new(Op {
             req,
             stage: Stage::Waiting,
-            pending: 0,
-            phase_failed: false,
             write_failed: false,
             replans: 0,
             segments: SmallVec::new(),
@@ -430,14 +467,15 @@ impl Volume {
             .ops
             .get_mut(&ctx.request)
             .expect("I/O of a live request");
-        assert!(op.pending > 0);
-        op.pending -= 1;
+        let phase = op.stage.phase_mut().expect("I/O of a request in a phase");
+        assert!(phase.pending > 0);
+        phase.pending -= 1;
         match result {
-            result if op.stage == Stage::Repairing => {
+            result if matches!(op.stage, Stage::Repairing(_)) => {
                 self.repair_io_done(ctx.request, ctx.member, &ctx.dests, result);
             }
             Err(e) if Self::is_refused_for_space(op, &e) => {
-                op.phase_failed = true;
+                op.stage.phase_mut().expect("in a phase").failed = true;
                 op.write_failed = true;
                 op.no_space = true;
                 self.refused_for_space(ctx.request, ctx.member, e.message);
@@ -445,11 +483,11 @@ impl Volume {
             Err(IoError {
                 message: reason, ..
             }) => {
-                op.phase_failed = true;
-                if matches!(op.stage, Stage::Writing | Stage::Flushing) {
+                op.stage.phase_mut().expect("in a phase").failed = true;
+                if matches!(op.stage, Stage::Writing(_) | Stage::Flushing(_)) {
                     op.write_failed = true;
                 }
-                if op.stage == Stage::Reading && matches!(op.req, Request::Read { .. }) {
+                if matches!(op.stage, Stage::Reading(_)) && matches!(op.req, Request::Read { .. }) {
                     self.read_error(ctx.request, ctx.member, &ctx.dests, reason);
                 } else {
                     self.mark_faulty(ctx.member, reason);
@@ -463,7 +501,7 @@ impl Volume {
             }
         }
         let op = &self.ops[&ctx.request];
-        if op.pending == 0 {
+        if op.stage.pending() == 0 {
             self.advance(ctx.request);
         }
     }
@@ -617,7 +655,7 @@ impl Volume {
             self.destage_tick(all);
             return self.finish(id, Ok(Reply::Done));
         }
-        op.phase_failed = false;
+        // The next phase starts afresh (`issue_*`); the last one's jobs go.
         op.jobs.clear();
         let planned = match &op.req {
             Request::Read { .. } => self.plan_read(id, &mut op),
@@ -712,14 +750,12 @@ impl Volume {
         if reads.is_empty() {
             // Writes that read nothing (stripes, mirrors, full stripes).
             let op = self.ops.get_mut(&id).expect("live request");
-            op.stage = Stage::Reading;
-            op.pending = 0;
+            op.stage = Stage::Reading(Phase::issued(0));
             return self.advance(id);
         }
         let merged = plan::merge_reads(reads);
         let op = self.ops.get_mut(&id).expect("live request");
-        op.stage = Stage::Reading;
-        op.pending = merged.len() as u32;
+        op.stage = Stage::Reading(Phase::issued(merged.len()));
         if merged.is_empty() {
             return self.advance(id);
         }
@@ -731,9 +767,7 @@ impl Volume {
     fn issue_writes(&mut self, id: RequestId, writes: WritePieces) {
         let merged = plan::merge_writes(writes);
         let op = self.ops.get_mut(&id).expect("live request");
-        op.stage = Stage::Writing;
-        op.phase_failed = false;
-        op.pending = merged.len() as u32;
+        op.stage = Stage::Writing(Phase::issued(merged.len()));
         for (member, _) in &merged {
             op.written[*member as usize / 64] |= 1 << (*member % 64);
         }
@@ -747,9 +781,7 @@ impl Volume {
 
     fn issue_flushes(&mut self, id: RequestId, members: Vec<u32>) {
         let op = self.ops.get_mut(&id).expect("live request");
-        op.stage = Stage::Flushing;
-        op.phase_failed = false;
-        op.pending = members.len() as u32;
+        op.stage = Stage::Flushing(Phase::issued(members.len()));
         if members.is_empty() {
             return self.advance(id);
         }
@@ -790,8 +822,8 @@ impl Volume {
         let op = self.ops.get_mut(&id).expect("live request");
         match op.stage {
             Stage::Waiting | Stage::Destaging => unreachable!("advance of a waiting request"),
-            Stage::Reading => {
-                if op.phase_failed {
+            Stage::Reading(phase) => {
+                if phase.failed {
                     // A member failed under us: plan again around it. Each
                     // failure takes one member out, or (a read error being
                     // corrected, at most `members` per request) that
@@ -825,7 +857,7 @@ impl Volume {
                     }
                 }
             }
-            Stage::Writing => {
+            Stage::Writing(_) => {
                 let fua = matches!(
                     op.req,
                     Request::Write { fua: true, .. } | Request::WriteZeroes { fua: true, .. }
@@ -847,11 +879,11 @@ impl Volume {
                 let result = self.write_result(id);
                 self.finish(id, result);
             }
-            Stage::Flushing => {
+            Stage::Flushing(_) => {
                 let result = self.write_result(id);
                 self.finish(id, result);
             }
-            Stage::Repairing => self.repair_phase_done(id),
+            Stage::Repairing(_) => self.repair_phase_done(id),
         }
     }
 
@@ -945,7 +977,7 @@ impl Volume {
 
     fn finish(&mut self, id: RequestId, result: Result<Reply, VolumeError>) {
         let op = self.ops.remove(&id).expect("finishing a live request");
-        assert_eq!(op.pending, 0, "finished with I/O outstanding");
+        assert_eq!(op.stage.pending(), 0, "finished with I/O outstanding");
         self.account_finish(&op, &result);
         self.forget_read_repair(id);
         if let Request::Maintain {

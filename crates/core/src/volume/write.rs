@@ -287,13 +287,14 @@ impl Volume {
 
     /// After the read phase: compute parity and list every member write.
     pub(super) fn compute_writes(&mut self, id: RequestId) -> WritePieces {
-        let mut op = self.ops.remove(&id).expect("live request");
+        // The writes and jobs are this step's to consume; the request
+        // stays in the table.
+        let op = self.ops.get_mut(&id).expect("live request");
         let mut writes = std::mem::take(&mut op.planned);
         let mut jobs = std::mem::take(&mut op.jobs);
         for job in &mut jobs {
             self.compute_stripe(job, &mut writes);
         }
-        self.ops.insert(id, op);
         writes
     }
 
