@@ -44,6 +44,7 @@ use super::stripe_cache::{Ranges, StripeCache};
 use super::{Maintenance, Op, Request, RequestId, Stage, Volume};
 use crate::buf::AlignedBuf;
 use bytes::Bytes;
+use smallvec::SmallVec;
 use std::mem::MaybeUninit;
 
 /// How much the stripe cache may hold.
@@ -101,6 +102,9 @@ pub(super) struct CacheWork {
     /// merged into `outgoing`. Sorted.
     pub skip: Vec<u64>,
     pub outgoing: Vec<Outgoing>,
+    /// Entries the request took over (their sequence numbers), settled
+    /// when it finishes (`cache_settle`).
+    pub taken: SmallVec<[u64; 2]>,
 }
 
 impl Volume {
@@ -183,7 +187,7 @@ impl Volume {
                         // Every byte is new: the entry is superseded, and
                         // the stripe goes out from the request's own data.
                         if let Some(t) = c.take(s) {
-                            op.taken.push(t.seq);
+                            work.taken.push(t.seq);
                         }
                         continue;
                     }
@@ -191,7 +195,7 @@ impl Volume {
                         work.skip.push(s);
                         if fua || covers {
                             let t = c.take(s).expect("just merged");
-                            op.taken.push(t.seq);
+                            work.taken.push(t.seq);
                             work.outgoing.push(Outgoing {
                                 stripe: s,
                                 data: t.buf.into_bytes(),
@@ -244,7 +248,7 @@ impl Volume {
                     }
                     let c = self.cache.as_mut().expect("cache on");
                     if let Some(seq) = c.forget(s, a, b) {
-                        op.taken.push(seq);
+                        work.taken.push(seq);
                     }
                 }
             }
@@ -255,7 +259,7 @@ impl Volume {
             } => {
                 let c = self.cache.as_mut().expect("cache on");
                 if let Some(t) = c.take(*first_stripe) {
-                    op.taken.push(t.seq);
+                    work.taken.push(t.seq);
                     work.outgoing.push(Outgoing {
                         stripe: *first_stripe,
                         data: t.buf.into_bytes(),
@@ -377,7 +381,7 @@ impl Volume {
                 );
             }
         }
-        for id in c.settle(&op.taken) {
+        for id in c.settle(op.cache_taken()) {
             let members: Vec<u32> = (0..self.geometry.members())
                 .filter(|&m| self.in_use(m))
                 .collect();

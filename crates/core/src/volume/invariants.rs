@@ -100,7 +100,7 @@ impl Volume {
                     }
                 ));
             }
-            if !op.taken.is_empty() {
+            if !op.cache_taken().is_empty() {
                 assert!(self.cache.is_some(), "{id:?} took entries of no cache");
             }
             if op.intent_regions.is_some() {
@@ -184,7 +184,7 @@ impl Volume {
         let entries: BTreeSet<u64> = c.entries().map(|(_, e)| e.seq()).collect();
         let mut taken: BTreeSet<u64> = BTreeSet::new();
         for (&id, op) in &self.ops {
-            for &seq in &op.taken {
+            for &seq in op.cache_taken() {
                 assert!(
                     taken.insert(seq),
                     "stripe cache: sequence {seq} taken twice ({id:?})"

@@ -211,11 +211,9 @@ struct Op {
     intent_regions: Option<(u64, u64)>,
     /// For the statistics (see `account.rs`).
     tally: account::Tally,
-    /// What the request did with the stripe cache (decided once).
+    /// What the request did with the stripe cache (decided once), and
+    /// the entries it took over.
     cache: Option<cache::CacheWork>,
-    /// Cache entries the request took over (their sequence numbers),
-    /// settled when it finishes.
-    taken: SmallVec<[u64; 2]>,
     /// The volume's own request (a destage): it completes to no one.
     internal: bool,
     /// A member had no room for one of its writes (`nospace.rs`).
@@ -242,12 +240,18 @@ impl Op {
             intent_regions: None,
             tally: account::Tally::default(),
             cache: None,
-            taken: SmallVec::new(),
             internal: false,
             no_space: false,
             cache_failures_seen: 0,
             lock_released: false,
         })
+    }
+}
+
+impl Op {
+    /// Cache entries the request took over: settled when it finishes.
+    fn cache_taken(&self) -> &[u64] {
+        self.cache.as_ref().map_or(&[], |w| &w.taken)
     }
 }
 
@@ -261,7 +265,10 @@ pub struct Volume {
     geometry: Geometry,
     health: Vec<Health>,
     limits: Limits,
-    /// Boxed: requests are taken out and put back while they are planned.
+    /// Boxed: `start` takes a request out while it is planned (planning
+    /// reads and changes the rest of the volume, such as the stripe cache
+    /// and the balancer) and puts it back; every later step works on it
+    /// in place, taking out only the jobs or writes it consumes.
     ops: IdMap<RequestId, Box<Op>>,
     inflight: IdMap<IoId, Inflight>,
     locks: RangeLocks,
@@ -991,7 +998,7 @@ impl Volume {
         if let Some((first, last)) = op.intent_regions {
             self.intent_release(first, last);
         }
-        if !op.taken.is_empty() {
+        if !op.cache_taken().is_empty() {
             // Cached data this request took is on the members now, or
             // (the write failed) lost: a FLUSH waiting for it must say so.
             self.cache_settle(&op, result.is_err());
