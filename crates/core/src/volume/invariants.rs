@@ -5,16 +5,20 @@
 //! server in production stops at the first inconsistency instead of
 //! acknowledging writes from a corrupt plan.
 //!
-//! A check reads the state and changes nothing; its cost is linear in the
-//! requests, member I/Os in flight, lock spans (n log n) and cache entries.
+//! A check reads the state and changes nothing. Its cost is linear in the
+//! requests, member I/Os in flight, cache entries and bitmap regions held,
+//! n log n in held lock spans, and quadratic only in lock waiters (each is
+//! checked against the ones before it). Run at every step it added 22% to
+//! the simulator's time over 3,000 seeds (65 s to 80 s).
 
 use super::{intent, Health, IdMap, Maintenance, Request, RequestId, Stage, Volume};
 use std::collections::BTreeSet;
 
 /// The volume checks its own invariants once per this many member I/O
-/// completions: a check costs about as much as planning a few requests,
-/// so one in 1024 is noise next to the I/O it samples, yet a long-running
-/// server still checks many times a second under load.
+/// completions. At every step a check costs the simulator (which does no
+/// real I/O) a fifth of its time; one step in 1024 is a fiftieth of a
+/// percent there and less next to real I/O, yet a loaded server still
+/// checks many times a second.
 pub const SELF_CHECK_EVERY_IOS: u64 = 1024;
 
 impl Volume {
@@ -207,17 +211,20 @@ impl Volume {
                 .expect("stripe cache: a flush waiter is live");
             assert_eq!(op.stage, Stage::Destaging);
         }
+        // Destages submitted and not yet started (they take their entry
+        // when they start).
+        let destaging: BTreeSet<u64> = self
+            .ops
+            .values()
+            .filter(|op| op.internal && op.cache.is_none())
+            .filter_map(|op| match op.req {
+                Request::Maintain { first_stripe, .. } => Some(first_stripe),
+                _ => None,
+            })
+            .collect();
         for (s, e) in c.entries() {
-            if !e.queued() {
-                continue;
-            }
-            let owed = self.ops.values().any(|op| {
-                op.internal
-                    && op.cache.is_none()
-                    && matches!(op.req, Request::Maintain { first_stripe, .. } if first_stripe == s)
-            });
             assert!(
-                owed,
+                !e.queued() || destaging.contains(&s),
                 "stripe cache: entry {s} is owed a destage no request will do"
             );
         }

@@ -246,9 +246,7 @@ impl Op {
             lock_released: false,
         })
     }
-}
 
-impl Op {
     /// Cache entries the request took over: settled when it finishes.
     fn cache_taken(&self) -> &[u64] {
         self.cache.as_ref().map_or(&[], |w| &w.taken)
