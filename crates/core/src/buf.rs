@@ -16,6 +16,7 @@ use std::ops::{Deref, DerefMut};
 
 /// The alignment of every [`AlignedBuf`] (a cache line; ISA-L needs 32).
 pub const BUF_ALIGN: usize = 64;
+const _: () = assert!(BUF_ALIGN.is_power_of_two() && BUF_ALIGN.is_multiple_of(32));
 
 /// A zero-initialised byte buffer whose first byte is [`BUF_ALIGN`]-aligned.
 #[derive(Default)]

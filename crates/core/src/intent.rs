@@ -110,6 +110,11 @@ pub struct RegionSet {
 }
 
 const PAGE_WORDS: usize = (INTENT_PAGE_BYTES / 8) as usize;
+// A page is whole words and whole sectors, and the bitmap starts on a
+// sector: pages are written as they are held, with `O_DIRECT` too.
+const _: () = assert!(PAGE_WORDS * 8 == INTENT_PAGE_BYTES as usize);
+const _: () = assert!(INTENT_PAGE_BYTES.is_multiple_of(crate::units::SECTOR_BYTES));
+const _: () = assert!(INTENT_OFFSET_BYTES.is_multiple_of(crate::units::SECTOR_BYTES));
 
 impl RegionSet {
     pub fn new(layout: &IntentLayout) -> RegionSet {

@@ -47,6 +47,13 @@ pub const MAX_MEMBERS: u32 = 64;
 /// Bytes available for the volume name (UTF-8, stored NUL-padded).
 pub const NAME_MAX_BYTES: usize = 64;
 
+// The label's fields do not overlap, and the slot table and checksum fit
+// the label: a change to a limit that broke the format fails to compile.
+const _: () = assert!(at::NAME + NAME_MAX_BYTES <= at::INTENT_REGION_STRIPES);
+const _: () = assert!(at::RESERVED_HEADER <= at::SLOT_TABLE);
+const _: () = assert!(at::RESERVED_TAIL <= at::CHECKSUM);
+const _: () = assert!(at::CHECKSUM + 4 == LABEL_BYTES);
+
 /// Byte offsets and sizes of the label fields (see `docs/on-disk-format.md`).
 pub mod at {
     pub const MAGIC: usize = 0x000;

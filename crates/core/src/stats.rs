@@ -161,6 +161,7 @@ impl Stats {
 /// Buckets of a [`Histogram`]: bucket 0 holds 0 and 1, bucket `b` holds
 /// `(2^(b-1), 2^b]`, bucket 64 everything above 2^63.
 pub const HISTOGRAM_BUCKETS: usize = 65;
+const _: () = assert!(HISTOGRAM_BUCKETS == u64::BITS as usize + 1);
 
 /// A fixed-bucket log2 histogram of nanoseconds (or any `u64`).
 ///

@@ -257,6 +257,8 @@ impl Bench {
                 }
             }
             self.pump();
+            // Every step: the volume's invariants hold between calls.
+            self.volume.check_invariants();
         }
         assert!(
             self.pending.is_empty(),

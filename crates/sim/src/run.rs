@@ -368,6 +368,8 @@ pub struct Simulation {
     deferred: Vec<Fault>,
     /// Resync requests outstanding.
     resyncing: u64,
+    /// Test support: the step from which to break an invariant on purpose.
+    break_at_step: Option<u64>,
 }
 
 impl Simulation {
@@ -474,6 +476,7 @@ impl Simulation {
             intent,
             deferred: Vec::new(),
             resyncing: 0,
+            break_at_step: None,
         }
     }
 
@@ -485,6 +488,16 @@ impl Simulation {
 
     pub fn geometry(&self) -> &Geometry {
         &self.geometry
+    }
+
+    /// Test support: from `step` on, at the first step with member I/O in
+    /// flight, the volume's pending count is broken on purpose
+    /// ([`Volume::break_pending_count_for_tests`]), so a test can show the
+    /// invariant check run after every step fails the seed.
+    #[doc(hidden)]
+    pub fn break_invariant_at_step(mut self, step: u64) -> Simulation {
+        self.break_at_step = Some(step);
+        self
     }
 
     /// The member bytes (for tests that look behind the engine's back).
@@ -577,6 +590,13 @@ impl Simulation {
                 }
             }
             self.pump();
+            if self.break_at_step.is_some_and(|s| self.report.steps >= s)
+                && self.volume.break_pending_count_for_tests()
+            {
+                self.break_at_step = None;
+            }
+            // Every step: the volume's invariants hold between calls.
+            self.volume.check_invariants();
             self.report.cache_peak_stripes = self
                 .report
                 .cache_peak_stripes

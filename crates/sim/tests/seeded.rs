@@ -458,3 +458,28 @@ fn the_report_carries_the_engines_statistics() {
         assert_eq!(v.outstanding, 0);
     }
 }
+
+/// The step check is live: a seed whose volume has a pending count broken
+/// on purpose (one more I/O counted than is in flight, as a slip in the
+/// phase bookkeeping would leave it) fails at the step it happens, with
+/// the invariant named, where without the check the request would only
+/// hang and the seed end as a stall much later, or never. This is what
+/// makes `check_invariants` after every step of `seeds_in_ci` worth
+/// having: the suite would catch such a bug at its first step.
+#[test]
+fn a_broken_invariant_fails_the_seed_at_its_step() {
+    let seed = 0;
+    let config = random_config(seed, &ScenarioOptions::default());
+    let run = catch_unwind(AssertUnwindSafe(|| {
+        Simulation::new(config, seed)
+            .break_invariant_at_step(20)
+            .run()
+    }));
+    let panic = run.expect_err("a broken pending count must fail the seed");
+    let msg = panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default();
+    assert!(msg.contains("I/Os pending with"), "wrong failure: {msg}");
+}

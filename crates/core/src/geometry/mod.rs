@@ -251,7 +251,13 @@ impl Geometry {
 
     /// Byte offset on the member device of `within` bytes into `row`.
     pub fn member_offset_bytes(&self, row: u64, within_bytes: u64) -> u64 {
-        debug_assert!(within_bytes <= self.spec.interleave_bytes);
+        // Past the chunk would land in the next row, on another stripe's
+        // bytes: a layout error, so this stays on in release.
+        assert!(
+            within_bytes <= self.spec.interleave_bytes,
+            "{within_bytes} bytes into a chunk of {}",
+            self.spec.interleave_bytes
+        );
         self.spec.data_offset_bytes + row * self.spec.interleave_bytes + within_bytes
     }
 

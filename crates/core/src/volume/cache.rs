@@ -40,10 +40,11 @@
 //! written (their buffers live until the members have them); a volume
 //! whose stripe is larger than the byte bound caches nothing.
 
+use super::stripe_cache::{Ranges, StripeCache};
 use super::{Maintenance, Op, Request, RequestId, Stage, Volume};
 use crate::buf::AlignedBuf;
 use bytes::Bytes;
-use std::collections::{BTreeMap, BTreeSet};
+use smallvec::SmallVec;
 use std::mem::MaybeUninit;
 
 /// How much the stripe cache may hold.
@@ -60,6 +61,8 @@ impl CacheLimits {
         max_bytes: 16 << 20,
     };
 }
+
+const _: () = assert!(CacheLimits::DEFAULT.max_stripes > 0 && CacheLimits::DEFAULT.max_bytes > 0);
 
 impl Default for CacheLimits {
     fn default() -> Self {
@@ -83,78 +86,6 @@ pub struct CacheStatus {
     pub failures: u64,
 }
 
-/// Sorted, disjoint, non-adjacent byte ranges `[a, b)` of one stripe's data.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(super) struct Ranges(pub Vec<(u64, u64)>);
-
-impl Ranges {
-    pub fn insert(&mut self, a: u64, b: u64) {
-        if a >= b {
-            return;
-        }
-        let (mut a, mut b) = (a, b);
-        let mut out = Vec::with_capacity(self.0.len() + 1);
-        for &(x, y) in &self.0 {
-            if y < a || x > b {
-                out.push((x, y));
-            } else {
-                a = a.min(x);
-                b = b.max(y);
-            }
-        }
-        out.push((a, b));
-        out.sort_unstable();
-        self.0 = out;
-    }
-
-    pub fn remove(&mut self, a: u64, b: u64) {
-        let mut out = Vec::with_capacity(self.0.len() + 1);
-        for &(x, y) in &self.0 {
-            if y <= a || x >= b {
-                out.push((x, y));
-                continue;
-            }
-            if x < a {
-                out.push((x, a));
-            }
-            if y > b {
-                out.push((b, y));
-            }
-        }
-        self.0 = out;
-    }
-
-    pub fn covers(&self, len: u64) -> bool {
-        self.0 == [(0, len)]
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    pub fn bytes(&self) -> u64 {
-        self.0.iter().map(|(a, b)| b - a).sum()
-    }
-}
-
-pub(super) struct Entry {
-    /// Order of creation: FLUSH waits for the entries older than itself,
-    /// eviction takes the oldest.
-    pub seq: u64,
-    /// The stripe's data bytes; only `valid` is meaningful.
-    pub buf: AlignedBuf,
-    pub valid: Ranges,
-    /// Written since the last destage tick.
-    pub touched: bool,
-    /// A destage request for the stripe has been submitted.
-    pub queued: bool,
-    /// Writing it out failed (too many members lost): it stays here, so
-    /// that reads still see it, and only a FLUSH tries again. A write-out
-    /// refused for space is not marked: the clock tries it again, and it
-    /// goes out once there is room.
-    pub failed: bool,
-}
-
 /// Cached data taken out for writing: the stripe, its buffer, and the
 /// ranges of it to write.
 pub(super) struct Outgoing {
@@ -171,31 +102,9 @@ pub(super) struct CacheWork {
     /// merged into `outgoing`. Sorted.
     pub skip: Vec<u64>,
     pub outgoing: Vec<Outgoing>,
-}
-
-pub(super) struct StripeCache {
-    pub capacity: usize,
-    pub entries: BTreeMap<u64, Entry>,
-    /// Sequence numbers of entries cached or being written out: a FLUSH
-    /// waits until none older than itself is left.
-    pub unsettled: BTreeSet<u64>,
-    pub next_seq: u64,
-    /// FLUSHes waiting for write-outs: (request, its sequence bound).
-    pub flush_waiters: Vec<(RequestId, u64)>,
-    pub failures: u64,
-    /// Stripes owed a destage request, submitted once the request that
-    /// found them is back in the table.
-    pub to_spawn: Vec<u64>,
-}
-
-impl StripeCache {
-    fn oldest_unqueued(&self) -> Option<u64> {
-        self.entries
-            .iter()
-            .filter(|(_, e)| !e.queued)
-            .min_by_key(|(_, e)| e.seq)
-            .map(|(s, _)| *s)
-    }
+    /// Entries the request took over (their sequence numbers), settled
+    /// when it finishes (`cache_settle`).
+    pub taken: SmallVec<[u64; 2]>,
 }
 
 impl Volume {
@@ -212,48 +121,27 @@ impl Volume {
         if capacity == 0 {
             return;
         }
-        self.cache = Some(StripeCache {
-            capacity,
-            entries: BTreeMap::new(),
-            unsettled: BTreeSet::new(),
-            next_seq: 0,
-            flush_waiters: Vec::new(),
-            failures: 0,
-            to_spawn: Vec::new(),
-        });
+        // The byte bound holds by construction: every entry and write-out
+        // is one stripe's buffer, and there are at most `capacity`.
+        assert!(capacity as u64 * sb <= limits.max_bytes);
+        self.cache = Some(StripeCache::new(capacity));
     }
 
     /// `None` when the cache is off.
     pub fn cache_status(&self) -> Option<CacheStatus> {
-        let c = self.cache.as_ref()?;
-        Some(CacheStatus {
-            stripes: c.entries.len() as u64,
-            bytes: c.entries.values().map(|e| e.valid.bytes()).sum(),
-            capacity_stripes: c.capacity as u64,
-            writing: (c.unsettled.len() - c.entries.len()) as u64,
-            failures: c.failures,
-        })
+        Some(self.cache.as_ref()?.status())
     }
 
     /// Stripes with cached data not yet on the members (0 without a cache).
     pub fn cached_stripes(&self) -> u64 {
-        self.cache.as_ref().map_or(0, |c| c.entries.len() as u64)
+        self.cache.as_ref().map_or(0, |c| c.stripes())
     }
 
     /// The bytes of a stripe (`stripe_data_bytes`, less at the end of the
     /// volume).
-    fn stripe_len(&self, stripe: u64) -> u64 {
+    pub(super) fn stripe_len(&self, stripe: u64) -> u64 {
         let sb = self.geometry.stripe_data_bytes();
         sb.min(self.size_bytes().saturating_sub(stripe * sb))
-    }
-
-    /// Whether a stripe can take a write at all (enough members left).
-    fn stripe_writable(&self, stripe: u64) -> bool {
-        let g = &self.geometry;
-        let lost = (0..g.members())
-            .filter(|&m| !self.usable(m, stripe))
-            .count() as u32;
-        lost <= g.redundancy()
     }
 
     /// A write, write-zeroes, trim or destage meets the cache, once, when
@@ -265,7 +153,7 @@ impl Volume {
         let mut work = CacheWork::default();
         let idle = match &self.cache {
             None => true,
-            Some(c) => c.entries.is_empty() && !matches!(op.req, Request::Write { .. }),
+            Some(c) => c.is_empty() && !matches!(op.req, Request::Write { .. }),
         };
         if idle {
             op.cache = Some(work);
@@ -292,29 +180,26 @@ impl Volume {
                     let slen = self.stripe_len(s);
                     let src = &data[(s * sb + a - offset_bytes) as usize
                         ..(s * sb + b - offset_bytes) as usize];
-                    let writable = self.stripe_writable(s);
+                    let writable = self.stripe_lost_members(s) <= self.geometry.redundancy();
                     let c = self.cache.as_mut().expect("cache on");
                     let whole = a == 0 && b == slen;
                     if whole {
                         // Every byte is new: the entry is superseded, and
                         // the stripe goes out from the request's own data.
-                        if let Some(e) = c.entries.remove(&s) {
-                            op.taken.push(e.seq);
+                        if let Some(t) = c.take(s) {
+                            work.taken.push(t.seq);
                         }
                         continue;
                     }
-                    if let Some(e) = c.entries.get_mut(&s) {
-                        e.buf[a as usize..b as usize].copy_from_slice(src);
-                        e.valid.insert(a, b);
-                        e.touched = true;
+                    if let Some(covers) = c.merge(s, a, b, src, slen) {
                         work.skip.push(s);
-                        if fua || e.valid.covers(slen) {
-                            let e = c.entries.remove(&s).expect("just found");
-                            op.taken.push(e.seq);
+                        if fua || covers {
+                            let t = c.take(s).expect("just merged");
+                            work.taken.push(t.seq);
                             work.outgoing.push(Outgoing {
                                 stripe: s,
-                                data: e.buf.into_bytes(),
-                                ranges: e.valid.0,
+                                data: t.buf.into_bytes(),
+                                ranges: t.valid.into_vec(),
                             });
                         }
                         continue;
@@ -322,25 +207,12 @@ impl Volume {
                     if fua || !writable {
                         continue;
                     }
-                    // Entries and the write-outs still holding their
-                    // stripe's buffer count alike: with slow members the
-                    // write-outs otherwise pile up beyond any bound, each
-                    // entry's room taken again as soon as it went out.
-                    if c.unsettled.len() >= c.capacity {
+                    if !c.has_room() {
                         // Full: this stripe is written by the request
-                        // itself, and the oldest entry goes out (when the
-                        // entries fill it; write-outs end on their own).
-                        if c.entries.len() >= c.capacity {
-                            if let Some(old) = c.oldest_unqueued() {
-                                c.entries.get_mut(&old).expect("just found").queued = true;
-                                c.to_spawn.push(old);
-                            }
-                        }
+                        // itself, and the oldest entry goes out.
+                        c.evict_oldest();
                         continue;
                     }
-                    let seq = c.next_seq;
-                    c.next_seq += 1;
-                    c.unsettled.insert(seq);
                     // The new bytes, zeros around them: one pass.
                     let (a_at, b_at) = (a as usize, b as usize);
                     // SAFETY: the closure writes every byte of `dst`.
@@ -359,17 +231,7 @@ impl Volume {
                     .unwrap_or_else(|e| match e {});
                     let mut valid = Ranges::default();
                     valid.insert(a, b);
-                    c.entries.insert(
-                        s,
-                        Entry {
-                            seq,
-                            buf,
-                            valid,
-                            touched: true,
-                            queued: false,
-                            failed: false,
-                        },
-                    );
+                    c.insert(s, buf, valid, true, false);
                     work.skip.push(s);
                 }
             }
@@ -378,20 +240,15 @@ impl Volume {
                 for s in stripes {
                     let (a, b) = part(s);
                     let whole = a == 0 && b == self.stripe_len(s);
-                    let c = self.cache.as_mut().expect("cache on");
-                    let Some(e) = c.entries.get_mut(&s) else {
+                    // Write-zeroes drop the bytes they cover; a trim only
+                    // whole stripes. An entry left empty is superseded:
+                    // settled when this request's own writes are done.
+                    if !(zeroes || whole) {
                         continue;
-                    };
-                    if zeroes {
-                        e.valid.remove(a, b);
-                    } else if whole {
-                        e.valid = Ranges::default();
                     }
-                    if e.valid.is_empty() {
-                        // Superseded: settled when this request's own
-                        // writes are done, not before.
-                        let e = c.entries.remove(&s).expect("just found");
-                        op.taken.push(e.seq);
+                    let c = self.cache.as_mut().expect("cache on");
+                    if let Some(seq) = c.forget(s, a, b) {
+                        work.taken.push(seq);
                     }
                 }
             }
@@ -401,16 +258,25 @@ impl Volume {
                 ..
             } => {
                 let c = self.cache.as_mut().expect("cache on");
-                if let Some(e) = c.entries.remove(first_stripe) {
-                    op.taken.push(e.seq);
+                if let Some(t) = c.take(*first_stripe) {
+                    work.taken.push(t.seq);
                     work.outgoing.push(Outgoing {
                         stripe: *first_stripe,
-                        data: e.buf.into_bytes(),
-                        ranges: e.valid.0,
+                        data: t.buf.into_bytes(),
+                        ranges: t.valid.into_vec(),
                     });
                 }
             }
             _ => {}
+        }
+        // `plan_write` and `narrow_to_written` binary-search `skip`; and
+        // a stripe going out from the cache is one the request skips.
+        assert!(work.skip.windows(2).all(|w| w[0] < w[1]), "skip is sorted");
+        if matches!(op.req, Request::Write { .. }) {
+            assert!(work
+                .outgoing
+                .iter()
+                .all(|o| work.skip.binary_search(&o.stripe).is_ok()));
         }
         op.cache = Some(work);
     }
@@ -418,14 +284,9 @@ impl Volume {
     /// Submits a destage request for `stripe`'s entry, unless one is owed
     /// already. Internal: it completes nowhere but in the cache.
     pub(super) fn spawn_destage(&mut self, stripe: u64) {
-        let Some(e) = self.cache.as_mut().and_then(|c| c.entries.get_mut(&stripe)) else {
-            return;
-        };
-        if e.queued {
-            return;
+        if self.cache.as_mut().is_some_and(|c| c.mark_queued(stripe)) {
+            self.submit_destage(stripe);
         }
-        e.queued = true;
-        self.submit_destage(stripe);
     }
 
     fn submit_destage(&mut self, stripe: u64) {
@@ -441,7 +302,7 @@ impl Volume {
     pub(super) fn cache_spawn_pending(&mut self) {
         // Bounded: only a write being planned adds to the list, and each
         // entry is added once (it is marked queued when added).
-        while let Some(s) = self.cache.as_mut().and_then(|c| c.to_spawn.pop()) {
+        while let Some(s) = self.cache.as_mut().and_then(|c| c.pop_to_spawn()) {
             self.submit_destage(s);
         }
     }
@@ -449,15 +310,10 @@ impl Volume {
     /// Writes out the entries in `[first, first + count)` (before a scrub
     /// or rebuild step of those stripes).
     pub(super) fn destage_range(&mut self, first: u64, count: u64) {
-        let stripes: Vec<u64> = match &self.cache {
-            Some(c) => c
-                .entries
-                .range(first..first + count)
-                .map(|(s, _)| *s)
-                .collect(),
-            None => return,
+        let Some(c) = &self.cache else {
+            return;
         };
-        for s in stripes {
+        for s in c.stripes_in(first, count) {
             self.spawn_destage(s);
         }
     }
@@ -465,15 +321,7 @@ impl Volume {
     /// A [`Request::Destage`] tick: entries not written since the previous
     /// tick (every entry with `all`) are written out.
     pub(super) fn destage_tick(&mut self, all: bool) {
-        let mut due = Vec::new();
-        if let Some(c) = self.cache.as_mut() {
-            for (s, e) in c.entries.iter_mut() {
-                if (all || !e.touched) && !e.failed {
-                    due.push(*s);
-                }
-                e.touched = false;
-            }
-        }
+        let due = self.cache.as_mut().map(|c| c.tick(all)).unwrap_or_default();
         for s in due {
             self.spawn_destage(s);
         }
@@ -485,18 +333,22 @@ impl Volume {
         let Some(c) = self.cache.as_mut() else {
             return false;
         };
-        let bound = c.next_seq;
-        let failures = c.failures;
-        let waiting = c.unsettled.first().is_some_and(|&s| s < bound);
+        let (bound, waiting) = c.flush_bound();
+        let failures = c.failures();
         let op = self.ops.get_mut(&id).expect("live request");
+        assert_eq!(
+            op.stage.pending(),
+            0,
+            "a FLUSH waits for the cache before any I/O"
+        );
         op.cache_failures_seen = failures;
         if !waiting {
             return false;
         }
         op.stage = Stage::Destaging;
         let c = self.cache.as_mut().expect("cache on");
-        c.flush_waiters.push((id, bound));
-        let stripes: Vec<u64> = c.entries.keys().copied().collect();
+        c.wait_flush(id, bound);
+        let stripes: Vec<u64> = c.entries().map(|(s, _)| s).collect();
         for s in stripes {
             self.spawn_destage(s);
         }
@@ -513,39 +365,23 @@ impl Volume {
         let Some(c) = self.cache.as_mut() else {
             return;
         };
-        let taken = &op.taken;
         if failed {
-            c.failures += 1;
+            c.record_failure();
             for out in op.cache.iter().flat_map(|w| &w.outgoing) {
                 assert!(
-                    !c.entries.contains_key(&out.stripe),
+                    c.entry(out.stripe).is_none(),
                     "a new entry under a write-out's lock"
                 );
-                let seq = c.next_seq;
-                c.next_seq += 1;
-                c.unsettled.insert(seq);
-                c.entries.insert(
+                c.insert(
                     out.stripe,
-                    Entry {
-                        seq,
-                        buf: AlignedBuf::copy_from(&out.data),
-                        valid: Ranges(out.ranges.clone()),
-                        touched: false,
-                        queued: false,
-                        failed: !op.no_space,
-                    },
+                    AlignedBuf::copy_from(&out.data),
+                    Ranges::from_sorted(out.ranges.clone()),
+                    false,
+                    !op.no_space,
                 );
             }
         }
-        for seq in taken {
-            c.unsettled.remove(seq);
-        }
-        let oldest = c.unsettled.first().copied().unwrap_or(u64::MAX);
-        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut c.flush_waiters)
-            .into_iter()
-            .partition(|&(_, bound)| oldest >= bound);
-        c.flush_waiters = waiting;
-        for (id, _) in ready {
+        for id in c.settle(op.cache_taken()) {
             let members: Vec<u32> = (0..self.geometry.members())
                 .filter(|&m| self.in_use(m))
                 .collect();
@@ -557,7 +393,7 @@ impl Volume {
     pub(super) fn cache_failed_since(&self, op: &Op) -> bool {
         self.cache
             .as_ref()
-            .is_some_and(|c| c.failures > op.cache_failures_seen)
+            .is_some_and(|c| c.failures() > op.cache_failures_seen)
     }
 
     /// Splits `[within, within + len)` of data chunk `d` of `stripe` into
@@ -569,13 +405,13 @@ impl Volume {
         within: u64,
         len: u64,
     ) -> Option<Vec<(u64, u64, Option<Bytes>)>> {
-        let e = self.cache.as_ref()?.entries.get(&stripe)?;
+        let e = self.cache.as_ref()?.entry(stripe)?;
         let il = self.geometry.interleave_bytes();
         let base = u64::from(data_index) * il;
         let (a, b) = (base + within, base + within + len);
         let mut out = Vec::new();
         let mut at = a;
-        for &(x, y) in &e.valid.0 {
+        for &(x, y) in e.valid().as_slice() {
             if y <= at || x >= b {
                 continue;
             }
@@ -583,7 +419,7 @@ impl Volume {
             if x > at {
                 out.push((at - base, x - at, None));
             }
-            let bytes = Bytes::copy_from_slice(&e.buf[x as usize..y as usize]);
+            let bytes = Bytes::copy_from_slice(&e.bytes()[x as usize..y as usize]);
             out.push((x - base, y - x, Some(bytes)));
             at = y;
         }
@@ -591,30 +427,5 @@ impl Volume {
             out.push((at - base, b - at, None));
         }
         Some(out)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Ranges;
-
-    #[test]
-    fn ranges_merge_and_split() {
-        let mut r = Ranges::default();
-        r.insert(10, 20);
-        r.insert(30, 40);
-        assert_eq!(r.0, vec![(10, 20), (30, 40)]);
-        r.insert(20, 30);
-        assert_eq!(r.0, vec![(10, 40)]);
-        r.insert(0, 5);
-        r.insert(5, 10);
-        assert!(r.covers(40));
-        r.remove(15, 25);
-        assert_eq!(r.0, vec![(0, 15), (25, 40)]);
-        r.remove(0, 15);
-        assert_eq!(r.0, vec![(25, 40)]);
-        assert_eq!(r.bytes(), 15);
-        r.remove(0, 100);
-        assert!(r.is_empty());
     }
 }

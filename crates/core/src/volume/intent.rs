@@ -390,4 +390,57 @@ impl Volume {
         }
         self.intent_kick();
     }
+
+    /// The bitmap's invariants against the requests: each region's count
+    /// of admitted writes is the number of live requests holding it; a
+    /// region with writes admitted stays wanted; a request running (not
+    /// waiting) writes only where the bit is durable; waiters and sweeps
+    /// are live requests; and the round's I/O count matches the bitmap
+    /// I/O in flight.
+    pub(super) fn check_intent(&self, bitmap_ios_in_flight: u32) {
+        let Some(s) = &self.intent else {
+            assert_eq!(bitmap_ios_in_flight, 0, "bitmap I/O without a bitmap");
+            return;
+        };
+        let mut held: BTreeMap<u64, u32> = BTreeMap::new();
+        for (id, op) in &self.ops {
+            let Some((first, last)) = op.intent_regions else {
+                continue;
+            };
+            assert!(
+                first <= last && last < s.layout.regions,
+                "intent: {id:?}'s regions"
+            );
+            let running = op.stage != super::Stage::Waiting;
+            for r in first..=last {
+                *held.entry(r).or_insert(0) += 1;
+                assert!(
+                    s.want.contains(r),
+                    "intent: region {r} written and not wanted"
+                );
+                assert!(
+                    !running || s.on_disk.contains(r),
+                    "intent: {id:?} runs in region {r} before its bit is durable"
+                );
+            }
+        }
+        assert_eq!(held, s.active, "intent: admitted writes per region");
+        for id in &s.waiters {
+            let op = self
+                .ops
+                .get(id)
+                .expect("intent: a waiter is a live request");
+            assert!(op.stage == super::Stage::Waiting && op.intent_regions.is_some());
+        }
+        let round_sweeps = s.round.iter().flat_map(|r| &r.sweeps);
+        for id in s.sweeps.iter().map(|(id, _)| id).chain(round_sweeps) {
+            let op = self.ops.get(id).expect("intent: a sweep is a live request");
+            assert!(matches!(op.req, Request::Sweep { .. }));
+        }
+        let pending = s.round.as_ref().map_or(0, |r| r.pending);
+        assert_eq!(
+            pending, bitmap_ios_in_flight,
+            "intent: the round's pending count against its I/O in flight"
+        );
+    }
 }

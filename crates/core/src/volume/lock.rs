@@ -99,6 +99,66 @@ impl RangeLocks {
     pub fn is_idle(&self) -> bool {
         self.held.is_empty() && self.waiting.is_empty()
     }
+
+    /// The spans held now.
+    pub fn held(&self) -> impl Iterator<Item = (RequestId, Span)> + '_ {
+        self.held.iter().copied()
+    }
+
+    /// The spans waited for, in order.
+    pub fn waiting(&self) -> impl Iterator<Item = (RequestId, Span)> + '_ {
+        self.waiting.iter().copied()
+    }
+
+    /// The locks' own invariants: each request holds or waits for one
+    /// span; no two held spans conflict (exclusive means exclusive); and
+    /// every waiter is blocked, by a held span or an earlier waiter (else
+    /// `grant` missed it and it would wait forever).
+    pub fn check(&self) {
+        let mut ids: Vec<RequestId> = self
+            .held()
+            .chain(self.waiting())
+            .map(|(id, _)| id)
+            .collect();
+        ids.sort_unstable();
+        assert!(
+            ids.windows(2).all(|w| w[0] != w[1]),
+            "locks: a request holds or waits for two spans"
+        );
+        for (id, s) in self.held().chain(self.waiting()) {
+            assert!(
+                s.first_stripe <= s.last_stripe,
+                "locks: {id:?} has an empty span"
+            );
+        }
+        // Exclusive spans are disjoint from each other (sorted, each ends
+        // before the next begins), and no shared span overlaps one:
+        // O(n log n) rather than every pair.
+        let mut exclusive: Vec<Span> = self
+            .held()
+            .map(|(_, s)| s)
+            .filter(|s| s.exclusive)
+            .collect();
+        exclusive.sort_unstable_by_key(|s| s.first_stripe);
+        assert!(
+            exclusive
+                .windows(2)
+                .all(|w| w[0].last_stripe < w[1].first_stripe),
+            "locks: two exclusive spans overlap"
+        );
+        for (id, s) in self.held().filter(|(_, s)| !s.exclusive) {
+            let at = exclusive.partition_point(|x| x.first_stripe <= s.last_stripe);
+            assert!(
+                at == 0 || exclusive[at - 1].last_stripe < s.first_stripe,
+                "locks: {id:?}'s shared span overlaps an exclusive one"
+            );
+        }
+        for (i, (id, s)) in self.waiting.iter().enumerate() {
+            let blocked = self.held.iter().any(|(_, h)| h.conflicts(s))
+                || self.waiting.iter().take(i).any(|(_, w)| w.conflicts(s));
+            assert!(blocked, "locks: {id:?} waits for nothing");
+        }
+    }
 }
 
 #[cfg(test)]

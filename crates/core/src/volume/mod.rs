@@ -21,6 +21,7 @@ mod balancing;
 mod cache;
 mod ids;
 mod intent;
+mod invariants;
 mod lock;
 mod nospace;
 mod plan;
@@ -29,11 +30,13 @@ mod rebuild;
 mod repair;
 mod request;
 mod scrub;
+mod stripe_cache;
 mod write;
 
 pub use account::{plex_count, transfer_shape};
 pub use cache::{CacheLimits, CacheStatus};
 pub use intent::IntentStatus;
+pub use invariants::SELF_CHECK_EVERY_IOS;
 pub use rebuild::RebuildProgress;
 pub use repair::MAX_CORRECTED_READ_ERRORS;
 pub use request::{
@@ -78,16 +81,59 @@ impl Default for Limits {
     }
 }
 
+/// Where a request is, with what that stage needs: a phase of member I/O
+/// carries its count of I/Os outstanding and whether one failed; the other
+/// stages have no I/O out (`check_invariants` holds them to it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Stage {
+    /// For its locks, its bitmap bits, or (a sweep) its bitmap round.
     Waiting,
-    Reading,
-    Writing,
-    Flushing,
+    Reading(Phase),
+    Writing(Phase),
+    Flushing(Phase),
     /// A client read rewrites (then re-reads) copies that failed to read.
-    Repairing,
+    Repairing(Phase),
     /// A FLUSH waits for cached stripes to be written out (`cache.rs`).
     Destaging,
+}
+
+/// One phase of a request's member I/O, issued at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Phase {
+    /// Member I/Os of the phase still outstanding.
+    pending: u32,
+    /// An I/O of the phase failed (a read phase is planned again).
+    failed: bool,
+}
+
+impl Phase {
+    fn issued(ios: usize) -> Phase {
+        Phase {
+            pending: u32::try_from(ios).expect("a phase's I/Os fit a u32"),
+            failed: false,
+        }
+    }
+}
+
+impl Stage {
+    fn phase_mut(&mut self) -> Option<&mut Phase> {
+        match self {
+            Stage::Reading(p) | Stage::Writing(p) | Stage::Flushing(p) | Stage::Repairing(p) => {
+                Some(p)
+            }
+            Stage::Waiting | Stage::Destaging => None,
+        }
+    }
+
+    /// Member I/Os outstanding: none outside a phase.
+    fn pending(&self) -> u32 {
+        match self {
+            Stage::Reading(p) | Stage::Writing(p) | Stage::Flushing(p) | Stage::Repairing(p) => {
+                p.pending
+            }
+            Stage::Waiting | Stage::Destaging => 0,
+        }
+    }
 }
 
 /// One parity stripe's work inside a request: its buffers cover the stripe's
@@ -141,13 +187,14 @@ impl StripeJob {
     }
 }
 
+/// Words of [`Op`]'s bitmap of members written: room for every member a
+/// label can name.
+const WRITTEN_WORDS: usize = 4;
+const _: () = assert!(crate::label::MAX_MEMBERS as usize <= 64 * WRITTEN_WORDS);
+
 struct Op {
     req: Request,
     stage: Stage,
-    /// Member I/Os of the current phase still outstanding.
-    pending: u32,
-    /// An I/O of the current phase failed.
-    phase_failed: bool,
     /// Any write or flush I/O failed.
     write_failed: bool,
     replans: u32,
@@ -158,18 +205,16 @@ struct Op {
     /// Member writes known before the read phase (mirrors, stripes, trims).
     planned: WritePieces,
     /// Members written, for FUA (a bit per member).
-    written: [u64; 4],
+    written: [u64; WRITTEN_WORDS],
     /// A scrub's findings, returned when its repairs are written.
     report: Option<CheckReport>,
     /// Write-intent regions held (first, last), from admission to finish.
     intent_regions: Option<(u64, u64)>,
     /// For the statistics (see `account.rs`).
     tally: account::Tally,
-    /// What the request did with the stripe cache (decided once).
+    /// What the request did with the stripe cache (decided once), and
+    /// the entries it took over.
     cache: Option<cache::CacheWork>,
-    /// Cache entries the request took over (their sequence numbers),
-    /// settled when it finishes.
-    taken: SmallVec<[u64; 2]>,
     /// The volume's own request (a destage): it completes to no one.
     internal: bool,
     /// A member had no room for one of its writes (`nospace.rs`).
@@ -186,24 +231,26 @@ impl Op {
         Box::new(Op {
             req,
             stage: Stage::Waiting,
-            pending: 0,
-            phase_failed: false,
             write_failed: false,
             replans: 0,
             segments: SmallVec::new(),
             jobs: Vec::new(),
             planned: WritePieces::new(),
-            written: [0; 4],
+            written: [0; WRITTEN_WORDS],
             report: None,
             intent_regions: None,
             tally: account::Tally::default(),
             cache: None,
-            taken: SmallVec::new(),
             internal: false,
             no_space: false,
             cache_failures_seen: 0,
             lock_released: false,
         })
+    }
+
+    /// Cache entries the request took over: settled when it finishes.
+    fn cache_taken(&self) -> &[u64] {
+        self.cache.as_ref().map_or(&[], |w| &w.taken)
     }
 }
 
@@ -217,7 +264,10 @@ pub struct Volume {
     geometry: Geometry,
     health: Vec<Health>,
     limits: Limits,
-    /// Boxed: requests are taken out and put back while they are planned.
+    /// Boxed: `start` takes a request out while it is planned (planning
+    /// reads and changes the rest of the volume, such as the stripe cache
+    /// and the balancer) and puts it back; every later step works on it
+    /// in place, taking out only the jobs or writes it consumes.
     ops: IdMap<RequestId, Box<Op>>,
     inflight: IdMap<IoId, Inflight>,
     locks: RangeLocks,
@@ -232,8 +282,9 @@ pub struct Volume {
     intent: Option<intent::IntentState>,
     read_repair: repair::ReadRepairs,
     stats: crate::stats::Stats,
-    /// The stripe cache, when enabled (`cache.rs`).
-    cache: Option<cache::StripeCache>,
+    /// The stripe cache, when enabled (`stripe_cache.rs` holds it,
+    /// `cache.rs` says when data goes in and out).
+    cache: Option<stripe_cache::StripeCache>,
     /// Requests in `ops` that the volume submitted itself.
     internal_ops: usize,
     /// Members marked faulty whose failure the host has not yet made
@@ -246,11 +297,19 @@ pub struct Volume {
     held: VecDeque<(Completion, Option<(u64, u64)>)>,
     /// A write refused for space with no bitmap to mark it (`nospace.rs`).
     resync_all_owed: bool,
+    /// Member I/O completions so far: every `SELF_CHECK_EVERY_IOS`th
+    /// runs [`Volume::check_invariants`].
+    ios_done: u64,
 }
 
 impl Volume {
     pub fn new(geometry: Geometry, health: Vec<Health>, limits: Limits) -> Volume {
         assert_eq!(health.len(), geometry.members() as usize);
+        assert!(
+            geometry.members() as usize <= 64 * WRITTEN_WORDS,
+            "{} members: more than a request's bitmap of members written holds",
+            geometry.members()
+        );
         assert!(limits.max_requests > 0);
         let read_repair = repair::ReadRepairs::new(geometry.members());
         let stats = crate::stats::Stats::new(plex_count(&geometry), geometry.members());
@@ -278,6 +337,7 @@ impl Volume {
             unrecorded_failures: vec![false; n_members],
             held: VecDeque::new(),
             resync_all_owed: false,
+            ios_done: 0,
         }
     }
 
@@ -389,6 +449,17 @@ impl Volume {
 
     /// Reports the result of a member I/O handed out by [`Volume::next_io`].
     pub fn io_done(&mut self, io: IoId, result: IoResult) {
+        self.member_io_done(io, result);
+        self.ios_done += 1;
+        if self
+            .ios_done
+            .is_multiple_of(invariants::SELF_CHECK_EVERY_IOS)
+        {
+            self.check_invariants();
+        }
+    }
+
+    fn member_io_done(&mut self, io: IoId, result: IoResult) {
         let ctx = self
             .inflight
             .remove(&io)
@@ -402,14 +473,15 @@ impl Volume {
             .ops
             .get_mut(&ctx.request)
             .expect("I/O of a live request");
-        assert!(op.pending > 0);
-        op.pending -= 1;
+        let phase = op.stage.phase_mut().expect("I/O of a request in a phase");
+        assert!(phase.pending > 0);
+        phase.pending -= 1;
         match result {
-            result if op.stage == Stage::Repairing => {
+            result if matches!(op.stage, Stage::Repairing(_)) => {
                 self.repair_io_done(ctx.request, ctx.member, &ctx.dests, result);
             }
             Err(e) if Self::is_refused_for_space(op, &e) => {
-                op.phase_failed = true;
+                op.stage.phase_mut().expect("in a phase").failed = true;
                 op.write_failed = true;
                 op.no_space = true;
                 self.refused_for_space(ctx.request, ctx.member, e.message);
@@ -418,11 +490,11 @@ impl Volume {
                 message: reason,
                 kind,
             }) => {
-                op.phase_failed = true;
-                if matches!(op.stage, Stage::Writing | Stage::Flushing) {
+                op.stage.phase_mut().expect("in a phase").failed = true;
+                if matches!(op.stage, Stage::Writing(_) | Stage::Flushing(_)) {
                     op.write_failed = true;
                 }
-                if op.stage == Stage::Reading
+                if matches!(op.stage, Stage::Reading(_))
                     && matches!(op.req, Request::Read { .. })
                     && kind.policy() == FailurePolicy::CorrectRead
                 {
@@ -439,7 +511,7 @@ impl Volume {
             }
         }
         let op = &self.ops[&ctx.request];
-        if op.pending == 0 {
+        if op.stage.pending() == 0 {
             self.advance(ctx.request);
         }
     }
@@ -549,6 +621,16 @@ impl Volume {
         }
     }
 
+    /// Members that hold no good data for `stripe`: the one count that
+    /// decides whether a stripe can take a write (`plan_stripe_write`, and
+    /// the stripe cache's `cache_absorb`). At most `redundancy()` and the
+    /// stripe still holds everything written to it.
+    fn stripe_lost_members(&self, stripe: u64) -> u32 {
+        (0..self.geometry.members())
+            .filter(|&m| !self.usable(m, stripe))
+            .count() as u32
+    }
+
     /// The end of the stripes in `[.., end_stripe)` that `member` holds
     /// good data for: all of them when online, up to its cursor when being
     /// rebuilt, none when lost.
@@ -583,7 +665,7 @@ impl Volume {
             self.destage_tick(all);
             return self.finish(id, Ok(Reply::Done));
         }
-        op.phase_failed = false;
+        // The next phase starts afresh (`issue_*`); the last one's jobs go.
         op.jobs.clear();
         let planned = match &op.req {
             Request::Read { .. } => self.plan_read(id, &mut op),
@@ -678,14 +760,12 @@ impl Volume {
         if reads.is_empty() {
             // Writes that read nothing (stripes, mirrors, full stripes).
             let op = self.ops.get_mut(&id).expect("live request");
-            op.stage = Stage::Reading;
-            op.pending = 0;
+            op.stage = Stage::Reading(Phase::issued(0));
             return self.advance(id);
         }
         let merged = plan::merge_reads(reads);
         let op = self.ops.get_mut(&id).expect("live request");
-        op.stage = Stage::Reading;
-        op.pending = merged.len() as u32;
+        op.stage = Stage::Reading(Phase::issued(merged.len()));
         if merged.is_empty() {
             return self.advance(id);
         }
@@ -697,9 +777,7 @@ impl Volume {
     fn issue_writes(&mut self, id: RequestId, writes: WritePieces) {
         let merged = plan::merge_writes(writes);
         let op = self.ops.get_mut(&id).expect("live request");
-        op.stage = Stage::Writing;
-        op.phase_failed = false;
-        op.pending = merged.len() as u32;
+        op.stage = Stage::Writing(Phase::issued(merged.len()));
         for (member, _) in &merged {
             op.written[*member as usize / 64] |= 1 << (*member % 64);
         }
@@ -713,9 +791,7 @@ impl Volume {
 
     fn issue_flushes(&mut self, id: RequestId, members: Vec<u32>) {
         let op = self.ops.get_mut(&id).expect("live request");
-        op.stage = Stage::Flushing;
-        op.phase_failed = false;
-        op.pending = members.len() as u32;
+        op.stage = Stage::Flushing(Phase::issued(members.len()));
         if members.is_empty() {
             return self.advance(id);
         }
@@ -756,8 +832,8 @@ impl Volume {
         let op = self.ops.get_mut(&id).expect("live request");
         match op.stage {
             Stage::Waiting | Stage::Destaging => unreachable!("advance of a waiting request"),
-            Stage::Reading => {
-                if op.phase_failed {
+            Stage::Reading(phase) => {
+                if phase.failed {
                     // A member failed under us: plan again around it. Each
                     // failure takes one member out, or (a read error being
                     // corrected, at most `members` per request) that
@@ -791,7 +867,7 @@ impl Volume {
                     }
                 }
             }
-            Stage::Writing => {
+            Stage::Writing(_) => {
                 let fua = matches!(
                     op.req,
                     Request::Write { fua: true, .. } | Request::WriteZeroes { fua: true, .. }
@@ -813,11 +889,11 @@ impl Volume {
                 let result = self.write_result(id);
                 self.finish(id, result);
             }
-            Stage::Flushing => {
+            Stage::Flushing(_) => {
                 let result = self.write_result(id);
                 self.finish(id, result);
             }
-            Stage::Repairing => self.repair_phase_done(id),
+            Stage::Repairing(_) => self.repair_phase_done(id),
         }
     }
 
@@ -911,7 +987,7 @@ impl Volume {
 
     fn finish(&mut self, id: RequestId, result: Result<Reply, VolumeError>) {
         let op = self.ops.remove(&id).expect("finishing a live request");
-        assert_eq!(op.pending, 0, "finished with I/O outstanding");
+        assert_eq!(op.stage.pending(), 0, "finished with I/O outstanding");
         self.account_finish(&op, &result);
         self.forget_read_repair(id);
         if let Request::Maintain {
@@ -925,7 +1001,7 @@ impl Volume {
         if let Some((first, last)) = op.intent_regions {
             self.intent_release(first, last);
         }
-        if !op.taken.is_empty() {
+        if !op.cache_taken().is_empty() {
             // Cached data this request took is on the members now, or
             // (the write failed) lost: a FLUSH waiting for it must say so.
             self.cache_settle(&op, result.is_err());

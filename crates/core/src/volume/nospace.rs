@@ -24,7 +24,7 @@ impl Volume {
     /// the pages, so what the member holds is no longer known.
     pub(super) fn is_refused_for_space(op: &Op, e: &IoError) -> bool {
         e.kind.policy() == FailurePolicy::FailRequest
-            && op.stage == Stage::Writing
+            && matches!(op.stage, Stage::Writing(_))
             && !matches!(
                 op.req,
                 Request::Maintain {

@@ -152,8 +152,12 @@ impl Volume {
     }
 
     pub(super) fn finish_read(&mut self, id: RequestId) -> Result<Reply, VolumeError> {
-        let mut op = self.ops.remove(&id).expect("live request");
+        // The jobs and the segments gathered so far are this step's to
+        // consume; the request stays in the table.
+        let op = self.ops.get_mut(&id).expect("live request");
         let mut jobs = std::mem::take(&mut op.jobs);
+        let mut segments = std::mem::take(&mut op.segments);
+        let len_bytes = op.req.range().1;
         for job in &mut jobs {
             self.reconstruct(job);
             let bufs: Vec<Bytes> = std::mem::take(&mut job.bufs)
@@ -163,13 +167,9 @@ impl Volume {
             for &(d, within, len, at) in &job.wants {
                 let m = job.roles.data[d as usize] as usize;
                 let from = (within - job.lo_bytes) as usize;
-                op.segments
-                    .push((at, bufs[m].slice(from..from + len as usize)));
+                segments.push((at, bufs[m].slice(from..from + len as usize)));
             }
         }
-        let segments = std::mem::take(&mut op.segments);
-        let len_bytes = op.req.range().1;
-        self.ops.insert(id, op);
         Ok(Reply::Data(ReadData::assemble(segments, len_bytes)))
     }
 

@@ -161,11 +161,13 @@ impl Volume {
 
     /// After the rebuild's reads: the target member's chunks, to write.
     pub(super) fn compute_rebuild_writes(&mut self, id: RequestId) -> WritePieces {
-        let mut op = self.ops.remove(&id).expect("live request");
+        // The jobs are this step's to consume; the request stays in the
+        // table.
+        let mut jobs = std::mem::take(&mut self.ops.get_mut(&id).expect("live request").jobs);
         let target = self.rebuild.as_ref().expect("rebuild in progress").member;
         let mut writes = WritePieces::new();
         let g = self.geometry.clone();
-        for job in &mut op.jobs {
+        for job in &mut jobs {
             if g.level().is_parity() {
                 self.reconstruct(job);
                 let data = std::mem::take(&mut job.bufs[target as usize]);
@@ -185,7 +187,6 @@ impl Volume {
                 }
             }
         }
-        self.ops.insert(id, op);
         writes
     }
 

@@ -23,7 +23,9 @@
 //! rule: an error marks the member faulty.
 
 use super::plan::{Dest, Dests, Target};
-use super::{Event, Health, IdMap, IoResult, MemberOp, RequestId, Stage, Volume, VolumeError};
+use super::{
+    Event, Health, IdMap, IoResult, MemberOp, Phase, RequestId, Stage, Volume, VolumeError,
+};
 use crate::level::Level;
 use bytes::Bytes;
 use smallvec::SmallVec;
@@ -42,6 +44,17 @@ pub(super) struct ReadRepairs {
 }
 
 impl ReadRepairs {
+    /// Read errors are tracked only for live requests, and a member has
+    /// no more corrected than it took on.
+    pub(super) fn check(&self, live: impl Fn(RequestId) -> bool) {
+        for &id in self.requests.keys() {
+            assert!(live(id), "read repair: {id:?} is not live");
+        }
+        for (m, (c, a)) in self.corrected.iter().zip(&self.attempts).enumerate() {
+            assert!(c <= a, "read repair: member {m} corrected {c} of {a}");
+        }
+    }
+
     pub(super) fn new(members: u32) -> ReadRepairs {
         ReadRepairs {
             requests: IdMap::default(),
@@ -232,8 +245,7 @@ impl Volume {
 
     fn issue_repair(&mut self, id: RequestId, ios: Vec<(u32, MemberOp, Dests)>) {
         let op = self.ops.get_mut(&id).expect("live request");
-        op.stage = Stage::Repairing;
-        op.pending = ios.len() as u32;
+        op.stage = Stage::Repairing(Phase::issued(ios.len()));
         if ios.is_empty() {
             return self.advance(id);
         }

@@ -92,16 +92,19 @@ impl Volume {
 
     /// After a scrub's reads: compare, and list the rewrites of a repair.
     pub(super) fn compute_scrub(&mut self, id: RequestId) -> (CheckReport, WritePieces) {
-        let mut op = self.ops.remove(&id).expect("live request");
+        // The jobs and the report are this step's to consume; the request
+        // stays in the table.
+        let op = self.ops.get_mut(&id).expect("live request");
         let Request::Maintain { action, .. } = op.req else {
             unreachable!("a scrub")
         };
+        let mut jobs = std::mem::take(&mut op.jobs);
         let repair = action == Maintenance::Repair;
         let g = self.geometry.clone();
         let il = g.interleave_bytes() as usize;
         let mut report = op.report.take().expect("planned with its report");
         let mut writes = WritePieces::new();
-        for job in &mut op.jobs {
+        for job in &mut jobs {
             let mut bad = false;
             if g.level().is_parity() {
                 let roles = job.roles.clone();
@@ -156,8 +159,6 @@ impl Volume {
                 report.mismatched_stripes.push(job.stripe);
             }
         }
-        op.jobs.clear();
-        self.ops.insert(id, op);
         (report, writes)
     }
 }

@@ -144,6 +144,19 @@ impl Volume {
                 }
             }
         }
+        // Each job covers a non-empty part of its chunks, and its pieces
+        // lie in it: the parity kernels and member offsets rely on both.
+        for job in &jobs {
+            assert!(
+                job.lo_bytes < job.hi_bytes && job.hi_bytes <= il,
+                "a stripe job's hull"
+            );
+            assert!(job.new_data.iter().all(|(d, w, b)| {
+                (*d as usize) < job.roles.data.len()
+                    && job.lo_bytes <= *w
+                    && w + b.len() as u64 <= job.hi_bytes
+            }));
+        }
         let mut reads = ReadPieces::new();
         for (j, job) in jobs.iter_mut().enumerate() {
             self.plan_stripe_write(j as u32, job, &mut reads)
@@ -174,10 +187,7 @@ impl Volume {
     ) -> Result<(), ()> {
         let g = &self.geometry;
         let stripe = job.stripe;
-        let lost = (0..g.members())
-            .filter(|&m| !self.usable(m, stripe))
-            .count() as u32;
-        if lost > g.redundancy() {
+        if self.stripe_lost_members(stripe) > g.redundancy() {
             // Past the budget the stripe cannot hold what is written to it.
             return Err(());
         }
@@ -277,18 +287,24 @@ impl Volume {
 
     /// After the read phase: compute parity and list every member write.
     pub(super) fn compute_writes(&mut self, id: RequestId) -> WritePieces {
-        let mut op = self.ops.remove(&id).expect("live request");
+        // The writes and jobs are this step's to consume; the request
+        // stays in the table.
+        let op = self.ops.get_mut(&id).expect("live request");
         let mut writes = std::mem::take(&mut op.planned);
         let mut jobs = std::mem::take(&mut op.jobs);
         for job in &mut jobs {
             self.compute_stripe(job, &mut writes);
         }
-        self.ops.insert(id, op);
         writes
     }
 
     fn compute_stripe(&self, job: &mut StripeJob, writes: &mut WritePieces) {
         let g = &self.geometry;
+        assert_eq!(
+            job.bufs.len(),
+            g.members() as usize,
+            "a planned job has a buffer per member"
+        );
         let lo = job.lo_bytes;
         let roles = job.roles.clone();
         let parity: Vec<u32> = std::iter::once(roles.p).chain(roles.q).collect();
@@ -315,11 +331,15 @@ impl Volume {
                 });
             }
         }
+        let hull = job.hi_bytes - lo;
         for &m in parity.iter().filter(|&&m| self.usable(m, stripe)) {
+            let p = std::mem::take(&mut job.bufs[m as usize]);
+            // Parity covers the whole hull, whatever the strategy.
+            assert_eq!(p.len() as u64, hull, "parity of member {m} over the hull");
             writes.push(WritePiece {
                 member: m,
                 offset_bytes: g.member_offset_bytes(job.stripe, lo),
-                kind: WriteKind::Data(std::mem::take(&mut job.bufs[m as usize]).into_bytes()),
+                kind: WriteKind::Data(p.into_bytes()),
             });
         }
     }

@@ -369,6 +369,8 @@ impl Harness {
     pub fn run(&mut self) -> Vec<Completion> {
         let mut done = Vec::new();
         for _ in 0..10_000_000u64 {
+            // Every step: the volume's invariants hold between calls.
+            self.volume.check_invariants();
             while let Some(io) = self.volume.next_io() {
                 self.pool.push(io);
             }
