@@ -233,34 +233,18 @@ fn shutdown_under_load(test: &str, spec: Spec, signal: &str) {
     s.stop();
 
     // 5. "clean" is true: each degraded assembly reads the same bytes.
-    let n = spec.members;
-    let mut leave_outs: Vec<Vec<usize>> = (0..n).map(|k| vec![k]).collect();
-    if spec.level == "raid6" {
-        for a in 0..n {
-            for b in a + 1..n {
-                leave_outs.push(vec![a, b]);
-            }
-        }
-    }
-    for leave_out in leave_outs {
+    for leave_out in degraded_assemblies(&spec) {
         s.options = ServeOptions {
             read_only: true,
             leave_out: leave_out.clone(),
             ..ServeOptions::default()
         };
         s.start_again();
-        let out = run_ok(
-            t.cmd("qemu-img")
-                .args(["compare", "-f", "raw", "-F", "raw"])
-                .arg(&whole)
-                .arg(s.uri()),
-            CMD_TIMEOUT,
+        assert_images_identical(
+            &t,
+            &whole,
+            s.uri(),
             &format!("{test}: parity after SIG{signal}: members {leave_out:?} left out"),
-        );
-        assert!(
-            out.stdout.contains("Images are identical"),
-            "{}",
-            out.stdout
         );
         s.stop();
     }

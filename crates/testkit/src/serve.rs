@@ -16,6 +16,20 @@ use std::time::{Duration, Instant};
 /// A shared buffer a reader thread appends to.
 pub type Shared<T> = Arc<Mutex<T>>;
 
+/// A thread that appends what `r` gives to `buf` until the end (or an
+/// error); its handle, to know when it is done.
+pub fn collect_into<R: Read + Send + 'static>(mut r: R, buf: Shared<Vec<u8>>) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut chunk = [0u8; 64 * 1024];
+        loop {
+            match r.read(&mut chunk) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.lock().unwrap().extend_from_slice(&chunk[..n]),
+            }
+        }
+    })
+}
+
 /// One run of `platter serve`, killed (and reaped) on drop if still running.
 pub struct ServeProcess {
     child: Option<Child>,
@@ -42,17 +56,8 @@ impl ServeProcess {
         let mut child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("cannot run {command_line}: {e}"));
-        let mut err = child.stderr.take().expect("stderr piped");
-        let log2 = Arc::clone(&log);
-        let err_reader = std::thread::spawn(move || {
-            let mut chunk = [0u8; 16 * 1024];
-            loop {
-                match err.read(&mut chunk) {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => log2.lock().unwrap().extend_from_slice(&chunk[..n]),
-                }
-            }
-        });
+        let err = child.stderr.take().expect("stderr piped");
+        let err_reader = collect_into(err, Arc::clone(&log));
         let (tx, lines) = channel::<String>();
         let out = child.stdout.take().expect("stdout piped");
         let stdout2 = Arc::clone(&stdout);
