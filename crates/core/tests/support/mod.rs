@@ -10,8 +10,8 @@ use platter_core::volume::{
     CacheLimits, CheckReport, Completion, ErrorKind, Health, Limits, Maintenance, MemberIo,
     MemberOp, Reply, Request, RequestId, Volume,
 };
-use platter_testkit::member::MemMember;
 use platter_core::{Level, ParityLayout};
+use platter_testkit::member::MemMember;
 use std::collections::{BTreeMap, HashMap};
 
 pub const DATA_OFFSET_BYTES: u64 = 4096;
