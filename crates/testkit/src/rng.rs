@@ -15,6 +15,8 @@ impl Rng {
         Rng(seed)
     }
 
+    /// The next output (the name the test suites have always called it).
+    #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(GOLDEN_GAMMA);
         mix64(self.0)
