@@ -908,15 +908,7 @@ fn degraded(test: &str, spec: Spec, leave_out: &[usize]) {
         );
         assert!(out.stdout.contains("err= 0"), "{}", out.describe(test));
     }
-    let whole = s.volume.path().join("whole.raw");
-    run_ok(
-        t.cmd("qemu-img")
-            .args(["convert", "-f", "raw", "-O", "raw"])
-            .arg(s.uri())
-            .arg(&whole),
-        CMD_TIMEOUT,
-        &format!("{test}: read the whole volume"),
-    );
+    let whole = save_whole_volume(&t, &s, test);
     s.stop();
     assert_eq!(s.volume.state(), "degraded", "{test}: labels after a stop");
     s.start_again();

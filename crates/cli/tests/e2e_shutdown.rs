@@ -221,15 +221,7 @@ fn shutdown_under_load(test: &str, spec: Spec, signal: &str) {
         &checks,
         &format!("{test}: flushed patterns after restart"),
     );
-    let whole = s.volume.path().join("whole.raw");
-    run_ok(
-        t.cmd("qemu-img")
-            .args(["convert", "-f", "raw", "-O", "raw"])
-            .arg(s.uri())
-            .arg(&whole),
-        CMD_TIMEOUT,
-        &format!("{test}: read the whole volume"),
-    );
+    let whole = save_whole_volume(&t, &s, test);
     s.stop();
 
     // 5. "clean" is true: each degraded assembly reads the same bytes.

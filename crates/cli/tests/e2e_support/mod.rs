@@ -702,6 +702,21 @@ pub fn assert_images_identical(
     );
 }
 
+/// `qemu-img convert` of the volume `s` serves into `whole.raw` beside its
+/// members; answers the file.
+pub fn save_whole_volume(t: &Tools, s: &Server, test: &str) -> PathBuf {
+    let whole = s.volume.path().join("whole.raw");
+    run_ok(
+        t.cmd("qemu-img")
+            .args(["convert", "-f", "raw", "-O", "raw"])
+            .arg(s.uri())
+            .arg(&whole),
+        CMD_TIMEOUT,
+        &format!("{test}: read the whole volume"),
+    );
+    whole
+}
+
 /// `platter ARGS`, to run with [`run`] or [`run_ok`].
 pub fn platter(args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_platter"));
