@@ -777,12 +777,7 @@ fn concurrent_writers(test: &str, spec: Spec) {
     compare(s.uri(), "the volume equals the model");
     s.stop();
     for leave_out in degraded_assemblies(&spec) {
-        s.options = ServeOptions {
-            read_only: true,
-            leave_out: leave_out.clone(),
-            ..ServeOptions::default()
-        };
-        s.start_again();
+        s.start_again_degraded_read_only(&leave_out);
         compare(s.uri(), &format!("members {leave_out:?} left out"));
         s.stop();
     }

@@ -226,12 +226,7 @@ fn shutdown_under_load(test: &str, spec: Spec, signal: &str) {
 
     // 5. "clean" is true: each degraded assembly reads the same bytes.
     for leave_out in degraded_assemblies(&spec) {
-        s.options = ServeOptions {
-            read_only: true,
-            leave_out: leave_out.clone(),
-            ..ServeOptions::default()
-        };
-        s.start_again();
+        s.start_again_degraded_read_only(&leave_out);
         assert_images_identical(
             &t,
             &whole,

@@ -1041,6 +1041,17 @@ impl Server {
         self.launch();
     }
 
+    /// Starts the server again (after [`stop`]) read-only with the members
+    /// `leave_out` left out: a degraded assembly.
+    pub fn start_again_degraded_read_only(&mut self, leave_out: &[usize]) {
+        self.options = ServeOptions {
+            read_only: true,
+            leave_out: leave_out.to_vec(),
+            ..ServeOptions::default()
+        };
+        self.start_again();
+    }
+
     /// A clean stop, then a start.
     pub fn restart(&mut self) {
         self.stop();
