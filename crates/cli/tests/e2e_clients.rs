@@ -512,32 +512,15 @@ fn qemu_img_step(test: &str, s: &mut Server) {
         &format!("{test}: qemu-img convert into the volume"),
     );
     let compare = |what: &str, uri: &str| {
-        run_ok(
-            t.cmd("qemu-img")
-                .args(["compare", "-f", "raw", "-F", "raw"])
-                .arg(image)
-                .arg(uri),
-            CMD_TIMEOUT,
-            &format!("{test}: qemu-img compare {what}"),
-        )
+        assert_images_identical(&t, image, uri, &format!("{test}: qemu-img compare {what}"));
     };
-    let out = compare("after convert", &uri);
-    assert!(
-        out.stdout.contains("Images are identical"),
-        "{}",
-        out.stdout
-    );
+    compare("after convert", &uri);
     eprintln!(
         "{test}: 256 MiB converted and compared in {:.1?}",
         start.elapsed()
     );
     s.restart();
-    let out = compare("after a restart", s.uri());
-    assert!(
-        out.stdout.contains("Images are identical"),
-        "{}",
-        out.stdout
-    );
+    compare("after a restart", s.uri());
 }
 
 // ---------------------------------------------------------------------------
@@ -789,38 +772,12 @@ fn concurrent_writers(test: &str, spec: Spec) {
         }
     }
     let compare = |uri: &str, what: &str| {
-        let out = run_ok(
-            t.cmd("qemu-img")
-                .args(["compare", "-f", "raw", "-F", "raw"])
-                .arg(&model_path)
-                .arg(uri),
-            CMD_TIMEOUT,
-            &format!("{test}: {what}"),
-        );
-        assert!(
-            out.stdout.contains("Images are identical"),
-            "{}",
-            out.stdout
-        );
+        assert_images_identical(&t, &model_path, uri, &format!("{test}: {what}"));
     };
     compare(s.uri(), "the volume equals the model");
     s.stop();
-    let n = spec.members;
-    let mut leave_outs: Vec<Vec<usize>> = (0..n).map(|k| vec![k]).collect();
-    if spec.level == "raid6" {
-        for a in 0..n {
-            for b in a + 1..n {
-                leave_outs.push(vec![a, b]);
-            }
-        }
-    }
-    for leave_out in leave_outs {
-        s.options = ServeOptions {
-            read_only: true,
-            leave_out: leave_out.clone(),
-            ..ServeOptions::default()
-        };
-        s.start_again();
+    for leave_out in degraded_assemblies(&spec) {
+        s.start_again_degraded_read_only(&leave_out);
         compare(s.uri(), &format!("members {leave_out:?} left out"));
         s.stop();
     }
@@ -946,30 +903,15 @@ fn degraded(test: &str, spec: Spec, leave_out: &[usize]) {
         );
         assert!(out.stdout.contains("err= 0"), "{}", out.describe(test));
     }
-    let whole = s.volume.path().join("whole.raw");
-    run_ok(
-        t.cmd("qemu-img")
-            .args(["convert", "-f", "raw", "-O", "raw"])
-            .arg(s.uri())
-            .arg(&whole),
-        CMD_TIMEOUT,
-        &format!("{test}: read the whole volume"),
-    );
+    let whole = save_whole_volume(&t, &s, test);
     s.stop();
     assert_eq!(s.volume.state(), "degraded", "{test}: labels after a stop");
     s.start_again();
-    let out = run_ok(
-        t.cmd("qemu-img")
-            .args(["compare", "-f", "raw", "-F", "raw"])
-            .arg(&whole)
-            .arg(s.uri()),
-        CMD_TIMEOUT,
+    assert_images_identical(
+        &t,
+        &whole,
+        s.uri(),
         &format!("{test}: the degraded volume after a restart"),
-    );
-    assert!(
-        out.stdout.contains("Images are identical"),
-        "{}",
-        out.stdout
     );
     s.stop();
 }

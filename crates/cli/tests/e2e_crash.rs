@@ -8,22 +8,11 @@ mod e2e_support;
 
 use e2e_support::*;
 use serde_json::Value;
-use std::process::Command;
 use std::time::{Duration, Instant};
-
-fn platter(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_platter"));
-    c.args(args);
-    c
-}
-
-fn control(s: &Server) -> String {
-    format!("{}.ctl", s.socket().display())
-}
 
 fn live(s: &Server, cmd: &str) -> Value {
     let out = run_ok(
-        &mut platter(&[cmd, "--json", "--control", &control(s)]),
+        &mut platter(&[cmd, "--json", "--control", &s.control()]),
         CMD_TIMEOUT,
         cmd,
     );

@@ -12,12 +12,6 @@ use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
 
-fn platter(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_platter"));
-    c.args(args);
-    c
-}
-
 /// (reads, writes, read bytes, written bytes) of an iolog, counted from
 /// its lines.
 fn iolog_counts(path: &Path) -> (u64, u64, u64, u64) {

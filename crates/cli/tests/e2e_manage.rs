@@ -7,27 +7,7 @@ mod e2e_support;
 
 use e2e_support::*;
 use serde_json::Value;
-use std::process::Command;
 use std::time::{Duration, Instant};
-
-fn platter(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_platter"));
-    c.args(args);
-    c
-}
-
-fn control(s: &Server) -> String {
-    format!("{}.ctl", s.socket().display())
-}
-
-fn live_status(s: &Server) -> Value {
-    let out = run_ok(
-        &mut platter(&["status", "--json", "--control", &control(s)]),
-        CMD_TIMEOUT,
-        "platter status --control",
-    );
-    serde_json::from_str(&out.stdout).expect("status --json is JSON")
-}
 
 /// `platter replace [EXTRA..] --control .. OLD DIR/NAME`, NAME a new file
 /// of the volume's member size; returns the new file's path and the output.
@@ -35,7 +15,7 @@ fn replace_with_new_file(s: &Server, old: &str, name: &str, extra: &[&str]) -> (
     let new = s.volume.path().join(name).to_str().unwrap().to_string();
     let size = s.volume.member_size_bytes.to_string();
     let mut args = vec!["replace", "--member-size", &size, "--control"];
-    let ctl = control(s);
+    let ctl = s.control();
     args.push(&ctl);
     args.extend(extra);
     args.extend([old, new.as_str()]);
@@ -125,7 +105,7 @@ fn fail_each_member_in_turn(spec: Spec) {
         );
         std::thread::sleep(Duration::from_millis(150));
         run_ok(
-            &mut platter(&["fail", "--control", &control(&s), &m.to_string()]),
+            &mut platter(&["fail", "--control", &s.control(), &m.to_string()]),
             CMD_TIMEOUT,
             &what,
         );
@@ -150,7 +130,7 @@ fn fail_each_member_in_turn(spec: Spec) {
             "{what}: contents differ after the rebuild"
         );
         let check = run_ok(
-            &mut platter(&["check", "--json", "--control", &control(&s)]),
+            &mut platter(&["check", "--json", "--control", &s.control()]),
             CMD_TIMEOUT,
             &what,
         );
@@ -209,7 +189,7 @@ fn a_spare_takes_over_and_the_failed_member_stays_out() {
             "--member-size",
             &s.volume.member_size_bytes.to_string(),
             "--control",
-            &control(&s),
+            &s.control(),
             spare.to_str().unwrap(),
         ]),
         CMD_TIMEOUT,
@@ -217,7 +197,7 @@ fn a_spare_takes_over_and_the_failed_member_stays_out() {
     );
     assert_eq!(live_status(&s)["spares"].as_array().unwrap().len(), 1);
     run_ok(
-        &mut platter(&["fail", "--control", &control(&s), "2"]),
+        &mut platter(&["fail", "--control", &s.control(), "2"]),
         CMD_TIMEOUT,
         test,
     );
@@ -289,7 +269,7 @@ fn remove_refuses_an_active_member_and_takes_out_a_failed_one() {
 
     // Active: refused, in one line, and nothing changes.
     let out = run(
-        &mut platter(&["remove", "--control", &control(&s), "2"]),
+        &mut platter(&["remove", "--control", &s.control(), "2"]),
         CMD_TIMEOUT,
     );
     assert!(!out.status.success(), "{}", out.describe(test));
@@ -307,7 +287,7 @@ fn remove_refuses_an_active_member_and_takes_out_a_failed_one() {
 
     // Failed, then removed by its path: the device is closed.
     run_ok(
-        &mut platter(&["fail", "--control", &control(&s), "2"]),
+        &mut platter(&["fail", "--control", &s.control(), "2"]),
         CMD_TIMEOUT,
         test,
     );
@@ -316,7 +296,7 @@ fn remove_refuses_an_active_member_and_takes_out_a_failed_one() {
         "{test}: a failed member stays open"
     );
     let out = run_ok(
-        &mut platter(&["remove", "--control", &control(&s), &old]),
+        &mut platter(&["remove", "--control", &s.control(), &old]),
         CMD_TIMEOUT,
         test,
     );
@@ -335,7 +315,7 @@ fn remove_refuses_an_active_member_and_takes_out_a_failed_one() {
     assert_eq!(st["state"], "degraded", "{st}");
     // Once is enough.
     let out = run(
-        &mut platter(&["remove", "--control", &control(&s), "2"]),
+        &mut platter(&["remove", "--control", &s.control(), "2"]),
         CMD_TIMEOUT,
     );
     assert!(
@@ -354,7 +334,7 @@ fn remove_refuses_an_active_member_and_takes_out_a_failed_one() {
     assert_eq!(st["state"], "clean", "{st}");
     assert_eq!(volume_sha256(&t, s.uri(), test), digest, "{test}: rebuilt");
     let check = run_ok(
-        &mut platter(&["check", "--json", "--control", &control(&s)]),
+        &mut platter(&["check", "--json", "--control", &s.control()]),
         CMD_TIMEOUT,
         test,
     );
@@ -377,7 +357,7 @@ fn remove_takes_a_spare_off_the_list() {
             "--member-size",
             &size,
             "--control",
-            &control(&s),
+            &s.control(),
             spare,
         ]),
         CMD_TIMEOUT,
@@ -385,7 +365,7 @@ fn remove_takes_a_spare_off_the_list() {
     );
     assert!(holds_open(s.pid(), spare), "{test}: the spare is not open");
     let out = run_ok(
-        &mut platter(&["remove", "--control", &control(&s), spare]),
+        &mut platter(&["remove", "--control", &s.control(), spare]),
         CMD_TIMEOUT,
         test,
     );
@@ -397,7 +377,7 @@ fn remove_takes_a_spare_off_the_list() {
     assert!(live_status(&s)["spares"].as_array().unwrap().is_empty());
     // With no spare, a failure leaves the slot faulty.
     run_ok(
-        &mut platter(&["fail", "--control", &control(&s), "0"]),
+        &mut platter(&["fail", "--control", &s.control(), "0"]),
         CMD_TIMEOUT,
         test,
     );
@@ -422,7 +402,7 @@ fn a_removed_slot_stays_out_after_a_restart() {
     let old = s.volume.members[1].clone();
     for cmd in ["fail", "remove"] {
         run_ok(
-            &mut platter(&[cmd, "--control", &control(&s), "1"]),
+            &mut platter(&[cmd, "--control", &s.control(), "1"]),
             CMD_TIMEOUT,
             test,
         );
@@ -483,7 +463,7 @@ fn a_removed_slot_stays_out_after_a_restart() {
 fn status_watch_prints_progress_lines_until_the_rebuild_ends() {
     let test = "status_watch_prints_progress_lines_until_the_rebuild_ends";
     let s = Server::start(Volume::create(Spec::new("raid5", 4, "64k"), 24 * MIB));
-    let ctl = control(&s);
+    let ctl = s.control();
     let out = run_ok(
         &mut platter(&["status", "--watch", "--control", &ctl]),
         CMD_TIMEOUT,
@@ -601,7 +581,7 @@ fn replace_and_add_spare_refuse_devices_in_use_by_a_volume() {
     let test = "replace_and_add_spare_refuse_devices_in_use_by_a_volume";
     let s = Server::start(Volume::create(Spec::new("raid5", 4, "64k"), 8 * MIB));
     let other = Volume::create(Spec::new("raid5", 4, "64k"), 8 * MIB);
-    let ctl = control(&s);
+    let ctl = s.control();
     run_ok(
         &mut platter(&["fail", "--control", &ctl, "3"]),
         CMD_TIMEOUT,
@@ -691,7 +671,7 @@ fn replace_and_add_spare_refuse_devices_in_use_by_a_volume() {
 fn management_paths_resolve_in_the_caller_and_nothing_is_created_unasked() {
     let test = "management_paths_resolve_in_the_caller_and_nothing_is_created_unasked";
     let s = Server::start(Volume::create(Spec::new("raid5", 4, "64k"), 8 * MIB));
-    let ctl = control(&s);
+    let ctl = s.control();
     let elsewhere = temp_dir();
     let in_elsewhere = |args: &[&str]| {
         let mut c = platter(args);
@@ -851,7 +831,7 @@ fn fail_refuses_to_lose_data_unless_forced() {
     for (spec, order) in cases {
         let what = format!("{test} {}", spec.label());
         let s = Server::start(Volume::create(spec, 4 * MIB));
-        let ctl = control(&s);
+        let ctl = s.control();
         let n = spec.members;
         assert!(
             export_description(&t, &s).contains(&format!("({n} of {n} members online)")),
@@ -917,10 +897,10 @@ fn fail_refuses_to_lose_data_unless_forced() {
 /// `platter check|repair [--json]`: exit code, and the answer as JSON.
 fn scrub(s: &Server, cmd: &str) -> (Option<i32>, Value) {
     let out = run(
-        &mut platter(&[cmd, "--json", "--control", &control(s)]),
+        &mut platter(&[cmd, "--json", "--control", &s.control()]),
         CMD_TIMEOUT,
     );
-    let plain = run(&mut platter(&[cmd, "--control", &control(s)]), CMD_TIMEOUT);
+    let plain = run(&mut platter(&[cmd, "--control", &s.control()]), CMD_TIMEOUT);
     // The plain report (run second: for repair, after the first repaired)
     // exits as the JSON one does once nothing is left to repair.
     if cmd == "check" {
@@ -973,7 +953,7 @@ fn check_and_repair_exit_codes_say_what_they_found() {
 
     // A member lost: nothing to compare with.
     run_ok(
-        &mut platter(&["fail", "--control", &control(&s), "1"]),
+        &mut platter(&["fail", "--control", &s.control(), "1"]),
         CMD_TIMEOUT,
         test,
     );

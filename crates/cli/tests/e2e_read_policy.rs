@@ -7,31 +7,10 @@
 mod e2e_support;
 
 use e2e_support::*;
-use serde_json::Value;
-use std::process::Command;
-
-fn platter(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_platter"));
-    c.args(args);
-    c
-}
-
-fn control(s: &Server) -> String {
-    format!("{}.ctl", s.socket().display())
-}
-
-fn live_status(s: &Server) -> Value {
-    let out = run_ok(
-        &mut platter(&["status", "--json", "--control", &control(s)]),
-        CMD_TIMEOUT,
-        "platter status --control",
-    );
-    serde_json::from_str(&out.stdout).expect("status --json is JSON")
-}
 
 fn set_policy(s: &Server, policy: &str) -> Out {
     run_ok(
-        &mut platter(&["read-policy", "--control", &control(s), policy]),
+        &mut platter(&["read-policy", "--control", &s.control(), policy]),
         CMD_TIMEOUT,
         &format!("platter read-policy {policy}"),
     )
@@ -40,7 +19,7 @@ fn set_policy(s: &Server, policy: &str) -> Out {
 /// `platter read-policy` that must fail, with `message` in its error.
 fn refused(s: &Server, policy: &str, message: &str) {
     let out = run(
-        &mut platter(&["read-policy", "--control", &control(s), policy]),
+        &mut platter(&["read-policy", "--control", &s.control(), policy]),
         CMD_TIMEOUT,
     );
     let what = format!("read-policy {policy}");
@@ -103,7 +82,7 @@ fn read_policy_changes_live_and_persists_across_a_restart() {
         "{test}: the labels were not rewritten: {st}"
     );
     let human = run_ok(
-        &mut platter(&["status", "--control", &control(&s)]),
+        &mut platter(&["status", "--control", &s.control()]),
         CMD_TIMEOUT,
         "status",
     );
@@ -163,15 +142,7 @@ fn a_volume_without_copies_refuses_a_read_policy() {
     refused(&s, "load", "no read to balance");
     // create says the same.
     let dir = temp_dir();
-    let members: Vec<String> = (0..3)
-        .map(|i| {
-            dir.path()
-                .join(format!("m{i}"))
-                .to_str()
-                .unwrap()
-                .to_string()
-        })
-        .collect();
+    let members = member_paths(dir.path(), 3);
     let mut args = vec![
         "create",
         "--level",

@@ -221,46 +221,17 @@ fn shutdown_under_load(test: &str, spec: Spec, signal: &str) {
         &checks,
         &format!("{test}: flushed patterns after restart"),
     );
-    let whole = s.volume.path().join("whole.raw");
-    run_ok(
-        t.cmd("qemu-img")
-            .args(["convert", "-f", "raw", "-O", "raw"])
-            .arg(s.uri())
-            .arg(&whole),
-        CMD_TIMEOUT,
-        &format!("{test}: read the whole volume"),
-    );
+    let whole = save_whole_volume(&t, &s, test);
     s.stop();
 
     // 5. "clean" is true: each degraded assembly reads the same bytes.
-    let n = spec.members;
-    let mut leave_outs: Vec<Vec<usize>> = (0..n).map(|k| vec![k]).collect();
-    if spec.level == "raid6" {
-        for a in 0..n {
-            for b in a + 1..n {
-                leave_outs.push(vec![a, b]);
-            }
-        }
-    }
-    for leave_out in leave_outs {
-        s.options = ServeOptions {
-            read_only: true,
-            leave_out: leave_out.clone(),
-            ..ServeOptions::default()
-        };
-        s.start_again();
-        let out = run_ok(
-            t.cmd("qemu-img")
-                .args(["compare", "-f", "raw", "-F", "raw"])
-                .arg(&whole)
-                .arg(s.uri()),
-            CMD_TIMEOUT,
+    for leave_out in degraded_assemblies(&spec) {
+        s.start_again_degraded_read_only(&leave_out);
+        assert_images_identical(
+            &t,
+            &whole,
+            s.uri(),
             &format!("{test}: parity after SIG{signal}: members {leave_out:?} left out"),
-        );
-        assert!(
-            out.stdout.contains("Images are identical"),
-            "{}",
-            out.stdout
         );
         s.stop();
     }

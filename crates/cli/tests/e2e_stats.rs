@@ -10,21 +10,10 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::Command;
 use std::time::Duration;
 
-fn platter(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_platter"));
-    c.args(args);
-    c
-}
-
-fn control(s: &Server) -> String {
-    format!("{}.ctl", s.socket().display())
-}
-
 fn stats_json(s: &Server, extra: &[&str]) -> Value {
-    let ctl = control(s);
+    let ctl = s.control();
     let mut args = vec!["stats", "--json", "--control", &ctl];
     args.extend(extra);
     let out = run_ok(&mut platter(&args), CMD_TIMEOUT, "platter stats --json");
@@ -210,7 +199,7 @@ fn stats_and_metrics_on_a_served_raid5() {
     assert_eq!(j["level"], "raid5");
 
     // The table for people.
-    let ctl = control(&s);
+    let ctl = s.control();
     let out = run_ok(
         &mut platter(&["stats", "--control", &ctl]),
         CMD_TIMEOUT,

@@ -12,7 +12,6 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use e2e_support::*;
-use serde_json::Value;
 
 fn serve_cmd(v: &Volume, injects: &[String]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_platter"));
@@ -235,22 +234,6 @@ fn wait_corrections(s: &Server, n: usize) -> Vec<String> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-fn live_status(s: &Server) -> Value {
-    let control = format!("{}.ctl", s.socket().display());
-    let out = run_ok(
-        Command::new(env!("CARGO_BIN_EXE_platter")).args([
-            "status",
-            "--json",
-            "--control",
-            &control,
-        ]),
-        CMD_TIMEOUT,
-        "platter status --control",
-    );
-    serde_json::from_str(&out.stdout)
-        .unwrap_or_else(|e| panic!("status --json: {e} in\n{}", out.stdout))
 }
 
 /// qemu-io `read -P` of every chunk, each twice in a row: under round-robin

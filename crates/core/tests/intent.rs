@@ -11,22 +11,9 @@ use platter_core::volume::{
     Health, Limits, Maintenance, MemberIo, MemberOp, Reply, Request, Volume,
 };
 use platter_core::{Level, ParityLayout};
+use platter_testkit::Rng;
 
 const DATA_OFFSET_BYTES: u64 = 64 << 10;
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// A member with a volatile cache: writes land in `current` and reach
 /// `durable` at a flush; a crash keeps a random subset of the rest.

@@ -5,6 +5,8 @@
 use std::path::Path;
 use std::process::Command;
 
+use platter_testkit::check::assert_sources_avoid;
+
 const FORBIDDEN: [&str; 10] = [
     "std::fs",
     "std::thread",
@@ -18,40 +20,13 @@ const FORBIDDEN: [&str; 10] = [
     "std::env",
 ];
 
-fn sources(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
-    for entry in std::fs::read_dir(dir).expect("core src is readable") {
-        let path = entry.expect("dir entry").path();
-        if path.is_dir() {
-            sources(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
 #[test]
 fn core_sources_touch_no_file_thread_socket_or_clock() {
-    let mut files = Vec::new();
-    sources(
+    assert_sources_avoid(
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
-        &mut files,
+        &FORBIDDEN,
+        10,
     );
-    assert!(files.len() >= 10, "found only {} sources", files.len());
-    for f in files {
-        let text = std::fs::read_to_string(&f).expect("source is readable");
-        // Comments may name what the code must not use.
-        let code: Vec<&str> = text
-            .lines()
-            .filter(|l| !l.trim_start().starts_with("//"))
-            .collect();
-        for word in FORBIDDEN {
-            assert!(
-                !code.iter().any(|l| l.contains(word)),
-                "{} uses {word}",
-                f.display()
-            );
-        }
-    }
 }
 
 #[test]

@@ -4,21 +4,9 @@
 
 mod support;
 
-use platter_core::volume::{CheckReport, Maintenance, Reply, Request};
+use platter_core::volume::Maintenance;
 use platter_core::Level;
 use support::*;
-
-fn scrub(h: &mut Harness, action: Maintenance) -> CheckReport {
-    let stripe_count = h.volume.geometry().stripes();
-    match h.one(Request::Maintain {
-        first_stripe: 0,
-        stripe_count,
-        action,
-    }) {
-        Ok(Reply::Checked(r)) => r,
-        other => panic!("scrub answered {other:?}"),
-    }
-}
 
 /// The stripe a member's row belongs to (rows past the volume: None).
 fn stripe_of(h: &Harness, member: u32, row: u64) -> Option<u64> {
@@ -50,7 +38,7 @@ fn check_finds_damage_and_repair_mends_it() {
         random_workload(&mut h, &mut model, 20, 6);
 
         let before = h.members.clone();
-        let clean = scrub(&mut h, Maintenance::Check);
+        let clean = h.scrub(Maintenance::Check);
         assert_eq!(clean.mismatched_stripes, Vec::<u64>::new(), "{config:?}");
         assert_eq!(clean.unchecked_stripes, 0);
         assert!(h.members == before, "{config:?}: a check wrote");
@@ -66,16 +54,16 @@ fn check_finds_damage_and_repair_mends_it() {
         };
         let at = (DATA_OFFSET_BYTES + row * il + h.rng.below(il)) as usize;
         h.members[member as usize][at] ^= 0x5a;
-        let found = scrub(&mut h, Maintenance::Check);
+        let found = h.scrub(Maintenance::Check);
         assert_eq!(
             found.mismatched_stripes,
             vec![stripe],
             "{config:?}: damage on member {member} row {row}"
         );
 
-        let repaired = scrub(&mut h, Maintenance::Repair);
+        let repaired = h.scrub(Maintenance::Repair);
         assert_eq!(repaired.mismatched_stripes, vec![stripe]);
-        let after = scrub(&mut h, Maintenance::Check);
+        let after = h.scrub(Maintenance::Check);
         assert!(
             after.mismatched_stripes.is_empty(),
             "{config:?}: still damaged after repair"
@@ -111,7 +99,7 @@ fn stripes_with_a_lost_member_are_reported_unchecked() {
     let mut model = Model::new(&h.volume);
     random_workload(&mut h, &mut model, 10, 3);
     h.reassemble(&[1]);
-    let r = scrub(&mut h, Maintenance::Check);
+    let r = h.scrub(Maintenance::Check);
     assert_eq!(r.unchecked_stripes, h.volume.geometry().stripes());
     assert!(r.mismatched_stripes.is_empty());
 }

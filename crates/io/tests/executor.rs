@@ -8,8 +8,7 @@
 //! own read path would mirror still shows.
 
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -20,6 +19,9 @@ use platter_core::{Level, ParityLayout};
 use platter_io::{
     open_member, Member, MemberError, MemberErrorKind, MemoryMember, Op, OpenOptions, SyncExecutor,
 };
+use platter_testkit::check::assert_same;
+use platter_testkit::dirs::LoopDevice;
+use platter_testkit::Rng;
 use tempfile::TempDir;
 
 const SECTOR: u64 = 512;
@@ -46,69 +48,7 @@ const SHAPES: [(Level, usize, u32); 6] = [
 
 /// A temporary directory under the target directory (not /tmp, often tmpfs).
 fn temp_dir() -> TempDir {
-    tempfile::Builder::new()
-        .prefix("platter-executor-")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-        .expect("create a temporary directory under the target directory")
-}
-
-/// splitmix64: small, seeded, good enough for test data and offsets.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        assert!(n > 0);
-        self.next() % n
-    }
-
-    fn bytes(&mut self, len: usize) -> Vec<u8> {
-        let mut v = Vec::with_capacity(len + 8);
-        while v.len() < len {
-            v.extend_from_slice(&self.next().to_le_bytes());
-        }
-        v.truncate(len);
-        v
-    }
-}
-
-/// A loop device over a file, detached on drop.
-struct LoopDevice {
-    path: PathBuf,
-}
-
-impl LoopDevice {
-    fn attach(backing: &Path) -> Result<LoopDevice, String> {
-        if !Path::new("/dev/loop-control").exists() {
-            return Err("/dev/loop-control does not exist".to_owned());
-        }
-        let output = Command::new("losetup")
-            .args(["--find", "--show"])
-            .arg(backing)
-            .output()
-            .map_err(|err| format!("cannot run losetup: {err}"))?;
-        if !output.status.success() {
-            return Err(format!(
-                "losetup --find --show failed: {}",
-                String::from_utf8_lossy(&output.stderr).trim()
-            ));
-        }
-        let path = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
-        Ok(LoopDevice { path })
-    }
-}
-
-impl Drop for LoopDevice {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").arg("-d").arg(&self.path).status();
-    }
+    platter_testkit::temp_dir!("platter-executor-")
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -176,7 +116,7 @@ impl Members {
                     fs::File::create(&backing)
                         .and_then(|f| f.set_len(size))
                         .expect("create a loop device's backing file");
-                    let lo = match LoopDevice::attach(&backing) {
+                    let lo = match LoopDevice::attach(&backing, 512) {
                         Ok(lo) => lo,
                         Err(reason) => {
                             println!("skipping loop-device test: {reason}");
@@ -262,17 +202,6 @@ fn executor(geometry: Geometry, members: Vec<Option<Arc<dyn Member>>>) -> SyncEx
 
 fn all_present(members: &[Arc<dyn Member>]) -> Vec<Option<Arc<dyn Member>>> {
     members.iter().cloned().map(Some).collect()
-}
-
-/// Asserts equality without printing megabytes: names the first difference.
-fn assert_same(actual: &[u8], expected: &[u8], what: &str) {
-    assert_eq!(actual.len(), expected.len(), "{what}: length");
-    if let Some(at) = actual.iter().zip(expected).position(|(a, e)| a != e) {
-        panic!(
-            "{what}: first difference at byte {at}: read {:#04x}, expected {:#04x}",
-            actual[at], expected[at]
-        );
-    }
 }
 
 fn write(exec: &mut SyncExecutor, model: &mut [u8], offset: u64, data: Vec<u8>, what: &str) {

@@ -17,35 +17,10 @@ use platter_io::{
     CrashMode, FaultSpec, FaultyMember, Member, MemberError, MemberErrorKind, MemoryMember, Op,
     SyncExecutor,
 };
+use platter_testkit::Rng;
 
 const SECTOR: u64 = 512;
 const MIB: u64 = 1 << 20;
-
-/// splitmix64: small, seeded, good enough for test data and offsets.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn bytes(&mut self, len: usize) -> Vec<u8> {
-        let mut v = Vec::with_capacity(len + 8);
-        while v.len() < len {
-            v.extend_from_slice(&self.next().to_le_bytes());
-        }
-        v.truncate(len);
-        v
-    }
-}
 
 fn faulty(size: u64, spec: FaultSpec) -> FaultyMember<Arc<MemoryMember>> {
     FaultyMember::new(Arc::new(MemoryMember::new("m1", size)), spec)

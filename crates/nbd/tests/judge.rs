@@ -1,5 +1,7 @@
 //! `parse_request_header` and `judge`: a table covering each rule.
 
+mod support;
+
 use platter_nbd::consts::*;
 use platter_nbd::{
     judge, parse_request_header, BadMagic, Command, RequestHeader, Session, Verdict,
@@ -10,14 +12,8 @@ const MIB: u32 = 1 << 20;
 const SIZE: u64 = 1 << 20;
 const MAX: u32 = 64 * 1024;
 
-const ALL_FLAGS: u16 = NBD_FLAG_HAS_FLAGS
-    | NBD_FLAG_SEND_FLUSH
-    | NBD_FLAG_SEND_FUA
-    | NBD_FLAG_SEND_TRIM
-    | NBD_FLAG_SEND_WRITE_ZEROES
-    | NBD_FLAG_SEND_FAST_ZERO
-    | NBD_FLAG_SEND_DF
-    | NBD_FLAG_CAN_MULTI_CONN;
+/// Every transmission flag a read-write export offers.
+const ALL_FLAGS: u16 = support::RW_FLAGS;
 
 #[derive(Clone, Copy, Debug)]
 enum S {

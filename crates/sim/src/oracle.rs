@@ -78,41 +78,8 @@ impl Oracle {
     /// Applies a request the way the engine promises to; returns the writer
     /// id of a write, write-zeroes or trim.
     pub fn apply(&mut self, req: &Request) -> Option<u32> {
-        match req {
-            Request::Write {
-                offset_bytes, data, ..
-            } => {
-                let a = *offset_bytes as usize;
-                self.bytes[a..a + data.len()].copy_from_slice(data);
-                Some(self.new_writer(*offset_bytes, offset_bytes + data.len() as u64))
-            }
-            Request::WriteZeroes {
-                offset_bytes,
-                len_bytes,
-                ..
-            } => {
-                self.bytes[*offset_bytes as usize..(offset_bytes + len_bytes) as usize].fill(0);
-                Some(self.new_writer(*offset_bytes, offset_bytes + len_bytes))
-            }
-            Request::Trim {
-                offset_bytes,
-                len_bytes,
-            } => {
-                // Parity levels release whole stripes only; the others the
-                // exact range.
-                let (mut a, mut b) = (*offset_bytes, offset_bytes + len_bytes);
-                if self.parity {
-                    a = a.div_ceil(self.stripe_bytes) * self.stripe_bytes;
-                    b = b / self.stripe_bytes * self.stripe_bytes;
-                }
-                if a < b {
-                    self.bytes[a as usize..b as usize].fill(0);
-                }
-                Some(self.new_writer(a, b.max(a)))
-            }
-            // Reads, flushes and volume upkeep leave the content alone.
-            _ => None,
-        }
+        let (a, b) = apply_to_bytes(&mut self.bytes, req, self.stripe_bytes, self.parity)?;
+        Some(self.new_writer(a, b))
     }
 
     pub fn expect(&self, offset_bytes: u64, len_bytes: u64) -> ReadExpect {
@@ -208,6 +175,54 @@ impl Oracle {
             }
         }
         unknown
+    }
+}
+
+/// Applies a request to `bytes` (the volume's content) the way the engine
+/// promises to; returns the range `[a, b)` that a write, write-zeroes or
+/// trim wrote (empty for a trim that releases no whole stripe). The one
+/// statement of this rule: the simulator's [`Oracle`] and the test kit's
+/// flat model both apply requests with it.
+pub fn apply_to_bytes(
+    bytes: &mut [u8],
+    req: &Request,
+    stripe_bytes: u64,
+    parity: bool,
+) -> Option<(u64, u64)> {
+    match req {
+        Request::Write {
+            offset_bytes, data, ..
+        } => {
+            let a = *offset_bytes as usize;
+            bytes[a..a + data.len()].copy_from_slice(data);
+            Some((*offset_bytes, offset_bytes + data.len() as u64))
+        }
+        Request::WriteZeroes {
+            offset_bytes,
+            len_bytes,
+            ..
+        } => {
+            bytes[*offset_bytes as usize..(offset_bytes + len_bytes) as usize].fill(0);
+            Some((*offset_bytes, offset_bytes + len_bytes))
+        }
+        Request::Trim {
+            offset_bytes,
+            len_bytes,
+        } => {
+            // Parity levels release whole stripes only; the others the
+            // exact range.
+            let (mut a, mut b) = (*offset_bytes, offset_bytes + len_bytes);
+            if parity {
+                a = a.div_ceil(stripe_bytes) * stripe_bytes;
+                b = b / stripe_bytes * stripe_bytes;
+            }
+            if a < b {
+                bytes[a as usize..b as usize].fill(0);
+            }
+            Some((a, b.max(a)))
+        }
+        // Reads, flushes and volume upkeep leave the content alone.
+        _ => None,
     }
 }
 

@@ -36,6 +36,9 @@ impl Stream {
     }
 }
 
+/// splitmix64's increment: 2^64 over the golden ratio, odd.
+pub const GOLDEN_GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
+
 /// The splitmix64 output function: a bijective 64-bit mix.
 pub fn mix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -54,7 +57,7 @@ impl Rng {
     }
 
     pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        self.state = self.state.wrapping_add(GOLDEN_GAMMA);
         mix64(self.state)
     }
 

@@ -1002,7 +1002,8 @@ impl Simulation {
                 m.crash(self.config.crash_undo, &mut self.fault_rng);
         }
         let unknown = self.oracle.crash();
-        self.trace.fold(&[9, now, lost, unknown]);
+        // Tag 12: a crash (9 is a corrected read error).
+        self.trace.fold(&[12, now, lost, unknown]);
         let health = self
             .labels_faulty
             .iter()

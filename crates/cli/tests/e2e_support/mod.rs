@@ -10,15 +10,16 @@
 
 use std::collections::HashMap;
 use std::fs;
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use platter_testkit::serve::{collect_into, ServeProcess};
 use serde_json::Value;
 use tempfile::TempDir;
 
@@ -145,18 +146,9 @@ pub fn tail(s: &str, max: usize) -> &str {
     &s[at..]
 }
 
-fn collect<R: Read + Send + 'static>(mut r: R) -> (Arc<Mutex<Vec<u8>>>, JoinHandle<()>) {
+fn collect<R: Read + Send + 'static>(r: R) -> (Arc<Mutex<Vec<u8>>>, JoinHandle<()>) {
     let buf = Arc::new(Mutex::new(Vec::new()));
-    let b2 = Arc::clone(&buf);
-    let h = std::thread::spawn(move || {
-        let mut chunk = [0u8; 64 * 1024];
-        loop {
-            match r.read(&mut chunk) {
-                Ok(0) | Err(_) => return,
-                Ok(n) => b2.lock().unwrap().extend_from_slice(&chunk[..n]),
-            }
-        }
-    });
+    let h = collect_into(r, Arc::clone(&buf));
     (buf, h)
 }
 
@@ -402,44 +394,10 @@ pub fn context_switches(pid: u32) -> u64 {
 /// tmpfs); the name is short because a Unix socket path is limited to 107
 /// bytes.
 pub fn temp_dir() -> TempDir {
-    tempfile::Builder::new()
-        .prefix("e2e-")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-        .expect("create a temporary directory under the target directory")
+    platter_testkit::temp_dir!("e2e-")
 }
 
-/// SplitMix64: a small seeded generator for test data.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (n > 0; the bias is irrelevant here).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-
-    pub fn fill(&mut self, buf: &mut [u8]) {
-        let mut chunks = buf.chunks_exact_mut(8);
-        for c in &mut chunks {
-            c.copy_from_slice(&self.next_u64().to_le_bytes());
-        }
-        let rest = chunks.into_remainder();
-        let last = self.next_u64().to_le_bytes();
-        let n = rest.len();
-        rest.copy_from_slice(&last[..n]);
-    }
-}
+pub use platter_testkit::Rng;
 
 /// FNV-1a, 64 bits: a file's fingerprint.
 pub fn fnv1a(bytes: &[u8]) -> u64 {
@@ -585,6 +543,28 @@ pub struct Volume {
     pub dir: TempDir,
 }
 
+/// The paths of `n` members `m0`, `m1`, ... in `dir`.
+pub fn member_paths(dir: &Path, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| dir.join(format!("m{i}")).to_str().unwrap().to_string())
+        .collect()
+}
+
+/// The degraded assemblies a volume of `spec` survives: each member left
+/// out, and for raid6 each pair as well.
+pub fn degraded_assemblies(spec: &Spec) -> Vec<Vec<usize>> {
+    let n = spec.members;
+    let mut leave_outs: Vec<Vec<usize>> = (0..n).map(|k| vec![k]).collect();
+    if spec.level == "raid6" {
+        for a in 0..n {
+            for b in a + 1..n {
+                leave_outs.push(vec![a, b]);
+            }
+        }
+    }
+    leave_outs
+}
+
 impl Volume {
     /// Creates a volume of `spec` of at least `min_bytes` (sparse members).
     pub fn create(spec: Spec, min_bytes: u64) -> Volume {
@@ -593,15 +573,7 @@ impl Volume {
 
     /// [`Volume::create`] with the members (and the socket) in `dir`.
     pub fn create_in(spec: Spec, min_bytes: u64, dir: TempDir) -> Volume {
-        let members: Vec<String> = (0..spec.members)
-            .map(|i| {
-                dir.path()
-                    .join(format!("m{i}"))
-                    .to_str()
-                    .unwrap()
-                    .to_string()
-            })
-            .collect();
+        let members = member_paths(dir.path(), spec.members);
         let name = format!("v-{}", spec.label());
         let member_size_bytes = spec.member_size_for(min_bytes);
         let member_size = member_size_bytes.to_string();
@@ -707,6 +679,56 @@ impl Volume {
 // The server
 
 /// How to run `platter serve`.
+/// `qemu-img compare` of the raw images `a` and `b` (files or NBD URIs):
+/// asserts exit 0 and "Images are identical".
+pub fn assert_images_identical(
+    t: &Tools,
+    a: impl AsRef<std::ffi::OsStr>,
+    b: impl AsRef<std::ffi::OsStr>,
+    what: &str,
+) {
+    let out = run_ok(
+        t.cmd("qemu-img")
+            .args(["compare", "-f", "raw", "-F", "raw"])
+            .arg(a)
+            .arg(b),
+        CMD_TIMEOUT,
+        what,
+    );
+    assert!(
+        out.stdout.contains("Images are identical"),
+        "{}",
+        out.stdout
+    );
+}
+
+/// `qemu-img convert` of the volume `s` serves into `whole.raw` beside its
+/// members; answers the file.
+pub fn save_whole_volume(t: &Tools, s: &Server, test: &str) -> PathBuf {
+    let whole = s.volume.path().join("whole.raw");
+    run_ok(
+        t.cmd("qemu-img")
+            .args(["convert", "-f", "raw", "-O", "raw"])
+            .arg(s.uri())
+            .arg(&whole),
+        CMD_TIMEOUT,
+        &format!("{test}: read the whole volume"),
+    );
+    whole
+}
+
+/// `platter ARGS`, to run with [`run`] or [`run_ok`].
+pub fn platter(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_platter"));
+    c.args(args);
+    c
+}
+
+/// `platter status --json --control` of a running server, parsed.
+pub fn live_status(s: &Server) -> Value {
+    s.live("status")
+}
+
 /// `--inject` arguments giving every member of `volume` the same `spec`.
 pub fn inject_every_member(volume: &Volume, spec: &str) -> Vec<String> {
     volume
@@ -739,7 +761,7 @@ pub struct Server {
     socket: PathBuf,
     uri: String,
     uris: Vec<String>,
-    child: Option<Child>,
+    process: Option<ServeProcess>,
     log: Arc<Mutex<Vec<u8>>>,
     stdout: Arc<Mutex<Vec<String>>>,
     starts: u32,
@@ -758,7 +780,7 @@ impl Server {
             socket,
             uri: String::new(),
             uris: Vec::new(),
-            child: None,
+            process: None,
             log: Arc::new(Mutex::new(Vec::new())),
             stdout: Arc::new(Mutex::new(Vec::new())),
             starts: 0,
@@ -817,7 +839,7 @@ impl Server {
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().expect("server running").id()
+        self.process.as_ref().expect("server running").pid()
     }
 
     /// The server's stdout lines so far (the ready banner).
@@ -831,14 +853,14 @@ impl Server {
     }
 
     pub fn is_running(&mut self) -> bool {
-        match &mut self.child {
-            Some(c) => c.try_wait().expect("wait for the server").is_none(),
+        match &mut self.process {
+            Some(p) => p.is_running(),
             None => false,
         }
     }
 
     fn launch(&mut self) {
-        assert!(self.child.is_none(), "server already running");
+        assert!(self.process.is_none(), "server already running");
         self.starts += 1;
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_platter"));
         cmd.arg("serve").arg("--socket").arg(&self.socket);
@@ -860,53 +882,28 @@ impl Server {
                 cmd.arg(m);
             }
         }
-        cmd.env("RUST_BACKTRACE", "1")
-            .env("PLATTER_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let line = format!("{cmd:?}");
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {line}: {e}"));
+        let line = ServeProcess::prepare(&mut cmd);
         // The log of every run, one after another.
-        let log = Arc::clone(&self.log);
-        log.lock()
+        self.log
+            .lock()
             .unwrap()
             .extend_from_slice(format!("=== start {}: {line}\n", self.starts).as_bytes());
-        let mut err = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            let mut chunk = [0u8; 16 * 1024];
-            loop {
-                match err.read(&mut chunk) {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => log.lock().unwrap().extend_from_slice(&chunk[..n]),
-                }
-            }
-        });
-        let (tx, rx) = channel::<String>();
-        let out = child.stdout.take().unwrap();
-        let lines = Arc::clone(&self.stdout);
-        std::thread::spawn(move || {
-            for l in BufReader::new(out).lines() {
-                let Ok(l) = l else { return };
-                lines.lock().unwrap().push(l.clone());
-                let _ = tx.send(l);
-            }
-        });
-        self.child = Some(child);
-        (self.uri, self.uris) = self.wait_ready(&rx, &line);
+        self.process = Some(ServeProcess::spawn(
+            &mut cmd,
+            Arc::clone(&self.log),
+            Arc::clone(&self.stdout),
+        ));
+        (self.uri, self.uris) = self.wait_ready(&line);
     }
 
     /// Reads the ready banner: `serving '...`, the URIs, then `try:`.
-    fn wait_ready(&mut self, rx: &Receiver<String>, line: &str) -> (String, Vec<String>) {
+    fn wait_ready(&mut self, line: &str) -> (String, Vec<String>) {
         let deadline = Instant::now() + READY_TIMEOUT;
         let mut serving = false;
         let mut uris = Vec::new();
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
+            let next = self.process.as_ref().unwrap().next_line(deadline);
+            match next {
                 Ok(l) if l.starts_with("serving '") => {
                     assert!(
                         l.starts_with(&format!("serving '{}'", self.volume.name)),
@@ -919,7 +916,7 @@ impl Server {
                 Ok(l) if serving && l.starts_with("  ") => uris.push(l.trim().to_string()),
                 Ok(_) => {}
                 Err(RecvTimeoutError::Timeout) => {
-                    let _ = self.child.as_mut().unwrap().kill();
+                    self.process.as_mut().unwrap().kill();
                     panic!(
                         "{}: no ready banner within {READY_TIMEOUT:?} from {line}\nstdout: {:?}\nlog:\n{}",
                         self.label(),
@@ -928,8 +925,7 @@ impl Server {
                     );
                 }
                 Err(RecvTimeoutError::Disconnected) => {
-                    let status = self.child.as_mut().unwrap().wait();
-                    self.child = None;
+                    let status = self.process.take().unwrap().wait_exit(STOP_TIMEOUT);
                     panic!(
                         "{}: server ended before it was ready ({status:?}): {line}\nstdout: {:?}\nlog:\n{}",
                         self.label(),
@@ -963,29 +959,17 @@ impl Server {
     /// member failed by a test): an ERROR line is allowed if it contains
     /// one of `expected`.
     pub fn stop_expecting_errors(&mut self, signal: &str, expected: &[&str]) -> Duration {
-        let start = Instant::now();
-        send_signal(self.pid(), signal);
-        let child = self.child.as_mut().expect("server running");
-        let status = loop {
-            if let Some(s) = child.try_wait().expect("wait for the server") {
-                break s;
-            }
-            if start.elapsed() > STOP_TIMEOUT {
-                let _ = child.kill();
-                let _ = child.wait();
-                self.child = None;
-                panic!(
-                    "{}: still running {STOP_TIMEOUT:?} after SIG{signal}; killed. Log:\n{}",
-                    self.label(),
-                    tail(&self.log(), 20_000)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(10));
+        let process = self.process.as_mut().expect("server running");
+        let stopped = process.stop(signal, STOP_TIMEOUT);
+        self.process = None;
+        let Some((status, took)) = stopped else {
+            panic!(
+                "{}: still running {STOP_TIMEOUT:?} after SIG{signal}; killed. Log:\n{}",
+                self.label(),
+                tail(&self.log(), 20_000)
+            );
         };
-        let took = start.elapsed();
-        self.child = None;
-        // Let the log reader catch the last lines.
-        std::thread::sleep(Duration::from_millis(50));
+        // (The launcher has let the log reader catch the last lines.)
         let log = self.log();
         assert!(
             status.success(),
@@ -1017,9 +1001,8 @@ impl Server {
 
     /// SIGKILL: a crash. The socket and "dirty" labels stay behind.
     pub fn crash(&mut self) {
-        let mut child = self.child.take().expect("server running");
-        send_signal(child.id(), "KILL");
-        let status = child.wait().expect("wait for the server");
+        let mut process = self.process.take().expect("server running");
+        let status = process.kill().expect("wait for the server");
         assert!(!status.success(), "{}: SIGKILL gave {status}", self.label());
     }
 
@@ -1058,6 +1041,17 @@ impl Server {
         self.launch();
     }
 
+    /// Starts the server again (after [`stop`]) read-only with the members
+    /// `leave_out` left out: a degraded assembly.
+    pub fn start_again_degraded_read_only(&mut self, leave_out: &[usize]) {
+        self.options = ServeOptions {
+            read_only: true,
+            leave_out: leave_out.to_vec(),
+            ..ServeOptions::default()
+        };
+        self.start_again();
+    }
+
     /// A clean stop, then a start.
     pub fn restart(&mut self) {
         self.stop();
@@ -1067,9 +1061,8 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
+        if let Some(mut p) = self.process.take() {
+            p.kill();
         }
         if std::thread::panicking() {
             eprintln!(

@@ -12,13 +12,13 @@
 
 use std::collections::HashMap;
 use std::fs;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use platter_testkit::serve::ServeProcess;
 use tempfile::TempDir;
 
 // ---------------------------------------------------------------------------
@@ -1070,18 +1070,15 @@ pub fn platter_ok(args: &[&str]) {
 }
 
 pub fn temp_dir() -> TempDir {
-    tempfile::Builder::new()
-        .prefix("platter-faults-")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-        .expect("temporary directory under the target directory")
+    platter_testkit::temp_dir!("platter-faults-")
 }
 
-/// A running `platter serve`.
+/// A running `platter serve` (run by the test kit's launcher, which
+/// collects its log and kills it on drop).
 pub struct Server {
-    child: Option<Child>,
+    process: ServeProcess,
     pub pid: u32,
     pub socket: PathBuf,
-    log: PathBuf,
 }
 
 impl Server {
@@ -1089,58 +1086,41 @@ impl Server {
     /// its `serving '` line.
     pub fn start(dir: &Path, members: &[String], extra: &[&str]) -> Server {
         let socket = dir.join("sock");
-        let log = dir.join("server.log");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_platter"));
         cmd.arg("serve")
             .arg("--socket")
             .arg(&socket)
             .args(extra)
             .args(members);
-        cmd.env("PLATTER_LOG", "info")
-            .env("NO_COLOR", "1")
-            .env("RUST_BACKTRACE", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(fs::File::create(&log).expect("server log"));
-        let mut child = cmd.spawn().expect("spawn platter serve");
-        let pid = child.id();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut sent = false;
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if !sent && line.starts_with("serving '") {
-                    let _ = tx.send(line);
-                    sent = true;
+        let mut process = ServeProcess::spawn(&mut cmd, Default::default(), Default::default());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match process.next_line(deadline) {
+                Ok(line) if line.starts_with("serving '") => break,
+                Ok(_) => {}
+                Err(_) => {
+                    let status = process.try_wait();
+                    panic!(
+                        "platter serve did not say 'serving' in 30 s ({status:?}); log:\n{}",
+                        process.log()
+                    );
                 }
             }
-        });
-        let mut server = Server {
-            child: Some(child),
-            pid,
+        }
+        Server {
+            pid: process.pid(),
+            process,
             socket,
-            log,
-        };
-        match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(_) => server,
-            Err(_) => {
-                let status = server.child.as_mut().unwrap().try_wait();
-                panic!(
-                    "platter serve did not say 'serving' in 30 s ({status:?}); log:\n{}",
-                    server.log_text()
-                );
-            }
         }
     }
 
     pub fn log_text(&self) -> String {
-        fs::read_to_string(&self.log).unwrap_or_default()
+        self.process.log()
     }
 
     /// Asserts the process runs and has not panicked.
     pub fn assert_alive(&mut self, what: &str) {
-        let status = self.child.as_mut().unwrap().try_wait().expect("try_wait");
+        let status = self.process.try_wait();
         assert!(
             status.is_none(),
             "{what}: server exited ({status:?}); log:\n{}",
@@ -1217,26 +1197,11 @@ impl Server {
 
     /// SIGTERM; asserts a clean exit (status 0, no panic) within `limit`.
     pub fn stop_within(mut self, limit: Duration) {
-        let mut child = self.child.take().unwrap();
-        let killed = Command::new("kill")
-            .args(["-TERM", &self.pid.to_string()])
-            .status()
-            .expect("run kill");
-        assert!(killed.success(), "kill -TERM {}", self.pid);
-        let start = Instant::now();
-        let status = loop {
-            if let Some(s) = child.try_wait().expect("try_wait") {
-                break s;
-            }
-            if start.elapsed() > limit {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "server did not stop within {limit:?} of SIGTERM; log:\n{}",
-                    self.log_text()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let Some((status, _)) = self.process.stop("TERM", limit) else {
+            panic!(
+                "server did not stop within {limit:?} of SIGTERM; log:\n{}",
+                self.log_text()
+            );
         };
         let log = self.log_text();
         assert!(
@@ -1248,15 +1213,6 @@ impl Server {
             !self.socket.exists(),
             "socket left behind after a clean stop"
         );
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
     }
 }
 

@@ -8,10 +8,7 @@ use tempfile::TempDir;
 
 /// A temporary directory under the target directory (not /tmp, often tmpfs).
 pub fn temp_dir() -> TempDir {
-    tempfile::Builder::new()
-        .prefix("platter-cli-")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-        .expect("create a temporary directory under the target directory")
+    platter_testkit::temp_dir!("platter-cli-")
 }
 
 /// Runs the binary with `args`; a backtrace would show in stderr if it

@@ -1,60 +1,26 @@
-//! A test driver for the engine: memory members, a flat-array oracle, and
-//! member I/O performed in a seeded random order with optional failures.
+//! A test driver for the engine: member I/O performed in a seeded random
+//! order with optional failures, over the test kit's in-memory members
+//! (`platter_testkit::member`), checked against its flat-array oracle
+//! (`platter_testkit::oracle::Model`).
 #![allow(dead_code)]
 
 use bytes::Bytes;
 use platter_core::geometry::{Geometry, GeometrySpec};
 use platter_core::volume::{
-    CacheLimits, CheckReport, Completion, ErrorKind, Health, IoError, IoErrorKind, Limits,
-    Maintenance, MemberIo, MemberOp, Reply, Request, RequestId, Volume,
+    CacheLimits, CheckReport, Completion, ErrorKind, Health, Limits, Maintenance, MemberIo,
+    MemberOp, Reply, Request, RequestId, Volume,
 };
 use platter_core::{Level, ParityLayout};
+use platter_testkit::member::MemMember;
 use std::collections::{BTreeMap, HashMap};
 
 pub const DATA_OFFSET_BYTES: u64 = 4096;
-pub const SECTOR_BYTES: u64 = 512;
+#[allow(unused_imports)]
+pub use platter_testkit::member::SECTOR_BYTES;
 
-/// What a bad sector of a [`Harness`] member does. Every read that touches
-/// it fails; a write that covers only part of it fails too (a device reads
-/// the rest of the sector first, as `O_DIRECT` members do).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BadSector {
-    /// A write of the whole sector heals it (the disk remaps it).
-    HealsOnWrite,
-    /// Writes fail as well.
-    Unwritable,
-    /// Writes succeed, and reads still fail.
-    StaysBad,
-}
-
-/// splitmix64: small, seedable, good enough to pick test inputs.
-#[derive(Clone)]
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        assert!(n > 0);
-        self.next() % n
-    }
-    pub fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-    pub fn bytes(&mut self, len: usize) -> Vec<u8> {
-        let mut v = Vec::with_capacity(len + 8);
-        while v.len() < len {
-            v.extend_from_slice(&self.next().to_le_bytes());
-        }
-        v.truncate(len);
-        v
-    }
-}
+pub use platter_testkit::member::BadSector;
+pub use platter_testkit::oracle::Model;
+pub use platter_testkit::Rng;
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -145,7 +111,7 @@ impl Harness {
             fail_nth: None,
             bad: vec![BTreeMap::new(); n],
             ios: 0,
-            rng: Rng(seed),
+            rng: Rng::new(seed),
             received: vec![Received::default(); n],
             pool: Vec::new(),
             cache: None,
@@ -213,54 +179,20 @@ impl Harness {
         len_bytes: u64,
         kind: BadSector,
     ) {
-        assert!(
-            offset_bytes.is_multiple_of(SECTOR_BYTES)
-                && len_bytes.is_multiple_of(SECTOR_BYTES)
-                && len_bytes > 0
-        );
-        let m = member as usize;
-        self.members[m][offset_bytes as usize..(offset_bytes + len_bytes) as usize].fill(0xee);
-        for s in offset_bytes / SECTOR_BYTES..(offset_bytes + len_bytes) / SECTOR_BYTES {
-            self.bad[m].insert(s, kind);
-        }
+        self.member(member as usize)
+            .add_bad_range(offset_bytes, len_bytes, kind);
     }
 
-    /// The bad sectors that `[offset, offset + len)` of `member` touches.
-    fn bad_in(&self, member: usize, offset_bytes: u64, len_bytes: u64) -> Vec<(u64, BadSector)> {
-        if len_bytes == 0 {
-            return Vec::new();
+    /// Member `m` as the test kit's in-memory member with faults.
+    fn member(&mut self, m: usize) -> MemMember<'_> {
+        MemMember {
+            index: m,
+            bytes: &mut self.members[m],
+            bad: &mut self.bad[m],
+            broken: self.broken[m],
+            full: self.full[m],
+            data_offset_bytes: DATA_OFFSET_BYTES,
         }
-        let (a, b) = (
-            offset_bytes / SECTOR_BYTES,
-            (offset_bytes + len_bytes - 1) / SECTOR_BYTES,
-        );
-        self.bad[member]
-            .range(a..=b)
-            .map(|(s, k)| (*s, *k))
-            .collect()
-    }
-
-    /// Whether a write or trim of the range may go ahead; heals what it covers.
-    fn write_bad_sectors(
-        &mut self,
-        member: usize,
-        offset_bytes: u64,
-        len_bytes: u64,
-    ) -> Result<(), String> {
-        let end = offset_bytes + len_bytes;
-        let bad = self.bad_in(member, offset_bytes, len_bytes);
-        for &(s, kind) in &bad {
-            let whole = s * SECTOR_BYTES >= offset_bytes && (s + 1) * SECTOR_BYTES <= end;
-            if kind == BadSector::Unwritable || !whole {
-                return Err(format!("member {member}: write error at sector {s}"));
-            }
-        }
-        for (s, kind) in bad {
-            if kind == BadSector::HealsOnWrite {
-                self.bad[member].remove(&s);
-            }
-        }
-        Ok(())
     }
 
     pub fn perform(&mut self, io: MemberIo) {
@@ -300,68 +232,7 @@ impl Harness {
                 .io_done(io.id, Err(format!("injected: I/O {}", self.ios).into()));
             return;
         }
-        if self.broken[m] {
-            self.volume
-                .io_done(io.id, Err(format!("member {m} is broken").into()));
-            return;
-        }
-        if self.full[m] && matches!(io.op, MemberOp::Write { .. } | MemberOp::Trim { .. }) {
-            let e = IoError::new(IoErrorKind::NoSpace, format!("member {m}: no space left"));
-            self.volume.io_done(io.id, Err(e));
-            return;
-        }
-        let bad = match io.op {
-            MemberOp::Read {
-                offset_bytes,
-                len_bytes,
-            } => match self.bad_in(m, offset_bytes, len_bytes).first() {
-                Some((s, _)) => Err(format!("member {m}: read error at sector {s}")),
-                None => Ok(()),
-            },
-            MemberOp::Write {
-                offset_bytes,
-                ref data,
-            } => self.write_bad_sectors(m, offset_bytes, data.len() as u64),
-            MemberOp::Trim {
-                offset_bytes,
-                len_bytes,
-            } => self.write_bad_sectors(m, offset_bytes, len_bytes),
-            MemberOp::Flush => Ok(()),
-        };
-        if let Err(e) = bad {
-            self.volume.io_done(io.id, Err(e.into()));
-            return;
-        }
-        let mem = &mut self.members[m];
-        let result = match io.op {
-            MemberOp::Read {
-                offset_bytes,
-                len_bytes,
-            } => {
-                let (a, b) = (offset_bytes as usize, (offset_bytes + len_bytes) as usize);
-                assert!(
-                    a >= DATA_OFFSET_BYTES as usize && b <= mem.len(),
-                    "read outside member"
-                );
-                Ok(Some(Bytes::copy_from_slice(&mem[a..b])))
-            }
-            MemberOp::Write { offset_bytes, data } => {
-                let a = offset_bytes as usize;
-                assert!(a >= DATA_OFFSET_BYTES as usize && a + data.len() <= mem.len());
-                mem[a..a + data.len()].copy_from_slice(&data.to_bytes());
-                Ok(None)
-            }
-            MemberOp::Trim {
-                offset_bytes,
-                len_bytes,
-            } => {
-                let (a, b) = (offset_bytes as usize, (offset_bytes + len_bytes) as usize);
-                assert!(a >= DATA_OFFSET_BYTES as usize && b <= mem.len());
-                mem[a..b].fill(0);
-                Ok(None)
-            }
-            MemberOp::Flush => Ok(None),
-        };
+        let result = self.member(m).perform(io.op);
         self.volume.io_done(io.id, result);
     }
 
@@ -432,60 +303,6 @@ impl Harness {
         })
         .map(|_| ())
         .map_err(|e| e.kind)
-    }
-}
-
-/// A flat byte array: what the volume must look like.
-pub struct Model {
-    pub bytes: Vec<u8>,
-    pub stripe_bytes: u64,
-    pub parity: bool,
-}
-
-impl Model {
-    pub fn new(volume: &Volume) -> Model {
-        Model {
-            bytes: vec![0; volume.size_bytes() as usize],
-            stripe_bytes: volume.geometry().stripe_data_bytes(),
-            parity: volume.geometry().level().is_parity(),
-        }
-    }
-
-    /// Applies a request the way the engine promises to.
-    pub fn apply(&mut self, req: &Request) {
-        match req {
-            Request::Write {
-                offset_bytes, data, ..
-            } => {
-                let a = *offset_bytes as usize;
-                self.bytes[a..a + data.len()].copy_from_slice(data);
-            }
-            Request::WriteZeroes {
-                offset_bytes,
-                len_bytes,
-                ..
-            } => {
-                self.bytes[*offset_bytes as usize..(offset_bytes + len_bytes) as usize].fill(0);
-            }
-            Request::Trim {
-                offset_bytes,
-                len_bytes,
-            } => {
-                let (mut a, mut b) = (*offset_bytes, offset_bytes + len_bytes);
-                if self.parity {
-                    a = a.div_ceil(self.stripe_bytes) * self.stripe_bytes;
-                    b = b / self.stripe_bytes * self.stripe_bytes;
-                }
-                if a < b {
-                    self.bytes[a as usize..b as usize].fill(0);
-                }
-            }
-            Request::Read { .. }
-            | Request::Flush
-            | Request::Maintain { .. }
-            | Request::Sweep { .. }
-            | Request::Destage { .. } => {}
-        }
     }
 }
 

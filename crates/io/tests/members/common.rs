@@ -2,20 +2,17 @@
 //! loop devices, and test patterns.
 
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 use platter_io::{FileMember, Member, MemberErrorKind, MemoryMember, OpenOptions};
+pub use platter_testkit::dirs::LoopDevice;
 use tempfile::TempDir;
 
 /// A temporary directory under the target directory. Not /tmp: that is often
 /// tmpfs, where O_DIRECT may be refused and hole punching behaves differently
 /// from the disks members live on.
 pub fn temp_dir() -> TempDir {
-    tempfile::Builder::new()
-        .prefix("platter-io-")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-        .expect("create a temporary directory under the target directory")
+    platter_testkit::temp_dir!("platter-io-")
 }
 
 /// Bytes that are never zero, so a zeroed byte always shows.
@@ -23,56 +20,6 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
     (0..len as u64)
         .map(|i| ((seed.wrapping_mul(7919).wrapping_add(i * 131)) % 251 + 1) as u8)
         .collect()
-}
-
-/// A loop device over a file, detached on drop.
-pub struct LoopDevice {
-    pub path: PathBuf,
-}
-
-impl LoopDevice {
-    /// Attaches `backing`, with the given logical sector size if not 512.
-    pub fn attach(backing: &Path, sector_bytes: u32) -> Result<LoopDevice, String> {
-        if !Path::new("/dev/loop-control").exists() {
-            return Err("/dev/loop-control does not exist".to_owned());
-        }
-        let mut command = Command::new("losetup");
-        command.args(["--find", "--show"]);
-        if sector_bytes != 512 {
-            command.arg(format!("--sector-size={sector_bytes}"));
-        }
-        let output = command
-            .arg(backing)
-            .output()
-            .map_err(|err| format!("cannot run losetup: {err}"))?;
-        if !output.status.success() {
-            return Err(format!(
-                "losetup --find --show failed: {}",
-                String::from_utf8_lossy(&output.stderr).trim()
-            ));
-        }
-        let path = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
-        Ok(LoopDevice { path })
-    }
-
-    /// The kernel's own idea of the size, from sysfs (512-byte sectors), as
-    /// a check on BLKGETSIZE64 that does not go through our ioctl code.
-    pub fn sysfs_size_bytes(&self) -> u64 {
-        let name = self
-            .path
-            .file_name()
-            .expect("device name")
-            .to_string_lossy();
-        let sectors = fs::read_to_string(format!("/sys/class/block/{name}/size"))
-            .expect("read the loop device's size from sysfs");
-        sectors.trim().parse::<u64>().expect("a number of sectors") * 512
-    }
-}
-
-impl Drop for LoopDevice {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").arg("-d").arg(&self.path).status();
-    }
 }
 
 /// One member under test plus whatever keeps it alive. Fields drop in order:

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::thread;
 
 use platter_io::{Member, MemberErrorKind};
+use platter_testkit::check::assert_same;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
@@ -40,17 +41,6 @@ fn trim_both(member: &dyn Member, model: &mut [u8], offset_bytes: u64, len_bytes
         .trim(offset_bytes, len_bytes)
         .unwrap_or_else(|err| panic!("{err}"));
     model[offset_bytes as usize..(offset_bytes + len_bytes) as usize].fill(0);
-}
-
-/// Asserts equality without printing megabytes: names the first difference.
-fn assert_same(actual: &[u8], expected: &[u8], what: &str) {
-    assert_eq!(actual.len(), expected.len(), "{what}: length");
-    if let Some(at) = actual.iter().zip(expected).position(|(a, e)| a != e) {
-        panic!(
-            "{what}: first difference at byte {at}: read {:#04x}, expected {:#04x}",
-            actual[at], expected[at]
-        );
-    }
 }
 
 pub fn size_is_right(kind: Kind) {
