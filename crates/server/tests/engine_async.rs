@@ -4,85 +4,30 @@
 //! the others keep serving, and every request in flight at shutdown ends.
 
 use bytes::Bytes;
-use platter_core::geometry::{Geometry, GeometrySpec};
-use platter_core::volume::{Health, Limits, Reply, Request, Volume, VolumeError};
-use platter_core::{Level, ParityLayout};
-use platter_io::aio::layer::{Layer, LayerConfig};
-use platter_io::{FaultControls, FaultSpec, FaultyMember, Member, MemoryMember};
+use platter_core::volume::{Health, Reply, Request, VolumeError};
+use platter_core::Level;
+use platter_io::aio::layer::LayerConfig;
+use platter_io::FaultSpec;
 use platter_server::engine::Engine;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-const INTERLEAVE_BYTES: u64 = 64 << 10;
-const MEMBER_BYTES: u64 = 8 << 20;
+mod support;
 
-struct Rig {
-    engine: Arc<Engine>,
-    controls: Vec<Arc<FaultControls>>,
-}
+use support::{pool, read, write, Rig, Spec, INTERLEAVE_BYTES};
 
-fn rig(level: Level, members: u32, latency: Duration, pool: LayerConfig) -> Rig {
-    let geometry = Geometry::new(GeometrySpec {
-        level,
-        parity_layout: ParityLayout::LeftSymmetric,
-        copies: if level == Level::Mirror { members } else { 1 },
-        interleave_bytes: INTERLEAVE_BYTES,
-        data_offset_bytes: 0,
-        member_data_bytes: vec![MEMBER_BYTES; members as usize],
+/// `members` memory members of 8 MiB, each I/O taking `latency` inside
+/// the member's call.
+fn rig(level: Level, members: u32, latency: Duration, layer: LayerConfig) -> Rig {
+    support::rig(Spec {
+        faults: FaultSpec {
+            latency_us: latency.as_micros() as u64,
+            ..FaultSpec::default()
+        },
+        layer,
+        ..Spec::new(level, members)
     })
-    .expect("valid geometry");
-    let volume = Volume::new(
-        geometry,
-        vec![Health::Online; members as usize],
-        Limits::default(),
-    );
-    let mut controls = Vec::new();
-    let devices = (0..members)
-        .map(|i| {
-            let m = FaultyMember::new(
-                MemoryMember::new(format!("m{i}"), MEMBER_BYTES),
-                FaultSpec {
-                    latency_us: latency.as_micros() as u64,
-                    ..FaultSpec::default()
-                },
-            );
-            controls.push(m.controls());
-            Some(Arc::new(m) as Arc<dyn Member>)
-        })
-        .collect();
-    Rig {
-        engine: Engine::new(volume, devices, Arc::new(Layer::threads(pool))),
-        controls,
-    }
-}
-
-fn pool(queue_depth: usize, timeout: Duration) -> LayerConfig {
-    LayerConfig {
-        queue_depth,
-        timeout,
-        ..LayerConfig::default()
-    }
-}
-
-fn read(engine: &Engine, offset_bytes: u64, len_bytes: u64) -> Result<Bytes, VolumeError> {
-    match engine.run(Request::Read {
-        offset_bytes,
-        len_bytes,
-    })? {
-        Reply::Data(d) => Ok(d.to_bytes()),
-        other => panic!("a read answered {other:?}"),
-    }
-}
-
-fn write(engine: &Engine, offset_bytes: u64, data: Vec<u8>) -> Result<(), VolumeError> {
-    engine
-        .run(Request::Write {
-            offset_bytes,
-            data: Bytes::from(data),
-            fua: false,
-        })
-        .map(|_| ())
 }
 
 fn pattern(seed: u64, len: u64) -> Vec<u8> {

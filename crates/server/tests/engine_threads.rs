@@ -15,91 +15,38 @@
 //! between the engine lock and the I/O layer's completions.
 
 use bytes::Bytes;
-use platter_core::geometry::{Geometry, GeometrySpec};
-use platter_core::volume::{
-    CacheLimits, Health, Limits, Maintenance, Reply, Request, Volume, VolumeError,
-};
-use platter_core::{Level, ParityLayout};
-use platter_io::aio::layer::{Layer, LayerConfig};
+use platter_core::volume::{Health, Maintenance, Reply, Request};
+use platter_core::Level;
 use platter_io::fault::Jitter;
-use platter_io::{FaultControls, FaultSpec, FaultyMember, Member, MemoryMember};
+use platter_io::FaultSpec;
 use platter_server::engine::Engine;
+use platter_testkit::Rng;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-const INTERLEAVE_BYTES: u64 = 64 << 10;
+mod support;
+
+use support::{pool, read, Rig, Spec};
+
 const MEMBER_BYTES: u64 = 4 << 20;
 /// Ownership grain: block `b` belongs to thread `b % THREADS`.
 const BLOCK_BYTES: u64 = 4 << 10;
 const THREADS: u64 = 4;
 const OPS_PER_THREAD: u64 = 400;
 
-struct Rig {
-    engine: Arc<Engine>,
-    controls: Vec<Arc<FaultControls>>,
-}
-
-fn rig(level: Level, members: u32, copies: u32, cache: bool) -> Rig {
-    let geometry = Geometry::new(GeometrySpec {
-        level,
-        parity_layout: ParityLayout::LeftSymmetric,
+/// Member I/Os complete out of order: each takes 0 to 300 µs more.
+fn rig(level: Level, members: u32, copies: u32, stripe_cache: bool) -> Rig {
+    support::rig(Spec {
         copies,
-        interleave_bytes: INTERLEAVE_BYTES,
-        data_offset_bytes: 0,
-        member_data_bytes: vec![MEMBER_BYTES; members as usize],
+        member_bytes: MEMBER_BYTES,
+        faults: FaultSpec {
+            latency_jitter: Some(Jitter::Uniform { max_us: 300 }),
+            ..FaultSpec::default()
+        },
+        stripe_cache,
+        layer: pool(8, Duration::from_secs(30)),
+        ..Spec::new(level, members)
     })
-    .expect("valid geometry");
-    let mut volume = Volume::new(
-        geometry,
-        vec![Health::Online; members as usize],
-        Limits::default(),
-    );
-    if cache {
-        volume.enable_stripe_cache(CacheLimits::DEFAULT);
-    }
-    let mut controls = Vec::new();
-    let devices = (0..members)
-        .map(|i| {
-            let m = FaultyMember::new(
-                MemoryMember::new(format!("m{i}"), MEMBER_BYTES),
-                FaultSpec {
-                    latency_jitter: Some(Jitter::Uniform { max_us: 300 }),
-                    seed: u64::from(i) + 1,
-                    ..FaultSpec::default()
-                },
-            );
-            controls.push(m.controls());
-            Some(Arc::new(m) as Arc<dyn Member>)
-        })
-        .collect();
-    let layer = Layer::threads(LayerConfig {
-        queue_depth: 8,
-        timeout: Duration::from_secs(30),
-        ..LayerConfig::default()
-    });
-    Rig {
-        engine: Engine::new(volume, devices, Arc::new(layer)),
-        controls,
-    }
-}
-
-/// splitmix64: each thread's own stream of offsets, lengths and bytes.
-fn next(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-fn read(engine: &Engine, offset_bytes: u64, len_bytes: u64) -> Result<Bytes, VolumeError> {
-    match engine.run(Request::Read {
-        offset_bytes,
-        len_bytes,
-    })? {
-        Reply::Data(d) => Ok(d.to_bytes()),
-        other => panic!("a read answered {other:?}"),
-    }
 }
 
 /// One thread's work: writes of 1 to 3 of its own blocks (each a separate
@@ -109,7 +56,8 @@ fn worker(engine: &Engine, t: u64, start: &Barrier, halfway: &Barrier) -> Vec<u8
     let size = engine.size_bytes();
     let blocks = size / BLOCK_BYTES;
     let mut mine = vec![0u8; size as usize];
-    let mut rng = 0xC0FF_EE00 + t;
+    // Each thread its own stream of offsets, kinds and bytes.
+    let mut rng = Rng::new(0xC0FF_EE00 + t);
     start.wait();
     for op in 0..OPS_PER_THREAD {
         if op == OPS_PER_THREAD / 2 {
@@ -119,12 +67,12 @@ fn worker(engine: &Engine, t: u64, start: &Barrier, halfway: &Barrier) -> Vec<u8
             halfway.wait();
             halfway.wait();
         }
-        let block = (next(&mut rng) % (blocks / THREADS)) * THREADS + t;
+        let block = (rng.next() % (blocks / THREADS)) * THREADS + t;
         let off = block * BLOCK_BYTES;
-        match next(&mut rng) % 10 {
+        match rng.next() % 10 {
             0..=5 => {
-                let data: Vec<u8> = (0..BLOCK_BYTES).map(|_| next(&mut rng) as u8).collect();
-                let fua = next(&mut rng).is_multiple_of(8);
+                let data: Vec<u8> = (0..BLOCK_BYTES).map(|_| rng.next() as u8).collect();
+                let fua = rng.next().is_multiple_of(8);
                 engine
                     .run(Request::Write {
                         offset_bytes: off,
