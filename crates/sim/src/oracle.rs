@@ -1,4 +1,5 @@
-//! The oracle: a flat byte array with what the volume must hold.
+//! The oracle: a flat byte array with what the volume must hold (sparse
+//! pages for a volume of TiBs: [`crate::sparse`]).
 //!
 //! The engine serializes overlapping requests in submission order (FIFO
 //! stripe range locks), so each request is applied to the model when it is
@@ -10,6 +11,7 @@
 //! whose last writer was not durable (not acknowledged before a completed
 //! FLUSH, nor a completed FUA write).
 
+use crate::sparse::Pages;
 use platter_core::volume::Request;
 use std::collections::BTreeSet;
 
@@ -36,8 +38,8 @@ pub struct ReadExpect {
 }
 
 pub struct Oracle {
-    bytes: Vec<u8>,
-    writer: Vec<u32>,
+    bytes: Pages<u8>,
+    writer: Pages<u32>,
     /// By writer id; id 0 is the initial all-zero content (durable).
     writers: Vec<WriterState>,
     acked: BTreeSet<u32>,
@@ -48,8 +50,8 @@ pub struct Oracle {
 impl Oracle {
     pub fn new(size_bytes: u64, stripe_bytes: u64, parity: bool) -> Oracle {
         Oracle {
-            bytes: vec![0; size_bytes as usize],
-            writer: vec![0; size_bytes as usize],
+            bytes: Pages::new(size_bytes),
+            writer: Pages::new(size_bytes),
             writers: vec![WriterState::Durable],
             acked: BTreeSet::new(),
             stripe_bytes,
@@ -58,11 +60,12 @@ impl Oracle {
     }
 
     pub fn size_bytes(&self) -> u64 {
-        self.bytes.len() as u64
+        self.bytes.len()
     }
 
-    pub fn bytes(&self) -> &[u8] {
-        &self.bytes
+    /// A copy of what the volume must hold at `offset_bytes`.
+    pub fn bytes(&self, offset_bytes: u64, len_bytes: u64) -> Vec<u8> {
+        self.bytes.get(offset_bytes..offset_bytes + len_bytes)
     }
 
     fn new_writer(&mut self, a: u64, b: u64) -> u32 {
@@ -70,7 +73,7 @@ impl Oracle {
         assert!(id != UNKNOWN);
         self.writers.push(WriterState::Pending);
         if a < b {
-            self.writer[a as usize..b as usize].fill(id);
+            self.writer.fill(a..b, id);
         }
         id
     }
@@ -82,8 +85,7 @@ impl Oracle {
             Request::Write {
                 offset_bytes, data, ..
             } => {
-                let a = *offset_bytes as usize;
-                self.bytes[a..a + data.len()].copy_from_slice(data);
+                self.bytes.set(*offset_bytes, data);
                 Some(self.new_writer(*offset_bytes, offset_bytes + data.len() as u64))
             }
             Request::WriteZeroes {
@@ -91,7 +93,7 @@ impl Oracle {
                 len_bytes,
                 ..
             } => {
-                self.bytes[*offset_bytes as usize..(offset_bytes + len_bytes) as usize].fill(0);
+                self.bytes.fill(*offset_bytes..offset_bytes + len_bytes, 0);
                 Some(self.new_writer(*offset_bytes, offset_bytes + len_bytes))
             }
             Request::Trim {
@@ -106,7 +108,7 @@ impl Oracle {
                     b = b / self.stripe_bytes * self.stripe_bytes;
                 }
                 if a < b {
-                    self.bytes[a as usize..b as usize].fill(0);
+                    self.bytes.fill(a..b, 0);
                 }
                 Some(self.new_writer(a, b.max(a)))
             }
@@ -116,11 +118,11 @@ impl Oracle {
     }
 
     pub fn expect(&self, offset_bytes: u64, len_bytes: u64) -> ReadExpect {
-        let r = offset_bytes as usize..(offset_bytes + len_bytes) as usize;
+        let r = offset_bytes..offset_bytes + len_bytes;
         ReadExpect {
             offset_bytes,
-            bytes: self.bytes[r.clone()].to_vec(),
-            writers: self.writer[r].to_vec(),
+            bytes: self.bytes.get(r.clone()),
+            writers: self.writer.get(r),
         }
     }
 
@@ -201,12 +203,14 @@ impl Oracle {
     pub fn crash(&mut self) -> u64 {
         self.acked.clear();
         let mut unknown = 0;
-        for w in self.writer.iter_mut() {
-            if *w != UNKNOWN && self.writers[*w as usize] != WriterState::Durable {
+        // Elements a sparse array does not hold are writer 0: durable.
+        let writers = &self.writers;
+        self.writer.for_each_held_mut(|w| {
+            if *w != UNKNOWN && writers[*w as usize] != WriterState::Durable {
                 *w = UNKNOWN;
                 unknown += 1;
             }
-        }
+        });
         unknown
     }
 }
@@ -228,9 +232,9 @@ mod tests {
             offset_bytes: 512,
             len_bytes: 2048,
         });
-        assert!(o.bytes()[..1024].iter().all(|&b| b == 7));
-        assert!(o.bytes()[1024..2048].iter().all(|&b| b == 0));
-        assert!(o.bytes()[2048..].iter().all(|&b| b == 7));
+        assert!(o.bytes(0, 1024).iter().all(|&b| b == 7));
+        assert!(o.bytes(1024, 1024).iter().all(|&b| b == 0));
+        assert!(o.bytes(2048, 2048).iter().all(|&b| b == 7));
     }
 
     #[test]
