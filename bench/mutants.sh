@@ -19,7 +19,8 @@
 # --seeds N (seeds per seeded simulator test, default 200: PLATTER_SIM_SEEDS),
 # --jobs N (parallel builds and jobserver tasks, default 1), --out DIR
 # (default target/mutants-out), --iterate, --list, --re REGEX (only the
-# mutants whose name matches), --tests "ARGS" (cargo test target options,
+# mutants whose name matches), --exclude-re REGEX, --no-baseline (skip
+# the unmutated run; needs --timeout), --tests "ARGS" (cargo test target options,
 # e.g. "--test=large_volumes --test=intent": a quick pass; each target
 # must exist in every package tested, so pair it with --packages
 # platter-core; a mutant it misses must be run again with the full suites
@@ -44,6 +45,8 @@ out=target/mutants-out
 iterate=""
 list=""
 re=""
+exclude_re=""
+baseline=""
 tests=""
 packages="platter-core platter-sim"
 while [ $# -gt 0 ]; do
@@ -57,6 +60,8 @@ while [ $# -gt 0 ]; do
         --out) out=$2; shift 2 ;;
         --iterate) iterate=1; shift ;;
         --re) re=$2; shift 2 ;;
+        --exclude-re) exclude_re=$2; shift 2 ;;
+        --no-baseline) baseline=skip; shift ;;
         --tests) tests=$2; shift 2 ;;
         --packages) packages=$2; shift 2 ;;
         --list) list=1; shift ;;
@@ -87,6 +92,8 @@ done
 [ -n "$timeout" ] && args+=(--timeout "$timeout")
 [ -n "$iterate" ] && args+=(--iterate)
 [ -n "$re" ] && args+=(--re "$re")
+[ -n "$exclude_re" ] && args+=(--exclude-re "$exclude_re")
+[ -n "$baseline" ] && args+=(--baseline "$baseline")
 # Every test target runs even after one fails (the log then says which
 # tests kill the mutant); --tests narrows them for a quick pass.
 args+=(--cargo-test-arg=--no-fail-fast)

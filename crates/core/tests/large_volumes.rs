@@ -22,7 +22,8 @@ use platter_core::intent::{
     IntentLayout, RegionSet, DEFAULT_REGION_BYTES, INTENT_OFFSET_BYTES, INTENT_PAGE_BYTES,
 };
 use platter_core::volume::{
-    Health, Limits, Maintenance, MemberIo, MemberOp, Reply, Request, Volume,
+    ErrorKind, Health, IoError, IoErrorKind, Limits, Maintenance, MemberIo, MemberOp, Reply,
+    Request, Volume,
 };
 use platter_core::{Level, ParityLayout};
 use std::collections::{BTreeMap, BTreeSet};
@@ -97,6 +98,9 @@ struct Rig {
     pool: Vec<MemberIo>,
     /// Every member I/O performed: (member, op, offset, length).
     log: Vec<(u32, &'static str, u64, u64)>,
+    /// A member with no room: its data writes fail with `NoSpace` (a
+    /// sparse file on a full file system) and change nothing.
+    full: Option<u32>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -185,6 +189,7 @@ impl Rig {
             rng: Rng(seed),
             pool: Vec::new(),
             log: Vec::new(),
+            full: None,
         }
     }
 
@@ -208,7 +213,10 @@ impl Rig {
             io.member,
             m.size
         );
+        let refused =
+            self.full == Some(io.member) && name == "write" && offset >= DATA_OFFSET_BYTES;
         let result = match &io.op {
+            _ if refused => Err(IoError::new(IoErrorKind::NoSpace, "no space left")),
             MemberOp::Read { .. } => Ok(Some(Bytes::from(m.current.read(offset, len)))),
             MemberOp::Write { data, .. } => {
                 let data = data.to_bytes();
@@ -676,4 +684,93 @@ fn after_a_crash_at_size_every_inconsistent_stripe_is_marked() {
         pages_marked.len() >= 4,
         "marked bits on pages {pages_marked:?} only"
     );
+}
+
+/// A member that joins (a rebuild onto a fresh device) has an empty bitmap
+/// area: the next round must write every page of the bitmap to every
+/// member, as one write from the first page. Kills the mutant that drops
+/// `intent_member_joined` (the round would write only the changed page,
+/// and the new member would lack the marks of every other page: after a
+/// crash its copy, OR-ed with the others, is no loss, but once the old
+/// members are gone it is all there is).
+#[test]
+fn a_member_that_joins_gets_every_bitmap_page() {
+    let case = CASES[0];
+    let mut rig = Rig::new(case, 11);
+    let layout = rig.layout;
+    let p = REGIONS_PER_PAGE;
+    for r in [3 * p + 5, 40 * p + 7] {
+        rig.one(write(rig.region_offset(r), vec![5; 4096], false));
+    }
+    // Slot 1 gets a fresh device.
+    rig.volume.mark_faulty(1, "test: replaced".into());
+    rig.volume.failure_recorded(1);
+    rig.members[1].current = Sparse::default();
+    rig.members[1].durable = Sparse::default();
+    rig.volume.start_rebuild(1, 0).unwrap();
+    let mark = rig.log.len();
+    let r = 7 * p + 9;
+    rig.one(write(rig.region_offset(r), vec![6; 4096], false));
+    let want: BTreeSet<u64> = [3 * p + 5, 40 * p + 7, r].into();
+    for m in 0..case.members {
+        let writes: Vec<(u64, u64)> = rig.log[mark..]
+            .iter()
+            .filter(|(mm, op, off, _)| *mm == m && *op == "write" && *off < DATA_OFFSET_BYTES)
+            .map(|&(_, _, off, len)| (off, len))
+            .collect();
+        assert_eq!(
+            writes,
+            vec![(INTENT_OFFSET_BYTES, layout.pages() * PAGE)],
+            "member {m}: one write of every page"
+        );
+        let bits: BTreeSet<u64> = rig.durable_bits(m as usize).iter().collect();
+        assert_eq!(bits, want, "member {m}");
+    }
+}
+
+/// A write a member refused for space (ENOSPC on a sparse member) may
+/// have landed on some members only: its regions stay marked, across
+/// sweeps, until a resync repairs them, and only they are owed (not the
+/// whole volume). Kills the mutant that makes `intent_keep_unsynced`
+/// answer false (the volume would owe a resync of all of its TiBs, and a
+/// sweep would clear the region's bit with its stripes still in
+/// disagreement).
+#[test]
+fn a_write_refused_for_space_keeps_its_regions_marked_until_resynced() {
+    let case = CASES[0];
+    let mut rig = Rig::new(case, 12);
+    let layout = rig.layout;
+    let r = 9 * REGIONS_PER_PAGE + 77;
+    rig.full = Some(2);
+    let id = rig
+        .volume
+        .submit(write(rig.region_offset(r) + 4096, vec![8; 300_000], false));
+    let mut result = None;
+    while rig.step() {
+        while let Some(c) = rig.volume.next_completion() {
+            assert_eq!(c.id, id);
+            result = Some(c.result);
+        }
+    }
+    while let Some(c) = rig.volume.next_completion() {
+        result = Some(c.result);
+    }
+    let err = result.expect("completed").expect_err("refused for space");
+    assert_eq!(err.kind, ErrorKind::NoSpace);
+    rig.full = None;
+    assert_eq!(rig.volume.unsynced_from(0), Some(r));
+    assert_eq!(rig.volume.unsynced_from(r + 1), None);
+    assert!(rig.volume.resync_owed());
+    for _ in 0..3 {
+        rig.one(Request::Sweep { all: true });
+    }
+    assert_eq!(rig.durable_union().iter().collect::<Vec<_>>(), vec![r]);
+    // The resync of that region alone settles it.
+    let (first, count) = layout.stripes_of(r);
+    assert!(!rig.check(first, count, Maintenance::Repair).is_empty());
+    rig.volume.resynced(r);
+    assert!(!rig.volume.resync_owed());
+    rig.one(Request::Sweep { all: true });
+    assert!(rig.durable_union().is_empty());
+    assert!(rig.check(first, count, Maintenance::Check).is_empty());
 }
