@@ -207,6 +207,13 @@ pub struct ScrubArgs {
     /// Print the server's answer as JSON for programs.
     #[arg(long)]
     json: bool,
+    /// Only the stripes holding volume bytes from here (units: 4k, 1T);
+    /// the whole volume by default. A volume of TiBs is checked in parts.
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    offset: Option<u64>,
+    /// With --offset: how many volume bytes (default: to the end).
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    length: Option<u64>,
 }
 
 #[derive(Args)]
@@ -370,7 +377,14 @@ pub const SCRUB_INCOMPLETE: u8 = 2;
 /// Runs `check` or `repair`; the answer is the exit code.
 pub fn scrub(a: ScrubArgs, repair: bool) -> Result<u8> {
     let cmd = if repair { "repair" } else { "check" };
-    let v = ask(&a.control, json!({ "cmd": cmd }))?;
+    let mut req = json!({ "cmd": cmd });
+    if let Some(o) = a.offset {
+        req["offset_bytes"] = json!(o);
+    }
+    if let Some(l) = a.length {
+        req["length_bytes"] = json!(l);
+    }
+    let v = ask(&a.control, req)?;
     show(a.json, &v, |v| {
         println!(
             "{} stripes checked: {} mismatched{}, {} unchecked (a member lost)",

@@ -322,17 +322,38 @@ impl Manager {
         }
     }
 
-    pub fn scrub(&self, action: Maintenance) -> Result<Value, String> {
-        let (stripes, stripe_bytes) = self
-            .engine
-            .with_volume(|v| (v.geometry().stripes(), v.geometry().stripe_data_bytes()));
+    /// A check or repair of the stripes holding volume bytes `range`
+    /// (offset, length; the whole volume without one).
+    pub fn scrub(&self, action: Maintenance, range: Option<(u64, u64)>) -> Result<Value, String> {
+        let (all, stripe_bytes, size) = self.engine.with_volume(|v| {
+            let g = v.geometry();
+            (g.stripes(), g.stripe_data_bytes(), g.volume_size_bytes())
+        });
+        let (mut first, end) = match range {
+            None => (0, all),
+            Some((offset, len)) => {
+                // u64::MAX: to the end.
+                let len = if len == u64::MAX {
+                    size.saturating_sub(offset)
+                } else {
+                    len
+                };
+                let end = offset
+                    .checked_add(len)
+                    .filter(|&e| len > 0 && e <= size)
+                    .ok_or_else(|| {
+                        format!("{len} bytes at {offset} are not inside the volume of {size} bytes")
+                    })?;
+                (offset / stripe_bytes, end.div_ceil(stripe_bytes))
+            }
+        };
+        let stripes = end - first;
         let step = (SCRUB_STEP_BYTES / stripe_bytes).max(1);
         let mut total = CheckReport::default();
-        let mut first = 0;
         // Steps of bounded size, one at a time, so client requests are held
         // up by one step's stripes at most.
-        while first < stripes {
-            let count = step.min(stripes - first);
+        while first < end {
+            let count = step.min(end - first);
             let r = self.engine.run(Request::Maintain {
                 first_stripe: first,
                 stripe_count: count,
@@ -380,8 +401,27 @@ impl Manager {
             Some("remove") => self.remove(arg("member")?),
             Some("replace") => self.replace(arg("member")?, &new_device(arg("device")?)),
             Some("add-spare") => self.add_spare(&new_device(arg("device")?)),
-            Some("check") => self.scrub(Maintenance::Check),
-            Some("repair") => self.scrub(Maintenance::Repair),
+            Some(cmd @ ("check" | "repair")) => {
+                let range = match (
+                    req.get("offset_bytes").map(Value::as_u64),
+                    req.get("length_bytes").map(Value::as_u64),
+                ) {
+                    (None, None) => None,
+                    (Some(Some(o)), None) => Some((o, u64::MAX)),
+                    (Some(Some(o)), Some(Some(l))) => Some((o, l)),
+                    _ => {
+                        return Err("\"offset_bytes\" and \"length_bytes\" must be numbers, \
+                                     and a length needs an offset"
+                            .into())
+                    }
+                };
+                let action = if cmd == "check" {
+                    Maintenance::Check
+                } else {
+                    Maintenance::Repair
+                };
+                self.scrub(action, range)
+            }
             Some("read-policy") => self.read_policy(req.get("policy").and_then(Value::as_str)),
             Some("rebuild-rate") => {
                 let rate = req

@@ -2,7 +2,8 @@
 //!
 //! The simulator drives the same sans-I/O engine as the real executor
 //! ([`platter_core::volume::Volume`]) against simulated members (byte
-//! vectors with a service-time model and injected faults), in virtual time,
+//! arrays, sparse for members of TiBs, with a service-time model and
+//! injected faults), in virtual time,
 //! FoundationDB- and TigerBeetle-style: a seed fixes the whole run, so any
 //! failure replays exactly from its seed.
 //!
@@ -35,7 +36,8 @@
 //! completion, engine event and fault; equal hashes mean equal runs.
 //!
 //! # The oracle
-//! [`oracle::Oracle`] is a flat byte array. Requests are applied to it at
+//! [`oracle::Oracle`] is a flat byte array (sparse pages for volumes of
+//! TiBs). Requests are applied to it at
 //! submission (the engine serializes overlapping requests in submission
 //! order) and reads are checked against it as of their submission. Within
 //! the redundancy budget no request may fail and no read may be wrong;
@@ -53,6 +55,7 @@ pub mod oracle;
 pub mod rng;
 pub mod run;
 pub mod scenario;
+pub mod sparse;
 pub mod sweep;
 pub mod trace;
 pub mod workload;
@@ -61,4 +64,4 @@ pub use disk::{DiskModel, HostModel};
 pub use link::Link;
 pub use members::{CrashUndo, Jitter, ServiceModel, SimpleLatency, SimpleService};
 pub use run::{Arrival, Fault, Mix, Report, ScheduledFault, SimConfig, Simulation, Workload};
-pub use scenario::{random_config, ScenarioOptions};
+pub use scenario::{large_config, random_config, ScenarioOptions};

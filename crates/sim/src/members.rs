@@ -1,4 +1,5 @@
-//! Simulated members: plain byte vectors held by the simulator, a service
+//! Simulated members: byte arrays held by the simulator (sparse pages for
+//! members of TiBs, [`crate::sparse`]), a service
 //! time model, and faults (death, one failed I/O, one corrupted read, and
 //! the loss of unflushed writes at a crash).
 //!
@@ -6,6 +7,7 @@
 //! the only code shared with the real executor.
 
 use crate::rng::Rng;
+use crate::sparse::Pages;
 use bytes::Bytes;
 use platter_core::intent::INTENT_OFFSET_BYTES;
 use platter_core::volume::{IoResult, MemberOp};
@@ -302,7 +304,7 @@ pub enum CrashUndo {
 
 pub struct SimMember {
     index: u32,
-    data: Vec<u8>,
+    data: Pages<u8>,
     data_offset_bytes: u64,
     /// Every I/O that completes at or after this time fails.
     dead_from_ns: Option<u64>,
@@ -321,7 +323,7 @@ impl SimMember {
     pub fn new(index: u32, size_bytes: u64, data_offset_bytes: u64, track_undo: bool) -> SimMember {
         SimMember {
             index,
-            data: vec![0; size_bytes as usize],
+            data: Pages::new(size_bytes),
             data_offset_bytes,
             dead_from_ns: None,
             fail_next: false,
@@ -332,8 +334,26 @@ impl SimMember {
         }
     }
 
-    pub fn bytes(&self) -> &[u8] {
-        &self.data
+    /// A copy of `len_bytes` at `offset_bytes`, as the member holds them.
+    pub fn read(&self, offset_bytes: u64, len_bytes: u64) -> Vec<u8> {
+        self.data.get(offset_bytes..offset_bytes + len_bytes)
+    }
+
+    /// Bytes the member holds in memory (all of them unless sparse).
+    pub fn bytes_held(&self) -> u64 {
+        self.data.held()
+    }
+
+    /// The ranges written since the last completed flush that changed
+    /// what the member held, as (offset, length), oldest first (tracked
+    /// only when the run can crash). A write of the bytes already there (a
+    /// read error corrected from another copy rewrites what the copies
+    /// hold) is left out: a crash cannot change anything by undoing it.
+    pub fn unflushed_ranges(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.undo
+            .iter()
+            .filter(|e| e.old != e.new)
+            .map(|e| (e.offset_bytes as u64, e.new.len() as u64))
     }
 
     pub fn die_at(&mut self, at_ns: u64) {
@@ -369,7 +389,7 @@ impl SimMember {
         assert!(
             // The bitmap sits between the label and the data area.
             offset_bytes >= INTENT_OFFSET_BYTES.min(self.data_offset_bytes)
-                && end <= self.data.len() as u64,
+                && end <= self.data.len(),
             "{what} of {len_bytes} bytes at {offset_bytes} outside member {} (data {}..{})",
             self.index,
             self.data_offset_bytes,
@@ -384,12 +404,12 @@ impl SimMember {
             self.undo.push(UndoEntry {
                 seq: self.write_seq,
                 offset_bytes: r.start,
-                old: self.data[r.clone()].to_vec(),
+                old: self.data.get(r.start as u64..r.end as u64),
                 new: new.to_vec(),
             });
         }
         self.write_seq += 1;
-        self.data[r].copy_from_slice(new);
+        self.data.set(r.start as u64, new);
     }
 
     /// Performs `op` as it completes at `now_ns`. `flush_mark` is the
@@ -414,14 +434,18 @@ impl SimMember {
                 len_bytes,
             } => {
                 let r = self.range(*offset_bytes, *len_bytes, "read");
+                let r = r.start as u64..r.end as u64;
                 if self.corrupt_next_read && !r.is_empty() {
                     self.corrupt_next_read = false;
-                    let mut v = self.data[r].to_vec();
+                    let mut v = self.data.get(r);
                     let i = rng.below(v.len() as u64) as usize;
                     v[i] ^= 1 << rng.below(8);
                     return Ok(Some(Bytes::from(v)));
                 }
-                Ok(Some(Bytes::copy_from_slice(&self.data[r])))
+                Ok(Some(match self.data.slice(r.clone()) {
+                    Some(s) => Bytes::copy_from_slice(s),
+                    None => Bytes::from(self.data.get(r)),
+                }))
             }
             MemberOp::Write { offset_bytes, data } => {
                 self.store(*offset_bytes, &data.to_bytes());
@@ -436,7 +460,7 @@ impl SimMember {
                 } else {
                     let r = self.range(*offset_bytes, *len_bytes, "trim");
                     self.write_seq += 1;
-                    self.data[r].fill(0);
+                    self.data.fill(r.start as u64..r.end as u64, 0);
                 }
                 Ok(None)
             }
@@ -453,7 +477,7 @@ impl SimMember {
         let entries = std::mem::take(&mut self.undo);
         // Back to the last durable image, newest first...
         for e in entries.iter().rev() {
-            self.data[e.offset_bytes..e.offset_bytes + e.old.len()].copy_from_slice(&e.old);
+            self.data.set(e.offset_bytes as u64, &e.old);
         }
         // ...then forward again with the writes that reached the media.
         let mut lost = 0;
@@ -463,7 +487,7 @@ impl SimMember {
                 CrashUndo::Subset { persist_percent } => rng.chance(persist_percent),
             };
             if persisted {
-                self.data[e.offset_bytes..e.offset_bytes + e.new.len()].copy_from_slice(&e.new);
+                self.data.set(e.offset_bytes as u64, &e.new);
             } else {
                 lost += 1;
             }
@@ -496,7 +520,7 @@ mod tests {
             .unwrap();
         assert_eq!(m.unflushed_writes(), 1);
         assert_eq!(m.crash(CrashUndo::All, &mut Rng::new(0)), 1);
-        assert_eq!(&m.bytes()[16..28], &[1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0]);
+        assert_eq!(m.read(16, 12), [1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0]);
     }
 
     fn read(len_bytes: u64) -> MemberOp {

@@ -1,4 +1,5 @@
-//! The oracle: a flat byte array with what the volume must hold.
+//! The oracle: a flat byte array with what the volume must hold (sparse
+//! pages for a volume of TiBs: [`crate::sparse`]).
 //!
 //! The engine serializes overlapping requests in submission order (FIFO
 //! stripe range locks), so each request is applied to the model when it is
@@ -10,6 +11,7 @@
 //! whose last writer was not durable (not acknowledged before a completed
 //! FLUSH, nor a completed FUA write).
 
+use crate::sparse::Pages;
 use platter_core::volume::Request;
 use std::collections::BTreeSet;
 
@@ -36,8 +38,8 @@ pub struct ReadExpect {
 }
 
 pub struct Oracle {
-    bytes: Vec<u8>,
-    writer: Vec<u32>,
+    bytes: Pages<u8>,
+    writer: Pages<u32>,
     /// By writer id; id 0 is the initial all-zero content (durable).
     writers: Vec<WriterState>,
     acked: BTreeSet<u32>,
@@ -48,8 +50,8 @@ pub struct Oracle {
 impl Oracle {
     pub fn new(size_bytes: u64, stripe_bytes: u64, parity: bool) -> Oracle {
         Oracle {
-            bytes: vec![0; size_bytes as usize],
-            writer: vec![0; size_bytes as usize],
+            bytes: Pages::new(size_bytes),
+            writer: Pages::new(size_bytes),
             writers: vec![WriterState::Durable],
             acked: BTreeSet::new(),
             stripe_bytes,
@@ -58,11 +60,12 @@ impl Oracle {
     }
 
     pub fn size_bytes(&self) -> u64 {
-        self.bytes.len() as u64
+        self.bytes.len()
     }
 
-    pub fn bytes(&self) -> &[u8] {
-        &self.bytes
+    /// A copy of what the volume must hold at `offset_bytes`.
+    pub fn bytes(&self, offset_bytes: u64, len_bytes: u64) -> Vec<u8> {
+        self.bytes.get(offset_bytes..offset_bytes + len_bytes)
     }
 
     fn new_writer(&mut self, a: u64, b: u64) -> u32 {
@@ -70,7 +73,7 @@ impl Oracle {
         assert!(id != UNKNOWN);
         self.writers.push(WriterState::Pending);
         if a < b {
-            self.writer[a as usize..b as usize].fill(id);
+            self.writer.fill(a..b, id);
         }
         id
     }
@@ -78,16 +81,27 @@ impl Oracle {
     /// Applies a request the way the engine promises to; returns the writer
     /// id of a write, write-zeroes or trim.
     pub fn apply(&mut self, req: &Request) -> Option<u32> {
-        let (a, b) = apply_to_bytes(&mut self.bytes, req, self.stripe_bytes, self.parity)?;
+        let (a, b) = match effect_of(req, self.stripe_bytes, self.parity)? {
+            Effect::Data { at, data } => {
+                self.bytes.set(at, data);
+                (at, at + data.len() as u64)
+            }
+            Effect::Zeros { from, to } => {
+                if from < to {
+                    self.bytes.fill(from..to, 0);
+                }
+                (from, to)
+            }
+        };
         Some(self.new_writer(a, b))
     }
 
     pub fn expect(&self, offset_bytes: u64, len_bytes: u64) -> ReadExpect {
-        let r = offset_bytes as usize..(offset_bytes + len_bytes) as usize;
+        let r = offset_bytes..offset_bytes + len_bytes;
         ReadExpect {
             offset_bytes,
-            bytes: self.bytes[r.clone()].to_vec(),
-            writers: self.writer[r].to_vec(),
+            bytes: self.bytes.get(r.clone()),
+            writers: self.writer.get(r),
         }
     }
 
@@ -168,43 +182,46 @@ impl Oracle {
     pub fn crash(&mut self) -> u64 {
         self.acked.clear();
         let mut unknown = 0;
-        for w in self.writer.iter_mut() {
-            if *w != UNKNOWN && self.writers[*w as usize] != WriterState::Durable {
+        // Elements a sparse array does not hold are writer 0: durable.
+        let writers = &self.writers;
+        self.writer.for_each_held_mut(|w| {
+            if *w != UNKNOWN && writers[*w as usize] != WriterState::Durable {
                 *w = UNKNOWN;
                 unknown += 1;
             }
-        }
+        });
         unknown
     }
 }
 
-/// Applies a request to `bytes` (the volume's content) the way the engine
-/// promises to; returns the range `[a, b)` that a write, write-zeroes or
-/// trim wrote (empty for a trim that releases no whole stripe). The one
-/// statement of this rule: the simulator's [`Oracle`] and the test kit's
-/// flat model both apply requests with it.
-pub fn apply_to_bytes(
-    bytes: &mut [u8],
-    req: &Request,
-    stripe_bytes: u64,
-    parity: bool,
-) -> Option<(u64, u64)> {
+/// What a request does to the volume's content, the way the engine
+/// promises to. The one statement of this rule: the simulator's [`Oracle`]
+/// and the test kit's flat model (through [`apply_to_bytes`]) both apply
+/// requests with it.
+pub enum Effect<'a> {
+    /// A write: these bytes at `at`.
+    Data { at: u64, data: &'a [u8] },
+    /// Write-zeroes, or a trim: `[from, to)` reads as zeros (empty for a
+    /// trim that releases no whole stripe).
+    Zeros { from: u64, to: u64 },
+}
+
+pub fn effect_of(req: &Request, stripe_bytes: u64, parity: bool) -> Option<Effect<'_>> {
     match req {
         Request::Write {
             offset_bytes, data, ..
-        } => {
-            let a = *offset_bytes as usize;
-            bytes[a..a + data.len()].copy_from_slice(data);
-            Some((*offset_bytes, offset_bytes + data.len() as u64))
-        }
+        } => Some(Effect::Data {
+            at: *offset_bytes,
+            data,
+        }),
         Request::WriteZeroes {
             offset_bytes,
             len_bytes,
             ..
-        } => {
-            bytes[*offset_bytes as usize..(offset_bytes + len_bytes) as usize].fill(0);
-            Some((*offset_bytes, offset_bytes + len_bytes))
-        }
+        } => Some(Effect::Zeros {
+            from: *offset_bytes,
+            to: offset_bytes + len_bytes,
+        }),
         Request::Trim {
             offset_bytes,
             len_bytes,
@@ -216,13 +233,33 @@ pub fn apply_to_bytes(
                 a = a.div_ceil(stripe_bytes) * stripe_bytes;
                 b = b / stripe_bytes * stripe_bytes;
             }
-            if a < b {
-                bytes[a as usize..b as usize].fill(0);
-            }
-            Some((a, b.max(a)))
+            Some(Effect::Zeros {
+                from: a,
+                to: b.max(a),
+            })
         }
         // Reads, flushes and volume upkeep leave the content alone.
         _ => None,
+    }
+}
+
+/// Applies a request to `bytes` (the volume's content, flat) by
+/// [`effect_of`]; returns the range it wrote.
+pub fn apply_to_bytes(
+    bytes: &mut [u8],
+    req: &Request,
+    stripe_bytes: u64,
+    parity: bool,
+) -> Option<(u64, u64)> {
+    match effect_of(req, stripe_bytes, parity)? {
+        Effect::Data { at, data } => {
+            bytes[at as usize..at as usize + data.len()].copy_from_slice(data);
+            Some((at, at + data.len() as u64))
+        }
+        Effect::Zeros { from, to } => {
+            bytes[from as usize..to as usize].fill(0);
+            Some((from, to))
+        }
     }
 }
 
@@ -243,9 +280,9 @@ mod tests {
             offset_bytes: 512,
             len_bytes: 2048,
         });
-        assert!(o.bytes()[..1024].iter().all(|&b| b == 7));
-        assert!(o.bytes()[1024..2048].iter().all(|&b| b == 0));
-        assert!(o.bytes()[2048..].iter().all(|&b| b == 7));
+        assert!(o.bytes(0, 1024).iter().all(|&b| b == 7));
+        assert!(o.bytes(1024, 1024).iter().all(|&b| b == 0));
+        assert!(o.bytes(2048, 2048).iter().all(|&b| b == 7));
     }
 
     #[test]

@@ -11,12 +11,13 @@ use crate::trace::TraceHash;
 use bytes::Bytes;
 use platter_core::balance::ReadPolicy;
 use platter_core::geometry::{Geometry, GeometrySpec};
-use platter_core::intent::{IntentLayout, RegionSet, INTENT_OFFSET_BYTES};
+use platter_core::intent::{IntentLayout, RegionSet, INTENT_OFFSET_BYTES, INTENT_PAGE_BYTES};
 use platter_core::stats::LatencyOf;
 use platter_core::volume::{
     CacheLimits, Completion, ErrorKind, Event, Health, Limits, Maintenance, MemberIo, MemberOp,
     Reply, Request, RequestId, Volume,
 };
+use platter_core::Level;
 use std::collections::BTreeMap;
 
 /// How client requests arrive.
@@ -66,6 +67,10 @@ pub struct Workload {
     /// Percent of requests rounded to whole sectors (when at least one).
     pub aligned_percent: u32,
     pub verify_at_end: bool,
+    /// Ranges of the volume, (offset, length), that the requests and the
+    /// verify pass stay in, each window picked with equal odds; empty: the
+    /// whole volume. A volume of TiBs is tested in a few windows.
+    pub windows: Vec<(u64, u64)>,
 }
 
 /// Something that happens to the members or the host.
@@ -178,6 +183,13 @@ pub struct Report {
     /// regions the volume has.
     pub resynced_regions: u64,
     pub regions: u64,
+    /// Pages (4 KiB) of the write-intent bitmap, and over all crashes, the
+    /// pages with a marked region.
+    pub bitmap_pages: u64,
+    pub marked_pages_at_crashes: u64,
+    /// Unflushed member writes at crashes, each checked to lie in regions
+    /// the bitmap marked.
+    pub unflushed_writes_checked: u64,
     /// Member failures held back until a resync ended.
     pub deferred_faults: u64,
     /// Members the engine marked faulty, in order.
@@ -252,8 +264,10 @@ struct Outstanding {
 struct RequestGen {
     rng: Rng,
     remaining: u64,
-    verify_at_bytes: Option<u64>,
-    size_bytes: u64,
+    /// The verify pass's next read: (window, offset).
+    verify_at: Option<(usize, u64)>,
+    /// The workload's windows, or the whole volume.
+    windows: Vec<(u64, u64)>,
     max_len_bytes: u64,
     mix: Mix,
     aligned_percent: u32,
@@ -265,21 +279,26 @@ impl RequestGen {
             self.remaining -= 1;
             return Some(self.random());
         }
-        let at = self.verify_at_bytes?;
-        if at >= self.size_bytes {
-            self.verify_at_bytes = None;
+        let (i, at) = self.verify_at?;
+        let Some(&(start, len)) = self.windows.get(i) else {
+            self.verify_at = None;
             return None;
-        }
-        let len = self.max_len_bytes.min(self.size_bytes - at);
-        self.verify_at_bytes = Some(at + len);
+        };
+        let end = start + len;
+        let n = self.max_len_bytes.min(end - at);
+        self.verify_at = if at + n >= end {
+            Some((i + 1, self.windows.get(i + 1).map_or(0, |w| w.0)))
+        } else {
+            Some((i, at + n))
+        };
         Some(Request::Read {
             offset_bytes: at,
-            len_bytes: len,
+            len_bytes: n,
         })
     }
 
     fn exhausted(&self) -> bool {
-        self.remaining == 0 && self.verify_at_bytes.is_none_or(|a| a >= self.size_bytes)
+        self.remaining == 0 && self.verify_at.is_none_or(|(i, _)| i >= self.windows.len())
     }
 
     fn random(&mut self) -> Request {
@@ -288,14 +307,18 @@ impl RequestGen {
         let total = m.read + m.write + m.write_zeroes + m.trim + m.flush;
         assert!(total > 0, "empty request mix");
         let mut pick = r.below(u64::from(total)) as u32;
-        let size = self.size_bytes;
+        // One window: no draw, so that whole-volume runs keep their seeds.
+        let (base, size) = match self.windows.len() {
+            1 => self.windows[0],
+            n => self.windows[r.below(n as u64) as usize],
+        };
         // Lengths: mostly short, some up to the longest.
         let max = self.max_len_bytes.min(size).max(1);
         let len = match r.below(10) {
             0..=4 => r.range(1, max.min(4096)),
             _ => r.range(1, max),
         };
-        let mut offset = r.below(size - len + 1);
+        let mut offset = base + r.below(size - len + 1);
         let mut len = len;
         if len >= 512 && r.chance(self.aligned_percent) {
             offset = offset / 512 * 512;
@@ -395,11 +418,23 @@ impl Simulation {
             geometry.level().is_parity(),
         );
         let w = &config.workload;
+        let size = geometry.volume_size_bytes();
+        let windows = if w.windows.is_empty() {
+            vec![(0, size)]
+        } else {
+            w.windows.clone()
+        };
+        for &(start, len) in &windows {
+            assert!(
+                len > 0 && start.checked_add(len).is_some_and(|e| e <= size),
+                "seed {seed}: window {start}+{len} outside the volume of {size} bytes"
+            );
+        }
         let gen = RequestGen {
             rng: Rng::stream(seed, Stream::Workload),
             remaining: w.requests,
-            verify_at_bytes: w.verify_at_end.then_some(0),
-            size_bytes: geometry.volume_size_bytes(),
+            verify_at: w.verify_at_end.then_some((0, windows[0].0)),
+            windows,
             max_len_bytes: w.max_len_bytes.max(1),
             mix: w.mix.clone(),
             aligned_percent: w.aligned_percent,
@@ -441,6 +476,9 @@ impl Simulation {
             writes_lost_in_crashes: 0,
             resynced_regions: 0,
             regions: intent.map_or(0, |l| l.regions),
+            bitmap_pages: intent.map_or(0, |l| l.pages()),
+            marked_pages_at_crashes: 0,
+            unflushed_writes_checked: 0,
             deferred_faults: 0,
             faulty_members: Vec::new(),
             read_errors_corrected: 0,
@@ -500,9 +538,16 @@ impl Simulation {
         self
     }
 
-    /// The member bytes (for tests that look behind the engine's back).
-    pub fn member_bytes(&self, member: u32) -> &[u8] {
-        self.members[member as usize].bytes()
+    /// A copy of member bytes (for tests that look behind the engine's
+    /// back).
+    pub fn member_read(&self, member: u32, offset_bytes: u64, len_bytes: u64) -> Vec<u8> {
+        self.members[member as usize].read(offset_bytes, len_bytes)
+    }
+
+    /// Bytes the members hold in memory: a sparse member holds only the
+    /// pages the run touched.
+    pub fn member_bytes_held(&self) -> u64 {
+        self.members.iter().map(|m| m.bytes_held()).sum()
     }
 
     fn violation(&mut self, what: String) {
@@ -997,6 +1042,18 @@ impl Simulation {
         let lost = self.outstanding.len() as u64;
         self.report.lost += lost;
         self.outstanding.clear();
+        // What the crash may undo: member writes not covered by a flush.
+        let unflushed: Vec<(u32, u64, u64)> = self
+            .members
+            .iter()
+            .enumerate()
+            .filter(|(m, _)| !self.labels_faulty[*m])
+            .flat_map(|(m, member)| {
+                member
+                    .unflushed_ranges()
+                    .map(move |(off, len)| (m as u32, off, len))
+            })
+            .collect();
         for m in &mut self.members {
             self.report.writes_lost_in_crashes +=
                 m.crash(self.config.crash_undo, &mut self.fault_rng);
@@ -1026,16 +1083,18 @@ impl Simulation {
         // the regions it marks are resynced before anything else.
         if let Some(layout) = self.intent {
             let mut bits = RegionSet::new(&layout);
-            let area =
-                INTENT_OFFSET_BYTES as usize..(INTENT_OFFSET_BYTES + layout.area_bytes()) as usize;
             for (m, member) in self.members.iter().enumerate() {
                 if !self.labels_faulty[m] {
                     bits.union_with(&RegionSet::from_bytes(
                         &layout,
-                        &member.bytes()[area.clone()],
+                        &member.read(INTENT_OFFSET_BYTES, layout.area_bytes()),
                     ));
                 }
             }
+            self.check_unflushed_marked(&layout, &bits, &unflushed);
+            let mut pages: Vec<u64> = bits.iter().map(|r| r / (INTENT_PAGE_BYTES * 8)).collect();
+            pages.dedup();
+            self.report.marked_pages_at_crashes += pages.len() as u64;
             self.volume.enable_intent(layout, bits.clone(), true);
             for region in bits.iter() {
                 let (first_stripe, stripe_count) = layout.stripes_of(region);
@@ -1070,6 +1129,64 @@ impl Simulation {
         }
         // Open loop: the arrival chain is still in the queue.
     }
+}
+
+impl Simulation {
+    /// The bitmap's promise, checked at a crash: every data write a member
+    /// had not flushed (which the crash may have undone, kept, or kept in
+    /// part) lies in a region the members' bitmap marks, so the resync
+    /// covers it. A bitmap page written at the wrong offset, or not
+    /// written, breaks it even when no later read happens to notice.
+    fn check_unflushed_marked(
+        &mut self,
+        layout: &IntentLayout,
+        bits: &RegionSet,
+        unflushed: &[(u32, u64, u64)],
+    ) {
+        let data_offset = self.geometry.spec().data_offset_bytes;
+        for &(member, off, len) in unflushed {
+            if off < data_offset || len == 0 {
+                continue; // the bitmap itself
+            }
+            self.report.unflushed_writes_checked += 1;
+            let (first, last) = member_range_stripes(&self.geometry, off - data_offset, len);
+            for region in layout.region_of(first)..=layout.region_of(last) {
+                if !bits.contains(region) {
+                    self.violation(format!(
+                        "member {member}: an unflushed write of {len} bytes at {off} (stripes \
+                         {first}..={last}) lies in region {region} (bitmap page {}), which the \
+                         bitmap on the members does not mark",
+                        region / (INTENT_PAGE_BYTES * 8)
+                    ));
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The stripes whose chunks lie in `len` bytes at `data_offset` of a
+/// member's data area (at least one, at most the volume's).
+fn member_range_stripes(g: &Geometry, data_offset: u64, len: u64) -> (u64, u64) {
+    let il = g.interleave_bytes();
+    let (a, b) = (data_offset / il, (data_offset + len - 1) / il);
+    let last = g.stripes() - 1;
+    let (first, end) = match g.level() {
+        // A row of a member holds one chunk of one stripe (a mirror's
+        // stripe is one chunk).
+        Level::Raid5 | Level::Raid6 | Level::Mirror => (a, b),
+        // md's near layout: row r holds chunk slots r*n..r*n+n, slot s is
+        // a copy of chunk s / copies, and a stripe is k chunks.
+        Level::Raid10 => {
+            let n = u64::from(g.members());
+            let c = u64::from(g.copies());
+            let k = u64::from(g.data_per_stripe());
+            (a * n / c / k, ((b + 1) * n - 1) / c / k)
+        }
+        // No redundancy, no bitmap: every stripe could be any.
+        Level::Concat | Level::Stripe => (0, last),
+    };
+    (first.min(last), end.min(last))
 }
 
 fn op_words(op: &MemberOp) -> (u64, u64, u64) {

@@ -2,10 +2,11 @@
 //! workload and fault schedule.
 
 use crate::members::{CrashUndo, Jitter, SimpleLatency};
-use crate::rng::{Rng, Stream};
+use crate::rng::{mix64, Rng, Stream};
 use crate::run::{Arrival, Fault, Mix, ScheduledFault, SimConfig, Workload};
 use platter_core::balance::ReadPolicy;
-use platter_core::geometry::GeometrySpec;
+use platter_core::geometry::{Geometry, GeometrySpec};
+use platter_core::intent::{IntentLayout, DEFAULT_REGION_BYTES, INTENT_PAGE_BYTES};
 use platter_core::volume::CacheLimits;
 use platter_core::{Level, ParityLayout};
 
@@ -179,6 +180,7 @@ pub fn random_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
             max_len_bytes: 2 * stripe_bytes + 1000,
             aligned_percent: 50,
             verify_at_end: true,
+            windows: Vec::new(),
         },
         faults,
         latency,
@@ -208,6 +210,73 @@ pub fn random_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
         crash_after_first_failure(&mut config, &mut r);
     }
     config
+}
+
+const TIB: u64 = 1 << 40;
+/// `platter create`'s data offset: room for a bitmap of 255 pages.
+pub const LARGE_DATA_OFFSET_BYTES: u64 = 1 << 20;
+
+/// A scenario at the size of real disks: [`random_config`]'s level,
+/// workload and faults for `seed`, on members of 1.5 to 3 TiB (sparse in
+/// the simulator's memory: [`crate::sparse`]) laid out as `platter create`
+/// lays them out (data from 1 MiB, 4 MiB bitmap regions: a bitmap of 12 to
+/// 170 pages). The requests stay in eight windows, each straddling a
+/// region boundary: between bitmap pages 0|1, 1|2 and 2|3 (adjacent pages
+/// dirty together), in the middle page, between the last two pages, past
+/// 2^40 bytes, at a random place, and at the volume's end.
+pub fn large_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
+    let mut c = random_config(seed, opts);
+    // Its own stream: the base scenario keeps its draws.
+    let mut r = Rng::stream(mix64(seed ^ 0x7b5e_5ca1_e000_0001), Stream::Scenario);
+    let g = &mut c.geometry;
+    let il = g.interleave_bytes;
+    let base = r.range(3 * TIB / 2, 3 * TIB) / il * il;
+    for b in g.member_data_bytes.iter_mut() {
+        *b = base
+            + if r.chance(30) {
+                r.below(il / SECTOR_BYTES * 2) * SECTOR_BYTES
+            } else {
+                0
+            };
+    }
+    g.data_offset_bytes = LARGE_DATA_OFFSET_BYTES;
+    let geometry = Geometry::new(g.clone()).expect("a large geometry");
+    if geometry.redundancy() == 0 {
+        c.intent_region_stripes = 0;
+        c.workload.windows = vec![
+            (0, 1 << 20),
+            (geometry.volume_size_bytes() - (1 << 20), 1 << 20),
+        ];
+        return c;
+    }
+    c.intent_region_stripes = IntentLayout::choose_region_stripes(&geometry, DEFAULT_REGION_BYTES);
+    let layout = IntentLayout::new(&geometry, c.intent_region_stripes)
+        .expect("create's bitmap fits")
+        .expect("a bitmap");
+    let size = geometry.volume_size_bytes();
+    let region_bytes = layout.region_stripes * geometry.stripe_data_bytes();
+    let per_page = INTENT_PAGE_BYTES * 8;
+    let pages = layout.pages();
+    assert!(pages >= 4, "seed {seed}: a bitmap of {pages} pages");
+    let half = (128 << 10)
+        .max(geometry.stripe_data_bytes())
+        .min(region_bytes);
+    let around = |region: u64| {
+        let at = (region * region_bytes).min(size - half);
+        (at.saturating_sub(half), 2 * half)
+    };
+    let past_2_40 = TIB.div_ceil(region_bytes) + 1;
+    c.workload.windows = vec![
+        around(per_page),
+        around(2 * per_page),
+        around(3 * per_page),
+        around(pages / 2 * per_page),
+        around((pages - 1) * per_page),
+        around(past_2_40),
+        around(r.range(1, layout.regions - 1)),
+        (size - 2 * half, 2 * half),
+    ];
+    c
 }
 
 /// Makes every failure one failed I/O and moves the crash to just after

@@ -7,7 +7,8 @@
 
 use platter_core::Level;
 use platter_sim::{
-    random_config, Arrival, Fault, Report, ScenarioOptions, ScheduledFault, SimConfig, Simulation,
+    large_config, random_config, Arrival, Fault, Report, ScenarioOptions, ScheduledFault,
+    SimConfig, Simulation,
 };
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -54,10 +55,22 @@ fn replay_hint(test: &str, seed: u64) -> String {
     format!("replay: PLATTER_SIM_SEED={seed} cargo test -p platter-sim --test seeded {test} -- --exact --nocapture")
 }
 
+/// How a test makes its scenario from a seed.
+type MakeConfig = fn(u64, &ScenarioOptions) -> SimConfig;
+
 /// Runs one seed; a panic inside the engine or the simulator becomes a
 /// failure message that names the seed and how to replay it.
 fn run_seed(test: &str, seed: u64, opts: &ScenarioOptions) -> Result<Report, String> {
-    let config = random_config(seed, opts);
+    run_seed_of(random_config, test, seed, opts)
+}
+
+fn run_seed_of(
+    make: MakeConfig,
+    test: &str,
+    seed: u64,
+    opts: &ScenarioOptions,
+) -> Result<Report, String> {
+    let config = make(seed, opts);
     let summary = describe(&config);
     let hint = replay_hint(test, seed);
     match catch_unwind(AssertUnwindSafe(|| Simulation::new(config, seed).run())) {
@@ -109,10 +122,14 @@ fn seed_range(n: u64) -> Vec<u64> {
 /// Replays the one seed `PLATTER_SIM_SEED` names, if it is set, with the
 /// test's own options, printing its scenario and report. True if it did.
 fn replayed(test: &str, opts: &ScenarioOptions) -> bool {
+    replayed_of(random_config, test, opts)
+}
+
+fn replayed_of(make: MakeConfig, test: &str, opts: &ScenarioOptions) -> bool {
     let Some(seed) = env_u64("PLATTER_SIM_SEED") else {
         return false;
     };
-    let config = random_config(seed, opts);
+    let config = make(seed, opts);
     println!("{test}, seed {seed}: {}", describe(&config));
     let report = Simulation::new(config, seed).run();
     println!("{report:#?}");
@@ -122,6 +139,15 @@ fn replayed(test: &str, opts: &ScenarioOptions) -> bool {
 
 /// Runs `seeds` on every core; returns the reports and failure messages.
 fn run_seeds(
+    test: &str,
+    seeds: &[u64],
+    opts: &ScenarioOptions,
+) -> (Vec<(u64, Report)>, Vec<String>) {
+    run_seeds_of(random_config, test, seeds, opts)
+}
+
+fn run_seeds_of(
+    make: MakeConfig,
     test: &str,
     seeds: &[u64],
     opts: &ScenarioOptions,
@@ -137,7 +163,7 @@ fn run_seeds(
             s.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed) as usize;
                 let Some(&seed) = seeds.get(i) else { break };
-                match run_seed(test, seed, opts) {
+                match run_seed_of(make, test, seed, opts) {
                     Ok(r) => reports.lock().unwrap().push((seed, r)),
                     Err(msg) => failures.lock().unwrap().push(msg),
                 }
@@ -359,6 +385,84 @@ fn crashes_keep_flushed_writes() {
     assert!(crashed as u64 > n / 2);
     assert!(resynced > 0 && resynced < regions);
     assert!(after_resync > 0);
+}
+
+/// Seeds of `crashes_at_terabyte_sizes`: each run is a few hundred
+/// requests, as in the other crash seeds, plus resyncs of 4 MiB regions.
+const LARGE_SEEDS: u64 = 100;
+
+#[test]
+fn crashes_at_terabyte_sizes_keep_flushed_writes() {
+    // The crash seeds at the size of real disks (`large_config`): members
+    // of 1.5 to 3 TiB, sparse in memory, volumes of 1.5 to 21 TiB with
+    // `platter create`'s bitmap of 4 MiB regions (12 to 170 pages), the
+    // requests in windows around bitmap page boundaries, past 2^40 bytes
+    // and at the end. Every other seed has a bitmap of one page, so this
+    // is where the bitmap's multi-page writes (which pages, merged how, at
+    // which offset) meet crashes: at each crash the simulator checks that
+    // every unflushed member write lies in a region the members' bitmap
+    // marks, then resyncs those regions, and member failures afterwards
+    // read through the parity or copies the resync left.
+    let opts = ScenarioOptions {
+        levels: vec![Level::Raid5, Level::Raid6, Level::Raid10, Level::Mirror],
+        beyond_budget_percent: 0,
+        crash: true,
+        ..ScenarioOptions::default()
+    };
+    let test = "crashes_at_terabyte_sizes_keep_flushed_writes";
+    if replayed_of(large_config, test, &opts) {
+        return;
+    }
+    let n = env_u64("PLATTER_SIM_SEEDS").map_or(LARGE_SEEDS, |n| n.min(LARGE_SEEDS));
+    let seeds = seed_range(n);
+    let (reports, failures) = run_seeds_of(large_config, test, &seeds, &opts);
+    assert!(
+        failures.is_empty(),
+        "{} of {n} large crash seeds failed (replay with large_config):\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    for (seed, r) in &reports {
+        let c = large_config(*seed, &opts);
+        let size: u64 = c.workload.windows.iter().map(|w| w.0 + w.1).max().unwrap();
+        assert!(size > 1 << 40, "seed {seed}: windows end at {size}");
+        assert!(
+            r.bitmap_pages >= 12,
+            "seed {seed}: {} pages",
+            r.bitmap_pages
+        );
+    }
+    let crashed = reports.iter().filter(|(_, r)| r.crashes > 0).count() as u64;
+    let checked: u64 = reports
+        .iter()
+        .map(|(_, r)| r.unflushed_writes_checked)
+        .sum();
+    let resynced: u64 = reports.iter().map(|(_, r)| r.resynced_regions).sum();
+    let pages: u64 = reports.iter().map(|(_, r)| r.marked_pages_at_crashes).sum();
+    let many_pages = reports
+        .iter()
+        .filter(|(_, r)| r.marked_pages_at_crashes >= 3)
+        .count();
+    let after_resync = reports
+        .iter()
+        .filter(|(_, r)| r.resynced_regions > 0 && !r.faulty_members.is_empty())
+        .count();
+    println!(
+        "{n} large seeds: {crashed} crashed, {checked} unflushed member writes checked against \
+         the bitmap, {resynced} regions resynced on {pages} marked pages ({many_pages} crashes \
+         with 3 or more), {after_resync} runs lost a member after a resync"
+    );
+    // The runs must reach what they are for.
+    assert!(crashed > n / 2, "{crashed} of {n} crashed");
+    assert!(checked > n, "{checked} unflushed writes checked");
+    assert!(resynced > 0);
+    assert!(
+        many_pages as u64 > n / 10,
+        "{many_pages} crashes marked 3+ pages"
+    );
+    if n >= 100 {
+        assert!(after_resync > 0);
+    }
 }
 
 #[test]
