@@ -51,3 +51,24 @@ fn a_refused_geometry_says_why() {
     let e = Geometry::new(spec(Level::Raid6, 3, 1, 1 << 30)).unwrap_err();
     assert!(e.to_string().contains("at least 4 members"), "{e}");
 }
+
+/// Kills `geometry/mod.rs: Geometry::redundancy` with `copies - 1` mutated
+/// to `copies + 1` or `copies / 1`, and `data_per_stripe -> 0 | 1` (the
+/// stripe test above). The redundancy is what `platter status` and the
+/// simulator's budget take as the failures a volume survives in every
+/// stripe: a mirror of 3 survives 2, not 4; a raid10 with 2 copies, 1.
+#[test]
+fn redundancy_is_copies_less_one_or_the_parity_members() {
+    for (level, members, copies, want) in [
+        (Level::Mirror, 3u32, 3u32, 2u32),
+        (Level::Mirror, 2, 2, 1),
+        (Level::Raid10, 4, 2, 1),
+        (Level::Raid10, 6, 3, 2),
+        (Level::Raid5, 4, 1, 1),
+        (Level::Raid6, 5, 1, 2),
+        (Level::Stripe, 3, 1, 0),
+    ] {
+        let g = Geometry::new(spec(level, members, copies, 1 << 30)).unwrap();
+        assert_eq!(g.redundancy(), want, "{level:?} x{members} copies {copies}");
+    }
+}
