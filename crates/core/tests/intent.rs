@@ -11,21 +11,14 @@ use platter_core::volume::{
     Health, Limits, Maintenance, MemberIo, MemberOp, Reply, Request, Volume,
 };
 use platter_core::{Level, ParityLayout};
+use platter_testkit::volatile::VolatileDisk;
 use platter_testkit::Rng;
 
 const DATA_OFFSET_BYTES: u64 = 64 << 10;
 
-/// A member with a volatile cache: writes land in `current` and reach
-/// `durable` at a flush; a crash keeps a random subset of the rest.
-struct Disk {
-    current: Vec<u8>,
-    durable: Vec<u8>,
-    unflushed: Vec<(u64, Bytes)>,
-}
-
 struct Rig {
     volume: Volume,
-    disks: Vec<Disk>,
+    disks: Vec<VolatileDisk>,
     layout: IntentLayout,
     rng: Rng,
     pool: Vec<MemberIo>,
@@ -52,14 +45,8 @@ fn geometry(level: Level, members: u32) -> Geometry {
 impl Rig {
     fn new(level: Level, members: u32, seed: u64) -> Rig {
         let g = geometry(level, members);
-        let size = (DATA_OFFSET_BYTES + (256 << 10)) as usize;
-        let disks = (0..members)
-            .map(|_| Disk {
-                current: vec![0; size],
-                durable: vec![0; size],
-                unflushed: Vec::new(),
-            })
-            .collect();
+        let size = DATA_OFFSET_BYTES + (256 << 10);
+        let disks = (0..members).map(|_| VolatileDisk::new(size)).collect();
         // Two stripes a region: small, so that workloads touch several.
         let layout = IntentLayout::new(&g, 2).unwrap().expect("a bitmap");
         let mut volume = Volume::new(g, vec![Health::Online; members as usize], Limits::default());
@@ -75,43 +62,9 @@ impl Rig {
     }
 
     fn perform(&mut self, io: MemberIo) {
-        let d = &mut self.disks[io.member as usize];
-        let result = match &io.op {
-            MemberOp::Read {
-                offset_bytes,
-                len_bytes,
-            } => {
-                let a = *offset_bytes as usize;
-                Ok(Some(Bytes::copy_from_slice(
-                    &d.current[a..a + *len_bytes as usize],
-                )))
-            }
-            MemberOp::Write { offset_bytes, data } => {
-                let a = *offset_bytes as usize;
-                let data = data.to_bytes();
-                d.current[a..a + data.len()].copy_from_slice(&data);
-                d.unflushed.push((*offset_bytes, data));
-                Ok(None)
-            }
-            MemberOp::Trim {
-                offset_bytes,
-                len_bytes,
-            } => {
-                let a = *offset_bytes as usize;
-                let zeros = Bytes::from(vec![0u8; *len_bytes as usize]);
-                d.current[a..a + zeros.len()].fill(0);
-                d.unflushed.push((*offset_bytes, zeros));
-                Ok(None)
-            }
-            MemberOp::Flush => {
-                for (at, data) in d.unflushed.drain(..) {
-                    d.durable[at as usize..at as usize + data.len()].copy_from_slice(&data);
-                }
-                Ok(None)
-            }
-        };
+        let data = self.disks[io.member as usize].perform(&io.op);
         self.log.push((io.member, io.op.clone()));
-        self.volume.io_done(io.id, result);
+        self.volume.io_done(io.id, Ok(data));
     }
 
     fn take_ios(&mut self) {
@@ -172,10 +125,9 @@ impl Rig {
 
     /// The bitmap as the durable bytes of `member` hold it.
     fn durable_bits(&self, member: usize) -> RegionSet {
-        let a = INTENT_OFFSET_BYTES as usize;
         RegionSet::from_bytes(
             &self.layout,
-            &self.disks[member].durable[a..a + self.layout.area_bytes() as usize],
+            &self.disks[member].durable(INTENT_OFFSET_BYTES, self.layout.area_bytes()),
         )
     }
 
@@ -203,24 +155,7 @@ impl Rig {
     fn crash(&mut self) {
         self.pool.clear();
         for d in &mut self.disks {
-            let mut bytes = d.durable.clone();
-            for (at, data) in d.unflushed.drain(..) {
-                match self.rng.below(3) {
-                    0 => {}
-                    1 => bytes[at as usize..at as usize + data.len()].copy_from_slice(&data),
-                    _ => {
-                        for s in (0..data.len()).step_by(512) {
-                            if self.rng.below(2) == 0 {
-                                let e = (s + 512).min(data.len());
-                                let a = at as usize + s;
-                                bytes[a..a + e - s].copy_from_slice(&data[s..e]);
-                            }
-                        }
-                    }
-                }
-            }
-            d.current = bytes.clone();
-            d.durable = bytes;
+            d.crash(&mut self.rng);
         }
     }
 

@@ -26,7 +26,8 @@ use platter_core::volume::{
     Request, Volume,
 };
 use platter_core::{Level, ParityLayout};
-use std::collections::{BTreeMap, BTreeSet};
+use platter_testkit::volatile::VolatileDisk;
+use std::collections::BTreeSet;
 use support::Rng;
 
 const TIB: u64 = 1 << 40;
@@ -37,62 +38,9 @@ const PAGE: u64 = 4096;
 const REGIONS_PER_PAGE: u64 = INTENT_PAGE_BYTES * 8;
 
 /// Bytes kept in 4 KiB pages; a page never written reads as zeros.
-#[derive(Clone, Default)]
-struct Sparse {
-    pages: BTreeMap<u64, Box<[u8]>>,
-}
-
-impl Sparse {
-    fn read(&self, offset: u64, len: u64) -> Vec<u8> {
-        let mut out = vec![0u8; len as usize];
-        let mut at = offset;
-        while at < offset + len {
-            let page = at / PAGE;
-            let within = at % PAGE;
-            let n = (PAGE - within).min(offset + len - at);
-            if let Some(p) = self.pages.get(&page) {
-                let o = (at - offset) as usize;
-                out[o..o + n as usize].copy_from_slice(&p[within as usize..(within + n) as usize]);
-            }
-            at += n;
-        }
-        out
-    }
-
-    fn write(&mut self, offset: u64, data: &[u8]) {
-        let mut at = offset;
-        let end = offset + data.len() as u64;
-        while at < end {
-            let page = at / PAGE;
-            let within = at % PAGE;
-            let n = (PAGE - within).min(end - at);
-            let p = self
-                .pages
-                .entry(page)
-                .or_insert_with(|| vec![0u8; PAGE as usize].into_boxed_slice());
-            let o = (at - offset) as usize;
-            p[within as usize..(within + n) as usize].copy_from_slice(&data[o..o + n as usize]);
-            at += n;
-        }
-    }
-
-    fn bytes_held(&self) -> u64 {
-        self.pages.len() as u64 * PAGE
-    }
-}
-
-/// A member of `size` bytes with a volatile cache: writes land in
-/// `current` and reach `durable` at a flush.
-struct Member {
-    size: u64,
-    current: Sparse,
-    durable: Sparse,
-    unflushed: Vec<(u64, Bytes)>,
-}
-
 struct Rig {
     volume: Volume,
-    members: Vec<Member>,
+    members: Vec<VolatileDisk>,
     layout: IntentLayout,
     rng: Rng,
     pool: Vec<MemberIo>,
@@ -173,12 +121,7 @@ impl Rig {
             .expect("a bitmap");
         let n = g.members();
         let members = (0..n)
-            .map(|m| Member {
-                size: DATA_OFFSET_BYTES + g.spec().member_data_bytes[m as usize],
-                current: Sparse::default(),
-                durable: Sparse::default(),
-                unflushed: Vec::new(),
-            })
+            .map(|m| VolatileDisk::new(DATA_OFFSET_BYTES + g.spec().member_data_bytes[m as usize]))
             .collect();
         let mut volume = Volume::new(g, vec![Health::Online; n as usize], Limits::default());
         volume.enable_intent(layout, RegionSet::new(&layout), false);
@@ -194,7 +137,6 @@ impl Rig {
     }
 
     fn perform(&mut self, io: MemberIo) {
-        let m = &mut self.members[io.member as usize];
         let (name, offset, len) = match &io.op {
             MemberOp::Read {
                 offset_bytes,
@@ -207,35 +149,12 @@ impl Rig {
             } => ("trim", *offset_bytes, *len_bytes),
             MemberOp::Flush => ("flush", 0, 0),
         };
-        assert!(
-            offset + len <= m.size,
-            "{name} of {len} bytes at {offset} past the end of member {} ({} bytes)",
-            io.member,
-            m.size
-        );
         let refused =
             self.full == Some(io.member) && name == "write" && offset >= DATA_OFFSET_BYTES;
-        let result = match &io.op {
-            _ if refused => Err(IoError::new(IoErrorKind::NoSpace, "no space left")),
-            MemberOp::Read { .. } => Ok(Some(Bytes::from(m.current.read(offset, len)))),
-            MemberOp::Write { data, .. } => {
-                let data = data.to_bytes();
-                m.current.write(offset, &data);
-                m.unflushed.push((offset, data));
-                Ok(None)
-            }
-            MemberOp::Trim { .. } => {
-                let zeros = Bytes::from(vec![0u8; len as usize]);
-                m.current.write(offset, &zeros);
-                m.unflushed.push((offset, zeros));
-                Ok(None)
-            }
-            MemberOp::Flush => {
-                for (at, data) in m.unflushed.drain(..) {
-                    m.durable.write(at, &data);
-                }
-                Ok(None)
-            }
+        let result = if refused {
+            Err(IoError::new(IoErrorKind::NoSpace, "no space left"))
+        } else {
+            Ok(self.members[io.member as usize].perform(&io.op))
         };
         self.log.push((io.member, name, offset, len));
         self.volume.io_done(io.id, result);
@@ -310,9 +229,7 @@ impl Rig {
     fn durable_bits(&self, member: usize) -> RegionSet {
         RegionSet::from_bytes(
             &self.layout,
-            &self.members[member]
-                .durable
-                .read(INTENT_OFFSET_BYTES, self.layout.area_bytes()),
+            &self.members[member].durable(INTENT_OFFSET_BYTES, self.layout.area_bytes()),
         )
     }
 
@@ -329,23 +246,7 @@ impl Rig {
     fn crash(&mut self) {
         self.pool.clear();
         for m in &mut self.members {
-            let mut kept = m.durable.clone();
-            for (at, data) in m.unflushed.drain(..) {
-                match self.rng.below(3) {
-                    0 => {}
-                    1 => kept.write(at, &data),
-                    _ => {
-                        for s in (0..data.len()).step_by(512) {
-                            if self.rng.below(2) == 0 {
-                                let e = (s + 512).min(data.len());
-                                kept.write(at + s as u64, &data[s..e]);
-                            }
-                        }
-                    }
-                }
-            }
-            m.current = kept.clone();
-            m.durable = kept;
+            m.crash(&mut self.rng);
         }
     }
 
@@ -503,7 +404,7 @@ fn bitmap_rounds_write_the_changed_pages_at_their_offsets_merging_adjacent_ones(
         assert!(rig.region_offset(layout.regions - 1) > TIB);
         // Members held a few MiB, not TiBs.
         for m in &rig.members {
-            assert!(m.current.bytes_held() < 64 << 20);
+            assert!(m.bytes_held() < 64 << 20);
         }
     }
 }
@@ -545,7 +446,7 @@ fn stripes_past_2_pow_32_map_mark_and_check_consistently() {
                 );
             }
             assert_eq!(
-                rig.members[loc.member as usize].current.read(off, 1),
+                rig.members[loc.member as usize].read(off, 1),
                 vec![1],
                 "{case:?} stripe {stripe}"
             );
@@ -705,8 +606,7 @@ fn a_member_that_joins_gets_every_bitmap_page() {
     // Slot 1 gets a fresh device.
     rig.volume.mark_faulty(1, "test: replaced".into());
     rig.volume.failure_recorded(1);
-    rig.members[1].current = Sparse::default();
-    rig.members[1].durable = Sparse::default();
+    rig.members[1] = VolatileDisk::new(rig.members[1].size_bytes());
     rig.volume.start_rebuild(1, 0).unwrap();
     let mark = rig.log.len();
     let r = 7 * p + 9;

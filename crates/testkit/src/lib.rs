@@ -26,5 +26,6 @@ pub mod member;
 pub mod oracle;
 pub mod rng;
 pub mod serve;
+pub mod volatile;
 
 pub use rng::Rng;
