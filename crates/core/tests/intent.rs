@@ -6,25 +6,12 @@
 
 use bytes::Bytes;
 use platter_core::geometry::{Geometry, GeometrySpec};
-use platter_core::intent::{IntentLayout, RegionSet, INTENT_OFFSET_BYTES};
-use platter_core::volume::{
-    Health, Limits, Maintenance, MemberIo, MemberOp, Reply, Request, Volume,
-};
+use platter_core::intent::{IntentLayout, INTENT_OFFSET_BYTES};
+use platter_core::volume::{Maintenance, MemberOp, Reply, Request};
 use platter_core::{Level, ParityLayout};
-use platter_testkit::volatile::VolatileDisk;
-use platter_testkit::Rng;
+use platter_testkit::volatile::BitmapRig;
 
 const DATA_OFFSET_BYTES: u64 = 64 << 10;
-
-struct Rig {
-    volume: Volume,
-    disks: Vec<VolatileDisk>,
-    layout: IntentLayout,
-    rng: Rng,
-    pool: Vec<MemberIo>,
-    /// Every member I/O performed, in order.
-    log: Vec<(u32, MemberOp)>,
-}
 
 fn geometry(level: Level, members: u32) -> Geometry {
     Geometry::new(GeometrySpec {
@@ -42,147 +29,36 @@ fn geometry(level: Level, members: u32) -> Geometry {
     .expect("valid geometry")
 }
 
-impl Rig {
-    fn new(level: Level, members: u32, seed: u64) -> Rig {
-        let g = geometry(level, members);
-        let size = DATA_OFFSET_BYTES + (256 << 10);
-        let disks = (0..members).map(|_| VolatileDisk::new(size)).collect();
-        // Two stripes a region: small, so that workloads touch several.
-        let layout = IntentLayout::new(&g, 2).unwrap().expect("a bitmap");
-        let mut volume = Volume::new(g, vec![Health::Online; members as usize], Limits::default());
-        volume.enable_intent(layout, RegionSet::new(&layout), false);
-        Rig {
-            volume,
-            disks,
-            layout,
-            rng: Rng(seed),
-            pool: Vec::new(),
-            log: Vec::new(),
+/// Two stripes a region: small, so that workloads touch several.
+fn new_rig(level: Level, members: u32, seed: u64) -> BitmapRig {
+    let g = geometry(level, members);
+    let layout = IntentLayout::new(&g, 2).unwrap().expect("a bitmap");
+    BitmapRig::new(g, layout, seed)
+}
+
+fn is_data_write(op: &MemberOp) -> Option<u64> {
+    match op {
+        MemberOp::Write { offset_bytes, .. } | MemberOp::Trim { offset_bytes, .. }
+            if *offset_bytes >= DATA_OFFSET_BYTES =>
+        {
+            Some(*offset_bytes)
         }
+        _ => None,
     }
+}
 
-    fn perform(&mut self, io: MemberIo) {
-        let data = self.disks[io.member as usize].perform(&io.op);
-        self.log.push((io.member, io.op.clone()));
-        self.volume.io_done(io.id, Ok(data));
-    }
-
-    fn take_ios(&mut self) {
-        while let Some(io) = self.volume.next_io() {
-            self.pool.push(io);
+fn mismatched_stripes(rig: &mut BitmapRig) -> Vec<u64> {
+    let stripes = rig.volume.geometry().stripes();
+    match rig.one(Request::Maintain {
+        first_stripe: 0,
+        stripe_count: stripes,
+        action: Maintenance::Check,
+    }) {
+        Reply::Checked(r) => {
+            assert_eq!(r.unchecked_stripes, 0);
+            r.mismatched_stripes
         }
-    }
-
-    /// Performs one pending member I/O chosen at random; false when none.
-    fn step(&mut self) -> bool {
-        self.take_ios();
-        if self.pool.is_empty() {
-            return false;
-        }
-        let i = self.rng.below(self.pool.len() as u64) as usize;
-        let io = self.pool.swap_remove(i);
-        self.perform(io);
-        self.take_ios();
-        true
-    }
-
-    fn settle(&mut self) {
-        for _ in 0..1_000_000 {
-            if !self.step() {
-                assert!(self.volume.is_idle());
-                while self.volume.next_completion().is_some() {}
-                return;
-            }
-        }
-        panic!("did not settle");
-    }
-
-    fn run(&mut self, req: Request) -> Reply {
-        let id = self.volume.submit(req);
-        self.settle();
-        let _ = id;
-        Reply::Done
-    }
-
-    fn one(&mut self, req: Request) -> Reply {
-        let id = self.volume.submit(req);
-        let mut out = None;
-        for _ in 0..1_000_000 {
-            while let Some(c) = self.volume.next_completion() {
-                assert_eq!(c.id, id);
-                out = Some(c.result.expect("request succeeds"));
-            }
-            if !self.step() {
-                break;
-            }
-        }
-        while let Some(c) = self.volume.next_completion() {
-            assert_eq!(c.id, id);
-            out = Some(c.result.expect("request succeeds"));
-        }
-        out.expect("completed")
-    }
-
-    /// The bitmap as the durable bytes of `member` hold it.
-    fn durable_bits(&self, member: usize) -> RegionSet {
-        RegionSet::from_bytes(
-            &self.layout,
-            &self.disks[member].durable(INTENT_OFFSET_BYTES, self.layout.area_bytes()),
-        )
-    }
-
-    fn durable_union(&self) -> RegionSet {
-        let mut all = RegionSet::new(&self.layout);
-        for m in 0..self.disks.len() {
-            all.union_with(&self.durable_bits(m));
-        }
-        all
-    }
-
-    fn is_data_write(op: &MemberOp) -> Option<u64> {
-        match op {
-            MemberOp::Write { offset_bytes, .. } | MemberOp::Trim { offset_bytes, .. }
-                if *offset_bytes >= DATA_OFFSET_BYTES =>
-            {
-                Some(*offset_bytes)
-            }
-            _ => None,
-        }
-    }
-
-    /// A crash: each member keeps its durable bytes plus a random subset of
-    /// its unflushed writes, some torn at sector granularity.
-    fn crash(&mut self) {
-        self.pool.clear();
-        for d in &mut self.disks {
-            d.crash(&mut self.rng);
-        }
-    }
-
-    /// After a crash: a new volume over the members, the bitmap read back
-    /// from them.
-    fn restart(&mut self) -> RegionSet {
-        let g = self.volume.geometry().clone();
-        let n = g.members() as usize;
-        let bits = self.durable_union();
-        self.volume = Volume::new(g, vec![Health::Online; n], Limits::default());
-        self.volume.enable_intent(self.layout, bits.clone(), true);
-        bits
-    }
-
-    fn mismatched_stripes(&mut self) -> Vec<u64> {
-        let stripes = self.volume.geometry().stripes();
-        match self.one(Request::Maintain {
-            first_stripe: 0,
-            stripe_count: stripes,
-            action: Maintenance::Check,
-        }) {
-            Reply::Checked(r) => {
-                assert_eq!(r.unchecked_stripes, 0);
-                r.mismatched_stripes
-            }
-            other => panic!("{other:?}"),
-        }
+        other => panic!("{other:?}"),
     }
 }
 
@@ -208,7 +84,7 @@ fn write(offset_bytes: u64, len: usize, byte: u8) -> Request {
 
 #[test]
 fn a_write_is_issued_only_after_its_bit_is_flushed_on_every_member() {
-    let mut rig = Rig::new(Level::Raid5, 4, 1);
+    let mut rig = new_rig(Level::Raid5, 4, 1);
     let stripe_bytes = rig.volume.geometry().stripe_data_bytes();
     // Region 3 = stripes 6 and 7.
     rig.volume.submit(write(6 * stripe_bytes + 100, 5000, 0xAB));
@@ -216,7 +92,7 @@ fn a_write_is_issued_only_after_its_bit_is_flushed_on_every_member() {
     let first_data = rig
         .log
         .iter()
-        .position(|(_, op)| Rig::is_data_write(op).is_some())
+        .position(|(_, op)| is_data_write(op).is_some())
         .expect("the write reached the members");
     for m in 0..4u32 {
         let bitmap_write = rig.log[..first_data].iter().position(|(mm, op)| {
@@ -245,7 +121,7 @@ fn a_write_is_issued_only_after_its_bit_is_flushed_on_every_member() {
 
 #[test]
 fn a_sweep_clears_a_region_only_after_a_quiet_interval_and_a_flush() {
-    let mut rig = Rig::new(Level::Mirror, 2, 2);
+    let mut rig = new_rig(Level::Mirror, 2, 2);
     rig.volume.submit(write(0, 4096, 7));
     rig.settle();
     assert_eq!(rig.durable_union().len(), 1);
@@ -277,7 +153,7 @@ fn a_sweep_clears_a_region_only_after_a_quiet_interval_and_a_flush() {
 
 #[test]
 fn a_write_racing_a_clearing_round_waits_for_its_bit_again() {
-    let mut rig = Rig::new(Level::Raid6, 5, 3);
+    let mut rig = new_rig(Level::Raid6, 5, 3);
     rig.volume.submit(write(0, 4096, 7));
     rig.settle();
     rig.volume.submit(Request::Sweep { all: true });
@@ -291,8 +167,7 @@ fn a_write_racing_a_clearing_round_waits_for_its_bit_again() {
     assert!(
         rig.pool
             .iter()
-            .all(|io| Rig::is_data_write(&io.op).is_none()
-                && !matches!(io.op, MemberOp::Read { .. })),
+            .all(|io| is_data_write(&io.op).is_none() && !matches!(io.op, MemberOp::Read { .. })),
         "the write must wait: {:?}",
         rig.pool
             .iter()
@@ -311,7 +186,7 @@ fn a_write_racing_a_clearing_round_waits_for_its_bit_again() {
     let last_data = rig
         .log
         .iter()
-        .rposition(|(_, op)| Rig::is_data_write(op).is_some())
+        .rposition(|(_, op)| is_data_write(op).is_some())
         .unwrap();
     assert!(last_bitmap < last_data);
 }
@@ -331,7 +206,7 @@ fn after_a_crash_every_inconsistent_stripe_is_in_a_marked_region() {
             2 => (Level::Mirror, 2 + (seed / 4 % 2) as u32),
             _ => (Level::Raid10, 3 + (seed / 4 % 2) as u32),
         };
-        let mut rig = Rig::new(level, members, seed);
+        let mut rig = new_rig(level, members, seed);
         let size = rig.volume.size_bytes();
         // Writes cluster in the first third, as real workloads do.
         let hot = size / 3;
@@ -360,7 +235,7 @@ fn after_a_crash_every_inconsistent_stripe_is_in_a_marked_region() {
         }
         rig.crash();
         let bits = rig.restart();
-        let bad = rig.mismatched_stripes();
+        let bad = mismatched_stripes(&mut rig);
         inconsistent_seen += bad.len();
         for s in &bad {
             assert!(
@@ -383,10 +258,12 @@ fn after_a_crash_every_inconsistent_stripe_is_in_a_marked_region() {
             region = r + 1;
         }
         all_regions += rig.layout.regions;
-        assert!(rig.mismatched_stripes().is_empty(), "seed {seed}");
+        assert!(mismatched_stripes(&mut rig).is_empty(), "seed {seed}");
         // Two sweeps later the bitmap is clean again.
-        rig.run(Request::Sweep { all: false });
-        rig.run(Request::Sweep { all: false });
+        rig.volume.submit(Request::Sweep { all: false });
+        rig.settle();
+        rig.volume.submit(Request::Sweep { all: false });
+        rig.settle();
         assert!(rig.durable_union().is_empty(), "seed {seed}");
     }
     // The test must have seen the problem it guards against, and the

@@ -14,21 +14,15 @@
 //! check that what a crash leaves inconsistent is marked and that the data
 //! reads back.
 
-mod support;
-
 use bytes::Bytes;
 use platter_core::geometry::{Geometry, GeometrySpec};
 use platter_core::intent::{
-    IntentLayout, RegionSet, DEFAULT_REGION_BYTES, INTENT_OFFSET_BYTES, INTENT_PAGE_BYTES,
+    IntentLayout, DEFAULT_REGION_BYTES, INTENT_OFFSET_BYTES, INTENT_PAGE_BYTES,
 };
-use platter_core::volume::{
-    ErrorKind, Health, IoError, IoErrorKind, Limits, Maintenance, MemberIo, MemberOp, Reply,
-    Request, Volume,
-};
+use platter_core::volume::{ErrorKind, Maintenance, MemberOp, Reply, Request};
 use platter_core::{Level, ParityLayout};
-use platter_testkit::volatile::VolatileDisk;
+use platter_testkit::volatile::{BitmapRig, VolatileDisk};
 use std::collections::BTreeSet;
-use support::Rng;
 
 const TIB: u64 = 1 << 40;
 /// As `platter create` lays members out: room for a bitmap of 255 pages.
@@ -38,18 +32,6 @@ const PAGE: u64 = 4096;
 const REGIONS_PER_PAGE: u64 = INTENT_PAGE_BYTES * 8;
 
 /// Bytes kept in 4 KiB pages; a page never written reads as zeros.
-struct Rig {
-    volume: Volume,
-    members: Vec<VolatileDisk>,
-    layout: IntentLayout,
-    rng: Rng,
-    pool: Vec<MemberIo>,
-    /// Every member I/O performed: (member, op, offset, length).
-    log: Vec<(u32, &'static str, u64, u64)>,
-    /// A member with no room: its data writes fail with `NoSpace` (a
-    /// sparse file on a full file system) and change nothing.
-    full: Option<u32>,
-}
 
 #[derive(Clone, Copy, Debug)]
 struct Case {
@@ -110,111 +92,26 @@ impl Case {
     }
 }
 
-impl Rig {
-    /// The volume with the bitmap `platter create` would give it (4 MiB
-    /// regions, grown until the bitmap fits in front of the data).
-    fn new(case: Case, seed: u64) -> Rig {
-        let g = case.geometry();
-        let region_stripes = IntentLayout::choose_region_stripes(&g, DEFAULT_REGION_BYTES);
-        let layout = IntentLayout::new(&g, region_stripes)
-            .unwrap()
-            .expect("a bitmap");
-        let n = g.members();
-        let members = (0..n)
-            .map(|m| VolatileDisk::new(DATA_OFFSET_BYTES + g.spec().member_data_bytes[m as usize]))
-            .collect();
-        let mut volume = Volume::new(g, vec![Health::Online; n as usize], Limits::default());
-        volume.enable_intent(layout, RegionSet::new(&layout), false);
-        Rig {
-            volume,
-            members,
-            layout,
-            rng: Rng(seed),
-            pool: Vec::new(),
-            log: Vec::new(),
-            full: None,
-        }
-    }
+/// The volume with the bitmap `platter create` would give it (4 MiB
+/// regions, grown until the bitmap fits in front of the data).
+fn new_rig(case: Case, seed: u64) -> BitmapRig {
+    let g = case.geometry();
+    let region_stripes = IntentLayout::choose_region_stripes(&g, DEFAULT_REGION_BYTES);
+    let layout = IntentLayout::new(&g, region_stripes)
+        .unwrap()
+        .expect("a bitmap");
+    BitmapRig::new(g, layout, seed)
+}
 
-    fn perform(&mut self, io: MemberIo) {
-        let (name, offset, len) = match &io.op {
-            MemberOp::Read {
-                offset_bytes,
-                len_bytes,
-            } => ("read", *offset_bytes, *len_bytes),
-            MemberOp::Write { offset_bytes, data } => ("write", *offset_bytes, data.len() as u64),
-            MemberOp::Trim {
-                offset_bytes,
-                len_bytes,
-            } => ("trim", *offset_bytes, *len_bytes),
-            MemberOp::Flush => ("flush", 0, 0),
-        };
-        let refused =
-            self.full == Some(io.member) && name == "write" && offset >= DATA_OFFSET_BYTES;
-        let result = if refused {
-            Err(IoError::new(IoErrorKind::NoSpace, "no space left"))
-        } else {
-            Ok(self.members[io.member as usize].perform(&io.op))
-        };
-        self.log.push((io.member, name, offset, len));
-        self.volume.io_done(io.id, result);
-    }
+/// What these tests ask of the test kit's rig besides.
+trait RigExt {
+    fn read(&mut self, offset_bytes: u64, len_bytes: u64) -> Vec<u8>;
+    fn check(&mut self, first_stripe: u64, stripe_count: u64, action: Maintenance) -> Vec<u64>;
+    fn region_offset(&self, region: u64) -> u64;
+    fn region_bytes(&self) -> u64;
+}
 
-    fn take_ios(&mut self) {
-        while let Some(io) = self.volume.next_io() {
-            self.pool.push(io);
-        }
-    }
-
-    /// Performs one pending member I/O chosen at random; false when none.
-    fn step(&mut self) -> bool {
-        self.take_ios();
-        if self.pool.is_empty() {
-            return false;
-        }
-        let i = self.rng.below(self.pool.len() as u64) as usize;
-        let io = self.pool.swap_remove(i);
-        self.perform(io);
-        self.take_ios();
-        true
-    }
-
-    fn settle(&mut self) {
-        for _ in 0..1_000_000 {
-            if !self.step() {
-                assert!(self.volume.is_idle());
-                while let Some(c) = self.volume.next_completion() {
-                    c.result.expect("request succeeds");
-                }
-                return;
-            }
-        }
-        panic!("did not settle");
-    }
-
-    fn one(&mut self, req: Request) -> Reply {
-        let id = self.volume.submit(req);
-        let mut out = None;
-        loop {
-            while let Some(c) = self.volume.next_completion() {
-                let r = c.result.expect("request succeeds");
-                if c.id == id {
-                    out = Some(r);
-                }
-            }
-            if !self.step() {
-                break;
-            }
-        }
-        while let Some(c) = self.volume.next_completion() {
-            let r = c.result.expect("request succeeds");
-            if c.id == id {
-                out = Some(r);
-            }
-        }
-        out.expect("completed")
-    }
-
+impl RigExt for BitmapRig {
     fn read(&mut self, offset_bytes: u64, len_bytes: u64) -> Vec<u8> {
         match self.one(Request::Read {
             offset_bytes,
@@ -223,41 +120,6 @@ impl Rig {
             Reply::Data(d) => d.to_vec(),
             other => panic!("{other:?}"),
         }
-    }
-
-    /// The bitmap as `member`'s durable bytes hold it.
-    fn durable_bits(&self, member: usize) -> RegionSet {
-        RegionSet::from_bytes(
-            &self.layout,
-            &self.members[member].durable(INTENT_OFFSET_BYTES, self.layout.area_bytes()),
-        )
-    }
-
-    fn durable_union(&self) -> RegionSet {
-        let mut all = RegionSet::new(&self.layout);
-        for m in 0..self.members.len() {
-            all.union_with(&self.durable_bits(m));
-        }
-        all
-    }
-
-    /// A crash: each member keeps its durable bytes plus a random subset
-    /// of its unflushed writes, some torn at sector granularity.
-    fn crash(&mut self) {
-        self.pool.clear();
-        for m in &mut self.members {
-            m.crash(&mut self.rng);
-        }
-    }
-
-    /// A new volume over the crashed members, with the bitmap they hold.
-    fn restart(&mut self) -> RegionSet {
-        let g = self.volume.geometry().clone();
-        let n = g.members() as usize;
-        let bits = self.durable_union();
-        self.volume = Volume::new(g, vec![Health::Online; n], Limits::default());
-        self.volume.enable_intent(self.layout, bits.clone(), true);
-        bits
     }
 
     fn check(&mut self, first_stripe: u64, stripe_count: u64, action: Maintenance) -> Vec<u64> {
@@ -322,7 +184,7 @@ fn scattered_regions(layout: &IntentLayout) -> (u64, Vec<u64>) {
 #[test]
 fn bitmap_rounds_write_the_changed_pages_at_their_offsets_merging_adjacent_ones() {
     for (i, case) in CASES.iter().enumerate() {
-        let mut rig = Rig::new(*case, 100 + i as u64);
+        let mut rig = new_rig(*case, 100 + i as u64);
         let layout = rig.layout;
         let g = rig.volume.geometry().clone();
         assert!(g.volume_size_bytes() > 2 * TIB, "{case:?}");
@@ -330,7 +192,7 @@ fn bitmap_rounds_write_the_changed_pages_at_their_offsets_merging_adjacent_ones(
         // Round 1: one region on page 0.
         rig.volume
             .submit(write(rig.region_offset(first) + 100, vec![1; 3000], false));
-        rig.settle();
+        rig.settle_ok();
         let mut expected = BTreeSet::from([first]);
         for m in 0..case.members as usize {
             let bits: BTreeSet<u64> = rig.durable_bits(m).iter().collect();
@@ -354,7 +216,7 @@ fn bitmap_rounds_write_the_changed_pages_at_their_offsets_merging_adjacent_ones(
             rig.volume
                 .submit(write(at, vec![2 + j as u8; len as usize], false));
         }
-        rig.settle();
+        rig.settle_ok();
         expected.extend(later.iter().copied());
         expected.insert(first + 3);
         let last_page = layout.pages() - 1;
@@ -366,11 +228,7 @@ fn bitmap_rounds_write_the_changed_pages_at_their_offsets_merging_adjacent_ones(
         ];
         want_writes.sort_unstable();
         for m in 0..case.members {
-            let mut bitmap_writes: Vec<(u64, u64)> = rig.log[mark..]
-                .iter()
-                .filter(|(mm, op, off, _)| *mm == m && *op == "write" && *off < DATA_OFFSET_BYTES)
-                .map(|&(_, _, off, len)| (off, len))
-                .collect();
+            let mut bitmap_writes = rig.metadata_writes(mark, m);
             bitmap_writes.sort_unstable();
             assert_eq!(
                 bitmap_writes, want_writes,
@@ -384,8 +242,12 @@ fn bitmap_rounds_write_the_changed_pages_at_their_offsets_merging_adjacent_ones(
         let data_ends: Vec<u64> = rig
             .log
             .iter()
-            .filter(|(_, op, off, _)| *op == "write" && *off >= DATA_OFFSET_BYTES)
-            .map(|&(_, _, off, len)| off + len)
+            .filter_map(|(_, op)| match op {
+                MemberOp::Write { offset_bytes, data } if *offset_bytes >= DATA_OFFSET_BYTES => {
+                    Some(offset_bytes + data.len() as u64)
+                }
+                _ => None,
+            })
             .collect();
         assert!(
             data_ends.iter().any(|&e| e > (1u64 << 32) * 512),
@@ -403,7 +265,7 @@ fn bitmap_rounds_write_the_changed_pages_at_their_offsets_merging_adjacent_ones(
         }
         assert!(rig.region_offset(layout.regions - 1) > TIB);
         // Members held a few MiB, not TiBs.
-        for m in &rig.members {
+        for m in &rig.disks {
             assert!(m.bytes_held() < 64 << 20);
         }
     }
@@ -418,7 +280,7 @@ fn bitmap_rounds_write_the_changed_pages_at_their_offsets_merging_adjacent_ones(
 #[test]
 fn stripes_past_2_pow_32_map_mark_and_check_consistently() {
     for case in CASES.iter().filter(|c| c.interleave_bytes == 512) {
-        let mut rig = Rig::new(*case, 7);
+        let mut rig = new_rig(*case, 7);
         let g = rig.volume.geometry().clone();
         assert!(
             g.stripes() > (1 << 32) + 2,
@@ -446,7 +308,7 @@ fn stripes_past_2_pow_32_map_mark_and_check_consistently() {
                 );
             }
             assert_eq!(
-                rig.members[loc.member as usize].read(off, 1),
+                rig.disks[loc.member as usize].read(off, 1),
                 vec![1],
                 "{case:?} stripe {stripe}"
             );
@@ -471,7 +333,7 @@ fn after_a_crash_at_size_every_inconsistent_stripe_is_marked() {
     let mut pages_marked = BTreeSet::new();
     for seed in 0..24u64 {
         let case = CASES[(seed % 4) as usize];
-        let mut rig = Rig::new(case, seed);
+        let mut rig = new_rig(case, seed);
         let layout = rig.layout;
         let size = rig.volume.size_bytes();
         let p = REGIONS_PER_PAGE;
@@ -597,7 +459,7 @@ fn after_a_crash_at_size_every_inconsistent_stripe_is_marked() {
 #[test]
 fn a_member_that_joins_gets_every_bitmap_page() {
     let case = CASES[0];
-    let mut rig = Rig::new(case, 11);
+    let mut rig = new_rig(case, 11);
     let layout = rig.layout;
     let p = REGIONS_PER_PAGE;
     for r in [3 * p + 5, 40 * p + 7] {
@@ -606,18 +468,14 @@ fn a_member_that_joins_gets_every_bitmap_page() {
     // Slot 1 gets a fresh device.
     rig.volume.mark_faulty(1, "test: replaced".into());
     rig.volume.failure_recorded(1);
-    rig.members[1] = VolatileDisk::new(rig.members[1].size_bytes());
+    rig.disks[1] = VolatileDisk::new(rig.disks[1].size_bytes());
     rig.volume.start_rebuild(1, 0).unwrap();
     let mark = rig.log.len();
     let r = 7 * p + 9;
     rig.one(write(rig.region_offset(r), vec![6; 4096], false));
     let want: BTreeSet<u64> = [3 * p + 5, 40 * p + 7, r].into();
     for m in 0..case.members {
-        let writes: Vec<(u64, u64)> = rig.log[mark..]
-            .iter()
-            .filter(|(mm, op, off, _)| *mm == m && *op == "write" && *off < DATA_OFFSET_BYTES)
-            .map(|&(_, _, off, len)| (off, len))
-            .collect();
+        let writes = rig.metadata_writes(mark, m);
         assert_eq!(
             writes,
             vec![(INTENT_OFFSET_BYTES, layout.pages() * PAGE)],
@@ -638,7 +496,7 @@ fn a_member_that_joins_gets_every_bitmap_page() {
 #[test]
 fn a_write_refused_for_space_keeps_its_regions_marked_until_resynced() {
     let case = CASES[0];
-    let mut rig = Rig::new(case, 12);
+    let mut rig = new_rig(case, 12);
     let layout = rig.layout;
     let r = 9 * REGIONS_PER_PAGE + 77;
     rig.full = Some(2);

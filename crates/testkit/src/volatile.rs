@@ -6,7 +6,11 @@
 
 use crate::Rng;
 use bytes::Bytes;
-use platter_core::volume::MemberOp;
+use platter_core::geometry::Geometry;
+use platter_core::intent::{IntentLayout, RegionSet, INTENT_OFFSET_BYTES};
+use platter_core::volume::{
+    Completion, Health, IoError, IoErrorKind, Limits, MemberIo, MemberOp, Reply, Request, Volume,
+};
 use platter_sim::sparse::Pages;
 
 /// The sector at which an unflushed write may be torn by a crash.
@@ -115,5 +119,173 @@ impl VolatileDisk {
         }
         self.current = kept.clone();
         self.durable = kept;
+    }
+}
+
+/// A volume with a write-intent bitmap over [`VolatileDisk`]s, its member
+/// I/O performed one at a time in random order: the crash tests of the
+/// bitmap (`crates/core/tests/intent.rs` at a few hundred KiB,
+/// `large_volumes.rs` at TiBs).
+pub struct BitmapRig {
+    pub volume: Volume,
+    pub disks: Vec<VolatileDisk>,
+    pub layout: IntentLayout,
+    pub rng: Rng,
+    pub pool: Vec<MemberIo>,
+    /// Every member I/O performed, in order.
+    pub log: Vec<(u32, MemberOp)>,
+    /// A member with no room: its data writes fail with `NoSpace` (a
+    /// sparse file on a full file system) and change nothing.
+    pub full: Option<u32>,
+}
+
+impl BitmapRig {
+    /// Every member online and blank, the bitmap clean.
+    pub fn new(geometry: Geometry, layout: IntentLayout, seed: u64) -> BitmapRig {
+        let n = geometry.members();
+        let disks = (0..n)
+            .map(|m| {
+                VolatileDisk::new(
+                    geometry.spec().data_offset_bytes
+                        + geometry.spec().member_data_bytes[m as usize],
+                )
+            })
+            .collect();
+        let mut volume = Volume::new(
+            geometry,
+            vec![Health::Online; n as usize],
+            Limits::default(),
+        );
+        volume.enable_intent(layout, RegionSet::new(&layout), false);
+        BitmapRig {
+            volume,
+            disks,
+            layout,
+            rng: Rng(seed),
+            pool: Vec::new(),
+            log: Vec::new(),
+            full: None,
+        }
+    }
+
+    pub fn perform(&mut self, io: MemberIo) {
+        let data_write = matches!(&io.op, MemberOp::Write { offset_bytes, .. }
+            if *offset_bytes >= self.volume.geometry().spec().data_offset_bytes);
+        let result = if self.full == Some(io.member) && data_write {
+            Err(IoError::new(IoErrorKind::NoSpace, "no space left"))
+        } else {
+            Ok(self.disks[io.member as usize].perform(&io.op))
+        };
+        self.log.push((io.member, io.op.clone()));
+        self.volume.io_done(io.id, result);
+    }
+
+    pub fn take_ios(&mut self) {
+        while let Some(io) = self.volume.next_io() {
+            self.pool.push(io);
+        }
+    }
+
+    /// Performs one pending member I/O chosen at random; false when none.
+    pub fn step(&mut self) -> bool {
+        self.take_ios();
+        if self.pool.is_empty() {
+            return false;
+        }
+        let i = self.rng.below(self.pool.len() as u64) as usize;
+        let io = self.pool.swap_remove(i);
+        self.perform(io);
+        self.take_ios();
+        true
+    }
+
+    /// Performs member I/O until the volume is idle; returns what completed.
+    pub fn settle(&mut self) -> Vec<Completion> {
+        let mut done = Vec::new();
+        for _ in 0..1_000_000 {
+            if !self.step() {
+                assert!(self.volume.is_idle());
+                while let Some(c) = self.volume.next_completion() {
+                    done.push(c);
+                }
+                return done;
+            }
+        }
+        panic!("did not settle");
+    }
+
+    /// [`BitmapRig::settle`], every request succeeding.
+    pub fn settle_ok(&mut self) {
+        for c in self.settle() {
+            c.result.expect("request succeeds");
+        }
+    }
+
+    /// Runs `req` and whatever else is pending to the end; its reply.
+    /// Every request must succeed.
+    pub fn one(&mut self, req: Request) -> Reply {
+        let id = self.volume.submit(req);
+        let mut out = None;
+        for c in self.settle() {
+            let r = c.result.expect("request succeeds");
+            if c.id == id {
+                out = Some(r);
+            }
+        }
+        out.expect("completed")
+    }
+
+    /// The bitmap as the durable bytes of `member` hold it.
+    pub fn durable_bits(&self, member: usize) -> RegionSet {
+        RegionSet::from_bytes(
+            &self.layout,
+            &self.disks[member].durable(INTENT_OFFSET_BYTES, self.layout.area_bytes()),
+        )
+    }
+
+    /// Every region some member's durable bitmap marks.
+    pub fn durable_union(&self) -> RegionSet {
+        let mut all = RegionSet::new(&self.layout);
+        for m in 0..self.disks.len() {
+            all.union_with(&self.durable_bits(m));
+        }
+        all
+    }
+
+    /// A crash: every member loses, keeps or tears each unflushed write
+    /// ([`VolatileDisk::crash`]); the I/O in flight is gone.
+    pub fn crash(&mut self) {
+        self.pool.clear();
+        for d in &mut self.disks {
+            d.crash(&mut self.rng);
+        }
+    }
+
+    /// After a crash: a new volume over the members, the bitmap read back
+    /// from them and owed a resync; returns it.
+    pub fn restart(&mut self) -> RegionSet {
+        let g = self.volume.geometry().clone();
+        let n = g.members() as usize;
+        let bits = self.durable_union();
+        self.volume = Volume::new(g, vec![Health::Online; n], Limits::default());
+        self.volume.enable_intent(self.layout, bits.clone(), true);
+        bits
+    }
+
+    /// `member`'s writes below the data area (its label and bitmap) since
+    /// log entry `since`, as (offset, length), in order.
+    pub fn metadata_writes(&self, since: usize, member: u32) -> Vec<(u64, u64)> {
+        let data_offset = self.volume.geometry().spec().data_offset_bytes;
+        self.log[since..]
+            .iter()
+            .filter_map(|(m, op)| match op {
+                MemberOp::Write { offset_bytes, data }
+                    if *m == member && *offset_bytes < data_offset =>
+                {
+                    Some((*offset_bytes, data.len() as u64))
+                }
+                _ => None,
+            })
+            .collect()
     }
 }
