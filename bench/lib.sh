@@ -16,6 +16,19 @@ bench_setup() {
     MEMBER_DIR=${MEMBER_DIR:-/dev/shm}
     [ -d "$MEMBER_DIR" ] && [ -w "$MEMBER_DIR" ] || die "needs a writable $MEMBER_DIR for the member files"
 
+    bench_build "$1"
+
+    WORK=$(mktemp -d -p "$MEMBER_DIR" "platter-$1.XXXXXX")
+    declare -gA PID=() URI=()
+    trap bench_cleanup EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+}
+
+# bench_build NAME: sets ROOT and TARGET, makes OUT (target/bench/NAME-<UTC
+# time> unless set) and builds platter unless PLATTER is set. Also used on
+# its own by bench/serve.sh, which keeps its own work directory.
+bench_build() {
     ROOT=$(cd "$(dirname "$0")/.." && pwd)
     TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
     [ -n "$OUT" ] || OUT="$TARGET/bench/$1-$(date -u +%Y%m%dT%H%M%SZ)"
@@ -26,12 +39,6 @@ bench_setup() {
         PLATTER="$TARGET/release/platter"
     fi
     [ -x "$PLATTER" ] || die "no $PLATTER"
-
-    WORK=$(mktemp -d -p "$MEMBER_DIR" "platter-$1.XXXXXX")
-    declare -gA PID=() URI=()
-    trap bench_cleanup EXIT
-    trap 'exit 130' INT
-    trap 'exit 143' TERM
 }
 
 bench_cleanup() {

@@ -100,22 +100,11 @@ print(int(m.group(1)) * mult[m.group(2).lower()])
 EOF
 }
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 SIZE_BYTES=$(bytes "$SIZE")
 IL_BYTES=$(bytes "$INTERLEAVE")
 
-if [ -z "$OUT" ]; then
-    OUT="$TARGET/bench/serve-$(date -u +%Y%m%dT%H%M%SZ)"
-fi
-mkdir -p "$OUT"
-
-if [ -z "$PLATTER" ]; then
-    echo "== building the release binary"
-    (cd "$ROOT" && cargo build --release --bin platter) >&2
-    PLATTER="$TARGET/release/platter"
-fi
-[ -x "$PLATTER" ] || die "no $PLATTER after the build"
+. "$(dirname "$0")/lib.sh"
+bench_build serve
 [ -z "$BASELINE" ] || [ -x "$BASELINE" ] || die "--baseline: no executable $BASELINE"
 
 ON_SERVER_CPUS=(env) ON_CLIENT_CPUS=(env)
