@@ -41,6 +41,17 @@ bench_build() {
     [ -x "$PLATTER" ] || die "no $PLATTER"
 }
 
+# wait_ready NAME: waits (30 s at most) for server NAME (PID[NAME], its
+# output in OUT/NAME.out) to print its ready line; dies if it exits first.
+wait_ready() {
+    local name="$1"
+    for _ in $(seq 300); do
+        grep -q "^serving '" "$OUT/$name.out" 2>/dev/null && break
+        kill -0 "${PID[$name]}" 2>/dev/null || die "$name: platter serve exited: $(tail -n 5 "$OUT/$name.log")"
+        sleep 0.1
+    done
+}
+
 bench_cleanup() {
     local rc=$? s
     trap - EXIT INT TERM
@@ -69,11 +80,7 @@ serve() {
     NO_COLOR=1 "$PLATTER" serve --socket "$WORK/$name/sock" ${SERVE_ARGS[@]+"${SERVE_ARGS[@]}"} \
         ${inject[@]+"${inject[@]}"} "${paths[@]}" >"$OUT/$name.out" 2>"$OUT/$name.log" &
     PID[$name]=$!
-    for _ in $(seq 300); do
-        grep -q "^serving '" "$OUT/$name.out" 2>/dev/null && break
-        kill -0 "${PID[$name]}" 2>/dev/null || die "$name: platter serve exited: $(tail -n 5 "$OUT/$name.log")"
-        sleep 0.1
-    done
+    wait_ready "$name"
     grep -q "^serving '" "$OUT/$name.out" || die "$name: not ready in 30 s"
     local export
     export=$(sed -n "s/^serving '\([^']*\)'.*/\1/p" "$OUT/$name.out")

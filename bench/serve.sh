@@ -174,11 +174,7 @@ start_platter() {
     NO_COLOR=1 "${ON_SERVER_CPUS[@]}" "$bin" serve --socket "$sock" --threads "$THREADS" "${paths[@]}" \
         >"$OUT/$name.out" 2>"$OUT/$name.log" &
     PID[$name]=$!
-    for _ in $(seq 300); do
-        grep -q "^serving '" "$OUT/$name.out" 2>/dev/null && break
-        kill -0 "${PID[$name]}" 2>/dev/null || die "$name: platter serve exited: $(tail -n 5 "$OUT/$name.log")"
-        sleep 0.1
-    done
+    wait_ready "$name"
     local ready export
     ready=$(grep "^serving '" "$OUT/$name.out" || true)
     [ -n "$ready" ] || die "$name: platter serve did not get ready in 30 s"
