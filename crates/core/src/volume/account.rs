@@ -190,7 +190,7 @@ impl Volume {
         let stripe_bytes = g.stripe_data_bytes();
         let op = &self.ops[&id];
         let mut counts = [0u64; 4];
-        for job in &op.jobs {
+        for job in &op.plan.jobs {
             let parity_kept = std::iter::once(job.roles.p)
                 .chain(job.roles.q)
                 .any(|m| self.usable(m, job.stripe));
@@ -262,7 +262,7 @@ impl Volume {
             }
         };
         if read {
-            recovered = op.tally.reconstructed || op.replans > 0;
+            recovered = op.tally.reconstructed || op.trouble.replans > 0;
             if plexes == 1 {
                 per_plex[0] = len_bytes;
             } else {

@@ -41,7 +41,7 @@
 //! whose stripe is larger than the byte bound caches nothing.
 
 use super::stripe_cache::{Ranges, StripeCache};
-use super::{Maintenance, Op, Request, RequestId, Stage, Volume};
+use super::{Maintenance, Op, Plan, Request, RequestId, Stage, Volume};
 use crate::buf::AlignedBuf;
 use bytes::Bytes;
 use smallvec::SmallVec;
@@ -146,21 +146,21 @@ impl Volume {
 
     /// A write, write-zeroes, trim or destage meets the cache, once, when
     /// it first starts: see the module comment.
-    pub(super) fn cache_absorb(&mut self, op: &mut Op) {
-        if op.cache.is_some() {
+    pub(super) fn cache_absorb(&mut self, req: &Request, plan: &mut Plan) {
+        if plan.cache.is_some() {
             return;
         }
         let mut work = CacheWork::default();
         let idle = match &self.cache {
             None => true,
-            Some(c) => c.is_empty() && !matches!(op.req, Request::Write { .. }),
+            Some(c) => c.is_empty() && !matches!(req, Request::Write { .. }),
         };
         if idle {
-            op.cache = Some(work);
+            plan.cache = Some(work);
             return;
         }
         let sb = self.geometry.stripe_data_bytes();
-        let (offset_bytes, len_bytes) = op.req.range();
+        let (offset_bytes, len_bytes) = req.range();
         let stripes = if len_bytes == 0 {
             0..0
         } else {
@@ -172,7 +172,7 @@ impl Volume {
             let b = (offset_bytes + len_bytes).min((s + 1) * sb) - s * sb;
             (a, b)
         };
-        match &op.req {
+        match req {
             Request::Write { data, fua, .. } => {
                 let fua = *fua;
                 for s in stripes {
@@ -236,7 +236,7 @@ impl Volume {
                 }
             }
             Request::WriteZeroes { .. } | Request::Trim { .. } => {
-                let zeroes = matches!(op.req, Request::WriteZeroes { .. });
+                let zeroes = matches!(req, Request::WriteZeroes { .. });
                 for s in stripes {
                     let (a, b) = part(s);
                     let whole = a == 0 && b == self.stripe_len(s);
@@ -272,13 +272,13 @@ impl Volume {
         // `plan_write` and `narrow_to_written` binary-search `skip`; and
         // a stripe going out from the cache is one the request skips.
         assert!(work.skip.windows(2).all(|w| w[0] < w[1]), "skip is sorted");
-        if matches!(op.req, Request::Write { .. }) {
+        if matches!(req, Request::Write { .. }) {
             assert!(work
                 .outgoing
                 .iter()
                 .all(|o| work.skip.binary_search(&o.stripe).is_ok()));
         }
-        op.cache = Some(work);
+        plan.cache = Some(work);
     }
 
     /// Submits a destage request for `stripe`'s entry, unless one is owed
@@ -341,7 +341,7 @@ impl Volume {
             0,
             "a FLUSH waits for the cache before any I/O"
         );
-        op.cache_failures_seen = failures;
+        op.durable.cache_failures_seen = failures;
         if !waiting {
             return false;
         }
@@ -367,7 +367,7 @@ impl Volume {
         };
         if failed {
             c.record_failure();
-            for out in op.cache.iter().flat_map(|w| &w.outgoing) {
+            for out in op.plan.cache.iter().flat_map(|w| &w.outgoing) {
                 assert!(
                     c.entry(out.stripe).is_none(),
                     "a new entry under a write-out's lock"
@@ -377,7 +377,7 @@ impl Volume {
                     AlignedBuf::copy_from(&out.data),
                     Ranges::from_sorted(out.ranges.clone()),
                     false,
-                    !op.no_space,
+                    !op.trouble.no_space,
                 );
             }
         }
@@ -393,7 +393,7 @@ impl Volume {
     pub(super) fn cache_failed_since(&self, op: &Op) -> bool {
         self.cache
             .as_ref()
-            .is_some_and(|c| c.failures() > op.cache_failures_seen)
+            .is_some_and(|c| c.failures() > op.durable.cache_failures_seen)
     }
 
     /// Splits `[within, within + len)` of data chunk `d` of `stripe` into

@@ -181,7 +181,11 @@ impl Volume {
             s.want.insert(r);
             ready &= s.on_disk.contains(r);
         }
-        self.ops.get_mut(&id).expect("live request").intent_regions = Some((first, last));
+        self.ops
+            .get_mut(&id)
+            .expect("live request")
+            .holds
+            .intent_regions = Some((first, last));
         if ready {
             return self.start(id);
         }
@@ -377,7 +381,10 @@ impl Volume {
         let waiting = std::mem::take(&mut s.waiters);
         let mut ready = Vec::new();
         for id in waiting {
-            let (first, last) = self.ops[&id].intent_regions.expect("an admitted request");
+            let (first, last) = self.ops[&id]
+                .holds
+                .intent_regions
+                .expect("an admitted request");
             let s = self.intent.as_mut().expect("bitmap enabled");
             if (first..=last).all(|r| s.on_disk.contains(r)) {
                 ready.push(id);
@@ -404,7 +411,7 @@ impl Volume {
         };
         let mut held: BTreeMap<u64, u32> = BTreeMap::new();
         for (id, op) in &self.ops {
-            let Some((first, last)) = op.intent_regions else {
+            let Some((first, last)) = op.holds.intent_regions else {
                 continue;
             };
             assert!(
@@ -430,7 +437,7 @@ impl Volume {
                 .ops
                 .get(id)
                 .expect("intent: a waiter is a live request");
-            assert!(op.stage == super::Stage::Waiting && op.intent_regions.is_some());
+            assert!(op.stage == super::Stage::Waiting && op.holds.intent_regions.is_some());
         }
         let round_sweeps = s.round.iter().flat_map(|r| &r.sweeps);
         for id in s.sweeps.iter().map(|(id, _)| id).chain(round_sweeps) {

@@ -90,9 +90,12 @@ impl Volume {
                     .is_some_and(|c| c.flush_waiters().iter().any(|&(w, _)| w == id));
                 assert!(waits, "{id:?} destages for nothing");
             }
-            assert!(op.replans <= 2 * members + 1);
-            for m in members..(op.written.len() as u32 * 64) {
-                assert_eq!(op.written[m as usize / 64] & (1 << (m % 64)), 0);
+            assert!(op.trouble.replans <= 2 * members + 1);
+            for m in members..(op.durable.written.len() as u32 * 64) {
+                assert!(
+                    !op.durable.was_written(m),
+                    "{id:?} wrote member {m} of {members}"
+                );
             }
             if op.internal {
                 internal += 1;
@@ -107,7 +110,7 @@ impl Volume {
             if !op.cache_taken().is_empty() {
                 assert!(self.cache.is_some(), "{id:?} took entries of no cache");
             }
-            if op.intent_regions.is_some() {
+            if op.holds.intent_regions.is_some() {
                 assert!(self.intent.is_some());
             }
         }
@@ -147,7 +150,10 @@ impl Volume {
                 .ops
                 .get(&id)
                 .unwrap_or_else(|| panic!("lock held by {id:?}, which is not live"));
-            assert!(!op.lock_released, "{id:?} let go of its lock and holds it");
+            assert!(
+                !op.holds.lock_released,
+                "{id:?} let go of its lock and holds it"
+            );
             assert!(
                 self.span_of(&op.req).is_some(),
                 "{id:?} holds a lock it never takes"
@@ -168,7 +174,7 @@ impl Volume {
         let lockers = self
             .ops
             .values()
-            .filter(|op| self.span_of(&op.req).is_some() && !op.lock_released)
+            .filter(|op| self.span_of(&op.req).is_some() && !op.holds.lock_released)
             .count();
         let waiters = self.locks.waiting().count();
         assert_eq!(
@@ -216,7 +222,7 @@ impl Volume {
         let destaging: BTreeSet<u64> = self
             .ops
             .values()
-            .filter(|op| op.internal && op.cache.is_none())
+            .filter(|op| op.internal && op.plan.cache.is_none())
             .filter_map(|op| match op.req {
                 Request::Maintain { first_stripe, .. } => Some(first_stripe),
                 _ => None,

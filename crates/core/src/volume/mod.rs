@@ -195,35 +195,76 @@ const _: () = assert!(crate::label::MAX_MEMBERS as usize <= 64 * WRITTEN_WORDS);
 struct Op {
     req: Request,
     stage: Stage,
-    /// Any write or flush I/O failed.
-    write_failed: bool,
-    replans: u32,
+    /// The volume's own request (a destage): it completes to no one.
+    internal: bool,
+    /// The member I/O of the current phase, as planning laid it out.
+    plan: Plan,
+    /// What went wrong so far, which decides how the request ends.
+    trouble: Trouble,
+    /// What the request holds from admission to its finish.
+    holds: Holds,
+    /// What a FUA write or a FLUSH must make durable.
+    durable: Durable,
+    /// For the statistics (see `account.rs`).
+    tally: account::Tally,
+}
+
+/// A request's planned work. The planner owns it while it plans (`start`
+/// lends it out of the op, which stays in the map, so that planning can
+/// read and change the rest of the volume); the phases that follow
+/// consume it in place.
+#[derive(Default)]
+struct Plan {
     /// Read data as it arrives: (offset in the request, bytes), sliced out
     /// of the member reads without copying.
     segments: SmallVec<[(u64, Bytes); 2]>,
+    /// Parity stripes (or copy chunks) the request reads and rebuilds or
+    /// writes whole; cleared before each planning.
     jobs: Vec<StripeJob>,
     /// Member writes known before the read phase (mirrors, stripes, trims).
     planned: WritePieces,
-    /// Members written, for FUA (a bit per member).
-    written: [u64; WRITTEN_WORDS],
     /// A scrub's findings, returned when its repairs are written.
     report: Option<CheckReport>,
-    /// Write-intent regions held (first, last), from admission to finish.
-    intent_regions: Option<(u64, u64)>,
-    /// For the statistics (see `account.rs`).
-    tally: account::Tally,
-    /// What the request did with the stripe cache (decided once), and
-    /// the entries it took over.
+    /// What the request did with the stripe cache (decided at its first
+    /// planning), and the entries it took over until it finishes.
     cache: Option<cache::CacheWork>,
-    /// The volume's own request (a destage): it completes to no one.
-    internal: bool,
+}
+
+#[derive(Default)]
+struct Trouble {
+    /// Any write or flush I/O failed.
+    write_failed: bool,
     /// A member had no room for one of its writes (`nospace.rs`).
     no_space: bool,
-    /// A FLUSH: cache write-out failures when it started.
-    cache_failures_seen: u64,
+    /// Times the request was planned again after a failed read.
+    replans: u32,
+}
+
+#[derive(Default)]
+struct Holds {
+    /// Write-intent regions held (first, last), from admission to finish.
+    intent_regions: Option<(u64, u64)>,
     /// The stripe cache took every stripe of the write, so it let go of its
     /// lock when it started (`narrow_to_written`).
     lock_released: bool,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Durable {
+    /// Members written, for FUA (a bit per member).
+    written: [u64; WRITTEN_WORDS],
+    /// A FLUSH: cache write-out failures when it started.
+    cache_failures_seen: u64,
+}
+
+impl Durable {
+    fn mark_written(&mut self, member: u32) {
+        self.written[member as usize / 64] |= 1 << (member % 64);
+    }
+
+    fn was_written(&self, member: u32) -> bool {
+        self.written[member as usize / 64] & (1 << (member % 64)) != 0
+    }
 }
 
 impl Op {
@@ -231,26 +272,18 @@ impl Op {
         Box::new(Op {
             req,
             stage: Stage::Waiting,
-            write_failed: false,
-            replans: 0,
-            segments: SmallVec::new(),
-            jobs: Vec::new(),
-            planned: WritePieces::new(),
-            written: [0; WRITTEN_WORDS],
-            report: None,
-            intent_regions: None,
-            tally: account::Tally::default(),
-            cache: None,
             internal: false,
-            no_space: false,
-            cache_failures_seen: 0,
-            lock_released: false,
+            plan: Plan::default(),
+            trouble: Trouble::default(),
+            holds: Holds::default(),
+            durable: Durable::default(),
+            tally: account::Tally::default(),
         })
     }
 
     /// Cache entries the request took over: settled when it finishes.
     fn cache_taken(&self) -> &[u64] {
-        self.cache.as_ref().map_or(&[], |w| &w.taken)
+        self.plan.cache.as_ref().map_or(&[], |w| &w.taken)
     }
 }
 
@@ -264,10 +297,10 @@ pub struct Volume {
     geometry: Geometry,
     health: Vec<Health>,
     limits: Limits,
-    /// Boxed: `start` takes a request out while it is planned (planning
-    /// reads and changes the rest of the volume, such as the stripe cache
-    /// and the balancer) and puts it back; every later step works on it
-    /// in place, taking out only the jobs or writes it consumes.
+    /// Every step works on a request in place: planning borrows only its
+    /// [`Plan`] (it reads and changes the rest of the volume, such as the
+    /// stripe cache and the balancer), later steps take out only the jobs
+    /// or writes they consume. Boxed: an op is large and moves rarely.
     ops: IdMap<RequestId, Box<Op>>,
     inflight: IdMap<IoId, Inflight>,
     locks: RangeLocks,
@@ -482,8 +515,8 @@ impl Volume {
             }
             Err(e) if Self::is_refused_for_space(op, &e) => {
                 op.stage.phase_mut().expect("in a phase").failed = true;
-                op.write_failed = true;
-                op.no_space = true;
+                op.trouble.write_failed = true;
+                op.trouble.no_space = true;
                 self.refused_for_space(ctx.request, ctx.member, e.message);
             }
             Err(IoError {
@@ -492,7 +525,7 @@ impl Volume {
             }) => {
                 op.stage.phase_mut().expect("in a phase").failed = true;
                 if matches!(op.stage, Stage::Writing(_) | Stage::Flushing(_)) {
-                    op.write_failed = true;
+                    op.trouble.write_failed = true;
                 }
                 if matches!(op.stage, Stage::Reading(_))
                     && matches!(op.req, Request::Read { .. })
@@ -655,40 +688,42 @@ impl Volume {
     }
 
     fn start(&mut self, id: RequestId) {
-        let mut op = self.ops.remove(&id).expect("starting a live request");
-        if let Request::Sweep { all } = op.req {
-            self.ops.insert(id, op);
-            return self.sweep(id, all);
+        let op = self.ops.get_mut(&id).expect("starting a live request");
+        match op.req {
+            Request::Sweep { all } => return self.sweep(id, all),
+            Request::Destage { all } => {
+                self.destage_tick(all);
+                return self.finish(id, Ok(Reply::Done));
+            }
+            _ => {}
         }
-        if let Request::Destage { all } = op.req {
-            self.ops.insert(id, op);
-            self.destage_tick(all);
-            return self.finish(id, Ok(Reply::Done));
-        }
+        // The planner reads the request (a clone shares its payload) and
+        // owns the plan while it works; the op stays in the map.
+        let req = op.req.clone();
+        let mut plan = std::mem::take(&mut op.plan);
         // The next phase starts afresh (`issue_*`); the last one's jobs go.
-        op.jobs.clear();
-        let planned = match &op.req {
-            Request::Read { .. } => self.plan_read(id, &mut op),
+        plan.jobs.clear();
+        let planned = match &req {
+            Request::Read { .. } => self.plan_read(id, &req, &mut plan),
             Request::Flush => Ok(ReadPieces::new()),
             Request::Maintain {
                 action: Maintenance::Rebuild,
                 ..
-            } => self.plan_rebuild(&mut op),
+            } => self.plan_rebuild(&req, &mut plan),
             Request::Maintain {
                 action: Maintenance::Destage,
                 ..
-            } => self.plan_write(&mut op),
-            Request::Maintain { .. } => Ok(self.plan_scrub(&mut op)),
-            _ => self.plan_write(&mut op),
+            } => self.plan_write(&req, &mut plan),
+            Request::Maintain { .. } => Ok(self.plan_scrub(&req, &mut plan)),
+            _ => self.plan_write(&req, &mut plan),
         };
-        let is_flush = matches!(op.req, Request::Flush);
-        self.ops.insert(id, op);
+        self.ops.get_mut(&id).expect("planned a live request").plan = plan;
         if planned.is_ok() {
             self.narrow_to_written(id);
         }
         match planned {
             Err(e) => self.finish(id, Err(e)),
-            Ok(_) if is_flush => {
+            Ok(_) if matches!(req, Request::Flush) => {
                 if !self.flush_start(id) {
                     let members: Vec<u32> = (0..self.geometry.members())
                         .filter(|&m| self.in_use(m))
@@ -709,10 +744,10 @@ impl Volume {
     /// order: this one's bytes went into the cache when it started.
     fn narrow_to_written(&mut self, id: RequestId) {
         let op = &self.ops[&id];
-        if !matches!(op.req, Request::Write { .. }) || op.lock_released {
+        if !matches!(op.req, Request::Write { .. }) || op.holds.lock_released {
             return;
         }
-        let Some(work) = op.cache.as_ref().filter(|w| !w.skip.is_empty()) else {
+        let Some(work) = op.plan.cache.as_ref().filter(|w| !w.skip.is_empty()) else {
             return;
         };
         let Some(span) = self.span_of(&op.req) else {
@@ -729,7 +764,11 @@ impl Volume {
             end -= 1;
         }
         let granted = if first == end {
-            self.ops.get_mut(&id).expect("live request").lock_released = true;
+            self.ops
+                .get_mut(&id)
+                .expect("live request")
+                .holds
+                .lock_released = true;
             self.locks.release(id)
         } else {
             self.locks.narrow(id, first, end - 1)
@@ -779,7 +818,7 @@ impl Volume {
         let op = self.ops.get_mut(&id).expect("live request");
         op.stage = Stage::Writing(Phase::issued(merged.len()));
         for (member, _) in &merged {
-            op.written[*member as usize / 64] |= 1 << (*member % 64);
+            op.durable.mark_written(*member);
         }
         if merged.is_empty() {
             return self.advance(id);
@@ -812,7 +851,8 @@ impl Volume {
             match d.target {
                 Target::Out { at_bytes } => {
                     let a = d.io_at_bytes as usize;
-                    op.segments
+                    op.plan
+                        .segments
                         .push((at_bytes, data.slice(a..a + d.len_bytes as usize)));
                 }
                 Target::Job {
@@ -820,7 +860,7 @@ impl Volume {
                     member,
                     at_bytes,
                 } => {
-                    let buf = &mut op.jobs[job as usize].bufs[member as usize];
+                    let buf = &mut op.plan.jobs[job as usize].bufs[member as usize];
                     buf[at_bytes as usize..(at_bytes + d.len_bytes) as usize].copy_from_slice(src);
                 }
             }
@@ -838,9 +878,9 @@ impl Volume {
                     // failure takes one member out, or (a read error being
                     // corrected, at most `members` per request) that
                     // member's bytes of this request, so this is bounded.
-                    op.replans += 1;
-                    assert!(op.replans <= 2 * self.geometry.members() + 1);
-                    op.segments.clear();
+                    op.trouble.replans += 1;
+                    assert!(op.trouble.replans <= 2 * self.geometry.members() + 1);
+                    op.plan.segments.clear();
                     return self.start(id);
                 }
                 match op.req {
@@ -857,7 +897,7 @@ impl Volume {
                         ..
                     } => {
                         let (report, writes) = self.compute_scrub(id);
-                        self.ops.get_mut(&id).expect("live request").report = Some(report);
+                        self.ops.get_mut(&id).expect("live request").plan.report = Some(report);
                         self.issue_writes(id, writes);
                     }
                     _ => {
@@ -879,9 +919,9 @@ impl Volume {
                 // FUA writes that a crash then undid (seed 1142 of
                 // crashes_keep_flushed_writes).
                 if fua {
-                    let written = op.written;
+                    let written = op.durable;
                     let members: Vec<u32> = (0..self.geometry.members())
-                        .filter(|&m| written[m as usize / 64] & (1 << (m % 64)) != 0)
+                        .filter(|&m| written.was_written(m))
                         .filter(|&m| self.in_use(m))
                         .collect();
                     return self.issue_flushes(id, members);
@@ -905,13 +945,13 @@ impl Volume {
                 "cached writes could not be written to the members (too many members lost)",
             ));
         }
-        if !op.write_failed {
-            return Ok(match &op.report {
+        if !op.trouble.write_failed {
+            return Ok(match &op.plan.report {
                 Some(r) => Reply::Checked(r.clone()),
                 None => Reply::Done,
             });
         }
-        if op.no_space {
+        if op.trouble.no_space {
             return Err(self.no_space_error(op));
         }
         let (offset_bytes, len_bytes) = match op.req {
@@ -998,7 +1038,7 @@ impl Volume {
         {
             self.rebuild_step_done(first_stripe, stripe_count, result.is_ok());
         }
-        if let Some((first, last)) = op.intent_regions {
+        if let Some((first, last)) = op.holds.intent_regions {
             self.intent_release(first, last);
         }
         if !op.cache_taken().is_empty() {
@@ -1006,7 +1046,7 @@ impl Volume {
             // (the write failed) lost: a FLUSH waiting for it must say so.
             self.cache_settle(&op, result.is_err());
         }
-        if self.span_of(&op.req).is_some() && !op.lock_released {
+        if self.span_of(&op.req).is_some() && !op.holds.lock_released {
             for granted in self.locks.release(id) {
                 self.admit(granted);
             }

@@ -3,7 +3,7 @@
 
 use super::plan::{ReadPiece, ReadPieces, Target};
 use super::write::Strategy;
-use super::{ErrorKind, Op, ReadData, Reply, RequestId, StripeJob, Volume, VolumeError};
+use super::{ErrorKind, Plan, ReadData, Reply, Request, RequestId, StripeJob, Volume, VolumeError};
 use crate::buf::AlignedBuf;
 use bytes::Bytes;
 
@@ -11,9 +11,10 @@ impl Volume {
     pub(super) fn plan_read(
         &mut self,
         id: RequestId,
-        op: &mut Op,
+        req: &Request,
+        plan: &mut Plan,
     ) -> Result<ReadPieces, VolumeError> {
-        let (offset_bytes, len_bytes) = op.req.range();
+        let (offset_bytes, len_bytes) = req.range();
         let parity = self.geometry.level().is_parity();
         // Copy levels: the read balancer chooses (`balancing.rs`).
         let mut choice = (!parity).then(|| self.begin_read_choice(offset_bytes, len_bytes));
@@ -39,7 +40,7 @@ impl Volume {
                 for (within, len, cached) in runs {
                     let at_bytes = at_bytes + (within - e.within_bytes);
                     if let Some(bytes) = cached {
-                        op.segments.push((at_bytes, bytes));
+                        plan.segments.push((at_bytes, bytes));
                         continue;
                     }
                     if self.usable(m, e.stripe) {
@@ -51,8 +52,8 @@ impl Volume {
                         });
                         continue;
                     }
-                    if op.jobs.last().is_none_or(|j| j.stripe != e.stripe) {
-                        op.jobs.push(StripeJob::new(
+                    if plan.jobs.last().is_none_or(|j| j.stripe != e.stripe) {
+                        plan.jobs.push(StripeJob::new(
                             e.stripe,
                             within,
                             within + len,
@@ -60,7 +61,7 @@ impl Volume {
                             Strategy::Reconstruct,
                         ));
                     }
-                    let job = op.jobs.last_mut().expect("just pushed");
+                    let job = plan.jobs.last_mut().expect("just pushed");
                     job.lo_bytes = job.lo_bytes.min(within);
                     job.hi_bytes = job.hi_bytes.max(within + len);
                     job.wants.push((e.data_index, within, len, at_bytes));
@@ -73,7 +74,7 @@ impl Volume {
             }
         }
         // Degraded stripes: read the hull from every surviving member.
-        for (j, job) in op.jobs.iter_mut().enumerate() {
+        for (j, job) in plan.jobs.iter_mut().enumerate() {
             self.plan_hull_reads(j as u32, job, &mut pieces)
                 .map_err(|_| {
                     let v = job.stripe * g.stripe_data_bytes();
@@ -155,8 +156,8 @@ impl Volume {
         // The jobs and the segments gathered so far are this step's to
         // consume; the request stays in the table.
         let op = self.ops.get_mut(&id).expect("live request");
-        let mut jobs = std::mem::take(&mut op.jobs);
-        let mut segments = std::mem::take(&mut op.segments);
+        let mut jobs = std::mem::take(&mut op.plan.jobs);
+        let mut segments = std::mem::take(&mut op.plan.segments);
         let len_bytes = op.req.range().1;
         for job in &mut jobs {
             self.reconstruct(job);

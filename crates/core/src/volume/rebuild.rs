@@ -12,7 +12,7 @@
 
 use super::plan::{ReadPiece, ReadPieces, Target, WriteKind, WritePiece, WritePieces};
 use super::write::Strategy;
-use super::{Event, Health, Maintenance, Op, Request, RequestId, StripeJob, Volume, VolumeError};
+use super::{Event, Health, Maintenance, Plan, Request, RequestId, StripeJob, Volume, VolumeError};
 use crate::buf::AlignedBuf;
 use crate::volume::ErrorKind;
 
@@ -92,12 +92,16 @@ impl Volume {
         }))
     }
 
-    pub(super) fn plan_rebuild(&mut self, op: &mut Op) -> Result<ReadPieces, VolumeError> {
+    pub(super) fn plan_rebuild(
+        &mut self,
+        req: &Request,
+        plan: &mut Plan,
+    ) -> Result<ReadPieces, VolumeError> {
         let Request::Maintain {
             first_stripe,
             stripe_count,
             ..
-        } = op.req
+        } = *req
         else {
             unreachable!("planning a rebuild of another request")
         };
@@ -115,7 +119,7 @@ impl Volume {
         let k = g.data_per_stripe();
         let mut pieces = ReadPieces::new();
         for stripe in first_stripe..first_stripe + stripe_count {
-            let j = op.jobs.len() as u32;
+            let j = plan.jobs.len() as u32;
             let mut job =
                 StripeJob::new(stripe, 0, il, g.parity_roles(stripe), Strategy::Reconstruct);
             if g.level().is_parity() {
@@ -154,7 +158,7 @@ impl Volume {
                     job.wants.push((d, dst.row, il, at_bytes));
                 }
             }
-            op.jobs.push(job);
+            plan.jobs.push(job);
         }
         Ok(pieces)
     }
@@ -163,7 +167,7 @@ impl Volume {
     pub(super) fn compute_rebuild_writes(&mut self, id: RequestId) -> WritePieces {
         // The jobs are this step's to consume; the request stays in the
         // table.
-        let mut jobs = std::mem::take(&mut self.ops.get_mut(&id).expect("live request").jobs);
+        let mut jobs = std::mem::take(&mut self.ops.get_mut(&id).expect("live request").plan.jobs);
         let target = self.rebuild.as_ref().expect("rebuild in progress").member;
         let mut writes = WritePieces::new();
         let g = self.geometry.clone();

@@ -206,7 +206,7 @@ impl Volume {
             // member read was one contiguous member range.
             let mut pieces: SmallVec<[(u64, Bytes); 2]> = SmallVec::new();
             for &(at, len) in &f.ranges {
-                let good = gather(&op.segments, at, len);
+                let good = gather(&op.plan.segments, at, len);
                 for e in g.extents(req_offset + at, len) {
                     let loc = g
                         .data_locations(e.stripe, e.data_index)

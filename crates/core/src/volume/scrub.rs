@@ -9,7 +9,7 @@
 
 use super::plan::{ReadPiece, ReadPieces, Target, WriteKind, WritePiece, WritePieces};
 use super::write::Strategy;
-use super::{Maintenance, Op, Request, RequestId, StripeJob, Volume};
+use super::{Maintenance, Plan, Request, RequestId, StripeJob, Volume};
 use crate::buf::AlignedBuf;
 use bytes::Bytes;
 
@@ -26,12 +26,12 @@ pub struct CheckReport {
 }
 
 impl Volume {
-    pub(super) fn plan_scrub(&mut self, op: &mut Op) -> ReadPieces {
+    pub(super) fn plan_scrub(&mut self, req: &Request, plan: &mut Plan) -> ReadPieces {
         let Request::Maintain {
             first_stripe,
             stripe_count,
             ..
-        } = op.req
+        } = *req
         else {
             unreachable!("planning a scrub of another request")
         };
@@ -51,7 +51,7 @@ impl Volume {
                 report.unchecked_stripes += 1;
                 continue;
             }
-            let j = op.jobs.len() as u32;
+            let j = plan.jobs.len() as u32;
             // The strategy is unused by scrubs.
             let mut job =
                 StripeJob::new(stripe, 0, il, g.parity_roles(stripe), Strategy::Reconstruct);
@@ -84,9 +84,9 @@ impl Volume {
                     }
                 }
             }
-            op.jobs.push(job);
+            plan.jobs.push(job);
         }
-        op.report = Some(report);
+        plan.report = Some(report);
         pieces
     }
 
@@ -98,11 +98,11 @@ impl Volume {
         let Request::Maintain { action, .. } = op.req else {
             unreachable!("a scrub")
         };
-        let mut jobs = std::mem::take(&mut op.jobs);
+        let mut jobs = std::mem::take(&mut op.plan.jobs);
         let repair = action == Maintenance::Repair;
         let g = self.geometry.clone();
         let il = g.interleave_bytes() as usize;
-        let mut report = op.report.take().expect("planned with its report");
+        let mut report = op.plan.report.take().expect("planned with its report");
         let mut writes = WritePieces::new();
         for job in &mut jobs {
             let mut bad = false;

@@ -14,7 +14,7 @@
 //! real zeros at partial stripes, trim leaves them alone.
 
 use super::plan::{ReadPiece, ReadPieces, Target, WriteKind, WritePiece, WritePieces};
-use super::{Op, Request, RequestId, StripeJob, Volume, VolumeError};
+use super::{Plan, Request, RequestId, StripeJob, Volume, VolumeError};
 use crate::buf::AlignedBuf;
 use bytes::Bytes;
 use smallvec::SmallVec;
@@ -27,19 +27,23 @@ pub enum Strategy {
 }
 
 impl Volume {
-    pub(super) fn plan_write(&mut self, op: &mut Op) -> Result<ReadPieces, VolumeError> {
-        op.planned.clear();
+    pub(super) fn plan_write(
+        &mut self,
+        req: &Request,
+        plan: &mut Plan,
+    ) -> Result<ReadPieces, VolumeError> {
+        plan.planned.clear();
         if self.geometry.level().is_parity() {
-            self.cache_absorb(op);
+            self.cache_absorb(req, plan);
         }
-        let (offset_bytes, len_bytes) = op.req.range();
+        let (offset_bytes, len_bytes) = req.range();
         let g = &self.geometry;
         let il = g.interleave_bytes();
-        let data = match &op.req {
+        let data = match req {
             Request::Write { data, .. } => Some(data.clone()),
             _ => None,
         };
-        let zeros = matches!(op.req, Request::WriteZeroes { .. });
+        let zeros = matches!(req, Request::WriteZeroes { .. });
         if !g.level().is_parity() {
             for e in g.extents(offset_bytes, len_bytes) {
                 let at = (e.volume_offset_bytes - offset_bytes) as usize;
@@ -53,14 +57,14 @@ impl Volume {
                         Some(d) => WriteKind::Data(d.slice(at..at + e.len_bytes as usize)),
                         None => WriteKind::Trim(e.len_bytes),
                     };
-                    op.planned.push(WritePiece {
+                    plan.planned.push(WritePiece {
                         member: loc.member,
                         offset_bytes: g.member_offset_bytes(loc.row, e.within_bytes),
                         kind,
                     });
                 }
                 if !any {
-                    return Err(self.lost_error(op.req.name(), e.volume_offset_bytes, e.len_bytes));
+                    return Err(self.lost_error(req.name(), e.volume_offset_bytes, e.len_bytes));
                 }
             }
             return Ok(ReadPieces::new());
@@ -80,7 +84,7 @@ impl Volume {
                     // cursor; the rebuild brings the zeros past it.
                     let end = self.usable_until(m, end_full);
                     if end > first_full {
-                        op.planned.push(WritePiece {
+                        plan.planned.push(WritePiece {
                             member: m,
                             offset_bytes: g.member_offset_bytes(first_full, 0),
                             kind: WriteKind::Trim((end - first_full) * il),
@@ -98,7 +102,7 @@ impl Volume {
         }
         let zero_chunk = Bytes::from(vec![0u8; if data.is_none() { il as usize } else { 0 }]);
         // Stripes the cache took (cached, or merged into its write-outs).
-        let skip: &[u64] = op.cache.as_ref().map_or(&[], |w| &w.skip);
+        let skip: &[u64] = plan.cache.as_ref().map_or(&[], |w| &w.skip);
         let mut jobs: Vec<StripeJob> = Vec::new();
         let add = |jobs: &mut Vec<StripeJob>, stripe: u64, d: u32, within: u64, new: Bytes| {
             if jobs.last().is_none_or(|j| j.stripe != stripe) {
@@ -132,7 +136,7 @@ impl Volume {
             }
         }
         // Cached data going out: each range split at chunk boundaries.
-        for out in op.cache.as_ref().map_or(&[][..], |w| &w.outgoing) {
+        for out in plan.cache.as_ref().map_or(&[][..], |w| &w.outgoing) {
             for &(a, b) in &out.ranges {
                 let mut at = a;
                 while at < b {
@@ -162,10 +166,10 @@ impl Volume {
             self.plan_stripe_write(j as u32, job, &mut reads)
                 .map_err(|_| {
                     let v = job.stripe * stripe_bytes;
-                    self.lost_error(op.req.name(), v, stripe_bytes)
+                    self.lost_error(req.name(), v, stripe_bytes)
                 })?;
         }
-        op.jobs = jobs;
+        plan.jobs = jobs;
         Ok(reads)
     }
 
@@ -290,8 +294,8 @@ impl Volume {
         // The writes and jobs are this step's to consume; the request
         // stays in the table.
         let op = self.ops.get_mut(&id).expect("live request");
-        let mut writes = std::mem::take(&mut op.planned);
-        let mut jobs = std::mem::take(&mut op.jobs);
+        let mut writes = std::mem::take(&mut op.plan.planned);
+        let mut jobs = std::mem::take(&mut op.plan.jobs);
         for job in &mut jobs {
             self.compute_stripe(job, &mut writes);
         }
