@@ -712,3 +712,118 @@ fn sigterm_with_thousands_of_ios_in_flight_answers_every_request_and_stops_clean
     drop(c);
     s.stop();
 }
+
+/// A member that fails during the stop itself: its final flush, or the
+/// label write that records the stop.
+///
+/// How it showed: with the label write of a concat's first member failing
+/// at the stop, the server logged "cannot write the label", then "volume
+/// flushed and marked clean", and exited 0; the next start found that
+/// member stale and refused the volume, with nothing on the way out to
+/// say why or what to do. A failed final flush did exit 1, but said the
+/// volume "will be resynced at the next start" of a concat that could
+/// not start at all.
+///
+/// Swept over which member I/O starts failing (label read, label write,
+/// the client's write and flush, the final flush, the final label), each
+/// run must: refuse to start in one error line, or stop with exit 0 and
+/// clean labels, or exit 1 naming the failed step and `--force`; and a
+/// write the client was told succeeded reads back after `serve --force`.
+#[test]
+fn a_member_failing_during_the_stop_is_reported_and_loses_no_data() {
+    let test = "a_member_failing_during_the_stop_is_reported_and_loses_no_data";
+    let Some(t) = tools(test, &["qemu-io"]) else {
+        return;
+    };
+    let (mut final_flush, mut final_label, mut clean) = (0, 0, 0);
+    for from in 1..=10 {
+        let what = format!("{test}: m0 failing from its I/O {from}");
+        let volume = Volume::create(Spec::new("concat", 2, "64k"), 8 * MIB);
+        let socket = volume.path().join("sock");
+        let mut server = Background::spawn(
+            Command::new(env!("CARGO_BIN_EXE_platter"))
+                .arg("serve")
+                .arg("--socket")
+                .arg(&socket)
+                .arg("--inject")
+                .arg(format!("{}=fail-from={from}", volume.members[0]))
+                .args(&volume.members)
+                .env("PLATTER_LOG", "info")
+                .env("NO_COLOR", "1"),
+            &what,
+        );
+        let deadline = Instant::now() + CMD_TIMEOUT;
+        while !socket.exists() && server.is_running() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if !server.is_running() {
+            let status = server.wait(CMD_TIMEOUT);
+            let err = server.stderr();
+            assert_eq!(status.code(), Some(1), "{what}: refused to start\n{err}");
+            assert!(err.contains("platter: error: "), "{what}\n{err}");
+            continue;
+        }
+        let uri = format!("nbd+unix:///?socket={}", socket.display());
+        let wrote = run(
+            t.cmd("qemu-io")
+                .args(["-f", "raw", &uri, "-c", "write -P 0x5a 4096 65536"]),
+            CMD_TIMEOUT,
+        );
+        let acknowledged = wrote.status.success()
+            && !wrote.stderr.contains("failed")
+            && !wrote.stdout.contains("failed");
+        send_signal(server.pid(), "TERM");
+        let status = server.wait(STOP_WITHIN);
+        let err = server.stderr();
+        assert!(!err.contains("panicked"), "{what}\n{err}");
+        let last = err.lines().last().unwrap_or("");
+        if status.success() {
+            clean += 1;
+            // A label write that fails while serving fails its member
+            // (which the run reports then); one that fails at the stop has
+            // no I/O after it to do so.
+            let stop = err.split("shutting down").nth(1).unwrap_or("");
+            assert!(
+                !stop.contains("cannot write the label"),
+                "{what}: a label write failed at the stop, yet it reported success\n{err}"
+            );
+            if acknowledged && !err.contains("marked faulty") {
+                assert_eq!(volume.state(), "clean", "{what}\n{err}");
+            }
+        } else {
+            assert_eq!(status.code(), Some(1), "{what}\n{err}");
+            if last.starts_with("platter: error: final flush failed") {
+                final_flush += 1;
+            } else if last.starts_with("platter: error: final label write failed") {
+                final_label += 1;
+            } else {
+                panic!("{what}: exit 1 without saying which step failed\n{err}");
+            }
+            // A concat cannot do without the member: the message says how
+            // to bring it back.
+            assert!(last.contains("platter serve --force"), "{what}\n{err}");
+        }
+        if acknowledged {
+            let mut again = Server::start_with(
+                volume,
+                ServeOptions {
+                    extra_args: vec!["--force".into()],
+                    ..ServeOptions::default()
+                },
+            );
+            qemu_io(
+                &t,
+                again.uri(),
+                &["read -P 0x5a 4096 65536".into()],
+                &format!("{what}: the acknowledged write after serve --force"),
+            );
+            again.stop_expecting_errors("TERM", &[]);
+        }
+    }
+    eprintln!("{test}: {clean} clean stops, {final_flush} failed final flushes, {final_label} failed final label writes");
+    assert!(final_flush > 0, "{test}: no run failed its final flush");
+    assert!(
+        final_label > 0,
+        "{test}: no run failed its final label write"
+    );
+}

@@ -50,7 +50,7 @@ impl Meta {
 
     /// [`Meta::record`], returning the members that could not take the
     /// label, with why.
-    fn record_on_members(&self, change: impl FnOnce(&mut Label)) -> Vec<(u32, String)> {
+    pub(crate) fn record_on_members(&self, change: impl FnOnce(&mut Label)) -> Vec<(u32, String)> {
         let mut failed = Vec::new();
         if self.read_only {
             return failed;

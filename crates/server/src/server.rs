@@ -11,6 +11,7 @@ use crate::meta::Meta;
 use crate::startup;
 use crate::upkeep::{self, Upkeep};
 use platter_core::label::VolumeState;
+use platter_core::volume::Health;
 use platter_core::volume::Request;
 use platter_io::assembly::OpenVolume;
 use platter_nbd::HandshakeConfig;
@@ -109,9 +110,13 @@ pub enum ServeError {
     #[error("{0}")]
     Member(#[from] platter_io::MemberError),
     /// The server stopped, but its last flush failed: the labels say
-    /// dirty, and the next start resyncs.
-    #[error("final flush failed: {0}; the volume is marked dirty and will be resynced at the next start")]
+    /// dirty. The message says what the next start will do.
+    #[error("final flush failed: {0}")]
     FinalFlush(String),
+    /// The server stopped and flushed, but the label of some member could
+    /// not be written: at the next start that member is stale.
+    #[error("final label write failed: {0}")]
+    FinalLabel(String),
 }
 
 pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> ServeError {
@@ -229,7 +234,7 @@ pub fn serve(
         listen::remove_socket(path);
     }
     signals.close();
-    flushed.map_err(|e| ServeError::FinalFlush(e.to_string()))?;
+    flushed?;
     tracing::info!("volume flushed and marked {}", meta.label().state);
     Ok(())
 }
@@ -352,11 +357,7 @@ impl Threads {
 
 /// Once every request has ended: the last flush, the bitmap cleared, and
 /// the labels marked clean if the flush held and nothing is owed.
-fn flush_and_mark(
-    engine: &Engine,
-    meta: &Meta,
-    upkeep: &Upkeep,
-) -> Result<(), platter_core::volume::VolumeError> {
+fn flush_and_mark(engine: &Engine, meta: &Meta, upkeep: &Upkeep) -> Result<(), ServeError> {
     engine.wait_idle();
     let flushed = engine.run(Request::Flush).map(|_| ());
     // Flushed and idle: every bit can go, except regions still owed a resync.
@@ -374,13 +375,56 @@ fn flush_and_mark(
     } else {
         VolumeState::Dirty
     };
-    meta.record(|l| {
+    // No I/O follows to fail a member whose label write failed (as
+    // `Meta::record` relies on while serving): it is stale at the next
+    // start, and the stop must say so rather than report a clean stop.
+    let unlabelled = meta.record_on_members(|l| {
         startup::mark(l, &health, state);
         if let Some(p) = progress {
             l.rebuild_checkpoint_bytes = p.cursor_stripe * l.interleave_bytes;
         }
     });
-    flushed
+    let lost: Vec<u32> = unlabelled.iter().map(|(m, _)| *m).collect();
+    let geometry = engine.with_volume(|v| v.geometry().clone());
+    let serves_all =
+        geometry.serves_all(|m| health[m as usize] == Health::Online && !lost.contains(&m));
+    let beyond_repair = || {
+        format!(
+            "{} cannot serve all of its data without the members lost: `platter status` names \
+             them; if the cause has passed (a full file system, a cable), `platter serve --force` \
+             uses them again (docs/failures.md)",
+            geometry.level()
+        )
+    };
+    if let Err(e) = flushed {
+        let next = if serves_all {
+            "the volume is marked dirty and will be resynced at the next start".to_string()
+        } else {
+            beyond_repair()
+        };
+        return Err(ServeError::FinalFlush(format!("{e}; {next}")));
+    }
+    if !unlabelled.is_empty() {
+        let what: Vec<String> = unlabelled
+            .iter()
+            .map(|(m, why)| format!("member {m}: {why}"))
+            .collect();
+        let next = if serves_all {
+            "the next start finds it stale and rebuilds it".to_string()
+        } else {
+            beyond_repair()
+        };
+        return Err(ServeError::FinalLabel(format!(
+            "{}; {next}",
+            what.join("; ")
+        )));
+    }
+    if !serves_all {
+        // The stop itself went well; the volume did not (its members were
+        // reported as they failed). Said last, where an operator looks.
+        tracing::warn!("{}", beyond_repair());
+    }
+    Ok(())
 }
 
 /// Closes every connection's socket and waits for its threads.
