@@ -53,6 +53,12 @@ pub fn inv(a: u8) -> u8 {
     TABLES.exp[255 - TABLES.log[a as usize] as usize]
 }
 
+/// `i` such that g^i = a. Panics on 0, which is no power of g.
+pub fn log2(a: u8) -> u8 {
+    assert!(a != 0, "gf_log2: 0 is no power of the generator");
+    TABLES.log[a as usize]
+}
+
 /// g^i; g has order 255, so the exponent wraps there.
 pub fn exp2(i: u32) -> u8 {
     TABLES.exp[(i % 255) as usize]

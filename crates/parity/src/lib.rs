@@ -32,10 +32,12 @@ use std::mem::MaybeUninit;
 mod gf;
 #[cfg(has_isal)]
 pub mod isal;
+mod locate;
 mod recover;
 pub mod reference;
 
 pub use gf::{GENERATOR, POLY};
+pub use locate::{correct_data, locate, p_syndrome, Culprit};
 pub use recover::RecoverError;
 
 #[cfg(has_isal)]
