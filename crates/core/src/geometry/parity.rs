@@ -107,8 +107,10 @@ pub(super) fn stripe_roles(
     let q_slot = match q {
         None => (0..k).collect(),
         Some(q) => {
-            // md's raid6_d0 + raid6_idx_to_slot: walk from the disk after Q.
-            let d0 = if q == n - 1 { 0 } else { q + 1 };
+            // md's raid6_d0 + raid6_idx_to_slot: walk from the disk after Q
+            // (md writes `q == n - 1 ? 0 : q + 1`; the same, and a mutation
+            // of its `n - 1` could not be told from the original).
+            let d0 = (q + 1) % n;
             let mut slot_of_member = vec![u32::MAX; n as usize];
             let mut slot = 0;
             for i in 0..n {
