@@ -374,6 +374,9 @@ pub const SCRUB_MISMATCHES: u8 = 1;
 /// or failing the scrub.
 pub const SCRUB_INCOMPLETE: u8 = 2;
 
+/// Mismatches `check` prints one per line; `--json` lists more.
+const MISMATCH_LINES: usize = 20;
+
 /// Runs `check` or `repair`; the answer is the exit code.
 pub fn scrub(a: ScrubArgs, repair: bool) -> Result<u8> {
     let cmd = if repair { "repair" } else { "check" };
@@ -393,12 +396,48 @@ pub fn scrub(a: ScrubArgs, repair: bool) -> Result<u8> {
             if repair { " and repaired" } else { "" },
             v["unchecked_stripes"]
         );
-        for r in v["mismatched_regions_bytes"]
+        let listed = v["mismatches"].as_array().map_or(0, Vec::len);
+        let total = v["mismatched_stripes"].as_u64().unwrap_or(0);
+        if total > 0 {
+            let unlocated = v["unlocated_stripes"].as_u64().unwrap_or(0);
+            println!(
+                "  {} with the wrong member found{}, {unlocated} where the redundancy cannot tell which",
+                total.saturating_sub(unlocated),
+                if repair { " and rewritten" } else { "" },
+            );
+        }
+        for m in v["mismatches"]
             .as_array()
             .into_iter()
             .flatten()
+            .take(MISMATCH_LINES)
         {
-            println!("  mismatch at volume bytes {}+{}", r[0], r[1]);
+            let wrong: Vec<String> = m["wrong_members"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|w| match w["path"].as_str() {
+                    Some(p) => format!("slot {} ({p})", w["slot"]),
+                    None => format!("slot {}", w["slot"]),
+                })
+                .collect();
+            let whose = if m["located"].as_bool() == Some(true) {
+                format!("wrong: {}", wrong.join(", "))
+            } else {
+                // RAID-5, two copies, no majority: the redundancy says that
+                // the stripe disagrees, not which member is wrong.
+                "which member is wrong cannot be told (parity or copies disagree)".to_string()
+            };
+            println!(
+                "  mismatch at volume bytes {}+{}: {whose}",
+                m["offset_bytes"], m["length_bytes"]
+            );
+        }
+        if total > MISMATCH_LINES as u64 {
+            println!(
+                "  ... and {} more ({listed} listed by --json)",
+                total - MISMATCH_LINES as u64
+            );
         }
     });
     let count = |k: &str| {

@@ -972,3 +972,84 @@ fn check_and_repair_exit_codes_say_what_they_found() {
     );
     assert_eq!(out.status.code(), Some(2), "{}", out.describe(test));
 }
+
+/// A member whose data area was silently replaced (here: zeroed behind the
+/// server's back, its label intact) is found by `check` on RAID-6, which
+/// names that member in every stripe, and `repair` rewrites that member
+/// (not the parity): every byte written before reads back. How it showed
+/// before: `check` only said how many stripes mismatched, and `repair`
+/// recomputed P and Q from the zeroed data, making the loss permanent. On
+/// RAID-5 the redundancy cannot tell which member is wrong, and `check`
+/// says so instead of naming one.
+#[test]
+fn check_names_a_silently_zeroed_raid6_member_and_repair_restores_it() {
+    let test = "check_names_a_silently_zeroed_raid6_member_and_repair_restores_it";
+    let Some(t) = tools(test, &["qemu-io"]) else {
+        return;
+    };
+    for (level, locates) in [("raid6", true), ("raid5", false)] {
+        let mut s = Server::start(Volume::create(Spec::new(level, 5, "64k"), 4 * MIB));
+        let size = s.volume.status()["size_bytes"].as_u64().expect("size");
+        let size = size.min(4 * MIB);
+        qemu_io(
+            &t,
+            s.uri(),
+            &[format!("write -P 0x3c 0 {size}")],
+            &format!("{test}: {level}: fill"),
+        );
+        // Slot 2's data area, zeroed from 1 MiB (the data offset) on.
+        let zeroed = 2u64;
+        {
+            use std::os::unix::fs::FileExt;
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&s.volume.members[zeroed as usize])
+                .unwrap();
+            f.write_all_at(&vec![0; MIB as usize], MIB).unwrap();
+            f.sync_all().unwrap();
+        }
+        let (code, report) = scrub(&s, "check");
+        assert_eq!(code, Some(1), "{test}: {level}: {report}");
+        let mismatches = report["mismatches"].as_array().expect("mismatches");
+        assert!(!mismatches.is_empty(), "{test}: {level}: {report}");
+        for m in mismatches {
+            let wrong: Vec<u64> = m["wrong_members"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|w| w["slot"].as_u64().unwrap())
+                .collect();
+            if locates {
+                assert_eq!(m["located"], true, "{test}: {level}: {m}");
+                assert_eq!(wrong, vec![zeroed], "{test}: {level}: {m}");
+            } else {
+                assert_eq!(m["located"], false, "{test}: {level}: {m}");
+                assert!(wrong.is_empty(), "{test}: {level}: {m}");
+            }
+        }
+        let plain = run(
+            &mut platter(&["check", "--control", &s.control()]),
+            CMD_TIMEOUT,
+        );
+        let says = if locates {
+            format!("wrong: slot {zeroed}")
+        } else {
+            "cannot be told".to_string()
+        };
+        assert!(plain.stdout.contains(&says), "{}", plain.describe(test));
+        if locates {
+            let (code, report) = scrub(&s, "repair");
+            assert_eq!(code, Some(0), "{test}: {level}: repair: {report}");
+            assert_eq!(scrub(&s, "check").0, Some(0), "{test}: after repair");
+            // From the members, not from anything the server kept.
+            s.stop();
+            s.start_again();
+            qemu_io(
+                &t,
+                s.uri(),
+                &[format!("read -P 0x3c 0 {size}")],
+                &format!("{test}: {level}: every byte after repair"),
+            );
+        }
+    }
+}

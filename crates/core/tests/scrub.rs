@@ -53,6 +53,7 @@ fn check_finds_damage_and_repair_mends_it() {
             }
         };
         let at = (DATA_OFFSET_BYTES + row * il + h.rng.below(il)) as usize;
+        let undamaged = h.members.clone();
         h.members[member as usize][at] ^= 0x5a;
         let found = h.scrub(Maintenance::Check);
         assert_eq!(
@@ -60,6 +61,17 @@ fn check_finds_damage_and_repair_mends_it() {
             vec![stripe],
             "{config:?}: damage on member {member} row {row}"
         );
+        // RAID-6's syndromes and a majority of three or more copies name
+        // the damaged member; RAID-5 and two copies cannot.
+        let locates = config.level == Level::Raid6
+            || (matches!(config.level, Level::Mirror | Level::Raid10) && config.copies >= 3);
+        if locates {
+            assert_eq!(found.wrong_members, vec![(stripe, member)], "{config:?}");
+            assert!(found.unlocated_stripes.is_empty(), "{config:?}");
+        } else {
+            assert!(found.wrong_members.is_empty(), "{config:?}");
+            assert_eq!(found.unlocated_stripes, vec![stripe], "{config:?}");
+        }
 
         let repaired = h.scrub(Maintenance::Repair);
         assert_eq!(repaired.mismatched_stripes, vec![stripe]);
@@ -68,6 +80,15 @@ fn check_finds_damage_and_repair_mends_it() {
             after.mismatched_stripes.is_empty(),
             "{config:?}: still damaged after repair"
         );
+        if locates {
+            // The damaged member itself was mended, whatever its role:
+            // every member is byte for byte as before the damage.
+            assert!(
+                h.members == undamaged,
+                "{config:?}: the repair did not restore member {member}"
+            );
+            verify_all(&mut h, &model);
+        }
 
         // Damage to parity, or to a copy the repair does not trust, is
         // mended without touching the data clients see.
@@ -102,4 +123,56 @@ fn stripes_with_a_lost_member_are_reported_unchecked() {
     let r = h.scrub(Maintenance::Check);
     assert_eq!(r.unchecked_stripes, h.volume.geometry().stripes());
     assert!(r.mismatched_stripes.is_empty());
+}
+
+/// RAID-6 locates page by page: two members wrong in different 4 KiB
+/// pages of one stripe are each named and each mended; two wrong in the
+/// same page cannot be told apart and are reported unlocated (the repair
+/// then makes parity agree with the data, as md's does).
+#[test]
+fn raid6_names_each_wrong_member_page_by_page() {
+    for n in [4u32, 5, 7] {
+        let config = all_configs(&[65536], &[n])
+            .into_iter()
+            .find(|c| c.level == Level::Raid6)
+            .expect("raid6 at 4+ members");
+        let mut h = Harness::new(&config, 7_000 + u64::from(n));
+        let mut model = Model::new(&h.volume);
+        random_workload(&mut h, &mut model, 20, 6);
+        let il = config.interleave_bytes;
+        let stripe = h.rng.below(h.volume.geometry().stripes());
+        let roles = h.volume.geometry().parity_roles(stripe).expect("raid6");
+        let (a, b) = (roles.data[0], roles.q.expect("raid6"));
+        let undamaged = h.members.clone();
+        // Garbage over a whole page of a (data) and another page of b (Q).
+        let page = |p: u64| {
+            let at = (DATA_OFFSET_BYTES + stripe * il + p * 4096) as usize;
+            at..at + 4096
+        };
+        for (m, p) in [(a, 1), (b, 5)] {
+            for (i, byte) in h.members[m as usize][page(p)].iter_mut().enumerate() {
+                *byte ^= (i % 251 + 1) as u8;
+            }
+        }
+        let found = h.scrub(Maintenance::Check);
+        let mut want = vec![(stripe, a), (stripe, b)];
+        want.sort_unstable();
+        assert_eq!(found.wrong_members, want, "raid6 x{n}");
+        h.scrub(Maintenance::Repair);
+        assert!(h.members == undamaged, "raid6 x{n}: not restored");
+        verify_all(&mut h, &model);
+
+        // Two members wrong in the same page: unlocated.
+        let c = roles.data[1];
+        for m in [a, c] {
+            for byte in &mut h.members[m as usize][page(3)] {
+                *byte = byte.wrapping_add(m as u8 + 1);
+            }
+        }
+        let found = h.scrub(Maintenance::Check);
+        assert_eq!(found.mismatched_stripes, vec![stripe], "raid6 x{n}");
+        assert_eq!(found.unlocated_stripes, vec![stripe], "raid6 x{n}");
+        h.scrub(Maintenance::Repair);
+        assert!(h.scrub(Maintenance::Check).mismatched_stripes.is_empty());
+    }
 }

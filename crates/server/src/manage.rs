@@ -19,6 +19,10 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// Mismatches a check or repair lists one by one (`mismatches`); the
+/// counts are exact beyond it.
+const MISMATCHES_LISTED: usize = 10_000;
+
 /// A control request larger than this is refused.
 const REQUEST_MAX_BYTES: u64 = 64 * 1024;
 /// Stripes per scrub step.
@@ -363,16 +367,56 @@ impl Manager {
                 Ok(Reply::Checked(rep)) => {
                     total.mismatched_stripes.extend(rep.mismatched_stripes);
                     total.unchecked_stripes += rep.unchecked_stripes;
+                    total.wrong_members.extend(rep.wrong_members);
+                    total.unlocated_stripes.extend(rep.unlocated_stripes);
                 }
                 Ok(other) => return Err(format!("unexpected answer {other:?}")),
                 Err(e) => return Err(e.to_string()),
             }
             first += count;
         }
+        let members = self.engine.members();
+        let path = |m: u32| {
+            members[m as usize]
+                .as_ref()
+                .map(|d| d.describe().to_string())
+        };
+        // Each mismatch with the members found wrong in it (none when the
+        // redundancy cannot tell: `unlocated`). Listed up to a bound: a
+        // member zeroed under a large volume mismatches every stripe, and
+        // the counts say how many there were.
+        let mut wrong_in: std::collections::HashMap<u64, Vec<u32>> = Default::default();
+        for &(s, m) in &total.wrong_members {
+            wrong_in.entry(s).or_default().push(m);
+        }
+        let unlocated: std::collections::HashSet<u64> =
+            total.unlocated_stripes.iter().copied().collect();
+        let mismatches: Vec<Value> = total
+            .mismatched_stripes
+            .iter()
+            .take(MISMATCHES_LISTED)
+            .map(|&s| {
+                let wrong: Vec<Value> = wrong_in
+                    .get(&s)
+                    .into_iter()
+                    .flatten()
+                    .map(|&m| json!({ "slot": m, "path": path(m) }))
+                    .collect();
+                json!({
+                    "offset_bytes": s * stripe_bytes,
+                    "length_bytes": stripe_bytes,
+                    "located": !unlocated.contains(&s),
+                    "wrong_members": wrong,
+                })
+            })
+            .collect();
         Ok(json!({
             "stripes": stripes,
             "mismatched_stripes": total.mismatched_stripes.len(),
             "mismatched_regions_bytes": total.mismatched_stripes.iter().map(|s| [s * stripe_bytes, stripe_bytes]).collect::<Vec<_>>(),
+            "mismatches": mismatches,
+            "wrong_members": total.wrong_members.len(),
+            "unlocated_stripes": total.unlocated_stripes.len(),
             "unchecked_stripes": total.unchecked_stripes,
             "repaired": action == Maintenance::Repair,
         }))

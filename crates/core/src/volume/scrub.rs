@@ -1,8 +1,15 @@
 //! Scrub: read whole stripes and check that parity matches the data (RAID-5,
 //! RAID-6) or that every copy of a chunk is the same (mirror, RAID-10), and
-//! on request rewrite what disagrees. Parity is recomputed from the data;
-//! for copies, the first readable copy wins (md's rule: with two copies
-//! there is no majority to ask).
+//! on request rewrite what disagrees.
+//!
+//! Where the redundancy can say *which* member is wrong, the repair mends
+//! that member: RAID-6 reads the culprit off the P and Q syndromes, page by
+//! page (mdadm's `raid6check`; `platter_parity::locate`), and corrects a
+//! data block, P or Q; three or more copies repair by majority. Where it
+//! cannot (RAID-5's one syndrome, two copies, no majority, several wrong
+//! blocks in one RAID-6 page) the stripe is reported *unlocated* and the
+//! repair does what md's does: parity recomputed from the data, or the
+//! first readable copy copied over the others.
 //!
 //! Stripes with a lost member are counted as unchecked: with nothing to
 //! compare against, any content would pass.
@@ -12,6 +19,7 @@ use super::write::Strategy;
 use super::{Maintenance, Plan, Request, RequestId, StripeJob, Volume};
 use crate::buf::AlignedBuf;
 use bytes::Bytes;
+use platter_parity::Culprit;
 
 /// What a check found in its stripes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -23,7 +31,19 @@ pub struct CheckReport {
     pub mismatched_stripes: Vec<u64>,
     /// Stripes skipped because a member was not usable.
     pub unchecked_stripes: u64,
+    /// `(stripe, member)`: the member found wrong in a mismatched stripe
+    /// (by RAID-6's syndromes or a majority of copies) and, for a repair,
+    /// the one rewritten. In stripe order, a member at most once per stripe.
+    pub wrong_members: Vec<(u64, u32)>,
+    /// Mismatched stripes where the redundancy cannot say which member is
+    /// wrong (RAID-5, two copies, no majority, several wrong blocks): a
+    /// repair makes them agree, not necessarily right.
+    pub unlocated_stripes: Vec<u64>,
 }
+
+/// RAID-6 locates the wrong block page by page, as `raid6check` does: two
+/// members wrong in different pages of one chunk are each found.
+const LOCATE_PAGE_BYTES: usize = 4096;
 
 impl Volume {
     pub(super) fn plan_scrub(&mut self, req: &Request, plan: &mut Plan) -> ReadPieces {
@@ -101,64 +121,190 @@ impl Volume {
         let mut jobs = std::mem::take(&mut op.plan.jobs);
         let repair = action == Maintenance::Repair;
         let g = self.geometry.clone();
-        let il = g.interleave_bytes() as usize;
         let mut report = op.plan.report.take().expect("planned with its report");
         let mut writes = WritePieces::new();
         for job in &mut jobs {
-            let mut bad = false;
-            if g.level().is_parity() {
-                let roles = job.roles.clone();
-                // Parity as the data says it should be, beside what was read.
-                let mut fresh =
-                    StripeJob::new(job.stripe, 0, il as u64, Some(roles.clone()), job.strategy);
-                fresh.bufs = job.bufs.clone();
-                Self::generate_parity(&mut fresh);
-                for m in std::iter::once(roles.p).chain(roles.q) {
-                    if fresh.bufs[m as usize] != job.bufs[m as usize] {
-                        bad = true;
-                        if repair {
-                            writes.push(WritePiece {
-                                member: m,
-                                offset_bytes: g.member_offset_bytes(job.stripe, 0),
-                                kind: WriteKind::Data(
-                                    std::mem::take(&mut fresh.bufs[m as usize]).into_bytes(),
-                                ),
-                            });
-                        }
-                    }
-                }
+            let verdict = if g.level().is_parity() {
+                scrub_parity(job)
             } else {
-                // wants: (data index, row, member, offset in the buffers).
-                let mut first_of: Vec<Option<(u64, u64)>> =
-                    vec![None; g.data_per_stripe() as usize];
-                for &(d, row, member, at) in &job.wants {
-                    let a = at as usize;
-                    match first_of[d as usize] {
-                        None => first_of[d as usize] = Some((member, at)),
-                        Some((m0, at0)) => {
-                            let a0 = at0 as usize;
-                            let same = job.bufs[m0 as usize][a0..a0 + il]
-                                == job.bufs[member as usize][a..a + il];
-                            if !same {
-                                bad = true;
-                                if repair {
-                                    let good =
-                                        Bytes::copy_from_slice(&job.bufs[m0 as usize][a0..a0 + il]);
-                                    writes.push(WritePiece {
-                                        member: member as u32,
-                                        offset_bytes: g.member_offset_bytes(row, 0),
-                                        kind: WriteKind::Data(good),
-                                    });
-                                }
-                            }
-                        }
-                    }
-                }
+                scrub_copies(job, g.data_per_stripe(), g.interleave_bytes() as usize)
+            };
+            let Some(verdict) = verdict else { continue };
+            report.mismatched_stripes.push(job.stripe);
+            if verdict.located {
+                let mut wrong: Vec<u32> = verdict.rewrite.iter().map(|r| r.member).collect();
+                wrong.sort_unstable();
+                wrong.dedup();
+                report
+                    .wrong_members
+                    .extend(wrong.into_iter().map(|m| (job.stripe, m)));
+            } else {
+                report.unlocated_stripes.push(job.stripe);
             }
-            if bad {
-                report.mismatched_stripes.push(job.stripe);
+            if repair {
+                writes.extend(verdict.rewrite.into_iter().map(|r| WritePiece {
+                    member: r.member,
+                    offset_bytes: g.member_offset_bytes(r.row, 0),
+                    kind: WriteKind::Data(r.bytes),
+                }));
             }
         }
         (report, writes)
     }
+}
+
+/// A mismatched stripe: what a repair writes, and whether the redundancy
+/// named the wrong members (`located`) or only made the stripe agree.
+struct Verdict {
+    rewrite: Vec<Rewrite>,
+    located: bool,
+}
+
+/// One member's chunk, as a repair writes it.
+struct Rewrite {
+    member: u32,
+    row: u64,
+    bytes: Bytes,
+}
+
+/// A parity stripe as read (`job.bufs`, each member's whole chunk): `None`
+/// when parity agrees. RAID-6 corrects the located block in place, page
+/// by page; RAID-5, or a RAID-6 page with several wrong blocks, gets its
+/// parity recomputed from the data.
+fn scrub_parity(job: &mut StripeJob) -> Option<Verdict> {
+    let roles = job.roles.clone();
+    let mut fresh = StripeJob::new(
+        job.stripe,
+        job.lo_bytes,
+        job.hi_bytes,
+        Some(roles.clone()),
+        job.strategy,
+    );
+    fresh.bufs = job.bufs.clone();
+    Volume::generate_parity(&mut fresh);
+    let parity = std::iter::once(roles.p).chain(roles.q);
+    if parity
+        .clone()
+        .all(|m| fresh.bufs[m as usize] == job.bufs[m as usize])
+    {
+        return None;
+    }
+    let n = job.bufs.len();
+    let mut touched = vec![false; n];
+    let mut located = true;
+    match roles.q {
+        None => {
+            located = false;
+            touched[roles.p as usize] = true;
+            job.bufs[roles.p as usize] = fresh.bufs[roles.p as usize].clone();
+        }
+        Some(q) => {
+            let (p, q) = (roles.p as usize, q as usize);
+            let k = roles.data.len();
+            // Data members in syndrome order.
+            let mut by_slot = vec![0usize; k];
+            for (d, &m) in roles.data.iter().enumerate() {
+                by_slot[roles.q_slot[d] as usize] = m as usize;
+            }
+            let len = job.bufs[p].len();
+            let mut from = 0;
+            while from < len {
+                let to = (from + LOCATE_PAGE_BYTES).min(len);
+                let culprit = {
+                    let data: Vec<&[u8]> =
+                        by_slot.iter().map(|&m| &job.bufs[m][from..to]).collect();
+                    platter_parity::locate(&data, &job.bufs[p][from..to], &job.bufs[q][from..to])
+                };
+                match culprit {
+                    Culprit::Consistent => {}
+                    Culprit::Data(z) => {
+                        let m = by_slot[z];
+                        let sp = {
+                            let data: Vec<&[u8]> =
+                                by_slot.iter().map(|&m| &job.bufs[m][from..to]).collect();
+                            platter_parity::p_syndrome(&data, &job.bufs[p][from..to])
+                        };
+                        platter_parity::correct_data(&mut job.bufs[m][from..to], &sp);
+                        touched[m] = true;
+                    }
+                    Culprit::P => {
+                        let fresh_p = &fresh.bufs[p][from..to];
+                        job.bufs[p][from..to].copy_from_slice(fresh_p);
+                        touched[p] = true;
+                    }
+                    Culprit::Q => {
+                        let fresh_q = &fresh.bufs[q][from..to];
+                        job.bufs[q][from..to].copy_from_slice(fresh_q);
+                        touched[q] = true;
+                    }
+                    Culprit::Several => {
+                        located = false;
+                        for m in [p, q] {
+                            let fresh_m = &fresh.bufs[m][from..to];
+                            job.bufs[m][from..to].copy_from_slice(fresh_m);
+                            touched[m] = true;
+                        }
+                    }
+                }
+                from = to;
+            }
+        }
+    }
+    let rewrite = (0..n)
+        .filter(|&m| touched[m])
+        .map(|m| Rewrite {
+            member: m as u32,
+            row: job.stripe,
+            bytes: std::mem::take(&mut job.bufs[m]).into_bytes(),
+        })
+        .collect();
+    Some(Verdict { rewrite, located })
+}
+
+/// A mirror or RAID-10 stripe as read: each data chunk's copies (`job.wants`:
+/// data index, row, member, offset in the buffers). `None` when every
+/// chunk's copies agree. A chunk whose copies disagree is mended from the
+/// content a strict majority of its copies hold; with no majority (two
+/// copies, or a tie) from its first copy, unlocated.
+fn scrub_copies(job: &StripeJob, k: u32, il: usize) -> Option<Verdict> {
+    let mut rewrite = Vec::new();
+    let mut located = true;
+    let mut bad = false;
+    for d in 0..k {
+        let copies: Vec<(u64, u32, &[u8])> = job
+            .wants
+            .iter()
+            .filter(|w| w.0 == d)
+            .map(|&(_, row, member, at)| {
+                let at = at as usize;
+                (row, member as u32, &job.bufs[member as usize][at..at + il])
+            })
+            .collect();
+        let Some(&(_, _, first)) = copies.first() else {
+            continue;
+        };
+        if copies.iter().all(|c| c.2 == first) {
+            continue;
+        }
+        bad = true;
+        let held_by = |bytes: &[u8]| copies.iter().filter(|c| c.2 == bytes).count();
+        let majority = copies
+            .iter()
+            .map(|c| c.2)
+            .find(|b| 2 * held_by(b) > copies.len());
+        let good = majority.unwrap_or_else(|| {
+            located = false;
+            first
+        });
+        for &(row, member, bytes) in &copies {
+            if bytes != good {
+                rewrite.push(Rewrite {
+                    member,
+                    row,
+                    bytes: Bytes::copy_from_slice(good),
+                });
+            }
+        }
+    }
+    bad.then_some(Verdict { rewrite, located })
 }
