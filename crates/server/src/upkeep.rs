@@ -292,7 +292,7 @@ fn repair(engine: &Engine, upkeep: &Upkeep, first: u64, count: u64) -> bool {
     match engine.run(Request::Maintain {
         first_stripe: first,
         stripe_count: count,
-        action: Maintenance::Repair,
+        action: Maintenance::Resync,
     }) {
         Ok(Reply::Checked(r)) => {
             upkeep

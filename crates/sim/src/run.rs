@@ -1102,7 +1102,7 @@ impl Simulation {
                     Request::Maintain {
                         first_stripe,
                         stripe_count,
-                        action: Maintenance::Repair,
+                        action: Maintenance::Resync,
                     },
                     Some(Some(region)),
                 );
@@ -1115,7 +1115,7 @@ impl Simulation {
                     Request::Maintain {
                         first_stripe,
                         stripe_count: RESYNC_STEP_STRIPES.min(stripes - first_stripe),
-                        action: Maintenance::Repair,
+                        action: Maintenance::Resync,
                     },
                     Some(None),
                 );

@@ -164,7 +164,9 @@ impl Volume {
                 | Request::WriteZeroes { .. }
                 | Request::Trim { .. }
                 | Request::Maintain {
-                    action: super::Maintenance::Repair | super::Maintenance::Destage,
+                    action: super::Maintenance::Repair
+                        | super::Maintenance::Resync
+                        | super::Maintenance::Destage,
                     ..
                 }
         );

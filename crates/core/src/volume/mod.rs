@@ -893,7 +893,7 @@ impl Volume {
                         self.issue_writes(id, writes);
                     }
                     Request::Maintain {
-                        action: Maintenance::Check | Maintenance::Repair,
+                        action: Maintenance::Check | Maintenance::Repair | Maintenance::Resync,
                         ..
                     } => {
                         let (report, writes) = self.compute_scrub(id);

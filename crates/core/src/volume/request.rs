@@ -73,9 +73,15 @@ pub enum Maintenance {
     Rebuild,
     /// Report stripes whose parity or copies disagree.
     Check,
-    /// Report them and rewrite parity (from the data) or copies (from the
-    /// first readable copy).
+    /// Report them and rewrite the member found wrong (RAID-6's
+    /// syndromes, a majority of three or more copies); where none can be
+    /// named, as [`Maintenance::Resync`]. For silent corruption.
     Repair,
+    /// Make the stripes agree as md's resync does: parity from the data,
+    /// copies from the first readable copy. After an unclean stop, where a
+    /// mismatch is a write cut short, not a wrong member: the data as it
+    /// stands wins, whichever member it is on.
+    Resync,
     /// Write a stripe's cached data to the members (internal: the volume
     /// submits these itself; see `cache.rs`).
     Destage,

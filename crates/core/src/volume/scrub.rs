@@ -119,15 +119,23 @@ impl Volume {
             unreachable!("a scrub")
         };
         let mut jobs = std::mem::take(&mut op.plan.jobs);
-        let repair = action == Maintenance::Repair;
+        let repair = matches!(action, Maintenance::Repair | Maintenance::Resync);
+        // Naming a wrong member is for silent corruption; after a crash a
+        // mismatch is a write cut short, and the data as it stands wins.
+        let locate = action != Maintenance::Resync;
         let g = self.geometry.clone();
         let mut report = op.plan.report.take().expect("planned with its report");
         let mut writes = WritePieces::new();
         for job in &mut jobs {
             let verdict = if g.level().is_parity() {
-                scrub_parity(job)
+                scrub_parity(job, locate)
             } else {
-                scrub_copies(job, g.data_per_stripe(), g.interleave_bytes() as usize)
+                scrub_copies(
+                    job,
+                    g.data_per_stripe(),
+                    g.interleave_bytes() as usize,
+                    locate,
+                )
             };
             let Some(verdict) = verdict else { continue };
             report.mismatched_stripes.push(job.stripe);
@@ -171,7 +179,7 @@ struct Rewrite {
 /// when parity agrees. RAID-6 corrects the located block in place, page
 /// by page; RAID-5, or a RAID-6 page with several wrong blocks, gets its
 /// parity recomputed from the data.
-fn scrub_parity(job: &mut StripeJob) -> Option<Verdict> {
+fn scrub_parity(job: &mut StripeJob, locate: bool) -> Option<Verdict> {
     let roles = job.roles.clone();
     let mut fresh = StripeJob::new(
         job.stripe,
@@ -192,11 +200,15 @@ fn scrub_parity(job: &mut StripeJob) -> Option<Verdict> {
     let n = job.bufs.len();
     let mut touched = vec![false; n];
     let mut located = true;
-    match roles.q {
+    match roles.q.filter(|_| locate) {
         None => {
             located = false;
-            touched[roles.p as usize] = true;
-            job.bufs[roles.p as usize] = fresh.bufs[roles.p as usize].clone();
+            for m in parity.map(|m| m as usize) {
+                if fresh.bufs[m] != job.bufs[m] {
+                    touched[m] = true;
+                    job.bufs[m] = fresh.bufs[m].clone();
+                }
+            }
         }
         Some(q) => {
             let (p, q) = (roles.p as usize, q as usize);
@@ -266,7 +278,7 @@ fn scrub_parity(job: &mut StripeJob) -> Option<Verdict> {
 /// chunk's copies agree. A chunk whose copies disagree is mended from the
 /// content a strict majority of its copies hold; with no majority (two
 /// copies, or a tie) from its first copy, unlocated.
-fn scrub_copies(job: &StripeJob, k: u32, il: usize) -> Option<Verdict> {
+fn scrub_copies(job: &StripeJob, k: u32, il: usize, locate: bool) -> Option<Verdict> {
     let mut rewrite = Vec::new();
     let mut located = true;
     let mut bad = false;
@@ -291,7 +303,7 @@ fn scrub_copies(job: &StripeJob, k: u32, il: usize) -> Option<Verdict> {
         let majority = copies
             .iter()
             .map(|c| c.2)
-            .find(|b| 2 * held_by(b) > copies.len());
+            .find(|b| locate && 2 * held_by(b) > copies.len());
         let good = majority.unwrap_or_else(|| {
             located = false;
             first
