@@ -491,3 +491,47 @@ fn mirror_outstanding_per_plex() {
     assert_eq!(h.run().len(), 2);
     assert!(stats(&h).plexes.iter().all(|p| p.outstanding == 0));
 }
+
+/// Per-plex read bytes go to the copy that served them. Every earlier test
+/// read either from both copies (checking only the sum) or from plex 0
+/// alone, so attributing every byte to plex 0 (a mutant of `plex_of`)
+/// passed them all: here only the later copies can serve.
+#[test]
+fn reads_count_on_the_plex_of_the_copy_that_served_them() {
+    // Mirror, 3 copies, the first two broken: plex 2 serves everything.
+    let c = config(Level::Mirror, 3, 3);
+    let mut h = Harness::new(&c, 9);
+    write(&mut h, 0, 4 * IL);
+    h.broken[0] = true;
+    h.broken[1] = true;
+    for i in 0..4 {
+        read(&mut h, i * IL, IL);
+    }
+    let per_plex: Vec<u64> = stats(&h)
+        .plexes
+        .iter()
+        .map(|p| p.counters.bytes_read)
+        .collect();
+    assert_eq!(per_plex, vec![0, 0, 4 * IL]);
+
+    // RAID-10, 3 members, 2 copies (md's near layout: copy j of chunk c
+    // is slot 2c + j, slot s is row s / 3 of member s % 3). With member 0
+    // broken, chunk 0 (slots 0, 1: members 0, 1) is served by its copy 1,
+    // chunk 1 (slots 2, 3: member 2 row 0, member 0 row 1) by its copy 0,
+    // and chunk 3 (slots 6, 7: member 0 row 2, member 1 row 2) by copy 1.
+    let c = config(Level::Raid10, 3, 2);
+    let mut h = Harness::new(&c, 10);
+    write(&mut h, 0, 4 * IL);
+    h.broken[0] = true;
+    let mut want = [0u64; 2];
+    for (chunk, copy) in [(0u64, 1usize), (1, 0), (3, 1)] {
+        read(&mut h, chunk * IL, IL);
+        want[copy] += IL;
+        let per_plex: Vec<u64> = stats(&h)
+            .plexes
+            .iter()
+            .map(|p| p.counters.bytes_read)
+            .collect();
+        assert_eq!(per_plex, want, "after chunk {chunk}");
+    }
+}

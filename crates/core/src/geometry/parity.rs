@@ -107,20 +107,14 @@ pub(super) fn stripe_roles(
     let q_slot = match q {
         None => (0..k).collect(),
         Some(q) => {
-            // md's raid6_d0 + raid6_idx_to_slot: walk from the disk after Q
-            // (md writes `q == n - 1 ? 0 : q + 1`; the same, and a mutation
-            // of its `n - 1` could not be told from the original).
-            let d0 = (q + 1) % n;
-            let mut slot_of_member = vec![u32::MAX; n as usize];
-            let mut slot = 0;
-            for i in 0..n {
-                let m = (d0 + i) % n;
-                if m != p && m != q {
-                    slot_of_member[m as usize] = slot;
-                    slot += 1;
-                }
-            }
-            data.iter().map(|&m| slot_of_member[m as usize]).collect()
+            // md's raid6_d0 + raid6_idx_to_slot: slots are numbered walking
+            // the disks from the one after Q. In every md layout Q follows
+            // P, so P and Q are the last two disks of that walk and the data disks take
+            // slots 0..k in order: a member's slot is its distance from Q,
+            // less one. (Written as md's walk, the skipping of P and Q could
+            // be mutated with no test able to tell.)
+            assert_eq!(q, (p + 1) % n, "md's RAID-6 layouts put Q after P");
+            data.iter().map(|&m| (m + n - q - 1) % n).collect()
         }
     };
     StripeRoles { data, p, q, q_slot }
