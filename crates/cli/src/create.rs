@@ -303,6 +303,7 @@ fn label_members(
             name: args.name.clone(),
             intent_region_stripes,
             read_policy_arg: args.read_policy.arg(),
+            scrub: Default::default(),
             slots: slots.clone(),
         };
         m.write_at(0, &label.encode())?;

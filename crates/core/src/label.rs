@@ -29,9 +29,14 @@ pub const LABEL_BYTES: usize = 4096;
 /// of plain text files.
 pub const LABEL_MAGIC: [u8; 8] = *b"PLATTER\x01";
 
-/// Version of the byte layout below. Bumped on any change a reader of this
-/// version would misread; reserved bytes exist so that growth rarely needs it.
-pub const LABEL_FORMAT_VERSION: u32 = 1;
+/// Version of the byte layout below, the newest this build reads and
+/// writes. Bumped on any change a reader of an older version would
+/// misread; reserved bytes exist so that growth rarely needs it.
+///
+/// A label is written at the *oldest* version that holds it: version 1
+/// unless a version-2 field is in use (the scheduled scrub's record), so a
+/// volume that never used them stays readable by older builds.
+pub const LABEL_FORMAT_VERSION: u32 = 2;
 
 /// Version of the volume-to-member mapping arithmetic (`geometry`).
 ///
@@ -50,6 +55,8 @@ pub const NAME_MAX_BYTES: usize = 64;
 // The label's fields do not overlap, and the slot table and checksum fit
 // the label: a change to a limit that broke the format fails to compile.
 const _: () = assert!(at::NAME + NAME_MAX_BYTES <= at::INTENT_REGION_STRIPES);
+const _: () = assert!(at::READ_POLICY_ARG + 8 == at::SCRUB_STARTED_UNIX_SECONDS);
+const _: () = assert!(at::SCRUB_LAST_FOUND_STRIPES + 8 == at::RESERVED_HEADER);
 const _: () = assert!(at::RESERVED_HEADER <= at::SLOT_TABLE);
 const _: () = assert!(at::RESERVED_TAIL <= at::CHECKSUM);
 const _: () = assert!(at::CHECKSUM + 4 == LABEL_BYTES);
@@ -79,8 +86,15 @@ pub mod at {
     pub const NAME: usize = 0x080;
     pub const INTENT_REGION_STRIPES: usize = 0x0C0;
     pub const READ_POLICY_ARG: usize = 0x0C8;
-    /// Zero in format version 1: room for header fields.
-    pub const RESERVED_HEADER: usize = 0x0D0;
+    /// Format version 2: the scheduled scrub's record ([`super::ScrubRecord`]),
+    /// five u64s. Zero (reserved) in version 1.
+    pub const SCRUB_STARTED_UNIX_SECONDS: usize = 0x0D0;
+    pub const SCRUB_CURSOR_STRIPES: usize = 0x0D8;
+    pub const SCRUB_FOUND_STRIPES: usize = 0x0E0;
+    pub const SCRUB_COMPLETED_UNIX_SECONDS: usize = 0x0E8;
+    pub const SCRUB_LAST_FOUND_STRIPES: usize = 0x0F0;
+    /// Zero: room for header fields.
+    pub const RESERVED_HEADER: usize = 0x0F8;
     pub const SLOT_TABLE: usize = 0x200;
     /// Zero in format version 1: room after the slot table.
     pub const RESERVED_TAIL: usize = SLOT_TABLE + super::MAX_MEMBERS as usize * SLOT_ENTRY_BYTES;
@@ -281,7 +295,34 @@ pub struct Label {
     /// preferred slot, or the proximity window in bytes; 0 = the default
     /// (and 0 for policies without one). Checked like `read_policy`.
     pub read_policy_arg: u64,
+    /// Where the scheduled scrub stands (format version 2; all zero when
+    /// none ever ran).
+    pub scrub: ScrubRecord,
     pub slots: Vec<SlotEntry>,
+}
+
+/// The scheduled scrub's record (`platter serve --scrub-every`): a pass
+/// in progress resumes at its cursor after a restart, and the time of the
+/// last completed pass says how fresh the volume's last look is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScrubRecord {
+    /// When the pass in progress began; 0 = none in progress.
+    pub started_unix_seconds: u64,
+    /// The next stripe the pass in progress checks.
+    pub cursor_stripes: u64,
+    /// Mismatched stripes the pass in progress found so far.
+    pub found_stripes: u64,
+    /// When the last complete pass (scheduled, or a whole-volume `check`
+    /// or `repair`) ended; 0 = never.
+    pub completed_unix_seconds: u64,
+    /// Mismatched stripes that pass found.
+    pub last_found_stripes: u64,
+}
+
+impl ScrubRecord {
+    fn is_zero(&self) -> bool {
+        *self == ScrubRecord::default()
+    }
 }
 
 /// Why a member's label was refused. The messages are written to follow
@@ -379,6 +420,19 @@ impl Label {
     fn validate_header(&self) -> Result<(), LabelError> {
         if self.layout_version != LAYOUT_VERSION {
             return Err(LabelError::UnknownLayoutVersion(self.layout_version));
+        }
+        let r = &self.scrub;
+        if r.started_unix_seconds == 0 && (r.cursor_stripes != 0 || r.found_stripes != 0) {
+            return Err(field_error(
+                "scrub",
+                "a cursor or findings with no pass in progress (started is 0)",
+            ));
+        }
+        if r.completed_unix_seconds == 0 && r.last_found_stripes != 0 {
+            return Err(field_error(
+                "scrub",
+                "findings of a last pass that never completed",
+            ));
         }
         if self.volume_uuid == NIL_UUID {
             return Err(field_error("volume_uuid", "is nil (all zero)"));
@@ -538,7 +592,8 @@ impl Label {
         }
         let mut b = [0u8; LABEL_BYTES];
         b[at::MAGIC..at::MAGIC + 8].copy_from_slice(&LABEL_MAGIC);
-        put_u32(&mut b, at::FORMAT_VERSION, LABEL_FORMAT_VERSION);
+        let version = if self.scrub.is_zero() { 1 } else { 2 };
+        put_u32(&mut b, at::FORMAT_VERSION, version);
         put_u32(&mut b, at::LAYOUT_VERSION, self.layout_version);
         b[at::VOLUME_UUID..at::VOLUME_UUID + 16].copy_from_slice(&self.volume_uuid);
         b[at::MEMBER_UUID..at::MEMBER_UUID + 16].copy_from_slice(&self.member_uuid);
@@ -568,6 +623,20 @@ impl Label {
             self.intent_region_stripes,
         );
         put_u64(&mut b, at::READ_POLICY_ARG, self.read_policy_arg);
+        let r = &self.scrub;
+        put_u64(
+            &mut b,
+            at::SCRUB_STARTED_UNIX_SECONDS,
+            r.started_unix_seconds,
+        );
+        put_u64(&mut b, at::SCRUB_CURSOR_STRIPES, r.cursor_stripes);
+        put_u64(&mut b, at::SCRUB_FOUND_STRIPES, r.found_stripes);
+        put_u64(
+            &mut b,
+            at::SCRUB_COMPLETED_UNIX_SECONDS,
+            r.completed_unix_seconds,
+        );
+        put_u64(&mut b, at::SCRUB_LAST_FOUND_STRIPES, r.last_found_stripes);
         for (i, entry) in self.slots.iter().enumerate() {
             let e = at::SLOT_TABLE + i * at::SLOT_ENTRY_BYTES;
             b[e + at::ENTRY_MEMBER_UUID..e + at::ENTRY_MEMBER_UUID + 16]
@@ -599,7 +668,7 @@ impl Label {
             return Err(LabelError::Checksum { stored, computed });
         }
         let format_version = get_u32(b, at::FORMAT_VERSION);
-        if format_version != LABEL_FORMAT_VERSION {
+        if !(1..=LABEL_FORMAT_VERSION).contains(&format_version) {
             return Err(LabelError::UnknownFormatVersion(format_version));
         }
         // Before the fields: a newer layout may use codes this build lacks,
@@ -624,7 +693,26 @@ impl Label {
             )
         })?;
         let name = decode_name(&b[at::NAME..at::NAME + NAME_MAX_BYTES])?;
+        if format_version == 1 {
+            check_zero(b, at::SCRUB_STARTED_UNIX_SECONDS..at::RESERVED_HEADER)?;
+        }
         check_zero(b, at::RESERVED_HEADER..at::SLOT_TABLE)?;
+        let scrub = ScrubRecord {
+            started_unix_seconds: get_u64(b, at::SCRUB_STARTED_UNIX_SECONDS),
+            cursor_stripes: get_u64(b, at::SCRUB_CURSOR_STRIPES),
+            found_stripes: get_u64(b, at::SCRUB_FOUND_STRIPES),
+            completed_unix_seconds: get_u64(b, at::SCRUB_COMPLETED_UNIX_SECONDS),
+            last_found_stripes: get_u64(b, at::SCRUB_LAST_FOUND_STRIPES),
+        };
+        // Canonical form: a label is written at the oldest version that
+        // holds it, so version 2 with no version-2 field in use is not one
+        // a writer produces.
+        if format_version == 2 && scrub.is_zero() {
+            return Err(field_error(
+                "format_version",
+                "is 2 with no version-2 field in use (a writer says 1)",
+            ));
+        }
         check_zero(b, at::RESERVED_TAIL..at::CHECKSUM)?;
 
         let mut label = Label {
@@ -649,6 +737,7 @@ impl Label {
             name,
             intent_region_stripes: get_u64(b, at::INTENT_REGION_STRIPES),
             read_policy_arg: get_u64(b, at::READ_POLICY_ARG),
+            scrub,
             slots: Vec::new(),
         };
         // The header first: a bad member_count explains a bad-looking table,
@@ -707,8 +796,7 @@ fn check_zero(b: &[u8; LABEL_BYTES], range: std::ops::Range<usize>) -> Result<()
         Some(i) => Err(field_error(
             "reserved",
             format!(
-                "byte 0x{:03x} is 0x{:02x}; reserved bytes are zero in format version \
-                 {LABEL_FORMAT_VERSION}",
+                "byte 0x{:03x} is 0x{:02x}; reserved bytes are zero",
                 range.start + i,
                 b[range.start + i]
             ),

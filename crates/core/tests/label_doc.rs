@@ -3,8 +3,8 @@
 //! document cannot drift from the code.
 
 use platter_core::label::{
-    at, Label, SlotEntry, SlotState, VolumeState, LABEL_BYTES, LABEL_FORMAT_VERSION, LABEL_MAGIC,
-    LAYOUT_VERSION, MAX_MEMBERS, NAME_MAX_BYTES,
+    at, Label, ScrubRecord, SlotEntry, SlotState, VolumeState, LABEL_BYTES, LABEL_FORMAT_VERSION,
+    LABEL_MAGIC, LAYOUT_VERSION, MAX_MEMBERS, NAME_MAX_BYTES,
 };
 use platter_core::{Level, ParityLayout};
 
@@ -79,6 +79,13 @@ fn sample() -> Label {
         name: "doc-check".to_string(),
         intent_region_stripes: 7,
         read_policy_arg: 0x5152_5354_5556_5758,
+        scrub: ScrubRecord {
+            started_unix_seconds: 0x6162_6364_6566_6768,
+            cursor_stripes: 0x7172_7374_7576_7778,
+            found_stripes: 9,
+            completed_unix_seconds: 0x0102_0304_0506_0708,
+            last_found_stripes: 11,
+        },
         slots,
     }
 }
@@ -109,6 +116,19 @@ fn label_table_matches_the_code() {
         row(at::NAME, NAME_MAX_BYTES, "name"),
         row(at::INTENT_REGION_STRIPES, 8, "intent_region_stripes"),
         row(at::READ_POLICY_ARG, 8, "read_policy_arg"),
+        row(
+            at::SCRUB_STARTED_UNIX_SECONDS,
+            8,
+            "scrub_started_unix_seconds",
+        ),
+        row(at::SCRUB_CURSOR_STRIPES, 8, "scrub_cursor_stripes"),
+        row(at::SCRUB_FOUND_STRIPES, 8, "scrub_found_stripes"),
+        row(
+            at::SCRUB_COMPLETED_UNIX_SECONDS,
+            8,
+            "scrub_completed_unix_seconds",
+        ),
+        row(at::SCRUB_LAST_FOUND_STRIPES, 8, "scrub_last_found_stripes"),
         row(
             at::RESERVED_HEADER,
             at::SLOT_TABLE - at::RESERVED_HEADER,
@@ -171,6 +191,26 @@ fn documented_offsets_hold_the_values() {
         (
             "read_policy_arg",
             label.read_policy_arg.to_le_bytes().to_vec(),
+        ),
+        (
+            "scrub_started_unix_seconds",
+            label.scrub.started_unix_seconds.to_le_bytes().to_vec(),
+        ),
+        (
+            "scrub_cursor_stripes",
+            label.scrub.cursor_stripes.to_le_bytes().to_vec(),
+        ),
+        (
+            "scrub_found_stripes",
+            label.scrub.found_stripes.to_le_bytes().to_vec(),
+        ),
+        (
+            "scrub_completed_unix_seconds",
+            label.scrub.completed_unix_seconds.to_le_bytes().to_vec(),
+        ),
+        (
+            "scrub_last_found_stripes",
+            label.scrub.last_found_stripes.to_le_bytes().to_vec(),
         ),
         (
             "intent_region_stripes",

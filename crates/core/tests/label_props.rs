@@ -2,8 +2,8 @@
 //! and no input makes `decode` panic or accept bytes it would not write.
 
 use platter_core::label::{
-    at, is_blank, Label, LabelError, SlotEntry, SlotState, VolumeState, LABEL_BYTES, LABEL_MAGIC,
-    LAYOUT_VERSION, MAX_MEMBERS,
+    at, is_blank, Label, LabelError, ScrubRecord, SlotEntry, SlotState, VolumeState, LABEL_BYTES,
+    LABEL_MAGIC, LAYOUT_VERSION, MAX_MEMBERS,
 };
 use platter_core::{Level, ParityLayout};
 use proptest::prelude::*;
@@ -150,6 +150,22 @@ fn label() -> impl Strategy<Value = Label> {
                     intent_region_stripes: updated.rotate_left(17),
                     // Like read_policy: the server checks it.
                     read_policy_arg: created.rotate_left(29),
+                    // A third of the labels have no scrub record (written
+                    // at version 1), the rest one with or without a pass
+                    // in progress (version 2).
+                    scrub: if event_counter % 3 == 0 {
+                        ScrubRecord::default()
+                    } else {
+                        let started = (event_counter % 2) * (updated | 1);
+                        let running = u64::from(started != 0);
+                        ScrubRecord {
+                            started_unix_seconds: started,
+                            cursor_stripes: running * created.rotate_left(3),
+                            found_stripes: running * updated.rotate_left(5),
+                            completed_unix_seconds: created | 1,
+                            last_found_stripes: updated.rotate_left(9),
+                        }
+                    },
                     slots,
                 }
             },

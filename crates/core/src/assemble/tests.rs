@@ -37,6 +37,7 @@ fn volume(level: Level, n: u32, tag: u8) -> Vec<Label> {
             name: format!("vol{tag}"),
             intent_region_stripes: 0,
             read_policy_arg: 0,
+            scrub: Default::default(),
             slots: slots.clone(),
         })
         .collect()

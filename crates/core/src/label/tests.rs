@@ -52,6 +52,7 @@ fn sample(level: Level) -> Label {
         name: "home—ünïcode".to_string(),
         intent_region_stripes: 0,
         read_policy_arg: 64 << 10,
+        scrub: Default::default(),
         slots,
     }
 }
@@ -198,7 +199,7 @@ fn short_input_is_too_short() {
 #[test]
 fn unknown_format_version_is_refused() {
     let label = sample(Level::Stripe);
-    for version in [0, 2, u32::MAX] {
+    for version in [0, 3, u32::MAX] {
         let b = patched(&label, |b| {
             b[at::FORMAT_VERSION..at::FORMAT_VERSION + 4].copy_from_slice(&version.to_le_bytes())
         });
@@ -516,6 +517,11 @@ fn fields_tile_the_label_without_overlap() {
         (at::UPDATED_UNIX_SECONDS, 8),
         (at::INTENT_REGION_STRIPES, 8),
         (at::READ_POLICY_ARG, 8),
+        (at::SCRUB_STARTED_UNIX_SECONDS, 8),
+        (at::SCRUB_CURSOR_STRIPES, 8),
+        (at::SCRUB_FOUND_STRIPES, 8),
+        (at::SCRUB_COMPLETED_UNIX_SECONDS, 8),
+        (at::SCRUB_LAST_FOUND_STRIPES, 8),
         (at::NAME, NAME_MAX_BYTES),
         (at::RESERVED_HEADER, at::SLOT_TABLE - at::RESERVED_HEADER),
         (at::SLOT_TABLE, MAX_MEMBERS as usize * at::SLOT_ENTRY_BYTES),
@@ -546,4 +552,38 @@ fn fields_tile_the_label_without_overlap() {
         next = offset + size;
     }
     assert_eq!(next, at::SLOT_ENTRY_BYTES);
+}
+
+/// Version 2 holds the scrub record; a label without one is written at
+/// version 1, byte for byte what a version-1 build writes and reads.
+#[test]
+fn the_scrub_record_needs_version_2_and_only_it_does() {
+    let mut label = sample(Level::Raid6);
+    assert_eq!(label.encode()[at::FORMAT_VERSION], 1);
+    label.scrub = ScrubRecord {
+        started_unix_seconds: 1_700_000_000,
+        cursor_stripes: 12,
+        found_stripes: 1,
+        completed_unix_seconds: 1_600_000_000,
+        last_found_stripes: 0,
+    };
+    let b = label.encode();
+    assert_eq!(b[at::FORMAT_VERSION], 2);
+    assert_eq!(Label::decode(&b), Ok(label.clone()));
+
+    // Version 1 with a scrub field set: reserved bytes there.
+    let v1 = patched(&label, |b| b[at::FORMAT_VERSION] = 1);
+    assert_field(Label::decode(&v1), "reserved");
+    // Version 2 with none set: not what a writer produces.
+    let bare = sample(Level::Raid6);
+    let v2 = patched(&bare, |b| b[at::FORMAT_VERSION] = 2);
+    assert_field(Label::decode(&v2), "format_version");
+    // A cursor with no pass in progress, findings of no completed pass.
+    let mut stray = label.clone();
+    stray.scrub.started_unix_seconds = 0;
+    assert!(stray.validate().is_err());
+    let mut stray = label;
+    stray.scrub.completed_unix_seconds = 0;
+    stray.scrub.last_found_stripes = 3;
+    assert!(stray.validate().is_err());
 }
