@@ -254,7 +254,7 @@ pub fn status(control: &PathBuf, json_out: bool) -> Result<()> {
 
 /// A rebuild rate: a size per second, more than 0 (a rate of 0 would stop
 /// the rebuild for good).
-fn parse_rate(text: &str) -> std::result::Result<u64, String> {
+pub fn parse_rate(text: &str) -> std::result::Result<u64, String> {
     match parse_size(text)? {
         0 => Err(
             "the rate must be a size per second greater than 0, with units \

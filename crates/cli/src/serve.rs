@@ -127,6 +127,18 @@ pub struct ServeArgs {
     /// Open block devices through the page cache too (no O_DIRECT at all).
     #[arg(long)]
     no_direct: bool,
+    /// Check the whole volume every INTERVAL (units s, m, h, d, w: 7d,
+    /// 12h; 0: never, the default), a few stripes at a time at
+    /// --scrub-rate, as md's raid-check cron does. A pass resumes where it
+    /// was after a restart; the first comes one INTERVAL after the volume
+    /// was created. It only reports (log, `platter status`, `stats`,
+    /// /metrics); `platter repair` mends (docs/failures.md).
+    #[arg(long, value_name = "INTERVAL", default_value = "0", value_parser = parse_interval)]
+    scrub_every: Duration,
+    /// The scheduled scrub's pace: a size per second (e.g. 32M).
+    #[arg(long, value_name = "RATE", default_value = defaults::SCRUB_RATE,
+          value_parser = crate::control::parse_rate)]
+    scrub_rate: u64,
     /// The volume's members, in any order.
     #[arg(value_name = "MEMBER", required = true)]
     members: Vec<String>,
@@ -216,6 +228,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         member_timeout: Duration::from_secs(args.member_timeout),
         io_backend,
         member_delays,
+        scrub_every: (!args.scrub_every.is_zero()).then_some(args.scrub_every),
+        scrub_rate_bytes_per_sec: args.scrub_rate,
     };
     serve(volume, config, print_ready).map_err(|e| CliError(e.to_string()))
 }
@@ -265,6 +279,33 @@ fn force_members_into_use(volume: &mut platter_io::assembly::OpenVolume) {
 /// `--inject MEMBER=SPEC` options as (index into `members`, spec). MEMBER
 /// is matched against the members as given (the longest that fits, so a
 /// path may itself contain `=`).
+/// `--scrub-every`: a whole number with a unit (s, m, h, d, w), or 0.
+fn parse_interval(text: &str) -> std::result::Result<Duration, String> {
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is not an interval: a number and a unit (7d, 12h, 30m)"))?;
+    let unit_secs: u64 = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        "w" => 7 * 86_400,
+        "" => return Err(format!("{text:?} needs a unit: s, m, h, d or w (7d, 12h)")),
+        _ => return Err(format!("{text:?}: unknown unit {unit:?} (s, m, h, d or w)")),
+    };
+    n.checked_mul(unit_secs)
+        .filter(|&s| s > 0)
+        .map(Duration::from_secs)
+        .ok_or_else(|| format!("{text:?} is out of range"))
+}
+
 fn parse_injections(injects: &[String], members: &[String]) -> Result<Vec<(usize, FaultSpec)>> {
     let mut out: Vec<(usize, FaultSpec)> = Vec::new();
     for arg in injects {
@@ -398,5 +439,18 @@ mod tests {
         );
         assert_eq!(a.member_queue_depth as usize, d.member_queue_depth);
         assert_eq!(Duration::from_secs(a.member_timeout), d.member_timeout);
+        assert_eq!(a.scrub_rate, d.scrub_rate_bytes_per_sec);
+        assert!(a.scrub_every.is_zero() && d.scrub_every.is_none());
+    }
+
+    #[test]
+    fn scrub_intervals_need_a_unit_and_fit() {
+        assert_eq!(parse_interval("7d"), Ok(Duration::from_secs(7 * 86_400)));
+        assert_eq!(parse_interval("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_interval("2w"), Ok(Duration::from_secs(14 * 86_400)));
+        assert_eq!(parse_interval("0"), Ok(Duration::ZERO));
+        for bad in ["7", "d", "7x", "-1d", "1.5d", "99999999999999999999w", "0d"] {
+            assert!(parse_interval(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -1053,3 +1053,98 @@ fn check_names_a_silently_zeroed_raid6_member_and_repair_restores_it() {
         }
     }
 }
+
+/// `serve --scrub-every`: the scheduled scrub finds a member zeroed behind
+/// the server's back without anyone running `check`, says when it last
+/// completed and what it found (`status`, `stats`), and a pass cut short
+/// by a stop resumes at its cursor after the restart instead of starting
+/// over. Before it, nothing looked at a volume unless someone ran
+/// `platter check`, and nothing said when anyone last had.
+#[test]
+fn a_scheduled_scrub_finds_damage_says_when_and_resumes_after_a_restart() {
+    let test = "a_scheduled_scrub_finds_damage_says_when_and_resumes_after_a_restart";
+    let scheduled = |rate: &str| ServeOptions {
+        extra_args: vec![
+            "--scrub-every".into(),
+            "1s".into(),
+            "--scrub-rate".into(),
+            rate.into(),
+        ],
+        ..ServeOptions::default()
+    };
+    // Large enough that a pass at 256k/s takes minutes.
+    let volume = Volume::create(Spec::new("raid6", 5, "64k"), 48 * MIB);
+    // Slot 3's data area, in part, zeroed before the server starts.
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&volume.members[3])
+            .unwrap();
+        f.write_all_at(&[0x77; 256 << 10], MIB).unwrap();
+        f.sync_all().unwrap();
+    }
+    let mut s = Server::start_with(volume, scheduled("64M"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let scrub = loop {
+        let scrub = live_status(&s)["scrub"].clone();
+        if scrub["last_completed_unix_seconds"].is_u64() {
+            break scrub;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{test}: no pass completed: {scrub}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(scrub["every_secs"], 1, "{test}: {scrub}");
+    assert!(
+        scrub["last_found_stripes"].as_u64() > Some(0),
+        "{test}: {scrub}"
+    );
+    let stats = s.live("stats");
+    assert!(
+        stats["scrub"]["wrong_members"].as_u64() > Some(0),
+        "{test}: {stats}"
+    );
+    assert!(
+        stats["scrub_record"]["last_completed_unix_seconds"].is_u64(),
+        "{test}: {stats}"
+    );
+    s.stop_expecting_errors("TERM", &[]);
+
+    // A slow pass, stopped half way: the next start resumes it (the same
+    // pass, by its start time, from at least where it was).
+    s.options = scheduled("256k");
+    s.start_again_unchecked();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (started, at_stop) = loop {
+        let p = live_status(&s)["scrub"]["in_progress"].clone();
+        if p["cursor_stripes"].as_u64().is_some_and(|c| c > 0) {
+            break (
+                p["started_unix_seconds"].clone(),
+                p["cursor_stripes"].as_u64().unwrap(),
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{test}: the slow pass never moved"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    s.stop_expecting_errors("TERM", &[]);
+    s.start_again_unchecked();
+    let resumed = live_status(&s)["scrub"]["in_progress"].clone();
+    assert_eq!(
+        resumed["started_unix_seconds"], started,
+        "{test}: a new pass: {resumed}"
+    );
+    let cursor = resumed["cursor_stripes"]
+        .as_u64()
+        .expect("a pass in progress");
+    assert!(
+        cursor >= at_stop,
+        "{test}: stopped at stripe {at_stop} (or later), resumed at {cursor}"
+    );
+    s.stop_expecting_errors("TERM", &[]);
+}

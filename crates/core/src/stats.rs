@@ -124,6 +124,26 @@ pub struct Stats {
     pub volume: VolumeStats,
     pub plexes: Vec<PlexStats>,
     pub members: Vec<MemberStats>,
+    /// What checks and repairs found (not the resync after a crash, whose
+    /// mismatches are writes cut short).
+    #[serde(default)]
+    pub scrub: ScrubStats,
+}
+
+/// Silent corruption found by `check`, `repair` and the scheduled scrub.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScrubStats {
+    /// Stripes compared (every member usable).
+    pub checked_stripes: u64,
+    /// Stripes whose parity or copies disagreed.
+    pub mismatched_stripes: u64,
+    /// Members named wrong in a mismatched stripe (RAID-6 syndromes, a
+    /// majority of copies), one per stripe and member.
+    pub wrong_members: u64,
+    /// Mismatched stripes where no member could be named.
+    pub unlocated_stripes: u64,
+    /// Stripes a repair rewrote.
+    pub repaired_stripes: u64,
 }
 
 impl Stats {
@@ -132,6 +152,7 @@ impl Stats {
             volume: VolumeStats::default(),
             plexes: vec![PlexStats::default(); plexes as usize],
             members: vec![MemberStats::default(); members as usize],
+            scrub: ScrubStats::default(),
         }
     }
 
@@ -155,6 +176,7 @@ impl Stats {
                 ..MemberStats::default()
             };
         }
+        self.scrub = ScrubStats::default();
     }
 }
 

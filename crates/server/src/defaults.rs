@@ -34,3 +34,7 @@ const _: () = assert!(
     BUFFER_LIMIT_BYTES >= crate::server::MAX_BLOCK_BYTES as u64,
     "the buffer limit holds at least one request of the largest size"
 );
+/// `--scrub-rate`: gentle beside clients (md's raid-check lets a check
+/// run far faster when the array is idle; a scheduled pass has days).
+pub const SCRUB_RATE: &str = "32M";
+pub const SCRUB_BYTES_PER_SEC: u64 = 32 << 20;

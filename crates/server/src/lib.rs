@@ -19,6 +19,7 @@ mod meta;
 pub mod metrics;
 mod newdevice;
 mod replies;
+mod scrub;
 mod server;
 mod startup;
 mod stream;

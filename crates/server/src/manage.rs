@@ -114,6 +114,7 @@ impl Manager {
             })).collect::<Vec<_>>(),
             "spares": self.spares.lock().expect("spares").iter().map(|m| m.describe().to_string()).collect::<Vec<_>>(),
             "rebuild": rebuild,
+            "scrub": self.upkeep.scrubber.status(geometry.stripes()),
             "resync": self.upkeep.resync_progress().map(|(cursor, stripes)| {
                 let rate = self.upkeep.resync_rate_bytes_per_sec.load(Ordering::Relaxed);
                 let left_bytes = stripes.saturating_sub(cursor) * geometry.stripe_data_bytes();
@@ -374,6 +375,11 @@ impl Manager {
                 Err(e) => return Err(e.to_string()),
             }
             first += count;
+        }
+        if range.is_none() && total.unchecked_stripes == 0 {
+            self.upkeep
+                .scrubber
+                .completed_by_hand(&self.meta, total.mismatched_stripes.len() as u64);
         }
         let members = self.engine.members();
         let path = |m: u32| {

@@ -5,6 +5,7 @@
 
 use crate::engine::Engine;
 use crate::meta::Meta;
+use platter_core::label::ScrubRecord;
 use platter_core::stats::{Counters, Histogram, Stats};
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -54,6 +55,19 @@ pub fn stats_json(engine: &Engine, meta: &Meta) -> Value {
     obj.insert("member_queues".into(), json!(queues));
     obj.insert("io_backend".into(), json!(engine.io_backend()));
     obj.insert("engine_lock".into(), json!(engine.lock_use()));
+    // When the volume was last looked at whole, from the labels (a pass in
+    // progress records its cursor every few seconds).
+    let r = label.scrub;
+    obj.insert(
+        "scrub_record".into(),
+        json!({
+            "last_completed_unix_seconds": (r.completed_unix_seconds != 0).then_some(r.completed_unix_seconds),
+            "last_found_stripes": r.last_found_stripes,
+            "in_progress": r.started_unix_seconds != 0,
+            "cursor_stripes": r.cursor_stripes,
+            "found_stripes": r.found_stripes,
+        }),
+    );
     v
 }
 
@@ -124,6 +138,8 @@ fn counter_fields(c: &Counters) -> [(&'static str, u64, &'static str); 12] {
 struct Snapshot {
     name: String,
     stats: Stats,
+    /// The labels' scrub record: when the volume was last looked at whole.
+    scrub: ScrubRecord,
 }
 
 type Labels = Vec<(&'static str, String)>;
@@ -333,16 +349,58 @@ impl prometheus_client::collector::Collector for Snapshot {
             "platter_member_latency_seconds",
             "Member I/O service time",
             &series,
-        )
+        )?;
+        let sc = &s.scrub;
+        for (field, v, help) in [
+            ("checked_stripes", sc.checked_stripes, "Stripes compared by checks, repairs and the scheduled scrub"),
+            ("mismatched_stripes", sc.mismatched_stripes, "Stripes whose parity or copies disagreed"),
+            ("wrong_members", sc.wrong_members, "Members named wrong in a mismatched stripe (RAID-6 syndromes, a majority of copies)"),
+            ("unlocated_stripes", sc.unlocated_stripes, "Mismatched stripes where no member could be named"),
+            ("repaired_stripes", sc.repaired_stripes, "Stripes a repair rewrote"),
+        ] {
+            Self::counter(&mut enc, &format!("platter_scrub_{field}"), help, &[(vol(), v)])?;
+        }
+        let r = &self.scrub;
+        for (field, v, help) in [
+            (
+                "last_completed_timestamp_seconds",
+                r.completed_unix_seconds,
+                "When the last complete pass over the volume ended (0: never)",
+            ),
+            (
+                "last_found_stripes",
+                r.last_found_stripes,
+                "Mismatched stripes the last complete pass found",
+            ),
+            (
+                "in_progress",
+                u64::from(r.started_unix_seconds != 0),
+                "1 while a scheduled pass runs",
+            ),
+            (
+                "cursor_stripes",
+                r.cursor_stripes,
+                "The next stripe of the pass in progress",
+            ),
+        ] {
+            Self::gauge(
+                &mut enc,
+                &format!("platter_scrub_{field}"),
+                help,
+                &[(vol(), v)],
+            )?;
+        }
+        Ok(())
     }
 }
 
 /// `stats` in the Prometheus (OpenMetrics) text format.
-pub fn encode_prometheus(volume_name: &str, stats: &Stats) -> String {
+pub fn encode_prometheus(volume_name: &str, stats: &Stats, scrub: &ScrubRecord) -> String {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(Snapshot {
         name: volume_name.to_string(),
         stats: stats.clone(),
+        scrub: *scrub,
     }));
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, &registry)
@@ -399,7 +457,10 @@ fn answer(stream: TcpStream, engine: &Engine, meta: &Meta) {
         ("GET", "/metrics") | ("HEAD", "/metrics") => (
             "200 OK",
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            encode_prometheus(&meta.label().name, &engine.stats()),
+            {
+                let label = meta.label();
+                encode_prometheus(&label.name, &engine.stats(), &label.scrub)
+            },
         ),
         ("GET", _) | ("HEAD", _) => (
             "404 Not Found",
@@ -437,7 +498,21 @@ mod tests {
         s.plexes[1].counters.reads = 7;
         s.members[0].bytes_read = 512;
         s.volume.read_latency.record(3_000);
-        let text = encode_prometheus("v1", &s);
+        s.scrub.mismatched_stripes = 5;
+        let scrub = ScrubRecord {
+            completed_unix_seconds: 1_700_000_000,
+            last_found_stripes: 2,
+            ..ScrubRecord::default()
+        };
+        let text = encode_prometheus("v1", &s, &scrub);
+        for line in [
+            "platter_scrub_mismatched_stripes_total{volume=\"v1\"} 5",
+            "platter_scrub_last_completed_timestamp_seconds{volume=\"v1\"} 1700000000",
+            "platter_scrub_last_found_stripes{volume=\"v1\"} 2",
+            "platter_scrub_in_progress{volume=\"v1\"} 0",
+        ] {
+            assert!(text.contains(line), "{line} not in\n{text}");
+        }
         assert!(
             text.contains("platter_volume_written_bytes_total{volume=\"v1\"} 4096"),
             "{text}"

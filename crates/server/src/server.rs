@@ -8,6 +8,7 @@ use crate::flow::{self, Budget};
 use crate::listen::{self, Conns};
 use crate::manage::{self, Manager};
 use crate::meta::Meta;
+use crate::scrub::Scrubber;
 use crate::startup;
 use crate::upkeep::{self, Upkeep};
 use platter_core::label::VolumeState;
@@ -69,6 +70,10 @@ pub struct ServeConfig {
     /// Latency injected into members' I/O by the I/O layer, by member as
     /// its device describes itself (`--inject latency=`).
     pub member_delays: std::collections::HashMap<String, platter_io::aio::Delay>,
+    /// A scheduled scrub every this long (`--scrub-every`; `scrub.rs`).
+    pub scrub_every: Option<Duration>,
+    /// Its pace (`--scrub-rate`).
+    pub scrub_rate_bytes_per_sec: u64,
 }
 
 impl Default for ServeConfig {
@@ -91,6 +96,8 @@ impl Default for ServeConfig {
             member_timeout: defaults::MEMBER_TIMEOUT,
             io_backend: platter_io::aio::layer::Backend::default(),
             member_delays: std::collections::HashMap::new(),
+            scrub_every: None,
+            scrub_rate_bytes_per_sec: defaults::SCRUB_BYTES_PER_SEC,
         }
     }
 }
@@ -186,7 +193,11 @@ pub fn serve(
     }
     startup::resume_rebuilds(&opened.assembly, &engine);
     startup::mark_in_use(&meta, &engine);
-    let upkeep = Arc::new(Upkeep::new());
+    let upkeep = Arc::new(Upkeep::with_scrubber(Scrubber::new(
+        config.scrub_every.filter(|_| !config.read_only),
+        config.scrub_rate_bytes_per_sec,
+        meta.label().scrub,
+    )));
     startup::start_resync(&opened, &engine, &upkeep, resync_regions, config.read_only);
 
     let manager = Arc::new(Manager {
@@ -378,8 +389,10 @@ fn flush_and_mark(engine: &Engine, meta: &Meta, upkeep: &Upkeep) -> Result<(), S
     // No I/O follows to fail a member whose label write failed (as
     // `Meta::record` relies on while serving): it is stale at the next
     // start, and the stop must say so rather than report a clean stop.
+    let scrub = upkeep.scrubber.record();
     let unlabelled = meta.record_on_members(|l| {
         startup::mark(l, &health, state);
+        l.scrub = scrub;
         if let Some(p) = progress {
             l.rebuild_checkpoint_bytes = p.cursor_stripe * l.interleave_bytes;
         }

@@ -9,6 +9,8 @@
 
 use crate::engine::Engine;
 use crate::meta::Meta;
+use crate::scrub::Scrubber;
+use platter_core::label::ScrubRecord;
 use platter_core::volume::{ErrorKind, Health, Maintenance, Reply, Request};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -50,11 +52,18 @@ pub struct Upkeep {
     pub resync_by_region: AtomicBool,
     /// Bytes resynced per second over the last step, for status.
     pub resync_rate_bytes_per_sec: AtomicU64,
+    /// The scheduled scrub (`scrub.rs`), run when nothing above is.
+    pub scrubber: Scrubber,
 }
 
 impl Upkeep {
     pub fn new() -> Upkeep {
+        Upkeep::with_scrubber(Scrubber::new(None, 1, ScrubRecord::default()))
+    }
+
+    pub fn with_scrubber(scrubber: Scrubber) -> Upkeep {
         Upkeep {
+            scrubber,
             rate_bytes_per_sec: AtomicU64::new(DEFAULT_REBUILD_BYTES_PER_SEC),
             stop: AtomicBool::new(false),
             last_rate_bytes_per_sec: AtomicU64::new(0),
@@ -145,7 +154,8 @@ fn rebuild_and_sweep(engine: &Engine, meta: &Meta, upkeep: &Upkeep) {
         }
         if engine.with_volume(|v| v.rebuild_progress()).is_none() {
             resync_refused_writes(engine, upkeep);
-            if !resync_step(engine, upkeep, step) {
+            let stop = || upkeep.stop.load(Ordering::SeqCst);
+            if !resync_step(engine, upkeep, step) && !upkeep.scrubber.step(engine, meta, &stop) {
                 std::thread::sleep(Duration::from_millis(100));
             }
             continue;

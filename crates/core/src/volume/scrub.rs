@@ -157,6 +157,16 @@ impl Volume {
                 }));
             }
         }
+        if action != Maintenance::Resync {
+            let s = &mut self.stats.scrub;
+            s.checked_stripes += report.stripe_count - report.unchecked_stripes;
+            s.mismatched_stripes += report.mismatched_stripes.len() as u64;
+            s.wrong_members += report.wrong_members.len() as u64;
+            s.unlocated_stripes += report.unlocated_stripes.len() as u64;
+            if repair {
+                s.repaired_stripes += report.mismatched_stripes.len() as u64;
+            }
+        }
         (report, writes)
     }
 }
