@@ -490,6 +490,19 @@ fn mirror_outstanding_per_plex() {
     assert!(per_plex.iter().all(|&n| n >= 1), "{per_plex:?}");
     assert_eq!(h.run().len(), 2);
     assert!(stats(&h).plexes.iter().all(|p| p.outstanding == 0));
+
+    // A lone read on three copies is outstanding on exactly one plex. (With
+    // two, counting it on the plexes it does *not* read (a mutant) also
+    // gives one plex 1 and the other 0.)
+    let c = config(Level::Mirror, 3, 3);
+    let mut h = Harness::new(&c, 14);
+    h.volume.submit(Request::Read {
+        offset_bytes: 4 * IL,
+        len_bytes: 512,
+    });
+    let per_plex: Vec<u64> = stats(&h).plexes.iter().map(|p| p.outstanding).collect();
+    assert_eq!(per_plex.iter().sum::<u64>(), 1, "{per_plex:?}");
+    assert_eq!(h.run().len(), 1);
 }
 
 /// Per-plex read bytes go to the copy that served them. Every earlier test
