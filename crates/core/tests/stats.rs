@@ -548,3 +548,19 @@ fn reads_count_on_the_plex_of_the_copy_that_served_them() {
         assert_eq!(per_plex, want, "after chunk {chunk}");
     }
 }
+
+/// On a one-plex level every read byte is that plex's: no test read from
+/// one (so a mutant taking the copy levels' per-plex plan for every level
+/// left plex 0 at zero unseen).
+#[test]
+fn a_single_plex_counts_every_read_byte() {
+    for level in [Level::Stripe, Level::Raid5] {
+        let mut h = Harness::new(&config(level, 4, 1), 15);
+        write(&mut h, 0, 3 * IL);
+        read(&mut h, 512, 2 * IL);
+        let s = stats(&h);
+        assert_eq!(s.plexes.len(), 1);
+        assert_eq!(s.plexes[0].counters.bytes_read, 2 * IL, "{level:?}");
+        assert_eq!(s.plexes[0].counters, s.volume.counters, "{level:?}");
+    }
+}

@@ -522,3 +522,46 @@ fn a_sequential_write_does_not_wait_for_the_one_before_it() {
     h.flush();
     verify_all(&mut h, &model);
 }
+
+/// A stripe the cache writes out counts once, by the way its parity was
+/// kept, like a client write's stripe: a full stripe, a read-modify-write,
+/// a reconstruct-write, or no parity (its member lost). The earlier test
+/// destaged only reconstruct-writes, so the other three counts could be
+/// dropped or mangled (mutants of `account_finish`) unseen.
+#[test]
+fn destaged_stripes_count_by_how_their_parity_was_kept() {
+    let config = small(Level::Raid5, 5);
+    let mut h = Harness::with_cache(&config, 31, CacheLimits::DEFAULT);
+    let sb = h.volume.geometry().stripe_data_bytes();
+    let counts = |h: &Harness| {
+        let c = h.volume.stats().volume.counters;
+        (
+            c.full_stripe_writes,
+            c.read_modify_writes,
+            c.reconstruct_writes,
+            c.parityless_writes,
+        )
+    };
+    // Stripe 0 whole, in two halves: out as one full-stripe write.
+    h.write(0, &vec![1; (sb / 2) as usize]).unwrap();
+    h.write(sb / 2, &vec![2; (sb / 2) as usize]).unwrap();
+    h.one(Request::Destage { all: true }).unwrap();
+    assert_eq!(counts(&h), (1, 0, 0, 0));
+    // One sector of stripe 1 (one data chunk of four): the old chunk and
+    // parity (two reads) beat the three others: a read-modify-write.
+    h.write(sb, &[3; 512]).unwrap();
+    h.one(Request::Destage { all: true }).unwrap();
+    assert_eq!(counts(&h), (1, 1, 0, 0));
+    // Three chunks of stripe 2: reading the fourth beats reading three
+    // and parity: a reconstruct-write.
+    let il = config.interleave_bytes;
+    h.write(2 * sb, &vec![4; (3 * il) as usize]).unwrap();
+    h.one(Request::Destage { all: true }).unwrap();
+    assert_eq!(counts(&h), (1, 1, 1, 0));
+    // Stripe 3's parity member lost: its write-out keeps no parity.
+    let p = h.volume.geometry().parity_roles(3).unwrap().p;
+    h.reassemble(&[p]);
+    h.write(3 * sb, &[5; 512]).unwrap();
+    h.one(Request::Destage { all: true }).unwrap();
+    assert_eq!(counts(&h).3, 1, "{:?}", counts(&h));
+}
