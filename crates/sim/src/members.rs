@@ -368,6 +368,12 @@ impl SimMember {
         self.fail_next = true;
     }
 
+    /// A failure is waiting for the member's next I/O: it is dead, or its
+    /// next I/O fails. The engine does not know yet.
+    pub fn failure_pending(&self, now_ns: u64) -> bool {
+        self.fail_next || self.is_dead(now_ns)
+    }
+
     pub fn corrupt_next_read(&mut self) {
         self.corrupt_next_read = true;
     }

@@ -683,6 +683,7 @@ fn silent_corruption_outlives_a_resync() {
             assert!(r.ok(), "seed {seed}: {:?}", r.violation_messages);
         }
     }
+    println!("{wrong} of 40 resynced seeds read wrong bytes");
     assert!(
         wrong > 5,
         "only {wrong} of 40 resynced seeds read wrong bytes"
