@@ -113,9 +113,10 @@ pub enum Fault {
 ///
 /// Only on levels whose redundancy can name the wrong member (RAID-6;
 /// mirror and RAID-10 with three or more copies), at most one wrong block
-/// per stripe, and only while every member is in use: a scrub checks no
-/// stripe that has a member missing. Otherwise nothing is corrupted (the
-/// scrub and verify still run).
+/// per stripe, and only while every member is in use and none has a
+/// failure the engine has yet to see: a scrub checks no stripe that has a
+/// member missing. Otherwise nothing is corrupted (the scrub and verify
+/// still run).
 ///
 /// With [`Maintenance::Repair`] the scrub must report each corrupted
 /// stripe as mismatched with its member named, nothing else, and the
