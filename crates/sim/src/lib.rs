@@ -63,5 +63,7 @@ pub mod workload;
 pub use disk::{DiskModel, HostModel};
 pub use link::Link;
 pub use members::{CrashUndo, Jitter, ServiceModel, SimpleLatency, SimpleService};
-pub use run::{Arrival, Fault, Mix, Report, ScheduledFault, SimConfig, Simulation, Workload};
+pub use run::{
+    Arrival, Fault, Mix, Report, ScheduledFault, SilentCorruption, SimConfig, Simulation, Workload,
+};
 pub use scenario::{large_config, random_config, ScenarioOptions};

@@ -368,8 +368,27 @@ impl SimMember {
         self.fail_next = true;
     }
 
+    /// A failure is waiting for the member's next I/O: it is dead, or its
+    /// next I/O fails. The engine does not know yet.
+    pub fn failure_pending(&self, now_ns: u64) -> bool {
+        self.fail_next || self.is_dead(now_ns)
+    }
+
     pub fn corrupt_next_read(&mut self) {
         self.corrupt_next_read = true;
+    }
+
+    /// Silent corruption of what the member stores: the bytes at
+    /// `offset_bytes` are XOR-ed with `mask`, as bit rot, a misdirected
+    /// write or a lost write would leave them. Not a write: nothing is
+    /// logged for a crash to undo, and no I/O reports it.
+    pub fn corrupt_stored(&mut self, offset_bytes: u64, mask: &[u8]) {
+        let r = self.range(offset_bytes, mask.len() as u64, "corruption");
+        let mut v = self.data.get(r.start as u64..r.end as u64);
+        for (b, m) in v.iter_mut().zip(mask) {
+            *b ^= m;
+        }
+        self.data.set(r.start as u64, &v);
     }
 
     /// Taken when a flush is issued: the writes it makes durable.

@@ -140,6 +140,14 @@ impl Oracle {
         ))
     }
 
+    /// The bytes of a read that are wrong where the oracle vouches for
+    /// them (0 when [`Oracle::check`] passes).
+    pub fn wrong_bytes(&self, expect: &ReadExpect, got: &[u8]) -> u64 {
+        (0..got.len().min(expect.bytes.len()))
+            .filter(|&i| got[i] != expect.bytes[i] && self.vouches_for(expect.writers[i]))
+            .count() as u64
+    }
+
     /// A write completed successfully; a FUA write is durable at once.
     pub fn acked(&mut self, writer: u32, fua: bool) {
         let s = &mut self.writers[writer as usize];

@@ -23,6 +23,10 @@ pub enum Stream {
     Latency,
     /// Fault effects: which byte a corruption flips, which writes a crash keeps.
     Faults,
+    /// Silent corruption of stored member bytes ([`crate::run::SilentCorruption`]):
+    /// which stripes, members and bytes. Its own stream, drawn only in runs
+    /// that have the fault, so every other seed replays as before.
+    Corruption,
 }
 
 impl Stream {
@@ -32,6 +36,7 @@ impl Stream {
             Stream::Workload => 0x3057_10ad_0000_0002,
             Stream::Latency => 0x1a7e_9c70_0000_0003,
             Stream::Faults => 0xfa01_7500_0000_0004,
+            Stream::Corruption => 0xb175_0770_0000_0005,
         }
     }
 }

@@ -14,11 +14,11 @@ use platter_core::geometry::{Geometry, GeometrySpec};
 use platter_core::intent::{IntentLayout, RegionSet, INTENT_OFFSET_BYTES, INTENT_PAGE_BYTES};
 use platter_core::stats::LatencyOf;
 use platter_core::volume::{
-    CacheLimits, Completion, ErrorKind, Event, Health, Limits, Maintenance, MemberIo, MemberOp,
-    Reply, Request, RequestId, Volume,
+    CacheLimits, CheckReport, Completion, ErrorKind, Event, Health, Limits, Maintenance, MemberIo,
+    MemberOp, Reply, Request, RequestId, Volume,
 };
 use platter_core::Level;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// How client requests arrive.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -99,6 +99,38 @@ pub enum Fault {
     Crash,
 }
 
+/// Silent corruption of what members store ("bit rot"), and the scrub that
+/// must find and mend it.
+///
+/// When the workload's random requests have completed (and any crash's
+/// resync with them), the stripe cache is written out, then the stored
+/// bytes of `stripes` random stripes are changed behind the engine's back:
+/// in each, one block of one member (RAID-6: a data block, P or Q; mirror
+/// and RAID-10: one copy of one chunk), a flipped bit, a few bytes, or a
+/// whole sector or chunk of other data. No read reports it. Then `scrub`
+/// runs over every stripe, a [`Maintenance::Check`] pass after it, and
+/// then the verify pass reads the whole volume against the oracle.
+///
+/// Only on levels whose redundancy can name the wrong member (RAID-6;
+/// mirror and RAID-10 with three or more copies), at most one wrong block
+/// per stripe, and only while every member is in use and none has a
+/// failure the engine has yet to see: a scrub checks no stripe that has a
+/// member missing. Otherwise nothing is corrupted (the scrub and verify
+/// still run).
+///
+/// With [`Maintenance::Repair`] the scrub must report each corrupted
+/// stripe as mismatched with its member named, nothing else, and the
+/// verify pass must read no wrong byte. [`Maintenance::Resync`] (parity
+/// from the data, copies from the first copy) mends only some of it: a
+/// test uses it to show the verify pass catches what is left wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SilentCorruption {
+    /// Stripes to corrupt (fewer on a volume with fewer stripes).
+    pub stripes: u64,
+    /// The whole-volume scrub after the corruption.
+    pub scrub: Maintenance,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ScheduledFault {
     pub at_ns: u64,
@@ -131,6 +163,9 @@ pub struct SimConfig {
     /// the members in use. A crash before then assembles the failed member
     /// again, as a real restart would.
     pub label_write_ns: u64,
+    /// Silent corruption at the end of the workload, then a scrub; none
+    /// when `None`.
+    pub silent_corruption: Option<SilentCorruption>,
 }
 
 impl SimConfig {
@@ -209,6 +244,19 @@ pub struct Report {
     /// Member failures the engine knew of and the labels did not yet
     /// record when a crash came: those members were assembled again.
     pub failures_unrecorded_at_crashes: u64,
+    /// Reads that returned bytes the oracle vouches for and that were
+    /// wrong, and how many such bytes they held.
+    pub wrong_reads: u64,
+    pub wrong_bytes: u64,
+    /// Silent corruption ([`SimConfig::silent_corruption`]): the blocks
+    /// changed behind the engine's back, as (stripe, member), one per
+    /// stripe; none when the level cannot locate a wrong member or a
+    /// member was out of use.
+    pub corrupted: Vec<(u64, u32)>,
+    /// What the scrub after the corruption reported, over every stripe.
+    pub scrub: Option<CheckReport>,
+    /// What the check after that scrub reported.
+    pub check_after_scrub: Option<CheckReport>,
 }
 
 impl Report {
@@ -220,6 +268,8 @@ impl Report {
 const VIOLATION_MESSAGES_MAX: usize = 8;
 /// Stripes per step of a resync without a bitmap.
 const RESYNC_STEP_STRIPES: u64 = 16;
+/// Scrub steps in flight at once after a silent corruption.
+const SCRUB_STEPS_IN_FLIGHT: u64 = 64;
 
 enum SimEvent {
     /// A client submits its next request.
@@ -258,6 +308,8 @@ struct Outstanding {
     latency: Option<LatencyOf>,
     /// A resync step; of this bitmap region, if any.
     resync: Option<Option<u64>>,
+    /// A scrub step after a silent corruption: its report is collected.
+    scrub: bool,
 }
 
 /// Produces the client requests, then the verify pass.
@@ -393,6 +445,12 @@ pub struct Simulation {
     resyncing: u64,
     /// Test support: the step from which to break an invariant on purpose.
     break_at_step: Option<u64>,
+    /// The workload's random requests are done: scheduled faults no longer
+    /// fire (they never did past this point before silent corruption ran
+    /// on from here).
+    quiesced: bool,
+    /// The reports of the scrub steps in flight, merged.
+    scrub_tally: Option<CheckReport>,
 }
 
 impl Simulation {
@@ -433,7 +491,9 @@ impl Simulation {
         let gen = RequestGen {
             rng: Rng::stream(seed, Stream::Workload),
             remaining: w.requests,
-            verify_at: w.verify_at_end.then_some((0, windows[0].0)),
+            // With silent corruption, the verify pass comes after the scrub.
+            verify_at: (w.verify_at_end && config.silent_corruption.is_none())
+                .then_some((0, windows[0].0)),
             windows,
             max_len_bytes: w.max_len_bytes.max(1),
             mix: w.mix.clone(),
@@ -488,6 +548,11 @@ impl Simulation {
             cache_peak_stripes: 0,
             cached_stripes_lost_in_crashes: 0,
             failures_unrecorded_at_crashes: 0,
+            wrong_reads: 0,
+            wrong_bytes: 0,
+            corrupted: Vec::new(),
+            scrub: None,
+            check_after_scrub: None,
         };
         Simulation {
             seed,
@@ -515,6 +580,8 @@ impl Simulation {
             deferred: Vec::new(),
             resyncing: 0,
             break_at_step: None,
+            quiesced: false,
+            scrub_tally: None,
         }
     }
 
@@ -583,6 +650,33 @@ impl Simulation {
             self.queue
                 .push(self.config.destage_interval_ns, SimEvent::Destage);
         }
+        self.drive();
+        if let Some(sc) = self.config.silent_corruption.clone() {
+            self.silent_corruption(&sc);
+        }
+        if self.report.violations == 0 && !self.volume.is_idle() {
+            self.violation("the volume is not idle after every request completed".into());
+        }
+        if !self.report.beyond_budget {
+            // Within budget the engine must take out only failed members.
+            for m in 0..self.known_faulty.len() {
+                if self.known_faulty[m] && !self.injected[m] {
+                    self.violation(format!("member {m} was marked faulty without a fault"));
+                }
+            }
+        }
+        self.report.end_ns = self.clock.now_ns();
+        self.report.stats = self.volume.stats();
+        self.report.trace_hash = self.trace.finish();
+        self.report
+    }
+
+    /// Runs the event loop until every request has completed, the
+    /// workload has nothing left to send, and the volume is idle.
+    fn drive(&mut self) {
+        // Whatever was submitted outside an event (the steps after the
+        // workload) starts now.
+        self.pump();
         // The volume's own requests (the stripe cache's write-outs) run on
         // after the clients' have completed.
         while !(self.gen.exhausted() && self.outstanding.is_empty() && self.volume.is_idle()) {
@@ -604,6 +698,9 @@ impl Simulation {
             match ev {
                 SimEvent::Arrival => self.arrival(),
                 SimEvent::ServiceWake => self.service_wake(at_ns),
+                // Past the workload's end (silent corruption runs on from
+                // there) scheduled faults fire no more, as before.
+                SimEvent::Fault(_) if self.quiesced => {}
                 SimEvent::Fault(f) => self.fault(f),
                 SimEvent::LabelsWritten { member, epoch } => {
                     if epoch == self.report.crashes {
@@ -647,21 +744,6 @@ impl Simulation {
                 .cache_peak_stripes
                 .max(self.volume.cached_stripes());
         }
-        if self.report.violations == 0 && !self.volume.is_idle() {
-            self.violation("the volume is not idle after every request completed".into());
-        }
-        if !self.report.beyond_budget {
-            // Within budget the engine must take out only failed members.
-            for m in 0..self.known_faulty.len() {
-                if self.known_faulty[m] && !self.injected[m] {
-                    self.violation(format!("member {m} was marked faulty without a fault"));
-                }
-            }
-        }
-        self.report.end_ns = self.clock.now_ns();
-        self.report.stats = self.volume.stats();
-        self.report.trace_hash = self.trace.finish();
-        self.report
     }
 
     fn arrival(&mut self) {
@@ -721,6 +803,7 @@ impl Simulation {
                 upkeep: false,
                 latency,
                 resync: None,
+                scrub: false,
             },
         );
         assert!(prev.is_none(), "request id {id:?} reused");
@@ -728,7 +811,7 @@ impl Simulation {
 
     /// Submits volume upkeep: it changes no client data, and no client is
     /// waiting for it.
-    fn submit_upkeep(&mut self, req: Request, resync: Option<Option<u64>>) {
+    fn submit_upkeep(&mut self, req: Request, resync: Option<Option<u64>>) -> RequestId {
         let name = req.name();
         let id = self.volume.submit(req);
         let region = resync.flatten().unwrap_or(u64::MAX);
@@ -748,9 +831,11 @@ impl Simulation {
                 upkeep: true,
                 latency: None,
                 resync,
+                scrub: false,
             },
         );
         assert!(prev.is_none(), "request id {id:?} reused");
+        id
     }
 
     fn upkeep_done(
@@ -763,6 +848,18 @@ impl Simulation {
                 let msg = format!("{} failed: {:?}: {}", o.name, e.kind, e.message);
                 self.violation(msg);
             }
+        }
+        if o.scrub {
+            if let Ok(Reply::Checked(r)) = &result {
+                let t = self.scrub_tally.get_or_insert_with(CheckReport::default);
+                t.mismatched_stripes.extend(&r.mismatched_stripes);
+                t.unchecked_stripes += r.unchecked_stripes;
+                t.wrong_members.extend(&r.wrong_members);
+                t.unlocated_stripes.extend(&r.unlocated_stripes);
+            } else if result.is_ok() {
+                self.violation(format!("{} completed without its report", o.name));
+            }
+            return;
         }
         let Some(region) = o.resync else { return };
         if let (Ok(_), Some(region)) = (result, region) {
@@ -974,6 +1071,8 @@ impl Simulation {
                         self.report.reads_checked += 1;
                         self.report.bytes_checked += got.len() as u64;
                         if let Err(msg) = self.oracle.check(&expect, &got) {
+                            self.report.wrong_reads += 1;
+                            self.report.wrong_bytes += self.oracle.wrong_bytes(&expect, &got);
                             let msg = format!("{}: {msg}", what());
                             self.violation(msg);
                         }
@@ -1163,6 +1262,221 @@ impl Simulation {
             }
         }
     }
+}
+
+impl Simulation {
+    /// [`SilentCorruption`], once the workload's random requests are done.
+    fn silent_corruption(&mut self, sc: &SilentCorruption) {
+        self.quiesced = true;
+        // The stripe cache's data goes to the members first: a destage
+        // that read a corrupted block to fill in the rest of its stripe
+        // would compute parity over it and hide the corruption for good
+        // (as it would in md; not what this fault is about).
+        if self.config.stripe_cache.is_some() {
+            self.submit_upkeep(Request::Destage { all: true }, None);
+            self.drive();
+            let left = self.volume.cached_stripes();
+            if left > 0 {
+                self.violation(format!(
+                    "{left} stripes still cached after a destage of all"
+                ));
+            }
+        }
+        self.corrupt(sc.stripes);
+        let scrub = self.scrub_all(sc.scrub);
+        let after = self.scrub_all(Maintenance::Check);
+        self.check_scrub(sc.scrub, &scrub, &after);
+        self.report.scrub = Some(scrub);
+        self.report.check_after_scrub = Some(after);
+        // The verify pass, held back until now.
+        if self.config.workload.verify_at_end {
+            self.gen.verify_at = Some((0, self.gen.windows[0].0));
+            let clients = match self.config.workload.arrival {
+                Arrival::Closed { concurrency, .. } => concurrency,
+                Arrival::Open { .. } => 1,
+            };
+            for _ in 0..clients {
+                self.queue.push(self.clock.now_ns(), SimEvent::Arrival);
+            }
+            self.drive();
+        }
+    }
+
+    /// Changes the stored bytes of one block in each of `count` random
+    /// stripes, if the level can locate a wrong block and every member is
+    /// in use.
+    fn corrupt(&mut self, count: u64) {
+        let g = self.geometry.clone();
+        let locates = match g.level() {
+            Level::Raid6 => true,
+            Level::Mirror | Level::Raid10 => g.copies() >= 3,
+            _ => false,
+        };
+        // A scrub checks no stripe with a member out of use (failed,
+        // missing or being rebuilt): nothing could be found. Nor with a
+        // member whose failure the engine has yet to see (dead since its
+        // last I/O, or its next I/O to fail): the scrub's reads would
+        // find it, take it out of use and check nothing (seed 479 of
+        // silent_corruption_is_located_and_repaired, an open loop whose
+        // last requests missed the member that had died).
+        let now = self.clock.now_ns();
+        let all_in_use = self.volume.health().iter().all(|&h| h == Health::Online)
+            && !self.members.iter().any(|m| m.failure_pending(now));
+        if !locates || !all_in_use {
+            return;
+        }
+        let mut rng = Rng::stream(self.seed, Stream::Corruption);
+        let stripes = g.stripes();
+        let mut picked = BTreeSet::new();
+        while (picked.len() as u64) < count.min(stripes) {
+            picked.insert(rng.below(stripes));
+        }
+        let il = g.interleave_bytes();
+        let k = u64::from(g.data_per_stripe());
+        let chunks = g.volume_size_bytes() / il;
+        for stripe in picked {
+            let (member, row) = if g.level().is_parity() {
+                // A data block, P or Q.
+                (rng.below(u64::from(g.members())) as u32, stripe)
+            } else {
+                // One copy of one chunk (RAID-10's last stripe may hold
+                // fewer than k chunks).
+                let d = rng.below((chunks - stripe * k).min(k)) as u32;
+                let copies: Vec<_> = g.data_locations(stripe, d).collect();
+                let loc = copies[rng.below(copies.len() as u64) as usize];
+                (loc.member, loc.row)
+            };
+            let (within, mask) = corruption_mask(&mut rng, il);
+            let at = g.member_offset_bytes(row, within);
+            self.members[member as usize].corrupt_stored(at, &mask);
+            // Tag 13: a silent corruption.
+            self.trace
+                .fold(&[13, now, stripe, u64::from(member), at, mask.len() as u64]);
+            self.report.corrupted.push((stripe, member));
+        }
+    }
+
+    /// Runs `action` over every stripe, a few steps at a time; returns
+    /// the steps' reports merged, sorted.
+    fn scrub_all(&mut self, action: Maintenance) -> CheckReport {
+        let stripes = self.geometry.stripes();
+        self.scrub_tally = Some(CheckReport {
+            first_stripe: 0,
+            stripe_count: stripes,
+            ..CheckReport::default()
+        });
+        let firsts: Vec<u64> = (0..stripes).step_by(RESYNC_STEP_STRIPES as usize).collect();
+        for wave in firsts.chunks(SCRUB_STEPS_IN_FLIGHT as usize) {
+            for &first_stripe in wave {
+                let id = self.submit_upkeep(
+                    Request::Maintain {
+                        first_stripe,
+                        stripe_count: RESYNC_STEP_STRIPES.min(stripes - first_stripe),
+                        action,
+                    },
+                    None,
+                );
+                self.outstanding.get_mut(&id).expect("just submitted").scrub = true;
+            }
+            self.drive();
+        }
+        let mut t = self.scrub_tally.take().expect("set above");
+        t.mismatched_stripes.sort_unstable();
+        t.wrong_members.sort_unstable();
+        t.unlocated_stripes.sort_unstable();
+        t
+    }
+
+    /// The scrub after a silent corruption found what was corrupted (and,
+    /// for a repair, named the member), nothing else; and the check after
+    /// it finds the volume consistent.
+    fn check_scrub(&mut self, action: Maintenance, scrub: &CheckReport, after: &CheckReport) {
+        let corrupted = self.report.corrupted.clone();
+        let repair = action == Maintenance::Repair;
+        for &(stripe, member) in &corrupted {
+            if scrub.mismatched_stripes.binary_search(&stripe).is_err() {
+                self.violation(format!(
+                    "the scrub ({action:?}) missed stripe {stripe}, corrupted on member {member}"
+                ));
+            } else if repair
+                && scrub
+                    .wrong_members
+                    .binary_search(&(stripe, member))
+                    .is_err()
+            {
+                let named: Vec<u32> = scrub
+                    .wrong_members
+                    .iter()
+                    .filter(|w| w.0 == stripe)
+                    .map(|w| w.1)
+                    .collect();
+                self.violation(format!(
+                    "the repair did not name member {member} of stripe {stripe}, which was \
+                     corrupted there (it named {named:?})"
+                ));
+            }
+        }
+        if !corrupted.is_empty() && scrub.unchecked_stripes > 0 {
+            self.violation(format!(
+                "the scrub left {} stripes unchecked with every member in use",
+                scrub.unchecked_stripes
+            ));
+        }
+        // Beyond the budget a failed write may leave a stripe disagreeing.
+        if self.report.beyond_budget {
+            return;
+        }
+        let bad: BTreeSet<u64> = corrupted.iter().map(|c| c.0).collect();
+        for &stripe in &scrub.mismatched_stripes {
+            if !bad.contains(&stripe) {
+                self.violation(format!(
+                    "the scrub ({action:?}) found stripe {stripe} mismatched, which was not \
+                     corrupted"
+                ));
+            }
+        }
+        if repair {
+            for &(stripe, member) in &scrub.wrong_members {
+                if !corrupted.contains(&(stripe, member)) {
+                    self.violation(format!(
+                        "the repair named member {member} of stripe {stripe}, which was not \
+                         corrupted"
+                    ));
+                }
+            }
+            if !scrub.unlocated_stripes.is_empty() {
+                self.violation(format!(
+                    "the repair could not locate the wrong member of stripes {:?}",
+                    scrub.unlocated_stripes
+                ));
+            }
+        }
+        if !after.mismatched_stripes.is_empty() {
+            self.violation(format!(
+                "after the scrub ({action:?}), a check still finds stripes {:?} mismatched",
+                after.mismatched_stripes
+            ));
+        }
+    }
+}
+
+/// Where in a chunk of `il` bytes a silent corruption lands, and the mask
+/// XOR-ed there (no zero byte: every byte in the range changes): one
+/// flipped bit, a few bytes, a sector, or the whole chunk (a misdirected
+/// or lost write of it).
+fn corruption_mask(rng: &mut Rng, il: u64) -> (u64, Vec<u8>) {
+    let sector = 512.min(il);
+    let (within, len) = match rng.below(4) {
+        0 => return (rng.below(il), vec![1 << rng.below(8)]),
+        1 => {
+            let len = rng.range(1, il.min(64));
+            (rng.below(il - len + 1), len)
+        }
+        2 => (rng.below(il / sector) * sector, sector),
+        _ => (0, il),
+    };
+    let mask = (0..len).map(|_| rng.range(1, 255) as u8).collect();
+    (within, mask)
 }
 
 /// The stripes whose chunks lie in `len` bytes at `data_offset` of a

@@ -205,6 +205,7 @@ pub fn random_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
         destage_interval_ns: r.range(run_ns / 50 + 1, run_ns / 4 + 2),
         // A label update is a write and a flush on every member in use.
         label_write_ns: r.range(label_min_ns, label_min_ns + 2 * flush_ns + 1),
+        silent_corruption: None,
     };
     if opts.crash && opts.crash_after_failure {
         crash_after_first_failure(&mut config, &mut r);
