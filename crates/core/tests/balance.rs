@@ -530,6 +530,12 @@ fn auto_is_proximity_for_spinning_members_and_load_for_the_others() {
         }
         assert_eq!(d.v.read_policy(), ReadPolicy::Auto);
         assert_eq!(d.v.effective_read_policy(), want, "{rotational:?}");
+        // The policy as set is not `auto` when set otherwise (Auto is also
+        // ReadPolicy's default: a `read_policy` answering the default
+        // passed the line above).
+        d.v.set_read_policy(ReadPolicy::Load).unwrap();
+        assert_eq!(d.v.read_policy(), ReadPolicy::Load);
+        d.v.set_read_policy(ReadPolicy::Auto).unwrap();
         // And reads follow it: a sequential reader with nothing else
         // running stays on one member under proximity; load spreads it.
         let served = sequential_reader(&mut d, 0, 64 * KIB, 1, 200);
