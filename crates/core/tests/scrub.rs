@@ -4,7 +4,7 @@
 
 mod support;
 
-use platter_core::volume::Maintenance;
+use platter_core::volume::{Maintenance, Reply, Request};
 use platter_core::Level;
 use support::*;
 
@@ -123,6 +123,18 @@ fn stripes_with_a_lost_member_are_reported_unchecked() {
     let r = h.scrub(Maintenance::Check);
     assert_eq!(r.unchecked_stripes, h.volume.geometry().stripes());
     assert!(r.mismatched_stripes.is_empty());
+    // The report says which stripes it covers.
+    let part = h
+        .one(Request::Maintain {
+            first_stripe: 2,
+            stripe_count: 3,
+            action: Maintenance::Check,
+        })
+        .expect("a check");
+    let Reply::Checked(part) = part else {
+        panic!("{part:?}")
+    };
+    assert_eq!((part.first_stripe, part.stripe_count), (2, 3));
 }
 
 /// RAID-6 locates page by page: two members wrong in different 4 KiB
