@@ -273,8 +273,8 @@ mod tests {
     use bytes::Bytes;
     use std::panic::{catch_unwind, AssertUnwindSafe};
 
-    /// A 3-member RAID-5 with one write started (its op holds its lock).
-    fn writing() -> Volume {
+    /// A 3-member RAID-5 (stripes of 8 KiB of data).
+    fn raid5() -> Volume {
         let g = Geometry::new(GeometrySpec {
             level: Level::Raid5,
             parity_layout: ParityLayout::DEFAULT,
@@ -284,7 +284,12 @@ mod tests {
             member_data_bytes: vec![1 << 20; 3],
         })
         .expect("a geometry");
-        let mut v = Volume::new(g, vec![Health::Online; 3], Limits::default());
+        Volume::new(g, vec![Health::Online; 3], Limits::default())
+    }
+
+    /// [`raid5`] with one write started (its op holds its lock).
+    fn writing() -> Volume {
+        let mut v = raid5();
         v.submit(Request::Write {
             offset_bytes: 0,
             data: Bytes::from(vec![1u8; 4096]),
@@ -306,6 +311,40 @@ mod tests {
             op.durable.mark_written(member);
             assert!(fails(&v), "member {member} of 3 marked written");
         }
+    }
+
+    #[test]
+    fn a_cached_entry_a_request_also_took_is_caught() {
+        let mut v = raid5();
+        v.enable_stripe_cache(super::super::CacheLimits::DEFAULT);
+        // A partial stripe of stripe 5: held by the cache.
+        v.submit(Request::Write {
+            offset_bytes: 5 * 8192 + 512,
+            data: Bytes::from(vec![2u8; 512]),
+            fua: false,
+        });
+        // A whole stripe elsewhere: a live request with member writes out.
+        v.submit(Request::Write {
+            offset_bytes: 0,
+            data: Bytes::from(vec![1u8; 8192]),
+            fua: false,
+        });
+        v.check_invariants();
+        let seq = {
+            let c = v.cache.as_ref().expect("a cache");
+            let (_, e) = c.entries().next().expect("the partial stripe cached");
+            e.seq()
+        };
+        let op = v
+            .ops
+            .values_mut()
+            .find(|op| !op.internal)
+            .expect("a client write in the volume");
+        op.plan.cache = Some(super::super::cache::CacheWork {
+            taken: smallvec::smallvec![seq],
+            ..Default::default()
+        });
+        assert!(fails(&v), "entry {seq} both cached and taken");
     }
 
     #[test]
