@@ -37,7 +37,7 @@ mod recover;
 pub mod reference;
 
 pub use gf::{GENERATOR, POLY};
-pub use locate::{correct_data, locate, p_syndrome, Culprit};
+pub use locate::{correct_data, culprit, locate, p_syndrome, Culprit};
 pub use recover::RecoverError;
 
 #[cfg(has_isal)]

@@ -40,15 +40,23 @@ pub enum Culprit {
 /// is empty or longer than [`crate::MAX_DATA_BLOCKS`].
 pub fn locate(data: &[&[u8]], p: &[u8], q: &[u8]) -> Culprit {
     let (sp, sq) = syndromes(data, p, q);
+    culprit(&sp, &sq, data.len())
+}
+
+/// [`locate`] for a caller that has the syndromes already (the parity the
+/// data computes to, XOR the parity stored): the culprit among
+/// `data_count` data blocks, P and Q.
+pub fn culprit(sp: &[u8], sq: &[u8], data_count: usize) -> Culprit {
+    assert_eq!(sp.len(), sq.len(), "P and Q syndromes differ in length");
     let mut found = Culprit::Consistent;
-    for (&a, &b) in sp.iter().zip(&sq) {
+    for (&a, &b) in sp.iter().zip(sq) {
         let here = match (a, b) {
             (0, 0) => continue,
             (_, 0) => Culprit::P,
             (0, _) => Culprit::Q,
             (a, b) => {
                 let z = (255 + gf::log2(b) as usize - gf::log2(a) as usize) % 255;
-                if z < data.len() {
+                if z < data_count {
                     Culprit::Data(z)
                 } else {
                     // g^z for no data block: no single wrong block makes it.

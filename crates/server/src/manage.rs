@@ -391,27 +391,19 @@ impl Manager {
         // redundancy cannot tell: `unlocated`). Listed up to a bound: a
         // member zeroed under a large volume mismatches every stripe, and
         // the counts say how many there were.
-        let mut wrong_in: std::collections::HashMap<u64, Vec<u32>> = Default::default();
-        for &(s, m) in &total.wrong_members {
-            wrong_in.entry(s).or_default().push(m);
-        }
-        let unlocated: std::collections::HashSet<u64> =
-            total.unlocated_stripes.iter().copied().collect();
         let mismatches: Vec<Value> = total
             .mismatched_stripes
             .iter()
             .take(MISMATCHES_LISTED)
             .map(|&s| {
-                let wrong: Vec<Value> = wrong_in
-                    .get(&s)
-                    .into_iter()
-                    .flatten()
-                    .map(|&m| json!({ "slot": m, "path": path(m) }))
+                let wrong: Vec<Value> = total
+                    .wrong_members_of(s)
+                    .map(|m| json!({ "slot": m, "path": path(m) }))
                     .collect();
                 json!({
                     "offset_bytes": s * stripe_bytes,
                     "length_bytes": stripe_bytes,
-                    "located": !unlocated.contains(&s),
+                    "located": total.unlocated_stripes.binary_search(&s).is_err(),
                     "wrong_members": wrong,
                 })
             })

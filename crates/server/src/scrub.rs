@@ -12,12 +12,13 @@
 //! stripe has nothing to compare with).
 
 use crate::engine::Engine;
-use crate::meta::Meta;
+use crate::meta::{now_unix_seconds, Meta};
+use crate::upkeep::pace;
 use platter_core::label::ScrubRecord;
 use platter_core::volume::{Health, Maintenance, Reply, Request};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// Bytes per scrub step: each holds its stripes' locks while it reads.
 const STEP_BYTES: u64 = 4 << 20;
@@ -34,13 +35,6 @@ pub struct Scrubber {
     /// The record as it stands (the labels get it at checkpoints).
     record: Mutex<ScrubRecord>,
     last_checkpoint: Mutex<Option<Instant>>,
-}
-
-fn now_unix_seconds() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
 
 impl Scrubber {
@@ -91,7 +85,7 @@ impl Scrubber {
     /// One step of the schedule: starts a pass when one is due, checks the
     /// next stripes of the pass in progress, or ends it. False when there
     /// was nothing to do.
-    pub fn step(&self, engine: &Engine, meta: &Meta, stop: &dyn Fn() -> bool) -> bool {
+    pub fn step(&self, engine: &Engine, meta: &Meta, stop: &AtomicBool) -> bool {
         let every = self.every_secs.load(Ordering::Relaxed);
         if every == 0 {
             return false;
@@ -99,8 +93,10 @@ impl Scrubber {
         if engine.health().iter().any(|h| *h != Health::Online) {
             return false;
         }
-        let stripes = engine.with_volume(|v| v.geometry().stripes());
-        let stripe_bytes = engine.with_volume(|v| v.geometry().stripe_data_bytes());
+        let (stripes, stripe_bytes) = engine.with_volume(|v| {
+            let g = v.geometry();
+            (g.stripes(), g.stripe_data_bytes())
+        });
         let now = now_unix_seconds();
         let mut r = self.record();
         if r.started_unix_seconds == 0 {
@@ -150,12 +146,7 @@ impl Scrubber {
             Ok(Reply::Checked(rep)) => {
                 for &s in &rep.mismatched_stripes {
                     if r.found_stripes < LOGGED_MISMATCHES_MAX {
-                        let wrong: Vec<u32> = rep
-                            .wrong_members
-                            .iter()
-                            .filter(|w| w.0 == s)
-                            .map(|w| w.1)
-                            .collect();
+                        let wrong: Vec<u32> = rep.wrong_members_of(s).collect();
                         tracing::warn!(
                             offset_bytes = s * stripe_bytes,
                             length_bytes = stripe_bytes,
@@ -178,7 +169,12 @@ impl Scrubber {
             }
         }
         self.save(meta, r, false);
-        self.pace(count * stripe_bytes, started, stop);
+        pace(
+            &self.rate_bytes_per_sec,
+            stop,
+            count * stripe_bytes,
+            started,
+        );
         true
     }
 
@@ -190,19 +186,6 @@ impl Scrubber {
         if durable || last.is_none_or(|t| t.elapsed() >= CHECKPOINT_INTERVAL) {
             meta.record(|l| l.scrub = r);
             *last = Some(Instant::now());
-        }
-    }
-
-    fn pace(&self, bytes: u64, started: Instant, stop: &dyn Fn() -> bool) {
-        const SLICE: Duration = Duration::from_millis(50);
-        loop {
-            let rate = self.rate_bytes_per_sec.load(Ordering::Relaxed).max(1);
-            let due = Duration::from_secs_f64(bytes as f64 / rate as f64);
-            let took = started.elapsed();
-            if took >= due || stop() {
-                return;
-            }
-            std::thread::sleep((due - took).min(SLICE));
         }
     }
 }

@@ -154,8 +154,9 @@ fn rebuild_and_sweep(engine: &Engine, meta: &Meta, upkeep: &Upkeep) {
         }
         if engine.with_volume(|v| v.rebuild_progress()).is_none() {
             resync_refused_writes(engine, upkeep);
-            let stop = || upkeep.stop.load(Ordering::SeqCst);
-            if !resync_step(engine, upkeep, step) && !upkeep.scrubber.step(engine, meta, &stop) {
+            if !resync_step(engine, upkeep, step)
+                && !upkeep.scrubber.step(engine, meta, &upkeep.stop)
+            {
                 std::thread::sleep(Duration::from_millis(100));
             }
             continue;
@@ -196,7 +197,12 @@ fn rebuild_and_sweep(engine: &Engine, meta: &Meta, upkeep: &Upkeep) {
             Err(_) => return,
         }
         let done_bytes = step * stripe_bytes;
-        pace(upkeep, done_bytes, started);
+        pace(
+            &upkeep.rate_bytes_per_sec,
+            &upkeep.stop,
+            done_bytes,
+            started,
+        );
         upkeep.last_rate_bytes_per_sec.store(
             (done_bytes as f64 / started.elapsed().as_secs_f64().max(1e-6)) as u64,
             Ordering::Relaxed,
@@ -321,7 +327,12 @@ fn repair(engine: &Engine, upkeep: &Upkeep, first: u64, count: u64) -> bool {
         }
     }
     let stripe_bytes = engine.with_volume(|v| v.geometry().stripe_data_bytes());
-    pace(upkeep, count * stripe_bytes, started);
+    pace(
+        &upkeep.rate_bytes_per_sec,
+        &upkeep.stop,
+        count * stripe_bytes,
+        started,
+    );
     upkeep.resync_rate_bytes_per_sec.store(
         ((count * stripe_bytes) as f64 / started.elapsed().as_secs_f64().max(1e-6)) as u64,
         Ordering::Relaxed,
@@ -333,13 +344,18 @@ fn repair(engine: &Engine, upkeep: &Upkeep, first: u64, count: u64) -> bool {
 /// least `bytes / rate` seconds. The rate is read again every few
 /// milliseconds, so `platter rebuild-rate` takes effect within the step, and
 /// a stop is not held up.
-fn pace(upkeep: &Upkeep, bytes: u64, started: Instant) {
+pub(crate) fn pace(
+    rate_bytes_per_sec: &AtomicU64,
+    stop: &AtomicBool,
+    bytes: u64,
+    started: Instant,
+) {
     const SLICE: Duration = Duration::from_millis(50);
     loop {
-        let rate = upkeep.rate_bytes_per_sec.load(Ordering::Relaxed).max(1);
+        let rate = rate_bytes_per_sec.load(Ordering::Relaxed).max(1);
         let due = Duration::from_secs_f64(bytes as f64 / rate as f64);
         let took = started.elapsed();
-        if took >= due || upkeep.stop.load(Ordering::SeqCst) {
+        if took >= due || stop.load(Ordering::SeqCst) {
             return;
         }
         std::thread::sleep((due - took).min(SLICE));

@@ -1404,12 +1404,7 @@ impl Simulation {
                     .binary_search(&(stripe, member))
                     .is_err()
             {
-                let named: Vec<u32> = scrub
-                    .wrong_members
-                    .iter()
-                    .filter(|w| w.0 == stripe)
-                    .map(|w| w.1)
-                    .collect();
+                let named: Vec<u32> = scrub.wrong_members_of(stripe).collect();
                 self.violation(format!(
                     "the repair did not name member {member} of stripe {stripe}, which was \
                      corrupted there (it named {named:?})"

@@ -41,6 +41,18 @@ pub struct CheckReport {
     pub unlocated_stripes: Vec<u64>,
 }
 
+impl CheckReport {
+    /// The members named wrong in `stripe` (`wrong_members` is in stripe
+    /// order, also when reports of consecutive steps are appended).
+    pub fn wrong_members_of(&self, stripe: u64) -> impl Iterator<Item = u32> + '_ {
+        let from = self.wrong_members.partition_point(|w| w.0 < stripe);
+        self.wrong_members[from..]
+            .iter()
+            .take_while(move |w| w.0 == stripe)
+            .map(|w| w.1)
+    }
+}
+
 /// RAID-6 locates the wrong block page by page, as `raid6check` does: two
 /// members wrong in different pages of one chunk are each found.
 const LOCATE_PAGE_BYTES: usize = 4096;
@@ -228,25 +240,22 @@ fn scrub_parity(job: &mut StripeJob, locate: bool) -> Option<Verdict> {
             for (d, &m) in roles.data.iter().enumerate() {
                 by_slot[roles.q_slot[d] as usize] = m as usize;
             }
-            let len = job.bufs[p].len();
+            // The syndromes, from the parity the data computes to (`fresh`).
+            let syndrome = |m: usize| -> Vec<u8> {
+                let mut s = fresh.bufs[m].to_vec();
+                platter_parity::xor_into(&mut s, &job.bufs[m]);
+                s
+            };
+            let (sp, sq) = (syndrome(p), syndrome(q));
+            let len = sp.len();
             let mut from = 0;
             while from < len {
                 let to = (from + LOCATE_PAGE_BYTES).min(len);
-                let culprit = {
-                    let data: Vec<&[u8]> =
-                        by_slot.iter().map(|&m| &job.bufs[m][from..to]).collect();
-                    platter_parity::locate(&data, &job.bufs[p][from..to], &job.bufs[q][from..to])
-                };
-                match culprit {
+                match platter_parity::culprit(&sp[from..to], &sq[from..to], k) {
                     Culprit::Consistent => {}
                     Culprit::Data(z) => {
                         let m = by_slot[z];
-                        let sp = {
-                            let data: Vec<&[u8]> =
-                                by_slot.iter().map(|&m| &job.bufs[m][from..to]).collect();
-                            platter_parity::p_syndrome(&data, &job.bufs[p][from..to])
-                        };
-                        platter_parity::correct_data(&mut job.bufs[m][from..to], &sp);
+                        platter_parity::correct_data(&mut job.bufs[m][from..to], &sp[from..to]);
                         touched[m] = true;
                     }
                     Culprit::P => {
