@@ -347,6 +347,44 @@ mod tests {
         assert!(fails(&v), "entry {seq} both cached and taken");
     }
 
+    /// A cached stripe marked for write-out is owed a destage request.
+    /// The check once counted any live maintenance request on the stripe
+    /// as that destage (a mutant turning its `&&` into `||` passed every
+    /// test): a client's check of the same stripe must not stand in for
+    /// the write-out nobody submitted.
+    #[test]
+    fn a_queued_entry_with_only_a_check_of_its_stripe_is_caught() {
+        let mut v = raid5();
+        v.enable_stripe_cache(super::super::CacheLimits::DEFAULT);
+        v.submit(Request::Write {
+            offset_bytes: 5 * 8192 + 512,
+            data: Bytes::from(vec![2u8; 512]),
+            fua: false,
+        });
+        v.check_invariants();
+        assert!(
+            v.cache.as_mut().expect("a cache").mark_queued(5),
+            "stripe 5 cached and not yet queued"
+        );
+        v.submit(Request::Maintain {
+            first_stripe: 5,
+            stripe_count: 1,
+            action: super::super::Maintenance::Check,
+        });
+        assert!(
+            v.ops.values().any(|op| !op.internal
+                && matches!(
+                    op.req,
+                    Request::Maintain {
+                        first_stripe: 5,
+                        ..
+                    }
+                )),
+            "the check is live"
+        );
+        assert!(fails(&v), "entry 5 queued with no destage behind it");
+    }
+
     #[test]
     fn a_lock_held_by_a_request_that_let_it_go_is_caught() {
         let mut v = writing();
