@@ -8,6 +8,7 @@ pub mod assemble;
 pub mod balance;
 pub mod buf;
 pub mod geometry;
+pub mod integrity;
 pub mod intent;
 pub mod label;
 pub mod level;

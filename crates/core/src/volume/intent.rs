@@ -125,6 +125,18 @@ impl Volume {
         self.intent.as_ref()?.unsynced.next_from(from_region)
     }
 
+    /// Whether a region holding any of stripes `[first, last]` still
+    /// needs its resync after an unclean shutdown.
+    pub(super) fn span_unsynced(&self, first_stripe: u64, last_stripe: u64) -> bool {
+        let Some(s) = self.intent.as_ref() else {
+            return false;
+        };
+        let last = s.layout.region_of(last_stripe);
+        s.unsynced
+            .next_from(s.layout.region_of(first_stripe))
+            .is_some_and(|r| r <= last)
+    }
+
     /// The resync has repaired every stripe of `region`: a sweep may now
     /// clear its bit.
     pub fn resynced(&mut self, region: u64) {

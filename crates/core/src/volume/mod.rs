@@ -19,6 +19,7 @@
 mod account;
 mod balancing;
 mod cache;
+mod checksums;
 mod ids;
 mod intent;
 mod invariants;
@@ -156,6 +157,9 @@ struct StripeJob {
     /// Writes: `(data index, within, new bytes)`.
     new_data: Vec<(u32, u64, Bytes)>,
     strategy: write::Strategy,
+    /// Scrubs: members whose reads failed their checksums (their bytes in
+    /// `bufs` are not what they hold; `scrub.rs` rebuilds them).
+    suspects: SmallVec<[u32; 2]>,
 }
 
 impl StripeJob {
@@ -183,6 +187,7 @@ impl StripeJob {
             wants: Vec::new(),
             new_data: Vec::new(),
             strategy,
+            suspects: SmallVec::new(),
         }
     }
 }
@@ -333,6 +338,9 @@ pub struct Volume {
     /// Member I/O completions so far: every `SELF_CHECK_EVERY_IOS`th
     /// runs [`Volume::check_invariants`].
     ios_done: u64,
+    /// Per-block checksums, when on (`checksums.rs`): every member I/O
+    /// passes through it instead of `io_queue`.
+    integrity: Option<crate::integrity::Integrity>,
 }
 
 impl Volume {
@@ -371,6 +379,7 @@ impl Volume {
             held: VecDeque::new(),
             resync_all_owed: false,
             ios_done: 0,
+            integrity: None,
         }
     }
 
@@ -399,6 +408,7 @@ impl Volume {
             && self.inflight.is_empty()
             && self.io_queue.is_empty()
             && self.locks.is_idle()
+            && self.integrity.as_ref().is_none_or(|i| i.is_idle())
     }
 
     /// Accepts a request; its completion arrives through [`Volume::next_completion`].
@@ -467,7 +477,10 @@ impl Volume {
 
     /// The next member I/O to perform, if any.
     pub fn next_io(&mut self) -> Option<MemberIo> {
-        self.io_queue.pop_front()
+        match self.integrity.as_mut() {
+            Some(i) => i.next_io(),
+            None => self.io_queue.pop_front(),
+        }
     }
 
     /// The next finished client request, if any.
@@ -482,7 +495,14 @@ impl Volume {
 
     /// Reports the result of a member I/O handed out by [`Volume::next_io`].
     pub fn io_done(&mut self, io: IoId, result: IoResult) {
-        self.member_io_done(io, result);
+        if let Some(i) = self.integrity.as_mut() {
+            i.done(io, result);
+            while let Some((io, result)) = self.checked_results() {
+                self.member_io_done(io, result);
+            }
+        } else {
+            self.member_io_done(io, result);
+        }
         self.ios_done += 1;
         if self
             .ios_done
@@ -513,6 +533,9 @@ impl Volume {
             result if matches!(op.stage, Stage::Repairing(_)) => {
                 self.repair_io_done(ctx.request, ctx.member, &ctx.dests, result);
             }
+            Err(e) if e.kind == IoErrorKind::Checksum && scrub::scrubbing(op) => {
+                scrub::suspect(op, &ctx.dests);
+            }
             Err(e) if Self::is_refused_for_space(op, &e) => {
                 op.stage.phase_mut().expect("in a phase").failed = true;
                 op.trouble.write_failed = true;
@@ -531,7 +554,7 @@ impl Volume {
                     && matches!(op.req, Request::Read { .. })
                     && kind.policy() == FailurePolicy::CorrectRead
                 {
-                    self.read_error(ctx.request, ctx.member, &ctx.dests, reason);
+                    self.read_error(ctx.request, ctx.member, &ctx.dests, kind, reason);
                 } else {
                     self.mark_faulty(ctx.member, reason);
                 }
@@ -791,7 +814,7 @@ impl Volume {
             },
         );
         self.balancer.issued(member, &op);
-        self.io_queue.push_back(MemberIo { id, member, op });
+        self.send_io(MemberIo { id, member, op }, request);
     }
 
     fn issue_reads(&mut self, id: RequestId, reads: ReadPieces) {

@@ -43,7 +43,7 @@ impl Volume {
                         plan.segments.push((at_bytes, bytes));
                         continue;
                     }
-                    if self.usable(m, e.stripe) {
+                    if self.usable(m, e.stripe) && !Self::read_failed_on(failed, m, at_bytes, len) {
                         pieces.push(ReadPiece {
                             member: m,
                             offset_bytes: g.member_offset_bytes(e.stripe, within),
@@ -73,9 +73,13 @@ impl Volume {
                 }
             }
         }
-        // Degraded stripes: read the hull from every surviving member.
+        // Degraded stripes: read the hull from every surviving member
+        // (but one whose bytes of the stripe failed this read already).
+        let stripe_bytes = g.stripe_data_bytes();
         for (j, job) in plan.jobs.iter_mut().enumerate() {
-            self.plan_hull_reads(j as u32, job, &mut pieces)
+            let lo = (job.stripe * stripe_bytes).saturating_sub(offset_bytes);
+            let failed_here = |m: u32| Self::read_failed_on(failed, m, lo, stripe_bytes);
+            self.plan_hull_reads(j as u32, job, &mut pieces, failed_here)
                 .map_err(|_| {
                     let v = job.stripe * g.stripe_data_bytes();
                     self.lost_error("read", v, g.stripe_data_bytes())
@@ -91,16 +95,20 @@ impl Volume {
         j: u32,
         job: &mut StripeJob,
         pieces: &mut ReadPieces,
+        failed: impl Fn(u32) -> bool,
     ) -> Result<(), ()> {
         let g = &self.geometry;
         let n = g.members();
-        let lost = (0..n).filter(|&m| !self.usable(m, job.stripe)).count() as u32;
+        let present: Vec<bool> = (0..n)
+            .map(|m| self.usable(m, job.stripe) && !failed(m))
+            .collect();
+        let lost = present.iter().filter(|&&p| !p).count() as u32;
         if lost > g.redundancy() {
             return Err(());
         }
         let hull = job.hi_bytes - job.lo_bytes;
         job.bufs = (0..n).map(|_| AlignedBuf::zeroed(hull as usize)).collect();
-        job.present = (0..n).map(|m| self.usable(m, job.stripe)).collect();
+        job.present = present;
         for m in (0..n).filter(|&m| job.present[m as usize]) {
             pieces.push(ReadPiece {
                 member: m,
@@ -153,12 +161,21 @@ impl Volume {
     }
 
     pub(super) fn finish_read(&mut self, id: RequestId) -> Result<Reply, VolumeError> {
-        // The jobs and the segments gathered so far are this step's to
-        // consume; the request stays in the table.
+        self.settle_jobs(id);
+        // The segments gathered are this step's to consume; the request
+        // stays in the table.
+        let op = self.ops.get_mut(&id).expect("live request");
+        let segments = std::mem::take(&mut op.plan.segments);
+        let len_bytes = op.req.range().1;
+        Ok(Reply::Data(ReadData::assemble(segments, len_bytes)))
+    }
+
+    /// Rebuilds the bytes a read's degraded stripes owe it and adds them
+    /// to its segments.
+    pub(super) fn settle_jobs(&mut self, id: RequestId) {
         let op = self.ops.get_mut(&id).expect("live request");
         let mut jobs = std::mem::take(&mut op.plan.jobs);
         let mut segments = std::mem::take(&mut op.plan.segments);
-        let len_bytes = op.req.range().1;
         for job in &mut jobs {
             self.reconstruct(job);
             let bufs: Vec<Bytes> = std::mem::take(&mut job.bufs)
@@ -171,7 +188,7 @@ impl Volume {
                 segments.push((at, bufs[m].slice(from..from + len as usize)));
             }
         }
-        Ok(Reply::Data(ReadData::assemble(segments, len_bytes)))
+        self.ops.get_mut(&id).expect("live request").plan.segments = segments;
     }
 
     pub(super) fn lost_error(&self, what: &str, offset_bytes: u64, len_bytes: u64) -> VolumeError {

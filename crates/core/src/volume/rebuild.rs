@@ -123,7 +123,7 @@ impl Volume {
             let mut job =
                 StripeJob::new(stripe, 0, il, g.parity_roles(stripe), Strategy::Reconstruct);
             if g.level().is_parity() {
-                self.plan_hull_reads(j, &mut job, &mut pieces)
+                self.plan_hull_reads(j, &mut job, &mut pieces, |_| false)
                     .map_err(|_| self.lost_error("rebuild", stripe * g.stripe_data_bytes(), il))?;
             } else {
                 // Copy each chunk that has a copy on the target from one

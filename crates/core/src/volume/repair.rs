@@ -24,7 +24,8 @@
 
 use super::plan::{Dest, Dests, Target};
 use super::{
-    Event, Health, IdMap, IoResult, MemberOp, Phase, RequestId, Stage, Volume, VolumeError,
+    Event, Health, IdMap, IoErrorKind, IoResult, MemberOp, Phase, RequestId, Stage, Volume,
+    VolumeError,
 };
 use crate::level::Level;
 use bytes::Bytes;
@@ -41,6 +42,9 @@ pub(super) struct ReadRepairs {
     attempts: Vec<u64>,
     /// Per member: read errors corrected (rewritten and read back).
     corrected: Vec<u64>,
+    /// Per member: blocks that failed their checksums, rewritten and read
+    /// back (not limited: the device answered; its bytes were wrong).
+    checksums_repaired: Vec<u64>,
 }
 
 impl ReadRepairs {
@@ -60,6 +64,7 @@ impl ReadRepairs {
             requests: IdMap::default(),
             attempts: vec![0; members as usize],
             corrected: vec![0; members as usize],
+            checksums_repaired: vec![0; members as usize],
         }
     }
 }
@@ -83,6 +88,9 @@ pub(super) struct Failure {
     /// to deliver (one member read may carry several chunks).
     ranges: SmallVec<[(u64, u64); 1]>,
     reason: String,
+    /// A checksum mismatch, not a media error: not counted against
+    /// [`MAX_CORRECTED_READ_ERRORS`].
+    checksum: bool,
     step: Step,
     /// Where the good bytes go on the member, and the bytes.
     offset_bytes: u64,
@@ -105,6 +113,12 @@ impl Volume {
         self.read_repair.corrected[member as usize]
     }
 
+    /// Reads that failed their checksums on `member` and were rewritten
+    /// from another copy or from parity since the volume was assembled.
+    pub fn checksums_repaired(&self, member: u32) -> u64 {
+        self.read_repair.checksums_repaired[member as usize]
+    }
+
     /// A member read of client read `id` failed: take it on for correction,
     /// or mark the member faulty when correction is not possible.
     pub(super) fn read_error(
@@ -112,10 +126,16 @@ impl Volume {
         id: RequestId,
         member: u32,
         dests: &[Dest],
+        kind: IoErrorKind,
         reason: String,
     ) {
         let g = &self.geometry;
-        let copies = matches!(g.level(), Level::Mirror | Level::Raid10) && g.copies() > 1;
+        let checksum = kind == IoErrorKind::Checksum;
+        // Parity levels rebuild a block from the rest of its stripe; they
+        // do so for checksum mismatches only (a media error fails the
+        // member, as before).
+        let copies = (matches!(g.level(), Level::Mirror | Level::Raid10) && g.copies() > 1)
+            || (checksum && g.level().is_parity());
         let m = member as usize;
         let ranges: Option<SmallVec<[(u64, u64); 1]>> = dests
             .iter()
@@ -134,7 +154,7 @@ impl Volume {
         let Some(ranges) = ranges.filter(|_| correctable) else {
             return self.mark_faulty(member, reason);
         };
-        if self.read_repair.attempts[m] >= MAX_CORRECTED_READ_ERRORS {
+        if !checksum && self.read_repair.attempts[m] >= MAX_CORRECTED_READ_ERRORS {
             let n = self.read_repair.corrected[m];
             return self.mark_faulty(
                 member,
@@ -143,7 +163,9 @@ impl Volume {
                 ),
             );
         }
-        self.read_repair.attempts[m] += 1;
+        if !checksum {
+            self.read_repair.attempts[m] += 1;
+        }
         self.read_repair
             .requests
             .entry(id)
@@ -152,6 +174,7 @@ impl Volume {
                 member,
                 ranges,
                 reason,
+                checksum,
                 step: Step::Failed,
                 offset_bytes: 0,
                 data: Bytes::new(),
@@ -193,6 +216,8 @@ impl Volume {
             let result = self.finish_read(id);
             return self.finish(id, result);
         };
+        // Parity levels: the failed bytes were rebuilt from their stripes.
+        self.settle_jobs(id);
         let op = self.ops.get_mut(&id).expect("live request");
         let (req_offset, _) = op.req.range();
         let g = &self.geometry;
@@ -302,7 +327,11 @@ impl Volume {
             f.step = Step::Abandoned;
             self.mark_faulty(member, reason);
         } else if f.step == Step::Corrected {
-            self.read_repair.corrected[member as usize] += 1;
+            if f.checksum {
+                self.read_repair.checksums_repaired[member as usize] += 1;
+            } else {
+                self.read_repair.corrected[member as usize] += 1;
+            }
             self.events.push_back(Event::ReadErrorCorrected {
                 member,
                 offset_bytes: a,

@@ -382,6 +382,12 @@ pub enum IoErrorKind {
     /// A request past the member's end, refused before the device was
     /// touched: the member is not the size the volume was assembled with.
     OutOfRange,
+    /// The device returned bytes that do not match their checksums
+    /// (`platter create --checksums`): bit rot, a misdirected or lost
+    /// write, a member overwritten behind the volume's back. The device
+    /// itself answered: the bytes are rewritten from another copy or from
+    /// parity, and the member stays in use.
+    Checksum,
 }
 
 /// What the engine does about a failed member I/O.
@@ -403,7 +409,7 @@ pub enum FailurePolicy {
 impl IoErrorKind {
     pub fn policy(self) -> FailurePolicy {
         match self {
-            IoErrorKind::Media => FailurePolicy::CorrectRead,
+            IoErrorKind::Media | IoErrorKind::Checksum => FailurePolicy::CorrectRead,
             IoErrorKind::NoSpace => FailurePolicy::FailRequest,
             // A device that is gone, cut short, silent or read-only will not
             // take the rewrite a correction needs.
@@ -425,6 +431,7 @@ impl IoErrorKind {
             IoErrorKind::Timeout => "timed out",
             IoErrorKind::ReadOnly => "read-only",
             IoErrorKind::OutOfRange => "out of range",
+            IoErrorKind::Checksum => "checksum mismatch",
         }
     }
 }

@@ -88,7 +88,7 @@ impl Volume {
             let mut job =
                 StripeJob::new(stripe, 0, il, g.parity_roles(stripe), Strategy::Reconstruct);
             if g.level().is_parity() {
-                self.plan_hull_reads(j, &mut job, &mut pieces)
+                self.plan_hull_reads(j, &mut job, &mut pieces, |_| false)
                     .expect("every member is usable");
             } else {
                 job.bufs = (0..n)
@@ -139,6 +139,37 @@ impl Volume {
         let mut report = op.plan.report.take().expect("planned with its report");
         let mut writes = WritePieces::new();
         for job in &mut jobs {
+            // Members whose reads failed their checksums are wrong here:
+            // their chunks are rebuilt from the rest before comparing.
+            let mended = if job.suspects.is_empty() {
+                None
+            } else if g.level().is_parity() {
+                if job.suspects.len() as u32 > g.redundancy() {
+                    // Too many to rebuild: nothing here can be trusted to
+                    // write from.
+                    report.mismatched_stripes.push(job.stripe);
+                    report.unlocated_stripes.push(job.stripe);
+                    continue;
+                }
+                for &m in &job.suspects {
+                    job.present[m as usize] = false;
+                }
+                self.reconstruct(job);
+                Some(Verdict {
+                    rewrite: job
+                        .suspects
+                        .iter()
+                        .map(|&m| Rewrite {
+                            member: m,
+                            row: job.stripe,
+                            bytes: Bytes::copy_from_slice(&job.bufs[m as usize]),
+                        })
+                        .collect(),
+                    located: true,
+                })
+            } else {
+                mend_copies(job, g.interleave_bytes() as usize)
+            };
             let verdict = if g.level().is_parity() {
                 scrub_parity(job, locate)
             } else {
@@ -148,6 +179,15 @@ impl Volume {
                     g.interleave_bytes() as usize,
                     locate,
                 )
+            };
+            let verdict = match (mended, verdict) {
+                (None, v) => v,
+                (Some(m), None) => Some(m),
+                (Some(mut m), Some(v)) => {
+                    m.rewrite.extend(v.rewrite);
+                    m.located &= v.located;
+                    Some(m)
+                }
             };
             let Some(verdict) = verdict else { continue };
             report.mismatched_stripes.push(job.stripe);
@@ -338,4 +378,59 @@ fn scrub_copies(job: &StripeJob, k: u32, il: usize, locate: bool) -> Option<Verd
         }
     }
     bad.then_some(Verdict { rewrite, located })
+}
+
+/// Whether `op` is a check or repair reading its stripes (where a checksum
+/// mismatch names a wrong member instead of failing the read).
+pub(super) fn scrubbing(op: &super::Op) -> bool {
+    matches!(op.stage, super::Stage::Reading(_))
+        && matches!(
+            op.req,
+            Request::Maintain {
+                action: Maintenance::Check | Maintenance::Repair,
+                ..
+            }
+        )
+}
+
+/// A scrub read of `dests` failed its checksums: its member is wrong for
+/// those stripes.
+pub(super) fn suspect(op: &mut super::Op, dests: &[super::plan::Dest]) {
+    for d in dests {
+        if let Target::Job { job, member, .. } = d.target {
+            let s = &mut op.plan.jobs[job as usize].suspects;
+            if !s.contains(&member) {
+                s.push(member);
+            }
+        }
+    }
+}
+
+/// A mirror or RAID-10 stripe whose suspects' copies are replaced by a
+/// copy that read clean; each replaced copy is a rewrite. Chunks with no
+/// clean copy are left as read.
+fn mend_copies(job: &mut StripeJob, il: usize) -> Option<Verdict> {
+    let mut rewrite = Vec::new();
+    let suspects = job.suspects.clone();
+    for &(d, row, member, at) in &job.wants.clone() {
+        let member = member as u32;
+        if !suspects.contains(&member) {
+            continue;
+        }
+        let Some(&(_, _, good, good_at)) = job
+            .wants
+            .iter()
+            .find(|w| w.0 == d && !suspects.contains(&(w.2 as u32)))
+        else {
+            continue;
+        };
+        let (at, good_at) = (at as usize, good_at as usize);
+        let bytes = Bytes::copy_from_slice(&job.bufs[good as usize][good_at..good_at + il]);
+        job.bufs[member as usize][at..at + il].copy_from_slice(&bytes);
+        rewrite.push(Rewrite { member, row, bytes });
+    }
+    (!rewrite.is_empty()).then_some(Verdict {
+        rewrite,
+        located: true,
+    })
 }

@@ -246,7 +246,7 @@ impl Volume {
             }
         };
         if job.strategy == Strategy::Reconstruct {
-            return self.plan_hull_reads(j, job, reads);
+            return self.plan_hull_reads(j, job, reads, |_| false);
         }
         // Buffers only where something is read; compute_stripe makes the
         // rest as it needs them.

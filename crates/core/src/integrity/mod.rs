@@ -1,0 +1,761 @@
+//! Per-block checksums of the members' data areas (`platter create
+//! --checksums`): the layer between the volume's member I/O and the
+//! executor that keeps them and checks them.
+//!
+//! Sans-I/O like the volume it serves. The volume hands it each member I/O
+//! it would have handed the executor ([`Integrity::submit`]); the layer
+//! passes it on, adding reads and writes of the checksum pages it needs
+//! ([`Integrity::next_io`]), and turns the executor's results back into the
+//! volume's ([`Integrity::done`]):
+//!
+//! - a **read** of the data area completes once its bytes and the pages
+//!   holding their entries are in; a block whose bytes do not match its
+//!   entry fails the read with [`IoErrorKind::Checksum`], which the volume
+//!   treats like a media error (served from another copy or from parity,
+//!   the bad bytes rewritten). A *trusted* read (the resync after a crash,
+//!   where a write may have landed without its entry or the reverse) sets
+//!   the entries from the bytes instead: the data as it stands wins, as it
+//!   does for parity and copies.
+//! - a **write** completes once its bytes landed and its blocks' entries are
+//!   updated in the cached page; a **trim** sets them to "unwritten".
+//! - a **flush** first writes the pages its member's earlier writes changed,
+//!   then flushes: what a flush makes durable, it makes durable with its
+//!   checksums. Between flushes, a crash can leave entries and bytes out of
+//!   step only where writes were in flight, which is where the write-intent
+//!   bitmap marks regions for the resync that trusts them.
+//!
+//! Pages are cached per member, at most [`Limits::pages_per_member`] of
+//! them once their writes are done; a page is written only by a flush or to
+//! be evicted, and at most one write of a page is in flight (two could land
+//! out of order).
+
+pub mod format;
+
+pub use format::{area_bytes, Algorithm, BLOCK_BYTES, PAGE_BYTES, PAGE_DATA_BYTES};
+
+use crate::volume::IdMap;
+use crate::volume::{IoError, IoErrorKind, IoId, IoResult, MemberIo, MemberOp, Payload};
+use bytes::Bytes;
+use format::{ENTRY_BYTES, UNWRITTEN};
+use std::collections::{BTreeMap, VecDeque};
+
+/// Where a volume's checksums live; the same on every member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub algorithm: Algorithm,
+    /// Member offset of the checksum area's first page.
+    pub area_offset_bytes: u64,
+    /// Member offset of the data area (the label's `data_offset_bytes`).
+    pub data_offset_bytes: u64,
+    /// Bytes of data area the checksums cover on each member (the largest
+    /// member's; `[area_offset, area_offset + area_bytes(this))` lies
+    /// before the data area).
+    pub data_size_bytes: u64,
+}
+
+impl Layout {
+    /// Checks that the area fits between the label and the data area.
+    pub fn check(&self) -> Result<(), String> {
+        let end = self
+            .area_offset_bytes
+            .checked_add(area_bytes(self.data_size_bytes));
+        if self.area_offset_bytes < crate::label::LABEL_BYTES as u64
+            || !self.area_offset_bytes.is_multiple_of(PAGE_BYTES)
+            || end.is_none_or(|e| e > self.data_offset_bytes)
+        {
+            return Err(format!(
+                "the checksum area at member byte {} ({} bytes for {} bytes of data) does not fit between the label and the data area at {}",
+                self.area_offset_bytes,
+                area_bytes(self.data_size_bytes),
+                self.data_size_bytes,
+                self.data_offset_bytes
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// How much the layer may hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Checksum pages cached per member once written (16 MiB by default:
+    /// the entries of 2 GiB of data). Dirty and busy pages wait for their
+    /// write or their I/O before they count against it.
+    pub pages_per_member: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            pages_per_member: 4096,
+        }
+    }
+}
+
+/// What the layer has seen, per member.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IntegrityStats {
+    /// Blocks read and found to match their entries.
+    pub blocks_verified: u64,
+    /// Blocks read whose bytes did not match: each failed its read.
+    pub blocks_mismatched: u64,
+    /// Blocks whose entries were set from what was read (the resync after
+    /// a crash).
+    pub blocks_trusted: u64,
+    pub page_reads: u64,
+    pub page_writes: u64,
+}
+
+/// The layer's own I/Os carry ids with this bit; the volume's never do
+/// (it counts from 0).
+const LAYER_IO: u64 = 1 << 63;
+
+enum Kind {
+    /// Outside the data area (labels, the bitmap): not checked.
+    Pass,
+    Read {
+        trust: bool,
+    },
+    /// One entry per block, computed at submission.
+    Write {
+        entries: Vec<u32>,
+    },
+    Trim,
+    /// Waiting for the pages (by index) to be written at these
+    /// generations; then the flush itself.
+    Flush {
+        wants: Vec<(u64, u64)>,
+        issued: bool,
+    },
+}
+
+/// One of the volume's member I/Os, while the layer works on it.
+struct Task {
+    member: u32,
+    /// The member I/O as the volume issued it (the flush's is sent only
+    /// when its pages are written).
+    op: Option<MemberOp>,
+    kind: Kind,
+    /// Member offset and length of the data-area range (0 for a flush).
+    offset_bytes: u64,
+    len_bytes: u64,
+    /// Pages this task holds in the cache until it ends.
+    pinned: Vec<u64>,
+    /// Page loads not yet in, plus 1 while the member I/O is out.
+    waits: u32,
+    /// The member I/O's result, once in.
+    result: Option<IoResult>,
+    /// A page this task needed could not be read or written.
+    page_error: Option<IoError>,
+}
+
+struct Page {
+    bytes: Box<[u8]>,
+    /// Bumped on every change; `written` is the last one on the member.
+    gen: u64,
+    written: u64,
+    /// The generation of the write in flight, if any.
+    writing: Option<u64>,
+    /// Tasks holding the page.
+    pins: u32,
+    last_use: u64,
+}
+
+enum Slot {
+    /// Being read; these tasks wait for it.
+    Loading(Vec<IoId>),
+    Resident(Page),
+}
+
+enum LayerIo {
+    Load { member: u32, page: u64 },
+    Store { member: u32, page: u64, gen: u64 },
+}
+
+pub struct Integrity {
+    layout: Layout,
+    limits: Limits,
+    pages: Vec<BTreeMap<u64, Slot>>,
+    tasks: IdMap<IoId, Task>,
+    layer_ios: IdMap<IoId, LayerIo>,
+    next_layer_io: u64,
+    out: VecDeque<MemberIo>,
+    done: VecDeque<(IoId, IoResult)>,
+    stats: Vec<IntegrityStats>,
+    clock: u64,
+}
+
+impl Integrity {
+    pub fn new(layout: Layout, members: u32, limits: Limits) -> Integrity {
+        layout.check().expect("a checksum layout that fits");
+        assert!(limits.pages_per_member > 0);
+        Integrity {
+            layout,
+            limits,
+            pages: (0..members).map(|_| BTreeMap::new()).collect(),
+            tasks: IdMap::default(),
+            layer_ios: IdMap::default(),
+            next_layer_io: 0,
+            out: VecDeque::new(),
+            done: VecDeque::new(),
+            stats: vec![IntegrityStats::default(); members as usize],
+            clock: 0,
+        }
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    pub fn stats(&self, member: u32) -> &IntegrityStats {
+        &self.stats[member as usize]
+    }
+
+    /// No I/O of the volume's or the layer's is owed or out.
+    pub fn is_idle(&self) -> bool {
+        self.tasks.is_empty() && self.layer_ios.is_empty() && self.out.is_empty()
+    }
+
+    /// Takes one of the volume's member I/Os. `trust`: for a data read, set
+    /// the entries from the bytes instead of checking them.
+    pub fn submit(&mut self, io: MemberIo, trust: bool) {
+        let MemberIo { id, member, op } = io;
+        assert_eq!(id.0 & LAYER_IO, 0, "volume I/O ids never reach 2^63");
+        let (kind, offset_bytes, len_bytes) = match &op {
+            MemberOp::Flush => (
+                Kind::Flush {
+                    wants: Vec::new(),
+                    issued: false,
+                },
+                0,
+                0,
+            ),
+            MemberOp::Read {
+                offset_bytes,
+                len_bytes,
+            } => (Kind::Read { trust }, *offset_bytes, *len_bytes),
+            MemberOp::Write { offset_bytes, data } => (
+                Kind::Write {
+                    entries: Vec::new(),
+                },
+                *offset_bytes,
+                data.len() as u64,
+            ),
+            MemberOp::Trim {
+                offset_bytes,
+                len_bytes,
+            } => (Kind::Trim, *offset_bytes, *len_bytes),
+        };
+        let in_data = !matches!(kind, Kind::Flush { .. }) && self.in_data(offset_bytes, len_bytes);
+        let kind = if in_data || matches!(kind, Kind::Flush { .. }) {
+            kind
+        } else {
+            Kind::Pass
+        };
+        let mut task = Task {
+            member,
+            op: Some(op),
+            kind,
+            offset_bytes,
+            len_bytes,
+            pinned: Vec::new(),
+            waits: 0,
+            result: None,
+            page_error: None,
+        };
+        if let (Kind::Write { entries }, Some(MemberOp::Write { data, .. })) =
+            (&mut task.kind, &task.op)
+        {
+            *entries = self.entries_of(offset_bytes, data);
+        }
+        match task.kind {
+            Kind::Flush { .. } => {
+                self.tasks.insert(id, task);
+                self.start_flush(id);
+            }
+            Kind::Pass => {
+                task.waits = 1;
+                let op = task.op.take().expect("not yet sent");
+                self.tasks.insert(id, task);
+                self.out.push_back(MemberIo { id, member, op });
+            }
+            _ => {
+                let pages = self.pages_of(offset_bytes, len_bytes);
+                task.waits = 1;
+                self.tasks.insert(id, task);
+                for p in pages {
+                    self.pin(id, member, p);
+                }
+                let task = self.tasks.get_mut(&id).expect("just added");
+                let op = task.op.take().expect("not yet sent");
+                self.out.push_back(MemberIo { id, member, op });
+            }
+        }
+    }
+
+    /// The next member I/O to perform: the volume's, or the layer's own.
+    pub fn next_io(&mut self) -> Option<MemberIo> {
+        self.out.pop_front()
+    }
+
+    /// The executor's result for an I/O from [`Integrity::next_io`].
+    pub fn done(&mut self, io: IoId, result: IoResult) {
+        if io.0 & LAYER_IO != 0 {
+            match self.layer_ios.remove(&io).expect("a layer I/O in flight") {
+                LayerIo::Load { member, page } => self.loaded(member, page, result),
+                LayerIo::Store { member, page, gen } => self.stored(member, page, gen, result),
+            }
+        } else {
+            let task = self.tasks.get_mut(&io).expect("a volume I/O in flight");
+            assert!(task.result.is_none(), "one result per I/O");
+            task.result = Some(result);
+            self.release(io);
+        }
+        self.evict();
+    }
+
+    /// The next of the volume's I/Os the layer has finished, with what the
+    /// volume sees as its result.
+    pub fn next_done(&mut self) -> Option<(IoId, IoResult)> {
+        self.done.pop_front()
+    }
+
+    /// Whether `[offset, offset + len)` is data-area bytes (checked).
+    fn in_data(&self, offset_bytes: u64, len_bytes: u64) -> bool {
+        let l = &self.layout;
+        if offset_bytes < l.data_offset_bytes {
+            assert!(
+                offset_bytes + len_bytes <= l.data_offset_bytes,
+                "member I/O {offset_bytes}+{len_bytes} straddles the data area's start"
+            );
+            return false;
+        }
+        let within = offset_bytes - l.data_offset_bytes;
+        assert!(
+            within.is_multiple_of(BLOCK_BYTES) && len_bytes.is_multiple_of(BLOCK_BYTES),
+            "member I/O {offset_bytes}+{len_bytes} is not whole blocks"
+        );
+        assert!(
+            within + len_bytes <= area_bytes(l.data_size_bytes) / ENTRY_BYTES * BLOCK_BYTES,
+            "member I/O {offset_bytes}+{len_bytes} is past the checksummed data"
+        );
+        true
+    }
+
+    fn first_block(&self, offset_bytes: u64) -> u64 {
+        (offset_bytes - self.layout.data_offset_bytes) / BLOCK_BYTES
+    }
+
+    fn pages_of(&self, offset_bytes: u64, len_bytes: u64) -> Vec<u64> {
+        if len_bytes == 0 {
+            return Vec::new();
+        }
+        let first = self.first_block(offset_bytes);
+        let last = first + len_bytes / BLOCK_BYTES - 1;
+        (first / format::ENTRIES_PER_PAGE..=last / format::ENTRIES_PER_PAGE).collect()
+    }
+
+    fn entries_of(&self, offset_bytes: u64, data: &Payload) -> Vec<u32> {
+        let alg = self.layout.algorithm;
+        let first = self.first_block(offset_bytes);
+        let mut entries = Vec::with_capacity(data.len() / BLOCK_BYTES as usize);
+        let mut carry: Vec<u8> = Vec::new();
+        for part in data.parts() {
+            let mut rest = &part[..];
+            if !carry.is_empty() {
+                let take = (BLOCK_BYTES as usize - carry.len()).min(rest.len());
+                carry.extend_from_slice(&rest[..take]);
+                rest = &rest[take..];
+                if carry.len() == BLOCK_BYTES as usize {
+                    entries.push(alg.entry(first + entries.len() as u64, &carry));
+                    carry.clear();
+                }
+            }
+            let mut blocks = rest.chunks_exact(BLOCK_BYTES as usize);
+            for b in &mut blocks {
+                entries.push(alg.entry(first + entries.len() as u64, b));
+            }
+            carry.extend_from_slice(blocks.remainder());
+        }
+        assert!(carry.is_empty(), "a write of whole blocks");
+        entries
+    }
+
+    /// Holds page `p` of `member` for task `id`, loading it if need be.
+    fn pin(&mut self, id: IoId, member: u32, p: u64) {
+        self.clock += 1;
+        let clock = self.clock;
+        let task = self.tasks.get_mut(&id).expect("live task");
+        task.pinned.push(p);
+        match self.pages[member as usize].get_mut(&p) {
+            Some(Slot::Resident(page)) => {
+                page.pins += 1;
+                page.last_use = clock;
+            }
+            Some(Slot::Loading(waiters)) => {
+                waiters.push(id);
+                task.waits += 1;
+            }
+            None => {
+                task.waits += 1;
+                self.pages[member as usize].insert(p, Slot::Loading(vec![id]));
+                let lid = self.layer_id();
+                self.layer_ios
+                    .insert(lid, LayerIo::Load { member, page: p });
+                self.stats[member as usize].page_reads += 1;
+                self.out.push_back(MemberIo {
+                    id: lid,
+                    member,
+                    op: MemberOp::Read {
+                        offset_bytes: self.page_offset(p),
+                        len_bytes: PAGE_BYTES,
+                    },
+                });
+            }
+        }
+    }
+
+    fn layer_id(&mut self) -> IoId {
+        let id = IoId(LAYER_IO | self.next_layer_io);
+        self.next_layer_io += 1;
+        id
+    }
+
+    fn page_offset(&self, p: u64) -> u64 {
+        self.layout.area_offset_bytes + p * PAGE_BYTES
+    }
+
+    fn loaded(&mut self, member: u32, p: u64, result: IoResult) {
+        let Some(Slot::Loading(waiters)) = self.pages[member as usize].remove(&p) else {
+            unreachable!("a page load for a page being loaded");
+        };
+        match result {
+            Ok(bytes) => {
+                let bytes = bytes.expect("a read has data");
+                assert_eq!(bytes.len() as u64, PAGE_BYTES);
+                let page = Page {
+                    bytes: bytes.to_vec().into_boxed_slice(),
+                    gen: 0,
+                    written: 0,
+                    writing: None,
+                    pins: waiters.len() as u32,
+                    last_use: self.clock,
+                };
+                self.pages[member as usize].insert(p, Slot::Resident(page));
+                for id in waiters {
+                    self.release(id);
+                }
+            }
+            Err(e) => {
+                // The tasks fail with the page's error; they no longer hold
+                // it (it is not in the cache).
+                let at = self.page_offset(p);
+                for id in waiters {
+                    let task = self.tasks.get_mut(&id).expect("a waiting task");
+                    task.pinned.retain(|&q| q != p);
+                    let err = IoError::new(
+                        e.kind,
+                        format!("reading the checksums at member byte {at}: {}", e.message),
+                    );
+                    task.page_error.get_or_insert(err);
+                    self.release(id);
+                }
+            }
+        }
+    }
+
+    /// One thing task `id` waited for is in; it ends when nothing is left.
+    fn release(&mut self, id: IoId) {
+        let task = self.tasks.get_mut(&id).expect("live task");
+        assert!(task.waits > 0);
+        task.waits -= 1;
+        if task.waits == 0 {
+            self.finish(id);
+        }
+    }
+
+    fn finish(&mut self, id: IoId) {
+        let mut task = self.tasks.remove(&id).expect("live task");
+        let m = task.member as usize;
+        let result = task.result.take().expect("the member I/O is in");
+        let result = match (task.page_error.take(), result) {
+            (_, Err(e)) => Err(e),
+            (Some(e), Ok(_)) => Err(e),
+            (None, Ok(data)) => self.apply(&task, data),
+        };
+        for &p in &task.pinned {
+            let Some(Slot::Resident(page)) = self.pages[m].get_mut(&p) else {
+                unreachable!("a pinned page is resident");
+            };
+            assert!(page.pins > 0);
+            page.pins -= 1;
+        }
+        self.done.push_back((id, result));
+    }
+
+    /// What a task whose I/O succeeded does to the entries, and the result
+    /// the volume sees.
+    fn apply(&mut self, task: &Task, data: Option<Bytes>) -> IoResult {
+        let alg = self.layout.algorithm;
+        let first = match task.kind {
+            Kind::Pass | Kind::Flush { .. } => return Ok(data),
+            _ => self.first_block(task.offset_bytes),
+        };
+        let blocks = task.len_bytes / BLOCK_BYTES;
+        let m = task.member as usize;
+        match &task.kind {
+            Kind::Read { trust } => {
+                let bytes = data.as_ref().expect("a read has data");
+                assert_eq!(bytes.len() as u64, task.len_bytes);
+                let mut bad: Vec<u64> = Vec::new();
+                for i in 0..blocks {
+                    let b = first + i;
+                    let block =
+                        &bytes[(i * BLOCK_BYTES) as usize..((i + 1) * BLOCK_BYTES) as usize];
+                    if *trust {
+                        self.set_entry(m, b, alg.entry(b, block));
+                    } else if !alg.matches(b, block, self.entry(m, b)) {
+                        bad.push(b);
+                    }
+                }
+                let st = &mut self.stats[m];
+                if *trust {
+                    st.blocks_trusted += blocks;
+                    return Ok(data);
+                }
+                st.blocks_verified += blocks - bad.len() as u64;
+                st.blocks_mismatched += bad.len() as u64;
+                if bad.is_empty() {
+                    return Ok(data);
+                }
+                let at = self.layout.data_offset_bytes + bad[0] * BLOCK_BYTES;
+                Err(IoError::new(
+                    IoErrorKind::Checksum,
+                    format!(
+                        "{} of {blocks} blocks read at member bytes {}..{} do not match their {} checksums (the first at member byte {at})",
+                        bad.len(),
+                        task.offset_bytes,
+                        task.offset_bytes + task.len_bytes,
+                        alg.name()
+                    ),
+                ))
+            }
+            Kind::Write { entries } => {
+                assert_eq!(entries.len() as u64, blocks);
+                for (i, &e) in entries.iter().enumerate() {
+                    self.set_entry(m, first + i as u64, e);
+                }
+                Ok(data)
+            }
+            Kind::Trim => {
+                for b in first..first + blocks {
+                    self.set_entry(m, b, UNWRITTEN);
+                }
+                Ok(data)
+            }
+            Kind::Pass | Kind::Flush { .. } => unreachable!("handled above"),
+        }
+    }
+
+    fn page_of(&self, m: usize, b: u64) -> &Page {
+        match self.pages[m].get(&(b / format::ENTRIES_PER_PAGE)) {
+            Some(Slot::Resident(page)) => page,
+            _ => unreachable!("the entries of a task's blocks are resident"),
+        }
+    }
+
+    fn entry(&self, m: usize, b: u64) -> u32 {
+        let at = ((b % format::ENTRIES_PER_PAGE) * ENTRY_BYTES) as usize;
+        let bytes = &self.page_of(m, b).bytes[at..at + ENTRY_BYTES as usize];
+        u32::from_le_bytes(bytes.try_into().expect("four bytes"))
+    }
+
+    fn set_entry(&mut self, m: usize, b: u64, e: u32) {
+        let at = ((b % format::ENTRIES_PER_PAGE) * ENTRY_BYTES) as usize;
+        let Some(Slot::Resident(page)) = self.pages[m].get_mut(&(b / format::ENTRIES_PER_PAGE))
+        else {
+            unreachable!("the entries of a task's blocks are resident");
+        };
+        let slot = &mut page.bytes[at..at + ENTRY_BYTES as usize];
+        if slot != e.to_le_bytes() {
+            slot.copy_from_slice(&e.to_le_bytes());
+            page.gen += 1;
+        }
+    }
+
+    /// A flush: write the member's changed pages, then flush.
+    fn start_flush(&mut self, id: IoId) {
+        let member = self.tasks[&id].member;
+        let m = member as usize;
+        let wants: Vec<(u64, u64)> = self.pages[m]
+            .iter()
+            .filter_map(|(&p, s)| match s {
+                Slot::Resident(page) if page.gen > page.written => Some((p, page.gen)),
+                _ => None,
+            })
+            .collect();
+        for &(p, _) in &wants {
+            self.store(member, p);
+        }
+        let task = self.tasks.get_mut(&id).expect("live flush");
+        task.kind = Kind::Flush {
+            wants,
+            issued: false,
+        };
+        self.flush_progress(id);
+    }
+
+    /// Writes page `p` of `member` as it stands, unless a write of it is
+    /// already out (its completion writes again if the page changed).
+    fn store(&mut self, member: u32, p: u64) {
+        let at = self.page_offset(p);
+        let Some(Slot::Resident(page)) = self.pages[member as usize].get_mut(&p) else {
+            unreachable!("a page to store is resident");
+        };
+        if page.writing.is_some() || page.gen == page.written {
+            return;
+        }
+        page.writing = Some(page.gen);
+        let gen = page.gen;
+        let bytes = Bytes::copy_from_slice(&page.bytes);
+        let lid = self.layer_id();
+        self.layer_ios.insert(
+            lid,
+            LayerIo::Store {
+                member,
+                page: p,
+                gen,
+            },
+        );
+        self.stats[member as usize].page_writes += 1;
+        self.out.push_back(MemberIo {
+            id: lid,
+            member,
+            op: MemberOp::Write {
+                offset_bytes: at,
+                data: bytes.into(),
+            },
+        });
+    }
+
+    fn stored(&mut self, member: u32, p: u64, gen: u64, result: IoResult) {
+        let m = member as usize;
+        let Some(Slot::Resident(page)) = self.pages[m].get_mut(&p) else {
+            unreachable!("a page being written stays resident");
+        };
+        assert_eq!(page.writing, Some(gen));
+        page.writing = None;
+        let flushes: Vec<IoId> = self
+            .tasks
+            .iter()
+            .filter(|(_, t)| {
+                t.member == member && matches!(t.kind, Kind::Flush { issued: false, .. })
+            })
+            .map(|(&id, _)| id)
+            .collect();
+        match result {
+            Ok(_) => {
+                page.written = page.written.max(gen);
+                let again = page.gen > page.written
+                    && flushes.iter().any(|id| match &self.tasks[id].kind {
+                        Kind::Flush { wants, .. } => wants.iter().any(|&(q, g)| q == p && g > gen),
+                        _ => false,
+                    });
+                if again {
+                    self.store(member, p);
+                }
+            }
+            Err(e) => {
+                let at = self.page_offset(p);
+                for &id in &flushes {
+                    let task = self.tasks.get_mut(&id).expect("live flush");
+                    let Kind::Flush { wants, .. } = &task.kind else {
+                        unreachable!()
+                    };
+                    if wants.iter().any(|&(q, _)| q == p) {
+                        task.page_error.get_or_insert(IoError::new(
+                            e.kind,
+                            format!("writing the checksums at member byte {at}: {}", e.message),
+                        ));
+                    }
+                }
+            }
+        }
+        for id in flushes {
+            self.flush_progress(id);
+        }
+    }
+
+    /// Sends the flush once its pages are written, or ends it with the
+    /// error of a page write.
+    fn flush_progress(&mut self, id: IoId) {
+        let member = self.tasks[&id].member as usize;
+        let task = &self.tasks[&id];
+        let Kind::Flush { wants, issued } = &task.kind else {
+            unreachable!("a flush")
+        };
+        assert!(!issued);
+        if task.page_error.is_some() {
+            let task = self.tasks.get_mut(&id).expect("live flush");
+            task.result = Some(Ok(None));
+            task.waits = 1;
+            return self.release(id);
+        }
+        let written = wants
+            .iter()
+            .all(|&(p, g)| match self.pages[member].get(&p) {
+                Some(Slot::Resident(page)) => page.written >= g,
+                _ => unreachable!("a page a flush waits for stays resident"),
+            });
+        if !written {
+            return;
+        }
+        let task = self.tasks.get_mut(&id).expect("live flush");
+        let Kind::Flush { issued, .. } = &mut task.kind else {
+            unreachable!()
+        };
+        *issued = true;
+        task.waits = 1;
+        let op = task.op.take().expect("the flush not yet sent");
+        self.out.push_back(MemberIo {
+            id,
+            member: task.member,
+            op,
+        });
+    }
+
+    /// Keeps each member's cache within its limit: drops the least recently
+    /// used pages that are idle and written, and starts writing idle dirty
+    /// ones so they can go later.
+    fn evict(&mut self) {
+        let limit = self.limits.pages_per_member;
+        for m in 0..self.pages.len() {
+            if self.pages[m].len() <= limit {
+                continue;
+            }
+            // Down to seven eighths, so the sort is paid once per many
+            // pages.
+            let excess = self.pages[m].len() - limit * 7 / 8;
+            let mut idle: Vec<(u64, u64, bool)> = self.pages[m]
+                .iter()
+                .filter_map(|(&p, s)| match s {
+                    Slot::Resident(page) if page.pins == 0 && page.writing.is_none() => {
+                        Some((page.last_use, p, page.gen > page.written))
+                    }
+                    _ => None,
+                })
+                .collect();
+            idle.sort_unstable();
+            let mut dropped = 0;
+            for (_, p, dirty) in idle.into_iter().take(excess) {
+                if dirty {
+                    self.store(m as u32, p);
+                } else {
+                    self.pages[m].remove(&p);
+                    dropped += 1;
+                }
+            }
+            let _ = dropped;
+        }
+    }
+}
