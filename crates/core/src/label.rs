@@ -34,9 +34,11 @@ pub const LABEL_MAGIC: [u8; 8] = *b"PLATTER\x01";
 /// misread; reserved bytes exist so that growth rarely needs it.
 ///
 /// A label is written at the *oldest* version that holds it: version 1
-/// unless a version-2 field is in use (the scheduled scrub's record), so a
-/// volume that never used them stays readable by older builds.
-pub const LABEL_FORMAT_VERSION: u32 = 2;
+/// unless a version-2 field is in use (the scheduled scrub's record), 3
+/// when the volume keeps checksums, so a volume that never used them stays
+/// readable by older builds. A build that knows only 2 must refuse a
+/// volume with checksums: it would write data without them.
+pub const LABEL_FORMAT_VERSION: u32 = 3;
 
 /// Version of the volume-to-member mapping arithmetic (`geometry`).
 ///
@@ -56,7 +58,8 @@ pub const NAME_MAX_BYTES: usize = 64;
 // the label: a change to a limit that broke the format fails to compile.
 const _: () = assert!(at::NAME + NAME_MAX_BYTES <= at::INTENT_REGION_STRIPES);
 const _: () = assert!(at::READ_POLICY_ARG + 8 == at::SCRUB_STARTED_UNIX_SECONDS);
-const _: () = assert!(at::SCRUB_LAST_FOUND_STRIPES + 8 == at::RESERVED_HEADER);
+const _: () = assert!(at::SCRUB_LAST_FOUND_STRIPES + 8 == at::CHECKSUM_OFFSET_BYTES);
+const _: () = assert!(at::CHECKSUM_ALGORITHM + 8 == at::RESERVED_HEADER);
 const _: () = assert!(at::RESERVED_HEADER <= at::SLOT_TABLE);
 const _: () = assert!(at::RESERVED_TAIL <= at::CHECKSUM);
 const _: () = assert!(at::CHECKSUM + 4 == LABEL_BYTES);
@@ -93,8 +96,12 @@ pub mod at {
     pub const SCRUB_FOUND_STRIPES: usize = 0x0E0;
     pub const SCRUB_COMPLETED_UNIX_SECONDS: usize = 0x0E8;
     pub const SCRUB_LAST_FOUND_STRIPES: usize = 0x0F0;
+    /// Format version 3: where the per-block checksums are
+    /// ([`super::Checksums`]). Zero in versions 1 and 2.
+    pub const CHECKSUM_OFFSET_BYTES: usize = 0x0F8;
+    pub const CHECKSUM_ALGORITHM: usize = 0x100;
     /// Zero: room for header fields.
-    pub const RESERVED_HEADER: usize = 0x0F8;
+    pub const RESERVED_HEADER: usize = 0x108;
     pub const SLOT_TABLE: usize = 0x200;
     /// Zero in format version 1: room after the slot table.
     pub const RESERVED_TAIL: usize = SLOT_TABLE + super::MAX_MEMBERS as usize * SLOT_ENTRY_BYTES;
@@ -298,7 +305,19 @@ pub struct Label {
     /// Where the scheduled scrub stands (format version 2; all zero when
     /// none ever ran).
     pub scrub: ScrubRecord,
+    /// Per-block checksums of the data area (format version 3), or none.
+    pub checksums: Option<Checksums>,
     pub slots: Vec<SlotEntry>,
+}
+
+/// Where and how a volume keeps its per-block checksums (`platter create
+/// --checksums`; `crate::integrity`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Checksums {
+    pub algorithm: crate::integrity::Algorithm,
+    /// Member offset of the checksum area: whole 4 KiB pages, after the
+    /// bitmap and before `data_offset_bytes`.
+    pub area_offset_bytes: u64,
 }
 
 /// The scheduled scrub's record (`platter serve --scrub-every`): a pass
@@ -420,6 +439,23 @@ impl Label {
     fn validate_header(&self) -> Result<(), LabelError> {
         if self.layout_version != LAYOUT_VERSION {
             return Err(LabelError::UnknownLayoutVersion(self.layout_version));
+        }
+        if let Some(c) = self.checksums {
+            let area = crate::integrity::area_bytes(self.data_size_bytes);
+            if c.area_offset_bytes < LABEL_BYTES as u64
+                || c.area_offset_bytes % crate::integrity::PAGE_BYTES != 0
+                || c.area_offset_bytes
+                    .checked_add(area)
+                    .is_none_or(|end| end > self.data_offset_bytes)
+            {
+                return Err(field_error(
+                    "checksum_offset_bytes",
+                    format!(
+                        "{} does not hold {area} bytes of checksums between the label and the data area at {}",
+                        c.area_offset_bytes, self.data_offset_bytes
+                    ),
+                ));
+            }
         }
         let r = &self.scrub;
         if r.started_unix_seconds == 0 && (r.cursor_stripes != 0 || r.found_stripes != 0) {
@@ -592,7 +628,11 @@ impl Label {
         }
         let mut b = [0u8; LABEL_BYTES];
         b[at::MAGIC..at::MAGIC + 8].copy_from_slice(&LABEL_MAGIC);
-        let version = if self.scrub.is_zero() { 1 } else { 2 };
+        let version = match (self.checksums, self.scrub.is_zero()) {
+            (Some(_), _) => 3,
+            (None, false) => 2,
+            (None, true) => 1,
+        };
         put_u32(&mut b, at::FORMAT_VERSION, version);
         put_u32(&mut b, at::LAYOUT_VERSION, self.layout_version);
         b[at::VOLUME_UUID..at::VOLUME_UUID + 16].copy_from_slice(&self.volume_uuid);
@@ -637,6 +677,14 @@ impl Label {
             r.completed_unix_seconds,
         );
         put_u64(&mut b, at::SCRUB_LAST_FOUND_STRIPES, r.last_found_stripes);
+        if let Some(c) = self.checksums {
+            put_u64(&mut b, at::CHECKSUM_OFFSET_BYTES, c.area_offset_bytes);
+            put_u64(
+                &mut b,
+                at::CHECKSUM_ALGORITHM,
+                u64::from(c.algorithm.code()),
+            );
+        }
         for (i, entry) in self.slots.iter().enumerate() {
             let e = at::SLOT_TABLE + i * at::SLOT_ENTRY_BYTES;
             b[e + at::ENTRY_MEMBER_UUID..e + at::ENTRY_MEMBER_UUID + 16]
@@ -696,6 +744,34 @@ impl Label {
         if format_version == 1 {
             check_zero(b, at::SCRUB_STARTED_UNIX_SECONDS..at::RESERVED_HEADER)?;
         }
+        if format_version <= 2 {
+            check_zero(b, at::CHECKSUM_OFFSET_BYTES..at::RESERVED_HEADER)?;
+        }
+        let code = get_u64(b, at::CHECKSUM_ALGORITHM);
+        let checksums = match u8::try_from(code)
+            .map_err(|_| u8::MAX)
+            .and_then(crate::integrity::Algorithm::from_code)
+        {
+            Err(_) => {
+                return Err(field_error(
+                    "checksum_algorithm",
+                    format!("unknown checksum algorithm code {code}"),
+                ))
+            }
+            Ok(None) => {
+                if get_u64(b, at::CHECKSUM_OFFSET_BYTES) != 0 {
+                    return Err(field_error(
+                        "checksum_offset_bytes",
+                        "is not 0 with no checksums",
+                    ));
+                }
+                None
+            }
+            Ok(Some(algorithm)) => Some(Checksums {
+                algorithm,
+                area_offset_bytes: get_u64(b, at::CHECKSUM_OFFSET_BYTES),
+            }),
+        };
         check_zero(b, at::RESERVED_HEADER..at::SLOT_TABLE)?;
         let scrub = ScrubRecord {
             started_unix_seconds: get_u64(b, at::SCRUB_STARTED_UNIX_SECONDS),
@@ -711,6 +787,12 @@ impl Label {
             return Err(field_error(
                 "format_version",
                 "is 2 with no version-2 field in use (a writer says 1)",
+            ));
+        }
+        if format_version == 3 && checksums.is_none() {
+            return Err(field_error(
+                "format_version",
+                "is 3 with no checksums (a writer says 1 or 2)",
             ));
         }
         check_zero(b, at::RESERVED_TAIL..at::CHECKSUM)?;
@@ -738,6 +820,7 @@ impl Label {
             intent_region_stripes: get_u64(b, at::INTENT_REGION_STRIPES),
             read_policy_arg: get_u64(b, at::READ_POLICY_ARG),
             scrub,
+            checksums,
             slots: Vec::new(),
         };
         // The header first: a bad member_count explains a bad-looking table,

@@ -111,6 +111,9 @@ pub struct MemberStats {
     pub flushes: u64,
     /// Member I/Os that failed.
     pub errors: u64,
+    /// Blocks of this member that failed their checksums when read.
+    #[serde(default)]
+    pub checksum_mismatched_blocks: u64,
     /// Member I/Os issued and not yet reported done (a gauge).
     pub outstanding: u64,
     /// Each member I/O's service time as the driver measured it.
@@ -128,6 +131,29 @@ pub struct Stats {
     /// mismatches are writes cut short).
     #[serde(default)]
     pub scrub: ScrubStats,
+    /// Per-block checksums (`create --checksums`), when the volume keeps
+    /// them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksums: Option<ChecksumStats>,
+}
+
+/// What the checksums saw, over every member (per member:
+/// [`MemberStats::checksum_mismatched_blocks`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChecksumStats {
+    /// 512-byte blocks read whose bytes matched their checksums.
+    pub verified_blocks: u64,
+    /// Blocks read whose bytes did not: never served.
+    pub mismatched_blocks: u64,
+    /// Member reads that failed their checksums and were rewritten from
+    /// another copy or from parity, then read back right.
+    pub repaired_reads: u64,
+    /// Blocks whose checksums were set from their bytes (read in a region
+    /// a crash left owed a resync).
+    pub trusted_blocks: u64,
+    /// Checksum pages read from and written to the members.
+    pub page_reads: u64,
+    pub page_writes: u64,
 }
 
 /// Silent corruption found by `check`, `repair` and the scheduled scrub.
@@ -153,6 +179,7 @@ impl Stats {
             plexes: vec![PlexStats::default(); plexes as usize],
             members: vec![MemberStats::default(); members as usize],
             scrub: ScrubStats::default(),
+            checksums: None,
         }
     }
 

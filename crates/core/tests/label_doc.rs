@@ -2,9 +2,10 @@
 //! checks its byte tables against the bytes `Label::encode` writes, so the
 //! document cannot drift from the code.
 
+use platter_core::integrity::Algorithm;
 use platter_core::label::{
-    at, Label, ScrubRecord, SlotEntry, SlotState, VolumeState, LABEL_BYTES, LABEL_FORMAT_VERSION,
-    LABEL_MAGIC, LAYOUT_VERSION, MAX_MEMBERS, NAME_MAX_BYTES,
+    at, Checksums, Label, ScrubRecord, SlotEntry, SlotState, VolumeState, LABEL_BYTES,
+    LABEL_FORMAT_VERSION, LABEL_MAGIC, LAYOUT_VERSION, MAX_MEMBERS, NAME_MAX_BYTES,
 };
 use platter_core::{Level, ParityLayout};
 
@@ -86,6 +87,10 @@ fn sample() -> Label {
             completed_unix_seconds: 0x0102_0304_0506_0708,
             last_found_stripes: 11,
         },
+        checksums: Some(Checksums {
+            algorithm: Algorithm::Xxh3,
+            area_offset_bytes: 0x8000,
+        }),
         slots,
     }
 }
@@ -129,6 +134,8 @@ fn label_table_matches_the_code() {
             "scrub_completed_unix_seconds",
         ),
         row(at::SCRUB_LAST_FOUND_STRIPES, 8, "scrub_last_found_stripes"),
+        row(at::CHECKSUM_OFFSET_BYTES, 8, "checksum_offset_bytes"),
+        row(at::CHECKSUM_ALGORITHM, 8, "checksum_algorithm"),
         row(
             at::RESERVED_HEADER,
             at::SLOT_TABLE - at::RESERVED_HEADER,
@@ -212,6 +219,8 @@ fn documented_offsets_hold_the_values() {
             "scrub_last_found_stripes",
             label.scrub.last_found_stripes.to_le_bytes().to_vec(),
         ),
+        ("checksum_offset_bytes", 0x8000u64.to_le_bytes().to_vec()),
+        ("checksum_algorithm", 2u64.to_le_bytes().to_vec()),
         (
             "intent_region_stripes",
             label.intent_region_stripes.to_le_bytes().to_vec(),

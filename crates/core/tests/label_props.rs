@@ -1,9 +1,10 @@
 //! Property tests of the label codec: every valid label round-trips exactly,
 //! and no input makes `decode` panic or accept bytes it would not write.
 
+use platter_core::integrity::Algorithm;
 use platter_core::label::{
-    at, is_blank, Label, LabelError, ScrubRecord, SlotEntry, SlotState, VolumeState, LABEL_BYTES,
-    LABEL_MAGIC, LAYOUT_VERSION, MAX_MEMBERS,
+    at, is_blank, Checksums, Label, LabelError, ScrubRecord, SlotEntry, SlotState, VolumeState,
+    LABEL_BYTES, LABEL_MAGIC, LAYOUT_VERSION, MAX_MEMBERS,
 };
 use platter_core::{Level, ParityLayout};
 use proptest::prelude::*;
@@ -165,6 +166,22 @@ fn label() -> impl Strategy<Value = Label> {
                             completed_unix_seconds: created | 1,
                             last_found_stripes: updated.rotate_left(9),
                         }
+                    },
+                    // Checksums (version 3) where an area fits before the
+                    // data: at 4 KiB, whatever the algorithm.
+                    checksums: {
+                        let area = platter_core::integrity::area_bytes(data_size_bytes);
+                        let fits = 4096u64
+                            .checked_add(area)
+                            .is_some_and(|end| end <= data_offset_bytes);
+                        (fits && event_counter % 4 != 0).then(|| Checksums {
+                            algorithm: if event_counter % 2 == 0 {
+                                Algorithm::Crc32c
+                            } else {
+                                Algorithm::Xxh3
+                            },
+                            area_offset_bytes: 4096,
+                        })
                     },
                     slots,
                 }

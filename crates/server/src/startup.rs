@@ -204,6 +204,27 @@ pub(crate) fn engine(
         }
         vol.enable_intent(layout, bits, resync);
     }
+    if let Some(c) = opened.assembly.label.checksums {
+        let label = &opened.assembly.label;
+        let layout = platter_core::integrity::Layout {
+            algorithm: c.algorithm,
+            area_offset_bytes: c.area_offset_bytes,
+            data_offset_bytes: label.data_offset_bytes,
+            data_size_bytes: label
+                .slots
+                .iter()
+                .map(|s| s.data_size_bytes)
+                .max()
+                .unwrap_or(label.data_size_bytes),
+        };
+        layout.check().map_err(ServeError::Refused)?;
+        if vol.intent_status().is_none() && geometry.redundancy() > 0 {
+            return Err(ServeError::Refused(
+                "the volume keeps checksums but has no write-intent bitmap to say where a crash left them out of step".into(),
+            ));
+        }
+        vol.enable_checksums(layout, platter_core::integrity::Limits::default());
+    }
     crate::balancing::configure(
         &mut vol,
         &opened.assembly.label,

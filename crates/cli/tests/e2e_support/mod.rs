@@ -573,9 +573,20 @@ impl Volume {
 
     /// [`Volume::create`] with the members (and the socket) in `dir`.
     pub fn create_in(spec: Spec, min_bytes: u64, dir: TempDir) -> Volume {
+        Volume::create_with(spec, min_bytes, dir, &[])
+    }
+
+    /// [`Volume::create_in`] with more `platter create` options. With
+    /// `--checksums`, members are 1 MiB larger (the checksum area).
+    pub fn create_with(spec: Spec, min_bytes: u64, dir: TempDir, extra: &[&str]) -> Volume {
         let members = member_paths(dir.path(), spec.members);
         let name = format!("v-{}", spec.label());
-        let member_size_bytes = spec.member_size_for(min_bytes);
+        let checksum_area = if extra.contains(&"--checksums") {
+            MIB
+        } else {
+            0
+        };
+        let member_size_bytes = spec.member_size_for(min_bytes) + checksum_area;
         let member_size = member_size_bytes.to_string();
         let copies = spec.copies.to_string();
         let mut args = vec![
@@ -592,6 +603,7 @@ impl Volume {
         if spec.level == "raid10" {
             args.extend(["--layout", "near", "--copies", &copies]);
         }
+        args.extend(extra);
         args.extend(members.iter().map(String::as_str));
         run_ok(
             Command::new(env!("CARGO_BIN_EXE_platter")).args(&args),

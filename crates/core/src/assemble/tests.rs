@@ -38,6 +38,7 @@ fn volume(level: Level, n: u32, tag: u8) -> Vec<Label> {
             intent_region_stripes: 0,
             read_policy_arg: 0,
             scrub: Default::default(),
+            checksums: None,
             slots: slots.clone(),
         })
         .collect()

@@ -53,6 +53,7 @@ fn sample(level: Level) -> Label {
         intent_region_stripes: 0,
         read_policy_arg: 64 << 10,
         scrub: Default::default(),
+        checksums: None,
         slots,
     }
 }
@@ -199,7 +200,7 @@ fn short_input_is_too_short() {
 #[test]
 fn unknown_format_version_is_refused() {
     let label = sample(Level::Stripe);
-    for version in [0, 3, u32::MAX] {
+    for version in [0, 4, u32::MAX] {
         let b = patched(&label, |b| {
             b[at::FORMAT_VERSION..at::FORMAT_VERSION + 4].copy_from_slice(&version.to_le_bytes())
         });
@@ -522,6 +523,8 @@ fn fields_tile_the_label_without_overlap() {
         (at::SCRUB_FOUND_STRIPES, 8),
         (at::SCRUB_COMPLETED_UNIX_SECONDS, 8),
         (at::SCRUB_LAST_FOUND_STRIPES, 8),
+        (at::CHECKSUM_OFFSET_BYTES, 8),
+        (at::CHECKSUM_ALGORITHM, 8),
         (at::NAME, NAME_MAX_BYTES),
         (at::RESERVED_HEADER, at::SLOT_TABLE - at::RESERVED_HEADER),
         (at::SLOT_TABLE, MAX_MEMBERS as usize * at::SLOT_ENTRY_BYTES),

@@ -108,10 +108,26 @@ impl Volume {
         for io in self.inflight.values() {
             s.members[io.member as usize].outstanding += 1;
         }
+        if let Some(i) = self.integrity.as_ref() {
+            let mut c = crate::stats::ChecksumStats::default();
+            for (m, ms) in s.members.iter_mut().enumerate() {
+                let st = i.stats(m as u32);
+                ms.checksum_mismatched_blocks = st.blocks_mismatched;
+                c.verified_blocks += st.blocks_verified;
+                c.mismatched_blocks += st.blocks_mismatched;
+                c.trusted_blocks += st.blocks_trusted;
+                c.page_reads += st.page_reads;
+                c.page_writes += st.page_writes;
+                c.repaired_reads += self.checksums_repaired(m as u32);
+            }
+            s.checksums = Some(c);
+        }
         s
     }
 
-    /// Zeroes every counter and histogram (not the live gauges).
+    /// Zeroes every counter and histogram (not the live gauges, and not
+    /// the checksum counters, which count since assembly like the read
+    /// errors corrected).
     pub fn reset_stats(&mut self) {
         self.stats.reset();
     }

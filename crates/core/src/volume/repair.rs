@@ -34,6 +34,10 @@ use smallvec::SmallVec;
 /// Read errors a member may have corrected; the next one marks it faulty.
 pub const MAX_CORRECTED_READ_ERRORS: u64 = 20;
 
+/// Member reads of one client read that may fail their checksums and be
+/// corrected; the next marks the member faulty.
+const MAX_CHECKSUM_FAILURES_PER_READ: usize = 1024;
+
 /// Per member counts and the requests with read errors being corrected.
 #[derive(Default)]
 pub(super) struct ReadRepairs {
@@ -91,6 +95,9 @@ pub(super) struct Failure {
     /// A checksum mismatch, not a media error: not counted against
     /// [`MAX_CORRECTED_READ_ERRORS`].
     checksum: bool,
+    /// The bytes are the client's and are rewritten; false for a
+    /// reconstruction's read, which the replan only avoids.
+    rewrite: bool,
     step: Step,
     /// Where the good bytes go on the member, and the bytes.
     offset_bytes: u64,
@@ -137,20 +144,36 @@ impl Volume {
         let copies = (matches!(g.level(), Level::Mirror | Level::Raid10) && g.copies() > 1)
             || (checksum && g.level().is_parity());
         let m = member as usize;
+        let (req_offset, req_len) = self.ops[&id].req.range();
+        let stripe_bytes = g.stripe_data_bytes();
+        // A reconstruction's read (parity, or data the client did not ask
+        // for) that failed its checksums: the member is avoided for that
+        // whole stripe, and nothing is rewritten (a scrub does that).
         let ranges: Option<SmallVec<[(u64, u64); 1]>> = dests
             .iter()
             .map(|d| match d.target {
                 Target::Out { at_bytes } => Some((at_bytes, d.len_bytes)),
+                Target::Job { job, .. } if checksum && g.level().is_parity() => {
+                    let stripe = self.ops[&id].plan.jobs[job as usize].stripe;
+                    let lo = (stripe * stripe_bytes).max(req_offset);
+                    let hi = ((stripe + 1) * stripe_bytes).min(req_offset + req_len);
+                    Some((lo - req_offset, hi - lo))
+                }
                 Target::Job { .. } => None,
             })
             .collect();
+        let rewrite = dests.iter().all(|d| matches!(d.target, Target::Out { .. }));
         let failures = self.read_repair.requests.get(&id).map_or(0, Vec::len);
         let correctable = copies
             && self.health[m] == Health::Online
             && ranges.is_some()
             // One deferred failure per member per request on average keeps
-            // the re-plans of a request bounded (see `advance`).
-            && failures < g.members() as usize;
+            // the re-plans of a request bounded (see `advance`). Checksum
+            // failures of a wrong member come many to a round (one per
+            // member read of a large request) but take it out of those
+            // bytes at once, so rounds stay few; the cap only bounds the
+            // request's memory.
+            && failures < if checksum { MAX_CHECKSUM_FAILURES_PER_READ } else { g.members() as usize };
         let Some(ranges) = ranges.filter(|_| correctable) else {
             return self.mark_faulty(member, reason);
         };
@@ -175,6 +198,7 @@ impl Volume {
                 ranges,
                 reason,
                 checksum,
+                rewrite,
                 step: Step::Failed,
                 offset_bytes: 0,
                 data: Bytes::new(),
@@ -223,7 +247,7 @@ impl Volume {
         let g = &self.geometry;
         let mut writes: Vec<(u32, MemberOp, Dests)> = Vec::new();
         for (i, f) in failures.iter_mut().enumerate() {
-            if self.health[f.member as usize] != Health::Online {
+            if self.health[f.member as usize] != Health::Online || !f.rewrite {
                 f.step = Step::Abandoned;
                 continue;
             }
