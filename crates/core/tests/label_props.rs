@@ -174,7 +174,7 @@ fn label() -> impl Strategy<Value = Label> {
                         let fits = 4096u64
                             .checked_add(area)
                             .is_some_and(|end| end <= data_offset_bytes);
-                        (fits && event_counter % 4 != 0).then(|| Checksums {
+                        (fits && event_counter % 4 != 0).then_some(Checksums {
                             algorithm: if event_counter % 2 == 0 {
                                 Algorithm::Crc32c
                             } else {
