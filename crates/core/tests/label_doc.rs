@@ -68,7 +68,8 @@ fn sample() -> Label {
         parity_layout: ParityLayout::RightSymmetric,
         copies: 1,
         interleave_bytes: 126 * 512,
-        data_offset_bytes: 1 << 20,
+        // Room before the data for the checksums of its huge data area.
+        data_offset_bytes: 1 << 54,
         data_size_bytes: slots[slot as usize].data_size_bytes,
         volume_size_bytes: 0x0A0B_0C0D_0E0F_1011,
         event_counter: 0x0102_0304_0506_0708,

@@ -72,3 +72,118 @@ fn redundancy_is_copies_less_one_or_the_parity_members() {
         assert_eq!(g.redundancy(), want, "{level:?} x{members} copies {copies}");
     }
 }
+
+mod volume_bookkeeping {
+    use bytes::Bytes;
+    use platter_core::geometry::{Geometry, GeometrySpec};
+    use platter_core::volume::{CacheLimits, ErrorKind, Health, Limits, MemberOp, Request, Volume};
+    use platter_core::{Level, ParityLayout};
+
+    fn raid5(max_requests: usize) -> Volume {
+        let g = Geometry::new(GeometrySpec {
+            level: Level::Raid5,
+            parity_layout: ParityLayout::DEFAULT,
+            copies: 1,
+            interleave_bytes: 4096,
+            data_offset_bytes: 4096,
+            member_data_bytes: vec![1 << 20; 3],
+        })
+        .unwrap();
+        Volume::new(g, vec![Health::Online; 3], Limits { max_requests })
+    }
+
+    fn write(offset_bytes: u64, len: usize) -> Request {
+        Request::Write {
+            offset_bytes,
+            data: Bytes::from(vec![7u8; len]),
+            fua: false,
+        }
+    }
+
+    /// Performs every member I/O (reads return zeros) until the volume is
+    /// idle.
+    fn settle(v: &mut Volume) {
+        for _ in 0..100_000 {
+            let Some(io) = v.next_io() else {
+                assert!(v.is_idle());
+                return;
+            };
+            let data = match io.op {
+                MemberOp::Read { len_bytes, .. } => {
+                    Some(Bytes::from(vec![0u8; len_bytes as usize]))
+                }
+                _ => None,
+            };
+            v.io_done(io.id, Ok(data));
+        }
+        panic!("did not settle");
+    }
+
+    /// Kills `volume/mod.rs: replace - with + in Volume::submit` and
+    /// `replace += with -=` / `*=` there. The request limit counts client
+    /// requests only: the stripe cache's write-outs are the volume's own
+    /// and take no slot. Counting them twice (the `+`) would refuse
+    /// clients the volume has room for; a refusal counts one error (the
+    /// `-=` underflows, the `*=` counts none). No test had filled the limit.
+    #[test]
+    fn the_request_limit_counts_client_requests_and_a_refusal_counts_an_error() {
+        let mut v = raid5(2);
+        v.enable_stripe_cache(CacheLimits::DEFAULT);
+        // A partial stripe, cached; the tick sends it out as the volume's
+        // own request, left in flight.
+        v.submit(write(5 * 8192 + 512, 512));
+        v.submit(Request::Destage { all: true });
+        while v.next_completion().is_some() {}
+        assert!(v.requests_in_flight() >= 1, "a write-out in flight");
+        let internal = v.requests_in_flight();
+        let a = v.submit(write(0, 8192));
+        let b = v.submit(write(8192, 8192));
+        let c = v.submit(write(16384, 8192));
+        let done: Vec<_> = std::iter::from_fn(|| v.next_completion()).collect();
+        assert_eq!(done.len(), 1, "only the third is refused at once");
+        assert_eq!(done[0].id, c);
+        let e = done[0].result.as_ref().expect_err("busy");
+        assert_eq!(e.kind, ErrorKind::Busy);
+        assert_eq!(v.stats().volume.errors, 1);
+        assert_eq!(v.requests_in_flight(), internal + 2);
+        settle(&mut v);
+        let mut ids: Vec<_> = std::iter::from_fn(|| v.next_completion())
+            .map(|c| c.id)
+            .collect();
+        ids.sort();
+        assert_eq!(ids, vec![a, b]);
+    }
+
+    /// Kills `volume/mod.rs: replace Volume::requests_in_flight -> usize
+    /// with 0` and `with 1`: the server's stop waits on it.
+    #[test]
+    fn requests_in_flight_counts_what_was_accepted_and_not_completed() {
+        let mut v = raid5(16);
+        assert_eq!(v.requests_in_flight(), 0);
+        for i in 0..3 {
+            v.submit(write(i * 8192, 8192));
+        }
+        assert_eq!(v.requests_in_flight(), 3);
+        settle(&mut v);
+        assert_eq!(v.requests_in_flight(), 0);
+    }
+
+    /// Kills `volume/mod.rs: replace && with ||` in `Volume::is_idle` (the
+    /// second and third `&&`): a FLUSH holds no stripe lock, so a volume
+    /// with one in flight has idle locks and, once its member flushes are
+    /// handed out, an empty queue, and is still not idle (the server's
+    /// stop and the upkeep thread ask before they let go).
+    #[test]
+    fn a_flush_in_flight_is_not_idle() {
+        let mut v = raid5(16);
+        v.submit(Request::Flush);
+        assert!(!v.is_idle(), "queued member flushes");
+        let ios: Vec<_> = std::iter::from_fn(|| v.next_io()).collect();
+        assert_eq!(ios.len(), 3);
+        assert!(!v.is_idle(), "member flushes out");
+        for io in ios {
+            v.io_done(io.id, Ok(None));
+        }
+        assert!(v.is_idle());
+    }
+}

@@ -216,6 +216,65 @@ impl Integrity {
         self.tasks.is_empty() && self.layer_ios.is_empty() && self.out.is_empty()
     }
 
+    /// The layer's invariants: every I/O it holds is one the volume has in
+    /// flight (`inflight(id, member)`) on that member; a page's pins are
+    /// the tasks holding it and its generations are in order; a page being
+    /// loaded is waited for by tasks that count it; every I/O of its own
+    /// is for a page in the state it says; finished results wait only for
+    /// the volume to take them.
+    pub fn check(&self, inflight: impl Fn(IoId, u32) -> bool) {
+        let mut pins: Vec<BTreeMap<u64, u32>> = vec![BTreeMap::new(); self.pages.len()];
+        for (&id, t) in &self.tasks {
+            assert!(
+                inflight(id, t.member),
+                "checksums: {id:?} is not the volume's"
+            );
+            assert!(
+                t.waits > 0 || t.op.is_some(),
+                "checksums: {id:?} waits for nothing"
+            );
+            for &p in &t.pinned {
+                *pins[t.member as usize].entry(p).or_insert(0) += 1;
+            }
+        }
+        for (m, pages) in self.pages.iter().enumerate() {
+            for (p, slot) in pages {
+                let held = pins[m].get(p).copied().unwrap_or(0);
+                match slot {
+                    Slot::Resident(page) => {
+                        assert_eq!(page.pins, held, "checksums: member {m} page {p} pins");
+                        assert!(
+                            page.written <= page.gen,
+                            "checksums: page {p} written ahead"
+                        );
+                        assert!(page
+                            .writing
+                            .is_none_or(|g| g <= page.gen && g > page.written));
+                    }
+                    Slot::Loading(waiters) => {
+                        assert_eq!(waiters.len() as u32, held, "checksums: page {p} waiters");
+                    }
+                }
+            }
+        }
+        for l in self.layer_ios.values() {
+            match *l {
+                LayerIo::Load { member, page } => assert!(matches!(
+                    self.pages[member as usize].get(&page),
+                    Some(Slot::Loading(_))
+                )),
+                LayerIo::Store { member, page, gen } => assert!(matches!(
+                    self.pages[member as usize].get(&page),
+                    Some(Slot::Resident(p)) if p.writing == Some(gen)
+                )),
+            }
+        }
+        assert!(
+            self.done.is_empty(),
+            "checksums: results not taken by the volume"
+        );
+    }
+
     /// Takes one of the volume's member I/Os. `trust`: for a data read, set
     /// the entries from the bytes instead of checking them.
     pub fn submit(&mut self, io: MemberIo, trust: bool) {

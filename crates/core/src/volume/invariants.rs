@@ -66,6 +66,13 @@ impl Volume {
             assert_eq!(f.member, io.member);
         }
         self.check_intent(ios_of.get(&intent::INTENT_OWNER).copied().unwrap_or(0));
+        if let Some(i) = self.integrity.as_ref() {
+            assert!(
+                self.io_queue.is_empty(),
+                "checksums on: I/O bypassed the layer"
+            );
+            i.check(|io, member| self.inflight.get(&io).is_some_and(|f| f.member == member));
+        }
 
         // Requests.
         let mut internal = 0;
