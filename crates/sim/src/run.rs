@@ -11,6 +11,7 @@ use crate::trace::TraceHash;
 use bytes::Bytes;
 use platter_core::balance::ReadPolicy;
 use platter_core::geometry::{Geometry, GeometrySpec};
+use platter_core::integrity::{self, Algorithm};
 use platter_core::intent::{IntentLayout, RegionSet, INTENT_OFFSET_BYTES, INTENT_PAGE_BYTES};
 use platter_core::stats::LatencyOf;
 use platter_core::volume::{
@@ -97,6 +98,12 @@ pub enum Fault {
     /// a parity volume should not crash while degraded (md refuses to start
     /// such an array); the scenarios schedule crashes before failures.
     Crash,
+    /// One 512-byte block of the member's data area changes behind the
+    /// engine's back while it serves (bit rot, a misdirected or lost
+    /// write): a flipped bit, a few bytes or the whole block. No read
+    /// reports it. Without checksums the next read of it is served wrong;
+    /// with them ([`SimConfig::checksums`]) it must never be.
+    CorruptStored { member: u32 },
 }
 
 /// Silent corruption of what members store ("bit rot"), and the scrub that
@@ -166,6 +173,27 @@ pub struct SimConfig {
     /// Silent corruption at the end of the workload, then a scrub; none
     /// when `None`.
     pub silent_corruption: Option<SilentCorruption>,
+    /// Per-block checksums (`platter create --checksums`): the checksum
+    /// area sits right before the data area ([`checksum_layout`]), so the
+    /// geometry's data offset must leave room for it after the bitmap.
+    pub checksums: Option<Algorithm>,
+}
+
+/// Where a simulated volume keeps its checksums: the pages right before
+/// the data area.
+pub fn checksum_layout(geometry: &Geometry, algorithm: Algorithm) -> integrity::Layout {
+    let spec = geometry.spec();
+    let data_size_bytes = spec.member_data_bytes.iter().copied().max().unwrap_or(0);
+    let area = integrity::area_bytes(data_size_bytes);
+    integrity::Layout {
+        algorithm,
+        area_offset_bytes: spec
+            .data_offset_bytes
+            .checked_sub(area)
+            .expect("room for the checksums before the data"),
+        data_offset_bytes: spec.data_offset_bytes,
+        data_size_bytes,
+    }
 }
 
 impl SimConfig {
@@ -257,6 +285,9 @@ pub struct Report {
     pub scrub: Option<CheckReport>,
     /// What the check after that scrub reported.
     pub check_after_scrub: Option<CheckReport>,
+    /// Blocks changed behind the engine's back while it served
+    /// ([`Fault::CorruptStored`]).
+    pub stored_corruptions: u64,
 }
 
 impl Report {
@@ -514,6 +545,15 @@ impl Simulation {
         if let Some(layout) = intent {
             volume.enable_intent(layout, RegionSet::new(&layout), false);
         }
+        if let Some(alg) = config.checksums {
+            let layout = checksum_layout(&geometry, alg);
+            assert!(
+                layout.area_offset_bytes
+                    >= INTENT_OFFSET_BYTES + intent.map_or(0, |l| l.area_bytes()),
+                "seed {seed}: the checksums overlap the bitmap"
+            );
+            volume.enable_checksums(layout, integrity::Limits::default());
+        }
         if let Some(limits) = config.stripe_cache {
             volume.enable_stripe_cache(limits);
         }
@@ -551,6 +591,7 @@ impl Simulation {
             wrong_reads: 0,
             wrong_bytes: 0,
             corrupted: Vec::new(),
+            stored_corruptions: 0,
             scrub: None,
             check_after_scrub: None,
         };
@@ -1122,7 +1163,26 @@ impl Simulation {
                 self.members[member as usize].corrupt_next_read();
             }
             Fault::Crash => self.crash(),
+            Fault::CorruptStored { member } => self.corrupt_stored(member, now),
         }
+    }
+
+    /// [`Fault::CorruptStored`].
+    fn corrupt_stored(&mut self, member: u32, now: u64) {
+        let data_bytes = self.geometry.spec().member_data_bytes[member as usize];
+        let mut rng = Rng::stream(mix64(self.seed ^ now), Stream::Corruption);
+        let block = rng.below(data_bytes / 512);
+        let (within, mask) = corruption_mask(&mut rng, 512);
+        let at = self.geometry.spec().data_offset_bytes + block * 512 + within;
+        self.members[member as usize].corrupt_stored(at, &mask);
+        self.report.stored_corruptions += 1;
+        // A fault the engine may meet: with checksums a read of the block
+        // is corrected, and a write that must read it first (RAID-5/6's
+        // read-modify-write) fails the member.
+        self.injected[member as usize] = true;
+        // Tag 14: a block corrupted while serving.
+        self.trace
+            .fold(&[14, now, u64::from(member), at, mask.len() as u64]);
     }
 
     fn crash(&mut self) {
@@ -1195,6 +1255,11 @@ impl Simulation {
             pages.dedup();
             self.report.marked_pages_at_crashes += pages.len() as u64;
             self.volume.enable_intent(layout, bits.clone(), true);
+            if let Some(alg) = self.config.checksums {
+                let layout = checksum_layout(&self.geometry, alg);
+                self.volume
+                    .enable_checksums(layout, integrity::Limits::default());
+            }
             for region in bits.iter() {
                 let (first_stripe, stripe_count) = layout.stripes_of(region);
                 self.submit_upkeep(

@@ -206,6 +206,7 @@ pub fn random_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
         // A label update is a write and a flush on every member in use.
         label_write_ns: r.range(label_min_ns, label_min_ns + 2 * flush_ns + 1),
         silent_corruption: None,
+        checksums: None,
     };
     if opts.crash && opts.crash_after_failure {
         crash_after_first_failure(&mut config, &mut r);
@@ -324,4 +325,18 @@ fn random_read_policy(r: &mut Rng, members: u32, copies: u32) -> ReadPolicy {
             window_bytes: *r.pick(&[0, 512, 64 << 10]),
         },
     }
+}
+
+/// Turns on per-block checksums in `c`: the data area moves up to make
+/// room for the checksum area after the label and the bitmap's page, and a
+/// redundant level gets a bitmap if it had none (checksums need it).
+pub fn with_checksums(c: &mut SimConfig, algorithm: platter_core::integrity::Algorithm) {
+    let g = &mut c.geometry;
+    let data = g.member_data_bytes.iter().copied().max().unwrap_or(0);
+    let area = platter_core::integrity::area_bytes(data);
+    g.data_offset_bytes = g.data_offset_bytes.max(DATA_OFFSET_BYTES) + area;
+    if c.intent_region_stripes == 0 {
+        c.intent_region_stripes = 1;
+    }
+    c.checksums = Some(algorithm);
 }

@@ -5,11 +5,13 @@
 //! `PLATTER_SIM_FIRST_SEED` (default 0; `scripts/soak-sim` runs many
 //! ranges); `PLATTER_SIM_SEED=S` replays one seed (its report is printed).
 
+use platter_core::integrity::Algorithm;
 use platter_core::volume::Maintenance;
 use platter_core::Level;
+use platter_sim::rng::mix64;
 use platter_sim::{
-    large_config, random_config, Arrival, Fault, Report, ScenarioOptions, ScheduledFault,
-    SilentCorruption, SimConfig, Simulation,
+    large_config, random_config, with_checksums, Arrival, Fault, Report, ScenarioOptions,
+    ScheduledFault, SilentCorruption, SimConfig, Simulation,
 };
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -688,6 +690,175 @@ fn silent_corruption_outlives_a_resync() {
         wrong > 5,
         "only {wrong} of 40 resynced seeds read wrong bytes"
     );
+}
+
+/// Seeds of the checksum tests in CI; `scripts/soak-sim` goes to 10,000.
+const CHECKSUM_SEEDS: u64 = 300;
+
+/// A seed of the checksum tests: `random_config` on a redundant level,
+/// without member failures or crashes, and one to six blocks of one
+/// member changed behind the engine's back while the workload runs
+/// ([`Fault::CorruptStored`]); with per-block checksums when `checksums`.
+/// One member only: two wrong members in one RAID-5 stripe are beyond
+/// what any redundancy repairs.
+fn corrupted_while_serving(seed: u64, opts: &ScenarioOptions, checksums: bool) -> SimConfig {
+    let mut c = random_config(seed, opts);
+    c.faults.clear();
+    let members = c.geometry.member_data_bytes.len() as u64;
+    let member = (mix64(seed ^ 0xC0DE) % members) as u32;
+    // About the workload's length: requests times a member I/O's time over
+    // the clients in flight.
+    let span_ns = c.workload.requests * (c.latency.base_ns + 16 * c.latency.ns_per_kib);
+    let blocks = 1 + mix64(seed ^ 0xB10C) % 6;
+    for i in 0..blocks {
+        c.faults.push(ScheduledFault {
+            at_ns: mix64(seed ^ i) % span_ns.max(1),
+            fault: Fault::CorruptStored { member },
+        });
+    }
+    if checksums {
+        let alg = if seed % 2 == 0 {
+            Algorithm::Crc32c
+        } else {
+            Algorithm::Xxh3
+        };
+        with_checksums(&mut c, alg);
+    }
+    c
+}
+
+fn checksummed(seed: u64, opts: &ScenarioOptions) -> SimConfig {
+    corrupted_while_serving(seed, opts, true)
+}
+
+fn unchecksummed(seed: u64, opts: &ScenarioOptions) -> SimConfig {
+    corrupted_while_serving(seed, opts, false)
+}
+
+fn redundant_levels() -> ScenarioOptions {
+    ScenarioOptions {
+        levels: vec![Level::Mirror, Level::Raid10, Level::Raid5, Level::Raid6],
+        beyond_budget_percent: 0,
+        ..ScenarioOptions::default()
+    }
+}
+
+/// Issue 15: a member's stored blocks change with no error while the
+/// volume serves (every redundant level, two copies and RAID-5 included).
+/// With per-block checksums no read returns a wrong byte: the oracle
+/// checks every read and the verify pass reads everything at the end. The
+/// checksums must have caught something (the test bites), and
+/// `a_silently_wrong_block_is_served_without_checksums` shows the same
+/// seeds serve wrong bytes without them.
+#[test]
+fn with_checksums_a_silently_wrong_block_is_never_served() {
+    let opts = redundant_levels();
+    let test = "with_checksums_a_silently_wrong_block_is_never_served";
+    if replayed_of(checksummed, test, &opts) {
+        return;
+    }
+    let n = env_u64("PLATTER_SIM_SEEDS").unwrap_or(CHECKSUM_SEEDS);
+    let seeds = seed_range(n);
+    let (reports, failures) = run_seeds_of(checksummed, test, &seeds, &opts);
+    assert!(
+        failures.is_empty(),
+        "{} of {n} checksum seeds failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    let corrupted: u64 = reports.iter().map(|(_, r)| r.stored_corruptions).sum();
+    let caught: u64 = reports
+        .iter()
+        .map(|(_, r)| {
+            r.stats
+                .checksums
+                .as_ref()
+                .map_or(0, |c| c.mismatched_blocks)
+        })
+        .sum();
+    let repaired: u64 = reports
+        .iter()
+        .map(|(_, r)| r.stats.checksums.as_ref().map_or(0, |c| c.repaired_reads))
+        .sum();
+    let wrong: u64 = reports.iter().map(|(_, r)| r.wrong_bytes).sum();
+    println!(
+        "{n} seeds: {corrupted} blocks corrupted while serving, {caught} blocks failed their \
+         checksums, {repaired} reads repaired, {wrong} wrong bytes served"
+    );
+    assert_eq!(wrong, 0);
+    assert!(corrupted >= n);
+    assert!(caught > 0 && repaired > 0, "the checksums caught nothing");
+}
+
+/// The counterpart that shows the test above can fail: the same seeds
+/// without checksums serve the corrupted bytes (the oracle reports wrong
+/// reads), as md would.
+#[test]
+fn a_silently_wrong_block_is_served_without_checksums() {
+    let opts = redundant_levels();
+    let mut wrong_runs = 0;
+    for seed in 0..60 {
+        let r = Simulation::new(unchecksummed(seed, &opts), seed).run();
+        if r.wrong_bytes > 0 {
+            wrong_runs += 1;
+        }
+    }
+    assert!(
+        wrong_runs > 5,
+        "{wrong_runs} of 60 runs served a wrong byte"
+    );
+}
+
+/// Crashes with checksums on: a write in flight may land without its
+/// checksum page or the reverse; the regions the bitmap marks are trusted
+/// until resynced, so no read fails its checksums for it and every flushed
+/// write reads back (the crash seeds' rules).
+#[test]
+fn crashes_with_checksums_keep_flushed_writes_and_fail_no_read() {
+    let opts = ScenarioOptions {
+        levels: vec![Level::Mirror, Level::Raid10, Level::Raid5, Level::Raid6],
+        beyond_budget_percent: 0,
+        crash: true,
+        ..ScenarioOptions::default()
+    };
+    fn config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
+        let mut c = random_config(seed, opts);
+        with_checksums(&mut c, Algorithm::Crc32c);
+        c
+    }
+    let test = "crashes_with_checksums_keep_flushed_writes_and_fail_no_read";
+    if replayed_of(config, test, &opts) {
+        return;
+    }
+    let n = env_u64("PLATTER_SIM_SEEDS").unwrap_or(CHECKSUM_SEEDS);
+    let seeds = seed_range(n);
+    let (reports, failures) = run_seeds_of(config, test, &seeds, &opts);
+    assert!(
+        failures.is_empty(),
+        "{} of {n} crash seeds with checksums failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    let crashed = reports.iter().filter(|(_, r)| r.crashes > 0).count();
+    let trusted: u64 = reports
+        .iter()
+        .map(|(_, r)| r.stats.checksums.as_ref().map_or(0, |c| c.trusted_blocks))
+        .sum();
+    let mismatched: u64 = reports
+        .iter()
+        .map(|(_, r)| {
+            r.stats
+                .checksums
+                .as_ref()
+                .map_or(0, |c| c.mismatched_blocks)
+        })
+        .sum();
+    println!(
+        "{n} seeds: {crashed} crashed, {trusted} blocks trusted after crashes, {mismatched} failed"
+    );
+    assert!(crashed as u64 > n / 2);
+    assert!(trusted > 0, "no crash left a region to trust");
+    assert_eq!(mismatched, 0, "a read failed its checksums after a crash");
 }
 
 #[test]

@@ -113,14 +113,29 @@ const LAYER_IO: u64 = 1 << 63;
 enum Kind {
     /// Outside the data area (labels, the bitmap): not checked.
     Pass,
-    Read {
-        trust: bool,
-    },
-    /// One entry per block, computed at submission.
+    /// The read is widened to whole blocks; `want` is what the volume
+    /// asked for (member offset, length), sliced out once checked.
+    Read { trust: bool, want: (u64, u64) },
+    /// One entry per block, computed when the bytes are known. A write
+    /// that starts or ends inside a block (mirror and RAID-10 write a
+    /// client's bytes as they come) first reads those blocks (`edges`:
+    /// member offset, bytes once in), checks them, and is sent widened to
+    /// whole blocks; the engine's stripe locks keep anyone else off those
+    /// bytes meanwhile.
     Write {
         entries: Vec<u32>,
+        edges: Vec<(u64, Option<Bytes>)>,
     },
-    Trim,
+    /// A trim reads as zeros afterwards: its whole blocks become
+    /// "unwritten". One that starts or ends inside a block (mirror and
+    /// RAID-10 zero a client's bytes as they come) reads those blocks
+    /// (`edges`), and instead of trimming them writes them back with the
+    /// trimmed bytes zeroed (`edge_entries`: their new entries), trimming
+    /// only the whole blocks between.
+    Trim {
+        edges: Vec<(u64, Option<Bytes>)>,
+        edge_entries: Vec<(u64, u32)>,
+    },
     /// Waiting for the pages (by index) to be written at these
     /// generations; then the flush itself.
     Flush {
@@ -147,6 +162,13 @@ struct Task {
     result: Option<IoResult>,
     /// A page this task needed could not be read or written.
     page_error: Option<IoError>,
+    /// A write waiting for its edge blocks: sent, widened, once they and
+    /// its pages are in.
+    deferred: Option<MemberOp>,
+    /// In a region owed a resync after a crash: blocks read are taken as
+    /// they are (a read sets its entries; a partial write's edges are not
+    /// checked).
+    trust: bool,
 }
 
 struct Page {
@@ -168,8 +190,24 @@ enum Slot {
 }
 
 enum LayerIo {
-    Load { member: u32, page: u64 },
-    Store { member: u32, page: u64, gen: u64 },
+    Load {
+        member: u32,
+        page: u64,
+    },
+    Store {
+        member: u32,
+        page: u64,
+        gen: u64,
+    },
+    /// A block a partial write or trim needs the rest of.
+    Edge {
+        task: IoId,
+        at: u64,
+    },
+    /// One of several member I/Os a partial trim became.
+    Part {
+        task: IoId,
+    },
 }
 
 pub struct Integrity {
@@ -183,6 +221,16 @@ pub struct Integrity {
     done: VecDeque<(IoId, IoResult)>,
     stats: Vec<IntegrityStats>,
     clock: u64,
+    /// Per member, the edge blocks partial writes and trims hold from
+    /// their edge reads to their write: two of them over disjoint bytes of
+    /// one block (a stripe cache write-out's runs, a request's two pieces)
+    /// must not both read the block and write it back whole, or the later
+    /// undoes the earlier (seed 10 of the crash seeds with checksums lost
+    /// 42 bytes that way).
+    edge_owner: Vec<BTreeMap<u64, IoId>>,
+    /// Partial writes and trims waiting for another's edge block, oldest
+    /// first.
+    parked: VecDeque<IoId>,
 }
 
 impl Integrity {
@@ -200,6 +248,8 @@ impl Integrity {
             done: VecDeque::new(),
             stats: vec![IntegrityStats::default(); members as usize],
             clock: 0,
+            edge_owner: (0..members).map(|_| BTreeMap::new()).collect(),
+            parked: VecDeque::new(),
         }
     }
 
@@ -267,6 +317,14 @@ impl Integrity {
                     self.pages[member as usize].get(&page),
                     Some(Slot::Resident(p)) if p.writing == Some(gen)
                 )),
+                LayerIo::Edge { task, .. } => assert!(
+                    self.tasks.get(&task).is_some_and(|t| t.deferred.is_some()),
+                    "checksums: an edge read for a write not waiting for it"
+                ),
+                LayerIo::Part { task } => assert!(
+                    self.tasks.get(&task).is_some_and(|t| t.waits > 0),
+                    "checksums: a trim's part for no trim"
+                ),
             }
         }
         assert!(
@@ -275,81 +333,324 @@ impl Integrity {
         );
     }
 
-    /// Takes one of the volume's member I/Os. `trust`: for a data read, set
-    /// the entries from the bytes instead of checking them.
+    /// Takes one of the volume's member I/Os. `trust`: the bytes it reads
+    /// (a read's, a partial write's edges) are taken as they are: a read
+    /// sets the entries from them instead of checking them.
     pub fn submit(&mut self, io: MemberIo, trust: bool) {
         let MemberIo { id, member, op } = io;
         assert_eq!(id.0 & LAYER_IO, 0, "volume I/O ids never reach 2^63");
-        let (kind, offset_bytes, len_bytes) = match &op {
-            MemberOp::Flush => (
-                Kind::Flush {
-                    wants: Vec::new(),
-                    issued: false,
-                },
-                0,
-                0,
-            ),
+        let (offset_bytes, len_bytes) = match &op {
+            MemberOp::Flush => (0, 0),
             MemberOp::Read {
                 offset_bytes,
                 len_bytes,
-            } => (Kind::Read { trust }, *offset_bytes, *len_bytes),
-            MemberOp::Write { offset_bytes, data } => (
-                Kind::Write {
-                    entries: Vec::new(),
-                },
-                *offset_bytes,
-                data.len() as u64,
-            ),
-            MemberOp::Trim {
+            }
+            | MemberOp::Trim {
                 offset_bytes,
                 len_bytes,
-            } => (Kind::Trim, *offset_bytes, *len_bytes),
+            } => (*offset_bytes, *len_bytes),
+            MemberOp::Write { offset_bytes, data } => (*offset_bytes, data.len() as u64),
         };
-        let in_data = !matches!(kind, Kind::Flush { .. }) && self.in_data(offset_bytes, len_bytes);
-        let kind = if in_data || matches!(kind, Kind::Flush { .. }) {
-            kind
-        } else {
-            Kind::Pass
-        };
+        let in_data = !matches!(op, MemberOp::Flush) && self.in_data(offset_bytes, len_bytes);
+        // Whole blocks around the bytes asked for.
+        let (a, b) = (
+            self.block_floor(offset_bytes),
+            self.block_ceil(offset_bytes + len_bytes),
+        );
         let mut task = Task {
             member,
-            op: Some(op),
-            kind,
-            offset_bytes,
-            len_bytes,
+            op: None,
+            kind: Kind::Pass,
+            offset_bytes: a,
+            len_bytes: b - a,
             pinned: Vec::new(),
             waits: 0,
             result: None,
             page_error: None,
+            deferred: None,
+            trust,
         };
-        if let (Kind::Write { entries }, Some(MemberOp::Write { data, .. })) =
-            (&mut task.kind, &task.op)
-        {
-            *entries = self.entries_of(offset_bytes, data);
+        match op {
+            MemberOp::Flush => {
+                task.op = Some(op);
+                task.kind = Kind::Flush {
+                    wants: Vec::new(),
+                    issued: false,
+                };
+                self.tasks.insert(id, task);
+                return self.start_flush(id);
+            }
+            op if !in_data => {
+                task.waits = 1;
+                self.tasks.insert(id, task);
+                return self.out.push_back(MemberIo { id, member, op });
+            }
+            MemberOp::Read { .. } => {
+                task.kind = Kind::Read {
+                    trust,
+                    want: (offset_bytes, len_bytes),
+                };
+                task.op = Some(MemberOp::Read {
+                    offset_bytes: a,
+                    len_bytes: b - a,
+                });
+            }
+            MemberOp::Trim { .. } if a == offset_bytes && b == offset_bytes + len_bytes => {
+                task.kind = Kind::Trim {
+                    edges: Vec::new(),
+                    edge_entries: Vec::new(),
+                };
+                task.op = Some(op);
+            }
+            op @ MemberOp::Trim { .. } => {
+                task.kind = Kind::Trim {
+                    edges: edge_blocks(a, b, offset_bytes, offset_bytes + len_bytes),
+                    edge_entries: Vec::new(),
+                };
+                task.deferred = Some(op);
+            }
+            MemberOp::Write { data, .. } if a == offset_bytes && b == offset_bytes + len_bytes => {
+                task.kind = Kind::Write {
+                    entries: self.entries_of(a, &data),
+                    edges: Vec::new(),
+                };
+                task.op = Some(MemberOp::Write { offset_bytes, data });
+            }
+            op @ MemberOp::Write { .. } => {
+                task.kind = Kind::Write {
+                    entries: Vec::new(),
+                    edges: edge_blocks(a, b, offset_bytes, offset_bytes + len_bytes),
+                };
+                task.deferred = Some(op);
+            }
         }
-        match task.kind {
-            Kind::Flush { .. } => {
-                self.tasks.insert(id, task);
-                self.start_flush(id);
+        let pages = self.pages_of(a, b - a);
+        let edges: Vec<u64> = match &task.kind {
+            Kind::Write { edges, .. } | Kind::Trim { edges, .. } => {
+                edges.iter().map(|e| e.0).collect()
             }
-            Kind::Pass => {
-                task.waits = 1;
-                let op = task.op.take().expect("not yet sent");
-                self.tasks.insert(id, task);
-                self.out.push_back(MemberIo { id, member, op });
-            }
-            _ => {
-                let pages = self.pages_of(offset_bytes, len_bytes);
-                task.waits = 1;
-                self.tasks.insert(id, task);
-                for p in pages {
-                    self.pin(id, member, p);
+            _ => Vec::new(),
+        };
+        // The member I/O, or (a partial write or trim) a token held until
+        // its edge reads are out.
+        task.waits = 1;
+        let deferred = task.deferred.is_some();
+        let now = task.op.take();
+        self.tasks.insert(id, task);
+        for p in pages {
+            self.pin(id, member, p);
+        }
+        if let Some(op) = now {
+            self.out.push_back(MemberIo { id, member, op });
+        }
+        if deferred && !self.start_edges(id, &edges) {
+            self.parked.push_back(id);
+        }
+    }
+
+    /// Claims a partial write's or trim's edge blocks and reads them; false
+    /// (nothing done) while another holds one of them.
+    fn start_edges(&mut self, id: IoId, edges: &[u64]) -> bool {
+        let member = self.tasks[&id].member;
+        let owners = &mut self.edge_owner[member as usize];
+        if edges.iter().any(|at| owners.contains_key(at)) {
+            return false;
+        }
+        for &at in edges {
+            owners.insert(at, id);
+        }
+        for &at in edges {
+            let lid = self.layer_id();
+            self.layer_ios.insert(lid, LayerIo::Edge { task: id, at });
+            self.out.push_back(MemberIo {
+                id: lid,
+                member,
+                op: MemberOp::Read {
+                    offset_bytes: at,
+                    len_bytes: BLOCK_BYTES,
+                },
+            });
+        }
+        let task = self.tasks.get_mut(&id).expect("live task");
+        // The edge reads now keep it waiting; the token goes.
+        task.waits += edges.len() as u32;
+        task.waits -= 1;
+        true
+    }
+
+    /// A task that held edge blocks ended: the parked ones whose blocks
+    /// are free start, in order.
+    fn unpark(&mut self) {
+        let parked = std::mem::take(&mut self.parked);
+        for id in parked {
+            let edges: Vec<u64> = match &self.tasks[&id].kind {
+                Kind::Write { edges, .. } | Kind::Trim { edges, .. } => {
+                    edges.iter().map(|e| e.0).collect()
                 }
-                let task = self.tasks.get_mut(&id).expect("just added");
-                let op = task.op.take().expect("not yet sent");
-                self.out.push_back(MemberIo { id, member, op });
+                _ => unreachable!("only partial writes and trims park"),
+            };
+            if !self.start_edges(id, &edges) {
+                self.parked.push_back(id);
             }
         }
+    }
+
+    fn block_floor(&self, offset_bytes: u64) -> u64 {
+        let d = self.layout.data_offset_bytes;
+        if offset_bytes < d {
+            return offset_bytes;
+        }
+        d + (offset_bytes - d) / BLOCK_BYTES * BLOCK_BYTES
+    }
+
+    fn block_ceil(&self, offset_bytes: u64) -> u64 {
+        let d = self.layout.data_offset_bytes;
+        if offset_bytes <= d {
+            return offset_bytes;
+        }
+        d + (offset_bytes - d).div_ceil(BLOCK_BYTES) * BLOCK_BYTES
+    }
+
+    /// A partial write's or trim's edge blocks and pages are in: check
+    /// the edges, then send the write widened to whole blocks, or the trim
+    /// as its parts.
+    fn send_widened(&mut self, id: IoId) {
+        let Some(edges) = self.checked_edges(id) else {
+            return;
+        };
+        let task = self.tasks.get_mut(&id).expect("live task");
+        let (a, b, member) = (
+            task.offset_bytes,
+            task.offset_bytes + task.len_bytes,
+            task.member,
+        );
+        match task.deferred.take() {
+            Some(MemberOp::Write { offset_bytes, data }) => {
+                let end = offset_bytes + data.len() as u64;
+                let mut widened = Payload::default();
+                if let Some((_, head)) = edges.iter().find(|(at, _)| *at == a && a < offset_bytes) {
+                    widened.push(head.slice(..(offset_bytes - a) as usize));
+                }
+                for part in data.parts() {
+                    widened.push(part.clone());
+                }
+                if let Some((at, tail)) = edges
+                    .iter()
+                    .find(|(at, _)| at + BLOCK_BYTES == b && end < b)
+                {
+                    widened.push(tail.slice((end - at) as usize..));
+                }
+                assert_eq!(widened.len() as u64, b - a);
+                let entries = self.entries_of(a, &widened);
+                let task = self.tasks.get_mut(&id).expect("live task");
+                task.kind = Kind::Write {
+                    entries,
+                    edges: Vec::new(),
+                };
+                task.waits = 1;
+                self.out.push_back(MemberIo {
+                    id,
+                    member,
+                    op: MemberOp::Write {
+                        offset_bytes: a,
+                        data: widened,
+                    },
+                });
+            }
+            Some(MemberOp::Trim {
+                offset_bytes,
+                len_bytes,
+            }) => {
+                let end = offset_bytes + len_bytes;
+                let alg = self.layout.algorithm;
+                let mut parts: Vec<MemberOp> = Vec::new();
+                let mut edge_entries = Vec::new();
+                for (at, bytes) in &edges {
+                    let mut z = bytes.to_vec();
+                    let lo = offset_bytes.max(*at) - at;
+                    let hi = end.min(at + BLOCK_BYTES) - at;
+                    z[lo as usize..hi as usize].fill(0);
+                    let block = (at - self.layout.data_offset_bytes) / BLOCK_BYTES;
+                    edge_entries.push((block, alg.entry(block, &z)));
+                    parts.push(MemberOp::Write {
+                        offset_bytes: *at,
+                        data: z.into(),
+                    });
+                }
+                let (inner_a, inner_b) = (self.block_ceil(offset_bytes), self.block_floor(end));
+                if inner_a < inner_b {
+                    parts.push(MemberOp::Trim {
+                        offset_bytes: inner_a,
+                        len_bytes: inner_b - inner_a,
+                    });
+                }
+                let task = self.tasks.get_mut(&id).expect("live task");
+                task.kind = Kind::Trim {
+                    edges: Vec::new(),
+                    edge_entries,
+                };
+                task.result = Some(Ok(None));
+                task.waits = parts.len() as u32;
+                for op in parts {
+                    let lid = self.layer_id();
+                    self.layer_ios.insert(lid, LayerIo::Part { task: id });
+                    self.out.push_back(MemberIo {
+                        id: lid,
+                        member,
+                        op,
+                    });
+                }
+            }
+            _ => unreachable!("only writes and trims wait for edges"),
+        }
+    }
+
+    /// The edge blocks of a deferred task, each checked against its entry;
+    /// `None` (the task ended with the error) if one could not be read or
+    /// does not match: a partial write over it would bless its wrong bytes.
+    fn checked_edges(&mut self, id: IoId) -> Option<Vec<(u64, Bytes)>> {
+        let task = self.tasks.get_mut(&id).expect("live task");
+        let m = task.member as usize;
+        let edges = match &mut task.kind {
+            Kind::Write { edges, .. } | Kind::Trim { edges, .. } => std::mem::take(edges),
+            _ => unreachable!("edges belong to writes and trims"),
+        };
+        let fail = |this: &mut Self, err: Option<IoError>| {
+            let task = this.tasks.get_mut(&id).expect("live task");
+            task.deferred = None;
+            if let Some(e) = err {
+                task.page_error.get_or_insert(e);
+            }
+            task.result = Some(Ok(None));
+            task.waits = 1;
+            this.release(id);
+        };
+        if task.page_error.is_some() {
+            fail(self, None);
+            return None;
+        }
+        let trust = task.trust;
+        let alg = self.layout.algorithm;
+        let mut checked = Vec::with_capacity(edges.len());
+        for (at, bytes) in edges {
+            let bytes = bytes.expect("an edge read in");
+            let block = (at - self.layout.data_offset_bytes) / BLOCK_BYTES;
+            if !trust && !alg.matches(block, &bytes, self.entry(m, block)) {
+                self.stats[m].blocks_mismatched += 1;
+                let err = IoError::new(
+                    IoErrorKind::Checksum,
+                    format!(
+                        "the block at member byte {at}, read to complete a partial write, does not match its {} checksum",
+                        alg.name()
+                    ),
+                );
+                fail(self, Some(err));
+                return None;
+            }
+            self.stats[m].blocks_verified += 1;
+            checked.push((at, bytes));
+        }
+        Some(checked)
     }
 
     /// The next member I/O to perform: the volume's, or the layer's own.
@@ -363,6 +664,38 @@ impl Integrity {
             match self.layer_ios.remove(&io).expect("a layer I/O in flight") {
                 LayerIo::Load { member, page } => self.loaded(member, page, result),
                 LayerIo::Store { member, page, gen } => self.stored(member, page, gen, result),
+                LayerIo::Edge { task, at } => {
+                    let t = self.tasks.get_mut(&task).expect("a partial write waits");
+                    let (Kind::Write { edges, .. } | Kind::Trim { edges, .. }) = &mut t.kind else {
+                        unreachable!("edges belong to writes and trims");
+                    };
+                    match result {
+                        Ok(bytes) => {
+                            let e = edges.iter_mut().find(|e| e.0 == at).expect("its edge");
+                            e.1 = Some(bytes.expect("a read has data"));
+                        }
+                        Err(e) => {
+                            t.page_error.get_or_insert(IoError::new(
+                                e.kind,
+                                format!(
+                                    "reading member byte {at}'s block to complete a partial write: {}",
+                                    e.message
+                                ),
+                            ));
+                        }
+                    }
+                    self.release(task);
+                }
+                LayerIo::Part { task } => {
+                    if let Err(e) = result {
+                        let t = self
+                            .tasks
+                            .get_mut(&task)
+                            .expect("a trim waits for its parts");
+                        t.page_error.get_or_insert(e);
+                    }
+                    self.release(task);
+                }
             }
         } else {
             let task = self.tasks.get_mut(&io).expect("a volume I/O in flight");
@@ -391,11 +724,8 @@ impl Integrity {
         }
         let within = offset_bytes - l.data_offset_bytes;
         assert!(
-            within.is_multiple_of(BLOCK_BYTES) && len_bytes.is_multiple_of(BLOCK_BYTES),
-            "member I/O {offset_bytes}+{len_bytes} is not whole blocks"
-        );
-        assert!(
-            within + len_bytes <= area_bytes(l.data_size_bytes) / ENTRY_BYTES * BLOCK_BYTES,
+            (within + len_bytes).div_ceil(BLOCK_BYTES) * BLOCK_BYTES
+                <= area_bytes(l.data_size_bytes) / ENTRY_BYTES * BLOCK_BYTES,
             "member I/O {offset_bytes}+{len_bytes} is past the checksummed data"
         );
         true
@@ -529,13 +859,22 @@ impl Integrity {
         assert!(task.waits > 0);
         task.waits -= 1;
         if task.waits == 0 {
-            self.finish(id);
+            if task.deferred.is_some() {
+                self.send_widened(id);
+            } else {
+                self.finish(id);
+            }
         }
     }
 
     fn finish(&mut self, id: IoId) {
         let mut task = self.tasks.remove(&id).expect("live task");
         let m = task.member as usize;
+        let before = self.edge_owner[m].len();
+        self.edge_owner[m].retain(|_, owner| *owner != id);
+        if self.edge_owner[m].len() != before {
+            self.unpark();
+        }
         let result = task.result.take().expect("the member I/O is in");
         let result = match (task.page_error.take(), result) {
             (_, Err(e)) => Err(e),
@@ -563,7 +902,7 @@ impl Integrity {
         let blocks = task.len_bytes / BLOCK_BYTES;
         let m = task.member as usize;
         match &task.kind {
-            Kind::Read { trust } => {
+            Kind::Read { trust, want } => {
                 let bytes = data.as_ref().expect("a read has data");
                 assert_eq!(bytes.len() as u64, task.len_bytes);
                 let mut bad: Vec<u64> = Vec::new();
@@ -580,12 +919,12 @@ impl Integrity {
                 let st = &mut self.stats[m];
                 if *trust {
                     st.blocks_trusted += blocks;
-                    return Ok(data);
+                    return Ok(data.map(|d| slice_wanted(d, task.offset_bytes, *want)));
                 }
                 st.blocks_verified += blocks - bad.len() as u64;
                 st.blocks_mismatched += bad.len() as u64;
                 if bad.is_empty() {
-                    return Ok(data);
+                    return Ok(data.map(|d| slice_wanted(d, task.offset_bytes, *want)));
                 }
                 let at = self.layout.data_offset_bytes + bad[0] * BLOCK_BYTES;
                 Err(IoError::new(
@@ -599,16 +938,20 @@ impl Integrity {
                     ),
                 ))
             }
-            Kind::Write { entries } => {
+            Kind::Write { entries, .. } => {
                 assert_eq!(entries.len() as u64, blocks);
                 for (i, &e) in entries.iter().enumerate() {
                     self.set_entry(m, first + i as u64, e);
                 }
                 Ok(data)
             }
-            Kind::Trim => {
+            Kind::Trim { edge_entries, .. } => {
                 for b in first..first + blocks {
-                    self.set_entry(m, b, UNWRITTEN);
+                    let e = edge_entries
+                        .iter()
+                        .find(|(eb, _)| *eb == b)
+                        .map_or(UNWRITTEN, |&(_, e)| e);
+                    self.set_entry(m, b, e);
                 }
                 Ok(data)
             }
@@ -817,4 +1160,25 @@ impl Integrity {
             let _ = dropped;
         }
     }
+}
+
+/// The bytes the volume asked for (`want`: member offset, length) out of a
+/// read widened to whole blocks from `from`.
+fn slice_wanted(data: Bytes, from: u64, want: (u64, u64)) -> Bytes {
+    let at = (want.0 - from) as usize;
+    data.slice(at..at + want.1 as usize)
+}
+
+/// The blocks `[a, b)` (whole blocks around `[from, to)`) has only in
+/// part: the first, the last, or one block holding both ends.
+fn edge_blocks(a: u64, b: u64, from: u64, to: u64) -> Vec<(u64, Option<Bytes>)> {
+    let mut edges = Vec::new();
+    if a < from {
+        edges.push((a, None));
+    }
+    let tail = b - BLOCK_BYTES;
+    if to < b && (tail != a || edges.is_empty()) {
+        edges.push((tail, None));
+    }
+    edges
 }

@@ -54,7 +54,7 @@ impl Volume {
         if self.integrity.is_none() {
             return self.io_queue.push_back(io);
         }
-        let trust = matches!(io.op, super::MemberOp::Read { .. }) && self.trusts(request);
+        let trust = self.trusts(request);
         self.integrity.as_mut().expect("checked").submit(io, trust);
     }
 

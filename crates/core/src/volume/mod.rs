@@ -160,6 +160,9 @@ struct StripeJob {
     /// Scrubs: members whose reads failed their checksums (their bytes in
     /// `bufs` are not what they hold; `scrub.rs` rebuilds them).
     suspects: SmallVec<[u32; 2]>,
+    /// A resync's read of a stripe it cannot make agree, only so that the
+    /// checksums are set from the bytes (`scrub.rs`): never compared.
+    refresh_only: bool,
 }
 
 impl StripeJob {
@@ -188,6 +191,7 @@ impl StripeJob {
             new_data: Vec::new(),
             strategy,
             suspects: SmallVec::new(),
+            refresh_only: false,
         }
     }
 }

@@ -62,11 +62,17 @@ impl Volume {
         let Request::Maintain {
             first_stripe,
             stripe_count,
-            ..
+            action,
         } = *req
         else {
             unreachable!("planning a scrub of another request")
         };
+        // The resync after a crash, with checksums: a stripe it cannot make
+        // agree (a member missing) is still read on the members present,
+        // so that their checksums are set from what they hold (the data
+        // wins); otherwise a block whose write was cut short would fail
+        // its checksum once the region counts as resynced.
+        let refresh = action == Maintenance::Resync && self.integrity.is_some();
         let g = self.geometry.clone();
         let il = g.interleave_bytes();
         let k = g.data_per_stripe();
@@ -81,6 +87,9 @@ impl Volume {
         for stripe in first_stripe..first_stripe + stripe_count {
             if !(0..n).all(|m| self.usable(m, stripe)) {
                 report.unchecked_stripes += 1;
+                if refresh {
+                    self.plan_refresh(stripe, plan, &mut pieces);
+                }
                 continue;
             }
             let j = plan.jobs.len() as u32;
@@ -122,6 +131,51 @@ impl Volume {
         pieces
     }
 
+    /// Reads of the usable members' chunks of `stripe` into a job that
+    /// nothing compares (see `refresh` in [`Volume::plan_scrub`]).
+    fn plan_refresh(&self, stripe: u64, plan: &mut Plan, pieces: &mut ReadPieces) {
+        let g = &self.geometry;
+        let il = g.interleave_bytes();
+        let n = g.members();
+        let j = plan.jobs.len() as u32;
+        let mut job = StripeJob::new(stripe, 0, il, g.parity_roles(stripe), Strategy::Reconstruct);
+        job.refresh_only = true;
+        let k = u64::from(g.data_per_stripe());
+        job.bufs = (0..n)
+            .map(|_| AlignedBuf::zeroed((k * il) as usize))
+            .collect();
+        let mut rows: Vec<(u32, u64, u64)> = Vec::new();
+        if g.level().is_parity() {
+            rows.extend((0..n).map(|m| (m, stripe, 0)));
+        } else {
+            for d in 0..g.data_per_stripe() {
+                let chunk = stripe * k + u64::from(d);
+                if chunk * il >= g.volume_size_bytes() {
+                    break;
+                }
+                for loc in g.data_locations(stripe, d) {
+                    rows.push((loc.member, loc.row, u64::from(d) * il));
+                }
+            }
+        }
+        for (member, row, at_bytes) in rows {
+            if !self.usable(member, stripe) {
+                continue;
+            }
+            pieces.push(ReadPiece {
+                member,
+                offset_bytes: g.member_offset_bytes(row, 0),
+                len_bytes: il,
+                target: Target::Job {
+                    job: j,
+                    member,
+                    at_bytes,
+                },
+            });
+        }
+        plan.jobs.push(job);
+    }
+
     /// After a scrub's reads: compare, and list the rewrites of a repair.
     pub(super) fn compute_scrub(&mut self, id: RequestId) -> (CheckReport, WritePieces) {
         // The jobs and the report are this step's to consume; the request
@@ -139,6 +193,9 @@ impl Volume {
         let mut report = op.plan.report.take().expect("planned with its report");
         let mut writes = WritePieces::new();
         for job in &mut jobs {
+            if job.refresh_only {
+                continue;
+            }
             // Members whose reads failed their checksums are wrong here:
             // their chunks are rebuilt from the rest before comparing.
             let mended = if job.suspects.is_empty() {
