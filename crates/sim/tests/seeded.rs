@@ -717,7 +717,7 @@ fn corrupted_while_serving(seed: u64, opts: &ScenarioOptions, checksums: bool) -
         });
     }
     if checksums {
-        let alg = if seed % 2 == 0 {
+        let alg = if seed.is_multiple_of(2) {
             Algorithm::Crc32c
         } else {
             Algorithm::Xxh3
