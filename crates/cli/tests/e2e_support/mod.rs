@@ -223,6 +223,8 @@ pub struct Background {
     child: Option<Child>,
     out: Arc<Mutex<Vec<u8>>>,
     err: Arc<Mutex<Vec<u8>>>,
+    /// The threads reading `out` and `err`.
+    readers: Vec<JoinHandle<()>>,
 }
 
 impl Background {
@@ -233,13 +235,14 @@ impl Background {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("{what}: cannot run {cmd:?}: {e}"));
-        let (out, _) = collect(child.stdout.take().unwrap());
-        let (err, _) = collect(child.stderr.take().unwrap());
+        let (out, o) = collect(child.stdout.take().unwrap());
+        let (err, e) = collect(child.stderr.take().unwrap());
         Background {
             what: what.to_string(),
             child: Some(child),
             out,
             err,
+            readers: vec![o, e],
         }
     }
 
@@ -269,6 +272,15 @@ impl Background {
         loop {
             if let Some(s) = child.try_wait().expect("wait for a child") {
                 self.child = None;
+                // What it printed last is still in the pipes: the readers
+                // end when the pipes close (at most 2 s more, in case a
+                // process it started holds them). A server refusing to
+                // start exits within microseconds of its last line, and
+                // its stderr read empty before.
+                let until = Instant::now() + Duration::from_secs(2);
+                while self.readers.iter().any(|r| !r.is_finished()) && Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
                 return s;
             }
             if Instant::now() > deadline {
