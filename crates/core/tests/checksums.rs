@@ -31,6 +31,8 @@ struct Rig {
     /// Writes performed since each member's last flush: (offset, bytes it
     /// replaced), so a crash can undo any of them.
     unflushed: Vec<Vec<(u64, Vec<u8>)>>,
+    /// Reads of each member's data area so far.
+    data_reads: Vec<u64>,
 }
 
 fn geometry(level: Level, members: u32, copies: u32) -> Geometry {
@@ -64,6 +66,7 @@ impl Rig {
             rng: Rng::new(seed),
             pool: Vec::new(),
             unflushed: vec![Vec::new(); n],
+            data_reads: vec![0; n],
         };
         rig.assemble(g, checksums, false);
         rig
@@ -96,9 +99,12 @@ impl Rig {
             MemberOp::Read {
                 offset_bytes,
                 len_bytes,
-            } => Ok(Some(Bytes::copy_from_slice(
-                &m[offset_bytes as usize..(offset_bytes + len_bytes) as usize],
-            ))),
+            } => Ok(Some(Bytes::copy_from_slice({
+                if offset_bytes >= DATA_OFFSET {
+                    self.data_reads[io.member as usize] += 1;
+                }
+                &m[offset_bytes as usize..(offset_bytes + len_bytes) as usize]
+            }))),
             MemberOp::Write { offset_bytes, data } => {
                 let at = offset_bytes as usize;
                 let bytes = data.to_bytes();
@@ -438,4 +444,38 @@ fn writes_and_reads_off_block_boundaries_keep_their_checksums() {
             "{name}"
         );
     }
+}
+
+/// On RAID-5, a read whose chunk on one member fails its checksum is
+/// rebuilt from the rest of that stripe, and the member is left out of
+/// that stripe's reconstruction: one failed read of it, then the rewrite's
+/// read-back, nothing more. The reconstruction once located the stripe in
+/// the request's bytes wrongly (a mutant of `plan_read`, `*` as `+`,
+/// passed every test): the bad member was read again in the stripe's hull
+/// and failed again before the read converged.
+#[test]
+fn a_wrong_chunk_is_read_once_then_rebuilt_without_it() {
+    let g = geometry(Level::Raid5, 4, 1);
+    // Stripe 2 has member 1 as its parity, stripe 3 a data chunk on it.
+    assert_eq!(g.parity_roles(2).unwrap().p, 1);
+    let d = g
+        .parity_roles(3)
+        .unwrap()
+        .data
+        .iter()
+        .position(|&m| m == 1)
+        .unwrap() as u64;
+    let mut rig = Rig::new(g.clone(), Some(Algorithm::Crc32c), 5);
+    let model = rig.fill();
+    let at = (DATA_OFFSET + 3 * INTERLEAVE) as usize;
+    rig.members[1][at..at + INTERLEAVE as usize].fill(0);
+    let sb = g.stripe_data_bytes();
+    let before = rig.data_reads[1];
+    assert!(rig.read(2 * sb, 2 * sb) == model[(2 * sb) as usize..(4 * sb) as usize]);
+    assert_eq!(
+        rig.data_reads[1] - before,
+        2,
+        "member 1: the failed read and the rewrite's read-back (chunk {d} of stripe 3)"
+    );
+    assert_eq!(rig.repaired(), 1);
 }

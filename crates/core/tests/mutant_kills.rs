@@ -154,6 +154,33 @@ mod volume_bookkeeping {
         assert_eq!(ids, vec![a, b]);
     }
 
+    /// Kills `volume/read.rs: replace != with == in Volume::lost_error`:
+    /// the EIO for bytes no member can give names the members that are
+    /// lost, not the ones still online (the operator reads it to know
+    /// which devices to look at).
+    #[test]
+    fn a_lost_read_names_the_lost_members() {
+        let mut v = raid5(16);
+        v.mark_faulty(0, "test".into());
+        v.mark_faulty(2, "test".into());
+        let unrecorded: Vec<u32> = v.unrecorded_failures().collect();
+        for m in unrecorded {
+            v.failure_recorded(m);
+        }
+        while v.next_event().is_some() {}
+        v.submit(Request::Read {
+            offset_bytes: 0,
+            len_bytes: 4096,
+        });
+        settle(&mut v);
+        let c = v.next_completion().expect("the read ends");
+        let e = c.result.expect_err("two of three members lost");
+        assert_eq!(e.kind, ErrorKind::Io);
+        assert!(e.message.contains("member 0 faulty"), "{}", e.message);
+        assert!(e.message.contains("member 2 faulty"), "{}", e.message);
+        assert!(!e.message.contains("member 1"), "{}", e.message);
+    }
+
     /// Kills `volume/mod.rs: replace Volume::requests_in_flight -> usize
     /// with 0` and `with 1`: the server's stop waits on it.
     #[test]
