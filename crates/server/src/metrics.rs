@@ -295,7 +295,7 @@ impl prometheus_client::collector::Collector for Snapshot {
             )?;
         }
         type Field = fn(&platter_core::stats::MemberStats) -> u64;
-        let member_fields: [(&str, Field, &str); 8] = [
+        let member_fields: [(&str, Field, &str); 9] = [
             ("reads", |m| m.reads, "Member reads issued"),
             (
                 "read_bytes",
@@ -316,6 +316,11 @@ impl prometheus_client::collector::Collector for Snapshot {
             ),
             ("flushes", |m| m.flushes, "Member flushes issued"),
             ("errors", |m| m.errors, "Member I/Os that failed"),
+            (
+                "checksum_mismatched_blocks",
+                |m| m.checksum_mismatched_blocks,
+                "Blocks of the member whose bytes failed their checksums when read (create --checksums)",
+            ),
         ];
         for (field, get, help) in member_fields {
             let series: Vec<(Labels, u64)> = s
@@ -359,6 +364,37 @@ impl prometheus_client::collector::Collector for Snapshot {
             ("repaired_stripes", sc.repaired_stripes, "Stripes a repair rewrote"),
         ] {
             Self::counter(&mut enc, &format!("platter_scrub_{field}"), help, &[(vol(), v)])?;
+        }
+        if let Some(c) = &s.checksums {
+            for (field, v, help) in [
+                (
+                    "verified_blocks",
+                    c.verified_blocks,
+                    "512-byte blocks read that matched their checksums",
+                ),
+                (
+                    "mismatched_blocks",
+                    c.mismatched_blocks,
+                    "Blocks read that did not match their checksums (never served)",
+                ),
+                (
+                    "repaired_reads",
+                    c.repaired_reads,
+                    "Member reads that failed their checksums and were rewritten from redundancy",
+                ),
+                (
+                    "trusted_blocks",
+                    c.trusted_blocks,
+                    "Blocks whose checksums were set from their bytes after a crash",
+                ),
+            ] {
+                Self::counter(
+                    &mut enc,
+                    &format!("platter_checksum_{field}"),
+                    help,
+                    &[(vol(), v)],
+                )?;
+            }
         }
         let r = &self.scrub;
         for (field, v, help) in [
@@ -499,6 +535,11 @@ mod tests {
         s.members[0].bytes_read = 512;
         s.volume.read_latency.record(3_000);
         s.scrub.mismatched_stripes = 5;
+        s.members[1].checksum_mismatched_blocks = 9;
+        s.checksums = Some(platter_core::stats::ChecksumStats {
+            repaired_reads: 4,
+            ..Default::default()
+        });
         let scrub = ScrubRecord {
             completed_unix_seconds: 1_700_000_000,
             last_found_stripes: 2,
@@ -510,6 +551,8 @@ mod tests {
             "platter_scrub_last_completed_timestamp_seconds{volume=\"v1\"} 1700000000",
             "platter_scrub_last_found_stripes{volume=\"v1\"} 2",
             "platter_scrub_in_progress{volume=\"v1\"} 0",
+            "platter_checksum_repaired_reads_total{volume=\"v1\"} 4",
+            "platter_member_checksum_mismatched_blocks_total{volume=\"v1\",member=\"1\"} 9",
         ] {
             assert!(text.contains(line), "{line} not in\n{text}");
         }
