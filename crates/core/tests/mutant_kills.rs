@@ -76,7 +76,9 @@ fn redundancy_is_copies_less_one_or_the_parity_members() {
 mod volume_bookkeeping {
     use bytes::Bytes;
     use platter_core::geometry::{Geometry, GeometrySpec};
-    use platter_core::volume::{CacheLimits, ErrorKind, Health, Limits, MemberOp, Request, Volume};
+    use platter_core::volume::{
+        CacheLimits, ErrorKind, Health, Limits, Maintenance, MemberOp, Request, Volume,
+    };
     use platter_core::{Level, ParityLayout};
 
     fn raid5(max_requests: usize) -> Volume {
@@ -212,5 +214,97 @@ mod volume_bookkeeping {
             v.io_done(io.id, Ok(None));
         }
         assert!(v.is_idle());
+    }
+
+    fn failed(v: &mut Volume, member: u32) {
+        v.mark_faulty(member, "test".into());
+        let unrecorded: Vec<u32> = v.unrecorded_failures().collect();
+        for m in unrecorded {
+            v.failure_recorded(m);
+        }
+        while v.next_event().is_some() {}
+    }
+
+    /// Kills `volume/rebuild.rs: replace match guard r.cursor_stripe ==
+    /// first_stripe with true in Volume::plan_rebuild`: a rebuild step must
+    /// start at the cursor. One that did not (a stale step, a host that
+    /// stepped twice) would write the new member past stripes it has not
+    /// rebuilt, and the cursor would then call them in sync.
+    #[test]
+    fn a_rebuild_step_away_from_the_cursor_is_refused() {
+        let mut v = raid5(16);
+        failed(&mut v, 2);
+        v.start_rebuild(2, 0).expect("a rebuild");
+        v.submit(Request::Maintain {
+            first_stripe: 5,
+            stripe_count: 1,
+            action: Maintenance::Rebuild,
+        });
+        settle(&mut v);
+        let c = v.next_completion().expect("the step ends");
+        let e = c.result.expect_err("out of order");
+        assert!(e.message.contains("out of order"), "{}", e.message);
+        assert_eq!(
+            v.rebuild_progress().expect("still running").cursor_stripe,
+            0
+        );
+    }
+
+    /// Kills `volume/rebuild.rs: replace * with +` and `* with /` in
+    /// `plan_rebuild`: a rebuild that cannot read enough members says at
+    /// which volume bytes it stopped.
+    #[test]
+    fn a_rebuild_with_too_few_members_says_where_it_stopped() {
+        let mut v = raid5(16);
+        failed(&mut v, 2);
+        v.start_rebuild(2, 3).expect("a rebuild");
+        failed(&mut v, 0);
+        v.rebuild_step(1).expect("a step");
+        settle(&mut v);
+        let c = v.next_completion().expect("the step ends");
+        let e = c.result.expect_err("two of three lost");
+        assert!(
+            e.message.contains(&format!("volume bytes {}..", 3 * 8192)),
+            "{}",
+            e.message
+        );
+    }
+
+    /// Kills `volume/rebuild.rs: replace && with ||` in the choice of a
+    /// mirror rebuild's source: the copy read must be usable, not merely
+    /// another member's. With member 0 failed, a mirror x3 rebuilding
+    /// member 2 reads member 1 only; the mutant read the failed member 0
+    /// and copied what it held.
+    #[test]
+    fn a_mirror_rebuild_reads_a_usable_copy() {
+        let g = Geometry::new(GeometrySpec {
+            level: Level::Mirror,
+            parity_layout: ParityLayout::DEFAULT,
+            copies: 3,
+            interleave_bytes: 4096,
+            data_offset_bytes: 4096,
+            member_data_bytes: vec![1 << 16; 3],
+        })
+        .unwrap();
+        let mut v = Volume::new(g, vec![Health::Online; 3], Limits { max_requests: 16 });
+        failed(&mut v, 0);
+        failed(&mut v, 2);
+        v.start_rebuild(2, 0).expect("a rebuild");
+        v.rebuild_step(4).expect("a step");
+        let mut reads = [0u32; 3];
+        for _ in 0..1000 {
+            let Some(io) = v.next_io() else { break };
+            let data = match io.op {
+                MemberOp::Read { len_bytes, .. } => {
+                    reads[io.member as usize] += 1;
+                    Some(Bytes::from(vec![0u8; len_bytes as usize]))
+                }
+                _ => None,
+            };
+            v.io_done(io.id, Ok(data));
+        }
+        assert_eq!(reads[0], 0, "read the failed member");
+        assert!(reads[1] > 0);
+        assert!(v.next_completion().expect("the step ends").result.is_ok());
     }
 }
