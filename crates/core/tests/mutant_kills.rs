@@ -307,4 +307,32 @@ mod volume_bookkeeping {
         assert!(reads[1] > 0);
         assert!(v.next_completion().expect("the step ends").result.is_ok());
     }
+
+    /// Kills `volume/rebuild.rs: replace * with +`, `* with /` where a
+    /// mirror rebuild finds no usable copy: its error says at which volume
+    /// bytes it stopped.
+    #[test]
+    fn a_mirror_rebuild_with_no_copy_left_says_where_it_stopped() {
+        let g = Geometry::new(GeometrySpec {
+            level: Level::Mirror,
+            parity_layout: ParityLayout::DEFAULT,
+            copies: 2,
+            interleave_bytes: 4096,
+            data_offset_bytes: 4096,
+            member_data_bytes: vec![1 << 16; 2],
+        })
+        .unwrap();
+        let mut v = Volume::new(g, vec![Health::Online; 2], Limits { max_requests: 16 });
+        failed(&mut v, 1);
+        v.start_rebuild(1, 3).expect("a rebuild");
+        failed(&mut v, 0);
+        v.rebuild_step(1).expect("a step");
+        settle(&mut v);
+        let e = v
+            .next_completion()
+            .expect("the step ends")
+            .result
+            .expect_err("no copy left");
+        assert!(e.message.contains("volume bytes 12288.."), "{}", e.message);
+    }
 }
