@@ -43,18 +43,7 @@ impl VolatileDisk {
     /// Performs `op`: a read's bytes, nothing for the rest. Panics on a
     /// request past the end (the engine never sends one).
     pub fn perform(&mut self, op: &MemberOp) -> Option<Bytes> {
-        let (offset, len) = match op {
-            MemberOp::Read {
-                offset_bytes,
-                len_bytes,
-            }
-            | MemberOp::Trim {
-                offset_bytes,
-                len_bytes,
-            } => (*offset_bytes, *len_bytes),
-            MemberOp::Write { offset_bytes, data } => (*offset_bytes, data.len() as u64),
-            MemberOp::Flush => (0, 0),
-        };
+        let (offset, len) = op.range();
         assert!(
             offset
                 .checked_add(len)

@@ -341,6 +341,22 @@ impl From<Vec<u8>> for Payload {
 }
 
 impl MemberOp {
+    /// `(offset, length)` on the member; `(0, 0)` for a flush.
+    pub fn range(&self) -> (u64, u64) {
+        match self {
+            MemberOp::Read {
+                offset_bytes,
+                len_bytes,
+            }
+            | MemberOp::Trim {
+                offset_bytes,
+                len_bytes,
+            } => (*offset_bytes, *len_bytes),
+            MemberOp::Write { offset_bytes, data } => (*offset_bytes, data.len() as u64),
+            MemberOp::Flush => (0, 0),
+        }
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             MemberOp::Read { .. } => "read",
