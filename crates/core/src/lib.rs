@@ -12,6 +12,7 @@ pub mod integrity;
 pub mod intent;
 pub mod label;
 pub mod level;
+pub mod ppl;
 pub mod stats;
 pub mod units;
 pub mod volume;

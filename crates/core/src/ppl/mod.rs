@@ -1,0 +1,278 @@
+//! The partial parity log (PPL): what closes the RAID-5/6 write hole.
+//!
+//! A write to part of a parity stripe changes data and parity with
+//! separate member writes; a crash between them leaves the stripe's parity
+//! out of step with its data, and a member lost before anything fixes it
+//! is rebuilt wrong, including chunks nobody was writing. Before such a
+//! write touches a member, the engine writes a *record* to the log area of
+//! each of the stripe's parity members and flushes it: the stripe, the
+//! rows `[lo, hi)` of its chunks the write covers, which cells (data index,
+//! rows) it modifies, and the *partial parity*: P (and for RAID-6 Q) of the
+//! cells it does not modify, as they are on the members. After a crash the
+//! parity of every logged stripe is made from the log and the data the
+//! members hold now ([`recover`]): P = PP ^ (the modified cells), so it
+//! agrees with whatever of the write landed, and a member lost afterwards
+//! is rebuilt right everywhere except in the cells being written, which
+//! read back as some mix (they were never flushed). This is md's PPL
+//! (`Documentation/driver-api/md/raid5-ppl.rst`), extended to Q.
+//!
+//! The format (`docs/on-disk-format.md`, "The partial parity log") is
+//! one record per stripe and parity member, laid back to back in a ring
+//! in each member's log area, each self-describing and checksummed; this
+//! module encodes, finds and applies them, with no I/O of its own.
+
+mod recover;
+
+pub use recover::{recover, Fix, Recovered};
+
+use bytes::Bytes;
+
+/// The unit of the log area: records start on, and are padded to, it.
+pub const BLOCK_BYTES: u64 = 4096;
+
+/// The first bytes of a record.
+pub const RECORD_MAGIC: [u8; 8] = *b"PLTRPPL\x01";
+
+/// The record format this build writes and reads.
+pub const RECORD_FORMAT: u32 = 1;
+
+/// Byte offsets of a record's header fields (`docs/on-disk-format.md`).
+pub mod at {
+    pub const MAGIC: usize = 0x00;
+    pub const FORMAT: usize = 0x08;
+    pub const HEADER_BLOCKS: usize = 0x0C;
+    pub const VOLUME_UUID: usize = 0x10;
+    pub const SEQ: usize = 0x20;
+    pub const STRIPE: usize = 0x28;
+    pub const LO_BYTES: usize = 0x30;
+    pub const HI_BYTES: usize = 0x38;
+    pub const FLAGS: usize = 0x40;
+    pub const PIECE_COUNT: usize = 0x44;
+    pub const PAYLOAD_CRC: usize = 0x48;
+    pub const HEADER_CRC: usize = 0x4C;
+    pub const PIECES: usize = 0x50;
+    /// One piece: data index u32, zero u32, within_bytes u64, len_bytes u64.
+    pub const PIECE_BYTES: usize = 24;
+}
+
+/// The record carries P's partial parity.
+pub const FLAG_PP: u32 = 1;
+/// The record carries Q's partial parity.
+pub const FLAG_PQ: u32 = 2;
+
+/// A header past this many blocks is damage, not a record (a chunk of
+/// 16 MiB in 512-byte pieces on 64 members fits with room to spare).
+const MAX_HEADER_BLOCKS: u64 = 1 << 16;
+
+/// Where the log is on every member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Member offset of the log area: whole blocks, before the data area.
+    pub offset_bytes: u64,
+    pub len_bytes: u64,
+}
+
+/// Cells of a stripe a write modifies: `len` bytes of data chunk
+/// `data_index` from `within` bytes into the chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Piece {
+    pub data_index: u32,
+    pub within_bytes: u64,
+    pub len_bytes: u64,
+}
+
+/// One stripe's entry in the log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// Orders records of the same stripe: a later one supersedes an
+    /// earlier one's rows.
+    pub seq: u64,
+    pub stripe: u64,
+    /// The rows of the stripe's chunks the record speaks for.
+    pub lo_bytes: u64,
+    pub hi_bytes: u64,
+    /// What the write modifies (sorted, disjoint within a data index).
+    /// No pieces with no partial parity: a write of whole rows.
+    pub pieces: Vec<Piece>,
+    /// P and Q of the cells in `[lo, hi)` the write does not modify, as the
+    /// members held them; `hi - lo` bytes each.
+    pub pp: Option<Bytes>,
+    pub pq: Option<Bytes>,
+}
+
+impl Record {
+    fn header_blocks(&self) -> u64 {
+        ((at::PIECES + self.pieces.len() * at::PIECE_BYTES) as u64).div_ceil(BLOCK_BYTES)
+    }
+
+    fn payload_bytes(&self) -> u64 {
+        let hull = self.hi_bytes - self.lo_bytes;
+        hull * (u64::from(self.pp.is_some()) + u64::from(self.pq.is_some()))
+    }
+
+    /// Bytes the record takes in the ring: whole blocks.
+    pub fn encoded_bytes(&self) -> u64 {
+        self.header_blocks() * BLOCK_BYTES
+            + self.payload_bytes().div_ceil(BLOCK_BYTES) * BLOCK_BYTES
+    }
+
+    /// The record's bytes as they go into the log.
+    pub fn encode(&self, volume_uuid: &[u8; 16]) -> Vec<u8> {
+        let hull = self.hi_bytes - self.lo_bytes;
+        assert!(self.lo_bytes < self.hi_bytes, "a record covers some rows");
+        for part in [&self.pp, &self.pq].into_iter().flatten() {
+            assert_eq!(part.len() as u64, hull, "partial parity spans the rows");
+        }
+        let header = (self.header_blocks() * BLOCK_BYTES) as usize;
+        let mut b = vec![0u8; self.encoded_bytes() as usize];
+        b[at::MAGIC..at::MAGIC + 8].copy_from_slice(&RECORD_MAGIC);
+        put_u32(&mut b, at::FORMAT, RECORD_FORMAT);
+        put_u32(&mut b, at::HEADER_BLOCKS, self.header_blocks() as u32);
+        b[at::VOLUME_UUID..at::VOLUME_UUID + 16].copy_from_slice(volume_uuid);
+        put_u64(&mut b, at::SEQ, self.seq);
+        put_u64(&mut b, at::STRIPE, self.stripe);
+        put_u64(&mut b, at::LO_BYTES, self.lo_bytes);
+        put_u64(&mut b, at::HI_BYTES, self.hi_bytes);
+        let flags = if self.pp.is_some() { FLAG_PP } else { 0 }
+            | if self.pq.is_some() { FLAG_PQ } else { 0 };
+        put_u32(&mut b, at::FLAGS, flags);
+        put_u32(&mut b, at::PIECE_COUNT, self.pieces.len() as u32);
+        for (i, p) in self.pieces.iter().enumerate() {
+            let e = at::PIECES + i * at::PIECE_BYTES;
+            put_u32(&mut b, e, p.data_index);
+            put_u64(&mut b, e + 8, p.within_bytes);
+            put_u64(&mut b, e + 16, p.len_bytes);
+        }
+        let mut at_payload = header;
+        for part in [&self.pp, &self.pq].into_iter().flatten() {
+            b[at_payload..at_payload + part.len()].copy_from_slice(part);
+            at_payload += part.len();
+        }
+        let payload_crc = crc32c::crc32c(&b[header..at_payload]);
+        put_u32(&mut b, at::PAYLOAD_CRC, payload_crc);
+        let header_crc = crc32c::crc32c(&b[..header]);
+        put_u32(&mut b, at::HEADER_CRC, header_crc);
+        b
+    }
+}
+
+/// Every intact record of `volume_uuid` in a member's log area. Anything
+/// else (zeros, a torn record, another volume's) is passed over: a record
+/// whose write did not complete was never followed by the member writes
+/// it speaks for.
+pub fn parse_area(area: &[u8], volume_uuid: &[u8; 16], interleave_bytes: u64) -> Vec<Record> {
+    let mut out = Vec::new();
+    let mut at_bytes = 0usize;
+    while at_bytes + BLOCK_BYTES as usize <= area.len() {
+        match parse_one(&area[at_bytes..], volume_uuid, interleave_bytes) {
+            Some(r) => {
+                at_bytes += r.encoded_bytes() as usize;
+                out.push(r);
+            }
+            None => at_bytes += BLOCK_BYTES as usize,
+        }
+    }
+    out
+}
+
+fn parse_one(b: &[u8], volume_uuid: &[u8; 16], interleave_bytes: u64) -> Option<Record> {
+    if b[at::MAGIC..at::MAGIC + 8] != RECORD_MAGIC
+        || get_u32(b, at::FORMAT) != RECORD_FORMAT
+        || b[at::VOLUME_UUID..at::VOLUME_UUID + 16] != volume_uuid[..]
+    {
+        return None;
+    }
+    let header_blocks = u64::from(get_u32(b, at::HEADER_BLOCKS));
+    if header_blocks == 0 || header_blocks > MAX_HEADER_BLOCKS {
+        return None;
+    }
+    let header = usize::try_from(header_blocks * BLOCK_BYTES).ok()?;
+    if header > b.len() {
+        return None;
+    }
+    let mut h = b[..header].to_vec();
+    put_u32(&mut h, at::HEADER_CRC, 0);
+    if crc32c::crc32c(&h) != get_u32(b, at::HEADER_CRC) {
+        return None;
+    }
+    let (lo_bytes, hi_bytes) = (get_u64(b, at::LO_BYTES), get_u64(b, at::HI_BYTES));
+    if lo_bytes >= hi_bytes || hi_bytes > interleave_bytes {
+        return None;
+    }
+    let flags = get_u32(b, at::FLAGS);
+    let count = get_u32(b, at::PIECE_COUNT) as usize;
+    if flags & !(FLAG_PP | FLAG_PQ) != 0 || at::PIECES + count * at::PIECE_BYTES > header {
+        return None;
+    }
+    let mut pieces = Vec::with_capacity(count);
+    for i in 0..count {
+        let e = at::PIECES + i * at::PIECE_BYTES;
+        let p = Piece {
+            data_index: get_u32(b, e),
+            within_bytes: get_u64(b, e + 8),
+            len_bytes: get_u64(b, e + 16),
+        };
+        let end = p.within_bytes.checked_add(p.len_bytes)?;
+        if p.len_bytes == 0 || p.within_bytes < lo_bytes || end > hi_bytes {
+            return None;
+        }
+        pieces.push(p);
+    }
+    let hull = (hi_bytes - lo_bytes) as usize;
+    let parts = (flags & FLAG_PP != 0) as usize + (flags & FLAG_PQ != 0) as usize;
+    let payload_end = header + parts * hull;
+    if payload_end > b.len()
+        || crc32c::crc32c(&b[header..payload_end]) != get_u32(b, at::PAYLOAD_CRC)
+    {
+        return None;
+    }
+    let mut next = header;
+    let mut part = |present: bool| {
+        present.then(|| {
+            let p = Bytes::copy_from_slice(&b[next..next + hull]);
+            next += hull;
+            p
+        })
+    };
+    let pp = part(flags & FLAG_PP != 0);
+    let pq = part(flags & FLAG_PQ != 0);
+    Some(Record {
+        seq: get_u64(b, at::SEQ),
+        stripe: get_u64(b, at::STRIPE),
+        lo_bytes,
+        hi_bytes,
+        pieces,
+        pp,
+        pq,
+    })
+}
+
+/// The log area a volume of this interleave needs on every member: room
+/// for several records of a whole chunk's P and Q with the most pieces a
+/// chunk can have, and at least 4 MiB.
+pub fn area_bytes_for(interleave_bytes: u64, data_per_stripe: u32) -> u64 {
+    let pieces = u64::from(data_per_stripe) * interleave_bytes.div_ceil(512);
+    let header = (at::PIECES as u64 + pieces * at::PIECE_BYTES as u64).div_ceil(BLOCK_BYTES);
+    let record = header * BLOCK_BYTES + 2 * interleave_bytes.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
+    let mib = 1u64 << 20;
+    (4 * record).max(4 * mib).div_ceil(mib) * mib
+}
+
+fn put_u32(b: &mut [u8], at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+fn put_u64(b: &mut [u8], at: usize, v: u64) {
+    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+fn get_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn get_u64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+#[cfg(test)]
+mod tests;
