@@ -59,6 +59,10 @@ pub mod at {
 pub const FLAG_PP: u32 = 1;
 /// The record carries Q's partial parity.
 pub const FLAG_PQ: u32 = 2;
+/// The write covers every cell of the rows (a full-stripe write, a trim):
+/// the partial parity is zero and not stored. Logged only to supersede an
+/// older record of the stripe that recovery would otherwise apply.
+pub const FLAG_WHOLE: u32 = 4;
 
 /// A header past this many blocks is damage, not a record (a chunk of
 /// 16 MiB in 512-byte pieces on 64 members fits with room to spare).
@@ -98,6 +102,9 @@ pub struct Record {
     /// members held them; `hi - lo` bytes each.
     pub pp: Option<Bytes>,
     pub pq: Option<Bytes>,
+    /// Every cell of the rows is modified (pieces cover them all); no
+    /// partial parity is stored, it is zero.
+    pub whole: bool,
 }
 
 impl Record {
@@ -133,8 +140,13 @@ impl Record {
         put_u64(&mut b, at::STRIPE, self.stripe);
         put_u64(&mut b, at::LO_BYTES, self.lo_bytes);
         put_u64(&mut b, at::HI_BYTES, self.hi_bytes);
+        assert!(
+            !self.whole || (self.pp.is_none() && self.pq.is_none()),
+            "a whole record stores no partial parity"
+        );
         let flags = if self.pp.is_some() { FLAG_PP } else { 0 }
-            | if self.pq.is_some() { FLAG_PQ } else { 0 };
+            | if self.pq.is_some() { FLAG_PQ } else { 0 }
+            | if self.whole { FLAG_WHOLE } else { 0 };
         put_u32(&mut b, at::FLAGS, flags);
         put_u32(&mut b, at::PIECE_COUNT, self.pieces.len() as u32);
         for (i, p) in self.pieces.iter().enumerate() {
@@ -201,7 +213,11 @@ fn parse_one(b: &[u8], volume_uuid: &[u8; 16], interleave_bytes: u64) -> Option<
     }
     let flags = get_u32(b, at::FLAGS);
     let count = get_u32(b, at::PIECE_COUNT) as usize;
-    if flags & !(FLAG_PP | FLAG_PQ) != 0 || at::PIECES + count * at::PIECE_BYTES > header {
+    let whole = flags & FLAG_WHOLE != 0;
+    if flags & !(FLAG_PP | FLAG_PQ | FLAG_WHOLE) != 0
+        || (whole && flags & (FLAG_PP | FLAG_PQ) != 0)
+        || at::PIECES + count * at::PIECE_BYTES > header
+    {
         return None;
     }
     let mut pieces = Vec::with_capacity(count);
@@ -244,6 +260,7 @@ fn parse_one(b: &[u8], volume_uuid: &[u8; 16], interleave_bytes: u64) -> Option<
         pieces,
         pp,
         pq,
+        whole,
     })
 }
 

@@ -72,8 +72,14 @@ pub fn recover(
             .map(|p| (p.within_bytes, p.within_bytes + p.len_bytes))
             .collect();
         gone.sort_unstable();
-        let mut p_new = r.pp.as_ref().map(|b| b.to_vec());
-        let mut q_new = r.pq.as_ref().map(|b| b.to_vec());
+        let (mut p_new, mut q_new) = if r.whole {
+            (Some(vec![0; hull]), roles.q.map(|_| vec![0; hull]))
+        } else {
+            (
+                r.pp.as_ref().map(|b| b.to_vec()),
+                r.pq.as_ref().map(|b| b.to_vec()),
+            )
+        };
         for piece in &r.pieces {
             let m = roles.data[piece.data_index as usize];
             if !present[m as usize] {

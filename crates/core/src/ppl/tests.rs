@@ -26,6 +26,7 @@ fn record(seq: u64, pieces: Vec<Piece>, pq: bool) -> Record {
         pieces,
         pp: Some(Bytes::from(vec![0xA5; 1536])),
         pq: pq.then(|| Bytes::from(vec![0x5A; 1536])),
+        whole: false,
     }
 }
 
@@ -155,6 +156,7 @@ impl Stripe {
             pieces,
             pp: Some(p.into()),
             pq: roles.q.map(|_| q.into()),
+            whole: false,
         }
     }
 

@@ -145,6 +145,7 @@ impl Volume {
             assert!(r.cursor_stripe <= self.geometry.stripes());
         }
         self.read_repair.check(|id| self.ops.contains_key(&id));
+        self.check_log();
     }
 
     /// Locks against requests: see [`Volume::check_invariants`].

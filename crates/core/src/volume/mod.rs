@@ -26,6 +26,7 @@ mod invariants;
 mod lock;
 mod nospace;
 mod plan;
+mod ppl;
 mod read;
 mod rebuild;
 mod repair;
@@ -38,6 +39,7 @@ pub use account::{plex_count, transfer_shape};
 pub use cache::{CacheLimits, CacheStatus};
 pub use intent::IntentStatus;
 pub use invariants::SELF_CHECK_EVERY_IOS;
+pub use ppl::LogStats;
 pub use rebuild::RebuildProgress;
 pub use repair::MAX_CORRECTED_READ_ERRORS;
 pub use request::{
@@ -96,6 +98,8 @@ enum Stage {
     Repairing(Phase),
     /// A FLUSH waits for cached stripes to be written out (`cache.rs`).
     Destaging,
+    /// A parity write logs before it writes (`ppl.rs`).
+    Logging(Phase, ppl::LogStep),
 }
 
 /// One phase of a request's member I/O, issued at once.
@@ -119,9 +123,11 @@ impl Phase {
 impl Stage {
     fn phase_mut(&mut self) -> Option<&mut Phase> {
         match self {
-            Stage::Reading(p) | Stage::Writing(p) | Stage::Flushing(p) | Stage::Repairing(p) => {
-                Some(p)
-            }
+            Stage::Reading(p)
+            | Stage::Writing(p)
+            | Stage::Flushing(p)
+            | Stage::Repairing(p)
+            | Stage::Logging(p, _) => Some(p),
             Stage::Waiting | Stage::Destaging => None,
         }
     }
@@ -129,9 +135,11 @@ impl Stage {
     /// Member I/Os outstanding: none outside a phase.
     fn pending(&self) -> u32 {
         match self {
-            Stage::Reading(p) | Stage::Writing(p) | Stage::Flushing(p) | Stage::Repairing(p) => {
-                p.pending
-            }
+            Stage::Reading(p)
+            | Stage::Writing(p)
+            | Stage::Flushing(p)
+            | Stage::Repairing(p)
+            | Stage::Logging(p, _) => p.pending,
             Stage::Waiting | Stage::Destaging => 0,
         }
     }
@@ -237,6 +245,8 @@ struct Plan {
     /// What the request did with the stripe cache (decided at its first
     /// planning), and the entries it took over until it finishes.
     cache: Option<cache::CacheWork>,
+    /// Its records in the partial parity log, when the volume keeps one.
+    log: Option<ppl::OpLog>,
 }
 
 #[derive(Default)]
@@ -264,6 +274,8 @@ struct Durable {
     written: [u64; WRITTEN_WORDS],
     /// A FLUSH: cache write-out failures when it started.
     cache_failures_seen: u64,
+    /// A FLUSH: the log's tick when its member flushes were issued.
+    log_tick: Option<u64>,
 }
 
 impl Durable {
@@ -345,6 +357,8 @@ pub struct Volume {
     /// Per-block checksums, when on (`checksums.rs`): every member I/O
     /// passes through it instead of `io_queue`.
     integrity: Option<crate::integrity::Integrity>,
+    /// The partial parity log, when on (`ppl.rs`).
+    log: Option<ppl::LogState>,
 }
 
 impl Volume {
@@ -384,6 +398,7 @@ impl Volume {
             resync_all_owed: false,
             ios_done: 0,
             integrity: None,
+            log: None,
         }
     }
 
@@ -856,7 +871,12 @@ impl Volume {
     }
 
     fn issue_flushes(&mut self, id: RequestId, members: Vec<u32>) {
+        let tick = self.log_tick();
         let op = self.ops.get_mut(&id).expect("live request");
+        if matches!(op.req, Request::Flush) {
+            // Every member in use: the log's completed writes go durable.
+            op.durable.log_tick = tick;
+        }
         op.stage = Stage::Flushing(Phase::issued(members.len()));
         if members.is_empty() {
             return self.advance(id);
@@ -930,11 +950,13 @@ impl Volume {
                     _ => {
                         self.account_stripe_writes(id);
                         let writes = self.compute_writes(id);
-                        self.issue_writes(id, writes);
+                        self.log_then_write(id, writes);
                     }
                 }
             }
             Stage::Writing(_) => {
+                self.log_writes_done(id);
+                let op = &self.ops[&id];
                 let fua = matches!(
                     op.req,
                     Request::Write { fua: true, .. } | Request::WriteZeroes { fua: true, .. }
@@ -956,7 +978,11 @@ impl Volume {
                 let result = self.write_result(id);
                 self.finish(id, result);
             }
+            Stage::Logging(_, step) => self.log_advance(id, step),
             Stage::Flushing(_) => {
+                if let Some(t) = op.durable.log_tick {
+                    self.log_durable(t);
+                }
                 let result = self.write_result(id);
                 self.finish(id, result);
             }
@@ -1057,6 +1083,7 @@ impl Volume {
         assert_eq!(op.stage.pending(), 0, "finished with I/O outstanding");
         self.account_finish(&op, &result);
         self.forget_read_repair(id);
+        self.log_finished(id);
         if let Request::Maintain {
             first_stripe,
             stripe_count,

@@ -33,6 +33,7 @@ impl Volume {
         plan: &mut Plan,
     ) -> Result<ReadPieces, VolumeError> {
         plan.planned.clear();
+        plan.log = self.log.as_ref().map(|_| super::ppl::OpLog::default());
         if self.geometry.level().is_parity() {
             self.cache_absorb(req, plan);
         }
@@ -90,6 +91,9 @@ impl Volume {
                             kind: WriteKind::Trim((end - first_full) * il),
                         });
                     }
+                }
+                if let Some(ol) = plan.log.as_mut() {
+                    self.log_released(first_full, end_full, ol.records_mut());
                 }
                 if zeros {
                     partial.push((offset_bytes, first_full * stripe_bytes - offset_bytes));
@@ -296,13 +300,20 @@ impl Volume {
         let op = self.ops.get_mut(&id).expect("live request");
         let mut writes = std::mem::take(&mut op.plan.planned);
         let mut jobs = std::mem::take(&mut op.plan.jobs);
+        let mut log = op.plan.log.take();
         for job in &mut jobs {
-            self.compute_stripe(job, &mut writes);
+            self.compute_stripe(job, &mut writes, log.as_mut());
         }
+        self.ops.get_mut(&id).expect("live request").plan.log = log;
         writes
     }
 
-    fn compute_stripe(&self, job: &mut StripeJob, writes: &mut WritePieces) {
+    fn compute_stripe(
+        &self,
+        job: &mut StripeJob,
+        writes: &mut WritePieces,
+        log: Option<&mut super::ppl::OpLog>,
+    ) {
         let g = &self.geometry;
         assert_eq!(
             job.bufs.len(),
@@ -315,12 +326,17 @@ impl Volume {
         let stripe = job.stripe;
         let parity_online = parity.iter().any(|&m| self.usable(m, stripe));
         if parity_online {
+            // The record, if any, from the buffers as read (and, for a
+            // reconstruction, with the lost chunks rebuilt).
+            if job.strategy == Strategy::Reconstruct {
+                self.reconstruct(job);
+            }
+            if let Some(log) = log {
+                log.add(self.log_record(job), job.stripe);
+            }
             match job.strategy {
                 Strategy::ReadModifyWrite => self.fold_changes(job),
                 Strategy::ReconstructWrite | Strategy::Reconstruct => {
-                    if job.strategy == Strategy::Reconstruct {
-                        self.reconstruct(job);
-                    }
                     Self::parity_from_new_data(job);
                 }
             }

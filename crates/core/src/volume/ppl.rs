@@ -1,0 +1,685 @@
+//! The volume's side of the partial parity log (`crate::ppl`): which
+//! writes log what, where records go in each member's ring, and the order
+//! that makes a record worth having.
+//!
+//! A parity write that logs goes: reads, parity computed (and the record
+//! with it, from the same buffers), [a flush of every member], the record
+//! written to the stripe's parity members, those members flushed, then the
+//! data and parity writes. The rules, each for a way recovery could
+//! otherwise make parity wrong for bytes nobody was writing:
+//!
+//! 1. **A partial write logs** (some cell of its rows keeps its bytes):
+//!    its partial parity is what recovery needs for those cells.
+//! 2. **The record is durable before any write it speaks for is issued**:
+//!    a write that landed with no record would leave the hole open.
+//! 3. **A partial write to a stripe with an earlier partial write not yet
+//!    flushed flushes every member first**: its partial parity includes
+//!    the earlier write's new bytes, which a crash could still undo, and
+//!    recovery would then make parity from bytes no member holds.
+//! 4. **Every write to a stripe that still has a record on a member logs,
+//!    whole-row writes and trims included** (a *whole* record, no partial
+//!    parity): recovery applies every record it finds, oldest first, and an
+//!    old record's partial parity is stale once anything else wrote there.
+//! 5. **A record's space is reused only once its writes are durable**:
+//!    they completed before a flush of every member started.
+
+use super::plan::WritePieces;
+use super::{MemberOp, Payload, Phase, RequestId, Stage, StripeJob, Volume};
+use crate::ppl::{Layout, Piece, Record};
+use bytes::Bytes;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+/// Flushes of every member one request may issue waiting for log space
+/// before it gives up (each waits for the writes that hold the space).
+const CLEARINGS_MAX: u32 = 10_000;
+
+/// The log's state in the volume.
+pub(super) struct LogState {
+    layout: Layout,
+    volume_uuid: [u8; 16],
+    next_seq: u64,
+    rings: Vec<Ring>,
+    /// Per stripe, records a recovery could find on some member (written
+    /// or being written, not yet overwritten durably): rule 4.
+    on_disk: BTreeMap<u64, u32>,
+    /// Stripes whose last partial write completed at this tick (rule 3);
+    /// pruned as flushes make them durable.
+    written: HashMap<u64, u64>,
+    /// Ticks count completed logged writes.
+    tick: u64,
+    /// Writes completed at or before this tick are durable.
+    durable_tick: u64,
+    stats: LogStats,
+}
+
+/// What the log did, for `stats`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogStats {
+    /// Records written (a record on P and on Q counts twice).
+    pub records: u64,
+    pub record_bytes: u64,
+    /// Whole records written only to supersede an older record (rule 4).
+    pub whole_records: u64,
+    /// Flushes of every member before a log write: rule 3, or for space.
+    pub clearing_flushes: u64,
+}
+
+/// One member's ring of records.
+#[derive(Default)]
+struct Ring {
+    /// Where the next record goes.
+    head_bytes: u64,
+    /// Records on the member, oldest first.
+    entries: VecDeque<Entry>,
+}
+
+struct Entry {
+    start_bytes: u64,
+    len_bytes: u64,
+    stripe: u64,
+    owner: RequestId,
+    /// The tick its writes completed at; none while they may still run.
+    done_tick: Option<u64>,
+}
+
+/// A request's part in the log, from its parity computed to its finish.
+#[derive(Default)]
+pub(super) struct OpLog {
+    /// Records computed with the writes; numbered when placed.
+    records: Vec<Record>,
+    /// Rule 3 applies: a clearing flush before placing.
+    needs_clearing: bool,
+    clearings: u32,
+    /// The tick when the request's clearing flush was issued.
+    clearing_tick: u64,
+    /// The log writes, once placed in the rings (emptied once written:
+    /// then the members to flush).
+    placed: Vec<(u32, u64, Payload)>,
+    is_placed: bool,
+    /// Records of other requests that the log writes overwrite: they leave
+    /// `on_disk` once those writes are flushed.
+    superseded: Vec<u64>,
+    synced: bool,
+    /// Stripes written partially (rule 3's bookkeeping, at completion).
+    partial_stripes: Vec<u64>,
+}
+
+/// Where a logging request is between its parity and its data writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum LogStep {
+    /// A flush of every member (rule 3, or to free log space).
+    Clearing,
+    /// The records going to the parity members.
+    Writing,
+    /// The parity members flushed after them.
+    Syncing,
+}
+
+impl OpLog {
+    pub(super) fn records_mut(&mut self) -> &mut Vec<Record> {
+        &mut self.records
+    }
+
+    /// A stripe job's record (`log_record`): `partial` ones count for rule 3.
+    pub(super) fn add(&mut self, record: Option<(Record, bool)>, stripe: u64) {
+        if let Some((r, partial)) = record {
+            self.records.push(r);
+            if partial {
+                self.partial_stripes.push(stripe);
+            }
+        }
+    }
+}
+
+impl LogState {
+    fn ring_bytes(&self) -> u64 {
+        self.layout.len_bytes
+    }
+}
+
+impl Volume {
+    /// Logs partial parity for RAID-5/6 writes from now on, into each
+    /// member's `layout` area, which the host has emptied (after applying
+    /// it with `crate::ppl::recover`, if the volume was not shut down
+    /// cleanly).
+    pub fn enable_ppl(&mut self, layout: Layout, volume_uuid: [u8; 16]) {
+        assert!(self.is_idle(), "the log is enabled before any request");
+        assert!(
+            self.geometry.level().is_parity(),
+            "a partial parity log needs parity"
+        );
+        assert!(
+            layout.offset_bytes.is_multiple_of(crate::ppl::BLOCK_BYTES)
+                && layout.len_bytes.is_multiple_of(crate::ppl::BLOCK_BYTES)
+                && layout.offset_bytes + layout.len_bytes <= self.geometry.spec().data_offset_bytes,
+            "the log area lies in whole blocks before the data"
+        );
+        self.log = Some(LogState {
+            layout,
+            volume_uuid,
+            next_seq: 1,
+            rings: (0..self.geometry.members())
+                .map(|_| Ring::default())
+                .collect(),
+            on_disk: BTreeMap::new(),
+            written: HashMap::new(),
+            tick: 0,
+            durable_tick: 0,
+            stats: LogStats::default(),
+        });
+    }
+
+    pub fn ppl(&self) -> Option<Layout> {
+        self.log.as_ref().map(|l| l.layout)
+    }
+
+    pub fn ppl_stats(&self) -> Option<LogStats> {
+        self.log.as_ref().map(|l| l.stats)
+    }
+
+    /// Whole records for whole stripes a write-zeroes or trim releases
+    /// that still have records on the members (rule 4).
+    pub(super) fn log_released(&self, first: u64, end: u64, out: &mut Vec<Record>) {
+        let Some(log) = &self.log else {
+            return;
+        };
+        let il = self.geometry.interleave_bytes();
+        let k = self.geometry.data_per_stripe();
+        for (&stripe, _) in log.on_disk.range(first..end) {
+            out.push(Record {
+                seq: 0,
+                stripe,
+                lo_bytes: 0,
+                hi_bytes: il,
+                pieces: (0..k)
+                    .map(|d| Piece {
+                        data_index: d,
+                        within_bytes: 0,
+                        len_bytes: il,
+                    })
+                    .collect(),
+                pp: None,
+                pq: None,
+                whole: true,
+            });
+        }
+    }
+
+    /// The record a stripe job's write needs, if any, from its buffers
+    /// before the parity is made: for read-modify-write the old parity and
+    /// the old bytes of the modified cells; otherwise the data as read
+    /// (reconstruct-write reads only unmodified cells; a reconstruction
+    /// reads every cell, and the modified ones are taken out again).
+    pub(super) fn log_record(&self, job: &StripeJob) -> Option<(Record, bool)> {
+        let log = self.log.as_ref()?;
+        let roles = &job.roles;
+        let stripe = job.stripe;
+        let p_live = self.usable(roles.p, stripe);
+        let q_live = roles.q.is_some_and(|q| self.usable(q, stripe));
+        if !p_live && !q_live {
+            return None;
+        }
+        let (lo, hi) = (job.lo_bytes, job.hi_bytes);
+        let hull = (hi - lo) as usize;
+        let pieces = merged_pieces(job);
+        let whole = (0..roles.data.len() as u32).all(|d| {
+            let covered: u64 = pieces
+                .iter()
+                .filter(|p| p.data_index == d)
+                .map(|p| p.len_bytes)
+                .sum();
+            covered == hi - lo
+        });
+        if whole {
+            let recorded = log.on_disk.contains_key(&stripe);
+            return recorded.then(|| {
+                (
+                    Record {
+                        seq: 0,
+                        stripe,
+                        lo_bytes: lo,
+                        hi_bytes: hi,
+                        pieces,
+                        pp: None,
+                        pq: None,
+                        whole: true,
+                    },
+                    false,
+                )
+            });
+        }
+        let zeros = vec![0u8; hull];
+        let cells = |m: u32| -> &[u8] {
+            let b = &job.bufs[m as usize];
+            if b.is_empty() {
+                &zeros
+            } else {
+                b
+            }
+        };
+        let (mut pp, mut pq) = match job.strategy {
+            super::write::Strategy::ReadModifyWrite => (
+                p_live.then(|| cells(roles.p).to_vec()),
+                roles.q.filter(|_| q_live).map(|q| cells(q).to_vec()),
+            ),
+            _ => {
+                let k = roles.data.len();
+                let mut data: Vec<&[u8]> = vec![&[]; k];
+                for (d, &m) in roles.data.iter().enumerate() {
+                    data[roles.q_slot[d] as usize] = cells(m);
+                }
+                let mut p = vec![0u8; hull];
+                let mut q = vec![0u8; hull];
+                if roles.q.is_some() {
+                    platter_parity::gen_pq(&data, &mut p, &mut q);
+                } else {
+                    platter_parity::gen_p(&data, &mut p);
+                }
+                (p_live.then_some(p), q_live.then_some(q))
+            }
+        };
+        // Out with the modified cells' old bytes (zeros where never read).
+        for piece in &pieces {
+            let m = roles.data[piece.data_index as usize];
+            let at = (piece.within_bytes - lo) as usize;
+            let old = &cells(m)[at..at + piece.len_bytes as usize];
+            if let Some(p) = pp.as_mut() {
+                platter_parity::xor_into(&mut p[at..at + old.len()], old);
+            }
+            if let Some(q) = pq.as_mut() {
+                let coef = platter_parity::gf_exp2(roles.q_slot[piece.data_index as usize]);
+                platter_parity::mul_xor_into(coef, old, &mut q[at..at + old.len()]);
+            }
+        }
+        Some((
+            Record {
+                seq: 0,
+                stripe,
+                lo_bytes: lo,
+                hi_bytes: hi,
+                pieces,
+                pp: pp.map(Bytes::from),
+                pq: pq.map(Bytes::from),
+                whole: false,
+            },
+            true,
+        ))
+    }
+
+    /// After the parity is computed: log first if anything needs it,
+    /// else write at once.
+    pub(super) fn log_then_write(&mut self, id: RequestId, writes: WritePieces) {
+        let Some(log) = &self.log else {
+            return self.issue_writes(id, writes);
+        };
+        let op = self.ops.get_mut(&id).expect("live request");
+        let Some(ol) = op.plan.log.as_mut().filter(|l| !l.records.is_empty()) else {
+            return self.issue_writes(id, writes);
+        };
+        ol.needs_clearing = ol
+            .partial_stripes
+            .iter()
+            .any(|s| log.written.get(s).is_some_and(|&t| t > log.durable_tick));
+        op.plan.planned = writes;
+        self.log_next(id);
+    }
+
+    fn log_next(&mut self, id: RequestId) {
+        let op = self.ops.get_mut(&id).expect("live request");
+        let ol = op.plan.log.as_mut().expect("a logging request");
+        if !ol.is_placed {
+            if !ol.needs_clearing && self.log_place(id) {
+                return self.log_next(id);
+            }
+            let op = self.ops.get_mut(&id).expect("live request");
+            let ol = op.plan.log.as_mut().expect("a logging request");
+            ol.clearings += 1;
+            assert!(
+                ol.clearings <= CLEARINGS_MAX,
+                "a write waited through {CLEARINGS_MAX} flushes for log space"
+            );
+            let log = self.log.as_mut().expect("log on");
+            ol.clearing_tick = log.tick;
+            log.stats.clearing_flushes += 1;
+            let members: Vec<u32> = (0..self.geometry.members())
+                .filter(|&m| self.in_use(m))
+                .collect();
+            return self.issue_log_ios(id, LogStep::Clearing, members, |_| MemberOp::Flush);
+        }
+        if !ol.synced {
+            let placed = std::mem::take(&mut ol.placed);
+            let step = if placed.iter().all(|(_, _, p)| p.is_empty()) {
+                LogStep::Syncing
+            } else {
+                LogStep::Writing
+            };
+            let members: Vec<u32> = placed.iter().map(|(m, _, _)| *m).collect();
+            let ios: Vec<(u32, MemberOp)> = placed
+                .iter()
+                .map(|(m, start, payload)| {
+                    let op = match step {
+                        LogStep::Writing => MemberOp::Write {
+                            offset_bytes: self.log.as_ref().expect("log on").layout.offset_bytes
+                                + start,
+                            data: payload.clone(),
+                        },
+                        _ => MemberOp::Flush,
+                    };
+                    (*m, op)
+                })
+                .collect();
+            // Written payloads are emptied: the same list, flushed next.
+            let ol = self
+                .ops
+                .get_mut(&id)
+                .expect("live request")
+                .plan
+                .log
+                .as_mut()
+                .expect("logging");
+            ol.placed = placed
+                .into_iter()
+                .map(|(m, s, _)| (m, s, Payload::default()))
+                .collect();
+            let mut ios = ios.into_iter();
+            return self.issue_log_ios(id, step, members, move |_| {
+                ios.next().expect("one I/O per member").1
+            });
+        }
+        let writes = std::mem::take(&mut op.plan.planned);
+        // A member lost while the log was written takes no writes.
+        let writes = writes
+            .into_iter()
+            .filter(|w| self.in_use(w.member))
+            .collect();
+        self.issue_writes(id, writes)
+    }
+
+    fn issue_log_ios(
+        &mut self,
+        id: RequestId,
+        step: LogStep,
+        members: Vec<u32>,
+        mut op_for: impl FnMut(u32) -> MemberOp,
+    ) {
+        let op = self.ops.get_mut(&id).expect("live request");
+        op.stage = Stage::Logging(Phase::issued(members.len()), step);
+        if members.is_empty() {
+            return self.log_advance(id, step);
+        }
+        for m in members {
+            let mop = op_for(m);
+            self.new_io(id, m, mop, super::Dests::new());
+        }
+    }
+
+    /// A log step's I/O is done (failed members are out of use already).
+    pub(super) fn log_advance(&mut self, id: RequestId, step: LogStep) {
+        let op = self.ops.get_mut(&id).expect("live request");
+        let ol = op.plan.log.as_mut().expect("logging");
+        match step {
+            LogStep::Clearing => {
+                ol.needs_clearing = false;
+                let t = ol.clearing_tick;
+                self.log_durable(t);
+            }
+            // Next: the same members flushed (their payloads are gone).
+            LogStep::Writing => {}
+            LogStep::Syncing => {
+                ol.synced = true;
+                let superseded = std::mem::take(&mut ol.superseded);
+                let log = self.log.as_mut().expect("log on");
+                for s in superseded {
+                    forget(&mut log.on_disk, s);
+                }
+            }
+        }
+        self.log_next(id)
+    }
+
+    /// Places the request's records in the rings of their stripes' parity
+    /// members, all or none: false when some ring has no room yet.
+    fn log_place(&mut self, id: RequestId) -> bool {
+        let members = self.geometry.members();
+        let usable: Vec<Vec<u32>> = {
+            let op = &self.ops[&id];
+            let ol = op.plan.log.as_ref().expect("logging");
+            ol.records
+                .iter()
+                .map(|r| {
+                    let roles = self.geometry.parity_roles(r.stripe).expect("parity level");
+                    std::iter::once(roles.p)
+                        .chain(roles.q)
+                        .filter(|&m| self.usable(m, r.stripe))
+                        .collect()
+                })
+                .collect()
+        };
+        let log = self.log.as_mut().expect("log on");
+        let op = self.ops.get_mut(&id).expect("live request");
+        let ol = op.plan.log.as_mut().expect("logging");
+        let mut need = vec![0u64; members as usize];
+        for (r, ms) in ol.records.iter().zip(&usable) {
+            for &m in ms {
+                need[m as usize] += r.encoded_bytes();
+            }
+        }
+        let ring_bytes = log.ring_bytes();
+        ol.is_placed = true;
+        let mut starts = vec![None; members as usize];
+        for m in 0..members as usize {
+            if need[m] == 0 {
+                continue;
+            }
+            assert!(
+                need[m] <= ring_bytes,
+                "a request's records ({} bytes) outgrow the log ({ring_bytes} bytes)",
+                need[m]
+            );
+            match log.rings[m].find_room(need[m], ring_bytes, log.durable_tick) {
+                Some(start) => starts[m] = Some(start),
+                None => {
+                    ol.is_placed = false;
+                    return false;
+                }
+            }
+        }
+        // Room everywhere: number, encode and claim.
+        let mut payloads: Vec<Vec<Bytes>> = vec![Vec::new(); members as usize];
+        let mut at = starts.clone();
+        for (r, ms) in ol.records.iter_mut().zip(&usable) {
+            r.seq = log.next_seq;
+            log.next_seq += 1;
+            if r.whole {
+                log.stats.whole_records += ms.len() as u64;
+            }
+            let bytes = Bytes::from(r.encode(&log.volume_uuid));
+            for &m in ms {
+                let start = at[m as usize].expect("room found");
+                at[m as usize] = Some(start + bytes.len() as u64);
+                log.stats.records += 1;
+                log.stats.record_bytes += bytes.len() as u64;
+                *log.on_disk.entry(r.stripe).or_insert(0) += 1;
+                log.rings[m as usize].entries.push_back(Entry {
+                    start_bytes: start,
+                    len_bytes: bytes.len() as u64,
+                    stripe: r.stripe,
+                    owner: id,
+                    done_tick: None,
+                });
+                payloads[m as usize].push(bytes.clone());
+            }
+        }
+        for (m, start) in starts.iter().enumerate() {
+            let Some(start) = *start else {
+                continue;
+            };
+            let ring = &mut log.rings[m];
+            let end = start + need[m];
+            ring.head_bytes = if end == ring_bytes { 0 } else { end };
+            // Dead records the new ones overwrite.
+            let new_owner_len = payloads[m].len();
+            let keep_from = ring.entries.len() - new_owner_len;
+            let mut kept = VecDeque::new();
+            for (i, e) in ring.entries.drain(..).enumerate() {
+                if i < keep_from && e.start_bytes < end && start < e.start_bytes + e.len_bytes {
+                    ol.superseded.push(e.stripe);
+                } else {
+                    kept.push_back(e);
+                }
+            }
+            ring.entries = kept;
+            let mut payload = Payload::default();
+            for b in std::mem::take(&mut payloads[m]) {
+                payload.push(b);
+            }
+            ol.placed.push((m as u32, start, payload));
+        }
+        true
+    }
+
+    /// The request's member writes completed: its records' writes are
+    /// done, to be durable after the next flush of every member.
+    pub(super) fn log_writes_done(&mut self, id: RequestId) {
+        let Some(log) = self.log.as_mut() else {
+            return;
+        };
+        let Some(ol) = self.ops.get_mut(&id).and_then(|op| op.plan.log.as_mut()) else {
+            return;
+        };
+        if ol.records.is_empty() {
+            return;
+        }
+        log.tick += 1;
+        let t = log.tick;
+        for s in std::mem::take(&mut ol.partial_stripes) {
+            log.written.insert(s, t);
+        }
+        for ring in &mut log.rings {
+            for e in ring.entries.iter_mut().filter(|e| e.owner == id) {
+                e.done_tick.get_or_insert(t);
+            }
+        }
+    }
+
+    /// A request ends: whatever it logged counts as done from now.
+    pub(super) fn log_finished(&mut self, id: RequestId) {
+        let Some(log) = self.log.as_mut() else {
+            return;
+        };
+        log.tick += 1;
+        let t = log.tick;
+        for ring in &mut log.rings {
+            for e in ring.entries.iter_mut().filter(|e| e.owner == id) {
+                e.done_tick.get_or_insert(t);
+            }
+        }
+    }
+
+    /// A flush of every member issued at tick `t` completed.
+    pub(super) fn log_durable(&mut self, t: u64) {
+        let Some(log) = self.log.as_mut() else {
+            return;
+        };
+        if t > log.durable_tick {
+            log.durable_tick = t;
+            let d = log.durable_tick;
+            log.written.retain(|_, &mut w| w > d);
+        }
+    }
+
+    /// The tick a flush of every member issued now would make durable.
+    pub(super) fn log_tick(&self) -> Option<u64> {
+        self.log.as_ref().map(|l| l.tick)
+    }
+
+    /// The log against the requests (`check_invariants`).
+    pub(super) fn check_log(&self) {
+        let Some(log) = &self.log else {
+            return;
+        };
+        for ring in &log.rings {
+            let mut spans: Vec<(u64, u64)> = Vec::new();
+            for e in &ring.entries {
+                assert!(
+                    e.start_bytes + e.len_bytes <= log.ring_bytes(),
+                    "a record past the ring"
+                );
+                assert!(
+                    log.on_disk.contains_key(&e.stripe),
+                    "a ringed record not on disk"
+                );
+                if e.done_tick.is_none() {
+                    assert!(
+                        self.ops.contains_key(&e.owner),
+                        "a live record of a finished request"
+                    );
+                }
+                spans.push((e.start_bytes, e.start_bytes + e.len_bytes));
+            }
+            spans.sort_unstable();
+            assert!(
+                spans.windows(2).all(|w| w[0].1 <= w[1].0),
+                "records overlap in a ring"
+            );
+        }
+        assert!(log.durable_tick <= log.tick);
+        assert!(log
+            .written
+            .values()
+            .all(|&t| t > log.durable_tick && t <= log.tick));
+    }
+}
+
+impl Ring {
+    /// Where `len` bytes fit without overwriting a record whose writes may
+    /// not be durable: at the head, or (no room before the end) at 0.
+    fn find_room(&self, len: u64, ring_bytes: u64, durable_tick: u64) -> Option<u64> {
+        let start = if self.head_bytes + len <= ring_bytes {
+            self.head_bytes
+        } else {
+            0
+        };
+        let end = start + len;
+        let blocked = self.entries.iter().any(|e| {
+            e.start_bytes < end
+                && start < e.start_bytes + e.len_bytes
+                && e.done_tick.is_none_or(|t| t > durable_tick)
+        });
+        (!blocked).then_some(start)
+    }
+}
+
+fn forget(on_disk: &mut BTreeMap<u64, u32>, stripe: u64) {
+    if let Some(n) = on_disk.get_mut(&stripe) {
+        *n -= 1;
+        if *n == 0 {
+            on_disk.remove(&stripe);
+        }
+    }
+}
+
+/// A job's modified cells, merged per data index and sorted.
+fn merged_pieces(job: &StripeJob) -> Vec<Piece> {
+    let mut spans: Vec<(u32, u64, u64)> = job
+        .new_data
+        .iter()
+        .map(|(d, w, b)| (*d, *w, w + b.len() as u64))
+        .collect();
+    spans.sort_unstable();
+    let mut out: Vec<Piece> = Vec::new();
+    for (d, a, b) in spans {
+        match out.last_mut() {
+            Some(p) if p.data_index == d && a <= p.within_bytes + p.len_bytes => {
+                let end = (p.within_bytes + p.len_bytes).max(b);
+                p.len_bytes = end - p.within_bytes;
+            }
+            _ => out.push(Piece {
+                data_index: d,
+                within_bytes: a,
+                len_bytes: b - a,
+            }),
+        }
+    }
+    out
+}
