@@ -135,6 +135,25 @@ pub struct Stats {
     /// them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checksums: Option<ChecksumStats>,
+    /// The partial parity log (`create --consistency-policy ppl`), when
+    /// the volume keeps one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ppl: Option<PplStats>,
+}
+
+/// What the partial parity log wrote since assembly.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PplStats {
+    /// Records written (a RAID-6 record goes to P and to Q: two).
+    pub records: u64,
+    pub record_bytes: u64,
+    /// Of those, whole records: written only so that an older record of
+    /// the stripe is not applied over newer data.
+    pub whole_records: u64,
+    /// Flushes of every member a write waited for before logging: a
+    /// partial write to a stripe with an unflushed partial write, or log
+    /// space still held by writes not yet durable.
+    pub clearing_flushes: u64,
 }
 
 /// What the checksums saw, over every member (per member:
@@ -180,6 +199,7 @@ impl Stats {
             members: vec![MemberStats::default(); members as usize],
             scrub: ScrubStats::default(),
             checksums: None,
+            ppl: None,
         }
     }
 

@@ -66,4 +66,4 @@ pub use members::{CrashUndo, Jitter, ServiceModel, SimpleLatency, SimpleService}
 pub use run::{
     Arrival, Fault, Mix, Report, ScheduledFault, SilentCorruption, SimConfig, Simulation, Workload,
 };
-pub use scenario::{large_config, random_config, with_checksums, ScenarioOptions};
+pub use scenario::{large_config, random_config, with_checksums, with_ppl, ScenarioOptions};

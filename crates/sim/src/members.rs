@@ -391,6 +391,17 @@ impl SimMember {
         self.data.set(r.start as u64, &v);
     }
 
+    /// The host writes and flushes, outside the volume (applying the
+    /// partial parity log after a crash): nothing for a crash to undo.
+    pub fn write_flushed(&mut self, offset_bytes: u64, data: &[u8]) {
+        assert!(
+            self.undo.is_empty(),
+            "a host write between a crash and the restart"
+        );
+        let r = self.range(offset_bytes, data.len() as u64, "host write");
+        self.data.set(r.start as u64, data);
+    }
+
     /// Taken when a flush is issued: the writes it makes durable.
     pub fn flush_mark(&self) -> u64 {
         self.write_seq

@@ -104,6 +104,13 @@ pub enum Fault {
     /// reports it. Without checksums the next read of it is served wrong;
     /// with them ([`SimConfig::checksums`]) it must never be.
     CorruptStored { member: u32 },
+    /// Power failure, as [`Fault::Crash`], and this member does not come
+    /// back: the volume is assembled without it, degraded, before any
+    /// resync (the write hole's own scenario). Stripes a partial write was
+    /// changing when the power went then rebuild the member's chunks from
+    /// parity that may not match the data, unless the volume keeps a
+    /// partial parity log ([`SimConfig::ppl`]), applied before it serves.
+    CrashLosingMember { member: u32 },
 }
 
 /// Silent corruption of what members store ("bit rot"), and the scrub that
@@ -177,6 +184,9 @@ pub struct SimConfig {
     /// area sits right before the data area ([`checksum_layout`]), so the
     /// geometry's data offset must leave room for it after the bitmap.
     pub checksums: Option<Algorithm>,
+    /// A partial parity log (RAID-5/6) in this area of every member,
+    /// applied after each crash before the volume serves.
+    pub ppl: Option<platter_core::ppl::Layout>,
 }
 
 /// Where a simulated volume keeps its checksums: the pages right before
@@ -272,6 +282,12 @@ pub struct Report {
     /// Member failures the engine knew of and the labels did not yet
     /// record when a crash came: those members were assembled again.
     pub failures_unrecorded_at_crashes: u64,
+    /// Members lost with a crash ([`Fault::CrashLosingMember`]).
+    pub members_lost_at_crashes: u64,
+    /// Partial parity log records applied after crashes, and the bytes of
+    /// rows left alone because a member they modify was lost.
+    pub ppl_records_applied: u64,
+    pub ppl_rows_skipped_bytes: u64,
     /// Reads that returned bytes the oracle vouches for and that were
     /// wrong, and how many such bytes they held.
     pub wrong_reads: u64,
@@ -489,7 +505,10 @@ impl Simulation {
         let geometry = Geometry::new(config.geometry.clone())
             .unwrap_or_else(|e| panic!("seed {seed}: bad simulated geometry: {e}"));
         let n = geometry.members();
-        let can_crash = config.faults.iter().any(|f| f.fault == Fault::Crash);
+        let can_crash = config
+            .faults
+            .iter()
+            .any(|f| matches!(f.fault, Fault::Crash | Fault::CrashLosingMember { .. }));
         let spec = geometry.spec();
         let members = (0..n)
             .map(|m| {
@@ -557,6 +576,9 @@ impl Simulation {
         if let Some(limits) = config.stripe_cache {
             volume.enable_stripe_cache(limits);
         }
+        if let Some(layout) = config.ppl {
+            volume.enable_ppl(layout, PPL_VOLUME_UUID);
+        }
         let report = Report {
             seed,
             trace_hash: 0,
@@ -587,6 +609,9 @@ impl Simulation {
             stats: Default::default(),
             cache_peak_stripes: 0,
             cached_stripes_lost_in_crashes: 0,
+            members_lost_at_crashes: 0,
+            ppl_records_applied: 0,
+            ppl_rows_skipped_bytes: 0,
             failures_unrecorded_at_crashes: 0,
             wrong_reads: 0,
             wrong_bytes: 0,
@@ -1162,7 +1187,8 @@ impl Simulation {
                 self.trace.fold(&[8, now, 3, u64::from(member)]);
                 self.members[member as usize].corrupt_next_read();
             }
-            Fault::Crash => self.crash(),
+            Fault::Crash => self.crash(None),
+            Fault::CrashLosingMember { member } => self.crash(Some(member)),
             Fault::CorruptStored { member } => self.corrupt_stored(member, now),
         }
     }
@@ -1185,7 +1211,7 @@ impl Simulation {
             .fold(&[14, now, u64::from(member), at, mask.len() as u64]);
     }
 
-    fn crash(&mut self) {
+    fn crash(&mut self, lose: Option<u32>) {
         let now = self.clock.now_ns();
         self.service.power_fail(now);
         self.inflight.clear();
@@ -1217,6 +1243,20 @@ impl Simulation {
             self.report.writes_lost_in_crashes +=
                 m.crash(self.config.crash_undo, &mut self.fault_rng);
         }
+        if let Some(m) = lose {
+            // The member's disk dies with the host: assembled as missing.
+            self.report.members_lost_at_crashes += 1;
+            self.injected[m as usize] = true;
+            self.labels_faulty[m as usize] = true;
+            self.members[m as usize].die_at(now);
+            if !self.known_faulty[m as usize] {
+                self.known_faulty[m as usize] = true;
+                self.report.faulty_members.push(m);
+            }
+        }
+        if let Some(layout) = self.config.ppl {
+            self.apply_ppl(layout);
+        }
         let unknown = self.oracle.crash();
         // Tag 12: a crash (9 is a corrected read error).
         self.trace.fold(&[12, now, lost, unknown]);
@@ -1237,6 +1277,9 @@ impl Simulation {
             .expect("checked at the start");
         if let Some(limits) = self.config.stripe_cache {
             self.volume.enable_stripe_cache(limits);
+        }
+        if let Some(layout) = self.config.ppl {
+            self.volume.enable_ppl(layout, PPL_VOLUME_UUID);
         }
         // The bitmap as the members hold it now, OR-ed over those in use;
         // the regions it marks are resynced before anything else.
@@ -1295,7 +1338,45 @@ impl Simulation {
     }
 }
 
+/// The simulated volume's identity in its log records.
+const PPL_VOLUME_UUID: [u8; 16] = *b"platter-sim-ppl!";
+
 impl Simulation {
+    /// After a crash, before the volume is assembled again: the partial
+    /// parity log applied as `platter serve` applies it (the same
+    /// `platter_core::ppl::recover`), then emptied.
+    fn apply_ppl(&mut self, layout: platter_core::ppl::Layout) {
+        let present: Vec<bool> = self.labels_faulty.iter().map(|&f| !f).collect();
+        let mut records = Vec::new();
+        for (m, member) in self.members.iter().enumerate() {
+            if present[m] {
+                let area = member.read(layout.offset_bytes, layout.len_bytes);
+                records.extend(platter_core::ppl::parse_area(
+                    &area,
+                    &PPL_VOLUME_UUID,
+                    self.geometry.interleave_bytes(),
+                ));
+            }
+        }
+        let members = &self.members;
+        let recovered =
+            platter_core::ppl::recover(&self.geometry, &present, records, &mut |m, at, len| {
+                Ok(members[m as usize].read(at, len))
+            })
+            .unwrap_or_else(|e| panic!("seed {}: the log did not apply: {e}", self.seed));
+        self.report.ppl_records_applied += recovered.records;
+        self.report.ppl_rows_skipped_bytes += recovered.rows_skipped_bytes;
+        for f in recovered.fixes {
+            self.members[f.member as usize].write_flushed(f.offset_bytes, &f.data);
+        }
+        let zeros = vec![0u8; layout.len_bytes as usize];
+        for (m, member) in self.members.iter_mut().enumerate() {
+            if present[m] {
+                member.write_flushed(layout.offset_bytes, &zeros);
+            }
+        }
+    }
+
     /// The bitmap's promise, checked at a crash: every data write a member
     /// had not flushed (which the crash may have undone, kept, or kept in
     /// part) lies in a region the members' bitmap marks, so the resync

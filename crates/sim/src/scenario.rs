@@ -26,6 +26,9 @@ pub struct ScenarioOptions {
     /// written, so the failed member may be assembled again. Levels with
     /// copies only (a parity volume must not crash degraded).
     pub crash_after_failure: bool,
+    /// With `crash`, parity levels only: the crash takes a member with it
+    /// ([`Fault::CrashLosingMember`]) and no other member fails.
+    pub crash_loses_member: bool,
     pub requests_min: u64,
     pub requests_max: u64,
 }
@@ -37,6 +40,7 @@ impl Default for ScenarioOptions {
             beyond_budget_percent: 15,
             crash: false,
             crash_after_failure: false,
+            crash_loses_member: false,
             requests_min: 100,
             requests_max: 300,
         }
@@ -207,11 +211,44 @@ pub fn random_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
         label_write_ns: r.range(label_min_ns, label_min_ns + 2 * flush_ns + 1),
         silent_corruption: None,
         checksums: None,
+        ppl: None,
     };
     if opts.crash && opts.crash_after_failure {
         crash_after_first_failure(&mut config, &mut r);
     }
+    if opts.crash && opts.crash_loses_member {
+        assert!(
+            level.is_parity(),
+            "a crash losing a member is the parity levels' hole"
+        );
+        let member = r.below(u64::from(members)) as u32;
+        config.faults.retain(|f| f.fault == Fault::Crash);
+        for f in &mut config.faults {
+            f.fault = Fault::CrashLosingMember { member };
+        }
+    }
     config
+}
+
+/// Turns on the partial parity log (RAID-5/6): its area goes where the
+/// data began, and the data moves up past it. Before [`with_checksums`],
+/// whose area must stay right before the data. The area is the smallest
+/// the engine accepts for the interleave (not `platter create`'s 4 MiB
+/// floor), so that its ring wraps and fills within a short run.
+pub fn with_ppl(c: &mut SimConfig) {
+    assert!(c.checksums.is_none(), "with_ppl goes before with_checksums");
+    assert!(
+        c.geometry.level.is_parity(),
+        "a partial parity log needs parity"
+    );
+    let g = &mut c.geometry;
+    let offset_bytes = g.data_offset_bytes.max(DATA_OFFSET_BYTES);
+    let len_bytes = platter_core::ppl::ring_bytes_min(g.interleave_bytes);
+    g.data_offset_bytes = offset_bytes + len_bytes;
+    c.ppl = Some(platter_core::ppl::Layout {
+        offset_bytes,
+        len_bytes,
+    });
 }
 
 const TIB: u64 = 1 << 40;

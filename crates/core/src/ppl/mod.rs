@@ -50,7 +50,10 @@ pub mod at {
     pub const PIECE_COUNT: usize = 0x44;
     pub const PAYLOAD_CRC: usize = 0x48;
     pub const HEADER_CRC: usize = 0x4C;
-    pub const PIECES: usize = 0x50;
+    /// Stripes the record speaks for: 1, or (a whole record) more, listed
+    /// after the pieces as u64s.
+    pub const STRIPE_COUNT: usize = 0x50;
+    pub const PIECES: usize = 0x58;
     /// One piece: data index u32, zero u32, within_bytes u64, len_bytes u64.
     pub const PIECE_BYTES: usize = 24;
 }
@@ -64,9 +67,16 @@ pub const FLAG_PQ: u32 = 2;
 /// older record of the stripe that recovery would otherwise apply.
 pub const FLAG_WHOLE: u32 = 4;
 
-/// A header past this many blocks is damage, not a record (a chunk of
-/// 16 MiB in 512-byte pieces on 64 members fits with room to spare).
-const MAX_HEADER_BLOCKS: u64 = 1 << 16;
+/// A header past this many blocks is damage, not a record.
+const MAX_HEADER_BLOCKS: u64 = 64;
+
+/// The most pieces a record lists: the engine widens the pieces of a
+/// write more fragmented than that (treating a few unwritten bytes as
+/// modified keeps the parity right; see `volume/ppl.rs`).
+pub const MAX_PIECES: usize = 1024;
+
+/// The most stripes a whole record lists.
+pub const MAX_STRIPES: usize = 4096;
 
 /// Where the log is on every member.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,7 +101,9 @@ pub struct Record {
     /// Orders records of the same stripe: a later one supersedes an
     /// earlier one's rows.
     pub seq: u64,
-    pub stripe: u64,
+    /// The stripe; a whole record may list several, each with the same
+    /// rows and pieces.
+    pub stripes: Vec<u64>,
     /// The rows of the stripe's chunks the record speaks for.
     pub lo_bytes: u64,
     pub hi_bytes: u64,
@@ -109,7 +121,8 @@ pub struct Record {
 
 impl Record {
     fn header_blocks(&self) -> u64 {
-        ((at::PIECES + self.pieces.len() * at::PIECE_BYTES) as u64).div_ceil(BLOCK_BYTES)
+        let bytes = at::PIECES + self.pieces.len() * at::PIECE_BYTES + self.stripes.len() * 8;
+        (bytes as u64).div_ceil(BLOCK_BYTES)
     }
 
     fn payload_bytes(&self) -> u64 {
@@ -127,6 +140,14 @@ impl Record {
     pub fn encode(&self, volume_uuid: &[u8; 16]) -> Vec<u8> {
         let hull = self.hi_bytes - self.lo_bytes;
         assert!(self.lo_bytes < self.hi_bytes, "a record covers some rows");
+        assert!(
+            self.stripes.len() == 1 || (self.whole && self.stripes.len() <= MAX_STRIPES),
+            "only a whole record lists several stripes"
+        );
+        assert!(
+            self.pieces.len() <= MAX_PIECES,
+            "pieces widened to the limit"
+        );
         for part in [&self.pp, &self.pq].into_iter().flatten() {
             assert_eq!(part.len() as u64, hull, "partial parity spans the rows");
         }
@@ -137,7 +158,8 @@ impl Record {
         put_u32(&mut b, at::HEADER_BLOCKS, self.header_blocks() as u32);
         b[at::VOLUME_UUID..at::VOLUME_UUID + 16].copy_from_slice(volume_uuid);
         put_u64(&mut b, at::SEQ, self.seq);
-        put_u64(&mut b, at::STRIPE, self.stripe);
+        put_u64(&mut b, at::STRIPE, self.stripes[0]);
+        put_u32(&mut b, at::STRIPE_COUNT, self.stripes.len() as u32);
         put_u64(&mut b, at::LO_BYTES, self.lo_bytes);
         put_u64(&mut b, at::HI_BYTES, self.hi_bytes);
         assert!(
@@ -155,12 +177,20 @@ impl Record {
             put_u64(&mut b, e + 8, p.within_bytes);
             put_u64(&mut b, e + 16, p.len_bytes);
         }
+        let list = at::PIECES + self.pieces.len() * at::PIECE_BYTES;
+        for (i, &s) in self.stripes.iter().enumerate().skip(1) {
+            put_u64(&mut b, list + (i - 1) * 8, s);
+        }
         let mut at_payload = header;
         for part in [&self.pp, &self.pq].into_iter().flatten() {
             b[at_payload..at_payload + part.len()].copy_from_slice(part);
             at_payload += part.len();
         }
-        let payload_crc = crc32c::crc32c(&b[header..at_payload]);
+        debug_assert!(at_payload <= b.len());
+        // The padding too: a later record that overlaps only this one's
+        // padding must still break it (its space was reused), and the
+        // engine counts it as gone.
+        let payload_crc = crc32c::crc32c(&b[header..]);
         put_u32(&mut b, at::PAYLOAD_CRC, payload_crc);
         let header_crc = crc32c::crc32c(&b[..header]);
         put_u32(&mut b, at::HEADER_CRC, header_crc);
@@ -213,10 +243,18 @@ fn parse_one(b: &[u8], volume_uuid: &[u8; 16], interleave_bytes: u64) -> Option<
     }
     let flags = get_u32(b, at::FLAGS);
     let count = get_u32(b, at::PIECE_COUNT) as usize;
+    let stripe_count = get_u32(b, at::STRIPE_COUNT) as usize;
+    if count > MAX_PIECES
+        || stripe_count == 0
+        || stripe_count > MAX_STRIPES
+        || (stripe_count > 1 && flags & FLAG_WHOLE == 0)
+    {
+        return None;
+    }
     let whole = flags & FLAG_WHOLE != 0;
     if flags & !(FLAG_PP | FLAG_PQ | FLAG_WHOLE) != 0
         || (whole && flags & (FLAG_PP | FLAG_PQ) != 0)
-        || at::PIECES + count * at::PIECE_BYTES > header
+        || at::PIECES + count * at::PIECE_BYTES + (stripe_count - 1) * 8 > header
     {
         return None;
     }
@@ -234,9 +272,12 @@ fn parse_one(b: &[u8], volume_uuid: &[u8; 16], interleave_bytes: u64) -> Option<
         }
         pieces.push(p);
     }
+    let list = at::PIECES + count * at::PIECE_BYTES;
+    let mut stripes = vec![get_u64(b, at::STRIPE)];
+    stripes.extend((1..stripe_count).map(|i| get_u64(b, list + (i - 1) * 8)));
     let hull = (hi_bytes - lo_bytes) as usize;
     let parts = (flags & FLAG_PP != 0) as usize + (flags & FLAG_PQ != 0) as usize;
-    let payload_end = header + parts * hull;
+    let payload_end = header + (parts * hull).div_ceil(BLOCK_BYTES as usize) * BLOCK_BYTES as usize;
     if payload_end > b.len()
         || crc32c::crc32c(&b[header..payload_end]) != get_u32(b, at::PAYLOAD_CRC)
     {
@@ -254,7 +295,7 @@ fn parse_one(b: &[u8], volume_uuid: &[u8; 16], interleave_bytes: u64) -> Option<
     let pq = part(flags & FLAG_PQ != 0);
     Some(Record {
         seq: get_u64(b, at::SEQ),
-        stripe: get_u64(b, at::STRIPE),
+        stripes,
         lo_bytes,
         hi_bytes,
         pieces,
@@ -267,12 +308,26 @@ fn parse_one(b: &[u8], volume_uuid: &[u8; 16], interleave_bytes: u64) -> Option<
 /// The log area a volume of this interleave needs on every member: room
 /// for several records of a whole chunk's P and Q with the most pieces a
 /// chunk can have, and at least 4 MiB.
-pub fn area_bytes_for(interleave_bytes: u64, data_per_stripe: u32) -> u64 {
-    let pieces = u64::from(data_per_stripe) * interleave_bytes.div_ceil(512);
-    let header = (at::PIECES as u64 + pieces * at::PIECE_BYTES as u64).div_ceil(BLOCK_BYTES);
-    let record = header * BLOCK_BYTES + 2 * interleave_bytes.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
+///
+/// A request logs at most two records with partial parity (the stripes
+/// at its ends), two whole records of part of a stripe, and one whole
+/// record listing stripes: it always fits in a ring with nothing else
+/// live, so a write waits for space but never forever.
+pub fn area_bytes_for(interleave_bytes: u64) -> u64 {
     let mib = 1u64 << 20;
-    (4 * record).max(4 * mib).div_ceil(mib) * mib
+    ring_bytes_min(interleave_bytes).max(4 * mib).div_ceil(mib) * mib
+}
+
+/// The smallest log area the engine accepts for an interleave.
+pub fn ring_bytes_min(interleave_bytes: u64) -> u64 {
+    4 * max_record_bytes(interleave_bytes) + MAX_HEADER_BLOCKS * BLOCK_BYTES
+}
+
+/// The largest record of one stripe: the most pieces, P and Q of a chunk.
+pub fn max_record_bytes(interleave_bytes: u64) -> u64 {
+    let header = (at::PIECES + MAX_PIECES * at::PIECE_BYTES) as u64;
+    header.div_ceil(BLOCK_BYTES) * BLOCK_BYTES
+        + (2 * interleave_bytes).div_ceil(BLOCK_BYTES) * BLOCK_BYTES
 }
 
 fn put_u32(b: &mut [u8], at: usize, v: u32) {

@@ -122,6 +122,7 @@ impl Volume {
             }
             s.checksums = Some(c);
         }
+        s.ppl = self.ppl_stats();
         s
     }
 

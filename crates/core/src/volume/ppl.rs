@@ -52,17 +52,7 @@ pub(super) struct LogState {
     stats: LogStats,
 }
 
-/// What the log did, for `stats`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LogStats {
-    /// Records written (a record on P and on Q counts twice).
-    pub records: u64,
-    pub record_bytes: u64,
-    /// Whole records written only to supersede an older record (rule 4).
-    pub whole_records: u64,
-    /// Flushes of every member before a log write: rule 3, or for space.
-    pub clearing_flushes: u64,
-}
+pub use crate::stats::PplStats as LogStats;
 
 /// One member's ring of records.
 #[derive(Default)]
@@ -76,7 +66,10 @@ struct Ring {
 struct Entry {
     start_bytes: u64,
     len_bytes: u64,
-    stripe: u64,
+    /// A record with partial parity: its stripe, counted in `on_disk`.
+    /// Whole records are never stale (their parity is the data's), so
+    /// nothing needs to supersede them.
+    stripe: Option<u64>,
     owner: RequestId,
     /// The tick its writes completed at; none while they may still run.
     done_tick: Option<u64>,
@@ -102,6 +95,21 @@ pub(super) struct OpLog {
     synced: bool,
     /// Stripes written partially (rule 3's bookkeeping, at completion).
     partial_stripes: Vec<u64>,
+    /// Whole stripes written or released that have records on disk: one
+    /// whole record lists them all.
+    whole_stripes: Vec<u64>,
+}
+
+/// What one stripe job logs.
+pub(super) enum JobLog {
+    Nothing,
+    /// A record with partial parity.
+    Partial(Record),
+    /// A whole record of part of the stripe's rows.
+    Whole(Record),
+    /// The whole stripe, rows and all: listed in the request's one whole
+    /// record.
+    WholeStripe(u64),
 }
 
 /// Where a logging request is between its parity and its data writes.
@@ -116,17 +124,20 @@ pub(super) enum LogStep {
 }
 
 impl OpLog {
-    pub(super) fn records_mut(&mut self) -> &mut Vec<Record> {
-        &mut self.records
+    pub(super) fn whole_stripes_mut(&mut self) -> &mut Vec<u64> {
+        &mut self.whole_stripes
     }
 
-    /// A stripe job's record (`log_record`): `partial` ones count for rule 3.
-    pub(super) fn add(&mut self, record: Option<(Record, bool)>, stripe: u64) {
-        if let Some((r, partial)) = record {
-            self.records.push(r);
-            if partial {
-                self.partial_stripes.push(stripe);
+    /// A stripe job's part (`log_record`).
+    pub(super) fn add(&mut self, log: JobLog) {
+        match log {
+            JobLog::Nothing => {}
+            JobLog::Partial(r) => {
+                self.partial_stripes.push(r.stripes[0]);
+                self.records.push(r);
             }
+            JobLog::Whole(r) => self.records.push(r),
+            JobLog::WholeStripe(s) => self.whole_stripes.push(s),
         }
     }
 }
@@ -147,6 +158,11 @@ impl Volume {
         assert!(
             self.geometry.level().is_parity(),
             "a partial parity log needs parity"
+        );
+        assert!(
+            layout.len_bytes >= crate::ppl::ring_bytes_min(self.geometry.interleave_bytes()),
+            "a log area of {} bytes is too small for the interleave",
+            layout.len_bytes
         );
         assert!(
             layout.offset_bytes.is_multiple_of(crate::ppl::BLOCK_BYTES)
@@ -179,30 +195,11 @@ impl Volume {
 
     /// Whole records for whole stripes a write-zeroes or trim releases
     /// that still have records on the members (rule 4).
-    pub(super) fn log_released(&self, first: u64, end: u64, out: &mut Vec<Record>) {
+    pub(super) fn log_released(&self, first: u64, end: u64, out: &mut Vec<u64>) {
         let Some(log) = &self.log else {
             return;
         };
-        let il = self.geometry.interleave_bytes();
-        let k = self.geometry.data_per_stripe();
-        for (&stripe, _) in log.on_disk.range(first..end) {
-            out.push(Record {
-                seq: 0,
-                stripe,
-                lo_bytes: 0,
-                hi_bytes: il,
-                pieces: (0..k)
-                    .map(|d| Piece {
-                        data_index: d,
-                        within_bytes: 0,
-                        len_bytes: il,
-                    })
-                    .collect(),
-                pp: None,
-                pq: None,
-                whole: true,
-            });
-        }
+        out.extend(log.on_disk.range(first..end).map(|(&s, _)| s));
     }
 
     /// The record a stripe job's write needs, if any, from its buffers
@@ -210,14 +207,16 @@ impl Volume {
     /// the old bytes of the modified cells; otherwise the data as read
     /// (reconstruct-write reads only unmodified cells; a reconstruction
     /// reads every cell, and the modified ones are taken out again).
-    pub(super) fn log_record(&self, job: &StripeJob) -> Option<(Record, bool)> {
-        let log = self.log.as_ref()?;
+    pub(super) fn log_record(&self, job: &StripeJob) -> JobLog {
+        let Some(log) = self.log.as_ref() else {
+            return JobLog::Nothing;
+        };
         let roles = &job.roles;
         let stripe = job.stripe;
         let p_live = self.usable(roles.p, stripe);
         let q_live = roles.q.is_some_and(|q| self.usable(q, stripe));
         if !p_live && !q_live {
-            return None;
+            return JobLog::Nothing;
         }
         let (lo, hi) = (job.lo_bytes, job.hi_bytes);
         let hull = (hi - lo) as usize;
@@ -231,21 +230,21 @@ impl Volume {
             covered == hi - lo
         });
         if whole {
-            let recorded = log.on_disk.contains_key(&stripe);
-            return recorded.then(|| {
-                (
-                    Record {
-                        seq: 0,
-                        stripe,
-                        lo_bytes: lo,
-                        hi_bytes: hi,
-                        pieces,
-                        pp: None,
-                        pq: None,
-                        whole: true,
-                    },
-                    false,
-                )
+            if !log.on_disk.contains_key(&stripe) {
+                return JobLog::Nothing;
+            }
+            if lo == 0 && hi == self.geometry.interleave_bytes() {
+                return JobLog::WholeStripe(stripe);
+            }
+            return JobLog::Whole(Record {
+                seq: 0,
+                stripes: vec![stripe],
+                lo_bytes: lo,
+                hi_bytes: hi,
+                pieces,
+                pp: None,
+                pq: None,
+                whole: true,
             });
         }
         let zeros = vec![0u8; hull];
@@ -291,19 +290,16 @@ impl Volume {
                 platter_parity::mul_xor_into(coef, old, &mut q[at..at + old.len()]);
             }
         }
-        Some((
-            Record {
-                seq: 0,
-                stripe,
-                lo_bytes: lo,
-                hi_bytes: hi,
-                pieces,
-                pp: pp.map(Bytes::from),
-                pq: pq.map(Bytes::from),
-                whole: false,
-            },
-            true,
-        ))
+        JobLog::Partial(Record {
+            seq: 0,
+            stripes: vec![stripe],
+            lo_bytes: lo,
+            hi_bytes: hi,
+            pieces,
+            pp: pp.map(Bytes::from),
+            pq: pq.map(Bytes::from),
+            whole: false,
+        })
     }
 
     /// After the parity is computed: log first if anything needs it,
@@ -312,10 +308,36 @@ impl Volume {
         let Some(log) = &self.log else {
             return self.issue_writes(id, writes);
         };
+        let il = self.geometry.interleave_bytes();
+        let k = self.geometry.data_per_stripe();
         let op = self.ops.get_mut(&id).expect("live request");
-        let Some(ol) = op.plan.log.as_mut().filter(|l| !l.records.is_empty()) else {
+        let Some(ol) = op.plan.log.as_mut() else {
             return self.issue_writes(id, writes);
         };
+        let mut whole = std::mem::take(&mut ol.whole_stripes);
+        whole.sort_unstable();
+        whole.dedup();
+        for stripes in whole.chunks(crate::ppl::MAX_STRIPES) {
+            ol.records.push(Record {
+                seq: 0,
+                stripes: stripes.to_vec(),
+                lo_bytes: 0,
+                hi_bytes: il,
+                pieces: (0..k)
+                    .map(|d| Piece {
+                        data_index: d,
+                        within_bytes: 0,
+                        len_bytes: il,
+                    })
+                    .collect(),
+                pp: None,
+                pq: None,
+                whole: true,
+            });
+        }
+        if ol.records.is_empty() {
+            return self.issue_writes(id, writes);
+        }
         ol.needs_clearing = ol
             .partial_stripes
             .iter()
@@ -442,16 +464,27 @@ impl Volume {
     fn log_place(&mut self, id: RequestId) -> bool {
         let members = self.geometry.members();
         let usable: Vec<Vec<u32>> = {
-            let op = &self.ops[&id];
+            let this: &Volume = self;
+            let op = &this.ops[&id];
             let ol = op.plan.log.as_ref().expect("logging");
             ol.records
                 .iter()
                 .map(|r| {
-                    let roles = self.geometry.parity_roles(r.stripe).expect("parity level");
-                    std::iter::once(roles.p)
-                        .chain(roles.q)
-                        .filter(|&m| self.usable(m, r.stripe))
-                        .collect()
+                    // A whole record listing stripes goes to every parity
+                    // member of any of them.
+                    let mut ms: Vec<u32> = r
+                        .stripes
+                        .iter()
+                        .flat_map(|&s| {
+                            let roles = this.geometry.parity_roles(s).expect("parity level");
+                            std::iter::once(roles.p)
+                                .chain(roles.q)
+                                .filter(move |&m| this.usable(m, s))
+                        })
+                        .collect();
+                    ms.sort_unstable();
+                    ms.dedup();
+                    ms
                 })
                 .collect()
         };
@@ -471,6 +504,7 @@ impl Volume {
             if need[m] == 0 {
                 continue;
             }
+            // `area_bytes_for` sizes the ring so that this holds.
             assert!(
                 need[m] <= ring_bytes,
                 "a request's records ({} bytes) outgrow the log ({ring_bytes} bytes)",
@@ -499,11 +533,14 @@ impl Volume {
                 at[m as usize] = Some(start + bytes.len() as u64);
                 log.stats.records += 1;
                 log.stats.record_bytes += bytes.len() as u64;
-                *log.on_disk.entry(r.stripe).or_insert(0) += 1;
+                let stripe = (!r.whole).then_some(r.stripes[0]);
+                if let Some(s) = stripe {
+                    *log.on_disk.entry(s).or_insert(0) += 1;
+                }
                 log.rings[m as usize].entries.push_back(Entry {
                     start_bytes: start,
                     len_bytes: bytes.len() as u64,
-                    stripe: r.stripe,
+                    stripe,
                     owner: id,
                     done_tick: None,
                 });
@@ -523,7 +560,7 @@ impl Volume {
             let mut kept = VecDeque::new();
             for (i, e) in ring.entries.drain(..).enumerate() {
                 if i < keep_from && e.start_bytes < end && start < e.start_bytes + e.len_bytes {
-                    ol.superseded.push(e.stripe);
+                    ol.superseded.extend(e.stripe);
                 } else {
                     kept.push_back(e);
                 }
@@ -606,7 +643,7 @@ impl Volume {
                     "a record past the ring"
                 );
                 assert!(
-                    log.on_disk.contains_key(&e.stripe),
+                    e.stripe.is_none_or(|s| log.on_disk.contains_key(&s)),
                     "a ringed record not on disk"
                 );
                 if e.done_tick.is_none() {
@@ -659,12 +696,36 @@ fn forget(on_disk: &mut BTreeMap<u64, u32>, stripe: u64) {
     }
 }
 
-/// A job's modified cells, merged per data index and sorted.
+/// A job's modified cells, merged per data index and sorted. Past
+/// `MAX_PIECES` (a stripe-cache write-out of many scattered small writes),
+/// each is widened to whole blocks of growing size, inside the rows, until
+/// they fit: a few unwritten bytes taken as modified keep the parity right
+/// (recovery reads them as they are), and are at risk only if their member
+/// is lost before recovery, like the bytes being written beside them.
 fn merged_pieces(job: &StripeJob) -> Vec<Piece> {
+    let mut grain = 1u64;
+    loop {
+        let out = merged_at(job, grain);
+        if out.len() <= crate::ppl::MAX_PIECES {
+            return out;
+        }
+        grain *= 8;
+    }
+}
+
+fn merged_at(job: &StripeJob, grain: u64) -> Vec<Piece> {
+    let (lo, hi) = (job.lo_bytes, job.hi_bytes);
     let mut spans: Vec<(u32, u64, u64)> = job
         .new_data
         .iter()
-        .map(|(d, w, b)| (*d, *w, w + b.len() as u64))
+        .map(|(d, w, b)| {
+            let a = (w / grain * grain).max(lo);
+            let b = (w + b.len() as u64)
+                .div_ceil(grain)
+                .saturating_mul(grain)
+                .min(hi);
+            (*d, a, b)
+        })
         .collect();
     spans.sort_unstable();
     let mut out: Vec<Piece> = Vec::new();

@@ -93,7 +93,7 @@ impl Volume {
                     }
                 }
                 if let Some(ol) = plan.log.as_mut() {
-                    self.log_released(first_full, end_full, ol.records_mut());
+                    self.log_released(first_full, end_full, ol.whole_stripes_mut());
                 }
                 if zeros {
                     partial.push((offset_bytes, first_full * stripe_bytes - offset_bytes));
@@ -332,7 +332,7 @@ impl Volume {
                 self.reconstruct(job);
             }
             if let Some(log) = log {
-                log.add(self.log_record(job), job.stripe);
+                log.add(self.log_record(job));
             }
             match job.strategy {
                 Strategy::ReadModifyWrite => self.fold_changes(job),
