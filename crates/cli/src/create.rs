@@ -24,9 +24,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 const DATA_OFFSET_BYTES: u64 = 1 << 20;
 const MIB: u64 = 1 << 20;
 
-/// Where the data area starts on a member of `member_bytes`: after the
-/// checksum area, when there is one.
-fn data_offset_for(member_bytes: u64, checksums: Option<Algorithm>) -> u64 {
+/// Where the partial parity log starts on a member of `member_bytes`:
+/// after the checksum area, when there is one.
+fn ppl_offset_for(member_bytes: u64, checksums: Option<Algorithm>) -> u64 {
     match checksums {
         None => DATA_OFFSET_BYTES,
         Some(_) => {
@@ -36,6 +36,33 @@ fn data_offset_for(member_bytes: u64, checksums: Option<Algorithm>) -> u64 {
             DATA_OFFSET_BYTES + area.div_ceil(MIB) * MIB
         }
     }
+}
+
+/// Where the data area starts on a member of `member_bytes`: after the
+/// checksum area and the log, when there are any.
+fn data_offset_for(member_bytes: u64, checksums: Option<Algorithm>, ppl_bytes: u64) -> u64 {
+    ppl_offset_for(member_bytes, checksums) + ppl_bytes
+}
+
+/// The partial parity log's bytes on every member (whole MiBs), 0 without.
+fn ppl_bytes_of(args: &CreateArgs) -> u64 {
+    match args.consistency_policy {
+        ConsistencyPolicy::Resync => 0,
+        ConsistencyPolicy::Ppl => platter_core::ppl::area_bytes_for(args.interleave),
+    }
+}
+
+/// What keeps a RAID-5/6 stripe's parity right across a crash.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ConsistencyPolicy {
+    /// The write-intent bitmap and a resync of the regions it marks: a
+    /// member lost before that resync can rebuild data nobody was writing
+    /// wrong (the write hole).
+    Resync,
+    /// A partial parity log on the members as well: closes the write hole
+    /// for RAID-5 and RAID-6, at the cost of a log write and flush before
+    /// each partial-stripe write.
+    Ppl,
 }
 
 fn parse_checksums(s: &str) -> std::result::Result<ChecksumChoice, String> {
@@ -108,6 +135,16 @@ pub struct CreateArgs {
     /// write-intent bitmap on redundant levels.
     #[arg(long, value_name = "ALGORITHM", default_value = "none", value_parser = parse_checksums)]
     checksums: ChecksumChoice,
+    /// raid5/raid6: what keeps parity right across a crash. resync
+    /// (default): the write-intent bitmap's resync, as md does; a member
+    /// lost before the resync can rebuild chunks nobody was writing wrong
+    /// (the RAID-5/6 write hole). ppl: also log the partial parity of every
+    /// partial-stripe write before it is written (md's PPL, for RAID-6 too),
+    /// and apply the log at the next start: closes the write hole, costs a
+    /// log write and flush per partial-stripe write and 4 MiB or more of
+    /// each member (docs/failures.md, docs/performance.md).
+    #[arg(long, value_name = "POLICY", value_enum, default_value_t = ConsistencyPolicy::Resync)]
+    consistency_policy: ConsistencyPolicy,
     /// Files, block devices (nbd:// URIs in a later release). Order sets the
     /// slots; afterwards the labels, not the order, are trusted.
     #[arg(value_name = "MEMBER", required = true)]
@@ -201,8 +238,8 @@ pub fn run(args: CreateArgs) -> Result<()> {
 
 /// The smallest member: the label and bitmap area (and a checksum area),
 /// then one interleave.
-fn min_member_bytes(interleave: u64, checksums: Option<Algorithm>) -> Result<u64> {
-    let label_area = DATA_OFFSET_BYTES + if checksums.is_some() { MIB } else { 0 };
+fn min_member_bytes(interleave: u64, checksums: Option<Algorithm>, ppl_bytes: u64) -> Result<u64> {
+    let label_area = DATA_OFFSET_BYTES + if checksums.is_some() { MIB } else { 0 } + ppl_bytes;
     label_area.checked_add(interleave).ok_or_else(|| {
         CliError(format!(
             "--interleave {interleave} bytes is too large: no member can hold 1 MiB of \
@@ -235,6 +272,13 @@ fn layout(
         member_data_bytes: data_bytes,
     };
     let geometry = Geometry::new(spec.clone()).map_err(|e| CliError(e.0))?;
+    if args.consistency_policy == ConsistencyPolicy::Ppl && !args.level.is_parity() {
+        return Err(CliError(format!(
+            "--consistency-policy ppl is for raid5 and raid6 (the write hole is theirs); \
+             {} keeps copies, which the write-intent bitmap's resync makes agree",
+            args.level
+        )));
+    }
     if args.checksums.0.is_some() && geometry.redundancy() == 0 {
         return Err(CliError(format!(
             "--checksums needs a level with copies or parity to repair from; {} has none \
@@ -268,7 +312,7 @@ fn layout(
 /// member of `--member-size` holds the label area and an interleave, can be
 /// a file at all, and such members make a volume whose sizes fit a u64.
 fn check_member_size(args: &CreateArgs, parity_layout: ParityLayout, copies: u32) -> Result<()> {
-    let min_bytes = min_member_bytes(args.interleave, args.checksums.0)?;
+    let min_bytes = min_member_bytes(args.interleave, args.checksums.0, ppl_bytes_of(args))?;
     let Some(size) = args.member_size else {
         return Ok(());
     };
@@ -285,7 +329,7 @@ fn check_member_size(args: &CreateArgs, parity_layout: ParityLayout, copies: u32
              (1 MiB for the label and bitmap, then one interleave)"
         )));
     }
-    let offset = data_offset_for(size, args.checksums.0);
+    let offset = data_offset_for(size, args.checksums.0, ppl_bytes_of(args));
     let members = vec![data_bytes_of(size, offset); args.members.len()];
     layout(args, parity_layout, copies, offset, members).map(|_| ())
 }
@@ -301,13 +345,15 @@ fn label_members(
     for m in &members {
         refuse_labelled(m.as_ref(), args.force)?;
     }
-    let min_bytes = min_member_bytes(args.interleave, args.checksums.0)?;
+    let ppl_bytes = ppl_bytes_of(args);
+    let min_bytes = min_member_bytes(args.interleave, args.checksums.0, ppl_bytes)?;
     // One data offset for every member: the largest member's checksums.
-    let data_offset_bytes = members
+    let ppl_offset_bytes = members
         .iter()
-        .map(|m| data_offset_for(m.size_bytes(), args.checksums.0))
+        .map(|m| ppl_offset_for(m.size_bytes(), args.checksums.0))
         .max()
         .unwrap_or(DATA_OFFSET_BYTES);
+    let data_offset_bytes = ppl_offset_bytes + ppl_bytes;
     let data_bytes: Vec<u64> = members
         .iter()
         .map(|m| {
@@ -367,6 +413,17 @@ fn label_members(
             m.trim(c.area_offset_bytes, platter_core::integrity::area_bytes(d))?;
         }
     }
+    // A reused device may hold old records where the log goes; a new
+    // volume starts with none.
+    let ppl = (ppl_bytes > 0).then_some(platter_core::ppl::Layout {
+        offset_bytes: ppl_offset_bytes,
+        len_bytes: ppl_bytes,
+    });
+    if let Some(l) = ppl {
+        for m in &members {
+            m.trim(l.offset_bytes, l.len_bytes)?;
+        }
+    }
     // A reused device may hold anything where the bitmap goes: a stray bit
     // would only cost a resync, but a new volume starts with none.
     if let Some(layout) = intent {
@@ -400,6 +457,7 @@ fn label_members(
             read_policy_arg: args.read_policy.arg(),
             scrub: Default::default(),
             checksums,
+            ppl,
             slots: slots.clone(),
         };
         m.write_at(0, &label.encode())?;

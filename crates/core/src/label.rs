@@ -35,10 +35,12 @@ pub const LABEL_MAGIC: [u8; 8] = *b"PLATTER\x01";
 ///
 /// A label is written at the *oldest* version that holds it: version 1
 /// unless a version-2 field is in use (the scheduled scrub's record), 3
-/// when the volume keeps checksums, so a volume that never used them stays
-/// readable by older builds. A build that knows only 2 must refuse a
-/// volume with checksums: it would write data without them.
-pub const LABEL_FORMAT_VERSION: u32 = 3;
+/// when the volume keeps checksums, 4 when it keeps a partial parity log,
+/// so a volume that never used them stays readable by older builds. A
+/// build that knows only 2 must refuse a volume with checksums (it would
+/// write data without them), one that knows only 3 a volume with a log
+/// (it would write partial stripes without their records).
+pub const LABEL_FORMAT_VERSION: u32 = 4;
 
 /// Version of the volume-to-member mapping arithmetic (`geometry`).
 ///
@@ -59,7 +61,8 @@ pub const NAME_MAX_BYTES: usize = 64;
 const _: () = assert!(at::NAME + NAME_MAX_BYTES <= at::INTENT_REGION_STRIPES);
 const _: () = assert!(at::READ_POLICY_ARG + 8 == at::SCRUB_STARTED_UNIX_SECONDS);
 const _: () = assert!(at::SCRUB_LAST_FOUND_STRIPES + 8 == at::CHECKSUM_OFFSET_BYTES);
-const _: () = assert!(at::CHECKSUM_ALGORITHM + 8 == at::RESERVED_HEADER);
+const _: () = assert!(at::CHECKSUM_ALGORITHM + 8 == at::PPL_OFFSET_BYTES);
+const _: () = assert!(at::PPL_LEN_BYTES + 8 == at::RESERVED_HEADER);
 const _: () = assert!(at::RESERVED_HEADER <= at::SLOT_TABLE);
 const _: () = assert!(at::RESERVED_TAIL <= at::CHECKSUM);
 const _: () = assert!(at::CHECKSUM + 4 == LABEL_BYTES);
@@ -100,8 +103,12 @@ pub mod at {
     /// ([`super::Checksums`]). Zero in versions 1 and 2.
     pub const CHECKSUM_OFFSET_BYTES: usize = 0x0F8;
     pub const CHECKSUM_ALGORITHM: usize = 0x100;
+    /// Format version 4: where the partial parity log is
+    /// ([`super::Label::ppl`]). Zero in versions 1 to 3.
+    pub const PPL_OFFSET_BYTES: usize = 0x108;
+    pub const PPL_LEN_BYTES: usize = 0x110;
     /// Zero: room for header fields.
-    pub const RESERVED_HEADER: usize = 0x108;
+    pub const RESERVED_HEADER: usize = 0x118;
     pub const SLOT_TABLE: usize = 0x200;
     /// Zero in format version 1: room after the slot table.
     pub const RESERVED_TAIL: usize = SLOT_TABLE + super::MAX_MEMBERS as usize * SLOT_ENTRY_BYTES;
@@ -307,6 +314,9 @@ pub struct Label {
     pub scrub: ScrubRecord,
     /// Per-block checksums of the data area (format version 3), or none.
     pub checksums: Option<Checksums>,
+    /// The partial parity log's area on every member (format version 4;
+    /// RAID-5/6 only), or none (`crate::ppl`).
+    pub ppl: Option<crate::ppl::Layout>,
     pub slots: Vec<SlotEntry>,
 }
 
@@ -453,6 +463,42 @@ impl Label {
                     format!(
                         "{} does not hold {area} bytes of checksums between the label and the data area at {}",
                         c.area_offset_bytes, self.data_offset_bytes
+                    ),
+                ));
+            }
+        }
+        if let Some(l) = self.ppl {
+            let checksums = self.checksums.map(|c| {
+                let area = crate::integrity::area_bytes(self.data_size_bytes);
+                (c.area_offset_bytes, c.area_offset_bytes + area)
+            });
+            let block = crate::ppl::BLOCK_BYTES;
+            let end = l.offset_bytes.checked_add(l.len_bytes);
+            if !self.level.is_parity() {
+                return Err(field_error(
+                    "ppl_offset_bytes",
+                    format!(
+                        "a partial parity log on {}, which has no parity",
+                        self.level
+                    ),
+                ));
+            }
+            if l.offset_bytes < LABEL_BYTES as u64
+                || l.offset_bytes % block != 0
+                || l.len_bytes % block != 0
+                || l.len_bytes < crate::ppl::ring_bytes_min(self.interleave_bytes)
+                || end.is_none_or(|e| e > self.data_offset_bytes)
+                || checksums.is_some_and(|(a, b)| l.offset_bytes < b && a < end.unwrap_or(0))
+            {
+                return Err(field_error(
+                    "ppl_offset_bytes",
+                    format!(
+                        "a log of {} bytes at {} does not fit whole blocks between the label and \
+                         the data area at {} (beside any checksums), or is smaller than {} bytes",
+                        l.len_bytes,
+                        l.offset_bytes,
+                        self.data_offset_bytes,
+                        crate::ppl::ring_bytes_min(self.interleave_bytes)
                     ),
                 ));
             }
@@ -628,10 +674,11 @@ impl Label {
         }
         let mut b = [0u8; LABEL_BYTES];
         b[at::MAGIC..at::MAGIC + 8].copy_from_slice(&LABEL_MAGIC);
-        let version = match (self.checksums, self.scrub.is_zero()) {
-            (Some(_), _) => 3,
-            (None, false) => 2,
-            (None, true) => 1,
+        let version = match (self.ppl, self.checksums, self.scrub.is_zero()) {
+            (Some(_), _, _) => 4,
+            (None, Some(_), _) => 3,
+            (None, None, false) => 2,
+            (None, None, true) => 1,
         };
         put_u32(&mut b, at::FORMAT_VERSION, version);
         put_u32(&mut b, at::LAYOUT_VERSION, self.layout_version);
@@ -684,6 +731,10 @@ impl Label {
                 at::CHECKSUM_ALGORITHM,
                 u64::from(c.algorithm.code()),
             );
+        }
+        if let Some(l) = self.ppl {
+            put_u64(&mut b, at::PPL_OFFSET_BYTES, l.offset_bytes);
+            put_u64(&mut b, at::PPL_LEN_BYTES, l.len_bytes);
         }
         for (i, entry) in self.slots.iter().enumerate() {
             let e = at::SLOT_TABLE + i * at::SLOT_ENTRY_BYTES;
@@ -747,6 +798,19 @@ impl Label {
         if format_version <= 2 {
             check_zero(b, at::CHECKSUM_OFFSET_BYTES..at::RESERVED_HEADER)?;
         }
+        if format_version <= 3 {
+            check_zero(b, at::PPL_OFFSET_BYTES..at::RESERVED_HEADER)?;
+        }
+        let ppl = match (
+            get_u64(b, at::PPL_OFFSET_BYTES),
+            get_u64(b, at::PPL_LEN_BYTES),
+        ) {
+            (0, 0) => None,
+            (offset_bytes, len_bytes) => Some(crate::ppl::Layout {
+                offset_bytes,
+                len_bytes,
+            }),
+        };
         let code = get_u64(b, at::CHECKSUM_ALGORITHM);
         let checksums = match u8::try_from(code)
             .map_err(|_| u8::MAX)
@@ -795,6 +859,12 @@ impl Label {
                 "is 3 with no checksums (a writer says 1 or 2)",
             ));
         }
+        if format_version == 4 && ppl.is_none() {
+            return Err(field_error(
+                "format_version",
+                "is 4 with no partial parity log (a writer says 1, 2 or 3)",
+            ));
+        }
         check_zero(b, at::RESERVED_TAIL..at::CHECKSUM)?;
 
         let mut label = Label {
@@ -821,6 +891,7 @@ impl Label {
             read_policy_arg: get_u64(b, at::READ_POLICY_ARG),
             scrub,
             checksums,
+            ppl,
             slots: Vec::new(),
         };
         // The header first: a bad member_count explains a bad-looking table,

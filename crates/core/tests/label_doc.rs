@@ -92,6 +92,11 @@ fn sample() -> Label {
             algorithm: Algorithm::Xxh3,
             area_offset_bytes: 0x8000,
         }),
+        // After the checksum area, before the data.
+        ppl: Some(platter_core::ppl::Layout {
+            offset_bytes: 3 << 52,
+            len_bytes: 4 << 20,
+        }),
         slots,
     }
 }
@@ -137,6 +142,8 @@ fn label_table_matches_the_code() {
         row(at::SCRUB_LAST_FOUND_STRIPES, 8, "scrub_last_found_stripes"),
         row(at::CHECKSUM_OFFSET_BYTES, 8, "checksum_offset_bytes"),
         row(at::CHECKSUM_ALGORITHM, 8, "checksum_algorithm"),
+        row(at::PPL_OFFSET_BYTES, 8, "ppl_offset_bytes"),
+        row(at::PPL_LEN_BYTES, 8, "ppl_len_bytes"),
         row(
             at::RESERVED_HEADER,
             at::SLOT_TABLE - at::RESERVED_HEADER,
@@ -222,6 +229,8 @@ fn documented_offsets_hold_the_values() {
         ),
         ("checksum_offset_bytes", 0x8000u64.to_le_bytes().to_vec()),
         ("checksum_algorithm", 2u64.to_le_bytes().to_vec()),
+        ("ppl_offset_bytes", (3u64 << 52).to_le_bytes().to_vec()),
+        ("ppl_len_bytes", (4u64 << 20).to_le_bytes().to_vec()),
         (
             "intent_region_stripes",
             label.intent_region_stripes.to_le_bytes().to_vec(),

@@ -183,6 +183,20 @@ fn label() -> impl Strategy<Value = Label> {
                             area_offset_bytes: 4096,
                         })
                     },
+                    // A partial parity log (version 4) on parity levels
+                    // where it fits at 4 KiB and there are no checksums.
+                    ppl: {
+                        let len = platter_core::ppl::ring_bytes_min(interleave_sectors * 512);
+                        let fits = 4096u64
+                            .checked_add(len)
+                            .is_some_and(|end| end <= data_offset_bytes);
+                        (fits && level.is_parity() && event_counter % 4 == 0).then_some(
+                            platter_core::ppl::Layout {
+                                offset_bytes: 4096,
+                                len_bytes: len,
+                            },
+                        )
+                    },
                     slots,
                 }
             },

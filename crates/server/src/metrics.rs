@@ -396,6 +396,37 @@ impl prometheus_client::collector::Collector for Snapshot {
                 )?;
             }
         }
+        if let Some(p) = &s.ppl {
+            for (field, v, help) in [
+                (
+                    "records",
+                    p.records,
+                    "Partial parity log records written (RAID-6: one on P, one on Q)",
+                ),
+                (
+                    "record_bytes",
+                    p.record_bytes,
+                    "Bytes of partial parity log records written",
+                ),
+                (
+                    "whole_records",
+                    p.whole_records,
+                    "Records written only to supersede an older record of the stripe",
+                ),
+                (
+                    "clearing_flushes",
+                    p.clearing_flushes,
+                    "Flushes of every member a write waited for before logging",
+                ),
+            ] {
+                Self::counter(
+                    &mut enc,
+                    &format!("platter_ppl_{field}"),
+                    help,
+                    &[(vol(), v)],
+                )?;
+            }
+        }
         let r = &self.scrub;
         for (field, v, help) in [
             (
@@ -540,6 +571,10 @@ mod tests {
             repaired_reads: 4,
             ..Default::default()
         });
+        s.ppl = Some(platter_core::stats::PplStats {
+            records: 6,
+            ..Default::default()
+        });
         let scrub = ScrubRecord {
             completed_unix_seconds: 1_700_000_000,
             last_found_stripes: 2,
@@ -552,6 +587,7 @@ mod tests {
             "platter_scrub_last_found_stripes{volume=\"v1\"} 2",
             "platter_scrub_in_progress{volume=\"v1\"} 0",
             "platter_checksum_repaired_reads_total{volume=\"v1\"} 4",
+            "platter_ppl_records_total{volume=\"v1\"} 6",
             "platter_member_checksum_mismatched_blocks_total{volume=\"v1\",member=\"1\"} 9",
         ] {
             assert!(text.contains(line), "{line} not in\n{text}");

@@ -89,9 +89,18 @@ impl Manager {
             },
         )
         .map_err(|e| e.to_string());
+        let ppl = label.ppl;
         let checked = opened.and_then(|device| {
             let device: Arc<dyn Member> = Arc::from(device);
             self.check_new_device(device.as_ref(), needed_bytes, new.force)?;
+            // Records a device kept from an earlier life in this volume
+            // would be applied after the next crash: it starts with none.
+            if let Some(l) = ppl {
+                device
+                    .trim(l.offset_bytes, l.len_bytes)
+                    .and_then(|()| device.flush())
+                    .map_err(|e| format!("{path}: emptying its partial parity log: {e}"))?;
+            }
             Ok(device)
         });
         if checked.is_err() && !existed {

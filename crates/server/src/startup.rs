@@ -204,6 +204,22 @@ pub(crate) fn engine(
         }
         vol.enable_intent(layout, bits, resync);
     }
+    if let Some(layout) = opened.assembly.label.ppl {
+        if config.read_only {
+            let degraded = opened.assembly.health.iter().any(|h| *h != Health::Online);
+            if opened.unclean && degraded {
+                return Err(ServeError::Refused(
+                    "the volume was not shut down cleanly and is missing a member: its partial \
+                     parity log must be applied before its lost member's data can be read \
+                     right; serve it once without --read-only"
+                        .into(),
+                ));
+            }
+        } else {
+            apply_ppl(opened, layout)?;
+            vol.enable_ppl(layout, opened.assembly.label.volume_uuid);
+        }
+    }
     if let Some(c) = opened.assembly.label.checksums {
         let label = &opened.assembly.label;
         let layout = platter_core::integrity::Layout {
@@ -253,6 +269,92 @@ pub(crate) fn engine(
     // lets it go.
     let members = std::mem::take(&mut opened.members);
     Ok((Engine::new(vol, members, Arc::new(io)), resync_regions))
+}
+
+/// Makes parity agree with the data in every stripe the partial parity
+/// log says a write was changing (`platter_core::ppl::recover`), then
+/// empties the log on every member: the engine starts a new one. Runs at
+/// every writable start (after a clean stop the log holds only records
+/// whose writes are durable, and applying them changes nothing). A member
+/// that fails here refuses the start, naming it: nothing is served from
+/// parity that was not made right.
+fn apply_ppl(opened: &Opened, layout: platter_core::ppl::Layout) -> Result<(), ServeError> {
+    let assembly = &opened.assembly;
+    let label = &assembly.label;
+    let present: Vec<bool> = opened
+        .members
+        .iter()
+        .zip(&assembly.health)
+        .map(|(m, h)| m.is_some() && *h == Health::Online)
+        .collect();
+    let failed = |m: &dyn Member, what: &str, e: platter_io::MemberError| {
+        ServeError::Refused(format!(
+            "member {}: {what} the partial parity log: {e}",
+            m.describe()
+        ))
+    };
+    let mut records = Vec::new();
+    let len = usize::try_from(layout.len_bytes)
+        .map_err(|_| ServeError::Refused("the partial parity log is too large".into()))?;
+    let mut area = vec![0u8; len];
+    for (slot, m) in opened.members.iter().enumerate() {
+        let Some(m) = m.as_ref().filter(|_| present[slot]) else {
+            continue;
+        };
+        m.read_at(layout.offset_bytes, &mut area)
+            .map_err(|e| failed(m.as_ref(), "reading", e))?;
+        records.extend(platter_core::ppl::parse_area(
+            &area,
+            &label.volume_uuid,
+            label.interleave_bytes,
+        ));
+    }
+    let found = records.len();
+    let members = &opened.members;
+    let recovered = platter_core::ppl::recover(
+        &assembly.geometry,
+        &present,
+        records,
+        &mut |slot, at, len| {
+            let m = members[slot as usize].as_ref().expect("present");
+            let mut b = vec![0u8; len as usize];
+            m.read_at(at, &mut b)
+                .map_err(|e| format!("member {}: reading for the log: {e}", m.describe()))?;
+            Ok(b)
+        },
+    )
+    .map_err(|e| ServeError::Refused(format!("applying the partial parity log: {e}")))?;
+    for f in &recovered.fixes {
+        let m = members[f.member as usize].as_ref().expect("present");
+        m.write_at(f.offset_bytes, &f.data)
+            .map_err(|e| failed(m.as_ref(), "writing parity from", e))?;
+    }
+    for (slot, m) in members.iter().enumerate() {
+        let Some(m) = m.as_ref().filter(|_| present[slot]) else {
+            continue;
+        };
+        // Parity first, durable; only then may the records go.
+        m.flush()
+            .map_err(|e| failed(m.as_ref(), "flushing parity from", e))?;
+    }
+    for (slot, m) in members.iter().enumerate() {
+        let Some(m) = m.as_ref().filter(|_| present[slot]) else {
+            continue;
+        };
+        m.trim(layout.offset_bytes, layout.len_bytes)
+            .and_then(|()| m.flush())
+            .map_err(|e| failed(m.as_ref(), "emptying", e))?;
+    }
+    if recovered.records > 0 {
+        tracing::info!(
+            records = recovered.records,
+            copies_found = found,
+            parity_writes = recovered.fixes.len(),
+            rows_left_to_lost_members_bytes = recovered.rows_skipped_bytes,
+            "partial parity log applied: parity agrees with the data in every stripe it names"
+        );
+    }
+    Ok(())
 }
 
 /// A rebuild cut short by a restart resumes at its checkpoint.

@@ -164,6 +164,12 @@ pub fn assemble(found: &[Found]) -> Result<Assembly, AssembleError> {
         if l.data_offset_bytes != reference.data_offset_bytes {
             return Err(inconsistent("data offset"));
         }
+        if l.checksums != reference.checksums {
+            return Err(inconsistent("checksums"));
+        }
+        if l.ppl != reference.ppl {
+            return Err(inconsistent("partial parity log"));
+        }
         let slot = l.slot as usize;
         let entry = &reference.slots[slot];
         if entry.member_uuid != l.member_uuid {

@@ -39,6 +39,7 @@ fn volume(level: Level, n: u32, tag: u8) -> Vec<Label> {
             read_policy_arg: 0,
             scrub: Default::default(),
             checksums: None,
+            ppl: None,
             slots: slots.clone(),
         })
         .collect()

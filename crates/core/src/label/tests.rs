@@ -54,6 +54,7 @@ fn sample(level: Level) -> Label {
         read_policy_arg: 64 << 10,
         scrub: Default::default(),
         checksums: None,
+        ppl: None,
         slots,
     }
 }
@@ -200,7 +201,7 @@ fn short_input_is_too_short() {
 #[test]
 fn unknown_format_version_is_refused() {
     let label = sample(Level::Stripe);
-    for version in [0, 4, u32::MAX] {
+    for version in [0, 5, u32::MAX] {
         let b = patched(&label, |b| {
             b[at::FORMAT_VERSION..at::FORMAT_VERSION + 4].copy_from_slice(&version.to_le_bytes())
         });
@@ -525,6 +526,8 @@ fn fields_tile_the_label_without_overlap() {
         (at::SCRUB_LAST_FOUND_STRIPES, 8),
         (at::CHECKSUM_OFFSET_BYTES, 8),
         (at::CHECKSUM_ALGORITHM, 8),
+        (at::PPL_OFFSET_BYTES, 8),
+        (at::PPL_LEN_BYTES, 8),
         (at::NAME, NAME_MAX_BYTES),
         (at::RESERVED_HEADER, at::SLOT_TABLE - at::RESERVED_HEADER),
         (at::SLOT_TABLE, MAX_MEMBERS as usize * at::SLOT_ENTRY_BYTES),
@@ -589,4 +592,48 @@ fn the_scrub_record_needs_version_2_and_only_it_does() {
     stray.scrub.completed_unix_seconds = 0;
     stray.scrub.last_found_stripes = 3;
     assert!(stray.validate().is_err());
+}
+
+/// A log names its area only on parity levels, in whole blocks before the
+/// data and clear of the checksums; a version-4 label has one, and a log
+/// from a build that knows only 3 is not there to misread.
+#[test]
+fn a_partial_parity_log_is_checked_and_read_back() {
+    let mut label = sample(Level::Raid5);
+    let len = crate::ppl::ring_bytes_min(label.interleave_bytes);
+    label.data_offset_bytes = label.data_offset_bytes.max(4096 + len);
+    label.ppl = Some(crate::ppl::Layout {
+        offset_bytes: 4096,
+        len_bytes: len,
+    });
+    let b = label.encode();
+    assert_eq!(u32::from_le_bytes(b[8..12].try_into().unwrap()), 4);
+    assert_eq!(Label::decode(&b).unwrap(), label);
+    for bad in [
+        crate::ppl::Layout {
+            offset_bytes: 4096 + 512,
+            len_bytes: len,
+        },
+        crate::ppl::Layout {
+            offset_bytes: 4096,
+            len_bytes: len - 4096,
+        },
+        crate::ppl::Layout {
+            offset_bytes: 4096,
+            len_bytes: label.data_offset_bytes,
+        },
+    ] {
+        let mut l = label.clone();
+        l.ppl = Some(bad);
+        assert!(l.validate().is_err(), "{bad:?}");
+    }
+    let mut l = sample(Level::Mirror);
+    l.data_offset_bytes = label.data_offset_bytes;
+    l.ppl = label.ppl;
+    assert!(l.validate().is_err(), "a log on a mirror");
+    // Version 4 with the fields zero is not canonical.
+    let mut plain = label.clone();
+    plain.ppl = None;
+    let b = patched(&plain, |b| b[8..12].copy_from_slice(&4u32.to_le_bytes()));
+    assert!(Label::decode(&b).is_err());
 }

@@ -315,19 +315,28 @@ fn parse_one(b: &[u8], volume_uuid: &[u8; 16], interleave_bytes: u64) -> Option<
 /// live, so a write waits for space but never forever.
 pub fn area_bytes_for(interleave_bytes: u64) -> u64 {
     let mib = 1u64 << 20;
-    ring_bytes_min(interleave_bytes).max(4 * mib).div_ceil(mib) * mib
+    ring_bytes_min(interleave_bytes)
+        .max(4 * mib)
+        .div_ceil(mib)
+        .saturating_mul(mib)
 }
 
-/// The smallest log area the engine accepts for an interleave.
+/// The smallest log area the engine accepts for an interleave (saturating:
+/// no area is large enough for an absurd interleave).
 pub fn ring_bytes_min(interleave_bytes: u64) -> u64 {
-    4 * max_record_bytes(interleave_bytes) + MAX_HEADER_BLOCKS * BLOCK_BYTES
+    max_record_bytes(interleave_bytes)
+        .saturating_mul(4)
+        .saturating_add(MAX_HEADER_BLOCKS * BLOCK_BYTES)
 }
 
 /// The largest record of one stripe: the most pieces, P and Q of a chunk.
 pub fn max_record_bytes(interleave_bytes: u64) -> u64 {
     let header = (at::PIECES + MAX_PIECES * at::PIECE_BYTES) as u64;
-    header.div_ceil(BLOCK_BYTES) * BLOCK_BYTES
-        + (2 * interleave_bytes).div_ceil(BLOCK_BYTES) * BLOCK_BYTES
+    let parity = interleave_bytes
+        .saturating_mul(2)
+        .div_ceil(BLOCK_BYTES)
+        .saturating_mul(BLOCK_BYTES);
+    (header.div_ceil(BLOCK_BYTES) * BLOCK_BYTES).saturating_add(parity)
 }
 
 fn put_u32(b: &mut [u8], at: usize, v: u32) {
