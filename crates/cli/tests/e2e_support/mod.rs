@@ -589,7 +589,8 @@ impl Volume {
     }
 
     /// [`Volume::create_in`] with more `platter create` options. With
-    /// `--checksums`, members are 1 MiB larger (the checksum area).
+    /// `--checksums`, members are 1 MiB larger (the checksum area), with
+    /// `--consistency-policy ppl` 4 MiB (the log).
     pub fn create_with(spec: Spec, min_bytes: u64, dir: TempDir, extra: &[&str]) -> Volume {
         let members = member_paths(dir.path(), spec.members);
         let name = format!("v-{}", spec.label());
@@ -598,7 +599,17 @@ impl Volume {
         } else {
             0
         };
-        let member_size_bytes = spec.member_size_for(min_bytes) + checksum_area;
+        // `--consistency-policy ppl`: the log's area (4 MiB at these
+        // interleaves).
+        let log_area = if extra
+            .windows(2)
+            .any(|w| w == ["--consistency-policy", "ppl"])
+        {
+            4 * MIB
+        } else {
+            0
+        };
+        let member_size_bytes = spec.member_size_for(min_bytes) + checksum_area + log_area;
         let member_size = member_size_bytes.to_string();
         let copies = spec.copies.to_string();
         let mut args = vec![
