@@ -946,6 +946,63 @@ fn crashes_losing_a_member_without_the_log_lose_bytes_nobody_wrote() {
     );
 }
 
+/// The log's own paths under the crash seeds' rules: crashes at random
+/// moments (no member lost with them), member failures after, the stripe
+/// cache, and checksums on half the seeds. Every flushed write reads back,
+/// nothing wrong is served, and the log wrapped and cleared its way
+/// through (its ring is the smallest the engine accepts).
+#[test]
+fn crashes_with_the_log_keep_flushed_writes() {
+    let opts = ScenarioOptions {
+        levels: vec![Level::Raid5, Level::Raid6],
+        beyond_budget_percent: 0,
+        crash: true,
+        ..ScenarioOptions::default()
+    };
+    fn config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
+        let mut c = random_config(seed, opts);
+        with_ppl(&mut c);
+        if seed % 2 == 1 {
+            with_checksums(&mut c, Algorithm::Crc32c);
+        }
+        c
+    }
+    let test = "crashes_with_the_log_keep_flushed_writes";
+    if replayed_of(config, test, &opts) {
+        return;
+    }
+    let n = env_u64("PLATTER_SIM_SEEDS").unwrap_or(WRITE_HOLE_SEEDS);
+    let seeds = seed_range(n);
+    let (reports, failures) = run_seeds_of(config, test, &seeds, &opts);
+    assert!(
+        failures.is_empty(),
+        "{} of {n} crash seeds with the log failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    let crashed = reports.iter().filter(|(_, r)| r.crashes > 0).count();
+    let failed_members: usize = reports.iter().map(|(_, r)| r.faulty_members.len()).sum();
+    let ppl = |f: fn(&platter_core::stats::PplStats) -> u64| -> u64 {
+        reports
+            .iter()
+            .map(|(_, r)| r.stats.ppl.as_ref().map_or(0, f))
+            .sum()
+    };
+    let (records, whole, clearing) = (
+        ppl(|p| p.records),
+        ppl(|p| p.whole_records),
+        ppl(|p| p.clearing_flushes),
+    );
+    let applied: u64 = reports.iter().map(|(_, r)| r.ppl_records_applied).sum();
+    println!(
+        "{n} seeds: {crashed} crashed, {failed_members} members failed; after the last \
+         restarts {records} records ({whole} whole), {clearing} clearing flushes; {applied} \
+         records applied at restarts"
+    );
+    assert!(crashed as u64 > n / 2);
+    assert!(records > 0 && whole > 0 && clearing > 0 && applied > 0);
+}
+
 #[test]
 fn regression_seeds() {
     let opts = ScenarioOptions::default();
