@@ -31,6 +31,11 @@ pub struct VolumeJson {
     event_counter: u64,
     members_online: u32,
     member_count: u32,
+    /// `crc32c`, `xxh3`, or null (`create --checksums`).
+    checksums: Option<String>,
+    /// raid5/raid6: `resync` or `ppl` (`create --consistency-policy`);
+    /// null for other levels.
+    consistency_policy: Option<String>,
     members: Vec<MemberJson>,
     unreadable: Vec<String>,
 }
@@ -111,6 +116,10 @@ pub fn json(a: &Assembly, members: &[Arc<dyn Member>], unreadable: &[String]) ->
         event_counter: a.label.event_counter,
         members_online: a.health.iter().filter(|h| **h == Health::Online).count() as u32,
         member_count: g.members(),
+        checksums: a.label.checksums.map(|c| c.algorithm.name().to_string()),
+        consistency_policy: g.level().is_parity().then(|| {
+            if a.label.ppl.is_some() { "ppl" } else { "resync" }.to_string()
+        }),
         members: (0..g.members())
             .map(|slot| MemberJson {
                 slot,
@@ -153,6 +162,16 @@ pub fn render(a: &Assembly, members: &[Arc<dyn Member>], unreadable: &[String]) 
         il / 512,
         format_size(j.stripe_data_bytes)
     );
+    let mut keeps = Vec::new();
+    if let Some(c) = &j.checksums {
+        keeps.push(format!("{c} checksums"));
+    }
+    if j.consistency_policy.as_deref() == Some("ppl") {
+        keeps.push("a partial parity log".to_string());
+    }
+    if !keeps.is_empty() {
+        let _ = writeln!(s, "  Keeps:      {}", keeps.join(", "));
+    }
     let _ = writeln!(
         s,
         "  Members:    {}/{} online, events {}",
