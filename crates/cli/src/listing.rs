@@ -118,7 +118,12 @@ pub fn json(a: &Assembly, members: &[Arc<dyn Member>], unreadable: &[String]) ->
         member_count: g.members(),
         checksums: a.label.checksums.map(|c| c.algorithm.name().to_string()),
         consistency_policy: g.level().is_parity().then(|| {
-            if a.label.ppl.is_some() { "ppl" } else { "resync" }.to_string()
+            if a.label.ppl.is_some() {
+                "ppl"
+            } else {
+                "resync"
+            }
+            .to_string()
         }),
         members: (0..g.members())
             .map(|slot| MemberJson {

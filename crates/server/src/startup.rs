@@ -346,14 +346,15 @@ fn apply_ppl(opened: &Opened, layout: platter_core::ppl::Layout) -> Result<(), S
             .map_err(|e| failed(m.as_ref(), "emptying", e))?;
         // Allocated again (the trim may have punched a hole): a log write
         // refused for space would cost the member.
-        m.reserve(layout.offset_bytes, layout.len_bytes).map_err(|e| {
-            ServeError::Refused(format!(
-                "cannot allocate the partial parity log of member {} ({} bytes): {e}; make \
+        m.reserve(layout.offset_bytes, layout.len_bytes)
+            .map_err(|e| {
+                ServeError::Refused(format!(
+                    "cannot allocate the partial parity log of member {} ({} bytes): {e}; make \
                  room on its file system, or serve --read-only",
-                m.describe(),
-                layout.len_bytes
-            ))
-        })?;
+                    m.describe(),
+                    layout.len_bytes
+                ))
+            })?;
     }
     if recovered.records > 0 {
         tracing::info!(

@@ -1083,7 +1083,7 @@ impl Volume {
         assert_eq!(op.stage.pending(), 0, "finished with I/O outstanding");
         self.account_finish(&op, &result);
         self.forget_read_repair(id);
-        self.log_finished(id);
+        self.log_finished(id, op.plan.log.as_ref());
         if let Request::Maintain {
             first_stripe,
             stripe_count,

@@ -73,6 +73,8 @@ struct Entry {
     owner: RequestId,
     /// The tick its writes completed at; none while they may still run.
     done_tick: Option<u64>,
+    /// Its record's number (older entries have smaller ones).
+    seq: u64,
 }
 
 /// A request's part in the log, from its parity computed to its finish.
@@ -89,6 +91,8 @@ pub(super) struct OpLog {
     /// then the members to flush).
     placed: Vec<(u32, u64, Payload)>,
     is_placed: bool,
+    /// The number of its first record, once placed.
+    first_seq: u64,
     /// Records of other requests that the log writes overwrite: they leave
     /// `on_disk` once those writes are flushed.
     superseded: Vec<u64>,
@@ -145,6 +149,21 @@ impl OpLog {
 impl LogState {
     fn ring_bytes(&self) -> u64 {
         self.layout.len_bytes
+    }
+
+    /// The request's records, on the members it placed them on, are done
+    /// at tick `t` (if not already). They are the newest of their rings
+    /// when placed, so each ring is searched from its end back to them.
+    fn mark_done(&mut self, id: RequestId, ol: &OpLog, t: u64) {
+        for &(m, _, _) in &ol.placed {
+            for e in self.rings[m as usize].entries.iter_mut().rev() {
+                if e.owner == id {
+                    e.done_tick.get_or_insert(t);
+                } else if e.seq < ol.first_seq {
+                    break;
+                }
+            }
+        }
     }
 }
 
@@ -519,6 +538,7 @@ impl Volume {
             }
         }
         // Room everywhere: number, encode and claim.
+        ol.first_seq = log.next_seq;
         let mut payloads: Vec<Vec<Bytes>> = vec![Vec::new(); members as usize];
         let mut at = starts.clone();
         for (r, ms) in ol.records.iter_mut().zip(&usable) {
@@ -543,6 +563,7 @@ impl Volume {
                     stripe,
                     owner: id,
                     done_tick: None,
+                    seq: r.seq,
                 });
                 payloads[m as usize].push(bytes.clone());
             }
@@ -584,7 +605,7 @@ impl Volume {
         let Some(ol) = self.ops.get_mut(&id).and_then(|op| op.plan.log.as_mut()) else {
             return;
         };
-        if ol.records.is_empty() {
+        if !ol.is_placed {
             return;
         }
         log.tick += 1;
@@ -592,25 +613,18 @@ impl Volume {
         for s in std::mem::take(&mut ol.partial_stripes) {
             log.written.insert(s, t);
         }
-        for ring in &mut log.rings {
-            for e in ring.entries.iter_mut().filter(|e| e.owner == id) {
-                e.done_tick.get_or_insert(t);
-            }
-        }
+        log.mark_done(id, ol, t);
     }
 
-    /// A request ends: whatever it logged counts as done from now.
-    pub(super) fn log_finished(&mut self, id: RequestId) {
-        let Some(log) = self.log.as_mut() else {
+    /// A request ends: whatever it logged counts as done from now (its
+    /// writes completed, or it never issued them).
+    pub(super) fn log_finished(&mut self, id: RequestId, ol: Option<&OpLog>) {
+        let (Some(log), Some(ol)) = (self.log.as_mut(), ol.filter(|l| l.is_placed)) else {
             return;
         };
         log.tick += 1;
         let t = log.tick;
-        for ring in &mut log.rings {
-            for e in ring.entries.iter_mut().filter(|e| e.owner == id) {
-                e.done_tick.get_or_insert(t);
-            }
-        }
+        log.mark_done(id, ol, t);
     }
 
     /// A flush of every member issued at tick `t` completed.
