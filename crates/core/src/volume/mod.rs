@@ -945,7 +945,8 @@ impl Volume {
                     } => {
                         let (report, writes) = self.compute_scrub(id);
                         self.ops.get_mut(&id).expect("live request").plan.report = Some(report);
-                        self.issue_writes(id, writes);
+                        self.log_scrub_writes(id, &writes);
+                        self.log_then_write(id, writes);
                     }
                     _ => {
                         self.account_stripe_writes(id);

@@ -221,6 +221,31 @@ impl Volume {
         out.extend(log.on_disk.range(first..end).map(|(&s, _)| s));
     }
 
+    /// A repair rewrites a member's chunk (data, on RAID-6, when the
+    /// syndrome names it) and a resync parity, neither logged: a stripe
+    /// that still has a record on a member gets a whole record first, so
+    /// that recovery does not apply partial parity older than the repair.
+    pub(super) fn log_scrub_writes(&mut self, id: RequestId, writes: &WritePieces) {
+        let Some(log) = &self.log else {
+            return;
+        };
+        let g = &self.geometry;
+        let (offset, il) = (g.spec().data_offset_bytes, g.interleave_bytes());
+        let mut stripes: Vec<u64> = writes
+            .iter()
+            .map(|w| (w.offset_bytes - offset) / il)
+            .filter(|s| log.on_disk.contains_key(s))
+            .collect();
+        if stripes.is_empty() {
+            return;
+        }
+        stripes.sort_unstable();
+        stripes.dedup();
+        let op = self.ops.get_mut(&id).expect("live request");
+        let ol = op.plan.log.get_or_insert_with(OpLog::default);
+        ol.whole_stripes.extend(stripes);
+    }
+
     /// The record a stripe job's write needs, if any, from its buffers
     /// before the parity is made: for read-modify-write the old parity and
     /// the old bytes of the modified cells; otherwise the data as read
