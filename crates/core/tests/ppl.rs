@@ -1,0 +1,255 @@
+//! The partial parity log in the engine (`volume/ppl.rs`): what a write
+//! logs, where, and in which order against its member writes. The crash
+//! property itself (a crash, then a member lost, reads back every byte not
+//! being written) is the seeded simulator's
+//! `crashes_losing_a_member_with_the_log_lose_nothing_not_being_written`.
+
+use bytes::Bytes;
+use platter_core::geometry::{Geometry, GeometrySpec};
+use platter_core::intent::IntentLayout;
+use platter_core::ppl::{parse_area, ring_bytes_min, Layout};
+use platter_core::volume::{Maintenance, MemberOp, Reply, Request};
+use platter_core::{Level, ParityLayout};
+use platter_testkit::volatile::BitmapRig;
+
+const CHUNK: u64 = 4096;
+const LOG_OFFSET_BYTES: u64 = 64 << 10;
+const UUID: [u8; 16] = *b"ppl-engine-tests";
+
+fn log_layout() -> Layout {
+    Layout {
+        offset_bytes: LOG_OFFSET_BYTES,
+        len_bytes: ring_bytes_min(CHUNK),
+    }
+}
+
+fn rig(level: Level, members: u32) -> BitmapRig {
+    let log = log_layout();
+    let g = Geometry::new(GeometrySpec {
+        level,
+        parity_layout: ParityLayout::LeftSymmetric,
+        copies: 1,
+        interleave_bytes: CHUNK,
+        data_offset_bytes: log.offset_bytes + log.len_bytes,
+        member_data_bytes: vec![64 * CHUNK; members as usize],
+    })
+    .expect("valid geometry");
+    let layout = IntentLayout::new(&g, 4).unwrap().expect("a bitmap");
+    let mut rig = BitmapRig::new(g, layout, 7);
+    rig.volume.enable_ppl(log, UUID);
+    rig
+}
+
+fn write(offset_bytes: u64, len: usize, byte: u8) -> Request {
+    Request::Write {
+        offset_bytes,
+        data: Bytes::from(vec![byte; len]),
+        fua: false,
+    }
+}
+
+fn in_log(op: &MemberOp) -> bool {
+    let l = log_layout();
+    matches!(op, MemberOp::Write { offset_bytes, .. }
+        if (l.offset_bytes..l.offset_bytes + l.len_bytes).contains(offset_bytes))
+}
+
+fn data_offset(rig: &BitmapRig) -> u64 {
+    rig.volume.geometry().spec().data_offset_bytes
+}
+
+fn is_data_write(rig: &BitmapRig, op: &MemberOp) -> bool {
+    matches!(op, MemberOp::Write { offset_bytes, .. } if *offset_bytes >= data_offset(rig))
+}
+
+/// The records on `member`'s log as its bytes hold them now.
+fn records_on(rig: &BitmapRig, member: usize) -> Vec<platter_core::ppl::Record> {
+    let l = log_layout();
+    parse_area(
+        &rig.disks[member].read(l.offset_bytes, l.len_bytes),
+        &UUID,
+        CHUNK,
+    )
+}
+
+/// The write hole needs the record durable before any member write it
+/// speaks for: on each parity member of the stripe, a log write then a
+/// flush, before the first data or parity write.
+#[test]
+fn a_partial_write_is_logged_and_flushed_on_its_parity_members_before_it_is_written() {
+    for (level, n) in [(Level::Raid5, 4), (Level::Raid6, 5)] {
+        let mut r = rig(level, n);
+        let stripe_bytes = r.volume.geometry().stripe_data_bytes();
+        r.one(write(5 * stripe_bytes + 1000, 3000, 0xAB));
+        let roles = r.volume.geometry().parity_roles(5).unwrap();
+        let first = r
+            .log
+            .iter()
+            .position(|(_, op)| is_data_write(&r, op))
+            .expect("the write reached the members");
+        for m in std::iter::once(roles.p).chain(roles.q) {
+            let logged = r.log[..first]
+                .iter()
+                .position(|(mm, op)| *mm == m && in_log(op));
+            let flushed = r.log[..first]
+                .iter()
+                .rposition(|(mm, op)| *mm == m && matches!(op, MemberOp::Flush));
+            assert!(
+                matches!((logged, flushed), (Some(w), Some(f)) if w < f),
+                "{level:?} member {m}: the record, then a flush, before any data write"
+            );
+            let recs = records_on(&r, m as usize);
+            assert_eq!(recs.len(), 1, "{level:?} member {m}");
+            assert_eq!(recs[0].stripes, vec![5]);
+            assert!(!recs[0].whole && recs[0].pp.is_some());
+            assert_eq!(recs[0].pq.is_some(), level == Level::Raid6);
+        }
+        // Data members carry no records.
+        for &d in &roles.data {
+            assert!(records_on(&r, d as usize).is_empty());
+        }
+    }
+}
+
+/// A full-stripe write needs no record: recovery can make its parity from
+/// the data alone. Once a record of the stripe is on a member, though, a
+/// full-stripe write (or trim) logs a whole record first, or recovery
+/// would apply the older record's stale partial parity over it.
+#[test]
+fn a_full_stripe_write_logs_nothing_unless_its_stripe_has_a_record_on_a_member() {
+    let mut r = rig(Level::Raid5, 4);
+    let sb = r.volume.geometry().stripe_data_bytes();
+    r.one(write(3 * sb, sb as usize, 1));
+    assert!(
+        !r.log.iter().any(|(_, op)| in_log(op)),
+        "a full stripe logged"
+    );
+    assert_eq!(r.volume.ppl_stats().unwrap().records, 0);
+    r.one(write(3 * sb + 512, 512, 2));
+    r.one(Request::Flush);
+    let before = r.log.len();
+    r.one(write(3 * sb, sb as usize, 3));
+    let first = before
+        + r.log[before..]
+            .iter()
+            .position(|(_, op)| is_data_write(&r, op))
+            .unwrap();
+    assert!(
+        r.log[before..first].iter().any(|(_, op)| in_log(op)),
+        "a whole record before the full-stripe write"
+    );
+    let stats = r.volume.ppl_stats().unwrap();
+    assert_eq!((stats.records, stats.whole_records), (2, 1));
+    // A trim of the stripe likewise.
+    let before = r.log.len();
+    r.one(Request::Trim {
+        offset_bytes: 3 * sb,
+        len_bytes: sb,
+    });
+    assert!(r.log[before..].iter().any(|(_, op)| in_log(op)));
+    assert_eq!(r.volume.ppl_stats().unwrap().whole_records, 2);
+}
+
+/// A second partial write to a stripe before any flush: its partial parity
+/// holds the first write's new bytes, which a crash could still undo, so
+/// every member is flushed before its record is written. After a FLUSH
+/// from the client the first write is durable and no flush is owed.
+#[test]
+fn a_partial_write_after_an_unflushed_one_of_its_stripe_flushes_every_member_first() {
+    let mut r = rig(Level::Raid5, 4);
+    let sb = r.volume.geometry().stripe_data_bytes();
+    r.one(write(2 * sb, 512, 1));
+    let before = r.log.len();
+    r.one(write(2 * sb + CHUNK, 512, 2));
+    let logged = before
+        + r.log[before..]
+            .iter()
+            .position(|(_, op)| in_log(op))
+            .expect("a record");
+    for m in 0..4u32 {
+        assert!(
+            r.log[before..logged]
+                .iter()
+                .any(|(mm, op)| *mm == m && matches!(op, MemberOp::Flush)),
+            "member {m} flushed before the second record"
+        );
+    }
+    assert_eq!(r.volume.ppl_stats().unwrap().clearing_flushes, 1);
+    r.one(Request::Flush);
+    r.one(write(2 * sb + 2 * CHUNK, 512, 3));
+    assert_eq!(
+        r.volume.ppl_stats().unwrap().clearing_flushes,
+        1,
+        "nothing unflushed: no clearing flush"
+    );
+    // Another stripe was never written: no flush owed either.
+    r.one(write(9 * sb, 512, 4));
+    assert_eq!(r.volume.ppl_stats().unwrap().clearing_flushes, 1);
+}
+
+/// The ring wraps: records keep going to the log long past its size, each
+/// place reused only after a flush made the writes there durable, and
+/// every record recovery finds is intact.
+#[test]
+fn the_ring_wraps_and_reuses_only_durable_space() {
+    let mut r = rig(Level::Raid6, 5);
+    let sb = r.volume.geometry().stripe_data_bytes();
+    let stripes = r.volume.geometry().stripes();
+    for i in 0..400u64 {
+        r.volume
+            .submit(write((i * 7 % stripes) * sb + 512, 1024, i as u8));
+        if i % 9 == 0 {
+            r.volume.submit(Request::Flush);
+        }
+    }
+    r.settle_ok();
+    let stats = r.volume.ppl_stats().unwrap();
+    assert!(
+        stats.record_bytes > 3 * log_layout().len_bytes,
+        "the ring wrapped ({} bytes logged)",
+        stats.record_bytes
+    );
+    for m in 0..5 {
+        for rec in records_on(&r, m) {
+            assert!(rec.stripes.iter().all(|&s| s < stripes));
+        }
+    }
+}
+
+/// A repair that rewrites a member's chunk (RAID-6 names the wrong one)
+/// changes data no record knows of: a stripe with a record on a member gets
+/// a whole record before the repair writes.
+#[test]
+fn a_repair_of_a_stripe_with_a_record_logs_a_whole_record_first() {
+    let mut r = rig(Level::Raid6, 5);
+    let sb = r.volume.geometry().stripe_data_bytes();
+    r.one(write(4 * sb, 2 * CHUNK as usize, 0x5A));
+    r.one(write(4 * sb + 100, 200, 0x5B));
+    r.one(Request::Flush);
+    // Data index 0's chunk of stripe 4 goes bad behind the volume's back.
+    let roles = r.volume.geometry().parity_roles(4).unwrap();
+    let at = r.volume.geometry().member_offset_bytes(4, 0);
+    let d0 = roles.data[0] as usize;
+    r.disks[d0].perform(&MemberOp::Write {
+        offset_bytes: at,
+        data: Bytes::from(vec![0xEE; 512]).into(),
+    });
+    r.disks[d0].perform(&MemberOp::Flush);
+    let before = r.log.len();
+    let whole_before = r.volume.ppl_stats().unwrap().whole_records;
+    match r.one(Request::Maintain {
+        first_stripe: 4,
+        stripe_count: 1,
+        action: Maintenance::Repair,
+    }) {
+        Reply::Checked(rep) => assert_eq!(rep.mismatched_stripes, vec![4]),
+        other => panic!("{other:?}"),
+    }
+    let repair_write = before
+        + r.log[before..]
+            .iter()
+            .position(|(_, op)| is_data_write(&r, op))
+            .expect("the repair wrote");
+    assert!(r.log[before..repair_write].iter().any(|(_, op)| in_log(op)));
+    assert!(r.volume.ppl_stats().unwrap().whole_records > whole_before);
+}
