@@ -154,6 +154,9 @@ pub struct PplStats {
     /// partial write to a stripe with an unflushed partial write, or log
     /// space still held by writes not yet durable.
     pub clearing_flushes: u64,
+    /// Writes that waited for log space held by writes still running.
+    #[serde(default)]
+    pub space_waits: u64,
 }
 
 /// What the checksums saw, over every member (per member:

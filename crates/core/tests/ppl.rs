@@ -253,3 +253,46 @@ fn a_repair_of_a_stripe_with_a_record_logs_a_whole_record_first() {
     assert!(r.log[before..repair_write].iter().any(|(_, op)| in_log(op)));
     assert!(r.volume.ppl_stats().unwrap().whole_records > whole_before);
 }
+
+/// More partial writes at once than the ring holds records for: the ones
+/// that find no room wait for running writes to complete (no flush loop),
+/// then go on; every write completes and reads back.
+#[test]
+fn writes_that_find_the_ring_full_wait_for_running_ones_and_then_go_on() {
+    const BIG: u64 = 128 << 10;
+    let log = Layout {
+        offset_bytes: LOG_OFFSET_BYTES,
+        len_bytes: ring_bytes_min(BIG),
+    };
+    let g = Geometry::new(GeometrySpec {
+        level: Level::Raid6,
+        parity_layout: ParityLayout::LeftSymmetric,
+        copies: 1,
+        interleave_bytes: BIG,
+        data_offset_bytes: log.offset_bytes + log.len_bytes,
+        member_data_bytes: vec![32 * BIG; 5],
+    })
+    .expect("valid geometry");
+    let layout = IntentLayout::new(&g, 4).unwrap().expect("a bitmap");
+    let mut r = BitmapRig::new(g, layout, 11);
+    r.volume.enable_ppl(log, UUID);
+    let sb = r.volume.geometry().stripe_data_bytes();
+    // Most of a chunk in each of 30 stripes: a record of P and Q of nearly
+    // a whole chunk each, far more than the ring's four or so.
+    for s in 0..30u64 {
+        r.volume
+            .submit(write(s * sb + 512, (BIG - 1024) as usize, s as u8 + 1));
+    }
+    r.settle_ok();
+    let stats = r.volume.ppl_stats().unwrap();
+    assert!(stats.space_waits > 0, "{stats:?}");
+    for s in 0..30u64 {
+        match r.one(Request::Read {
+            offset_bytes: s * sb + 512,
+            len_bytes: BIG - 1024,
+        }) {
+            Reply::Data(d) => assert!(d.to_vec().iter().all(|&b| b == s as u8 + 1), "stripe {s}"),
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -89,7 +89,8 @@ impl Default for Limits {
 /// stages have no I/O out (`check_invariants` holds them to it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Stage {
-    /// For its locks, its bitmap bits, or (a sweep) its bitmap round.
+    /// For its locks, its bitmap bits, (a sweep) its bitmap round, or
+    /// (`ppl.rs`) space in the log.
     Waiting,
     Reading(Phase),
     Writing(Phase),

@@ -21,17 +21,16 @@
 //!    parity): recovery applies every record it finds, oldest first, and an
 //!    old record's partial parity is stale once anything else wrote there.
 //! 5. **A record's space is reused only once its writes are durable**:
-//!    they completed before a flush of every member started.
+//!    they completed before a flush of every member started. A write that
+//!    finds no room flushes every member if that frees some; if only
+//!    writes still running hold the space, it waits (`Stage::Waiting`)
+//!    until one completes, then flushes and tries again.
 
 use super::plan::WritePieces;
 use super::{MemberOp, Payload, Phase, RequestId, Stage, StripeJob, Volume};
 use crate::ppl::{Layout, Piece, Record};
 use bytes::Bytes;
 use std::collections::{BTreeMap, HashMap, VecDeque};
-
-/// Flushes of every member one request may issue waiting for log space
-/// before it gives up (each waits for the writes that hold the space).
-const CLEARINGS_MAX: u32 = 10_000;
 
 /// The log's state in the volume.
 pub(super) struct LogState {
@@ -49,6 +48,11 @@ pub(super) struct LogState {
     tick: u64,
     /// Writes completed at or before this tick are durable.
     durable_tick: u64,
+    /// Requests waiting (`Stage::Waiting`) for ring space that writes
+    /// still running hold, oldest first: the first is woken when a logged
+    /// request's writes complete, and every one that fits is placed after
+    /// its clearing flush.
+    waiters: VecDeque<RequestId>,
     stats: LogStats,
 }
 
@@ -84,7 +88,6 @@ pub(super) struct OpLog {
     records: Vec<Record>,
     /// Rule 3 applies: a clearing flush before placing.
     needs_clearing: bool,
-    clearings: u32,
     /// The tick when the request's clearing flush was issued.
     clearing_tick: u64,
     /// The log writes, once placed in the rings (emptied once written:
@@ -151,6 +154,21 @@ impl LogState {
         self.layout.len_bytes
     }
 
+    /// Records whose writes completed but are not yet durable (a flush of
+    /// every member makes their space free), and records whose writes
+    /// are still running.
+    fn undurable(&self) -> (usize, usize) {
+        let mut out = (0, 0);
+        for e in self.rings.iter().flat_map(|r| &r.entries) {
+            match e.done_tick {
+                Some(t) if t > self.durable_tick => out.0 += 1,
+                None => out.1 += 1,
+                Some(_) => {}
+            }
+        }
+        out
+    }
+
     /// The request's records, on the members it placed them on, are done
     /// at tick `t` (if not already). They are the newest of their rings
     /// when placed, so each ring is searched from its end back to them.
@@ -200,6 +218,7 @@ impl Volume {
             written: HashMap::new(),
             tick: 0,
             durable_tick: 0,
+            waiters: VecDeque::new(),
             stats: LogStats::default(),
         });
     }
@@ -394,24 +413,26 @@ impl Volume {
         let op = self.ops.get_mut(&id).expect("live request");
         let ol = op.plan.log.as_mut().expect("a logging request");
         if !ol.is_placed {
-            if !ol.needs_clearing && self.log_place(id) {
-                return self.log_next(id);
+            if !ol.needs_clearing {
+                if self.log_place(id) {
+                    return self.log_next(id);
+                }
+                let log = self.log.as_mut().expect("log on");
+                let (done, running) = log.undurable();
+                if done == 0 {
+                    // Only writes still running hold the space: wait for
+                    // one to complete (`log_wake`) rather than flush.
+                    assert!(running > 0, "a request's records fit an empty ring");
+                    log.stats.space_waits += 1;
+                    let op = self.ops.get_mut(&id).expect("live request");
+                    op.stage = Stage::Waiting;
+                    return log.waiters.push_back(id);
+                }
             }
-            let op = self.ops.get_mut(&id).expect("live request");
-            let ol = op.plan.log.as_mut().expect("a logging request");
-            ol.clearings += 1;
-            assert!(
-                ol.clearings <= CLEARINGS_MAX,
-                "a write waited through {CLEARINGS_MAX} flushes for log space"
-            );
-            let log = self.log.as_mut().expect("log on");
-            ol.clearing_tick = log.tick;
-            log.stats.clearing_flushes += 1;
-            let members: Vec<u32> = (0..self.geometry.members())
-                .filter(|&m| self.in_use(m))
-                .collect();
-            return self.issue_log_ios(id, LogStep::Clearing, members, |_| MemberOp::Flush);
+            return self.log_clear(id);
         }
+        let op = self.ops.get_mut(&id).expect("live request");
+        let ol = op.plan.log.as_mut().expect("a logging request");
         if !ol.synced {
             let placed = std::mem::take(&mut ol.placed);
             let step = if placed.iter().all(|(_, _, p)| p.is_empty()) {
@@ -461,6 +482,32 @@ impl Volume {
         self.issue_writes(id, writes)
     }
 
+    /// A flush of every member in use, before placing the request's
+    /// records: rule 3, or to make space held by completed writes free.
+    fn log_clear(&mut self, id: RequestId) {
+        let log = self.log.as_mut().expect("log on");
+        log.stats.clearing_flushes += 1;
+        let tick = log.tick;
+        let op = self.ops.get_mut(&id).expect("live request");
+        op.plan.log.as_mut().expect("logging").clearing_tick = tick;
+        let members: Vec<u32> = (0..self.geometry.members())
+            .filter(|&m| self.in_use(m))
+            .collect();
+        self.issue_log_ios(id, LogStep::Clearing, members, |_| MemberOp::Flush)
+    }
+
+    /// A logged request's writes completed (or it ended): the first request
+    /// waiting for space flushes every member and tries again.
+    fn log_wake(&mut self) {
+        let Some(id) = self.log.as_mut().and_then(|l| l.waiters.pop_front()) else {
+            return;
+        };
+        let op = self.ops.get_mut(&id).expect("a log waiter is live");
+        let ol = op.plan.log.as_mut().expect("logging");
+        ol.needs_clearing = true;
+        self.log_clear(id)
+    }
+
     fn issue_log_ios(
         &mut self,
         id: RequestId,
@@ -488,6 +535,15 @@ impl Volume {
                 ol.needs_clearing = false;
                 let t = ol.clearing_tick;
                 self.log_durable(t);
+                // The flush freed space for the waiters too: each that fits
+                // now goes on, in order.
+                while let Some(&w) = self.log.as_ref().expect("log on").waiters.front() {
+                    if !self.log_place(w) {
+                        break;
+                    }
+                    self.log.as_mut().expect("log on").waiters.pop_front();
+                    self.log_next(w);
+                }
             }
             // Next: the same members flushed (their payloads are gone).
             LogStep::Writing => {}
@@ -639,6 +695,7 @@ impl Volume {
             log.written.insert(s, t);
         }
         log.mark_done(id, ol, t);
+        self.log_wake();
     }
 
     /// A request ends: whatever it logged counts as done from now (its
@@ -650,6 +707,8 @@ impl Volume {
         log.tick += 1;
         let t = log.tick;
         log.mark_done(id, ol, t);
+        log.waiters.retain(|&w| w != id);
+        self.log_wake();
     }
 
     /// A flush of every member issued at tick `t` completed.
@@ -700,6 +759,14 @@ impl Volume {
             );
         }
         assert!(log.durable_tick <= log.tick);
+        for id in &log.waiters {
+            let op = self.ops.get(id).expect("a log waiter is live");
+            let ol = op.plan.log.as_ref().expect("a log waiter logs");
+            assert!(
+                op.stage == Stage::Waiting && !ol.is_placed,
+                "{id:?} waits for log space"
+            );
+        }
         assert!(log
             .written
             .values()
