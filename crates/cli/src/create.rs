@@ -44,6 +44,19 @@ fn data_offset_for(member_bytes: u64, checksums: Option<Algorithm>, ppl_bytes: u
     ppl_offset_for(member_bytes, checksums) + ppl_bytes
 }
 
+/// What comes before a member's data, for messages about small members.
+fn metadata_words(args: &CreateArgs) -> String {
+    let mut s = "1 MiB for the label and bitmap".to_string();
+    if args.checksums.0.is_some() {
+        s.push_str(", 1 MiB or more of checksums");
+    }
+    let ppl = ppl_bytes_of(args);
+    if ppl > 0 {
+        s.push_str(&format!(", {} MiB of partial parity log", ppl / MIB));
+    }
+    s
+}
+
 /// The partial parity log's bytes on every member (whole MiBs), 0 without.
 fn ppl_bytes_of(args: &CreateArgs) -> u64 {
     match args.consistency_policy {
@@ -326,7 +339,8 @@ fn check_member_size(args: &CreateArgs, parity_layout: ParityLayout, copies: u32
     if size < min_bytes {
         return Err(CliError(format!(
             "--member-size {size} bytes is too small: a member needs at least {min_bytes} \
-             (1 MiB for the label and bitmap, then one interleave)"
+             ({}, then one interleave)",
+            metadata_words(args)
         )));
     }
     let offset = data_offset_for(size, args.checksums.0, ppl_bytes_of(args));
@@ -361,8 +375,9 @@ fn label_members(
             if size < min_bytes {
                 return Err(CliError(format!(
                     "member {}: {size} bytes is too small: it needs at least {min_bytes} \
-                     (1 MiB for the label and bitmap, then one interleave)",
-                    m.describe()
+                     ({}, then one interleave)",
+                    m.describe(),
+                    metadata_words(args)
                 )));
             }
             if size < data_offset_bytes + args.interleave {
