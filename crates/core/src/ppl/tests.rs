@@ -338,3 +338,70 @@ fn a_whole_record_lists_its_stripes_and_reads_back() {
     assert_eq!(bytes.len(), 4096, "a whole record is its header");
     assert_eq!(parse_area(&bytes, &UUID, CHUNK), vec![r]);
 }
+
+/// Rows off the chunk's start (`lo` > 0), as most records have: a whole
+/// record's parity is made over exactly its rows, and the bytes left to a
+/// lost member are counted over exactly the rows a newer record did not
+/// decide. (Mutants that took `hi + lo` for the rows, or `b + a` for a
+/// span's length, went unseen while every test's rows began at 0.)
+#[test]
+fn rows_off_the_chunk_start_are_made_and_counted_exactly() {
+    let whole = |s: &Stripe| Record {
+        seq: 2,
+        stripes: vec![3],
+        lo_bytes: 512,
+        hi_bytes: 1536,
+        pieces: (0..3).map(|d| Stripe::one(d, 512, 1024)).collect(),
+        pp: None,
+        pq: None,
+        whole: s.roles().data.len() == 3,
+    };
+    // Every member there: the whole write of rows [512, 1536) landed on
+    // the data and not on P or Q; both are made over exactly those rows.
+    let mut s = Stripe::new(Level::Raid6, 5);
+    let roles = s.roles();
+    let at = s.at(512) as usize;
+    for &m in &roles.data {
+        s.members[m as usize][at..at + 1024].fill(0x3C);
+    }
+    let (p, q) = s.parity();
+    let before_p = s.members[roles.p as usize].clone();
+    let w = whole(&s);
+    let out = s.recover(&[true; 5], vec![w]);
+    assert_eq!(out.rows_skipped_bytes, 0);
+    let (pm, qm) = (roles.p as usize, roles.q.unwrap() as usize);
+    assert_eq!(
+        s.members[pm][at..at + 1024],
+        p[512..1536],
+        "P over the rows"
+    );
+    assert_eq!(
+        s.members[qm][at..at + 1024],
+        q[512..1536],
+        "Q over the rows"
+    );
+    let at0 = s.at(0) as usize;
+    assert_eq!(
+        s.members[pm][at0..at0 + 512],
+        before_p[at0..at0 + 512],
+        "rows before kept"
+    );
+    // Data 1's member gone. The newer whole record decides [512, 1536) and
+    // is skipped there (data 1 modified): 1024 bytes. The older record over
+    // [512, 2560) is left [1536, 2560), of which data 1's modified cell
+    // [1536, 2048) is skipped: 512 bytes more.
+    let mut s = Stripe::new(Level::Raid6, 5);
+    let m1 = s.roles().data[1] as usize;
+    let mut older = s.record_for(
+        512,
+        2560,
+        vec![Stripe::one(0, 512, 1024), Stripe::one(1, 1536, 512)],
+    );
+    older.seq = 1;
+    let mut present = vec![true; 5];
+    present[m1] = false;
+    let w = whole(&s);
+    let out = s.recover(&present, vec![older, w]);
+    assert_eq!(out.records, 2);
+    assert_eq!(out.rows_skipped_bytes, 1024 + 512);
+}
