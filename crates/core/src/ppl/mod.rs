@@ -23,6 +23,9 @@
 
 mod recover;
 
+#[cfg(test)]
+use recover::rows_kept;
+
 pub use recover::{recover, Fix, Recovered};
 
 use bytes::Bytes;

@@ -154,7 +154,7 @@ fn apply(
 
 /// `[lo, hi)` less the sorted spans in `gone` (which may overlap and
 /// reach outside it).
-fn rows_kept(lo: u64, hi: u64, gone: &[(u64, u64)]) -> Vec<(u64, u64)> {
+pub(super) fn rows_kept(lo: u64, hi: u64, gone: &[(u64, u64)]) -> Vec<(u64, u64)> {
     let mut out = Vec::new();
     let mut at = lo;
     for &(a, b) in gone {

@@ -174,6 +174,20 @@ impl Stripe {
             Ok(members[m as usize][at as usize..(at + len) as usize].to_vec())
         })
         .expect("recovers");
+        // Every parity write has bytes, and no two overlap.
+        let mut spans: Vec<(u32, usize, usize)> = out
+            .fixes
+            .iter()
+            .map(|f| (f.member, f.offset_bytes as usize, f.data.len()))
+            .collect();
+        spans.sort_unstable();
+        for w in spans.windows(2) {
+            assert!(
+                w[0].0 != w[1].0 || w[0].1 + w[0].2 <= w[1].1,
+                "fixes overlap: {w:?}"
+            );
+        }
+        assert!(spans.iter().all(|s| s.2 > 0), "an empty fix: {spans:?}");
         for f in &out.fixes {
             let at = f.offset_bytes as usize;
             self.members[f.member as usize][at..at + f.data.len()].copy_from_slice(&f.data);
@@ -439,4 +453,21 @@ proptest::proptest! {
             proptest::prop_assert_eq!(parse_area(&got.encode(&UUID), &UUID, CHUNK), vec![got]);
         }
     }
+}
+
+/// The rows a record makes parity in: its own, less what newer records
+/// decided and the cells of lost members, wherever those lie (before,
+/// inside, after, overlapping, past either end).
+#[test]
+fn rows_kept_are_the_rows_less_the_gone_spans() {
+    assert_eq!(rows_kept(0, 100, &[]), vec![(0, 100)]);
+    assert_eq!(rows_kept(10, 100, &[(40, 60)]), vec![(10, 40), (60, 100)]);
+    assert_eq!(rows_kept(10, 100, &[(0, 20), (90, 200)]), vec![(20, 90)]);
+    assert_eq!(
+        rows_kept(10, 100, &[(30, 50), (40, 70)]),
+        vec![(10, 30), (70, 100)]
+    );
+    assert_eq!(rows_kept(10, 100, &[(10, 50), (50, 100)]), vec![]);
+    assert_eq!(rows_kept(10, 100, &[(0, 5), (200, 300)]), vec![(10, 100)]);
+    assert_eq!(rows_kept(10, 100, &[(60, 60)]), vec![(10, 60), (60, 100)]);
 }
