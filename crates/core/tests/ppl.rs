@@ -284,6 +284,7 @@ fn writes_that_find_the_ring_full_wait_for_running_ones_and_then_go_on() {
             .submit(write(s * sb + 512, (BIG - 1024) as usize, s as u8 + 1));
     }
     r.settle_ok();
+    r.volume.check_invariants();
     let stats = r.volume.ppl_stats().unwrap();
     assert!(stats.space_waits > 0, "{stats:?}");
     for s in 0..30u64 {
@@ -292,6 +293,49 @@ fn writes_that_find_the_ring_full_wait_for_running_ones_and_then_go_on() {
             len_bytes: BIG - 1024,
         }) {
             Reply::Data(d) => assert!(d.to_vec().iter().all(|&b| b == s as u8 + 1), "stripe {s}"),
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+/// Writes one at a time and never a FLUSH: the ring fills with records
+/// whose writes completed but are not yet durable. A write that finds no
+/// room then flushes every member (a clearing flush frees that space);
+/// nothing is running that it could wait for, so waiting would stall.
+#[test]
+fn completed_writes_hold_the_ring_until_a_clearing_flush_frees_it() {
+    const BIG: u64 = 128 << 10;
+    let log = Layout {
+        offset_bytes: LOG_OFFSET_BYTES,
+        len_bytes: ring_bytes_min(BIG),
+    };
+    let g = Geometry::new(GeometrySpec {
+        level: Level::Raid5,
+        parity_layout: ParityLayout::LeftSymmetric,
+        copies: 1,
+        interleave_bytes: BIG,
+        data_offset_bytes: log.offset_bytes + log.len_bytes,
+        member_data_bytes: vec![64 * BIG; 4],
+    })
+    .expect("valid geometry");
+    let layout = IntentLayout::new(&g, 4).unwrap().expect("a bitmap");
+    let mut r = BitmapRig::new(g, layout, 12);
+    r.volume.enable_ppl(log, UUID);
+    let sb = r.volume.geometry().stripe_data_bytes();
+    for s in 0..60u64 {
+        r.one(write(s * sb + 512, (BIG - 1024) as usize, s as u8 + 1));
+    }
+    // Every record of a finished request is done (`check_log`).
+    r.volume.check_invariants();
+    let stats = r.volume.ppl_stats().unwrap();
+    assert!(stats.clearing_flushes > 0, "{stats:?}");
+    assert_eq!(stats.space_waits, 0, "nothing was running to wait for");
+    for s in 0..60u64 {
+        match r.one(Request::Read {
+            offset_bytes: s * sb + 512,
+            len_bytes: BIG - 1024,
+        }) {
+            Reply::Data(d) => assert!(d.to_vec().iter().all(|&b| b == s as u8 + 1)),
             other => panic!("{other:?}"),
         }
     }
