@@ -223,10 +223,6 @@ impl Volume {
         });
     }
 
-    pub fn ppl(&self) -> Option<Layout> {
-        self.log.as_ref().map(|l| l.layout)
-    }
-
     pub fn ppl_stats(&self) -> Option<LogStats> {
         self.log.as_ref().map(|l| l.stats)
     }
