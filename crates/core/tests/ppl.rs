@@ -340,3 +340,63 @@ fn completed_writes_hold_the_ring_until_a_clearing_flush_frees_it() {
         }
     }
 }
+
+/// Full stripes over several stripes that each still have a record: one
+/// whole record lists them all (not one record each).
+#[test]
+fn one_whole_record_lists_every_recorded_stripe_a_write_covers() {
+    let mut r = rig(Level::Raid5, 4);
+    let sb = r.volume.geometry().stripe_data_bytes();
+    for s in [3u64, 4, 6] {
+        r.one(write(s * sb + 512, 512, s as u8));
+    }
+    r.one(Request::Flush);
+    let before = r.volume.ppl_stats().unwrap();
+    // Stripes 3 to 6, full: 3, 4 and 6 have records, 5 none.
+    r.one(write(3 * sb, 4 * sb as usize, 9));
+    let after = r.volume.ppl_stats().unwrap();
+    // Its copies go to the parity members of the three stripes.
+    let g = r.volume.geometry();
+    let mut parity: Vec<u32> = [3u64, 4, 6]
+        .iter()
+        .map(|&s| g.parity_roles(s).unwrap().p)
+        .collect();
+    parity.sort_unstable();
+    parity.dedup();
+    let copies = parity.len() as u64;
+    assert_eq!(after.whole_records - before.whole_records, copies);
+    assert_eq!(after.records - before.records, copies);
+    for m in 0..4u32 {
+        let listed: Vec<Vec<u64>> = records_on(&r, m as usize)
+            .into_iter()
+            .filter(|rec| rec.whole)
+            .map(|rec| rec.stripes)
+            .collect();
+        let want: Vec<Vec<u64>> = if parity.contains(&m) {
+            vec![vec![3, 4, 6]]
+        } else {
+            vec![]
+        };
+        assert_eq!(listed, want, "member {m}");
+    }
+}
+
+/// RAID-6 with its P member of a stripe gone: the write still logs, on Q,
+/// with Q's partial parity (a second loss would read through Q).
+#[test]
+fn a_raid6_write_with_p_lost_logs_q_partial_parity_on_q() {
+    let mut r = rig(Level::Raid6, 5);
+    let sb = r.volume.geometry().stripe_data_bytes();
+    let roles = r.volume.geometry().parity_roles(2).unwrap();
+    r.volume.mark_faulty(roles.p, "a test takes it out".into());
+    r.volume.failure_recorded(roles.p);
+    r.one(write(2 * sb + 512, 1024, 7));
+    let q = roles.q.unwrap() as usize;
+    let recs = records_on(&r, q);
+    assert_eq!(recs.len(), 1);
+    assert!(
+        recs[0].pp.is_none() && recs[0].pq.is_some(),
+        "{:?}",
+        recs[0]
+    );
+}
