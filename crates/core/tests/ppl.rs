@@ -497,3 +497,62 @@ fn a_records_partial_parity_is_the_parity_of_the_cells_left_alone() {
         }
     }
 }
+
+/// Partial writes whose records all go to one member, more than its ring
+/// holds, their member I/O performed in order: the later ones find the
+/// ring full of records whose writes are still running and wait; when the
+/// first writes complete, the first waiter is woken, flushes, and takes
+/// the freed space (then the others after it). Nothing else would wake
+/// them: no other request is left to flush.
+#[test]
+fn a_write_waiting_for_log_space_is_woken_when_running_writes_complete() {
+    const BIG: u64 = 128 << 10;
+    let log = Layout {
+        offset_bytes: LOG_OFFSET_BYTES,
+        len_bytes: ring_bytes_min(BIG),
+    };
+    let g = Geometry::new(GeometrySpec {
+        level: Level::Raid5,
+        parity_layout: ParityLayout::LeftSymmetric,
+        copies: 1,
+        interleave_bytes: BIG,
+        data_offset_bytes: log.offset_bytes + log.len_bytes,
+        member_data_bytes: vec![64 * BIG; 4],
+    })
+    .expect("valid geometry");
+    let layout = IntentLayout::new(&g, 64).unwrap().expect("a bitmap");
+    let mut r = BitmapRig::new(g.clone(), layout, 13);
+    r.volume.enable_ppl(log, UUID);
+    let sb = g.stripe_data_bytes();
+    let p = g.parity_roles(0).unwrap().p;
+    let stripes: Vec<u64> = (0..64)
+        .filter(|&s| g.parity_roles(s).unwrap().p == p)
+        .collect();
+    assert!(stripes.len() >= 14);
+    for (i, &s) in stripes.iter().take(14).enumerate() {
+        r.volume
+            .submit(write(s * sb + 512, (BIG - 1024) as usize, i as u8 + 1));
+    }
+    // Member I/O in the order it was issued.
+    let mut steps = 0;
+    loop {
+        r.take_ios();
+        if r.pool.is_empty() {
+            break;
+        }
+        let io = r.pool.remove(0);
+        r.perform(io);
+        steps += 1;
+        assert!(steps < 100_000);
+    }
+    assert!(r.volume.is_idle(), "writes left waiting for log space");
+    r.volume.check_invariants();
+    let stats = r.volume.ppl_stats().unwrap();
+    assert!(stats.space_waits > 0, "{stats:?}");
+    let mut done = 0;
+    while let Some(c) = r.volume.next_completion() {
+        c.result.expect("the write succeeds");
+        done += 1;
+    }
+    assert_eq!(done, 14);
+}
