@@ -209,11 +209,19 @@ fn the_ring_wraps_and_reuses_only_durable_space() {
         "the ring wrapped ({} bytes logged)",
         stats.record_bytes
     );
+    // Records are numbered one by one: two on the members with one number
+    // are the copies of one record (on P and Q), never two records.
+    let mut by_seq: std::collections::BTreeMap<u64, platter_core::ppl::Record> =
+        std::collections::BTreeMap::new();
     for m in 0..5 {
         for rec in records_on(&r, m) {
             assert!(rec.stripes.iter().all(|&s| s < stripes));
+            if let Some(other) = by_seq.insert(rec.seq, rec.clone()) {
+                assert_eq!(other, rec, "two records numbered {}", rec.seq);
+            }
         }
     }
+    assert!(by_seq.len() > 10);
 }
 
 /// A repair that rewrites a member's chunk (RAID-6 names the wrong one)
