@@ -195,12 +195,33 @@ fn the_ring_wraps_and_reuses_only_durable_space() {
     let mut r = rig(Level::Raid6, 5);
     let sb = r.volume.geometry().stripe_data_bytes();
     let stripes = r.volume.geometry().stripes();
+    // Every partial record a member's log holds is one the volume knows
+    // of (a write over its stripe will log a whole record first): checked
+    // after every write, while the ring wraps.
+    let check_known = |r: &BitmapRig| {
+        let known = r.volume.ppl_recorded_stripes_for_tests();
+        let mut on_members: std::collections::BTreeMap<u64, u32> = Default::default();
+        for m in 0..5 {
+            for rec in records_on(r, m).into_iter().filter(|rec| !rec.whole) {
+                *on_members.entry(rec.stripes[0]).or_default() += 1;
+            }
+        }
+        for (s, n) in on_members {
+            let k = known.get(&s).copied().unwrap_or(0);
+            assert!(
+                n <= k,
+                "stripe {s}: {n} records on the members, the volume counts {k}"
+            );
+        }
+    };
     for i in 0..400u64 {
         r.volume
             .submit(write((i * 7 % stripes) * sb + 512, 1024, i as u8));
         if i % 9 == 0 {
             r.volume.submit(Request::Flush);
         }
+        r.settle_ok();
+        check_known(&r);
     }
     r.settle_ok();
     let stats = r.volume.ppl_stats().unwrap();
@@ -386,6 +407,29 @@ fn one_whole_record_lists_every_recorded_stripe_a_write_covers() {
             vec![]
         };
         assert_eq!(listed, want, "member {m}");
+    }
+}
+
+/// One write over the ends of two stripes logs two records, and on
+/// RAID-6 one member is parity of both: both records go to it, back to
+/// back in its ring.
+#[test]
+fn a_write_over_two_partial_stripes_logs_both_back_to_back() {
+    let mut r = rig(Level::Raid6, 5);
+    let g = r.volume.geometry().clone();
+    let sb = g.stripe_data_bytes();
+    let (a, b) = (g.parity_roles(0).unwrap(), g.parity_roles(1).unwrap());
+    let both: Vec<u32> = [a.p, a.q.unwrap()]
+        .into_iter()
+        .filter(|m| [b.p, b.q.unwrap()].contains(m))
+        .collect();
+    assert!(!both.is_empty(), "a member is parity of both stripes");
+    r.one(write(sb - 2048, 4096, 5));
+    r.volume.check_invariants();
+    for m in both {
+        let recs = records_on(&r, m as usize);
+        let stripes: Vec<Vec<u64>> = recs.iter().map(|rec| rec.stripes.clone()).collect();
+        assert_eq!(stripes, vec![vec![0], vec![1]], "member {m}");
     }
 }
 

@@ -223,6 +223,16 @@ impl Volume {
         });
     }
 
+    /// Test support: per stripe, the copies of partial records the volume
+    /// counts as on the members (rule 4 logs a whole record before writing
+    /// over such a stripe). The members' logs must hold no more.
+    #[doc(hidden)]
+    pub fn ppl_recorded_stripes_for_tests(&self) -> std::collections::BTreeMap<u64, u32> {
+        self.log
+            .as_ref()
+            .map_or_else(Default::default, |l| l.on_disk.clone())
+    }
+
     pub fn ppl_stats(&self) -> Option<LogStats> {
         self.log.as_ref().map(|l| l.stats)
     }
