@@ -614,3 +614,36 @@ fn a_write_waiting_for_log_space_is_woken_when_running_writes_complete() {
     }
     assert_eq!(done, 32);
 }
+
+/// A FLUSH makes durable only the writes completed before it was issued:
+/// a partial write that completes while the flush is out is still owed a
+/// clearing flush by the next partial write to its stripe.
+#[test]
+fn a_write_completed_while_a_flush_was_out_is_not_taken_as_durable() {
+    let mut r = rig(Level::Raid5, 4);
+    let sb = r.volume.geometry().stripe_data_bytes();
+    r.one(write(9 * sb + 512, 512, 1));
+    // The FLUSH's member flushes, held back.
+    r.volume.submit(Request::Flush);
+    r.take_ios();
+    let held: Vec<_> = std::mem::take(&mut r.pool);
+    assert!(held.iter().all(|io| matches!(io.op, MemberOp::Flush)));
+    // A partial write to stripe 5 runs to its end meanwhile.
+    r.volume.submit(write(5 * sb + 512, 512, 2));
+    for _ in 0..10_000 {
+        if !r.step() {
+            break;
+        }
+    }
+    assert_eq!(r.volume.requests_in_flight(), 1, "only the FLUSH is left");
+    for io in held {
+        r.perform(io);
+    }
+    r.settle_ok();
+    let before = r.volume.ppl_stats().unwrap().clearing_flushes;
+    // Stripe 9's write was flushed: no clearing. Stripe 5's was not.
+    r.one(write(9 * sb + 4096, 512, 3));
+    assert_eq!(r.volume.ppl_stats().unwrap().clearing_flushes, before);
+    r.one(write(5 * sb + 4096, 512, 4));
+    assert_eq!(r.volume.ppl_stats().unwrap().clearing_flushes, before + 1);
+}
