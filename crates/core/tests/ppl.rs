@@ -199,6 +199,8 @@ fn the_ring_wraps_and_reuses_only_durable_space() {
     // of (a write over its stripe will log a whole record first): checked
     // after every write, while the ring wraps.
     let check_known = |r: &BitmapRig| {
+        // No two records in a ring overlap, no live one was written over.
+        r.volume.check_invariants();
         let known = r.volume.ppl_recorded_stripes_for_tests();
         let mut on_members: std::collections::BTreeMap<u64, u32> = Default::default();
         for m in 0..5 {

@@ -655,6 +655,7 @@ impl Volume {
                 payloads[m as usize].push(bytes.clone());
             }
         }
+        let durable_tick = log.durable_tick;
         for (m, start) in starts.iter().enumerate() {
             let Some(start) = *start else {
                 continue;
@@ -668,6 +669,12 @@ impl Volume {
             let mut kept = VecDeque::new();
             for (i, e) in ring.entries.drain(..).enumerate() {
                 if i < keep_from && e.start_bytes < end && start < e.start_bytes + e.len_bytes {
+                    // Rule 5: `find_room` chose space whose records are
+                    // durable; a live one written over reopens the hole.
+                    assert!(
+                        e.done_tick.is_some_and(|t| t <= durable_tick),
+                        "a record whose writes may not be durable written over"
+                    );
                     ol.superseded.extend(e.stripe);
                 } else {
                     kept.push_back(e);
