@@ -24,21 +24,42 @@ fn log_layout() -> Layout {
 }
 
 fn rig(level: Level, members: u32) -> BitmapRig {
-    let log = log_layout();
+    rig_with(level, members, CHUNK, 64, 4, 7)
+}
+
+/// A volume with the log of the smallest size the engine accepts for
+/// `chunk_bytes`, `rows` rows per member, a bitmap of `region_stripes`.
+fn rig_with(
+    level: Level,
+    members: u32,
+    chunk_bytes: u64,
+    rows: u64,
+    region_stripes: u64,
+    seed: u64,
+) -> BitmapRig {
+    let log = Layout {
+        offset_bytes: LOG_OFFSET_BYTES,
+        len_bytes: ring_bytes_min(chunk_bytes),
+    };
     let g = Geometry::new(GeometrySpec {
         level,
         parity_layout: ParityLayout::LeftSymmetric,
         copies: 1,
-        interleave_bytes: CHUNK,
+        interleave_bytes: chunk_bytes,
         data_offset_bytes: log.offset_bytes + log.len_bytes,
-        member_data_bytes: vec![64 * CHUNK; members as usize],
+        member_data_bytes: vec![rows * chunk_bytes; members as usize],
     })
     .expect("valid geometry");
-    let layout = IntentLayout::new(&g, 4).unwrap().expect("a bitmap");
-    let mut rig = BitmapRig::new(g, layout, 7);
+    let layout = IntentLayout::new(&g, region_stripes)
+        .unwrap()
+        .expect("a bitmap");
+    let mut rig = BitmapRig::new(g, layout, seed);
     rig.volume.enable_ppl(log, UUID);
     rig
 }
+
+/// Chunks large enough that a few records fill the ring.
+const BIG: u64 = 128 << 10;
 
 fn write(offset_bytes: u64, len: usize, byte: u8) -> Request {
     Request::Write {
@@ -290,23 +311,7 @@ fn a_repair_of_a_stripe_with_a_record_logs_a_whole_record_first() {
 /// then go on; every write completes and reads back.
 #[test]
 fn writes_that_find_the_ring_full_wait_for_running_ones_and_then_go_on() {
-    const BIG: u64 = 128 << 10;
-    let log = Layout {
-        offset_bytes: LOG_OFFSET_BYTES,
-        len_bytes: ring_bytes_min(BIG),
-    };
-    let g = Geometry::new(GeometrySpec {
-        level: Level::Raid6,
-        parity_layout: ParityLayout::LeftSymmetric,
-        copies: 1,
-        interleave_bytes: BIG,
-        data_offset_bytes: log.offset_bytes + log.len_bytes,
-        member_data_bytes: vec![32 * BIG; 5],
-    })
-    .expect("valid geometry");
-    let layout = IntentLayout::new(&g, 4).unwrap().expect("a bitmap");
-    let mut r = BitmapRig::new(g, layout, 11);
-    r.volume.enable_ppl(log, UUID);
+    let mut r = rig_with(Level::Raid6, 5, BIG, 32, 4, 11);
     let sb = r.volume.geometry().stripe_data_bytes();
     // Most of a chunk in each of 30 stripes: a record of P and Q of nearly
     // a whole chunk each, far more than the ring's four or so.
@@ -335,23 +340,7 @@ fn writes_that_find_the_ring_full_wait_for_running_ones_and_then_go_on() {
 /// nothing is running that it could wait for, so waiting would stall.
 #[test]
 fn completed_writes_hold_the_ring_until_a_clearing_flush_frees_it() {
-    const BIG: u64 = 128 << 10;
-    let log = Layout {
-        offset_bytes: LOG_OFFSET_BYTES,
-        len_bytes: ring_bytes_min(BIG),
-    };
-    let g = Geometry::new(GeometrySpec {
-        level: Level::Raid5,
-        parity_layout: ParityLayout::LeftSymmetric,
-        copies: 1,
-        interleave_bytes: BIG,
-        data_offset_bytes: log.offset_bytes + log.len_bytes,
-        member_data_bytes: vec![64 * BIG; 4],
-    })
-    .expect("valid geometry");
-    let layout = IntentLayout::new(&g, 4).unwrap().expect("a bitmap");
-    let mut r = BitmapRig::new(g, layout, 12);
-    r.volume.enable_ppl(log, UUID);
+    let mut r = rig_with(Level::Raid5, 4, BIG, 64, 4, 12);
     let sb = r.volume.geometry().stripe_data_bytes();
     for s in 0..60u64 {
         r.one(write(s * sb + 512, (BIG - 1024) as usize, s as u8 + 1));
@@ -560,23 +549,8 @@ fn a_records_partial_parity_is_the_parity_of_the_cells_left_alone() {
 /// them: no other request is left to flush.
 #[test]
 fn a_write_waiting_for_log_space_is_woken_when_running_writes_complete() {
-    const BIG: u64 = 128 << 10;
-    let log = Layout {
-        offset_bytes: LOG_OFFSET_BYTES,
-        len_bytes: ring_bytes_min(BIG),
-    };
-    let g = Geometry::new(GeometrySpec {
-        level: Level::Raid5,
-        parity_layout: ParityLayout::LeftSymmetric,
-        copies: 1,
-        interleave_bytes: BIG,
-        data_offset_bytes: log.offset_bytes + log.len_bytes,
-        member_data_bytes: vec![128 * BIG; 4],
-    })
-    .expect("valid geometry");
-    let layout = IntentLayout::new(&g, 64).unwrap().expect("a bitmap");
-    let mut r = BitmapRig::new(g.clone(), layout, 13);
-    r.volume.enable_ppl(log, UUID);
+    let mut r = rig_with(Level::Raid5, 4, BIG, 128, 64, 13);
+    let g = r.volume.geometry().clone();
     let sb = g.stripe_data_bytes();
     let p = g.parity_roles(0).unwrap().p;
     let stripes: Vec<u64> = (0..128)
@@ -648,4 +622,63 @@ fn a_write_completed_while_a_flush_was_out_is_not_taken_as_durable() {
     assert_eq!(r.volume.ppl_stats().unwrap().clearing_flushes, before);
     r.one(write(5 * sb + 4096, 512, 4));
     assert_eq!(r.volume.ppl_stats().unwrap().clearing_flushes, before + 1);
+}
+
+/// A parity member whose record write fails is taken out of use, and the
+/// write goes on without it: its data lands on the data members, no
+/// parity write goes to the failed member, and it reads back.
+#[test]
+fn a_failed_record_write_fails_its_member_and_the_write_goes_on_without_it() {
+    use platter_core::volume::{IoError, IoErrorKind};
+    let mut r = rig(Level::Raid5, 4);
+    let sb = r.volume.geometry().stripe_data_bytes();
+    let p = r.volume.geometry().parity_roles(3).unwrap().p;
+    let id = r.volume.submit(write(3 * sb + 512, 1024, 0x77));
+    let mut failed = false;
+    let mut at_failure = 0;
+    for _ in 0..10_000 {
+        r.take_ios();
+        let Some(i) = (0..r.pool.len()).find(|&i| !failed && in_log(&r.pool[i].op)) else {
+            if !r.step() {
+                break;
+            }
+            continue;
+        };
+        let io = r.pool.swap_remove(i);
+        assert_eq!(
+            io.member, p,
+            "the record goes to the stripe's parity member"
+        );
+        r.volume
+            .io_done(io.id, Err(IoError::new(IoErrorKind::Media, "injected")));
+        failed = true;
+        at_failure = r.log.len();
+        // The host records the failure in the labels of the others.
+        while r.volume.next_event().is_some() {}
+        r.volume.failure_recorded(p);
+    }
+    assert!(failed, "a record was written");
+    let done: Vec<_> = r.settle();
+    let c = done
+        .iter()
+        .find(|c| c.id == id)
+        .expect("the write completed");
+    assert!(c.result.is_ok(), "{:?}", c.result);
+    assert_ne!(
+        r.volume.health()[p as usize],
+        platter_core::volume::Health::Online
+    );
+    assert!(
+        !r.log[at_failure..]
+            .iter()
+            .any(|(m, op)| *m == p && !matches!(op, MemberOp::Read { .. })),
+        "the failed member got writes after its record failed"
+    );
+    match r.one(Request::Read {
+        offset_bytes: 3 * sb + 512,
+        len_bytes: 1024,
+    }) {
+        Reply::Data(d) => assert!(d.to_vec().iter().all(|&b| b == 0x77)),
+        other => panic!("{other:?}"),
+    }
 }

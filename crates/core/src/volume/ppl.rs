@@ -446,7 +446,6 @@ impl Volume {
             } else {
                 LogStep::Writing
             };
-            let members: Vec<u32> = placed.iter().map(|(m, _, _)| *m).collect();
             let ios: Vec<(u32, MemberOp)> = placed
                 .iter()
                 .map(|(m, start, payload)| {
@@ -474,10 +473,7 @@ impl Volume {
                 .into_iter()
                 .map(|(m, s, _)| (m, s, Payload::default()))
                 .collect();
-            let mut ios = ios.into_iter();
-            return self.issue_log_ios(id, step, members, move |_| {
-                ios.next().expect("one I/O per member").1
-            });
+            return self.issue_log_ios(id, step, ios);
         }
         let writes = std::mem::take(&mut op.plan.planned);
         // A member lost while the log was written takes no writes.
@@ -496,10 +492,10 @@ impl Volume {
         let tick = log.tick;
         let op = self.ops.get_mut(&id).expect("live request");
         op.plan.log.as_mut().expect("logging").clearing_tick = tick;
-        let members: Vec<u32> = (0..self.geometry.members())
-            .filter(|&m| self.in_use(m))
+        let flushes = (0..self.geometry.members())
+            .map(|m| (m, MemberOp::Flush))
             .collect();
-        self.issue_log_ios(id, LogStep::Clearing, members, |_| MemberOp::Flush)
+        self.issue_log_ios(id, LogStep::Clearing, flushes)
     }
 
     /// A logged request's writes completed (or it ended): the first request
@@ -514,20 +510,16 @@ impl Volume {
         self.log_clear(id)
     }
 
-    fn issue_log_ios(
-        &mut self,
-        id: RequestId,
-        step: LogStep,
-        members: Vec<u32>,
-        mut op_for: impl FnMut(u32) -> MemberOp,
-    ) {
+    /// One log step's member I/O; a member that failed since the request
+    /// placed its records (its record write, say) gets none.
+    fn issue_log_ios(&mut self, id: RequestId, step: LogStep, ios: Vec<(u32, MemberOp)>) {
+        let ios: Vec<(u32, MemberOp)> = ios.into_iter().filter(|(m, _)| self.in_use(*m)).collect();
         let op = self.ops.get_mut(&id).expect("live request");
-        op.stage = Stage::Logging(Phase::issued(members.len()), step);
-        if members.is_empty() {
+        op.stage = Stage::Logging(Phase::issued(ios.len()), step);
+        if ios.is_empty() {
             return self.log_advance(id, step);
         }
-        for m in members {
-            let mop = op_for(m);
+        for (m, mop) in ios {
             self.new_io(id, m, mop, super::Dests::new());
         }
     }
