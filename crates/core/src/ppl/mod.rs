@@ -21,11 +21,13 @@
 //! in each member's log area, each self-describing and checksummed; this
 //! module encodes, finds and applies them, with no I/O of its own.
 
+mod pieces;
 mod recover;
 
 #[cfg(test)]
 use recover::rows_kept;
 
+pub(crate) use pieces::merged_pieces;
 pub use recover::{recover, Fix, Recovered};
 
 use bytes::Bytes;
