@@ -565,3 +565,21 @@ fn destaged_stripes_count_by_how_their_parity_was_kept() {
     h.one(Request::Destage { all: true }).unwrap();
     assert_eq!(counts(&h).3, 1, "{:?}", counts(&h));
 }
+
+/// The cache gathers writes into full stripes of parity: levels without
+/// parity get none (their writes have no parity to save). Mutation testing
+/// found the level test weakened (`||` to `&&`) unseen: every cache test
+/// used RAID-5 or RAID-6.
+#[test]
+fn levels_without_parity_get_no_cache() {
+    for level in [Level::Concat, Level::Stripe, Level::Mirror, Level::Raid10] {
+        let mut config = small(level, 4);
+        config.copies = if matches!(level, Level::Mirror | Level::Raid10) { 2 } else { 1 };
+        let mut h = Harness::new(&config, 3);
+        h.enable_cache(CacheLimits::DEFAULT);
+        assert!(h.volume.cache_status().is_none(), "{level:?}");
+    }
+    let mut h = Harness::new(&small(Level::Raid5, 4), 3);
+    h.enable_cache(CacheLimits::DEFAULT);
+    assert!(h.volume.cache_status().is_some());
+}

@@ -124,6 +124,8 @@ impl Volume {
         // The byte bound holds by construction: every entry and write-out
         // is one stripe's buffer, and there are at most `capacity`.
         assert!(capacity as u64 * sb <= limits.max_bytes);
+        // Every stripe of a parity level is whole (`stripe_len`).
+        assert_eq!(self.geometry.stripes() * sb, self.size_bytes());
         self.cache = Some(StripeCache::new(capacity));
     }
 
@@ -137,11 +139,11 @@ impl Volume {
         self.cache.as_ref().map_or(0, |c| c.stripes())
     }
 
-    /// The bytes of a stripe (`stripe_data_bytes`, less at the end of the
-    /// volume).
+    /// The bytes of a cached stripe: all of them (a parity level's volume
+    /// is whole stripes, asserted when the cache is enabled).
     pub(super) fn stripe_len(&self, stripe: u64) -> u64 {
-        let sb = self.geometry.stripe_data_bytes();
-        sb.min(self.size_bytes().saturating_sub(stripe * sb))
+        assert!(stripe < self.geometry.stripes(), "stripe {stripe} past the end");
+        self.geometry.stripe_data_bytes()
     }
 
     /// A write, write-zeroes, trim or destage meets the cache, once, when
