@@ -583,3 +583,46 @@ fn levels_without_parity_get_no_cache() {
     h.enable_cache(CacheLimits::DEFAULT);
     assert!(h.volume.cache_status().is_some());
 }
+
+/// A write-out refused for space (a member on a full file system) is not a
+/// failed one: the clock tries it again and it goes out once there is
+/// room, no FLUSH needed. A write-out that failed because too many members
+/// are lost waits for a FLUSH: ticks do not send it again and again.
+///
+/// Mutation testing swapped the two (`!op.trouble.no_space` to
+/// `op.trouble.no_space` when a failed write-out is put back) unseen: no
+/// cache test ran out of space.
+#[test]
+fn a_write_out_refused_for_space_goes_out_on_a_later_tick_and_a_failed_one_waits() {
+    let config = small(Level::Raid5, 4);
+    let mut h = Harness::with_cache(&config, 43, CacheLimits::DEFAULT);
+    let sb = h.volume.geometry().stripe_data_bytes();
+    h.write(sb + 100, &[5; 1000]).unwrap();
+    assert_eq!(h.volume.cached_stripes(), 1);
+    // Every member full: the write-out is refused.
+    h.full.iter_mut().for_each(|f| *f = true);
+    h.one(Request::Destage { all: true }).unwrap();
+    assert_eq!(h.volume.cached_stripes(), 1, "refused, still cached");
+    h.full.iter_mut().for_each(|f| *f = false);
+    let writes = |h: &Harness| h.received.iter().map(|r| r.writes).sum::<u64>();
+    let before = writes(&h);
+    h.one(Request::Destage { all: false }).unwrap();
+    h.one(Request::Destage { all: false }).unwrap();
+    assert_eq!(h.volume.cached_stripes(), 0, "room again: the clock wrote it out");
+    assert!(writes(&h) > before);
+    assert_eq!(h.read(sb + 100, 1000).unwrap(), vec![5; 1000]);
+
+    // Two of four members lost: the write-out fails and is put back.
+    h.write(2 * sb + 100, &[6; 1000]).unwrap();
+    h.broken[0] = true;
+    h.broken[1] = true;
+    h.record_failures();
+    h.one(Request::Destage { all: true }).unwrap();
+    assert_eq!(h.volume.cached_stripes(), 1);
+    let before = writes(&h);
+    for _ in 0..3 {
+        h.one(Request::Destage { all: false }).unwrap();
+    }
+    assert_eq!(writes(&h), before, "ticks sent a failed write-out again");
+    assert_eq!(h.read(2 * sb + 100, 1000).unwrap(), vec![6; 1000]);
+}
