@@ -574,7 +574,11 @@ fn destaged_stripes_count_by_how_their_parity_was_kept() {
 fn levels_without_parity_get_no_cache() {
     for level in [Level::Concat, Level::Stripe, Level::Mirror, Level::Raid10] {
         let mut config = small(level, 4);
-        config.copies = if matches!(level, Level::Mirror | Level::Raid10) { 2 } else { 1 };
+        config.copies = if matches!(level, Level::Mirror | Level::Raid10) {
+            2
+        } else {
+            1
+        };
         let mut h = Harness::new(&config, 3);
         h.enable_cache(CacheLimits::DEFAULT);
         assert!(h.volume.cache_status().is_none(), "{level:?}");
@@ -608,7 +612,11 @@ fn a_write_out_refused_for_space_goes_out_on_a_later_tick_and_a_failed_one_waits
     let before = writes(&h);
     h.one(Request::Destage { all: false }).unwrap();
     h.one(Request::Destage { all: false }).unwrap();
-    assert_eq!(h.volume.cached_stripes(), 0, "room again: the clock wrote it out");
+    assert_eq!(
+        h.volume.cached_stripes(),
+        0,
+        "room again: the clock wrote it out"
+    );
     assert!(writes(&h) > before);
     assert_eq!(h.read(sb + 100, 1000).unwrap(), vec![5; 1000]);
 

@@ -107,6 +107,12 @@ pub(super) struct CacheWork {
     pub taken: SmallVec<[u64; 2]>,
 }
 
+/// Part of a chunk a read wants: in the stripe cache, or on the members.
+pub(super) enum ChunkRun {
+    Cached { within_bytes: u64, bytes: Bytes },
+    Members { within_bytes: u64, len_bytes: u64 },
+}
+
 impl Volume {
     /// Turns on the stripe cache (RAID-5 and RAID-6; a no-op for other
     /// levels, or when one stripe's data exceeds `limits.max_bytes`).
@@ -142,7 +148,10 @@ impl Volume {
     /// The bytes of a cached stripe: all of them (a parity level's volume
     /// is whole stripes, asserted when the cache is enabled).
     pub(super) fn stripe_len(&self, stripe: u64) -> u64 {
-        assert!(stripe < self.geometry.stripes(), "stripe {stripe} past the end");
+        assert!(
+            stripe < self.geometry.stripes(),
+            "stripe {stripe} past the end"
+        );
         self.geometry.stripe_data_bytes()
     }
 
@@ -406,7 +415,7 @@ impl Volume {
         data_index: u32,
         within: u64,
         len: u64,
-    ) -> Option<Vec<(u64, u64, Option<Bytes>)>> {
+    ) -> Option<Vec<ChunkRun>> {
         let e = self.cache.as_ref()?.entry(stripe)?;
         let il = self.geometry.interleave_bytes();
         let base = u64::from(data_index) * il;
@@ -419,14 +428,23 @@ impl Volume {
             }
             let (x, y) = (x.max(at), y.min(b));
             if x > at {
-                out.push((at - base, x - at, None));
+                out.push(ChunkRun::Members {
+                    within_bytes: at - base,
+                    len_bytes: x - at,
+                });
             }
             let bytes = Bytes::copy_from_slice(&e.bytes()[x as usize..y as usize]);
-            out.push((x - base, y - x, Some(bytes)));
+            out.push(ChunkRun::Cached {
+                within_bytes: x - base,
+                bytes,
+            });
             at = y;
         }
         if at < b {
-            out.push((at - base, b - at, None));
+            out.push(ChunkRun::Members {
+                within_bytes: at - base,
+                len_bytes: b - at,
+            });
         }
         Some(out)
     }

@@ -1,6 +1,7 @@
 //! Reads: straight from a data chunk's member when it is online, or rebuilt
 //! from the rest of the stripe (parity levels) or from another copy.
 
+use super::cache::ChunkRun;
 use super::plan::{ReadPiece, ReadPieces, Target};
 use super::write::Strategy;
 use super::{ErrorKind, Plan, ReadData, Reply, Request, RequestId, StripeJob, Volume, VolumeError};
@@ -36,13 +37,28 @@ impl Volume {
                 // the members (which hold no part of a cached write).
                 let runs = self
                     .cached_runs(e.stripe, e.data_index, e.within_bytes, e.len_bytes)
-                    .unwrap_or_else(|| vec![(e.within_bytes, e.len_bytes, None)]);
-                for (within, len, cached) in runs {
+                    .unwrap_or_else(|| {
+                        vec![ChunkRun::Members {
+                            within_bytes: e.within_bytes,
+                            len_bytes: e.len_bytes,
+                        }]
+                    });
+                for run in runs {
+                    let (within, len) = match run {
+                        ChunkRun::Cached {
+                            within_bytes,
+                            bytes,
+                        } => {
+                            let at_bytes = at_bytes + (within_bytes - e.within_bytes);
+                            plan.segments.push((at_bytes, bytes));
+                            continue;
+                        }
+                        ChunkRun::Members {
+                            within_bytes,
+                            len_bytes,
+                        } => (within_bytes, len_bytes),
+                    };
                     let at_bytes = at_bytes + (within - e.within_bytes);
-                    if let Some(bytes) = cached {
-                        plan.segments.push((at_bytes, bytes));
-                        continue;
-                    }
                     if self.usable(m, e.stripe) && !Self::read_failed_on(failed, m, at_bytes, len) {
                         pieces.push(ReadPiece {
                             member: m,
