@@ -438,4 +438,25 @@ mod tests {
         r.remove(0, 100);
         assert!(r.is_empty());
     }
+
+    /// The shape check behind the cache's assertions rejects each way a
+    /// list of ranges can go wrong. Mutation testing found it weakened five
+    /// ways unseen (to `true`, either `&&` to `||`, an empty range or two
+    /// touching ranges let through): correct code never hands it a bad list.
+    #[test]
+    fn well_formed_rejects_each_bad_shape() {
+        let ok = |v: Vec<(u64, u64)>, len: u64| Ranges(v).well_formed(len);
+        assert!(ok(vec![], 0));
+        assert!(ok(vec![(0, 10), (11, 20)], 20));
+        assert!(!ok(vec![(5, 5)], 20), "an empty range");
+        assert!(!ok(vec![(6, 5)], 20), "a reversed range");
+        assert!(!ok(vec![(0, 10), (15, 21)], 20), "past the end");
+        assert!(!ok(vec![(0, 10), (10, 20)], 20), "touching: not merged");
+        assert!(!ok(vec![(0, 12), (10, 20)], 20), "overlapping");
+        assert!(!ok(vec![(11, 20), (0, 10)], 20), "out of order");
+        assert!(
+            std::panic::catch_unwind(|| Ranges::from_sorted(vec![(0, 10), (10, 20)])).is_err(),
+            "from_sorted takes touching ranges"
+        );
+    }
 }
