@@ -634,3 +634,37 @@ fn a_write_out_refused_for_space_goes_out_on_a_later_tick_and_a_failed_one_waits
     assert_eq!(writes(&h), before, "ticks sent a failed write-out again");
     assert_eq!(h.read(2 * sb + 100, 1000).unwrap(), vec![6; 1000]);
 }
+
+/// A cache full of write-outs still running evicts no entry: the write-outs
+/// end on their own, and an entry pushed out early is a partial stripe
+/// written with its parity read back. Mutation testing turned the test of
+/// whether entries fill the cache around (`<` to `>`) unseen: every full
+/// cache in the tests was full of entries.
+#[test]
+fn a_cache_full_of_write_outs_evicts_no_entry() {
+    let config = small(Level::Raid5, 4);
+    let limits = CacheLimits {
+        max_stripes: 2,
+        max_bytes: 16 * MIB,
+    };
+    let mut h = Harness::with_cache(&config, 44, limits);
+    let sb = h.volume.geometry().stripe_data_bytes();
+    let w = |at: u64, b: u8| Request::Write {
+        offset_bytes: at,
+        data: Bytes::from(vec![b; 100]),
+        fua: false,
+    };
+    h.write(100, &[1; 100]).unwrap();
+    // Stripe 0 goes out; before its member writes run, stripe 1 is cached
+    // (the cache is now full: one write-out, one entry) and a write to
+    // stripe 2 finds no room.
+    h.volume.submit(Request::Destage { all: true });
+    h.volume.submit(w(sb + 100, 2));
+    h.volume.submit(w(2 * sb + 100, 3));
+    for c in h.run() {
+        c.result.expect("succeeds");
+    }
+    assert_eq!(h.volume.cached_stripes(), 1, "stripe 1's entry was evicted");
+    assert_eq!(h.read(sb + 100, 100).unwrap(), vec![2; 100]);
+    assert_eq!(h.read(2 * sb + 100, 100).unwrap(), vec![3; 100]);
+}
