@@ -335,8 +335,8 @@ impl StripeCache {
     /// A FLUSH arriving now: the sequence bound it waits for, and whether
     /// anything older than that is unsettled.
     pub fn flush_bound(&self) -> (u64, bool) {
-        let bound = self.next_seq;
-        (bound, self.unsettled.first().is_some_and(|&s| s < bound))
+        // Every unsettled number is older than the next (`check`).
+        (self.next_seq, !self.unsettled.is_empty())
     }
 
     /// `id` waits until nothing older than `bound` is unsettled.
@@ -417,7 +417,8 @@ impl StripeCache {
 
 #[cfg(test)]
 mod tests {
-    use super::Ranges;
+    use super::{Ranges, StripeCache};
+    use crate::buf::AlignedBuf;
 
     #[test]
     fn ranges_merge_and_split() {
@@ -437,6 +438,27 @@ mod tests {
         assert_eq!(r.bytes(), 15);
         r.remove(0, 100);
         assert!(r.is_empty());
+    }
+
+    /// The cache's own check sees a destage owed and never submitted (what
+    /// a caller that evicts without spawning would leave). Mutation testing
+    /// found `check` emptied unseen: correct code never trips it.
+    #[test]
+    fn check_sees_a_destage_owed_and_not_submitted() {
+        let mut c = StripeCache::new(1);
+        c.insert(
+            3,
+            AlignedBuf::copy_from(&[0u8; 4096]),
+            Ranges::from_sorted(vec![(0, 10)]),
+            false,
+            false,
+        );
+        c.check(|_| 4096);
+        c.evict_oldest();
+        let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.check(|_| 4096)));
+        assert!(checked.is_err(), "an owed destage passed the check");
+        assert_eq!(c.pop_to_spawn(), Some(3));
+        c.check(|_| 4096);
     }
 
     /// The shape check behind the cache's assertions rejects each way a
