@@ -165,3 +165,46 @@ fn a_member_that_fails_a_write_while_being_rebuilt_is_not_read_again() {
     assert_eq!(h.volume.health()[1], Health::Faulty);
     assert!(h.volume.rebuild_progress().is_none(), "the rebuild stops");
 }
+
+/// A member being rebuilt is trimmed only below its cursor: a trim of
+/// whole stripes that starts at the cursor sends it nothing, not an empty
+/// trim (which a file member refuses: fallocate of zero bytes is EINVAL).
+/// Mutation testing let `end > first_full` become `>=` unseen: no test
+/// trimmed at a rebuild's cursor.
+#[test]
+fn a_trim_at_the_rebuild_cursor_sends_the_rebuilding_member_nothing() {
+    let config = Config {
+        level: Level::Raid5,
+        layout: platter_core::ParityLayout::LeftSymmetric,
+        copies: 1,
+        members: 4,
+        interleave_bytes: 8 * 512,
+        rows: 16,
+    };
+    let mut h = Harness::new(&config, 78);
+    let sb = h.volume.geometry().stripe_data_bytes();
+    let il = config.interleave_bytes;
+    h.volume.mark_faulty(2, "test".into());
+    h.volume.start_rebuild(2, 0).unwrap();
+    for _ in 0..3 {
+        h.volume.rebuild_step(1).unwrap();
+        h.run();
+    }
+    assert_eq!(h.volume.rebuild_progress().unwrap().cursor_stripe, 3);
+    let before = h.received[2];
+    h.one(platter_core::volume::Request::Trim {
+        offset_bytes: 3 * sb,
+        len_bytes: 3 * sb,
+    })
+    .unwrap();
+    assert_eq!(h.received[2].trims, before.trims, "trimmed at the cursor");
+    h.one(platter_core::volume::Request::Trim {
+        offset_bytes: sb,
+        len_bytes: 5 * sb,
+    })
+    .unwrap();
+    // Stripes 1 and 2, below the cursor; the others' whole range.
+    assert_eq!(h.received[2].trims, before.trims + 1);
+    assert_eq!(h.received[2].bytes_trimmed, before.bytes_trimmed + 2 * il);
+    assert_eq!(h.received[0].bytes_trimmed, 5 * il + 3 * il);
+}

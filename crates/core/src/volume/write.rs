@@ -102,7 +102,8 @@ impl Volume {
             } else if zeros {
                 partial.push((offset_bytes, len_bytes));
             }
-            partial.retain(|(_, len)| *len > 0);
+            // An empty part (the range began or ended on a stripe) has no
+            // extents: nothing is planned for it.
         }
         let zero_chunk = Bytes::from(vec![0u8; if data.is_none() { il as usize } else { 0 }]);
         // Stripes the cache took (cached, or merged into its write-outs).
