@@ -183,6 +183,29 @@ mod volume_bookkeeping {
         assert!(!e.message.contains("member 1"), "{}", e.message);
     }
 
+    /// Kills `volume/write.rs: replace * with +` and `with /` in
+    /// `plan_write`'s error: a write to a stripe no parity can keep names
+    /// the stripe's own volume bytes (the operator and the client's log
+    /// read them to know what was lost), not bytes near the volume's start.
+    #[test]
+    fn a_lost_write_names_its_stripes_bytes() {
+        let mut v = raid5(16);
+        v.mark_faulty(0, "test".into());
+        v.mark_faulty(2, "test".into());
+        let unrecorded: Vec<u32> = v.unrecorded_failures().collect();
+        for m in unrecorded {
+            v.failure_recorded(m);
+        }
+        while v.next_event().is_some() {}
+        let sb = v.geometry().stripe_data_bytes();
+        v.submit(write(5 * sb + 512, 1024));
+        settle(&mut v);
+        let c = v.next_completion().expect("the write ends");
+        let e = c.result.expect_err("two of three members lost");
+        let bytes = format!("volume bytes {}..{}", 5 * sb, 6 * sb);
+        assert!(e.message.contains(&bytes), "{}", e.message);
+    }
+
     /// Kills `volume/mod.rs: replace Volume::requests_in_flight -> usize
     /// with 0` and `with 1`: the server's stop waits on it.
     #[test]
