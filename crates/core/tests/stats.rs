@@ -132,6 +132,15 @@ fn raid5_small_writes_count_the_strategy_chosen() {
         ),
         (0, 0, 1)
     );
+    // Four members (three data chunks): two reads either way, the other
+    // two chunks or the old data and parity; a tie goes to
+    // reconstruct-write, as md's default. (Mutation testing dropped the
+    // parity reads from read-modify-write's count unseen: no test had a
+    // tie.)
+    let mut h = Harness::new(&config(Level::Raid5, 4, 1), 5);
+    write(&mut h, 512, 512);
+    let v = stats(&h).volume.counters;
+    assert_eq!((v.read_modify_writes, v.reconstruct_writes), (0, 1));
     // Five members (four data chunks): the old data and parity (two reads)
     // beat the three other chunks: read-modify-write.
     let mut h = Harness::new(&config(Level::Raid5, 5, 1), 4);
@@ -194,10 +203,16 @@ fn raid5_degraded_reads_and_writes() {
     // Lose the parity member of stripe 0 instead: writes there keep no
     // parity (parityless, degraded).
     h.reassemble(&[p]);
+    let reads_before: u64 = stats(&h).members.iter().map(|m| m.reads).sum();
     write(&mut h, 0, 512);
     let v = stats(&h).volume.counters;
     assert_eq!((v.parityless_writes, v.degraded_writes), (1, 1));
     assert_eq!(v.recovered_reads, 0);
+    // With no parity to keep it reads nothing: not the old data either.
+    // (Mutation testing let a parityless write read the old data for
+    // nothing unseen.)
+    let reads_after: u64 = stats(&h).members.iter().map(|m| m.reads).sum();
+    assert_eq!(reads_after, reads_before);
 }
 
 #[test]

@@ -236,15 +236,15 @@ impl Volume {
         };
         let rcw_ok =
             (0..k).all(|d| gaps(d).is_empty() || self.usable(roles.data[d as usize], stripe));
-        let writes = job.new_data.len() + parity_online;
-        let rmw_ios = job.new_data.len() + parity_online + writes;
-        let rcw_ios: usize = (0..k).map(|d| gaps(d).len()).sum::<usize>() + writes;
+        // Both write the same pieces: the reads decide.
+        let rmw_reads = job.new_data.len() + parity_online;
+        let rcw_reads: usize = (0..k).map(|d| gaps(d).len()).sum();
         job.strategy = if parity_online == 0 {
             // No parity to keep: the data is all there is to write.
             Strategy::ReadModifyWrite
         } else {
             match (rmw_ok, rcw_ok) {
-                (true, true) if rcw_ios <= rmw_ios => Strategy::ReconstructWrite,
+                (true, true) if rcw_reads <= rmw_reads => Strategy::ReconstructWrite,
                 (true, _) => Strategy::ReadModifyWrite,
                 (false, true) => Strategy::ReconstructWrite,
                 (false, false) => Strategy::Reconstruct,
