@@ -23,10 +23,6 @@ impl Volume {
         Some(self.integrity.as_ref()?.stats(member))
     }
 
-    pub fn checksums(&self) -> Option<&Layout> {
-        Some(self.integrity.as_ref()?.layout())
-    }
-
     /// Whether the reads of `request` set the checksums from the bytes
     /// instead of checking them: a resync, and anything touching a region
     /// still owed the resync after a crash (a write in flight then may

@@ -441,3 +441,57 @@ fn gather(segments: &[(u64, Bytes)], at: u64, len: u64) -> Bytes {
     assert_eq!(filled, len, "the read's segments cover the failed range");
     Bytes::from(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failure(member: u32, ranges: &[(u64, u64)]) -> Failure {
+        Failure {
+            member,
+            ranges: ranges.iter().copied().collect(),
+            reason: "test".into(),
+            checksum: false,
+            rewrite: true,
+            step: Step::Failed,
+            offset_bytes: 0,
+            data: Bytes::new(),
+        }
+    }
+
+    /// A failed read covers the request bytes it overlaps on its member,
+    /// not the ones beside it: those are read from the member again rather
+    /// than reconstructed. Mutation testing weakened the overlap test three
+    /// ways (touching ranges counted, `&&` to `||`) unseen: a read that
+    /// reconstructs what it could have read returns the same bytes.
+    #[test]
+    fn a_failure_covers_what_it_overlaps_on_its_member_only() {
+        let f = failure(2, &[(4096, 4096)]);
+        assert!(f.covers(2, 4096, 4096));
+        assert!(f.covers(2, 0, 4097), "overlaps its first byte");
+        assert!(f.covers(2, 8191, 10), "overlaps its last byte");
+        assert!(!f.covers(2, 0, 4096), "ends where it starts");
+        assert!(!f.covers(2, 8192, 4096), "starts where it ends");
+        assert!(!f.covers(2, 20_000, 10), "far after");
+        assert!(!f.covers(1, 4096, 4096), "another member");
+    }
+
+    /// The read-repair bookkeeping's own check sees a member with more
+    /// corrected than it took on, and a request that is not live.
+    /// Mutation testing found `ReadRepairs::check` emptied unseen.
+    #[test]
+    fn the_read_repair_check_sees_broken_counts_and_dead_requests() {
+        let fails = |r: &ReadRepairs, live: bool| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| r.check(|_| live))).is_err()
+        };
+        let mut r = ReadRepairs::new(3);
+        assert!(!fails(&r, true));
+        r.corrected[1] = 1;
+        assert!(fails(&r, true), "corrected more than taken on");
+        r.attempts[1] = 1;
+        assert!(!fails(&r, true));
+        r.requests.insert(RequestId(7), vec![failure(0, &[(0, 512)])]);
+        assert!(!fails(&r, true));
+        assert!(fails(&r, false), "a request that is not live");
+    }
+}
