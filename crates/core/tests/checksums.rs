@@ -519,3 +519,32 @@ fn a_cache_smaller_than_the_checksums_keeps_them_right() {
         assert_eq!(bad, 0, "{name}");
     }
 }
+
+/// A degraded read's reconstruction meets a block that fails its checksum
+/// on another member: that member is left out of the stripe's
+/// reconstruction (RAID-6 still has Q), the bytes come back right, and it
+/// stays in service: a wrong block is not a dead disk. Mutation testing
+/// found the path unexamined: a reconstruction's failed read could mark
+/// its member faulty, or avoid the member over the wrong stripe's bytes,
+/// and no test read a degraded stripe past a wrong block.
+#[test]
+fn a_wrong_block_in_a_degraded_reconstruction_is_left_out_not_failed() {
+    let g = geometry(Level::Raid6, 5, 1);
+    let mut rig = Rig::new(g.clone(), Some(Algorithm::Crc32c), 6);
+    let model = rig.fill();
+    // A stripe past the first with a data chunk on member 0 (lost) and
+    // another data chunk on some member x (wrong).
+    let s = (1..ROWS)
+        .find(|&s| g.parity_roles(s).unwrap().data.contains(&0))
+        .unwrap();
+    let roles = g.parity_roles(s).unwrap();
+    let x = *roles.data.iter().find(|&&m| m != 0).unwrap();
+    rig.v.mark_faulty(0, "test: lost".into());
+    let at = (DATA_OFFSET + s * INTERLEAVE) as usize;
+    rig.members[x as usize][at..at + INTERLEAVE as usize].fill(0xEE);
+    let sb = g.stripe_data_bytes();
+    // From the stripe before, so the request does not start at stripe s.
+    let (off, len) = ((s - 1) * sb, 2 * sb);
+    assert!(rig.read(off, len) == model[off as usize..(off + len) as usize]);
+    assert_eq!(rig.v.health()[x as usize], Health::Online, "member {x}");
+}
