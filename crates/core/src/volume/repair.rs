@@ -490,7 +490,8 @@ mod tests {
         assert!(fails(&r, true), "corrected more than taken on");
         r.attempts[1] = 1;
         assert!(!fails(&r, true));
-        r.requests.insert(RequestId(7), vec![failure(0, &[(0, 512)])]);
+        r.requests
+            .insert(RequestId(7), vec![failure(0, &[(0, 512)])]);
         assert!(!fails(&r, true));
         assert!(fails(&r, false), "a request that is not live");
     }
