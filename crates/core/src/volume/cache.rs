@@ -113,6 +113,17 @@ pub(super) enum ChunkRun {
     Members { within_bytes: u64, len_bytes: u64 },
 }
 
+impl ChunkRun {
+    /// Where in its chunk the run starts.
+    pub(super) fn within_bytes(&self) -> u64 {
+        match self {
+            ChunkRun::Cached { within_bytes, .. } | ChunkRun::Members { within_bytes, .. } => {
+                *within_bytes
+            }
+        }
+    }
+}
+
 impl Volume {
     /// Turns on the stripe cache (RAID-5 and RAID-6; a no-op for other
     /// levels, or when one stripe's data exceeds `limits.max_bytes`).

@@ -44,21 +44,15 @@ impl Volume {
                         }]
                     });
                 for run in runs {
-                    let (within, len) = match run {
-                        ChunkRun::Cached {
-                            within_bytes,
-                            bytes,
-                        } => {
-                            let at_bytes = at_bytes + (within_bytes - e.within_bytes);
+                    let within = run.within_bytes();
+                    let at_bytes = at_bytes + (within - e.within_bytes);
+                    let len = match run {
+                        ChunkRun::Cached { bytes, .. } => {
                             plan.segments.push((at_bytes, bytes));
                             continue;
                         }
-                        ChunkRun::Members {
-                            within_bytes,
-                            len_bytes,
-                        } => (within_bytes, len_bytes),
+                        ChunkRun::Members { len_bytes, .. } => len_bytes,
                     };
-                    let at_bytes = at_bytes + (within - e.within_bytes);
                     if self.usable(m, e.stripe) && !Self::read_failed_on(failed, m, at_bytes, len) {
                         pieces.push(ReadPiece {
                             member: m,
