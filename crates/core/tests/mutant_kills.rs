@@ -156,12 +156,8 @@ mod volume_bookkeeping {
         assert_eq!(ids, vec![a, b]);
     }
 
-    /// Kills `volume/read.rs: replace != with == in Volume::lost_error`:
-    /// the EIO for bytes no member can give names the members that are
-    /// lost, not the ones still online (the operator reads it to know
-    /// which devices to look at).
-    #[test]
-    fn a_lost_read_names_the_lost_members() {
+    /// [`raid5`] with members 0 and 2 of 3 failed, the failures recorded.
+    fn raid5_two_lost() -> Volume {
         let mut v = raid5(16);
         v.mark_faulty(0, "test".into());
         v.mark_faulty(2, "test".into());
@@ -170,6 +166,16 @@ mod volume_bookkeeping {
             v.failure_recorded(m);
         }
         while v.next_event().is_some() {}
+        v
+    }
+
+    /// Kills `volume/read.rs: replace != with == in Volume::lost_error`:
+    /// the EIO for bytes no member can give names the members that are
+    /// lost, not the ones still online (the operator reads it to know
+    /// which devices to look at).
+    #[test]
+    fn a_lost_read_names_the_lost_members() {
+        let mut v = raid5_two_lost();
         v.submit(Request::Read {
             offset_bytes: 0,
             len_bytes: 4096,
@@ -189,14 +195,7 @@ mod volume_bookkeeping {
     /// read them to know what was lost), not bytes near the volume's start.
     #[test]
     fn a_lost_write_names_its_stripes_bytes() {
-        let mut v = raid5(16);
-        v.mark_faulty(0, "test".into());
-        v.mark_faulty(2, "test".into());
-        let unrecorded: Vec<u32> = v.unrecorded_failures().collect();
-        for m in unrecorded {
-            v.failure_recorded(m);
-        }
-        while v.next_event().is_some() {}
+        let mut v = raid5_two_lost();
         let sb = v.geometry().stripe_data_bytes();
         v.submit(write(5 * sb + 512, 1024));
         settle(&mut v);

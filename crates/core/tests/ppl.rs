@@ -712,6 +712,16 @@ struct FullRing {
     len_bytes: std::collections::BTreeMap<u64, u64>,
 }
 
+impl FullRing {
+    /// The first stripe of each record on the parity member's log now.
+    fn stripes_logged_on_p(&self, r: &BitmapRig) -> Vec<u64> {
+        records_on(r, self.p as usize)
+            .iter()
+            .map(|rec| rec.stripes[0])
+            .collect()
+    }
+}
+
 fn fill_ring_then_wait(r: &mut BitmapRig, waiter_len: u64, waiters: usize) -> FullRing {
     let g = r.volume.geometry().clone();
     let sb = g.stripe_data_bytes();
@@ -812,10 +822,7 @@ fn a_record_goes_beside_a_live_one_but_never_over_it() {
     let stats = r.volume.ppl_stats().unwrap();
     assert_eq!(stats.records, before.records + 1, "{stats:?}");
     assert_eq!(stats.space_waits, before.space_waits + 1, "{stats:?}");
-    let on_p: Vec<u64> = records_on(&r, ring.p as usize)
-        .iter()
-        .map(|rec| rec.stripes[0])
-        .collect();
+    let on_p = ring.stripes_logged_on_p(&r);
     assert!(on_p.contains(&ring.waiting[0]), "{on_p:?}");
     assert!(!on_p.contains(&ring.placed[0]), "{on_p:?}");
     for s in &ring.placed[1..] {
@@ -847,10 +854,7 @@ fn a_clearing_flush_places_the_next_waiter_that_fits() {
     // first of them and, in the same space, the third waiter.
     let stats = r.volume.ppl_stats().unwrap();
     assert_eq!(stats.records, before.records + 2, "{stats:?}");
-    let on_p: Vec<u64> = records_on(&r, ring.p as usize)
-        .iter()
-        .map(|rec| rec.stripes[0])
-        .collect();
+    let on_p = ring.stripes_logged_on_p(&r);
     assert!(on_p.contains(&ring.waiting[0]), "{on_p:?}");
     assert!(on_p.contains(&ring.waiting[2]), "{on_p:?}");
     settle_and_read_back(&mut r, &ring);
