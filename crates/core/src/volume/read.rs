@@ -89,11 +89,14 @@ impl Volume {
         for (j, job) in plan.jobs.iter_mut().enumerate() {
             let lo = (job.stripe * stripe_bytes).saturating_sub(offset_bytes);
             let failed_here = |m: u32| Self::read_failed_on(failed, m, lo, stripe_bytes);
-            self.plan_hull_reads(j as u32, job, &mut pieces, failed_here)
-                .map_err(|_| {
-                    let v = job.stripe * g.stripe_data_bytes();
-                    self.lost_error("read", v, g.stripe_data_bytes())
-                })?;
+            if self
+                .plan_hull_reads(j as u32, job, &mut pieces, failed_here)
+                .is_err()
+            {
+                // As on copy levels: the members whose reads failed could
+                // not be corrected, and are failed.
+                return Err(self.read_lost(id, job.stripe * stripe_bytes, stripe_bytes));
+            }
         }
         Ok(pieces)
     }

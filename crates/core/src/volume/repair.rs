@@ -1,11 +1,13 @@
-//! Read errors on levels with copies (mirror, RAID-10), corrected in place:
-//! md's `fix_read_error`, gmirror's rewrite of a bad copy.
+//! Read errors on redundant levels, corrected in place: md's
+//! `fix_read_error` (raid1, raid10) and its raid5/6 `R5_ReadError` rewrite,
+//! gmirror's rewrite of a bad copy.
 //!
-//! When a client read's member read fails on a copy level, the member is not
-//! marked faulty at once. The failure is recorded against the request (the
-//! member and the request bytes it was to deliver), the read is planned again
-//! around that member for those bytes only, and once every byte has been read
-//! from another copy the good bytes are written back over the failed range of
+//! When a client read's member read fails on a level with copies or parity,
+//! the member is not marked faulty at once. The failure is recorded against
+//! the request (the member and the request bytes it was to deliver), the read
+//! is planned again around that member for those bytes only (another copy,
+//! or the rest of the stripe and its parity), and once every byte has been
+//! read the good bytes are written back over the failed range of
 //! the member, then read again and compared (md re-reads too). Only then does
 //! the client read complete. If the rewrite fails, or the re-read fails or
 //! returns other bytes, the member is marked faulty; the read still returns
@@ -18,16 +20,17 @@
 //! of the same bytes may rewrite them at the same time, with the same bytes.
 //!
 //! A member gets at most [`MAX_CORRECTED_READ_ERRORS`] corrections; the read
-//! error after that marks it faulty (md's `max_read_errors`). Writes, parity
-//! levels, rebuild and scrub reads, and members being rebuilt keep the plain
-//! rule: an error marks the member faulty.
+//! error after that marks it faulty (md's `max_read_errors`). Writes,
+//! rebuild and scrub reads, and members being rebuilt keep the plain rule:
+//! an error marks the member faulty. A parity stripe's read that was only
+//! needed to rebuild other bytes is avoided, not rewritten (a scrub's repair
+//! does that).
 
 use super::plan::{Dest, Dests, Target};
 use super::{
     Event, Health, IdMap, IoErrorKind, IoResult, MemberOp, Phase, RequestId, Stage, Volume,
     VolumeError,
 };
-use crate::level::Level;
 use bytes::Bytes;
 use smallvec::SmallVec;
 
@@ -138,22 +141,24 @@ impl Volume {
     ) {
         let g = &self.geometry;
         let checksum = kind == IoErrorKind::Checksum;
-        // Parity levels rebuild a block from the rest of its stripe; they
-        // do so for checksum mismatches only (a media error fails the
-        // member, as before).
-        let copies = (matches!(g.level(), Level::Mirror | Level::Raid10) && g.copies() > 1)
-            || (checksum && g.level().is_parity());
+        // Every level that survives a lost member can give the failed bytes
+        // another way: from another copy, or rebuilt from the rest of the
+        // stripe (md's raid5 does the same for a media error: R5_ReadError,
+        // then R5_ReWrite and a re-read). One bad sector then costs a
+        // rewrite, not the member's redundancy.
+        let redundant = g.redundancy() > 0;
+        let parity = g.level().is_parity();
         let m = member as usize;
         let (req_offset, req_len) = self.ops[&id].req.range();
         let stripe_bytes = g.stripe_data_bytes();
         // A reconstruction's read (parity, or data the client did not ask
-        // for) that failed its checksums: the member is avoided for that
-        // whole stripe, and nothing is rewritten (a scrub does that).
+        // for) that failed: the member is avoided for that whole stripe,
+        // and nothing is rewritten (a scrub does that).
         let ranges: Option<SmallVec<[(u64, u64); 1]>> = dests
             .iter()
             .map(|d| match d.target {
                 Target::Out { at_bytes } => Some((at_bytes, d.len_bytes)),
-                Target::Job { job, .. } if checksum && g.level().is_parity() => {
+                Target::Job { job, .. } if parity => {
                     let stripe = self.ops[&id].plan.jobs[job as usize].stripe;
                     let lo = (stripe * stripe_bytes).max(req_offset);
                     let hi = ((stripe + 1) * stripe_bytes).min(req_offset + req_len);
@@ -164,7 +169,7 @@ impl Volume {
             .collect();
         let rewrite = dests.iter().all(|d| matches!(d.target, Target::Out { .. }));
         let failures = self.read_repair.requests.get(&id).map_or(0, Vec::len);
-        let correctable = copies
+        let correctable = redundant
             && self.health[m] == Health::Online
             && ranges.is_some()
             // One deferred failure per member per request on average keeps

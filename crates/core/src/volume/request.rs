@@ -412,10 +412,10 @@ pub enum FailurePolicy {
     /// The member is marked faulty and not used again; the request goes on
     /// without it where redundancy allows, else fails with `EIO`.
     FailMember,
-    /// A client read on a level with copies is served from another copy
-    /// and the bad bytes are rewritten (md's read error correction); a
-    /// member whose rewrite fails, or that needed too many, is failed.
-    /// Anything else: as [`FailurePolicy::FailMember`].
+    /// A client read on a redundant level is served from another copy or
+    /// rebuilt from parity, and the bad bytes are rewritten (md's read
+    /// error correction); a member whose rewrite fails, or that needed too
+    /// many, is failed. Anything else: as [`FailurePolicy::FailMember`].
     CorrectRead,
     /// The request fails with `ENOSPC`; the member stays in use, and the
     /// stripes the write touched are resynced once there is room.
