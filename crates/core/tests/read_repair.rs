@@ -485,20 +485,28 @@ fn a_media_error_past_the_redundancy_left_fails_the_read() {
 /// for those bytes: a scrub's repair mends them).
 #[test]
 fn a_bad_sector_met_only_to_rebuild_another_chunk_is_avoided_not_failed() {
-    for il in [8 * SECTOR_BYTES, 126 * SECTOR_BYTES] {
-        let config = config(Level::Raid6, 6, 1, il, 8);
+    // Member 1 of 4 holds the volume's first chunk: the reconstruction is
+    // of stripe 0, at request offset 0 (a range that starts at 0).
+    for (il, members, missing) in [
+        (8 * SECTOR_BYTES, 6, 0),
+        (126 * SECTOR_BYTES, 6, 0),
+        (8 * SECTOR_BYTES, 4, 1),
+    ] {
+        let config = config(Level::Raid6, members, 1, il, 8);
         let (mut h, model) = filled(&config, 600);
-        h.reassemble(&[0]);
+        h.reassemble(&[missing]);
         // The first data chunk on the missing member, and another data
         // chunk of its stripe.
         let chunk = (0..)
-            .find(|&c| copies_of(&h, c * il, il)[0].0 == 0)
+            .find(|&c| copies_of(&h, c * il, il)[0].0 == missing)
             .unwrap();
         let stripe_chunks = u64::from(config.members - 2);
         let other = (chunk / stripe_chunks) * stripe_chunks + (chunk + 1) % stripe_chunks;
         let (member, off) = copies_of(&h, other * il, il)[0];
         h.add_bad_range(member, off, SECTOR_BYTES, BadSector::HealsOnWrite);
-        let what = format!("interleave {il}: chunk {chunk}, bad on member {member}");
+        let what =
+            format!("{members} members, interleave {il}: chunk {chunk}, bad on member {member}");
+        assert!(members != 4 || chunk == 0, "{what}");
         let got = h.read(chunk * il, il).expect("the read is served");
         assert!(
             got[..] == model.bytes[(chunk * il) as usize..((chunk + 1) * il) as usize],
@@ -535,4 +543,90 @@ fn a_read_error_on_a_member_being_rebuilt_fails_it() {
     assert!(got[..] == model.bytes[..4096]);
     assert_eq!(h.volume.health()[1], Health::Faulty);
     assert!(h.volume.rebuild_progress().is_none(), "the rebuild stops");
+}
+
+/// On a level without redundancy (concat, stripe) a read error fails the
+/// member at once, in the member's own words: there is no other copy to
+/// try. Mutation testing let `redundancy() > 0` become `>= 0` unseen: the
+/// error was then taken on for correction, the read planned again for
+/// nothing, and the member failed "(and no other copy could be read)".
+#[test]
+fn without_redundancy_a_read_error_fails_the_member_in_its_own_words() {
+    for level in [Level::Concat, Level::Stripe] {
+        let config = config(level, 3, 1, 8 * SECTOR_BYTES, 8);
+        let (mut h, _) = filled(&config, 14);
+        let (member, off) = copies_of(&h, 0, SECTOR_BYTES)[0];
+        h.add_bad_range(member, off, SECTOR_BYTES, BadSector::HealsOnWrite);
+        assert_eq!(h.read(0, SECTOR_BYTES), Err(ErrorKind::Io), "{level:?}");
+        let sector = off / SECTOR_BYTES;
+        let ev = events(&mut h);
+        assert!(
+            matches!(&ev[..], [Event::MemberFaulty { member: m, reason }]
+                if *m == member && *reason == format!("member {member}: read error at sector {sector}")),
+            "{level:?}: {ev:?}"
+        );
+        assert_eq!(h.volume.read_errors_corrected(member), 0);
+    }
+}
+
+/// A failed reconstruction read takes its member out of that stripe only:
+/// the member's bytes of other stripes are still read from it. Mutation
+/// testing let the stripe's range start earlier or run longer unseen: the
+/// member was then left out of stripes it had read fine, whose bytes came
+/// back right but rebuilt from every other member.
+#[test]
+fn a_failed_reconstruction_read_costs_its_member_that_stripe_only() {
+    let il = 8 * SECTOR_BYTES;
+    let config = config(Level::Raid6, 6, 1, il, 8);
+    let (mut h, model) = filled(&config, 15);
+    h.reassemble(&[0]);
+    let g = h.volume.geometry().clone();
+    let roles = |s: u64| g.parity_roles(s).expect("a parity level");
+    // Stripe 5: member 0 holds P, member 5 the last data chunk and member 2
+    // the first. Stripe 6: members 5 and 0 hold P and Q (neither is read).
+    // Stripe 7: member 0 holds the first data chunk, rebuilt from the rest
+    // (member 5, Q, among them); its Q read is apart from its stripe 5 read.
+    assert_eq!((roles(5).p, roles(5).data[3], roles(5).data[0]), (0, 5, 2));
+    assert_eq!((roles(6).p, roles(6).q), (5, Some(0)));
+    assert_eq!((roles(7).data[0], roles(7).q), (0, Some(5)));
+    let stripe_bytes = g.stripe_data_bytes();
+    let q_at = DATA_OFFSET_BYTES + 7 * il;
+    h.add_bad_range(5, q_at, SECTOR_BYTES, BadSector::HealsOnWrite);
+    // From stripe 5's last chunk to half of stripe 7's first.
+    let at = 5 * stripe_bytes + 3 * il;
+    let len = il + stripe_bytes + il / 2;
+    let got = h.read(at, len).expect("the read is served");
+    assert!(got[..] == model.bytes[at as usize..(at + len) as usize]);
+    assert_eq!(h.volume.health()[5], Health::Online);
+    // Member 5 gave stripe 5's chunk both times (the first plan and the
+    // one around its failure) and stripe 7's Q once.
+    assert_eq!(h.received[5].reads, 3, "{:?}", h.received[5]);
+    // Member 2 was never asked for stripe 5 (rebuilding it needs member
+    // 2's chunk): stripes 6 and 7 only, once per plan.
+    assert_eq!(
+        h.received[2].bytes_read,
+        2 * (il + il / 2),
+        "{:?}",
+        h.received[2]
+    );
+
+    // The other way round: the failed reconstruction read in the first
+    // stripe, the member's own chunk two stripes later. Member 5 missing;
+    // stripe 5: member 0 holds P, member 5 the last data chunk; stripe 6:
+    // members 5 and 0 hold P and Q; stripe 7: member 0 the first chunk.
+    let (mut h, model) = filled(&config, 16);
+    h.reassemble(&[5]);
+    assert_eq!((roles(5).p, roles(5).data[3]), (0, 5));
+    assert_eq!(roles(7).data[0], 0);
+    h.add_bad_range(
+        0,
+        DATA_OFFSET_BYTES + 5 * il,
+        SECTOR_BYTES,
+        BadSector::HealsOnWrite,
+    );
+    let got = h.read(at, len).expect("the read is served");
+    assert!(got[..] == model.bytes[at as usize..(at + len) as usize]);
+    assert_eq!(h.volume.health()[0], Health::Online);
+    // Member 0: stripe 5's P and stripe 7's chunk, then that chunk again.
+    assert_eq!(h.received[0].reads, 3, "{:?}", h.received[0]);
 }

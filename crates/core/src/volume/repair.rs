@@ -147,31 +147,10 @@ impl Volume {
         // then R5_ReWrite and a re-read). One bad sector then costs a
         // rewrite, not the member's redundancy.
         let redundant = g.redundancy() > 0;
-        let parity = g.level().is_parity();
         let m = member as usize;
-        let (req_offset, req_len) = self.ops[&id].req.range();
-        let stripe_bytes = g.stripe_data_bytes();
-        // A reconstruction's read (parity, or data the client did not ask
-        // for) that failed: the member is avoided for that whole stripe,
-        // and nothing is rewritten (a scrub does that).
-        let ranges: Option<SmallVec<[(u64, u64); 1]>> = dests
-            .iter()
-            .map(|d| match d.target {
-                Target::Out { at_bytes } => Some((at_bytes, d.len_bytes)),
-                Target::Job { job, .. } if parity => {
-                    let stripe = self.ops[&id].plan.jobs[job as usize].stripe;
-                    let lo = (stripe * stripe_bytes).max(req_offset);
-                    let hi = ((stripe + 1) * stripe_bytes).min(req_offset + req_len);
-                    Some((lo - req_offset, hi - lo))
-                }
-                Target::Job { .. } => None,
-            })
-            .collect();
-        let rewrite = dests.iter().all(|d| matches!(d.target, Target::Out { .. }));
         let failures = self.read_repair.requests.get(&id).map_or(0, Vec::len);
         let correctable = redundant
             && self.health[m] == Health::Online
-            && ranges.is_some()
             // One deferred failure per member per request on average keeps
             // the re-plans of a request bounded (see `advance`). Checksum
             // failures of a wrong member come many to a round (one per
@@ -179,9 +158,29 @@ impl Volume {
             // bytes at once, so rounds stay few; the cap only bounds the
             // request's memory.
             && failures < if checksum { MAX_CHECKSUM_FAILURES_PER_READ } else { g.members() as usize };
-        let Some(ranges) = ranges.filter(|_| correctable) else {
+        if !correctable {
             return self.mark_faulty(member, reason);
-        };
+        }
+        let (req_offset, req_len) = self.ops[&id].req.range();
+        let stripe_bytes = g.stripe_data_bytes();
+        // A reconstruction's read (parity, or data the client did not ask
+        // for) that failed: the member is avoided for that whole stripe,
+        // and nothing is rewritten (a scrub does that). Only a parity
+        // level's client read has reconstructions.
+        let ranges: SmallVec<[(u64, u64); 1]> = dests
+            .iter()
+            .map(|d| match d.target {
+                Target::Out { at_bytes } => (at_bytes, d.len_bytes),
+                Target::Job { job, .. } => {
+                    assert!(g.level().is_parity(), "a reconstruction on {}", g.level());
+                    let stripe = self.ops[&id].plan.jobs[job as usize].stripe;
+                    let lo = (stripe * stripe_bytes).max(req_offset);
+                    let hi = ((stripe + 1) * stripe_bytes).min(req_offset + req_len);
+                    (lo - req_offset, hi - lo)
+                }
+            })
+            .collect();
+        let rewrite = dests.iter().all(|d| matches!(d.target, Target::Out { .. }));
         if !checksum && self.read_repair.attempts[m] >= MAX_CORRECTED_READ_ERRORS {
             let n = self.read_repair.corrected[m];
             return self.mark_faulty(
