@@ -630,3 +630,37 @@ fn a_failed_reconstruction_read_costs_its_member_that_stripe_only() {
     // Member 0: stripe 5's P and stripe 7's chunk, then that chunk again.
     assert_eq!(h.received[0].reads, 3, "{:?}", h.received[0]);
 }
+
+/// A request takes on at most as many media errors for correction as the
+/// volume has members (the bound on its re-plans); the next fails the
+/// member. RAID-5 over 3 members: member 0 holds data in two rows of every
+/// three, so a long read asks it for one I/O per three stripes. Three
+/// failed I/Os are corrected; a fourth fails the member. Mutation testing
+/// moved the bound by one (`<` → `<=`) unseen.
+#[test]
+fn a_request_corrects_at_most_one_failure_per_member() {
+    let il = 8 * SECTOR_BYTES;
+    let config = config(Level::Raid5, 3, 1, il, 12);
+    for bad_rows in [3u64, 4] {
+        let (mut h, model) = filled(&config, 17);
+        let g = h.volume.geometry().clone();
+        for r in 0..bad_rows {
+            let row = 3 * r;
+            assert_eq!(g.parity_roles(row).unwrap().data[0], 0, "row {row}");
+            let at = DATA_OFFSET_BYTES + row * il + SECTOR_BYTES;
+            h.add_bad_range(0, at, SECTOR_BYTES, BadSector::HealsOnWrite);
+        }
+        let len = 11 * g.stripe_data_bytes();
+        let got = h.read(0, len).expect("the read is served");
+        assert!(
+            got[..] == model.bytes[..len as usize],
+            "{bad_rows} bad rows"
+        );
+        if bad_rows == 3 {
+            assert_eq!(h.volume.read_errors_corrected(0), 3);
+            assert_eq!(h.volume.health()[0], Health::Online);
+        } else {
+            assert_eq!(h.volume.health()[0], Health::Faulty);
+        }
+    }
+}
