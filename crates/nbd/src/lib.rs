@@ -6,7 +6,7 @@
 //! The protocol is `doc/proto.md` of the NetworkBlockDevice/nbd repository;
 //! the names in [`consts`] are its names.
 //!
-//! Three parts:
+//! Four parts:
 //!
 //! - [`ServerHandshake`]: the server side of the fixed-newstyle handshake as a
 //!   state machine. Feed it what the client sends, write what it queues, until
@@ -19,16 +19,25 @@
 //!   [`structured_offset_hole`], [`structured_error`], [`structured_none`],
 //!   [`structured_block_status`]).
 //!
+//! - [`ClientHandshake`]: the client side, for members served by other NBD
+//!   servers: fixed newstyle, STARTTLS when asked, structured replies, GO
+//!   with block sizes (EXPORT_NAME for servers without GO).
+//!
 //! Only fixed newstyle is spoken: no oldstyle, no TLS (`NBD_OPT_STARTTLS` gets
 //! `NBD_REP_ERR_POLICY`), no extended headers (`NBD_OPT_EXTENDED_HEADERS` gets
 //! `NBD_REP_ERR_UNSUP`). The only metadata context is `base:allocation`.
 
+mod client;
 pub mod consts;
 mod handshake;
 mod reply;
 mod transmission;
 mod wire;
 
+pub use client::{
+    BlockSize, ClientConfig, ClientError, ClientHandshake, ClientState, Export,
+    MAX_OPTION_REPLY_BYTES,
+};
 pub use handshake::{
     effective_transmission_flags, CloseReason, ExportInfo, HandshakeConfig, HandshakeState,
     Negotiated, ServerHandshake, BASE_ALLOCATION, BASE_ALLOCATION_ID, DEFAULT_MAX_OPTIONS,
