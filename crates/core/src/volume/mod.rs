@@ -1084,7 +1084,12 @@ impl Volume {
         let op = self.ops.remove(&id).expect("finishing a live request");
         assert_eq!(op.stage.pending(), 0, "finished with I/O outstanding");
         self.account_finish(&op, &result);
-        self.forget_read_repair(id);
+        // Every way a read ends clears its read failures first (the last
+        // phase, or `read_lost`): none may outlive it.
+        assert!(
+            !self.read_repair.tracks(id),
+            "{id:?} finished with read failures recorded"
+        );
         self.log_finished(id, op.plan.log.as_ref());
         if let Request::Maintain {
             first_stripe,

@@ -66,6 +66,11 @@ impl ReadRepairs {
         }
     }
 
+    /// Whether client read `id` has read failures recorded.
+    pub(super) fn tracks(&self, id: RequestId) -> bool {
+        self.requests.contains_key(&id)
+    }
+
     pub(super) fn new(members: u32) -> ReadRepairs {
         ReadRepairs {
             requests: IdMap::default(),
@@ -231,10 +236,6 @@ impl Volume {
             let reason = format!("{} (and no other copy could be read)", f.reason);
             self.mark_faulty(f.member, reason);
         }
-    }
-
-    pub(super) fn forget_read_repair(&mut self, id: RequestId) {
-        self.read_repair.requests.remove(&id);
     }
 
     /// Client read `id` has every byte from good copies: rewrite the failed
@@ -498,5 +499,7 @@ mod tests {
             .insert(RequestId(7), vec![failure(0, &[(0, 512)])]);
         assert!(!fails(&r, true));
         assert!(fails(&r, false), "a request that is not live");
+        // What `finish` asserts against.
+        assert!(r.tracks(RequestId(7)) && !r.tracks(RequestId(8)));
     }
 }
