@@ -21,22 +21,29 @@
 //!
 //! - [`ClientHandshake`]: the client side, for members served by other NBD
 //!   servers: fixed newstyle, STARTTLS when asked, structured replies, GO
-//!   with block sizes (EXPORT_NAME for servers without GO).
+//!   with block sizes (EXPORT_NAME for servers without GO); then
+//!   [`ClientSession`]: requests checked against what was negotiated,
+//!   replies matched by cookie, reads reassembled from their chunks.
 //!
 //! Only fixed newstyle is spoken: no oldstyle, no TLS (`NBD_OPT_STARTTLS` gets
 //! `NBD_REP_ERR_POLICY`), no extended headers (`NBD_OPT_EXTENDED_HEADERS` gets
 //! `NBD_REP_ERR_UNSUP`). The only metadata context is `base:allocation`.
 
-mod client;
+mod client_handshake;
+mod client_session;
 pub mod consts;
 mod handshake;
 mod reply;
 mod transmission;
 mod wire;
 
-pub use client::{
+pub use client_handshake::{
     BlockSize, ClientConfig, ClientError, ClientHandshake, ClientState, Export,
     MAX_OPTION_REPLY_BYTES,
+};
+pub use client_session::{
+    ClientRequest, ClientSession, Completion, ReplyError, RequestError, SessionError,
+    DEFAULT_MAX_PAYLOAD_BYTES,
 };
 pub use handshake::{
     effective_transmission_flags, CloseReason, ExportInfo, HandshakeConfig, HandshakeState,
