@@ -664,3 +664,36 @@ fn a_request_corrects_at_most_one_failure_per_member() {
         }
     }
 }
+
+/// The correction's event names exactly the member bytes rewritten: the
+/// failed member read's range. Mutation testing computed its end as
+/// `offset * length` and its length as `end + offset` unseen (the other
+/// tests only ask that it covers the bad sectors).
+#[test]
+fn the_correction_names_exactly_the_bytes_rewritten() {
+    let il = 8 * SECTOR_BYTES;
+    let config = config(Level::Mirror, 2, 2, il, 8);
+    let (mut h, model) = filled(&config, 18);
+    h.volume
+        .set_read_policy(platter_core::balance::ReadPolicy::Prefer { slot: 1 })
+        .unwrap();
+    // Chunk 3 alone, from member 1, with a bad sector in its middle.
+    let at = DATA_OFFSET_BYTES + 3 * il;
+    h.add_bad_range(
+        1,
+        at + 2 * SECTOR_BYTES,
+        SECTOR_BYTES,
+        BadSector::HealsOnWrite,
+    );
+    let got = h.read(3 * il, il).expect("served from member 0");
+    assert!(got[..] == model.bytes[3 * il as usize..4 * il as usize]);
+    let ev = events(&mut h);
+    assert_eq!(
+        ev,
+        vec![Event::ReadErrorCorrected {
+            member: 1,
+            offset_bytes: at,
+            len_bytes: il
+        }]
+    );
+}

@@ -481,6 +481,32 @@ mod tests {
         assert!(!f.covers(1, 4096, 4096), "another member");
     }
 
+    /// A failed range is gathered from the segments that tile it, inside
+    /// one or across several. Mutation testing changed the slow path's
+    /// bounds (and the fast path's test at offset 0) unseen: a failure's
+    /// range has always matched one segment in the engine's tests so far,
+    /// but nothing promises it (a chunk read in parts, e.g. around cached
+    /// runs, would cross them).
+    #[test]
+    fn gather_takes_a_range_from_one_segment_or_across_several() {
+        let seg = |s: u64, len: usize, v: u8| (s, Bytes::from(vec![v; len]));
+        let segments = [seg(0, 100, 1), seg(100, 50, 2), seg(150, 200, 3)];
+        let want = |ranges: &[(u8, usize)]| -> Vec<u8> {
+            ranges
+                .iter()
+                .flat_map(|&(v, n)| std::iter::repeat_n(v, n))
+                .collect()
+        };
+        assert_eq!(gather(&segments, 10, 20)[..], want(&[(1, 20)]));
+        assert_eq!(gather(&segments, 0, 100)[..], want(&[(1, 100)]));
+        assert_eq!(gather(&segments, 0, 120)[..], want(&[(1, 100), (2, 20)]));
+        assert_eq!(
+            gather(&segments, 90, 100)[..],
+            want(&[(1, 10), (2, 50), (3, 40)])
+        );
+        assert_eq!(gather(&segments, 340, 10)[..], want(&[(3, 10)]));
+    }
+
     /// The read-repair bookkeeping's own check sees a member with more
     /// corrected than it took on, and a request that is not live.
     /// Mutation testing found `ReadRepairs::check` emptied unseen.
