@@ -23,7 +23,8 @@
 //!   servers: fixed newstyle, STARTTLS when asked, structured replies, GO
 //!   with block sizes (EXPORT_NAME for servers without GO); then
 //!   [`ClientSession`]: requests checked against what was negotiated,
-//!   replies matched by cookie, reads reassembled from their chunks.
+//!   replies matched by cookie, reads reassembled from their chunks; and
+//!   [`parse_nbd_uri`], the NBD URI that names such a member.
 //!
 //! Only fixed newstyle is spoken: no oldstyle, no TLS (`NBD_OPT_STARTTLS` gets
 //! `NBD_REP_ERR_POLICY`), no extended headers (`NBD_OPT_EXTENDED_HEADERS` gets
@@ -35,6 +36,7 @@ pub mod consts;
 mod handshake;
 mod reply;
 mod transmission;
+mod uri;
 mod wire;
 
 pub use client_handshake::{
@@ -59,3 +61,4 @@ pub use transmission::{
     judge, parse_request_header, BadMagic, Command, RequestHeader, Session, Verdict,
     REQUEST_HEADER_BYTES, WRITE_DISCARD_LIMIT_BYTES,
 };
+pub use uri::{is_nbd_uri, parse_nbd_uri, Endpoint, NbdUri, UriError, NBD_DEFAULT_PORT};
