@@ -503,7 +503,8 @@ mod tests {
         let mut p = Payload::default();
         assert!(p.is_empty());
         p.push(Bytes::new());
-        assert!(p.is_empty() && p.len() == 0);
+        assert!(p.is_empty());
+        assert_eq!(p.len(), 0);
         p.push(Bytes::from_static(b"x"));
         assert!(!p.is_empty());
     }
