@@ -331,6 +331,9 @@ fn a_block_copied_to_the_wrong_place_fails_its_checksum() {
 /// trusted and resynced, so no read fails and nothing is served wrong.
 #[test]
 fn after_a_crash_marked_regions_are_trusted_then_checked() {
+    // Some run trusts blocks on more than one member: the volume's count
+    // is their sum (mutation testing made it a difference unseen).
+    let mut several_trusting = false;
     for (name, g) in configs() {
         for seed in 0..20 {
             let mut rig = Rig::new(g.clone(), Some(Algorithm::Crc32c), seed);
@@ -370,6 +373,15 @@ fn after_a_crash_marked_regions_are_trusted_then_checked() {
                     );
                 }
             }
+            let trusted: Vec<u64> = (0..rig.members.len() as u32)
+                .map(|m| rig.v.checksum_stats(m).unwrap().blocks_trusted)
+                .collect();
+            assert_eq!(
+                rig.v.stats().checksums.unwrap().trusted_blocks,
+                trusted.iter().sum::<u64>(),
+                "{name} seed {seed}"
+            );
+            several_trusting |= trusted.iter().filter(|&&t| t > 0).count() > 1;
             let report = rig.scrub(Maintenance::Resync);
             let _ = report;
             let after = rig.read(0, size);
@@ -396,6 +408,10 @@ fn after_a_crash_marked_regions_are_trusted_then_checked() {
             assert_eq!(mismatched, 0, "{name} seed {seed}: after the resync");
         }
     }
+    assert!(
+        several_trusting,
+        "no crash left blocks to trust on two members"
+    );
 }
 
 /// Mirror and RAID-10 write a client's bytes as they come, not in whole
@@ -547,4 +563,59 @@ fn a_wrong_block_in_a_degraded_reconstruction_is_left_out_not_failed() {
     let (off, len) = ((s - 1) * sb, 2 * sb);
     assert!(rig.read(off, len) == model[off as usize..(off + len) as usize]);
     assert_eq!(rig.v.health()[x as usize], Health::Online, "member {x}");
+}
+
+use platter_core::integrity::IntegrityStats;
+
+/// The volume's checksum counters are its members' summed. Mutation
+/// testing turned the sums into differences or products unseen: no core
+/// test read the volume's counters, and the simulator's totals only ask
+/// for more than zero.
+#[test]
+fn the_volumes_checksum_counters_add_up_its_members() {
+    let g = geometry(Level::Raid5, 4, 1);
+    let n = g.members();
+    let mut rig = Rig::new(g.clone(), Some(Algorithm::Crc32c), 22);
+    rig.page_limit = 1;
+    rig.assemble(g.clone(), Some(Algorithm::Crc32c), false);
+    let model = rig.fill();
+    // A wrong data chunk on members 1 and 2, in different stripes.
+    for (m, from) in [(1u32, 0u64), (2, 4)] {
+        let stripe = (from..)
+            .find(|&s| g.parity_roles(s).unwrap().data.contains(&m))
+            .unwrap();
+        let at = (DATA_OFFSET + stripe * INTERLEAVE) as usize;
+        rig.members[m as usize][at..at + INTERLEAVE as usize].fill(0);
+    }
+    let size = rig.v.size_bytes();
+    assert!(rig.read(0, size) == model);
+    let c = rig.v.stats().checksums.expect("checksums are on");
+    let per: Vec<_> = (0..n)
+        .map(|m| rig.v.checksum_stats(m).unwrap().clone())
+        .collect();
+    let sum = |f: &dyn Fn(&platter_core::integrity::IntegrityStats) -> u64| {
+        per.iter().map(f).sum::<u64>()
+    };
+    assert_eq!(c.verified_blocks, sum(&|s| s.blocks_verified));
+    assert_eq!(c.mismatched_blocks, sum(&|s| s.blocks_mismatched));
+    assert_eq!(c.trusted_blocks, sum(&|s| s.blocks_trusted));
+    assert_eq!(c.page_reads, sum(&|s| s.page_reads));
+    assert_eq!(c.page_writes, sum(&|s| s.page_writes));
+    assert_eq!(
+        c.repaired_reads,
+        (0..n).map(|m| rig.v.checksums_repaired(m)).sum::<u64>()
+    );
+    // Each counter has more than one member in it, so a difference or a
+    // product of them would show.
+    let several = |f: fn(&IntegrityStats) -> u64| per.iter().filter(|s| f(s) > 0).count() > 1;
+    assert!(several(|s| s.blocks_verified), "{per:?}");
+    assert!(several(|s| s.page_reads), "{per:?}");
+    assert!(several(|s| s.page_writes), "{per:?}");
+    // Each wrong chunk: its blocks mismatched once, one read repaired.
+    let bad: Vec<u64> = per.iter().map(|s| s.blocks_mismatched).collect();
+    assert!(
+        bad[1] > 0 && bad[1] == bad[2] && bad[0] + bad[3] == 0,
+        "{bad:?}"
+    );
+    assert_eq!(c.repaired_reads, 2, "{c:?}");
 }

@@ -239,11 +239,14 @@ impl Volume {
             // The stripe cache writing out client data: its stripes count
             // like those of the writes that filled it (the writes
             // themselves were counted when they completed).
+            // An entry the writes made whole went out with the write that
+            // completed it (counted there, `cache_absorb`): a destage is
+            // never a full-stripe write.
             let s = &op.tally.stripes;
+            assert_eq!(s[0], 0, "a destage wrote a whole stripe");
             for c in std::iter::once(&mut self.stats.volume.counters)
                 .chain(self.stats.plexes.iter_mut().map(|p| &mut p.counters))
             {
-                c.full_stripe_writes += s[0];
                 c.read_modify_writes += s[1];
                 c.reconstruct_writes += s[2];
                 c.parityless_writes += s[3];
