@@ -582,3 +582,25 @@ fn a_single_plex_counts_every_read_byte() {
         assert_eq!(s.plexes[0].counters, s.volume.counters, "{level:?}");
     }
 }
+
+/// A write over two stripes is degraded when the lost member holds a chunk
+/// it writes in the second stripe, though not in the first. Mutation
+/// testing let `write_reach` keep the first stripe's roles for the second
+/// (`!=` → `==` in its cache of them) unseen. Right-symmetric RAID-5 of 4
+/// with member 2 lost: stripe 0's data is on members 1, 2, 3 (the write
+/// takes chunk 2, on member 3); stripe 1's on 2, 3, 0 (the write takes
+/// chunk 0, on member 2).
+#[test]
+fn a_write_is_degraded_by_its_second_stripes_roles() {
+    let c = Config {
+        layout: ParityLayout::RightSymmetric,
+        ..config(Level::Raid5, 4, 1)
+    };
+    let mut h = Harness::new(&c, 7);
+    h.reassemble(&[2]);
+    let g = h.volume.geometry().clone();
+    assert_eq!(g.parity_roles(0).unwrap().data, [1, 2, 3]);
+    assert_eq!(g.parity_roles(1).unwrap().data, [2, 3, 0]);
+    write(&mut h, 2 * IL, 2 * IL);
+    assert_eq!(stats(&h).volume.counters.degraded_writes, 1);
+}

@@ -363,10 +363,10 @@ impl Volume {
             }
             return;
         }
-        let multi = per_plex.len() > 1;
+        // Copy j of a chunk is plex j (concat and stripe: one copy, one
+        // plex).
         for e in g.extents(offset_bytes, len_bytes) {
-            for (j, loc) in g.data_locations(e.stripe, e.data_index).enumerate() {
-                let p = if multi { j } else { 0 };
+            for (p, loc) in g.data_locations(e.stripe, e.data_index).enumerate() {
                 if self.usable(loc.member, e.stripe) {
                     per_plex[p] += e.len_bytes;
                 } else {
