@@ -491,3 +491,26 @@ fn mend_copies(job: &mut StripeJob, il: usize) -> Option<Verdict> {
         located: true,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The members named wrong in one stripe, from a report whose list is
+    /// in stripe order: none before or after it. Mutation testing found the
+    /// lookup unexamined in core (the server and the simulator call it).
+    #[test]
+    fn wrong_members_of_names_that_stripes_members_only() {
+        let report = CheckReport {
+            wrong_members: vec![(1, 2), (3, 0), (3, 4), (5, 1)],
+            ..CheckReport::default()
+        };
+        let of = |s| report.wrong_members_of(s).collect::<Vec<_>>();
+        assert_eq!(of(0), [0u32; 0]);
+        assert_eq!(of(1), [2]);
+        assert_eq!(of(2), [0u32; 0]);
+        assert_eq!(of(3), [0, 4]);
+        assert_eq!(of(5), [1]);
+        assert_eq!(of(6), [0u32; 0]);
+    }
+}
