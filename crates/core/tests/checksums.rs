@@ -619,3 +619,35 @@ fn the_volumes_checksum_counters_add_up_its_members() {
     );
     assert_eq!(c.repaired_reads, 2, "{c:?}");
 }
+
+/// A repair on a copy level replaces the copy whose blocks fail their
+/// checksums by one that reads clean, and names that member. Mutation
+/// testing found `mend_copies` reached by neither the core tests nor the
+/// simulator's seeded suite (emptied, or its clean-copy test inverted,
+/// unseen).
+#[test]
+fn a_repair_mends_the_copy_that_fails_its_checksums() {
+    for (name, g) in [
+        ("mirror x2", geometry(Level::Mirror, 2, 2)),
+        ("raid10 x4", geometry(Level::Raid10, 4, 2)),
+    ] {
+        let mut rig = Rig::new(g.clone(), Some(Algorithm::Crc32c), 23);
+        let model = rig.fill();
+        let e = g.extents(3 * INTERLEAVE, INTERLEAVE).next().unwrap();
+        let bad = g.data_locations(e.stripe, e.data_index).next().unwrap();
+        let at = (DATA_OFFSET + bad.row * INTERLEAVE) as usize;
+        rig.members[bad.member as usize][at..at + 512].fill(0);
+        let r = rig.scrub(Maintenance::Repair);
+        assert!(
+            r.wrong_members.contains(&(e.stripe, bad.member)),
+            "{name}: {r:?}"
+        );
+        let chunk = &model[(3 * INTERLEAVE) as usize..(4 * INTERLEAVE) as usize];
+        assert!(
+            rig.members[bad.member as usize][at..at + INTERLEAVE as usize] == *chunk,
+            "{name}: the wrong copy was not replaced"
+        );
+        let again = rig.scrub(Maintenance::Check);
+        assert!(again.mismatched_stripes.is_empty(), "{name}: {again:?}");
+    }
+}
