@@ -147,15 +147,7 @@ fn a_member_that_fails_a_write_while_being_rebuilt_is_not_read_again() {
         rows: 8,
     };
     let mut h = Harness::new(&config, 5);
-    h.volume
-        .set_read_policy(platter_core::balance::ReadPolicy::Prefer { slot: 1 })
-        .unwrap();
-    h.volume.mark_faulty(1, "test: replaced".into());
-    h.volume.start_rebuild(1, 0).unwrap();
-    for _ in 0..4 {
-        h.volume.rebuild_step(1).unwrap();
-        h.run();
-    }
+    h.rebuild_partway_and_read_from(1, 4);
     // Stripe 0 is below the cursor: member 1 serves it. Its write fails.
     h.broken[1] = true;
     h.write(0, &[0x5a; 4096]).expect("member 0 holds the write");

@@ -197,7 +197,7 @@ impl ClientSession {
         if writes && e.has(NBD_FLAG_READ_ONLY) {
             return Err(RequestError::ReadOnly);
         }
-        let (kind, offset_bytes, len_bytes, mut flags) = match req {
+        let (kind, offset_bytes, len_bytes, flags) = match req {
             ClientRequest::Read {
                 offset_bytes,
                 len_bytes,
@@ -281,7 +281,6 @@ impl ClientSession {
                 });
             }
         }
-        flags &= NBD_CMD_FLAG_FUA | NBD_CMD_FLAG_NO_HOLE;
         let cookie = self.next_cookie;
         self.next_cookie += 1;
         let data = if kind == NBD_CMD_READ {

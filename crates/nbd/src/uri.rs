@@ -107,10 +107,14 @@ fn parse(uri: &str) -> Result<NbdUri, String> {
         Some(u) if u.contains(':') => {
             return Err("a password in the URI: give TLS keys with tls-psk-file=".into())
         }
-        Some(u) => Some(decode_str(u, "the username")?),
+        Some(u) => Some(decode_str(u, "the username", false)?),
         None => None,
     };
-    let export_name = decode_str(path.strip_prefix('/').unwrap_or(path), "the export name")?;
+    let export_name = decode_str(
+        path.strip_prefix('/').unwrap_or(path),
+        "the export name",
+        false,
+    )?;
     if export_name.len() > NBD_MAX_STRING {
         return Err(format!(
             "an export name of {} bytes (at most 4096)",
@@ -127,8 +131,9 @@ fn parse(uri: &str) -> Result<NbdUri, String> {
         let (k, v) = pair
             .split_once('=')
             .ok_or_else(|| format!("query parameter {pair:?} has no value"))?;
-        let k = decode_str(k, "a query key")?;
-        let v = decode_str(v, &format!("the value of {k}"))?;
+        let k = decode_str(k, "a query key", false)?;
+        // A socket may start with NUL: Linux's abstract namespace.
+        let v = decode_str(v, &format!("the value of {k}"), k == "socket")?;
         if params.iter().any(|(seen, _)| *seen == k) {
             return Err(format!("{k} is given twice"));
         }
@@ -201,8 +206,8 @@ fn split_host_port(s: &str) -> Result<(String, u16), String> {
         (h.to_string(), port)
     } else {
         match s.rsplit_once(':') {
-            Some((h, p)) => (decode_str(h, "the host")?, Some(p)),
-            None => (decode_str(s, "the host")?, None),
+            Some((h, p)) => (decode_str(h, "the host", false)?, Some(p)),
+            None => (decode_str(s, "the host", false)?, None),
         }
     };
     if host.contains(['/', '@', '[', ']', ' ', ':']) && !s.starts_with('[') {
@@ -224,9 +229,8 @@ fn split_host_port(s: &str) -> Result<(String, u16), String> {
 }
 
 /// Percent-decodes `s` (RFC 3986; `+` stays itself) into UTF-8 without
-/// NUL, except a socket's leading NUL (the abstract namespace), which
-/// the caller keeps.
-fn decode_str(s: &str, what: &str) -> Result<String, String> {
+/// NUL, but for a leading one where `leading_nul` allows it.
+fn decode_str(s: &str, what: &str, leading_nul: bool) -> Result<String, String> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -244,9 +248,7 @@ fn decode_str(s: &str, what: &str) -> Result<String, String> {
             i += 1;
         }
     }
-    if out.iter().skip(1).any(|&c| c == 0)
-        || (what != "the value of socket" && out.first() == Some(&0))
-    {
+    if out.iter().skip(1).any(|&c| c == 0) || (!leading_nul && out.first() == Some(&0)) {
         return Err(format!("{what} contains a NUL byte"));
     }
     String::from_utf8(out).map_err(|_| format!("{what} is not UTF-8"))

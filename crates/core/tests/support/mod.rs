@@ -151,6 +151,21 @@ impl Harness {
         );
     }
 
+    /// Member `member` of a mirror replaced and rebuilt over its first
+    /// `stripes` stripes, and preferred for reads: it serves the stripes
+    /// below its rebuild's cursor.
+    pub fn rebuild_partway_and_read_from(&mut self, member: u32, stripes: u64) {
+        self.volume
+            .set_read_policy(platter_core::balance::ReadPolicy::Prefer { slot: member })
+            .unwrap();
+        self.volume.mark_faulty(member, "test: replaced".into());
+        self.volume.start_rebuild(member, 0).unwrap();
+        for _ in 0..stripes {
+            self.volume.rebuild_step(1).unwrap();
+            self.run();
+        }
+    }
+
     /// A new volume over the same member bytes, with some members absent.
     pub fn reassemble(&mut self, missing: &[u32]) {
         let g = self.volume.geometry().clone();
