@@ -905,16 +905,35 @@ impl Integrity {
                     return Ok(data.map(|d| slice_wanted(d, task.offset_bytes, *want)));
                 }
                 let at = self.layout.data_offset_bytes + bad[0] * BLOCK_BYTES;
-                Err(IoError::new(
-                    IoErrorKind::Checksum,
-                    format!(
-                        "{} of {blocks} blocks read at member bytes {}..{} do not match their {} checksums (the first at member byte {at})",
-                        bad.len(),
-                        task.offset_bytes,
-                        task.offset_bytes + task.len_bytes,
-                        alg.name()
-                    ),
-                ))
+                let message = format!(
+                    "{} of {blocks} blocks read at member bytes {}..{} do not match their {} checksums (the first at member byte {at})",
+                    bad.len(),
+                    task.offset_bytes,
+                    task.offset_bytes + task.len_bytes,
+                    alg.name()
+                );
+                // The bad blocks as ranges of the bytes asked for, which the
+                // whole blocks read may overhang.
+                let (from, len) = *want;
+                let ranges: Vec<(u64, u64)> = bad
+                    .iter()
+                    .map(|&b| {
+                        let lo = self.layout.data_offset_bytes + b * BLOCK_BYTES;
+                        (
+                            lo.max(from) - from,
+                            (lo + BLOCK_BYTES).min(from + len) - from,
+                        )
+                    })
+                    .filter(|&(a, b)| a < b)
+                    .collect();
+                let data = slice_wanted(data.expect("a read has data"), task.offset_bytes, *want);
+                if ranges.is_empty() {
+                    // Only the overhang failed: the bytes asked for are
+                    // not in those blocks, but the block as a whole is
+                    // wrong; the read fails as a whole.
+                    return Err(IoError::new(IoErrorKind::Checksum, message));
+                }
+                Err(IoError::unverified(message, data, ranges))
             }
             Kind::Write { entries, .. } => {
                 assert_eq!(entries.len() as u64, blocks);

@@ -44,7 +44,7 @@ pub use rebuild::RebuildProgress;
 pub use repair::MAX_CORRECTED_READ_ERRORS;
 pub use request::{
     Completion, ErrorKind, Event, FailurePolicy, IoError, IoErrorKind, IoId, IoResult, Maintenance,
-    MemberIo, MemberOp, Payload, ReadData, Reply, Request, RequestId, VolumeError,
+    MemberIo, MemberOp, Payload, ReadData, Reply, Request, RequestId, Unverified, VolumeError,
     READ_SEGMENTS_MAX,
 };
 pub use scrub::CheckReport;
@@ -554,7 +554,7 @@ impl Volume {
                 self.repair_io_done(ctx.request, ctx.member, &ctx.dests, result);
             }
             Err(e) if e.kind == IoErrorKind::Checksum && scrub::scrubbing(op) => {
-                scrub::suspect(op, &ctx.dests);
+                scrub::suspect(op, &ctx.dests, e.unverified.as_deref());
             }
             Err(e) if Self::is_refused_for_space(op, &e) => {
                 op.stage.phase_mut().expect("in a phase").failed = true;
@@ -565,6 +565,7 @@ impl Volume {
             Err(IoError {
                 message: reason,
                 kind,
+                ..
             }) => {
                 op.stage.phase_mut().expect("in a phase").failed = true;
                 if matches!(op.stage, Stage::Writing(_) | Stage::Flushing(_)) {

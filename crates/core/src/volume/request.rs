@@ -443,6 +443,20 @@ impl IoErrorKind {
 pub struct IoError {
     pub kind: IoErrorKind,
     pub message: String,
+    /// A read that failed its checksums in some blocks only: the bytes as
+    /// read, and which of them failed. A scrub then suspects the member
+    /// only where they fall, not in every stripe the read spanned.
+    pub unverified: Option<Box<Unverified>>,
+}
+
+/// The bytes of a read some of whose blocks failed their checksums.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unverified {
+    /// Every byte the read asked for, as the member returned them.
+    pub data: Bytes,
+    /// The ranges of `data` (offsets into it, half-open, in order) in
+    /// blocks that do not match their checksums.
+    pub bad: Vec<(u64, u64)>,
 }
 
 impl IoError {
@@ -450,6 +464,22 @@ impl IoError {
         IoError {
             kind,
             message: message.into(),
+            unverified: None,
+        }
+    }
+
+    /// A checksum failure of a read whose bytes came back: see
+    /// [`IoError::unverified`].
+    pub fn unverified(message: impl Into<String>, data: Bytes, bad: Vec<(u64, u64)>) -> IoError {
+        assert!(
+            bad.iter().all(|&(a, b)| a < b && b <= data.len() as u64),
+            "bad ranges within the bytes read"
+        );
+        assert!(!bad.is_empty(), "a checksum failure names its blocks");
+        IoError {
+            kind: IoErrorKind::Checksum,
+            message: message.into(),
+            unverified: Some(Box::new(Unverified { data, bad })),
         }
     }
 }

@@ -451,9 +451,25 @@ pub(super) fn scrubbing(op: &super::Op) -> bool {
 }
 
 /// A scrub read of `dests` failed its checksums: its member is wrong for
-/// those stripes.
-pub(super) fn suspect(op: &mut super::Op, dests: &[super::plan::Dest]) {
+/// the stripes whose bytes fall in the blocks that failed (all of them
+/// when the read's bytes did not come back); the rest are taken as read.
+pub(super) fn suspect(
+    op: &mut super::Op,
+    dests: &[super::plan::Dest],
+    unverified: Option<&super::request::Unverified>,
+) {
     for d in dests {
+        let (lo, hi) = (d.io_at_bytes, d.io_at_bytes + d.len_bytes);
+        if let Some(u) = unverified {
+            if !u.bad.iter().any(|&(a, b)| a < hi && lo < b) {
+                let clean = super::plan::Dest {
+                    io_at_bytes: 0,
+                    ..*d
+                };
+                Volume::route(op, &[clean], u.data.slice(lo as usize..hi as usize));
+                continue;
+            }
+        }
         if let Target::Job { job, member, .. } = d.target {
             let s = &mut op.plan.jobs[job as usize].suspects;
             if !s.contains(&member) {
