@@ -125,7 +125,8 @@ pub struct MemberArgs {
     /// Print the server's answer as JSON for programs.
     #[arg(long)]
     json: bool,
-    /// A member's slot number or path (for remove, also a spare's path).
+    /// A member's slot number, path or nbd:// URI (for remove, also a
+    /// spare's).
     #[arg(value_name = "MEMBER")]
     member: String,
 }
@@ -144,7 +145,7 @@ pub struct FailArgs {
     /// clients get I/O errors there.
     #[arg(long)]
     force: bool,
-    /// A member's slot number or path.
+    /// A member's slot number, path or nbd:// URI.
     #[arg(value_name = "MEMBER")]
     member: String,
 }
@@ -193,7 +194,7 @@ pub struct DeviceArgs {
     /// Overwrite DEVICE even if it carries another volume's label.
     #[arg(long)]
     force: bool,
-    /// The device (file or block device).
+    /// The device (file, block device or nbd:// URI).
     #[arg(value_name = "DEVICE")]
     device: String,
 }

@@ -158,8 +158,9 @@ pub struct CreateArgs {
     /// each member (docs/failures.md, docs/performance.md).
     #[arg(long, value_name = "POLICY", value_enum, default_value_t = ConsistencyPolicy::Resync)]
     consistency_policy: ConsistencyPolicy,
-    /// Files, block devices (nbd:// URIs in a later release). Order sets the
-    /// slots; afterwards the labels, not the order, are trusted.
+    /// Files, block devices, or NBD exports (`nbd://HOST[:PORT]/EXPORT`,
+    /// `nbd+unix:///EXPORT?socket=PATH`). Order sets the slots; afterwards
+    /// the labels, not the order, are trusted.
     #[arg(value_name = "MEMBER", required = true)]
     members: Vec<String>,
 }

@@ -139,7 +139,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "RATE", default_value = defaults::SCRUB_RATE,
           value_parser = crate::control::parse_rate)]
     scrub_rate: u64,
-    /// The volume's members, in any order.
+    /// The volume's members, in any order: files, block devices or NBD
+    /// exports (nbd:// and nbd+unix:// URIs).
     #[arg(value_name = "MEMBER", required = true)]
     members: Vec<String>,
 }

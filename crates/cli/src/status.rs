@@ -24,7 +24,8 @@ pub struct StatusArgs {
     /// Seconds between two looks with --watch (fractions allowed).
     #[arg(long, value_name = "SECS", default_value = "1", value_parser = crate::progress::parse_interval, requires = "watch")]
     interval: std::time::Duration,
-    /// The members to read (any order; a missing one shows as missing).
+    /// The members to read (any order; a missing one shows as missing):
+    /// files, block devices or nbd:// URIs.
     #[arg(value_name = "MEMBER", required_unless_present = "control")]
     members: Vec<String>,
 }

@@ -2,7 +2,7 @@
 //!
 //! [`Member`] is the small trait the executor drives (positioned, thread-safe
 //! I/O; its doc comment is the contract). [`FileMember`] serves regular files
-//! and block devices, [`MemoryMember`] serves tests, and [`open_member`] turns
+//! and block devices, [`NbdMember`] an export of an NBD server, [`MemoryMember`] serves tests, and [`open_member`] turns
 //! a command-line member name into one of them.
 
 pub mod aio;
@@ -16,6 +16,7 @@ pub mod fault;
 pub mod file;
 pub mod member;
 pub mod memory;
+pub mod nbd;
 pub mod open;
 mod positioned;
 
@@ -25,4 +26,5 @@ pub use fault::{CrashMode, FaultControls, FaultSpec, FaultyMember};
 pub use file::FileMember;
 pub use member::{check_range, Member, RingTarget};
 pub use memory::MemoryMember;
+pub use nbd::NbdMember;
 pub use open::{open_member, OpenOptions};

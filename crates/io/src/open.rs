@@ -5,6 +5,7 @@ use std::io;
 use crate::error::{MemberError, MemberErrorKind, Op};
 use crate::file::FileMember;
 use crate::member::Member;
+use crate::nbd::NbdMember;
 
 /// How to open a member.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -43,10 +44,16 @@ pub fn open_member(spec: &str, opts: OpenOptions) -> Result<Box<dyn Member>, Mem
     let scheme = uri_scheme(spec).map(str::to_ascii_lowercase);
     match scheme.as_deref() {
         None => Ok(Box::new(FileMember::open(spec, opts)?)),
-        Some("nbd" | "nbd+unix" | "nbds" | "nbds+unix") => Err(unsupported(
-            spec,
-            "NBD members are not supported yet".to_owned(),
-        )),
+        Some("nbd" | "nbd+unix" | "nbds" | "nbds+unix") => {
+            let uri = platter_nbd::parse_nbd_uri(spec).map_err(|e| {
+                MemberError::with_message(MemberErrorKind::NotAMember, spec, Op::Open, 0, 0, e.why)
+            })?;
+            if opts.create_size_bytes.is_some() {
+                // Nothing to create: the export is there or it is not.
+                tracing::debug!("member {spec}: an NBD export is used as it is");
+            }
+            Ok(Box::new(NbdMember::open(spec, &uri, opts.read_only)?))
+        }
         Some(other) => Err(unsupported(
             spec,
             format!(
@@ -86,20 +93,34 @@ mod tests {
         assert_eq!(uri_scheme("/a/b://c"), None);
     }
 
+    /// A malformed NBD URI is refused with what is wrong with it, before
+    /// any connection is tried.
     #[test]
-    fn nbd_is_refused_clearly() {
-        for spec in ["nbd://localhost/x", "NBD+UNIX:///x?socket=/tmp/s"] {
+    fn a_malformed_nbd_uri_is_refused_clearly() {
+        for (spec, why) in [
+            ("nbd+unix:///x", "socket"),
+            ("nbd://localhost/x?socket=/s", "socket"),
+            ("nbd://localhost:99999/x", "port"),
+        ] {
             let err = open_member(spec, OpenOptions::default())
                 .err()
-                .expect("NBD refused");
-            assert_eq!(err.kind, MemberErrorKind::NotAMember);
+                .expect("refused");
+            assert_eq!(err.kind, MemberErrorKind::NotAMember, "{spec}: {err}");
             assert_eq!(err.member, spec);
-            assert!(
-                err.to_string()
-                    .contains("NBD members are not supported yet"),
-                "{err}"
-            );
+            assert!(err.to_string().contains(why), "{spec}: {err}");
         }
+    }
+
+    /// Nothing listening: the member is gone, said plainly.
+    #[test]
+    fn an_nbd_server_that_is_not_there_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = format!("nbd+unix:///x?socket={}/none.sock", dir.path().display());
+        let err = open_member(&spec, OpenOptions::default())
+            .err()
+            .expect("refused");
+        assert_eq!(err.kind, MemberErrorKind::Gone, "{err}");
+        assert!(err.to_string().contains("cannot connect"), "{err}");
     }
 
     #[test]

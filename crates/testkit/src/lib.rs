@@ -19,6 +19,8 @@
 //!   collected, ready line awaited, stopped by signal, killed on drop). The
 //!   end-to-end and NBD protocol fixtures both wrap it; the protocol tests
 //!   keep their own independent NBD client on purpose.
+//! - [`tools`]: external tools looked up, the test skipped (or, under
+//!   `CI=true`, failed) when one is missing.
 
 pub mod check;
 pub mod dirs;
@@ -26,6 +28,7 @@ pub mod member;
 pub mod oracle;
 pub mod rng;
 pub mod serve;
+pub mod tools;
 pub mod volatile;
 
 pub use rng::Rng;

@@ -8,10 +8,9 @@
 
 #![allow(dead_code)] // each test binary uses a part of the harness
 
-use std::collections::HashMap;
 use std::fs;
 use std::io::Read;
-use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::RecvTimeoutError;
@@ -36,63 +35,8 @@ pub const CMD_TIMEOUT: Duration = Duration::from_secs(120);
 // ---------------------------------------------------------------------------
 // Tools and privileges
 
-/// The full path of `name` found on PATH (then the sbin directories, which
-/// a non-login PATH may lack), if it is an executable file.
-pub fn find_tool(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let extra = ["/usr/local/sbin", "/usr/sbin", "/sbin"].map(PathBuf::from);
-    std::env::split_paths(&path)
-        .chain(extra)
-        .map(|d| d.join(name))
-        .find(|p| {
-            fs::metadata(p)
-                .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-                .unwrap_or(false)
-        })
-}
-
-/// Every tool in `names`, or `None` after saying which is missing and that
-/// `test` is skipped.
-pub fn tools(test: &str, names: &[&str]) -> Option<Tools> {
-    let mut found = HashMap::new();
-    for n in names {
-        match find_tool(n) {
-            Some(p) => {
-                found.insert(n.to_string(), p);
-            }
-            None => {
-                eprintln!("skipping {test}: `{n}` is not installed (not on PATH)");
-                return None;
-            }
-        }
-    }
-    Some(Tools(found))
-}
-
-/// [`tools`], except that under `CI=true` a missing tool fails `test`
-/// instead of skipping it: CI installs every tool (`scripts/test`), so a
-/// skip there would hide a test that never runs.
-pub fn required_tools(test: &str, names: &[&str]) -> Option<Tools> {
-    let found = tools(test, names);
-    assert!(
-        found.is_some() || std::env::var("CI").as_deref() != Ok("true"),
-        "{test}: a tool it needs is missing under CI (see above)"
-    );
-    found
-}
-
-/// Paths of the tools a test needs.
-pub struct Tools(HashMap<String, PathBuf>);
-
-impl Tools {
-    pub fn cmd(&self, name: &str) -> Command {
-        let p = self
-            .0
-            .get(name)
-            .unwrap_or_else(|| panic!("tool {name} was not asked for"));
-        Command::new(p)
-    }
-}
+#[allow(unused_imports)] // each test binary uses a part of the harness
+pub use platter_testkit::tools::{find_tool, required_tools, tools, Tools};
 
 /// The effective user id, from /proc (no libc in this crate's tests).
 pub fn effective_uid() -> Option<u32> {

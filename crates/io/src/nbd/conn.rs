@@ -1,0 +1,433 @@
+//! One connection to an NBD server: the socket, the handshake, and many
+//! requests in flight on it.
+//!
+//! Callers on any thread send a request and wait for its reply; one reader
+//! thread per connection owns the socket's read side, feeds every byte to
+//! the sans-I/O [`ClientSession`] and hands each completion to the caller
+//! waiting for its cookie. A request's header and payload go out whole
+//! under the writer's lock, so requests from several threads never
+//! interleave on the wire.
+//!
+//! A connection that breaks (the server closed it, a socket error, a reply
+//! the protocol forbids, no reply within the deadline) is dead for good:
+//! every request waiting on it and every later one fails with the reason,
+//! and the socket is shut down so that nothing more is read from a server
+//! that cannot be trusted with the stream.
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use platter_nbd::{
+    ClientConfig, ClientError, ClientHandshake, ClientRequest, ClientSession, ClientState,
+    Endpoint, Export, ReplyError, RequestError,
+};
+
+/// Bytes the reader asks the socket for at once.
+const READ_CHUNK_BYTES: usize = 256 * 1024;
+/// Messages a handshake may take (each option and its replies): a bound on
+/// its loop, far above what a server sends.
+const MAX_HANDSHAKE_STEPS: usize = 1024;
+
+/// The socket, TCP or Unix.
+#[derive(Debug)]
+pub(crate) enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    fn try_clone(&self) -> io::Result<Stream> {
+        Ok(match self {
+            Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
+            Stream::Unix(s) => Stream::Unix(s.try_clone()?),
+        })
+    }
+
+    fn shutdown(&self) {
+        // Already shut down or reset: nothing left to stop.
+        let _ = match self {
+            Stream::Tcp(s) => s.shutdown(Shutdown::Both),
+            Stream::Unix(s) => s.shutdown(Shutdown::Both),
+        };
+    }
+
+    fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_read_timeout(t),
+            Stream::Unix(s) => s.set_read_timeout(t),
+        }
+    }
+
+    fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_write_timeout(t),
+            Stream::Unix(s) => s.set_write_timeout(t),
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Unix(s) => s.write(buf),
+        }
+    }
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write_vectored(bufs),
+            Stream::Unix(s) => s.write_vectored(bufs),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Why a connection could not be made.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConnectError {
+    #[error("cannot connect: {0}")]
+    Dial(io::Error),
+    #[error("{0}")]
+    Handshake(ClientError),
+    #[error("the handshake failed: {0}")]
+    Io(io::Error),
+    #[error("the server accepted TLS, which this build cannot speak yet")]
+    TlsUnsupported,
+}
+
+/// Opens the socket to `endpoint`, giving up after `timeout`.
+pub(crate) fn dial(endpoint: &Endpoint, timeout: Duration) -> Result<Stream, ConnectError> {
+    match endpoint {
+        Endpoint::Tcp { host, port } => {
+            let addrs: Vec<_> = (host.as_str(), *port)
+                .to_socket_addrs()
+                .map_err(ConnectError::Dial)?
+                .collect();
+            let mut last =
+                io::Error::new(io::ErrorKind::NotFound, format!("{host} has no address"));
+            for a in addrs {
+                match TcpStream::connect_timeout(&a, timeout) {
+                    Ok(s) => {
+                        // Requests are small and latency is the cost that
+                        // matters: no Nagle delay.
+                        s.set_nodelay(true).map_err(ConnectError::Dial)?;
+                        return Ok(Stream::Tcp(s));
+                    }
+                    Err(e) => last = e,
+                }
+            }
+            Err(ConnectError::Dial(last))
+        }
+        Endpoint::Unix { socket } => {
+            let s = match socket.strip_prefix('\0') {
+                Some(name) => {
+                    use std::os::linux::net::SocketAddrExt;
+                    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name)
+                        .map_err(ConnectError::Dial)?;
+                    UnixStream::connect_addr(&addr)
+                }
+                None => UnixStream::connect(socket),
+            }
+            .map_err(ConnectError::Dial)?;
+            Ok(Stream::Unix(s))
+        }
+    }
+}
+
+/// Runs the client's side of the handshake on `stream`; the export as
+/// negotiated.
+pub(crate) fn handshake(
+    stream: &mut Stream,
+    config: ClientConfig,
+    timeout: Duration,
+) -> Result<Export, ConnectError> {
+    stream
+        .set_read_timeout(Some(timeout))
+        .and_then(|()| stream.set_write_timeout(Some(timeout)))
+        .map_err(ConnectError::Io)?;
+    let mut hs = ClientHandshake::new(config);
+    let mut buf = Vec::new();
+    for _ in 0..MAX_HANDSHAKE_STEPS {
+        let out = hs.take_output();
+        if !out.is_empty() {
+            stream.write_all(&out).map_err(ConnectError::Io)?;
+        }
+        match hs.state() {
+            ClientState::Negotiating => {}
+            ClientState::Ready(export) => {
+                let export = export.clone();
+                stream
+                    .set_read_timeout(None)
+                    .and_then(|()| stream.set_write_timeout(None))
+                    .map_err(ConnectError::Io)?;
+                return Ok(export);
+            }
+            ClientState::StartTls => return Err(ConnectError::TlsUnsupported),
+            ClientState::Failed(e) => return Err(ConnectError::Handshake(e.clone())),
+        }
+        let want = hs.wanted_bytes();
+        buf.resize(want, 0);
+        stream.read_exact(&mut buf).map_err(|e| {
+            if e.kind() == io::ErrorKind::UnexpectedEof {
+                ConnectError::Io(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the server closed the connection during the handshake",
+                ))
+            } else {
+                ConnectError::Io(e)
+            }
+        })?;
+        hs.feed(&buf);
+    }
+    Err(ConnectError::Handshake(ClientError::Protocol(format!(
+        "no end to the handshake after {MAX_HANDSHAKE_STEPS} messages"
+    ))))
+}
+
+/// Why a request got no answer from the server.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum CallError {
+    /// The server answered with an error.
+    #[error("{0}")]
+    Reply(ReplyError),
+    /// The session would not send it (never reaches the server).
+    #[error("{0}")]
+    Refused(RequestError),
+    /// The connection is dead; why.
+    #[error("the connection is lost: {0}")]
+    Lost(String),
+}
+
+/// What the reader and the callers share.
+struct Shared {
+    session: ClientSession,
+    done: HashMap<u64, Result<Option<Vec<u8>>, ReplyError>>,
+    /// Set once: why the connection is dead.
+    dead: Option<String>,
+}
+
+struct Inner {
+    state: Mutex<Shared>,
+    cond: Condvar,
+    writer: Mutex<Stream>,
+    /// A handle that only shuts the socket down (from any thread).
+    control: Stream,
+}
+
+impl Inner {
+    fn kill(&self, shared: &mut Shared, why: String) {
+        if shared.dead.is_none() {
+            tracing::warn!("NBD connection lost: {why}");
+            shared.dead = Some(why);
+        }
+        self.control.shutdown();
+        self.cond.notify_all();
+    }
+}
+
+/// A live connection, past its handshake.
+pub(crate) struct Connection {
+    inner: Arc<Inner>,
+    reader: Option<JoinHandle<()>>,
+    /// How long a request waits for its reply before the connection is
+    /// declared dead.
+    deadline: Duration,
+}
+
+impl Connection {
+    /// Takes over `stream`, whose handshake produced `export`.
+    pub(crate) fn start(
+        stream: Stream,
+        export: Export,
+        deadline: Duration,
+        name: &str,
+    ) -> io::Result<Connection> {
+        let reader_stream = stream.try_clone()?;
+        let control = stream.try_clone()?;
+        let inner = Arc::new(Inner {
+            state: Mutex::new(Shared {
+                session: ClientSession::new(export),
+                done: HashMap::new(),
+                dead: None,
+            }),
+            cond: Condvar::new(),
+            writer: Mutex::new(stream),
+            control,
+        });
+        let for_reader = Arc::clone(&inner);
+        let reader = std::thread::Builder::new()
+            .name(format!("nbd-reader {name}"))
+            .spawn(move || read_replies(&for_reader, reader_stream))?;
+        Ok(Connection {
+            inner,
+            reader: Some(reader),
+            deadline,
+        })
+    }
+
+    pub(crate) fn max_payload_bytes(&self) -> u32 {
+        self.lock().session.max_payload_bytes()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Shared> {
+        // A panic while holding the lock leaves the session as it was
+        // between two whole steps: still usable.
+        self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sends `reqs` (each write's payload with it), then waits for all their
+    /// replies; each one's result in order. Sending them all before waiting
+    /// keeps them in flight together.
+    pub(crate) fn call_all(
+        &self,
+        reqs: &[(ClientRequest, &[u8])],
+    ) -> Vec<Result<Option<Vec<u8>>, CallError>> {
+        let mut cookies: Vec<Result<u64, CallError>> = Vec::with_capacity(reqs.len());
+        for &(req, payload) in reqs {
+            cookies.push(self.send(req, payload));
+        }
+        cookies
+            .into_iter()
+            .map(|c| c.and_then(|cookie| self.wait(cookie)))
+            .collect()
+    }
+
+    fn send(&self, req: ClientRequest, payload: &[u8]) -> Result<u64, CallError> {
+        let (cookie, header) = {
+            let mut s = self.lock();
+            if let Some(why) = &s.dead {
+                return Err(CallError::Lost(why.clone()));
+            }
+            s.session.request(req).map_err(CallError::Refused)?
+        };
+        let mut w = self.inner.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let sent = write_all_vectored(&mut w, &header, payload);
+        drop(w);
+        if let Err(e) = sent {
+            let mut s = self.lock();
+            self.inner
+                .kill(&mut s, format!("sending a request failed: {e}"));
+            return Err(CallError::Lost(s.dead.clone().unwrap_or_default()));
+        }
+        Ok(cookie)
+    }
+
+    fn wait(&self, cookie: u64) -> Result<Option<Vec<u8>>, CallError> {
+        let until = Instant::now() + self.deadline;
+        let mut s = self.lock();
+        loop {
+            if let Some(r) = s.done.remove(&cookie) {
+                return r.map_err(CallError::Reply);
+            }
+            if let Some(why) = &s.dead {
+                return Err(CallError::Lost(why.clone()));
+            }
+            let now = Instant::now();
+            if now >= until {
+                let why = format!("no reply within {} s", self.deadline.as_secs_f64());
+                self.inner.kill(&mut s, why);
+                continue;
+            }
+            s = self
+                .inner
+                .cond
+                .wait_timeout(s, until - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// Says goodbye (`NBD_CMD_DISC`) if the connection is alive.
+    fn disconnect(&self) {
+        let header = {
+            let mut s = self.lock();
+            if s.dead.is_some() {
+                return;
+            }
+            s.dead = Some("closed".to_owned());
+            s.session.disconnect()
+        };
+        let mut w = self.inner.writer.lock().unwrap_or_else(|e| e.into_inner());
+        // Best effort: the socket is shut down next either way.
+        let _ = w.write_all(&header);
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.disconnect();
+        self.inner.control.shutdown();
+        if let Some(r) = self.reader.take() {
+            // The reader ends on the shutdown; a panic in it has been
+            // reported on its thread already.
+            let _ = r.join();
+        }
+    }
+}
+
+fn write_all_vectored(w: &mut Stream, header: &[u8], payload: &[u8]) -> io::Result<()> {
+    let (mut h, mut p) = (header, payload);
+    while !h.is_empty() || !p.is_empty() {
+        let n = w.write_vectored(&[io::IoSlice::new(h), io::IoSlice::new(p)])?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                "the socket took no bytes",
+            ));
+        }
+        let from_h = n.min(h.len());
+        h = &h[from_h..];
+        p = &p[n - from_h..];
+    }
+    Ok(())
+}
+
+/// The reader thread: every byte from the server through the session.
+fn read_replies(inner: &Inner, mut stream: Stream) {
+    let mut buf = vec![0u8; READ_CHUNK_BYTES];
+    loop {
+        let n = match stream.read(&mut buf) {
+            Ok(0) => {
+                let mut s = inner.state.lock().unwrap_or_else(|e| e.into_inner());
+                return inner.kill(&mut s, "the server closed the connection".to_owned());
+            }
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                let mut s = inner.state.lock().unwrap_or_else(|e| e.into_inner());
+                return inner.kill(&mut s, format!("reading from the server failed: {e}"));
+            }
+        };
+        let mut s = inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        if s.dead.is_some() {
+            return;
+        }
+        if let Err(e) = s.session.feed(&buf[..n]) {
+            return inner.kill(&mut s, e.to_string());
+        }
+        let mut any = false;
+        while let Some(c) = s.session.next_completion() {
+            s.done.insert(c.cookie, c.result);
+            any = true;
+        }
+        if any {
+            inner.cond.notify_all();
+        }
+    }
+}

@@ -1,0 +1,362 @@
+//! A member that is an export of an NBD server (`nbd://host[:port]/name`,
+//! `nbd+unix:///name?socket=PATH`): nbdkit, qemu-nbd, nbd-server, or
+//! another platter.
+//!
+//! The [`Member`] calls block their caller until the server answers, and
+//! the I/O layer calls them from several threads at once, so that many
+//! requests are in flight on the one connection ([`conn`]). What the
+//! server negotiated shapes every request:
+//! - a request longer than the server takes at once is split, and the
+//!   pieces are all sent before any answer is awaited;
+//! - bytes not aligned to the server's minimum block are read around and,
+//!   for a write, merged into the whole blocks (one such merge at a time,
+//!   so that two writes sharing a block do not undo each other);
+//! - [`Member::trim`] promises zeros afterwards, which `NBD_CMD_TRIM` does
+//!   not: it is `NBD_CMD_WRITE_ZEROES` where the server offers it, else
+//!   written zeroes;
+//! - [`Member::flush`] is `NBD_CMD_FLUSH`; a server that does not offer it
+//!   says it has no volatile cache, and a flush has nothing to do.
+//!
+//! A lost connection fails every I/O with [`MemberErrorKind::Gone`].
+
+mod conn;
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use platter_nbd::consts::{
+    NBD_EINVAL, NBD_EIO, NBD_ENOMEM, NBD_ENOSPC, NBD_ENOTSUP, NBD_EOVERFLOW, NBD_EPERM,
+    NBD_ESHUTDOWN, NBD_FLAG_READ_ONLY, NBD_FLAG_ROTATIONAL, NBD_FLAG_SEND_FLUSH,
+    NBD_FLAG_SEND_WRITE_ZEROES,
+};
+use platter_nbd::{ClientConfig, ClientRequest, Export, NbdUri};
+
+use crate::error::{MemberError, MemberErrorKind, Op};
+use crate::member::{check_range, Member};
+use conn::{CallError, ConnectError, Connection};
+
+/// How long connecting and the handshake may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a request waits for its reply before the connection counts as
+/// lost.
+pub const REPLY_DEADLINE: Duration = Duration::from_secs(60);
+/// Zeroes written at once where the server has no WRITE_ZEROES.
+const ZERO_CHUNK_BYTES: u64 = 1 << 20;
+
+/// An NBD export in use as a member.
+pub struct NbdMember {
+    uri: String,
+    conn: Connection,
+    export: Export,
+    size_bytes: u64,
+    /// The server's minimum block: offsets and lengths it accepts are
+    /// multiples of it.
+    block_bytes: u64,
+    /// The largest read or write payload, a multiple of `block_bytes`.
+    max_bytes: u64,
+    read_only: bool,
+    /// Held across a read-merge-write of partial blocks.
+    merging: Mutex<()>,
+}
+
+impl NbdMember {
+    /// Connects to the export `parsed` names (`uri` as the user wrote it).
+    pub fn open(uri: &str, parsed: &NbdUri, read_only: bool) -> Result<NbdMember, MemberError> {
+        let open_err =
+            |kind, message: String| MemberError::with_message(kind, uri, Op::Open, 0, 0, message);
+        if parsed.tls {
+            return Err(open_err(
+                MemberErrorKind::NotAMember,
+                "nbds:// (TLS) members are not supported yet; use nbd:// over a network you trust"
+                    .to_owned(),
+            ));
+        }
+        let mut stream = conn::dial(&parsed.endpoint, CONNECT_TIMEOUT)
+            .map_err(|e| open_err(connect_kind(&e), e.to_string()))?;
+        let config = ClientConfig {
+            export_name: parsed.export_name.clone(),
+            tls: false,
+        };
+        let export = conn::handshake(&mut stream, config, CONNECT_TIMEOUT)
+            .map_err(|e| open_err(connect_kind(&e), e.to_string()))?;
+        let block_bytes = u64::from(export.block_size.map_or(1, |b| b.minimum_bytes.max(1)));
+        if !block_bytes.is_power_of_two() || block_bytes > 64 * 1024 {
+            return Err(open_err(
+                MemberErrorKind::NotAMember,
+                format!("the server's minimum block of {block_bytes} bytes is not a power of two up to 64 KiB"),
+            ));
+        }
+        if !read_only && export.has(NBD_FLAG_READ_ONLY) {
+            return Err(open_err(
+                MemberErrorKind::PermissionDenied,
+                "the server exports it read-only".to_owned(),
+            ));
+        }
+        if !export.has(NBD_FLAG_SEND_FLUSH) && !read_only {
+            tracing::warn!(
+                "member {uri}: the server offers no flush; platter takes it that writes are \
+                 durable when acknowledged"
+            );
+        }
+        let conn = Connection::start(stream, export.clone(), REPLY_DEADLINE, uri)
+            .map_err(|e| open_err(MemberErrorKind::Io, format!("cannot start its reader: {e}")))?;
+        let max_bytes = u64::from(conn.max_payload_bytes()) / block_bytes * block_bytes;
+        // The last partial block cannot be addressed.
+        let size_bytes = export.size_bytes / block_bytes * block_bytes;
+        Ok(NbdMember {
+            uri: uri.to_owned(),
+            conn,
+            export,
+            size_bytes,
+            block_bytes,
+            max_bytes: max_bytes.max(block_bytes),
+            read_only,
+            merging: Mutex::new(()),
+        })
+    }
+
+    fn err(&self, op: Op, offset_bytes: u64, len_bytes: u64, e: CallError) -> MemberError {
+        let kind = match &e {
+            CallError::Lost(_) => MemberErrorKind::Gone,
+            CallError::Refused(_) => MemberErrorKind::Io,
+            CallError::Reply(r) => match r.errno {
+                NBD_ENOSPC => MemberErrorKind::NoSpace,
+                NBD_EPERM => MemberErrorKind::PermissionDenied,
+                NBD_ESHUTDOWN => MemberErrorKind::Gone,
+                NBD_EOVERFLOW => MemberErrorKind::OutOfRange,
+                NBD_EIO | NBD_ENOMEM | NBD_EINVAL | NBD_ENOTSUP => MemberErrorKind::Io,
+                _ => MemberErrorKind::Io,
+            },
+        };
+        MemberError::with_message(kind, &self.uri, op, offset_bytes, len_bytes, e.to_string())
+    }
+
+    /// The requests for `[offset, offset + len)`, aligned, each at most
+    /// the server's maximum.
+    fn pieces(&self, offset_bytes: u64, len_bytes: u64) -> impl Iterator<Item = (u64, u32)> + '_ {
+        assert_eq!(offset_bytes % self.block_bytes, 0);
+        assert_eq!(len_bytes % self.block_bytes, 0);
+        let end = offset_bytes + len_bytes;
+        let step = self.max_bytes;
+        (offset_bytes..end)
+            .step_by(step as usize)
+            .map(move |at| (at, (end - at).min(step) as u32))
+    }
+
+    /// Reads the aligned range into `buf`.
+    fn read_aligned(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), MemberError> {
+        let reqs: Vec<(ClientRequest, &[u8])> = self
+            .pieces(offset_bytes, buf.len() as u64)
+            .map(|(at, len)| {
+                (
+                    ClientRequest::Read {
+                        offset_bytes: at,
+                        len_bytes: len,
+                    },
+                    &[][..],
+                )
+            })
+            .collect();
+        let results = self.conn.call_all(&reqs);
+        for ((req, _), r) in reqs.iter().zip(results) {
+            let ClientRequest::Read {
+                offset_bytes: at,
+                len_bytes: len,
+            } = *req
+            else {
+                unreachable!("reads only")
+            };
+            let data = r
+                .map_err(|e| self.err(Op::Read, at, u64::from(len), e))?
+                .expect("a read returns bytes");
+            let from = (at - offset_bytes) as usize;
+            buf[from..from + len as usize].copy_from_slice(&data);
+        }
+        Ok(())
+    }
+
+    fn write_aligned(&self, offset_bytes: u64, data: &[u8]) -> Result<(), MemberError> {
+        let reqs: Vec<(ClientRequest, &[u8])> = self
+            .pieces(offset_bytes, data.len() as u64)
+            .map(|(at, len)| {
+                let from = (at - offset_bytes) as usize;
+                (
+                    ClientRequest::Write {
+                        offset_bytes: at,
+                        len_bytes: len,
+                        fua: false,
+                    },
+                    &data[from..from + len as usize],
+                )
+            })
+            .collect();
+        self.all_done(Op::Write, &reqs)
+    }
+
+    fn all_done(&self, op: Op, reqs: &[(ClientRequest, &[u8])]) -> Result<(), MemberError> {
+        for ((req, payload), r) in reqs.iter().zip(self.conn.call_all(reqs)) {
+            if let Err(e) = r {
+                let (at, len) = match *req {
+                    ClientRequest::Write { offset_bytes, .. } => {
+                        (offset_bytes, payload.len() as u64)
+                    }
+                    ClientRequest::WriteZeroes {
+                        offset_bytes,
+                        len_bytes,
+                        ..
+                    } => (offset_bytes, u64::from(len_bytes)),
+                    _ => (0, 0),
+                };
+                return Err(self.err(op, at, len, e));
+            }
+        }
+        Ok(())
+    }
+
+    fn check(&self, op: Op, offset_bytes: u64, len_bytes: u64) -> Result<(), MemberError> {
+        check_range(&self.uri, self.size_bytes, op, offset_bytes, len_bytes)?;
+        if self.read_only && op != Op::Read {
+            return Err(MemberError::with_message(
+                MemberErrorKind::PermissionDenied,
+                &self.uri,
+                op,
+                offset_bytes,
+                len_bytes,
+                "opened read-only",
+            ));
+        }
+        Ok(())
+    }
+
+    /// `[offset, offset + len)` widened to whole blocks.
+    fn around(&self, offset_bytes: u64, len_bytes: u64) -> (u64, u64) {
+        let b = self.block_bytes;
+        let lo = offset_bytes / b * b;
+        let hi = (offset_bytes + len_bytes).div_ceil(b) * b;
+        (lo, hi)
+    }
+
+    /// Writes `data` at `offset_bytes` whatever its alignment: partial
+    /// blocks are read, merged and written whole.
+    fn write_merged(&self, offset_bytes: u64, data: &[u8]) -> Result<(), MemberError> {
+        let (lo, hi) = self.around(offset_bytes, data.len() as u64);
+        if lo == offset_bytes && hi == offset_bytes + data.len() as u64 {
+            return self.write_aligned(offset_bytes, data);
+        }
+        let _merging = self.merging.lock().unwrap_or_else(|e| e.into_inner());
+        let mut whole = vec![0u8; (hi - lo) as usize];
+        self.read_aligned(lo, &mut whole)?;
+        let at = (offset_bytes - lo) as usize;
+        whole[at..at + data.len()].copy_from_slice(data);
+        self.write_aligned(lo, &whole)
+    }
+}
+
+fn connect_kind(e: &ConnectError) -> MemberErrorKind {
+    match e {
+        ConnectError::Dial(_) | ConnectError::Io(_) => MemberErrorKind::Gone,
+        ConnectError::Handshake(platter_nbd::ClientError::NoSuchExport { .. }) => {
+            MemberErrorKind::NotFound
+        }
+        ConnectError::Handshake(_) | ConnectError::TlsUnsupported => MemberErrorKind::NotAMember,
+    }
+}
+
+impl Member for NbdMember {
+    fn describe(&self) -> &str {
+        &self.uri
+    }
+
+    fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+
+    fn logical_block_bytes(&self) -> u32 {
+        self.block_bytes.max(512) as u32
+    }
+
+    fn rotational(&self) -> Option<bool> {
+        Some(self.export.has(NBD_FLAG_ROTATIONAL))
+    }
+
+    fn read_at(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), MemberError> {
+        let len = buf.len() as u64;
+        self.check(Op::Read, offset_bytes, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        let (lo, hi) = self.around(offset_bytes, len);
+        if lo == offset_bytes && hi == offset_bytes + len {
+            return self.read_aligned(offset_bytes, buf);
+        }
+        let mut whole = vec![0u8; (hi - lo) as usize];
+        self.read_aligned(lo, &mut whole)?;
+        let at = (offset_bytes - lo) as usize;
+        buf.copy_from_slice(&whole[at..at + buf.len()]);
+        Ok(())
+    }
+
+    fn write_at(&self, offset_bytes: u64, data: &[u8]) -> Result<(), MemberError> {
+        self.check(Op::Write, offset_bytes, data.len() as u64)?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        self.write_merged(offset_bytes, data)
+    }
+
+    fn flush(&self) -> Result<(), MemberError> {
+        if self.read_only || !self.export.has(NBD_FLAG_SEND_FLUSH) {
+            return Ok(());
+        }
+        self.all_done(Op::Flush, &[(ClientRequest::Flush, &[][..])])
+    }
+
+    fn trim(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), MemberError> {
+        self.check(Op::Trim, offset_bytes, len_bytes)?;
+        if len_bytes == 0 {
+            return Ok(());
+        }
+        let end = offset_bytes + len_bytes;
+        let b = self.block_bytes;
+        // Whole blocks inside the range; the partial ends are written.
+        let (lo, hi) = (offset_bytes.div_ceil(b) * b, end / b * b);
+        if lo >= hi {
+            return self.write_merged(offset_bytes, &vec![0u8; len_bytes as usize]);
+        }
+        if lo > offset_bytes {
+            self.write_merged(offset_bytes, &vec![0u8; (lo - offset_bytes) as usize])?;
+        }
+        if hi < end {
+            self.write_merged(hi, &vec![0u8; (end - hi) as usize])?;
+        }
+        if self.export.has(NBD_FLAG_SEND_WRITE_ZEROES) {
+            // WRITE_ZEROES carries no payload: its length is not bounded
+            // by the maximum payload, only by the u32 field.
+            let step = u64::from(u32::MAX) / b * b;
+            let reqs: Vec<(ClientRequest, &[u8])> = (lo..hi)
+                .step_by(step as usize)
+                .map(|at| {
+                    (
+                        ClientRequest::WriteZeroes {
+                            offset_bytes: at,
+                            len_bytes: (hi - at).min(step) as u32,
+                            fua: false,
+                            no_hole: false,
+                        },
+                        &[][..],
+                    )
+                })
+                .collect();
+            return self.all_done(Op::Trim, &reqs);
+        }
+        let zeros = vec![0u8; ZERO_CHUNK_BYTES.min(hi - lo) as usize];
+        let mut at = lo;
+        while at < hi {
+            let n = (hi - at).min(zeros.len() as u64);
+            self.write_aligned(at, &zeros[..n as usize])
+                .map_err(|e| MemberError { op: Op::Trim, ..e })?;
+            at += n;
+        }
+        Ok(())
+    }
+}
