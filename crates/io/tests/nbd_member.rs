@@ -6,65 +6,41 @@
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use platter_io::{open_member, Member, MemberErrorKind, OpenOptions};
-use platter_testkit::tools::required_tools;
 use platter_testkit::Rng;
 
 const SIZE: u64 = 4 << 20;
 
-/// An nbdkit serving a fresh memory disk on a Unix socket; killed on drop.
+/// An nbdkit serving a fresh memory disk through `filters`, with the
+/// plugin's `extra` arguments.
 struct Nbdkit {
-    child: Child,
-    socket: PathBuf,
+    k: platter_testkit::nbdkit::Nbdkit,
     _dir: tempfile::TempDir,
 }
 
 impl Nbdkit {
-    /// `args` go before the plugin (filters); `None` when nbdkit is
-    /// missing outside CI.
-    fn start(test: &str, filters: &[&str], plugin_args: &[&str]) -> Option<Nbdkit> {
-        let tools = required_tools(test, &["nbdkit"])?;
+    fn start(test: &str, filters: &[&str], extra: &[&str]) -> Option<Nbdkit> {
         let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("nbdkit.sock");
-        let mut cmd = tools.cmd("nbdkit");
-        cmd.args(["-f", "--exit-with-parent", "-U"])
-            .arg(&socket)
-            .args(filters.iter().map(|f| format!("--filter={f}")))
-            .args(["memory", &format!("size={SIZE}")])
-            .args(plugin_args)
-            .stdin(Stdio::null());
-        let child = cmd.spawn().expect("nbdkit starts");
-        let k = Nbdkit {
-            child,
-            socket,
-            _dir: dir,
-        };
-        k.wait_ready();
-        Some(k)
-    }
-
-    fn wait_ready(&self) {
-        let until = Instant::now() + Duration::from_secs(20);
-        while !self.socket.exists() {
-            assert!(Instant::now() < until, "nbdkit did not create its socket");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let size = format!("size={SIZE}");
+        let plugin: Vec<&str> = ["memory", size.as_str()]
+            .into_iter()
+            .chain(extra.iter().copied())
+            .collect();
+        let k = platter_testkit::nbdkit::Nbdkit::start(
+            test,
+            &dir.path().join("nbdkit.sock"),
+            filters,
+            &plugin,
+        )?;
+        Some(Nbdkit { k, _dir: dir })
     }
 
     fn uri(&self) -> String {
-        uri_of(&self.socket)
-    }
-}
-
-impl Drop for Nbdkit {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.k.uri()
     }
 }
 
@@ -207,8 +183,7 @@ fn a_killed_server_makes_the_member_gone() {
     };
     let m = open(&k.uri());
     m.write_at(0, b"hello").unwrap();
-    k.child.kill().unwrap();
-    k.child.wait().unwrap();
+    k.k.kill();
     let started = Instant::now();
     for _ in 0..2 {
         let mut buf = [0u8; 5];

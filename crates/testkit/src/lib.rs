@@ -19,12 +19,15 @@
 //!   collected, ready line awaited, stopped by signal, killed on drop). The
 //!   end-to-end and NBD protocol fixtures both wrap it; the protocol tests
 //!   keep their own independent NBD client on purpose.
+//! - [`nbdkit::Nbdkit`]: nbdkit serving an export on a Unix socket, a
+//!   remote member that can be killed and restarted.
 //! - [`tools`]: external tools looked up, the test skipped (or, under
 //!   `CI=true`, failed) when one is missing.
 
 pub mod check;
 pub mod dirs;
 pub mod member;
+pub mod nbdkit;
 pub mod oracle;
 pub mod rng;
 pub mod serve;

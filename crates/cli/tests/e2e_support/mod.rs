@@ -537,7 +537,6 @@ impl Volume {
     /// `--consistency-policy ppl` 4 MiB (the log).
     pub fn create_with(spec: Spec, min_bytes: u64, dir: TempDir, extra: &[&str]) -> Volume {
         let members = member_paths(dir.path(), spec.members);
-        let name = format!("v-{}", spec.label());
         let checksum_area = if extra.contains(&"--checksums") {
             MIB
         } else {
@@ -555,6 +554,29 @@ impl Volume {
         };
         let member_size_bytes = spec.member_size_for(min_bytes) + checksum_area + log_area;
         let member_size = member_size_bytes.to_string();
+        let mut args = vec!["--member-size", member_size.as_str()];
+        args.extend(extra);
+        let v = Volume::create_on(spec, members, member_size_bytes, dir, &args);
+        assert!(
+            v.size_bytes >= min_bytes,
+            "{}: volume of {} bytes, wanted at least {min_bytes}",
+            v.spec.label(),
+            v.size_bytes
+        );
+        v
+    }
+
+    /// A volume of `spec` over `members` as they are (files that exist,
+    /// nbd:// URIs), each `member_size_bytes` long, with more `platter
+    /// create` options; `dir` holds the socket.
+    pub fn create_on(
+        spec: Spec,
+        members: Vec<String>,
+        member_size_bytes: u64,
+        dir: TempDir,
+        extra: &[&str],
+    ) -> Volume {
+        let name = format!("v-{}", spec.label());
         let copies = spec.copies.to_string();
         let mut args = vec![
             "create",
@@ -562,8 +584,6 @@ impl Volume {
             spec.level,
             "--interleave",
             spec.interleave,
-            "--member-size",
-            &member_size,
             "--name",
             &name,
         ];
@@ -603,12 +623,6 @@ impl Volume {
             spec.interleave_bytes(),
             "{}",
             spec.label()
-        );
-        assert!(
-            v.size_bytes >= min_bytes,
-            "{}: volume of {} bytes, wanted at least {min_bytes}",
-            spec.label(),
-            v.size_bytes
         );
         assert_eq!(
             v.state(),

@@ -1,0 +1,92 @@
+//! nbdkit as a remote member: one server per export on a Unix socket,
+//! killed on drop, restartable (a member's host going away and coming
+//! back).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::tools::{required_tools, Tools};
+
+/// How long nbdkit may take to create its socket.
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+
+pub struct Nbdkit {
+    tools: Tools,
+    child: Option<Child>,
+    socket: PathBuf,
+    /// Everything after the socket: filters, plugin, its arguments.
+    args: Vec<String>,
+}
+
+impl Nbdkit {
+    /// nbdkit serving `plugin` (the plugin's name and its arguments, as
+    /// nbdkit takes them: `["memory", "size=4M"]`) through `filters`, on
+    /// `socket`. `None` when nbdkit is missing outside CI (the reason is
+    /// printed for `test`); under `CI=true` that fails the test.
+    pub fn start(test: &str, socket: &Path, filters: &[&str], plugin: &[&str]) -> Option<Nbdkit> {
+        let tools = required_tools(test, &["nbdkit"])?;
+        let args = filters
+            .iter()
+            .map(|f| format!("--filter={f}"))
+            .chain(plugin.iter().map(|a| a.to_string()))
+            .collect();
+        let mut k = Nbdkit {
+            tools,
+            child: None,
+            socket: socket.to_owned(),
+            args,
+        };
+        k.restart();
+        Some(k)
+    }
+
+    /// Starts the server again (after [`Nbdkit::kill`]) with the same
+    /// arguments, and waits for its socket.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "nbdkit is running");
+        let _ = std::fs::remove_file(&self.socket);
+        let child = self
+            .tools
+            .cmd("nbdkit")
+            .args(["-f", "--exit-with-parent", "-U"])
+            .arg(&self.socket)
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("nbdkit starts");
+        self.child = Some(child);
+        let until = Instant::now() + READY_TIMEOUT;
+        while !self.socket.exists() {
+            assert!(
+                Instant::now() < until,
+                "nbdkit did not create {:?}",
+                self.socket
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Kills the server at once (SIGKILL: no goodbye to its clients).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// The member's URI.
+    pub fn uri(&self) -> String {
+        format!("nbd+unix:///?socket={}", self.socket.display())
+    }
+}
+
+impl Drop for Nbdkit {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
