@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Remote members (issue 16): a mirror over two NBD exports, each with
+# latency added by nbdkit's delay filter, against one such export used
+# directly by the same client in the same run. See bench/README.md.
+#
+#   bench/remote.sh [--runs N] [--runtime SECS] [--delay MS]
+#                   [--platter BIN] [--out DIR] [--dir DIR]
+#
+# Each member is a file on tmpfs (or --dir) served by its own nbdkit
+# (`--filter=delay delay-read=MS delay-write=MS`, 16 threads) on a Unix
+# socket. Subjects and references (fio nbd engine, --runtime s each):
+#   write  mirror x2 over two exports, 1M sequential write, iodepth 8,
+#          against 1M sequential writes at iodepth 8 straight to one
+#          export: throughput ratio (issue 16 asks >= 0.8)
+#   read   the mirror, 4k random read, iodepth 32, against the same
+#          straight to one export: IOPS ratio (issue 16 asks >= 1.6:
+#          reads spread over both copies)
+# The whole set runs --runs times; the table shows the medians of the
+# per-run ratios. Not a test: it prints.
+
+set -euo pipefail
+
+RUNS=3
+RUNTIME=5
+DELAY=1
+OUT=""
+PLATTER=""
+MEMBER_DIR=""
+
+usage() {
+    sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+    exit "${1:-0}"
+}
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --runs) RUNS="$2"; shift 2 ;;
+        --runtime) RUNTIME="$2"; shift 2 ;;
+        --delay) DELAY="$2"; shift 2 ;;
+        --out) OUT="$2"; shift 2 ;;
+        --platter) PLATTER="$2"; shift 2 ;;
+        --dir) MEMBER_DIR="$2"; shift 2 ;;
+        -h|--help) usage 0 ;;
+        *) echo "remote.sh: unknown argument: $1" >&2; usage 2 >&2 ;;
+    esac
+done
+
+die() { echo "remote.sh: $*" >&2; exit 1; }
+
+case "$RUNS" in ''|*[!0-9]*|0) die "--runs wants a positive integer" ;; esac
+case "$RUNTIME" in ''|*[!0-9]*|0) die "--runtime wants a positive number of seconds" ;; esac
+case "$DELAY" in ''|*[!0-9]*) die "--delay wants whole milliseconds" ;; esac
+command -v nbdkit >/dev/null || die "needs nbdkit (Debian: apt-get install nbdkit)"
+. "$(dirname "$0")/lib.sh"
+bench_setup remote
+
+# export NAME: a 256 MiB member file exported by nbdkit with the delay;
+# sets PID[NAME] and URI[NAME].
+export_member() {
+    local name="$1"
+    truncate -s 256M "$WORK/$name.img"
+    nbdkit -f -U "$WORK/$name.sock" --threads 16 --filter=delay \
+        file "file=$WORK/$name.img" "delay-read=${DELAY}ms" "delay-write=${DELAY}ms" \
+        >"$OUT/$name.log" 2>&1 &
+    PID[$name]=$!
+    for _ in $(seq 100); do [ -S "$WORK/$name.sock" ] && break; sleep 0.1; done
+    [ -S "$WORK/$name.sock" ] || die "nbdkit $name did not start: $(tail -n 5 "$OUT/$name.log")"
+    URI[$name]="nbd+unix:///?socket=$WORK/$name.sock"
+}
+
+echo "== exports: nbdkit file plugin, delay ${DELAY} ms per read and write"
+export_member ref
+export_member a
+export_member b
+"$PLATTER" create --level mirror --name mirror2 --bitmap-region 0 "${URI[a]}" "${URI[b]}" \
+    >"$OUT/create-mirror2.txt"
+mkdir -p "$WORK/mirror2"
+NO_COLOR=1 "$PLATTER" serve --socket "$WORK/mirror2/sock" "${URI[a]}" "${URI[b]}" \
+    >"$OUT/mirror2.out" 2>"$OUT/mirror2.log" &
+PID[mirror2]=$!
+wait_ready mirror2
+URI[mirror2]="nbd+unix:///mirror2?socket=$WORK/mirror2/sock"
+
+# name: target rw bs iodepth
+declare -A JOB=(
+    [ref-write]="ref write 1M 8"
+    [mirror-write]="mirror2 write 1M 8"
+    [ref-read]="ref randread 4k 32"
+    [mirror-read]="mirror2 randread 4k 32"
+)
+ORDER=(ref-write mirror-write ref-read mirror-read)
+
+{
+    echo "date:      $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "host:      $(uname -srm), $(nproc) CPUs"
+    echo "load:      $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min, at start)"
+    echo "fio:       $(fio --version); nbdkit $(nbdkit --version | cut -d' ' -f2)"
+    echo "platter:   $PLATTER, $("$PLATTER" --version)"
+    echo "delay:     ${DELAY} ms per member read and write; $RUNS runs of ${RUNTIME} s per job"
+} | tee "$OUT/environment.txt"
+
+for run in $(seq 1 "$RUNS"); do
+    for job in "${ORDER[@]}"; do
+        read -r target rw bs depth <<<"${JOB[$job]}"
+        kill -0 "${PID[$target]}" 2>/dev/null || die "$target died"
+        echo "== run $run/$RUNS: $job ($rw $bs iodepth $depth on $target)"
+        fio --name=job --ioengine=nbd "--uri=${URI[$target]}" "--rw=$rw" "--bs=$bs" \
+            "--iodepth=$depth" --numjobs=1 --size=192M --time_based "--runtime=$RUNTIME" \
+            --randrepeat=0 --output-format=json "--output=$OUT/$job-$run.json" >/dev/null
+    done
+done
+
+python3 - "$OUT" "$RUNS" <<'PY' | tee "$OUT/summary.txt"
+import json, statistics, sys
+out, runs = sys.argv[1], int(sys.argv[2])
+
+def job(name, run):
+    j = json.load(open(f"{out}/{name}-{run}.json"))["jobs"][0]
+    side = j["read"] if j["read"]["io_bytes"] else j["write"]
+    return side["bw_bytes"] / 2**20, side["iops"]
+
+rows = [
+    ("mirror x2, 1M seq write qd8", "mirror-write", "ref-write", 0, "MiB/s", 0.8),
+    ("mirror x2, 4k rand read qd32", "mirror-read", "ref-read", 1, "IOPS", 1.6),
+]
+print()
+print("| case | mirror | one export | ratio (median) | issue 16 asks | runs |")
+print("|---|---|---|---|---|---|")
+for case, subj, ref, k, unit, want in rows:
+    pairs = [(job(subj, r)[k], job(ref, r)[k]) for r in range(1, runs + 1)]
+    ratios = [s / r for s, r in pairs]
+    s = statistics.median(p[0] for p in pairs)
+    r = statistics.median(p[1] for p in pairs)
+    print(f"| {case} | {s:,.0f} {unit} | {r:,.0f} {unit} | {statistics.median(ratios):.2f} | "
+          f">= {want} | " + ", ".join(f"{x:.2f}" for x in ratios) + " |")
+PY
+echo "results in $OUT"
