@@ -58,6 +58,13 @@ pub(super) struct IntentState {
     unsynced: RegionSet,
     /// Admitted since the last sweep.
     recent: RegionSet,
+    /// Regions that may differ on a member out of use: every region marked
+    /// when it left, and every region written since while any member was
+    /// out of use. No sweep clears them until every member is in use again
+    /// (md: bits are not cleared while the array is degraded), so a member
+    /// that comes back needs only these rebuilt
+    /// ([`Volume::start_partial_rebuild`]).
+    missed: RegionSet,
     /// Admitted writes per region, waiting or running.
     active: BTreeMap<u64, u32>,
     waiters: VecDeque<RequestId>,
@@ -76,6 +83,9 @@ pub struct IntentStatus {
     pub dirty_regions: u64,
     /// Regions found dirty at start-up still waiting for their resync.
     pub unsynced_regions: u64,
+    /// Regions a member out of use may have missed (kept set until it is
+    /// back).
+    pub missed_regions: u64,
     /// Bitmap rounds (write + flush on every member) so far.
     pub rounds: u64,
 }
@@ -85,21 +95,33 @@ impl Volume {
     /// bitmap areas hold (OR-ed); with `resync` (the volume was not shut
     /// down cleanly) those regions are kept dirty until
     /// [`Volume::resynced`], otherwise they are cleared by the next round.
+    ///
+    /// On a volume assembled without some member, the bits on the members
+    /// are what that member missed (no sweep cleared them while it was
+    /// away): they stay set, and count as missed, until it is back.
     pub fn enable_intent(&mut self, layout: IntentLayout, on_members: RegionSet, resync: bool) {
         assert!(self.is_idle(), "the bitmap is enabled before any request");
         assert_eq!(layout.stripes, self.geometry.stripes());
         let empty = RegionSet::new(&layout);
-        let dirty = if resync {
+        let unsynced = if resync {
             on_members.clone()
         } else {
             empty.clone()
         };
+        let missed = if self.all_in_use() {
+            empty.clone()
+        } else {
+            on_members.clone()
+        };
+        let mut dirty = unsynced.clone();
+        dirty.union_with(&missed);
         self.intent = Some(IntentState {
             layout,
             want: dirty.clone(),
-            on_disk: dirty.clone(),
+            on_disk: dirty,
             written: on_members,
-            unsynced: dirty,
+            unsynced,
+            missed,
             recent: empty,
             active: BTreeMap::new(),
             waiters: VecDeque::new(),
@@ -115,8 +137,60 @@ impl Volume {
             layout: s.layout,
             dirty_regions: s.want.len(),
             unsynced_regions: s.unsynced.len(),
+            missed_regions: s.missed.len(),
             rounds: s.rounds,
         })
+    }
+
+    /// Whether `region` may differ on a member now out of use (see
+    /// `IntentState::missed`).
+    pub fn region_missed(&self, region: u64) -> bool {
+        self.intent
+            .as_ref()
+            .is_some_and(|s| s.missed.contains(region))
+    }
+
+    /// A member went out of use: whatever the bitmap marks now (writes in
+    /// flight, recent ones, regions owed a resync) may be missing on it.
+    pub(super) fn intent_member_left(&mut self) {
+        if let Some(s) = self.intent.as_mut() {
+            let marked = s.want.clone();
+            s.missed.union_with(&marked);
+        }
+    }
+
+    /// From `stripe` on, the first stripe of a region a returning member
+    /// must have rebuilt (missed, or owed a resync), and the end of that
+    /// region; the volume's stripe count when none is left.
+    pub(super) fn intent_next_missed_run(&self, stripe: u64) -> (u64, u64) {
+        let total = self.geometry.stripes();
+        let s = self
+            .intent
+            .as_ref()
+            .expect("a partial rebuild has a bitmap");
+        if stripe >= total {
+            return (total, total);
+        }
+        let from = s.layout.region_of(stripe);
+        let next = [s.missed.next_from(from), s.unsynced.next_from(from)]
+            .into_iter()
+            .flatten()
+            .min();
+        match next {
+            Some(region) => {
+                let (first, count) = s.layout.stripes_of(region);
+                (stripe.max(first), first + count)
+            }
+            None => (total, total),
+        }
+    }
+
+    /// Every member is in use again: nothing is owed to an absent one, and
+    /// the missed regions clear like any other.
+    pub(super) fn intent_all_back(&mut self) {
+        if let Some(s) = self.intent.as_mut() {
+            s.missed = RegionSet::new(&s.layout);
+        }
     }
 
     /// The next region at or after `from_region` that still needs its
@@ -183,6 +257,7 @@ impl Volume {
                 }
         );
         let span = self.span_of(&self.ops[&id].req);
+        let degraded = !self.all_in_use();
         let (Some(s), true, Some(span)) = (self.intent.as_mut(), writes, span) else {
             return self.start(id);
         };
@@ -193,6 +268,9 @@ impl Volume {
             *s.active.entry(r).or_insert(0) += 1;
             s.recent.insert(r);
             s.want.insert(r);
+            if degraded {
+                s.missed.insert(r);
+            }
             ready &= s.on_disk.contains(r);
         }
         self.ops
@@ -256,6 +334,7 @@ impl Volume {
                 .filter(|r| {
                     !s.active.contains_key(r)
                         && !s.unsynced.contains(*r)
+                        && !s.missed.contains(*r)
                         && (all || !s.recent.contains(*r))
                 })
                 .collect();
@@ -446,6 +525,14 @@ impl Volume {
             }
         }
         assert_eq!(held, s.active, "intent: admitted writes per region");
+        // A missed region stays marked until every member is back.
+        for r in s.missed.iter() {
+            assert!(s.want.contains(r), "intent: missed region {r} not marked");
+        }
+        assert!(
+            s.missed.is_empty() || !self.all_in_use(),
+            "intent: regions kept missed with every member in use"
+        );
         for id in &s.waiters {
             let op = self
                 .ops

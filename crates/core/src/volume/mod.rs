@@ -613,6 +613,7 @@ impl Volume {
             }
             *h = Health::Faulty;
             self.unrecorded_failures[member as usize] = true;
+            self.intent_member_left();
             self.events
                 .push_back(Event::MemberFaulty { member, reason });
         }
@@ -724,6 +725,12 @@ impl Volume {
     }
 
     /// Members that receive writes at all (for flushes).
+    /// Whether every member holds good data for every stripe: none
+    /// faulty, missing or being rebuilt.
+    fn all_in_use(&self) -> bool {
+        self.health.iter().all(|h| *h == Health::Online)
+    }
+
     fn in_use(&self, member: u32) -> bool {
         matches!(
             self.health[member as usize],

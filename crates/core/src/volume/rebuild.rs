@@ -23,6 +23,9 @@ pub(super) struct RebuildState {
     pub cursor_stripe: u64,
     /// A step is in flight (steps run one at a time, in order).
     pub stepping: bool,
+    /// Only the regions the member missed are written
+    /// ([`Volume::start_partial_rebuild`]); the cursor passes the rest.
+    pub partial: bool,
 }
 
 /// Where a rebuild stands, for status and checkpoints.
@@ -37,6 +40,39 @@ impl Volume {
     /// Starts filling `member` (a fresh device now in its slot) from the
     /// others, resuming at `from_stripe` (a checkpoint; 0 for a new device).
     pub fn start_rebuild(&mut self, member: u32, from_stripe: u64) -> Result<(), VolumeError> {
+        self.begin_rebuild(member, from_stripe, false)
+    }
+
+    /// Brings back `member`, which left the volume holding what it held
+    /// then (a disconnected remote member, a device re-added): only the
+    /// regions the bitmap kept for it ([`Volume::region_missed`]) and those
+    /// owed a resync are rebuilt; the cursor passes the others, whose
+    /// bytes the member still has. Resumes at `from_stripe`.
+    ///
+    /// The caller vouches that the member left no earlier than the bitmap
+    /// started keeping its regions (its label's event count): a member
+    /// that missed writes from before would be left wrong where the bitmap
+    /// has no bit. Refused without a bitmap.
+    pub fn start_partial_rebuild(
+        &mut self,
+        member: u32,
+        from_stripe: u64,
+    ) -> Result<(), VolumeError> {
+        if self.intent.is_none() {
+            return Err(VolumeError::new(
+                ErrorKind::Io,
+                "no write-intent bitmap: a member that comes back is rebuilt whole".to_owned(),
+            ));
+        }
+        self.begin_rebuild(member, from_stripe, true)
+    }
+
+    fn begin_rebuild(
+        &mut self,
+        member: u32,
+        from_stripe: u64,
+        partial: bool,
+    ) -> Result<(), VolumeError> {
         let refuse = |m: String| Err(VolumeError::new(ErrorKind::Io, m));
         if self.geometry.redundancy() == 0 {
             return refuse(format!(
@@ -59,6 +95,7 @@ impl Volume {
             member,
             cursor_stripe: from_stripe.min(self.geometry.stripes()),
             stepping: false,
+            partial,
         });
         Ok(())
     }
@@ -73,13 +110,29 @@ impl Volume {
 
     /// Submits the next step of the rebuild: up to `stripe_count` stripes
     /// after the cursor. `None` when no rebuild runs or a step is in flight.
+    ///
+    /// A partial rebuild first moves the cursor past the regions the member
+    /// did not miss, and a step ends with its region; when no missed region
+    /// is left the rebuild ends here, with no step.
     pub fn rebuild_step(&mut self, stripe_count: u64) -> Option<RequestId> {
-        let r = self.rebuild.as_mut()?;
+        let r = self.rebuild.as_ref()?;
         if r.stepping {
             return None;
         }
         let total = self.geometry.stripes();
-        let count = stripe_count.max(1).min(total - r.cursor_stripe);
+        let mut count = stripe_count.max(1);
+        if r.partial {
+            let (cursor, run_end) = self.intent_next_missed_run(r.cursor_stripe);
+            let r = self.rebuild.as_mut().expect("checked");
+            r.cursor_stripe = cursor;
+            if cursor >= total {
+                self.rebuild_finished();
+                return None;
+            }
+            count = count.min(run_end - cursor);
+        }
+        let r = self.rebuild.as_mut().expect("checked");
+        let count = count.min(total - r.cursor_stripe);
         if count == 0 {
             return None;
         }
@@ -207,10 +260,18 @@ impl Volume {
         assert_eq!(r.cursor_stripe, first_stripe, "rebuild steps run in order");
         r.cursor_stripe = first_stripe + stripe_count;
         if r.cursor_stripe >= total {
-            let member = r.member;
-            self.rebuild = None;
-            self.health[member as usize] = Health::Online;
-            self.events.push_back(Event::RebuildDone { member });
+            self.rebuild_finished();
         }
+    }
+
+    fn rebuild_finished(&mut self) {
+        let r = self.rebuild.take().expect("a rebuild");
+        assert!(!r.stepping, "a rebuild ends between steps");
+        self.health[r.member as usize] = Health::Online;
+        if self.all_in_use() {
+            self.intent_all_back();
+        }
+        self.events
+            .push_back(Event::RebuildDone { member: r.member });
     }
 }

@@ -34,12 +34,18 @@ pub struct Config {
 
 impl Config {
     pub fn geometry(&self) -> Geometry {
+        self.geometry_with_data_offset(DATA_OFFSET_BYTES)
+    }
+
+    /// [`Config::geometry`] with the data area at `data_offset_bytes` (room
+    /// for a write-intent bitmap after the label).
+    pub fn geometry_with_data_offset(&self, data_offset_bytes: u64) -> Geometry {
         Geometry::new(GeometrySpec {
             level: self.level,
             parity_layout: self.layout,
             copies: self.copies,
             interleave_bytes: self.interleave_bytes,
-            data_offset_bytes: DATA_OFFSET_BYTES,
+            data_offset_bytes,
             member_data_bytes: (0..self.members)
                 .map(|m| self.interleave_bytes * self.rows + 512 * u64::from(m % 2))
                 .collect(),
@@ -91,6 +97,8 @@ pub struct Received {
     pub bytes_read: u64,
     pub writes: u64,
     pub bytes_written: u64,
+    /// Of `bytes_written`, those in the data area (not label or bitmap).
+    pub data_bytes_written: u64,
     pub trims: u64,
     pub bytes_trimmed: u64,
     pub flushes: u64,
@@ -98,10 +106,16 @@ pub struct Received {
 
 impl Harness {
     pub fn new(config: &Config, seed: u64) -> Harness {
-        let g = config.geometry();
+        Harness::with_geometry(config.geometry(), seed)
+    }
+
+    /// A harness over any geometry (its members as long as it says).
+    pub fn with_geometry(g: Geometry, seed: u64) -> Harness {
         let n = g.members() as usize;
         let members = (0..n)
-            .map(|m| vec![0u8; (DATA_OFFSET_BYTES + g.spec().member_data_bytes[m]) as usize])
+            .map(|m| {
+                vec![0u8; (g.spec().data_offset_bytes + g.spec().member_data_bytes[m]) as usize]
+            })
             .collect();
         Harness {
             volume: Volume::new(g, vec![Health::Online; n], Limits::default()),
@@ -232,9 +246,12 @@ impl Harness {
                 r.reads += 1;
                 r.bytes_read += len_bytes;
             }
-            MemberOp::Write { data, .. } => {
+            MemberOp::Write { data, offset_bytes } => {
                 r.writes += 1;
                 r.bytes_written += data.len() as u64;
+                if *offset_bytes >= self.volume.geometry().spec().data_offset_bytes {
+                    r.data_bytes_written += data.len() as u64;
+                }
             }
             MemberOp::Trim { len_bytes, .. } => {
                 r.trims += 1;
