@@ -134,6 +134,7 @@ impl Manager {
                 "region_bytes": b.layout.region_stripes * geometry.stripe_data_bytes(),
                 "dirty_regions": b.dirty_regions,
                 "unsynced_regions": b.unsynced_regions,
+                "missed_regions": b.missed_regions,
                 "rounds": b.rounds,
                 "resync_regions_at_start": self.upkeep.resync_regions.load(Ordering::SeqCst),
             })),
