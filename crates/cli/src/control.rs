@@ -179,6 +179,25 @@ pub struct ReplaceArgs {
 }
 
 #[derive(Args)]
+pub struct ReAddArgs {
+    /// The server's control socket (the NBD socket's path plus ".ctl",
+    /// unless serve was given --control).
+    #[arg(long, value_name = "PATH")]
+    control: PathBuf,
+    /// Print the server's answer as JSON for programs.
+    #[arg(long)]
+    json: bool,
+    /// Stay until the rebuild ends, showing its progress; fails if the
+    /// rebuild stops short.
+    #[arg(long)]
+    wait: bool,
+    /// The member's device as it was given to serve (file, block device or
+    /// nbd:// URI); its label says which slot it was.
+    #[arg(value_name = "DEVICE")]
+    device: String,
+}
+
+#[derive(Args)]
 pub struct DeviceArgs {
     /// The server's control socket (the NBD socket's path plus ".ctl",
     /// unless serve was given --control).
@@ -347,6 +366,21 @@ pub fn replace(a: ReplaceArgs) -> Result<()> {
         println!(
             "member {} replaced by {}; rebuild started",
             v["replaced"], a.new
+        )
+    });
+    if a.wait {
+        crate::progress::watch(&a.control, WAIT_INTERVAL, a.json)?;
+    }
+    Ok(())
+}
+
+pub fn re_add(a: ReAddArgs) -> Result<()> {
+    let req = json!({ "cmd": "re-add", "device": resolved(&a.device)? });
+    let v = ask(&a.control, req)?;
+    show(a.json, &v, |v| {
+        println!(
+            "member {} re-added from {}; rebuilding the {} regions it missed",
+            v["re_added"], a.device, v["missed_regions"]
         )
     });
     if a.wait {

@@ -415,6 +415,7 @@ fn label_members(
             member_uuid: random_uuid(),
             data_size_bytes: d,
             state: SlotState::Active,
+            left_at_events: 0,
         })
         .collect();
     if !args.assume_clean {

@@ -57,6 +57,19 @@ enum Command {
     Replace(control::ReplaceArgs),
     /// Give a running volume a spare that takes over when a member fails.
     AddSpare(control::DeviceArgs),
+    /// Bring back a member that left, rebuilding only what it missed.
+    #[command(
+        name = "re-add",
+        long_about = "Bring back a member that left the running volume (a remote member whose \
+                      connection dropped, a device pulled and plugged in again) still holding \
+                      what it held then: only the regions written while it was away, which the \
+                      write-intent bitmap kept, are rebuilt (like mdadm --re-add). The device's \
+                      own label names its slot. Refused, with the reason, when more than the \
+                      bitmap kept could differ on it: the slot was replaced since, the volume \
+                      has no bitmap, or its label was written after it left (it was served on \
+                      its own: a split brain); `platter replace` then rebuilds it whole."
+    )]
+    ReAdd(control::ReAddArgs),
     /// Read the whole volume and report where parity or copies disagree.
     #[command(
         after_help = "Exit status: 0 every stripe checked and in agreement; 1 mismatches found; \
@@ -123,6 +136,7 @@ fn main() -> ExitCode {
         Command::Fail(a) => control::fail(a),
         Command::Remove(a) => control::remove(a),
         Command::Replace(a) => control::replace(a),
+        Command::ReAdd(a) => control::re_add(a),
         Command::AddSpare(a) => control::add_spare(a),
         Command::Check(a) => return exit(control::scrub(a, false), error_code),
         Command::Repair(a) => return exit(control::scrub(a, true), error_code),

@@ -36,11 +36,14 @@ pub const LABEL_MAGIC: [u8; 8] = *b"PLATTER\x01";
 /// A label is written at the *oldest* version that holds it: version 1
 /// unless a version-2 field is in use (the scheduled scrub's record), 3
 /// when the volume keeps checksums, 4 when it keeps a partial parity log,
-/// so a volume that never used them stays readable by older builds. A
-/// build that knows only 2 must refuse a volume with checksums (it would
-/// write data without them), one that knows only 3 a volume with a log
-/// (it would write partial stripes without their records).
-pub const LABEL_FORMAT_VERSION: u32 = 4;
+/// 5 while a slot records when its member left (`left_at_events`), so a
+/// volume that never used them stays readable by older builds. A build
+/// that knows only 2 must refuse a volume with checksums (it would write
+/// data without them), one that knows only 3 a volume with a log (it would
+/// write partial stripes without their records), one that knows only 4 a
+/// member's departure (it would clear the bitmap the member's return
+/// needs).
+pub const LABEL_FORMAT_VERSION: u32 = 5;
 
 /// Version of the volume-to-member mapping arithmetic (`geometry`).
 ///
@@ -120,8 +123,14 @@ pub mod at {
     pub const ENTRY_MEMBER_UUID: usize = 0;
     pub const ENTRY_DATA_SIZE_BYTES: usize = 16;
     pub const ENTRY_STATE: usize = 24;
-    /// Zero in format version 1: room for per-slot fields.
+    /// Zero: room for per-slot fields.
     pub const ENTRY_RESERVED: usize = 25;
+    /// Format version 5: the event counter of the label write that
+    /// recorded the slot's member leaving ([`super::SlotEntry::left_at_events`]).
+    /// Zero (reserved) before.
+    pub const ENTRY_LEFT_AT_EVENTS: usize = 32;
+    /// Zero: room after it.
+    pub const ENTRY_RESERVED_TAIL: usize = 40;
 }
 
 /// The state of the whole volume, as its last writer left it.
@@ -248,6 +257,12 @@ pub struct SlotEntry {
     pub member_uuid: [u8; 16],
     pub data_size_bytes: u64,
     pub state: SlotState,
+    /// For a member out of use (`Faulty`): the event counter of the label
+    /// write that recorded its leaving; 0 when in use or not known. A
+    /// member that comes back with its own label one behind it left after
+    /// every write its own label saw, and missed only what the write-intent
+    /// bitmap has kept since (`platter re-add`).
+    pub left_at_events: u64,
 }
 
 /// The decoded label of one member.
@@ -675,6 +690,7 @@ impl Label {
         let mut b = [0u8; LABEL_BYTES];
         b[at::MAGIC..at::MAGIC + 8].copy_from_slice(&LABEL_MAGIC);
         let version = match (self.ppl, self.checksums, self.scrub.is_zero()) {
+            _ if self.slots.iter().any(|e| e.left_at_events != 0) => 5,
             (Some(_), _, _) => 4,
             (None, Some(_), _) => 3,
             (None, None, false) => 2,
@@ -742,6 +758,7 @@ impl Label {
                 .copy_from_slice(&entry.member_uuid);
             put_u64(&mut b, e + at::ENTRY_DATA_SIZE_BYTES, entry.data_size_bytes);
             b[e + at::ENTRY_STATE] = entry.state.code();
+            put_u64(&mut b, e + at::ENTRY_LEFT_AT_EVENTS, entry.left_at_events);
         }
         let crc = crc32c::crc32c(&b[..at::CHECKSUM]);
         put_u32(&mut b, at::CHECKSUM, crc);
@@ -918,12 +935,23 @@ impl Label {
                     format!("slot {i} has unknown state code {state_code}"),
                 )
             })?;
-            check_zero(b, e + at::ENTRY_RESERVED..e + at::SLOT_ENTRY_BYTES)?;
+            check_zero(b, e + at::ENTRY_RESERVED..e + at::ENTRY_LEFT_AT_EVENTS)?;
+            if format_version < 5 {
+                check_zero(b, e + at::ENTRY_LEFT_AT_EVENTS..e + at::ENTRY_RESERVED_TAIL)?;
+            }
+            check_zero(b, e + at::ENTRY_RESERVED_TAIL..e + at::SLOT_ENTRY_BYTES)?;
             label.slots.push(SlotEntry {
                 member_uuid: get_uuid(b, e + at::ENTRY_MEMBER_UUID),
                 data_size_bytes: get_u64(b, e + at::ENTRY_DATA_SIZE_BYTES),
                 state,
+                left_at_events: get_u64(b, e + at::ENTRY_LEFT_AT_EVENTS),
             });
+        }
+        if format_version == 5 && label.slots.iter().all(|e| e.left_at_events == 0) {
+            return Err(field_error(
+                "format_version",
+                "is 5 with no slot's leaving recorded (a writer says 1 to 4)",
+            ));
         }
         label.validate_slots()?;
         Ok(label)

@@ -55,6 +55,12 @@ fn sample() -> Label {
             member_uuid: [0x40 + i as u8; 16],
             data_size_bytes: 0x1111_2222_3333_4400 + u64::from(i),
             state: SlotState::ALL[i as usize],
+            // A faulty slot records when its member left (version 5).
+            left_at_events: if SlotState::ALL[i as usize] == SlotState::Faulty {
+                0x0102_0304_0506_0708
+            } else {
+                0
+            },
         })
         .collect();
     let slot = 2;
@@ -172,7 +178,13 @@ fn slot_entry_table_matches_the_code() {
         row(at::ENTRY_STATE, 1, "state"),
         row(
             at::ENTRY_RESERVED,
-            at::SLOT_ENTRY_BYTES - at::ENTRY_RESERVED,
+            at::ENTRY_LEFT_AT_EVENTS - at::ENTRY_RESERVED,
+            "reserved",
+        ),
+        row(at::ENTRY_LEFT_AT_EVENTS, 8, "left_at_events"),
+        row(
+            at::ENTRY_RESERVED_TAIL,
+            at::SLOT_ENTRY_BYTES - at::ENTRY_RESERVED_TAIL,
             "reserved",
         ),
     ];
@@ -308,6 +320,7 @@ fn documented_offsets_hold_the_values() {
                 "member_uuid" => entry.member_uuid.to_vec(),
                 "data_size_bytes" => entry.data_size_bytes.to_le_bytes().to_vec(),
                 "state" => vec![entry.state.code()],
+                "left_at_events" => entry.left_at_events.to_le_bytes().to_vec(),
                 "reserved" => vec![0; r.size],
                 other => panic!("undocumented entry field {other}"),
             };

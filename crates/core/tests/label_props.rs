@@ -54,12 +54,14 @@ fn slot_entries(count: u32) -> impl Strategy<Value = Vec<SlotEntry>> {
                         member_uuid: NIL,
                         data_size_bytes,
                         state: SlotState::Removed,
+                        left_at_events: 0,
                     }
                 } else {
                     SlotEntry {
                         member_uuid,
                         data_size_bytes,
                         state,
+                        left_at_events: 0,
                     }
                 }
             })
@@ -125,6 +127,7 @@ fn label() -> impl Strategy<Value = Label> {
                     member_uuid,
                     data_size_bytes,
                     state: slots[slot as usize].state,
+                    left_at_events: 0,
                 };
                 Label {
                     layout_version: LAYOUT_VERSION,

@@ -18,6 +18,7 @@ mod memory;
 mod meta;
 pub mod metrics;
 mod newdevice;
+mod readd;
 mod replies;
 mod scrub;
 mod server;

@@ -298,6 +298,7 @@ impl Manager {
         self.meta.record(|l| {
             l.slots[slot as usize].member_uuid = member_uuid;
             l.slots[slot as usize].state = SlotState::Rebuilding;
+            l.slots[slot as usize].left_at_events = 0;
             l.state = VolumeState::Rebuilding;
             l.rebuild_checkpoint_bytes = 0;
         });
@@ -444,6 +445,7 @@ impl Manager {
             Some("remove") => self.remove(arg("member")?),
             Some("replace") => self.replace(arg("member")?, &new_device(arg("device")?)),
             Some("add-spare") => self.add_spare(&new_device(arg("device")?)),
+            Some("re-add") => self.re_add(arg("device")?),
             Some(cmd @ ("check" | "repair")) => {
                 let range = match (
                     req.get("offset_bytes").map(Value::as_u64),

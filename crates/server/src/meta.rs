@@ -92,7 +92,11 @@ impl Meta {
     pub fn on_event(&self, e: &Event) -> Vec<(u32, String)> {
         match e {
             Event::MemberFaulty { member, .. } => self.record_on_members(|l| {
-                l.slots[*member as usize].state = SlotState::Faulty;
+                let slot = &mut l.slots[*member as usize];
+                slot.state = SlotState::Faulty;
+                // This write's counter (`record_on_members` bumps it after
+                // the change): the member's own label is below it.
+                slot.left_at_events = l.event_counter + 1;
                 l.rebuild_checkpoint_bytes = 0;
                 if l.state == VolumeState::Rebuilding {
                     l.state = VolumeState::Dirty;
@@ -100,6 +104,7 @@ impl Meta {
             }),
             Event::RebuildDone { member } => self.record_on_members(|l| {
                 l.slots[*member as usize].state = SlotState::Active;
+                l.slots[*member as usize].left_at_events = 0;
                 l.rebuild_checkpoint_bytes = 0;
                 l.state = VolumeState::Dirty;
             }),

@@ -374,8 +374,19 @@ pub(crate) fn resume_rebuilds(assembly: &Assembly, engine: &Engine) {
         if *note == SlotNote::Marked(SlotState::Rebuilding) && assembly.slot_device[slot].is_some()
         {
             let from = assembly.label.rebuild_checkpoint_bytes / assembly.label.interleave_bytes;
-            match engine.with_volume(|v| v.start_rebuild(slot as u32, from)) {
-                Ok(()) => tracing::info!(slot, from_stripe = from, "resuming the rebuild"),
+            // A member re-added (`re-add`) keeps when it left while it
+            // rebuilds: only what it missed is rebuilt, the bitmap on the
+            // others telling what that is.
+            let partial = assembly.label.slots[slot].left_at_events != 0;
+            let started = engine.with_volume(|v| {
+                if partial && v.intent_status().is_some() {
+                    v.start_partial_rebuild(slot as u32, from)
+                } else {
+                    v.start_rebuild(slot as u32, from)
+                }
+            });
+            match started {
+                Ok(()) => tracing::info!(slot, from_stripe = from, partial, "resuming the rebuild"),
                 Err(e) => tracing::error!(slot, error = %e, "cannot resume the rebuild"),
             }
         }
@@ -417,11 +428,30 @@ pub(crate) fn start_resync(
 }
 
 /// Updates the volume-wide state and the slot table from the members' health.
+///
+/// A member newly found out of use is recorded as leaving with this write
+/// (the caller bumps the counter after `mark`); one recorded before keeps
+/// the write that first recorded it.
 pub(crate) fn mark(label: &mut Label, health: &[Health], state: VolumeState) {
     label.state = Meta::state_for(health, state);
+    let this_write = label.event_counter + 1;
     for (slot, h) in health.iter().enumerate() {
-        if *h == Health::Faulty && label.slots[slot].state != SlotState::Removed {
-            label.slots[slot].state = SlotState::Faulty;
+        let entry = &mut label.slots[slot];
+        match h {
+            // A slot being rebuilt keeps what its rebuild says (a re-add's
+            // leaving, or none for a new device).
+            Health::Faulty | Health::Missing
+                if matches!(entry.state, SlotState::Active | SlotState::Faulty) =>
+            {
+                if entry.left_at_events == 0 {
+                    entry.left_at_events = this_write;
+                }
+                if *h == Health::Faulty {
+                    entry.state = SlotState::Faulty;
+                }
+            }
+            Health::Online => entry.left_at_events = 0,
+            _ => {}
         }
     }
 }

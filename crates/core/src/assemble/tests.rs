@@ -12,6 +12,7 @@ fn volume(level: Level, n: u32, tag: u8) -> Vec<Label> {
             ],
             data_size_bytes: DATA_BYTES,
             state: SlotState::Active,
+            left_at_events: 0,
         })
         .collect();
     (0..n)

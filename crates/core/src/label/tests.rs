@@ -22,6 +22,7 @@ fn sample(level: Level) -> Label {
             member_uuid: uuid(0xB0, i),
             data_size_bytes: data_size_bytes + u64::from(i) * 512,
             state: SlotState::ALL[i as usize % SlotState::ALL.len()],
+            left_at_events: 0,
         })
         .map(|mut e| {
             if e.member_uuid == uuid(0xB0, slot) {
@@ -116,6 +117,7 @@ fn round_trip_edges() {
             member_uuid: uuid(0xB0, i),
             data_size_bytes: full.data_size_bytes,
             state: SlotState::Active,
+            left_at_events: 0,
         })
         .collect();
     full.slot = MAX_MEMBERS - 1;
@@ -201,7 +203,7 @@ fn short_input_is_too_short() {
 #[test]
 fn unknown_format_version_is_refused() {
     let label = sample(Level::Stripe);
-    for version in [0, 5, u32::MAX] {
+    for version in [0, 6, u32::MAX] {
         let b = patched(&label, |b| {
             b[at::FORMAT_VERSION..at::FORMAT_VERSION + 4].copy_from_slice(&version.to_le_bytes())
         });
@@ -440,6 +442,7 @@ fn slot_table_inconsistencies_are_refused() {
         member_uuid: [0; 16],
         data_size_bytes: 0,
         state: SlotState::Removed,
+        left_at_events: 0,
     };
     assert_eq!(Label::decode(&removed.encode()), Ok(removed.clone()));
     removed.slots[1] = removed.slots[0];
@@ -636,4 +639,29 @@ fn a_partial_parity_log_is_checked_and_read_back() {
     plain.ppl = None;
     let b = patched(&plain, |b| b[8..12].copy_from_slice(&4u32.to_le_bytes()));
     assert!(Label::decode(&b).is_err());
+}
+
+/// When a slot's member left is recorded in version 5 only, read back as
+/// written; version 5 with nothing recorded is not canonical, and the
+/// field's bytes in an older version are refused, not guessed at.
+#[test]
+fn a_slots_leaving_needs_version_5_and_only_it_does() {
+    let mut label = sample(Level::Mirror);
+    let plain = label.encode();
+    assert!(u32::from_le_bytes(plain[8..12].try_into().unwrap()) < 5);
+    label.slots[1].state = SlotState::Faulty;
+    label.slots[1].left_at_events = label.event_counter;
+    let b = label.encode();
+    assert_eq!(u32::from_le_bytes(b[8..12].try_into().unwrap()), 5);
+    assert_eq!(Label::decode(&b).unwrap(), label);
+    let mut none = label.clone();
+    none.slots[1].left_at_events = 0;
+    let v5 = patched(&none, |b| b[8..12].copy_from_slice(&5u32.to_le_bytes()));
+    assert!(Label::decode(&v5).is_err(), "version 5 with nothing in it");
+    let e = at::SLOT_TABLE + at::SLOT_ENTRY_BYTES + at::ENTRY_LEFT_AT_EVENTS;
+    let old = patched(&none, |b| b[e] = 7);
+    assert!(
+        Label::decode(&old).is_err(),
+        "the field's bytes in version 1"
+    );
 }
