@@ -488,11 +488,27 @@ fn a_stripe_that_cannot_be_written_out_stays_readable_and_fails_the_flush() {
 /// members at once instead of waiting for all of the one before it.
 #[test]
 fn a_sequential_write_does_not_wait_for_the_one_before_it() {
+    writes_in_order_do_not_wait(&[0, 1]);
+}
+
+/// The same at the write's first stripe: writes going backwards (a file
+/// system filling a region from its end) share each write's first stripe
+/// with the next one's last. Mutation testing found the first-stripe side
+/// unexamined (`first < end` made `==`, so a write kept its first stripe
+/// locked, unseen).
+#[test]
+fn a_write_going_backwards_does_not_wait_for_the_one_after_it() {
+    writes_in_order_do_not_wait(&[1, 0]);
+}
+
+/// Two 1 MiB writes at `order` (in MiB), each submitted before any member
+/// I/O completes: both reach the members at once.
+fn writes_in_order_do_not_wait(order: &[u64]) {
     let mut h = Harness::new(&raid5_4x64k(16), 11);
     h.enable_cache(CacheLimits::DEFAULT);
     let mut model = Model::new(&h.volume);
     let mut queued = Vec::new();
-    for i in 0..2 {
+    for &i in order {
         let req = Request::Write {
             offset_bytes: i * MIB,
             data: Bytes::from(h.rng.bytes(MIB as usize)),
