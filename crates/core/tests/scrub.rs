@@ -286,3 +286,52 @@ fn scrub_counters_add_up_the_reports() {
         "{seen:?}"
     );
 }
+
+/// A repair whose rewrite fails on a member fails (the member is marked
+/// faulty, and the operator is told the repair did not complete), instead
+/// of answering as if the stripes were mended. Mutation testing found the
+/// answer unexamined: `write_result` without its maintenance arm said
+/// "done" whenever the range was still readable.
+#[test]
+fn a_repair_whose_rewrite_fails_says_so() {
+    let config = Config {
+        level: Level::Mirror,
+        layout: platter_core::ParityLayout::DEFAULT,
+        copies: 2,
+        members: 2,
+        interleave_bytes: 8 * 512,
+        rows: 32,
+    };
+    // The same volume, damage and I/O order twice: the first run finds
+    // which I/O is the repair's rewrite, the second fails it.
+    let setup = || {
+        let mut h = Harness::new(&config, 4242);
+        let mut model = Model::new(&h.volume);
+        random_workload(&mut h, &mut model, 10, 4);
+        h.flush();
+        let at = (DATA_OFFSET_BYTES + 3 * config.interleave_bytes) as usize;
+        h.members[1][at..at + 512].fill(0x99);
+        h
+    };
+    let repair = Request::Maintain {
+        first_stripe: 0,
+        stripe_count: setup().volume.geometry().stripes(),
+        action: Maintenance::Repair,
+    };
+    let mut h = setup();
+    let before = h.ios;
+    h.log = Some(Vec::new());
+    let r = h.one(repair.clone()).expect("a repair without faults");
+    assert!(matches!(r, Reply::Checked(_)), "{r:?}");
+    let log = h.log.take().unwrap();
+    let k = log
+        .iter()
+        .position(|&(m, op)| m == 1 && op == "write")
+        .expect("the repair rewrites member 1's copy");
+
+    let mut h = setup();
+    h.fail_nth = Some(before + k as u64 + 1);
+    let err = h.one(repair).expect_err("the rewrite failed");
+    assert!(err.to_string().contains("repair write failed"), "{err}");
+    assert_eq!(h.volume.health()[1], platter_core::volume::Health::Faulty);
+}
