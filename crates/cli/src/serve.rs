@@ -111,6 +111,12 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SECS", default_value_t = defaults::MEMBER_TIMEOUT_SECS,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     member_timeout: u64,
+    /// Leave remote members whose connection broke out of use until
+    /// `platter re-add`; by default they are tried again with backoff (1 s,
+    /// doubling to 30 s) and brought back once their host answers,
+    /// rebuilding only what they missed (docs/remote.md).
+    #[arg(long)]
+    no_reconnect: bool,
     /// What performs member I/O: `auto` (io_uring where the kernel allows
     /// it, else a pool of threads per member, the reason logged at start),
     /// `io-uring` (refuse to start without it) or `threads`. Default: the
@@ -227,6 +233,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         // At most 4096 (the parser's range): fits any usize.
         member_queue_depth: args.member_queue_depth as usize,
         member_timeout: Duration::from_secs(args.member_timeout),
+        reconnect: !args.no_reconnect,
         io_backend,
         member_delays,
         scrub_every: (!args.scrub_every.is_zero()).then_some(args.scrub_every),
@@ -440,6 +447,7 @@ mod tests {
         );
         assert_eq!(a.member_queue_depth as usize, d.member_queue_depth);
         assert_eq!(Duration::from_secs(a.member_timeout), d.member_timeout);
+        assert_eq!(!a.no_reconnect, d.reconnect);
         assert_eq!(a.scrub_rate, d.scrub_rate_bytes_per_sec);
         assert!(a.scrub_every.is_zero() && d.scrub_every.is_none());
     }

@@ -188,7 +188,14 @@ fn a_host_that_comes_back_is_re_added_and_gets_only_what_it_missed() {
         dir,
         &["--bitmap-region", "1M"],
     );
-    let mut s = Server::start(volume);
+    // The operator brings it back here; the next test lets the server.
+    let mut s = Server::start_with(
+        volume,
+        ServeOptions {
+            extra_args: vec!["--no-reconnect".into()],
+            ..ServeOptions::default()
+        },
+    );
     qemu_io(
         &t,
         s.uri(),
@@ -251,6 +258,83 @@ fn a_host_that_comes_back_is_re_added_and_gets_only_what_it_missed() {
     );
 
     // The returned member alone holds the volume.
+    run_ok(
+        &mut platter(&["fail", "--force", "--control", &s.control(), "0"]),
+        CMD_TIMEOUT,
+        "fail member 0",
+    );
+    qemu_io(
+        &t,
+        s.uri(),
+        &qemu_io_cmds(&[
+            "read -P 0x5a 0 4M",
+            "read -P 0x77 4M 1M",
+            "read -P 0x5a 5M 27M",
+        ]),
+        "read from the returned member alone",
+    );
+    s.stop_expecting_errors("TERM", &["nbd+unix", "member"]);
+}
+
+/// The same host death and return without the operator: the server tries
+/// the member's URI again with backoff and, once nbdkit answers, brings it
+/// back rebuilding only the region written meanwhile.
+#[test]
+fn a_host_that_comes_back_is_reconnected_on_its_own() {
+    let test = "a_host_that_comes_back_is_reconnected_on_its_own";
+    let Some(t) = required_tools(test, &["qemu-io"]) else {
+        return;
+    };
+    let dir = temp_dir();
+    let Some((mut kits, uris)) = exported_members(test, dir.path(), 2, 40 * MIB, &[], &[]) else {
+        return;
+    };
+    let volume = Volume::create_on(
+        Spec::new("mirror", 2, "64k"),
+        uris,
+        40 * MIB,
+        dir,
+        &["--bitmap-region", "1M"],
+    );
+    let mut s = Server::start(volume);
+    qemu_io(
+        &t,
+        s.uri(),
+        &qemu_io_cmds(&["write -P 0x5a 0 32M", "flush"]),
+        "fill",
+    );
+    wait_until(test, || live_status(&s)["bitmap"]["dirty_regions"] == 0);
+    kits[1].kill();
+    qemu_io(
+        &t,
+        s.uri(),
+        &qemu_io_cmds(&["write -P 0x77 4M 1M", "flush"]),
+        "write while the host is away",
+    );
+    let before = s.live("stats")["members"][1]["bytes_written"]
+        .as_u64()
+        .unwrap_or(0);
+    // Away for a few of the server's tries.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert!(live_status(&s)["members"][1]["state"]
+        .as_str()
+        .unwrap_or_default()
+        .starts_with("faulty"));
+    kits[1].restart();
+    wait_until(test, || live_status(&s)["members"][1]["state"] == "active");
+    let written = s.live("stats")["members"][1]["bytes_written"]
+        .as_u64()
+        .unwrap_or(0)
+        - before;
+    assert!(
+        written <= 2 * MIB + 256 * 1024,
+        "{test}: the reconnect wrote {written} bytes to the member"
+    );
+    assert!(
+        s.log().contains("reconnected; rebuilding what it missed"),
+        "{}",
+        s.log()
+    );
     run_ok(
         &mut platter(&["fail", "--force", "--control", &s.control(), "0"]),
         CMD_TIMEOUT,

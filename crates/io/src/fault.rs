@@ -645,6 +645,10 @@ impl<M: Member> Member for FaultyMember<M> {
         self.inner.identity()
     }
 
+    fn connection_lost(&self) -> bool {
+        self.inner.connection_lost()
+    }
+
     fn check_size(&self) -> Result<(), MemberError> {
         self.inner.check_size()
     }

@@ -128,6 +128,14 @@ pub trait Member: Send + Sync {
     fn ring_target(&self) -> Option<&dyn RingTarget> {
         None
     }
+
+    /// A remote member whose connection broke (not one that answered with
+    /// an error): its host may come back with its bytes as they were, and
+    /// the server then tries to bring it back (`re-add`). False for local
+    /// devices.
+    fn connection_lost(&self) -> bool {
+        false
+    }
 }
 
 /// What an I/O layer needs to perform a member's reads, writes and
@@ -233,6 +241,9 @@ macro_rules! forward_member {
             }
             fn ring_target(&self) -> Option<&dyn RingTarget> {
                 (**self).ring_target()
+            }
+            fn connection_lost(&self) -> bool {
+                (**self).connection_lost()
             }
         }
     )*};

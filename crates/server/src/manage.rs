@@ -42,6 +42,8 @@ pub struct Manager {
     pub slot_changes: Mutex<()>,
     /// `serve --rotational`: slots whose rotation the operator stated.
     pub rotational: BTreeMap<u32, bool>,
+    /// Remote members whose connection broke, being retried (`readd.rs`).
+    pub reconnects: Mutex<BTreeMap<u32, crate::readd::Reconnect>>,
 }
 
 fn health_name(h: Health) -> &'static str {

@@ -20,16 +20,45 @@ use platter_io::assembly::read_label_area;
 use platter_io::{open_member, Member, OpenOptions};
 use serde_json::{json, Value};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A lost remote member, retried with backoff: the first try a second
+/// after its connection broke, then twice as long each time, at most
+/// [`RECONNECT_DELAY_MAX`].
+pub struct Reconnect {
+    uri: String,
+    delay: Duration,
+    next_try: Instant,
+    /// It answered, but may not come back (why was logged once): the
+    /// operator decides (`replace`, or `re-add` after fixing it).
+    gave_up: bool,
+}
+
+const RECONNECT_DELAY_FIRST: Duration = Duration::from_secs(1);
+pub const RECONNECT_DELAY_MAX: Duration = Duration::from_secs(30);
 
 impl Manager {
+    /// `platter re-add DEVICE`.
     pub fn re_add(&self, path: &str) -> Result<Value, String> {
         let _changing = self.slot_changes.lock().expect("slot changes");
-        if self.engine.with_volume(|v| v.rebuild_progress()).is_some() {
-            return Err("a member is being rebuilt; one at a time".into());
-        }
-        // The slot's own handle of the device, if it still has one (a
-        // failed member keeps it): let it go first, or the volume's own
-        // claim on a file would refuse the open.
+        // A remote member is opened before its old handle goes: if its
+        // host is not back, the slot keeps the handle (and its URI). A
+        // local file's handle goes first, or the volume's own claim on it
+        // would refuse the open.
+        let device = if path.contains("://") {
+            let device = open_member(path, OpenOptions::default()).map_err(|e| e.to_string())?;
+            self.release_old_handle(path)?;
+            device
+        } else {
+            self.release_old_handle(path)?;
+            open_member(path, OpenOptions::default()).map_err(|e| e.to_string())?
+        };
+        self.re_add_opened(path, Arc::from(device))
+    }
+
+    /// Lets go of the handle a failed slot keeps of `path`; refused if
+    /// `path` is a member in use.
+    fn release_old_handle(&self, path: &str) -> Result<(), String> {
         let health = self.engine.health();
         let members = self.engine.members();
         if let Some(slot) = members
@@ -42,8 +71,92 @@ impl Manager {
             drop(members);
             self.engine.take_member(slot as u32);
         }
-        let device: Arc<dyn Member> =
-            Arc::from(open_member(path, OpenOptions::default()).map_err(|e| e.to_string())?);
+        Ok(())
+    }
+
+    /// Remote members whose connection broke are tried again, with backoff,
+    /// and brought back (`re-add`) once their host answers: only what they
+    /// missed is rebuilt. Called by the server's loop every 100 ms; one
+    /// attempt per call at most.
+    pub fn reconnect_lost(&self) {
+        let health = self.engine.health();
+        let members = self.engine.members();
+        let mut lost = self.reconnects.lock().expect("reconnects");
+        lost.retain(|slot, _| health[*slot as usize] == Health::Faulty);
+        for (slot, m) in members.iter().enumerate() {
+            let Some(m) = m else { continue };
+            if health[slot] == Health::Faulty && m.connection_lost() {
+                lost.entry(slot as u32).or_insert_with(|| {
+                    tracing::warn!(
+                        slot,
+                        member = %m.describe(),
+                        "connection lost; retrying it in the background"
+                    );
+                    Reconnect {
+                        uri: m.describe().to_owned(),
+                        delay: RECONNECT_DELAY_FIRST,
+                        next_try: Instant::now() + RECONNECT_DELAY_FIRST,
+                        gave_up: false,
+                    }
+                });
+            }
+        }
+        drop(members);
+        let now = Instant::now();
+        let Some((&slot, r)) = lost
+            .iter_mut()
+            .find(|(_, r)| !r.gave_up && r.next_try <= now)
+        else {
+            return;
+        };
+        if self.engine.with_volume(|v| v.rebuild_progress()).is_some() {
+            return;
+        }
+        let device = match open_member(&r.uri, OpenOptions::default()) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::debug!(slot, error = %e, "not back yet");
+                r.delay = (r.delay * 2).min(RECONNECT_DELAY_MAX);
+                r.next_try = now + r.delay;
+                return;
+            }
+        };
+        let uri = r.uri.clone();
+        let result = {
+            let _changing = self.slot_changes.lock().expect("slot changes");
+            self.release_old_handle(&uri)
+                .and_then(|()| self.re_add_opened(&uri, Arc::from(device)))
+        };
+        match result {
+            Ok(v) => {
+                tracing::info!(
+                    slot,
+                    member = %uri,
+                    missed_regions = %v["missed_regions"],
+                    "reconnected; rebuilding what it missed"
+                );
+                lost.remove(&slot);
+            }
+            Err(e) => {
+                tracing::error!(
+                    slot,
+                    member = %uri,
+                    error = %e,
+                    "the member's host answers again, but it cannot come back on its own"
+                );
+                if let Some(r) = lost.get_mut(&slot) {
+                    r.gave_up = true;
+                }
+            }
+        }
+    }
+
+    /// Brings `device` (opened from `path`) back into its slot; the caller
+    /// holds `slot_changes`.
+    fn re_add_opened(&self, path: &str, device: Arc<dyn Member>) -> Result<Value, String> {
+        if self.engine.with_volume(|v| v.rebuild_progress()).is_some() {
+            return Err("a member is being rebuilt; one at a time".into());
+        }
         let slot = self.check_returning(path, device.as_ref())?;
         let label = self.meta.label();
         if let Some(l) = label.ppl {

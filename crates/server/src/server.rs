@@ -46,6 +46,9 @@ pub struct ServeConfig {
     /// files and NBD exports cannot tell, and a block device's own answer
     /// (sysfs) can be overridden.
     pub rotational: BTreeMap<u32, bool>,
+    /// Bring back remote members whose connection broke on their own, once
+    /// their host answers (`readd.rs`); off, `platter re-add` does it.
+    pub reconnect: bool,
     /// Stripes the RAID-5/6 stripe cache may hold (within 16 MiB); 0 turns
     /// it off. See `platter_core::volume::CacheLimits`.
     pub stripe_cache_stripes: u64,
@@ -88,6 +91,7 @@ impl Default for ServeConfig {
             control: None,
             metrics: None,
             rotational: BTreeMap::new(),
+            reconnect: true,
             stripe_cache_stripes: defaults::STRIPE_CACHE_STRIPES,
             buffer_limit_bytes: defaults::BUFFER_LIMIT_BYTES,
             handshake_timeout: Duration::from_secs(defaults::HANDSHAKE_TIMEOUT_SECS),
@@ -208,6 +212,7 @@ pub fn serve(
         removed: Mutex::new(std::mem::take(&mut opened.removed)),
         slot_changes: Mutex::new(()),
         rotational: config.rotational.clone(),
+        reconnects: Mutex::new(Default::default()),
     });
     let conns = Arc::new(Conns::new());
     let metrics_url = bound
@@ -230,6 +235,9 @@ pub fn serve(
         std::thread::sleep(Duration::from_millis(100));
         let ended = listen::reap(&conns);
         trimmer.tick(ended > 0 || buffered.in_flight() != (0, 0));
+        if config.reconnect {
+            manager.reconnect_lost();
+        }
         manager.replace_from_spares();
     }
 

@@ -27,6 +27,8 @@ use platter_nbd::{
     Endpoint, Export, ReplyError, RequestError,
 };
 
+/// Why a connection we closed ourselves is dead.
+const CLOSED: &str = "closed";
 /// Bytes the reader asks the socket for at once.
 const READ_CHUNK_BYTES: usize = 256 * 1024;
 /// Messages a handshake may take (each option and its replies): a bound on
@@ -281,6 +283,11 @@ impl Connection {
         })
     }
 
+    /// Whether the connection broke (not closed by us).
+    pub(crate) fn lost(&self) -> bool {
+        self.lock().dead.as_deref().is_some_and(|why| why != CLOSED)
+    }
+
     pub(crate) fn max_payload_bytes(&self) -> u32 {
         self.lock().session.max_payload_bytes()
     }
@@ -360,7 +367,7 @@ impl Connection {
             if s.dead.is_some() {
                 return;
             }
-            s.dead = Some("closed".to_owned());
+            s.dead = Some(CLOSED.to_owned());
             s.session.disconnect()
         };
         let mut w = self.inner.writer.lock().unwrap_or_else(|e| e.into_inner());

@@ -279,6 +279,10 @@ impl Member for NbdMember {
         Some(self.export.has(NBD_FLAG_ROTATIONAL))
     }
 
+    fn connection_lost(&self) -> bool {
+        self.conn.lost()
+    }
+
     fn read_at(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), MemberError> {
         let len = buf.len() as u64;
         self.check(Op::Read, offset_bytes, len)?;
