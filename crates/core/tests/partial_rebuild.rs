@@ -89,7 +89,10 @@ fn rebuild_partially(
             random_workload_with(h, model, 2, 3, &mut |v| {
                 v.rebuild_step(2);
             });
-        } else if h.volume.rebuild_step(2).is_some() {
+        } else if h.volume.rebuild_step(3 * REGION_STRIPES).is_some() {
+            // Steps longer than a region: each still ends with its region
+            // (mutation testing found a step running on into clean ones
+            // unseen while steps were shorter than a region).
             h.run();
         }
     }
