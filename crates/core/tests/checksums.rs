@@ -780,9 +780,12 @@ fn one_bad_block_makes_its_member_suspect_in_its_stripe_only() {
         let n = g.members();
         // Two bad blocks on two members, in different stripes; on a
         // parity level, data or parity as the rotation falls.
-        let bad = [(0u32, 5u64), (n - 1, 9u64)];
-        for &(m, row) in &bad {
-            let at = (DATA_OFFSET + row * INTERLEAVE + 1024) as usize;
+        // The first in a row's last block, the second in a row's first:
+        // each touches the next (previous) row, whose stripe is not wrong
+        // (mutation testing found the edges unexamined: `<` made `<=`).
+        let bad = [(0u32, 5u64, INTERLEAVE - 512), (n - 1, 9u64, 0)];
+        for &(m, row, within) in &bad {
+            let at = (DATA_OFFSET + row * INTERLEAVE + within) as usize;
             rig.members[m as usize][at..at + 512].fill(0x5a);
         }
         let stripe_of = |row: u64| {
@@ -793,7 +796,7 @@ fn one_bad_block_makes_its_member_suspect_in_its_stripe_only() {
                 })
                 .unwrap()
         };
-        let want: Vec<(u64, u32)> = bad.iter().map(|&(m, row)| (stripe_of(row), m)).collect();
+        let want: Vec<(u64, u32)> = bad.iter().map(|&(m, row, _)| (stripe_of(row), m)).collect();
         let r = rig.scrub(Maintenance::Repair);
         assert_eq!(r.wrong_members, want, "{name}: {r:?}");
         assert!(r.unlocated_stripes.is_empty(), "{name}: {r:?}");
