@@ -307,25 +307,30 @@ fn direct_file_reports_its_alignment_as_logical_block() {
     assert_eq!(member.logical_block_bytes(), 4096);
 }
 
+/// Paths open as files; NBD URIs are tried as remote members: with
+/// nothing listening, the member is gone, said plainly (it was refused as
+/// unsupported before remote members).
 #[test]
-fn open_member_opens_paths_and_refuses_nbd() {
+fn open_member_opens_paths_and_connects_to_nbd_uris() {
     let dir = temp_dir();
     let path = dir.path().join("via-spec.img");
     let member = open_member(path.to_str().unwrap(), CREATE).unwrap();
     assert_eq!(member.size_bytes(), 1 << 20);
     assert_eq!(member.describe(), path.to_str().unwrap());
 
-    for spec in [
-        "nbd://localhost:10809/export",
-        "nbd+unix:///export?socket=/run/nbd.sock",
-    ] {
+    let unix = format!(
+        "nbd+unix:///export?socket={}",
+        dir.path().join("none.sock").display()
+    );
+    for spec in ["nbd://127.0.0.1:1/export", unix.as_str()] {
         let err = open_member(spec, CREATE)
             .err()
-            .expect("NBD is not supported yet");
-        assert_eq!(err.kind, MemberErrorKind::NotAMember);
-        assert_eq!(
-            err.to_string(),
-            format!("member {spec}: open: NBD members are not supported yet")
+            .expect("nothing listens there");
+        assert_eq!(err.kind, MemberErrorKind::Gone, "{err}");
+        assert!(
+            err.to_string()
+                .starts_with(&format!("member {spec}: open: cannot connect")),
+            "{err}"
         );
     }
 }
