@@ -10,6 +10,7 @@ mod e2e_support;
 
 use e2e_support::*;
 use platter_testkit::nbdkit::Nbdkit;
+use platter_testkit::serve::ServeProcess;
 
 /// `n` member files of `size` bytes in `dir`, each exported by its own
 /// nbdkit through `filters` (with their parameters in `params`); the
@@ -163,117 +164,145 @@ fn raid5_over_exports_with_4k_blocks_reads_back_unaligned_writes() {
     s.stop();
 }
 
+/// A mirror over two nbdkit exports of files in the test's directory,
+/// with 1 MiB bitmap regions, filled with 0x5a; then host 1 is killed
+/// (SIGKILL) once the bitmap is quiet, and 0x77 written to one region
+/// while it is away.
+struct HostAway {
+    t: Tools,
+    s: Server,
+    kits: Vec<Nbdkit>,
+    uris: Vec<String>,
+    /// The files behind the exports.
+    files: Vec<String>,
+}
+
+impl HostAway {
+    fn start(test: &str, serve_args: &[&str]) -> Option<HostAway> {
+        let t = required_tools(test, &["qemu-io"])?;
+        let dir = temp_dir();
+        let files = member_paths(dir.path(), 2);
+        let (kits, uris) = exported_members(test, dir.path(), 2, 40 * MIB, &[], &[])?;
+        let volume = Volume::create_on(
+            Spec::new("mirror", 2, "64k"),
+            uris.clone(),
+            40 * MIB,
+            dir,
+            &["--bitmap-region", "1M"],
+        );
+        let s = Server::start_with(
+            volume,
+            ServeOptions {
+                extra_args: serve_args.iter().map(|a| a.to_string()).collect(),
+                ..ServeOptions::default()
+            },
+        );
+        let mut h = HostAway {
+            t,
+            s,
+            kits,
+            uris,
+            files,
+        };
+        h.io(&["write -P 0x5a 0 32M", "flush"], "fill");
+        // The bitmap's sweeps clear the quiet regions (every 5 s): a member
+        // leaving now misses only what is written after.
+        wait_until(test, || live_status(&h.s)["bitmap"]["dirty_regions"] == 0);
+        h.kits[1].kill();
+        h.io(
+            &["write -P 0x77 4M 1M", "flush"],
+            "write while the host is away",
+        );
+        assert!(h.state(1).starts_with("faulty"), "{test}: {}", h.state(1));
+        Some(h)
+    }
+
+    fn io(&self, cmds: &[&str], what: &str) {
+        qemu_io(&self.t, self.s.uri(), &qemu_io_cmds(cmds), what);
+    }
+
+    fn state(&self, slot: usize) -> String {
+        live_status(&self.s)["members"][slot]["state"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// Bytes the volume has written to `slot` so far (label and bitmap
+    /// writes included).
+    fn written_to(&self, slot: usize) -> u64 {
+        self.s.live("stats")["members"][slot]["bytes_written"]
+            .as_u64()
+            .unwrap_or(0)
+    }
+
+    /// With member 0 failed, every byte reads back right from member 1;
+    /// then a clean stop.
+    fn member_1_alone_holds_the_volume(mut self) {
+        run_ok(
+            &mut platter(&["fail", "--force", "--control", &self.s.control(), "0"]),
+            CMD_TIMEOUT,
+            "fail member 0",
+        );
+        self.io(
+            &[
+                "read -P 0x5a 0 4M",
+                "read -P 0x77 4M 1M",
+                "read -P 0x5a 5M 27M",
+            ],
+            "read from the returned member alone",
+        );
+        self.s
+            .stop_expecting_errors("TERM", &["nbd+unix", "member"]);
+    }
+}
+
 /// The story of a remote member: its host dies under a mirror (the member
 /// is failed, the volume serves on), writes land in one region meanwhile,
 /// the host comes back with the member's bytes as they were, and `platter
 /// re-add` brings it back rebuilding only that region: the member's bytes
 /// written by the rebuild are a region's worth, not the whole member, and
 /// afterwards the volume reads back right from the returned member alone.
-/// A second re-add of a member in use, and a re-add of a device from
-/// elsewhere, are refused with the reason.
+/// A second re-add, of the member now in use, is refused with the reason.
 #[test]
 fn a_host_that_comes_back_is_re_added_and_gets_only_what_it_missed() {
     let test = "a_host_that_comes_back_is_re_added_and_gets_only_what_it_missed";
-    let Some(t) = required_tools(test, &["qemu-io"]) else {
-        return;
-    };
-    let dir = temp_dir();
-    let Some((mut kits, uris)) = exported_members(test, dir.path(), 2, 40 * MIB, &[], &[]) else {
-        return;
-    };
-    let volume = Volume::create_on(
-        Spec::new("mirror", 2, "64k"),
-        uris.clone(),
-        40 * MIB,
-        dir,
-        &["--bitmap-region", "1M"],
-    );
     // The operator brings it back here; the next test lets the server.
-    let mut s = Server::start_with(
-        volume,
-        ServeOptions {
-            extra_args: vec!["--no-reconnect".into()],
-            ..ServeOptions::default()
-        },
-    );
-    qemu_io(
-        &t,
-        s.uri(),
-        &qemu_io_cmds(&["write -P 0x5a 0 32M", "flush"]),
-        "fill",
-    );
-    // The bitmap's sweeps clear the quiet regions (every 5 s): a member
-    // leaving now misses only what is written after.
-    wait_until(test, || live_status(&s)["bitmap"]["dirty_regions"] == 0);
-    kits[1].kill();
-    qemu_io(
-        &t,
-        s.uri(),
-        &qemu_io_cmds(&["write -P 0x77 4M 1M", "flush"]),
-        "write while the host is away",
-    );
-    let live = live_status(&s);
-    assert!(
-        live["members"][1]["state"]
-            .as_str()
-            .unwrap_or_default()
-            .starts_with("faulty"),
-        "{live}"
-    );
+    let Some(mut h) = HostAway::start(test, &["--no-reconnect"]) else {
+        return;
+    };
+    let live = live_status(&h.s);
     let missed = live["bitmap"]["missed_regions"].as_u64().unwrap_or(0);
     assert!((1..=2).contains(&missed), "{test}: missed regions {live}");
 
-    kits[1].restart();
-    let before = s.live("stats")["members"][1]["bytes_written"]
-        .as_u64()
-        .unwrap_or(0);
-    let out = run_ok(
-        &mut platter(&["re-add", "--json", "--control", &s.control(), &uris[1]]),
-        CMD_TIMEOUT,
-        "re-add",
-    );
+    h.kits[1].restart();
+    let before = h.written_to(1);
+    let readd = |h: &HostAway| {
+        run(
+            &mut platter(&["re-add", "--json", "--control", &h.s.control(), &h.uris[1]]),
+            CMD_TIMEOUT,
+        )
+    };
+    let out = readd(&h);
+    assert!(out.status.success(), "{}", out.stderr);
     let answer: serde_json::Value = serde_json::from_str(&out.stdout).expect("JSON");
     assert_eq!(answer["re_added"], 1, "{answer}");
     assert_eq!(answer["missed_regions"], missed, "{answer}");
-    wait_until(test, || live_status(&s)["members"][1]["state"] == "active");
-    let written = s.live("stats")["members"][1]["bytes_written"]
-        .as_u64()
-        .unwrap_or(0)
-        - before;
+    wait_until(test, || h.state(1) == "active");
+    let written = h.written_to(1) - before;
     assert!(
         (MIB..=missed * MIB + 256 * 1024).contains(&written),
         "{test}: the re-add wrote {written} bytes to the member; it missed {missed} MiB"
     );
-    assert_eq!(live_status(&s)["bitmap"]["missed_regions"], 0);
+    assert_eq!(live_status(&h.s)["bitmap"]["missed_regions"], 0);
 
-    // Refusals: the member is in use now; a blank file is no member.
-    let refused = run(
-        &mut platter(&["re-add", "--control", &s.control(), &uris[1]]),
-        CMD_TIMEOUT,
-    );
+    let refused = readd(&h);
     assert!(
         !refused.status.success() && refused.stderr.contains("in use"),
         "{}",
         refused.stderr
     );
-
-    // The returned member alone holds the volume.
-    run_ok(
-        &mut platter(&["fail", "--force", "--control", &s.control(), "0"]),
-        CMD_TIMEOUT,
-        "fail member 0",
-    );
-    qemu_io(
-        &t,
-        s.uri(),
-        &qemu_io_cmds(&[
-            "read -P 0x5a 0 4M",
-            "read -P 0x77 4M 1M",
-            "read -P 0x5a 5M 27M",
-        ]),
-        "read from the returned member alone",
-    );
-    s.stop_expecting_errors("TERM", &["nbd+unix", "member"]);
+    h.member_1_alone_holds_the_volume();
 }
 
 /// The same host death and return without the operator: the server tries
@@ -282,73 +311,83 @@ fn a_host_that_comes_back_is_re_added_and_gets_only_what_it_missed() {
 #[test]
 fn a_host_that_comes_back_is_reconnected_on_its_own() {
     let test = "a_host_that_comes_back_is_reconnected_on_its_own";
-    let Some(t) = required_tools(test, &["qemu-io"]) else {
+    let Some(mut h) = HostAway::start(test, &[]) else {
         return;
     };
-    let dir = temp_dir();
-    let Some((mut kits, uris)) = exported_members(test, dir.path(), 2, 40 * MIB, &[], &[]) else {
-        return;
-    };
-    let volume = Volume::create_on(
-        Spec::new("mirror", 2, "64k"),
-        uris,
-        40 * MIB,
-        dir,
-        &["--bitmap-region", "1M"],
-    );
-    let mut s = Server::start(volume);
-    qemu_io(
-        &t,
-        s.uri(),
-        &qemu_io_cmds(&["write -P 0x5a 0 32M", "flush"]),
-        "fill",
-    );
-    wait_until(test, || live_status(&s)["bitmap"]["dirty_regions"] == 0);
-    kits[1].kill();
-    qemu_io(
-        &t,
-        s.uri(),
-        &qemu_io_cmds(&["write -P 0x77 4M 1M", "flush"]),
-        "write while the host is away",
-    );
-    let before = s.live("stats")["members"][1]["bytes_written"]
-        .as_u64()
-        .unwrap_or(0);
+    let before = h.written_to(1);
     // Away for a few of the server's tries.
     std::thread::sleep(std::time::Duration::from_secs(3));
-    assert!(live_status(&s)["members"][1]["state"]
-        .as_str()
-        .unwrap_or_default()
-        .starts_with("faulty"));
-    kits[1].restart();
-    wait_until(test, || live_status(&s)["members"][1]["state"] == "active");
-    let written = s.live("stats")["members"][1]["bytes_written"]
-        .as_u64()
-        .unwrap_or(0)
-        - before;
+    assert!(h.state(1).starts_with("faulty"), "{}", h.state(1));
+    h.kits[1].restart();
+    wait_until(test, || h.state(1) == "active");
+    let written = h.written_to(1) - before;
     assert!(
         written <= 2 * MIB + 256 * 1024,
         "{test}: the reconnect wrote {written} bytes to the member"
     );
     assert!(
-        s.log().contains("reconnected; rebuilding what it missed"),
+        h.s.log().contains("reconnected; rebuilding what it missed"),
         "{}",
-        s.log()
+        h.s.log()
     );
-    run_ok(
-        &mut platter(&["fail", "--force", "--control", &s.control(), "0"]),
-        CMD_TIMEOUT,
-        "fail member 0",
+    h.member_1_alone_holds_the_volume();
+}
+
+/// A split brain: while its host was cut off from the head, member 1 was
+/// served on its own there (its label written, a write made). When its
+/// export answers again the server must not bring it back on its own (the
+/// bitmap knows nothing of the writes made there), it says why once, and
+/// `re-add` is refused naming `replace`. The member stays out of use and
+/// the volume reads as the head wrote it.
+#[test]
+fn a_member_written_elsewhere_is_not_brought_back() {
+    let test = "a_member_written_elsewhere_is_not_brought_back";
+    let Some(mut h) = HostAway::start(test, &[]) else {
+        return;
+    };
+    // Member 1's file served alone (its host's nbdkit is down, so the file
+    // is free), written, stopped.
+    let lone = h.files[1].clone() + ".sock";
+    let mut other = ServeProcess::spawn(
+        platter(&["serve", "--socket", &lone, &h.files[1]]).stdout(std::process::Stdio::piped()),
+        Default::default(),
+        Default::default(),
     );
+    wait_until(test, || std::path::Path::new(&lone).exists());
     qemu_io(
-        &t,
-        s.uri(),
-        &qemu_io_cmds(&[
+        &h.t,
+        &format!("nbd+unix:///v-mirror-2-64k?socket={lone}"),
+        &qemu_io_cmds(&["write -P 0x99 8M 64k", "flush"]),
+        "a write on the lone member",
+    );
+    other
+        .stop("TERM", std::time::Duration::from_secs(30))
+        .expect("the lone server stops");
+
+    h.kits[1].restart();
+    wait_until(test, || {
+        h.s.log()
+            .contains("the member's host answers again, but it cannot come back on its own")
+    });
+    assert!(h.state(1).starts_with("faulty"), "{}", h.state(1));
+    let refused = run(
+        &mut platter(&["re-add", "--control", &h.s.control(), &h.uris[1]]),
+        CMD_TIMEOUT,
+    );
+    assert!(
+        !refused.status.success()
+            && refused.stderr.contains("written elsewhere")
+            && refused.stderr.contains("platter replace"),
+        "{}",
+        refused.stderr
+    );
+    h.io(
+        &[
             "read -P 0x5a 0 4M",
             "read -P 0x77 4M 1M",
             "read -P 0x5a 5M 27M",
-        ]),
-        "read from the returned member alone",
+        ],
+        "the volume as the head wrote it",
     );
-    s.stop_expecting_errors("TERM", &["nbd+unix", "member"]);
+    h.s.stop_expecting_errors("TERM", &["nbd+unix", "member", "cannot come back"]);
 }

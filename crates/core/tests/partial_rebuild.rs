@@ -10,7 +10,7 @@ mod support;
 
 use platter_core::intent::{IntentLayout, RegionSet, INTENT_OFFSET_BYTES};
 use platter_core::volume::{Event, Health, Request};
-use platter_core::{Level, ParityLayout};
+use platter_core::Level;
 use support::*;
 
 /// Room after the label for the bitmap.
@@ -18,14 +18,7 @@ const DATA_OFFSET: u64 = 64 << 10;
 const REGION_STRIPES: u64 = 4;
 
 fn configs() -> Vec<Config> {
-    let c = |level, members, copies| Config {
-        level,
-        layout: ParityLayout::LeftSymmetric,
-        copies,
-        members,
-        interleave_bytes: 8 * 512,
-        rows: 256,
-    };
+    let c = |level, members, copies| Config::of(level, members, copies, 8 * 512, 256);
     vec![
         c(Level::Mirror, 2, 2),
         c(Level::Mirror, 3, 3),

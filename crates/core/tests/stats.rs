@@ -14,14 +14,7 @@ use support::*;
 const IL: u64 = 8 * SECTOR_BYTES;
 
 fn config(level: Level, members: u32, copies: u32) -> Config {
-    Config {
-        level,
-        layout: ParityLayout::DEFAULT,
-        copies,
-        members,
-        interleave_bytes: IL,
-        rows: 8,
-    }
+    Config::of(level, members, copies, IL, 8)
 }
 
 fn stats(h: &Harness) -> Stats {

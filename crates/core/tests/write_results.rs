@@ -7,20 +7,13 @@
 mod support;
 
 use platter_core::volume::Request;
-use platter_core::{Level, ParityLayout};
+use platter_core::Level;
 use support::*;
 
 const IL: u64 = 4096;
 
 fn config(level: Level, members: u32, copies: u32) -> Config {
-    Config {
-        level,
-        layout: ParityLayout::DEFAULT,
-        copies,
-        members,
-        interleave_bytes: IL,
-        rows: 16,
-    }
+    Config::of(level, members, copies, IL, 16)
 }
 
 /// RAID-10 over 4 with 2 copies: even chunks on members 0 and 1, odd ones

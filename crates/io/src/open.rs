@@ -48,10 +48,6 @@ pub fn open_member(spec: &str, opts: OpenOptions) -> Result<Box<dyn Member>, Mem
             let uri = platter_nbd::parse_nbd_uri(spec).map_err(|e| {
                 MemberError::with_message(MemberErrorKind::NotAMember, spec, Op::Open, 0, 0, e.why)
             })?;
-            if opts.create_size_bytes.is_some() {
-                // Nothing to create: the export is there or it is not.
-                tracing::debug!("member {spec}: an NBD export is used as it is");
-            }
             Ok(Box::new(NbdMember::open(spec, &uri, opts.read_only)?))
         }
         Some(other) => Err(unsupported(

@@ -33,6 +33,25 @@ pub fn names_device(own: &str, requested: &str) -> bool {
         || (!is_uri(own) && std::path::absolute(own).is_ok_and(|p| p == Path::new(requested)))
 }
 
+/// Empties the partial parity log area (`ppl`, the volume's) of a device
+/// joining the volume: records it kept from an earlier life in the volume
+/// would be applied after the next crash, undoing writes it never saw.
+pub fn empty_ppl(
+    device: &dyn Member,
+    ppl: Option<platter_core::ppl::Layout>,
+) -> Result<(), String> {
+    let Some(l) = ppl else { return Ok(()) };
+    device
+        .trim(l.offset_bytes, l.len_bytes)
+        .and_then(|()| device.flush())
+        .map_err(|e| {
+            format!(
+                "{}: emptying its partial parity log: {e}",
+                device.describe()
+            )
+        })
+}
+
 impl Manager {
     /// Which of this volume's devices has identity `id`: "member N" or "a
     /// spare".
@@ -93,14 +112,7 @@ impl Manager {
         let checked = opened.and_then(|device| {
             let device: Arc<dyn Member> = Arc::from(device);
             self.check_new_device(device.as_ref(), needed_bytes, new.force)?;
-            // Records a device kept from an earlier life in this volume
-            // would be applied after the next crash: it starts with none.
-            if let Some(l) = ppl {
-                device
-                    .trim(l.offset_bytes, l.len_bytes)
-                    .and_then(|()| device.flush())
-                    .map_err(|e| format!("{path}: emptying its partial parity log: {e}"))?;
-            }
+            empty_ppl(device.as_ref(), ppl)?;
             Ok(device)
         });
         if checked.is_err() && !existed {

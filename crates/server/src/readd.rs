@@ -13,7 +13,7 @@
 //! rebuild.
 
 use crate::manage::Manager;
-use crate::newdevice::names_device;
+use crate::newdevice::{empty_ppl, names_device};
 use platter_core::label::{Label, SlotState, VolumeState};
 use platter_core::volume::Health;
 use platter_io::assembly::read_label_area;
@@ -158,15 +158,7 @@ impl Manager {
             return Err("a member is being rebuilt; one at a time".into());
         }
         let slot = self.check_returning(path, device.as_ref())?;
-        let label = self.meta.label();
-        if let Some(l) = label.ppl {
-            // Its records are from before it left; applied after a crash
-            // they would undo writes it missed.
-            device
-                .trim(l.offset_bytes, l.len_bytes)
-                .and_then(|()| device.flush())
-                .map_err(|e| format!("{path}: emptying its partial parity log: {e}"))?;
-        }
+        empty_ppl(device.as_ref(), self.meta.label().ppl)?;
         self.note_rotational(slot, &device);
         self.engine.set_member(slot, device);
         self.engine

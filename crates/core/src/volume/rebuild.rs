@@ -120,24 +120,21 @@ impl Volume {
             return None;
         }
         let total = self.geometry.stripes();
-        let mut count = stripe_count.max(1);
-        if r.partial {
-            let (cursor, run_end) = self.intent_next_missed_run(r.cursor_stripe);
-            let r = self.rebuild.as_mut().expect("checked");
-            r.cursor_stripe = cursor;
-            if cursor >= total {
-                self.rebuild_finished();
-                return None;
-            }
-            count = count.min(run_end - cursor);
-        }
+        let (first_stripe, end) = if r.partial {
+            self.intent_next_missed_run(r.cursor_stripe)
+        } else {
+            (r.cursor_stripe, total)
+        };
         let r = self.rebuild.as_mut().expect("checked");
-        let count = count.min(total - r.cursor_stripe);
-        if count == 0 {
+        r.cursor_stripe = first_stripe;
+        if first_stripe >= total {
+            // Nothing left (a partial rebuild past its last missed region,
+            // or a checkpoint at the end): done without a step.
+            self.rebuild_finished();
             return None;
         }
+        let count = stripe_count.max(1).min(end - first_stripe);
         r.stepping = true;
-        let first_stripe = r.cursor_stripe;
         Some(self.submit(Request::Maintain {
             first_stripe,
             stripe_count: count,

@@ -33,6 +33,19 @@ pub struct Config {
 }
 
 impl Config {
+    /// `level` over `members` (`copies`: raid10's, or the mirror's member
+    /// count; 1 otherwise) in the default parity layout.
+    pub fn of(level: Level, members: u32, copies: u32, interleave_bytes: u64, rows: u64) -> Config {
+        Config {
+            level,
+            layout: ParityLayout::DEFAULT,
+            copies,
+            members,
+            interleave_bytes,
+            rows,
+        }
+    }
+
     pub fn geometry(&self) -> Geometry {
         self.geometry_with_data_offset(DATA_OFFSET_BYTES)
     }

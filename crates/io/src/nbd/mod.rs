@@ -25,9 +25,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use platter_nbd::consts::{
-    NBD_EINVAL, NBD_EIO, NBD_ENOMEM, NBD_ENOSPC, NBD_ENOTSUP, NBD_EOVERFLOW, NBD_EPERM,
-    NBD_ESHUTDOWN, NBD_FLAG_READ_ONLY, NBD_FLAG_ROTATIONAL, NBD_FLAG_SEND_FLUSH,
-    NBD_FLAG_SEND_WRITE_ZEROES,
+    NBD_ENOSPC, NBD_EOVERFLOW, NBD_EPERM, NBD_ESHUTDOWN, NBD_FLAG_READ_ONLY, NBD_FLAG_ROTATIONAL,
+    NBD_FLAG_SEND_FLUSH, NBD_FLAG_SEND_WRITE_ZEROES,
 };
 use platter_nbd::{ClientConfig, ClientRequest, Export, NbdUri};
 
@@ -124,7 +123,7 @@ impl NbdMember {
                 NBD_EPERM => MemberErrorKind::PermissionDenied,
                 NBD_ESHUTDOWN => MemberErrorKind::Gone,
                 NBD_EOVERFLOW => MemberErrorKind::OutOfRange,
-                NBD_EIO | NBD_ENOMEM | NBD_EINVAL | NBD_ENOTSUP => MemberErrorKind::Io,
+                // EIO, ENOMEM, EINVAL, ENOTSUP and any other.
                 _ => MemberErrorKind::Io,
             },
         };
@@ -157,17 +156,10 @@ impl NbdMember {
                 )
             })
             .collect();
-        let results = self.conn.call_all(&reqs);
-        for ((req, _), r) in reqs.iter().zip(results) {
-            let ClientRequest::Read {
-                offset_bytes: at,
-                len_bytes: len,
-            } = *req
-            else {
-                unreachable!("reads only")
-            };
+        for ((req, _), r) in reqs.iter().zip(self.conn.call_all(&reqs)) {
+            let (at, len) = span(req);
             let data = r
-                .map_err(|e| self.err(Op::Read, at, u64::from(len), e))?
+                .map_err(|e| self.err(Op::Read, at, len, e))?
                 .expect("a read returns bytes");
             let from = (at - offset_bytes) as usize;
             buf[from..from + len as usize].copy_from_slice(&data);
@@ -194,19 +186,9 @@ impl NbdMember {
     }
 
     fn all_done(&self, op: Op, reqs: &[(ClientRequest, &[u8])]) -> Result<(), MemberError> {
-        for ((req, payload), r) in reqs.iter().zip(self.conn.call_all(reqs)) {
+        for ((req, _), r) in reqs.iter().zip(self.conn.call_all(reqs)) {
             if let Err(e) = r {
-                let (at, len) = match *req {
-                    ClientRequest::Write { offset_bytes, .. } => {
-                        (offset_bytes, payload.len() as u64)
-                    }
-                    ClientRequest::WriteZeroes {
-                        offset_bytes,
-                        len_bytes,
-                        ..
-                    } => (offset_bytes, u64::from(len_bytes)),
-                    _ => (0, 0),
-                };
+                let (at, len) = span(req);
                 return Err(self.err(op, at, len, e));
             }
         }
@@ -249,6 +231,31 @@ impl NbdMember {
         let at = (offset_bytes - lo) as usize;
         whole[at..at + data.len()].copy_from_slice(data);
         self.write_aligned(lo, &whole)
+    }
+}
+
+/// The member bytes `req` covers (none for a flush).
+fn span(req: &ClientRequest) -> (u64, u64) {
+    match *req {
+        ClientRequest::Read {
+            offset_bytes,
+            len_bytes,
+        }
+        | ClientRequest::Write {
+            offset_bytes,
+            len_bytes,
+            ..
+        }
+        | ClientRequest::Trim {
+            offset_bytes,
+            len_bytes,
+        }
+        | ClientRequest::WriteZeroes {
+            offset_bytes,
+            len_bytes,
+            ..
+        } => (offset_bytes, u64::from(len_bytes)),
+        ClientRequest::Flush => (0, 0),
     }
 }
 
