@@ -200,3 +200,25 @@ fn a_trim_at_the_rebuild_cursor_sends_the_rebuilding_member_nothing() {
     assert_eq!(h.received[2].bytes_trimmed, before.bytes_trimmed + 2 * il);
     assert_eq!(h.received[0].bytes_trimmed, 5 * il + 3 * il);
 }
+
+/// A rebuild resumed at a checkpoint at the very end (the server stopped
+/// after the last step, before recording the end) finishes at its first
+/// step call. Before, the cursor sat at the end and no step was ever
+/// issued: the member stayed "rebuilding" for good.
+#[test]
+fn a_rebuild_resumed_at_the_end_finishes() {
+    let config = Config::of(Level::Mirror, 2, 2, 4096, 8);
+    let mut h = Harness::new(&config, 7);
+    h.volume.mark_faulty(1, "test: replaced".into());
+    h.record_failures();
+    let stripes = h.volume.geometry().stripes();
+    h.volume.start_rebuild(1, stripes).unwrap();
+    assert_eq!(h.volume.rebuild_step(4), None);
+    assert!(h.volume.rebuild_progress().is_none());
+    assert_eq!(h.volume.health()[1], Health::Online);
+    let events: Vec<Event> = std::iter::from_fn(|| h.volume.next_event()).collect();
+    assert!(
+        events.contains(&Event::RebuildDone { member: 1 }),
+        "{events:?}"
+    );
+}
