@@ -18,9 +18,10 @@ use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use platter_nbd::{
     ClientConfig, ClientError, ClientHandshake, ClientRequest, ClientSession, ClientState,
@@ -216,17 +217,21 @@ pub(crate) enum CallError {
     Lost(String),
 }
 
+/// A request's answer from the server.
+type Answer = Result<Option<Vec<u8>>, ReplyError>;
+
 /// What the reader and the callers share.
 struct Shared {
     session: ClientSession,
-    done: HashMap<u64, Result<Option<Vec<u8>>, ReplyError>>,
+    /// Per request in flight, where its answer goes: the reader wakes the
+    /// one caller waiting for it, not every caller.
+    waiting: HashMap<u64, SyncSender<Answer>>,
     /// Set once: why the connection is dead.
     dead: Option<String>,
 }
 
 struct Inner {
     state: Mutex<Shared>,
-    cond: Condvar,
     writer: Mutex<Stream>,
     /// A handle that only shuts the socket down (from any thread).
     control: Stream,
@@ -239,7 +244,8 @@ impl Inner {
             shared.dead = Some(why);
         }
         self.control.shutdown();
-        self.cond.notify_all();
+        // Every caller still waiting wakes to a closed channel.
+        shared.waiting.clear();
     }
 }
 
@@ -265,10 +271,9 @@ impl Connection {
         let inner = Arc::new(Inner {
             state: Mutex::new(Shared {
                 session: ClientSession::new(export),
-                done: HashMap::new(),
+                waiting: HashMap::new(),
                 dead: None,
             }),
-            cond: Condvar::new(),
             writer: Mutex::new(stream),
             control,
         });
@@ -305,23 +310,26 @@ impl Connection {
         &self,
         reqs: &[(ClientRequest, &[u8])],
     ) -> Vec<Result<Option<Vec<u8>>, CallError>> {
-        let mut cookies: Vec<Result<u64, CallError>> = Vec::with_capacity(reqs.len());
-        for &(req, payload) in reqs {
-            cookies.push(self.send(req, payload));
-        }
-        cookies
-            .into_iter()
-            .map(|c| c.and_then(|cookie| self.wait(cookie)))
+        let sent: Vec<Result<Receiver<Answer>, CallError>> = reqs
+            .iter()
+            .map(|&(req, payload)| self.send(req, payload))
+            .collect();
+        sent.into_iter()
+            .map(|r| r.and_then(|answer| self.wait(&answer)))
             .collect()
     }
 
-    fn send(&self, req: ClientRequest, payload: &[u8]) -> Result<u64, CallError> {
-        let (cookie, header) = {
+    fn send(&self, req: ClientRequest, payload: &[u8]) -> Result<Receiver<Answer>, CallError> {
+        let (header, answer) = {
             let mut s = self.lock();
             if let Some(why) = &s.dead {
                 return Err(CallError::Lost(why.clone()));
             }
-            s.session.request(req).map_err(CallError::Refused)?
+            let (cookie, header) = s.session.request(req).map_err(CallError::Refused)?;
+            // One answer, sent once: the reader never blocks on it.
+            let (tx, rx) = sync_channel(1);
+            s.waiting.insert(cookie, tx);
+            (header, rx)
         };
         let mut w = self.inner.writer.lock().unwrap_or_else(|e| e.into_inner());
         let sent = write_all_vectored(&mut w, &header, payload);
@@ -332,31 +340,22 @@ impl Connection {
                 .kill(&mut s, format!("sending a request failed: {e}"));
             return Err(CallError::Lost(s.dead.clone().unwrap_or_default()));
         }
-        Ok(cookie)
+        Ok(answer)
     }
 
-    fn wait(&self, cookie: u64) -> Result<Option<Vec<u8>>, CallError> {
-        let until = Instant::now() + self.deadline;
-        let mut s = self.lock();
-        loop {
-            if let Some(r) = s.done.remove(&cookie) {
-                return r.map_err(CallError::Reply);
-            }
-            if let Some(why) = &s.dead {
-                return Err(CallError::Lost(why.clone()));
-            }
-            let now = Instant::now();
-            if now >= until {
+    fn wait(&self, answer: &Receiver<Answer>) -> Result<Option<Vec<u8>>, CallError> {
+        match answer.recv_timeout(self.deadline) {
+            Ok(r) => r.map_err(CallError::Reply),
+            Err(RecvTimeoutError::Timeout) => {
+                let mut s = self.lock();
                 let why = format!("no reply within {} s", self.deadline.as_secs_f64());
                 self.inner.kill(&mut s, why);
-                continue;
+                Err(CallError::Lost(s.dead.clone().unwrap_or_default()))
             }
-            s = self
-                .inner
-                .cond
-                .wait_timeout(s, until - now)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            // The connection died: `kill` dropped every sender.
+            Err(RecvTimeoutError::Disconnected) => Err(CallError::Lost(
+                self.lock().dead.clone().unwrap_or_default(),
+            )),
         }
     }
 
@@ -428,13 +427,13 @@ fn read_replies(inner: &Inner, mut stream: Stream) {
         if let Err(e) = s.session.feed(&buf[..n]) {
             return inner.kill(&mut s, e.to_string());
         }
-        let mut any = false;
         while let Some(c) = s.session.next_completion() {
-            s.done.insert(c.cookie, c.result);
-            any = true;
-        }
-        if any {
-            inner.cond.notify_all();
+            let answer = s
+                .waiting
+                .remove(&c.cookie)
+                .expect("the session completes only requests it sent");
+            // A caller gone (it timed out, killing the connection) is fine.
+            let _ = answer.send(c.result);
         }
     }
 }
