@@ -88,8 +88,18 @@ pub fn print_status(v: &Value) {
         .into_iter()
         .flatten()
     {
+        let away = m
+            .get("away_seconds")
+            .and_then(Value::as_u64)
+            .map(|secs| {
+                format!(
+                    " (away {secs} s; failed at {} s)",
+                    n("member_timeout_seconds")
+                )
+            })
+            .unwrap_or_default();
         println!(
-            "  {:<4} {:<12} {}",
+            "  {:<4} {:<12} {}{away}",
             m.get("slot").and_then(Value::as_u64).unwrap_or(0),
             m.get("state").and_then(Value::as_str).unwrap_or("?"),
             m.get("path").and_then(Value::as_str).unwrap_or("-")

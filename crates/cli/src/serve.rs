@@ -105,16 +105,27 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = defaults::MEMBER_QUEUE_DEPTH as u64,
           value_parser = clap::value_parser!(u64).range(1..=4096))]
     member_queue_depth: u64,
-    /// A member I/O not completed within SECS seconds (1 to 3600) fails its
-    /// member like an I/O error (docs/failures.md); whatever the member
-    /// answers later is ignored.
+    /// How long a member may be away before it is failed for good (1 to
+    /// 3600 s): a member I/O not completed within SECS fails its member
+    /// like an I/O error (docs/failures.md), whatever it answers later is
+    /// ignored; a remote member that is disconnected (its connection broke,
+    /// or a request went unanswered for --remote-timeout) is failed once it
+    /// has been away SECS, and a spare then takes its place
+    /// (docs/remote.md).
     #[arg(long, value_name = "SECS", default_value_t = defaults::MEMBER_TIMEOUT_SECS,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     member_timeout: u64,
+    /// A remote member's request unanswered for SECS seconds (1 to 3600;
+    /// at most --member-timeout) drops its connection: the member is
+    /// disconnected, the volume serves on without it, and it is tried
+    /// again in the background.
+    #[arg(long, value_name = "SECS", default_value_t = defaults::REMOTE_TIMEOUT_SECS,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    remote_timeout: u64,
     /// Leave remote members whose connection broke out of use until
-    /// `platter re-add`; by default they are tried again with backoff (1 s,
-    /// doubling to 30 s) and brought back once their host answers,
-    /// rebuilding only what they missed (docs/remote.md).
+    /// `platter re-add`; by default they are disconnected, tried again with
+    /// backoff (1 s, doubling to 30 s) and brought back once their host
+    /// answers, rebuilding only what they missed (docs/remote.md).
     #[arg(long)]
     no_reconnect: bool,
     /// What performs member I/O: `auto` (io_uring where the kernel allows
@@ -180,11 +191,14 @@ pub fn run(args: ServeArgs) -> Result<()> {
             "give --socket PATH (or --listen HOST:PORT) to serve on".into(),
         ));
     }
+    // A stalled remote member is disconnected before it could be failed.
+    let remote_timeout = Duration::from_secs(args.remote_timeout.min(args.member_timeout));
     let opts = OpenOptions {
         read_only: args.read_only,
         claim: true,
         direct: args.direct,
         direct_block_devices: !args.no_direct,
+        request_timeout: Some(remote_timeout),
         ..OpenOptions::default()
     };
     let io_backend = io_backend(args.io_backend.as_deref())?;
@@ -233,6 +247,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         // At most 4096 (the parser's range): fits any usize.
         member_queue_depth: args.member_queue_depth as usize,
         member_timeout: Duration::from_secs(args.member_timeout),
+        remote_timeout,
         reconnect: !args.no_reconnect,
         io_backend,
         member_delays,
@@ -447,6 +462,7 @@ mod tests {
         );
         assert_eq!(a.member_queue_depth as usize, d.member_queue_depth);
         assert_eq!(Duration::from_secs(a.member_timeout), d.member_timeout);
+        assert_eq!(Duration::from_secs(a.remote_timeout), d.remote_timeout);
         assert_eq!(!a.no_reconnect, d.reconnect);
         assert_eq!(a.scrub_rate, d.scrub_rate_bytes_per_sec);
         assert!(a.scrub_every.is_zero() && d.scrub_every.is_none());

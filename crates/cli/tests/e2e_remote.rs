@@ -9,7 +9,7 @@
 mod e2e_support;
 
 use e2e_support::*;
-use platter_testkit::nbdkit::Nbdkit;
+use platter_testkit::nbdkit::{Nbdkit, PauseControl};
 use platter_testkit::serve::ServeProcess;
 
 /// `n` member files of `size` bytes in `dir`, each exported by its own
@@ -102,13 +102,17 @@ fn a_mirror_over_two_exports_serves_on_when_one_host_dies() {
         ]),
         "serve on with one host gone",
     );
+    // Out of use but expected back: disconnected, not failed for good.
     let live = live_status(&s);
-    let state = live["members"][1]["state"].as_str().unwrap_or_default();
-    assert!(
-        state.starts_with("faulty"),
-        "{test}: slot 1 is {state:?}: {live}"
+    assert_eq!(
+        live["members"][1]["state"], "disconnected",
+        "{test}: {live}"
     );
-    s.stop_expecting_errors("TERM", &["nbd+unix"]);
+    assert!(
+        live["members"][1]["away_seconds"].is_u64(),
+        "{test}: {live}"
+    );
+    s.stop_expecting_errors("TERM", &["nbd+unix", "disconnected"]);
 }
 
 /// RAID-5 over exports that take only whole 4 KiB blocks, at most 64 KiB
@@ -165,9 +169,9 @@ fn raid5_over_exports_with_4k_blocks_reads_back_unaligned_writes() {
 }
 
 /// A mirror over two nbdkit exports of files in the test's directory,
-/// with 1 MiB bitmap regions, filled with 0x5a; then host 1 is killed
-/// (SIGKILL) once the bitmap is quiet, and 0x77 written to one region
-/// while it is away.
+/// with 1 MiB bitmap regions, filled with 0x5a; then host 1 goes away
+/// (killed, or stalled behind nbdkit's pause filter) once the bitmap is
+/// quiet, and 0x77 is written to one region while it is away.
 struct HostAway {
     t: Tools,
     s: Server,
@@ -175,14 +179,57 @@ struct HostAway {
     uris: Vec<String>,
     /// The files behind the exports.
     files: Vec<String>,
+    /// Host 1's pause filter, when it has one.
+    pause: Option<PauseControl>,
 }
 
 impl HostAway {
+    /// Host 1 killed (SIGKILL) under a server given `serve_args`.
     fn start(test: &str, serve_args: &[&str]) -> Option<HostAway> {
+        let mut h = HostAway::filled(test, serve_args, false)?;
+        h.kits[1].kill();
+        let expected = if serve_args.contains(&"--no-reconnect") {
+            "faulty"
+        } else {
+            "disconnected"
+        };
+        h.write_while_away(test, expected);
+        Some(h)
+    }
+
+    /// Host 1 stalled: its requests held by the pause filter, not answered.
+    fn stalled(test: &str, serve_args: &[&str]) -> Option<HostAway> {
+        let h = HostAway::filled(test, serve_args, true)?;
+        h.pause.as_ref().expect("a pause filter").pause();
+        h.write_while_away(test, "disconnected");
+        Some(h)
+    }
+
+    fn filled(test: &str, serve_args: &[&str], pausable: bool) -> Option<HostAway> {
         let t = required_tools(test, &["qemu-io"])?;
         let dir = temp_dir();
         let files = member_paths(dir.path(), 2);
-        let (kits, uris) = exported_members(test, dir.path(), 2, 40 * MIB, &[], &[])?;
+        let pause = pausable.then(|| PauseControl::new(&dir.path().join("pause.sock")));
+        let mut kits = Vec::new();
+        for (i, path) in files.iter().enumerate() {
+            std::fs::File::create(path)
+                .and_then(|f| f.set_len(40 * MIB))
+                .expect("a member file");
+            let file = format!("file={path}");
+            let (filters, mut plugin) = match (&pause, i) {
+                (Some(p), 1) => (vec!["pause"], vec!["file".to_owned(), file, p.param()]),
+                _ => (vec![], vec!["file".to_owned(), file]),
+            };
+            plugin.shrink_to_fit();
+            let plugin: Vec<&str> = plugin.iter().map(String::as_str).collect();
+            kits.push(Nbdkit::start(
+                test,
+                &dir.path().join(format!("m{i}.sock")),
+                &filters,
+                &plugin,
+            )?);
+        }
+        let uris: Vec<String> = kits.iter().map(Nbdkit::uri).collect();
         let volume = Volume::create_on(
             Spec::new("mirror", 2, "64k"),
             uris.clone(),
@@ -197,24 +244,54 @@ impl HostAway {
                 ..ServeOptions::default()
             },
         );
-        let mut h = HostAway {
+        let h = HostAway {
             t,
             s,
             kits,
             uris,
             files,
+            pause,
         };
         h.io(&["write -P 0x5a 0 32M", "flush"], "fill");
         // The bitmap's sweeps clear the quiet regions (every 5 s): a member
         // leaving now misses only what is written after.
         wait_until(test, || live_status(&h.s)["bitmap"]["dirty_regions"] == 0);
-        h.kits[1].kill();
-        h.io(
+        Some(h)
+    }
+
+    fn write_while_away(&self, test: &str, expected: &str) {
+        self.io(
             &["write -P 0x77 4M 1M", "flush"],
             "write while the host is away",
         );
-        assert!(h.state(1).starts_with("faulty"), "{test}: {}", h.state(1));
-        Some(h)
+        assert_eq!(self.state(1), expected, "{test}");
+    }
+
+    /// The volume's spares, by path.
+    fn spares(&self) -> Vec<serde_json::Value> {
+        live_status(&self.s)["spares"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// A local file added as a spare.
+    fn add_spare(&self) -> String {
+        let spare = self.s.volume.path().join("spare");
+        let spare = spare.to_str().expect("a UTF-8 path").to_owned();
+        run_ok(
+            &mut platter(&[
+                "add-spare",
+                "--member-size",
+                &(40 * MIB).to_string(),
+                "--control",
+                &self.s.control(),
+                &spare,
+            ]),
+            CMD_TIMEOUT,
+            "add a spare",
+        );
+        spare
     }
 
     fn io(&self, cmds: &[&str], what: &str) {
@@ -317,7 +394,7 @@ fn a_host_that_comes_back_is_reconnected_on_its_own() {
     let before = h.written_to(1);
     // Away for a few of the server's tries.
     std::thread::sleep(std::time::Duration::from_secs(3));
-    assert!(h.state(1).starts_with("faulty"), "{}", h.state(1));
+    assert_eq!(h.state(1), "disconnected");
     h.kits[1].restart();
     wait_until(test, || h.state(1) == "active");
     let written = h.written_to(1) - before;
@@ -369,7 +446,7 @@ fn a_member_written_elsewhere_is_not_brought_back() {
         h.s.log()
             .contains("the member's host answers again, but it cannot come back on its own")
     });
-    assert!(h.state(1).starts_with("faulty"), "{}", h.state(1));
+    assert_eq!(h.state(1), "faulty", "{test}: it cannot come back: failed");
     let refused = run(
         &mut platter(&["re-add", "--control", &h.s.control(), &h.uris[1]]),
         CMD_TIMEOUT,
@@ -390,4 +467,82 @@ fn a_member_written_elsewhere_is_not_brought_back() {
         "the volume as the head wrote it",
     );
     h.s.stop_expecting_errors("TERM", &["nbd+unix", "member", "cannot come back"]);
+}
+
+/// A host that stalls (nbdkit's pause filter holds its requests) for less
+/// than --member-timeout: after --remote-timeout its connection is dropped
+/// and the volume serves on without it; it is `disconnected`, so the spare
+/// waits; its tries fail while it stalls (it takes the connection but
+/// answers nothing). Once it answers again it comes back by itself,
+/// rebuilding only the region written meanwhile, the spare still a spare,
+/// and the volume reads back right from it alone.
+#[test]
+fn a_stall_shorter_than_the_member_timeout_is_waited_out() {
+    let test = "a_stall_shorter_than_the_member_timeout_is_waited_out";
+    let args = ["--remote-timeout", "1", "--member-timeout", "60"];
+    let Some(h) = HostAway::stalled(test, &args) else {
+        return;
+    };
+    h.add_spare();
+    let before = h.written_to(1);
+    // Several tries, each taking the connection and timing out on a read.
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    let live = live_status(&h.s);
+    assert_eq!(
+        live["members"][1]["state"], "disconnected",
+        "{test}: {live}"
+    );
+    assert!(
+        live["members"][1]["away_seconds"].as_u64() >= Some(2),
+        "{test}: {live}"
+    );
+    assert_eq!(h.spares().len(), 1, "{test}: the spare waits: {live}");
+
+    h.pause.as_ref().expect("paused").resume();
+    wait_until(test, || h.state(1) == "active");
+    assert_eq!(h.spares().len(), 1, "{test}: the spare was not needed");
+    assert_eq!(live_status(&h.s)["members"][1]["path"], h.uris[1]);
+    let written = h.written_to(1) - before;
+    assert!(
+        written <= 2 * MIB + 256 * 1024,
+        "{test}: coming back wrote {written} bytes to the member"
+    );
+    h.member_1_alone_holds_the_volume();
+}
+
+/// A host that stalls for longer than --member-timeout: disconnected
+/// first (the spare waits), then failed for good at the timeout, and the
+/// spare takes its place and is rebuilt. When the stalled host answers
+/// again it is not brought back (its slot is the spare's now), and the
+/// volume reads back right from the spare alone.
+#[test]
+fn a_stall_longer_than_the_member_timeout_fails_the_member() {
+    let test = "a_stall_longer_than_the_member_timeout_fails_the_member";
+    let args = ["--remote-timeout", "1", "--member-timeout", "5"];
+    let Some(h) = HostAway::stalled(test, &args) else {
+        return;
+    };
+    let spare = h.add_spare();
+    assert_eq!(h.state(1), "disconnected", "{test}");
+    assert_eq!(h.spares().len(), 1, "{test}: the spare waits");
+
+    wait_until(test, || h.spares().is_empty());
+    assert!(
+        h.s.log().contains("away longer than --member-timeout"),
+        "{test}: {}",
+        h.s.log()
+    );
+    wait_until(test, || h.state(1) == "active");
+    assert_eq!(live_status(&h.s)["members"][1]["path"], spare, "{test}");
+
+    h.pause.as_ref().expect("paused").resume();
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let live = live_status(&h.s);
+    assert_eq!(live["members"][1]["path"], spare, "{test}: {live}");
+    assert!(
+        !h.s.log().contains("reconnected"),
+        "{test}: the stalled member came back: {}",
+        h.s.log()
+    );
+    h.member_1_alone_holds_the_volume();
 }

@@ -649,6 +649,10 @@ impl<M: Member> Member for FaultyMember<M> {
         self.inner.connection_lost()
     }
 
+    fn abandon(&self, why: &str) {
+        self.inner.abandon(why)
+    }
+
     fn check_size(&self) -> Result<(), MemberError> {
         self.inner.check_size()
     }

@@ -136,6 +136,14 @@ pub trait Member: Send + Sync {
     fn connection_lost(&self) -> bool {
         false
     }
+
+    /// Its user gave up on an I/O to it (`serve --member-timeout`): a
+    /// remote member drops its connection, so that it counts as lost (and
+    /// is tried again) rather than hung. Nothing for local devices: a
+    /// blocking call cannot be taken back.
+    fn abandon(&self, why: &str) {
+        let _ = why;
+    }
 }
 
 /// What an I/O layer needs to perform a member's reads, writes and
@@ -244,6 +252,9 @@ macro_rules! forward_member {
             }
             fn connection_lost(&self) -> bool {
                 (**self).connection_lost()
+            }
+            fn abandon(&self, why: &str) {
+                (**self).abandon(why)
             }
         }
     )*};

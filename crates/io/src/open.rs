@@ -1,6 +1,7 @@
 //! Turning a member as named on the command line into a [`Member`].
 
 use std::io;
+use std::time::Duration;
 
 use crate::error::{MemberError, MemberErrorKind, Op};
 use crate::file::FileMember;
@@ -32,6 +33,10 @@ pub struct OpenOptions {
     /// (the kernel's claim has no shared form). Without it a read-only open
     /// claims nothing (`platter status` reads a served volume's labels).
     pub claim: bool,
+    /// For a remote member: how long a request may go unanswered before
+    /// the connection counts as lost ([`MemberErrorKind::Gone`]); `None`
+    /// is [`crate::nbd::REPLY_DEADLINE`]. Local members ignore it.
+    pub request_timeout: Option<Duration>,
 }
 
 /// Opens the member named by `spec`: a path to a regular file or a block
@@ -48,7 +53,12 @@ pub fn open_member(spec: &str, opts: OpenOptions) -> Result<Box<dyn Member>, Mem
             let uri = platter_nbd::parse_nbd_uri(spec).map_err(|e| {
                 MemberError::with_message(MemberErrorKind::NotAMember, spec, Op::Open, 0, 0, e.why)
             })?;
-            Ok(Box::new(NbdMember::open(spec, &uri, opts.read_only)?))
+            Ok(Box::new(NbdMember::open(
+                spec,
+                &uri,
+                opts.read_only,
+                opts.request_timeout.unwrap_or(crate::nbd::REPLY_DEADLINE),
+            )?))
         }
         Some(other) => Err(unsupported(
             spec,

@@ -25,10 +25,19 @@ pub const MEMBER_QUEUE_DEPTH: usize = platter_io::aio::layer::QUEUE_DEPTH_DEFAUL
 /// A member I/O older than this fails its member (`--member-timeout`).
 pub const MEMBER_TIMEOUT: Duration = platter_io::aio::layer::TIMEOUT_DEFAULT;
 pub const MEMBER_TIMEOUT_SECS: u64 = MEMBER_TIMEOUT.as_secs();
+/// A remote member's request unanswered this long drops its connection: the
+/// member is disconnected and tried again (`--remote-timeout`). Shorter
+/// than the member timeout, so that a stalled host is given up on before
+/// it is failed for good, and long enough for a busy server's flush.
+pub const REMOTE_TIMEOUT_SECS: u64 = 10;
 
 const _: () = assert!(
     MEMBER_TIMEOUT.subsec_nanos() == 0,
     "the CLI takes whole seconds"
+);
+const _: () = assert!(
+    REMOTE_TIMEOUT_SECS <= MEMBER_TIMEOUT_SECS,
+    "a stalled remote member is disconnected before it would be failed"
 );
 const _: () = assert!(
     BUFFER_LIMIT_BYTES >= crate::server::MAX_BLOCK_BYTES as u64,

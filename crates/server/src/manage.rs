@@ -44,6 +44,18 @@ pub struct Manager {
     pub rotational: BTreeMap<u32, bool>,
     /// Remote members whose connection broke, being retried (`readd.rs`).
     pub reconnects: Mutex<BTreeMap<u32, crate::readd::Reconnect>>,
+    /// Remote members whose connection broke are disconnected and tried
+    /// again (`readd.rs`); off (`--no-reconnect`), they are failed.
+    pub reconnect: bool,
+    /// A remote member disconnected this long is failed for good
+    /// (`--member-timeout`).
+    pub member_timeout: Duration,
+    /// How devices that join while serving are opened.
+    pub open_options: platter_io::OpenOptions,
+    /// The reconnect try running, if any (`readd.rs`).
+    pub reconnecting: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Set at shutdown: no more reconnect tries.
+    pub stopping: std::sync::atomic::AtomicBool,
 }
 
 fn health_name(h: Health) -> &'static str {
@@ -72,7 +84,9 @@ impl Manager {
         let health = self.engine.health();
         let members = self.engine.members();
         let slot_state = |s: usize| {
-            if label.slots[s].state == SlotState::Removed
+            if self.is_disconnected(s as u32) {
+                "disconnected"
+            } else if label.slots[s].state == SlotState::Removed
                 && matches!(health[s], Health::Faulty | Health::Missing)
             {
                 "removed"
@@ -113,7 +127,9 @@ impl Manager {
                 "slot": s,
                 "state": slot_state(s as usize),
                 "path": members[s as usize].as_ref().map(|m| m.describe().to_string()),
+                "away_seconds": self.away_seconds(s),
             })).collect::<Vec<_>>(),
+            "member_timeout_seconds": self.member_timeout.as_secs(),
             "spares": self.spares.lock().expect("spares").iter().map(|m| m.describe().to_string()).collect::<Vec<_>>(),
             "rebuild": rebuild,
             "scrub": self.upkeep.scrubber.status(geometry.stripes()),
@@ -315,10 +331,11 @@ impl Manager {
             return;
         }
         let health = self.engine.health();
-        let Some(slot) = health
-            .iter()
-            .position(|h| matches!(h, Health::Faulty | Health::Missing))
-        else {
+        // A disconnected member is expected back: a spare waits until it
+        // has been away longer than the member timeout.
+        let Some(slot) = (0..health.len()).find(|&s| {
+            matches!(health[s], Health::Faulty | Health::Missing) && !self.is_disconnected(s as u32)
+        }) else {
             return;
         };
         let Some(spare) = self.spares.lock().expect("spares").pop() else {

@@ -104,7 +104,7 @@ impl Manager {
             path,
             OpenOptions {
                 create_size_bytes: new.create_size_bytes,
-                ..OpenOptions::default()
+                ..self.open_options
             },
         )
         .map_err(|e| e.to_string());

@@ -15,6 +15,7 @@ use platter_core::label::VolumeState;
 use platter_core::volume::Health;
 use platter_core::volume::Request;
 use platter_io::assembly::OpenVolume;
+use platter_io::OpenOptions;
 use platter_nbd::HandshakeConfig;
 use std::collections::BTreeMap;
 use std::io;
@@ -66,8 +67,12 @@ pub struct ServeConfig {
     /// (`--member-queue-depth`).
     pub member_queue_depth: usize,
     /// A member I/O not completed this long after it was started fails
-    /// its member (`--member-timeout`).
+    /// its member (`--member-timeout`); a remote member is failed once it
+    /// has been disconnected this long.
     pub member_timeout: Duration,
+    /// A remote member's request unanswered this long drops its connection
+    /// (`--remote-timeout`); at most `member_timeout`.
+    pub remote_timeout: Duration,
     /// What performs member I/O (`--io-backend`).
     pub io_backend: platter_io::aio::layer::Backend,
     /// Latency injected into members' I/O by the I/O layer, by member as
@@ -77,6 +82,17 @@ pub struct ServeConfig {
     pub scrub_every: Option<Duration>,
     /// Its pace (`--scrub-rate`).
     pub scrub_rate_bytes_per_sec: u64,
+}
+
+impl ServeConfig {
+    /// How members that join while serving are opened (spares, replacements,
+    /// returning members); the command line opens those it starts with.
+    pub fn member_open_options(&self) -> OpenOptions {
+        OpenOptions {
+            request_timeout: Some(self.remote_timeout.min(self.member_timeout)),
+            ..OpenOptions::default()
+        }
+    }
 }
 
 impl Default for ServeConfig {
@@ -98,6 +114,7 @@ impl Default for ServeConfig {
             idle_timeout: Some(Duration::from_secs(defaults::IDLE_TIMEOUT_SECS)),
             member_queue_depth: defaults::MEMBER_QUEUE_DEPTH,
             member_timeout: defaults::MEMBER_TIMEOUT,
+            remote_timeout: Duration::from_secs(defaults::REMOTE_TIMEOUT_SECS),
             io_backend: platter_io::aio::layer::Backend::default(),
             member_delays: std::collections::HashMap::new(),
             scrub_every: None,
@@ -213,6 +230,11 @@ pub fn serve(
         slot_changes: Mutex::new(()),
         rotational: config.rotational.clone(),
         reconnects: Mutex::new(Default::default()),
+        reconnect: config.reconnect,
+        member_timeout: config.member_timeout,
+        open_options: config.member_open_options(),
+        reconnecting: Mutex::new(None),
+        stopping: AtomicBool::new(false),
     });
     let conns = Arc::new(Conns::new());
     let metrics_url = bound
@@ -242,6 +264,7 @@ pub fn serve(
     }
 
     // Shutdown: new requests get ESHUTDOWN, started ones finish.
+    manager.stop_reconnecting();
     engine.close_to_clients();
     threads.join(&upkeep);
     let flushed = flush_and_mark(&engine, &meta, &upkeep);

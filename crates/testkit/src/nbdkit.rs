@@ -85,6 +85,48 @@ impl Nbdkit {
     }
 }
 
+/// The control socket of nbdkit's pause filter (`--filter=pause
+/// pause-control=PATH`): a host that stalls, its requests held without an
+/// answer, and then carries on.
+pub struct PauseControl {
+    path: PathBuf,
+}
+
+impl PauseControl {
+    pub fn new(path: &Path) -> PauseControl {
+        PauseControl {
+            path: path.to_owned(),
+        }
+    }
+
+    /// `pause-control=PATH`, for the plugin's arguments.
+    pub fn param(&self) -> String {
+        format!("pause-control={}", self.path.display())
+    }
+
+    /// Requests from now on are held. Returns once the requests that were
+    /// already running have finished.
+    pub fn pause(&self) {
+        self.command(b'p', b'P');
+    }
+
+    /// The held requests go on.
+    pub fn resume(&self) {
+        self.command(b'r', b'R');
+    }
+
+    fn command(&self, send: u8, expect: u8) {
+        use std::io::{Read, Write};
+        let mut s = std::os::unix::net::UnixStream::connect(&self.path)
+            .unwrap_or_else(|e| panic!("pause control {:?}: {e}", self.path));
+        s.set_read_timeout(Some(READY_TIMEOUT)).expect("a timeout");
+        s.write_all(&[send]).expect("a pause command");
+        let mut answer = [0u8];
+        s.read_exact(&mut answer).expect("the pause filter answers");
+        assert_eq!(answer[0], expect, "the pause filter's answer");
+    }
+}
+
 impl Drop for Nbdkit {
     fn drop(&mut self) {
         self.kill();

@@ -380,6 +380,12 @@ impl Queue {
         self.layer
             .outstanding
             .fetch_sub(expired.len() as u64, Ordering::SeqCst);
+        // Before the engine hears of it: a remote member then counts as
+        // disconnected, not as failed for good.
+        self.device.abandon(&format!(
+            "an I/O not answered within {} s (--member-timeout)",
+            timeout.as_secs_f64()
+        ));
         for w in expired {
             let message = format!(
                 "{} of {} bytes at byte {} on {} not answered within {} s (--member-timeout)",

@@ -293,6 +293,14 @@ impl Connection {
         self.lock().dead.as_deref().is_some_and(|why| why != CLOSED)
     }
 
+    /// Drops the connection because its user gave up waiting (`why`):
+    /// every caller waiting wakes to a lost connection, and it counts as
+    /// lost.
+    pub(crate) fn abandon(&self, why: String) {
+        let mut s = self.lock();
+        self.inner.kill(&mut s, why);
+    }
+
     pub(crate) fn max_payload_bytes(&self) -> u32 {
         self.lock().session.max_payload_bytes()
     }

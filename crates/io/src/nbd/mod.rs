@@ -37,7 +37,7 @@ use conn::{CallError, ConnectError, Connection};
 /// How long connecting and the handshake may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a request waits for its reply before the connection counts as
-/// lost.
+/// lost, unless the opener says otherwise (`serve --remote-timeout`).
 pub const REPLY_DEADLINE: Duration = Duration::from_secs(60);
 /// Zeroes written at once where the server has no WRITE_ZEROES.
 const ZERO_CHUNK_BYTES: u64 = 1 << 20;
@@ -60,7 +60,12 @@ pub struct NbdMember {
 
 impl NbdMember {
     /// Connects to the export `parsed` names (`uri` as the user wrote it).
-    pub fn open(uri: &str, parsed: &NbdUri, read_only: bool) -> Result<NbdMember, MemberError> {
+    pub fn open(
+        uri: &str,
+        parsed: &NbdUri,
+        read_only: bool,
+        reply_deadline: Duration,
+    ) -> Result<NbdMember, MemberError> {
         let open_err =
             |kind, message: String| MemberError::with_message(kind, uri, Op::Open, 0, 0, message);
         if parsed.tls {
@@ -97,7 +102,7 @@ impl NbdMember {
                  durable when acknowledged"
             );
         }
-        let conn = Connection::start(stream, export.clone(), REPLY_DEADLINE, uri)
+        let conn = Connection::start(stream, export.clone(), reply_deadline, uri)
             .map_err(|e| open_err(MemberErrorKind::Io, format!("cannot start its reader: {e}")))?;
         let max_bytes = u64::from(conn.max_payload_bytes()) / block_bytes * block_bytes;
         // The last partial block cannot be addressed.
@@ -288,6 +293,10 @@ impl Member for NbdMember {
 
     fn connection_lost(&self) -> bool {
         self.conn.lost()
+    }
+
+    fn abandon(&self, why: &str) {
+        self.conn.abandon(why.to_owned());
     }
 
     fn read_at(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), MemberError> {

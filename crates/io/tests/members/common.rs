@@ -72,6 +72,7 @@ fn file_fixture(size_bytes: u64, direct: bool) -> Option<Fixture> {
         direct_block_devices: false,
         read_only: false,
         claim: false,
+        request_timeout: None,
     };
     let member = open_or_skip(&dir.path().join("member.img"), opts)?;
     Some(Fixture {
@@ -100,6 +101,7 @@ fn loop_fixture(size_bytes: u64, sector_bytes: u32, direct: bool) -> Option<Fixt
         direct_block_devices: false,
         read_only: false,
         claim: false,
+        request_timeout: None,
     };
     let member = open_or_skip(&loop_device.path, opts)?;
     assert_eq!(member.logical_block_bytes(), sector_bytes);

@@ -15,6 +15,7 @@ const CREATE: OpenOptions = OpenOptions {
     direct_block_devices: false,
     read_only: false,
     claim: false,
+    request_timeout: None,
 };
 
 #[test]
@@ -175,6 +176,7 @@ fn truncated_file_read_is_a_short_read_error() {
             direct_block_devices: false,
             read_only: false,
             claim: false,
+            request_timeout: None,
         };
         let Some(member) = open_or_skip(&path, opts) else {
             continue;
@@ -224,6 +226,7 @@ fn write_past_a_truncated_end_is_a_shrink_never_a_silent_re_extension() {
             direct_block_devices: false,
             read_only: false,
             claim: false,
+            request_timeout: None,
         };
         let Some(member) = open_or_skip(&path, opts) else {
             continue;
