@@ -275,36 +275,78 @@ fn a_server_that_hangs_up_in_the_handshake_is_refused() {
     assert!(err.to_string().contains("closed the connection"), "{err}");
 }
 
+/// The handshake of a fake server exporting 64 MiB that takes requests of
+/// up to 32 MiB; false if the client went away.
+fn fake_handshake(s: &mut std::os::unix::net::UnixStream) -> bool {
+    use platter_nbd::{ExportInfo, HandshakeConfig, HandshakeState, ServerHandshake};
+    let mut hs = ServerHandshake::new(HandshakeConfig::new(vec![ExportInfo {
+        name: String::new(),
+        description: String::new(),
+        size_bytes: 64 << 20,
+        transmission_flags: platter_nbd::consts::NBD_FLAG_SEND_FLUSH,
+        block_min_bytes: 1,
+        block_preferred_bytes: 4096,
+        block_max_bytes: 32 << 20,
+    }]));
+    let mut buf = vec![0u8; 4096];
+    loop {
+        let out = hs.take_output();
+        if !out.is_empty() && s.write_all(&out).is_err() {
+            return false;
+        }
+        if !matches!(hs.state(), HandshakeState::Negotiating) {
+            return true;
+        }
+        let n = match s.read(&mut buf) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => n,
+        };
+        hs.feed(&buf[..n]);
+    }
+}
+
+/// The story: a stalled host whose kernel stops taking bytes (its socket
+/// buffers full) held a write inside the socket call with no deadline: the
+/// deadline ran only for requests already sent and waiting for a reply,
+/// so the member hung (and with it the server's tries to bring it back)
+/// until the I/O layer's much longer timeout. Now sending has the same
+/// deadline: the write fails as a lost connection within it.
+#[test]
+fn a_server_that_stops_reading_loses_the_connection_within_the_deadline() {
+    let (_d, uri) = fake_server(|mut s| {
+        if fake_handshake(&mut s) {
+            // Never read again; hold the connection open.
+            std::thread::sleep(Duration::from_secs(30));
+        }
+    });
+    let m = open_member(
+        &uri,
+        OpenOptions {
+            request_timeout: Some(Duration::from_secs(1)),
+            ..OpenOptions::default()
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let data = vec![0x5a_u8; 16 << 20];
+    let started = std::time::Instant::now();
+    let err = m.write_at(0, &data).expect_err("nobody reads it");
+    assert_eq!(err.kind, MemberErrorKind::Gone, "{err}");
+    assert!(m.connection_lost(), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the write took {:?} to fail",
+        started.elapsed()
+    );
+}
+
 /// A server that negotiates properly, then answers a read with a reply
 /// for a request never made: the connection is dropped and the read fails
 /// (never returns bytes the server made up).
 #[test]
 fn a_reply_to_no_request_drops_the_connection() {
     let (_d, uri) = fake_server(|mut s| {
-        use platter_nbd::{ExportInfo, HandshakeConfig, HandshakeState, ServerHandshake};
-        let mut hs = ServerHandshake::new(HandshakeConfig::new(vec![ExportInfo {
-            name: String::new(),
-            description: String::new(),
-            size_bytes: 1 << 20,
-            transmission_flags: platter_nbd::consts::NBD_FLAG_SEND_FLUSH,
-            block_min_bytes: 1,
-            block_preferred_bytes: 4096,
-            block_max_bytes: 1 << 20,
-        }]));
-        let mut buf = vec![0u8; 4096];
-        loop {
-            let out = hs.take_output();
-            if !out.is_empty() && s.write_all(&out).is_err() {
-                return;
-            }
-            if !matches!(hs.state(), HandshakeState::Negotiating) {
-                break;
-            }
-            let n = match s.read(&mut buf) {
-                Ok(0) | Err(_) => return,
-                Ok(n) => n,
-            };
-            hs.feed(&buf[..n]);
+        if !fake_handshake(&mut s) {
+            return;
         }
         // The client's first request: answer with a cookie it never used.
         let mut req = [0u8; 28];

@@ -206,7 +206,7 @@ impl Manager {
     fn try_reconnect(&self, slot: u32, uri: &str) {
         let outcome = match open_member(uri, self.open_options) {
             Err(e) => {
-                tracing::debug!(slot, error = %e, "not back yet");
+                tracing::info!(slot, error = %e, "not back yet");
                 None
             }
             Ok(device) => {
@@ -224,7 +224,7 @@ impl Manager {
                 };
                 match result {
                     Err(e) if device.connection_lost() => {
-                        tracing::debug!(slot, error = %e, "connected, but not answering yet");
+                        tracing::info!(slot, error = %e, "connected, but not answering yet");
                         None
                     }
                     r => Some(r),

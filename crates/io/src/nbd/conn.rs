@@ -266,6 +266,10 @@ impl Connection {
         deadline: Duration,
         name: &str,
     ) -> io::Result<Connection> {
+        // A server that stops reading (stalled, its buffers full) must not
+        // hold a sender, and every sender queued behind it, forever: only
+        // callers waiting for a reply have a deadline of their own.
+        stream.set_write_timeout(Some(deadline))?;
         let reader_stream = stream.try_clone()?;
         let control = stream.try_clone()?;
         let inner = Arc::new(Inner {
