@@ -9,7 +9,7 @@ use platter_io::aio::layer::{Backend, BACKEND_ENV};
 use platter_io::aio::Delay;
 use platter_io::{FaultSpec, FaultyMember, Member, OpenOptions};
 use platter_server::{defaults, serve, Ready, ServeConfig};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,6 +67,13 @@ pub struct ServeArgs {
     /// spinning unless told. Repeatable.
     #[arg(long, value_name = "MEMBER=yes|no")]
     rotational: Vec<String>,
+    /// Read from MEMBER only when no other copy can serve the read (md's
+    /// write-mostly): a mirror's copy on a slow link or a far host still
+    /// gets every write. MEMBER is one of the members as given, or a slot
+    /// number. Repeatable. Without it the read policies already weigh each
+    /// member's measured latency (docs/tuning.md).
+    #[arg(long, value_name = "MEMBER")]
+    write_mostly: Vec<String>,
     /// RAID-5/6: stripes of partial-stripe writes held in memory until
     /// later writes complete them (at most 16 MiB; 0 turns the cache off).
     /// Held data is written out within about 50 ms of the last write to
@@ -231,6 +238,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         force_members_into_use(&mut volume);
     }
     let rotational = parse_rotational(&args.rotational, &args.members, &volume)?;
+    let write_mostly = parse_write_mostly(&args.write_mostly, &args.members, &volume)?;
     let config = ServeConfig {
         socket: args.socket,
         listen: args.listen,
@@ -240,6 +248,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         control: args.control,
         metrics: args.metrics,
         rotational,
+        write_mostly,
         stripe_cache_stripes: args.stripe_cache,
         buffer_limit_bytes: args.buffer_limit,
         handshake_timeout: Duration::from_secs(args.handshake_timeout),
@@ -362,40 +371,21 @@ fn parse_rotational(
     members: &[String],
     volume: &platter_io::assembly::OpenVolume,
 ) -> Result<BTreeMap<u32, bool>> {
-    let slots = volume.assembly.slot_device.len();
     let mut out = BTreeMap::new();
     for arg in opts {
         let bad = |why: String| CliError(format!("--rotational {arg}: {why}"));
+        // The longest member name that fits: a path may hold a '='.
         let named = members
             .iter()
-            .enumerate()
-            .filter_map(|(i, m)| Some((i, arg.strip_prefix(m.as_str())?.strip_prefix('=')?)))
+            .filter_map(|m| Some((m, arg.strip_prefix(m.as_str())?.strip_prefix('=')?)))
             .min_by_key(|(_, text)| text.len());
-        let (slot, value) = match named {
-            Some((i, value)) => {
-                let slot = volume
-                    .assembly
-                    .slot_device
-                    .iter()
-                    .position(|d| *d == Some(i))
-                    .ok_or_else(|| bad(format!("{} is not in use in the volume", members[i])))?;
-                (slot as u32, value)
-            }
-            None => {
-                let (key, value) = arg
-                    .split_once('=')
-                    .ok_or_else(|| bad("want MEMBER=yes|no".into()))?;
-                let slot: u32 = key.parse().map_err(|_| {
-                    bad(format!(
-                        "{key} is neither one of the members given nor a slot number"
-                    ))
-                })?;
-                if slot as usize >= slots {
-                    return Err(bad(format!("there is no slot {slot} (slots 0..{slots})")));
-                }
-                (slot, value)
-            }
+        let (member, value) = match named {
+            Some((m, value)) => (m.as_str(), value),
+            None => arg
+                .split_once('=')
+                .ok_or_else(|| bad("want MEMBER=yes|no".into()))?,
         };
+        let slot = slot_named(member, members, volume).map_err(bad)?;
         let spins = match value.to_ascii_lowercase().as_str() {
             "yes" | "true" | "1" | "hdd" => true,
             "no" | "false" | "0" | "ssd" => false,
@@ -404,6 +394,45 @@ fn parse_rotational(
         out.insert(slot, spins);
     }
     Ok(out)
+}
+
+/// `--write-mostly MEMBER` options as slots.
+fn parse_write_mostly(
+    opts: &[String],
+    members: &[String],
+    volume: &platter_io::assembly::OpenVolume,
+) -> Result<BTreeSet<u32>> {
+    opts.iter()
+        .map(|arg| {
+            slot_named(arg, members, volume)
+                .map_err(|why| CliError(format!("--write-mostly {arg}: {why}")))
+        })
+        .collect()
+}
+
+/// The slot of `member`: one of the members as given, or a slot number.
+fn slot_named(
+    member: &str,
+    members: &[String],
+    volume: &platter_io::assembly::OpenVolume,
+) -> std::result::Result<u32, String> {
+    let slots = volume.assembly.slot_device.len();
+    if let Some(i) = members.iter().position(|m| m == member) {
+        return volume
+            .assembly
+            .slot_device
+            .iter()
+            .position(|d| *d == Some(i))
+            .map(|slot| slot as u32)
+            .ok_or_else(|| format!("{member} is not in use in the volume"));
+    }
+    let slot: u32 = member
+        .parse()
+        .map_err(|_| format!("{member} is neither one of the members given nor a slot number"))?;
+    if slot as usize >= slots {
+        return Err(format!("there is no slot {slot} (slots 0..{slots})"));
+    }
+    Ok(slot)
 }
 
 fn print_ready(r: &Ready) {

@@ -656,3 +656,139 @@ fn a_host_stalled_under_fio_verify_comes_back_with_only_its_dirty_regions() {
         Outage::Stall,
     );
 }
+
+/// Member reads by slot, as `stats` counts them.
+fn member_reads(s: &Server) -> Vec<u64> {
+    s.live("stats")["members"]
+        .as_array()
+        .expect("members")
+        .iter()
+        .map(|m| m["reads"].as_u64().expect("reads"))
+        .collect()
+}
+
+/// A mirror with one copy near (an nbdkit export answering at once) and
+/// one far (5 ms added to each request by nbdkit's delay filter): with
+/// the default read policy and nothing said, 4k random reads one at a
+/// time go to the near copy (the balancing weighs each member's measured
+/// latency; counting outstanding I/Os alone, both copies are idle at each
+/// read and half the reads went to the far one); with `--write-mostly`
+/// naming the near copy they all go to the far one, while writes still
+/// reach both.
+#[test]
+fn reads_prefer_the_near_copy_unless_it_is_write_mostly() {
+    let test = "reads_prefer_the_near_copy_unless_it_is_write_mostly";
+    let Some(t) = required_tools(test, &["fio", "qemu-io"]) else {
+        return;
+    };
+    if !fio_has_nbd(&t) {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{test}: fio has no nbd engine under CI"
+        );
+        eprintln!("{test}: skipped: this fio has no nbd engine");
+        return;
+    }
+    let dir = temp_dir();
+    let files = member_paths(dir.path(), 2);
+    let mut kits = Vec::new();
+    for (i, path) in files.iter().enumerate() {
+        std::fs::File::create(path)
+            .and_then(|f| f.set_len(32 * MIB))
+            .expect("a member file");
+        let file = format!("file={path}");
+        let (filters, plugin): (&[&str], Vec<&str>) = if i == 1 {
+            (
+                &["delay"],
+                vec!["file", &file, "delay-read=5ms", "delay-write=5ms"],
+            )
+        } else {
+            (&[], vec!["file", &file])
+        };
+        let Some(k) = Nbdkit::start(
+            test,
+            &dir.path().join(format!("m{i}.sock")),
+            filters,
+            &plugin,
+        ) else {
+            return;
+        };
+        kits.push(k);
+    }
+    let uris: Vec<String> = kits.iter().map(Nbdkit::uri).collect();
+    let volume = Volume::create_on(
+        Spec::new("mirror", 2, "64k"),
+        uris.clone(),
+        32 * MIB,
+        dir,
+        &[],
+    );
+    let fio_reads = |s: &Server| {
+        let before = member_reads(s);
+        run_ok(
+            t.cmd("fio")
+                .args([
+                    "--name=near",
+                    "--thread",
+                    "--ioengine=nbd",
+                    "--rw=randread",
+                    "--bs=4k",
+                    "--iodepth=1",
+                    "--size=16M",
+                    "--time_based",
+                    "--runtime=3",
+                ])
+                .arg(format!("--uri={}", s.uri())),
+            CMD_TIMEOUT,
+            &format!("{test}: fio"),
+        );
+        let after = member_reads(s);
+        [after[0] - before[0], after[1] - before[1]]
+    };
+
+    let mut s = Server::start(volume);
+    qemu_io(&t, s.uri(), &qemu_io_cmds(&["write -P 0x5a 0 16M"]), "fill");
+    let [near, far] = fio_reads(&s);
+    let live = live_status(&s);
+    assert!(
+        near > 0 && far * 10 <= near,
+        "{test}: {near} reads on the near copy, {far} on the far one: {}",
+        live["read_policy"]
+    );
+    let latency = &live["read_policy"]["latency_us"];
+    assert!(
+        latency[1].as_u64() > latency[0].as_u64().map(|l| 10 * l),
+        "{test}: measured latencies {latency}"
+    );
+    s.stop();
+    s.options.extra_args = vec!["--write-mostly".into(), uris[0].clone()];
+    s.start_again();
+    assert_eq!(
+        live_status(&s)["read_policy"]["write_mostly"],
+        serde_json::json!([0])
+    );
+    let [near, far] = fio_reads(&s);
+    assert!(
+        far > 0 && near == 0,
+        "{test}: write-mostly near copy read {near} times, far {far}"
+    );
+    // Writes still reach it: the near copy alone reads back what is written now.
+    qemu_io(
+        &t,
+        s.uri(),
+        &qemu_io_cmds(&["write -P 0x66 0 1M", "flush"]),
+        "write",
+    );
+    run_ok(
+        &mut platter(&["fail", "--force", "--control", &s.control(), "1"]),
+        CMD_TIMEOUT,
+        "fail the far copy",
+    );
+    qemu_io(
+        &t,
+        s.uri(),
+        &qemu_io_cmds(&["read -P 0x66 0 1M", "read -P 0x5a 1M 15M"]),
+        "read from the near copy alone",
+    );
+    s.stop_expecting_errors("TERM", &[]);
+}

@@ -27,6 +27,18 @@
 //! - `auto`: `proximity` if any member is (or may be) rotational, `load` when
 //!   every member is known not to be.
 //!
+//! Every policy also heeds, per member:
+//! - *write-mostly* (`serve --write-mostly`, md's flag of the same name): a
+//!   member on a slow link gets every write but a read only when no other
+//!   usable copy has the bytes;
+//! - *latency*: each member's recent I/O time, which the server feeds in.
+//!   `load` and `proximity` weigh a member's outstanding I/Os by how much
+//!   slower it is than the fastest candidate (rounded: members within 1.5x
+//!   of each other weigh the same, so that noise between like disks changes
+//!   nothing), which is the time a new read would wait there. A copy 50
+//!   times farther away (a remote host) then gets a read only once the near
+//!   one has about 50 queued. `auto` thus prefers the near copy untold.
+//!
 //! Only the choice among usable copies is made here: which copies are usable
 //! (online, rebuilt past the stripe, not failed for this request) is the
 //! volume's business. Degraded, rebuild, scrub and read-repair reads never
@@ -324,6 +336,10 @@ pub struct Balancer {
     outstanding: Vec<u32>,
     /// Member offset where the last read or write issued to it ends.
     last_end: Vec<Option<u64>>,
+    /// Recent I/O time per member (0: not known).
+    latency_ns: Vec<u64>,
+    /// Read only when no other copy can be.
+    write_mostly: Vec<bool>,
     turn: u64,
 }
 
@@ -335,8 +351,54 @@ impl Balancer {
             rotational: vec![None; n],
             outstanding: vec![0; n],
             last_end: vec![None; n],
+            latency_ns: vec![0; n],
+            write_mostly: vec![false; n],
             turn: 0,
         }
+    }
+
+    /// The member's recent I/O time (0: not known, and then no member's
+    /// latency counts among copies that include it).
+    pub fn set_latency(&mut self, member: u32, latency_ns: u64) {
+        self.latency_ns[member as usize] = latency_ns;
+    }
+
+    pub fn latency_ns(&self, member: u32) -> u64 {
+        self.latency_ns[member as usize]
+    }
+
+    /// Reads go to `member` only when no other usable copy can serve them.
+    pub fn set_write_mostly(&mut self, member: u32, write_mostly: bool) {
+        self.write_mostly[member as usize] = write_mostly;
+    }
+
+    pub fn write_mostly(&self, member: u32) -> bool {
+        self.write_mostly[member as usize]
+    }
+
+    /// How many of the usable copies on `members` a read would use: those
+    /// not write-mostly, or all of them if every one is.
+    pub fn readable_copies(&self, members: impl Iterator<Item = u32> + Clone) -> u32 {
+        let all = members.clone().count() as u32;
+        match members.filter(|&m| !self.write_mostly(m)).count() as u32 {
+            0 => all,
+            n => n,
+        }
+    }
+
+    /// The weight of each of `cands`' outstanding I/Os: its latency over
+    /// the fastest candidate's, rounded, at least 1; all 1 when a latency
+    /// is not known.
+    fn weights(&self, cands: &Candidates) -> SmallVec<[u64; 4]> {
+        let lat = |c: &Candidate| self.latency_ns[c.member as usize];
+        let fastest = cands.iter().map(lat).min().unwrap_or(0);
+        cands
+            .iter()
+            .map(|c| match fastest {
+                0 => 1,
+                f => (lat(c).saturating_mul(2).saturating_add(f) / (2 * f)).max(1),
+            })
+            .collect()
     }
 
     pub fn policy(&self) -> ReadPolicy {
@@ -440,6 +502,19 @@ impl Balancer {
         copies: u32,
     ) -> Placement {
         assert!(!cands.is_empty(), "placing a read with no usable copy");
+        // Write-mostly copies are left out while another copy is there;
+        // `back` maps the remaining ones to their index in `cands`.
+        let back: SmallVec<[usize; 4]> = (0..cands.len())
+            .filter(|&i| !self.write_mostly(cands[i].member))
+            .collect();
+        if !back.is_empty() && back.len() < cands.len() {
+            let readable: Candidates = back.iter().map(|&i| cands[i]).collect();
+            let mut out = self.place(choice, &readable, volume_offset_bytes, len_bytes, copies);
+            for p in &mut out {
+                p.2 = back[p.2];
+            }
+            return out;
+        }
         let mut out = Placement::new();
         if !choice.cuts.is_empty() {
             // Split: piece i comes from the i-th usable copy.
@@ -491,13 +566,18 @@ impl Balancer {
                 .map(|(i, _)| i)
                 .expect("an eligible candidate")
         };
+        // The wait a new read would have on each copy: its queue, the read
+        // itself included, times its weight (1 between like members).
+        let weights = self.weights(cands);
+        let weight_of = |c: &Candidate| {
+            let i = cands.iter().position(|x| x == c).expect("a candidate");
+            weights[i]
+        };
+        let wait =
+            |c: &Candidate| (u64::from(self.outstanding[c.member as usize]) + 1) * weight_of(c);
         let least_loaded = || {
-            let min = cands
-                .iter()
-                .map(|c| self.outstanding[c.member as usize])
-                .min()
-                .expect("candidates");
-            rotate(&|c| self.outstanding[c.member as usize] == min)
+            let min = cands.iter().map(wait).min().expect("candidates");
+            rotate(&|c| wait(c) == min)
         };
         match choice.policy {
             ReadPolicy::RoundRobin | ReadPolicy::Split { .. } => rotate(&|_| true),
@@ -521,9 +601,13 @@ impl Balancer {
                         _ => 0,
                     }
                 };
+                // Between like members (weight 1) the order of
+                // `outstanding - bonus`, gmirror's; a slower member's
+                // queue counts for more.
                 let score = |c: &Candidate| {
                     (
-                        i64::from(self.outstanding[c.member as usize]) - bonus(c),
+                        (i64::from(self.outstanding[c.member as usize]) + 2 - bonus(c))
+                            * i64::try_from(weight_of(c)).unwrap_or(i64::MAX / 4),
                         -bonus(c),
                     )
                 };
@@ -599,6 +683,110 @@ mod tests {
         assert!(ReadPolicy::Load.check(3, 1).is_err());
         assert!(ReadPolicy::Prefer { slot: 1 }.check(2, 2).is_ok());
         assert!(ReadPolicy::Prefer { slot: 2 }.check(2, 2).is_err());
+    }
+
+    /// Two copies of one chunk, on members 0 and 1, at member offset
+    /// `offset_bytes`.
+    fn two_copies(offset_bytes: u64) -> Candidates {
+        (0..2)
+            .map(|m| Candidate {
+                member: m,
+                copy: m,
+                offset_bytes,
+            })
+            .collect()
+    }
+
+    /// Places `reads` 4 KiB reads at scattered offsets, each left
+    /// outstanding; how many went to each of two members.
+    fn place_outstanding(b: &mut Balancer, reads: u64) -> [u32; 2] {
+        let mut counts = [0; 2];
+        for i in 0..reads {
+            let offset = (i * 7919 % 1000) << 20;
+            let mut choice = b.begin(offset, 4096, 2);
+            let placed = b.place(&mut choice, &two_copies(offset), offset, 4096, 2);
+            let member = placed[0].2 as u32;
+            counts[member as usize] += 1;
+            b.issued(
+                member,
+                &MemberOp::Read {
+                    offset_bytes: offset,
+                    len_bytes: 4096,
+                },
+            );
+        }
+        counts
+    }
+
+    #[test]
+    fn a_write_mostly_copy_is_read_only_when_it_is_the_only_one() {
+        for policy in [
+            ReadPolicy::RoundRobin,
+            ReadPolicy::Load,
+            ReadPolicy::Prefer { slot: 0 },
+            ReadPolicy::Proximity { window_bytes: 0 },
+            ReadPolicy::Split { threshold_bytes: 0 },
+        ] {
+            let mut b = Balancer::new(2, policy);
+            b.set_write_mostly(0, true);
+            assert_eq!(place_outstanding(&mut b, 20), [0, 20], "{policy}");
+            // A split read is not cut for a copy it will not use.
+            let both = [0u32, 1];
+            assert_eq!(b.readable_copies(both.iter().copied()), 1, "{policy}");
+            let mut choice = b.begin(0, 1 << 20, 1);
+            let placed = b.place(&mut choice, &two_copies(0), 0, 1 << 20, 2);
+            assert!(placed.iter().all(|p| p.2 == 1), "{policy}: {placed:?}");
+            // The only copy left is read, write-mostly or not.
+            let only: Candidates = two_copies(0).into_iter().take(1).collect();
+            let mut choice = b.begin(0, 4096, 1);
+            assert_eq!(b.place(&mut choice, &only, 0, 4096, 2)[0].2, 0, "{policy}");
+        }
+        let mut b = Balancer::new(2, ReadPolicy::Load);
+        b.set_write_mostly(0, true);
+        b.set_write_mostly(1, true);
+        assert_eq!(
+            place_outstanding(&mut b, 20),
+            [10, 10],
+            "all write-mostly: as none"
+        );
+    }
+
+    #[test]
+    fn a_far_copy_gets_reads_only_once_the_near_one_is_queued_deep() {
+        for policy in [ReadPolicy::Load, ReadPolicy::Proximity { window_bytes: 0 }] {
+            let mut b = Balancer::new(2, policy);
+            b.set_latency(0, 100_000);
+            b.set_latency(1, 5_000_000);
+            let first = place_outstanding(&mut b, 40);
+            assert_eq!(first, [40, 0], "{policy}: 50 times farther");
+            let more = place_outstanding(&mut b, 460);
+            let far = first[1] + more[1];
+            assert!(
+                (1..=15).contains(&far),
+                "{policy}: {far} of 500 queued reads on the far copy"
+            );
+        }
+    }
+
+    #[test]
+    fn like_latencies_balance_as_unknown_ones() {
+        for policy in [ReadPolicy::Load, ReadPolicy::Proximity { window_bytes: 0 }] {
+            let mut plain = Balancer::new(2, policy);
+            let mut timed = Balancer::new(2, policy);
+            timed.set_latency(0, 100_000);
+            timed.set_latency(1, 140_000);
+            for _ in 0..5 {
+                assert_eq!(
+                    place_outstanding(&mut plain, 9),
+                    place_outstanding(&mut timed, 9),
+                    "{policy}"
+                );
+            }
+            // One latency unknown: none counts.
+            let mut half = Balancer::new(2, policy);
+            half.set_latency(1, 5_000_000);
+            assert_eq!(place_outstanding(&mut half, 10), [5, 5], "{policy}");
+        }
     }
 
     #[test]

@@ -8,7 +8,7 @@ use platter_core::label::Label;
 use platter_core::volume::Volume;
 use platter_io::Member;
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 /// Whether the device in `slot` spins: the operator's word, else what the
@@ -34,12 +34,16 @@ pub fn configure(
     label: &Label,
     members: &[Option<Arc<dyn Member>>],
     overrides: &BTreeMap<u32, bool>,
+    write_mostly: &BTreeSet<u32>,
 ) {
     for (slot, device) in members.iter().enumerate() {
         vol.set_rotational(
             slot as u32,
             rotational_of(slot as u32, device.as_ref(), overrides),
         );
+    }
+    for &slot in write_mostly {
+        vol.set_write_mostly(slot, true);
     }
     let g = vol.geometry();
     let (n, copies) = (g.members(), g.copies());
@@ -67,17 +71,27 @@ pub fn configure(
 impl Manager {
     /// The read policy part of `status`.
     pub fn read_policy_status(&self) -> Value {
-        let (policy, effective, rotational) = self.engine.with_volume(|v| {
-            (
-                v.read_policy(),
-                v.effective_read_policy(),
-                v.balancer().rotational().to_vec(),
-            )
-        });
+        let (policy, effective, rotational, write_mostly, latency_us) =
+            self.engine.with_volume(|v| {
+                let b = v.balancer();
+                let members = 0..v.geometry().members();
+                (
+                    v.read_policy(),
+                    v.effective_read_policy(),
+                    b.rotational().to_vec(),
+                    members
+                        .clone()
+                        .filter(|&m| b.write_mostly(m))
+                        .collect::<Vec<_>>(),
+                    members.map(|m| b.latency_ns(m) / 1000).collect::<Vec<_>>(),
+                )
+            });
         json!({
             "policy": policy.to_string(),
             "in_effect": effective.to_string(),
             "rotational": rotational,
+            "write_mostly": write_mostly,
+            "latency_us": latency_us,
         })
     }
 

@@ -293,6 +293,23 @@ impl Engine {
     }
 
     /// How busy each member's queue is, by slot (`None`: no device).
+    /// Tells the read balancing each member's recent I/O time (levels
+    /// with copies only): the near copy is read first. Called by the
+    /// server's loop; a handful of atomic loads under the engine lock.
+    pub fn refresh_read_latencies(&self) {
+        let mut st = self.lock();
+        if st.volume.geometry().copies() < 2 {
+            return;
+        }
+        let State {
+            volume, members, ..
+        } = &mut *st;
+        for (slot, d) in members.iter().enumerate() {
+            let ns = d.as_ref().map_or(0, |d| d.queue.pace().recent_ns);
+            volume.set_member_latency(slot as u32, ns);
+        }
+    }
+
     pub fn member_queues(&self) -> Vec<Option<QueueLoad>> {
         self.lock()
             .members

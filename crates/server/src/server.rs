@@ -47,6 +47,8 @@ pub struct ServeConfig {
     /// files and NBD exports cannot tell, and a block device's own answer
     /// (sysfs) can be overridden.
     pub rotational: BTreeMap<u32, bool>,
+    /// Slots read only when no other copy can be (`--write-mostly`).
+    pub write_mostly: std::collections::BTreeSet<u32>,
     /// Bring back remote members whose connection broke on their own, once
     /// their host answers (`readd.rs`); off, `platter re-add` does it.
     pub reconnect: bool,
@@ -107,6 +109,7 @@ impl Default for ServeConfig {
             control: None,
             metrics: None,
             rotational: BTreeMap::new(),
+            write_mostly: Default::default(),
             reconnect: true,
             stripe_cache_stripes: defaults::STRIPE_CACHE_STRIPES,
             buffer_limit_bytes: defaults::BUFFER_LIMIT_BYTES,
@@ -260,6 +263,7 @@ pub fn serve(
         if config.reconnect {
             manager.reconnect_lost();
         }
+        engine.refresh_read_latencies();
         manager.replace_from_spares();
     }
 

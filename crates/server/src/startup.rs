@@ -246,6 +246,7 @@ pub(crate) fn engine(
         &opened.assembly.label,
         &opened.members,
         &config.rotational,
+        &config.write_mostly,
     );
     if !config.read_only && config.stripe_cache_stripes > 0 {
         // Partial-stripe writes gathered into full stripes; the upkeep

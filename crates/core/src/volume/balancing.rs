@@ -41,6 +41,18 @@ impl Volume {
         self.balancer.set_rotational(member, rotational);
     }
 
+    /// Tells the balancer `member`'s recent I/O time (0: not known).
+    pub fn set_member_latency(&mut self, member: u32, latency_ns: u64) {
+        assert!(member < self.geometry.members(), "no member {member}");
+        self.balancer.set_latency(member, latency_ns);
+    }
+
+    /// Reads go to `member` only when no other usable copy holds the bytes.
+    pub fn set_write_mostly(&mut self, member: u32, write_mostly: bool) {
+        assert!(member < self.geometry.members(), "no member {member}");
+        self.balancer.set_write_mostly(member, write_mostly);
+    }
+
     /// Per member load and position, as the balancer sees them.
     pub fn balancer(&self) -> &Balancer {
         &self.balancer
@@ -51,10 +63,14 @@ impl Volume {
         let g = &self.geometry;
         // Split cuts one piece per copy usable where the read starts.
         let usable = match g.extents(offset_bytes, len_bytes.min(1)).next() {
-            Some(e) => g
-                .data_locations(e.stripe, e.data_index)
-                .filter(|l| self.usable(l.member, e.stripe))
-                .count() as u32,
+            Some(e) => {
+                let members: smallvec::SmallVec<[u32; 4]> = g
+                    .data_locations(e.stripe, e.data_index)
+                    .filter(|l| self.usable(l.member, e.stripe))
+                    .map(|l| l.member)
+                    .collect();
+                self.balancer.readable_copies(members.iter().copied())
+            }
             None => 0,
         };
         self.balancer.begin(offset_bytes, len_bytes, usable)
