@@ -80,6 +80,11 @@ fn slot_state(a: &Assembly, slot: usize) -> String {
             format!("stale (events {event_counter} < {})", a.label.event_counter)
         }
         SlotNote::Marked(s) => s.name().to_string(),
+        SlotNote::TooSmall {
+            size_bytes,
+            needed_bytes,
+            ..
+        } => format!("too small ({size_bytes} of {needed_bytes} bytes)"),
     }
 }
 

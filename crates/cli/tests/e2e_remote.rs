@@ -792,3 +792,68 @@ fn reads_prefer_the_near_copy_unless_it_is_write_mostly() {
     );
     s.stop_expecting_errors("TERM", &[]);
 }
+
+/// A host whose export comes back smaller than the member it held (nbdkit's
+/// truncate filter cuts it to half): the server says which member and why,
+/// leaves it out, and serves the mirror from the other copy, every byte
+/// as written; the shrunken export is not written to.
+#[test]
+fn an_export_that_shrank_is_left_out_with_the_reason() {
+    let test = "an_export_that_shrank_is_left_out_with_the_reason";
+    let Some(t) = required_tools(test, &["qemu-io"]) else {
+        return;
+    };
+    let dir = temp_dir();
+    let Some((mut kits, uris)) = exported_members(test, dir.path(), 2, 32 * MIB, &[], &[]) else {
+        return;
+    };
+    let files = member_paths(dir.path(), 2);
+    let volume = Volume::create_on(
+        Spec::new("mirror", 2, "64k"),
+        uris.clone(),
+        32 * MIB,
+        dir,
+        &[],
+    );
+    let mut s = Server::start(volume);
+    qemu_io(
+        &t,
+        s.uri(),
+        &qemu_io_cmds(&["write -P 0x3c 0 16M", "flush"]),
+        "fill",
+    );
+    s.stop();
+    let socket = kits[1].socket().to_owned();
+    kits[1].kill();
+    let before = std::fs::read(&files[1]).expect("member 1's file");
+    let Some(small) = Nbdkit::start(
+        test,
+        &socket,
+        &["truncate"],
+        &["file", &format!("file={}", files[1]), "truncate=16M"],
+    ) else {
+        return;
+    };
+    kits[1] = small;
+    s.start_again_unchecked();
+    let live = live_status(&s);
+    assert_eq!(live["state"], "degraded", "{test}: {live}");
+    assert_ne!(live["members"][1]["state"], "active", "{test}: {live}");
+    let reason = format!(
+        "member {}: device is {} bytes but its label needs",
+        uris[1],
+        16 * MIB
+    );
+    wait_until(test, || s.log().contains(&reason));
+    qemu_io(
+        &t,
+        s.uri(),
+        &qemu_io_cmds(&["read -P 0x3c 0 16M", "write -P 0x11 0 64k"]),
+        "serve on",
+    );
+    s.stop_expecting_errors("TERM", &["nbd+unix", "member"]);
+    assert!(
+        std::fs::read(&files[1]).expect("member 1's file") == before,
+        "{test}: the shrunken export was written to"
+    );
+}

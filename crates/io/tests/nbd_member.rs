@@ -339,6 +339,43 @@ fn a_server_that_stops_reading_loses_the_connection_within_the_deadline() {
     );
 }
 
+/// A server that starts the reply to a read and hangs up halfway through
+/// its data: the read fails as a lost connection, and no byte of the half
+/// reply reaches the caller's buffer as if it were data.
+#[test]
+fn a_server_that_closes_mid_reply_loses_the_connection() {
+    let (_d, uri) = fake_server(|mut s| {
+        if !fake_handshake(&mut s) {
+            return;
+        }
+        let mut req = [0u8; 28];
+        if s.read_exact(&mut req).is_err() {
+            return;
+        }
+        // The client asked for structured replies: one OFFSET_DATA chunk,
+        // flagged done, announcing 4096 bytes and sending 2048.
+        let mut reply = Vec::new();
+        reply.extend_from_slice(&0x668e_33efu32.to_be_bytes());
+        reply.extend_from_slice(&1u16.to_be_bytes());
+        reply.extend_from_slice(&1u16.to_be_bytes());
+        reply.extend_from_slice(&req[8..16]);
+        reply.extend_from_slice(&(8u32 + 4096).to_be_bytes());
+        reply.extend_from_slice(&0u64.to_be_bytes());
+        reply.extend_from_slice(&[0x41; 2048]);
+        let _ = s.write_all(&reply);
+    });
+    let m = open(&uri);
+    let mut buf = [0u8; 4096];
+    let err = m.read_at(0, &mut buf).expect_err("half a reply");
+    assert_eq!(err.kind, MemberErrorKind::Gone, "{err}");
+    assert!(m.connection_lost(), "{err}");
+    assert!(
+        buf.iter().all(|&b| b == 0),
+        "half a reply reached the buffer"
+    );
+    assert!(err.to_string().contains("closed the connection"), "{err}");
+}
+
 /// A server that negotiates properly, then answers a read with a reply
 /// for a request never made: the connection is dropped and the read fails
 /// (never returns bytes the server made up).

@@ -74,14 +74,27 @@ pub(crate) fn open(volume: OpenVolume, config: &ServeConfig) -> Result<Opened, S
         .iter()
         .filter(|h| **h != Health::Online)
         .count() as u32;
+    let left_out: Vec<String> = assembly
+        .notes
+        .iter()
+        .filter_map(SlotNote::left_out_because)
+        .collect();
     if !geometry.serves_all(|m| assembly.health[m as usize] == Health::Online) {
-        return Err(ServeError::Refused(format!(
+        let mut why = format!(
             "volume '{}' cannot be served: {lost} of {} members unavailable, and {} \
              cannot serve all of its data without them",
             printable(&assembly.label.name),
             geometry.members(),
             geometry.level(),
-        )));
+        );
+        for reason in &left_out {
+            why.push_str("; ");
+            why.push_str(reason);
+        }
+        return Err(ServeError::Refused(why));
+    }
+    for reason in &left_out {
+        tracing::error!("{reason}; left out of the volume");
     }
     if lost > 0 {
         tracing::warn!(lost, "serving degraded: {lost} member(s) unavailable");

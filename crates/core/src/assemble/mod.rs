@@ -47,14 +47,6 @@ pub enum AssembleError {
     UnknownMember { member: String, slot: u32 },
     #[error("member {member}: label disagrees with the volume on {field}")]
     Inconsistent { member: String, field: &'static str },
-    #[error(
-        "member {member}: device is {size_bytes} bytes but its label needs {needed_bytes} (truncated or the wrong device?)"
-    )]
-    TooSmall {
-        member: String,
-        size_bytes: u64,
-        needed_bytes: u64,
-    },
     #[error("volume {0}: {1}")]
     Geometry(String, String),
 }
@@ -70,6 +62,31 @@ pub enum SlotNote {
     },
     /// The volume's table marks it so.
     Marked(SlotState),
+    /// Its device is shorter than its label says (truncated, or an export
+    /// served smaller): left out, as a missing member.
+    TooSmall {
+        member: String,
+        size_bytes: u64,
+        needed_bytes: u64,
+    },
+}
+
+impl SlotNote {
+    /// Why the slot's device was left out, for the log and the refusal;
+    /// `None` when it was not.
+    pub fn left_out_because(&self) -> Option<String> {
+        match self {
+            SlotNote::TooSmall {
+                member,
+                size_bytes,
+                needed_bytes,
+            } => Some(format!(
+                "member {member}: device is {size_bytes} bytes but its label needs \
+                 {needed_bytes} (truncated or the wrong device?)"
+            )),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -143,6 +160,8 @@ pub fn assemble(found: &[Found]) -> Result<Assembly, AssembleError> {
     }
     let n = reference.member_count as usize;
     let mut slot_device: Vec<Option<usize>> = vec![None; n];
+    // Devices claiming each slot, used or not: two claims are refused.
+    let mut claimed: Vec<Option<usize>> = vec![None; n];
     let mut notes = vec![SlotNote::NotFound; n];
     for (i, (f, l)) in found.iter().zip(&labels).enumerate() {
         let inconsistent = |field| AssembleError::Inconsistent {
@@ -178,20 +197,22 @@ pub fn assemble(found: &[Found]) -> Result<Assembly, AssembleError> {
                 slot: l.slot,
             });
         }
-        if let Some(other) = slot_device[slot] {
+        if let Some(other) = claimed[slot] {
             return Err(AssembleError::DuplicateSlot {
                 member: f.name.clone(),
                 other: found[other].name.clone(),
                 slot: l.slot,
             });
         }
-        let needed_bytes = l.data_offset_bytes + l.data_size_bytes;
+        claimed[slot] = Some(i);
+        let needed_bytes = l.data_offset_bytes.saturating_add(l.data_size_bytes);
         if f.size_bytes < needed_bytes {
-            return Err(AssembleError::TooSmall {
+            notes[slot] = SlotNote::TooSmall {
                 member: f.name.clone(),
                 size_bytes: f.size_bytes,
                 needed_bytes,
-            });
+            };
+            continue;
         }
         slot_device[slot] = Some(i);
         notes[slot] = if l.event_counter < reference.event_counter {
@@ -220,7 +241,7 @@ pub fn assemble(found: &[Found]) -> Result<Assembly, AssembleError> {
         .iter()
         .map(|note| match note {
             SlotNote::InUse => Health::Online,
-            SlotNote::NotFound => Health::Missing,
+            SlotNote::NotFound | SlotNote::TooSmall { .. } => Health::Missing,
             // A member part-way through a rebuild holds good data only below
             // its checkpoint; the server resumes the rebuild from there.
             SlotNote::Marked(SlotState::Rebuilding) => Health::Missing,
