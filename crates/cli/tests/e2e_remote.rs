@@ -857,3 +857,74 @@ fn an_export_that_shrank_is_left_out_with_the_reason() {
         "{test}: the shrunken export was written to"
     );
 }
+
+/// Two tiers, platter serving members for platter (docs/remote.md): two
+/// "hosts" each serve a one-member concat of a local file, and a head
+/// builds a mirror over their exports. Written and read through the head;
+/// one host stopped (its server says ESHUTDOWN and closes) leaves the
+/// member disconnected and the mirror serving; started again, the host's
+/// export comes back on its own with only the region written meanwhile,
+/// and then holds every byte alone.
+#[test]
+fn platter_serves_the_members_of_a_platter_mirror() {
+    let test = "platter_serves_the_members_of_a_platter_mirror";
+    let Some(t) = required_tools(test, &["qemu-io"]) else {
+        return;
+    };
+    let mut hosts: Vec<Server> = (0..2)
+        .map(|_| Server::start(Volume::create(Spec::new("concat", 1, "64k"), 40 * MIB)))
+        .collect();
+    let uris: Vec<String> = hosts.iter().map(|h| h.uri().to_owned()).collect();
+    let head = Volume::create_on(
+        Spec::new("mirror", 2, "64k"),
+        uris.clone(),
+        40 * MIB,
+        temp_dir(),
+        &["--bitmap-region", "1M"],
+    );
+    let mut s = Server::start(head);
+    let io = |s: &Server, cmds: &[&str], what: &str| {
+        qemu_io(&t, s.uri(), &qemu_io_cmds(cmds), &format!("{test}: {what}"))
+    };
+    io(
+        &s,
+        &["write -P 0x5a 0 16M", "flush", "read -P 0x5a 0 16M"],
+        "fill",
+    );
+    wait_until(test, || live_status(&s)["bitmap"]["dirty_regions"] == 0);
+
+    hosts[1].stop();
+    io(
+        &s,
+        &["write -P 0x77 4M 1M", "flush"],
+        "write while host 1 is down",
+    );
+    let live = live_status(&s);
+    assert_eq!(
+        live["members"][1]["state"], "disconnected",
+        "{test}: {live}"
+    );
+    assert_eq!(live["bitmap"]["missed_regions"], 1, "{test}: {live}");
+
+    hosts[1].start_again();
+    wait_until(test, || live_status(&s)["members"][1]["state"] == "active");
+    assert!(s.log().contains("reconnected; rebuilding what it missed"));
+    run_ok(
+        &mut platter(&["fail", "--force", "--control", &s.control(), "0"]),
+        CMD_TIMEOUT,
+        "fail member 0",
+    );
+    io(
+        &s,
+        &[
+            "read -P 0x5a 0 4M",
+            "read -P 0x77 4M 1M",
+            "read -P 0x5a 5M 11M",
+        ],
+        "read from host 1 alone",
+    );
+    s.stop_expecting_errors("TERM", &["nbd+unix", "member"]);
+    for h in &mut hosts {
+        h.stop();
+    }
+}

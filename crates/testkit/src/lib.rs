@@ -20,7 +20,8 @@
 //!   end-to-end and NBD protocol fixtures both wrap it; the protocol tests
 //!   keep their own independent NBD client on purpose.
 //! - [`nbdkit::Nbdkit`]: nbdkit serving an export on a Unix socket, a
-//!   remote member that can be killed and restarted.
+//!   remote member that can be killed and restarted; [`netns::NetNs`]:
+//!   another "host" in a network namespace with a cable that can be cut.
 //! - [`tools`]: external tools looked up, the test skipped (or, under
 //!   `CI=true`, failed) when one is missing.
 
@@ -28,6 +29,7 @@ pub mod check;
 pub mod dirs;
 pub mod member;
 pub mod nbdkit;
+pub mod netns;
 pub mod oracle;
 pub mod rng;
 pub mod serve;

@@ -1,11 +1,13 @@
-//! nbdkit as a remote member: one server per export on a Unix socket,
-//! killed on drop, restartable (a member's host going away and coming
-//! back).
+//! nbdkit as a remote member: one server per export on a Unix socket (or
+//! on TCP in a network namespace, another "host"), killed on drop,
+//! restartable (a member's host going away and coming back).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::netns::NetNs;
 use crate::tools::{required_tools, Tools};
 
 /// How long nbdkit may take to create its socket.
@@ -14,9 +16,20 @@ const READY_TIMEOUT: Duration = Duration::from_secs(20);
 pub struct Nbdkit {
     tools: Tools,
     child: Option<Child>,
-    socket: PathBuf,
-    /// Everything after the socket: filters, plugin, its arguments.
+    listen: Listen,
+    /// Everything after the listening options: filters, plugin, its
+    /// arguments.
     args: Vec<String>,
+}
+
+/// Where an nbdkit listens.
+enum Listen {
+    Unix(PathBuf),
+    /// TCP on the host of a network namespace.
+    Host {
+        ns: Arc<NetNs>,
+        port: u16,
+    },
 }
 
 impl Nbdkit {
@@ -25,6 +38,25 @@ impl Nbdkit {
     /// `socket`. `None` when nbdkit is missing outside CI (the reason is
     /// printed for `test`); under `CI=true` that fails the test.
     pub fn start(test: &str, socket: &Path, filters: &[&str], plugin: &[&str]) -> Option<Nbdkit> {
+        Nbdkit::launch(test, Listen::Unix(socket.to_owned()), filters, plugin)
+    }
+
+    /// The same, on TCP `port` of the host in `ns` (another "host").
+    pub fn start_on_host(
+        test: &str,
+        ns: &Arc<NetNs>,
+        port: u16,
+        filters: &[&str],
+        plugin: &[&str],
+    ) -> Option<Nbdkit> {
+        let listen = Listen::Host {
+            ns: Arc::clone(ns),
+            port,
+        };
+        Nbdkit::launch(test, listen, filters, plugin)
+    }
+
+    fn launch(test: &str, listen: Listen, filters: &[&str], plugin: &[&str]) -> Option<Nbdkit> {
         let tools = required_tools(test, &["nbdkit"])?;
         let args = filters
             .iter()
@@ -34,7 +66,7 @@ impl Nbdkit {
         let mut k = Nbdkit {
             tools,
             child: None,
-            socket: socket.to_owned(),
+            listen,
             args,
         };
         k.restart();
@@ -42,28 +74,38 @@ impl Nbdkit {
     }
 
     /// Starts the server again (after [`Nbdkit::kill`]) with the same
-    /// arguments, and waits for its socket.
+    /// arguments, and waits until it listens.
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "nbdkit is running");
-        let _ = std::fs::remove_file(&self.socket);
-        let child = self
-            .tools
-            .cmd("nbdkit")
-            .args(["-f", "--exit-with-parent", "-U"])
-            .arg(&self.socket)
+        let mut cmd = match &self.listen {
+            Listen::Unix(socket) => {
+                let _ = std::fs::remove_file(socket);
+                let mut c = self.tools.cmd("nbdkit");
+                c.args(["-f", "--exit-with-parent", "-U"]).arg(socket);
+                c
+            }
+            Listen::Host { ns, port } => {
+                let mut c = ns.command(self.tools.path("nbdkit"));
+                c.args(["-f", "--exit-with-parent", "-i", ns.host_addr(), "-p"])
+                    .arg(port.to_string());
+                c
+            }
+        };
+        let child = cmd
             .args(&self.args)
             .stdin(Stdio::null())
             .spawn()
             .expect("nbdkit starts");
         self.child = Some(child);
-        let until = Instant::now() + READY_TIMEOUT;
-        while !self.socket.exists() {
-            assert!(
-                Instant::now() < until,
-                "nbdkit did not create {:?}",
-                self.socket
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        match &self.listen {
+            Listen::Unix(socket) => {
+                let until = Instant::now() + READY_TIMEOUT;
+                while !socket.exists() {
+                    assert!(Instant::now() < until, "nbdkit did not create {socket:?}");
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+            Listen::Host { ns, port } => ns.wait_listening(*port, READY_TIMEOUT),
         }
     }
 
@@ -75,13 +117,20 @@ impl Nbdkit {
         }
     }
 
+    /// The Unix socket it listens on (panics for one on TCP).
     pub fn socket(&self) -> &Path {
-        &self.socket
+        match &self.listen {
+            Listen::Unix(socket) => socket,
+            Listen::Host { .. } => panic!("this nbdkit listens on TCP"),
+        }
     }
 
     /// The member's URI.
     pub fn uri(&self) -> String {
-        format!("nbd+unix:///?socket={}", self.socket.display())
+        match &self.listen {
+            Listen::Unix(socket) => format!("nbd+unix:///?socket={}", socket.display()),
+            Listen::Host { ns, port } => format!("nbd://{}:{port}/", ns.host_addr()),
+        }
     }
 }
 

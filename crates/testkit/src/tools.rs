@@ -59,10 +59,13 @@ pub struct Tools(HashMap<String, PathBuf>);
 
 impl Tools {
     pub fn cmd(&self, name: &str) -> Command {
-        let p = self
-            .0
+        Command::new(self.path(name))
+    }
+
+    /// Where the tool `name` is.
+    pub fn path(&self, name: &str) -> &std::path::Path {
+        self.0
             .get(name)
-            .unwrap_or_else(|| panic!("tool {name} was not asked for"));
-        Command::new(p)
+            .unwrap_or_else(|| panic!("tool {name} was not asked for"))
     }
 }

@@ -34,7 +34,8 @@ use crate::error::{MemberError, MemberErrorKind, Op};
 use crate::member::{check_range, Member};
 use conn::{CallError, ConnectError, Connection};
 
-/// How long connecting and the handshake may take.
+/// How long connecting and the handshake may take, at most (less when the
+/// opener's request deadline is shorter).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a request waits for its reply before the connection counts as
 /// lost, unless the opener says otherwise (`serve --remote-timeout`).
@@ -75,13 +76,16 @@ impl NbdMember {
                     .to_owned(),
             ));
         }
-        let mut stream = conn::dial(&parsed.endpoint, CONNECT_TIMEOUT)
+        // A host that cannot connect within a request's deadline is not
+        // back (a reconnect try must not wait longer than a request would).
+        let connect_timeout = CONNECT_TIMEOUT.min(reply_deadline);
+        let mut stream = conn::dial(&parsed.endpoint, connect_timeout)
             .map_err(|e| open_err(connect_kind(&e), e.to_string()))?;
         let config = ClientConfig {
             export_name: parsed.export_name.clone(),
             tls: false,
         };
-        let export = conn::handshake(&mut stream, config, CONNECT_TIMEOUT)
+        let export = conn::handshake(&mut stream, config, connect_timeout)
             .map_err(|e| open_err(connect_kind(&e), e.to_string()))?;
         let block_bytes = u64::from(export.block_size.map_or(1, |b| b.minimum_bytes.max(1)));
         if !block_bytes.is_power_of_two() || block_bytes > 64 * 1024 {
@@ -126,7 +130,13 @@ impl NbdMember {
             CallError::Reply(r) => match r.errno {
                 NBD_ENOSPC => MemberErrorKind::NoSpace,
                 NBD_EPERM => MemberErrorKind::PermissionDenied,
-                NBD_ESHUTDOWN => MemberErrorKind::Gone,
+                NBD_ESHUTDOWN => {
+                    // The server is going away: the member is disconnected
+                    // from this answer on, not only once the socket closes.
+                    self.conn
+                        .abandon("the server is shutting down (ESHUTDOWN)".to_owned());
+                    MemberErrorKind::Gone
+                }
                 NBD_EOVERFLOW => MemberErrorKind::OutOfRange,
                 // EIO, ENOMEM, EINVAL, ENOTSUP and any other.
                 _ => MemberErrorKind::Io,
