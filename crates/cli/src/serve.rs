@@ -1,7 +1,7 @@
 //! `platter serve`: assemble a volume from its members and serve it over NBD.
 
 use crate::error::{CliError, Result};
-use crate::members::{assemble_devices, open_all};
+use crate::members::{assemble_devices, open_reachable};
 use clap::Args;
 use platter_core::label::printable;
 use platter_core::units::{format_size, parse_size};
@@ -209,18 +209,26 @@ pub fn run(args: ServeArgs) -> Result<()> {
         ..OpenOptions::default()
     };
     let io_backend = io_backend(args.io_backend.as_deref())?;
-    let injections = parse_injections(&args.inject, &args.members)?;
+    // A remote member whose host does not answer is left out (the volume
+    // starts degraded if it can) and tried in the background.
+    let (mut devices, unreachable) = open_reachable(&args.members, opts)?;
+    let members: Vec<String> = args
+        .members
+        .iter()
+        .filter(|m| !unreachable.contains(m))
+        .cloned()
+        .collect();
+    let injections = parse_injections(&args.inject, &members)?;
     let mut member_delays = std::collections::HashMap::new();
-    let mut devices = open_all(&args.members, opts)?;
     for (i, spec) in injections {
         let size = devices[i].size_bytes();
         if let Some(r) = spec.bad_ranges.iter().find(|r| r.end_bytes() > size) {
             return Err(CliError(format!(
                 "--inject {}: bad-range {}+{} ends past the member's end ({size} bytes)",
-                args.members[i], r.offset_bytes, r.len_bytes
+                members[i], r.offset_bytes, r.len_bytes
             )));
         }
-        tracing::warn!(member = %args.members[i], faults = %spec, "injecting faults");
+        tracing::warn!(member = %members[i], faults = %spec, "injecting faults");
         // Latency is a timer on the I/O layer (no thread sleeps through
         // it); the other faults need to see each I/O, so they wrap the
         // member, which then does not offer its descriptor to io_uring.
@@ -237,8 +245,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
     if args.force && !args.read_only {
         force_members_into_use(&mut volume);
     }
-    let rotational = parse_rotational(&args.rotational, &args.members, &volume)?;
-    let write_mostly = parse_write_mostly(&args.write_mostly, &args.members, &volume)?;
+    let rotational = parse_rotational(&args.rotational, &members, &volume)?;
+    let write_mostly = parse_write_mostly(&args.write_mostly, &members, &volume)?;
     let config = ServeConfig {
         socket: args.socket,
         listen: args.listen,
@@ -249,6 +257,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         metrics: args.metrics,
         rotational,
         write_mostly,
+        unreachable,
         stripe_cache_stripes: args.stripe_cache,
         buffer_limit_bytes: args.buffer_limit,
         handshake_timeout: Duration::from_secs(args.handshake_timeout),

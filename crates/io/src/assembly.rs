@@ -1,7 +1,7 @@
 //! Opening a volume's devices: read each member's label, assemble the volume
 //! the labels describe, and write labels back when the volume's state changes.
 
-use crate::error::MemberError;
+use crate::error::{MemberError, MemberErrorKind};
 use crate::member::Member;
 use crate::open::{open_member, OpenOptions};
 use platter_core::assemble::{assemble, AssembleError, Assembly, Found};
@@ -88,6 +88,38 @@ impl OpenVolume {
 
 /// Opens each spec, refusing the same member named twice.
 pub fn open_all(specs: &[String], opts: OpenOptions) -> Result<Vec<Arc<dyn Member>>, OpenError> {
+    let (members, unreachable) = open_each(specs, opts, false)?;
+    assert!(
+        unreachable.is_empty(),
+        "nothing is left out when asked not to"
+    );
+    Ok(members)
+}
+
+/// Devices opened, in the order named.
+pub type Opened = Vec<Arc<dyn Member>>;
+
+/// [`open_all`], except that a remote member whose host does not answer
+/// (refused, timed out, hung up: [`MemberErrorKind::Gone`]) is left out
+/// and named in the second list, so that a volume can start without it
+/// and take it back later. At least one member must open; local devices
+/// and every other error still refuse.
+pub fn open_reachable(
+    specs: &[String],
+    opts: OpenOptions,
+) -> Result<(Opened, Vec<String>), OpenError> {
+    let (members, mut unreachable) = open_each(specs, opts, true)?;
+    if members.is_empty() && !unreachable.is_empty() {
+        return Err(OpenError::Member(unreachable.swap_remove(0).1));
+    }
+    Ok((members, unreachable.into_iter().map(|(s, _)| s).collect()))
+}
+
+fn open_each(
+    specs: &[String],
+    opts: OpenOptions,
+    leave_unreachable: bool,
+) -> Result<(Opened, Vec<(String, MemberError)>), OpenError> {
     for (i, a) in specs.iter().enumerate() {
         if specs[..i].contains(a) {
             return Err(OpenError::NamedTwice(a.clone()));
@@ -96,8 +128,15 @@ pub fn open_all(specs: &[String], opts: OpenOptions) -> Result<Vec<Arc<dyn Membe
     // The same device under two names: the second open would be refused by
     // the first one's lock with a vaguer message, so look first.
     let mut members: Vec<Arc<dyn Member>> = Vec::with_capacity(specs.len());
+    let mut unreachable = Vec::new();
     for spec in specs {
-        let opened = open_member(spec, opts);
+        let opened = match open_member(spec, opts) {
+            Err(e) if leave_unreachable && e.kind == MemberErrorKind::Gone && is_remote(spec) => {
+                unreachable.push((spec.clone(), e));
+                continue;
+            }
+            r => r,
+        };
         // A file created by an earlier name of this list exists only now.
         let id = path_identity(spec);
         if let Some(earlier) = members.iter().find(|m| id.is_some() && m.identity() == id) {
@@ -108,7 +147,12 @@ pub fn open_all(specs: &[String], opts: OpenOptions) -> Result<Vec<Arc<dyn Membe
         }
         members.push(Arc::from(opened?));
     }
-    Ok(members)
+    Ok((members, unreachable))
+}
+
+/// A member named by URI, not a local path.
+fn is_remote(spec: &str) -> bool {
+    spec.contains("://") && !spec.starts_with("./") && !spec.starts_with('/')
 }
 
 /// The first bytes of a member, where its label lives.

@@ -19,6 +19,7 @@ mod meta;
 pub mod metrics;
 mod newdevice;
 mod readd;
+mod reconnect;
 mod replies;
 mod scrub;
 mod server;

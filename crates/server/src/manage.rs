@@ -42,8 +42,8 @@ pub struct Manager {
     pub slot_changes: Mutex<()>,
     /// `serve --rotational`: slots whose rotation the operator stated.
     pub rotational: BTreeMap<u32, bool>,
-    /// Remote members whose connection broke, being retried (`readd.rs`).
-    pub reconnects: Mutex<BTreeMap<u32, crate::readd::Reconnect>>,
+    /// Remote members away and expected back, by URI (`reconnect.rs`).
+    pub away: Mutex<BTreeMap<String, crate::reconnect::Away>>,
     /// Remote members whose connection broke are disconnected and tried
     /// again (`readd.rs`); off (`--no-reconnect`), they are failed.
     pub reconnect: bool,
@@ -130,6 +130,7 @@ impl Manager {
                 "away_seconds": self.away_seconds(s),
             })).collect::<Vec<_>>(),
             "member_timeout_seconds": self.member_timeout.as_secs(),
+            "unreachable": self.unplaced_status(),
             "spares": self.spares.lock().expect("spares").iter().map(|m| m.describe().to_string()).collect::<Vec<_>>(),
             "rebuild": rebuild,
             "scrub": self.upkeep.scrubber.status(geometry.stripes()),
@@ -334,7 +335,7 @@ impl Manager {
         // A disconnected member is expected back: a spare waits until it
         // has been away longer than the member timeout.
         let Some(slot) = (0..health.len()).find(|&s| {
-            matches!(health[s], Health::Faulty | Health::Missing) && !self.is_disconnected(s as u32)
+            matches!(health[s], Health::Faulty | Health::Missing) && self.spare_may_take(s as u32)
         }) else {
             return;
         };

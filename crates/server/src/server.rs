@@ -49,6 +49,9 @@ pub struct ServeConfig {
     pub rotational: BTreeMap<u32, bool>,
     /// Slots read only when no other copy can be (`--write-mostly`).
     pub write_mostly: std::collections::BTreeSet<u32>,
+    /// Remote members whose host did not answer at start: served without,
+    /// tried in the background (`reconnect.rs`).
+    pub unreachable: Vec<String>,
     /// Bring back remote members whose connection broke on their own, once
     /// their host answers (`readd.rs`); off, `platter re-add` does it.
     pub reconnect: bool,
@@ -110,6 +113,7 @@ impl Default for ServeConfig {
             metrics: None,
             rotational: BTreeMap::new(),
             write_mostly: Default::default(),
+            unreachable: Vec::new(),
             reconnect: true,
             stripe_cache_stripes: defaults::STRIPE_CACHE_STRIPES,
             buffer_limit_bytes: defaults::BUFFER_LIMIT_BYTES,
@@ -232,13 +236,14 @@ pub fn serve(
         removed: Mutex::new(std::mem::take(&mut opened.removed)),
         slot_changes: Mutex::new(()),
         rotational: config.rotational.clone(),
-        reconnects: Mutex::new(Default::default()),
+        away: Mutex::new(Default::default()),
         reconnect: config.reconnect,
         member_timeout: config.member_timeout,
         open_options: config.member_open_options(),
         reconnecting: Mutex::new(None),
         stopping: AtomicBool::new(false),
     });
+    manager.await_unreachable(&config.unreachable);
     let conns = Arc::new(Conns::new());
     let metrics_url = bound
         .metrics
