@@ -33,10 +33,11 @@ need_rust() {
     fi
 }
 
+
 # Packages the build needs: ISA-L for parity (a pure-Rust fallback exists,
-# but the tests compare the two).
-BUILD_PACKAGES=(pkg-config libisal-dev)
+# but the tests compare the two), OpenSSL for TLS.
+BUILD_PACKAGES=(pkg-config libisal-dev libssl-dev)
 # NBD clients to use the demo volume with (nbdinfo, qemu-io, nbdfuse).
 CLIENT_PACKAGES=(libnbd-bin qemu-utils nbdfuse fuse3)
 # Everything the end-to-end tests drive.
-TEST_PACKAGES=("${CLIENT_PACKAGES[@]}" nbdkit fio xfsprogs util-linux iproute2)
+TEST_PACKAGES=("${CLIENT_PACKAGES[@]}" nbdkit fio xfsprogs util-linux iproute2 openssl)

@@ -8,6 +8,7 @@ use platter_core::units::{format_size, parse_size};
 use platter_io::aio::layer::{Backend, BACKEND_ENV};
 use platter_io::aio::Delay;
 use platter_io::{FaultSpec, FaultyMember, Member, OpenOptions};
+use platter_nbd::TlsPolicy;
 use platter_server::{defaults, serve, Ready, ServeConfig};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -129,6 +130,20 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SECS", default_value_t = defaults::REMOTE_TIMEOUT_SECS,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     remote_timeout: u64,
+    /// TLS for clients: `off`, `on` (offered; plaintext clients still
+    /// served) or `require` (nothing is served without TLS: every option
+    /// before STARTTLS is refused). Default: `on` when --tls-certificates
+    /// or --tls-psk is given, else `off`.
+    #[arg(long, value_name = "off|on|require", value_parser = parse_tls)]
+    tls: Option<TlsPolicy>,
+    /// X.509 credentials for TLS, in nbdkit's layout: DIR/server-cert.pem,
+    /// DIR/server-key.pem (and DIR/ca-cert.pem).
+    #[arg(long, value_name = "DIR", conflicts_with = "tls_psk")]
+    tls_certificates: Option<PathBuf>,
+    /// Pre-shared keys for TLS: USERNAME:HEXKEY lines (GnuTLS psktool's
+    /// format, as nbdkit and qemu read it).
+    #[arg(long, value_name = "FILE")]
+    tls_psk: Option<PathBuf>,
     /// Leave remote members whose connection broke out of use until
     /// `platter re-add`; by default they are disconnected, tried again with
     /// backoff (1 s, doubling to 30 s) and brought back once their host
@@ -247,6 +262,23 @@ pub fn run(args: ServeArgs) -> Result<()> {
     }
     let rotational = parse_rotational(&args.rotational, &members, &volume)?;
     let write_mostly = parse_write_mostly(&args.write_mostly, &members, &volume)?;
+    let tls_credentials = match (&args.tls_certificates, &args.tls_psk) {
+        (Some(dir), _) => Some(platter_tls::Credentials::X509 { dir: dir.clone() }),
+        (None, Some(file)) => Some(platter_tls::Credentials::Psk(
+            platter_tls::PskKeys::load(file).map_err(|e| CliError(format!("--tls-psk: {e}")))?,
+        )),
+        (None, None) => None,
+    };
+    let tls = args.tls.unwrap_or(if tls_credentials.is_some() {
+        TlsPolicy::On
+    } else {
+        TlsPolicy::Off
+    });
+    if tls != TlsPolicy::Off && tls_credentials.is_none() {
+        return Err(CliError(
+            "--tls on or require needs --tls-certificates DIR or --tls-psk FILE".into(),
+        ));
+    }
     let config = ServeConfig {
         socket: args.socket,
         listen: args.listen,
@@ -258,6 +290,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         rotational,
         write_mostly,
         unreachable,
+        tls,
+        tls_credentials,
         stripe_cache_stripes: args.stripe_cache,
         buffer_limit_bytes: args.buffer_limit,
         handshake_timeout: Duration::from_secs(args.handshake_timeout),
@@ -442,6 +476,15 @@ fn slot_named(
         return Err(format!("there is no slot {slot} (slots 0..{slots})"));
     }
     Ok(slot)
+}
+
+fn parse_tls(text: &str) -> std::result::Result<TlsPolicy, String> {
+    match text {
+        "off" => Ok(TlsPolicy::Off),
+        "on" => Ok(TlsPolicy::On),
+        "require" => Ok(TlsPolicy::Require),
+        other => Err(format!("'{other}': want off, on or require")),
+    }
 }
 
 fn print_ready(r: &Ready) {

@@ -122,6 +122,22 @@ pub struct HandshakeConfig {
     pub max_options: u32,
     /// Largest option data accepted; a longer one closes the connection.
     pub max_option_bytes: u32,
+    /// Whether `NBD_OPT_STARTTLS` is offered, or required first.
+    pub tls: TlsPolicy,
+}
+
+/// What the server says to TLS (`serve --tls`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TlsPolicy {
+    /// `NBD_OPT_STARTTLS` is refused (`NBD_REP_ERR_POLICY`).
+    #[default]
+    Off,
+    /// Offered; a client may also go on in plaintext.
+    On,
+    /// Every option but STARTTLS and ABORT gets `NBD_REP_ERR_TLS_REQD`
+    /// until TLS is up, and `NBD_OPT_EXPORT_NAME` (which has no error
+    /// reply) closes the connection: nothing is served in plaintext.
+    Require,
 }
 
 impl HandshakeConfig {
@@ -132,6 +148,7 @@ impl HandshakeConfig {
             exports,
             max_options: DEFAULT_MAX_OPTIONS,
             max_option_bytes: DEFAULT_MAX_OPTION_BYTES,
+            tls: TlsPolicy::Off,
         }
     }
 }
@@ -141,6 +158,10 @@ impl HandshakeConfig {
 pub enum HandshakeState {
     /// Options are being exchanged; keep feeding.
     Negotiating,
+    /// The client's `NBD_OPT_STARTTLS` was acknowledged: write the output,
+    /// run the TLS handshake on the socket, then call
+    /// [`ServerHandshake::tls_started`]; every later byte is inside TLS.
+    StartTls,
     /// The handshake succeeded; every later byte belongs to the transmission
     /// phase.
     Transmission(Negotiated),
@@ -203,6 +224,9 @@ pub enum CloseReason {
     /// `NBD_OPT_EXPORT_NAME`, which has no error reply to carry the reason.
     #[error("connection refused (NBD_OPT_EXPORT_NAME cannot be told why)")]
     Refused,
+    /// `NBD_OPT_EXPORT_NAME` before TLS on a server that requires it.
+    #[error("NBD_OPT_EXPORT_NAME without TLS, which this server requires")]
+    TlsRequired,
 }
 
 /// The transmission flags sent for `export`: its configured flags with
@@ -254,6 +278,8 @@ pub struct ServerHandshake {
     meta: Option<MetaSelection>,
     /// Set by [`ServerHandshake::refusing`]: why every option is refused.
     refusal: Option<String>,
+    /// TLS is up (after [`ServerHandshake::tls_started`]).
+    tls_active: bool,
 }
 
 impl ServerHandshake {
@@ -275,7 +301,30 @@ impl ServerHandshake {
             structured_replies: false,
             meta: None,
             refusal: None,
+            tls_active: false,
         }
+    }
+
+    /// The TLS handshake after `NBD_OPT_STARTTLS` succeeded: negotiation
+    /// goes on inside TLS. What was negotiated before it is forgotten
+    /// (proto.md: the client must not rely on it), so that nothing a
+    /// plaintext attacker injected survives.
+    pub fn tls_started(&mut self) {
+        assert_eq!(
+            self.state,
+            HandshakeState::StartTls,
+            "no STARTTLS was acknowledged"
+        );
+        self.tls_active = true;
+        self.structured_replies = false;
+        self.meta = None;
+        self.state = HandshakeState::Negotiating;
+        self.expect(Phase::OptionHeader, OPTION_HEADER_BYTES);
+    }
+
+    /// Whether TLS is up on this connection.
+    pub fn tls_active(&self) -> bool {
+        self.tls_active
     }
 
     /// A handshake that only tells the client why it cannot be served:
@@ -403,6 +452,19 @@ impl ServerHandshake {
             self.refusal = Some(message);
             return;
         }
+        if self.config.tls == TlsPolicy::Require && !self.tls_active {
+            match option {
+                NBD_OPT_STARTTLS | NBD_OPT_ABORT => {}
+                NBD_OPT_EXPORT_NAME => return self.close(CloseReason::TlsRequired),
+                _ => {
+                    return self.error(
+                        option,
+                        NBD_REP_ERR_TLS_REQD,
+                        "this server requires TLS: upgrade with NBD_OPT_STARTTLS first",
+                    )
+                }
+            }
+        }
         match option {
             NBD_OPT_EXPORT_NAME => self.export_name(data),
             NBD_OPT_ABORT => {
@@ -432,11 +494,18 @@ impl ServerHandshake {
                         "NBD_OPT_STARTTLS takes no data",
                     );
                 }
-                self.error(
-                    option,
-                    NBD_REP_ERR_POLICY,
-                    "TLS is not supported by this server",
-                );
+                if self.config.tls == TlsPolicy::Off {
+                    return self.error(
+                        option,
+                        NBD_REP_ERR_POLICY,
+                        "TLS is not offered by this server (serve --tls on)",
+                    );
+                }
+                if self.tls_active {
+                    return self.error(option, NBD_REP_ERR_INVALID, "TLS is already on");
+                }
+                self.reply(option, NBD_REP_ACK, &[]);
+                self.state = HandshakeState::StartTls;
             }
             NBD_OPT_INFO | NBD_OPT_GO => self.info_or_go(option, data),
             NBD_OPT_STRUCTURED_REPLY => {

@@ -49,8 +49,9 @@ pub use client_session::{
 };
 pub use handshake::{
     effective_transmission_flags, CloseReason, ExportInfo, HandshakeConfig, HandshakeState,
-    Negotiated, ServerHandshake, BASE_ALLOCATION, BASE_ALLOCATION_ID, DEFAULT_MAX_OPTIONS,
-    DEFAULT_MAX_OPTION_BYTES, EXPORT_NAME_ZEROES, GREETING_BYTES, OPTION_HEADER_BYTES,
+    Negotiated, ServerHandshake, TlsPolicy, BASE_ALLOCATION, BASE_ALLOCATION_ID,
+    DEFAULT_MAX_OPTIONS, DEFAULT_MAX_OPTION_BYTES, EXPORT_NAME_ZEROES, GREETING_BYTES,
+    OPTION_HEADER_BYTES,
 };
 pub use reply::{
     simple_reply, structured_block_status, structured_error, structured_header, structured_none,

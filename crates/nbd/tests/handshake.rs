@@ -5,7 +5,8 @@ mod support;
 
 use platter_nbd::consts::*;
 use platter_nbd::{
-    CloseReason, HandshakeConfig, HandshakeState, Negotiated, ServerHandshake, BASE_ALLOCATION,
+    CloseReason, HandshakeConfig, HandshakeState, Negotiated, ServerHandshake, TlsPolicy,
+    BASE_ALLOCATION,
 };
 use support::*;
 
@@ -443,6 +444,90 @@ fn starttls_is_refused_by_policy() {
         (NBD_OPT_STARTTLS, NBD_REP_ERR_INVALID)
     );
     assert_eq!(state, HandshakeState::Negotiating);
+}
+
+fn tls_config(tls: TlsPolicy) -> HandshakeConfig {
+    HandshakeConfig { tls, ..config() }
+}
+
+/// Offered: STARTTLS is acknowledged and the handshake stops there (the
+/// bytes after it belong to TLS, not consumed); after `tls_started` the
+/// negotiation starts afresh, structured replies negotiated in plaintext
+/// forgotten, and a second STARTTLS is refused.
+#[test]
+fn starttls_is_acked_and_negotiation_goes_on_inside_tls() {
+    let input = stream(
+        FIXED,
+        &[
+            opt(NBD_OPT_STRUCTURED_REPLY, &[]),
+            opt(NBD_OPT_STARTTLS, &[]),
+        ],
+    );
+    let mut hs = ServerHandshake::new(tls_config(TlsPolicy::On));
+    hs.take_output();
+    let tls_bytes = b"\x16\x03\x01 a TLS client hello";
+    let mut all = input.clone();
+    all.extend_from_slice(tls_bytes);
+    let used = hs.feed(&all);
+    assert_eq!(used, input.len(), "the TLS bytes are not consumed");
+    assert_eq!(*hs.state(), HandshakeState::StartTls);
+    assert_eq!(hs.wanted_bytes(), 0);
+    let replies = parse_replies(&hs.take_output()).unwrap();
+    assert_eq!(
+        (replies[1].option, replies[1].kind),
+        (NBD_OPT_STARTTLS, NBD_REP_ACK)
+    );
+    assert_eq!(hs.feed(b"more"), 0, "nothing is fed until TLS is up");
+
+    hs.tls_started();
+    assert!(hs.tls_active());
+    let inside = [
+        opt(NBD_OPT_STARTTLS, &[]),
+        opt(NBD_OPT_GO, &info_data("", &[])),
+    ]
+    .concat();
+    assert_eq!(hs.feed(&inside), inside.len());
+    let replies = parse_replies(&hs.take_output()).unwrap();
+    assert_eq!(
+        (replies[0].option, replies[0].kind),
+        (NBD_OPT_STARTTLS, NBD_REP_ERR_INVALID)
+    );
+    match hs.state() {
+        HandshakeState::Transmission(n) => {
+            assert!(!n.structured_replies, "negotiated before TLS: forgotten")
+        }
+        s => panic!("{s:?}"),
+    }
+}
+
+/// Required: every option before TLS but STARTTLS and ABORT gets
+/// `NBD_REP_ERR_TLS_REQD`, and EXPORT_NAME (no error reply) closes; nothing
+/// reaches transmission in plaintext.
+#[test]
+fn tls_required_refuses_everything_before_starttls() {
+    let before = [
+        opt(NBD_OPT_LIST, &[]),
+        opt(NBD_OPT_STRUCTURED_REPLY, &[]),
+        opt(NBD_OPT_INFO, &info_data("", &[])),
+        opt(NBD_OPT_GO, &info_data("", &[])),
+    ];
+    let (out, state, _) = run(tls_config(TlsPolicy::Require), &stream(FIXED, &before));
+    let replies = parse_replies(after_greeting(&out)).unwrap();
+    assert_eq!(replies.len(), 4);
+    for r in &replies {
+        assert_eq!(r.kind, NBD_REP_ERR_TLS_REQD, "option {}", r.option);
+    }
+    assert_eq!(state, HandshakeState::Negotiating);
+    let (_, state, _) = run(
+        tls_config(TlsPolicy::Require),
+        &stream(FIXED, &[opt(NBD_OPT_EXPORT_NAME, b"")]),
+    );
+    assert_eq!(state, HandshakeState::Closed(CloseReason::TlsRequired));
+    let (_, state, _) = run(
+        tls_config(TlsPolicy::Require),
+        &stream(FIXED, &[opt(NBD_OPT_STARTTLS, &[])]),
+    );
+    assert_eq!(state, HandshakeState::StartTls);
 }
 
 #[test]

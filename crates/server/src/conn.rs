@@ -65,6 +65,8 @@ pub struct Shared {
     pub idle_timeout: Option<Duration>,
     /// When a client was last turned away over `--max-connections`.
     pub turned_away_at: Mutex<Option<Instant>>,
+    /// What TLS the server offers (`--tls`); with `handshake.tls` not off.
+    pub tls: Option<platter_tls::ServerTls>,
 }
 
 impl Shared {
@@ -187,7 +189,13 @@ pub fn serve(stream: Stream, shared: Arc<Shared>, peer: String) {
         export.description.clone_from(&description);
     }
     let hs = ServerHandshake::new(config);
-    let negotiated = match handshake(&stream, hs, shared.handshake_timeout) {
+    let mut stream = stream;
+    let negotiated = match handshake(
+        &mut stream,
+        hs,
+        shared.handshake_timeout,
+        shared.tls.as_ref(),
+    ) {
         Ok(Some(n)) => n,
         Ok(None) => {
             // The accept loop keeps a clone of the socket until it reaps
@@ -219,18 +227,22 @@ pub fn serve(stream: Stream, shared: Arc<Shared>, peer: String) {
 pub fn refuse(stream: Stream, shared: &Shared, peer: &str, message: String) {
     let hs = ServerHandshake::refusing(shared.handshake.clone(), message);
     let timeout = shared.handshake_timeout.min(REFUSAL_TIMEOUT);
-    if let Err(e) = handshake(&stream, hs, timeout) {
+    let mut stream = stream;
+    if let Err(e) = handshake(&mut stream, hs, timeout, None) {
         tracing::debug!(%peer, error = %e, "refused client's handshake ended");
     }
     stream.shutdown(Shutdown::Both);
 }
 
 /// Runs `hs` to its end, which must come within `timeout` of the start: a
-/// client sending a byte now and then does not keep its slot.
+/// client sending a byte now and then does not keep its slot. After an
+/// acknowledged STARTTLS the TLS handshake runs (within the same time) and
+/// `stream` becomes the plain end of its session.
 fn handshake(
-    stream: &Stream,
+    stream: &mut Stream,
     mut hs: ServerHandshake,
     timeout: Duration,
+    tls: Option<&platter_tls::ServerTls>,
 ) -> io::Result<Option<Negotiated>> {
     let mut s = stream.try_clone()?;
     let deadline = Instant::now() + timeout;
@@ -251,6 +263,24 @@ fn handshake(
         }
         match hs.state() {
             HandshakeState::Negotiating => {}
+            HandshakeState::StartTls => {
+                let tls = tls.ok_or_else(|| {
+                    io::Error::other("STARTTLS acknowledged without TLS credentials")
+                })?;
+                let raw = std::mem::replace(stream, s);
+                let plain = match raw {
+                    Stream::Unix(u) => tls.accept(u, left()?),
+                    Stream::Tcp(t) => tls.accept(t, left()?),
+                }
+                .map_err(|e| {
+                    tracing::info!(error = %e, "a client's TLS handshake failed");
+                    io::Error::new(io::ErrorKind::PermissionDenied, e.to_string())
+                })?;
+                *stream = Stream::Unix(plain);
+                s = stream.try_clone()?;
+                hs.tls_started();
+                continue;
+            }
             HandshakeState::Transmission(n) => {
                 let n = n.clone();
                 s.set_write_timeout(None)?;

@@ -16,7 +16,7 @@ use platter_core::volume::Health;
 use platter_core::volume::Request;
 use platter_io::assembly::OpenVolume;
 use platter_io::OpenOptions;
-use platter_nbd::HandshakeConfig;
+use platter_nbd::{HandshakeConfig, TlsPolicy};
 use std::collections::BTreeMap;
 use std::io;
 use std::net::Shutdown;
@@ -49,6 +49,10 @@ pub struct ServeConfig {
     pub rotational: BTreeMap<u32, bool>,
     /// Slots read only when no other copy can be (`--write-mostly`).
     pub write_mostly: std::collections::BTreeSet<u32>,
+    /// Whether clients may (`On`) or must (`Require`) use TLS.
+    pub tls: TlsPolicy,
+    /// What TLS proves the server with (`--tls-certificates`, `--tls-psk`).
+    pub tls_credentials: Option<platter_tls::Credentials>,
     /// Remote members whose host did not answer at start: served without,
     /// tried in the background (`reconnect.rs`).
     pub unreachable: Vec<String>,
@@ -114,6 +118,8 @@ impl Default for ServeConfig {
             rotational: BTreeMap::new(),
             write_mostly: Default::default(),
             unreachable: Vec::new(),
+            tls: TlsPolicy::Off,
+            tls_credentials: None,
             reconnect: true,
             stripe_cache_stripes: defaults::STRIPE_CACHE_STRIPES,
             buffer_limit_bytes: defaults::BUFFER_LIMIT_BYTES,
@@ -181,6 +187,17 @@ pub fn serve(
     config: ServeConfig,
     on_ready: impl FnOnce(&Ready),
 ) -> Result<(), ServeError> {
+    let server_tls = match (&config.tls_credentials, config.tls) {
+        (_, TlsPolicy::Off) => None,
+        (Some(creds), _) => Some(
+            platter_tls::ServerTls::new(creds).map_err(|e| ServeError::Refused(e.to_string()))?,
+        ),
+        (None, _) => {
+            return Err(ServeError::Refused(
+                "--tls on or require needs --tls-certificates DIR or --tls-psk FILE".into(),
+            ))
+        }
+    };
     let mut opened = startup::open(volume, &config)?;
     let export = startup::export_info(&opened, config.read_only);
     let (engine, resync_regions) = startup::engine(&mut opened, &config)?;
@@ -192,7 +209,9 @@ pub fn serve(
             exports: vec![export.clone()],
             max_options: 64,
             max_option_bytes: 64 * 1024,
+            tls: config.tls,
         },
+        tls: server_tls,
         threads: config.threads.max(1),
         handshake_timeout: config.handshake_timeout,
         idle_timeout: config.idle_timeout,

@@ -1,0 +1,187 @@
+//! TLS on the server (issue 16): `serve --tls on|require` with X.509
+//! certificates (made here with the openssl command) or a PSK file, used
+//! by libnbd's clients (`nbdcopy`, `nbdinfo` with nbds+unix:// URIs).
+//!
+//! Needs nbdcopy, nbdinfo and openssl; skips with the reason elsewhere,
+//! fails under `CI=true`.
+
+mod e2e_support;
+
+use e2e_support::*;
+use std::path::Path;
+
+const KEY: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+
+/// The export's nbds+unix:// URI for `user` (the PSK identity; libnbd
+/// takes it from the URI's authority) with `query`.
+fn tls_uri(s: &Server, user: &str, query: &str) -> String {
+    format!(
+        "nbds+unix://{user}/{}?socket={}&{query}",
+        s.volume.name,
+        s.socket().display()
+    )
+}
+
+/// A CA and a server certificate for `localhost` in `dir`, nbdkit's names.
+fn make_certificates(t: &Tools, dir: &Path) {
+    let ext = dir.join("ext.cnf");
+    std::fs::write(&ext, "subjectAltName=DNS:localhost,IP:127.0.0.1\n").expect("ext");
+    let d = |f: &str| dir.join(f).to_str().expect("UTF-8").to_owned();
+    for args in [
+        vec![
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=platter test CA",
+            "-keyout",
+            &d("ca-key.pem"),
+            "-out",
+            &d("ca-cert.pem"),
+        ],
+        vec![
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            &d("server-key.pem"),
+            "-out",
+            &d("server.csr"),
+        ],
+        vec![
+            "x509",
+            "-req",
+            "-days",
+            "2",
+            "-in",
+            &d("server.csr"),
+            "-CA",
+            &d("ca-cert.pem"),
+            "-CAkey",
+            &d("ca-key.pem"),
+            "-CAcreateserial",
+            "-out",
+            &d("server-cert.pem"),
+            "-extfile",
+            &d("ext.cnf"),
+        ],
+    ] {
+        run_ok(t.cmd("openssl").args(&args), CMD_TIMEOUT, "openssl");
+    }
+}
+
+/// Copies `len` bytes of a pattern into the volume at `uri` with nbdcopy
+/// and back out; the bytes read back are the bytes written.
+fn round_trip(t: &Tools, dir: &Path, uri: &str, what: &str) {
+    let src = dir.join("src.bin");
+    let back = dir.join("back.bin");
+    let data: Vec<u8> = (0..4u32 << 20)
+        .map(|i| (i * 13 + i / 65536) as u8)
+        .collect();
+    std::fs::write(&src, &data).expect("source");
+    run_ok(
+        t.cmd("nbdcopy").arg(&src).arg(uri),
+        CMD_TIMEOUT,
+        &format!("{what}: nbdcopy in"),
+    );
+    run_ok(
+        t.cmd("nbdcopy").arg(uri).arg(&back),
+        CMD_TIMEOUT,
+        &format!("{what}: nbdcopy out"),
+    );
+    let got = std::fs::read(&back).expect("copied back");
+    assert!(got[..data.len()] == data[..], "{what}: the bytes differ");
+}
+
+/// `--tls require` with a PSK file: libnbd with the key copies 4 MiB in
+/// and out; a plaintext client is refused (nothing is served without
+/// TLS); a client with the wrong key fails its handshake (the server logs
+/// why), and the server serves the next good client as before.
+#[test]
+fn tls_required_with_a_psk_serves_only_clients_with_the_key() {
+    let test = "tls_required_with_a_psk_serves_only_clients_with_the_key";
+    let Some(t) = required_tools(test, &["nbdcopy", "nbdinfo"]) else {
+        return;
+    };
+    let keys = temp_dir();
+    let good = keys.path().join("good.psk");
+    let bad = keys.path().join("bad.psk");
+    std::fs::write(&good, format!("alice:{KEY}\n")).expect("psk");
+    std::fs::write(&bad, format!("alice:ff{}\n", &KEY[2..])).expect("psk");
+    let s = Server::start_with(
+        Volume::create(Spec::new("raid5", 3, "64k"), 16 * MIB),
+        ServeOptions {
+            extra_args: [
+                "--tls",
+                "require",
+                "--tls-psk",
+                good.to_str().expect("UTF-8"),
+            ]
+            .map(String::from)
+            .to_vec(),
+            ..ServeOptions::default()
+        },
+    );
+    let with = |file: &Path| tls_uri(&s, "alice@", &format!("tls-psk-file={}", file.display()));
+    round_trip(&t, keys.path(), &with(&good), test);
+
+    // (libnbd reports NBD_REP_ERR_TLS_REQD as "Operation not supported",
+    // without the server's message.)
+    let plain = run(t.cmd("nbdinfo").arg(s.uri()), CMD_TIMEOUT);
+    assert!(!plain.status.success(), "{}", plain.describe(test));
+    assert!(!plain.stdout.contains("export-size"), "{}", plain.stdout);
+    let wrong = run(t.cmd("nbdinfo").arg(with(&bad)), CMD_TIMEOUT);
+    assert!(!wrong.status.success(), "{}", wrong.describe(test));
+    let info = run_ok(t.cmd("nbdinfo").arg(with(&good)), CMD_TIMEOUT, test);
+    assert!(info.stdout.contains("export-size"), "{}", info.stdout);
+    assert!(
+        s.log().contains("TLS handshake failed"),
+        "{test}: the server says why: {}",
+        s.log()
+    );
+}
+
+/// `--tls on` with certificates made here: libnbd verifying the server
+/// against the CA copies 4 MiB in and out over TLS, and a plaintext client
+/// is still served (that is what `on` means).
+#[test]
+fn tls_with_certificates_serves_tls_and_plaintext_clients() {
+    let test = "tls_with_certificates_serves_tls_and_plaintext_clients";
+    let Some(t) = required_tools(test, &["nbdcopy", "nbdinfo", "openssl"]) else {
+        return;
+    };
+    let certs = temp_dir();
+    make_certificates(&t, certs.path());
+    let s = Server::start_with(
+        Volume::create(Spec::new("mirror", 2, "64k"), 16 * MIB),
+        ServeOptions {
+            extra_args: [
+                "--tls",
+                "on",
+                "--tls-certificates",
+                certs.path().to_str().expect("UTF-8"),
+            ]
+            .map(String::from)
+            .to_vec(),
+            ..ServeOptions::default()
+        },
+    );
+    let uri = tls_uri(
+        &s,
+        "",
+        &format!(
+            "tls-certificates={}&tls-hostname=localhost",
+            certs.path().display()
+        ),
+    );
+    round_trip(&t, certs.path(), &uri, test);
+    let plain = run_ok(t.cmd("nbdinfo").arg(s.uri()), CMD_TIMEOUT, test);
+    assert!(plain.stdout.contains("export-size"), "{}", plain.stdout);
+}
