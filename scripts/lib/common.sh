@@ -33,7 +33,6 @@ need_rust() {
     fi
 }
 
-
 # Packages the build needs: ISA-L for parity (a pure-Rust fallback exists,
 # but the tests compare the two), OpenSSL for TLS.
 BUILD_PACKAGES=(pkg-config libisal-dev libssl-dev)

@@ -185,3 +185,81 @@ fn tls_with_certificates_serves_tls_and_plaintext_clients() {
     let plain = run_ok(t.cmd("nbdinfo").arg(s.uri()), CMD_TIMEOUT, test);
     assert!(plain.stdout.contains("export-size"), "{}", plain.stdout);
 }
+
+/// Members over TLS: a mirror over two nbdkit exports that require TLS
+/// with a PSK, named nbds+unix://alice@/?socket=...&tls-psk-file=...,
+/// created, served and written and read through by qemu-io; then the same
+/// URIs with a wrong key are refused with the reason (not taken for a host
+/// that is away), and a plaintext nbd+unix:// URI is told the server
+/// requires TLS.
+#[test]
+fn members_over_tls_with_a_psk() {
+    let test = "members_over_tls_with_a_psk";
+    let Some(t) = required_tools(test, &["qemu-io", "nbdkit"]) else {
+        return;
+    };
+    let dir = temp_dir();
+    let good = dir.path().join("good.psk");
+    let bad = dir.path().join("bad.psk");
+    std::fs::write(&good, format!("alice:{KEY}\n")).expect("psk");
+    std::fs::write(&bad, format!("alice:ff{}\n", &KEY[2..])).expect("psk");
+    let mut kits = Vec::new();
+    let mut uris = Vec::new();
+    for (i, path) in member_paths(dir.path(), 2).iter().enumerate() {
+        std::fs::File::create(path)
+            .and_then(|f| f.set_len(32 * MIB))
+            .expect("a member file");
+        let socket = dir.path().join(format!("m{i}.sock"));
+        let Some(k) = platter_testkit::nbdkit::Nbdkit::start(
+            test,
+            &socket,
+            &[],
+            &[
+                "--tls=require",
+                &format!("--tls-psk={}", good.display()),
+                "file",
+                &format!("file={path}"),
+            ],
+        ) else {
+            return;
+        };
+        uris.push(format!(
+            "nbds+unix://alice@/?socket={}&tls-psk-file={}",
+            socket.display(),
+            good.display()
+        ));
+        kits.push(k);
+    }
+    let probe = |uri: &str| run(&mut platter(&["status", uri]), CMD_TIMEOUT);
+    let wrong = probe(&uris[0].replace("good.psk", "bad.psk"));
+    assert!(!wrong.status.success(), "{}", wrong.describe(test));
+    assert!(
+        wrong.stderr.contains("TLS handshake failed"),
+        "{test}: {}",
+        wrong.stderr
+    );
+    let plain = probe(&format!(
+        "nbd+unix:///?socket={}",
+        dir.path().join("m0.sock").display()
+    ));
+    assert!(
+        !plain.status.success() && plain.stderr.contains("requires TLS"),
+        "{}",
+        plain.describe(test)
+    );
+
+    let volume = Volume::create_on(Spec::new("mirror", 2, "64k"), uris, 32 * MIB, dir, &[]);
+    let mut s = Server::start(volume);
+    qemu_io(
+        &t,
+        s.uri(),
+        &[
+            "write -P 0x5a 0 8M".to_string(),
+            "flush".to_string(),
+            "read -P 0x5a 0 8M".to_string(),
+        ],
+        "through members over TLS",
+    );
+    s.stop();
+    drop(kits);
+}

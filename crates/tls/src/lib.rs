@@ -67,6 +67,15 @@ macro_rules! socket {
 socket!(TcpStream);
 socket!(UnixStream);
 
+/// TLS 1.2 PSK suites GnuTLS clients and servers (libnbd, nbdkit, qemu)
+/// offer, (EC)DHE first.
+const PSK_CIPHERS: &str = "ECDHE-PSK-AES256-CBC-SHA384:ECDHE-PSK-AES128-CBC-SHA256:\
+    DHE-PSK-AES256-GCM-SHA384:DHE-PSK-AES128-GCM-SHA256:PSK-AES256-GCM-SHA384:\
+    PSK-AES128-GCM-SHA256";
+/// TLS 1.3 suites with SHA-256 or SHA-384, which OpenSSL's PSK callbacks
+/// can use.
+const TLS13_SUITES: &str = "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384";
+
 /// The server's side: what it offers clients that ask for TLS.
 pub struct ServerTls {
     acceptor: SslAcceptor,
@@ -98,8 +107,8 @@ impl ServerTls {
             Credentials::Psk(keys) => {
                 // GnuTLS clients (libnbd, qemu) offer PSK in TLS 1.2 with
                 // (EC)DHE; TLS 1.3 PSK through OpenSSL's callbacks works too.
-                b.set_cipher_list("ECDHE-PSK-AES256-CBC-SHA384:ECDHE-PSK-AES128-CBC-SHA256:DHE-PSK-AES256-GCM-SHA384:DHE-PSK-AES128-GCM-SHA256:PSK-AES256-GCM-SHA384:PSK-AES128-GCM-SHA256")?;
-                b.set_ciphersuites("TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384")?;
+                b.set_cipher_list(PSK_CIPHERS)?;
+                b.set_ciphersuites(TLS13_SUITES)?;
                 let keys = keys.clone();
                 b.set_psk_server_callback(move |_ssl, identity, psk| {
                     let Some(key) = identity.and_then(|id| keys.key_of(id)) else {
@@ -140,10 +149,22 @@ pub struct ClientTls {
 impl ClientTls {
     /// `verify_peer`: with certificates, check the server's against the CA
     /// (`ca-cert.pem` in the directory, else the system's) and its name.
-    pub fn new(creds: &Credentials, verify_peer: bool) -> Result<ClientTls, TlsError> {
+    /// No credentials: the system's CAs. With a PSK, `username` picks the
+    /// key (the file's first without one).
+    pub fn new(
+        creds: Option<&Credentials>,
+        verify_peer: bool,
+        username: Option<&str>,
+    ) -> Result<ClientTls, TlsError> {
         let mut b = SslConnector::builder(SslMethod::tls_client())?;
+        let x509 = !matches!(creds, Some(Credentials::Psk(_)));
         match creds {
-            Credentials::X509 { dir } => {
+            None => b.set_verify(if verify_peer {
+                SslVerifyMode::PEER
+            } else {
+                SslVerifyMode::NONE
+            }),
+            Some(Credentials::X509 { dir }) => {
                 let file = |name: &str| dir.join(name);
                 if file("ca-cert.pem").exists() {
                     b.set_ca_file(file("ca-cert.pem"))
@@ -161,10 +182,21 @@ impl ClientTls {
                     SslVerifyMode::NONE
                 });
             }
-            Credentials::Psk(keys) => {
-                b.set_cipher_list("ECDHE-PSK-AES256-CBC-SHA384:ECDHE-PSK-AES128-CBC-SHA256:DHE-PSK-AES256-GCM-SHA384:DHE-PSK-AES128-GCM-SHA256:PSK-AES256-GCM-SHA384:PSK-AES128-GCM-SHA256")?;
-                b.set_ciphersuites("TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384")?;
-                let (identity, key) = keys.first().clone();
+            Some(Credentials::Psk(keys)) => {
+                b.set_cipher_list(PSK_CIPHERS)?;
+                b.set_ciphersuites(TLS13_SUITES)?;
+                let (identity, key) = match username {
+                    Some(u) => (
+                        u.to_owned(),
+                        keys.key_of(u.as_bytes())
+                            .ok_or_else(|| TlsError::Credentials {
+                                path: keys.path().to_owned(),
+                                why: format!("no key for user {u:?}"),
+                            })?
+                            .to_vec(),
+                    ),
+                    None => keys.first().clone(),
+                };
                 b.set_psk_client_callback(move |_ssl, _hint, id_buf, psk| {
                     let id = identity.as_bytes();
                     if id.len() >= id_buf.len() || key.len() > psk.len() {
@@ -181,7 +213,7 @@ impl ClientTls {
         b.set_min_proto_version(Some(SslVersion::TLS1_2))?;
         Ok(ClientTls {
             connector: b.build(),
-            verify_name: verify_peer && matches!(creds, Credentials::X509 { .. }),
+            verify_name: verify_peer && x509,
         })
     }
 
@@ -248,7 +280,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let creds = psk(dir.path(), "alice:000102030405060708090a0b0c0d0e0f\n");
         let server = ServerTls::new(&creds).unwrap();
-        let client = ClientTls::new(&creds, false).unwrap();
+        let client = ClientTls::new(Some(&creds), false, None).unwrap();
         let (a, b) = UnixStream::pair().unwrap();
         let t = Duration::from_secs(10);
         let accepting = std::thread::spawn(move || server.accept(a, t).unwrap());
@@ -289,7 +321,7 @@ mod tests {
             "mallory:000102030405060708090a0b0c0d0e0f\n",
         ] {
             let server = ServerTls::new(&good).unwrap();
-            let client = ClientTls::new(&psk(dir.path(), wrong), false).unwrap();
+            let client = ClientTls::new(Some(&psk(dir.path(), wrong)), false, None).unwrap();
             let (a, b) = UnixStream::pair().unwrap();
             let accepting = std::thread::spawn(move || server.accept(a, t));
             let c = client.connect("localhost", b, t);

@@ -110,8 +110,15 @@ pub(crate) enum ConnectError {
     Handshake(ClientError),
     #[error("the handshake failed: {0}")]
     Io(io::Error),
-    #[error("the server accepted TLS, which this build cannot speak yet")]
-    TlsUnsupported,
+    #[error("{0}")]
+    Tls(platter_tls::TlsError),
+}
+
+/// TLS for a member's connection: the client's credentials and the name
+/// the server's certificate must carry.
+pub(crate) struct Tls {
+    pub client: platter_tls::ClientTls,
+    pub host: String,
 }
 
 /// Opens the socket to `endpoint`, giving up after `timeout`.
@@ -159,6 +166,7 @@ pub(crate) fn handshake(
     stream: &mut Stream,
     config: ClientConfig,
     timeout: Duration,
+    tls: Option<&Tls>,
 ) -> Result<Export, ConnectError> {
     stream
         .set_read_timeout(Some(timeout))
@@ -181,7 +189,31 @@ pub(crate) fn handshake(
                     .map_err(ConnectError::Io)?;
                 return Ok(export);
             }
-            ClientState::StartTls => return Err(ConnectError::TlsUnsupported),
+            ClientState::StartTls => {
+                let tls = tls.ok_or_else(|| {
+                    ConnectError::Io(io::Error::other("STARTTLS without TLS credentials"))
+                })?;
+                // The raw socket goes to the TLS session; the handshake
+                // and the connection go on over its plain end.
+                let placeholder = Stream::Unix(
+                    std::os::unix::net::UnixStream::pair()
+                        .map_err(ConnectError::Io)?
+                        .0,
+                );
+                let raw = std::mem::replace(stream, placeholder);
+                let plain = match raw {
+                    Stream::Tcp(t) => tls.client.connect(&tls.host, t, timeout),
+                    Stream::Unix(u) => tls.client.connect(&tls.host, u, timeout),
+                }
+                .map_err(ConnectError::Tls)?;
+                plain
+                    .set_read_timeout(Some(timeout))
+                    .and_then(|()| plain.set_write_timeout(Some(timeout)))
+                    .map_err(ConnectError::Io)?;
+                *stream = Stream::Unix(plain);
+                hs.tls_started();
+                continue;
+            }
             ClientState::Failed(e) => return Err(ConnectError::Handshake(e.clone())),
         }
         let want = hs.wanted_bytes();

@@ -69,13 +69,11 @@ impl NbdMember {
     ) -> Result<NbdMember, MemberError> {
         let open_err =
             |kind, message: String| MemberError::with_message(kind, uri, Op::Open, 0, 0, message);
-        if parsed.tls {
-            return Err(open_err(
-                MemberErrorKind::NotAMember,
-                "nbds:// (TLS) members are not supported yet; use nbd:// over a network you trust"
-                    .to_owned(),
-            ));
-        }
+        let tls = if parsed.tls {
+            Some(client_tls(parsed).map_err(|e| open_err(MemberErrorKind::NotAMember, e))?)
+        } else {
+            None
+        };
         // A host that cannot connect within a request's deadline is not
         // back (a reconnect try must not wait longer than a request would).
         let connect_timeout = CONNECT_TIMEOUT.min(reply_deadline);
@@ -83,9 +81,9 @@ impl NbdMember {
             .map_err(|e| open_err(connect_kind(&e), e.to_string()))?;
         let config = ClientConfig {
             export_name: parsed.export_name.clone(),
-            tls: false,
+            tls: parsed.tls,
         };
-        let export = conn::handshake(&mut stream, config, connect_timeout)
+        let export = conn::handshake(&mut stream, config, connect_timeout, tls.as_ref())
             .map_err(|e| open_err(connect_kind(&e), e.to_string()))?;
         let block_bytes = u64::from(export.block_size.map_or(1, |b| b.minimum_bytes.max(1)));
         if !block_bytes.is_power_of_two() || block_bytes > 64 * 1024 {
@@ -280,8 +278,47 @@ fn connect_kind(e: &ConnectError) -> MemberErrorKind {
         ConnectError::Handshake(platter_nbd::ClientError::NoSuchExport { .. }) => {
             MemberErrorKind::NotFound
         }
-        ConnectError::Handshake(_) | ConnectError::TlsUnsupported => MemberErrorKind::NotAMember,
+        // A wrong key or certificate is not a host away: it is refused.
+        ConnectError::Handshake(_) => MemberErrorKind::NotAMember,
+        ConnectError::Tls(platter_tls::TlsError::Io(_)) => MemberErrorKind::Gone,
+        ConnectError::Tls(_) => MemberErrorKind::PermissionDenied,
     }
+}
+
+/// The client's TLS for an nbds:// URI: the PSK file's key for the URI's
+/// user (its first key without one), or certificates from
+/// `tls-certificates=DIR` (the system's CAs without it), checking the
+/// server's name (`tls-hostname=`, else the host; `localhost` over a Unix
+/// socket) unless `tls-verify-peer=false`.
+fn client_tls(parsed: &NbdUri) -> Result<conn::Tls, String> {
+    use platter_tls::{ClientTls, Credentials, PskKeys};
+    let creds = match (&parsed.tls_psk_file, &parsed.tls_certificates) {
+        (Some(file), _) => {
+            let keys = PskKeys::load(std::path::Path::new(file)).map_err(|e| e.to_string())?;
+            if let Some(user) = &parsed.username {
+                if keys.key_of(user.as_bytes()).is_none() {
+                    return Err(format!("{file} has no key for user {user:?}"));
+                }
+            }
+            Some(Credentials::Psk(keys))
+        }
+        (None, Some(dir)) => Some(Credentials::X509 { dir: dir.into() }),
+        (None, None) => None,
+    };
+    let client = ClientTls::new(
+        creds.as_ref(),
+        parsed.tls_verify_peer,
+        parsed.username.as_deref(),
+    )
+    .map_err(|e| e.to_string())?;
+    let host = parsed
+        .tls_hostname
+        .clone()
+        .unwrap_or_else(|| match &parsed.endpoint {
+            platter_nbd::Endpoint::Tcp { host, .. } => host.clone(),
+            platter_nbd::Endpoint::Unix { .. } => "localhost".to_owned(),
+        });
+    Ok(conn::Tls { client, host })
 }
 
 impl Member for NbdMember {
