@@ -263,3 +263,83 @@ fn members_over_tls_with_a_psk() {
     s.stop();
     drop(kits);
 }
+
+/// Certificates on both tiers: a host serves its volume with `--tls
+/// require --tls-certificates`, qemu-io reads it with its own TLS object
+/// (tls-creds-x509 over the same CA), and a head builds a concat over it
+/// as an nbds+unix:// member checking the host's certificate against the
+/// CA and its name; what the head writes reads back after it restarts.
+#[test]
+fn certificates_on_both_tiers_and_qemu_io_with_a_tls_object() {
+    let test = "certificates_on_both_tiers_and_qemu_io_with_a_tls_object";
+    let Some(t) = required_tools(test, &["qemu-io", "openssl"]) else {
+        return;
+    };
+    let certs = temp_dir();
+    make_certificates(&t, certs.path());
+    let dir = certs.path().to_str().expect("UTF-8").to_owned();
+    let host = Server::start_with(
+        Volume::create(Spec::new("concat", 1, "64k"), 24 * MIB),
+        ServeOptions {
+            extra_args: ["--tls", "require", "--tls-certificates", &dir]
+                .map(String::from)
+                .to_vec(),
+            ..ServeOptions::default()
+        },
+    );
+    let qemu = |cmds: &[&str]| {
+        let mut c = t.cmd("qemu-io");
+        c.args([
+            "--object",
+            &format!("tls-creds-x509,id=tls0,endpoint=client,dir={dir}"),
+            "--image-opts",
+            &format!(
+                "driver=nbd,server.type=unix,server.path={},export={},tls-creds=tls0,tls-hostname=localhost",
+                host.socket().display(),
+                host.volume.name
+            ),
+        ]);
+        for cmd in cmds {
+            c.args(["-c", cmd]);
+        }
+        let out = run_ok(&mut c, CMD_TIMEOUT, test);
+        assert!(
+            !out.stdout.contains("Pattern verification failed"),
+            "{}",
+            out.stdout
+        );
+        out
+    };
+    qemu(&["write -P 0x42 0 2M", "flush", "read -P 0x42 0 2M"]);
+
+    let member = format!(
+        "nbds+unix:///{}?socket={}&tls-certificates={dir}",
+        host.volume.name,
+        host.socket().display()
+    );
+    let head = Volume::create_on(
+        Spec::new("concat", 1, "64k"),
+        vec![member],
+        0,
+        temp_dir(),
+        &[],
+    );
+    let mut s = Server::start(head);
+    qemu_io(
+        &t,
+        s.uri(),
+        &["write -P 0x24 1M 1M".to_string(), "flush".to_string()],
+        "write through the head",
+    );
+    s.stop();
+    // Started again, the head reads its label over a new TLS connection
+    // and what it wrote comes back.
+    s.start_again();
+    qemu_io(
+        &t,
+        s.uri(),
+        &["read -P 0x24 1M 1M".to_string()],
+        "read back through the head",
+    );
+    s.stop();
+}
