@@ -144,6 +144,12 @@ pub struct ServeArgs {
     /// format, as nbdkit and qemu read it).
     #[arg(long, value_name = "FILE")]
     tls_psk: Option<PathBuf>,
+    /// Connections to each remote member whose server offers multi-conn
+    /// (1 to 16; requests take them in turn); one to a server that does
+    /// not.
+    #[arg(long, value_name = "N", default_value_t = platter_io::nbd::MULTI_CONN as u64,
+          value_parser = clap::value_parser!(u64).range(1..=16))]
+    member_connections: u64,
     /// Leave remote members whose connection broke out of use until
     /// `platter re-add`; by default they are disconnected, tried again with
     /// backoff (1 s, doubling to 30 s) and brought back once their host
@@ -221,6 +227,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         direct: args.direct,
         direct_block_devices: !args.no_direct,
         request_timeout: Some(remote_timeout),
+        // At most 16 (the parser's range).
+        connections: args.member_connections as u32,
         ..OpenOptions::default()
     };
     let io_backend = io_backend(args.io_backend.as_deref())?;
@@ -300,6 +308,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         member_queue_depth: args.member_queue_depth as usize,
         member_timeout: Duration::from_secs(args.member_timeout),
         remote_timeout,
+        member_connections: args.member_connections as u32,
         reconnect: !args.no_reconnect,
         io_backend,
         member_delays,

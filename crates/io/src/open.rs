@@ -37,6 +37,9 @@ pub struct OpenOptions {
     /// the connection counts as lost ([`MemberErrorKind::Gone`]); `None`
     /// is [`crate::nbd::REPLY_DEADLINE`]. Local members ignore it.
     pub request_timeout: Option<Duration>,
+    /// For a remote member whose server offers multi-conn: connections to
+    /// open (0: [`crate::nbd::MULTI_CONN`]); one where it does not.
+    pub connections: u32,
 }
 
 /// Opens the member named by `spec`: a path to a regular file or a block
@@ -58,6 +61,7 @@ pub fn open_member(spec: &str, opts: OpenOptions) -> Result<Box<dyn Member>, Mem
                 &uri,
                 opts.read_only,
                 opts.request_timeout.unwrap_or(crate::nbd::REPLY_DEADLINE),
+                opts.connections,
             )?))
         }
         Some(other) => Err(unsupported(

@@ -404,3 +404,41 @@ fn a_reply_to_no_request_drops_the_connection() {
     assert_eq!(err.kind, MemberErrorKind::Gone, "{err}");
     assert!(err.to_string().contains("broke the protocol"), "{err}");
 }
+
+/// A server that offers multi-conn (nbdkit's memory plugin does) gets
+/// [`platter_io::nbd::MULTI_CONN`] connections, requests spread over them
+/// (nbdkit's log filter sees requests on every one), and every byte reads
+/// back whichever connection carried it; one that does not (the
+/// multi-conn filter turning it off) gets one.
+#[test]
+fn a_multi_conn_server_gets_several_connections() {
+    let test = "a_multi_conn_server_gets_several_connections";
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let logfile = format!("logfile={}", log.path().display());
+    let Some(k) = Nbdkit::start(test, &["log"], &[&logfile]) else {
+        return;
+    };
+    let uri = k.uri();
+    let parsed = platter_nbd::parse_nbd_uri(&uri).unwrap();
+    let m = platter_io::NbdMember::open(&uri, &parsed, false, Duration::from_secs(30), 0)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(m.connections(), platter_io::nbd::MULTI_CONN);
+    exercise(&m, 7, 200);
+    drop(m);
+    let text = std::fs::read_to_string(log.path()).unwrap();
+    let used: std::collections::BTreeSet<&str> = text
+        .lines()
+        .filter(|l| l.contains("Write id=") || l.contains("Read id="))
+        .filter_map(|l| l.split_whitespace().find(|w| w.starts_with("connection=")))
+        .collect();
+    assert_eq!(used.len(), platter_io::nbd::MULTI_CONN, "{used:?}");
+
+    let Some(single) = Nbdkit::start(test, &["multi-conn"], &["multi-conn-mode=disable"]) else {
+        return;
+    };
+    let uri = single.uri();
+    let parsed = platter_nbd::parse_nbd_uri(&uri).unwrap();
+    let m = platter_io::NbdMember::open(&uri, &parsed, false, Duration::from_secs(30), 0)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(m.connections(), 1);
+}

@@ -82,6 +82,9 @@ pub struct ServeConfig {
     /// A remote member's request unanswered this long drops its connection
     /// (`--remote-timeout`); at most `member_timeout`.
     pub remote_timeout: Duration,
+    /// Connections per remote member offering multi-conn
+    /// (`--member-connections`; 0: the default).
+    pub member_connections: u32,
     /// What performs member I/O (`--io-backend`).
     pub io_backend: platter_io::aio::layer::Backend,
     /// Latency injected into members' I/O by the I/O layer, by member as
@@ -99,6 +102,7 @@ impl ServeConfig {
     pub fn member_open_options(&self) -> OpenOptions {
         OpenOptions {
             request_timeout: Some(self.remote_timeout.min(self.member_timeout)),
+            connections: self.member_connections,
             ..OpenOptions::default()
         }
     }
@@ -128,6 +132,7 @@ impl Default for ServeConfig {
             member_queue_depth: defaults::MEMBER_QUEUE_DEPTH,
             member_timeout: defaults::MEMBER_TIMEOUT,
             remote_timeout: Duration::from_secs(defaults::REMOTE_TIMEOUT_SECS),
+            member_connections: 0,
             io_backend: platter_io::aio::layer::Backend::default(),
             member_delays: std::collections::HashMap::new(),
             scrub_every: None,

@@ -21,12 +21,13 @@
 
 mod conn;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use platter_nbd::consts::{
-    NBD_ENOSPC, NBD_EOVERFLOW, NBD_EPERM, NBD_ESHUTDOWN, NBD_FLAG_READ_ONLY, NBD_FLAG_ROTATIONAL,
-    NBD_FLAG_SEND_FLUSH, NBD_FLAG_SEND_WRITE_ZEROES,
+    NBD_ENOSPC, NBD_EOVERFLOW, NBD_EPERM, NBD_ESHUTDOWN, NBD_FLAG_CAN_MULTI_CONN,
+    NBD_FLAG_READ_ONLY, NBD_FLAG_ROTATIONAL, NBD_FLAG_SEND_FLUSH, NBD_FLAG_SEND_WRITE_ZEROES,
 };
 use platter_nbd::{ClientConfig, ClientRequest, Export, NbdUri};
 
@@ -40,13 +41,20 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a request waits for its reply before the connection counts as
 /// lost, unless the opener says otherwise (`serve --remote-timeout`).
 pub const REPLY_DEADLINE: Duration = Duration::from_secs(60);
+/// Connections to a server that offers multi-conn, unless told otherwise:
+/// libnbd's nbdcopy uses as many.
+pub const MULTI_CONN: usize = 4;
 /// Zeroes written at once where the server has no WRITE_ZEROES.
 const ZERO_CHUNK_BYTES: u64 = 1 << 20;
 
 /// An NBD export in use as a member.
 pub struct NbdMember {
     uri: String,
-    conn: Connection,
+    /// One, or [`MULTI_CONN`] where the server says several connections
+    /// see each other's writes (`NBD_FLAG_CAN_MULTI_CONN`): each request
+    /// takes the next in turn.
+    conns: Vec<Connection>,
+    next_conn: AtomicUsize,
     export: Export,
     size_bytes: u64,
     /// The server's minimum block: offsets and lengths it accepts are
@@ -66,6 +74,7 @@ impl NbdMember {
         parsed: &NbdUri,
         read_only: bool,
         reply_deadline: Duration,
+        connections: u32,
     ) -> Result<NbdMember, MemberError> {
         let open_err =
             |kind, message: String| MemberError::with_message(kind, uri, Op::Open, 0, 0, message);
@@ -77,14 +86,18 @@ impl NbdMember {
         // A host that cannot connect within a request's deadline is not
         // back (a reconnect try must not wait longer than a request would).
         let connect_timeout = CONNECT_TIMEOUT.min(reply_deadline);
-        let mut stream = conn::dial(&parsed.endpoint, connect_timeout)
-            .map_err(|e| open_err(connect_kind(&e), e.to_string()))?;
-        let config = ClientConfig {
-            export_name: parsed.export_name.clone(),
-            tls: parsed.tls,
+        let connect = || {
+            let mut stream = conn::dial(&parsed.endpoint, connect_timeout)
+                .map_err(|e| open_err(connect_kind(&e), e.to_string()))?;
+            let config = ClientConfig {
+                export_name: parsed.export_name.clone(),
+                tls: parsed.tls,
+            };
+            let export = conn::handshake(&mut stream, config, connect_timeout, tls.as_ref())
+                .map_err(|e| open_err(connect_kind(&e), e.to_string()))?;
+            Ok::<_, MemberError>((stream, export))
         };
-        let export = conn::handshake(&mut stream, config, connect_timeout, tls.as_ref())
-            .map_err(|e| open_err(connect_kind(&e), e.to_string()))?;
+        let (stream, export) = connect()?;
         let block_bytes = u64::from(export.block_size.map_or(1, |b| b.minimum_bytes.max(1)));
         if !block_bytes.is_power_of_two() || block_bytes > 64 * 1024 {
             return Err(open_err(
@@ -104,14 +117,42 @@ impl NbdMember {
                  durable when acknowledged"
             );
         }
-        let conn = Connection::start(stream, export.clone(), reply_deadline, uri)
-            .map_err(|e| open_err(MemberErrorKind::Io, format!("cannot start its reader: {e}")))?;
-        let max_bytes = u64::from(conn.max_payload_bytes()) / block_bytes * block_bytes;
+        let start = |stream, export: &Export| {
+            Connection::start(stream, export.clone(), reply_deadline, uri)
+                .map_err(|e| open_err(MemberErrorKind::Io, format!("cannot start its reader: {e}")))
+        };
+        let mut conns = vec![start(stream, &export)?];
+        let wanted = match connections {
+            0 if export.has(NBD_FLAG_CAN_MULTI_CONN) => MULTI_CONN,
+            0 => 1,
+            n if export.has(NBD_FLAG_CAN_MULTI_CONN) => n as usize,
+            _ => 1,
+        };
+        while conns.len() < wanted {
+            let (stream, more) = connect()?;
+            if more.size_bytes != export.size_bytes
+                || more.transmission_flags != export.transmission_flags
+            {
+                return Err(open_err(
+                    MemberErrorKind::NotAMember,
+                    "a second connection saw another export (size or flags)".to_owned(),
+                ));
+            }
+            conns.push(start(stream, &more)?);
+        }
+        let max_bytes = conns
+            .iter()
+            .map(|c| u64::from(c.max_payload_bytes()))
+            .min()
+            .expect("a connection")
+            / block_bytes
+            * block_bytes;
         // The last partial block cannot be addressed.
         let size_bytes = export.size_bytes / block_bytes * block_bytes;
         Ok(NbdMember {
             uri: uri.to_owned(),
-            conn,
+            conns,
+            next_conn: AtomicUsize::new(0),
             export,
             size_bytes,
             block_bytes,
@@ -119,6 +160,17 @@ impl NbdMember {
             read_only,
             merging: Mutex::new(()),
         })
+    }
+
+    /// The connection the next request goes on.
+    fn conn(&self) -> &Connection {
+        let i = self.next_conn.fetch_add(1, Ordering::Relaxed);
+        &self.conns[i % self.conns.len()]
+    }
+
+    /// Connections to the server (several with multi-conn).
+    pub fn connections(&self) -> usize {
+        self.conns.len()
     }
 
     fn err(&self, op: Op, offset_bytes: u64, len_bytes: u64, e: CallError) -> MemberError {
@@ -131,8 +183,9 @@ impl NbdMember {
                 NBD_ESHUTDOWN => {
                     // The server is going away: the member is disconnected
                     // from this answer on, not only once the socket closes.
-                    self.conn
-                        .abandon("the server is shutting down (ESHUTDOWN)".to_owned());
+                    for c in &self.conns {
+                        c.abandon("the server is shutting down (ESHUTDOWN)".to_owned());
+                    }
                     MemberErrorKind::Gone
                 }
                 NBD_EOVERFLOW => MemberErrorKind::OutOfRange,
@@ -169,7 +222,7 @@ impl NbdMember {
                 )
             })
             .collect();
-        for ((req, _), r) in reqs.iter().zip(self.conn.call_all(&reqs)) {
+        for ((req, _), r) in reqs.iter().zip(self.conn().call_all(&reqs)) {
             let (at, len) = span(req);
             let data = r
                 .map_err(|e| self.err(Op::Read, at, len, e))?
@@ -199,7 +252,7 @@ impl NbdMember {
     }
 
     fn all_done(&self, op: Op, reqs: &[(ClientRequest, &[u8])]) -> Result<(), MemberError> {
-        for ((req, _), r) in reqs.iter().zip(self.conn.call_all(reqs)) {
+        for ((req, _), r) in reqs.iter().zip(self.conn().call_all(reqs)) {
             if let Err(e) = r {
                 let (at, len) = span(req);
                 return Err(self.err(op, at, len, e));
@@ -338,12 +391,15 @@ impl Member for NbdMember {
         Some(self.export.has(NBD_FLAG_ROTATIONAL))
     }
 
+    /// Any connection lost: the member is (the others are dropped with it).
     fn connection_lost(&self) -> bool {
-        self.conn.lost()
+        self.conns.iter().any(Connection::lost)
     }
 
     fn abandon(&self, why: &str) {
-        self.conn.abandon(why.to_owned());
+        for c in &self.conns {
+            c.abandon(why.to_owned());
+        }
     }
 
     fn read_at(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), MemberError> {

@@ -73,6 +73,7 @@ fn file_fixture(size_bytes: u64, direct: bool) -> Option<Fixture> {
         read_only: false,
         claim: false,
         request_timeout: None,
+        connections: 0,
     };
     let member = open_or_skip(&dir.path().join("member.img"), opts)?;
     Some(Fixture {
@@ -102,6 +103,7 @@ fn loop_fixture(size_bytes: u64, sector_bytes: u32, direct: bool) -> Option<Fixt
         read_only: false,
         claim: false,
         request_timeout: None,
+        connections: 0,
     };
     let member = open_or_skip(&loop_device.path, opts)?;
     assert_eq!(member.logical_block_bytes(), sector_bytes);

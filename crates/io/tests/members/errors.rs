@@ -16,6 +16,7 @@ const CREATE: OpenOptions = OpenOptions {
     read_only: false,
     claim: false,
     request_timeout: None,
+    connections: 0,
 };
 
 #[test]
@@ -177,6 +178,7 @@ fn truncated_file_read_is_a_short_read_error() {
             read_only: false,
             claim: false,
             request_timeout: None,
+            connections: 0,
         };
         let Some(member) = open_or_skip(&path, opts) else {
             continue;
@@ -227,6 +229,7 @@ fn write_past_a_truncated_end_is_a_shrink_never_a_silent_re_extension() {
             read_only: false,
             claim: false,
             request_timeout: None,
+            connections: 0,
         };
         let Some(member) = open_or_skip(&path, opts) else {
             continue;
