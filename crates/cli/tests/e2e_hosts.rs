@@ -68,6 +68,25 @@ fn wait_until(test: &str, what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// A volume of `spec` over `hosts`' exports of `size` bytes, with 1 MiB
+/// bitmap regions, served with a short --remote-timeout.
+fn serve_over(hosts: &Hosts, dir: tempfile::TempDir, spec: Spec, size: u64) -> Server {
+    let volume = Volume::create_on(
+        spec,
+        hosts.uris.clone(),
+        size,
+        dir,
+        &["--bitmap-region", "1M"],
+    );
+    Server::start_with(volume, serve_args())
+}
+
+/// qemu-io's `cmds` through `s`, named `what` for failures.
+fn io(t: &Tools, s: &Server, test: &str, cmds: &[&str], what: &str) {
+    let cmds: Vec<String> = cmds.iter().map(|c| c.to_string()).collect();
+    qemu_io(t, s.uri(), &cmds, &format!("{test}: {what}"));
+}
+
 fn serve_args() -> ServeOptions {
     ServeOptions {
         extra_args: ["--remote-timeout", "1", "--member-timeout", "120"]
@@ -92,18 +111,8 @@ fn a_mirror_across_two_hosts_survives_a_cut_cable() {
     let Some(hosts) = Hosts::start(test, dir.path(), 2, 40 * MIB) else {
         return;
     };
-    let volume = Volume::create_on(
-        Spec::new("mirror", 2, "64k"),
-        hosts.uris.clone(),
-        40 * MIB,
-        dir,
-        &["--bitmap-region", "1M"],
-    );
-    let mut s = Server::start_with(volume, serve_args());
-    let io = |s: &Server, cmds: &[&str], what: &str| {
-        let cmds: Vec<String> = cmds.iter().map(|c| c.to_string()).collect();
-        qemu_io(&t, s.uri(), &cmds, &format!("{test}: {what}"))
-    };
+    let mut s = serve_over(&hosts, dir, Spec::new("mirror", 2, "64k"), 40 * MIB);
+    let io = |s: &Server, cmds: &[&str], what: &str| io(&t, s, test, cmds, what);
     io(
         &s,
         &["write -P 0x5a 0 16M", "flush", "read -P 0x5a 0 16M"],
@@ -156,18 +165,8 @@ fn raid6_over_six_hosts_survives_two_cut_cables() {
     let Some(hosts) = Hosts::start(test, dir.path(), 6, 24 * MIB) else {
         return;
     };
-    let volume = Volume::create_on(
-        Spec::new("raid6", 6, "64k"),
-        hosts.uris.clone(),
-        24 * MIB,
-        dir,
-        &["--bitmap-region", "1M"],
-    );
-    let mut s = Server::start_with(volume, serve_args());
-    let io = |s: &Server, cmds: &[&str], what: &str| {
-        let cmds: Vec<String> = cmds.iter().map(|c| c.to_string()).collect();
-        qemu_io(&t, s.uri(), &cmds, &format!("{test}: {what}"))
-    };
+    let mut s = serve_over(&hosts, dir, Spec::new("raid6", 6, "64k"), 24 * MIB);
+    let io = |s: &Server, cmds: &[&str], what: &str| io(&t, s, test, cmds, what);
     io(&s, &["write -P 0x3c 0 32M", "flush"], "fill");
 
     hosts.ns[1].set_link(false);

@@ -305,6 +305,13 @@ fn fake_handshake(s: &mut std::os::unix::net::UnixStream) -> bool {
     }
 }
 
+/// The fake server's handshake, then the client's first request header
+/// (28 bytes); `None` if the client went away.
+fn fake_first_request(s: &mut std::os::unix::net::UnixStream) -> Option<[u8; 28]> {
+    let mut req = [0u8; 28];
+    (fake_handshake(s) && s.read_exact(&mut req).is_ok()).then_some(req)
+}
+
 /// The story: a stalled host whose kernel stops taking bytes (its socket
 /// buffers full) held a write inside the socket call with no deadline: the
 /// deadline ran only for requests already sent and waiting for a reply,
@@ -345,13 +352,9 @@ fn a_server_that_stops_reading_loses_the_connection_within_the_deadline() {
 #[test]
 fn a_server_that_closes_mid_reply_loses_the_connection() {
     let (_d, uri) = fake_server(|mut s| {
-        if !fake_handshake(&mut s) {
+        let Some(req) = fake_first_request(&mut s) else {
             return;
-        }
-        let mut req = [0u8; 28];
-        if s.read_exact(&mut req).is_err() {
-            return;
-        }
+        };
         // The client asked for structured replies: one OFFSET_DATA chunk,
         // flagged done, announcing 4096 bytes and sending 2048.
         let mut reply = Vec::new();
@@ -382,12 +385,8 @@ fn a_server_that_closes_mid_reply_loses_the_connection() {
 #[test]
 fn a_reply_to_no_request_drops_the_connection() {
     let (_d, uri) = fake_server(|mut s| {
-        if !fake_handshake(&mut s) {
-            return;
-        }
         // The client's first request: answer with a cookie it never used.
-        let mut req = [0u8; 28];
-        if s.read_exact(&mut req).is_err() {
+        if fake_first_request(&mut s).is_none() {
             return;
         }
         let mut reply = Vec::new();
