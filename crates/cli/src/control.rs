@@ -105,6 +105,20 @@ pub fn print_status(v: &Value) {
             m.get("path").and_then(Value::as_str).unwrap_or("-")
         );
     }
+    for u in v
+        .get("unreachable")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        println!(
+            "  -    {:<12} {} (slot not known yet; away {} s, failed at {} s)",
+            "unreachable",
+            u.get("uri").and_then(Value::as_str).unwrap_or("?"),
+            u.get("away_seconds").and_then(Value::as_u64).unwrap_or(0),
+            n("member_timeout_seconds")
+        );
+    }
     for sp in v
         .get("spares")
         .and_then(Value::as_array)
