@@ -16,7 +16,9 @@
 #          straight to one export: IOPS ratio (issue 16 asks >= 1.6:
 #          reads spread over both copies)
 # The whole set runs --runs times; the table shows the medians of the
-# per-run ratios. Not a test: it prints.
+# per-run ratios, and how busy the machine's CPUs were during each side
+# (near 100%, the cores set the pace, not the members' latency). Not a
+# test: it prints.
 
 set -euo pipefail
 
@@ -104,9 +106,11 @@ for run in $(seq 1 "$RUNS"); do
         read -r target rw bs depth <<<"${JOB[$job]}"
         kill -0 "${PID[$target]}" 2>/dev/null || die "$target died"
         echo "== run $run/$RUNS: $job ($rw $bs iodepth $depth on $target)"
+        head -n 1 /proc/stat >"$OUT/$job-$run.cpu"
         fio --name=job --ioengine=nbd "--uri=${URI[$target]}" "--rw=$rw" "--bs=$bs" \
             "--iodepth=$depth" --numjobs=1 --size=192M --time_based "--runtime=$RUNTIME" \
             --randrepeat=0 --output-format=json "--output=$OUT/$job-$run.json" >/dev/null
+        head -n 1 /proc/stat >>"$OUT/$job-$run.cpu"
     done
 done
 
@@ -119,19 +123,29 @@ def job(name, run):
     side = j["read"] if j["read"]["io_bytes"] else j["write"]
     return side["bw_bytes"] / 2**20, side["iops"]
 
+def busy(name, run):
+    # The share of the machine's CPU time not idle during the job: near
+    # 100% the cores, not the members' latency, set the pace.
+    a, b = ([int(x) for x in l.split()[1:]] for l in open(f"{out}/{name}-{run}.cpu"))
+    d = [y - x for x, y in zip(a, b)]
+    return 100.0 * (1 - (d[3] + d[4]) / sum(d))
+
 rows = [
     ("mirror x2, 1M seq write qd8", "mirror-write", "ref-write", 0, "MiB/s", 0.8),
     ("mirror x2, 4k rand read qd32", "mirror-read", "ref-read", 1, "IOPS", 1.6),
 ]
 print()
-print("| case | mirror | one export | ratio (median) | issue 16 asks | runs |")
-print("|---|---|---|---|---|---|")
+print("| case | mirror | one export | ratio (median) | issue 16 asks | runs | CPU busy: mirror / one |")
+print("|---|---|---|---|---|---|---|")
 for case, subj, ref, k, unit, want in rows:
     pairs = [(job(subj, r)[k], job(ref, r)[k]) for r in range(1, runs + 1)]
     ratios = [s / r for s, r in pairs]
     s = statistics.median(p[0] for p in pairs)
     r = statistics.median(p[1] for p in pairs)
+    cpu_s = statistics.median(busy(subj, r) for r in range(1, runs + 1))
+    cpu_r = statistics.median(busy(ref, r) for r in range(1, runs + 1))
     print(f"| {case} | {s:,.0f} {unit} | {r:,.0f} {unit} | {statistics.median(ratios):.2f} | "
-          f">= {want} | " + ", ".join(f"{x:.2f}" for x in ratios) + " |")
+          f">= {want} | " + ", ".join(f"{x:.2f}" for x in ratios) +
+          f" | {cpu_s:.0f}% / {cpu_r:.0f}% |")
 PY
 echo "results in $OUT"
