@@ -52,6 +52,19 @@ pub fn print_status(v: &Value) {
         s("level"),
         format_size(n("interleave_bytes"))
     );
+    if let Some(f) = v.get("filesystem") {
+        match f.get("none").and_then(Value::as_str) {
+            Some(why) => println!("  Filesystem: no alignment: {why}"),
+            None => {
+                for k in ["xfs", "ext4"] {
+                    println!(
+                        "  Filesystem: {}",
+                        f.get(k).and_then(Value::as_str).unwrap_or("?")
+                    );
+                }
+            }
+        }
+    }
     if let Some(p) = v.get("read_policy").filter(|p| !p.is_null()) {
         println!("  Reads:      {}", policy_line(p));
     }

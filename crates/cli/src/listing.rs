@@ -23,6 +23,9 @@ pub struct VolumeJson {
     read_policy: Option<String>,
     interleave_bytes: u64,
     stripe_data_bytes: u64,
+    /// What mkfs should be told: `stripe_unit_bytes`, `stripe_width_bytes`,
+    /// `xfs` and `ext4` commands, or `none` with the reason.
+    filesystem: serde_json::Value,
     size_bytes: u64,
     state: String,
     /// What the freshest label says (clean, dirty...): `state` shows
@@ -115,6 +118,7 @@ pub fn json(a: &Assembly, members: &[Arc<dyn Member>], unreadable: &[String]) ->
         read_policy: (g.copies() > 1).then(|| read_policy_name(a)),
         interleave_bytes: g.interleave_bytes(),
         stripe_data_bytes: g.stripe_data_bytes(),
+        filesystem: platter_server::filesystem_json(g),
         size_bytes: g.volume_size_bytes(),
         state: volume_state(a),
         label_state: a.label.state.name().to_string(),
@@ -172,6 +176,9 @@ pub fn render(a: &Assembly, members: &[Arc<dyn Member>], unreadable: &[String]) 
         il / 512,
         format_size(j.stripe_data_bytes)
     );
+    for line in platter_core::fsalign::alignment(&a.geometry).lines() {
+        let _ = writeln!(s, "  Filesystem: {line}");
+    }
     let mut keeps = Vec::new();
     if let Some(c) = &j.checksums {
         keeps.push(format!("{c} checksums"));

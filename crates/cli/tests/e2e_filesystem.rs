@@ -50,6 +50,59 @@ fn xfs_on_stripe_4_2048s_survives_a_restart() {
     );
 }
 
+/// `platter status` prints the mkfs options that match the volume (a
+/// filesystem on an NBD export or a loop device sees no RAID geometry):
+/// XFS made with exactly the printed `mkfs.xfs` options on RAID-5 over
+/// four 64 KiB chunks reports a stripe unit of 16 blocks and a width of
+/// 48 (`xfs_info`), and the log's stripe unit as well.
+#[test]
+fn xfs_made_with_the_options_status_prints_is_aligned() {
+    let test = "xfs_made_with_the_options_status_prints_is_aligned";
+    let Some(t) = prerequisites(test) else {
+        return;
+    };
+    let Some(info) = tools(test, &["xfs_info"]) else {
+        return;
+    };
+    let s = Server::start(Volume::create(Spec::new("raid5", 4, "64k"), 512 * MIB));
+    let status = s.volume.status();
+    let xfs = status["filesystem"]["xfs"].as_str().expect("an xfs line");
+    assert_eq!(xfs, "mkfs.xfs -d su=64k,sw=3 -l su=64k", "{status}");
+    let dir = s.volume.path().to_path_buf();
+    let fuse = Fuse::mount(&t, &dir.join("fuse"), s.uri(), s.volume.size_bytes);
+    let lo = Loop::attach(&t, &fuse.disk());
+    let mut args = xfs.split_whitespace();
+    assert_eq!(args.next(), Some("mkfs.xfs"));
+    run_ok(
+        t.cmd("mkfs.xfs").arg("-f").args(args).arg(&lo.dev),
+        CMD_TIMEOUT,
+        &format!("{test}: mkfs.xfs"),
+    );
+    let m = Mount::xfs(&t, &lo.dev, &dir.join("mnt"));
+    let out = run_ok(info.cmd("xfs_info").arg(&m.dir), CMD_TIMEOUT, test);
+    let data = out
+        .stdout
+        .lines()
+        .find(|l| l.contains("sunit=") && l.contains("swidth="))
+        .unwrap_or_else(|| panic!("{test}: no data stripe line in\n{}", out.stdout));
+    assert!(
+        data.contains("sunit=16 ") && data.contains("swidth=48 blks"),
+        "{test}: {data}"
+    );
+    assert!(
+        out.stdout
+            .lines()
+            .skip_while(|l| !l.starts_with("log"))
+            .take(2)
+            .any(|l| l.contains("sunit=16 blks")),
+        "{test}: log stripe unit in\n{}",
+        out.stdout
+    );
+    m.unmount();
+    lo.detach();
+    fuse.unmount();
+}
+
 const TOOLS: [&str; 7] = [
     "nbdfuse",
     "fusermount3",

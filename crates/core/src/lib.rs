@@ -7,6 +7,7 @@
 pub mod assemble;
 pub mod balance;
 pub mod buf;
+pub mod fsalign;
 pub mod geometry;
 pub mod integrity;
 pub mod intent;

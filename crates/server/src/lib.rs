@@ -28,4 +28,5 @@ mod stream;
 mod upkeep;
 
 pub use conn::{CONN_MAX_BYTES, CONN_MAX_REQUESTS};
+pub use manage::filesystem_json;
 pub use server::{serve, Ready, ServeConfig, ServeError, MAX_BLOCK_BYTES};

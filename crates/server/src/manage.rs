@@ -78,6 +78,26 @@ pub fn live_state(geometry: &Geometry, health: &[Health]) -> &'static str {
     }
 }
 
+/// `status`'s `filesystem`: what mkfs should be told (core's
+/// `fsalign`), for the live and the offline status alike.
+pub fn filesystem_json(geometry: &Geometry) -> Value {
+    use platter_core::fsalign::{alignment, FsAlignment};
+    match alignment(geometry) {
+        FsAlignment::Striped {
+            unit_bytes,
+            units,
+            xfs,
+            ext4,
+        } => json!({
+            "stripe_unit_bytes": unit_bytes,
+            "stripe_width_bytes": unit_bytes * units,
+            "xfs": xfs,
+            "ext4": ext4,
+        }),
+        FsAlignment::None(why) => json!({ "none": why }),
+    }
+}
+
 impl Manager {
     pub fn status(&self) -> Value {
         let label = self.meta.label();
@@ -119,6 +139,7 @@ impl Manager {
             "uuid": platter_core::assemble::uuid_string(&label.volume_uuid),
             "level": geometry.level().name(),
             "interleave_bytes": geometry.interleave_bytes(),
+            "filesystem": filesystem_json(&geometry),
             "size_bytes": geometry.volume_size_bytes(),
             "state": live_state(&geometry, &health),
             "event_counter": label.event_counter,
