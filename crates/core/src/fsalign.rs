@@ -64,6 +64,16 @@ pub fn alignment(g: &Geometry) -> FsAlignment {
     }
 }
 
+impl FsAlignment {
+    /// The `status` line(s).
+    pub fn lines(&self) -> Vec<String> {
+        match self {
+            FsAlignment::Striped { xfs, ext4, .. } => vec![xfs.clone(), ext4.clone()],
+            FsAlignment::None(why) => vec![format!("no alignment: {why}")],
+        }
+    }
+}
+
 /// `64k`, `1m`: the size as mkfs.xfs takes it (whole KiB here).
 fn size_text(bytes: u64) -> String {
     if bytes.is_multiple_of(1 << 20) {
@@ -150,16 +160,6 @@ mod tests {
                 "{:?}",
                 g.level()
             );
-        }
-    }
-}
-
-impl FsAlignment {
-    /// The `status` line(s).
-    pub fn lines(&self) -> Vec<String> {
-        match self {
-            FsAlignment::Striped { xfs, ext4, .. } => vec![xfs.clone(), ext4.clone()],
-            FsAlignment::None(why) => vec![format!("no alignment: {why}")],
         }
     }
 }
