@@ -63,7 +63,7 @@ fn block_device_members_are_served_with_o_direct_by_default() {
             std::env::var("CI").as_deref() != Ok("true"),
             "{test}: CI runs as root with loop devices"
         );
-        eprintln!("skipping {test}: needs root and loop devices");
+        platter_testkit::skips::skipped(test, "needs root and loop devices");
         return;
     }
     let Some(t) = required_tools(test, &["losetup", "qemu-io"]) else {

@@ -531,7 +531,7 @@ fn fio_step(test: &str, s: &Server) {
         return;
     };
     if !fio_has_nbd(&t) {
-        eprintln!("skipping {test} (fio): fio has no nbd engine (`fio --enghelp`)");
+        platter_testkit::skips::skipped(test, "fio has no nbd engine (`fio --enghelp`)");
         return;
     }
     let size = s.volume.size_bytes / 4096 * 4096;
@@ -867,7 +867,7 @@ fn degraded(test: &str, spec: Spec, leave_out: &[usize]) {
         return;
     };
     if !fio_has_nbd(&t) {
-        eprintln!("skipping {test}: fio has no nbd engine (`fio --enghelp`)");
+        platter_testkit::skips::skipped(test, "fio has no nbd engine (`fio --enghelp`)");
         return;
     }
     let mut s = Server::start_with(

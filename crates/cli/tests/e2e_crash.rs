@@ -25,7 +25,7 @@ fn crash_under_load(spec: Spec, kills: u64, seed: u64) {
         return;
     };
     if !fio_has_nbd(&t) {
-        eprintln!("skipping {test}: fio has no nbd engine");
+        platter_testkit::skips::skipped(test, "fio has no nbd engine");
         return;
     }
     let mut rng = Rng::new(seed);

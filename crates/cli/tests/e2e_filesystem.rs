@@ -115,12 +115,12 @@ const TOOLS: [&str; 7] = [
 
 fn prerequisites(test: &str) -> Option<Tools> {
     if !is_root() {
-        eprintln!("skipping {test}: needs root (loop devices and mount)");
+        platter_testkit::skips::skipped(test, "needs root (loop devices and mount)");
         return None;
     }
     for dev in ["/dev/fuse", "/dev/loop-control"] {
         if !Path::new(dev).exists() {
-            eprintln!("skipping {test}: {dev} is missing");
+            platter_testkit::skips::skipped(test, format!("{dev} is missing"));
             return None;
         }
     }

@@ -129,7 +129,7 @@ fn simulator_workloads_replay_against_a_served_raid5() {
         return;
     };
     if !fio_has_nbd(&t) {
-        eprintln!("skipping {test}: fio has no nbd engine");
+        platter_testkit::skips::skipped(test, "fio has no nbd engine");
         return;
     }
     let mut s = Server::start(Volume::create(Spec::new("raid5", 4, "64k"), 64 * MIB));

@@ -75,7 +75,7 @@ fn a_7_tib_raid5_on_sparse_files_resyncs_its_bitmap_regions_after_kill_9() {
             std::env::var("CI").as_deref() != Ok("true"),
             "{test}: {why} (CI must run this test)"
         );
-        eprintln!("skipping {test}: {why}");
+        platter_testkit::skips::skipped(test, why);
         return;
     }
     let mut s = Server::start(Volume::create_in(spec, 7 * TIB, dir));

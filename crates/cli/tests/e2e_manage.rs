@@ -74,7 +74,7 @@ fn fail_each_member_in_turn(spec: Spec) {
         return;
     };
     if !fio_has_nbd(&t) {
-        eprintln!("skipping {test}: fio has no nbd engine");
+        platter_testkit::skips::skipped(&test, "fio has no nbd engine");
         return;
     }
     let members = spec.members;
@@ -176,7 +176,7 @@ fn a_spare_takes_over_and_the_failed_member_stays_out() {
         return;
     };
     if !fio_has_nbd(&t) {
-        eprintln!("skipping {test}: fio has no nbd engine");
+        platter_testkit::skips::skipped(test, "fio has no nbd engine");
         return;
     }
     let mut s = Server::start(Volume::create(Spec::new("raid5", 4, "64k"), 16 * MIB));

@@ -194,7 +194,7 @@ impl Tmpfs {
             std::env::var("CI").as_deref() != Ok("true"),
             "{test}: cannot mount a tmpfs under CI: {why}"
         );
-        eprintln!("skipping {test}: cannot mount a tmpfs ({why})");
+        platter_testkit::skips::skipped(test, format!("cannot mount a tmpfs ({why})"));
         None
     }
 

@@ -123,7 +123,7 @@ fn shutdown_under_load(test: &str, spec: Spec, signal: &str) {
         return;
     };
     if !fio_has_nbd(&t) {
-        eprintln!("skipping {test}: fio has no nbd engine (`fio --enghelp`)");
+        platter_testkit::skips::skipped(test, "fio has no nbd engine (`fio --enghelp`)");
         return;
     }
     let mut s = Server::start(Volume::create(spec, 96 * MIB));

@@ -352,7 +352,7 @@ fn sequential_mib_writes_are_full_stripe_writes() {
             continue;
         };
         if !fio_has_nbd(&f) {
-            eprintln!("skipping {test} (fio): fio has no nbd engine (`fio --enghelp`)");
+            platter_testkit::skips::skipped(test, "fio has no nbd engine (`fio --enghelp`)");
             continue;
         }
         stats_json(&s, &["--reset"]);

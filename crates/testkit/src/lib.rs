@@ -23,7 +23,8 @@
 //!   remote member that can be killed and restarted; [`netns::NetNs`]:
 //!   another "host" in a network namespace with a cable that can be cut.
 //! - [`tools`]: external tools looked up, the test skipped (or, under
-//!   `CI=true`, failed) when one is missing.
+//!   `CI=true`, failed) when one is missing; [`skips::skipped`]: every
+//!   skip says why, and `scripts/test` lists them at its end.
 
 pub mod check;
 pub mod dirs;
@@ -33,6 +34,7 @@ pub mod netns;
 pub mod oracle;
 pub mod rng;
 pub mod serve;
+pub mod skips;
 pub mod tools;
 pub mod volatile;
 

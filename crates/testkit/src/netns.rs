@@ -56,7 +56,7 @@ impl NetNs {
                 std::env::var("CI").as_deref() != Ok("true"),
                 "{test}: cannot make a network namespace under CI: {why}"
             );
-            eprintln!("skipping {test}: cannot make a network namespace ({why})");
+            crate::skips::skipped(test, format!("cannot make a network namespace ({why})"));
             return None;
         }
         let steps: [&[&str]; 6] = [

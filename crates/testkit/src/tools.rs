@@ -34,7 +34,7 @@ pub fn tools(test: &str, names: &[&str]) -> Option<Tools> {
                 found.insert(n.to_string(), p);
             }
             None => {
-                eprintln!("skipping {test}: `{n}` is not installed (not on PATH)");
+                crate::skips::skipped(test, format!("`{n}` is not installed (not on PATH)"));
                 return None;
             }
         }
