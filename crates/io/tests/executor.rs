@@ -119,7 +119,7 @@ impl Members {
                     let lo = match LoopDevice::attach(&backing, 512) {
                         Ok(lo) => lo,
                         Err(reason) => {
-                            println!("skipping loop-device test: {reason}");
+                            platter_testkit::skips::skipped("a loop-device test", reason);
                             return None;
                         }
                     };
@@ -127,9 +127,9 @@ impl Members {
                         match open_member(lo.path.to_str().unwrap(), OpenOptions::default()) {
                             Ok(member) => member,
                             Err(e) => {
-                                println!(
-                                    "skipping loop-device test: cannot open {}: {e}",
-                                    lo.path.display()
+                                platter_testkit::skips::skipped(
+                                    "a loop-device test",
+                                    format!("cannot open {}: {e}", lo.path.display()),
                                 );
                                 return None;
                             }

@@ -17,7 +17,7 @@ fn attach(dir: &tempfile::TempDir) -> Option<LoopDevice> {
     match LoopDevice::attach(&backing, 512) {
         Ok(loop_device) => Some(loop_device),
         Err(reason) => {
-            println!("skipping loop-device test: {reason}");
+            platter_testkit::skips::skipped("a loop-device test", reason);
             None
         }
     }

@@ -92,7 +92,7 @@ fn loop_fixture(size_bytes: u64, sector_bytes: u32, direct: bool) -> Option<Fixt
     let loop_device = match LoopDevice::attach(&backing, sector_bytes) {
         Ok(loop_device) => loop_device,
         Err(reason) => {
-            println!("skipping loop-device test: {reason}");
+            platter_testkit::skips::skipped("a loop-device test", reason);
             return None;
         }
     };
@@ -125,7 +125,7 @@ pub fn open_or_skip(path: &Path, opts: OpenOptions) -> Option<FileMember> {
                 && err.source.as_ref().map(|s| s.kind())
                     == Some(std::io::ErrorKind::Unsupported) =>
         {
-            println!("skipping O_DIRECT test: {err}");
+            platter_testkit::skips::skipped("an O_DIRECT test", err);
             None
         }
         Err(err) => panic!("cannot open {}: {err}", path.display()),

@@ -290,7 +290,7 @@ fn direct_file_of_unaligned_size_is_refused() {
         Err(err)
             if err.source.as_ref().map(|s| s.kind()) == Some(std::io::ErrorKind::Unsupported) =>
         {
-            println!("skipping O_DIRECT test: {err}");
+            platter_testkit::skips::skipped("an O_DIRECT test", err);
         }
         Err(err) => {
             assert_eq!(err.kind, MemberErrorKind::NotAMember);
