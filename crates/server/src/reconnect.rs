@@ -213,6 +213,26 @@ impl Manager {
         }
     }
 
+    /// A member in use whose connection broke while nothing was asked of
+    /// it (an idle volume, one of several connections) is taken out of use
+    /// now, as its next I/O would: `status` must not call it active while
+    /// its host is gone, and its return should not wait for a client's
+    /// write to notice.
+    pub fn fail_quietly_lost(&self) {
+        let health = self.engine.health();
+        let members = self.engine.members();
+        for (slot, m) in members.iter().enumerate() {
+            let Some(m) = m else { continue };
+            if matches!(health[slot], Health::Online | Health::Rebuilding) && m.connection_lost() {
+                // Any other connection of it goes too.
+                m.abandon("another connection to the member was lost");
+                let reason = format!("member {}: its connection was lost", m.describe());
+                self.engine
+                    .with_volume(|v| v.mark_faulty(slot as u32, reason));
+            }
+        }
+    }
+
     /// Waits for a reconnect try that is running, and starts no more: the
     /// server is shutting down.
     pub fn stop_reconnecting(&self) {

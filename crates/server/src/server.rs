@@ -289,6 +289,7 @@ pub fn serve(
         std::thread::sleep(Duration::from_millis(100));
         let ended = listen::reap(&conns);
         trimmer.tick(ended > 0 || buffered.in_flight() != (0, 0));
+        manager.fail_quietly_lost();
         if config.reconnect {
             manager.reconnect_lost();
         }
