@@ -50,6 +50,21 @@ pub fn is_root() -> bool {
 }
 
 /// Whether fio was built with its nbd engine (libnbd).
+/// The tools `names` (fio among them) when this fio has the nbd engine;
+/// otherwise the test is skipped, noting why, or under `CI=true` fails.
+pub fn tools_with_fio_nbd(test: &str, names: &[&str]) -> Option<Tools> {
+    let t = required_tools(test, names)?;
+    if fio_has_nbd(&t) {
+        return Some(t);
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{test}: fio has no nbd engine under CI"
+    );
+    platter_testkit::skips::skipped(test, "this fio has no nbd engine (`fio --enghelp`)");
+    None
+}
+
 pub fn fio_has_nbd(fio: &Tools) -> bool {
     let out = run(fio.cmd("fio").arg("--enghelp"), Duration::from_secs(20));
     out.status.success() && out.stdout.split_whitespace().any(|w| w == "nbd")
