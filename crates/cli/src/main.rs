@@ -112,6 +112,19 @@ enum Command {
     /// and read policies on modelled drives, in virtual time; print a
     /// table and write an SVG plot (see docs/simulator.md).
     Sweep(sweep::SweepArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish or
+    /// powershell); `scripts/setup` installs bash's.
+    #[command(
+        after_help = "Example: platter completions bash > /usr/share/bash-completion/completions/platter"
+    )]
+    Completions {
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), made from the same definitions as
+    /// --help; `scripts/setup` installs it as platter(1).
+    #[command(after_help = "Example: platter man | man -l -")]
+    Man,
 }
 
 fn main() -> ExitCode {
@@ -145,6 +158,14 @@ fn main() -> ExitCode {
         Command::ReadPolicy(a) => control::read_policy(a),
         Command::Sim(c) => sim::run(c),
         Command::Sweep(a) => sweep::run(a),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "platter", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Man => clap_mangen::Man::new(<Cli as clap::CommandFactory>::command())
+            .render(&mut std::io::stdout())
+            .map_err(|e| error::CliError(format!("cannot write the manual page: {e}"))),
     };
     exit(result.map(|()| 0), error_code)
 }
