@@ -424,7 +424,8 @@ fn a_member_written_elsewhere_is_not_brought_back() {
     };
     // Member 1's file served alone (its host's nbdkit is down, so the file
     // is free), written, stopped.
-    let lone = h.files[1].clone() + ".sock";
+    // Not m1.sock: the killed nbdkit left its socket file there.
+    let lone = h.files[1].clone() + ".lone.sock";
     let mut other = ServeProcess::spawn(
         platter(&["serve", "--socket", &lone, &h.files[1]]).stdout(std::process::Stdio::piped()),
         Default::default(),
