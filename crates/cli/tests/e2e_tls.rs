@@ -358,3 +358,34 @@ fn certificates_on_both_tiers_and_qemu_io_with_a_tls_object() {
         "{test}: {live}"
     );
 }
+
+/// Credentials that are not there: a certificate directory without the
+/// server's certificate, or a PSK file with no key, refuse the start with
+/// the file named, before anything is served.
+#[test]
+fn missing_tls_credentials_refuse_the_start_naming_the_file() {
+    let dir = temp_dir();
+    let volume = Volume::create(Spec::new("mirror", 2, "64k"), 8 * MIB);
+    let empty_psk = dir.path().join("empty.psk");
+    std::fs::write(&empty_psk, "# no keys\n").expect("psk");
+    let certs = dir.path().to_str().expect("UTF-8").to_owned();
+    let psk = empty_psk.to_str().expect("UTF-8").to_owned();
+    for (flag, value, named) in [
+        ("--tls-certificates", certs.as_str(), "server-cert.pem"),
+        ("--tls-psk", psk.as_str(), "empty.psk"),
+    ] {
+        let socket = dir.path().join("refused.sock");
+        let mut args = vec![
+            "serve",
+            "--socket",
+            socket.to_str().expect("UTF-8"),
+            flag,
+            value,
+        ];
+        args.extend(volume.members.iter().map(String::as_str));
+        let out = run(&mut platter(&args), CMD_TIMEOUT);
+        assert!(!out.status.success(), "{}", out.describe(flag));
+        assert!(out.stderr.contains(named), "{flag}: {}", out.stderr);
+        assert!(!socket.exists(), "{flag}: a socket was made");
+    }
+}

@@ -386,19 +386,18 @@ impl Balancer {
         }
     }
 
-    /// The weight of each of `cands`' outstanding I/Os: its latency over
-    /// the fastest candidate's, rounded, at least 1; all 1 when a latency
-    /// is not known.
-    fn weights(&self, cands: &Candidates) -> SmallVec<[u64; 4]> {
-        let lat = |c: &Candidate| self.latency_ns[c.member as usize];
-        let fastest = cands.iter().map(lat).min().unwrap_or(0);
-        cands
-            .iter()
-            .map(|c| match fastest {
-                0 => 1,
-                f => (lat(c).saturating_mul(2).saturating_add(f) / (2 * f)).max(1),
-            })
-            .collect()
+    /// The weight of one outstanding I/O on `c`: its latency over the
+    /// fastest candidate's (`fastest_ns`), rounded, at least 1; 1 when a
+    /// latency is not known (`fastest_ns` 0).
+    fn weight(&self, c: &Candidate, fastest_ns: u64) -> u64 {
+        match fastest_ns {
+            0 => 1,
+            f => (self.latency_ns[c.member as usize]
+                .saturating_mul(2)
+                .saturating_add(f)
+                / (2 * f))
+                .max(1),
+        }
     }
 
     pub fn policy(&self) -> ReadPolicy {
@@ -568,11 +567,12 @@ impl Balancer {
         };
         // The wait a new read would have on each copy: its queue, the read
         // itself included, times its weight (1 between like members).
-        let weights = self.weights(cands);
-        let weight_of = |c: &Candidate| {
-            let i = cands.iter().position(|x| x == c).expect("a candidate");
-            weights[i]
-        };
+        let fastest_ns = cands
+            .iter()
+            .map(|c| self.latency_ns[c.member as usize])
+            .min()
+            .expect("candidates");
+        let weight_of = |c: &Candidate| self.weight(c, fastest_ns);
         let wait =
             |c: &Candidate| (u64::from(self.outstanding[c.member as usize]) + 1) * weight_of(c);
         let least_loaded = || {
