@@ -165,14 +165,39 @@ impl RegionSet {
         self.words.iter().all(|&w| w == 0)
     }
 
-    /// Members, in order.
+    /// Members, in order. Zero words cost one test each: at terabyte
+    /// sizes the set spans millions of regions and holds a handful (the
+    /// simulator's invariant check, testing each of 64 bits of every word,
+    /// spent 94% of its time here).
     pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
-        self.words.iter().enumerate().flat_map(|(i, &w)| {
-            let base = i as u64 * 64;
-            (0..64)
-                .filter(move |b| w & (1 << b) != 0)
-                .map(move |b| base + b)
-        })
+        self.words
+            .iter()
+            .enumerate()
+            .filter(|&(_, &w)| w != 0)
+            .flat_map(|(i, &w)| {
+                let base = i as u64 * 64;
+                let mut rest = w;
+                std::iter::from_fn(move || {
+                    if rest == 0 {
+                        return None;
+                    }
+                    let b = u64::from(rest.trailing_zeros());
+                    rest &= rest - 1;
+                    Some(base + b)
+                })
+            })
+    }
+
+    /// The first member of `self` that `other` lacks, if any.
+    pub fn first_not_in(&self, other: &RegionSet) -> Option<u64> {
+        self.words
+            .iter()
+            .zip(&other.words)
+            .position(|(a, b)| a & !b != 0)
+            .map(|i| {
+                let extra = self.words[i] & !other.words[i];
+                i as u64 * 64 + u64::from(extra.trailing_zeros())
+            })
     }
 
     /// The first member at or after `region`.
@@ -251,6 +276,27 @@ mod tests {
         assert_eq!(s.next_from(10), Some(63));
         assert_eq!(s.next_from(4096), Some(l.regions - 1));
         assert_eq!(s.len(), 6);
+    }
+
+    proptest::proptest! {
+        /// `iter` skips zero words and pops bits; `first_not_in` compares
+        /// whole words: both against the bit-by-bit answer.
+        #[test]
+        fn iteration_and_subset_match_the_bits(
+            a in proptest::collection::btree_set(0u64..16_000, 0..40),
+            b in proptest::collection::btree_set(0u64..16_000, 0..40),
+        ) {
+            let g = geometry(Level::Raid5, 4, 1 << 30);
+            let l = IntentLayout::new(&g, 1).unwrap().unwrap();
+            proptest::prop_assume!(l.regions > 16_000);
+            let (mut sa, mut sb) = (RegionSet::new(&l), RegionSet::new(&l));
+            a.iter().for_each(|&r| sa.insert(r));
+            b.iter().chain(&a).filter(|&&r| r % 3 != 0).for_each(|&r| sb.insert(r));
+            let (sa, sb) = (sa, sb);
+            proptest::prop_assert_eq!(sa.iter().collect::<Vec<_>>(), a.iter().copied().collect::<Vec<_>>());
+            let naive = (0..l.regions).find(|&r| sa.contains(r) && !sb.contains(r));
+            proptest::prop_assert_eq!(sa.first_not_in(&sb), naive);
+        }
     }
 
     #[test]

@@ -526,8 +526,8 @@ impl Volume {
         }
         assert_eq!(held, s.active, "intent: admitted writes per region");
         // A missed region stays marked until every member is back.
-        for r in s.missed.iter() {
-            assert!(s.want.contains(r), "intent: missed region {r} not marked");
+        if let Some(r) = s.missed.first_not_in(&s.want) {
+            panic!("intent: missed region {r} not marked");
         }
         assert!(
             s.missed.is_empty() || !self.all_in_use(),
