@@ -53,7 +53,7 @@ pub struct MemberJson {
     used_bytes: u64,
 }
 
-fn volume_state(a: &Assembly) -> String {
+pub(crate) fn volume_state(a: &Assembly) -> String {
     let lost = a.health.iter().filter(|h| **h != Health::Online).count() as u32;
     if lost == 0 {
         a.label.state.name().to_string()
@@ -67,7 +67,7 @@ fn volume_state(a: &Assembly) -> String {
     }
 }
 
-fn slot_state(a: &Assembly, slot: usize) -> String {
+pub(crate) fn slot_state(a: &Assembly, slot: usize) -> String {
     // The slot was emptied by `platter remove`: a device given for it is the
     // one that left (and has an older label, so it would read as stale).
     if a.label.slots[slot].state == SlotState::Removed {

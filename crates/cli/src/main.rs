@@ -6,6 +6,7 @@ mod error;
 mod listing;
 mod members;
 mod progress;
+mod scan;
 mod serve;
 mod sim;
 mod stats;
@@ -39,6 +40,9 @@ enum Command {
     Status(status::StatusArgs),
     /// Assemble a volume from its members and serve it over NBD.
     Serve(serve::ServeArgs),
+    /// Find volumes by the labels on their members: in /dev's block
+    /// devices, or in the directories, files and devices given. Reads only.
+    Scan(scan::ScanArgs),
     /// Take a member of a running volume out of use (it is marked faulty).
     /// Refused, unless --force, when the volume could then no longer serve
     /// all of its data.
@@ -146,6 +150,7 @@ fn main() -> ExitCode {
         Command::Create(args) => create::run(args),
         Command::Status(args) => status::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Scan(args) => return exit(scan::run(args), error_code),
         Command::Fail(a) => control::fail(a),
         Command::Remove(a) => control::remove(a),
         Command::Replace(a) => control::replace(a),

@@ -184,10 +184,46 @@ pub struct ServeArgs {
     #[arg(long, value_name = "RATE", default_value = defaults::SCRUB_RATE,
           value_parser = crate::control::parse_rate)]
     scrub_rate: u64,
+    /// Find the members by their labels instead of naming them: look in
+    /// these directories, files or devices, as `platter scan` does (with no
+    /// PATH, every block device in /dev), for the volume --name or --uuid
+    /// names.
+    #[arg(long, value_name = "PATH", num_args = 0.., conflicts_with = "members")]
+    scan: Option<Vec<String>>,
+    /// With --scan: the volume to serve, by the name given at create.
+    #[arg(long, value_name = "NAME", requires = "scan")]
+    name: Option<String>,
+    /// With --scan: the volume to serve, by its uuid (as `platter scan`
+    /// prints it); needed when two volumes carry the same name.
+    #[arg(long, value_name = "UUID", requires = "scan")]
+    uuid: Option<String>,
     /// The volume's members, in any order: files, block devices or NBD
     /// exports (nbd:// and nbd+unix:// URIs).
-    #[arg(value_name = "MEMBER", required = true)]
+    #[arg(value_name = "MEMBER", required_unless_present = "scan")]
     members: Vec<String>,
+}
+
+/// The members `--scan` finds for the volume named: every device carrying
+/// its label (stale ones too: assembly judges them as if named).
+fn members_by_scan(
+    paths: &[String],
+    uuid: Option<&str>,
+    name: Option<&str>,
+) -> Result<Vec<String>> {
+    let found = crate::scan::discover(paths)?;
+    let v = crate::scan::select(&found, uuid, name)?;
+    if let Err(e) = &v.assembly {
+        return Err(CliError(format!(
+            "volume '{}': the members found cannot be assembled: {e}",
+            platter_core::label::printable(&v.name)
+        )));
+    }
+    tracing::info!(
+        volume = %platter_core::label::printable(&v.name),
+        members = %v.paths.join(" "),
+        "members found by --scan"
+    );
+    Ok(v.paths.clone())
 }
 
 /// `--io-backend`, else the environment's choice, else auto.
@@ -213,11 +249,14 @@ fn at_least_one(text: &str) -> std::result::Result<usize, String> {
     }
 }
 
-pub fn run(args: ServeArgs) -> Result<()> {
+pub fn run(mut args: ServeArgs) -> Result<()> {
     if args.socket.is_none() && args.listen.is_none() {
         return Err(CliError(
             "give --socket PATH (or --listen HOST:PORT) to serve on".into(),
         ));
+    }
+    if let Some(paths) = &args.scan {
+        args.members = members_by_scan(paths, args.uuid.as_deref(), args.name.as_deref())?;
     }
     // A stalled remote member is disconnected before it could be failed.
     let remote_timeout = Duration::from_secs(args.remote_timeout.min(args.member_timeout));

@@ -759,6 +759,8 @@ pub struct ServeOptions {
     pub inject: Vec<String>,
     /// More arguments for `platter serve` (before the members).
     pub extra_args: Vec<String>,
+    /// Arguments given instead of the members (`--scan DIR --name NAME`).
+    pub instead_of_members: Option<Vec<String>>,
 }
 
 /// `platter serve --socket DIR/sock MEMBER...` over a [`Volume`]; killed on
@@ -885,9 +887,13 @@ impl Server {
             cmd.arg("--inject").arg(i);
         }
         cmd.args(&self.options.extra_args);
-        for (i, m) in self.volume.members.iter().enumerate() {
-            if !self.options.leave_out.contains(&i) {
-                cmd.arg(m);
+        if let Some(args) = &self.options.instead_of_members {
+            cmd.args(args);
+        } else {
+            for (i, m) in self.volume.members.iter().enumerate() {
+                if !self.options.leave_out.contains(&i) {
+                    cmd.arg(m);
+                }
             }
         }
         let line = ServeProcess::prepare(&mut cmd);

@@ -1,0 +1,318 @@
+//! Finding volumes by their labels (issue 17): `platter scan` lists what
+//! it finds among directories, files and block devices, says what is
+//! damaged or missing through its exit status, and writes nothing;
+//! `platter serve --scan` assembles the volume named from what it finds.
+
+mod e2e_support;
+
+use e2e_support::*;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+
+const RAID5: Spec = Spec::new("raid5", 3, "64k");
+const MIRROR: Spec = Spec::new("mirror", 2, "64k");
+
+/// `platter scan ARGS`: its exit code and stdout.
+fn scan(args: &[&str]) -> (i32, String, String) {
+    let out = run(platter(&["scan"]).args(args), CMD_TIMEOUT);
+    (
+        out.status.code().expect("an exit code"),
+        out.stdout,
+        out.stderr,
+    )
+}
+
+fn scan_json(args: &[&str]) -> (i32, Value) {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let (code, stdout, stderr) = scan(&all);
+    let v = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("scan --json: {e}\n{stdout}\n{stderr}"));
+    (code, v)
+}
+
+/// Every file under `dir` with its bytes' hash and modification time.
+fn fingerprint(dir: &Path) -> BTreeMap<String, (u64, std::time::SystemTime)> {
+    fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
+        .map(|p| {
+            let bytes = fs::read(&p).unwrap();
+            let mtime = fs::metadata(&p).unwrap().modified().unwrap();
+            (p.display().to_string(), (fnv1a(&bytes), mtime))
+        })
+        .collect()
+}
+
+fn volumes_of(v: &Value) -> Vec<&Value> {
+    v["volumes"].as_array().expect("volumes").iter().collect()
+}
+
+#[test]
+fn scan_lists_whole_half_present_and_damaged_volumes_and_writes_nothing() {
+    let raid5 = Volume::create(RAID5, 8 * MIB);
+    let mirror = Volume::create(MIRROR, 4 * MIB);
+    let dir = raid5.path();
+    // Not labels: a small file, a file of random bytes.
+    fs::write(dir.join("small"), b"not a member").unwrap();
+    write_random_image(&dir.join("random"), MIB, 7);
+    let before = fingerprint(dir);
+
+    // Everything in one directory, the mirror named by its files.
+    let mut args = vec![dir.to_str().unwrap()];
+    args.extend(mirror.members.iter().map(String::as_str));
+    let (code, text, stderr) = scan(&args);
+    assert_eq!(code, 0, "every volume whole: {text}{stderr}");
+    assert!(text.contains(&format!("volume '{}'", raid5.name)), "{text}");
+    assert!(
+        text.contains(&format!("volume '{}'", mirror.name)),
+        "{text}"
+    );
+    assert!(text.contains("raid5, 3 of 3 members"), "{text}");
+    let (_, j) = scan_json(&args);
+    let vols = volumes_of(&j);
+    assert_eq!(vols.len(), 2, "{j}");
+    let r = vols
+        .iter()
+        .find(|v| v["name"] == raid5.name.as_str())
+        .unwrap();
+    assert_eq!(r["state"], "clean");
+    assert_eq!(r["members_online"], 3);
+    let paths: Vec<&str> = r["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, raid5.members, "found in slot order");
+    assert_eq!(j["damaged"].as_array().unwrap().len(), 0, "{j}");
+    // The random file and the small one are looked at and passed over.
+    assert_eq!(j["looked_at"], 3 + 2 + 2, "{j}");
+
+    // Half present: one raid5 member not among the paths.
+    let (code, j) = scan_json(&[&raid5.members[0], &raid5.members[2]]);
+    assert_eq!(code, 4, "a member missing: {j}");
+    assert_eq!(volumes_of(&j)[0]["state"], "degraded", "{j}");
+    let (code, j) = scan_json(&[&raid5.members[0]]);
+    assert_eq!(code, 4, "{j}");
+    assert_eq!(volumes_of(&j)[0]["state"], "failed", "{j}");
+
+    // A damaged label: a copy of a member with a byte of its label changed.
+    let damaged = dir.join("damaged");
+    let mut bytes = fs::read(&mirror.members[0]).unwrap();
+    bytes[200] ^= 0xff;
+    fs::write(&damaged, &bytes).unwrap();
+    let (code, j) = scan_json(&[damaged.to_str().unwrap()]);
+    assert_eq!(code, 4, "{j}");
+    let d = &j["damaged"][0];
+    assert_eq!(d["path"], damaged.to_str().unwrap());
+    assert!(d["reason"].as_str().unwrap().contains("checksum"), "{j}");
+    fs::remove_file(&damaged).unwrap();
+
+    // Nothing there: 3, and a mistyped path is an error (1), not "nothing".
+    let empty = temp_dir();
+    let (code, text, _) = scan(&[empty.path().to_str().unwrap()]);
+    assert_eq!(code, 3, "{text}");
+    let missing = dir.join("no-such-dir");
+    let (code, _, stderr) = scan(&[missing.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("no-such-dir"), "{stderr}");
+
+    assert_eq!(fingerprint(dir), before, "scan wrote to a member");
+}
+
+/// A copy of a member (`cp m0 m0.bak`) carries the same label: the two
+/// claim one slot. Scan shows both; serve refuses to guess which is real.
+#[test]
+fn a_copied_member_is_shown_and_serve_refuses_to_guess() {
+    let v = Volume::create(MIRROR, 4 * MIB);
+    let copy = v.path().join("m0.bak");
+    fs::copy(&v.members[0], &copy).unwrap();
+    let (code, j) = scan_json(&[v.path().to_str().unwrap()]);
+    assert_eq!(code, 4, "{j}");
+    let found = volumes_of(&j)[0];
+    assert!(found["state"].is_null(), "{j}");
+    assert!(
+        found["error"].as_str().unwrap().contains("claims slot 0"),
+        "{j}"
+    );
+    let out = run(
+        platter(&["serve", "--socket"])
+            .arg(v.path().join("sock"))
+            .args(["--scan", v.path().to_str().unwrap(), "--name", &v.name]),
+        CMD_TIMEOUT,
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", out.describe("serve"));
+    assert!(out.stderr.contains("m0.bak"), "{}", out.stderr);
+}
+
+#[test]
+fn serve_by_scan_assembles_the_volume_named_and_no_other() {
+    let test = "serve_by_scan_assembles_the_volume_named_and_no_other";
+    let Some(t) = required_tools(test, &["qemu-io"]) else {
+        return;
+    };
+    // Two volumes with one name in one directory, their members named in
+    // no order (slot 0 of the raid5 is a-disk9).
+    let dir = temp_dir();
+    let name = "shared";
+    let copies = |prefix: &str| -> Vec<String> {
+        (7..10)
+            .rev()
+            .take(if prefix == "a" { 3 } else { 2 })
+            .map(|i| {
+                dir.path()
+                    .join(format!("{prefix}-disk{i}"))
+                    .display()
+                    .to_string()
+            })
+            .collect()
+    };
+    for (prefix, level, size) in [("a", "raid5", "8M"), ("b", "mirror", "4M")] {
+        let mut create = platter(&[
+            "create",
+            "--level",
+            level,
+            "--name",
+            name,
+            "--member-size",
+            size,
+        ]);
+        create.args(copies(prefix));
+        run_ok(&mut create, CMD_TIMEOUT, "create");
+    }
+    let (code, j) = scan_json(&[dir.path().to_str().unwrap()]);
+    assert_eq!(code, 0, "{j}");
+    assert_eq!(j["shared_names"][0], name, "{j}");
+    let raid5_uuid = volumes_of(&j)
+        .into_iter()
+        .find(|v| v["level"] == "raid5")
+        .expect("the raid5")["uuid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // By name alone: refused, naming both uuids and --uuid.
+    let scan_dir = dir.path().to_str().unwrap().to_string();
+    let out = run(
+        platter(&["serve", "--socket"])
+            .arg(dir.path().join("sock"))
+            .args(["--scan", &scan_dir, "--name", name]),
+        CMD_TIMEOUT,
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", out.describe("serve"));
+    assert!(
+        out.stderr.contains("--uuid") && out.stderr.contains(&raid5_uuid),
+        "{}",
+        out.stderr
+    );
+
+    // By uuid: the raid5 is served from its three copies.
+    // The harness's volume lends its directory (for the socket) and the
+    // name the banner must show; its own members are not named.
+    let mut volume = Volume::create(RAID5, 8 * MIB);
+    volume.name = name.to_string();
+    let mut s = Server::start_with(
+        volume,
+        ServeOptions {
+            instead_of_members: Some(vec![
+                "--scan".into(),
+                scan_dir.clone(),
+                "--uuid".into(),
+                raid5_uuid.to_uppercase(),
+            ]),
+            ..ServeOptions::default()
+        },
+    );
+    let status = s.live("status");
+    assert_eq!(status["level"], "raid5", "{status}");
+    assert_eq!(
+        s.member_states(),
+        ["active", "active", "active"],
+        "{status}"
+    );
+    let slot0 = status["members"][0]["path"].as_str().unwrap();
+    assert!(slot0.ends_with("/a-disk9"), "slots by label: {status}");
+    let pattern = ["write -P 0x5a 0 1M".to_string()];
+    qemu_io(&t, s.uri(), &pattern, "write through the scanned volume");
+    s.stop();
+    // The data is on the copies: served by naming them, it reads back.
+    let mut direct = platter(&["serve", "--read-only", "--socket"]);
+    let sock = dir.path().join("sock2");
+    direct.arg(&sock).args(copies("a"));
+    let mut bg = Background::spawn(&mut direct, "serve the copies by name");
+    let uri = format!("nbd+unix:///{name}?socket={}", sock.display());
+    let start = std::time::Instant::now();
+    while !sock.exists() {
+        assert!(start.elapsed() < CMD_TIMEOUT, "{}", bg.stderr());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    qemu_io_with(
+        &t,
+        &["-r"],
+        &uri,
+        &["read -P 0x5a 0 1M".to_string()],
+        "read back",
+    );
+    bg.kill();
+}
+
+/// Without a path, scan reads every block device in /dev: a member on a
+/// loop device is found there, and `serve --scan /dev DIR` puts it
+/// together with members that are files.
+#[test]
+fn scan_finds_members_on_block_devices_in_dev() {
+    let test = "scan_finds_members_on_block_devices_in_dev";
+    if !is_root() || !Path::new("/dev/loop-control").exists() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{test}: CI runs as root with loop devices"
+        );
+        platter_testkit::skips::skipped(test, "needs root and loop devices");
+        return;
+    }
+    let Some(t) = required_tools(test, &["losetup"]) else {
+        return;
+    };
+    let v = Volume::create(MIRROR, 4 * MIB);
+    // m1 moves onto a loop device (the file itself out of the directory).
+    let outside = temp_dir();
+    let backing = outside.path().join("m1");
+    fs::rename(&v.members[1], &backing).unwrap();
+    let lo = Loop::attach(&t, &backing);
+    let (code, j) = scan_json(&[]);
+    assert!(matches!(code, 0 | 4), "scan of /dev: {code} {j}");
+    // Other tests' loop devices may carry volumes of the same name: this
+    // one is the volume found on this loop device.
+    let found = volumes_of(&j)
+        .into_iter()
+        .find(|f| f["members"][0]["path"] == lo.dev.as_str())
+        .unwrap_or_else(|| panic!("{} not found in /dev: {j}", lo.dev));
+    assert_eq!(found["name"], v.name.as_str(), "{j}");
+    let uuid = found["uuid"].as_str().unwrap().to_string();
+    assert_eq!(found["state"], "degraded", "only the loop device: {j}");
+
+    let mut volume = Volume::create(MIRROR, 4 * MIB);
+    volume.name = v.name.clone();
+    let s = Server::start_with(
+        volume,
+        ServeOptions {
+            instead_of_members: Some(vec![
+                "--scan".into(),
+                "/dev".into(),
+                v.path().display().to_string(),
+                "--uuid".into(),
+                uuid,
+            ]),
+            ..ServeOptions::default()
+        },
+    );
+    let status = s.live("status");
+    assert_eq!(s.member_states(), ["active", "active"], "{status}");
+    assert_eq!(status["members"][1]["path"], lo.dev.as_str(), "{status}");
+    drop(s);
+    lo.detach();
+}
