@@ -1,5 +1,6 @@
 //! `platter`: create, inspect and serve volumes built from member devices.
 
+mod config;
 mod control;
 mod create;
 mod error;
@@ -132,7 +133,14 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let cli = match parse(argv) {
+        Ok(cli) => cli,
+        Err(e) => {
+            eprintln!("platter: error: {e}");
+            return ExitCode::from(1);
+        }
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("PLATTER_LOG")
@@ -173,6 +181,60 @@ fn main() -> ExitCode {
             .map_err(|e| error::CliError(format!("cannot write the manual page: {e}"))),
     };
     exit(result.map(|()| 0), error_code)
+}
+
+/// The command line, with `serve --config FILE NAME` replaced by the
+/// volume's own command line from FILE (`config::serve_argv`).
+fn parse(argv: Vec<std::ffi::OsString>) -> error::Result<Cli> {
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = Cli::command().get_matches_from(argv.clone());
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let Command::Serve(serve) = &cli.command else {
+        return Ok(cli);
+    };
+    let Some(file) = serve.config.clone() else {
+        return Ok(cli);
+    };
+    let sub = matches.subcommand_matches("serve").expect("serve's matches");
+    let names: Vec<usize> = sub.indices_of("members").into_iter().flatten().collect();
+    let [name_index] = names[..] else {
+        return Err(error::CliError(
+            "with --config FILE, name one volume of the file (platter serve --config FILE NAME)"
+                .into(),
+        ));
+    };
+    let serve_at = argv.iter().position(|a| a == "serve").expect("the subcommand");
+    // clap counts indices from the subcommand, and `--option=value` as
+    // two: map them back to words of the command line.
+    let mut word_of: Vec<usize> = Vec::new();
+    let mut options_end = false;
+    for (i, word) in argv.iter().enumerate().skip(serve_at) {
+        let w = word.to_string_lossy();
+        options_end |= w == "--";
+        let pair = !options_end && w.starts_with("--") && w.contains('=');
+        word_of.extend(std::iter::repeat_n(i, if pair { 2 } else { 1 }));
+    }
+    let value_index = sub.index_of("config").expect("--config's value");
+    let (value_at, name_at) = (word_of[value_index], word_of[name_index]);
+    // `--config FILE` is two words; `--config=FILE` one.
+    let flag_at = word_of[value_index - 1];
+    let given: Vec<std::ffi::OsString> = argv
+        .iter()
+        .enumerate()
+        .skip(serve_at + 1)
+        .filter(|&(i, _)| i != name_at && i != flag_at && i != value_at)
+        .map(|(_, a)| a.clone())
+        .collect();
+    let name = argv[name_at].to_string_lossy().into_owned();
+    let command = Cli::command().mut_subcommand("serve", |c| c.args_override_self(true));
+    let options = command
+        .find_subcommand("serve")
+        .expect("serve")
+        .clone();
+    let mut expanded = argv[..=serve_at].to_vec();
+    expanded.extend(config::serve_argv(&file, &name, &options, given)?);
+    let matches = command.get_matches_from(expanded);
+    Ok(Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit()))
 }
 
 /// The exit code of a command's outcome; an error is printed first.

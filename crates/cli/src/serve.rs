@@ -197,8 +197,15 @@ pub struct ServeArgs {
     /// prints it); needed when two volumes carry the same name.
     #[arg(long, value_name = "UUID", requires = "scan")]
     uuid: Option<String>,
+    /// Serve the volume NAME as the volumes file FILE describes it (its
+    /// members or where to scan for them, its socket, its options; see
+    /// docs/config.md, conventionally /etc/platter/volumes.toml); options
+    /// also given here win. NAME takes the members' place.
+    #[arg(long, value_name = "FILE", conflicts_with = "scan")]
+    pub config: Option<PathBuf>,
     /// The volume's members, in any order: files, block devices or NBD
-    /// exports (nbd:// and nbd+unix:// URIs).
+    /// exports (nbd:// and nbd+unix:// URIs). With --config, the volume's
+    /// name in the file instead.
     #[arg(value_name = "MEMBER", required_unless_present = "scan")]
     members: Vec<String>,
 }
