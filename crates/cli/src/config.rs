@@ -65,7 +65,9 @@ pub fn serve_argv(
     let text = std::fs::read_to_string(file).map_err(|e| CliError(format!("{shown}: {e}")))?;
     let at = |span: std::ops::Range<usize>| format!("{shown}:{}", line_of(&text, span.start));
     let parsed: ConfigFile = toml::from_str(&text).map_err(|e| {
-        let line = e.span().map_or(String::new(), |s| format!(":{}", line_of(&text, s.start)));
+        let line = e
+            .span()
+            .map_or(String::new(), |s| format!(":{}", line_of(&text, s.start)));
         CliError(format!("{shown}{line}: {}", e.message()))
     })?;
     check_unique(&parsed, &at)?;
@@ -222,7 +224,8 @@ fn check_unique(file: &ConfigFile, at: &dyn Fn(std::ops::Range<usize>) -> String
         let endpoints = [("socket", &v.socket), ("listen", &v.listen)];
         for (what, value) in endpoints {
             let Some(value) = value else { continue };
-            if let Some((other, span)) = seen.insert((what, value.get_ref()), (name, value.span())) {
+            if let Some((other, span)) = seen.insert((what, value.get_ref()), (name, value.span()))
+            {
                 return Err(CliError(format!(
                     "{}: volume '{name}' has the {what} {} of volume '{other}' ({})",
                     at(value.span()),

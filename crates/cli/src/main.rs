@@ -195,7 +195,9 @@ fn parse(argv: Vec<std::ffi::OsString>) -> error::Result<Cli> {
     let Some(file) = serve.config.clone() else {
         return Ok(cli);
     };
-    let sub = matches.subcommand_matches("serve").expect("serve's matches");
+    let sub = matches
+        .subcommand_matches("serve")
+        .expect("serve's matches");
     let names: Vec<usize> = sub.indices_of("members").into_iter().flatten().collect();
     let [name_index] = names[..] else {
         return Err(error::CliError(
@@ -203,7 +205,10 @@ fn parse(argv: Vec<std::ffi::OsString>) -> error::Result<Cli> {
                 .into(),
         ));
     };
-    let serve_at = argv.iter().position(|a| a == "serve").expect("the subcommand");
+    let serve_at = argv
+        .iter()
+        .position(|a| a == "serve")
+        .expect("the subcommand");
     // clap counts indices from the subcommand, and `--option=value` as
     // two: map them back to words of the command line.
     let mut word_of: Vec<usize> = Vec::new();
@@ -227,10 +232,7 @@ fn parse(argv: Vec<std::ffi::OsString>) -> error::Result<Cli> {
         .collect();
     let name = argv[name_at].to_string_lossy().into_owned();
     let command = Cli::command().mut_subcommand("serve", |c| c.args_override_self(true));
-    let options = command
-        .find_subcommand("serve")
-        .expect("serve")
-        .clone();
+    let options = command.find_subcommand("serve").expect("serve").clone();
     let mut expanded = argv[..=serve_at].to_vec();
     expanded.extend(config::serve_argv(&file, &name, &options, given)?);
     let matches = command.get_matches_from(expanded);

@@ -17,7 +17,12 @@ use std::time::Duration;
 
 #[derive(Args)]
 pub struct ServeArgs {
-    /// Unix socket to serve on (created; a stale one is replaced).
+    /// Unix socket to serve on (created; a stale one is replaced). Under
+    /// systemd socket activation (LISTEN_FDS) the sockets passed are served
+    /// as well, and neither this nor --listen is needed: a socket named
+    /// "control" (FileDescriptorName=) is the control socket, "metrics" the
+    /// metrics port. READY=1 and STOPPING=1 go to NOTIFY_SOCKET when set
+    /// (Type=notify); see contrib/systemd/.
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
     /// Also serve over TCP on HOST:PORT (only when asked: NBD has no
@@ -257,9 +262,13 @@ fn at_least_one(text: &str) -> std::result::Result<usize, String> {
 }
 
 pub fn run(mut args: ServeArgs) -> Result<()> {
-    if args.socket.is_none() && args.listen.is_none() {
+    // Before any thread starts: taking them edits the environment.
+    let activated = platter_server::systemd::take_listen_fds().map_err(CliError)?;
+    if args.socket.is_none() && args.listen.is_none() && activated.is_none() {
         return Err(CliError(
-            "give --socket PATH (or --listen HOST:PORT) to serve on".into(),
+            "give --socket PATH (or --listen HOST:PORT) to serve on, or start under systemd \
+             socket activation"
+                .into(),
         ));
     }
     if let Some(paths) = &args.scan {
@@ -360,6 +369,7 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
         member_delays,
         scrub_every: (!args.scrub_every.is_zero()).then_some(args.scrub_every),
         scrub_rate_bytes_per_sec: args.scrub_rate,
+        inherited: platter_server::systemd::Inherited::new(activated),
     };
     serve(volume, config, print_ready).map_err(|e| CliError(e.to_string()))
 }
@@ -406,9 +416,6 @@ fn force_members_into_use(volume: &mut platter_io::assembly::OpenVolume) {
     }
 }
 
-/// `--inject MEMBER=SPEC` options as (index into `members`, spec). MEMBER
-/// is matched against the members as given (the longest that fits, so a
-/// path may itself contain `=`).
 /// `--scrub-every`: a whole number with a unit (s, m, h, d, w), or 0.
 fn parse_interval(text: &str) -> std::result::Result<Duration, String> {
     if text == "0" {
@@ -436,6 +443,9 @@ fn parse_interval(text: &str) -> std::result::Result<Duration, String> {
         .ok_or_else(|| format!("{text:?} is out of range"))
 }
 
+/// `--inject MEMBER=SPEC` options as (index into `members`, spec). MEMBER
+/// is matched against the members as given (the longest that fits, so a
+/// path may itself contain `=`).
 fn parse_injections(injects: &[String], members: &[String]) -> Result<Vec<(usize, FaultSpec)>> {
     let mut out: Vec<(usize, FaultSpec)> = Vec::new();
     for arg in injects {

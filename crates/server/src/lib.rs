@@ -25,6 +25,7 @@ mod scrub;
 mod server;
 mod startup;
 mod stream;
+pub mod systemd;
 mod upkeep;
 
 pub use conn::{CONN_MAX_BYTES, CONN_MAX_REQUESTS};

@@ -22,9 +22,11 @@ pub(crate) struct Bound {
     pub listeners: Vec<Listener>,
     /// Where clients reach the export, for the operator.
     pub uris: Vec<String>,
-    pub control_path: Option<PathBuf>,
     pub control: Option<UnixListener>,
     pub metrics: Option<(TcpListener, SocketAddr)>,
+    /// Socket files this server made, removed when it stops (not those
+    /// systemd passed: the socket unit owns them).
+    pub ours: Vec<PathBuf>,
 }
 
 /// Binds the NBD listeners, the control socket (given, or beside the NBD
@@ -32,8 +34,27 @@ pub(crate) struct Bound {
 pub(crate) fn bind(config: &ServeConfig, export_name: &str) -> Result<Bound, ServeError> {
     let mut listeners: Vec<Listener> = Vec::new();
     let mut uris = Vec::new();
+    let mut ours = Vec::new();
+    let inherited = config.inherited.take().unwrap_or_default();
+    for l in inherited.unix {
+        let path = l
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_pathname().map(PathBuf::from));
+        uris.push(match &path {
+            Some(p) => format!("nbd+unix:///{export_name}?socket={}", p.display()),
+            None => format!("nbd+unix:///{export_name} (an unnamed socket from systemd)"),
+        });
+        listeners.push(Listener::Unix(l));
+    }
+    for l in inherited.tcp {
+        let local = l.local_addr().map_err(io_err("local address"))?;
+        listeners.push(Listener::Tcp(l));
+        uris.push(format!("nbd://{local}/{export_name}"));
+    }
     if let Some(path) = &config.socket {
         listeners.push(Listener::Unix(bind_unix(path, "socket")?));
+        ours.push(path.clone());
         uris.push(format!(
             "nbd+unix:///{export_name}?socket={}",
             path.display()
@@ -50,32 +71,45 @@ pub(crate) fn bind(config: &ServeConfig, export_name: &str) -> Result<Bound, Ser
             "nothing to listen on: give --socket or --listen".into(),
         ));
     }
-    let control_path = config.control.clone().or_else(|| {
-        config.socket.as_ref().map(|p| {
-            let mut s = p.as_os_str().to_owned();
-            s.push(".ctl");
-            PathBuf::from(s)
-        })
-    });
-    let control = match &control_path {
-        Some(p) => Some(bind_unix(p, "control socket")?),
-        None => None,
+    let control = match inherited.control {
+        Some(l) => Some(l),
+        None => {
+            let path = config.control.clone().or_else(|| {
+                config.socket.as_ref().map(|p| {
+                    let mut s = p.as_os_str().to_owned();
+                    s.push(".ctl");
+                    PathBuf::from(s)
+                })
+            });
+            match path {
+                Some(p) => {
+                    let l = bind_unix(&p, "control socket")?;
+                    ours.push(p);
+                    Some(l)
+                }
+                None => None,
+            }
+        }
     };
-    let metrics = match &config.metrics {
-        Some(addr) => {
+    let metrics = match (inherited.metrics, &config.metrics) {
+        (Some(l), _) => {
+            let local = l.local_addr().map_err(io_err("local address"))?;
+            Some((l, local))
+        }
+        (None, Some(addr)) => {
             let l = TcpListener::bind(addr)
                 .map_err(io_err(format!("cannot serve metrics on {addr}")))?;
             let local = l.local_addr().map_err(io_err("local address"))?;
             Some((l, local))
         }
-        None => None,
+        (None, None) => None,
     };
     Ok(Bound {
         listeners,
         uris,
-        control_path,
         control,
         metrics,
+        ours,
     })
 }
 

@@ -94,6 +94,9 @@ pub struct ServeConfig {
     pub scrub_every: Option<Duration>,
     /// Its pace (`--scrub-rate`).
     pub scrub_rate_bytes_per_sec: u64,
+    /// Listening sockets systemd passed (socket activation), served as
+    /// well as `socket` and `listen`; taken once, at bind.
+    pub inherited: crate::systemd::Inherited,
 }
 
 impl ServeConfig {
@@ -137,6 +140,7 @@ impl Default for ServeConfig {
             member_delays: std::collections::HashMap::new(),
             scrub_every: None,
             scrub_rate_bytes_per_sec: defaults::SCRUB_BYTES_PER_SEC,
+            inherited: Default::default(),
         }
     }
 }
@@ -274,7 +278,7 @@ pub fn serve(
         .as_ref()
         .map(|(_, local)| format!("http://{local}/metrics"));
     let uris = bound.uris.clone();
-    let control_path = bound.control_path.clone();
+    let ours = bound.ours.clone();
     let threads = Threads::start(bound, &config, &shared, &conns, &manager, &stop);
 
     on_ready(&Ready {
@@ -283,6 +287,11 @@ pub fn serve(
         uris,
         metrics: metrics_url,
     });
+    let notifier = crate::systemd::Notifier::from_env();
+    notifier.notify(&format!(
+        "READY=1\nSTATUS=serving '{}' ({} bytes)",
+        export.name, export.size_bytes
+    ));
 
     let mut trimmer = crate::memory::Trimmer::default();
     while !stop.load(Ordering::SeqCst) {
@@ -298,15 +307,14 @@ pub fn serve(
     }
 
     // Shutdown: new requests get ESHUTDOWN, started ones finish.
+    notifier.notify("STOPPING=1\nSTATUS=finishing requests, flushing, marking the volume clean");
     manager.stop_reconnecting();
     engine.close_to_clients();
     threads.join(&upkeep);
     let flushed = flush_and_mark(&engine, &meta, &upkeep);
     close_connections(&conns);
-    if let Some(path) = &config.socket {
-        listen::remove_socket(path);
-    }
-    if let Some(path) = &control_path {
+    // Sockets systemd passed are its own to remove.
+    for path in &ours {
         listen::remove_socket(path);
     }
     signals.close();

@@ -1,0 +1,304 @@
+//! systemd integration (issue 17): `platter serve` started by
+//! `systemd-socket-activate` (the protocol systemd's socket units use)
+//! serves the sockets it was passed, a socket named `control` as its
+//! control socket, and leaves the socket files to their owner; with
+//! `NOTIFY_SOCKET` set it reports `READY=1` once it serves and
+//! `STOPPING=1` when told to stop; a socket of the wrong kind is refused
+//! with what the unit file needs.
+
+mod e2e_support;
+
+use e2e_support::*;
+use std::os::unix::net::UnixDatagram;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const MIRROR: Spec = Spec::new("mirror", 2, "64k");
+
+fn wait_for(path: &Path, bg: &mut Background) {
+    let start = Instant::now();
+    while !path.exists() {
+        assert!(bg.is_running(), "ended early: {}", bg.stderr());
+        assert!(
+            start.elapsed() < CMD_TIMEOUT,
+            "{} never appeared: {}",
+            path.display(),
+            bg.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn socket_activation_serves_the_passed_sockets_and_leaves_them_to_their_owner() {
+    let test = "socket_activation_serves_the_passed_sockets_and_leaves_them_to_their_owner";
+    let Some(t) = required_tools(test, &["systemd-socket-activate", "nbdinfo", "qemu-io"]) else {
+        return;
+    };
+    let v = Volume::create(MIRROR, 4 * MIB);
+    let sock = v.path().join("act.sock");
+    let ctl = v.path().join("act.ctl");
+    let mut activate = t.cmd("systemd-socket-activate");
+    activate
+        .arg("-l")
+        .arg(&sock)
+        .arg("-l")
+        .arg(&ctl)
+        .arg("--fdname=nbd:control")
+        .arg(env!("CARGO_BIN_EXE_platter"))
+        .arg("serve")
+        .args(&v.members);
+    let mut bg = Background::spawn(&mut activate, "systemd-socket-activate platter serve");
+    wait_for(&sock, &mut bg);
+    // The first client starts the server (systemd-socket-activate execs it
+    // then): nbdinfo waits in the socket's backlog meanwhile.
+    let uri = format!("nbd+unix:///{}?socket={}", v.name, sock.display());
+    let out = run_ok(
+        t.cmd("nbdinfo").args(["--size", &uri]),
+        CMD_TIMEOUT,
+        "nbdinfo through the passed socket",
+    );
+    assert_eq!(out.stdout.trim(), v.size_bytes.to_string());
+    qemu_io(
+        &t,
+        &uri,
+        &["write -P 0x3c 0 256k".into(), "read -P 0x3c 0 256k".into()],
+        "write and read through the passed socket",
+    );
+    // The socket named "control" answers platter's management commands.
+    let out = run_ok(
+        platter(&["status", "--json", "--control"]).arg(&ctl),
+        CMD_TIMEOUT,
+        "status through the passed control socket",
+    );
+    let status: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(status["name"], v.name.as_str(), "{status}");
+    // Stopped as systemd stops it: it flushes and marks the volume clean,
+    // and the socket files stay (the socket unit owns them).
+    send_signal(bg.pid(), "TERM");
+    let code = bg.wait(CMD_TIMEOUT);
+    assert!(code.success(), "stopped: {code:?}\n{}", bg.stderr());
+    assert!(
+        sock.exists() && ctl.exists(),
+        "the passed sockets were removed"
+    );
+    let out = run_ok(
+        platter(&["status", "--json"]).args(&v.members),
+        CMD_TIMEOUT,
+        "status from the labels",
+    );
+    let status: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(status["state"], "clean", "{status}");
+}
+
+#[test]
+fn socket_activation_over_tcp() {
+    let test = "socket_activation_over_tcp";
+    let Some(t) = required_tools(test, &["systemd-socket-activate", "nbdinfo"]) else {
+        return;
+    };
+    let v = Volume::create(MIRROR, 4 * MIB);
+    // A free port: bound, read, let go (the activator binds it next).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut activate = t.cmd("systemd-socket-activate");
+    activate
+        .arg("-l")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg(env!("CARGO_BIN_EXE_platter"))
+        .arg("serve")
+        .args(&v.members);
+    let mut bg = Background::spawn(&mut activate, "systemd-socket-activate over TCP");
+    let uri = format!("nbd://127.0.0.1:{port}/{}", v.name);
+    let start = Instant::now();
+    let out = loop {
+        let out = run(t.cmd("nbdinfo").args(["--size", &uri]), CMD_TIMEOUT);
+        if out.status.success() || start.elapsed() > CMD_TIMEOUT {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        out.describe("nbdinfo"),
+        bg.stderr()
+    );
+    assert_eq!(out.stdout.trim(), v.size_bytes.to_string());
+    send_signal(bg.pid(), "TERM");
+    assert!(bg.wait(CMD_TIMEOUT).success(), "{}", bg.stderr());
+}
+
+/// Receives one notification, within the command timeout.
+fn notification(s: &UnixDatagram) -> String {
+    s.set_read_timeout(Some(CMD_TIMEOUT)).unwrap();
+    let mut buf = [0u8; 4096];
+    let n = s.recv(&mut buf).expect("a notification");
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+#[test]
+fn readiness_and_stopping_are_notified() {
+    let v = Volume::create(MIRROR, 4 * MIB);
+    for abstract_name in [false, true] {
+        let path = v.path().join("notify");
+        let _ = std::fs::remove_file(&path);
+        let (listener, address) = if abstract_name {
+            use std::os::linux::net::SocketAddrExt;
+            let name = format!("platter-test-notify-{}", std::process::id());
+            let a = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+            (UnixDatagram::bind_addr(&a).unwrap(), format!("@{name}"))
+        } else {
+            (
+                UnixDatagram::bind(&path).unwrap(),
+                path.display().to_string(),
+            )
+        };
+        let sock = v.path().join("sock");
+        let mut serve = platter(&["serve", "--socket"]);
+        serve
+            .arg(&sock)
+            .args(&v.members)
+            .env("NOTIFY_SOCKET", &address);
+        let mut bg = Background::spawn(&mut serve, "serve with NOTIFY_SOCKET");
+        let ready = notification(&listener);
+        assert!(ready.lines().any(|l| l == "READY=1"), "{ready}");
+        assert!(
+            ready.contains(&format!("STATUS=serving '{}'", v.name)),
+            "{ready}"
+        );
+        // READY means it serves: a client gets in at once.
+        assert!(sock.exists(), "READY before the socket listens");
+        send_signal(bg.pid(), "TERM");
+        let stopping = notification(&listener);
+        assert!(stopping.lines().any(|l| l == "STOPPING=1"), "{stopping}");
+        assert!(bg.wait(CMD_TIMEOUT).success(), "{}", bg.stderr());
+    }
+}
+
+/// A datagram socket passed where a stream socket belongs (`ListenDatagram=`
+/// in the socket unit) is refused, saying what the unit needs.
+#[test]
+fn a_socket_of_the_wrong_kind_is_refused_with_what_the_unit_needs() {
+    let test = "a_socket_of_the_wrong_kind_is_refused_with_what_the_unit_needs";
+    let Some(t) = required_tools(test, &["systemd-socket-activate"]) else {
+        return;
+    };
+    let v = Volume::create(MIRROR, 4 * MIB);
+    let before: Vec<Vec<u8>> = v
+        .members
+        .iter()
+        .map(|m| std::fs::read(m).unwrap())
+        .collect();
+    let sock = v.path().join("dgram.sock");
+    let mut activate = t.cmd("systemd-socket-activate");
+    activate
+        .arg("--datagram")
+        .arg("-l")
+        .arg(&sock)
+        .arg(env!("CARGO_BIN_EXE_platter"))
+        .arg("serve")
+        .args(&v.members);
+    let mut bg = Background::spawn(&mut activate, "activation with a datagram socket");
+    wait_for(&sock, &mut bg);
+    // The activator starts the program on the first datagram.
+    UnixDatagram::unbound()
+        .unwrap()
+        .send_to(b"wake", &sock)
+        .unwrap();
+    let code = bg.wait(CMD_TIMEOUT);
+    assert_eq!(code.code(), Some(1), "{}", bg.stderr());
+    assert!(
+        bg.stderr().contains("not a stream socket") && bg.stderr().contains("ListenStream"),
+        "{}",
+        bg.stderr()
+    );
+    for (m, b) in v.members.iter().zip(&before) {
+        assert!(std::fs::read(m).unwrap() == *b, "{m} changed");
+    }
+}
+
+/// The value of `key=` in a unit file's text (the first).
+fn unit_value(text: &str, key: &str) -> String {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key}= in\n{text}"))
+        .to_string()
+}
+
+/// The example units in contrib/systemd/ do what they say: the socket
+/// unit's `ListenStream=` passed to the service's `ExecStart=` with its
+/// volumes file, as systemd runs them (paths moved into a temporary
+/// directory), serves the volume, says READY (`Type=notify`), and makes
+/// the control socket the volumes file names.
+#[test]
+fn the_example_units_serve_a_volume_of_the_volumes_file() {
+    let test = "the_example_units_serve_a_volume_of_the_volumes_file";
+    let Some(t) = required_tools(test, &["systemd-socket-activate", "nbdinfo"]) else {
+        return;
+    };
+    let contrib = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../contrib/systemd");
+    let service = std::fs::read_to_string(contrib.join("platter@.service")).unwrap();
+    let socket = std::fs::read_to_string(contrib.join("platter@.socket")).unwrap();
+    assert_eq!(unit_value(&service, "Type"), "notify");
+    let v = Volume::create(MIRROR, 4 * MIB);
+    let dir = v.path().display().to_string();
+    let name = v.name.as_str();
+    let config = format!("{dir}/volumes.toml");
+    let ctl = format!("{dir}/{name}.ctl");
+    std::fs::write(
+        &config,
+        format!(
+            "[volumes.{name}]\nmembers = [{}]\n\n[volumes.{name}.options]\ncontrol = \"{ctl}\"\n",
+            v.members
+                .iter()
+                .map(|m| format!("\"{m}\""))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    )
+    .unwrap();
+    let listen = unit_value(&socket, "ListenStream")
+        .replace("/run/platter", &dir)
+        .replace("%i", name);
+    let exec: Vec<String> = unit_value(&service, "ExecStart")
+        .split_whitespace()
+        .map(|w| {
+            w.replace("/usr/local/bin/platter", env!("CARGO_BIN_EXE_platter"))
+                .replace("/etc/platter/volumes.toml", &config)
+                .replace("%i", name)
+        })
+        .collect();
+    let notify_path = v.path().join("notify");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    let mut activate = t.cmd("systemd-socket-activate");
+    activate
+        .args(["-l", &listen])
+        .arg(format!(
+            "--fdname={}",
+            unit_value(&socket, "FileDescriptorName")
+        ))
+        .arg(format!("--setenv=NOTIFY_SOCKET={}", notify_path.display()))
+        .args(&exec);
+    let mut bg = Background::spawn(&mut activate, "the example units");
+    wait_for(Path::new(&listen), &mut bg);
+    let uri = format!("nbd+unix:///{name}?socket={listen}");
+    let out = run_ok(
+        t.cmd("nbdinfo").args(["--size", &uri]),
+        CMD_TIMEOUT,
+        "nbdinfo through the unit's socket",
+    );
+    assert_eq!(out.stdout.trim(), v.size_bytes.to_string());
+    let ready = notification(&notify);
+    assert!(ready.lines().any(|l| l == "READY=1"), "{ready}");
+    run_ok(
+        &mut platter(&["status", "--control", &ctl]),
+        CMD_TIMEOUT,
+        "status through the control socket the volumes file names",
+    );
+    send_signal(bg.pid(), "TERM");
+    assert!(bg.wait(CMD_TIMEOUT).success(), "{}", bg.stderr());
+}
