@@ -189,6 +189,17 @@ pub struct ServeArgs {
     #[arg(long, value_name = "RATE", default_value = defaults::SCRUB_RATE,
           value_parser = crate::control::parse_rate)]
     scrub_rate: u64,
+    /// Run PROGRAM for each event that needs a person, as `mdadm --monitor
+    /// --program` does: PROGRAM EVENT VOLUME [MEMBER], with PLATTER_EVENT,
+    /// PLATTER_VOLUME, PLATTER_VOLUME_UUID, PLATTER_SLOT, PLATTER_MEMBER,
+    /// PLATTER_DETAIL and PLATTER_TIME set. Events: member-failed,
+    /// member-disconnected, member-reconnected, member-removed,
+    /// spare-active, rebuild-done, resync-done, mismatches-found,
+    /// read-error-corrected, no-space, started-degraded, forced-assembly.
+    /// One run at a time, each killed after 60 s; every event is also
+    /// logged (event=NAME). See docs/failures.md.
+    #[arg(long, value_name = "PROGRAM")]
+    on_event: Option<PathBuf>,
     /// Find the members by their labels instead of naming them: look in
     /// these directories, files or devices, as `platter scan` does (with no
     /// PATH, every block device in /dev), for the volume --name or --uuid
@@ -213,6 +224,33 @@ pub struct ServeArgs {
     /// name in the file instead.
     #[arg(value_name = "MEMBER", required_unless_present = "scan")]
     members: Vec<String>,
+}
+
+/// `--on-event PROGRAM` must be runnable now: a typo found at the first
+/// failure, hours later, would lose that alert.
+fn check_program(program: &std::path::Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let found = if program.components().count() > 1 {
+        Some(program.to_path_buf())
+    } else {
+        std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join(program))
+                .find(|p| p.is_file())
+        })
+    };
+    let runnable = found
+        .as_ref()
+        .and_then(|p| std::fs::metadata(p).ok())
+        .is_some_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    if !runnable {
+        return Err(CliError(format!(
+            "--on-event {}: not an executable file{}",
+            program.display(),
+            if found.is_none() { " (not found)" } else { "" }
+        )));
+    }
+    Ok(())
 }
 
 /// The members `--scan` finds for the volume named: every device carrying
@@ -271,6 +309,9 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
                 .into(),
         ));
     }
+    if let Some(p) = &args.on_event {
+        check_program(p)?;
+    }
     if let Some(paths) = &args.scan {
         args.members = members_by_scan(paths, args.uuid.as_deref(), args.name.as_deref())?;
     }
@@ -320,9 +361,11 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
         }
     }
     let mut volume = assemble_devices(devices)?;
-    if args.force && !args.read_only {
-        force_members_into_use(&mut volume);
-    }
+    let forced_slots = if args.force && !args.read_only {
+        force_members_into_use(&mut volume)
+    } else {
+        Vec::new()
+    };
     let rotational = parse_rotational(&args.rotational, &members, &volume)?;
     let write_mostly = parse_write_mostly(&args.write_mostly, &members, &volume)?;
     let tls_credentials = match (&args.tls_certificates, &args.tls_psk) {
@@ -370,6 +413,8 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
         scrub_every: (!args.scrub_every.is_zero()).then_some(args.scrub_every),
         scrub_rate_bytes_per_sec: args.scrub_rate,
         inherited: platter_server::systemd::Inherited::new(activated),
+        on_event: args.on_event,
+        forced_slots,
     };
     serve(volume, config, print_ready).map_err(|e| CliError(e.to_string()))
 }
@@ -378,12 +423,12 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
 /// or whose own label is older, is taken as in sync; the volume is marked
 /// dirty so that it is resynced. Says what it does, and what it risks, on
 /// stderr and in the log.
-fn force_members_into_use(volume: &mut platter_io::assembly::OpenVolume) {
+fn force_members_into_use(volume: &mut platter_io::assembly::OpenVolume) -> Vec<u32> {
     use platter_core::assemble::SlotNote;
     use platter_core::label::{SlotState, VolumeState};
     use platter_core::volume::Health;
     let a = &mut volume.assembly;
-    let mut forced = 0;
+    let mut forced = Vec::new();
     for slot in 0..a.notes.len() {
         let Some(device) = a.slot_device[slot] else {
             continue;
@@ -406,14 +451,15 @@ fn force_members_into_use(volume: &mut platter_io::assembly::OpenVolume) {
         a.notes[slot] = SlotNote::InUse;
         a.health[slot] = Health::Online;
         a.label.slots[slot].state = SlotState::Active;
-        forced += 1;
+        forced.push(slot as u32);
     }
-    if forced > 0 {
+    if !forced.is_empty() {
         // Parity and copies may disagree where writes were refused or lost:
         // serve as after a crash, resyncing what the bitmap marks (all of
         // it without one).
         a.label.state = VolumeState::Dirty;
     }
+    forced
 }
 
 /// `--scrub-every`: a whole number with a unit (s, m, h, d, w), or 0.

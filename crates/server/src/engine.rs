@@ -174,6 +174,9 @@ pub struct Engine {
     lock_acquired: AtomicU64,
     lock_contended: AtomicU64,
     lock_waited_ns: AtomicU64,
+    /// Where events that need a person go (`alerts.rs`); set once at start,
+    /// only logged before.
+    alerts: std::sync::OnceLock<Arc<crate::alerts::Alerts>>,
 }
 
 /// The engine lock's use since the start, for `stats --json`.
@@ -229,6 +232,7 @@ impl Engine {
             lock_acquired: AtomicU64::new(0),
             lock_contended: AtomicU64::new(0),
             lock_waited_ns: AtomicU64::new(0),
+            alerts: std::sync::OnceLock::new(),
         })
     }
 
@@ -442,6 +446,26 @@ impl Engine {
     }
 
     /// Sets the hook that sees every event (label keeping).
+    /// Sends alerts to `alerts` from now on (once).
+    pub fn set_alerts(&self, alerts: Arc<crate::alerts::Alerts>) {
+        let _ = self.alerts.set(alerts);
+    }
+
+    /// Raises `a` (`alerts.rs`): logged, and run by `--on-event`.
+    pub fn alert(&self, a: crate::alerts::Alert) {
+        match self.alerts.get() {
+            Some(alerts) => alerts.raise(a),
+            None => tracing::warn!(event = a.kind.name(), detail = %a.detail, "event"),
+        }
+    }
+
+    /// The device in `slot` as it describes itself, if there is one.
+    pub fn member_name(&self, slot: u32) -> Option<String> {
+        self.members()
+            .get(slot as usize)
+            .and_then(|m| m.as_ref().map(|m| m.describe().to_string()))
+    }
+
     pub fn on_event(&self, hook: EventHook) {
         *self.on_event.lock().expect("event hook") = Some(hook);
     }

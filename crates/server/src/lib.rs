@@ -7,6 +7,7 @@
 //! queue is bounded ([`flow`]): a client can make its own connection wait,
 //! never grow memory without limit or hold up another connection.
 
+pub mod alerts;
 mod balancing;
 mod conn;
 pub mod defaults;

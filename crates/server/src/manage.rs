@@ -3,6 +3,7 @@
 //! rebuild-rate|read-policy|stats --control PATH`), each a JSON request and a
 //! JSON answer on one line.
 
+use crate::alerts::{Alert, EventKind};
 use crate::engine::Engine;
 use crate::meta::Meta;
 use crate::newdevice::{names_device, NewDevice};
@@ -257,6 +258,13 @@ impl Manager {
             device = device.as_deref().unwrap_or("-"),
             "member removed"
         );
+        self.engine.alert(
+            Alert::new(
+                EventKind::MemberRemoved,
+                "taken out of the volume (platter remove)",
+            )
+            .member(slot, device.clone()),
+        );
         Ok(json!({ "removed": slot, "device": device }))
     }
 
@@ -365,7 +373,16 @@ impl Manager {
         };
         let name = spare.describe().to_string();
         match self.replace_slot(slot as u32, spare) {
-            Ok(()) => tracing::info!(slot, spare = %name, "spare took over"),
+            Ok(()) => {
+                tracing::info!(slot, spare = %name, "spare took over");
+                self.engine.alert(
+                    Alert::new(
+                        EventKind::SpareActive,
+                        "took the failed member's place; rebuilding",
+                    )
+                    .member(slot as u32, Some(name)),
+                );
+            }
             Err(e) => tracing::error!(slot, error = %e, "spare could not take over"),
         }
     }

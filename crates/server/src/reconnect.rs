@@ -10,6 +10,7 @@
 //! Keyed by URI: a member unreachable at start has no slot until its label
 //! is read.
 
+use crate::alerts::{Alert, EventKind};
 use crate::manage::Manager;
 use platter_core::volume::Health;
 use platter_io::{open_member, Member};
@@ -180,6 +181,16 @@ impl Manager {
                     "away longer than --member-timeout: failed (a spare takes its place if there \
                      is one; `platter re-add` or `replace` otherwise)"
                 );
+                let mut alert = Alert::new(
+                    EventKind::MemberFailed,
+                    format!(
+                        "away longer than --member-timeout ({} s)",
+                        self.member_timeout.as_secs()
+                    ),
+                );
+                alert.slot = a.slot;
+                alert.member = Some(uri.clone());
+                self.engine.alert(alert);
             }
         }
         if away.values().any(|a| a.trying)
@@ -281,6 +292,16 @@ impl Manager {
                     missed_regions = %v["missed_regions"],
                     "reconnected; rebuilding what it missed"
                 );
+                let mut alert = Alert::new(
+                    EventKind::MemberReconnected,
+                    format!(
+                        "back; rebuilding the {} regions it missed",
+                        v["missed_regions"]
+                    ),
+                );
+                alert.slot = v["re_added"].as_u64().map(|s| s as u32);
+                alert.member = Some(uri.to_string());
+                self.engine.alert(alert);
                 away.remove(uri);
             }
             Some(Err(e)) => {

@@ -126,6 +126,14 @@ impl Scrubber {
                     "the scrub found stripes whose parity or copies disagree: \
                      `platter check` lists them, `platter repair` mends them"
                 );
+                engine.alert(crate::alerts::Alert::new(
+                    crate::alerts::EventKind::MismatchesFound,
+                    format!(
+                        "the scheduled scrub found {} of {stripes} stripes whose parity or \
+                         copies disagree (`platter check` lists them, `platter repair` mends them)",
+                        r.found_stripes
+                    ),
+                ));
             }
             r = ScrubRecord {
                 completed_unix_seconds: now.max(1),

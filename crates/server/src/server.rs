@@ -94,6 +94,12 @@ pub struct ServeConfig {
     pub scrub_every: Option<Duration>,
     /// Its pace (`--scrub-rate`).
     pub scrub_rate_bytes_per_sec: u64,
+    /// Run this program for each event that needs a person
+    /// (`--on-event`, `alerts.rs`).
+    pub on_event: Option<PathBuf>,
+    /// Slots `serve --force` put into use against their labels: an event
+    /// at start.
+    pub forced_slots: Vec<u32>,
     /// Listening sockets systemd passed (socket activation), served as
     /// well as `socket` and `listen`; taken once, at bind.
     pub inherited: crate::systemd::Inherited,
@@ -140,6 +146,8 @@ impl Default for ServeConfig {
             member_delays: std::collections::HashMap::new(),
             scrub_every: None,
             scrub_rate_bytes_per_sec: defaults::SCRUB_BYTES_PER_SEC,
+            on_event: None,
+            forced_slots: Vec::new(),
             inherited: Default::default(),
         }
     }
@@ -243,10 +251,27 @@ pub fn serve(
         Arc::clone(&engine),
         config.read_only,
     ));
+    let alerts = Arc::new(
+        crate::alerts::Alerts::new(
+            &export.name,
+            &platter_core::assemble::uuid_string(&opened.assembly.label.volume_uuid),
+            config.on_event.clone(),
+        )
+        .map_err(ServeError::Refused)?,
+    );
+    engine.set_alerts(Arc::clone(&alerts));
     {
         let m = Arc::clone(&meta);
-        engine.on_event(Box::new(move |e| m.on_event(e)));
+        let weak = Arc::downgrade(&engine);
+        engine.on_event(Box::new(move |e| {
+            let recorded = m.on_event(e);
+            if let Some(engine) = weak.upgrade() {
+                crate::alerts::raise_engine_event(&engine, e);
+            }
+            recorded
+        }));
     }
+    startup::alert_start(&engine, &config.forced_slots);
     startup::resume_rebuilds(&opened.assembly, &engine);
     startup::mark_in_use(&meta, &engine);
     let upkeep = Arc::new(Upkeep::with_scrubber(Scrubber::new(
@@ -318,6 +343,7 @@ pub fn serve(
         listen::remove_socket(path);
     }
     signals.close();
+    alerts.close();
     flushed?;
     tracing::info!("volume flushed and marked {}", meta.label().state);
     Ok(())

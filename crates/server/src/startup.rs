@@ -478,6 +478,28 @@ pub(crate) fn mark_in_use(meta: &Meta, engine: &Engine) {
     meta.record(|l| mark(l, &health, VolumeState::Dirty));
 }
 
+/// The start's events: members forced into use, members missing.
+pub(crate) fn alert_start(engine: &Engine, forced_slots: &[u32]) {
+    use crate::alerts::{Alert, EventKind};
+    for &slot in forced_slots {
+        engine.alert(
+            Alert::new(
+                EventKind::ForcedAssembly,
+                "--force: put into use although its label said it was faulty or stale",
+            )
+            .member(slot, engine.member_name(slot)),
+        );
+    }
+    let health = engine.health();
+    let lost = health.iter().filter(|h| **h != Health::Online).count();
+    if lost > 0 {
+        engine.alert(Alert::new(
+            EventKind::StartedDegraded,
+            format!("{lost} of {} members unavailable at start", health.len()),
+        ));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -271,12 +271,16 @@ fn resync_step(engine: &Engine, upkeep: &Upkeep, step: u64) -> bool {
     };
     let Some((region, (first, count))) = next else {
         let n = upkeep.resync_mismatched_stripes.load(Ordering::SeqCst);
-        tracing::info!(
-            stripes = cursor,
-            rewritten = n,
-            regions = upkeep.resync_regions.load(Ordering::SeqCst),
-            "resync finished"
-        );
+        let regions = upkeep.resync_regions.load(Ordering::SeqCst);
+        tracing::info!(stripes = cursor, rewritten = n, regions, "resync finished");
+        engine.alert(crate::alerts::Alert::new(
+            crate::alerts::EventKind::ResyncDone,
+            if regions > 0 {
+                format!("resync finished: {regions} bitmap regions, {n} stripes rewritten")
+            } else {
+                format!("resync finished: the whole volume, {n} stripes rewritten")
+            },
+        ));
         upkeep
             .resync_cursor_stripe
             .store(u64::MAX, Ordering::SeqCst);
