@@ -39,4 +39,4 @@ BUILD_PACKAGES=(pkg-config libisal-dev libssl-dev)
 # NBD clients to use the demo volume with (nbdinfo, qemu-io, nbdfuse).
 CLIENT_PACKAGES=(libnbd-bin qemu-utils nbdfuse fuse3)
 # Everything the end-to-end tests drive.
-TEST_PACKAGES=("${CLIENT_PACKAGES[@]}" nbdkit fio xfsprogs util-linux iproute2 openssl man-db systemd python3-libnbd)
+TEST_PACKAGES=("${CLIENT_PACKAGES[@]}" nbdkit fio xfsprogs util-linux iproute2 openssl man-db systemd python3-libnbd chromium)

@@ -62,7 +62,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "PATH")]
     control: Option<PathBuf>,
     /// Serve the volume's statistics in the Prometheus text format at
-    /// http://HOST:PORT/metrics (see docs/statistics.md).
+    /// http://HOST:PORT/metrics (see docs/statistics.md), and a live page
+    /// at http://HOST:PORT/ showing each member's busy share, throughput
+    /// and latency over the last minutes, and rebuild, resync and scrub
+    /// progress (plain HTML and SVG; reloads itself every 2 s).
     #[arg(long, value_name = "HOST:PORT")]
     metrics: Option<String>,
     /// Whether a member spins, for the `auto` read policy (proximity if any

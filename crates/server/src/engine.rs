@@ -141,6 +141,37 @@ struct State {
     /// must not fill it further.
     no_space_logged: Option<Instant>,
     no_space_unlogged: u64,
+    /// By slot: how long each member has had at least one I/O on its
+    /// device (the live page's busy share, iostat's %util).
+    busy: Vec<BusyClock>,
+}
+
+/// The union of a member's I/O intervals, summed: each completed I/O
+/// covers `[end - device time, end]`; only what lies past the last end
+/// counted adds. Completions that arrive out of order undercount a
+/// little, never overcount.
+#[derive(Clone, Copy, Debug, Default)]
+struct BusyClock {
+    last_end: Option<Instant>,
+    busy_ns: u64,
+}
+
+impl BusyClock {
+    fn add(&mut self, end: Instant, device_ns: u64) {
+        let start = end
+            .checked_sub(std::time::Duration::from_nanos(device_ns))
+            .unwrap_or(end);
+        let from = match self.last_end {
+            Some(last) if last > start => last,
+            _ => start,
+        };
+        if end > from {
+            self.busy_ns = self.busy_ns.saturating_add(ns_between(from, end));
+        }
+        if self.last_end.is_none_or(|last| end > last) {
+            self.last_end = Some(end);
+        }
+    }
 }
 
 /// At most one log line per this long for writes refused for space.
@@ -224,6 +255,7 @@ impl Engine {
                 closed_to_clients: false,
                 no_space_logged: None,
                 no_space_unlogged: 0,
+                busy: vec![BusyClock::default(); members_len],
             }),
             idle: Condvar::new(),
             on_event: Mutex::new(None),
@@ -459,6 +491,12 @@ impl Engine {
         }
     }
 
+    /// By slot: nanoseconds each member has been busy since the start
+    /// (at least one I/O on its device).
+    pub fn member_busy_ns(&self) -> Vec<u64> {
+        self.lock().busy.iter().map(|b| b.busy_ns).collect()
+    }
+
     /// The device in `slot` as it describes itself, if there is one.
     pub fn member_name(&self, slot: u32) -> Option<String> {
         self.members()
@@ -627,9 +665,13 @@ impl Engine {
                     s.volume
                         .mark_faulty(member, format!("I/O timed out: {}", e.message));
                 }
-                _ => s
-                    .volume
-                    .record_latency(LatencyOf::Member(member), c.device_ns),
+                _ => {
+                    s.volume
+                        .record_latency(LatencyOf::Member(member), c.device_ns);
+                    if let Some(b) = s.busy.get_mut(member as usize) {
+                        b.add(now, c.device_ns);
+                    }
+                }
             }
             s.volume.io_done(id, c.result);
             self.take_out(&mut s, Some(now))
@@ -725,4 +767,24 @@ impl Engine {
 
 fn ns_between(start: Instant, end: Instant) -> u64 {
     u64::try_from(end.saturating_duration_since(start).as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::BusyClock;
+    use std::time::{Duration, Instant};
+
+    /// Overlapping I/Os count once; a gap counts nothing.
+    #[test]
+    fn busy_time_is_the_union_of_io_intervals() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let ms = |n: u64| n * 1_000_000;
+        let mut b = BusyClock::default();
+        b.add(at(10), ms(10)); // [0, 10]
+        b.add(at(15), ms(10)); // [5, 15]: 5 more
+        b.add(at(30), ms(5)); // [25, 30]: 5 more, the gap 15..25 not
+        b.add(at(28), ms(20)); // [8, 28], arriving late: nothing more
+        assert_eq!(b.busy_ns, ms(20));
+    }
 }

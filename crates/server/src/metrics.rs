@@ -4,6 +4,8 @@
 //! `prometheus-client` crate. Definitions: docs/statistics.md.
 
 use crate::engine::Engine;
+use crate::livepage::History;
+use crate::manage::Manager;
 use crate::meta::Meta;
 use platter_core::label::ScrubRecord;
 use platter_core::stats::{Counters, Histogram, Stats};
@@ -15,8 +17,8 @@ use prometheus_client::registry::Registry;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The `stats` control command's answer: the counters and what names them.
@@ -475,23 +477,43 @@ pub fn encode_prometheus(volume_name: &str, stats: &Stats, scrub: &ScrubRecord) 
     out
 }
 
-/// Serves `GET /metrics` until `stop`: one short request per connection,
-/// answered and closed (a scraper needs nothing more).
-pub fn serve_metrics(
-    listener: TcpListener,
-    engine: Arc<Engine>,
-    meta: Arc<Meta>,
-    stop: Arc<AtomicBool>,
-) {
+/// Requests answered at once, at most; more are closed unanswered (a
+/// scraper retries), so a flood of connections cannot take a thread each.
+const ANSWERING_MAX: usize = 8;
+
+/// Serves `GET /metrics` and the live page at `/` until `stop`: one short
+/// request per connection, answered and closed (a scraper or a browser
+/// needs nothing more). Samples the counters for the page once a second.
+pub fn serve_metrics(listener: TcpListener, manager: Arc<Manager>, stop: Arc<AtomicBool>) {
     let _ = listener.set_nonblocking(true);
+    let history = Arc::new(Mutex::new(History::default()));
+    let answering = Arc::new(AtomicUsize::new(0));
     while !stop.load(Ordering::SeqCst) {
+        history
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .tick(&manager.engine);
         match listener.accept() {
             Ok((s, _)) => {
+                if answering.fetch_add(1, Ordering::SeqCst) >= ANSWERING_MAX {
+                    answering.fetch_sub(1, Ordering::SeqCst);
+                    continue;
+                }
                 let _ = s.set_nonblocking(false);
-                let (engine, meta) = (Arc::clone(&engine), Arc::clone(&meta));
-                let _ = std::thread::Builder::new()
+                let (manager, history, answering) = (
+                    Arc::clone(&manager),
+                    Arc::clone(&history),
+                    Arc::clone(&answering),
+                );
+                let spawned = std::thread::Builder::new()
                     .name("platter-metrics".into())
-                    .spawn(move || answer(s, &engine, &meta));
+                    .spawn(move || {
+                        answer(s, &manager, &history);
+                        answering.fetch_sub(1, Ordering::SeqCst);
+                    });
+                if spawned.is_err() {
+                    tracing::warn!("cannot start a thread to answer a metrics request");
+                }
             }
             Err(_) => std::thread::sleep(Duration::from_millis(50)),
         }
@@ -499,7 +521,8 @@ pub fn serve_metrics(
 }
 
 /// Reads one HTTP request and answers it.
-fn answer(stream: TcpStream, engine: &Engine, meta: &Meta) {
+fn answer(stream: TcpStream, manager: &Manager, history: &Mutex<History>) {
+    let (engine, meta) = (&manager.engine, &manager.meta);
     let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
     let _ = stream.set_write_timeout(Some(Duration::from_secs(10)));
     let mut reader = BufReader::new((&stream).take(16 * 1024));
@@ -529,15 +552,20 @@ fn answer(stream: TcpStream, engine: &Engine, meta: &Meta) {
                 encode_prometheus(&label.name, &engine.stats(), &label.scrub)
             },
         ),
+        ("GET", "/") | ("HEAD", "/") => ("200 OK", "text/html; charset=utf-8", {
+            let status = manager.status();
+            let h = history.lock().unwrap_or_else(|e| e.into_inner());
+            crate::livepage::render(&h, &status)
+        }),
         ("GET", _) | ("HEAD", _) => (
             "404 Not Found",
             "text/plain; charset=utf-8",
-            "platter serves its metrics at /metrics\n".to_string(),
+            "platter serves a live page at / and its metrics at /metrics\n".to_string(),
         ),
         _ => (
             "405 Method Not Allowed",
             "text/plain; charset=utf-8",
-            "only GET /metrics\n".to_string(),
+            "only GET / and GET /metrics\n".to_string(),
         ),
     };
     let mut out = &stream;

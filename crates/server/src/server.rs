@@ -418,14 +418,10 @@ impl Threads {
             )
         });
         let metrics = bound.metrics.map(|(l, _)| {
-            let (e, m, stop) = (
-                Arc::clone(&manager.engine),
-                Arc::clone(&manager.meta),
-                Arc::clone(stop),
-            );
+            let (m, stop) = (Arc::clone(manager), Arc::clone(stop));
             spawn(
                 "platter-metrics",
-                Box::new(move || crate::metrics::serve_metrics(l, e, m, stop)),
+                Box::new(move || crate::metrics::serve_metrics(l, m, stop)),
             )
         });
         let accept = bound
