@@ -316,3 +316,34 @@ fn scan_finds_members_on_block_devices_in_dev() {
     drop(s);
     lo.detach();
 }
+
+/// A device that cannot be opened (a node with no driver behind it: ENXIO)
+/// is listed as unreadable; the scan goes on and finds the rest.
+#[test]
+fn an_unreadable_device_is_listed_and_the_scan_goes_on() {
+    let test = "an_unreadable_device_is_listed_and_the_scan_goes_on";
+    if !is_root() {
+        platter_testkit::skips::skipped(test, "needs root (mknod)");
+        return;
+    }
+    let Some(t) = required_tools(test, &["mknod"]) else {
+        return;
+    };
+    let v = Volume::create(MIRROR, 4 * MIB);
+    // Major 60 is reserved for local use: no driver answers it here.
+    let node = v.path().join("dead-disk");
+    run_ok(
+        t.cmd("mknod").arg(&node).args(["b", "60", "0"]),
+        CMD_TIMEOUT,
+        "mknod",
+    );
+    let (code, j) = scan_json(&[v.path().to_str().unwrap()]);
+    assert_eq!(code, 0, "the volume is whole: {j}");
+    let u = &j["unreadable"][0];
+    assert_eq!(u["path"], node.to_str().unwrap(), "{j}");
+    assert!(
+        u["reason"].as_str().unwrap().contains("No such device"),
+        "{j}"
+    );
+    assert_eq!(volumes_of(&j)[0]["state"], "clean", "{j}");
+}

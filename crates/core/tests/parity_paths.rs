@@ -34,7 +34,10 @@ fn client_data(h: &mut Harness, len: usize, skew: usize) -> Bytes {
 #[test]
 fn stripe_writes_reach_the_vector_kernels() {
     if platter_parity::backend_name() != "isa-l" {
-        eprintln!("skipped: platter-parity was built without ISA-L");
+        platter_testkit::skips::skipped(
+            "stripe_writes_reach_the_vector_kernels",
+            "platter-parity was built without ISA-L (Debian: libisal-dev)",
+        );
         return;
     }
     for (level, n) in [(Level::Raid5, 4), (Level::Raid6, 6)] {
