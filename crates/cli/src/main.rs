@@ -141,14 +141,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("PLATTER_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    init_logging();
     // check and repair keep 1 for "mismatches found"; their failures are 2.
     let error_code = match cli.command {
         Command::Check(_) | Command::Repair(_) => control::SCRUB_INCOMPLETE,
@@ -181,6 +174,54 @@ fn main() -> ExitCode {
             .map_err(|e| error::CliError(format!("cannot write the manual page: {e}"))),
     };
     exit(result.map(|()| 0), error_code)
+}
+
+/// Logs to stderr; when systemd connected stderr to the journal
+/// (`JOURNAL_STREAM` names stderr's device and inode), to the journal
+/// natively instead, each field its own (`PLATTER_EVENT=member-failed`,
+/// `PLATTER_SLOT=1`: `journalctl PLATTER_EVENT=member-failed` filters).
+fn init_logging() {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter = || {
+        tracing_subscriber::EnvFilter::try_from_env("PLATTER_LOG")
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
+    };
+    let journald = stderr_is_the_journal()
+        .then(tracing_journald::layer)
+        .and_then(Result::ok)
+        .map(|l| {
+            l.with_field_prefix(Some("PLATTER".into()))
+                .with_syslog_identifier("platter".into())
+        });
+    if let Some(layer) = journald {
+        tracing_subscriber::registry()
+            .with(filter())
+            .with(layer)
+            .init();
+        return;
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(filter())
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
+
+/// Whether stderr is the stream systemd's `JOURNAL_STREAM` names
+/// (`DEVICE:INODE`), as systemd.exec(5) says to check.
+fn stderr_is_the_journal() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Some(stream) = std::env::var_os("JOURNAL_STREAM") else {
+        return false;
+    };
+    let Some((dev, ino)) = stream.to_str().and_then(|s| s.split_once(':')) else {
+        return false;
+    };
+    let (Ok(dev), Ok(ino)) = (dev.parse::<u64>(), ino.parse::<u64>()) else {
+        return false;
+    };
+    std::fs::metadata("/proc/self/fd/2").is_ok_and(|m| m.dev() == dev && m.ino() == ino)
 }
 
 /// The command line, with `serve --config FILE NAME` replaced by the

@@ -227,3 +227,96 @@ fn a_program_that_cannot_run_is_refused_at_start() {
         );
     }
 }
+
+/// Under systemd (stderr is the stream `JOURNAL_STREAM` names) the log
+/// goes to the journal natively, each field its own: an event arrives as
+/// `PLATTER_EVENT=...`, which `journalctl PLATTER_EVENT=member-failed`
+/// filters on. The journal's socket is played by the test.
+#[test]
+fn under_systemd_events_reach_the_journal_as_fields() {
+    let test = "under_systemd_events_reach_the_journal_as_fields";
+    let socket = Path::new("/run/systemd/journal/socket");
+    if !is_root() {
+        platter_testkit::skips::skipped(test, "needs root (it plays journald's socket)");
+        return;
+    }
+    if socket.exists() {
+        platter_testkit::skips::skipped(
+            test,
+            "a journald runs here: its socket is not ours to take",
+        );
+        return;
+    }
+    fs::create_dir_all(socket.parent().unwrap()).unwrap();
+    let journal = std::os::unix::net::UnixDatagram::bind(socket).unwrap();
+    journal
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    struct RemoveOnDrop<'a>(&'a Path);
+    impl Drop for RemoveOnDrop<'_> {
+        fn drop(&mut self) {
+            let _ = fs::remove_file(self.0);
+        }
+    }
+    let _cleanup = RemoveOnDrop(socket);
+
+    let volume = Volume::create(RAID5, 8 * MIB);
+    let stderr_path = volume.path().join("stderr");
+    let stderr = fs::File::create(&stderr_path).unwrap();
+    let stream = {
+        use std::os::unix::fs::MetadataExt;
+        let m = stderr.metadata().unwrap();
+        format!("{}:{}", m.dev(), m.ino())
+    };
+    let mut serve = platter(&["serve", "--socket"]);
+    serve
+        .arg(volume.path().join("sock"))
+        .args(&volume.members[..2])
+        .env("JOURNAL_STREAM", &stream)
+        .stdout(std::process::Stdio::null())
+        .stderr(stderr);
+    // Spawned as is: the harness's Background would pipe stderr.
+    let mut child = serve.spawn().expect("serve starts");
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut seen = Vec::new();
+    let event = loop {
+        let n = journal
+            .recv(&mut buf)
+            .unwrap_or_else(|e| panic!("no event in the journal ({e}); got {seen:?}"));
+        let entry = journal_fields(&buf[..n]);
+        if entry.get("PLATTER_EVENT").map(String::as_str) == Some("started-degraded") {
+            break entry;
+        }
+        seen.push(entry);
+    };
+    assert_eq!(event["PLATTER_VOLUME"], volume.name, "{event:?}");
+    assert_eq!(event["SYSLOG_IDENTIFIER"], "platter", "{event:?}");
+    assert_eq!(event["PRIORITY"], "4", "a warning: {event:?}");
+    assert!(event["PLATTER_DETAIL"].contains("1 of 3"), "{event:?}");
+    send_signal(child.id(), "TERM");
+    assert!(child.wait().unwrap().success());
+    // Nothing went to stderr: the journal had it all.
+    assert_eq!(fs::read_to_string(&stderr_path).unwrap(), "");
+}
+
+/// The fields of one entry in journald's native protocol: `KEY=value\n`,
+/// or `KEY\n`, a 64-bit little-endian length, the value and `\n`.
+fn journal_fields(mut b: &[u8]) -> std::collections::BTreeMap<String, String> {
+    let mut fields = std::collections::BTreeMap::new();
+    while let Some(end) = b.iter().position(|&c| c == b'\n' || c == b'=') {
+        let key = String::from_utf8_lossy(&b[..end]).into_owned();
+        if b[end] == b'=' {
+            let rest = &b[end + 1..];
+            let nl = rest.iter().position(|&c| c == b'\n').unwrap_or(rest.len());
+            fields.insert(key, String::from_utf8_lossy(&rest[..nl]).into_owned());
+            b = &rest[(nl + 1).min(rest.len())..];
+        } else {
+            let rest = &b[end + 1..];
+            let len = u64::from_le_bytes(rest[..8].try_into().unwrap()) as usize;
+            let value = &rest[8..8 + len];
+            fields.insert(key, String::from_utf8_lossy(value).into_owned());
+            b = &rest[(8 + len + 1).min(rest.len())..];
+        }
+    }
+    fields
+}
