@@ -52,6 +52,19 @@ pub enum EventKind {
 }
 
 impl EventKind {
+    /// Whether the volume is worse off for it (logged as a warning) or
+    /// back to better (logged as information).
+    pub fn is_trouble(self) -> bool {
+        !matches!(
+            self,
+            EventKind::MemberReconnected
+                | EventKind::MemberRemoved
+                | EventKind::SpareActive
+                | EventKind::RebuildDone
+                | EventKind::ResyncDone
+        )
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             EventKind::StartedDegraded => "started-degraded",
@@ -133,15 +146,15 @@ impl Alerts {
 
     /// Logs `a` and queues it for the program; never blocks.
     pub fn raise(&self, a: Alert) {
-        tracing::warn!(
-            event = a.kind.name(),
-            volume = %self.volume,
-            volume_uuid = %self.uuid,
-            slot = a.slot.map_or(-1, i64::from),
-            member = a.member.as_deref().unwrap_or("-"),
-            detail = %a.detail,
-            "event"
-        );
+        let slot = a.slot.map_or(-1, i64::from);
+        let member = a.member.as_deref().unwrap_or("-");
+        if a.kind.is_trouble() {
+            tracing::warn!(event = a.kind.name(), volume = %self.volume,
+                volume_uuid = %self.uuid, slot, member, detail = %a.detail, "event");
+        } else {
+            tracing::info!(event = a.kind.name(), volume = %self.volume,
+                volume_uuid = %self.uuid, slot, member, detail = %a.detail, "event");
+        }
         let queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         let Some(tx) = queue.as_ref() else { return };
         match tx.try_send(a) {

@@ -500,7 +500,7 @@ pub fn serve_metrics(listener: TcpListener, manager: Arc<Manager>, stop: Arc<Ato
                     continue;
                 }
                 let _ = s.set_nonblocking(false);
-                let (manager, history, answering) = (
+                let (manager, history, done) = (
                     Arc::clone(&manager),
                     Arc::clone(&history),
                     Arc::clone(&answering),
@@ -509,9 +509,11 @@ pub fn serve_metrics(listener: TcpListener, manager: Arc<Manager>, stop: Arc<Ato
                     .name("platter-metrics".into())
                     .spawn(move || {
                         answer(s, &manager, &history);
-                        answering.fetch_sub(1, Ordering::SeqCst);
+                        done.fetch_sub(1, Ordering::SeqCst);
                     });
                 if spawned.is_err() {
+                    // The closure, and its decrement, never ran.
+                    answering.fetch_sub(1, Ordering::SeqCst);
                     tracing::warn!("cannot start a thread to answer a metrics request");
                 }
             }
