@@ -192,6 +192,13 @@ pub struct ServeArgs {
     #[arg(long, value_name = "RATE", default_value = defaults::SCRUB_RATE,
           value_parser = crate::control::parse_rate)]
     scrub_rate: u64,
+    /// Serve one client on standard input and output, which must be a
+    /// socket, and stop (flushed, marked clean) when it leaves: for clients
+    /// that start their server, `nbdinfo [ platter serve --stdio M... ]`,
+    /// `nbdcopy -- [ platter serve --stdio M... ] out.img`, libnbd's
+    /// nbd_connect_command. Nothing else is written to standard output.
+    #[arg(long)]
+    stdio: bool,
     /// Run PROGRAM for each event that needs a person, as `mdadm --monitor
     /// --program` does: PROGRAM EVENT VOLUME [MEMBER], with PLATTER_EVENT,
     /// PLATTER_VOLUME, PLATTER_VOLUME_UUID, PLATTER_SLOT, PLATTER_MEMBER,
@@ -305,15 +312,19 @@ fn at_least_one(text: &str) -> std::result::Result<usize, String> {
 pub fn run(mut args: ServeArgs) -> Result<()> {
     // Before any thread starts: taking them edits the environment.
     let activated = platter_server::systemd::take_listen_fds().map_err(CliError)?;
-    if args.socket.is_none() && args.listen.is_none() && activated.is_none() {
+    if args.socket.is_none() && args.listen.is_none() && activated.is_none() && !args.stdio {
         return Err(CliError(
-            "give --socket PATH (or --listen HOST:PORT) to serve on, or start under systemd \
-             socket activation"
+            "give --socket PATH (or --listen HOST:PORT) to serve on, --stdio, or start under \
+             systemd socket activation"
                 .into(),
         ));
     }
     if let Some(p) = &args.on_event {
         check_program(p)?;
+    }
+    // Before any member is opened or label written.
+    if args.stdio {
+        platter_server::check_stdio().map_err(CliError)?;
     }
     if let Some(paths) = &args.scan {
         args.members = members_by_scan(paths, args.uuid.as_deref(), args.name.as_deref())?;
@@ -417,9 +428,20 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
         scrub_rate_bytes_per_sec: args.scrub_rate,
         inherited: platter_server::systemd::Inherited::new(activated),
         on_event: args.on_event,
+        stdio: args.stdio,
         forced_slots,
     };
-    serve(volume, config, print_ready).map_err(|e| CliError(e.to_string()))
+    // Under --stdio standard output is the client's socket: not a byte
+    // of banner may go there.
+    let stdio = args.stdio;
+    serve(volume, config, move |r| {
+        if stdio {
+            tracing::info!(volume = %printable(&r.export_name), "serving the client on standard input and output");
+        } else {
+            print_ready(r);
+        }
+    })
+    .map_err(|e| CliError(e.to_string()))
 }
 
 /// `--force`: every present member that the freshest label marks faulty,

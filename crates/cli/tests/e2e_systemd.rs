@@ -302,3 +302,61 @@ fn the_example_units_serve_a_volume_of_the_volumes_file() {
     send_signal(bg.pid(), "TERM");
     assert!(bg.wait(CMD_TIMEOUT).success(), "{}", bg.stderr());
 }
+
+/// `serve --stdio`: a client that starts its own server (libnbd's
+/// `nbd_connect_command`, `nbdinfo [ CMD ]`, `nbdcopy -- [ CMD ]`) talks to
+/// platter over a socket on its standard input and output; platter stops,
+/// flushed and clean, when the client leaves. Data copied in one run
+/// comes back in the next. Standard input that is not a socket is refused.
+#[test]
+fn stdio_serves_a_client_that_starts_its_server() {
+    let test = "stdio_serves_a_client_that_starts_its_server";
+    let Some(t) = required_tools(test, &["nbdinfo", "nbdcopy"]) else {
+        return;
+    };
+    let v = Volume::create(MIRROR, 4 * MIB);
+    let bin = env!("CARGO_BIN_EXE_platter");
+    let server: Vec<&str> = ["[", bin, "serve", "--stdio"]
+        .into_iter()
+        .chain(v.members.iter().map(String::as_str))
+        .chain(["]"])
+        .collect();
+    let out = run_ok(
+        t.cmd("nbdinfo").args(["--size", "--"]).args(&server),
+        CMD_TIMEOUT,
+        "nbdinfo [ platter serve --stdio ]",
+    );
+    assert_eq!(out.stdout.trim(), v.size_bytes.to_string());
+    let src = v.path().join("src.img");
+    let dst = v.path().join("dst.img");
+    write_random_image(&src, v.size_bytes, 3);
+    run_ok(
+        t.cmd("nbdcopy").arg(&src).args(&server),
+        CMD_TIMEOUT,
+        "nbdcopy into [ platter serve --stdio ]",
+    );
+    run_ok(
+        t.cmd("nbdcopy").arg("--").args(&server).arg(&dst),
+        CMD_TIMEOUT,
+        "nbdcopy out of [ platter serve --stdio ]",
+    );
+    assert!(
+        std::fs::read(&src).unwrap() == std::fs::read(&dst).unwrap(),
+        "what went in came back out"
+    );
+    let out = run_ok(
+        platter(&["status", "--json"]).args(&v.members),
+        CMD_TIMEOUT,
+        "status from the labels",
+    );
+    let status: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(status["state"], "clean", "stopped cleanly: {status}");
+    let out = run(
+        platter(&["serve", "--stdio"])
+            .args(&v.members)
+            .stdin(std::process::Stdio::null()),
+        CMD_TIMEOUT,
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", out.describe("serve --stdio"));
+    assert!(out.stderr.contains("not a stream socket"), "{}", out.stderr);
+}

@@ -66,7 +66,7 @@ pub(crate) fn bind(config: &ServeConfig, export_name: &str) -> Result<Bound, Ser
         listeners.push(Listener::Tcp(l));
         uris.push(format!("nbd://{local}/{export_name}"));
     }
-    if listeners.is_empty() {
+    if listeners.is_empty() && !config.stdio {
         return Err(ServeError::Refused(
             "nothing to listen on: give --socket or --listen".into(),
         ));
@@ -279,4 +279,58 @@ pub(crate) fn reap(conns: &Conns) -> usize {
         }
     }
     ended
+}
+
+/// `serve --stdio`: the one client is on standard input and output, a
+/// socket both (as libnbd's `nbd_connect_command`, `nbdinfo [ CMD ]` and
+/// `nbdcopy -- [ CMD ]` give the server they start).
+pub(crate) fn stdio_connection(shared: &Arc<Shared>, conns: &Arc<Conns>) -> Result<(), ServeError> {
+    use std::os::fd::FromRawFd;
+    check_stdio().map_err(ServeError::Refused)?;
+    // SAFETY: fd 0 is an open stream socket (checked above) that nothing
+    // else in this process reads or writes: the banner goes to stderr
+    // under --stdio, and the process owns fd 0 from here on.
+    let s = unsafe { UnixStream::from_raw_fd(0) };
+    let stream = Stream::Unix(s);
+    let keep = stream
+        .try_clone()
+        .map_err(io_err("cannot use standard input"))?;
+    let id = conns.next.fetch_add(1, Ordering::Relaxed);
+    let shared = Arc::clone(shared);
+    let handle = std::thread::Builder::new()
+        .name(format!("platter-conn-{id}"))
+        .spawn(move || conn::serve(stream, shared, "stdio".to_string()))
+        .map_err(io_err("cannot start the connection thread"))?;
+    conns
+        .open
+        .lock()
+        .expect("connections lock")
+        .push((id, keep, handle));
+    Ok(())
+}
+
+/// Whether standard input is a stream socket, as `--stdio` needs: a pipe
+/// pair cannot carry NBD both ways on one stream. Checked by the command
+/// line before anything is opened, and again here.
+pub fn check_stdio() -> Result<(), String> {
+    let mut kind: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: kind and len are valid for writes of the sizes given.
+    let r = unsafe {
+        libc::getsockopt(
+            0,
+            libc::SOL_SOCKET,
+            libc::SO_TYPE,
+            (&mut kind as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 || kind != libc::SOCK_STREAM {
+        return Err(
+            "--stdio: standard input is not a stream socket (start platter from a client that \
+             gives it one: nbdinfo [ CMD ], nbdcopy -- [ CMD ], libnbd's nbd_connect_command)"
+                .into(),
+        );
+    }
+    Ok(())
 }

@@ -94,6 +94,9 @@ pub struct ServeConfig {
     pub scrub_every: Option<Duration>,
     /// Its pace (`--scrub-rate`).
     pub scrub_rate_bytes_per_sec: u64,
+    /// Serve one client on standard input and output (a socket), and stop
+    /// when it leaves (`--stdio`).
+    pub stdio: bool,
     /// Run this program for each event that needs a person
     /// (`--on-event`, `alerts.rs`).
     pub on_event: Option<PathBuf>,
@@ -146,6 +149,7 @@ impl Default for ServeConfig {
             member_delays: std::collections::HashMap::new(),
             scrub_every: None,
             scrub_rate_bytes_per_sec: defaults::SCRUB_BYTES_PER_SEC,
+            stdio: false,
             on_event: None,
             forced_slots: Vec::new(),
             inherited: Default::default(),
@@ -305,6 +309,9 @@ pub fn serve(
     let uris = bound.uris.clone();
     let ours = bound.ours.clone();
     let threads = Threads::start(bound, &config, &shared, &conns, &manager, &stop);
+    if config.stdio {
+        listen::stdio_connection(&shared, &conns)?;
+    }
 
     on_ready(&Ready {
         export_name: export.name.clone(),
@@ -322,6 +329,12 @@ pub fn serve(
     while !stop.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(100));
         let ended = listen::reap(&conns);
+        // Under --stdio the server lives as long as its one client.
+        if config.stdio && conns.open.lock().expect("connections lock").is_empty() {
+            tracing::info!("the client on standard input left; stopping");
+            stop.store(true, Ordering::SeqCst);
+            break;
+        }
         trimmer.tick(ended > 0 || buffered.in_flight() != (0, 0));
         manager.fail_quietly_lost();
         if config.reconnect {
