@@ -194,9 +194,11 @@ pub struct ServeArgs {
     scrub_rate: u64,
     /// Serve one client on standard input and output, which must be a
     /// socket, and stop (flushed, marked clean) when it leaves: for clients
-    /// that start their server, `nbdinfo [ platter serve --stdio M... ]`,
-    /// `nbdcopy -- [ platter serve --stdio M... ] out.img`, libnbd's
-    /// nbd_connect_command. Nothing else is written to standard output.
+    /// that start their server that way (libnbd's nbd_connect_command,
+    /// nbdsh's h.connect_command). Nothing else is written to standard
+    /// output. (`nbdinfo [ platter serve M... ]` and `nbdcopy -- [ platter
+    /// serve M... ] out.img` start it with socket activation instead, which
+    /// needs no option.)
     #[arg(long)]
     stdio: bool,
     /// Run PROGRAM for each event that needs a person, as `mdadm --monitor
@@ -432,10 +434,15 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
         forced_slots,
     };
     // Under --stdio standard output is the client's socket: not a byte
-    // of banner may go there.
+    // of banner may go there. Started by socket activation (systemd, or a
+    // client such as `nbdinfo [ CMD ]` whose output the banner would join)
+    // the banner goes to stderr.
     let stdio = args.stdio;
+    let banner_to_stderr = config.inherited.is_some();
     serve(volume, config, move |r| {
-        if stdio {
+        if banner_to_stderr {
+            eprint!("{}", ready_text(r));
+        } else if stdio {
             tracing::info!(volume = %printable(&r.export_name), "serving the client on standard input and output");
         } else {
             print_ready(r);
@@ -624,27 +631,42 @@ fn parse_tls(text: &str) -> std::result::Result<TlsPolicy, String> {
 }
 
 fn print_ready(r: &Ready) {
-    println!(
+    print!("{}", ready_text(r));
+    // Scripts wait for this line; make sure it is out.
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+}
+
+/// The banner: what is served, where, and how to reach it.
+fn ready_text(r: &Ready) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
         "serving '{}' ({}, {} bytes); stop with Ctrl-C or SIGTERM",
         printable(&r.export_name),
         format_size(r.size_bytes),
         r.size_bytes
     );
     for uri in &r.uris {
-        println!("  {}", printable(uri));
+        let _ = writeln!(s, "  {}", printable(uri));
     }
     if let Some(m) = &r.metrics {
-        println!("metrics: {m}");
+        let _ = writeln!(s, "metrics: {m}");
     }
     if let Some(uri) = r.uris.first().map(|u| printable(u)) {
-        println!("try:");
-        println!("  nbdinfo '{uri}'");
-        println!("  qemu-io -f raw -c 'write -P 0xab 0 1M' -c 'read -P 0xab 0 1M' '{uri}'");
-        println!("  mkdir -p /tmp/platter-fuse && nbdfuse /tmp/platter-fuse/disk '{uri}' &");
+        let _ = writeln!(s, "try:");
+        let _ = writeln!(s, "  nbdinfo '{uri}'");
+        let _ = writeln!(
+            s,
+            "  qemu-io -f raw -c 'write -P 0xab 0 1M' -c 'read -P 0xab 0 1M' '{uri}'"
+        );
+        let _ = writeln!(
+            s,
+            "  mkdir -p /tmp/platter-fuse && nbdfuse /tmp/platter-fuse/disk '{uri}' &"
+        );
     }
-    // Scripts wait for this line; make sure it is out.
-    use std::io::Write;
-    let _ = std::io::stdout().flush();
+    s
 }
 
 #[cfg(test)]

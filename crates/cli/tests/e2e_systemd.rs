@@ -303,20 +303,23 @@ fn the_example_units_serve_a_volume_of_the_volumes_file() {
     assert!(bg.wait(CMD_TIMEOUT).success(), "{}", bg.stderr());
 }
 
-/// `serve --stdio`: a client that starts its own server (libnbd's
-/// `nbd_connect_command`, `nbdinfo [ CMD ]`, `nbdcopy -- [ CMD ]`) talks to
-/// platter over a socket on its standard input and output; platter stops,
-/// flushed and clean, when the client leaves. Data copied in one run
-/// comes back in the next. Standard input that is not a socket is refused.
+/// Clients that start their own server: `nbdinfo [ CMD ]` and `nbdcopy --
+/// [ CMD ]` (libnbd's socket activation: no option needed, and the banner
+/// goes to stderr, not into the client's output), and libnbd's
+/// `nbd_connect_command` (nbdsh's `h.connect_command`), which talks over
+/// the server's standard input and output (`serve --stdio`). platter stops,
+/// flushed and clean, when the client leaves; data copied in one run comes
+/// back in the next. `--stdio` with a standard input that is not a socket
+/// is refused before anything is opened.
 #[test]
-fn stdio_serves_a_client_that_starts_its_server() {
-    let test = "stdio_serves_a_client_that_starts_its_server";
-    let Some(t) = required_tools(test, &["nbdinfo", "nbdcopy"]) else {
+fn clients_that_start_their_server_are_served() {
+    let test = "clients_that_start_their_server_are_served";
+    let Some(t) = required_tools(test, &["nbdinfo", "nbdcopy", "nbdsh"]) else {
         return;
     };
     let v = Volume::create(MIRROR, 4 * MIB);
     let bin = env!("CARGO_BIN_EXE_platter");
-    let server: Vec<&str> = ["[", bin, "serve", "--stdio"]
+    let server: Vec<&str> = ["[", bin, "serve"]
         .into_iter()
         .chain(v.members.iter().map(String::as_str))
         .chain(["]"])
@@ -324,39 +327,81 @@ fn stdio_serves_a_client_that_starts_its_server() {
     let out = run_ok(
         t.cmd("nbdinfo").args(["--size", "--"]).args(&server),
         CMD_TIMEOUT,
-        "nbdinfo [ platter serve --stdio ]",
+        "nbdinfo [ platter serve ]",
     );
-    assert_eq!(out.stdout.trim(), v.size_bytes.to_string());
+    assert_eq!(
+        out.stdout.trim(),
+        v.size_bytes.to_string(),
+        "only nbdinfo's answer on stdout"
+    );
     let src = v.path().join("src.img");
     let dst = v.path().join("dst.img");
     write_random_image(&src, v.size_bytes, 3);
     run_ok(
         t.cmd("nbdcopy").arg(&src).args(&server),
         CMD_TIMEOUT,
-        "nbdcopy into [ platter serve --stdio ]",
+        "nbdcopy into [ platter serve ]",
     );
+    // Read back over --stdio, by nbdsh's connect_command.
+    let script = format!(
+        "h.connect_command([{bin:?}, 'serve', '--stdio', {m0:?}, {m1:?}])\n\
+         open({dst:?}, 'wb').write(h.pread(h.get_size(), 0))\n\
+         h.shutdown()\n",
+        m0 = v.members[0],
+        m1 = v.members[1],
+        dst = dst.display().to_string(),
+    );
+    let path_var = std::env::var("PATH").unwrap_or_default();
+    // nbdsh runs `python3 -m nbd`: Debian's python3 has the module.
     run_ok(
-        t.cmd("nbdcopy").arg("--").args(&server).arg(&dst),
+        t.cmd("nbdsh")
+            .env("PATH", format!("/usr/bin:{path_var}"))
+            .arg("-c")
+            .arg(&script),
         CMD_TIMEOUT,
-        "nbdcopy out of [ platter serve --stdio ]",
+        "nbdsh connect_command platter serve --stdio",
     );
     assert!(
         std::fs::read(&src).unwrap() == std::fs::read(&dst).unwrap(),
         "what went in came back out"
     );
-    let out = run_ok(
-        platter(&["status", "--json"]).args(&v.members),
-        CMD_TIMEOUT,
-        "status from the labels",
-    );
-    let status: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
-    assert_eq!(status["state"], "clean", "stopped cleanly: {status}");
+    // Each run stopped cleanly (the labels say so).
+    let start = Instant::now();
+    loop {
+        let out = run_ok(
+            platter(&["status", "--json"]).args(&v.members),
+            CMD_TIMEOUT,
+            "status from the labels",
+        );
+        let status: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+        if status["state"] == "clean" {
+            break;
+        }
+        assert!(start.elapsed() < CMD_TIMEOUT, "never clean: {status}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let before: Vec<Vec<u8>> = v
+        .members
+        .iter()
+        .map(|m| std::fs::read(m).unwrap())
+        .collect();
     let out = run(
         platter(&["serve", "--stdio"])
             .args(&v.members)
             .stdin(std::process::Stdio::null()),
         CMD_TIMEOUT,
     );
-    assert_eq!(out.status.code(), Some(1), "{}", out.describe("serve --stdio"));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        out.describe("serve --stdio")
+    );
     assert!(out.stderr.contains("not a stream socket"), "{}", out.stderr);
+    for (m, b) in v.members.iter().zip(&before) {
+        assert!(
+            std::fs::read(m).unwrap() == *b,
+            "{m} changed by a refused start"
+        );
+    }
 }
