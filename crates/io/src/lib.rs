@@ -24,7 +24,7 @@ pub use error::{MemberError, MemberErrorKind, Op};
 pub use executor::{perform, SyncExecutor};
 pub use fault::{CrashMode, FaultControls, FaultSpec, FaultyMember};
 pub use file::FileMember;
-pub use member::{check_range, Member, RingTarget};
+pub use member::{check_range, Member, MemberDone, RingTarget};
 pub use memory::MemoryMember;
 pub use nbd::NbdMember;
 pub use open::{open_member, OpenOptions};

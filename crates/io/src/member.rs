@@ -144,7 +144,32 @@ pub trait Member: Send + Sync {
     fn abandon(&self, why: &str) {
         let _ = why;
     }
+
+    /// Starts `op` without waiting for it: `done` gets the outcome later,
+    /// on a thread of the member's own. For members that keep requests in
+    /// flight themselves (an NBD member's connection), so that no thread
+    /// waits out each I/O. `Err(done)` hands `done` back uncalled when this
+    /// member cannot start `op` so (most cannot: the default); the caller
+    /// then performs it with the blocking calls. `done` must not be called
+    /// from inside `start`.
+    fn start(
+        &self,
+        op: &platter_core::volume::MemberOp,
+        done: MemberDone,
+    ) -> Result<(), MemberDone> {
+        let _ = op;
+        Err(done)
+    }
+
+    /// Whether [`Member::start`] may take I/Os at all (so that members
+    /// which never do are not asked for each one).
+    fn starts_requests(&self) -> bool {
+        false
+    }
 }
+
+/// The outcome of an I/O begun with [`Member::start`]: a read's bytes.
+pub type MemberDone = Box<dyn FnOnce(Result<Option<bytes::Bytes>, MemberError>) + Send + 'static>;
 
 /// What an I/O layer needs to perform a member's reads, writes and
 /// flushes on its descriptor and still keep the [`Member`] contract: the
@@ -255,6 +280,16 @@ macro_rules! forward_member {
             }
             fn abandon(&self, why: &str) {
                 (**self).abandon(why)
+            }
+            fn start(
+                &self,
+                op: &platter_core::volume::MemberOp,
+                done: MemberDone,
+            ) -> Result<(), MemberDone> {
+                (**self).start(op, done)
+            }
+            fn starts_requests(&self) -> bool {
+                (**self).starts_requests()
             }
         }
     )*};

@@ -441,3 +441,137 @@ fn a_multi_conn_server_gets_several_connections() {
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(m.connections(), 1);
 }
+
+/// Starts `op` on `m` and waits for its outcome (the test's own channel:
+/// `Member::start` calls back on the connection's reader thread).
+fn started(
+    m: &dyn Member,
+    op: platter_core::volume::MemberOp,
+) -> Result<Option<bytes::Bytes>, platter_io::MemberError> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let caller = std::thread::current().id();
+    let done: platter_io::MemberDone = Box::new(move |r| {
+        assert_ne!(
+            std::thread::current().id(),
+            caller,
+            "called back inside start"
+        );
+        tx.send(r).unwrap();
+    });
+    if m.start(&op, done).is_err() {
+        panic!("the NBD member would not start {op:?}");
+    }
+    rx.recv_timeout(Duration::from_secs(30))
+        .expect("an outcome")
+}
+
+/// The started path (no thread waits out each I/O, issue 16): aligned
+/// reads and writes of up to the server's maximum and flushes go out at
+/// once and are answered on the reader thread, byte-exact against the
+/// blocking path; anything it cannot send as one request is handed back
+/// for the blocking path.
+#[test]
+fn started_requests_read_back_what_was_written() {
+    use platter_core::volume::{MemberOp, Payload};
+    let test = "started_requests_read_back_what_was_written";
+    // Whole 4 KiB blocks, at most 64 KiB: what fits goes out as one
+    // request, what does not comes back for the blocking path.
+    let Some(k) = Nbdkit::start(
+        test,
+        &["blocksize-policy"],
+        &[
+            "blocksize-minimum=4096",
+            "blocksize-maximum=65536",
+            "blocksize-error-policy=error",
+        ],
+    ) else {
+        return;
+    };
+    let m = open(&k.uri());
+    assert!(m.starts_requests());
+    let mut rng = Rng::new(7);
+    let mut model = vec![0u8; SIZE as usize];
+    for i in 0..300u64 {
+        let len = 4096 * (1 + rng.below(16));
+        let at = rng.below((SIZE - len) / 4096) * 4096;
+        let (a, b) = (at as usize, (at + len) as usize);
+        if i % 3 == 0 {
+            let data: Vec<u8> = (0..len).map(|_| rng.below(256) as u8).collect();
+            let op = MemberOp::Write {
+                offset_bytes: at,
+                data: Payload::from(bytes::Bytes::from(data.clone())),
+            };
+            assert!(started(&*m, op).unwrap().is_none());
+            model[a..b].copy_from_slice(&data);
+        } else if i % 7 == 0 {
+            assert!(started(&*m, MemberOp::Flush).unwrap().is_none());
+        } else {
+            let op = MemberOp::Read {
+                offset_bytes: at,
+                len_bytes: len,
+            };
+            let got = started(&*m, op).unwrap().expect("a read's bytes");
+            assert!(got[..] == model[a..b], "bytes {at}+{len} differ");
+            // The blocking path sees the same bytes.
+            let mut buf = vec![0u8; len as usize];
+            m.read_at(at, &mut buf).unwrap();
+            assert!(buf == model[a..b]);
+        }
+    }
+    // Not one request: an unaligned read, one over the maximum, a trim.
+    // Handed back, uncalled.
+    for op in [
+        MemberOp::Read {
+            offset_bytes: 512,
+            len_bytes: 4096,
+        },
+        MemberOp::Read {
+            offset_bytes: 0,
+            len_bytes: 128 << 10,
+        },
+        MemberOp::Trim {
+            offset_bytes: 0,
+            len_bytes: 4096,
+        },
+    ] {
+        let done: platter_io::MemberDone = Box::new(|_| panic!("called for an op it gave back"));
+        assert!(m.start(&op, done).is_err(), "{op:?} started");
+    }
+}
+
+/// A started request the server never answers: no caller waits with a
+/// timeout, so the reader holds it to the deadline itself; the outcome is
+/// a lost connection within the deadline (plus the reader's 1 s tick),
+/// and the member counts as disconnected.
+#[test]
+fn a_started_request_never_answered_loses_the_connection_within_the_deadline() {
+    use platter_core::volume::MemberOp;
+    let (_d, uri) = fake_server(|mut s| {
+        if fake_handshake(&mut s) {
+            // Read the request, never answer it.
+            let _ = fake_first_request(&mut s);
+            std::thread::sleep(Duration::from_secs(30));
+        }
+    });
+    let m = open_member(
+        &uri,
+        OpenOptions {
+            request_timeout: Some(Duration::from_secs(1)),
+            ..OpenOptions::default()
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let begun = Instant::now();
+    let op = MemberOp::Read {
+        offset_bytes: 0,
+        len_bytes: 512,
+    };
+    let err = started(&*m, op).expect_err("never answered");
+    assert_eq!(err.kind, MemberErrorKind::Gone, "{err}");
+    assert!(m.connection_lost());
+    assert!(
+        begun.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        begun.elapsed()
+    );
+}

@@ -8,10 +8,12 @@
 //! 2. *Delayed* (the layer's [`Timer`](super::timer::Timer)): the member
 //!    has injected latency (`--inject latency=`); the I/O holds its slot
 //!    as a slow disk would, and no thread waits for it.
-//! 3. *On the device*: in the layer's io_uring ([`Ring`](super::ring::Ring))
-//!    when the member offers its descriptor and the I/O suits it, else in
-//!    `ready` for one of the queue's threads, which makes the synchronous
-//!    [`Member`] call.
+//! 3. *On the device*: sent by the submitting thread itself when the
+//!    member keeps requests in flight on its own ([`Member::start`]: an NBD
+//!    member; its reader thread completes it), or in the layer's io_uring
+//!    ([`Ring`](super::ring::Ring)) when the member offers its descriptor
+//!    and the I/O suits it, else in `ready` for one of the queue's
+//!    threads, which makes the synchronous [`Member`] call.
 //! 4. *Completed*: the slot is freed (the next waiting I/O takes it), then
 //!    whoever takes the I/O off `waiting` calls its `done`: the completion,
 //!    or the watchdog's timeout if it came first.
@@ -63,6 +65,10 @@ struct QueueState {
     pending: VecDeque<(u64, MemberOp)>,
     /// I/Os holding a slot and waiting for one of the queue's threads.
     ready: VecDeque<Started>,
+    /// I/Os holding a slot that the submitting thread starts itself, once
+    /// it has let go of the lock, on a member that keeps requests in
+    /// flight on its own ([`Member::start`]: no thread waits them out).
+    direct: VecDeque<Started>,
     /// Slots taken: I/Os delayed, ready, on a thread or in the ring.
     in_slot: usize,
     /// Every I/O submitted and not completed, by submission number (so
@@ -138,6 +144,7 @@ impl Queue {
             state: Mutex::new(QueueState {
                 pending: VecDeque::new(),
                 ready: VecDeque::new(),
+                direct: VecDeque::new(),
                 in_slot: 0,
                 waiting: BTreeMap::new(),
                 next_seq: 0,
@@ -177,7 +184,11 @@ impl Queue {
     }
 
     /// Gives free slots to waiting I/Os, oldest first, and starts them.
-    fn fill_slots(self: &Arc<Self>, st: &mut QueueState) {
+    /// `direct`: the caller starts I/Os the member can take without a
+    /// thread ([`Queue::start_direct`], after letting go of the lock);
+    /// only a submitting thread does: a completion's thread (an NBD reader)
+    /// must not send, and the timer's must not wait on a socket.
+    fn fill_slots(self: &Arc<Self>, st: &mut QueueState, direct: bool) {
         // Bounded by `pending`, which only this loop shrinks.
         while st.in_slot < self.depth() {
             let Some((seq, op)) = st.pending.pop_front() else {
@@ -202,7 +213,41 @@ impl Queue {
                         .timer
                         .schedule(started.at + delay, Arc::clone(self), started);
                 }
+                _ if direct && self.device.starts_requests() => st.direct.push_back(started),
                 _ => self.dispatch(st, started),
+            }
+        }
+    }
+
+    /// Starts the I/Os put in `direct` with [`Member::start`]; one the
+    /// member will not take that way goes to the queue's threads. Called
+    /// without the lock: starting one may block on the member's socket.
+    fn start_direct(self: &Arc<Self>) {
+        // Bounded by `direct`, which only submitters fill, each draining
+        // after its own.
+        loop {
+            let started = {
+                let mut st = self.lock();
+                let Some(s) = st.direct.pop_front() else {
+                    return;
+                };
+                if !st.waiting.contains_key(&s.seq) {
+                    // Timed out before it was sent.
+                    self.free_slot(&mut st);
+                    continue;
+                }
+                s
+            };
+            let Started { seq, op, at } = started;
+            let q = Arc::clone(self);
+            let call = Instant::now();
+            let done: crate::member::MemberDone = Box::new(move |r| {
+                let call_ns = u64::try_from(call.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                q.slot_done(seq, at, r.map_err(crate::executor::io_error), Some(call_ns));
+            });
+            if self.device.start(&op, done).is_err() {
+                let mut st = self.lock();
+                self.dispatch(&mut st, Started { seq, op, at });
             }
         }
     }
@@ -251,7 +296,7 @@ impl Queue {
     fn free_slot(self: &Arc<Self>, st: &mut QueueState) {
         assert!(st.in_slot > 0, "a slot freed twice");
         st.in_slot -= 1;
-        self.fill_slots(st);
+        self.fill_slots(st, false);
     }
 
     /// An I/O holding a slot has finished on the device (or was dropped):
@@ -423,7 +468,12 @@ impl MemberQueue for QueueHandle {
         let mut st = q.lock();
         let seq = Queue::register(&mut st, &op, done);
         st.pending.push_back((seq, op));
-        q.fill_slots(&mut st);
+        let direct = !crate::nbd::on_reader_thread();
+        q.fill_slots(&mut st, direct);
+        drop(st);
+        if direct {
+            q.start_direct();
+        }
     }
 
     fn perform_here(&self, op: MemberOp, done: IoDone) -> Option<Completed> {

@@ -21,7 +21,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use platter_nbd::{
     ClientConfig, ClientError, ClientHandshake, ClientRequest, ClientSession, ClientState,
@@ -252,12 +252,52 @@ pub(crate) enum CallError {
 /// A request's answer from the server.
 type Answer = Result<Option<Vec<u8>>, ReplyError>;
 
+/// Called once, on the reader's thread, with a started request's outcome
+/// ([`Connection::start_request`]).
+pub(crate) type Callback = Box<dyn FnOnce(Result<Option<Vec<u8>>, CallError>) + Send + 'static>;
+
+/// Where a request's answer goes.
+enum Waiter {
+    /// A caller blocked in [`Connection::call_all`].
+    Caller(SyncSender<Answer>),
+    /// A callback, and when the request was sent (the reader enforces the
+    /// reply deadline for these: no caller waits with a timeout).
+    Callback { done: Callback, sent: Instant },
+}
+
+/// Callbacks taken out of the state, to be called once its lock is gone
+/// (a callback may start the next request on this connection).
+#[must_use]
+struct Orphans(Vec<Callback>, String);
+
+impl Orphans {
+    fn call(self) {
+        for done in self.0 {
+            done(Err(CallError::Lost(self.1.clone())));
+        }
+    }
+}
+
+thread_local! {
+    /// Set on reader threads: a callback running there must not send on a
+    /// connection (see [`on_reader_thread`]).
+    static READER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread is an NBD reader. Requests started from a
+/// completion (which runs here) must go out from another thread: a reader
+/// blocked sending to a server whose replies fill our receive buffer would
+/// wait for itself until the send deadline.
+pub(crate) fn on_reader_thread() -> bool {
+    READER.with(std::cell::Cell::get)
+}
+
 /// What the reader and the callers share.
 struct Shared {
     session: ClientSession,
     /// Per request in flight, where its answer goes: the reader wakes the
     /// one caller waiting for it, not every caller.
-    waiting: HashMap<u64, SyncSender<Answer>>,
+    waiting: HashMap<u64, Waiter>,
     /// Set once: why the connection is dead.
     dead: Option<String>,
 }
@@ -270,14 +310,36 @@ struct Inner {
 }
 
 impl Inner {
-    fn kill(&self, shared: &mut Shared, why: String) {
+    /// Marks the connection dead: callers waiting wake to a closed
+    /// channel; the callbacks waiting are returned, to be called with the
+    /// reason once the lock is let go.
+    fn kill(&self, shared: &mut Shared, why: String) -> Orphans {
         if shared.dead.is_none() {
             tracing::warn!("NBD connection lost: {why}");
             shared.dead = Some(why);
         }
         self.control.shutdown();
-        // Every caller still waiting wakes to a closed channel.
-        shared.waiting.clear();
+        let callbacks = shared
+            .waiting
+            .drain()
+            .filter_map(|(_, w)| match w {
+                Waiter::Caller(_) => None,
+                Waiter::Callback { done, .. } => Some(done),
+            })
+            .collect();
+        Orphans(callbacks, shared.dead.clone().unwrap_or_default())
+    }
+}
+
+/// Drops a connection from anywhere ([`Connection::killer`]).
+pub(crate) struct Killer(Arc<Inner>);
+
+impl Killer {
+    pub(crate) fn abandon(&self, why: String) {
+        let mut s = self.0.state.lock().unwrap_or_else(|e| e.into_inner());
+        let orphans = self.0.kill(&mut s, why);
+        drop(s);
+        orphans.call();
     }
 }
 
@@ -314,9 +376,14 @@ impl Connection {
             control,
         });
         let for_reader = Arc::clone(&inner);
+        // The reader wakes this often to hold started requests to the
+        // deadline (callers of `call_all` time their own waits).
+        reader_stream.set_read_timeout(Some(
+            deadline.clamp(Duration::from_millis(100), Duration::from_secs(1)),
+        ))?;
         let reader = std::thread::Builder::new()
             .name(format!("nbd-reader {name}"))
-            .spawn(move || read_replies(&for_reader, reader_stream))?;
+            .spawn(move || read_replies(&for_reader, reader_stream, deadline))?;
         Ok(Connection {
             inner,
             reader: Some(reader),
@@ -329,12 +396,18 @@ impl Connection {
         self.lock().dead.as_deref().is_some_and(|why| why != CLOSED)
     }
 
+    /// A handle that can only drop this connection, for callbacks that
+    /// outlive a borrow of it.
+    pub(crate) fn killer(&self) -> Killer {
+        Killer(Arc::clone(&self.inner))
+    }
+
     /// Drops the connection because its user gave up waiting (`why`):
     /// every caller waiting wakes to a lost connection, and it counts as
     /// lost.
     pub(crate) fn abandon(&self, why: String) {
-        let mut s = self.lock();
-        self.inner.kill(&mut s, why);
+        let orphans = self.inner.kill(&mut self.lock(), why);
+        orphans.call();
     }
 
     pub(crate) fn max_payload_bytes(&self) -> u32 {
@@ -372,19 +445,80 @@ impl Connection {
             let (cookie, header) = s.session.request(req).map_err(CallError::Refused)?;
             // One answer, sent once: the reader never blocks on it.
             let (tx, rx) = sync_channel(1);
-            s.waiting.insert(cookie, tx);
+            s.waiting.insert(cookie, Waiter::Caller(tx));
             (header, rx)
+        };
+        self.write_request(&header, payload)
+            .map_err(CallError::Lost)?;
+        Ok(answer)
+    }
+
+    /// Sends `req` and returns; the callback `make` builds gets its
+    /// outcome later, never on this thread (the caller may hold locks):
+    /// on the reader's, or on a thread of its own if the connection dies
+    /// while sending. `Err(())` when the request cannot be sent at all
+    /// (the connection is dead, the session refuses it): `make` is not
+    /// called, and the caller performs the I/O another way. Must not be
+    /// called on a reader thread.
+    pub(crate) fn start_request(
+        &self,
+        req: ClientRequest,
+        payload: &[u8],
+        make: impl FnOnce() -> Callback,
+    ) -> Result<(), ()> {
+        assert!(!on_reader_thread(), "a request sent from a reader thread");
+        let header = {
+            let mut s = self.lock();
+            if s.dead.is_some() {
+                return Err(());
+            }
+            let Ok((cookie, header)) = s.session.request(req) else {
+                return Err(());
+            };
+            s.waiting.insert(
+                cookie,
+                Waiter::Callback {
+                    done: make(),
+                    sent: Instant::now(),
+                },
+            );
+            header
         };
         let mut w = self.inner.writer.lock().unwrap_or_else(|e| e.into_inner());
         let sent = write_all_vectored(&mut w, &header, payload);
         drop(w);
         if let Err(e) = sent {
-            let mut s = self.lock();
-            self.inner
-                .kill(&mut s, format!("sending a request failed: {e}"));
-            return Err(CallError::Lost(s.dead.clone().unwrap_or_default()));
+            let orphans = self
+                .inner
+                .kill(&mut self.lock(), format!("sending a request failed: {e}"));
+            // Not here: this thread is inside its caller's submission.
+            let spawned = std::thread::Builder::new()
+                .name("nbd-lost".into())
+                .spawn(move || orphans.call());
+            if let Err(e) = spawned {
+                tracing::error!(error = %e, "cannot start a thread to fail the lost requests");
+            }
         }
-        Ok(answer)
+        Ok(())
+    }
+
+    /// Writes a request whole; on failure the connection is dead (and its
+    /// callbacks called), and the reason is returned.
+    fn write_request(&self, header: &[u8], payload: &[u8]) -> Result<(), String> {
+        let mut w = self.inner.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let sent = write_all_vectored(&mut w, header, payload);
+        drop(w);
+        if let Err(e) = sent {
+            let mut s = self.lock();
+            let orphans = self
+                .inner
+                .kill(&mut s, format!("sending a request failed: {e}"));
+            let why = s.dead.clone().unwrap_or_default();
+            drop(s);
+            orphans.call();
+            return Err(why);
+        }
+        Ok(())
     }
 
     fn wait(&self, answer: &Receiver<Answer>) -> Result<Option<Vec<u8>>, CallError> {
@@ -393,8 +527,11 @@ impl Connection {
             Err(RecvTimeoutError::Timeout) => {
                 let mut s = self.lock();
                 let why = format!("no reply within {} s", self.deadline.as_secs_f64());
-                self.inner.kill(&mut s, why);
-                Err(CallError::Lost(s.dead.clone().unwrap_or_default()))
+                let orphans = self.inner.kill(&mut s, why);
+                let lost = s.dead.clone().unwrap_or_default();
+                drop(s);
+                orphans.call();
+                Err(CallError::Lost(lost))
             }
             // The connection died: `kill` dropped every sender.
             Err(RecvTimeoutError::Disconnected) => Err(CallError::Lost(
@@ -448,36 +585,72 @@ fn write_all_vectored(w: &mut Stream, header: &[u8], payload: &[u8]) -> io::Resu
     Ok(())
 }
 
-/// The reader thread: every byte from the server through the session.
-fn read_replies(inner: &Inner, mut stream: Stream) {
+/// The reader thread: every byte from the server through the session;
+/// each answer to its caller or callback, callbacks called with no lock
+/// held.
+fn read_replies(inner: &Inner, mut stream: Stream, deadline: Duration) {
+    READER.with(|r| r.set(true));
+    let die = |why: String| {
+        let mut s = inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        let orphans = inner.kill(&mut s, why);
+        drop(s);
+        orphans.call();
+    };
     let mut buf = vec![0u8; READ_CHUNK_BYTES];
     loop {
         let n = match stream.read(&mut buf) {
-            Ok(0) => {
-                let mut s = inner.state.lock().unwrap_or_else(|e| e.into_inner());
-                return inner.kill(&mut s, "the server closed the connection".to_owned());
-            }
+            Ok(0) => return die("the server closed the connection".to_owned()),
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                let mut s = inner.state.lock().unwrap_or_else(|e| e.into_inner());
-                return inner.kill(&mut s, format!("reading from the server failed: {e}"));
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                // No byte for a while: a started request past the
+                // deadline means the server stopped answering.
+                let s = inner.state.lock().unwrap_or_else(|e| e.into_inner());
+                if s.dead.is_some() {
+                    return;
+                }
+                let late = s.waiting.values().any(|w| match w {
+                    Waiter::Callback { sent, .. } => sent.elapsed() >= deadline,
+                    Waiter::Caller(_) => false,
+                });
+                drop(s);
+                if late {
+                    return die(format!("no reply within {} s", deadline.as_secs_f64()));
+                }
+                continue;
             }
+            Err(e) => return die(format!("reading from the server failed: {e}")),
         };
         let mut s = inner.state.lock().unwrap_or_else(|e| e.into_inner());
         if s.dead.is_some() {
             return;
         }
         if let Err(e) = s.session.feed(&buf[..n]) {
-            return inner.kill(&mut s, e.to_string());
+            drop(s);
+            return die(e.to_string());
         }
+        let mut answered = Vec::new();
         while let Some(c) = s.session.next_completion() {
-            let answer = s
+            let w = s
                 .waiting
                 .remove(&c.cookie)
                 .expect("the session completes only requests it sent");
-            // A caller gone (it timed out, killing the connection) is fine.
-            let _ = answer.send(c.result);
+            match w {
+                // A caller gone (it timed out, killing the connection) is fine.
+                Waiter::Caller(tx) => {
+                    let _ = tx.send(c.result);
+                }
+                Waiter::Callback { done, .. } => answered.push((done, c.result)),
+            }
+        }
+        drop(s);
+        for (done, result) in answered {
+            done(result.map_err(CallError::Reply));
         }
     }
 }

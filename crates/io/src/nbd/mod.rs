@@ -32,8 +32,10 @@ use platter_nbd::consts::{
 use platter_nbd::{ClientConfig, ClientRequest, Export, NbdUri};
 
 use crate::error::{MemberError, MemberErrorKind, Op};
-use crate::member::{check_range, Member};
+use crate::member::{check_range, Member, MemberDone};
+pub(crate) use conn::on_reader_thread;
 use conn::{CallError, ConnectError, Connection};
+use platter_core::volume::MemberOp;
 
 /// How long connecting and the handshake may take, at most (less when the
 /// opener's request deadline is shorter).
@@ -63,6 +65,9 @@ pub struct NbdMember {
     /// The largest read or write payload, a multiple of `block_bytes`.
     max_bytes: u64,
     read_only: bool,
+    /// Handles that drop each connection, for the error mapping of
+    /// started requests (an ESHUTDOWN answer drops them all).
+    killers: std::sync::Arc<Vec<conn::Killer>>,
     /// Held across a read-merge-write of partial blocks.
     merging: Mutex<()>,
 }
@@ -149,8 +154,10 @@ impl NbdMember {
             * block_bytes;
         // The last partial block cannot be addressed.
         let size_bytes = export.size_bytes / block_bytes * block_bytes;
+        let killers = std::sync::Arc::new(conns.iter().map(Connection::killer).collect());
         Ok(NbdMember {
             uri: uri.to_owned(),
+            killers,
             conns,
             next_conn: AtomicUsize::new(0),
             export,
@@ -174,6 +181,77 @@ impl NbdMember {
     }
 
     fn err(&self, op: Op, offset_bytes: u64, len_bytes: u64, e: CallError) -> MemberError {
+        call_error(&self.uri, &self.killers, op, offset_bytes, len_bytes, e)
+    }
+
+    /// Starts `op` on the next connection if it is one request: an aligned
+    /// read or single-part write of at most the server's maximum, or a
+    /// flush. `None` when it is not (the caller performs it the blocking
+    /// way, which splits and merges).
+    fn start_one<'o>(&self, op: &'o MemberOp) -> Option<(ClientRequest, &'o [u8], Op, u64, u64)> {
+        let b = self.block_bytes;
+        let fits = |at: u64, len: u64| {
+            len > 0 && at.is_multiple_of(b) && len.is_multiple_of(b) && len <= self.max_bytes
+        };
+        match op {
+            MemberOp::Read {
+                offset_bytes,
+                len_bytes,
+            } if fits(*offset_bytes, *len_bytes)
+                && self.check(Op::Read, *offset_bytes, *len_bytes).is_ok() =>
+            {
+                Some((
+                    ClientRequest::Read {
+                        offset_bytes: *offset_bytes,
+                        len_bytes: *len_bytes as u32,
+                    },
+                    &[][..],
+                    Op::Read,
+                    *offset_bytes,
+                    *len_bytes,
+                ))
+            }
+            MemberOp::Write { offset_bytes, data } => match data.parts() {
+                [one]
+                    if fits(*offset_bytes, one.len() as u64)
+                        && self
+                            .check(Op::Write, *offset_bytes, one.len() as u64)
+                            .is_ok() =>
+                {
+                    Some((
+                        ClientRequest::Write {
+                            offset_bytes: *offset_bytes,
+                            len_bytes: one.len() as u32,
+                            fua: false,
+                        },
+                        &one[..],
+                        Op::Write,
+                        *offset_bytes,
+                        one.len() as u64,
+                    ))
+                }
+                _ => None,
+            },
+            MemberOp::Flush if !self.read_only && self.export.has(NBD_FLAG_SEND_FLUSH) => {
+                Some((ClientRequest::Flush, &[][..], Op::Flush, 0, 0))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A failed request as a member error: the server's errno by kind; an
+/// `ESHUTDOWN` answer (the server going away) drops every connection, so
+/// that the member is disconnected from this answer on.
+fn call_error(
+    uri: &str,
+    killers: &[conn::Killer],
+    op: Op,
+    offset_bytes: u64,
+    len_bytes: u64,
+    e: CallError,
+) -> MemberError {
+    {
         let kind = match &e {
             CallError::Lost(_) => MemberErrorKind::Gone,
             CallError::Refused(_) => MemberErrorKind::Io,
@@ -183,8 +261,8 @@ impl NbdMember {
                 NBD_ESHUTDOWN => {
                     // The server is going away: the member is disconnected
                     // from this answer on, not only once the socket closes.
-                    for c in &self.conns {
-                        c.abandon("the server is shutting down (ESHUTDOWN)".to_owned());
+                    for k in killers {
+                        k.abandon("the server is shutting down (ESHUTDOWN)".to_owned());
                     }
                     MemberErrorKind::Gone
                 }
@@ -193,9 +271,11 @@ impl NbdMember {
                 _ => MemberErrorKind::Io,
             },
         };
-        MemberError::with_message(kind, &self.uri, op, offset_bytes, len_bytes, e.to_string())
+        MemberError::with_message(kind, uri, op, offset_bytes, len_bytes, e.to_string())
     }
+}
 
+impl NbdMember {
     /// The requests for `[offset, offset + len)`, aligned, each at most
     /// the server's maximum.
     fn pieces(&self, offset_bytes: u64, len_bytes: u64) -> impl Iterator<Item = (u64, u32)> + '_ {
@@ -399,6 +479,37 @@ impl Member for NbdMember {
     fn abandon(&self, why: &str) {
         for c in &self.conns {
             c.abandon(why.to_owned());
+        }
+    }
+
+    fn starts_requests(&self) -> bool {
+        true
+    }
+
+    fn start(&self, op: &MemberOp, done: MemberDone) -> Result<(), MemberDone> {
+        // Not from a reader thread: see `conn::on_reader_thread`.
+        if conn::on_reader_thread() {
+            return Err(done);
+        }
+        let Some((req, payload, kind, at, len)) = self.start_one(op) else {
+            return Err(done);
+        };
+        let (uri, killers) = (self.uri.clone(), std::sync::Arc::clone(&self.killers));
+        // `done` goes into the callback only once the request is sure to
+        // be sent; otherwise it comes back for the blocking path.
+        let mut done = Some(done);
+        let sent = self.conn().start_request(req, payload, || {
+            let done = done.take().expect("made once");
+            Box::new(move |r| {
+                done(match r {
+                    Ok(data) => Ok(data.map(bytes::Bytes::from)),
+                    Err(e) => Err(call_error(&uri, &killers, kind, at, len, e)),
+                })
+            })
+        });
+        match sent {
+            Ok(()) => Ok(()),
+            Err(()) => Err(done.take().expect("not made: the request was not sent")),
         }
     }
 
