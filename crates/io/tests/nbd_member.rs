@@ -575,3 +575,34 @@ fn a_started_request_never_answered_loses_the_connection_within_the_deadline() {
         begun.elapsed()
     );
 }
+
+/// The last reference to a member can be dropped inside a started
+/// request's callback, on that connection's own reader thread (a member
+/// removed from a volume while its I/O was out). Dropping the member joins
+/// the reader: on itself that failed (EDEADLK) and panicked the reader
+/// before the callback could finish.
+#[test]
+fn the_member_can_be_dropped_by_its_own_callback() {
+    use platter_core::volume::MemberOp;
+    let test = "the_member_can_be_dropped_by_its_own_callback";
+    let Some(k) = Nbdkit::start(test, &[], &[]) else {
+        return;
+    };
+    let m: Arc<dyn Member> = Arc::from(open(&k.uri()));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let last = Arc::clone(&m);
+    let done: platter_io::MemberDone = Box::new(move |r| {
+        drop(last);
+        tx.send(r.is_ok()).unwrap();
+    });
+    let op = MemberOp::Read {
+        offset_bytes: 0,
+        len_bytes: 4096,
+    };
+    assert!(m.start(&op, done).is_ok());
+    drop(m);
+    let ok = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the callback finished after dropping the member");
+    assert!(ok);
+}

@@ -562,8 +562,13 @@ impl Drop for Connection {
         self.inner.control.shutdown();
         if let Some(r) = self.reader.take() {
             // The reader ends on the shutdown; a panic in it has been
-            // reported on its thread already.
-            let _ = r.join();
+            // reported on its thread already. The last reference to a
+            // member can go in a started request's callback, on this
+            // very reader: it cannot wait for itself, and ends on its
+            // next read of the shut socket.
+            if r.thread().id() != std::thread::current().id() {
+                let _ = r.join();
+            }
         }
     }
 }
