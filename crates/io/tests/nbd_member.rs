@@ -606,3 +606,67 @@ fn the_member_can_be_dropped_by_its_own_callback() {
         .expect("the callback finished after dropping the member");
     assert!(ok);
 }
+
+/// The story: the reader held started requests to the deadline only when
+/// the socket went quiet for a tick, so a server that kept answering the
+/// other requests but never one of them left that one hanging until the
+/// I/O layer's much longer member timeout. The server here ignores the
+/// first flush and answers every later one (simple replies): the first,
+/// started, fails as a lost connection within the deadline while the
+/// others keep coming.
+#[test]
+fn a_started_request_skipped_by_a_busy_server_loses_the_connection_within_the_deadline() {
+    use platter_core::volume::MemberOp;
+    let (_d, uri) = fake_server(|mut s| {
+        let Some(_ignored) = fake_first_request(&mut s) else {
+            return;
+        };
+        let mut req = [0u8; 28];
+        while s.read_exact(&mut req).is_ok() {
+            let mut reply = Vec::with_capacity(16);
+            reply.extend_from_slice(&0x6744_6698u32.to_be_bytes());
+            reply.extend_from_slice(&0u32.to_be_bytes());
+            reply.extend_from_slice(&req[8..16]);
+            if s.write_all(&reply).is_err() {
+                return;
+            }
+        }
+    });
+    let m: Arc<dyn Member> = Arc::from(
+        open_member(
+            &uri,
+            OpenOptions {
+                request_timeout: Some(Duration::from_secs(1)),
+                connections: 1,
+                ..OpenOptions::default()
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}")),
+    );
+    let chatter = {
+        let m = Arc::clone(&m);
+        std::thread::spawn(move || {
+            // Answered flushes, one every 50 ms, until the connection goes.
+            std::thread::sleep(Duration::from_millis(100));
+            let mut answered = 0;
+            while m.flush().is_ok() && answered < 200 {
+                answered += 1;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            answered
+        })
+    };
+    let begun = Instant::now();
+    let err = started(&*m, MemberOp::Flush).expect_err("never answered");
+    assert_eq!(err.kind, MemberErrorKind::Gone, "{err}");
+    assert!(
+        begun.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        begun.elapsed()
+    );
+    let answered = chatter.join().unwrap();
+    assert!(
+        answered >= 5,
+        "the server answered {answered} other flushes meanwhile"
+    );
+}

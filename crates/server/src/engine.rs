@@ -477,7 +477,6 @@ impl Engine {
         assert!(events.is_empty(), "label failures did not settle");
     }
 
-    /// Sets the hook that sees every event (label keeping).
     /// Sends alerts to `alerts` from now on (once).
     pub fn set_alerts(&self, alerts: Arc<crate::alerts::Alerts>) {
         let _ = self.alerts.set(alerts);
@@ -504,6 +503,7 @@ impl Engine {
             .and_then(|m| m.as_ref().map(|m| m.describe().to_string()))
     }
 
+    /// Sets the hook that sees every event (label keeping).
     pub fn on_event(&self, hook: EventHook) {
         *self.on_event.lock().expect("event hook") = Some(hook);
     }

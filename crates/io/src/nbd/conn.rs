@@ -329,6 +329,35 @@ impl Inner {
             .collect();
         Orphans(callbacks, shared.dead.clone().unwrap_or_default())
     }
+
+    /// [`Inner::kill`] from a thread holding no lock, failing the
+    /// callbacks here; why the connection is dead.
+    fn die(&self, why: String) -> String {
+        let orphans = self.kill(
+            &mut self.state.lock().unwrap_or_else(|e| e.into_inner()),
+            why,
+        );
+        let lost = orphans.1.clone();
+        orphans.call();
+        lost
+    }
+
+    /// Writes a request whole, under the writer's lock.
+    fn write(&self, header: &[u8], payload: &[u8]) -> io::Result<()> {
+        let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        write_all_vectored(&mut w, header, payload)
+    }
+
+    /// Whether a started request has waited past `deadline` (false once
+    /// the connection is dead: its callbacks are failed already).
+    fn started_request_late(&self, deadline: Duration) -> bool {
+        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.dead.is_none()
+            && s.waiting.values().any(|w| match w {
+                Waiter::Callback { sent, .. } => sent.elapsed() >= deadline,
+                Waiter::Caller(_) => false,
+            })
+    }
 }
 
 /// Drops a connection from anywhere ([`Connection::killer`]).
@@ -336,10 +365,7 @@ pub(crate) struct Killer(Arc<Inner>);
 
 impl Killer {
     pub(crate) fn abandon(&self, why: String) {
-        let mut s = self.0.state.lock().unwrap_or_else(|e| e.into_inner());
-        let orphans = self.0.kill(&mut s, why);
-        drop(s);
-        orphans.call();
+        self.0.die(why);
     }
 }
 
@@ -376,11 +402,9 @@ impl Connection {
             control,
         });
         let for_reader = Arc::clone(&inner);
-        // The reader wakes this often to hold started requests to the
-        // deadline (callers of `call_all` time their own waits).
-        reader_stream.set_read_timeout(Some(
-            deadline.clamp(Duration::from_millis(100), Duration::from_secs(1)),
-        ))?;
+        // The reader wakes at least this often to hold started requests
+        // to the deadline (callers of `call_all` time their own waits).
+        reader_stream.set_read_timeout(Some(reader_tick(deadline)))?;
         let reader = std::thread::Builder::new()
             .name(format!("nbd-reader {name}"))
             .spawn(move || read_replies(&for_reader, reader_stream, deadline))?;
@@ -406,8 +430,7 @@ impl Connection {
     /// every caller waiting wakes to a lost connection, and it counts as
     /// lost.
     pub(crate) fn abandon(&self, why: String) {
-        let orphans = self.inner.kill(&mut self.lock(), why);
-        orphans.call();
+        self.inner.die(why);
     }
 
     pub(crate) fn max_payload_bytes(&self) -> u32 {
@@ -484,10 +507,7 @@ impl Connection {
             );
             header
         };
-        let mut w = self.inner.writer.lock().unwrap_or_else(|e| e.into_inner());
-        let sent = write_all_vectored(&mut w, &header, payload);
-        drop(w);
-        if let Err(e) = sent {
+        if let Err(e) = self.inner.write(&header, payload) {
             let orphans = self
                 .inner
                 .kill(&mut self.lock(), format!("sending a request failed: {e}"));
@@ -505,34 +525,18 @@ impl Connection {
     /// Writes a request whole; on failure the connection is dead (and its
     /// callbacks called), and the reason is returned.
     fn write_request(&self, header: &[u8], payload: &[u8]) -> Result<(), String> {
-        let mut w = self.inner.writer.lock().unwrap_or_else(|e| e.into_inner());
-        let sent = write_all_vectored(&mut w, header, payload);
-        drop(w);
-        if let Err(e) = sent {
-            let mut s = self.lock();
-            let orphans = self
-                .inner
-                .kill(&mut s, format!("sending a request failed: {e}"));
-            let why = s.dead.clone().unwrap_or_default();
-            drop(s);
-            orphans.call();
-            return Err(why);
-        }
-        Ok(())
+        self.inner
+            .write(header, payload)
+            .map_err(|e| self.inner.die(format!("sending a request failed: {e}")))
     }
 
     fn wait(&self, answer: &Receiver<Answer>) -> Result<Option<Vec<u8>>, CallError> {
         match answer.recv_timeout(self.deadline) {
             Ok(r) => r.map_err(CallError::Reply),
-            Err(RecvTimeoutError::Timeout) => {
-                let mut s = self.lock();
-                let why = format!("no reply within {} s", self.deadline.as_secs_f64());
-                let orphans = self.inner.kill(&mut s, why);
-                let lost = s.dead.clone().unwrap_or_default();
-                drop(s);
-                orphans.call();
-                Err(CallError::Lost(lost))
-            }
+            Err(RecvTimeoutError::Timeout) => Err(CallError::Lost(
+                self.inner
+                    .die(format!("no reply within {} s", self.deadline.as_secs_f64())),
+            )),
             // The connection died: `kill` dropped every sender.
             Err(RecvTimeoutError::Disconnected) => Err(CallError::Lost(
                 self.lock().dead.clone().unwrap_or_default(),
@@ -590,46 +594,49 @@ fn write_all_vectored(w: &mut Stream, header: &[u8], payload: &[u8]) -> io::Resu
     Ok(())
 }
 
+/// How often the reader looks for started requests past `deadline`.
+fn reader_tick(deadline: Duration) -> Duration {
+    deadline.clamp(Duration::from_millis(100), Duration::from_secs(1))
+}
+
 /// The reader thread: every byte from the server through the session;
 /// each answer to its caller or callback, callbacks called with no lock
-/// held.
+/// held. Once a tick it fails the connection if a started request waited
+/// past the deadline: also while the server keeps answering the others.
 fn read_replies(inner: &Inner, mut stream: Stream, deadline: Duration) {
     READER.with(|r| r.set(true));
-    let die = |why: String| {
-        let mut s = inner.state.lock().unwrap_or_else(|e| e.into_inner());
-        let orphans = inner.kill(&mut s, why);
-        drop(s);
-        orphans.call();
-    };
+    let tick = reader_tick(deadline);
+    let mut next_look = Instant::now() + tick;
     let mut buf = vec![0u8; READ_CHUNK_BYTES];
     loop {
+        if Instant::now() >= next_look {
+            if inner.started_request_late(deadline) {
+                inner.die(format!("no reply within {} s", deadline.as_secs_f64()));
+                return;
+            }
+            next_look = Instant::now() + tick;
+        }
         let n = match stream.read(&mut buf) {
-            Ok(0) => return die("the server closed the connection".to_owned()),
+            Ok(0) => {
+                inner.die("the server closed the connection".to_owned());
+                return;
+            }
             Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            // No byte within the tick: look at the deadline above.
             Err(e)
                 if matches!(
                     e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    io::ErrorKind::Interrupted
+                        | io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
                 ) =>
             {
-                // No byte for a while: a started request past the
-                // deadline means the server stopped answering.
-                let s = inner.state.lock().unwrap_or_else(|e| e.into_inner());
-                if s.dead.is_some() {
-                    return;
-                }
-                let late = s.waiting.values().any(|w| match w {
-                    Waiter::Callback { sent, .. } => sent.elapsed() >= deadline,
-                    Waiter::Caller(_) => false,
-                });
-                drop(s);
-                if late {
-                    return die(format!("no reply within {} s", deadline.as_secs_f64()));
-                }
-                continue;
+                continue
             }
-            Err(e) => return die(format!("reading from the server failed: {e}")),
+            Err(e) => {
+                inner.die(format!("reading from the server failed: {e}"));
+                return;
+            }
         };
         let mut s = inner.state.lock().unwrap_or_else(|e| e.into_inner());
         if s.dead.is_some() {
@@ -637,7 +644,8 @@ fn read_replies(inner: &Inner, mut stream: Stream, deadline: Duration) {
         }
         if let Err(e) = s.session.feed(&buf[..n]) {
             drop(s);
-            return die(e.to_string());
+            inner.die(e.to_string());
+            return;
         }
         let mut answered = Vec::new();
         while let Some(c) = s.session.next_completion() {

@@ -251,28 +251,26 @@ fn call_error(
     len_bytes: u64,
     e: CallError,
 ) -> MemberError {
-    {
-        let kind = match &e {
-            CallError::Lost(_) => MemberErrorKind::Gone,
-            CallError::Refused(_) => MemberErrorKind::Io,
-            CallError::Reply(r) => match r.errno {
-                NBD_ENOSPC => MemberErrorKind::NoSpace,
-                NBD_EPERM => MemberErrorKind::PermissionDenied,
-                NBD_ESHUTDOWN => {
-                    // The server is going away: the member is disconnected
-                    // from this answer on, not only once the socket closes.
-                    for k in killers {
-                        k.abandon("the server is shutting down (ESHUTDOWN)".to_owned());
-                    }
-                    MemberErrorKind::Gone
+    let kind = match &e {
+        CallError::Lost(_) => MemberErrorKind::Gone,
+        CallError::Refused(_) => MemberErrorKind::Io,
+        CallError::Reply(r) => match r.errno {
+            NBD_ENOSPC => MemberErrorKind::NoSpace,
+            NBD_EPERM => MemberErrorKind::PermissionDenied,
+            NBD_ESHUTDOWN => {
+                // The server is going away: the member is disconnected
+                // from this answer on, not only once the socket closes.
+                for k in killers {
+                    k.abandon("the server is shutting down (ESHUTDOWN)".to_owned());
                 }
-                NBD_EOVERFLOW => MemberErrorKind::OutOfRange,
-                // EIO, ENOMEM, EINVAL, ENOTSUP and any other.
-                _ => MemberErrorKind::Io,
-            },
-        };
-        MemberError::with_message(kind, uri, op, offset_bytes, len_bytes, e.to_string())
-    }
+                MemberErrorKind::Gone
+            }
+            NBD_EOVERFLOW => MemberErrorKind::OutOfRange,
+            // EIO, ENOMEM, EINVAL, ENOTSUP and any other.
+            _ => MemberErrorKind::Io,
+        },
+    };
+    MemberError::with_message(kind, uri, op, offset_bytes, len_bytes, e.to_string())
 }
 
 impl NbdMember {
