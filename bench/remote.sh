@@ -5,6 +5,7 @@
 #
 #   bench/remote.sh [--runs N] [--runtime SECS] [--delay MS]
 #                   [--platter BIN] [--out DIR] [--dir DIR]
+#                   [--serve-args "ARGS"]
 #
 # Each member is a file on tmpfs (or --dir) served by its own nbdkit
 # (`--filter=delay delay-read=MS delay-write=MS`, 16 threads) on a Unix
@@ -18,7 +19,8 @@
 # The whole set runs --runs times; the table shows the medians of the
 # per-run ratios, and how busy the machine's CPUs were during each side
 # (near 100%, the cores set the pace, not the members' latency). Not a
-# test: it prints.
+# test: it prints. --serve-args passes options to the mirror's `platter
+# serve` (for example "--member-connections 1") to compare settings.
 
 set -euo pipefail
 
@@ -28,9 +30,10 @@ DELAY=1
 OUT=""
 PLATTER=""
 MEMBER_DIR=""
+SERVE_ARGS=""
 
 usage() {
-    sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
     exit "${1:-0}"
 }
 
@@ -42,6 +45,7 @@ while [ $# -gt 0 ]; do
         --out) OUT="$2"; shift 2 ;;
         --platter) PLATTER="$2"; shift 2 ;;
         --dir) MEMBER_DIR="$2"; shift 2 ;;
+        --serve-args) SERVE_ARGS="$2"; shift 2 ;;
         -h|--help) usage 0 ;;
         *) echo "remote.sh: unknown argument: $1" >&2; usage 2 >&2 ;;
     esac
@@ -77,7 +81,8 @@ export_member b
 "$PLATTER" create --level mirror --name mirror2 --bitmap-region 0 "${URI[a]}" "${URI[b]}" \
     >"$OUT/create-mirror2.txt"
 mkdir -p "$WORK/mirror2"
-NO_COLOR=1 "$PLATTER" serve --socket "$WORK/mirror2/sock" "${URI[a]}" "${URI[b]}" \
+# shellcheck disable=SC2086 # --serve-args is a list of options
+NO_COLOR=1 "$PLATTER" serve --socket "$WORK/mirror2/sock" $SERVE_ARGS "${URI[a]}" "${URI[b]}" \
     >"$OUT/mirror2.out" 2>"$OUT/mirror2.log" &
 PID[mirror2]=$!
 wait_ready mirror2
@@ -98,6 +103,7 @@ ORDER=(ref-write mirror-write ref-read mirror-read)
     echo "load:      $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min, at start)"
     echo "fio:       $(fio --version); nbdkit $(nbdkit --version | cut -d' ' -f2)"
     echo "platter:   $PLATTER, $("$PLATTER" --version)"
+    echo "serve:     ${SERVE_ARGS:-(defaults)}"
     echo "delay:     ${DELAY} ms per member read and write; $RUNS runs of ${RUNTIME} s per job"
 } | tee "$OUT/environment.txt"
 
