@@ -14,6 +14,7 @@ pub mod intent;
 pub mod label;
 pub mod level;
 pub mod ppl;
+pub mod reshape;
 pub mod stats;
 pub mod units;
 pub mod volume;

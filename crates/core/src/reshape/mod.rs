@@ -1,0 +1,467 @@
+//! Moving a live volume from one geometry to another (docs/reshape.md):
+//! where it is safe to write, and the order of steps that keeps every byte
+//! readable across a crash at any point. Sans-I/O: [`Reshape`] says what
+//! to do next ([`Step`]) and the caller does it (the engine; the tests'
+//! model of members that lose unflushed writes).
+//!
+//! The volume is moved front to back in windows of whole new stripes.
+//! Volume bytes below `position` are in the new layout, the rest in the
+//! old. The labels hold `durable`, at most `position`: after a crash the
+//! move starts again there, reading the old layout. So a window may only
+//! overwrite member bytes whose old contents are not needed to read
+//! volume bytes at or after `durable` ([`Plan::old_needed_from`]); where
+//! no window is safe even with `durable` brought up to `position` (at the
+//! start of a grow, where the new layout's rows are written over old rows
+//! not yet moved), the bytes about to be overwritten are first saved in
+//! an undo record ([`UndoRecord`]) and put back by a restart that finds it.
+
+#[cfg(test)]
+mod tests;
+mod undo;
+
+pub use undo::{UndoError, UndoRecord, UNDO_HEADER_BYTES};
+
+use crate::geometry::Geometry;
+use crate::level::Level;
+use std::fmt;
+
+/// Why a reshape cannot be planned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReshapeError(pub String);
+
+impl fmt::Display for ReshapeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ReshapeError {}
+
+/// The two layouts and where the undo record lives.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    old: Geometry,
+    new: Geometry,
+    /// Slot of the member that holds the undo area (the first one added).
+    undo_slot: Option<u32>,
+    /// Where the undo area starts on it, in bytes from the data offset.
+    undo_start_bytes: u64,
+    undo_bytes: u64,
+}
+
+/// Member bytes one new stripe writes, the same on every member, from the
+/// data offset: `[start, end)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    pub start_bytes: u64,
+    pub end_bytes: u64,
+}
+
+/// Rows (of the geometry's interleave) one stripe spans on each member.
+fn rows_per_stripe(g: &Geometry) -> u64 {
+    match g.level() {
+        Level::Mirror | Level::Raid10 => {
+            u64::from(g.data_per_stripe()) * u64::from(g.copies()) / u64::from(g.members())
+        }
+        _ => 1,
+    }
+}
+
+impl Plan {
+    /// Checks that `old` can move to `new` in place: the same members in
+    /// the same slots (more may be added after them), the same data
+    /// offset, no less room for data, and a level whose rows advance with
+    /// the volume offset (not concat, which grows without moving).
+    pub fn new(old: Geometry, new: Geometry) -> Result<Plan, ReshapeError> {
+        let err = |s: String| Err(ReshapeError(s));
+        if old.level() == Level::Concat || new.level() == Level::Concat {
+            return err(
+                "a concat is grown by adding members at its end, without moving data; \
+                 it cannot be reshaped to or from another layout"
+                    .into(),
+            );
+        }
+        let (n_old, n_new) = (old.members(), new.members());
+        if n_new < n_old {
+            return err(format!(
+                "a reshape cannot take members away ({n_old} now, {n_new} asked)"
+            ));
+        }
+        if old.spec().data_offset_bytes != new.spec().data_offset_bytes {
+            return err("the data offset must stay where it is".into());
+        }
+        if new.spec().member_data_bytes[..n_old as usize] != old.spec().member_data_bytes[..] {
+            return err("the members already in the volume must keep their slots and sizes".into());
+        }
+        if new.volume_size_bytes() < old.volume_size_bytes() {
+            return err(format!(
+                "the new layout holds {} bytes, less than the volume's {}: shrinking is not \
+                 a reshape",
+                new.volume_size_bytes(),
+                old.volume_size_bytes()
+            ));
+        }
+        let mut plan = Plan {
+            old,
+            new,
+            undo_slot: None,
+            undo_start_bytes: 0,
+            undo_bytes: 0,
+        };
+        let (critical_stripes_max, critical_end) = plan.critical_stripes_max()?;
+        if critical_stripes_max > 0 {
+            if n_new == n_old {
+                return err(
+                    "this reshape overwrites data it has not moved yet and needs room for a \
+                     backup: add a member in the same reshape"
+                        .into(),
+                );
+            }
+            let span = plan.new_span(0);
+            let image = (span.end_bytes - span.start_bytes) * critical_stripes_max;
+            let bytes = (UNDO_HEADER_BYTES + image * u64::from(n_old)).div_ceil(4096) * 4096;
+            let used = plan.new.member_used_bytes(n_old);
+            if bytes > used / 2 {
+                return err(format!(
+                    "the added member's {used} bytes of data are too few for a backup of \
+                     {bytes} bytes"
+                ));
+            }
+            plan.undo_slot = Some(n_old);
+            plan.undo_bytes = bytes;
+            plan.undo_start_bytes = (used - bytes) / 4096 * 4096;
+            if plan.new_span(critical_end - 1).end_bytes > plan.undo_start_bytes {
+                return err(format!(
+                    "the added member is too small to hold a backup of {bytes} bytes beside \
+                     the first {critical_end} stripes of the new layout"
+                ));
+            }
+        }
+        Ok(plan)
+    }
+
+    pub fn old(&self) -> &Geometry {
+        &self.old
+    }
+    pub fn new_geometry(&self) -> &Geometry {
+        &self.new
+    }
+
+    /// Where the undo record lives: (slot, start from the data offset,
+    /// bytes); `None` when no step needs one.
+    pub fn undo_area(&self) -> Option<(u32, u64, u64)> {
+        self.undo_slot
+            .map(|s| (s, self.undo_start_bytes, self.undo_bytes))
+    }
+
+    /// Bytes of volume data in one new stripe: windows are made of these.
+    pub fn stripe_bytes(&self) -> u64 {
+        self.new.stripe_data_bytes()
+    }
+
+    /// Bytes to move: the whole new volume (past the old size, the new
+    /// layout is written with zeros so that its parity is right).
+    pub fn total_bytes(&self) -> u64 {
+        self.new.volume_size_bytes()
+    }
+
+    /// The member bytes new stripe `stripe` writes.
+    pub fn new_span(&self, stripe: u64) -> Span {
+        let rows = rows_per_stripe(&self.new);
+        let il = self.new.interleave_bytes();
+        Span {
+            start_bytes: stripe * rows * il,
+            end_bytes: (stripe + 1) * rows * il,
+        }
+    }
+
+    /// The lowest member byte (from the data offset) whose old contents
+    /// are still needed once `durable` bytes are moved for good: the old
+    /// stripe holding `durable` onwards. `u64::MAX` once everything old is.
+    pub fn old_needed_from(&self, durable_bytes: u64) -> u64 {
+        if durable_bytes >= self.old.volume_size_bytes() {
+            return u64::MAX;
+        }
+        let stripe = durable_bytes / self.old.stripe_data_bytes();
+        stripe * rows_per_stripe(&self.old) * self.old.interleave_bytes()
+    }
+
+    /// The end of the volume bytes whose old layout lies in member bytes
+    /// below `end_bytes`: a window that writes there must keep clients
+    /// off those bytes too.
+    pub fn old_bytes_below(&self, end_bytes: u64) -> u64 {
+        let row_bytes = rows_per_stripe(&self.old) * self.old.interleave_bytes();
+        let stripes = end_bytes.div_ceil(row_bytes);
+        stripes
+            .saturating_mul(self.old.stripe_data_bytes())
+            .min(self.old.volume_size_bytes())
+    }
+
+    /// How many new stripes from `first` can be written with `durable`
+    /// bytes moved for good, without overwriting anything still needed,
+    /// at most `max`.
+    pub fn safe_stripes(&self, first: u64, durable_bytes: u64, max: u64) -> u64 {
+        let needed = self.old_needed_from(durable_bytes);
+        let stripes = self.new.stripes();
+        let mut n = 0;
+        // Bounded by `max` and the volume's stripes.
+        while n < max && first + n < stripes {
+            if self.new_span(first + n).end_bytes > needed {
+                break;
+            }
+            n += 1;
+        }
+        n
+    }
+
+    /// Whether writing new stripes `[first, first + count)` destroys the
+    /// old layout of nothing past the window itself: bytes past it stay in
+    /// the old layout, and must stay readable there.
+    pub fn window_holds_what_it_overwrites(&self, first: u64, count: u64) -> bool {
+        let end = self.new_span(first + count - 1).end_bytes;
+        let window_end = ((first + count) * self.stripe_bytes()).min(self.total_bytes());
+        self.old_bytes_below(end) <= window_end
+    }
+
+    /// New stripes from `first` that must be copied together, with an
+    /// undo record, where no window is safe: the fewest whose writes
+    /// destroy the old layout of nothing past them. `None` if no window
+    /// of up to [`CRITICAL_STRIPES_MAX`] does.
+    pub fn critical_window(&self, first: u64) -> Option<u64> {
+        let left = self.new.stripes() - first;
+        (1..=CRITICAL_STRIPES_MAX.min(left))
+            .find(|&k| self.window_holds_what_it_overwrites(first, k))
+    }
+
+    /// The largest critical window among the first 64 Ki stripes (a grow
+    /// needs them only in its first few): the undo area is sized for it.
+    /// 0 when no window needs an undo record. The reshape checks each
+    /// window as it goes, and stops rather than overwrite without a backup.
+    fn critical_stripes_max(&self) -> Result<(u64, u64), ReshapeError> {
+        let scanned = self.new.stripes().min(CRITICAL_SCAN_STRIPES);
+        let sb = self.stripe_bytes();
+        let (mut most, mut end) = (0, 0);
+        for s in 0..scanned {
+            if self.safe_stripes(s, s * sb, 1) > 0 {
+                continue;
+            }
+            let k = self.critical_window(s).ok_or_else(|| {
+                ReshapeError(format!(
+                    "the new layout cannot be written in place over the old one (new stripe {s} \
+                     overwrites data beyond {CRITICAL_STRIPES_MAX} stripes)"
+                ))
+            })?;
+            most = most.max(k);
+            end = end.max(s + k);
+        }
+        if end > 0 && (end > scanned / 2 || end == self.new.stripes()) {
+            return Err(ReshapeError(
+                "the new layout does not pull ahead of the old one (the same data per row): \
+                 every window would need a backup, and there is no room for one that the \
+                 move does not reach; add more members in the same reshape"
+                    .into(),
+            ));
+        }
+        Ok((most, end))
+    }
+}
+
+/// The most new stripes one window with an undo record may take.
+pub const CRITICAL_STRIPES_MAX: u64 = 64;
+/// New stripes a plan looks at for windows that need an undo record: a
+/// layout that pulls ahead of the old one (more data per row) needs them
+/// only at its start, and one that does not is refused.
+const CRITICAL_SCAN_STRIPES: u64 = 1 << 16;
+
+/// What the caller does next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Flush every member, then write the labels with `position_bytes` as
+    /// the durable position (and flush them): the restart point moves.
+    Persist { position_bytes: u64 },
+    /// Save the before-image of member bytes `span` on every old member
+    /// in an undo record for `position_bytes` (written and flushed on the
+    /// undo slot) before the window there overwrites them.
+    SaveUndo { position_bytes: u64, span: Span },
+    /// Read volume bytes `[position, position + len)` through the old
+    /// layout (zeros past its end) and write them, with parity, through
+    /// the new. Clients are kept off those bytes meanwhile.
+    Copy { position_bytes: u64, len_bytes: u64 },
+    /// Everything is in the new layout and the labels say so.
+    Done,
+    /// The next window would overwrite old data it does not move, or
+    /// needs a backup where there is no room for one: the reshape stops
+    /// here, the volume whole and readable (a bug in the plan's checks,
+    /// which refuse such reshapes up front where they can).
+    Stuck { position_bytes: u64 },
+}
+
+/// A reshape in progress: what is moved, what is moved for good.
+#[derive(Clone, Debug)]
+pub struct Reshape {
+    plan: Plan,
+    position_bytes: u64,
+    durable_bytes: u64,
+    /// New stripes copied in one window at most.
+    window_stripes_max: u64,
+    /// An undo record for the current position is saved.
+    undo_saved: bool,
+    /// A client write waits on `[durable, position)`: persist first.
+    persist_wanted: bool,
+}
+
+impl Reshape {
+    /// Starts, or resumes from the labels' durable position (which must
+    /// be a whole number of new stripes: the labels only ever hold one).
+    pub fn resume(plan: Plan, durable_bytes: u64, window_stripes_max: u64) -> Reshape {
+        assert!(
+            durable_bytes.is_multiple_of(plan.stripe_bytes())
+                || durable_bytes >= plan.total_bytes(),
+            "a durable position inside a stripe"
+        );
+        Reshape {
+            plan,
+            position_bytes: durable_bytes,
+            durable_bytes,
+            window_stripes_max: window_stripes_max.max(1),
+            undo_saved: false,
+            persist_wanted: false,
+        }
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+    pub fn position_bytes(&self) -> u64 {
+        self.position_bytes
+    }
+    pub fn durable_bytes(&self) -> u64 {
+        self.durable_bytes
+    }
+
+    /// Whether volume byte `offset` is read and written through the new
+    /// layout (below the position) or the old one. Bytes of a window being
+    /// copied are neither: the caller keeps clients off them.
+    pub fn in_new_layout(&self, offset_bytes: u64) -> bool {
+        offset_bytes < self.position_bytes
+    }
+
+    /// Whether a client write to `[offset, offset + len)` must wait for
+    /// the next [`Step::Persist`]: it lands on bytes moved but not yet
+    /// moved for good, which a crash would copy again from the old layout
+    /// over it. Asking makes the next step a persist.
+    pub fn write_must_wait(&mut self, offset_bytes: u64, len_bytes: u64) -> bool {
+        let end = offset_bytes.saturating_add(len_bytes);
+        let waits = offset_bytes < self.position_bytes && end > self.durable_bytes;
+        self.persist_wanted |= waits;
+        waits
+    }
+
+    /// Volume bytes clients must keep off between a [`Step::SaveUndo`]
+    /// and the end of its [`Step::Copy`]: a write there after the image
+    /// is taken would be undone by a restart that puts the image back.
+    /// (During any copy the window is kept off as well; that is the
+    /// caller's range lock around the step.)
+    pub fn undo_window(&self) -> Option<(u64, u64)> {
+        if !self.undo_saved {
+            return None;
+        }
+        match self.next_step() {
+            Step::Copy {
+                position_bytes,
+                len_bytes,
+            } => Some((position_bytes, position_bytes + len_bytes)),
+            _ => None,
+        }
+    }
+
+    /// What to do next. The same step comes back until its `*_done` call.
+    pub fn next_step(&self) -> Step {
+        let total = self.plan.total_bytes();
+        let sb = self.plan.stripe_bytes();
+        if self.durable_bytes < self.position_bytes
+            && (self.persist_wanted || self.position_bytes >= total)
+        {
+            return Step::Persist {
+                position_bytes: self.position_bytes,
+            };
+        }
+        if self.position_bytes >= total {
+            return Step::Done;
+        }
+        let first = self.position_bytes / sb;
+        let safe = self
+            .plan
+            .safe_stripes(first, self.durable_bytes, self.window_stripes_max);
+        if safe > 0 {
+            return self.copy(first, safe);
+        }
+        if self.durable_bytes < self.position_bytes {
+            // Moving the restart point up frees what lies behind it.
+            return Step::Persist {
+                position_bytes: self.position_bytes,
+            };
+        }
+        // Nothing behind to free: the fewest stripes that can go, with a
+        // backup of what they overwrite.
+        let stuck = Step::Stuck {
+            position_bytes: self.position_bytes,
+        };
+        let Some(k) = self.plan.critical_window(first) else {
+            return stuck;
+        };
+        let span = Span {
+            start_bytes: self.plan.new_span(first).start_bytes,
+            end_bytes: self.plan.new_span(first + k - 1).end_bytes,
+        };
+        // The record must fit, and lie where the new layout has not
+        // reached (the plan checked this for the stripes it looked at).
+        match self.plan.undo_area() {
+            Some((_, start, bytes))
+                if UNDO_HEADER_BYTES
+                    + (span.end_bytes - span.start_bytes) * u64::from(self.plan.old.members())
+                    <= bytes
+                    && span.end_bytes <= start => {}
+            _ => return stuck,
+        }
+        if !self.undo_saved {
+            return Step::SaveUndo {
+                position_bytes: self.position_bytes,
+                span,
+            };
+        }
+        self.copy(first, k)
+    }
+
+    fn copy(&self, first: u64, stripes: u64) -> Step {
+        let sb = self.plan.stripe_bytes();
+        let position_bytes = first * sb;
+        let len_bytes = (stripes * sb).min(self.plan.total_bytes() - position_bytes);
+        Step::Copy {
+            position_bytes,
+            len_bytes,
+        }
+    }
+
+    pub fn persist_done(&mut self, position_bytes: u64) {
+        assert!(position_bytes <= self.position_bytes);
+        self.durable_bytes = position_bytes;
+        self.persist_wanted = false;
+        self.undo_saved = false;
+    }
+
+    pub fn undo_saved(&mut self, position_bytes: u64) {
+        assert_eq!(
+            position_bytes, self.position_bytes,
+            "an undo for another window"
+        );
+        self.undo_saved = true;
+    }
+
+    pub fn copy_done(&mut self, position_bytes: u64, len_bytes: u64) {
+        assert_eq!(position_bytes, self.position_bytes, "windows copy in order");
+        self.position_bytes += len_bytes;
+        // The undo record stays good only for the window it was made for.
+        self.persist_wanted |= self.undo_saved;
+    }
+}
