@@ -15,8 +15,6 @@
 //! not yet moved), the bytes about to be overwritten are first saved in
 //! an undo record ([`UndoRecord`]) and put back by a restart that finds it.
 
-#[cfg(test)]
-mod tests;
 mod undo;
 
 pub use undo::{UndoError, UndoRecord, UNDO_HEADER_BYTES};

@@ -4,11 +4,12 @@
 //! the middle of a window. After every step and every restart, every
 //! volume byte must read back as written, through the layout the reshape
 //! says it is in; at the end the new layout holds the volume and its
-//! parity is right. Seeds: `PLATTER_SIM_SEEDS` (default 300).
+//! parity is right. Seeds: `PLATTER_SIM_SEEDS` (default 300). (Outside
+//! the crate's sources, which may not read the environment.)
 
-use super::*;
-use crate::geometry::GeometrySpec;
-use crate::level::ParityLayout;
+use platter_core::geometry::{Geometry, GeometrySpec};
+use platter_core::level::{Level, ParityLayout};
+use platter_core::reshape::{Plan, Reshape, Span, Step, UndoError, UndoRecord, UNDO_HEADER_BYTES};
 
 struct Rng(u64);
 
