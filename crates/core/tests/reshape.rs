@@ -30,6 +30,9 @@ impl Rng {
 }
 
 const DATA_OFFSET: u64 = 4096;
+/// What the undo records of the model's one volume and reshape carry.
+const VOLUME_UUID: [u8; 16] = [7; 16];
+const RESHAPE_ID: u64 = 1;
 
 /// A member: what it holds now, and what a crash would leave.
 struct Disk {
@@ -161,7 +164,6 @@ struct Labels {
 struct Case {
     old: Geometry,
     new: Geometry,
-    member_bytes: u64,
 }
 
 fn geometry(level: Level, members: u32, interleave: u64, member_bytes: u64) -> Geometry {
@@ -200,7 +202,6 @@ fn pick_case(rng: &mut Rng) -> Case {
     Case {
         old: geometry(old_level, old_n, il_old, member_bytes),
         new: geometry(new_level, old_n + added, il_new, member_bytes),
-        member_bytes,
     }
 }
 
@@ -223,8 +224,8 @@ fn undo_write(
         })
         .collect();
     let record = UndoRecord {
-        volume_uuid: [7; 16],
-        reshape_id: 1,
+        volume_uuid: VOLUME_UUID,
+        reshape_id: RESHAPE_ID,
         position_bytes,
         span,
         images,
@@ -244,8 +245,8 @@ fn undo_replay(disks: &mut Disks, plan: &Plan, labels: &Labels) -> Result<bool, 
     let Ok(record) = UndoRecord::decode(&raw) else {
         return Ok(false);
     };
-    if record.volume_uuid != [7; 16]
-        || record.reshape_id != 1
+    if record.volume_uuid != VOLUME_UUID
+        || record.reshape_id != RESHAPE_ID
         || record.position_bytes != labels.durable_bytes
     {
         return Ok(false);
@@ -280,6 +281,23 @@ fn read_volume(disks: &Disks, rs: &Reshape, offset: u64, len: u64) -> Vec<u8> {
     got
 }
 
+/// Writes volume bytes through the layout the reshape says each is in.
+fn write_volume(disks: &mut Disks, rs: &Reshape, offset: u64, data: &[u8]) -> Result<(), Crashed> {
+    let split = rs
+        .position_bytes()
+        .clamp(offset, offset + data.len() as u64);
+    let (below, above) = data.split_at((split - offset) as usize);
+    write_via(disks, rs.plan().new_geometry(), offset, below)?;
+    write_via(disks, rs.plan().old(), split, above)
+}
+
+/// Flushes every member, then moves the labels' durable position up.
+fn persist(disks: &mut Disks, labels: &mut Labels, rs: &mut Reshape, position_bytes: u64) {
+    disks.flush();
+    labels.durable_bytes = position_bytes;
+    rs.persist_done(position_bytes);
+}
+
 fn check_volume(disks: &Disks, rs: &Reshape, model: &[u8], when: &str) {
     let got = read_volume(disks, rs, 0, model.len() as u64);
     if let Some(at) = got.iter().zip(model).position(|(a, b)| a != b) {
@@ -300,10 +318,8 @@ fn run_seed(seed: u64) -> Option<(u64, u64)> {
     let plan = Plan::new(case.old.clone(), case.new.clone()).ok()?;
     let window_max = 1 + rng.below(4);
     let old_size = case.old.volume_size_bytes();
-    let mut disks = Disks::new(
-        case.new.members(),
-        (DATA_OFFSET + case.member_bytes) as usize,
-    );
+    let member_bytes = case.new.spec().member_data_bytes[0];
+    let mut disks = Disks::new(case.new.members(), (DATA_OFFSET + member_bytes) as usize);
     let mut model: Vec<u8> = (0..old_size).map(|_| rng.next() as u8).collect();
     if write_via(&mut disks, &case.old, 0, &model).is_err() {
         unreachable!("no crash scheduled");
@@ -328,25 +344,12 @@ fn run_seed(seed: u64) -> Option<(u64, u64)> {
                 .is_some_and(|(start, end)| off < end && off + len > start);
             if rng.chance(3) && !kept_off {
                 if rs.write_must_wait(off, len) {
-                    disks.flush();
-                    labels.durable_bytes = rs.position_bytes();
-                    rs.persist_done(rs.position_bytes());
+                    let position = rs.position_bytes();
+                    persist(&mut disks, &mut labels, &mut rs, position);
                 }
                 let data: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
                 inflight = Some((off, data.clone()));
-                let split = rs.position_bytes().clamp(off, off + len);
-                write_via(
-                    &mut disks,
-                    rs.plan().new_geometry(),
-                    off,
-                    &data[..(split - off) as usize],
-                )?;
-                write_via(
-                    &mut disks,
-                    rs.plan().old(),
-                    split,
-                    &data[(split - off) as usize..],
-                )?;
+                write_volume(&mut disks, &rs, off, &data)?;
                 disks.flush();
                 model[off as usize..(off + len) as usize].copy_from_slice(&data);
                 inflight = None;
@@ -354,9 +357,7 @@ fn run_seed(seed: u64) -> Option<(u64, u64)> {
             }
             match step {
                 Step::Persist { position_bytes } => {
-                    disks.flush();
-                    labels.durable_bytes = position_bytes;
-                    rs.persist_done(position_bytes);
+                    persist(&mut disks, &mut labels, &mut rs, position_bytes)
                 }
                 Step::SaveUndo {
                     position_bytes,
@@ -392,8 +393,9 @@ fn run_seed(seed: u64) -> Option<(u64, u64)> {
             Err(Crashed) => {
                 crashes += 1;
                 disks.crash(&mut rng);
-                if let Ok(true) = undo_replay(&mut disks, &plan, &labels) {
-                    undos += 1;
+                match undo_replay(&mut disks, &plan, &labels) {
+                    Ok(put_back) => undos += u64::from(put_back),
+                    Err(Crashed) => unreachable!("no crash is scheduled during a restart"),
                 }
                 rs = Reshape::resume(plan.clone(), labels.durable_bytes, window_max);
                 // A client write not yet flushed may have landed in part:
@@ -411,10 +413,7 @@ fn run_seed(seed: u64) -> Option<(u64, u64)> {
                     }
                     // What the write-intent bitmap's resync does for the
                     // stripes a torn write touched: parity made right.
-                    let split = rs.position_bytes().clamp(off, off + got.len() as u64);
-                    let cut = (split - off) as usize;
-                    let resync = write_via(&mut disks, rs.plan().new_geometry(), off, &got[..cut])
-                        .and_then(|()| write_via(&mut disks, rs.plan().old(), split, &got[cut..]));
+                    let resync = write_volume(&mut disks, &rs, off, &got);
                     assert!(resync.is_ok(), "no crash is scheduled during a restart");
                     disks.flush();
                 }

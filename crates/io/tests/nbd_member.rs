@@ -52,6 +52,20 @@ fn open(uri: &str) -> Box<dyn Member> {
     open_member(uri, OpenOptions::default()).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// Opens with a 1 s reply deadline, for the tests of a server that stops
+/// answering: `connections` of them (with multi-conn).
+fn open_with_deadline(uri: &str, connections: u32) -> Box<dyn Member> {
+    open_member(
+        uri,
+        OpenOptions {
+            request_timeout: Some(Duration::from_secs(1)),
+            connections,
+            ..OpenOptions::default()
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// Random reads, writes and trims at any byte alignment, each checked
 /// against a flat model, with flushes among them.
 fn exercise(m: &dyn Member, seed: u64, ops: usize) {
@@ -326,14 +340,7 @@ fn a_server_that_stops_reading_loses_the_connection_within_the_deadline() {
             std::thread::sleep(Duration::from_secs(30));
         }
     });
-    let m = open_member(
-        &uri,
-        OpenOptions {
-            request_timeout: Some(Duration::from_secs(1)),
-            ..OpenOptions::default()
-        },
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    let m = open_with_deadline(&uri, OpenOptions::default().connections);
     let data = vec![0x5a_u8; 16 << 20];
     let started = std::time::Instant::now();
     let err = m.write_at(0, &data).expect_err("nobody reads it");
@@ -553,14 +560,7 @@ fn a_started_request_never_answered_loses_the_connection_within_the_deadline() {
             std::thread::sleep(Duration::from_secs(30));
         }
     });
-    let m = open_member(
-        &uri,
-        OpenOptions {
-            request_timeout: Some(Duration::from_secs(1)),
-            ..OpenOptions::default()
-        },
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    let m = open_with_deadline(&uri, OpenOptions::default().connections);
     let begun = Instant::now();
     let op = MemberOp::Read {
         offset_bytes: 0,
@@ -632,17 +632,7 @@ fn a_started_request_skipped_by_a_busy_server_loses_the_connection_within_the_de
             }
         }
     });
-    let m: Arc<dyn Member> = Arc::from(
-        open_member(
-            &uri,
-            OpenOptions {
-                request_timeout: Some(Duration::from_secs(1)),
-                connections: 1,
-                ..OpenOptions::default()
-            },
-        )
-        .unwrap_or_else(|e| panic!("{e}")),
-    );
+    let m: Arc<dyn Member> = Arc::from(open_with_deadline(&uri, 1));
     let chatter = {
         let m = Arc::clone(&m);
         std::thread::spawn(move || {

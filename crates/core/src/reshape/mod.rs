@@ -185,8 +185,8 @@ impl Plan {
     }
 
     /// The end of the volume bytes whose old layout lies in member bytes
-    /// below `end_bytes`: a window that writes there must keep clients
-    /// off those bytes too.
+    /// below `end_bytes` (whole old stripes): what a window writing up to
+    /// there destroys in the old layout.
     pub fn old_bytes_below(&self, end_bytes: u64) -> u64 {
         let row_bytes = rows_per_stripe(&self.old) * self.old.interleave_bytes();
         let stripes = end_bytes.div_ceil(row_bytes);
@@ -294,7 +294,10 @@ pub enum Step {
     Stuck { position_bytes: u64 },
 }
 
-/// A reshape in progress: what is moved, what is moved for good.
+/// A reshape in progress: what is moved, what is moved for good. Volume
+/// bytes below `position_bytes` are read and written through the new
+/// layout, the rest through the old one; a window being copied is neither
+/// (the caller keeps clients off it).
 #[derive(Clone, Debug)]
 pub struct Reshape {
     plan: Plan,
@@ -335,13 +338,6 @@ impl Reshape {
     }
     pub fn durable_bytes(&self) -> u64 {
         self.durable_bytes
-    }
-
-    /// Whether volume byte `offset` is read and written through the new
-    /// layout (below the position) or the old one. Bytes of a window being
-    /// copied are neither: the caller keeps clients off them.
-    pub fn in_new_layout(&self, offset_bytes: u64) -> bool {
-        offset_bytes < self.position_bytes
     }
 
     /// Whether a client write to `[offset, offset + len)` must wait for
