@@ -15,7 +15,10 @@
 //! not yet moved), the bytes about to be overwritten are first saved in
 //! an undo record ([`UndoRecord`]) and put back by a restart that finds it.
 
+mod live;
 mod undo;
+
+pub use live::{Action, Reshaping, Setup};
 
 pub use undo::{UndoError, UndoRecord, UNDO_HEADER_BYTES};
 
@@ -349,6 +352,13 @@ impl Reshape {
         let waits = offset_bytes < self.position_bytes && end > self.durable_bytes;
         self.persist_wanted |= waits;
         waits
+    }
+
+    /// Makes the next step a persist when anything is moved and not yet
+    /// for good: a host that moves the restart point up now and then
+    /// bounds what a crash makes it copy again.
+    pub fn want_persist(&mut self) {
+        self.persist_wanted |= self.durable_bytes < self.position_bytes;
     }
 
     /// Volume bytes clients must keep off between a [`Step::SaveUndo`]
