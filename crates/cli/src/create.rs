@@ -475,6 +475,7 @@ fn label_members(
             scrub: Default::default(),
             checksums,
             ppl,
+            reshape: None,
             slots: slots.clone(),
         };
         m.write_at(0, &label.encode())?;

@@ -36,14 +36,16 @@ pub const LABEL_MAGIC: [u8; 8] = *b"PLATTER\x01";
 /// A label is written at the *oldest* version that holds it: version 1
 /// unless a version-2 field is in use (the scheduled scrub's record), 3
 /// when the volume keeps checksums, 4 when it keeps a partial parity log,
-/// 5 while a slot records when its member left (`left_at_events`), so a
-/// volume that never used them stays readable by older builds. A build
-/// that knows only 2 must refuse a volume with checksums (it would write
-/// data without them), one that knows only 3 a volume with a log (it would
-/// write partial stripes without their records), one that knows only 4 a
-/// member's departure (it would clear the bitmap the member's return
-/// needs).
-pub const LABEL_FORMAT_VERSION: u32 = 5;
+/// 5 while a slot records when its member left (`left_at_events`), 6
+/// while a reshape runs ([`ReshapeRecord`]), so a volume that never used
+/// them stays readable by older builds. A build that knows only 2 must
+/// refuse a volume with checksums (it would write data without them), one
+/// that knows only 3 a volume with a log (it would write partial stripes
+/// without their records), one that knows only 4 a member's departure (it
+/// would clear the bitmap the member's return needs), one that knows only
+/// 5 a volume in the middle of a reshape (it would read the bytes not yet
+/// moved through the new layout).
+pub const LABEL_FORMAT_VERSION: u32 = 6;
 
 /// Version of the volume-to-member mapping arithmetic (`geometry`).
 ///
@@ -65,7 +67,9 @@ const _: () = assert!(at::NAME + NAME_MAX_BYTES <= at::INTENT_REGION_STRIPES);
 const _: () = assert!(at::READ_POLICY_ARG + 8 == at::SCRUB_STARTED_UNIX_SECONDS);
 const _: () = assert!(at::SCRUB_LAST_FOUND_STRIPES + 8 == at::CHECKSUM_OFFSET_BYTES);
 const _: () = assert!(at::CHECKSUM_ALGORITHM + 8 == at::PPL_OFFSET_BYTES);
-const _: () = assert!(at::PPL_LEN_BYTES + 8 == at::RESERVED_HEADER);
+const _: () = assert!(at::PPL_LEN_BYTES + 8 == at::RESHAPE_ID);
+const _: () = assert!(at::RESHAPE_OLD_PARITY_LAYOUT + 1 == at::RESHAPE_RESERVED);
+const _: () = assert!(at::RESHAPE_RESERVED + 6 == at::RESERVED_HEADER);
 const _: () = assert!(at::RESERVED_HEADER <= at::SLOT_TABLE);
 const _: () = assert!(at::RESERVED_TAIL <= at::CHECKSUM);
 const _: () = assert!(at::CHECKSUM + 4 == LABEL_BYTES);
@@ -110,8 +114,19 @@ pub mod at {
     /// ([`super::Label::ppl`]). Zero in versions 1 to 3.
     pub const PPL_OFFSET_BYTES: usize = 0x108;
     pub const PPL_LEN_BYTES: usize = 0x110;
+    /// Format version 6: the reshape in progress ([`super::ReshapeRecord`]).
+    /// Zero in versions 1 to 5, and with no reshape.
+    pub const RESHAPE_ID: usize = 0x118;
+    pub const RESHAPE_POSITION_BYTES: usize = 0x120;
+    pub const RESHAPE_OLD_INTERLEAVE_BYTES: usize = 0x128;
+    pub const RESHAPE_OLD_MEMBER_COUNT: usize = 0x130;
+    pub const RESHAPE_OLD_COPIES: usize = 0x134;
+    pub const RESHAPE_OLD_LEVEL: usize = 0x138;
+    pub const RESHAPE_OLD_PARITY_LAYOUT: usize = 0x139;
+    /// Zero.
+    pub const RESHAPE_RESERVED: usize = 0x13A;
     /// Zero: room for header fields.
-    pub const RESERVED_HEADER: usize = 0x118;
+    pub const RESERVED_HEADER: usize = 0x140;
     pub const SLOT_TABLE: usize = 0x200;
     /// Zero in format version 1: room after the slot table.
     pub const RESERVED_TAIL: usize = SLOT_TABLE + super::MAX_MEMBERS as usize * SLOT_ENTRY_BYTES;
@@ -332,7 +347,47 @@ pub struct Label {
     /// The partial parity log's area on every member (format version 4;
     /// RAID-5/6 only), or none (`crate::ppl`).
     pub ppl: Option<crate::ppl::Layout>,
+    /// The reshape in progress (format version 6), or none. While one
+    /// runs, the fields above describe the new layout.
+    pub reshape: Option<ReshapeRecord>,
     pub slots: Vec<SlotEntry>,
+}
+
+/// A reshape in progress (docs/reshape.md): the layout the volume is
+/// moving from, and how far it has moved for good. The label's own
+/// geometry fields are the layout it moves to; the old layout's members
+/// are the first `old_member_count` slots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReshapeRecord {
+    /// Names this reshape (never 0): the undo record carries it, so a
+    /// record left by another reshape is never put back.
+    pub id: u64,
+    /// Volume bytes below this are in the new layout for good: a restart
+    /// resumes moving here. A whole number of new stripes.
+    pub position_bytes: u64,
+    pub old_level: Level,
+    pub old_parity_layout: ParityLayout,
+    pub old_copies: u32,
+    pub old_interleave_bytes: u64,
+    pub old_member_count: u32,
+}
+
+impl ReshapeRecord {
+    /// The old layout's geometry, over the label's first
+    /// `old_member_count` slots.
+    pub fn old_spec(&self, label: &Label) -> crate::geometry::GeometrySpec {
+        crate::geometry::GeometrySpec {
+            level: self.old_level,
+            parity_layout: self.old_parity_layout,
+            copies: self.old_copies,
+            interleave_bytes: self.old_interleave_bytes,
+            data_offset_bytes: label.data_offset_bytes,
+            member_data_bytes: label.slots[..self.old_member_count as usize]
+                .iter()
+                .map(|s| s.data_size_bytes)
+                .collect(),
+        }
+    }
 }
 
 /// Where and how a volume keeps its per-block checksums (`platter create
@@ -518,6 +573,9 @@ impl Label {
                 ));
             }
         }
+        if let Some(r) = &self.reshape {
+            self.validate_reshape(r)?;
+        }
         let r = &self.scrub;
         if r.started_unix_seconds == 0 && (r.cursor_stripes != 0 || r.found_stripes != 0) {
             return Err(field_error(
@@ -624,6 +682,38 @@ impl Label {
         Ok(())
     }
 
+    fn validate_reshape(&self, r: &ReshapeRecord) -> Result<(), LabelError> {
+        let fail = |detail: String| Err(field_error("reshape", detail));
+        if r.id == 0 {
+            return fail("a reshape with id 0 (0 is no reshape)".into());
+        }
+        let min_members = r.old_level.min_members();
+        if !(min_members..=self.member_count).contains(&r.old_member_count) {
+            return fail(format!(
+                "old member count {} is outside {min_members}..={} (the new count) for {}",
+                r.old_member_count, self.member_count, r.old_level
+            ));
+        }
+        let copies_ok = match r.old_level {
+            Level::Mirror => r.old_copies == r.old_member_count,
+            Level::Raid10 => (2..=r.old_member_count).contains(&r.old_copies),
+            Level::Concat | Level::Stripe | Level::Raid5 | Level::Raid6 => r.old_copies == 1,
+        };
+        if !copies_ok {
+            return fail(format!(
+                "old copies {} are invalid for {} of {} members",
+                r.old_copies, r.old_level, r.old_member_count
+            ));
+        }
+        if r.old_interleave_bytes == 0 || !r.old_interleave_bytes.is_multiple_of(SECTOR_BYTES) {
+            return fail(format!(
+                "old interleave {} is not a positive multiple of 512",
+                r.old_interleave_bytes
+            ));
+        }
+        Ok(())
+    }
+
     fn validate_slots(&self) -> Result<(), LabelError> {
         if self.slots.len() != self.member_count as usize {
             return Err(field_error(
@@ -690,6 +780,7 @@ impl Label {
         let mut b = [0u8; LABEL_BYTES];
         b[at::MAGIC..at::MAGIC + 8].copy_from_slice(&LABEL_MAGIC);
         let version = match (self.ppl, self.checksums, self.scrub.is_zero()) {
+            _ if self.reshape.is_some() => 6,
             _ if self.slots.iter().any(|e| e.left_at_events != 0) => 5,
             (Some(_), _, _) => 4,
             (None, Some(_), _) => 3,
@@ -751,6 +842,19 @@ impl Label {
         if let Some(l) = self.ppl {
             put_u64(&mut b, at::PPL_OFFSET_BYTES, l.offset_bytes);
             put_u64(&mut b, at::PPL_LEN_BYTES, l.len_bytes);
+        }
+        if let Some(r) = self.reshape {
+            put_u64(&mut b, at::RESHAPE_ID, r.id);
+            put_u64(&mut b, at::RESHAPE_POSITION_BYTES, r.position_bytes);
+            put_u64(
+                &mut b,
+                at::RESHAPE_OLD_INTERLEAVE_BYTES,
+                r.old_interleave_bytes,
+            );
+            put_u32(&mut b, at::RESHAPE_OLD_MEMBER_COUNT, r.old_member_count);
+            put_u32(&mut b, at::RESHAPE_OLD_COPIES, r.old_copies);
+            b[at::RESHAPE_OLD_LEVEL] = r.old_level.code();
+            b[at::RESHAPE_OLD_PARITY_LAYOUT] = r.old_parity_layout.code();
         }
         for (i, entry) in self.slots.iter().enumerate() {
             let e = at::SLOT_TABLE + i * at::SLOT_ENTRY_BYTES;
@@ -818,6 +922,39 @@ impl Label {
         if format_version <= 3 {
             check_zero(b, at::PPL_OFFSET_BYTES..at::RESERVED_HEADER)?;
         }
+        if format_version <= 5 {
+            check_zero(b, at::RESHAPE_ID..at::RESERVED_HEADER)?;
+        }
+        check_zero(b, at::RESHAPE_RESERVED..at::RESERVED_HEADER)?;
+        let reshape = match get_u64(b, at::RESHAPE_ID) {
+            0 => {
+                check_zero(b, at::RESHAPE_ID..at::RESERVED_HEADER)?;
+                None
+            }
+            id => Some(ReshapeRecord {
+                id,
+                position_bytes: get_u64(b, at::RESHAPE_POSITION_BYTES),
+                old_level: Level::from_code(b[at::RESHAPE_OLD_LEVEL]).ok_or_else(|| {
+                    field_error(
+                        "reshape",
+                        format!("unknown old level code {}", b[at::RESHAPE_OLD_LEVEL]),
+                    )
+                })?,
+                old_parity_layout: ParityLayout::from_code(b[at::RESHAPE_OLD_PARITY_LAYOUT])
+                    .ok_or_else(|| {
+                        field_error(
+                            "reshape",
+                            format!(
+                                "unknown old parity layout code {}",
+                                b[at::RESHAPE_OLD_PARITY_LAYOUT]
+                            ),
+                        )
+                    })?,
+                old_copies: get_u32(b, at::RESHAPE_OLD_COPIES),
+                old_interleave_bytes: get_u64(b, at::RESHAPE_OLD_INTERLEAVE_BYTES),
+                old_member_count: get_u32(b, at::RESHAPE_OLD_MEMBER_COUNT),
+            }),
+        };
         let ppl = match (
             get_u64(b, at::PPL_OFFSET_BYTES),
             get_u64(b, at::PPL_LEN_BYTES),
@@ -883,6 +1020,12 @@ impl Label {
             ));
         }
         check_zero(b, at::RESERVED_TAIL..at::CHECKSUM)?;
+        if format_version == 6 && reshape.is_none() {
+            return Err(field_error(
+                "format_version",
+                "is 6 with no reshape in progress (a writer says 1 to 5)",
+            ));
+        }
 
         let mut label = Label {
             layout_version,
@@ -909,6 +1052,7 @@ impl Label {
             scrub,
             checksums,
             ppl,
+            reshape,
             slots: Vec::new(),
         };
         // The header first: a bad member_count explains a bad-looking table,

@@ -4,8 +4,8 @@
 
 use platter_core::integrity::Algorithm;
 use platter_core::label::{
-    at, Checksums, Label, ScrubRecord, SlotEntry, SlotState, VolumeState, LABEL_BYTES,
-    LABEL_FORMAT_VERSION, LABEL_MAGIC, LAYOUT_VERSION, MAX_MEMBERS, NAME_MAX_BYTES,
+    at, Checksums, Label, ReshapeRecord, ScrubRecord, SlotEntry, SlotState, VolumeState,
+    LABEL_BYTES, LABEL_FORMAT_VERSION, LABEL_MAGIC, LAYOUT_VERSION, MAX_MEMBERS, NAME_MAX_BYTES,
 };
 use platter_core::{Level, ParityLayout};
 
@@ -103,6 +103,16 @@ fn sample() -> Label {
             offset_bytes: 3 << 52,
             len_bytes: 4 << 20,
         }),
+        // Moving from a RAID-5 of 4 (version 6).
+        reshape: Some(ReshapeRecord {
+            id: 0x1213_1415_1617_1819,
+            position_bytes: 0x2223_2425_2627_2829,
+            old_level: Level::Raid5,
+            old_parity_layout: ParityLayout::LeftAsymmetric,
+            old_copies: 1,
+            old_interleave_bytes: 64 * 1024,
+            old_member_count: 4,
+        }),
         slots,
     }
 }
@@ -150,6 +160,26 @@ fn label_table_matches_the_code() {
         row(at::CHECKSUM_ALGORITHM, 8, "checksum_algorithm"),
         row(at::PPL_OFFSET_BYTES, 8, "ppl_offset_bytes"),
         row(at::PPL_LEN_BYTES, 8, "ppl_len_bytes"),
+        row(at::RESHAPE_ID, 8, "reshape_id"),
+        row(at::RESHAPE_POSITION_BYTES, 8, "reshape_position_bytes"),
+        row(
+            at::RESHAPE_OLD_INTERLEAVE_BYTES,
+            8,
+            "reshape_old_interleave_bytes",
+        ),
+        row(at::RESHAPE_OLD_MEMBER_COUNT, 4, "reshape_old_member_count"),
+        row(at::RESHAPE_OLD_COPIES, 4, "reshape_old_copies"),
+        row(at::RESHAPE_OLD_LEVEL, 1, "reshape_old_level"),
+        row(
+            at::RESHAPE_OLD_PARITY_LAYOUT,
+            1,
+            "reshape_old_parity_layout",
+        ),
+        row(
+            at::RESHAPE_RESERVED,
+            at::RESERVED_HEADER - at::RESHAPE_RESERVED,
+            "reserved",
+        ),
         row(
             at::RESERVED_HEADER,
             at::SLOT_TABLE - at::RESERVED_HEADER,
@@ -243,6 +273,22 @@ fn documented_offsets_hold_the_values() {
         ("checksum_algorithm", 2u64.to_le_bytes().to_vec()),
         ("ppl_offset_bytes", (3u64 << 52).to_le_bytes().to_vec()),
         ("ppl_len_bytes", (4u64 << 20).to_le_bytes().to_vec()),
+        (
+            "reshape_id",
+            0x1213_1415_1617_1819u64.to_le_bytes().to_vec(),
+        ),
+        (
+            "reshape_position_bytes",
+            0x2223_2425_2627_2829u64.to_le_bytes().to_vec(),
+        ),
+        (
+            "reshape_old_interleave_bytes",
+            (64u64 * 1024).to_le_bytes().to_vec(),
+        ),
+        ("reshape_old_member_count", 4u32.to_le_bytes().to_vec()),
+        ("reshape_old_copies", 1u32.to_le_bytes().to_vec()),
+        ("reshape_old_level", vec![5]),
+        ("reshape_old_parity_layout", vec![0]),
         (
             "intent_region_stripes",
             label.intent_region_stripes.to_le_bytes().to_vec(),

@@ -3,8 +3,8 @@
 
 use platter_core::integrity::Algorithm;
 use platter_core::label::{
-    at, is_blank, Checksums, Label, LabelError, ScrubRecord, SlotEntry, SlotState, VolumeState,
-    LABEL_BYTES, LABEL_MAGIC, LAYOUT_VERSION, MAX_MEMBERS,
+    at, is_blank, Checksums, Label, LabelError, ReshapeRecord, ScrubRecord, SlotEntry, SlotState,
+    VolumeState, LABEL_BYTES, LABEL_MAGIC, LAYOUT_VERSION, MAX_MEMBERS,
 };
 use platter_core::{Level, ParityLayout};
 use proptest::prelude::*;
@@ -200,6 +200,24 @@ fn label() -> impl Strategy<Value = Label> {
                             },
                         )
                     },
+                    // A reshape in progress (version 6) in a fifth of the
+                    // labels: from a stripe or RAID-5 of fewer members.
+                    reshape: (created % 5 == 0 && member_count >= 3).then(|| {
+                        let old_level = if updated % 2 == 0 {
+                            Level::Stripe
+                        } else {
+                            Level::Raid5
+                        };
+                        ReshapeRecord {
+                            id: created | 1,
+                            position_bytes: updated.rotate_left(7),
+                            old_level,
+                            old_parity_layout: parity_layout,
+                            old_copies: 1,
+                            old_interleave_bytes: (1 + updated % 256) * 512,
+                            old_member_count: 3 + (updated as u32 % (member_count - 2)),
+                        }
+                    }),
                     slots,
                 }
             },

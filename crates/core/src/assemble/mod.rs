@@ -7,6 +7,7 @@
 
 use crate::geometry::{Geometry, GeometrySpec};
 use crate::label::{printable, Label, LabelError, SlotState};
+use crate::level::Level;
 use crate::volume::Health;
 use thiserror::Error;
 
@@ -49,6 +50,22 @@ pub enum AssembleError {
     Inconsistent { member: String, field: &'static str },
     #[error("volume {0}: {1}")]
     Geometry(String, String),
+    /// The labels say a reshape is in progress. Serving such a volume
+    /// through one layout would return wrong bytes for the part not yet
+    /// moved, so it is refused until the reshape can be resumed
+    /// (docs/reshape.md).
+    #[error(
+        "volume {volume}: its labels say a reshape is in progress ({position_bytes} bytes moved \
+         for good, from a {old_level} of {old_members} members); this build of platter cannot \
+         resume a reshape, and reading the volume through either layout alone would return \
+         wrong bytes"
+    )]
+    Reshaping {
+        volume: String,
+        position_bytes: u64,
+        old_level: Level,
+        old_members: u32,
+    },
 }
 
 /// Why a slot is not in use.
@@ -147,6 +164,14 @@ pub fn assemble(found: &[Found]) -> Result<Assembly, AssembleError> {
         .max_by_key(|(i, l)| (l.event_counter, std::cmp::Reverse(*i)))
         .map(|(_, l)| *l)
         .expect("at least one label of the volume");
+    if let Some(r) = reference.reshape {
+        return Err(AssembleError::Reshaping {
+            volume: uuid_string(&volume),
+            position_bytes: r.position_bytes,
+            old_level: r.old_level,
+            old_members: r.old_member_count,
+        });
+    }
     for (f, l) in found.iter().zip(&labels) {
         if l.volume_uuid != volume {
             return Err(AssembleError::OtherVolume {

@@ -41,6 +41,7 @@ fn volume(level: Level, n: u32, tag: u8) -> Vec<Label> {
             scrub: Default::default(),
             checksums: None,
             ppl: None,
+            reshape: None,
             slots: slots.clone(),
         })
         .collect()
@@ -141,6 +142,27 @@ fn refusals_name_the_member_and_the_reason() {
     );
 
     assert_eq!(msg(Vec::new()), "no members given");
+
+    // A volume whose labels say a reshape is in progress is not assembled
+    // through the new layout alone (which would serve the bytes not yet
+    // moved wrong) until a build can resume it.
+    let mut moving = volume(Level::Raid5, 4, 5);
+    for l in &mut moving {
+        l.reshape = Some(crate::label::ReshapeRecord {
+            id: 9,
+            position_bytes: 1 << 20,
+            old_level: Level::Raid5,
+            old_parity_layout: ParityLayout::DEFAULT,
+            old_copies: 1,
+            old_interleave_bytes: 65536,
+            old_member_count: 3,
+        });
+    }
+    let m = msg(found(&moving));
+    assert!(
+        m.contains("a reshape is in progress (1048576 bytes moved for good, from a raid5 of 3"),
+        "{m}"
+    );
 }
 
 /// A device shorter than its label says is left out as a missing member,

@@ -56,6 +56,7 @@ fn sample(level: Level) -> Label {
         scrub: Default::default(),
         checksums: None,
         ppl: None,
+        reshape: None,
         slots,
     }
 }
@@ -203,7 +204,7 @@ fn short_input_is_too_short() {
 #[test]
 fn unknown_format_version_is_refused() {
     let label = sample(Level::Stripe);
-    for version in [0, 6, u32::MAX] {
+    for version in [0, LABEL_FORMAT_VERSION + 1, u32::MAX] {
         let b = patched(&label, |b| {
             b[at::FORMAT_VERSION..at::FORMAT_VERSION + 4].copy_from_slice(&version.to_le_bytes())
         });
@@ -384,6 +385,7 @@ fn reserved_bytes_must_be_zero() {
     let label = sample(Level::Raid6);
     let first_entry_reserved = at::SLOT_TABLE + at::ENTRY_RESERVED;
     for offset in [
+        at::RESHAPE_RESERVED,
         at::RESERVED_HEADER,
         at::SLOT_TABLE - 1,
         first_entry_reserved,
@@ -531,6 +533,19 @@ fn fields_tile_the_label_without_overlap() {
         (at::CHECKSUM_ALGORITHM, 8),
         (at::PPL_OFFSET_BYTES, 8),
         (at::PPL_LEN_BYTES, 8),
+        (at::RESHAPE_ID, 8),
+        (at::RESHAPE_POSITION_BYTES, 8),
+        (at::RESHAPE_OLD_INTERLEAVE_BYTES, 8),
+        (at::RESHAPE_OLD_MEMBER_COUNT, 4),
+        (at::RESHAPE_OLD_COPIES, 4),
+        (at::RESHAPE_OLD_LEVEL, 1),
+        (at::RESHAPE_OLD_PARITY_LAYOUT, 1),
+        // Six reserved bytes, as two aligned pieces.
+        (at::RESHAPE_RESERVED, 2),
+        (
+            at::RESHAPE_RESERVED + 2,
+            at::RESERVED_HEADER - at::RESHAPE_RESERVED - 2,
+        ),
         (at::NAME, NAME_MAX_BYTES),
         (at::RESERVED_HEADER, at::SLOT_TABLE - at::RESERVED_HEADER),
         (at::SLOT_TABLE, MAX_MEMBERS as usize * at::SLOT_ENTRY_BYTES),
@@ -664,4 +679,82 @@ fn a_slots_leaving_needs_version_5_and_only_it_does() {
         Label::decode(&old).is_err(),
         "the field's bytes in version 1"
     );
+}
+
+/// Version 6 holds a reshape in progress; without one the label is
+/// written as before, and a build that knows only 5 refuses one with it
+/// (it would read the bytes not yet moved through the new layout).
+#[test]
+fn a_reshape_needs_version_6_and_only_it_does() {
+    let mut label = sample(Level::Raid5);
+    let plain = label.encode();
+    assert!(u32::from_le_bytes(plain[8..12].try_into().unwrap()) < 6);
+    let record = ReshapeRecord {
+        id: 77,
+        position_bytes: 3 << 20,
+        old_level: Level::Raid5,
+        old_parity_layout: ParityLayout::LeftSymmetric,
+        old_copies: 1,
+        old_interleave_bytes: 64 << 10,
+        old_member_count: 3,
+    };
+    label.reshape = Some(record);
+    let b = label.encode();
+    assert_eq!(u32::from_le_bytes(b[8..12].try_into().unwrap()), 6);
+    assert_eq!(Label::decode(&b).unwrap(), label);
+    let spec = record.old_spec(&label);
+    assert_eq!(spec.member_data_bytes.len(), 3);
+    assert_eq!(spec.interleave_bytes, 64 << 10);
+
+    let none = Label {
+        reshape: None,
+        ..label.clone()
+    };
+    let v6 = patched(&none, |b| b[8..12].copy_from_slice(&6u32.to_le_bytes()));
+    assert_field(Label::decode(&v6), "format_version");
+    let v5 = patched(&label, |b| b[8..12].copy_from_slice(&5u32.to_le_bytes()));
+    assert_field(Label::decode(&v5), "reserved");
+    // With no reshape (id 0), its other fields must be zero too.
+    let stray = patched(&none, |b| b[at::RESHAPE_POSITION_BYTES] = 1);
+    assert_field(Label::decode(&stray), "reserved");
+
+    let bad = |r: ReshapeRecord| {
+        let l = Label {
+            reshape: Some(r),
+            ..label.clone()
+        };
+        l.validate()
+    };
+    for wrong in [
+        ReshapeRecord { id: 0, ..record },
+        ReshapeRecord {
+            old_member_count: 2,
+            ..record
+        },
+        ReshapeRecord {
+            old_member_count: label.member_count + 1,
+            ..record
+        },
+        ReshapeRecord {
+            old_copies: 2,
+            ..record
+        },
+        ReshapeRecord {
+            old_interleave_bytes: 1000,
+            ..record
+        },
+    ] {
+        assert!(
+            matches!(
+                bad(wrong),
+                Err(LabelError::Field {
+                    field: "reshape",
+                    ..
+                })
+            ),
+            "{wrong:?}"
+        );
+    }
+    let unknown_level = patched(&label, |b| b[at::RESHAPE_OLD_LEVEL] = 0xEE);
+    assert_field(Label::decode(&unknown_level), "reshape");
 }
