@@ -12,6 +12,9 @@
 //! The engine is the same state machine the simulator drives; only this file
 //! knows that members are real devices.
 
+use crate::serving::Serving;
+use platter_core::geometry::Geometry;
+use platter_core::reshape::Action;
 use platter_core::stats::LatencyOf;
 use platter_core::volume::{
     Event, Health, IdMap, IoId, MemberIo, Reply, Request, RequestId, Volume, VolumeError,
@@ -125,7 +128,9 @@ struct Route {
 }
 
 struct State {
-    volume: Volume,
+    serving: Serving,
+    /// What a reshape asked of the host, for the upkeep thread.
+    reshape_actions: Vec<Action>,
     routes: IdMap<RequestId, Route>,
     events: Vec<Event>,
     idle_waiters: u32,
@@ -210,6 +215,19 @@ pub struct Engine {
     alerts: std::sync::OnceLock<Arc<crate::alerts::Alerts>>,
 }
 
+/// Where a reshape stands, for status and the upkeep thread.
+#[derive(Clone, Debug)]
+pub struct ReshapeProgress {
+    /// Volume bytes moved to the new layout.
+    pub position_bytes: u64,
+    /// ... of which the labels hold as moved for good.
+    pub durable_bytes: u64,
+    pub total_bytes: u64,
+    pub finished: bool,
+    /// The layout it moves from.
+    pub old: Geometry,
+}
+
 /// The engine lock's use since the start, for `stats --json`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct LockUse {
@@ -228,10 +246,11 @@ impl Engine {
     /// The engine over `volume`, its member devices by slot, doing member
     /// I/O through `io`.
     pub fn new(
-        volume: Volume,
+        volume: impl Into<Serving>,
         members: Vec<Option<Arc<dyn Member>>>,
         io: Arc<dyn IoLayer>,
     ) -> Arc<Engine> {
+        let volume: Serving = volume.into();
         assert_eq!(members.len(), volume.geometry().members() as usize);
         let members_len = members.len();
         let members = members
@@ -247,7 +266,8 @@ impl Engine {
             me: me.clone(),
             io,
             state: Mutex::new(State {
-                volume,
+                serving: volume,
+                reshape_actions: Vec::new(),
                 routes: IdMap::default(),
                 events: Vec::new(),
                 idle_waiters: 0,
@@ -307,11 +327,11 @@ impl Engine {
     }
 
     pub fn size_bytes(&self) -> u64 {
-        self.lock().volume.size_bytes()
+        self.lock().serving.size_bytes()
     }
 
     pub fn health(&self) -> Vec<Health> {
-        self.lock().volume.health().to_vec()
+        self.lock().serving.health().to_vec()
     }
 
     /// The devices by slot, as they are now.
@@ -334,15 +354,15 @@ impl Engine {
     /// server's loop; a handful of atomic loads under the engine lock.
     pub fn refresh_read_latencies(&self) {
         let mut st = self.lock();
-        if st.volume.geometry().copies() < 2 {
+        if st.serving.geometry().copies() < 2 {
             return;
         }
         let State {
-            volume, members, ..
+            serving, members, ..
         } = &mut *st;
         for (slot, d) in members.iter().enumerate() {
             let ns = d.as_ref().map_or(0, |d| d.queue.pace().recent_ns);
-            volume.set_member_latency(slot as u32, ns);
+            serving.set_member_latency(slot as u32, ns);
         }
     }
 
@@ -375,7 +395,7 @@ impl Engine {
     pub fn with_volume<T>(&self, f: impl FnOnce(&mut Volume) -> T) -> T {
         let (out, events) = {
             let mut s = self.lock();
-            let out = f(&mut s.volume);
+            let out = f(s.serving.volume_mut());
             let (ios, finished, events) = self.take_out(&mut s, None);
             assert!(
                 ios.is_empty() && finished.is_empty(),
@@ -389,12 +409,72 @@ impl Engine {
         out
     }
 
+    /// Runs `f` on what the engine drives and starts whatever it made
+    /// (member I/O, completions, events).
+    fn drive(&self, f: impl FnOnce(&mut Serving)) {
+        let (ios, finished, events) = {
+            let mut s = self.lock();
+            f(&mut s.serving);
+            self.take_out(&mut s, None)
+        };
+        let mut here = Here::new(true);
+        self.start(ios, &mut here);
+        self.deliver_events(events, &mut here);
+        Self::deliver(finished);
+        self.work_here(here);
+    }
+
+    /// Takes a member out of use (an operator's word, a device gone), in
+    /// every layout the volume is served through.
+    pub fn mark_faulty(&self, member: u32, reason: String) {
+        self.drive(|s| s.mark_faulty(member, reason));
+    }
+
+    /// Where the reshape in progress stands; `None` without one.
+    pub fn reshape_progress(&self) -> Option<ReshapeProgress> {
+        let s = self.lock();
+        let r = s.serving.reshaping()?;
+        Some(ReshapeProgress {
+            position_bytes: r.reshape().position_bytes(),
+            durable_bytes: r.reshape().durable_bytes(),
+            total_bytes: r.reshape().plan().total_bytes(),
+            finished: r.is_finished(),
+            old: r.old_geometry().clone(),
+        })
+    }
+
+    /// What the reshape asked of the host since the last call.
+    pub fn take_reshape_actions(&self) -> Vec<Action> {
+        std::mem::take(&mut self.lock().reshape_actions)
+    }
+
+    /// Lets the reshape move `bytes` more, when it has fewer than
+    /// `unless_above` bytes allowed still (the rate limit's tick).
+    pub fn reshape_allow(&self, bytes: u64, unless_above: u64) {
+        self.drive(|s| {
+            if let Some(r) = s.reshaping_mut() {
+                if r.allowed_bytes() <= unless_above {
+                    r.allow_bytes(bytes);
+                }
+            }
+        });
+    }
+
+    /// The labels now hold the reshape's position `position_bytes`.
+    pub fn reshape_persisted(&self, position_bytes: u64) {
+        self.drive(|s| {
+            if let Some(r) = s.reshaping_mut() {
+                r.persisted(position_bytes);
+            }
+        });
+    }
+
     /// Submits what `f` submits (a maintenance step, say) with `done` as its
     /// completion, like [`Engine::submit`]. False when `f` submitted
     /// nothing.
     pub fn submit_with(
         &self,
-        f: impl FnOnce(&mut Volume) -> Option<RequestId>,
+        f: impl FnOnce(&mut Serving) -> Option<RequestId>,
         done: Done,
     ) -> bool {
         self.submit_timed(f, done, None, false)
@@ -406,7 +486,7 @@ impl Engine {
     /// `Err(done)` when `client` and the engine is closed to clients.
     fn submit_timed(
         &self,
-        f: impl FnOnce(&mut Volume) -> Option<RequestId>,
+        f: impl FnOnce(&mut Serving) -> Option<RequestId>,
         done: Done,
         timed: Option<LatencyOf>,
         client: bool,
@@ -417,7 +497,7 @@ impl Engine {
             if client && s.closed_to_clients {
                 return Err(done);
             }
-            let Some(id) = f(&mut s.volume) else {
+            let Some(id) = f(&mut s.serving) else {
                 return Ok(false);
             };
             let timed = timed.map(|of| (of, start));
@@ -463,10 +543,10 @@ impl Engine {
             let (ios, finished, next) = {
                 let mut s = self.lock();
                 for (member, reason) in to_fail {
-                    s.volume.mark_faulty(member, reason);
+                    s.serving.mark_faulty(member, reason);
                 }
                 for member in recorded {
-                    s.volume.failure_recorded(member);
+                    s.serving.failure_recorded(member);
                 }
                 self.take_out(&mut s, None)
             };
@@ -534,12 +614,12 @@ impl Engine {
 
     /// A snapshot of the volume's statistics.
     pub fn stats(&self) -> platter_core::stats::Stats {
-        self.lock().volume.stats()
+        self.lock().serving.stats()
     }
 
     /// Zeroes the volume's statistics.
     pub fn reset_stats(&self) {
-        self.lock().volume.reset_stats();
+        self.lock().serving.reset_stats();
     }
 
     /// Runs a request and waits for its result (for management work).
@@ -565,7 +645,7 @@ impl Engine {
     /// Blocks until no request is in the engine.
     pub fn wait_idle(&self) {
         let mut s = self.lock();
-        while !s.volume.is_idle() {
+        while !s.serving.is_idle() {
             s.idle_waiters += 1;
             s = self.idle.wait(s).expect("engine lock poisoned");
             s.idle_waiters -= 1;
@@ -650,7 +730,7 @@ impl Engine {
                     // Once per member: the I/Os queued behind the first
                     // one time out with it.
                     if matches!(
-                        s.volume.health()[member as usize],
+                        s.serving.health()[member as usize],
                         Health::Online | Health::Rebuilding
                     ) {
                         tracing::error!(
@@ -662,18 +742,18 @@ impl Engine {
                     // Not left to the volume's read-error handling, which
                     // would try to correct the range on the same member and
                     // wait for it again.
-                    s.volume
+                    s.serving
                         .mark_faulty(member, format!("I/O timed out: {}", e.message));
                 }
                 _ => {
-                    s.volume
+                    s.serving
                         .record_latency(LatencyOf::Member(member), c.device_ns);
                     if let Some(b) = s.busy.get_mut(member as usize) {
                         b.add(now, c.device_ns);
                     }
                 }
             }
-            s.volume.io_done(id, c.result);
+            s.serving.io_done(id, c.result);
             self.take_out(&mut s, Some(now))
         };
         self.start(ios, here);
@@ -687,7 +767,7 @@ impl Engine {
         let mut ios = Ios::new();
         let mut finished = Finished::new();
         self.drain(s, &mut ios, &mut finished, now);
-        if s.idle_waiters > 0 && s.volume.is_idle() {
+        if s.idle_waiters > 0 && s.serving.is_idle() {
             self.idle.notify_all();
         }
         (ios, finished, std::mem::take(&mut s.events))
@@ -698,24 +778,27 @@ impl Engine {
     /// it); otherwise the clock is read for the first timed completion.
     fn drain(&self, s: &mut State, ios: &mut Ios, finished: &mut Finished, now: Option<Instant>) {
         let mut now = now;
-        while let Some(io) = s.volume.next_io() {
+        while let Some(io) = s.serving.next_io() {
             let queue = s.members[io.member as usize]
                 .as_ref()
                 .map(|d| Arc::clone(&d.queue));
             ios.push((io, queue));
         }
-        while let Some(c) = s.volume.next_completion() {
+        while let Some(c) = s.serving.next_completion() {
             let route = s
                 .routes
                 .remove(&c.id)
                 .expect("every completion has a route");
             if let Some((of, start)) = route.timed {
                 let end = *now.get_or_insert_with(Instant::now);
-                s.volume.record_latency(of, ns_between(start, end));
+                s.serving.record_latency(of, ns_between(start, end));
             }
             finished.push((route.done, c.result));
         }
-        while let Some(e) = s.volume.next_event() {
+        while let Some(a) = s.serving.next_action() {
+            s.reshape_actions.push(a);
+        }
+        while let Some(e) = s.serving.next_event() {
             match &e {
                 Event::MemberFaulty { member, reason } => {
                     tracing::warn!(member, reason = %reason, "member marked faulty");

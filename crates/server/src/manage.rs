@@ -59,6 +59,12 @@ pub struct Manager {
     pub stopping: std::sync::atomic::AtomicBool,
 }
 
+/// Why no member is rebuilt while the volume is reshaped: a rebuild
+/// writes one layout's stripes, and the volume is in two.
+pub(crate) const RESHAPING_NO_REBUILD: &str =
+    "the volume is being reshaped: no member is rebuilt until the reshape ends (a failed member \
+     stays out; replace it once `platter status` shows the reshape done and the server restarted)";
+
 fn health_name(h: Health) -> &'static str {
     match h {
         Health::Online => "active",
@@ -305,7 +311,7 @@ impl Manager {
             ));
         }
         self.engine
-            .with_volume(|v| v.mark_faulty(slot, "failed by the operator".into()));
+            .mark_faulty(slot, "failed by the operator".into());
         Ok(json!({ "failed": slot, "volume_serves_all": serves_after }))
     }
 
@@ -332,9 +338,12 @@ impl Manager {
         if self.engine.with_volume(|v| v.rebuild_progress()).is_some() {
             return Err("another member is being rebuilt; one at a time".into());
         }
+        if self.engine.reshape_progress().is_some() {
+            return Err(RESHAPING_NO_REBUILD.into());
+        }
         if health == Health::Online {
             self.engine
-                .with_volume(|v| v.mark_faulty(slot, "replaced by the operator".into()));
+                .mark_faulty(slot, "replaced by the operator".into());
         }
         self.note_rotational(slot, &device);
         self.engine.set_member(slot, device);

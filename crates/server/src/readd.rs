@@ -68,6 +68,9 @@ impl Manager {
         if self.engine.with_volume(|v| v.rebuild_progress()).is_some() {
             return Err("a member is being rebuilt; one at a time".into());
         }
+        if self.engine.reshape_progress().is_some() {
+            return Err(crate::manage::RESHAPING_NO_REBUILD.into());
+        }
         let slot = self.check_returning(path, device.as_ref())?;
         empty_ppl(device.as_ref(), self.meta.label().ppl)?;
         self.note_rotational(slot, &device);

@@ -238,8 +238,7 @@ impl Manager {
                 // Any other connection of it goes too.
                 m.abandon("another connection to the member was lost");
                 let reason = format!("member {}: its connection was lost", m.describe());
-                self.engine
-                    .with_volume(|v| v.mark_faulty(slot as u32, reason));
+                self.engine.mark_faulty(slot as u32, reason);
             }
         }
     }

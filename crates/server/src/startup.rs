@@ -161,7 +161,14 @@ pub(crate) fn export_info(opened: &Opened, read_only: bool) -> ExportInfo {
     ExportInfo {
         name: name.clone(),
         description: describe_export(geometry, name, &opened.assembly.health),
-        size_bytes: geometry.volume_size_bytes(),
+        // While a reshape runs, the size it had: a client reconnects after
+        // the reshape (and a restart) to see the new one.
+        size_bytes: opened
+            .assembly
+            .old_geometry
+            .as_ref()
+            .unwrap_or(geometry)
+            .volume_size_bytes(),
         transmission_flags: flags,
         block_min_bytes: block_min,
         block_preferred_bytes: preferred,
@@ -204,6 +211,22 @@ pub(crate) fn engine(
     // Each connection holds at most CONN_MAX_REQUESTS; the margin is for
     // flushes chained behind FUA trims and the server's own final flush.
     let max_requests = config.max_connections * 2 * crate::conn::CONN_MAX_REQUESTS as usize + 16;
+    if let Some(old) = opened.assembly.old_geometry.clone() {
+        let mut r = crate::resume::reshaping(opened, config, old, Limits { max_requests })?;
+        // Neither a bitmap nor a cache while the layout changes (each is
+        // kept in one layout's terms): an unclean stop resyncs it all.
+        opened.intent = None;
+        crate::balancing::configure(
+            r.new_volume_mut(),
+            &opened.assembly.label,
+            &opened.members,
+            &config.rotational,
+            &config.write_mostly,
+        );
+        let io = io_layer(config)?;
+        let members = std::mem::take(&mut opened.members);
+        return Ok((Engine::new(r, members, Arc::new(io)), 0));
+    }
     let mut vol = Volume::new(
         geometry.clone(),
         opened.assembly.health.clone(),
@@ -269,6 +292,15 @@ pub(crate) fn engine(
             ..CacheLimits::DEFAULT
         });
     }
+    let io = io_layer(config)?;
+    // Moved, not cloned: a removed member's device closes when the engine
+    // lets it go.
+    let members = std::mem::take(&mut opened.members);
+    Ok((Engine::new(vol, members, Arc::new(io)), resync_regions))
+}
+
+/// Member I/O on the back end asked for.
+fn io_layer(config: &ServeConfig) -> Result<platter_io::aio::layer::Layer, ServeError> {
     let io = platter_io::aio::layer::Layer::new(platter_io::aio::layer::LayerConfig {
         queue_depth: config.member_queue_depth.max(1),
         timeout: config.member_timeout,
@@ -279,10 +311,7 @@ pub(crate) fn engine(
     if let Some(why) = io.fallback_reason() {
         tracing::warn!(reason = why, "member I/O does not use io_uring");
     }
-    // Moved, not cloned: a removed member's device closes when the engine
-    // lets it go.
-    let members = std::mem::take(&mut opened.members);
-    Ok((Engine::new(vol, members, Arc::new(io)), resync_regions))
+    Ok(io)
 }
 
 /// Makes parity agree with the data in every stripe the partial parity
@@ -384,6 +413,10 @@ fn apply_ppl(opened: &Opened, layout: platter_core::ppl::Layout) -> Result<(), S
 
 /// A rebuild cut short by a restart resumes at its checkpoint.
 pub(crate) fn resume_rebuilds(assembly: &Assembly, engine: &Engine) {
+    if assembly.old_geometry.is_some() {
+        // No rebuild runs while the volume is reshaped.
+        return;
+    }
     for (slot, note) in assembly.notes.iter().enumerate() {
         if *note == SlotNote::Marked(SlotState::Rebuilding) && assembly.slot_device[slot].is_some()
         {

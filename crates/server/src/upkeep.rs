@@ -10,7 +10,9 @@
 use crate::engine::Engine;
 use crate::meta::Meta;
 use crate::scrub::Scrubber;
+use crate::serving::Serving;
 use platter_core::label::ScrubRecord;
+use platter_core::reshape::Action;
 use platter_core::volume::{ErrorKind, Health, Maintenance, Reply, Request};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -152,6 +154,15 @@ fn rebuild_and_sweep(engine: &Engine, meta: &Meta, upkeep: &Upkeep) {
             }
             last_sweep = Instant::now();
         }
+        if engine.reshape_progress().is_some() {
+            // A resync after a crash runs beside the reshape (each byte
+            // through the layout it is in); no rebuild or scrub does.
+            let moved = reshape_tick(engine, meta, upkeep);
+            if !resync_step(engine, upkeep, step) && !moved {
+                std::thread::sleep(RESHAPE_TICK);
+            }
+            continue;
+        }
         if engine.with_volume(|v| v.rebuild_progress()).is_none() {
             resync_refused_writes(engine, upkeep);
             if !resync_step(engine, upkeep, step)
@@ -164,7 +175,11 @@ fn rebuild_and_sweep(engine: &Engine, meta: &Meta, upkeep: &Upkeep) {
         let started = Instant::now();
         let (tx, rx) = mpsc::channel();
         let submitted = engine.submit_with(
-            |v| v.rebuild_step(step),
+            |s| match s {
+                Serving::Plain(v) => v.rebuild_step(step),
+                // No rebuild starts while a volume is reshaped.
+                Serving::Reshaping(_) => None,
+            },
             Box::new(move |r| {
                 let _ = tx.send(r);
             }),
@@ -226,7 +241,7 @@ fn fail_shrunk_members(engine: &Engine) {
             continue;
         }
         if let Err(e) = device.check_size() {
-            engine.with_volume(|v| v.mark_faulty(slot as u32, e.to_string()));
+            engine.mark_faulty(slot as u32, e.to_string());
         }
     }
 }
@@ -342,6 +357,55 @@ fn repair(engine: &Engine, upkeep: &Upkeep, first: u64, count: u64) -> bool {
         Ordering::Relaxed,
     );
     true
+}
+
+/// How often the upkeep thread lets a reshape move on and writes the
+/// position it asks for to the labels: a client write to bytes just moved
+/// waits about this long for the labels.
+const RESHAPE_TICK: Duration = Duration::from_millis(5);
+
+/// Does what the reshape asked (its position to the labels, its end),
+/// then lets it move at the rebuild rate. True if it asked anything.
+fn reshape_tick(engine: &Engine, meta: &Meta, upkeep: &Upkeep) -> bool {
+    let actions = engine.take_reshape_actions();
+    let acted = !actions.is_empty();
+    for a in actions {
+        match a {
+            Action::Persist { position_bytes } => {
+                // A member that cannot take the label fails on its next
+                // I/O; the others hold the position.
+                meta.record(|l| {
+                    if let Some(r) = &mut l.reshape {
+                        r.position_bytes = position_bytes;
+                    }
+                });
+                engine.reshape_persisted(position_bytes);
+            }
+            Action::Finished => {
+                meta.record(|l| l.reshape = None);
+                tracing::info!(
+                    "reshape finished: every byte is in the new layout; clients that reconnect \
+                     after the server restarts see the new size"
+                );
+            }
+            Action::Stuck {
+                position_bytes,
+                reason,
+            } => {
+                tracing::error!(
+                    position_bytes,
+                    %reason,
+                    "the reshape stopped; the volume is served through both layouts"
+                );
+            }
+        }
+    }
+    // At most a tick's worth at the rate, and never a backlog of more
+    // than one: a pause in the moves does not turn into a burst after.
+    let rate = upkeep.rate_bytes_per_sec.load(Ordering::Relaxed).max(1);
+    let tick_bytes = (rate as f64 * RESHAPE_TICK.as_secs_f64()) as u64;
+    engine.reshape_allow(tick_bytes.max(1), tick_bytes);
+    acted
 }
 
 /// The rate limit: a step of `bytes` that started at `started` takes at

@@ -7,7 +7,6 @@
 
 use crate::geometry::{Geometry, GeometrySpec};
 use crate::label::{printable, Label, LabelError, SlotState};
-use crate::level::Level;
 use crate::volume::Health;
 use thiserror::Error;
 
@@ -50,22 +49,6 @@ pub enum AssembleError {
     Inconsistent { member: String, field: &'static str },
     #[error("volume {0}: {1}")]
     Geometry(String, String),
-    /// The labels say a reshape is in progress. Serving such a volume
-    /// through one layout would return wrong bytes for the part not yet
-    /// moved, so it is refused until the reshape can be resumed
-    /// (docs/reshape.md).
-    #[error(
-        "volume {volume}: its labels say a reshape is in progress ({position_bytes} bytes moved \
-         for good, from a {old_level} of {old_members} members); this build of platter cannot \
-         resume a reshape, and reading the volume through either layout alone would return \
-         wrong bytes"
-    )]
-    Reshaping {
-        volume: String,
-        position_bytes: u64,
-        old_level: Level,
-        old_members: u32,
-    },
 }
 
 /// Why a slot is not in use.
@@ -111,6 +94,11 @@ pub struct Assembly {
     /// The freshest label: the volume's own view of itself.
     pub label: Label,
     pub geometry: Geometry,
+    /// While a reshape runs (`label.reshape`), the layout it moves from,
+    /// over the first slots; `geometry` is the one it moves to. Bytes not
+    /// yet moved are read through this one: the server serves them both
+    /// (`platter_core::reshape::Reshaping`).
+    pub old_geometry: Option<Geometry>,
     /// For each slot, the index into the input of the device filling it.
     pub slot_device: Vec<Option<usize>>,
     pub health: Vec<Health>,
@@ -164,14 +152,6 @@ pub fn assemble(found: &[Found]) -> Result<Assembly, AssembleError> {
         .max_by_key(|(i, l)| (l.event_counter, std::cmp::Reverse(*i)))
         .map(|(_, l)| *l)
         .expect("at least one label of the volume");
-    if let Some(r) = reference.reshape {
-        return Err(AssembleError::Reshaping {
-            volume: uuid_string(&volume),
-            position_bytes: r.position_bytes,
-            old_level: r.old_level,
-            old_members: r.old_member_count,
-        });
-    }
     for (f, l) in found.iter().zip(&labels) {
         if l.volume_uuid != volume {
             return Err(AssembleError::OtherVolume {
@@ -262,6 +242,15 @@ pub fn assemble(found: &[Found]) -> Result<Assembly, AssembleError> {
         member_data_bytes: reference.slots.iter().map(|s| s.data_size_bytes).collect(),
     })
     .map_err(|e| AssembleError::Geometry(uuid_string(&volume), e.0))?;
+    let old_geometry = match reference.reshape {
+        None => None,
+        Some(r) => Some(Geometry::new(r.old_spec(reference)).map_err(|e| {
+            AssembleError::Geometry(
+                uuid_string(&volume),
+                format!("the layout its reshape moves from: {}", e.0),
+            )
+        })?),
+    };
     let health = notes
         .iter()
         .map(|note| match note {
@@ -276,6 +265,7 @@ pub fn assemble(found: &[Found]) -> Result<Assembly, AssembleError> {
     Ok(Assembly {
         label: reference.clone(),
         geometry,
+        old_geometry,
         slot_device,
         health,
         notes,

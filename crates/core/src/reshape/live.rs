@@ -25,8 +25,8 @@
 use super::{Reshape, Span, Step, UndoRecord};
 use crate::geometry::Geometry;
 use crate::volume::{
-    Completion, ErrorKind, Event, Health, IdMap, IoId, IoResult, Limits, Maintenance, MemberIo,
-    MemberOp, ReadData, Reply, Request, RequestId, Volume, VolumeError,
+    CheckReport, Completion, ErrorKind, Event, Health, IdMap, IoId, IoResult, Limits, Maintenance,
+    MemberIo, MemberOp, ReadData, Reply, Request, RequestId, Volume, VolumeError,
 };
 use bytes::Bytes;
 use smallvec::SmallVec;
@@ -90,6 +90,9 @@ struct Client {
     parts_left: u32,
     /// Read data: (offset in the request, bytes).
     pieces: SmallVec<[(u64, Bytes); 2]>,
+    /// A resync's findings, both layouts' together (stripes numbered in
+    /// each one's own layout).
+    checked: Option<CheckReport>,
     error: Option<VolumeError>,
 }
 
@@ -247,6 +250,27 @@ impl Reshaping {
         matches!(self.work, Work::Finished)
     }
 
+    /// The new layout's volume, for queries and settings (statistics, read
+    /// balancing). Requests and member failures go through `Reshaping`:
+    /// a failure told to one volume only would leave the other reading a
+    /// member out of use.
+    pub fn new_volume_mut(&mut self) -> &mut Volume {
+        &mut self.new
+    }
+
+    /// Tells both layouts' read balancing a member's recent I/O time.
+    pub fn set_member_latency(&mut self, member: u32, latency_ns: u64) {
+        if member < self.old.geometry().members() {
+            self.old.set_member_latency(member, latency_ns);
+        }
+        self.new.set_member_latency(member, latency_ns);
+    }
+
+    /// Bytes the host has let the move go on for and it has not moved.
+    pub fn allowed_bytes(&self) -> u64 {
+        self.allowed_bytes
+    }
+
     /// Lets the move go on for `bytes` more (a rate limit); a window
     /// already started finishes whatever is left.
     pub fn allow_bytes(&mut self, bytes: u64) {
@@ -342,6 +366,7 @@ impl Reshaping {
                 started: false,
                 parts_left: 0,
                 pieces: SmallVec::new(),
+                checked: None,
                 error: None,
             },
         );
@@ -598,6 +623,15 @@ impl Reshaping {
                             client.pieces.push((at - s.len() as u64, s));
                         }
                     }
+                    Ok(Reply::Checked(r)) => match &mut client.checked {
+                        None => client.checked = Some(r),
+                        Some(c) => {
+                            c.mismatched_stripes.extend(r.mismatched_stripes);
+                            c.unchecked_stripes += r.unchecked_stripes;
+                            c.wrong_members.extend(r.wrong_members);
+                            c.unlocated_stripes.extend(r.unlocated_stripes);
+                        }
+                    },
                     Ok(_) => {}
                     Err(e) => {
                         client.error.get_or_insert(e);

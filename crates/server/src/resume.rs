@@ -1,0 +1,148 @@
+//! Serving a volume whose labels say a reshape is in progress
+//! (docs/reshape.md): the undo record put back if the labels stand at its
+//! window, then both layouts served while the upkeep thread moves the
+//! rest.
+
+use crate::server::{ServeConfig, ServeError};
+use crate::startup::Opened;
+use platter_core::geometry::Geometry;
+use platter_core::label::ReshapeRecord;
+use platter_core::reshape::{Plan, Reshape, Reshaping, Setup, UndoRecord, UNDO_HEADER_BYTES};
+use platter_core::volume::{Health, Limits};
+use platter_io::Member;
+use std::sync::Arc;
+
+/// Member bytes a window moves at most: whole new stripes, about this
+/// many bytes of data.
+const WINDOW_BYTES: u64 = 4 << 20;
+/// Bytes moved between label writes of the position, unless a client
+/// write to moved bytes asks sooner.
+const PERSIST_EVERY_BYTES: u64 = 64 << 20;
+
+/// The reshape as the labels leave it, ready to serve: its undo record
+/// put back where needed. Refuses what a reshape cannot serve.
+pub(crate) fn reshaping(
+    opened: &Opened,
+    config: &ServeConfig,
+    old: Geometry,
+    limits: Limits,
+) -> Result<Reshaping, ServeError> {
+    let label = &opened.assembly.label;
+    let record = label.reshape.expect("a reshape in the labels");
+    let refuse = |why: String| Err(ServeError::Refused(why));
+    if config.read_only {
+        return refuse(
+            "the volume is being reshaped: serve it without --read-only so that the reshape can \
+             go on (a read-only server could not put back what a crash left mid-window)"
+                .into(),
+        );
+    }
+    if label.checksums.is_some() || label.ppl.is_some() {
+        return refuse(
+            "the labels say a reshape is in progress on a volume with checksums or a partial \
+             parity log, which this build does not reshape"
+                .into(),
+        );
+    }
+    let plan = Plan::new(old, opened.assembly.geometry.clone())
+        .map_err(|e| ServeError::Refused(format!("the labels' reshape cannot go on: {e}")))?;
+    let sb = plan.stripe_bytes();
+    if record.position_bytes > plan.total_bytes()
+        || (record.position_bytes < plan.total_bytes() && !record.position_bytes.is_multiple_of(sb))
+    {
+        return refuse(format!(
+            "the labels' reshape position {} is not a whole stripe of the new layout ({sb} \
+             bytes) within its {} bytes: damaged labels",
+            record.position_bytes,
+            plan.total_bytes()
+        ));
+    }
+    put_back_undo(
+        &opened.members,
+        &opened.assembly.health,
+        &plan,
+        label.volume_uuid,
+        &record,
+    )?;
+    tracing::warn!(
+        position_bytes = record.position_bytes,
+        total_bytes = plan.total_bytes(),
+        "resuming the reshape from the labels"
+    );
+    let rs = Reshape::resume(plan, record.position_bytes, (WINDOW_BYTES / sb).max(1));
+    Ok(Reshaping::new(
+        rs,
+        opened.assembly.health.clone(),
+        Setup {
+            volume_uuid: label.volume_uuid,
+            reshape_id: record.id,
+            window_stripes_max: (WINDOW_BYTES / sb).max(1),
+            persist_every_bytes: PERSIST_EVERY_BYTES,
+            limits,
+        },
+    ))
+}
+
+/// A crash in a window that needed a backup: the labels stand at the
+/// record's position, so the window's member bytes are put back as they
+/// were before it, flushed, and the record erased (put back once: clients
+/// may write the window again before the next record). A record for
+/// another window, reshape or volume, or a torn one, is left alone.
+fn put_back_undo(
+    members: &[Option<Arc<dyn Member>>],
+    health: &[Health],
+    plan: &Plan,
+    volume_uuid: [u8; 16],
+    record: &ReshapeRecord,
+) -> Result<(), ServeError> {
+    let Some((slot, start, bytes)) = plan.undo_area() else {
+        return Ok(());
+    };
+    let data_offset = plan.new_geometry().spec().data_offset_bytes;
+    let Some(holder) = members[slot as usize]
+        .as_ref()
+        .filter(|_| health[slot as usize] == Health::Online)
+    else {
+        if record.position_bytes < plan.total_bytes() {
+            tracing::warn!(
+                slot,
+                "the member that keeps the reshape's backup is not here; if the last stop cut \
+                 a backed-up window short, its bytes are lost"
+            );
+        }
+        return Ok(());
+    };
+    let fail = |what: &str, e: &dyn std::fmt::Display| {
+        ServeError::Refused(format!("the reshape's backup: {what}: {e}"))
+    };
+    let mut raw = vec![0u8; bytes as usize];
+    holder
+        .read_at(data_offset + start, &mut raw)
+        .map_err(|e| fail("cannot read it", &e))?;
+    let Ok(undo) = UndoRecord::decode(&raw) else {
+        return Ok(());
+    };
+    if undo.volume_uuid != volume_uuid
+        || undo.reshape_id != record.id
+        || undo.position_bytes != record.position_bytes
+    {
+        return Ok(());
+    }
+    tracing::warn!(
+        position_bytes = undo.position_bytes,
+        "the last stop cut a backed-up window short: putting its bytes back"
+    );
+    for (m, image) in undo.images.iter().enumerate() {
+        let Some(d) = members[m].as_ref().filter(|_| health[m] == Health::Online) else {
+            continue;
+        };
+        d.write_at(data_offset + undo.span.start_bytes, image)
+            .and_then(|()| d.flush())
+            .map_err(|e| fail(&format!("cannot put back member {m}'s bytes"), &e))?;
+    }
+    holder
+        .write_at(data_offset + start, &[0u8; UNDO_HEADER_BYTES as usize])
+        .and_then(|()| holder.flush())
+        .map_err(|e| fail("cannot erase it once put back", &e))?;
+    Ok(())
+}

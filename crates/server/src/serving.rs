@@ -1,0 +1,159 @@
+//! What the engine drives: a volume, or a volume being reshaped (two
+//! layouts' volumes over the same members, `platter_core::reshape`). The
+//! engine asks the same of both; only the upkeep thread and management
+//! see the difference.
+
+use platter_core::geometry::Geometry;
+use platter_core::reshape::{Action, Reshaping};
+use platter_core::stats::{LatencyOf, Stats};
+use platter_core::volume::{
+    Completion, Event, Health, IoId, IoResult, MemberIo, Request, RequestId, Volume,
+};
+
+// One lives in the engine's state, for the server's life: its size does
+// not matter, and the plain volume stays one pointer closer.
+#[allow(clippy::large_enum_variant)]
+pub enum Serving {
+    Plain(Volume),
+    Reshaping(Box<Reshaping>),
+}
+
+impl Serving {
+    /// The volume for queries and settings: during a reshape, the new
+    /// layout's (see [`Reshaping::new_volume_mut`]).
+    pub fn volume_mut(&mut self) -> &mut Volume {
+        match self {
+            Serving::Plain(v) => v,
+            Serving::Reshaping(r) => r.new_volume_mut(),
+        }
+    }
+
+    pub fn reshaping(&self) -> Option<&Reshaping> {
+        match self {
+            Serving::Plain(_) => None,
+            Serving::Reshaping(r) => Some(r),
+        }
+    }
+
+    pub fn reshaping_mut(&mut self) -> Option<&mut Reshaping> {
+        match self {
+            Serving::Plain(_) => None,
+            Serving::Reshaping(r) => Some(r),
+        }
+    }
+
+    /// The size clients see: during a reshape, the old one.
+    pub fn size_bytes(&self) -> u64 {
+        match self {
+            Serving::Plain(v) => v.size_bytes(),
+            Serving::Reshaping(r) => r.size_bytes(),
+        }
+    }
+
+    /// During a reshape, the new layout (which has every member).
+    pub fn geometry(&self) -> &Geometry {
+        match self {
+            Serving::Plain(v) => v.geometry(),
+            Serving::Reshaping(r) => r.new_geometry(),
+        }
+    }
+
+    pub fn health(&self) -> &[Health] {
+        match self {
+            Serving::Plain(v) => v.health(),
+            Serving::Reshaping(r) => r.health(),
+        }
+    }
+
+    pub fn is_idle(&self) -> bool {
+        match self {
+            Serving::Plain(v) => v.is_idle(),
+            Serving::Reshaping(r) => r.is_idle(),
+        }
+    }
+
+    pub fn submit(&mut self, req: Request) -> RequestId {
+        match self {
+            Serving::Plain(v) => v.submit(req),
+            Serving::Reshaping(r) => r.submit(req),
+        }
+    }
+
+    pub fn next_io(&mut self) -> Option<MemberIo> {
+        match self {
+            Serving::Plain(v) => v.next_io(),
+            Serving::Reshaping(r) => r.next_io(),
+        }
+    }
+
+    pub fn io_done(&mut self, io: IoId, result: IoResult) {
+        match self {
+            Serving::Plain(v) => v.io_done(io, result),
+            Serving::Reshaping(r) => r.io_done(io, result),
+        }
+    }
+
+    pub fn next_completion(&mut self) -> Option<Completion> {
+        match self {
+            Serving::Plain(v) => v.next_completion(),
+            Serving::Reshaping(r) => r.next_completion(),
+        }
+    }
+
+    pub fn next_event(&mut self) -> Option<Event> {
+        match self {
+            Serving::Plain(v) => v.next_event(),
+            Serving::Reshaping(r) => r.next_event(),
+        }
+    }
+
+    /// What a reshape needs of the host (labels, its end); none without.
+    pub fn next_action(&mut self) -> Option<Action> {
+        self.reshaping_mut()?.next_action()
+    }
+
+    pub fn mark_faulty(&mut self, member: u32, reason: String) {
+        match self {
+            Serving::Plain(v) => v.mark_faulty(member, reason),
+            Serving::Reshaping(r) => r.mark_faulty(member, reason),
+        }
+    }
+
+    pub fn failure_recorded(&mut self, member: u32) {
+        match self {
+            Serving::Plain(v) => v.failure_recorded(member),
+            Serving::Reshaping(r) => r.failure_recorded(member),
+        }
+    }
+
+    pub fn set_member_latency(&mut self, member: u32, latency_ns: u64) {
+        match self {
+            Serving::Plain(v) => v.set_member_latency(member, latency_ns),
+            Serving::Reshaping(r) => r.set_member_latency(member, latency_ns),
+        }
+    }
+
+    pub fn record_latency(&mut self, of: LatencyOf, ns: u64) {
+        self.volume_mut().record_latency(of, ns);
+    }
+
+    pub fn stats(&mut self) -> Stats {
+        self.volume_mut().stats()
+    }
+
+    pub fn reset_stats(&mut self) {
+        self.volume_mut().reset_stats();
+    }
+}
+
+impl From<Volume> for Serving {
+    fn from(v: Volume) -> Serving {
+        Serving::Plain(v)
+    }
+}
+
+impl From<Reshaping> for Serving {
+    fn from(r: Reshaping) -> Serving {
+        Serving::Reshaping(Box::new(r))
+    }
+}
