@@ -7,6 +7,7 @@ mod error;
 mod listing;
 mod members;
 mod progress;
+mod reshape;
 mod scan;
 mod serve;
 mod sim;
@@ -58,6 +59,25 @@ enum Command {
                       is not used. Given a spare's path, removes that spare instead."
     )]
     Remove(control::MemberArgs),
+    /// Change a stopped volume's layout in place: add members (grow),
+    /// change its interleave, level or parity layout. The next serve moves
+    /// the data while it serves.
+    #[command(
+        visible_alias = "grow",
+        long_about = "Change a stopped volume's layout in place: add members (--add, also \
+                      `platter grow`), change its interleave, level (mirror of two to raid5, \
+                      raid5 to raid6, each with members added) or parity layout. This writes \
+                      the labels only; the next `platter serve` moves the data front to back \
+                      while serving, at the rebuild rate (`platter rebuild-rate`), and resumes \
+                      from the labels after a crash or kill at any point. A concat grows at its \
+                      end with nothing to move. Clients see the new size once the reshape is \
+                      done and the server restarted (NBD cannot tell a connected client of a \
+                      new size). --dry-run says how much data moves and about how long it takes. \
+                      See docs/reshape.md.",
+        after_help = "Example: platter grow --add d/m4 d/m0 d/m1 d/m2 d/m3\n         \
+                      platter reshape --interleave 126s --dry-run d/m0 d/m1 d/m2 d/m3"
+    )]
+    Reshape(reshape::ReshapeArgs),
     /// Put a new device in a member's place and rebuild it in the background.
     Replace(control::ReplaceArgs),
     /// Give a running volume a spare that takes over when a member fails.
@@ -155,6 +175,7 @@ fn main() -> ExitCode {
         Command::Fail(a) => control::fail(a),
         Command::Remove(a) => control::remove(a),
         Command::Replace(a) => control::replace(a),
+        Command::Reshape(a) => reshape::run(a),
         Command::ReAdd(a) => control::re_add(a),
         Command::AddSpare(a) => control::add_spare(a),
         Command::Check(a) => return exit(control::scrub(a, false), error_code),

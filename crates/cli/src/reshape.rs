@@ -1,0 +1,338 @@
+//! `platter reshape` (and `platter grow`): change a stopped volume's layout
+//! in place. This writes the labels only: the new members' labels and
+//! a reshape record on every member (docs/reshape.md). The next
+//! `platter serve` moves the data while it serves, resuming after a
+//! crash from the labels.
+
+use crate::error::{CliError, Result};
+use crate::members::{assemble_devices, foreign_label, open_all};
+use clap::Args;
+use platter_core::geometry::{Geometry, GeometrySpec};
+use platter_core::label::{ReshapeRecord, SlotEntry, SlotState, VolumeState, MAX_MEMBERS};
+use platter_core::reshape::Plan;
+use platter_core::units::{format_size, parse_size, SECTOR_BYTES};
+use platter_core::{Level, ParityLayout};
+use platter_io::{Member, OpenOptions};
+use std::sync::Arc;
+use std::time::Instant;
+
+#[derive(Args)]
+pub struct ReshapeArgs {
+    /// A device to add to the volume (repeat for more): a blank file,
+    /// block device or NBD export at least as large as the members.
+    #[arg(long = "add", value_name = "MEMBER")]
+    add: Vec<String>,
+    /// The new interleave (any multiple of 512: 126s, 64k, 1M).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    interleave: Option<u64>,
+    /// The new level: raid5 (from a mirror of two, with a member added) or
+    /// raid6 (from raid5, with members added).
+    #[arg(long, value_name = "LEVEL")]
+    level: Option<Level>,
+    /// The new parity layout for raid5/raid6 (left-symmetric,
+    /// left-asymmetric, right-symmetric, right-asymmetric).
+    #[arg(long, value_name = "NAME")]
+    layout: Option<String>,
+    /// Create files to add that do not exist, of this size (sparse).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    member_size: Option<u64>,
+    /// Say what would change, how much data moves and about how long it
+    /// takes (the members' read speed measured now), and change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Overwrite a device to add that carries another volume's label.
+    #[arg(long)]
+    force: bool,
+    /// The volume's members (any order): files, block devices or nbd://
+    /// URIs. The volume must be stopped (a server holds its members).
+    #[arg(value_name = "MEMBER", required = true)]
+    members: Vec<String>,
+}
+
+/// The server's default rebuild rate, which a reshape moves at.
+const DEFAULT_RATE_BYTES_PER_SEC: u64 = 128 << 20;
+
+/// Data read from each member to measure its speed for the estimate.
+const MEASURE_BYTES: u64 = 16 << 20;
+
+pub fn run(args: ReshapeArgs) -> Result<()> {
+    for (i, spec) in args.add.iter().enumerate() {
+        if args.members.contains(spec) || args.add[..i].contains(spec) {
+            return Err(CliError(format!(
+                "{spec} is named twice (it is already a member, or added twice)"
+            )));
+        }
+    }
+    let opts = OpenOptions {
+        read_only: args.dry_run,
+        ..OpenOptions::default()
+    };
+    let members = open_all(&args.members, opts).map_err(CliError::from)?;
+    let volume = assemble_devices(members)?;
+    let a = &volume.assembly;
+    let label = &a.label;
+    let name = platter_core::label::printable(&label.name).into_owned();
+    if let Some(r) = label.reshape {
+        return Err(CliError(format!(
+            "volume '{name}' is already being reshaped ({} of {} bytes moved for good): serve \
+             it to let that reshape finish first",
+            r.position_bytes, label.volume_size_bytes
+        )));
+    }
+    if let Some((slot, h)) = a
+        .health
+        .iter()
+        .enumerate()
+        .find(|(_, h)| **h != platter_core::volume::Health::Online)
+    {
+        return Err(CliError(format!(
+            "volume '{name}': slot {slot} is {h:?}; a reshape moves every byte and needs every \
+             member: replace or rebuild it first"
+        )));
+    }
+    if label.state != VolumeState::Clean {
+        return Err(CliError(format!(
+            "volume '{name}' was not shut down cleanly ({}): serve it and stop it once (its \
+             resync runs) before reshaping",
+            label.state
+        )));
+    }
+    if label.checksums.is_some() || label.ppl.is_some() {
+        return Err(CliError(format!(
+            "volume '{name}' keeps checksums or a partial parity log, which are not reshaped yet"
+        )));
+    }
+    let old = a.geometry.clone();
+    let n_old = old.members();
+    let n_new = n_old
+        .checked_add(args.add.len() as u32)
+        .filter(|n| *n <= MAX_MEMBERS)
+        .ok_or_else(|| CliError(format!("at most {MAX_MEMBERS} members")))?;
+    let level = args.level.unwrap_or(old.level());
+    let parity_layout = match args.layout.as_deref() {
+        None => old.spec().parity_layout,
+        Some(n) if level.is_parity() => n.parse::<ParityLayout>()?,
+        Some(n) => {
+            return Err(CliError(format!(
+                "--layout {n}: {level} has no parity layouts"
+            )))
+        }
+    };
+    let interleave = args.interleave.unwrap_or(old.interleave_bytes());
+    if interleave == 0 || !interleave.is_multiple_of(SECTOR_BYTES) {
+        return Err(CliError(format!(
+            "--interleave must be a positive multiple of 512 bytes, got {interleave}"
+        )));
+    }
+    if n_new == n_old && level == old.level() && interleave == old.interleave_bytes() {
+        if parity_layout == old.spec().parity_layout {
+            return Err(CliError(
+                "nothing to change: give --add, --interleave, --level or --layout".into(),
+            ));
+        }
+    }
+    let copies = match level {
+        Level::Mirror => n_new,
+        Level::Raid10 if old.level() == Level::Raid10 => old.copies(),
+        Level::Raid10 => 2,
+        _ => 1,
+    };
+    // Added members get the data area of the smallest member already in.
+    let data_bytes = *old.spec().member_data_bytes.iter().min().expect("members");
+    let data_offset = old.spec().data_offset_bytes;
+    let needed = data_offset + data_bytes;
+    let add_opts = OpenOptions {
+        create_size_bytes: args.member_size.filter(|_| !args.dry_run),
+        read_only: args.dry_run,
+        ..OpenOptions::default()
+    };
+    let added = open_all(&args.add, add_opts).map_err(CliError::from)?;
+    for m in &added {
+        check_added(m.as_ref(), &label.volume_uuid, needed, args.force)?;
+    }
+    let mut member_data_bytes = old.spec().member_data_bytes.clone();
+    member_data_bytes.extend(std::iter::repeat_n(data_bytes, added.len()));
+    let new = Geometry::new(GeometrySpec {
+        level,
+        parity_layout,
+        copies,
+        interleave_bytes: interleave,
+        data_offset_bytes: data_offset,
+        member_data_bytes,
+    })
+    .map_err(|e| CliError(format!("the new layout: {}", e.0)))?;
+    let concat_grow = old.level() == Level::Concat && level == Level::Concat;
+    if !concat_grow {
+        Plan::new(old.clone(), new.clone())
+            .map_err(|e| CliError(format!("cannot reshape volume '{name}' in place: {e}")))?;
+    }
+    if label.intent_region_stripes > 0 && new.redundancy() > 0 {
+        platter_core::intent::IntentLayout::new(&new, label.intent_region_stripes)
+            .map_err(|e| CliError(format!("the write-intent bitmap for the new layout: {e}")))?;
+    }
+    let moved = if concat_grow {
+        0
+    } else {
+        new.volume_size_bytes()
+    };
+    let describe = |g: &Geometry| {
+        format!(
+            "{} of {} members, interleave {}",
+            g.level(),
+            g.members(),
+            format_size(g.interleave_bytes())
+        )
+    };
+    println!(
+        "volume '{name}': {} -> {}; size {} -> {}",
+        describe(&old),
+        describe(&new),
+        format_size(old.volume_size_bytes()),
+        format_size(new.volume_size_bytes())
+    );
+    if concat_grow {
+        println!("a concat grows at its end: no data moves");
+    } else {
+        let rate = measured_rate(&volume.devices);
+        let limit = DEFAULT_RATE_BYTES_PER_SEC;
+        let rate = rate.min(limit).max(1);
+        println!(
+            "moves {} of data while it serves; about {} s at {}/s (the members' read speed \
+             measured now, capped by the default rate limit; `platter rebuild-rate` changes it)",
+            format_size(moved),
+            moved.div_ceil(rate),
+            format_size(rate)
+        );
+    }
+    if args.dry_run {
+        println!("dry run: nothing changed");
+        return Ok(());
+    }
+    write_labels(&volume.devices, &added, label, &new, concat_grow)?;
+    if concat_grow {
+        println!("done: serve the volume to use its new size");
+    } else {
+        println!(
+            "labels written: `platter serve` moves the data while serving (follow it with \
+             `platter status --control PATH --watch`); clients see the new size after the \
+             reshape ends and the server restarts"
+        );
+    }
+    Ok(())
+}
+
+/// Refuses a device that cannot be added: too small, one of this
+/// volume's own, or another volume's (unless `force`).
+fn check_added(m: &dyn Member, volume_uuid: &[u8; 16], needed: u64, force: bool) -> Result<()> {
+    if m.size_bytes() < needed {
+        return Err(CliError(format!(
+            "{} is too small: {} bytes, and a member of this volume needs {needed}",
+            m.describe(),
+            m.size_bytes()
+        )));
+    }
+    let area = platter_io::assembly::read_label_area(m)?;
+    if let Ok(l) = platter_core::label::Label::decode(&area) {
+        if &l.volume_uuid == volume_uuid {
+            return Err(CliError(format!(
+                "{} is already a member of this volume (slot {}): a reshape adds new devices",
+                m.describe(),
+                l.slot
+            )));
+        }
+    }
+    if !force {
+        if let Some(what) = foreign_label(m, None)? {
+            return Err(CliError(format!(
+                "{}: {what}; use --force to overwrite it",
+                m.describe()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The slowest member's sequential read speed over a few MiB of its data
+/// area, in bytes per second.
+fn measured_rate(members: &[Arc<dyn Member>]) -> u64 {
+    let mut slowest = u64::MAX;
+    let mut buf = vec![0u8; 1 << 20];
+    for m in members {
+        let start = Instant::now();
+        let mut read = 0u64;
+        while read < MEASURE_BYTES.min(m.size_bytes().saturating_sub(1 << 20)) {
+            if m.read_at((1 << 20) + read, &mut buf).is_err() {
+                break;
+            }
+            read += buf.len() as u64;
+        }
+        let secs = start.elapsed().as_secs_f64().max(1e-6);
+        if read > 0 {
+            slowest = slowest.min((read as f64 / secs) as u64);
+        }
+    }
+    slowest
+}
+
+/// The old members' labels first, then the added ones': a stop between
+/// leaves the added members blank, and the volume's labels (the freshest)
+/// name them as missing rather than the old members as stale.
+fn write_labels(
+    members: &[Arc<dyn Member>],
+    added: &[Arc<dyn Member>],
+    label: &platter_core::label::Label,
+    new: &Geometry,
+    concat_grow: bool,
+) -> Result<()> {
+    let mut l = label.clone();
+    let spec = new.spec();
+    let n_old = label.member_count;
+    for i in 0..added.len() {
+        l.slots.push(SlotEntry {
+            member_uuid: *uuid::Uuid::new_v4().as_bytes(),
+            data_size_bytes: spec.member_data_bytes[n_old as usize + i],
+            state: SlotState::Active,
+            left_at_events: 0,
+        });
+    }
+    l.member_count = new.members();
+    l.level = new.level();
+    l.parity_layout = spec.parity_layout;
+    l.copies = spec.copies;
+    l.interleave_bytes = spec.interleave_bytes;
+    l.volume_size_bytes = new.volume_size_bytes();
+    l.event_counter += 1;
+    l.updated_unix_seconds = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    if !concat_grow {
+        l.reshape = Some(ReshapeRecord {
+            // Random, never 0: an undo record of another reshape (an
+            // earlier one of this volume) is never put back.
+            id: u64::from_le_bytes(uuid::Uuid::new_v4().as_bytes()[..8].try_into().expect("8")) | 1,
+            position_bytes: 0,
+            old_level: label.level,
+            old_parity_layout: label.parity_layout,
+            old_copies: label.copies,
+            old_interleave_bytes: label.interleave_bytes,
+            old_member_count: n_old,
+        });
+    }
+    let by_slot: Vec<(u32, &Arc<dyn Member>)> = members
+        .iter()
+        .map(|m| {
+            let area = platter_io::assembly::read_label_area(m.as_ref())?;
+            let own = platter_core::label::Label::decode(&area)
+                .map_err(|e| CliError(format!("member {}: {e}", m.describe())))?;
+            Ok((own.slot, m))
+        })
+        .collect::<Result<_>>()?;
+    let with_added = by_slot
+        .into_iter()
+        .chain(added.iter().enumerate().map(|(i, m)| (n_old + i as u32, m)));
+    for (slot, m) in with_added {
+        m.write_at(0, &l.for_slot(slot).encode())?;
+        m.flush()?;
+    }
+    Ok(())
+}
