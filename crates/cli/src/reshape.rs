@@ -124,12 +124,14 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
             "--interleave must be a positive multiple of 512 bytes, got {interleave}"
         )));
     }
-    if n_new == n_old && level == old.level() && interleave == old.interleave_bytes() {
-        if parity_layout == old.spec().parity_layout {
-            return Err(CliError(
-                "nothing to change: give --add, --interleave, --level or --layout".into(),
-            ));
-        }
+    if n_new == n_old
+        && level == old.level()
+        && interleave == old.interleave_bytes()
+        && parity_layout == old.spec().parity_layout
+    {
+        return Err(CliError(
+            "nothing to change: give --add, --interleave, --level or --layout".into(),
+        ));
     }
     let copies = match level {
         Level::Mirror => n_new,
