@@ -83,6 +83,29 @@ pub fn print_status(v: &Value) {
             g("eta_seconds")
         );
     }
+    if let Some(r) = v.get("reshape").filter(|r| !r.is_null()) {
+        let g = |k: &str| r.get(k).and_then(Value::as_u64).unwrap_or(0);
+        let f = |k: &str| r["from"].get(k).and_then(Value::as_u64).unwrap_or(0);
+        let from = format!(
+            "{} of {} members, interleave {}",
+            r["from"]["level"].as_str().unwrap_or("?"),
+            f("members"),
+            format_size(f("interleave_bytes"))
+        );
+        if r["finished"].as_bool().unwrap_or(false) {
+            println!("  Reshape:    from {from}: done; clients see the new size after a restart");
+        } else {
+            println!(
+                "  Reshape:    from {from}: {:.1}% ({} of {}), {}/s (limit {}/s), ETA {} s",
+                r.get("percent").and_then(Value::as_f64).unwrap_or(0.0),
+                format_size(g("position_bytes")),
+                format_size(g("total_bytes")),
+                format_size(g("rate_bytes_per_sec")),
+                format_size(g("rate_limit_bytes_per_sec")),
+                g("eta_seconds")
+            );
+        }
+    }
     if let Some(r) = v.get("resync").filter(|r| !r.is_null()) {
         let g = |k: &str| r.get(k).and_then(Value::as_u64).unwrap_or(0);
         println!(

@@ -39,6 +39,9 @@ pub struct VolumeJson {
     /// raid5/raid6: `resync` or `ppl` (`create --consistency-policy`);
     /// null for other levels.
     consistency_policy: Option<String>,
+    /// A reshape in progress: the layout it moves from and how far it
+    /// moved for good; null with none.
+    reshape: Option<serde_json::Value>,
     members: Vec<MemberJson>,
     unreadable: Vec<String>,
 }
@@ -134,6 +137,22 @@ pub fn json(a: &Assembly, members: &[Arc<dyn Member>], unreadable: &[String]) ->
             }
             .to_string()
         }),
+        reshape: a
+            .label
+            .reshape
+            .zip(a.old_geometry.as_ref())
+            .map(|(r, old)| {
+                serde_json::json!({
+                    "from": {
+                        "level": old.level().name(),
+                        "members": old.members(),
+                        "interleave_bytes": old.interleave_bytes(),
+                        "size_bytes": old.volume_size_bytes(),
+                    },
+                    "position_bytes": r.position_bytes,
+                    "total_bytes": g.volume_size_bytes(),
+                })
+            }),
         members: (0..g.members())
             .map(|slot| MemberJson {
                 slot,
@@ -188,6 +207,19 @@ pub fn render(a: &Assembly, members: &[Arc<dyn Member>], unreadable: &[String]) 
     }
     if !keeps.is_empty() {
         let _ = writeln!(s, "  Keeps:      {}", keeps.join(", "));
+    }
+    if let (Some(r), Some(old)) = (a.label.reshape, a.old_geometry.as_ref()) {
+        let _ = writeln!(
+            s,
+            "  Reshape:    from {} of {} members, interleave {}: {} of {} moved for good \
+             (serve moves the rest; clients see {} until it ends)",
+            old.level(),
+            old.members(),
+            format_size(old.interleave_bytes()),
+            format_size(r.position_bytes),
+            format_size(j.size_bytes),
+            format_size(old.volume_size_bytes())
+        );
     }
     let _ = writeln!(
         s,

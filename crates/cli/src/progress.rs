@@ -16,7 +16,9 @@ use std::time::Duration;
 /// What the server is busy with, from one status answer.
 #[derive(Clone, Debug, PartialEq)]
 struct Job {
-    /// The rebuilt slot; `None` for a resync.
+    /// "rebuild", "reshape" or "resync".
+    kind: &'static str,
+    /// The rebuilt slot; `None` for a resync or a reshape.
     member: Option<u64>,
     cursor_stripe: u64,
     stripes: u64,
@@ -30,13 +32,33 @@ impl Job {
     /// A rebuild if one runs (the resync waits while it does), else a
     /// resync, else nothing.
     fn of(status: &Value) -> Option<Job> {
-        let (r, member) = match (status.get("rebuild"), status.get("resync")) {
-            (Some(r), _) if !r.is_null() => (r, r.get("member").and_then(Value::as_u64)),
-            (_, Some(r)) if !r.is_null() => (r, None),
+        let running = |k: &str| {
+            status
+                .get(k)
+                .filter(|r| !r.is_null() && !r["finished"].as_bool().unwrap_or(false))
+        };
+        if let Some(r) = running("reshape") {
+            // Bytes, counted as the rebuild's stripes are.
+            let n = |k: &str| r.get(k).and_then(Value::as_u64).unwrap_or(0);
+            return Some(Job {
+                kind: "reshape",
+                member: None,
+                cursor_stripe: n("position_bytes"),
+                stripes: n("total_bytes"),
+                percent: r.get("percent").and_then(Value::as_f64).unwrap_or(0.0),
+                rate_bytes_per_sec: n("rate_bytes_per_sec"),
+                eta_seconds: n("eta_seconds"),
+                rewritten_stripes: 0,
+            });
+        }
+        let (kind, r, member) = match (running("rebuild"), running("resync")) {
+            (Some(r), _) => ("rebuild", r, r.get("member").and_then(Value::as_u64)),
+            (_, Some(r)) => ("resync", r, None),
             _ => return None,
         };
         let n = |k: &str| r.get(k).and_then(Value::as_u64).unwrap_or(0);
         Some(Job {
+            kind,
             member,
             cursor_stripe: n("cursor_stripe"),
             stripes: n("stripes"),
@@ -50,7 +72,7 @@ impl Job {
     fn name(&self) -> String {
         match self.member {
             Some(m) => format!("rebuild slot {m}"),
-            None => "resync".to_string(),
+            None => self.kind.to_string(),
         }
     }
 
@@ -75,6 +97,13 @@ impl Job {
     /// How the job ended, judged by the status after it: a rebuild
     /// succeeded if its slot is in use now.
     fn outcome(&self, after: &Value) -> std::result::Result<String, String> {
+        if self.kind == "reshape" {
+            return Ok(
+                "reshape: done, every byte is in the new layout (clients see the new size \
+                 after a restart)"
+                    .to_string(),
+            );
+        }
         let Some(m) = self.member else {
             return Ok(format!(
                 "resync: done, {} stripes rewritten",
@@ -171,7 +200,7 @@ pub fn watch(control: &PathBuf, interval: Duration, json_out: bool) -> Result<()
         let status = ask(control, json!({ "cmd": "status" }))?;
         let job = Job::of(&status);
         // The job seen last ended if another one (or none) runs now.
-        let same = matches!((&current, &job), (Some(a), Some(b)) if a.member == b.member);
+        let same = matches!((&current, &job), (Some(a), Some(b)) if a.kind == b.kind && a.member == b.member);
         if let (Some(old), false) = (&current, same) {
             match old.outcome(&status) {
                 Ok(line) => display.ended(&line, true),
@@ -184,7 +213,7 @@ pub fn watch(control: &PathBuf, interval: Duration, json_out: bool) -> Result<()
         let Some(job) = job else {
             if current.is_none() && !json_out {
                 println!(
-                    "nothing to wait for: no rebuild or resync runs on '{}'",
+                    "nothing to wait for: no rebuild, reshape or resync runs on '{}'",
                     platter_core::label::printable(status["name"].as_str().unwrap_or("?"))
                 );
             }

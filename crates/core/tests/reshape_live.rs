@@ -394,7 +394,10 @@ impl Run {
             stripe_count: size.div_ceil(self.plan.stripe_bytes()),
             action: Maintenance::Resync,
         };
-        self.restart_request(&mut r, resync);
+        // Answered as a volume answers it: the findings of both layouts.
+        let Reply::Checked(_) = self.restart_request(&mut r, resync) else {
+            panic!("seed {}: a resync answered without its findings", self.seed)
+        };
         let read = Request::Read {
             offset_bytes: 0,
             len_bytes: size,

@@ -141,6 +141,29 @@ impl Manager {
                 "eta_seconds": left_bytes.checked_div(rate).unwrap_or(0),
             })
         });
+        let reshape = self.engine.reshape_progress().map(|p| {
+            let rate = self
+                .upkeep
+                .reshape_rate_bytes_per_sec
+                .load(Ordering::Relaxed);
+            let left_bytes = p.total_bytes.saturating_sub(p.position_bytes);
+            json!({
+                "from": {
+                    "level": p.old.level().name(),
+                    "members": p.old.members(),
+                    "interleave_bytes": p.old.interleave_bytes(),
+                    "size_bytes": p.old.volume_size_bytes(),
+                },
+                "position_bytes": p.position_bytes,
+                "durable_bytes": p.durable_bytes,
+                "total_bytes": p.total_bytes,
+                "percent": 100.0 * p.position_bytes as f64 / p.total_bytes.max(1) as f64,
+                "finished": p.finished,
+                "rate_bytes_per_sec": rate,
+                "rate_limit_bytes_per_sec": self.upkeep.rate_bytes_per_sec.load(Ordering::Relaxed),
+                "eta_seconds": left_bytes.checked_div(rate).unwrap_or(0),
+            })
+        });
         json!({
             "name": label.name,
             "uuid": platter_core::assemble::uuid_string(&label.volume_uuid),
@@ -161,6 +184,7 @@ impl Manager {
             "unreachable": self.unplaced_status(),
             "spares": self.spares.lock().expect("spares").iter().map(|m| m.describe().to_string()).collect::<Vec<_>>(),
             "rebuild": rebuild,
+            "reshape": reshape,
             "scrub": self.upkeep.scrubber.status(geometry.stripes()),
             "resync": self.upkeep.resync_progress().map(|(cursor, stripes)| {
                 let rate = self.upkeep.resync_rate_bytes_per_sec.load(Ordering::Relaxed);

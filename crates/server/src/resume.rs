@@ -15,9 +15,10 @@ use std::sync::Arc;
 /// Member bytes a window moves at most: whole new stripes, about this
 /// many bytes of data.
 const WINDOW_BYTES: u64 = 4 << 20;
-/// Bytes moved between label writes of the position, unless a client
-/// write to moved bytes asks sooner.
-const PERSIST_EVERY_BYTES: u64 = 64 << 20;
+/// Bytes moved between label writes of the position, at most, unless a
+/// client write to moved bytes asks sooner: a crash copies at most this
+/// again. A small volume writes it every 1/32 of its size.
+const PERSIST_EVERY_BYTES_MAX: u64 = 64 << 20;
 
 /// The reshape as the labels leave it, ready to serve: its undo record
 /// put back where needed. Refuses what a reshape cannot serve.
@@ -69,6 +70,7 @@ pub(crate) fn reshaping(
         total_bytes = plan.total_bytes(),
         "resuming the reshape from the labels"
     );
+    let persist_every_bytes = (plan.total_bytes() / 32).clamp(sb, PERSIST_EVERY_BYTES_MAX);
     let rs = Reshape::resume(plan, record.position_bytes, (WINDOW_BYTES / sb).max(1));
     Ok(Reshaping::new(
         rs,
@@ -77,7 +79,7 @@ pub(crate) fn reshaping(
             volume_uuid: label.volume_uuid,
             reshape_id: record.id,
             window_stripes_max: (WINDOW_BYTES / sb).max(1),
-            persist_every_bytes: PERSIST_EVERY_BYTES,
+            persist_every_bytes,
             limits,
         },
     ))

@@ -498,8 +498,15 @@ fn flush_and_mark(engine: &Engine, meta: &Meta, upkeep: &Upkeep) -> Result<(), S
     // `Meta::record` relies on while serving): it is stale at the next
     // start, and the stop must say so rather than report a clean stop.
     let scrub = upkeep.scrubber.record();
+    let reshaped = engine.reshape_progress().is_some_and(|p| p.finished);
     let unlabelled = meta.record_on_members(|l| {
         startup::mark(l, &health, state);
+        // A finished reshape's record goes only with a clean stop: until
+        // then a crash restarts it at its end, with a resync of the whole
+        // volume (the bitmap is not kept while the layout changes).
+        if reshaped && state == VolumeState::Clean {
+            l.reshape = None;
+        }
         l.scrub = scrub;
         if let Some(p) = progress {
             l.rebuild_checkpoint_bytes = p.cursor_stripe * l.interleave_bytes;

@@ -54,6 +54,8 @@ pub struct Upkeep {
     pub resync_by_region: AtomicBool,
     /// Bytes resynced per second over the last step, for status.
     pub resync_rate_bytes_per_sec: AtomicU64,
+    /// Bytes a reshape moved per second lately, for status.
+    pub reshape_rate_bytes_per_sec: AtomicU64,
     /// The scheduled scrub (`scrub.rs`), run when nothing above is.
     pub scrubber: Scrubber,
 }
@@ -75,6 +77,7 @@ impl Upkeep {
             resync_regions: AtomicU64::new(0),
             resync_by_region: AtomicBool::new(false),
             resync_rate_bytes_per_sec: AtomicU64::new(0),
+            reshape_rate_bytes_per_sec: AtomicU64::new(0),
         }
     }
 
@@ -142,6 +145,8 @@ fn rebuild_and_sweep(engine: &Engine, meta: &Meta, upkeep: &Upkeep) {
     let mut last_sweep = Instant::now();
     let mut last_size_check = Instant::now();
     let mut step_failures: u64 = 0;
+    // (when, position) of the reshape's last rate sample.
+    let mut reshape_sample: Option<(Instant, u64)> = None;
     let mut last_failure_log: Option<Instant> = None;
     while !upkeep.stop.load(Ordering::SeqCst) {
         if last_size_check.elapsed() >= SIZE_CHECK_INTERVAL {
@@ -158,6 +163,20 @@ fn rebuild_and_sweep(engine: &Engine, meta: &Meta, upkeep: &Upkeep) {
             // A resync after a crash runs beside the reshape (each byte
             // through the layout it is in); no rebuild or scrub does.
             let moved = reshape_tick(engine, meta, upkeep);
+            if let Some(p) = engine.reshape_progress() {
+                match reshape_sample {
+                    Some((at, from)) if at.elapsed() >= Duration::from_secs(1) => {
+                        let rate = p.position_bytes.saturating_sub(from) as f64
+                            / at.elapsed().as_secs_f64();
+                        upkeep
+                            .reshape_rate_bytes_per_sec
+                            .store(rate as u64, Ordering::Relaxed);
+                        reshape_sample = Some((Instant::now(), p.position_bytes));
+                    }
+                    Some(_) => {}
+                    None => reshape_sample = Some((Instant::now(), p.position_bytes)),
+                }
+            }
             if !resync_step(engine, upkeep, step) && !moved {
                 std::thread::sleep(RESHAPE_TICK);
             }
@@ -382,7 +401,8 @@ fn reshape_tick(engine: &Engine, meta: &Meta, upkeep: &Upkeep) -> bool {
                 engine.reshape_persisted(position_bytes);
             }
             Action::Finished => {
-                meta.record(|l| l.reshape = None);
+                // The labels keep the record until a clean stop
+                // (`flush_and_mark`): a crash before then resyncs it all.
                 tracing::info!(
                     "reshape finished: every byte is in the new layout; clients that reconnect \
                      after the server restarts see the new size"

@@ -179,6 +179,9 @@ pub struct Reshaping {
     actions: VecDeque<Action>,
     /// Bytes the host lets the move go on for.
     allowed_bytes: u64,
+    /// Bytes moved beyond what was allowed (a window is moved whole once
+    /// started): paid from the next allowances, so the rate holds.
+    overdrawn_bytes: u64,
     /// A member's failure is reported once, whichever volume saw it.
     failure_reported: Vec<bool>,
     /// Moved since the last persist (for `persist_every_bytes`).
@@ -223,6 +226,7 @@ impl Reshaping {
             events: VecDeque::new(),
             actions: VecDeque::new(),
             allowed_bytes: 0,
+            overdrawn_bytes: 0,
             failure_reported: vec![false; health.len()],
             moved_since_persist_bytes: 0,
         }
@@ -274,7 +278,9 @@ impl Reshaping {
     /// Lets the move go on for `bytes` more (a rate limit); a window
     /// already started finishes whatever is left.
     pub fn allow_bytes(&mut self, bytes: u64) {
-        self.allowed_bytes = self.allowed_bytes.saturating_add(bytes);
+        let paid = bytes.min(self.overdrawn_bytes);
+        self.overdrawn_bytes -= paid;
+        self.allowed_bytes = self.allowed_bytes.saturating_add(bytes - paid);
         self.pump();
     }
 
@@ -588,6 +594,11 @@ impl Reshaping {
         };
         let sb_new = self.new.geometry().stripe_data_bytes();
         let sb_old = self.old.geometry().stripe_data_bytes();
+        if a >= b {
+            // Stripes past the end the clients see: nothing to resync.
+            parts.push((Side::New, Request::Flush, 0));
+            return;
+        }
         if a < position {
             let req = resync(a / sb_new, b.min(position).div_ceil(sb_new));
             parts.push((Side::New, req, 0));
@@ -595,9 +606,6 @@ impl Reshaping {
         if b > position {
             let req = resync(a.max(position) / sb_old, b.div_ceil(sb_old));
             parts.push((Side::Old, req, 0));
-        }
-        if parts.is_empty() {
-            parts.push((Side::New, Request::Flush, 0));
         }
     }
 
@@ -645,6 +653,21 @@ impl Reshaping {
                         (None, Request::Read { len_bytes, .. }) => {
                             Ok(Reply::Data(ReadData::assemble(client.pieces, *len_bytes)))
                         }
+                        // A resync answers with its findings, as a
+                        // volume's does (none when its stripes were past
+                        // the end).
+                        (
+                            None,
+                            &Request::Maintain {
+                                first_stripe,
+                                stripe_count,
+                                ..
+                            },
+                        ) => Ok(Reply::Checked(client.checked.unwrap_or(CheckReport {
+                            first_stripe,
+                            stripe_count,
+                            ..CheckReport::default()
+                        }))),
                         (None, _) => Ok(Reply::Done),
                     };
                     self.completions.push_back(Completion { id, result });
@@ -771,7 +794,9 @@ impl Reshaping {
                 Ok(_),
             ) => {
                 self.rs.copy_done(position_bytes, len_bytes);
-                self.allowed_bytes = self.allowed_bytes.saturating_sub(len_bytes);
+                let taken = len_bytes.min(self.allowed_bytes);
+                self.allowed_bytes -= taken;
+                self.overdrawn_bytes = self.overdrawn_bytes.saturating_add(len_bytes - taken);
                 self.moved_since_persist_bytes += len_bytes;
                 if self.moved_since_persist_bytes >= self.setup.persist_every_bytes {
                     self.rs.want_persist();

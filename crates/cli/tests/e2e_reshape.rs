@@ -1,0 +1,367 @@
+//! Issue 18: a volume reshaped in place while it serves. `platter grow`
+//! writes the labels of a stopped volume; the server moves the data while
+//! clients read and write, and resumes from the labels after kill -9 at
+//! any moment. The volume's bytes are the same after as before, the new
+//! layout's parity agrees (`check`), and bad requests are refused with the
+//! reason and change nothing.
+
+mod e2e_support;
+
+use e2e_support::*;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const SLOW_RATE: &str = "16M";
+
+/// Writes a random image over the whole volume and returns its path.
+fn fill(t: &Tools, s: &Server, seed: u64, test: &str) -> std::path::PathBuf {
+    let image = s.volume.path().join("before.raw");
+    write_random_image(&image, s.volume.size_bytes, seed);
+    run_ok(
+        t.cmd("nbdcopy").arg(&image).arg(s.uri()),
+        CMD_TIMEOUT,
+        &format!("{test}: fill"),
+    );
+    image
+}
+
+/// `platter reshape ARGS --add NEW... MEMBERS...` on the stopped volume;
+/// the new members join `s.volume.members`.
+fn reshape(s: &mut Server, add: usize, args: &[&str], test: &str) -> Out {
+    let n = s.volume.members.len();
+    let added: Vec<String> = (n..n + add)
+        .map(|i| {
+            s.volume
+                .path()
+                .join(format!("m{i}"))
+                .to_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let size = s.volume.member_size_bytes.to_string();
+    let mut cmd = platter(&["reshape", "--member-size", &size]);
+    cmd.args(args);
+    for a in &added {
+        cmd.args(["--add", a]);
+    }
+    cmd.args(&s.volume.members);
+    let out = run_ok(&mut cmd, CMD_TIMEOUT, &format!("{test}: platter reshape"));
+    s.volume.members.extend(added);
+    out
+}
+
+/// Waits until the running server's reshape has moved everything.
+fn wait_reshaped(s: &Server, test: &str) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let st = live_status(s);
+        let r = &st["reshape"];
+        if r.is_null() || r["finished"].as_bool() == Some(true) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{test}: the reshape did not finish: {r}\n{}",
+            tail(&s.log(), 5000)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn slow_down(s: &Server, test: &str) {
+    run_ok(
+        &mut platter(&["rebuild-rate", "--control", &s.control(), SLOW_RATE]),
+        CMD_TIMEOUT,
+        &format!("{test}: rebuild-rate"),
+    );
+}
+
+/// Reshapes `spec` (adding `add` members, with `args`) with `kills`
+/// kill -9s at random moments of the move, each restart resuming it;
+/// then the volume holds what was written before, the new size after a
+/// restart, and `check` finds every stripe in agreement.
+fn reshape_survives_kills(spec: Spec, add: usize, args: &[&str], kills: u64, seed: u64) {
+    let test = format!("reshape_survives_kills {} +{add} {args:?}", spec.label());
+    let Some(t) = tools(&test, &["nbdcopy", "qemu-img"]) else {
+        return;
+    };
+    let mut rng = Rng::new(seed);
+    let mut s = Server::start(Volume::create(spec, 80 * MIB));
+    let image = fill(&t, &s, seed, &test);
+    s.stop();
+    let planned = reshape(&mut s, add, args, &test);
+    assert!(
+        planned.stdout.contains("labels written"),
+        "{}",
+        planned.stdout
+    );
+    let mut killed_moving = 0;
+    for kill in 0..kills {
+        s.start_again_unchecked();
+        slow_down(&s, &test);
+        std::thread::sleep(Duration::from_millis(50 + rng.below(600)));
+        let r = &live_status(&s)["reshape"];
+        assert!(
+            !r.is_null(),
+            "{test}: kill {kill}: no reshape after a restart"
+        );
+        if r["finished"].as_bool() == Some(false) {
+            killed_moving += 1;
+        }
+        s.crash();
+    }
+    assert!(
+        killed_moving * 2 >= kills,
+        "{test}: only {killed_moving} of {kills} kills landed while the data moved"
+    );
+    s.start_again_unchecked();
+    // Reads while it moves: the whole volume, as written.
+    assert_images_identical(&t, &image, s.uri(), &format!("{test}: during the move"));
+    wait_reshaped(&s, &test);
+    assert_images_identical(&t, &image, s.uri(), &format!("{test}: after the move"));
+    s.stop();
+    s.start_again();
+    let st = live_status(&s);
+    assert!(
+        st["reshape"].is_null(),
+        "{test}: a reshape after the restart"
+    );
+    let new_size = st["size_bytes"].as_u64().unwrap();
+    assert!(
+        new_size > s.volume.size_bytes,
+        "{test}: the size {new_size} did not grow from {}",
+        s.volume.size_bytes
+    );
+    // The bytes past the old end read as zeros: qemu-img compare says so
+    // of a larger image whose tail is zero.
+    assert_images_identical(&t, &image, s.uri(), &format!("{test}: after a restart"));
+    let check = run(
+        &mut platter(&["check", "--control", &s.control()]),
+        CMD_TIMEOUT,
+    );
+    assert!(
+        check.status.success() && check.stdout.contains(" 0 mismatched"),
+        "{test}: {}",
+        check.describe("check")
+    );
+    s.stop();
+}
+
+#[test]
+fn raid5_grows_from_4_to_5_through_20_kills() {
+    reshape_survives_kills(Spec::new("raid5", 4, "64k"), 1, &[], 20, 0x5e5a);
+}
+
+#[test]
+fn raid6_grows_from_5_to_6_through_kills() {
+    reshape_survives_kills(Spec::new("raid6", 5, "64k"), 1, &[], 6, 0x5e6b);
+}
+
+#[test]
+fn raid5_grows_and_changes_interleave_through_kills() {
+    reshape_survives_kills(
+        Spec::new("raid5", 4, "64k"),
+        1,
+        &["--interleave", "126s"],
+        6,
+        0x5e7c,
+    );
+}
+
+#[test]
+fn stripe_and_raid10_grow_by_two() {
+    reshape_survives_kills(Spec::new("stripe", 3, "64k"), 2, &[], 3, 0x5e8d);
+    reshape_survives_kills(Spec::new("raid10", 4, "64k"), 2, &[], 3, 0x5e9e);
+}
+
+#[test]
+fn fio_verifies_its_writes_while_the_volume_grows() {
+    let test = "fio_verifies_its_writes_while_the_volume_grows";
+    let Some(t) = tools_with_fio_nbd(test, &["fio", "nbdcopy", "qemu-img"]) else {
+        return;
+    };
+    let mut s = Server::start(Volume::create(Spec::new("raid5", 4, "64k"), 48 * MIB));
+    let image = fill(&t, &s, 0xf10, test);
+    s.stop();
+    reshape(&mut s, 1, &[], test);
+    s.start_again_unchecked();
+    slow_down(&s, test);
+    // fio writes the second half and reads every block back with its
+    // checksum while the windows move under it.
+    let half = s.volume.size_bytes / 2 / MIB * MIB;
+    let out = run_ok(
+        t.cmd("fio")
+            .args([
+                "--name=verify",
+                "--thread",
+                "--ioengine=nbd",
+                "--rw=randwrite",
+                "--bsrange=4k-128k",
+                "--iodepth=8",
+                "--verify=crc32c",
+                "--do_verify=1",
+                "--verify_fatal=1",
+            ])
+            .arg(format!("--uri={}", s.uri()))
+            .arg(format!("--offset={half}"))
+            .arg(format!("--size={}", s.volume.size_bytes - half)),
+        CMD_TIMEOUT,
+        test,
+    );
+    assert!(!out.stdout.contains("verify: bad"), "{}", out.stdout);
+    let st = live_status(&s);
+    assert!(
+        !st["reshape"].is_null(),
+        "{test}: the reshape ended before fio did; the load did not meet it"
+    );
+    wait_reshaped(&s, test);
+    // The first half is what was written before.
+    let first = s.volume.path().join("first-half.raw");
+    run_ok(t.cmd("nbdcopy").arg(s.uri()).arg(&first), CMD_TIMEOUT, test);
+    let a = std::fs::read(&image).unwrap();
+    let b = std::fs::read(&first).unwrap();
+    assert!(
+        a[..half as usize] == b[..half as usize],
+        "{test}: the half fio did not write changed"
+    );
+    s.stop();
+    s.start_again();
+    let check = run(
+        &mut platter(&["check", "--control", &s.control()]),
+        CMD_TIMEOUT,
+    );
+    assert!(check.status.success(), "{}", check.describe("check"));
+    s.stop();
+}
+
+fn refused(cmd: &mut std::process::Command, what: &str, says: &str) {
+    let out = run(cmd, CMD_TIMEOUT);
+    assert!(!out.status.success(), "{what}: not refused: {}", out.stdout);
+    assert!(
+        out.stderr.contains(says),
+        "{what}: the refusal does not say {says:?}: {}",
+        out.stderr
+    );
+}
+
+fn labels(members: &[String]) -> Vec<Vec<u8>> {
+    members
+        .iter()
+        .map(|m| {
+            let mut b = std::fs::read(Path::new(m)).unwrap();
+            b.truncate(4096);
+            b
+        })
+        .collect()
+}
+
+#[test]
+fn bad_reshapes_are_refused_and_change_nothing() {
+    let test = "bad_reshapes_are_refused_and_change_nothing";
+    let mut s = Server::start(Volume::create(Spec::new("raid5", 4, "64k"), 16 * MIB));
+    let members = s.volume.members.clone();
+    let dir = s.volume.path().to_path_buf();
+    let other = Volume::create(Spec::new("raid5", 4, "64k"), 16 * MIB);
+    // While it is served: the server holds the members.
+    let small = dir.join("small").to_str().unwrap().to_string();
+    std::fs::write(&small, vec![0u8; 2 << 20]).unwrap();
+    refused(
+        platter(&["grow", "--add", &small]).args(&members),
+        "grow while served",
+        "in use by another process",
+    );
+    s.stop();
+    let before = labels(&members);
+    refused(
+        platter(&["grow", "--add", &small]).args(&members),
+        "a member too small",
+        "is too small",
+    );
+    refused(
+        platter(&["grow", "--add", &other.members[0]]).args(&members),
+        "another volume's member",
+        "already belongs to volume",
+    );
+    refused(
+        platter(&["grow", "--add", &members[1]]).args(&members),
+        "one of its own, named twice",
+        "named twice",
+    );
+    let copy = dir.join("copy").to_str().unwrap().to_string();
+    std::fs::copy(&members[2], &copy).unwrap();
+    refused(
+        platter(&["grow", "--add", &copy]).args(&members),
+        "a copy of one of its own",
+        "already a member of this volume",
+    );
+    refused(
+        platter(&["grow", "--add", &small]).args(&members[..3]),
+        "a degraded volume",
+        "needs every member",
+    );
+    refused(
+        platter(&["reshape", "--interleave", "32k"]).args(&members),
+        "an interleave change with no member to keep the backup",
+        "add more members",
+    );
+    let blank = dir.join("blank").to_str().unwrap().to_string();
+    std::fs::write(&blank, vec![0u8; s.volume.member_size_bytes as usize]).unwrap();
+    refused(
+        platter(&["reshape", "--level", "raid6"])
+            .args(["--add", &blank])
+            .args(&members),
+        "raid5 to raid6 with one member added",
+        "does not pull ahead",
+    );
+    assert_eq!(
+        labels(&members),
+        before,
+        "{test}: a refusal changed a label"
+    );
+    // A second reshape while one is in progress.
+    let new = dir.join("m4").to_str().unwrap().to_string();
+    let size = s.volume.member_size_bytes.to_string();
+    run_ok(
+        platter(&["grow", "--member-size", &size, "--add", &new]).args(&members),
+        CMD_TIMEOUT,
+        test,
+    );
+    let new2 = dir.join("m5").to_str().unwrap().to_string();
+    let mut all = members.clone();
+    all.push(new);
+    refused(
+        platter(&["grow", "--member-size", &size, "--add", &new2]).args(&all),
+        "a second reshape",
+        "already being reshaped",
+    );
+    // The dry run of a plan says what moves and changes nothing.
+    let before = labels(&all);
+    let out = run(&mut platter(&["status"]).args(&all), CMD_TIMEOUT);
+    assert!(out.stdout.contains("Reshape:"), "{}", out.stdout);
+    assert_eq!(labels(&all), before);
+}
+
+#[test]
+fn a_dry_run_says_what_moves_and_writes_nothing() {
+    let mut s = Server::start(Volume::create(Spec::new("raid5", 4, "64k"), 16 * MIB));
+    s.stop();
+    let members = s.volume.members.clone();
+    let new = s.volume.path().join("m4");
+    std::fs::write(&new, vec![0u8; s.volume.member_size_bytes as usize]).unwrap();
+    let before = labels(&members);
+    let out = run_ok(
+        platter(&["grow", "--dry-run", "--add", new.to_str().unwrap()]).args(&members),
+        CMD_TIMEOUT,
+        "dry run",
+    );
+    assert!(
+        out.stdout.contains("raid5 of 4 members") && out.stdout.contains("raid5 of 5 members"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("moves ") && out.stdout.contains(" s at "));
+    assert!(out.stdout.contains("dry run: nothing changed"));
+    assert_eq!(labels(&members), before);
+    assert!(std::fs::read(&new).unwrap().iter().all(|&b| b == 0));
+}
