@@ -337,7 +337,7 @@ fn bad_reshapes_are_refused_and_change_nothing() {
     );
     // The dry run of a plan says what moves and changes nothing.
     let before = labels(&all);
-    let out = run(&mut platter(&["status"]).args(&all), CMD_TIMEOUT);
+    let out = run(platter(&["status"]).args(&all), CMD_TIMEOUT);
     assert!(out.stdout.contains("Reshape:"), "{}", out.stdout);
     assert_eq!(labels(&all), before);
 }
