@@ -93,7 +93,7 @@ pub fn print_status(v: &Value) {
             format_size(f("interleave_bytes"))
         );
         if r["finished"].as_bool().unwrap_or(false) {
-            println!("  Reshape:    from {from}: done; clients see the new size after a restart");
+            println!("  Reshape:    from {from}: done; new connections see the new size");
         } else {
             println!(
                 "  Reshape:    from {from}: {:.1}% ({} of {}), {}/s (limit {}/s), ETA {} s",

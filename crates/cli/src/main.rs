@@ -70,9 +70,9 @@ enum Command {
                       the labels only; the next `platter serve` moves the data front to back \
                       while serving, at the rebuild rate (`platter rebuild-rate`), and resumes \
                       from the labels after a crash or kill at any point. A concat grows at its \
-                      end with nothing to move. Clients see the new size once the reshape is \
-                      done and the server restarted (NBD cannot tell a connected client of a \
-                      new size). --dry-run says how much data moves and about how long it takes. \
+                      end with nothing to move. Clients that connect once the reshape is done see \
+                      the new size (NBD cannot tell a connected client of a new size: it \
+                      reconnects). --dry-run says how much data moves and about how long it takes. \
                       See docs/reshape.md.",
         after_help = "Example: platter grow --add d/m4 d/m0 d/m1 d/m2 d/m3\n         \
                       platter reshape --interleave 126s --dry-run d/m0 d/m1 d/m2 d/m3"

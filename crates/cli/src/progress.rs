@@ -99,8 +99,8 @@ impl Job {
     fn outcome(&self, after: &Value) -> std::result::Result<String, String> {
         if self.kind == "reshape" {
             return Ok(
-                "reshape: done, every byte is in the new layout (clients see the new size \
-                 after a restart)"
+                "reshape: done, every byte is in the new layout (clients that connect \
+                 from now on see the new size)"
                     .to_string(),
             );
         }

@@ -216,8 +216,8 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
     } else {
         println!(
             "labels written: `platter serve` moves the data while serving (follow it with \
-             `platter status --control PATH --watch`); clients see the new size after the \
-             reshape ends and the server restarts"
+             `platter status --control PATH --watch`); clients that connect after \
+             the reshape ends see the new size"
         );
     }
     Ok(())

@@ -120,6 +120,21 @@ fn reshape_survives_kills(spec: Spec, add: usize, args: &[&str], kills: u64, see
     assert_images_identical(&t, &image, s.uri(), &format!("{test}: during the move"));
     wait_reshaped(&s, &test);
     assert_images_identical(&t, &image, s.uri(), &format!("{test}: after the move"));
+    // A client that connects now is told the new size.
+    let info = run_ok(
+        t.cmd("qemu-img")
+            .args(["info", "--output=json", "-f", "raw"])
+            .arg(s.uri()),
+        CMD_TIMEOUT,
+        &test,
+    );
+    let info: serde_json::Value = serde_json::from_str(&info.stdout).expect("JSON");
+    let grown = info["virtual-size"].as_u64().expect("a size");
+    assert!(
+        grown > s.volume.size_bytes,
+        "{test}: a new connection sees {grown} bytes, not more than {}",
+        s.volume.size_bytes
+    );
     s.stop();
     s.start_again();
     let st = live_status(&s);
@@ -128,11 +143,7 @@ fn reshape_survives_kills(spec: Spec, add: usize, args: &[&str], kills: u64, see
         "{test}: a reshape after the restart"
     );
     let new_size = st["size_bytes"].as_u64().unwrap();
-    assert!(
-        new_size > s.volume.size_bytes,
-        "{test}: the size {new_size} did not grow from {}",
-        s.volume.size_bytes
-    );
+    assert_eq!(new_size, grown, "{test}: the size after a restart");
     // The bytes past the old end read as zeros: qemu-img compare says so
     // of a larger image whose tail is zero.
     assert_images_identical(&t, &image, s.uri(), &format!("{test}: after a restart"));

@@ -185,8 +185,13 @@ thread_local! {
 pub fn serve(stream: Stream, shared: Arc<Shared>, peer: String) {
     let mut config = shared.handshake.clone();
     let description = (shared.describe)(&shared.engine);
+    // The size now: a reshape that ended since the start has grown it,
+    // and a connection made after sees the new size (one made before
+    // keeps the size it was told; NBD has no resize notice).
+    let size_bytes = shared.engine.size_bytes();
     for export in &mut config.exports {
         export.description.clone_from(&description);
+        export.size_bytes = size_bytes;
     }
     let hs = ServerHandshake::new(config);
     let mut stream = stream;
@@ -215,7 +220,7 @@ pub fn serve(stream: Stream, shared: Arc<Shared>, peer: String) {
         }
     };
     tracing::debug!(%peer, structured = negotiated.structured_replies, "client connected");
-    if let Err(e) = transmission(&stream, &shared, negotiated, &peer) {
+    if let Err(e) = transmission(&stream, &shared, negotiated, size_bytes, &peer) {
         tracing::debug!(%peer, error = %e, "connection ended");
     }
     stream.shutdown(Shutdown::Both);
@@ -318,9 +323,12 @@ fn transmission(
     stream: &Stream,
     shared: &Arc<Shared>,
     n: Negotiated,
+    size_bytes: u64,
     peer: &str,
 ) -> io::Result<()> {
     let export = &shared.handshake.exports[n.export_index];
+    let mut session = n.session(export);
+    session.size_bytes = size_bytes;
     stream.set_read_timeout(Some(READ_TICK))?;
     let budget = Arc::new(Budget::within(
         CONN_MAX_REQUESTS,
@@ -330,7 +338,7 @@ fn transmission(
     let conn = Arc::new(Conn {
         shared: Arc::clone(shared),
         peer: peer.to_string(),
-        session: n.session(export),
+        session,
         structured: n.structured_replies,
         reader: Mutex::new(Reader::new(stream.try_clone()?)),
         replies: Replies::new(

@@ -404,8 +404,8 @@ fn reshape_tick(engine: &Engine, meta: &Meta, upkeep: &Upkeep) -> bool {
                 // The labels keep the record until a clean stop
                 // (`flush_and_mark`): a crash before then resyncs it all.
                 tracing::info!(
-                    "reshape finished: every byte is in the new layout; clients that reconnect \
-                     after the server restarts see the new size"
+                    "reshape finished: every byte is in the new layout; clients that connect \
+                     from now on see the new size"
                 );
             }
             Action::Stuck {

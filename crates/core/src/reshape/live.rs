@@ -241,10 +241,14 @@ impl Reshaping {
     pub fn new_geometry(&self) -> &Geometry {
         self.new.geometry()
     }
-    /// Clients see the old size until the reshape is done (NBD has no
-    /// resize notice: a client reconnects to see the new one).
+    /// Clients see the old size until the reshape is done, then the new
+    /// one (NBD has no resize notice: a client reconnects to see it).
     pub fn size_bytes(&self) -> u64 {
-        self.old.size_bytes()
+        if self.is_finished() {
+            self.new.size_bytes()
+        } else {
+            self.old.size_bytes()
+        }
     }
     /// Per slot of the new geometry.
     pub fn health(&self) -> &[Health] {
