@@ -12,13 +12,16 @@ use platter_core::volume::{Health, Limits};
 use platter_io::Member;
 use std::sync::Arc;
 
-/// Member bytes a window moves at most: whole new stripes, about this
-/// many bytes of data.
-const WINDOW_BYTES: u64 = 4 << 20;
+/// Volume bytes a window moves at most (whole new stripes): each window
+/// waits for its read before its write, so on members with latency a
+/// larger one moves faster; clients on it wait for it (16 MiB: tens of
+/// milliseconds).
+const WINDOW_BYTES: u64 = 16 << 20;
 /// Bytes moved between label writes of the position, at most, unless a
 /// client write to moved bytes asks sooner: a crash copies at most this
-/// again. A small volume writes it every 1/32 of its size.
-const PERSIST_EVERY_BYTES_MAX: u64 = 64 << 20;
+/// again. A small volume writes it every 1/16 of its size. Each costs a
+/// label write and flush on every member.
+const PERSIST_EVERY_BYTES_MAX: u64 = 256 << 20;
 
 /// The reshape as the labels leave it, ready to serve: its undo record
 /// put back where needed. Refuses what a reshape cannot serve.
@@ -70,7 +73,7 @@ pub(crate) fn reshaping(
         total_bytes = plan.total_bytes(),
         "resuming the reshape from the labels"
     );
-    let persist_every_bytes = (plan.total_bytes() / 32).clamp(sb, PERSIST_EVERY_BYTES_MAX);
+    let persist_every_bytes = (plan.total_bytes() / 16).clamp(sb, PERSIST_EVERY_BYTES_MAX);
     let rs = Reshape::resume(plan, record.position_bytes, (WINDOW_BYTES / sb).max(1));
     Ok(Reshaping::new(
         rs,
