@@ -165,7 +165,7 @@ pub fn print_status(v: &Value) {
     }
 }
 
-fn show(json_out: bool, v: &Value, human: impl FnOnce(&Value)) {
+pub(crate) fn show(json_out: bool, v: &Value, human: impl FnOnce(&Value)) {
     if json_out {
         println!(
             "{}",
@@ -348,7 +348,7 @@ pub fn parse_rate(text: &str) -> std::result::Result<u64, String> {
 /// A path as the server must see it: absolute, resolved here, where the
 /// operator typed it (the server's working directory is another one).
 /// URIs are left alone.
-fn resolved(path: &str) -> Result<String> {
+pub(crate) fn resolved(path: &str) -> Result<String> {
     if path.contains("://") {
         return Ok(path.to_string());
     }

@@ -7,10 +7,10 @@
 use crate::error::{CliError, Result};
 use crate::members::{assemble_devices, foreign_label, open_all};
 use clap::Args;
-use platter_core::geometry::{Geometry, GeometrySpec};
-use platter_core::label::{ReshapeRecord, SlotEntry, SlotState, VolumeState, MAX_MEMBERS};
-use platter_core::reshape::Plan;
-use platter_core::units::{format_size, parse_size, SECTOR_BYTES};
+use platter_core::geometry::Geometry;
+use platter_core::label::VolumeState;
+use platter_core::reshape::{reshaped_label, target, Asked, Plan};
+use platter_core::units::{format_size, parse_size};
 use platter_core::{Level, ParityLayout};
 use platter_io::{Member, OpenOptions};
 use std::sync::Arc;
@@ -43,10 +43,72 @@ pub struct ReshapeArgs {
     /// Overwrite a device to add that carries another volume's label.
     #[arg(long)]
     force: bool,
+    /// Reshape a running volume through its server's control socket
+    /// instead: the server pauses its clients for a moment, writes the
+    /// labels and moves the data while it serves.
+    #[arg(long, value_name = "PATH", conflicts_with = "members")]
+    control: Option<std::path::PathBuf>,
+    /// With --control: print the server's answer as JSON.
+    #[arg(long, requires = "control")]
+    json: bool,
     /// The volume's members (any order): files, block devices or nbd://
     /// URIs. The volume must be stopped (a server holds its members).
-    #[arg(value_name = "MEMBER", required = true)]
+    #[arg(value_name = "MEMBER", required_unless_present = "control")]
     members: Vec<String>,
+}
+
+/// `reshape --control`: the server starts the reshape of the running
+/// volume (`grow.rs` there).
+fn through_server(args: &ReshapeArgs, control: &std::path::PathBuf) -> Result<()> {
+    let mut req = serde_json::json!({ "cmd": "reshape" });
+    let add = args
+        .add
+        .iter()
+        .map(|p| crate::control::resolved(p))
+        .collect::<Result<Vec<_>>>()?;
+    req["add"] = serde_json::json!(add);
+    if let Some(s) = args.member_size {
+        req["size_bytes"] = serde_json::json!(s);
+    }
+    if let Some(il) = args.interleave {
+        req["interleave_bytes"] = serde_json::json!(il);
+    }
+    if let Some(level) = args.level {
+        req["level"] = serde_json::json!(level.name());
+    }
+    if let Some(layout) = &args.layout {
+        req["layout"] = serde_json::json!(layout);
+    }
+    req["force"] = serde_json::json!(args.force);
+    req["dry_run"] = serde_json::json!(args.dry_run);
+    let v = crate::control::ask(control, req)?;
+    crate::control::show(args.json, &v, |v| {
+        let g = |side: &str| {
+            let s = &v[side];
+            format!(
+                "{} of {} members, interleave {}",
+                s["level"].as_str().unwrap_or("?"),
+                s["members"],
+                format_size(s["interleave_bytes"].as_u64().unwrap_or(0))
+            )
+        };
+        println!("{} -> {}", g("from"), g("to"));
+        println!(
+            "moves {} at the rate limit {}/s: about {} s",
+            format_size(v["moves_bytes"].as_u64().unwrap_or(0)),
+            format_size(v["rate_limit_bytes_per_sec"].as_u64().unwrap_or(0)),
+            v["seconds_at_rate_limit"]
+        );
+        if args.dry_run {
+            println!("dry run: nothing changed");
+        } else {
+            println!(
+                "reshape started: follow it with `platter status --watch --control {}`",
+                control.display()
+            );
+        }
+    });
+    Ok(())
 }
 
 /// The server's default rebuild rate, which a reshape moves at.
@@ -56,6 +118,9 @@ const DEFAULT_RATE_BYTES_PER_SEC: u64 = 128 << 20;
 const MEASURE_BYTES: u64 = 16 << 20;
 
 pub fn run(args: ReshapeArgs) -> Result<()> {
+    if let Some(control) = &args.control {
+        return through_server(&args, control);
+    }
     for (i, spec) in args.add.iter().enumerate() {
         if args.members.contains(spec) || args.add[..i].contains(spec) {
             return Err(CliError(format!(
@@ -103,46 +168,24 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
         )));
     }
     let old = a.geometry.clone();
-    let n_old = old.members();
-    let n_new = n_old
-        .checked_add(args.add.len() as u32)
-        .filter(|n| *n <= MAX_MEMBERS)
-        .ok_or_else(|| CliError(format!("at most {MAX_MEMBERS} members")))?;
-    let level = args.level.unwrap_or(old.level());
-    let parity_layout = match args.layout.as_deref() {
-        None => old.spec().parity_layout,
-        Some(n) if level.is_parity() => n.parse::<ParityLayout>()?,
-        Some(n) => {
-            return Err(CliError(format!(
-                "--layout {n}: {level} has no parity layouts"
-            )))
-        }
+    let asked = Asked {
+        added_members: u32::try_from(args.add.len()).unwrap_or(u32::MAX),
+        level: args.level,
+        parity_layout: args
+            .layout
+            .as_deref()
+            .map(str::parse::<ParityLayout>)
+            .transpose()?,
+        interleave_bytes: args.interleave,
     };
-    let interleave = args.interleave.unwrap_or(old.interleave_bytes());
-    if interleave == 0 || !interleave.is_multiple_of(SECTOR_BYTES) {
-        return Err(CliError(format!(
-            "--interleave must be a positive multiple of 512 bytes, got {interleave}"
-        )));
-    }
-    if n_new == n_old
-        && level == old.level()
-        && interleave == old.interleave_bytes()
-        && parity_layout == old.spec().parity_layout
-    {
-        return Err(CliError(
-            "nothing to change: give --add, --interleave, --level or --layout".into(),
-        ));
-    }
-    let copies = match level {
-        Level::Mirror => n_new,
-        Level::Raid10 if old.level() == Level::Raid10 => old.copies(),
-        Level::Raid10 => 2,
-        _ => 1,
-    };
-    // Added members get the data area of the smallest member already in.
-    let data_bytes = *old.spec().member_data_bytes.iter().min().expect("members");
-    let data_offset = old.spec().data_offset_bytes;
-    let needed = data_offset + data_bytes;
+    let new = target(&old, &asked).map_err(|e| CliError(e.0))?;
+    let level = new.level();
+    let spec = new.spec();
+    let needed = spec.data_offset_bytes
+        + spec.member_data_bytes[old.members() as usize..]
+            .first()
+            .copied()
+            .unwrap_or(0);
     let add_opts = OpenOptions {
         create_size_bytes: args.member_size.filter(|_| !args.dry_run),
         read_only: args.dry_run,
@@ -152,17 +195,6 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
     for m in &added {
         check_added(m.as_ref(), &label.volume_uuid, needed, args.force)?;
     }
-    let mut member_data_bytes = old.spec().member_data_bytes.clone();
-    member_data_bytes.extend(std::iter::repeat_n(data_bytes, added.len()));
-    let new = Geometry::new(GeometrySpec {
-        level,
-        parity_layout,
-        copies,
-        interleave_bytes: interleave,
-        data_offset_bytes: data_offset,
-        member_data_bytes,
-    })
-    .map_err(|e| CliError(format!("the new layout: {}", e.0)))?;
     let concat_grow = old.level() == Level::Concat && level == Level::Concat;
     if !concat_grow {
         Plan::new(old.clone(), new.clone())
@@ -286,40 +318,19 @@ fn write_labels(
     new: &Geometry,
     concat_grow: bool,
 ) -> Result<()> {
-    let mut l = label.clone();
-    let spec = new.spec();
+    let added_uuids: Vec<[u8; 16]> = added
+        .iter()
+        .map(|_| *uuid::Uuid::new_v4().as_bytes())
+        .collect();
+    // Random, never 0: an undo record of another reshape (an earlier one
+    // of this volume) is never put back.
+    let id = u64::from_le_bytes(uuid::Uuid::new_v4().as_bytes()[..8].try_into().expect("8")) | 1;
+    let mut l = reshaped_label(label, new, &added_uuids, (!concat_grow).then_some(id));
     let n_old = label.member_count;
-    for i in 0..added.len() {
-        l.slots.push(SlotEntry {
-            member_uuid: *uuid::Uuid::new_v4().as_bytes(),
-            data_size_bytes: spec.member_data_bytes[n_old as usize + i],
-            state: SlotState::Active,
-            left_at_events: 0,
-        });
-    }
-    l.member_count = new.members();
-    l.level = new.level();
-    l.parity_layout = spec.parity_layout;
-    l.copies = spec.copies;
-    l.interleave_bytes = spec.interleave_bytes;
-    l.volume_size_bytes = new.volume_size_bytes();
     l.event_counter += 1;
     l.updated_unix_seconds = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    if !concat_grow {
-        l.reshape = Some(ReshapeRecord {
-            // Random, never 0: an undo record of another reshape (an
-            // earlier one of this volume) is never put back.
-            id: u64::from_le_bytes(uuid::Uuid::new_v4().as_bytes()[..8].try_into().expect("8")) | 1,
-            position_bytes: 0,
-            old_level: label.level,
-            old_parity_layout: label.parity_layout,
-            old_copies: label.copies,
-            old_interleave_bytes: label.interleave_bytes,
-            old_member_count: n_old,
-        });
-    }
     let by_slot: Vec<(u32, &Arc<dyn Member>)> = members
         .iter()
         .map(|m| {

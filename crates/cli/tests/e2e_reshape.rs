@@ -378,3 +378,74 @@ fn a_dry_run_says_what_moves_and_writes_nothing() {
     assert_eq!(labels(&members), before);
     assert!(std::fs::read(&new).unwrap().iter().all(|&b| b == 0));
 }
+
+#[test]
+fn a_running_volume_grows_through_its_control_socket() {
+    let test = "a_running_volume_grows_through_its_control_socket";
+    let Some(t) = tools(test, &["nbdcopy", "qemu-img"]) else {
+        return;
+    };
+    let mut s = Server::start(Volume::create(Spec::new("raid5", 4, "64k"), 80 * MIB));
+    let image = fill(&t, &s, 0x9a0, test);
+    slow_down(&s, test);
+    let new = s.volume.path().join("m4").to_str().unwrap().to_string();
+    let size = s.volume.member_size_bytes.to_string();
+    let out = run_ok(
+        &mut platter(&[
+            "grow",
+            "--control",
+            &s.control(),
+            "--member-size",
+            &size,
+            "--add",
+            &new,
+        ]),
+        CMD_TIMEOUT,
+        test,
+    );
+    assert!(out.stdout.contains("reshape started"), "{}", out.stdout);
+    s.volume.members.push(new);
+    // A second one is refused while this one runs.
+    let other = s.volume.path().join("m5").to_str().unwrap().to_string();
+    refused(
+        &mut platter(&[
+            "grow",
+            "--control",
+            &s.control(),
+            "--member-size",
+            &size,
+            "--add",
+            &other,
+        ]),
+        "a second reshape",
+        "already being reshaped",
+    );
+    let st = live_status(&s);
+    assert_eq!(st["reshape"]["finished"], serde_json::json!(false), "{st}");
+    // Clients read the volume whole while it moves.
+    assert_images_identical(&t, &image, s.uri(), &format!("{test}: during the move"));
+    wait_reshaped(&s, test);
+    let info = run_ok(
+        t.cmd("qemu-img")
+            .args(["info", "--output=json", "-f", "raw"])
+            .arg(s.uri()),
+        CMD_TIMEOUT,
+        test,
+    );
+    let info: serde_json::Value = serde_json::from_str(&info.stdout).expect("JSON");
+    assert!(info["virtual-size"].as_u64().unwrap() > s.volume.size_bytes);
+    let check = run(
+        &mut platter(&["check", "--control", &s.control()]),
+        CMD_TIMEOUT,
+    );
+    assert!(
+        check.status.success() && check.stdout.contains(" 0 mismatched"),
+        "{}",
+        check.describe("check")
+    );
+    s.stop();
+    s.start_again();
+    assert!(live_status(&s)["reshape"].is_null());
+    assert_images_identical(&t, &image, s.uri(), &format!("{test}: after a restart"));
+    s.stop();
+}

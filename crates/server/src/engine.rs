@@ -14,7 +14,7 @@
 
 use crate::serving::Serving;
 use platter_core::geometry::Geometry;
-use platter_core::reshape::Action;
+use platter_core::reshape::{Action, Reshaping};
 use platter_core::stats::LatencyOf;
 use platter_core::volume::{
     Event, Health, IdMap, IoId, MemberIo, Reply, Request, RequestId, Volume, VolumeError,
@@ -141,6 +141,10 @@ struct State {
     /// Set at shutdown: client requests are refused from then on, so none
     /// can slip in behind the final flush.
     closed_to_clients: bool,
+    /// Set while a reshape starts (`Engine::pause`): submissions from any
+    /// other thread wait, so that the volume empties and stays empty
+    /// while its layout is swapped.
+    paused_by: Option<std::thread::ThreadId>,
     /// When a write refused for space was last logged, and how many have
     /// not been since: a full file system refuses every write, and the log
     /// must not fill it further.
@@ -196,6 +200,8 @@ pub struct Engine {
     io: Arc<dyn IoLayer>,
     state: Mutex<State>,
     idle: Condvar,
+    /// Wakes submissions held by a pause.
+    resumed: Condvar,
     /// Called (outside the engine lock) with every event, in order.
     on_event: Mutex<Option<EventHook>>,
     /// Recent member I/O time (ns), over every member ([`average_step`]):
@@ -273,14 +279,17 @@ impl Engine {
                 idle_waiters: 0,
                 members,
                 closed_to_clients: false,
+                paused_by: None,
                 no_space_logged: None,
                 no_space_unlogged: 0,
                 busy: vec![BusyClock::default(); members_len],
             }),
             idle: Condvar::new(),
+            resumed: Condvar::new(),
             on_event: Mutex::new(None),
             member_io_ns_avg: AtomicU64::new(MEMBER_IO_NS_START),
-            member_count: members_len,
+            // Members can be added (a reshape): the bound covers any count.
+            member_count: platter_core::label::MAX_MEMBERS as usize,
             lock_acquired: AtomicU64::new(0),
             lock_contended: AtomicU64::new(0),
             lock_waited_ns: AtomicU64::new(0),
@@ -430,6 +439,34 @@ impl Engine {
         self.drive(|s| s.mark_faulty(member, reason));
     }
 
+    /// Holds every other thread's submissions until [`Engine::resume`];
+    /// those in flight go on. The caller's own submissions pass.
+    pub fn pause(&self) {
+        self.lock().paused_by = Some(std::thread::current().id());
+    }
+
+    pub fn resume(&self) {
+        self.lock().paused_by = None;
+        self.resumed.notify_all();
+    }
+
+    /// Starts serving `reshaping` in place of the volume, with `added`
+    /// devices in the slots after the members'. The caller has paused the
+    /// engine and waited for it to be idle: the volume's state (its
+    /// requests, its cache) goes with it.
+    pub fn begin_reshape(&self, reshaping: Reshaping, added: Vec<Arc<dyn Member>>) {
+        let mut s = self.lock();
+        assert!(s.serving.is_idle(), "a reshape begins on an idle volume");
+        assert!(matches!(s.serving, Serving::Plain(_)));
+        for device in added {
+            let queue = self.io.queue(Arc::clone(&device));
+            s.members.push(Some(Device { device, queue }));
+            s.busy.push(BusyClock::default());
+        }
+        assert_eq!(s.members.len(), reshaping.health().len());
+        s.serving = Serving::Reshaping(Box::new(reshaping));
+    }
+
     /// Where the reshape in progress stands; `None` without one.
     pub fn reshape_progress(&self) -> Option<ReshapeProgress> {
         let s = self.lock();
@@ -494,6 +531,13 @@ impl Engine {
         let start = Instant::now();
         let (ios, finished, events) = {
             let mut s = self.lock();
+            // Bounded by the pause, which its holder ends (`resume`).
+            while s
+                .paused_by
+                .is_some_and(|t| t != std::thread::current().id())
+            {
+                s = self.resumed.wait(s).expect("engine lock poisoned");
+            }
             if client && s.closed_to_clients {
                 return Err(done);
             }

@@ -13,6 +13,7 @@ mod conn;
 pub mod defaults;
 pub mod engine;
 pub mod flow;
+mod grow;
 mod listen;
 mod livepage;
 mod manage;

@@ -537,6 +537,7 @@ impl Manager {
             Some("replace") => self.replace(arg("member")?, &new_device(arg("device")?)),
             Some("add-spare") => self.add_spare(&new_device(arg("device")?)),
             Some("re-add") => self.re_add(arg("device")?),
+            Some("reshape") => self.reshape(req),
             Some(cmd @ ("check" | "repair")) => {
                 let range = match (
                     req.get("offset_bytes").map(Value::as_u64),

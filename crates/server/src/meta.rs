@@ -75,6 +75,45 @@ impl Meta {
         failed
     }
 
+    /// A reshape begins (`grow.rs`, the engine paused and idle): `label`
+    /// goes to the members in use, slot by slot, then to the `added`
+    /// devices in the slots after them. A stop between leaves the added
+    /// members blank and named missing, not the old ones stale. Answers
+    /// the members that could not take it.
+    pub(crate) fn begin_reshape(
+        &self,
+        mut label: Label,
+        added: &[Arc<dyn platter_io::Member>],
+    ) -> Vec<(u32, String)> {
+        let mut failed = Vec::new();
+        let mut current = self.label.lock().expect("label lock");
+        label.event_counter = current.event_counter + 1;
+        label.updated_unix_seconds = now_unix_seconds();
+        let health = self.engine.health();
+        let members = self.engine.members();
+        let n_old = members.len();
+        let devices = members
+            .into_iter()
+            .enumerate()
+            .filter(|(slot, _)| health[*slot] == Health::Online)
+            .filter_map(|(slot, m)| Some((slot, m?)))
+            .chain(
+                added
+                    .iter()
+                    .enumerate()
+                    .map(|(i, d)| (n_old + i, Arc::clone(d))),
+            );
+        for (slot, m) in devices {
+            let bytes = label.for_slot(slot as u32).encode();
+            if let Err(e) = m.write_at(0, &bytes).and_then(|()| m.flush()) {
+                tracing::error!(slot, error = %e, "cannot write the label");
+                failed.push((slot as u32, format!("cannot write the label: {e}")));
+            }
+        }
+        *current = label;
+        failed
+    }
+
     /// The volume-wide state from the members' health and a wanted state.
     pub fn state_for(health: &[Health], wanted: VolumeState) -> VolumeState {
         if health.contains(&Health::Rebuilding) {

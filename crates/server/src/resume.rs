@@ -73,19 +73,40 @@ pub(crate) fn reshaping(
         total_bytes = plan.total_bytes(),
         "resuming the reshape from the labels"
     );
-    let persist_every_bytes = (plan.total_bytes() / 16).clamp(sb, PERSIST_EVERY_BYTES_MAX);
-    let rs = Reshape::resume(plan, record.position_bytes, (WINDOW_BYTES / sb).max(1));
-    Ok(Reshaping::new(
-        rs,
+    Ok(driven(
+        plan,
+        record.position_bytes,
         opened.assembly.health.clone(),
+        label.volume_uuid,
+        record.id,
+        limits,
+    ))
+}
+
+/// The reshape of `plan`, from `position_bytes`, as the server drives it.
+pub(crate) fn driven(
+    plan: Plan,
+    position_bytes: u64,
+    health: Vec<Health>,
+    volume_uuid: [u8; 16],
+    reshape_id: u64,
+    limits: Limits,
+) -> Reshaping {
+    let sb = plan.stripe_bytes();
+    let persist_every_bytes = (plan.total_bytes() / 16).clamp(sb, PERSIST_EVERY_BYTES_MAX);
+    let window_stripes_max = (WINDOW_BYTES / sb).max(1);
+    let rs = Reshape::resume(plan, position_bytes, window_stripes_max);
+    Reshaping::new(
+        rs,
+        health,
         Setup {
-            volume_uuid: label.volume_uuid,
-            reshape_id: record.id,
-            window_stripes_max: (WINDOW_BYTES / sb).max(1),
+            volume_uuid,
+            reshape_id,
+            window_stripes_max,
             persist_every_bytes,
             limits,
         },
-    ))
+    )
 }
 
 /// A crash in a window that needed a backup: the labels stand at the

@@ -342,6 +342,10 @@ impl Reshaping {
                 action: Maintenance::Resync,
                 ..
             } => {}
+            // Once everything is in the new layout, its volume runs any
+            // upkeep but a rebuild (whose state the host keeps).
+            Request::Maintain { action, .. }
+                if self.is_finished() && action != Maintenance::Rebuild => {}
             Request::Maintain { action, .. } => {
                 let msg = format!(
                     "{action:?} is not run while the volume is reshaped (each layout's \
@@ -567,6 +571,7 @@ impl Reshaping {
         let mut parts: SmallVec<[(Side, Request, u64); 2]> = SmallVec::new();
         match req {
             Request::Flush => parts.push((Side::New, Request::Flush, 0)),
+            Request::Maintain { .. } if self.is_finished() => parts.push((Side::New, req, 0)),
             Request::Maintain { .. } => {
                 let (offset, len) = self.clients[&id].span;
                 self.resync_parts(offset, offset + len, &mut parts);

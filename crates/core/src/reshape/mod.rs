@@ -16,9 +16,11 @@
 //! an undo record ([`UndoRecord`]) and put back by a restart that finds it.
 
 mod live;
+mod target;
 mod undo;
 
 pub use live::{Action, Reshaping, Setup};
+pub use target::{reshaped_label, target, Asked};
 
 pub use undo::{UndoError, UndoRecord, UNDO_HEADER_BYTES};
 

@@ -411,6 +411,10 @@ impl Volume {
         self.geometry.volume_size_bytes()
     }
 
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
     pub fn health(&self) -> &[Health] {
         &self.health
     }

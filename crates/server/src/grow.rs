@@ -1,0 +1,184 @@
+//! `platter reshape --control` (and `grow`): starting a reshape on a
+//! running volume. The engine is paused and emptied, the labels written
+//! (the old members' first, then the added ones'), and the engine swapped
+//! to serve both layouts; the upkeep thread moves the data from there, as
+//! it does for a reshape resumed at start-up (docs/reshape.md).
+
+use crate::manage::Manager;
+use crate::newdevice::NewDevice;
+use platter_core::label::Label;
+use platter_core::reshape::{reshaped_label, target, Asked, Plan};
+use platter_core::units::format_size;
+use platter_core::volume::{Health, Request};
+use platter_io::Member;
+use serde_json::{json, Value};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Rounds of emptying the stripe cache before giving up on a busy volume.
+const DRAIN_ROUNDS_MAX: u32 = 8;
+
+impl Manager {
+    pub fn reshape(&self, req: &Value) -> Result<Value, String> {
+        let _changing = self.slot_changes.lock().expect("slot changes");
+        let label = self.meta.label();
+        if self.meta.read_only() {
+            return Err("the server is read-only".into());
+        }
+        if let Some(p) = self.engine.reshape_progress() {
+            return Err(format!(
+                "the volume is already being reshaped ({} of {} moved): one at a time",
+                format_size(p.position_bytes),
+                format_size(p.total_bytes)
+            ));
+        }
+        if self.engine.with_volume(|v| v.rebuild_progress()).is_some() {
+            return Err("a member is being rebuilt: reshape once it is done".into());
+        }
+        if self.upkeep.resync_progress().is_some() {
+            return Err("a resync runs: reshape once it is done".into());
+        }
+        if let Some(slot) = self
+            .engine
+            .health()
+            .iter()
+            .position(|h| *h != Health::Online)
+        {
+            return Err(format!(
+                "member {slot} is out of use: a reshape moves every byte and needs every \
+                 member; replace it first"
+            ));
+        }
+        if label.checksums.is_some() || label.ppl.is_some() {
+            return Err(
+                "the volume keeps checksums or a partial parity log, which are not reshaped yet"
+                    .into(),
+            );
+        }
+        let paths: Vec<&str> = req
+            .get("add")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let asked = Asked {
+            added_members: u32::try_from(paths.len()).map_err(|_| "too many members")?,
+            level: req
+                .get("level")
+                .and_then(Value::as_str)
+                .map(str::parse)
+                .transpose()
+                .map_err(|e| format!("level: {e}"))?,
+            parity_layout: req
+                .get("layout")
+                .and_then(Value::as_str)
+                .map(str::parse)
+                .transpose()
+                .map_err(|e| format!("layout: {e}"))?,
+            interleave_bytes: req.get("interleave_bytes").and_then(Value::as_u64),
+        };
+        let old = self.engine.with_volume(|v| v.geometry().clone());
+        let new = target(&old, &asked).map_err(|e| e.0)?;
+        if old.level() == platter_core::Level::Concat {
+            return Err(
+                "a concat grows at its end with nothing to move: stop the server and run \
+                 platter grow, which writes the labels"
+                    .into(),
+            );
+        }
+        let plan = Plan::new(old.clone(), new.clone())
+            .map_err(|e| format!("cannot reshape in place: {e}"))?;
+        if label.intent_region_stripes > 0 && new.redundancy() > 0 {
+            platter_core::intent::IntentLayout::new(&new, label.intent_region_stripes)
+                .map_err(|e| format!("the write-intent bitmap for the new layout: {e}"))?;
+        }
+        let rate = self
+            .upkeep
+            .rate_bytes_per_sec
+            .load(Ordering::Relaxed)
+            .max(1);
+        let summary = json!({
+            "from": { "level": old.level().name(), "members": old.members(),
+                      "interleave_bytes": old.interleave_bytes(), "size_bytes": old.volume_size_bytes() },
+            "to": { "level": new.level().name(), "members": new.members(),
+                    "interleave_bytes": new.interleave_bytes(), "size_bytes": new.volume_size_bytes() },
+            "moves_bytes": plan.total_bytes(),
+            "seconds_at_rate_limit": plan.total_bytes().div_ceil(rate),
+            "rate_limit_bytes_per_sec": rate,
+        });
+        if req.get("dry_run").and_then(Value::as_bool) == Some(true) {
+            return Ok(summary);
+        }
+        let force = req.get("force").and_then(Value::as_bool).unwrap_or(false);
+        let create_size_bytes = req.get("size_bytes").and_then(Value::as_u64);
+        let mut added: Vec<Arc<dyn Member>> = Vec::new();
+        for (i, path) in paths.iter().enumerate() {
+            if paths[..i].contains(path) {
+                return Err(format!("{path} is named twice"));
+            }
+            added.push(self.open_new_device(&NewDevice {
+                path,
+                create_size_bytes,
+                force,
+            })?);
+        }
+        let limits = self.engine.with_volume(|v| v.limits().clone());
+        let id =
+            u64::from_le_bytes(uuid::Uuid::new_v4().as_bytes()[..8].try_into().expect("8")) | 1;
+        let added_uuids: Vec<[u8; 16]> = added
+            .iter()
+            .map(|_| *uuid::Uuid::new_v4().as_bytes())
+            .collect();
+        let new_label = reshaped_label(&label, &new, &added_uuids, Some(id));
+        self.engine.pause();
+        let started = self.swap_in(plan, new_label, added, id, limits);
+        self.engine.resume();
+        let failed = started?;
+        for (slot, why) in failed {
+            self.engine.mark_faulty(slot, why);
+        }
+        tracing::info!(
+            from = %old.level(),
+            to = %new.level(),
+            members = new.members(),
+            "reshape started"
+        );
+        Ok(summary)
+    }
+
+    /// With the engine paused: empties it, writes the labels and starts
+    /// serving both layouts. Answers the members whose label could not
+    /// be written (to be failed once the engine runs again).
+    fn swap_in(
+        &self,
+        plan: Plan,
+        new_label: Label,
+        added: Vec<Arc<dyn Member>>,
+        id: u64,
+        limits: platter_core::volume::Limits,
+    ) -> Result<Vec<(u32, String)>, String> {
+        for round in 0.. {
+            self.engine.wait_idle();
+            if self.engine.with_volume(|v| v.cached_stripes()) == 0 {
+                break;
+            }
+            if round == DRAIN_ROUNDS_MAX {
+                return Err("the stripe cache would not empty; try again".into());
+            }
+            self.engine
+                .run(Request::Destage { all: true })
+                .map_err(|e| format!("emptying the stripe cache: {e}"))?;
+        }
+        // Every write acknowledged so far is on the members before the
+        // labels say the layout changes.
+        self.engine
+            .run(Request::Flush)
+            .map_err(|e| format!("flushing the members: {e}"))?;
+        self.engine.wait_idle();
+        let n_new = plan.new_geometry().members() as usize;
+        let health = vec![Health::Online; n_new];
+        let failed = self.meta.begin_reshape(new_label.clone(), &added);
+        let reshaping = crate::resume::driven(plan, 0, health, new_label.volume_uuid, id, limits);
+        self.engine.begin_reshape(reshaping, added);
+        Ok(failed)
+    }
+}
