@@ -107,6 +107,23 @@ pub struct SweepArgs {
     /// Print the results as JSON lines instead of a table.
     #[arg(long)]
     json: bool,
+    /// A volume's members (comma separated, or repeated): its level,
+    /// member count and interleave join the lists above, so that the
+    /// table compares the layout it has with those asked for (what
+    /// `platter reshape` would move it to). Reads the labels only.
+    #[arg(long, value_name = "MEMBER", value_delimiter = ',')]
+    volume: Vec<String>,
+}
+
+/// The layout of the volume whose members are `specs`, from their labels.
+fn volume_layout(specs: &[String]) -> Result<platter_core::geometry::Geometry> {
+    let opts = platter_io::OpenOptions {
+        read_only: true,
+        ..platter_io::OpenOptions::default()
+    };
+    let members = crate::members::open_all(specs, opts).map_err(crate::error::CliError::from)?;
+    let volume = crate::members::assemble_devices(members)?;
+    Ok(volume.assembly.geometry)
 }
 
 /// Where DiskSim's validation drives may be.
@@ -145,12 +162,30 @@ fn resolve_drive(name: &str) -> Result<Option<DriveSpec>> {
     Ok(Some(spec))
 }
 
-pub fn run(a: SweepArgs) -> Result<()> {
+pub fn run(mut a: SweepArgs) -> Result<()> {
     let workload = WorkloadSpec::parse(&a.workload)?;
-    let interleaves = match &a.interleaves {
+    let mut interleaves = match &a.interleaves {
         Some(t) => parse_interleaves(t)?,
         None => default_interleaves(),
     };
+    if !a.volume.is_empty() {
+        let g = volume_layout(&a.volume)?;
+        eprintln!(
+            "sweep: the volume is {} of {} members, interleave {}: its row is among the results",
+            g.level(),
+            g.members(),
+            platter_sim::sweep::format_interleave(g.interleave_bytes())
+        );
+        if !a.levels.contains(&g.level()) {
+            a.levels.insert(0, g.level());
+        }
+        if !a.members.contains(&g.members()) {
+            a.members.insert(0, g.members());
+        }
+        if !interleaves.contains(&g.interleave_bytes()) {
+            interleaves.insert(0, g.interleave_bytes());
+        }
+    }
     let member_bytes = a.member_size.as_deref().map(parse_size).transpose()?;
     let drive = resolve_drive(&a.drive)?;
     let members_model = match drive {

@@ -449,3 +449,49 @@ fn a_running_volume_grows_through_its_control_socket() {
     assert_images_identical(&t, &image, s.uri(), &format!("{test}: after a restart"));
     s.stop();
 }
+
+#[test]
+fn sweep_compares_a_volumes_layout_with_a_target() {
+    // `platter sweep --volume` puts the volume's own layout among the
+    // rows, beside the one a reshape would move it to.
+    let mut s = Server::start(Volume::create(Spec::new("raid5", 4, "64k"), 16 * MIB));
+    s.stop();
+    let members = s.volume.members.join(",");
+    let out = run_ok(
+        &mut platter(&[
+            "sweep",
+            "--volume",
+            &members,
+            "--levels",
+            "raid5",
+            "--members",
+            "5",
+            "--interleaves",
+            "126s",
+            "--workload",
+            "raidtest:n=300",
+            "--threads",
+            "2",
+            "--json",
+        ]),
+        CMD_TIMEOUT,
+        "sweep --volume",
+    );
+    let rows: Vec<(u64, u64)> = out
+        .stdout
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("a JSON line");
+            assert!(v["mb_per_s"].as_f64().is_some_and(|x| x > 0.0), "{v}");
+            (
+                v["members"].as_u64().unwrap(),
+                v["interleave_bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert!(
+        rows.contains(&(4, 65536)),
+        "the volume's own layout: {rows:?}"
+    );
+    assert!(rows.contains(&(5, 126 * 512)), "the target: {rows:?}");
+}
