@@ -32,7 +32,11 @@ fn geometry(level: Level, members: u32, interleave: u64, member_bytes: u64) -> G
     Geometry::new(GeometrySpec {
         level,
         parity_layout: ParityLayout::LeftSymmetric,
-        copies: 2,
+        copies: match level {
+            Level::Mirror => members,
+            Level::Raid10 => 2,
+            _ => 1,
+        },
         interleave_bytes: interleave,
         data_offset_bytes: DATA_OFFSET,
         member_data_bytes: vec![member_bytes; members as usize],
@@ -49,17 +53,36 @@ fn pick_case(rng: &mut Rng) -> (Geometry, Geometry) {
         il_old
     };
     let member_bytes = (4 + rng.below(8)) * 126 * 512 * 2;
-    let (old_level, old_n, new_level) = match rng.below(5) {
+    let (old_level, old_n, new_level) = match rng.below(6) {
         0 => (Level::Stripe, 2 + rng.below(3) as u32, Level::Stripe),
         1 => (Level::Raid5, 3 + rng.below(3) as u32, Level::Raid5),
         2 => (Level::Raid6, 4 + rng.below(2) as u32, Level::Raid6),
         3 => (Level::Raid10, 2 + rng.below(3) as u32, Level::Raid10),
-        _ => (Level::Mirror, 2, Level::Raid5),
+        4 => (Level::Mirror, 2, Level::Raid5),
+        // Any level to any other the plan accepts: what `platter
+        // reshape --level` lets an operator ask.
+        _ => {
+            let levels = [
+                Level::Stripe,
+                Level::Mirror,
+                Level::Raid10,
+                Level::Raid5,
+                Level::Raid6,
+            ];
+            let old = levels[rng.below(5) as usize];
+            let new = levels[rng.below(5) as usize];
+            (old, old.min_members() + rng.below(3) as u32, new)
+        }
     };
     let added = 1 + rng.below(2) as u32;
     (
         geometry(old_level, old_n, il_old, member_bytes),
-        geometry(new_level, old_n + added, il_new, member_bytes),
+        geometry(
+            new_level,
+            (old_n + added).max(new_level.min_members()),
+            il_new,
+            member_bytes,
+        ),
     )
 }
 
@@ -450,7 +473,7 @@ fn run_seed(seed: u64, t: &mut Tally) -> bool {
         return false;
     };
     let crashing = rng.chance(50);
-    let redundant = old.level() != Level::Stripe;
+    let redundant = old.redundancy() > 0 && new.redundancy() > 0;
     let fail_at = (!crashing && redundant).then(|| rng.below(400));
     let fail_member = rng.below(u64::from(old.members())) as u32;
     let member_bytes = new.spec().member_data_bytes[0];
