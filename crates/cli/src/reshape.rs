@@ -9,7 +9,9 @@ use crate::members::{assemble_devices, foreign_label, open_all};
 use clap::Args;
 use platter_core::geometry::Geometry;
 use platter_core::label::VolumeState;
-use platter_core::reshape::{reshaped_label, target, Asked, Plan};
+use platter_core::reshape::{
+    q_member_label, q_on_added_member, reshaped_label, target, Asked, Plan,
+};
 use platter_core::units::{format_size, parse_size};
 use platter_core::{Level, ParityLayout};
 use platter_io::{Member, OpenOptions};
@@ -93,9 +95,19 @@ fn through_server(args: &ReshapeArgs, control: &std::path::PathBuf) -> Result<()
             )
         };
         println!("{} -> {}", g("from"), g("to"));
+        let (what, bytes) = match v["q_bytes"].as_u64() {
+            Some(q) => (
+                format!(
+                    "no data moves ({} layout: Q on the added member); writes Q,",
+                    v["to"]["layout"].as_str().unwrap_or("?")
+                ),
+                q,
+            ),
+            None => ("moves".to_string(), v["moves_bytes"].as_u64().unwrap_or(0)),
+        };
         println!(
-            "moves {} at the rate limit {}/s: about {} s",
-            format_size(v["moves_bytes"].as_u64().unwrap_or(0)),
+            "{what} {} at the rate limit {}/s: about {} s",
+            format_size(bytes),
             format_size(v["rate_limit_bytes_per_sec"].as_u64().unwrap_or(0)),
             v["seconds_at_rate_limit"]
         );
@@ -109,6 +121,17 @@ fn through_server(args: &ReshapeArgs, control: &std::path::PathBuf) -> Result<()
         }
     });
     Ok(())
+}
+
+/// What a reshape does to the data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Change {
+    /// Moved into the new layout while served (`Reshaping`).
+    Move,
+    /// A concat's new members at its end: labels alone.
+    ConcatGrow,
+    /// RAID-5 to RAID-6 `_6`: Q rebuilt on the added member.
+    QMember,
 }
 
 /// The server's default rebuild rate, which a reshape moves at.
@@ -178,7 +201,11 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
             .transpose()?,
         interleave_bytes: args.interleave,
     };
-    let new = target(&old, &asked).map_err(|e| CliError(e.0))?;
+    let q_member = q_on_added_member(&old, &asked);
+    let new = match &q_member {
+        Some(g) => g.clone(),
+        None => target(&old, &asked).map_err(|e| CliError(e.0))?,
+    };
     let level = new.level();
     let spec = new.spec();
     let needed = spec.data_offset_bytes
@@ -195,19 +222,24 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
     for m in &added {
         check_added(m.as_ref(), &label.volume_uuid, needed, args.force)?;
     }
-    let concat_grow = old.level() == Level::Concat && level == Level::Concat;
-    if !concat_grow {
+    let change = if q_member.is_some() {
+        Change::QMember
+    } else if old.level() == Level::Concat && level == Level::Concat {
+        Change::ConcatGrow
+    } else {
         Plan::new(old.clone(), new.clone())
             .map_err(|e| CliError(format!("cannot reshape volume '{name}' in place: {e}")))?;
-    }
+        Change::Move
+    };
     if label.intent_region_stripes > 0 && new.redundancy() > 0 {
         platter_core::intent::IntentLayout::new(&new, label.intent_region_stripes)
             .map_err(|e| CliError(format!("the write-intent bitmap for the new layout: {e}")))?;
     }
-    let moved = if concat_grow {
-        0
-    } else {
-        new.volume_size_bytes()
+    let moved = match change {
+        Change::Move => new.volume_size_bytes(),
+        // Q is written: one member's worth.
+        Change::QMember => new.member_used_bytes(old.members()),
+        Change::ConcatGrow => 0,
     };
     let describe = |g: &Geometry| {
         format!(
@@ -224,15 +256,28 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
         format_size(old.volume_size_bytes()),
         format_size(new.volume_size_bytes())
     );
-    if concat_grow {
+    if change == Change::ConcatGrow {
         println!("a concat grows at its end: no data moves");
     } else {
+        if change == Change::QMember {
+            println!(
+                "raid5 -> raid6 in the {} layout (the raid5 as it is, Q on the added member, as \
+                 md's --layout=preserve): no data moves, Q is written by rebuilding the added \
+                 member",
+                new.spec().parity_layout
+            );
+        }
         let rate = measured_rate(&volume.devices);
         let limit = DEFAULT_RATE_BYTES_PER_SEC;
         let rate = rate.min(limit).max(1);
         println!(
-            "moves {} of data while it serves; about {} s at {}/s (the members' read speed \
+            "{} {} while it serves; about {} s at {}/s (the members' read speed \
              measured now, capped by the default rate limit; `platter rebuild-rate` changes it)",
+            if change == Change::QMember {
+                "writes Q,"
+            } else {
+                "moves"
+            },
             format_size(moved),
             moved.div_ceil(rate),
             format_size(rate)
@@ -242,9 +287,15 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
         println!("dry run: nothing changed");
         return Ok(());
     }
-    write_labels(&volume.devices, &added, label, &new, concat_grow)?;
-    if concat_grow {
+    write_labels(&volume.devices, &added, label, &new, change)?;
+    if change == Change::ConcatGrow {
         println!("done: serve the volume to use its new size");
+    } else if change == Change::QMember {
+        println!(
+            "labels written: `platter serve` rebuilds Q on the added member while serving \
+             (follow it with `platter status --control PATH --watch`); the volume survives a \
+             second lost member once that is done"
+        );
     } else {
         println!(
             "labels written: `platter serve` moves the data while serving (follow it with \
@@ -316,7 +367,7 @@ fn write_labels(
     added: &[Arc<dyn Member>],
     label: &platter_core::label::Label,
     new: &Geometry,
-    concat_grow: bool,
+    change: Change,
 ) -> Result<()> {
     let added_uuids: Vec<[u8; 16]> = added
         .iter()
@@ -325,7 +376,11 @@ fn write_labels(
     // Random, never 0: an undo record of another reshape (an earlier one
     // of this volume) is never put back.
     let id = u64::from_le_bytes(uuid::Uuid::new_v4().as_bytes()[..8].try_into().expect("8")) | 1;
-    let mut l = reshaped_label(label, new, &added_uuids, (!concat_grow).then_some(id));
+    let mut l = match change {
+        Change::Move => reshaped_label(label, new, &added_uuids, Some(id)),
+        Change::ConcatGrow => reshaped_label(label, new, &added_uuids, None),
+        Change::QMember => q_member_label(label, new, added_uuids[0]),
+    };
     let n_old = label.member_count;
     l.event_counter += 1;
     l.updated_unix_seconds = std::time::SystemTime::now()

@@ -321,10 +321,10 @@ fn bad_reshapes_are_refused_and_change_nothing() {
     let blank = dir.join("blank").to_str().unwrap().to_string();
     std::fs::write(&blank, vec![0u8; s.volume.member_size_bytes as usize]).unwrap();
     refused(
-        platter(&["reshape", "--level", "raid6"])
+        platter(&["reshape", "--level", "raid6", "--interleave", "32k"])
             .args(["--add", &blank])
             .args(&members),
-        "raid5 to raid6 with one member added",
+        "raid5 to raid6 with one member added and a new interleave",
         "does not pull ahead",
     );
     assert_eq!(
@@ -494,4 +494,89 @@ fn sweep_compares_a_volumes_layout_with_a_target() {
         "the volume's own layout: {rows:?}"
     );
     assert!(rows.contains(&(5, 126 * 512)), "the target: {rows:?}");
+}
+
+#[test]
+fn a_raid5_becomes_raid6_with_q_on_the_added_member() {
+    // `platter reshape --level raid6 --add ONE`: md's --layout=preserve.
+    // Nothing moves; the added member is rebuilt as Q, and then the
+    // volume reads back whole with any two members gone.
+    let test = "a_raid5_becomes_raid6_with_q_on_the_added_member";
+    let Some(t) = tools(test, &["nbdcopy", "qemu-img"]) else {
+        return;
+    };
+    let mut s = Server::start(Volume::create(Spec::new("raid5", 4, "64k"), 48 * MIB));
+    let image = fill(&t, &s, 0x6a6, test);
+    s.stop();
+    let out = reshape(&mut s, 1, &["--level", "raid6"], test);
+    assert!(out.stdout.contains("left-symmetric-6"), "{}", out.stdout);
+    s.start_again_unchecked();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !live_status(&s)["rebuild"].is_null() {
+        assert!(Instant::now() < deadline, "{test}: Q was not rebuilt");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let st = live_status(&s);
+    assert_eq!(st["level"], "raid6", "{st}");
+    assert_images_identical(&t, &image, s.uri(), test);
+    let check = run(
+        &mut platter(&["check", "--control", &s.control()]),
+        CMD_TIMEOUT,
+    );
+    assert!(
+        check.status.success() && check.stdout.contains(" 0 mismatched"),
+        "{}",
+        check.describe("check")
+    );
+    s.stop();
+    for gone in [[0, 1], [2, 4], [3, 4]] {
+        s.start_again_degraded_read_only(&gone);
+        assert_images_identical(&t, &image, s.uri(), &format!("{test}: without {gone:?}"));
+        s.stop();
+    }
+}
+
+#[test]
+fn a_running_raid5_becomes_raid6_through_its_control_socket() {
+    let test = "a_running_raid5_becomes_raid6_through_its_control_socket";
+    let Some(t) = tools(test, &["nbdcopy", "qemu-img"]) else {
+        return;
+    };
+    let mut s = Server::start(Volume::create(Spec::new("raid5", 4, "64k"), 48 * MIB));
+    let image = fill(&t, &s, 0x6b6, test);
+    let new = s.volume.path().join("m4").to_str().unwrap().to_string();
+    let size = s.volume.member_size_bytes.to_string();
+    let out = run_ok(
+        &mut platter(&[
+            "reshape",
+            "--control",
+            &s.control(),
+            "--level",
+            "raid6",
+            "--member-size",
+            &size,
+            "--add",
+            &new,
+        ]),
+        CMD_TIMEOUT,
+        test,
+    );
+    assert!(
+        out.stdout.contains("Q on the added member"),
+        "{}",
+        out.stdout
+    );
+    s.volume.members.push(new);
+    // Clients read it whole while Q is written.
+    assert_images_identical(&t, &image, s.uri(), &format!("{test}: while Q is written"));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !live_status(&s)["rebuild"].is_null() {
+        assert!(Instant::now() < deadline, "{test}: Q was not rebuilt");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(live_status(&s)["level"], "raid6");
+    s.stop();
+    s.start_again_degraded_read_only(&[1, 3]);
+    assert_images_identical(&t, &image, s.uri(), &format!("{test}: without 1 and 3"));
+    s.stop();
 }

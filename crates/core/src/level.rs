@@ -105,21 +105,39 @@ impl FromStr for Level {
 }
 
 /// Where parity goes in each stripe of a RAID-5 or RAID-6 volume: Linux md's
-/// four algorithms, with md's numbering (`ALGORITHM_LEFT_ASYMMETRIC` = 0 ...).
+/// four algorithms, with md's numbering (`ALGORITHM_LEFT_ASYMMETRIC` = 0 ...),
+/// and for RAID-6 only md's `_6` variants (`ALGORITHM_LEFT_ASYMMETRIC_6` =
+/// 16 ...): the RAID-5 layout over all members but the last, with Q always
+/// on the last. A RAID-5 of n members becomes a RAID-6 of n + 1 in the
+/// `_6` layout without moving a byte: only Q is written, on the added
+/// member (md's `--grow --level=6 --layout=preserve`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ParityLayout {
     LeftAsymmetric,
     RightAsymmetric,
     LeftSymmetric,
     RightSymmetric,
+    LeftAsymmetric6,
+    RightAsymmetric6,
+    LeftSymmetric6,
+    RightSymmetric6,
 }
 
 impl ParityLayout {
+    /// The layouts of both levels.
     pub const ALL: [ParityLayout; 4] = [
         ParityLayout::LeftAsymmetric,
         ParityLayout::RightAsymmetric,
         ParityLayout::LeftSymmetric,
         ParityLayout::RightSymmetric,
+    ];
+
+    /// RAID-6's alone: a RAID-5 layout with Q on the last member.
+    pub const RAID6_ONLY: [ParityLayout; 4] = [
+        ParityLayout::LeftAsymmetric6,
+        ParityLayout::RightAsymmetric6,
+        ParityLayout::LeftSymmetric6,
+        ParityLayout::RightSymmetric6,
     ];
 
     /// md's default, and ours.
@@ -131,11 +149,18 @@ impl ParityLayout {
             ParityLayout::RightAsymmetric => 1,
             ParityLayout::LeftSymmetric => 2,
             ParityLayout::RightSymmetric => 3,
+            ParityLayout::LeftAsymmetric6 => 16,
+            ParityLayout::RightAsymmetric6 => 17,
+            ParityLayout::LeftSymmetric6 => 18,
+            ParityLayout::RightSymmetric6 => 19,
         }
     }
 
     pub fn from_code(code: u8) -> Option<ParityLayout> {
-        ParityLayout::ALL.into_iter().find(|l| l.code() == code)
+        ParityLayout::ALL
+            .into_iter()
+            .chain(ParityLayout::RAID6_ONLY)
+            .find(|l| l.code() == code)
     }
 
     pub fn name(self) -> &'static str {
@@ -144,7 +169,29 @@ impl ParityLayout {
             ParityLayout::RightAsymmetric => "right-asymmetric",
             ParityLayout::LeftSymmetric => "left-symmetric",
             ParityLayout::RightSymmetric => "right-symmetric",
+            ParityLayout::LeftAsymmetric6 => "left-asymmetric-6",
+            ParityLayout::RightAsymmetric6 => "right-asymmetric-6",
+            ParityLayout::LeftSymmetric6 => "left-symmetric-6",
+            ParityLayout::RightSymmetric6 => "right-symmetric-6",
         }
+    }
+
+    /// For a `_6` layout, the RAID-5 layout of its members but the last.
+    pub fn raid5_part(self) -> Option<ParityLayout> {
+        match self {
+            ParityLayout::LeftAsymmetric6 => Some(ParityLayout::LeftAsymmetric),
+            ParityLayout::RightAsymmetric6 => Some(ParityLayout::RightAsymmetric),
+            ParityLayout::LeftSymmetric6 => Some(ParityLayout::LeftSymmetric),
+            ParityLayout::RightSymmetric6 => Some(ParityLayout::RightSymmetric),
+            _ => None,
+        }
+    }
+
+    /// The `_6` layout whose RAID-5 part is this one.
+    pub fn with_q_last(self) -> Option<ParityLayout> {
+        ParityLayout::RAID6_ONLY
+            .into_iter()
+            .find(|l| l.raid5_part() == Some(self))
     }
 }
 
@@ -167,11 +214,13 @@ impl FromStr for ParityLayout {
         };
         ParityLayout::ALL
             .into_iter()
+            .chain(ParityLayout::RAID6_ONLY)
             .find(|l| l.name() == alias)
             .ok_or_else(|| {
                 format!(
                     "unknown layout '{s}' (expected left-symmetric, left-asymmetric, \
-                     right-symmetric or right-asymmetric)"
+                     right-symmetric or right-asymmetric, or for raid6 the same with -6: \
+                     Q on the last member)"
                 )
             })
     }

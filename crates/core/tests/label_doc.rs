@@ -397,7 +397,10 @@ fn documented_codes_match_the_code() {
             "level {level}"
         );
     }
-    for layout in ParityLayout::ALL {
+    for layout in ParityLayout::ALL
+        .into_iter()
+        .chain(ParityLayout::RAID6_ONLY)
+    {
         assert!(
             DOC.contains(&format!("{} {}", layout.code(), layout.name())),
             "parity layout {layout}"

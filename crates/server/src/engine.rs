@@ -455,16 +455,23 @@ impl Engine {
     /// engine and waited for it to be idle: the volume's state (its
     /// requests, its cache) goes with it.
     pub fn begin_reshape(&self, reshaping: Reshaping, added: Vec<Arc<dyn Member>>) {
+        self.swap_serving(Serving::Reshaping(Box::new(reshaping)), added);
+    }
+
+    /// Serves `serving` (a volume of a new layout over the same members
+    /// and `added` after them) in place of the volume, under the same
+    /// conditions as [`Engine::begin_reshape`].
+    pub fn swap_serving(&self, serving: Serving, added: Vec<Arc<dyn Member>>) {
         let mut s = self.lock();
-        assert!(s.serving.is_idle(), "a reshape begins on an idle volume");
+        assert!(s.serving.is_idle(), "a layout changes on an idle volume");
         assert!(matches!(s.serving, Serving::Plain(_)));
         for device in added {
             let queue = self.io.queue(Arc::clone(&device));
             s.members.push(Some(Device { device, queue }));
             s.busy.push(BusyClock::default());
         }
-        assert_eq!(s.members.len(), reshaping.health().len());
-        s.serving = Serving::Reshaping(Box::new(reshaping));
+        assert_eq!(s.members.len(), serving.health().len());
+        s.serving = serving;
     }
 
     /// Where the reshape in progress stands; `None` without one.

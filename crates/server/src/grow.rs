@@ -6,10 +6,15 @@
 
 use crate::manage::Manager;
 use crate::newdevice::NewDevice;
+use crate::serving::Serving;
+use platter_core::geometry::Geometry;
+use platter_core::intent::{IntentLayout, RegionSet};
 use platter_core::label::Label;
-use platter_core::reshape::{reshaped_label, target, Asked, Plan};
+use platter_core::reshape::{
+    q_member_label, q_on_added_member, reshaped_label, target, Asked, Plan,
+};
 use platter_core::units::format_size;
-use platter_core::volume::{Health, Request};
+use platter_core::volume::{CacheLimits, Health, Request, Volume};
 use platter_io::Member;
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
@@ -77,6 +82,9 @@ impl Manager {
             interleave_bytes: req.get("interleave_bytes").and_then(Value::as_u64),
         };
         let old = self.engine.with_volume(|v| v.geometry().clone());
+        if let Some(new) = q_on_added_member(&old, &asked) {
+            return self.add_q_member(req, &label, old, new, paths[0]);
+        }
         let new = target(&old, &asked).map_err(|e| e.0)?;
         if old.level() == platter_core::Level::Concat {
             return Err(
@@ -145,17 +153,92 @@ impl Manager {
         Ok(summary)
     }
 
-    /// With the engine paused: empties it, writes the labels and starts
-    /// serving both layouts. Answers the members whose label could not
-    /// be written (to be failed once the engine runs again).
-    fn swap_in(
+    /// RAID-5 to RAID-6 with Q on the added member (md's
+    /// `--layout=preserve`): the engine is paused and emptied, the labels
+    /// written, and a RAID-6 volume over the same members and the new one
+    /// served in place of the RAID-5, the new member rebuilt as Q.
+    fn add_q_member(
         &self,
-        plan: Plan,
-        new_label: Label,
-        added: Vec<Arc<dyn Member>>,
-        id: u64,
-        limits: platter_core::volume::Limits,
-    ) -> Result<Vec<(u32, String)>, String> {
+        req: &Value,
+        label: &Label,
+        old: Geometry,
+        new: Geometry,
+        path: &str,
+    ) -> Result<Value, String> {
+        let rate = self
+            .upkeep
+            .rate_bytes_per_sec
+            .load(Ordering::Relaxed)
+            .max(1);
+        let q_bytes = new.member_used_bytes(old.members());
+        let summary = json!({
+            "from": { "level": old.level().name(), "members": old.members(),
+                      "interleave_bytes": old.interleave_bytes(), "size_bytes": old.volume_size_bytes() },
+            "to": { "level": new.level().name(), "members": new.members(),
+                    "interleave_bytes": new.interleave_bytes(), "size_bytes": new.volume_size_bytes(),
+                    "layout": new.spec().parity_layout.name() },
+            "moves_bytes": 0,
+            "q_bytes": q_bytes,
+            "seconds_at_rate_limit": q_bytes.div_ceil(rate),
+            "rate_limit_bytes_per_sec": rate,
+        });
+        if req.get("dry_run").and_then(Value::as_bool) == Some(true) {
+            return Ok(summary);
+        }
+        let device = self.open_new_device(&NewDevice {
+            path,
+            create_size_bytes: req.get("size_bytes").and_then(Value::as_u64),
+            force: req.get("force").and_then(Value::as_bool).unwrap_or(false),
+        })?;
+        let (limits, cache) = self
+            .engine
+            .with_volume(|v| (v.limits().clone(), v.cache_status()));
+        let n = old.members();
+        let new_label = q_member_label(label, &new, *uuid::Uuid::new_v4().as_bytes());
+        let q_volume = || -> Result<Volume, String> {
+            // Health as it is now, with the engine paused and empty.
+            let mut health = self.engine.health();
+            health.push(Health::Missing);
+            let mut vol = Volume::new(new.clone(), health, limits.clone());
+            if label.intent_region_stripes > 0 {
+                if let Some(layout) = IntentLayout::new(&new, label.intent_region_stripes)? {
+                    let bits = RegionSet::new(&layout);
+                    vol.enable_intent(layout, bits, false);
+                }
+            }
+            if let Some(c) = cache {
+                vol.enable_stripe_cache(CacheLimits {
+                    max_stripes: c.capacity_stripes,
+                    ..CacheLimits::DEFAULT
+                });
+            }
+            vol.start_rebuild(n, 0).map_err(|e| e.to_string())?;
+            Ok(vol)
+        };
+        self.engine.pause();
+        let swapped = self.drain().and_then(|()| {
+            let vol = q_volume()?;
+            let failed = self
+                .meta
+                .begin_reshape(new_label, std::slice::from_ref(&device));
+            self.engine
+                .swap_serving(Serving::Plain(vol), vec![Arc::clone(&device)]);
+            Ok(failed)
+        });
+        self.engine.resume();
+        for (slot, why) in swapped? {
+            self.engine.mark_faulty(slot, why);
+        }
+        tracing::info!(
+            layout = %new.spec().parity_layout,
+            "raid5 is now raid6: rebuilding Q on the added member"
+        );
+        Ok(summary)
+    }
+
+    /// With the engine paused: waits for it to empty (its stripe cache
+    /// written out) and flushes every member.
+    fn drain(&self) -> Result<(), String> {
         for round in 0.. {
             self.engine.wait_idle();
             if self.engine.with_volume(|v| v.cached_stripes()) == 0 {
@@ -174,6 +257,21 @@ impl Manager {
             .run(Request::Flush)
             .map_err(|e| format!("flushing the members: {e}"))?;
         self.engine.wait_idle();
+        Ok(())
+    }
+
+    /// With the engine paused: empties it, writes the labels and starts
+    /// serving both layouts. Answers the members whose label could not
+    /// be written (to be failed once the engine runs again).
+    fn swap_in(
+        &self,
+        plan: Plan,
+        new_label: Label,
+        added: Vec<Arc<dyn Member>>,
+        id: u64,
+        limits: platter_core::volume::Limits,
+    ) -> Result<Vec<(u32, String)>, String> {
+        self.drain()?;
         let n_new = plan.new_geometry().members() as usize;
         let health = vec![Health::Online; n_new];
         let failed = self.meta.begin_reshape(new_label.clone(), &added);

@@ -105,6 +105,12 @@ impl Geometry {
                 "interleave must be a positive multiple of 512 bytes, got {il}"
             ));
         }
+        if spec.parity_layout.raid5_part().is_some() && level != Level::Raid6 {
+            return err(format!(
+                "the {} layout is RAID-6's (Q on the last member), not {level}'s",
+                spec.parity_layout
+            ));
+        }
         let copies = match level {
             Level::Mirror => n as u32,
             Level::Raid10 => {

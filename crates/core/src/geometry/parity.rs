@@ -47,6 +47,9 @@ pub(super) fn stripe_roles(
     members: u32,
     stripe: u64,
 ) -> StripeRoles {
+    if let (Level::Raid6, Some(base)) = (level, layout.raid5_part()) {
+        return q_last(base, members, stripe);
+    }
     let n = members;
     let k = n - level.parity_members();
     let rot = (stripe % u64::from(n)) as u32;
@@ -54,41 +57,68 @@ pub(super) fn stripe_roles(
     let (p, q) = match level {
         Level::Raid5 => {
             let p = match layout {
-                ParityLayout::LeftAsymmetric | ParityLayout::LeftSymmetric => k - rot,
-                ParityLayout::RightAsymmetric | ParityLayout::RightSymmetric => rot,
+                ParityLayout::LeftAsymmetric
+                | ParityLayout::LeftSymmetric
+                | ParityLayout::LeftAsymmetric6
+                | ParityLayout::LeftSymmetric6 => k - rot,
+                ParityLayout::RightAsymmetric
+                | ParityLayout::RightSymmetric
+                | ParityLayout::RightAsymmetric6
+                | ParityLayout::RightSymmetric6 => rot,
             };
             for d in 0..k {
                 data.push(match layout {
-                    ParityLayout::LeftAsymmetric | ParityLayout::RightAsymmetric => {
+                    ParityLayout::LeftAsymmetric
+                    | ParityLayout::RightAsymmetric
+                    | ParityLayout::LeftAsymmetric6
+                    | ParityLayout::RightAsymmetric6 => {
                         if d >= p {
                             d + 1
                         } else {
                             d
                         }
                     }
-                    ParityLayout::LeftSymmetric | ParityLayout::RightSymmetric => (p + 1 + d) % n,
+                    ParityLayout::LeftSymmetric
+                    | ParityLayout::RightSymmetric
+                    | ParityLayout::LeftSymmetric6
+                    | ParityLayout::RightSymmetric6 => (p + 1 + d) % n,
                 });
             }
             (p, None)
         }
         Level::Raid6 => {
             let p = match layout {
-                ParityLayout::LeftAsymmetric | ParityLayout::LeftSymmetric => n - 1 - rot,
-                ParityLayout::RightAsymmetric | ParityLayout::RightSymmetric => rot,
+                ParityLayout::LeftAsymmetric
+                | ParityLayout::LeftSymmetric
+                | ParityLayout::LeftAsymmetric6
+                | ParityLayout::LeftSymmetric6 => n - 1 - rot,
+                ParityLayout::RightAsymmetric
+                | ParityLayout::RightSymmetric
+                | ParityLayout::RightAsymmetric6
+                | ParityLayout::RightSymmetric6 => rot,
             };
             let q = match layout {
-                ParityLayout::LeftAsymmetric | ParityLayout::RightAsymmetric => {
+                ParityLayout::LeftAsymmetric
+                | ParityLayout::RightAsymmetric
+                | ParityLayout::LeftAsymmetric6
+                | ParityLayout::RightAsymmetric6 => {
                     if p == n - 1 {
                         0
                     } else {
                         p + 1
                     }
                 }
-                ParityLayout::LeftSymmetric | ParityLayout::RightSymmetric => (p + 1) % n,
+                ParityLayout::LeftSymmetric
+                | ParityLayout::RightSymmetric
+                | ParityLayout::LeftSymmetric6
+                | ParityLayout::RightSymmetric6 => (p + 1) % n,
             };
             for d in 0..k {
                 data.push(match layout {
-                    ParityLayout::LeftAsymmetric | ParityLayout::RightAsymmetric => {
+                    ParityLayout::LeftAsymmetric
+                    | ParityLayout::RightAsymmetric
+                    | ParityLayout::LeftAsymmetric6
+                    | ParityLayout::RightAsymmetric6 => {
                         if p == n - 1 {
                             d + 1
                         } else if d >= p {
@@ -97,7 +127,10 @@ pub(super) fn stripe_roles(
                             d
                         }
                     }
-                    ParityLayout::LeftSymmetric | ParityLayout::RightSymmetric => (p + 2 + d) % n,
+                    ParityLayout::LeftSymmetric
+                    | ParityLayout::RightSymmetric
+                    | ParityLayout::LeftSymmetric6
+                    | ParityLayout::RightSymmetric6 => (p + 2 + d) % n,
                 });
             }
             (p, Some(q))
@@ -118,4 +151,25 @@ pub(super) fn stripe_roles(
         }
     };
     StripeRoles { data, p, q, q_slot }
+}
+
+/// md's `_6` RAID-6 layouts: RAID-5 layout `base` over the first
+/// `members - 1` members (its rotation by their count), Q on the last.
+/// md walks the syndrome's disks from disk 0 when Q is the last
+/// (`raid6_d0`), so a data member's slot is its order among the data
+/// members by disk number.
+fn q_last(base: ParityLayout, members: u32, stripe: u64) -> StripeRoles {
+    let q = members - 1;
+    let r5 = stripe_roles(Level::Raid5, base, q, stripe);
+    let q_slot = r5
+        .data
+        .iter()
+        .map(|&m| r5.data.iter().filter(|&&d| d < m).count() as u32)
+        .collect();
+    StripeRoles {
+        data: r5.data,
+        p: r5.p,
+        q: Some(q),
+        q_slot,
+    }
 }

@@ -312,3 +312,39 @@ fn serves_all_knows_which_losses_keep_every_chunk() {
         assert!(serves(&g, &[]) && !serves(&g, &[1]));
     }
 }
+
+/// md's `_6` RAID-6 layouts (`raid5_compute_sector`, ALGORITHM_*_6): the
+/// RAID-5 layout over all members but the last, Q on the last, and the
+/// syndrome's slots walked from disk 0 (`raid6_d0` when Q is the last).
+#[test]
+fn raid6_q_last_layouts_are_mds() {
+    // 5 members, left-symmetric-6, stripe 1: the RAID-5 of 4 puts P on
+    // disk 3 - 1 = 2 and data at (2 + 1 + d) % 4 = 3, 0, 1; Q on disk 4.
+    let r = parity::stripe_roles(Level::Raid6, ParityLayout::LeftSymmetric6, 5, 1);
+    assert_eq!((r.data.clone(), r.p, r.q), (vec![3, 0, 1], 2, Some(4)));
+    // Slots by disk order from disk 0: disk 0 -> 0, disk 1 -> 1, disk 3 -> 2.
+    assert_eq!(r.q_slot, vec![2, 0, 1]);
+    for base in ParityLayout::ALL {
+        let six = base.with_q_last().expect("a _6 layout");
+        assert_eq!(six.raid5_part(), Some(base));
+        for n in 4..8 {
+            for s in 0..2 * u64::from(n) {
+                let r5 = parity::stripe_roles(Level::Raid5, base, n - 1, s);
+                let r6 = parity::stripe_roles(Level::Raid6, six, n, s);
+                assert_eq!((r5.data, r5.p), (r6.data.clone(), r6.p), "{six} {n} {s}");
+                assert_eq!(r6.q, Some(n - 1));
+            }
+        }
+    }
+    // A `_6` layout is RAID-6's alone.
+    let spec = |level| GeometrySpec {
+        level,
+        parity_layout: ParityLayout::LeftSymmetric6,
+        copies: 1,
+        interleave_bytes: 4096,
+        data_offset_bytes: 4096,
+        member_data_bytes: vec![1 << 20; 5],
+    };
+    assert!(Geometry::new(spec(Level::Raid5)).is_err());
+    assert!(Geometry::new(spec(Level::Raid6)).is_ok());
+}

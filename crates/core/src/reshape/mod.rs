@@ -20,7 +20,7 @@ mod target;
 mod undo;
 
 pub use live::{Action, Reshaping, Setup};
-pub use target::{reshaped_label, target, Asked};
+pub use target::{q_member_label, q_on_added_member, reshaped_label, target, Asked};
 
 pub use undo::{UndoError, UndoRecord, UNDO_HEADER_BYTES};
 

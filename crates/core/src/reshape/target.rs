@@ -121,3 +121,44 @@ pub fn reshaped_label(
     });
     l
 }
+
+/// RAID-5 to RAID-6 with one member added and the interleave kept: the
+/// RAID-6 `_6` layout of the RAID-5's (Q on the added member), whose
+/// first members hold exactly what the RAID-5 holds. Nothing moves: Q is
+/// written by rebuilding the added member (md's `--grow --level=6
+/// --layout=preserve`). `None` when `asked` is not that.
+pub fn q_on_added_member(old: &Geometry, asked: &Asked) -> Option<Geometry> {
+    let layout = old.spec().parity_layout.with_q_last()?;
+    let fits = old.level() == Level::Raid5
+        && asked.level == Some(Level::Raid6)
+        && asked.added_members == 1
+        && asked
+            .interleave_bytes
+            .is_none_or(|il| il == old.interleave_bytes())
+        && asked.parity_layout.is_none_or(|l| l == layout);
+    if !fits {
+        return None;
+    }
+    let mut spec = old.spec().clone();
+    let data_bytes = spec.member_data_bytes.iter().copied().min()?;
+    spec.member_data_bytes.push(data_bytes);
+    spec.level = Level::Raid6;
+    spec.parity_layout = layout;
+    Geometry::new(spec).ok()
+}
+
+/// The volume's label once it becomes `new` by [`q_on_added_member`]: the
+/// added member in the last slot, being rebuilt from stripe 0 (a restart
+/// resumes its rebuild), the volume rebuilding.
+pub fn q_member_label(
+    label: &crate::label::Label,
+    new: &Geometry,
+    added_member_uuid: [u8; 16],
+) -> crate::label::Label {
+    use crate::label::{SlotState, VolumeState};
+    let mut l = reshaped_label(label, new, &[added_member_uuid], None);
+    l.slots.last_mut().expect("the added slot").state = SlotState::Rebuilding;
+    l.state = VolumeState::Rebuilding;
+    l.rebuild_checkpoint_bytes = 0;
+    l
+}
