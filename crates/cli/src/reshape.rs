@@ -28,7 +28,8 @@ pub struct ReshapeArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     interleave: Option<u64>,
     /// The new level: raid5 (from a mirror of two, with a member added) or
-    /// raid6 (from raid5, with members added).
+    /// raid6 (from raid5: with one member added, Q goes on it and nothing
+    /// moves, md's --layout=preserve; with two or more, the data moves).
     #[arg(long, value_name = "LEVEL")]
     level: Option<Level>,
     /// The new parity layout for raid5/raid6 (left-symmetric,

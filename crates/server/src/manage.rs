@@ -170,7 +170,8 @@ impl Manager {
             "level": geometry.level().name(),
             "interleave_bytes": geometry.interleave_bytes(),
             "filesystem": filesystem_json(&geometry),
-            "size_bytes": geometry.volume_size_bytes(),
+            // What clients are told: during a reshape, the size it began with.
+            "size_bytes": self.engine.size_bytes(),
             "state": live_state(&geometry, &health),
             "event_counter": label.event_counter,
             "read_policy": (geometry.copies() > 1).then(|| self.read_policy_status()),
