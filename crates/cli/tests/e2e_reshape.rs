@@ -580,3 +580,38 @@ fn a_running_raid5_becomes_raid6_through_its_control_socket() {
     assert_images_identical(&t, &image, s.uri(), &format!("{test}: without 1 and 3"));
     s.stop();
 }
+
+#[test]
+fn a_member_failed_during_a_grow_loses_nothing() {
+    // A redundant volume that loses a member while its data moves goes on
+    // moving degraded (the member is out of both layouts) and loses no byte.
+    let test = "a_member_failed_during_a_grow_loses_nothing";
+    let Some(t) = tools(test, &["nbdcopy", "qemu-img"]) else {
+        return;
+    };
+    let mut s = Server::start(Volume::create(Spec::new("raid5", 4, "64k"), 80 * MIB));
+    let image = fill(&t, &s, 0xfa1, test);
+    s.stop();
+    reshape(&mut s, 1, &[], test);
+    s.start_again_unchecked();
+    slow_down(&s, test);
+    std::thread::sleep(Duration::from_millis(300));
+    let r = &live_status(&s)["reshape"];
+    assert_eq!(r["finished"], serde_json::json!(false), "{test}: {r}");
+    run_ok(
+        &mut platter(&["fail", "--control", &s.control(), "1"]),
+        CMD_TIMEOUT,
+        test,
+    );
+    assert_images_identical(&t, &image, s.uri(), &format!("{test}: degraded, moving"));
+    wait_reshaped(&s, test);
+    assert_images_identical(&t, &image, s.uri(), &format!("{test}: degraded, moved"));
+    let states = s.member_states();
+    assert_eq!(states[1], "faulty", "{states:?}");
+    s.stop_expecting_errors("TERM", &[]);
+    // Served again without the failed member: every byte from the new
+    // layout's parity.
+    s.start_again_degraded_read_only(&[1]);
+    assert_images_identical(&t, &image, s.uri(), &format!("{test}: after a restart"));
+    s.stop();
+}
