@@ -190,14 +190,30 @@ fn stripe_and_raid10_grow_by_two() {
 
 #[test]
 fn fio_verifies_its_writes_while_the_volume_grows() {
-    let test = "fio_verifies_its_writes_while_the_volume_grows";
+    fio_verifies_during(Spec::new("raid5", 4, "64k"), &[]);
+}
+
+#[test]
+fn fio_verifies_its_writes_while_a_raid6_grows() {
+    fio_verifies_during(Spec::new("raid6", 5, "64k"), &[]);
+}
+
+#[test]
+fn fio_verifies_its_writes_while_the_interleave_changes() {
+    fio_verifies_during(Spec::new("raid5", 4, "64k"), &["--interleave", "126s"]);
+}
+
+/// fio writes and verifies half the volume while it is reshaped (one
+/// member added, with `args`); the other half keeps what was written.
+fn fio_verifies_during(spec: Spec, args: &[&str]) {
+    let test = &format!("fio_verifies_during {} +1 {args:?}", spec.label());
     let Some(t) = tools_with_fio_nbd(test, &["fio", "nbdcopy", "qemu-img"]) else {
         return;
     };
-    let mut s = Server::start(Volume::create(Spec::new("raid5", 4, "64k"), 48 * MIB));
+    let mut s = Server::start(Volume::create(spec, 48 * MIB));
     let image = fill(&t, &s, 0xf10, test);
     s.stop();
-    reshape(&mut s, 1, &[], test);
+    reshape(&mut s, 1, args, test);
     s.start_again_unchecked();
     slow_down(&s, test);
     // fio writes the second half and reads every block back with its
