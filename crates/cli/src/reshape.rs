@@ -44,8 +44,17 @@ pub struct ReshapeArgs {
     #[arg(long)]
     dry_run: bool,
     /// Overwrite a device to add that carries another volume's label.
+    /// With --abort: abort although the member that keeps the reshape's
+    /// backup is missing.
     #[arg(long)]
     force: bool,
+    /// Cancel a reshape that has moved nothing for good yet (the labels
+    /// stand at position 0): the labels go back to the old layout and the
+    /// added members' labels are erased. Give the old members (the added
+    /// ones too, when present). A reshape that has moved data can only go
+    /// forward: serve the volume.
+    #[arg(long, conflicts_with_all = ["add", "interleave", "level", "layout", "dry_run", "control"])]
+    abort: bool,
     /// Reshape a running volume through its server's control socket
     /// instead: the server pauses its clients for a moment, writes the
     /// labels and moves the data while it serves.
@@ -144,6 +153,9 @@ const MEASURE_BYTES: u64 = 16 << 20;
 pub fn run(args: ReshapeArgs) -> Result<()> {
     if let Some(control) = &args.control {
         return through_server(&args, control);
+    }
+    if args.abort {
+        return abort(&args);
     }
     for (i, spec) in args.add.iter().enumerate() {
         if args.members.contains(spec) || args.add[..i].contains(spec) {
@@ -403,5 +415,73 @@ fn write_labels(
         m.write_at(0, &l.for_slot(slot).encode())?;
         m.flush()?;
     }
+    Ok(())
+}
+
+/// `reshape --abort`: back to the old layout, when nothing has moved for
+/// good. At position 0 the old layout is whole but for the first window
+/// if it was cut short, and its undo record (on the first added member)
+/// holds what it overwrote: put back first, as a restart would.
+fn abort(args: &ReshapeArgs) -> Result<()> {
+    let members = open_all(&args.members, OpenOptions::default()).map_err(CliError::from)?;
+    let volume = assemble_devices(members)?;
+    let a = &volume.assembly;
+    let label = &a.label;
+    let name = platter_core::label::printable(&label.name).into_owned();
+    let (Some(r), Some(old)) = (label.reshape, a.old_geometry.clone()) else {
+        return Err(CliError(format!("volume '{name}' is not being reshaped")));
+    };
+    if r.position_bytes != 0 {
+        return Err(CliError(format!(
+            "volume '{name}' has moved {} to the new layout for good: a reshape can only go \
+             forward from there; serve the volume to let it finish",
+            format_size(r.position_bytes)
+        )));
+    }
+    let plan = Plan::new(old.clone(), a.geometry.clone())
+        .map_err(|e| CliError(format!("the labels' reshape: {e}")))?;
+    let by_slot: Vec<Option<Arc<dyn Member>>> = a
+        .slot_device
+        .iter()
+        .map(|d| d.map(|i| Arc::clone(&volume.devices[i])))
+        .collect();
+    if let Some((slot, _, _)) = plan.undo_area() {
+        if a.health[slot as usize] != platter_core::volume::Health::Online && !args.force {
+            return Err(CliError(format!(
+                "slot {slot}, which keeps the reshape's backup, is not here: if the first \
+                 window was cut short its old bytes are there; give that member, or --force \
+                 to abort without it"
+            )));
+        }
+    }
+    platter_server::resume::put_back_undo(&by_slot, &a.health, &plan, label.volume_uuid, &r)
+        .map_err(|e| CliError(e.to_string()))?;
+    let n_old = r.old_member_count;
+    let mut l = label.clone();
+    l.reshape = None;
+    l.level = r.old_level;
+    l.parity_layout = r.old_parity_layout;
+    l.copies = r.old_copies;
+    l.interleave_bytes = r.old_interleave_bytes;
+    l.member_count = n_old;
+    l.slots.truncate(n_old as usize);
+    l.volume_size_bytes = old.volume_size_bytes();
+    l.event_counter += 1;
+    for (slot, device) in by_slot.iter().enumerate() {
+        let Some(m) = device else { continue };
+        if (slot as u32) < n_old {
+            m.write_at(0, &l.for_slot(slot as u32).encode())?;
+        } else {
+            // No longer a member: its label goes (a blank device again).
+            m.write_at(0, &[0u8; platter_core::label::LABEL_BYTES])?;
+        }
+        m.flush()?;
+    }
+    println!(
+        "volume '{name}': reshape aborted; it is {} of {} members again, interleave {}",
+        old.level(),
+        old.members(),
+        format_size(old.interleave_bytes())
+    );
     Ok(())
 }

@@ -631,3 +631,86 @@ fn a_member_failed_during_a_grow_loses_nothing() {
     assert_images_identical(&t, &image, s.uri(), &format!("{test}: after a restart"));
     s.stop();
 }
+
+#[test]
+fn a_reshape_that_moved_nothing_can_be_aborted() {
+    // A reshape whose labels stand at position 0 has moved nothing for
+    // good: `reshape --abort` puts the old layout's labels back and blanks
+    // the added member. Also when the stop came while `grow` wrote the
+    // labels and the added member is still blank (with --force: the tool
+    // cannot see that no window began without it). Once
+    // data has moved for good it can only go forward.
+    let test = "a_reshape_that_moved_nothing_can_be_aborted";
+    let Some(t) = tools(test, &["nbdcopy", "qemu-img"]) else {
+        return;
+    };
+    let mut s = Server::start(Volume::create(Spec::new("raid5", 4, "64k"), 16 * MIB));
+    let image = fill(&t, &s, 0xab0, test);
+    s.stop();
+    let old_members = s.volume.members.clone();
+    reshape(&mut s, 1, &[], test);
+    let added = s.volume.members[4].clone();
+    let out = run_ok(
+        platter(&["reshape", "--abort"]).args(&s.volume.members),
+        CMD_TIMEOUT,
+        test,
+    );
+    assert!(
+        out.stdout.contains("raid5 of 4 members again"),
+        "{}",
+        out.stdout
+    );
+    let head = std::fs::read(&added).unwrap();
+    assert!(
+        head[..4096].iter().all(|&b| b == 0),
+        "the added member's label stays"
+    );
+    s.volume.members = old_members.clone();
+    s.start_again_unchecked();
+    assert!(live_status(&s)["reshape"].is_null());
+    assert_images_identical(&t, &image, s.uri(), &format!("{test}: after the abort"));
+    s.stop();
+    // A grow cut short while its labels were written: the added member
+    // blank, the old members' labels naming it.
+    reshape(&mut s, 1, &[], test);
+    let added = s.volume.members[4].clone();
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&added)
+            .unwrap();
+        f.write_all_at(&[0u8; 4096], 0).unwrap();
+    }
+    // Without the member that keeps the backup the tool cannot know that
+    // no window began: it says so, and --force goes ahead.
+    refused(
+        platter(&["reshape", "--abort"]).args(&old_members),
+        "an abort without the backup's member",
+        "--force",
+    );
+    run_ok(
+        platter(&["reshape", "--abort", "--force"]).args(&old_members),
+        CMD_TIMEOUT,
+        test,
+    );
+    s.volume.members = old_members.clone();
+    s.start_again_unchecked();
+    assert_images_identical(
+        &t,
+        &image,
+        s.uri(),
+        &format!("{test}: after the second abort"),
+    );
+    s.stop();
+    // Moved for good: refused.
+    reshape(&mut s, 1, &[], test);
+    s.start_again_unchecked();
+    wait_reshaped(&s, test);
+    s.crash();
+    refused(
+        platter(&["reshape", "--abort"]).args(&s.volume.members),
+        "an abort after the move",
+        "can only go",
+    );
+}

@@ -24,7 +24,7 @@ mod newdevice;
 mod readd;
 mod reconnect;
 mod replies;
-mod resume;
+pub mod resume;
 mod scrub;
 mod server;
 mod serving;

@@ -114,7 +114,7 @@ pub(crate) fn driven(
 /// were before it, flushed, and the record erased (put back once: clients
 /// may write the window again before the next record). A record for
 /// another window, reshape or volume, or a torn one, is left alone.
-fn put_back_undo(
+pub fn put_back_undo(
     members: &[Option<Arc<dyn Member>>],
     health: &[Health],
     plan: &Plan,
