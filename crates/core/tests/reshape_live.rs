@@ -820,3 +820,85 @@ fn a_raid5_becomes_raid6_by_writing_q_on_an_added_member() {
         }
     }
 }
+
+#[test]
+fn a_reshape_whose_backup_member_fails_stops_and_serves_on() {
+    // RAID-5 4 -> 5: the first windows need the undo record, kept on the
+    // added member. With that member out of use the reshape cannot move
+    // them safely: it stops (`Action::Stuck`, saying why) and clients go
+    // on reading and writing every byte through the old layout.
+    let il = 4096;
+    let old = geometry(Level::Raid5, 4, il, 64 * il);
+    let new = geometry(Level::Raid5, 5, il, 64 * il);
+    let plan = Plan::new(old.clone(), new.clone()).expect("a grow");
+    let mut host = Host::new(5, 64 * il);
+    let size = old.volume_size_bytes();
+    let mut model: Vec<u8> = (0..size).map(|i| (i / 512 * 13 + i) as u8).collect();
+    let mut v = Volume::new(old.clone(), vec![Health::Online; 4], Limits::default());
+    let fill = Request::Write {
+        offset_bytes: 0,
+        data: Bytes::from(model.clone()),
+        fua: false,
+    };
+    run_plain(&mut v, &mut host, fill).expect("the fill");
+    let mut health = vec![Health::Online; 5];
+    health[4] = Health::Faulty;
+    let mut r = Reshaping::new(
+        Reshape::resume(plan, 0, 1),
+        health,
+        Setup {
+            volume_uuid: VOLUME_UUID,
+            reshape_id: RESHAPE_ID,
+            window_stripes_max: 1,
+            persist_every_bytes: u64::MAX,
+            limits: Limits::default(),
+        },
+    );
+    r.allow_bytes(u64::MAX);
+    let mut host_run = |r: &mut Reshaping, req: Request| -> Reply {
+        let id = r.submit(req);
+        for _ in 0..100_000 {
+            while let Some(io) = r.next_io() {
+                let res = host.perform(&io);
+                r.io_done(io.id, res);
+            }
+            if let Some(c) = r.next_completion() {
+                assert_eq!(c.id, id);
+                return c.result.expect("served while stopped");
+            }
+        }
+        panic!("a request never completed");
+    };
+    let data = Bytes::from(vec![0x5a; 3 * il as usize]);
+    host_run(
+        &mut r,
+        Request::Write {
+            offset_bytes: il,
+            data: data.clone(),
+            fua: false,
+        },
+    );
+    model[il as usize..4 * il as usize].fill(0x5a);
+    let Reply::Data(got) = host_run(
+        &mut r,
+        Request::Read {
+            offset_bytes: 0,
+            len_bytes: size,
+        },
+    ) else {
+        panic!("a read without data")
+    };
+    assert!(
+        got.to_vec() == model,
+        "wrong bytes after the reshape stopped"
+    );
+    let actions: Vec<Action> = std::iter::from_fn(|| r.next_action()).collect();
+    assert!(
+        matches!(
+            actions.as_slice(),
+            [Action::Stuck { position_bytes: 0, reason }] if reason.contains("backup")
+        ),
+        "{actions:?}"
+    );
+    assert_eq!(r.reshape().position_bytes(), 0, "nothing moved");
+}
