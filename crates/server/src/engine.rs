@@ -28,6 +28,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
 pub type Done = Box<dyn FnOnce(Result<Reply, VolumeError>) + Send>;
+/// Sets up a volume as the server does at start (its bitmap, stripe
+/// cache, read balancing), given the member devices by slot.
+pub type VolumeSetup = Box<dyn Fn(&mut Volume, &[Option<Arc<dyn Member>>]) + Send>;
 /// Sees every event; returns the members that must be failed because of
 /// it (those whose label could not record it), with why.
 pub type EventHook = Box<dyn FnMut(&Event) -> Vec<(u32, String)> + Send>;
@@ -202,6 +205,9 @@ pub struct Engine {
     idle: Condvar,
     /// Wakes submissions held by a pause.
     resumed: Condvar,
+    /// How this server sets up a volume it serves (bitmap, stripe cache,
+    /// read balancing), for the new layout's once a reshape ends.
+    volume_setup: Mutex<Option<VolumeSetup>>,
     /// Called (outside the engine lock) with every event, in order.
     on_event: Mutex<Option<EventHook>>,
     /// Recent member I/O time (ns), over every member ([`average_step`]):
@@ -286,6 +292,7 @@ impl Engine {
             }),
             idle: Condvar::new(),
             resumed: Condvar::new(),
+            volume_setup: Mutex::new(None),
             on_event: Mutex::new(None),
             member_io_ns_avg: AtomicU64::new(MEMBER_IO_NS_START),
             // Members can be added (a reshape): the bound covers any count.
@@ -472,6 +479,36 @@ impl Engine {
         }
         assert_eq!(s.members.len(), serving.health().len());
         s.serving = serving;
+    }
+
+    /// Sets how a volume is set up when a finished reshape hands over.
+    pub fn set_volume_setup(&self, setup: VolumeSetup) {
+        *self.volume_setup.lock().expect("volume setup") = Some(setup);
+    }
+
+    /// A finished reshape hands over to its new layout's volume, set up
+    /// as the server sets up any (bitmap, cache, balancing): the engine
+    /// is paused, emptied and flushed first, so that the bitmap starts
+    /// with nothing owed. False when no finished reshape is served.
+    pub fn finish_reshape(&self) -> bool {
+        if !self.reshape_progress().is_some_and(|p| p.finished) {
+            return false;
+        }
+        self.pause();
+        self.wait_idle();
+        let flushed = self.run(Request::Flush).is_ok();
+        self.wait_idle();
+        let members = self.members();
+        let setup = self.volume_setup.lock().expect("volume setup");
+        let handed = flushed
+            && self.lock().serving.hand_over(|v| {
+                if let Some(setup) = setup.as_ref() {
+                    setup(v, &members);
+                }
+            });
+        drop(setup);
+        self.resume();
+        handed
     }
 
     /// Where the reshape in progress stands; `None` without one.

@@ -63,7 +63,7 @@ pub struct Manager {
 /// writes one layout's stripes, and the volume is in two.
 pub(crate) const RESHAPING_NO_REBUILD: &str =
     "the volume is being reshaped: no member is rebuilt until the reshape ends (a failed member \
-     stays out; replace it once `platter status` shows the reshape done and the server restarted)";
+     stays out; replace it once `platter status` shows no reshape)";
 
 fn health_name(h: Health) -> &'static str {
     match h {

@@ -107,6 +107,37 @@ impl Serving {
         }
     }
 
+    /// Hands a finished reshape over to its new layout's volume, after
+    /// `setup` (a bitmap, a cache). False, with nothing changed, unless a
+    /// finished reshape with nothing in flight is served.
+    pub fn hand_over(&mut self, setup: impl FnOnce(&mut Volume)) -> bool {
+        if !matches!(self, Serving::Reshaping(r) if r.is_finished() && r.is_idle()) {
+            return false;
+        }
+        // Moved out of place for the instant of the swap (under the
+        // engine lock): a one-member stripe nobody sees stands in.
+        let stand_in = Volume::new(
+            Geometry::new(platter_core::geometry::GeometrySpec {
+                level: platter_core::Level::Stripe,
+                parity_layout: platter_core::ParityLayout::DEFAULT,
+                copies: 1,
+                interleave_bytes: 512,
+                data_offset_bytes: 4096,
+                member_data_bytes: vec![512],
+            })
+            .expect("a one-member stripe"),
+            vec![Health::Online],
+            platter_core::volume::Limits::default(),
+        );
+        let Serving::Reshaping(r) = std::mem::replace(self, Serving::Plain(stand_in)) else {
+            unreachable!("checked above");
+        };
+        let mut vol = r.into_new_volume();
+        setup(&mut vol);
+        *self = Serving::Plain(vol);
+        true
+    }
+
     /// What a reshape needs of the host (labels, its end); none without.
     pub fn next_action(&mut self) -> Option<Action> {
         self.reshaping_mut()?.next_action()

@@ -225,7 +225,9 @@ pub(crate) fn engine(
         );
         let io = io_layer(config)?;
         let members = std::mem::take(&mut opened.members);
-        return Ok((Engine::new(r, members, Arc::new(io)), 0));
+        let engine = Engine::new(r, members, Arc::new(io));
+        engine.set_volume_setup(volume_setup(&opened.assembly.label, config));
+        return Ok((engine, 0));
     }
     let mut vol = Volume::new(
         geometry.clone(),
@@ -296,7 +298,39 @@ pub(crate) fn engine(
     // Moved, not cloned: a removed member's device closes when the engine
     // lets it go.
     let members = std::mem::take(&mut opened.members);
-    Ok((Engine::new(vol, members, Arc::new(io)), resync_regions))
+    let engine = Engine::new(vol, members, Arc::new(io));
+    engine.set_volume_setup(volume_setup(&opened.assembly.label, config));
+    Ok((engine, resync_regions))
+}
+
+/// How the volume a finished reshape hands over to is set up: as at
+/// start, with a bitmap that owes nothing (the engine was emptied and
+/// flushed before the hand-over), a stripe cache, and read balancing.
+fn volume_setup(label: &Label, config: &ServeConfig) -> crate::engine::VolumeSetup {
+    let label = label.clone();
+    let read_only = config.read_only;
+    let cache_stripes = config.stripe_cache_stripes;
+    let rotational = config.rotational.clone();
+    let write_mostly = config.write_mostly.clone();
+    Box::new(move |vol, members| {
+        if !read_only && label.intent_region_stripes > 0 && vol.geometry().redundancy() > 0 {
+            match IntentLayout::new(vol.geometry(), label.intent_region_stripes) {
+                Ok(Some(layout)) => {
+                    let bits = RegionSet::new(&layout);
+                    vol.enable_intent(layout, bits, false);
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e, "no write-intent bitmap for the new layout"),
+            }
+        }
+        if !read_only && cache_stripes > 0 {
+            vol.enable_stripe_cache(CacheLimits {
+                max_stripes: cache_stripes,
+                ..CacheLimits::DEFAULT
+            });
+        }
+        crate::balancing::configure(vol, &label, members, &rotational, &write_mostly);
+    })
 }
 
 /// Member I/O on the back end asked for.

@@ -120,11 +120,9 @@ pub fn run(engine: Arc<Engine>, meta: Arc<Meta>, upkeep: Arc<Upkeep>) {
     });
 }
 
-/// The stripe cache's clock (nothing to do without a cache).
+/// The stripe cache's clock (nothing to do without a cache; a cache may
+/// come with the volume a finished reshape hands over to).
 fn destage_ticks(engine: &Engine, upkeep: &Upkeep) {
-    if engine.with_volume(|v| v.cache_status().is_none()) {
-        return;
-    }
     while !upkeep.stop.load(Ordering::SeqCst) {
         std::thread::sleep(DESTAGE_INTERVAL);
         if engine.with_volume(|v| v.cached_stripes()) == 0 {
@@ -401,8 +399,14 @@ fn reshape_tick(engine: &Engine, meta: &Meta, upkeep: &Upkeep) -> bool {
                 engine.reshape_persisted(position_bytes);
             }
             Action::Finished => {
-                // The labels keep the record until a clean stop
-                // (`flush_and_mark`): a crash before then resyncs it all.
+                // The new layout's volume takes over, with its bitmap;
+                // only then may the labels forget the reshape (a crash
+                // before resyncs it all: no bitmap was kept while the
+                // layout changed). If it cannot yet, the clean stop
+                // drops the record (`flush_and_mark`).
+                if engine.finish_reshape() {
+                    meta.record(|l| l.reshape = None);
+                }
                 tracing::info!(
                     "reshape finished: every byte is in the new layout; clients that connect \
                      from now on see the new size"
