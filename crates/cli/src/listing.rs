@@ -143,12 +143,7 @@ pub fn json(a: &Assembly, members: &[Arc<dyn Member>], unreadable: &[String]) ->
             .zip(a.old_geometry.as_ref())
             .map(|(r, old)| {
                 serde_json::json!({
-                    "from": {
-                        "level": old.level().name(),
-                        "members": old.members(),
-                        "interleave_bytes": old.interleave_bytes(),
-                        "size_bytes": old.volume_size_bytes(),
-                    },
+                    "from": platter_server::layout_json(old),
                     "position_bytes": r.position_bytes,
                     "total_bytes": g.volume_size_bytes(),
                 })

@@ -10,7 +10,7 @@ use clap::Args;
 use platter_core::geometry::Geometry;
 use platter_core::label::VolumeState;
 use platter_core::reshape::{
-    q_member_label, q_on_added_member, reshaped_label, target, Asked, Plan,
+    q_member_label, q_on_added_member, refuse_to_begin, reshaped_label, target, Asked, Plan,
 };
 use platter_core::units::{format_size, parse_size};
 use platter_core::{Level, ParityLayout};
@@ -173,34 +173,12 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
     let a = &volume.assembly;
     let label = &a.label;
     let name = platter_core::label::printable(&label.name).into_owned();
-    if let Some(r) = label.reshape {
-        return Err(CliError(format!(
-            "volume '{name}' is already being reshaped ({} of {} bytes moved for good): serve \
-             it to let that reshape finish first",
-            r.position_bytes, label.volume_size_bytes
-        )));
-    }
-    if let Some((slot, h)) = a
-        .health
-        .iter()
-        .enumerate()
-        .find(|(_, h)| **h != platter_core::volume::Health::Online)
-    {
-        return Err(CliError(format!(
-            "volume '{name}': slot {slot} is {h:?}; a reshape moves every byte and needs every \
-             member: replace or rebuild it first"
-        )));
-    }
+    refuse_to_begin(label, &a.health).map_err(|e| CliError(format!("volume '{name}': {e}")))?;
     if label.state != VolumeState::Clean {
         return Err(CliError(format!(
             "volume '{name}' was not shut down cleanly ({}): serve it and stop it once (its \
              resync runs) before reshaping",
             label.state
-        )));
-    }
-    if label.checksums.is_some() || label.ppl.is_some() {
-        return Err(CliError(format!(
-            "volume '{name}' keeps checksums or a partial parity log, which are not reshaped yet"
         )));
     }
     let old = a.geometry.clone();

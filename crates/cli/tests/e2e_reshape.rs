@@ -79,6 +79,50 @@ fn slow_down(s: &Server, test: &str) {
     );
 }
 
+/// `platter check --control`: every stripe checked and in agreement.
+fn assert_check_clean(s: &Server, test: &str) {
+    let check = run(
+        &mut platter(&["check", "--control", &s.control()]),
+        CMD_TIMEOUT,
+    );
+    assert!(
+        check.status.success() && check.stdout.contains(" 0 mismatched"),
+        "{test}: {}",
+        check.describe("check")
+    );
+}
+
+/// The size a client connecting now is told (`qemu-img info`).
+fn client_size(t: &Tools, s: &Server, test: &str) -> u64 {
+    let info = run_ok(
+        t.cmd("qemu-img")
+            .args(["info", "--output=json", "-f", "raw"])
+            .arg(s.uri()),
+        CMD_TIMEOUT,
+        test,
+    );
+    let info: serde_json::Value = serde_json::from_str(&info.stdout).expect("JSON");
+    info["virtual-size"].as_u64().expect("a size")
+}
+
+/// Waits until no rebuild runs (Q written on an added member).
+fn wait_rebuilt(s: &Server, test: &str) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !live_status(s)["rebuild"].is_null() {
+        assert!(Instant::now() < deadline, "{test}: the rebuild did not end");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `platter reshape --control ... ARGS --member-size SIZE --add NEW` on
+/// the running server.
+fn online(s: &Server, args: &[&str], new: &str) -> std::process::Command {
+    let size = s.volume.member_size_bytes.to_string();
+    let mut cmd = platter(&["reshape", "--control", &s.control()]);
+    cmd.args(args).args(["--member-size", &size, "--add", new]);
+    cmd
+}
+
 /// Reshapes `spec` (adding `add` members, with `args`) with `kills`
 /// kill -9s at random moments of the move, each restart resuming it;
 /// then the volume holds what was written before, the new size after a
@@ -121,15 +165,7 @@ fn reshape_survives_kills(spec: Spec, add: usize, args: &[&str], kills: u64, see
     wait_reshaped(&s, &test);
     assert_images_identical(&t, &image, s.uri(), &format!("{test}: after the move"));
     // A client that connects now is told the new size.
-    let info = run_ok(
-        t.cmd("qemu-img")
-            .args(["info", "--output=json", "-f", "raw"])
-            .arg(s.uri()),
-        CMD_TIMEOUT,
-        &test,
-    );
-    let info: serde_json::Value = serde_json::from_str(&info.stdout).expect("JSON");
-    let grown = info["virtual-size"].as_u64().expect("a size");
+    let grown = client_size(&t, &s, &test);
     assert!(
         grown > s.volume.size_bytes,
         "{test}: a new connection sees {grown} bytes, not more than {}",
@@ -147,15 +183,7 @@ fn reshape_survives_kills(spec: Spec, add: usize, args: &[&str], kills: u64, see
     // The bytes past the old end read as zeros: qemu-img compare says so
     // of a larger image whose tail is zero.
     assert_images_identical(&t, &image, s.uri(), &format!("{test}: after a restart"));
-    let check = run(
-        &mut platter(&["check", "--control", &s.control()]),
-        CMD_TIMEOUT,
-    );
-    assert!(
-        check.status.success() && check.stdout.contains(" 0 mismatched"),
-        "{test}: {}",
-        check.describe("check")
-    );
+    assert_check_clean(&s, &test);
     s.stop();
 }
 
@@ -254,11 +282,7 @@ fn fio_verifies_during(spec: Spec, args: &[&str]) {
     );
     s.stop();
     s.start_again();
-    let check = run(
-        &mut platter(&["check", "--control", &s.control()]),
-        CMD_TIMEOUT,
-    );
-    assert!(check.status.success(), "{}", check.describe("check"));
+    assert_check_clean(&s, test);
     s.stop();
 }
 
@@ -403,34 +427,13 @@ fn a_running_volume_grows_through_its_control_socket() {
     let image = fill(&t, &s, 0x9a0, test);
     slow_down(&s, test);
     let new = s.volume.path().join("m4").to_str().unwrap().to_string();
-    let size = s.volume.member_size_bytes.to_string();
-    let out = run_ok(
-        &mut platter(&[
-            "grow",
-            "--control",
-            &s.control(),
-            "--member-size",
-            &size,
-            "--add",
-            &new,
-        ]),
-        CMD_TIMEOUT,
-        test,
-    );
+    let out = run_ok(&mut online(&s, &[], &new), CMD_TIMEOUT, test);
     assert!(out.stdout.contains("reshape started"), "{}", out.stdout);
     s.volume.members.push(new);
     // A second one is refused while this one runs.
     let other = s.volume.path().join("m5").to_str().unwrap().to_string();
     refused(
-        &mut platter(&[
-            "grow",
-            "--control",
-            &s.control(),
-            "--member-size",
-            &size,
-            "--add",
-            &other,
-        ]),
+        &mut online(&s, &[], &other),
         "a second reshape",
         "already being reshaped",
     );
@@ -443,24 +446,8 @@ fn a_running_volume_grows_through_its_control_socket() {
     // restart is needed for it (or for a rebuild or scrub).
     let st = live_status(&s);
     assert!(st["reshape"].is_null() && !st["bitmap"].is_null(), "{st}");
-    let info = run_ok(
-        t.cmd("qemu-img")
-            .args(["info", "--output=json", "-f", "raw"])
-            .arg(s.uri()),
-        CMD_TIMEOUT,
-        test,
-    );
-    let info: serde_json::Value = serde_json::from_str(&info.stdout).expect("JSON");
-    assert!(info["virtual-size"].as_u64().unwrap() > s.volume.size_bytes);
-    let check = run(
-        &mut platter(&["check", "--control", &s.control()]),
-        CMD_TIMEOUT,
-    );
-    assert!(
-        check.status.success() && check.stdout.contains(" 0 mismatched"),
-        "{}",
-        check.describe("check")
-    );
+    assert!(client_size(&t, &s, test) > s.volume.size_bytes);
+    assert_check_clean(&s, test);
     s.stop();
     s.start_again();
     assert!(live_status(&s)["reshape"].is_null());
@@ -529,23 +516,11 @@ fn a_raid5_becomes_raid6_with_q_on_the_added_member() {
     let out = reshape(&mut s, 1, &["--level", "raid6"], test);
     assert!(out.stdout.contains("left-symmetric-6"), "{}", out.stdout);
     s.start_again_unchecked();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !live_status(&s)["rebuild"].is_null() {
-        assert!(Instant::now() < deadline, "{test}: Q was not rebuilt");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_rebuilt(&s, test);
     let st = live_status(&s);
     assert_eq!(st["level"], "raid6", "{st}");
     assert_images_identical(&t, &image, s.uri(), test);
-    let check = run(
-        &mut platter(&["check", "--control", &s.control()]),
-        CMD_TIMEOUT,
-    );
-    assert!(
-        check.status.success() && check.stdout.contains(" 0 mismatched"),
-        "{}",
-        check.describe("check")
-    );
+    assert_check_clean(&s, test);
     s.stop();
     for gone in [[0, 1], [2, 4], [3, 4]] {
         s.start_again_degraded_read_only(&gone);
@@ -563,19 +538,8 @@ fn a_running_raid5_becomes_raid6_through_its_control_socket() {
     let mut s = Server::start(Volume::create(Spec::new("raid5", 4, "64k"), 48 * MIB));
     let image = fill(&t, &s, 0x6b6, test);
     let new = s.volume.path().join("m4").to_str().unwrap().to_string();
-    let size = s.volume.member_size_bytes.to_string();
     let out = run_ok(
-        &mut platter(&[
-            "reshape",
-            "--control",
-            &s.control(),
-            "--level",
-            "raid6",
-            "--member-size",
-            &size,
-            "--add",
-            &new,
-        ]),
+        &mut online(&s, &["--level", "raid6"], &new),
         CMD_TIMEOUT,
         test,
     );
@@ -587,11 +551,7 @@ fn a_running_raid5_becomes_raid6_through_its_control_socket() {
     s.volume.members.push(new);
     // Clients read it whole while Q is written.
     assert_images_identical(&t, &image, s.uri(), &format!("{test}: while Q is written"));
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !live_status(&s)["rebuild"].is_null() {
-        assert!(Instant::now() < deadline, "{test}: Q was not rebuilt");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_rebuilt(&s, test);
     assert_eq!(live_status(&s)["level"], "raid6");
     s.stop();
     s.start_again_degraded_read_only(&[1, 3]);

@@ -245,10 +245,7 @@ fn undo_replay(disks: &mut Disks, plan: &Plan, labels: &Labels) -> Result<bool, 
     let Ok(record) = UndoRecord::decode(&raw) else {
         return Ok(false);
     };
-    if record.volume_uuid != VOLUME_UUID
-        || record.reshape_id != RESHAPE_ID
-        || record.position_bytes != labels.durable_bytes
-    {
+    if !record.is_for(VOLUME_UUID, RESHAPE_ID, labels.durable_bytes) {
         return Ok(false);
     }
     for (m, image) in record.images.iter().enumerate() {

@@ -149,6 +149,41 @@ fn run_plain(v: &mut Volume, host: &mut Host, req: Request) -> Result<Reply, Str
     panic!("a plain volume's request never completed");
 }
 
+/// Writes `model` over a volume of layout `g` (its members all in use)
+/// through a plain volume, and flushes: the data a reshape then moves.
+fn fill_plain(host: &mut Host, g: &Geometry, model: &[u8]) {
+    let mut v = Volume::new(
+        g.clone(),
+        vec![Health::Online; g.members() as usize],
+        Limits::default(),
+    );
+    for (i, chunk) in model.chunks(256 * 1024).enumerate() {
+        let write = Request::Write {
+            offset_bytes: i as u64 * 256 * 1024,
+            data: Bytes::copy_from_slice(chunk),
+            fua: false,
+        };
+        run_plain(&mut v, host, write).expect("the fill");
+    }
+    run_plain(&mut v, host, Request::Flush).expect("the fill's flush");
+}
+
+/// A reshape of `plan` from its start in windows of one stripe, moving the
+/// restart point only when it must: the step-by-step tests' set-up.
+fn one_stripe_windows(plan: Plan, health: Vec<Health>) -> Reshaping {
+    Reshaping::new(
+        Reshape::resume(plan, 0, 1),
+        health,
+        Setup {
+            volume_uuid: VOLUME_UUID,
+            reshape_id: RESHAPE_ID,
+            window_stripes_max: 1,
+            persist_every_bytes: u64::MAX,
+            limits: Limits::default(),
+        },
+    )
+}
+
 /// A client request in flight, with what the model needs when it ends.
 struct Pending {
     req: Request,
@@ -361,10 +396,7 @@ impl Run {
         let Ok(record) = UndoRecord::decode(&raw) else {
             return;
         };
-        if record.volume_uuid != VOLUME_UUID
-            || record.reshape_id != RESHAPE_ID
-            || record.position_bytes != self.host.durable_bytes
-        {
+        if !record.is_for(VOLUME_UUID, RESHAPE_ID, self.host.durable_bytes) {
             return;
         }
         for (m, image) in record.images.iter().enumerate() {
@@ -480,20 +512,7 @@ fn run_seed(seed: u64, t: &mut Tally) -> bool {
     let mut host = Host::new(new.members(), member_bytes);
     let old_size = old.volume_size_bytes();
     let model: Vec<u8> = (0..old_size).map(|_| rng.next() as u8).collect();
-    let mut v = Volume::new(
-        old.clone(),
-        vec![Health::Online; old.members() as usize],
-        Limits::default(),
-    );
-    for (i, chunk) in model.chunks(256 * 1024).enumerate() {
-        let write = Request::Write {
-            offset_bytes: i as u64 * 256 * 1024,
-            data: Bytes::copy_from_slice(chunk),
-            fua: false,
-        };
-        run_plain(&mut v, &mut host, write).expect("the fill");
-    }
-    run_plain(&mut v, &mut host, Request::Flush).expect("the fill's flush");
+    fill_plain(&mut host, &old, &model);
     let window_max = 1 + rng.below(4);
     let persist_every_bytes = if rng.chance(50) {
         u64::MAX
@@ -649,25 +668,8 @@ fn a_read_on_a_window_ends_before_the_window_is_written() {
     let mut host = Host::new(5, 64 * il);
     let size = old.volume_size_bytes();
     let model: Vec<u8> = (0..size).map(|i| (i / 512 * 7 + i) as u8).collect();
-    let mut v = Volume::new(old.clone(), vec![Health::Online; 4], Limits::default());
-    let fill = Request::Write {
-        offset_bytes: 0,
-        data: Bytes::from(model.clone()),
-        fua: false,
-    };
-    run_plain(&mut v, &mut host, fill).expect("the fill");
-    run_plain(&mut v, &mut host, Request::Flush).expect("the fill's flush");
-    let mut r = Reshaping::new(
-        Reshape::resume(plan, 0, 1),
-        vec![Health::Online; 5],
-        Setup {
-            volume_uuid: VOLUME_UUID,
-            reshape_id: RESHAPE_ID,
-            window_stripes_max: 1,
-            persist_every_bytes: u64::MAX,
-            limits: Limits::default(),
-        },
-    );
+    fill_plain(&mut host, &old, &model);
+    let mut r = one_stripe_windows(plan, vec![Health::Online; 5]);
     let (off, len) = (3 * il, 3 * il);
     let read = r.submit(Request::Read {
         offset_bytes: off,
@@ -763,18 +765,7 @@ fn a_raid5_becomes_raid6_by_writing_q_on_an_added_member() {
             let mut host = Host::new(n + 1, member_bytes);
             let size = old.volume_size_bytes();
             let model: Vec<u8> = (0..size).map(|_| rng.next() as u8).collect();
-            let mut v = Volume::new(
-                old.clone(),
-                vec![Health::Online; n as usize],
-                Limits::default(),
-            );
-            let fill = Request::Write {
-                offset_bytes: 0,
-                data: Bytes::from(model.clone()),
-                fua: false,
-            };
-            run_plain(&mut v, &mut host, fill).expect("the fill");
-            run_plain(&mut v, &mut host, Request::Flush).expect("the flush");
+            fill_plain(&mut host, &old, &model);
             let mut health = vec![Health::Online; n as usize + 1];
             health[n as usize] = Health::Missing;
             let mut v6 = Volume::new(new.clone(), health, Limits::default());
@@ -834,26 +825,10 @@ fn a_reshape_whose_backup_member_fails_stops_and_serves_on() {
     let mut host = Host::new(5, 64 * il);
     let size = old.volume_size_bytes();
     let mut model: Vec<u8> = (0..size).map(|i| (i / 512 * 13 + i) as u8).collect();
-    let mut v = Volume::new(old.clone(), vec![Health::Online; 4], Limits::default());
-    let fill = Request::Write {
-        offset_bytes: 0,
-        data: Bytes::from(model.clone()),
-        fua: false,
-    };
-    run_plain(&mut v, &mut host, fill).expect("the fill");
+    fill_plain(&mut host, &old, &model);
     let mut health = vec![Health::Online; 5];
     health[4] = Health::Faulty;
-    let mut r = Reshaping::new(
-        Reshape::resume(plan, 0, 1),
-        health,
-        Setup {
-            volume_uuid: VOLUME_UUID,
-            reshape_id: RESHAPE_ID,
-            window_stripes_max: 1,
-            persist_every_bytes: u64::MAX,
-            limits: Limits::default(),
-        },
-    );
+    let mut r = one_stripe_windows(plan, health);
     r.allow_bytes(u64::MAX);
     let mut host_run = |r: &mut Reshaping, req: Request| -> Reply {
         let id = r.submit(req);

@@ -186,6 +186,10 @@ impl BusyClock {
     }
 }
 
+/// Rounds of writing the stripe cache out before [`Engine::empty_paused`]
+/// gives up (its write-outs can fail and leave entries).
+const EMPTY_ROUNDS_MAX: u32 = 8;
+
 /// At most one log line per this long for writes refused for space.
 const NO_SPACE_LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -457,6 +461,28 @@ impl Engine {
         self.resumed.notify_all();
     }
 
+    /// With the engine paused (by the caller): waits for what is in
+    /// flight, writes the stripe cache out, and flushes every member, so
+    /// that every write acknowledged so far is on the members before a
+    /// layout changes hands.
+    pub fn empty_paused(&self) -> Result<(), String> {
+        for round in 0.. {
+            self.wait_idle();
+            if self.with_volume(|v| v.cached_stripes()) == 0 {
+                break;
+            }
+            if round == EMPTY_ROUNDS_MAX {
+                return Err("the stripe cache would not empty; try again".into());
+            }
+            self.run(Request::Destage { all: true })
+                .map_err(|e| format!("emptying the stripe cache: {e}"))?;
+        }
+        self.run(Request::Flush)
+            .map_err(|e| format!("flushing the members: {e}"))?;
+        self.wait_idle();
+        Ok(())
+    }
+
     /// Starts serving `reshaping` in place of the volume, with `added`
     /// devices in the slots after the members'. The caller has paused the
     /// engine and waited for it to be idle: the volume's state (its
@@ -495,9 +521,7 @@ impl Engine {
             return false;
         }
         self.pause();
-        self.wait_idle();
-        let flushed = self.run(Request::Flush).is_ok();
-        self.wait_idle();
+        let flushed = self.empty_paused().is_ok();
         let members = self.members();
         let setup = self.volume_setup.lock().expect("volume setup");
         let handed = flushed

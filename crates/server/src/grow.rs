@@ -4,24 +4,20 @@
 //! to serve both layouts; the upkeep thread moves the data from there, as
 //! it does for a reshape resumed at start-up (docs/reshape.md).
 
-use crate::manage::Manager;
+use crate::manage::{layout_json, Manager};
 use crate::newdevice::NewDevice;
 use crate::serving::Serving;
 use platter_core::geometry::Geometry;
 use platter_core::intent::{IntentLayout, RegionSet};
 use platter_core::label::Label;
 use platter_core::reshape::{
-    q_member_label, q_on_added_member, reshaped_label, target, Asked, Plan,
+    q_member_label, q_on_added_member, refuse_to_begin, reshaped_label, target, Asked, Plan,
 };
-use platter_core::units::format_size;
-use platter_core::volume::{CacheLimits, Health, Request, Volume};
+use platter_core::volume::{CacheLimits, Health, Volume};
 use platter_io::Member;
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-
-/// Rounds of emptying the stripe cache before giving up on a busy volume.
-const DRAIN_ROUNDS_MAX: u32 = 8;
 
 impl Manager {
     pub fn reshape(&self, req: &Value) -> Result<Value, String> {
@@ -30,35 +26,12 @@ impl Manager {
         if self.meta.read_only() {
             return Err("the server is read-only".into());
         }
-        if let Some(p) = self.engine.reshape_progress() {
-            return Err(format!(
-                "the volume is already being reshaped ({} of {} moved): one at a time",
-                format_size(p.position_bytes),
-                format_size(p.total_bytes)
-            ));
-        }
+        refuse_to_begin(&label, &self.engine.health()).map_err(|e| e.0)?;
         if self.engine.with_volume(|v| v.rebuild_progress()).is_some() {
             return Err("a member is being rebuilt: reshape once it is done".into());
         }
         if self.upkeep.resync_progress().is_some() {
             return Err("a resync runs: reshape once it is done".into());
-        }
-        if let Some(slot) = self
-            .engine
-            .health()
-            .iter()
-            .position(|h| *h != Health::Online)
-        {
-            return Err(format!(
-                "member {slot} is out of use: a reshape moves every byte and needs every \
-                 member; replace it first"
-            ));
-        }
-        if label.checksums.is_some() || label.ppl.is_some() {
-            return Err(
-                "the volume keeps checksums or a partial parity log, which are not reshaped yet"
-                    .into(),
-            );
         }
         let paths: Vec<&str> = req
             .get("add")
@@ -105,10 +78,8 @@ impl Manager {
             .load(Ordering::Relaxed)
             .max(1);
         let summary = json!({
-            "from": { "level": old.level().name(), "members": old.members(),
-                      "interleave_bytes": old.interleave_bytes(), "size_bytes": old.volume_size_bytes() },
-            "to": { "level": new.level().name(), "members": new.members(),
-                    "interleave_bytes": new.interleave_bytes(), "size_bytes": new.volume_size_bytes() },
+            "from": layout_json(&old),
+            "to": layout_json(&new),
             "moves_bytes": plan.total_bytes(),
             "seconds_at_rate_limit": plan.total_bytes().div_ceil(rate),
             "rate_limit_bytes_per_sec": rate,
@@ -172,11 +143,8 @@ impl Manager {
             .max(1);
         let q_bytes = new.member_used_bytes(old.members());
         let summary = json!({
-            "from": { "level": old.level().name(), "members": old.members(),
-                      "interleave_bytes": old.interleave_bytes(), "size_bytes": old.volume_size_bytes() },
-            "to": { "level": new.level().name(), "members": new.members(),
-                    "interleave_bytes": new.interleave_bytes(), "size_bytes": new.volume_size_bytes(),
-                    "layout": new.spec().parity_layout.name() },
+            "from": layout_json(&old),
+            "to": layout_json(&new),
             "moves_bytes": 0,
             "q_bytes": q_bytes,
             "seconds_at_rate_limit": q_bytes.div_ceil(rate),
@@ -216,7 +184,7 @@ impl Manager {
             Ok(vol)
         };
         self.engine.pause();
-        let swapped = self.drain().and_then(|()| {
+        let swapped = self.engine.empty_paused().and_then(|()| {
             let vol = q_volume()?;
             let failed = self
                 .meta
@@ -236,30 +204,6 @@ impl Manager {
         Ok(summary)
     }
 
-    /// With the engine paused: waits for it to empty (its stripe cache
-    /// written out) and flushes every member.
-    fn drain(&self) -> Result<(), String> {
-        for round in 0.. {
-            self.engine.wait_idle();
-            if self.engine.with_volume(|v| v.cached_stripes()) == 0 {
-                break;
-            }
-            if round == DRAIN_ROUNDS_MAX {
-                return Err("the stripe cache would not empty; try again".into());
-            }
-            self.engine
-                .run(Request::Destage { all: true })
-                .map_err(|e| format!("emptying the stripe cache: {e}"))?;
-        }
-        // Every write acknowledged so far is on the members before the
-        // labels say the layout changes.
-        self.engine
-            .run(Request::Flush)
-            .map_err(|e| format!("flushing the members: {e}"))?;
-        self.engine.wait_idle();
-        Ok(())
-    }
-
     /// With the engine paused: empties it, writes the labels and starts
     /// serving both layouts. Answers the members whose label could not
     /// be written (to be failed once the engine runs again).
@@ -271,7 +215,7 @@ impl Manager {
         id: u64,
         limits: platter_core::volume::Limits,
     ) -> Result<Vec<(u32, String)>, String> {
-        self.drain()?;
+        self.engine.empty_paused()?;
         let n_new = plan.new_geometry().members() as usize;
         let health = vec![Health::Online; n_new];
         let failed = self.meta.begin_reshape(new_label.clone(), &added);

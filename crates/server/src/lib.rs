@@ -35,5 +35,5 @@ mod upkeep;
 
 pub use conn::{CONN_MAX_BYTES, CONN_MAX_REQUESTS};
 pub use listen::check_stdio;
-pub use manage::filesystem_json;
+pub use manage::{filesystem_json, layout_json};
 pub use server::{serve, Ready, ServeConfig, ServeError, MAX_BLOCK_BYTES};

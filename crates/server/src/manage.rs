@@ -105,6 +105,18 @@ pub fn filesystem_json(geometry: &Geometry) -> Value {
     }
 }
 
+/// A layout as status and the reshape commands show it: level, members,
+/// interleave, parity layout, size.
+pub fn layout_json(g: &Geometry) -> Value {
+    json!({
+        "level": g.level().name(),
+        "members": g.members(),
+        "interleave_bytes": g.interleave_bytes(),
+        "layout": g.spec().parity_layout.name(),
+        "size_bytes": g.volume_size_bytes(),
+    })
+}
+
 impl Manager {
     pub fn status(&self) -> Value {
         let label = self.meta.label();
@@ -148,12 +160,7 @@ impl Manager {
                 .load(Ordering::Relaxed);
             let left_bytes = p.total_bytes.saturating_sub(p.position_bytes);
             json!({
-                "from": {
-                    "level": p.old.level().name(),
-                    "members": p.old.members(),
-                    "interleave_bytes": p.old.interleave_bytes(),
-                    "size_bytes": p.old.volume_size_bytes(),
-                },
+                "from": layout_json(&p.old),
                 "position_bytes": p.position_bytes,
                 "durable_bytes": p.durable_bytes,
                 "total_bytes": p.total_bytes,

@@ -148,10 +148,7 @@ pub fn put_back_undo(
     let Ok(undo) = UndoRecord::decode(&raw) else {
         return Ok(());
     };
-    if undo.volume_uuid != volume_uuid
-        || undo.reshape_id != record.id
-        || undo.position_bytes != record.position_bytes
-    {
+    if !undo.is_for(volume_uuid, record.id, record.position_bytes) {
         return Ok(());
     }
     tracing::warn!(

@@ -439,10 +439,7 @@ impl Reshaping {
 
     /// Takes a member out of use (the operator's word), in both layouts.
     pub fn mark_faulty(&mut self, member: u32, reason: String) {
-        if member < self.old.geometry().members() {
-            self.old.mark_faulty(member, reason.clone());
-        }
-        self.new.mark_faulty(member, reason);
+        self.mark_faulty_quietly(member, reason);
         self.pump();
     }
 
@@ -974,8 +971,8 @@ impl Reshaping {
         }
     }
 
-    /// Our own I/O failed on `member`: out of both layouts (the pump
-    /// reports it once).
+    /// Out of both layouts, without pumping (our own I/O's completion
+    /// pumps after it; the pump reports the failure once).
     fn mark_faulty_quietly(&mut self, member: u32, reason: String) {
         if member < self.old.geometry().members() {
             self.old.mark_faulty(member, reason.clone());

@@ -20,7 +20,9 @@ mod target;
 mod undo;
 
 pub use live::{Action, Reshaping, Setup};
-pub use target::{q_member_label, q_on_added_member, reshaped_label, target, Asked};
+pub use target::{
+    q_member_label, q_on_added_member, refuse_to_begin, reshaped_label, target, Asked,
+};
 
 pub use undo::{UndoError, UndoRecord, UNDO_HEADER_BYTES};
 

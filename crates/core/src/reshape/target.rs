@@ -162,3 +162,38 @@ pub fn q_member_label(
     l.rebuild_checkpoint_bytes = 0;
     l
 }
+
+/// Why a reshape of the volume `label` describes, its members as
+/// `health` says, cannot begin: one runs already, a member is out of use
+/// (a reshape moves every byte), or the volume keeps checksums or a
+/// partial parity log (not reshaped yet). `platter reshape` on a stopped
+/// volume and the server's `reshape` command both ask.
+pub fn refuse_to_begin(
+    label: &crate::label::Label,
+    health: &[crate::volume::Health],
+) -> Result<(), ReshapeError> {
+    let err = |s: String| Err(ReshapeError(s));
+    if let Some(r) = label.reshape {
+        return err(format!(
+            "the volume is already being reshaped ({} of {} bytes moved for good): that \
+             reshape finishes first (serve the volume)",
+            r.position_bytes, label.volume_size_bytes
+        ));
+    }
+    if let Some((slot, h)) = health
+        .iter()
+        .enumerate()
+        .find(|(_, h)| **h != crate::volume::Health::Online)
+    {
+        return err(format!(
+            "member {slot} is {h:?}: a reshape moves every byte and needs every member; \
+             replace or rebuild it first"
+        ));
+    }
+    if label.checksums.is_some() || label.ppl.is_some() {
+        return err(
+            "the volume keeps checksums or a partial parity log, which are not reshaped yet".into(),
+        );
+    }
+    Ok(())
+}

@@ -69,6 +69,15 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
 
 impl UndoRecord {
     /// Bytes the whole record takes.
+    /// Whether a restart whose labels stand at `position_bytes` of reshape
+    /// `reshape_id` of volume `volume_uuid` puts this record back: only
+    /// then was its window cut short. Any other record is left alone.
+    pub fn is_for(&self, volume_uuid: [u8; 16], reshape_id: u64, position_bytes: u64) -> bool {
+        self.volume_uuid == volume_uuid
+            && self.reshape_id == reshape_id
+            && self.position_bytes == position_bytes
+    }
+
     pub fn len_bytes(&self) -> u64 {
         UNDO_HEADER_BYTES + self.images.iter().map(|i| i.len() as u64).sum::<u64>()
     }
