@@ -10,7 +10,8 @@ use clap::Args;
 use platter_core::geometry::Geometry;
 use platter_core::label::VolumeState;
 use platter_core::reshape::{
-    q_member_label, q_on_added_member, refuse_to_begin, reshaped_label, target, Asked, Plan,
+    q_member_label, q_on_added_member, refuse_to_begin, reserved_from_bytes, reshaped_label,
+    target, Asked, Plan, UndoArea,
 };
 use platter_core::units::{format_size, parse_size};
 use platter_core::{Level, ParityLayout};
@@ -24,12 +25,16 @@ pub struct ReshapeArgs {
     /// block device or NBD export at least as large as the members.
     #[arg(long = "add", value_name = "MEMBER")]
     add: Vec<String>,
-    /// The new interleave (any multiple of 512: 126s, 64k, 1M).
+    /// The new interleave (any multiple of 512: 126s, 64k, 1M). With no
+    /// member added, every window is first saved in each member's reserved
+    /// area before its data (1 MiB from `platter create`): interleaves up
+    /// to about 1 MiB.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     interleave: Option<u64>,
     /// The new level: raid5 (from a mirror of two, with a member added) or
     /// raid6 (from raid5: with one member added, Q goes on it and nothing
-    /// moves, md's --layout=preserve; with two or more, the data moves).
+    /// moves, md's --layout=preserve; with two or more, or with --layout
+    /// naming an ordinary raid6 layout, the data moves).
     #[arg(long, value_name = "LEVEL")]
     level: Option<Level>,
     /// The new parity layout for raid5/raid6 (left-symmetric,
@@ -218,7 +223,8 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
     } else if old.level() == Level::Concat && level == Level::Concat {
         Change::ConcatGrow
     } else {
-        Plan::new(old.clone(), new.clone())
+        let reserved = reserved_from_bytes(&old, &new, label.intent_region_stripes);
+        Plan::new(old.clone(), new.clone(), reserved)
             .map_err(|e| CliError(format!("cannot reshape volume '{name}' in place: {e}")))?;
         Change::Move
     };
@@ -416,14 +422,15 @@ fn abort(args: &ReshapeArgs) -> Result<()> {
             format_size(r.position_bytes)
         )));
     }
-    let plan = Plan::new(old.clone(), a.geometry.clone())
+    let reserved = reserved_from_bytes(&old, &a.geometry, label.intent_region_stripes);
+    let plan = Plan::new(old.clone(), a.geometry.clone(), reserved)
         .map_err(|e| CliError(format!("the labels' reshape: {e}")))?;
     let by_slot: Vec<Option<Arc<dyn Member>>> = a
         .slot_device
         .iter()
         .map(|d| d.map(|i| Arc::clone(&volume.devices[i])))
         .collect();
-    if let Some((slot, _, _)) = plan.undo_area() {
+    if let Some(UndoArea::Added { slot, .. }) = plan.undo_area() {
         if a.health[slot as usize] != platter_core::volume::Health::Online && !args.force {
             return Err(CliError(format!(
                 "slot {slot}, which keeps the reshape's backup, is not here: if the first \

@@ -123,11 +123,28 @@ fn online(s: &Server, args: &[&str], new: &str) -> std::process::Command {
     cmd
 }
 
+/// How much a reshape changes the size clients see.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Size {
+    /// By at least half a member: data disks were added.
+    Grows,
+    /// Within half a member: the rows hold as much as before.
+    Keeps,
+}
+
 /// Reshapes `spec` (adding `add` members, with `args`) with `kills`
 /// kill -9s at random moments of the move, each restart resuming it;
 /// then the volume holds what was written before, the new size after a
 /// restart, and `check` finds every stripe in agreement.
-fn reshape_survives_kills(spec: Spec, add: usize, args: &[&str], kills: u64, seed: u64) {
+fn reshape_survives_kills(
+    spec: Spec,
+    add: usize,
+    args: &[&str],
+    size: Size,
+    kills: u64,
+    seed: u64,
+) {
+    let grows = size == Size::Grows;
     let test = format!("reshape_survives_kills {} +{add} {args:?}", spec.label());
     let Some(t) = tools(&test, &["nbdcopy", "qemu-img"]) else {
         return;
@@ -164,11 +181,13 @@ fn reshape_survives_kills(spec: Spec, add: usize, args: &[&str], kills: u64, see
     assert_images_identical(&t, &image, s.uri(), &format!("{test}: during the move"));
     wait_reshaped(&s, &test);
     assert_images_identical(&t, &image, s.uri(), &format!("{test}: after the move"));
-    // A client that connects now is told the new size.
+    // A client that connects now is told the new size (the same when the
+    // rows hold as much as before).
     let grown = client_size(&t, &s, &test);
+    let more = s.volume.member_size_bytes / 2;
     assert!(
-        grown > s.volume.size_bytes,
-        "{test}: a new connection sees {grown} bytes, not more than {}",
+        (grown > s.volume.size_bytes + more) == grows && grown >= s.volume.size_bytes,
+        "{test}: a new connection sees {grown} bytes; the volume had {} and grows: {grows}",
         s.volume.size_bytes
     );
     s.stop();
@@ -189,12 +208,19 @@ fn reshape_survives_kills(spec: Spec, add: usize, args: &[&str], kills: u64, see
 
 #[test]
 fn raid5_grows_from_4_to_5_through_20_kills() {
-    reshape_survives_kills(Spec::new("raid5", 4, "64k"), 1, &[], 20, 0x5e5a);
+    reshape_survives_kills(
+        Spec::new("raid5", 4, "64k"),
+        1,
+        &[],
+        Size::Grows,
+        20,
+        0x5e5a,
+    );
 }
 
 #[test]
 fn raid6_grows_from_5_to_6_through_kills() {
-    reshape_survives_kills(Spec::new("raid6", 5, "64k"), 1, &[], 6, 0x5e6b);
+    reshape_survives_kills(Spec::new("raid6", 5, "64k"), 1, &[], Size::Grows, 6, 0x5e6b);
 }
 
 #[test]
@@ -203,43 +229,95 @@ fn raid5_grows_and_changes_interleave_through_kills() {
         Spec::new("raid5", 4, "64k"),
         1,
         &["--interleave", "126s"],
+        Size::Grows,
         6,
         0x5e7c,
     );
 }
 
+/// With no member added, each window's old rows are saved first in every
+/// member's reserved area (before the data offset), and a kill in the
+/// window puts them back.
+#[test]
+fn raid5_changes_its_interleave_in_place_through_kills() {
+    reshape_survives_kills(
+        Spec::new("raid5", 4, "64k"),
+        0,
+        &["--interleave", "128k"],
+        Size::Keeps,
+        6,
+        0x5eaf,
+    );
+}
+
+/// RAID-5 to RAID-6 in its ordinary layout (Q spread over the members,
+/// not the `_6` layout's Q on the added one): the rows hold as much data
+/// as before, so every window keeps a backup, as for an interleave change.
+#[test]
+fn raid5_restripes_into_ordinary_raid6_through_kills() {
+    reshape_survives_kills(
+        Spec::new("raid5", 4, "64k"),
+        1,
+        &["--level", "raid6", "--layout", "left-symmetric"],
+        Size::Keeps,
+        4,
+        0x5eb0,
+    );
+}
+
 #[test]
 fn stripe_and_raid10_grow_by_two() {
-    reshape_survives_kills(Spec::new("stripe", 3, "64k"), 2, &[], 3, 0x5e8d);
-    reshape_survives_kills(Spec::new("raid10", 4, "64k"), 2, &[], 3, 0x5e9e);
+    reshape_survives_kills(
+        Spec::new("stripe", 3, "64k"),
+        2,
+        &[],
+        Size::Grows,
+        3,
+        0x5e8d,
+    );
+    reshape_survives_kills(
+        Spec::new("raid10", 4, "64k"),
+        2,
+        &[],
+        Size::Grows,
+        3,
+        0x5e9e,
+    );
 }
 
 #[test]
 fn fio_verifies_its_writes_while_the_volume_grows() {
-    fio_verifies_during(Spec::new("raid5", 4, "64k"), &[]);
+    fio_verifies_during(Spec::new("raid5", 4, "64k"), 1, &[]);
 }
 
 #[test]
 fn fio_verifies_its_writes_while_a_raid6_grows() {
-    fio_verifies_during(Spec::new("raid6", 5, "64k"), &[]);
+    fio_verifies_during(Spec::new("raid6", 5, "64k"), 1, &[]);
 }
 
 #[test]
 fn fio_verifies_its_writes_while_the_interleave_changes() {
-    fio_verifies_during(Spec::new("raid5", 4, "64k"), &["--interleave", "126s"]);
+    fio_verifies_during(Spec::new("raid5", 4, "64k"), 1, &["--interleave", "126s"]);
 }
 
-/// fio writes and verifies half the volume while it is reshaped (one
-/// member added, with `args`); the other half keeps what was written.
-fn fio_verifies_during(spec: Spec, args: &[&str]) {
-    let test = &format!("fio_verifies_during {} +1 {args:?}", spec.label());
+/// 64k to 126 sectors on the same members holds fewer bytes (the rows
+/// are shorter), which is refused as a shrink; 64k to 32k holds as many.
+#[test]
+fn fio_verifies_its_writes_while_the_interleave_changes_in_place() {
+    fio_verifies_during(Spec::new("raid5", 4, "64k"), 0, &["--interleave", "32k"]);
+}
+
+/// fio writes and verifies half the volume while it is reshaped (`add`
+/// members added, with `args`); the other half keeps what was written.
+fn fio_verifies_during(spec: Spec, add: usize, args: &[&str]) {
+    let test = &format!("fio_verifies_during {} +{add} {args:?}", spec.label());
     let Some(t) = tools_with_fio_nbd(test, &["fio", "nbdcopy", "qemu-img"]) else {
         return;
     };
     let mut s = Server::start(Volume::create(spec, 48 * MIB));
     let image = fill(&t, &s, 0xf10, test);
     s.stop();
-    reshape(&mut s, 1, args, test);
+    reshape(&mut s, add, args, test);
     s.start_again_unchecked();
     slow_down(&s, test);
     // fio writes the second half and reads every block back with its
@@ -351,19 +429,22 @@ fn bad_reshapes_are_refused_and_change_nothing() {
         "a degraded volume",
         "needs every member",
     );
+    // Every window of 1M stripes needs a backup of 1 MiB per member;
+    // the members keep 1 MiB before their data, the label and bitmap in it.
     refused(
-        platter(&["reshape", "--interleave", "32k"]).args(&members),
-        "an interleave change with no member to keep the backup",
-        "add more members",
+        platter(&["reshape", "--interleave", "1M"]).args(&members),
+        "an interleave change whose backup does not fit",
+        "ask for a smaller interleave",
     );
-    let blank = dir.join("blank").to_str().unwrap().to_string();
-    std::fs::write(&blank, vec![0u8; s.volume.member_size_bytes as usize]).unwrap();
     refused(
-        platter(&["reshape", "--level", "raid6", "--interleave", "32k"])
-            .args(["--add", &blank])
-            .args(&members),
-        "raid5 to raid6 with one member added and a new interleave",
-        "does not pull ahead",
+        platter(&["reshape", "--interleave", "126s"]).args(&members),
+        "an interleave change that holds less",
+        "shrinking is not a reshape",
+    );
+    refused(
+        platter(&["reshape", "--level", "raid6"]).args(&members),
+        "raid5 to raid6 on the same members",
+        "shrinking is not a reshape",
     );
     assert_eq!(
         labels(&members),
@@ -451,6 +532,36 @@ fn a_running_volume_grows_through_its_control_socket() {
     s.stop();
     s.start_again();
     assert!(live_status(&s)["reshape"].is_null());
+    assert_images_identical(&t, &image, s.uri(), &format!("{test}: after a restart"));
+    s.stop();
+}
+
+/// An interleave change on a running volume with no member added: every
+/// window keeps a backup in the members' reserved areas.
+#[test]
+fn a_running_volume_changes_its_interleave_through_its_control_socket() {
+    let test = "a_running_volume_changes_its_interleave_through_its_control_socket";
+    let Some(t) = tools(test, &["nbdcopy", "qemu-img"]) else {
+        return;
+    };
+    let mut s = Server::start(Volume::create(Spec::new("raid6", 5, "64k"), 48 * MIB));
+    let image = fill(&t, &s, 0x9a1, test);
+    slow_down(&s, test);
+    let out = run_ok(
+        &mut platter(&["reshape", "--control", &s.control(), "--interleave", "256k"]),
+        CMD_TIMEOUT,
+        test,
+    );
+    assert!(out.stdout.contains("reshape started"), "{}", out.stdout);
+    let st = live_status(&s);
+    assert_eq!(st["reshape"]["finished"], serde_json::json!(false), "{st}");
+    assert_images_identical(&t, &image, s.uri(), &format!("{test}: during the move"));
+    wait_reshaped(&s, test);
+    let st = live_status(&s);
+    assert_eq!(st["interleave_bytes"], serde_json::json!(256 << 10), "{st}");
+    assert_check_clean(&s, test);
+    s.stop();
+    s.start_again();
     assert_images_identical(&t, &image, s.uri(), &format!("{test}: after a restart"));
     s.stop();
 }

@@ -9,7 +9,9 @@
 
 use platter_core::geometry::{Geometry, GeometrySpec};
 use platter_core::level::{Level, ParityLayout};
-use platter_core::reshape::{Plan, Reshape, Span, Step, UndoError, UndoRecord, UNDO_HEADER_BYTES};
+use platter_core::reshape::{
+    Plan, Reshape, Span, Step, UndoArea, UndoError, UndoRecord, UNDO_HEADER_BYTES,
+};
 
 struct Rng(u64);
 
@@ -29,7 +31,9 @@ impl Rng {
     }
 }
 
-const DATA_OFFSET: u64 = 4096;
+/// As `platter create`'s: the room before it keeps each member's undo
+/// record when the new layout never pulls ahead of the old one.
+const DATA_OFFSET: u64 = 1 << 20;
 /// What the undo records of the model's one volume and reshape carry.
 const VOLUME_UUID: [u8; 16] = [7; 16];
 const RESHAPE_ID: u64 = 1;
@@ -198,7 +202,20 @@ fn pick_case(rng: &mut Rng) -> Case {
         4 => (Level::Mirror, 2, Level::Raid5),
         _ => (Level::Raid5, 3 + rng.below(2) as u32, Level::Raid6),
     };
-    let added = 1 + rng.below(2) as u32;
+    // A quarter add no member: an interleave change (or RAID-5 to RAID-6
+    // in the ordinary layout, which holds no more data per row), every
+    // window kept in a backup in the members' reserved areas.
+    let added_none = rng.chance(4);
+    let il_new = if added_none && il_new == il_old && old_level == new_level {
+        interleaves[(rng.below(2) + 1) as usize].max(il_old * 2)
+    } else {
+        il_new
+    };
+    let added = if added_none && old_level == new_level {
+        0
+    } else {
+        1 + rng.below(2) as u32
+    };
     Case {
         old: geometry(old_level, old_n, il_old, member_bytes),
         new: geometry(new_level, old_n + added, il_new, member_bytes),
@@ -211,26 +228,36 @@ fn undo_write(
     position_bytes: u64,
     span: Span,
 ) -> Result<(), Crashed> {
-    let (slot, start, _) = plan.undo_area().expect("a plan that saves undo records");
-    let images = (0..plan.old().members())
-        .map(|m| {
-            disks
-                .read(
-                    m,
-                    DATA_OFFSET + span.start_bytes,
-                    span.end_bytes - span.start_bytes,
-                )
-                .to_vec()
-        })
-        .collect();
-    let record = UndoRecord {
+    let area = plan.undo_area().expect("a plan that saves undo records");
+    let image = |disks: &mut Disks, m: u32| {
+        disks
+            .read(
+                m,
+                DATA_OFFSET + span.start_bytes,
+                span.end_bytes - span.start_bytes,
+            )
+            .to_vec()
+    };
+    let record = |first_slot, images| UndoRecord {
         volume_uuid: VOLUME_UUID,
         reshape_id: RESHAPE_ID,
         position_bytes,
         span,
+        first_slot,
         images,
     };
-    disks.write(slot, DATA_OFFSET + start, &record.encode())?;
+    match area {
+        UndoArea::Added { slot, .. } => {
+            let images = (0..plan.old().members()).map(|m| image(disks, m)).collect();
+            disks.write(slot, area.offset_bytes(), &record(0, images).encode())?;
+        }
+        UndoArea::Reserved { .. } => {
+            for m in 0..plan.old().members() {
+                let images = vec![image(disks, m)];
+                disks.write(m, area.offset_bytes(), &record(m, images).encode())?;
+            }
+        }
+    }
     disks.flush();
     Ok(())
 }
@@ -238,31 +265,36 @@ fn undo_write(
 /// What a restart does before resuming: puts back the undo record's
 /// image if the labels stand at its position.
 fn undo_replay(disks: &mut Disks, plan: &Plan, labels: &Labels) -> Result<bool, Crashed> {
-    let Some((slot, start, bytes)) = plan.undo_area() else {
+    let Some(area) = plan.undo_area() else {
         return Ok(false);
     };
-    let raw = disks.read(slot, DATA_OFFSET + start, bytes).to_vec();
-    let Ok(record) = UndoRecord::decode(&raw) else {
-        return Ok(false);
-    };
-    if !record.is_for(VOLUME_UUID, RESHAPE_ID, labels.durable_bytes) {
-        return Ok(false);
+    let mut put_back = false;
+    for slot in area.holders(plan.old().members()) {
+        let raw = disks.read(slot, area.offset_bytes(), area.bytes()).to_vec();
+        let Ok(record) = UndoRecord::decode(&raw) else {
+            continue;
+        };
+        if !record.is_for(VOLUME_UUID, RESHAPE_ID, labels.durable_bytes) {
+            continue;
+        }
+        for (m, image) in record.slot_images() {
+            disks.write(m, DATA_OFFSET + record.span.start_bytes, image)?;
+        }
+        disks.flush();
+        // Put back once: clients may write the window again before the
+        // next record, and a later restart must not find this image still
+        // good. (Found at 3,000 seeds: a second record for the same
+        // window, torn by a crash, left this one to be put back over a
+        // client's flushed write.)
+        disks.write(
+            slot,
+            area.offset_bytes(),
+            &[0u8; UNDO_HEADER_BYTES as usize],
+        )?;
+        disks.flush();
+        put_back = true;
     }
-    for (m, image) in record.images.iter().enumerate() {
-        disks.write(m as u32, DATA_OFFSET + record.span.start_bytes, image)?;
-    }
-    disks.flush();
-    // Put back once: clients may write the window again before the next
-    // record, and a later restart must not find this image still good.
-    // (Found at 3,000 seeds: a second record for the same window, torn by
-    // a crash, left this one to be put back over a client's flushed write.)
-    disks.write(
-        slot,
-        DATA_OFFSET + start,
-        &[0u8; UNDO_HEADER_BYTES as usize],
-    )?;
-    disks.flush();
-    Ok(true)
+    Ok(put_back)
 }
 
 /// Volume bytes through the layout the reshape says each is in.
@@ -309,10 +341,13 @@ fn check_volume(disks: &Disks, rs: &Reshape, model: &[u8], when: &str) {
 }
 
 /// One seed's run: `Some(crashes)` or `None` when the case is refused.
-fn run_seed(seed: u64) -> Option<(u64, u64)> {
+/// One seed's run: `Some((crashes, undos, in place))` or `None` when the
+/// case is refused; in place: every window keeps a backup in the members'
+/// reserved areas.
+fn run_seed(seed: u64) -> Option<(u64, u64, bool)> {
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let case = pick_case(&mut rng);
-    let plan = Plan::new(case.old.clone(), case.new.clone()).ok()?;
+    let plan = Plan::new(case.old.clone(), case.new.clone(), 4096).ok()?;
     let window_max = 1 + rng.below(4);
     let old_size = case.old.volume_size_bytes();
     let member_bytes = case.new.spec().member_data_bytes[0];
@@ -359,6 +394,7 @@ fn run_seed(seed: u64) -> Option<(u64, u64)> {
                 Step::SaveUndo {
                     position_bytes,
                     span,
+                    ..
                 } => {
                     undo_write(&mut disks, rs.plan(), position_bytes, span)?;
                     rs.undo_saved(position_bytes);
@@ -450,7 +486,8 @@ fn run_seed(seed: u64) -> Option<(u64, u64)> {
             );
         }
     }
-    Some((crashes, undos))
+    let in_place = matches!(plan.undo_area(), Some(UndoArea::Reserved { .. }));
+    Some((crashes, undos, in_place))
 }
 
 fn seeds() -> u64 {
@@ -462,15 +499,26 @@ fn seeds() -> u64 {
 
 #[test]
 fn crashes_at_any_write_of_a_reshape_lose_nothing() {
-    let (mut ran, mut crashes, mut undos) = (0, 0, 0);
+    let (mut ran, mut crashes, mut undos, mut in_place, mut in_place_undos) = (0, 0, 0, 0, 0);
     for seed in 0..seeds() {
-        if let Some((c, u)) = run_seed(seed) {
+        if let Some((c, u, here)) = run_seed(seed) {
             ran += 1;
             crashes += c;
             undos += u;
+            if here {
+                in_place += 1;
+                in_place_undos += u;
+            }
         }
     }
-    eprintln!("reshape model: {ran} seeds ran, {crashes} crashes, {undos} undo records put back");
+    eprintln!(
+        "reshape model: {ran} seeds ran, {crashes} crashes, {undos} undo records put back; \
+         {in_place} in place ({in_place_undos} of their undo records put back)"
+    );
+    assert!(
+        in_place >= ran / 10 && in_place_undos > 0,
+        "only {in_place} runs ({in_place_undos} undos) kept backups in the reserved areas"
+    );
     // The test must have done something: most cases are accepted, crash,
     // and some crashes land where a backup is all that is left.
     assert!(ran >= seeds() / 2, "only {ran} cases accepted");
@@ -485,30 +533,38 @@ fn a_grow_needs_a_backup_only_at_its_start() {
     // [3s, 3s + 3): not yet moved until s >= 3.
     let old = geometry(Level::Raid5, 4, 4096, 64 * 4096);
     let new = geometry(Level::Raid5, 5, 4096, 64 * 4096);
-    let plan = Plan::new(old, new).expect("a grow is planned");
+    let plan = Plan::new(old, new, 4096).expect("a grow is planned");
     let sb = plan.stripe_bytes();
     let critical: Vec<u64> = (0..plan.new_geometry().stripes())
         .filter(|&s| plan.safe_stripes(s, s * sb, 1) == 0)
         .collect();
     assert_eq!(critical, vec![0, 1, 2]);
-    let (slot, start, bytes) = plan.undo_area().expect("an undo area");
+    let Some(UndoArea::Added {
+        slot,
+        offset_bytes,
+        bytes,
+    }) = plan.undo_area()
+    else {
+        panic!("a grow keeps its backup on the added member");
+    };
     assert_eq!(slot, 4);
+    let start = offset_bytes - DATA_OFFSET;
     assert!(start + bytes <= 64 * 4096 && start >= 32 * 4096);
 }
 
 #[test]
 fn reshapes_that_cannot_be_done_in_place_are_refused() {
     let g = |level, n, il| geometry(level, n, il, 64 * 4096);
-    // Same data disks, no member to hold a backup.
-    assert!(Plan::new(g(Level::Raid5, 4, 4096), g(Level::Raid6, 4, 4096)).is_err());
+    // Fewer data disks: smaller.
+    assert!(Plan::new(g(Level::Raid5, 4, 4096), g(Level::Raid6, 4, 4096), 4096).is_err());
     // Fewer members.
-    assert!(Plan::new(g(Level::Stripe, 4, 4096), g(Level::Stripe, 3, 4096)).is_err());
+    assert!(Plan::new(g(Level::Stripe, 4, 4096), g(Level::Stripe, 3, 4096), 4096).is_err());
     // Concat moves nothing: grown another way.
-    assert!(Plan::new(g(Level::Concat, 2, 4096), g(Level::Concat, 3, 4096)).is_err());
+    assert!(Plan::new(g(Level::Concat, 2, 4096), g(Level::Concat, 3, 4096), 4096).is_err());
     // Smaller.
-    assert!(Plan::new(g(Level::Stripe, 4, 4096), g(Level::Raid6, 4, 4096)).is_err());
+    assert!(Plan::new(g(Level::Stripe, 4, 4096), g(Level::Raid6, 4, 4096), 4096).is_err());
     // A grow with an added member is accepted.
-    assert!(Plan::new(g(Level::Stripe, 4, 4096), g(Level::Stripe, 5, 4096)).is_ok());
+    assert!(Plan::new(g(Level::Stripe, 4, 4096), g(Level::Stripe, 5, 4096), 4096).is_ok());
 }
 
 #[test]
@@ -521,6 +577,7 @@ fn a_torn_or_foreign_undo_record_is_not_a_record() {
             start_bytes: 0,
             end_bytes: 512,
         },
+        first_slot: 2,
         images: vec![vec![3; 512], vec![4; 512]],
     };
     let b = r.encode();

@@ -6,13 +6,15 @@
 //! was written; after every restart each byte must read back as written,
 //! or (for a write that no flush covered) as before it; at the end the
 //! new layout's volume holds everything and its redundancy agrees.
-//! Seeds: `PLATTER_SIM_SEEDS` (default 200).
+//! Seeds: `PLATTER_SIM_SEEDS` (default 200), from `PLATTER_SIM_SEED_FIRST`
+//! (default 0); `PLATTER_SIM_DEBUG` prints each seed's layouts (to run a
+//! failing seed again).
 
 use bytes::Bytes;
 use platter_core::geometry::{Geometry, GeometrySpec};
 use platter_core::level::{Level, ParityLayout};
 use platter_core::reshape::{
-    Action, Plan, Reshape, Reshaping, Setup, UndoRecord, UNDO_HEADER_BYTES,
+    Action, Plan, Reshape, Reshaping, Setup, UndoArea, UndoRecord, UNDO_HEADER_BYTES,
 };
 use platter_core::volume::{
     Completion, Event, Health, IoError, IoErrorKind, IoResult, Limits, Maintenance, MemberIo,
@@ -22,16 +24,34 @@ use platter_testkit::volatile::VolatileDisk;
 use platter_testkit::Rng;
 use std::collections::BTreeMap;
 
-const DATA_OFFSET: u64 = 4096;
+/// As `platter create`'s: the room before it keeps each member's undo
+/// record when the new layout never pulls ahead of the old one.
+const DATA_OFFSET: u64 = 1 << 20;
 const VOLUME_UUID: [u8; 16] = [9; 16];
 const RESHAPE_ID: u64 = 3;
 /// Client requests in flight at once.
 const CLIENTS_MAX: usize = 4;
 
 fn geometry(level: Level, members: u32, interleave: u64, member_bytes: u64) -> Geometry {
+    geometry_laid(
+        level,
+        members,
+        interleave,
+        member_bytes,
+        ParityLayout::LeftSymmetric,
+    )
+}
+
+fn geometry_laid(
+    level: Level,
+    members: u32,
+    interleave: u64,
+    member_bytes: u64,
+    parity_layout: ParityLayout,
+) -> Geometry {
     Geometry::new(GeometrySpec {
         level,
-        parity_layout: ParityLayout::LeftSymmetric,
+        parity_layout,
         copies: match level {
             Level::Mirror => members,
             Level::Raid10 => 2,
@@ -74,14 +94,40 @@ fn pick_case(rng: &mut Rng) -> (Geometry, Geometry) {
             (old, old.min_members() + rng.below(3) as u32, new)
         }
     };
-    let added = 1 + rng.below(2) as u32;
+    // A quarter add no member: an interleave or parity layout change,
+    // whose every window keeps a backup in the members' reserved areas.
+    // (Seed 496 found clients let onto a window while its images were
+    // read: the window held as many stripes as the area, the range kept
+    // off only the fewest that could go; a flushed write read back old.)
+    let added = if rng.chance(25) {
+        0
+    } else {
+        1 + rng.below(2) as u32
+    };
+    let layouts = [
+        ParityLayout::LeftAsymmetric,
+        ParityLayout::RightAsymmetric,
+        ParityLayout::LeftSymmetric,
+        ParityLayout::RightSymmetric,
+    ];
+    let (il_new, layout_new) = if added == 0 && new_level.is_parity() && rng.chance(50) {
+        (il_new, layouts[rng.below(4) as usize])
+    } else if added == 0 && il_new == il_old {
+        (
+            interleaves[(rng.below(2) + 1) as usize].max(il_old * 2),
+            ParityLayout::LeftSymmetric,
+        )
+    } else {
+        (il_new, ParityLayout::LeftSymmetric)
+    };
     (
         geometry(old_level, old_n, il_old, member_bytes),
-        geometry(
+        geometry_laid(
             new_level,
             (old_n + added).max(new_level.min_members()),
             il_new,
             member_bytes,
+            layout_new,
         ),
     )
 }
@@ -389,25 +435,30 @@ impl Run {
     /// What a restart does before resuming: the undo record's image put
     /// back (and the record erased) when the labels stand at its position.
     fn undo_replay(&mut self) {
-        let Some((slot, start, bytes)) = self.plan.undo_area() else {
+        let Some(area) = self.plan.undo_area() else {
             return;
         };
-        let raw = self.host.disks[slot as usize].read(DATA_OFFSET + start, bytes);
-        let Ok(record) = UndoRecord::decode(&raw) else {
-            return;
-        };
-        if !record.is_for(VOLUME_UUID, RESHAPE_ID, self.host.durable_bytes) {
-            return;
+        for slot in area.holders(self.plan.old().members()) {
+            if self.host.failed == Some(slot) {
+                continue;
+            }
+            let raw = self.host.disks[slot as usize].read(area.offset_bytes(), area.bytes());
+            let Ok(record) = UndoRecord::decode(&raw) else {
+                continue;
+            };
+            if !record.is_for(VOLUME_UUID, RESHAPE_ID, self.host.durable_bytes) {
+                continue;
+            }
+            for (m, image) in record.slot_images() {
+                let at = DATA_OFFSET + record.span.start_bytes;
+                self.host.write_through(m, at, image);
+            }
+            self.undos += 1;
+            // Put back once: clients may write the window again before the
+            // next record (docs/reshape.md).
+            let erase = [0u8; UNDO_HEADER_BYTES as usize];
+            self.host.write_through(slot, area.offset_bytes(), &erase);
         }
-        for (m, image) in record.images.iter().enumerate() {
-            let at = DATA_OFFSET + record.span.start_bytes;
-            self.host.write_through(m as u32, at, image);
-        }
-        self.undos += 1;
-        // Put back once: clients may write the window again before the
-        // next record (docs/reshape.md).
-        let erase = [0u8; UNDO_HEADER_BYTES as usize];
-        self.host.write_through(slot, DATA_OFFSET + start, &erase);
     }
 
     /// Runs one request of a restart to its end, I/Os in order.
@@ -495,15 +546,27 @@ struct Tally {
     persists: u64,
     failed_members: u64,
     reads: u64,
+    /// Runs whose every window keeps a backup in the members' reserved
+    /// areas, and their undo records put back.
+    in_place: u64,
+    in_place_undos: u64,
 }
 
 /// One seed's run, added to `t`; false when the case is refused.
 fn run_seed(seed: u64, t: &mut Tally) -> bool {
     let mut rng = Rng::new(seed);
     let (old, new) = pick_case(&mut rng);
-    let Ok(plan) = Plan::new(old.clone(), new.clone()) else {
+    let Ok(plan) = Plan::new(old.clone(), new.clone(), 4096) else {
         return false;
     };
+    if std::env::var("PLATTER_SIM_DEBUG").is_ok() {
+        eprintln!(
+            "seed {seed}: {:?}\n -> {:?}\n undo {:?}",
+            old.spec(),
+            new.spec(),
+            plan.undo_area()
+        );
+    }
     let crashing = rng.chance(50);
     let redundant = old.redundancy() > 0 && new.redundancy() > 0;
     let fail_at = (!crashing && redundant).then(|| rng.below(400));
@@ -607,12 +670,24 @@ fn run_seed(seed: u64, t: &mut Tally) -> bool {
         }
     }
     t.ran += 1;
+    if let Some(UndoArea::Reserved { .. }) = run.plan.undo_area() {
+        t.in_place += 1;
+        t.in_place_undos += run.undos;
+    }
     t.crashes += run.crashes;
     t.undos += run.undos;
     t.persists += run.persists;
     t.failed_members += u64::from(run.host.failed.is_some());
     t.reads += run.reads;
     true
+}
+
+/// `PLATTER_SIM_SEED_FIRST`: where the seeds start (to run one again).
+fn first_seed() -> u64 {
+    std::env::var("PLATTER_SIM_SEED_FIRST")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
 }
 
 fn seeds() -> u64 {
@@ -625,13 +700,26 @@ fn seeds() -> u64 {
 #[test]
 fn a_reshape_under_client_load_survives_crashes_and_a_failed_member() {
     let mut t = Tally::default();
-    for seed in 0..seeds() {
+    for seed in first_seed()..first_seed() + seeds() {
         run_seed(seed, &mut t);
     }
     eprintln!(
         "live reshape: {} seeds ran, {} crashes, {} undo records put back, {} persists, {} runs \
-         with a failed member, {} client reads checked",
-        t.ran, t.crashes, t.undos, t.persists, t.failed_members, t.reads
+         with a failed member, {} client reads checked; {} runs in place ({} of their undo \
+         records put back)",
+        t.ran,
+        t.crashes,
+        t.undos,
+        t.persists,
+        t.failed_members,
+        t.reads,
+        t.in_place,
+        t.in_place_undos
+    );
+    assert!(
+        t.in_place >= t.ran / 10,
+        "only {} runs kept their backups in the reserved areas",
+        t.in_place
     );
     // The test must have done something: most cases are accepted, crash
     // or lose a member, and some crashes land where only the backup helps.
@@ -651,6 +739,10 @@ fn a_reshape_under_client_load_survives_crashes_and_a_failed_member() {
         t.undos > 0 || seeds() < 100,
         "no crash needed the undo record"
     );
+    assert!(
+        t.in_place_undos > 0 || seeds() < 100,
+        "no crash needed a member's own undo record"
+    );
 }
 
 #[test]
@@ -664,7 +756,7 @@ fn a_read_on_a_window_ends_before_the_window_is_written() {
     let il = 4096;
     let old = geometry(Level::Raid5, 4, il, 64 * il);
     let new = geometry(Level::Raid5, 5, il, 64 * il);
-    let plan = Plan::new(old.clone(), new.clone()).expect("a grow");
+    let plan = Plan::new(old.clone(), new.clone(), 4096).expect("a grow");
     let mut host = Host::new(5, 64 * il);
     let size = old.volume_size_bytes();
     let model: Vec<u8> = (0..size).map(|i| (i / 512 * 7 + i) as u8).collect();
@@ -821,7 +913,7 @@ fn a_reshape_whose_backup_member_fails_stops_and_serves_on() {
     let il = 4096;
     let old = geometry(Level::Raid5, 4, il, 64 * il);
     let new = geometry(Level::Raid5, 5, il, 64 * il);
-    let plan = Plan::new(old.clone(), new.clone()).expect("a grow");
+    let plan = Plan::new(old.clone(), new.clone(), 4096).expect("a grow");
     let mut host = Host::new(5, 64 * il);
     let size = old.volume_size_bytes();
     let mut model: Vec<u8> = (0..size).map(|i| (i / 512 * 13 + i) as u8).collect();

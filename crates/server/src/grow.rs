@@ -11,7 +11,8 @@ use platter_core::geometry::Geometry;
 use platter_core::intent::{IntentLayout, RegionSet};
 use platter_core::label::Label;
 use platter_core::reshape::{
-    q_member_label, q_on_added_member, refuse_to_begin, reshaped_label, target, Asked, Plan,
+    q_member_label, q_on_added_member, refuse_to_begin, reserved_from_bytes, reshaped_label,
+    target, Asked, Plan,
 };
 use platter_core::volume::{CacheLimits, Health, Volume};
 use platter_io::Member;
@@ -66,7 +67,8 @@ impl Manager {
                     .into(),
             );
         }
-        let plan = Plan::new(old.clone(), new.clone())
+        let reserved = reserved_from_bytes(&old, &new, label.intent_region_stripes);
+        let plan = Plan::new(old.clone(), new.clone(), reserved)
             .map_err(|e| format!("cannot reshape in place: {e}"))?;
         if label.intent_region_stripes > 0 && new.redundancy() > 0 {
             platter_core::intent::IntentLayout::new(&new, label.intent_region_stripes)

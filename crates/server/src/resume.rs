@@ -7,7 +7,9 @@ use crate::server::{ServeConfig, ServeError};
 use crate::startup::Opened;
 use platter_core::geometry::Geometry;
 use platter_core::label::ReshapeRecord;
-use platter_core::reshape::{Plan, Reshape, Reshaping, Setup, UndoRecord, UNDO_HEADER_BYTES};
+use platter_core::reshape::{
+    reserved_from_bytes, Plan, Reshape, Reshaping, Setup, UndoArea, UndoRecord, UNDO_HEADER_BYTES,
+};
 use platter_core::volume::{Health, Limits};
 use platter_io::Member;
 use std::sync::Arc;
@@ -48,7 +50,9 @@ pub(crate) fn reshaping(
                 .into(),
         );
     }
-    let plan = Plan::new(old, opened.assembly.geometry.clone())
+    let new = opened.assembly.geometry.clone();
+    let reserved = reserved_from_bytes(&old, &new, label.intent_region_stripes);
+    let plan = Plan::new(old, new, reserved)
         .map_err(|e| ServeError::Refused(format!("the labels' reshape cannot go on: {e}")))?;
     let sb = plan.stripe_bytes();
     if record.position_bytes > plan.total_bytes()
@@ -113,7 +117,9 @@ pub(crate) fn driven(
 /// record's position, so the window's member bytes are put back as they
 /// were before it, flushed, and the record erased (put back once: clients
 /// may write the window again before the next record). A record for
-/// another window, reshape or volume, or a torn one, is left alone.
+/// another window, reshape or volume, or a torn one, is left alone. Where
+/// each member keeps its own record, each is put back on its own: a crash
+/// part way leaves the rest for the next restart.
 pub fn put_back_undo(
     members: &[Option<Arc<dyn Member>>],
     health: &[Health],
@@ -121,51 +127,69 @@ pub fn put_back_undo(
     volume_uuid: [u8; 16],
     record: &ReshapeRecord,
 ) -> Result<(), ServeError> {
-    let Some((slot, start, bytes)) = plan.undo_area() else {
+    let Some(area) = plan.undo_area() else {
         return Ok(());
     };
     let data_offset = plan.new_geometry().spec().data_offset_bytes;
-    let Some(holder) = members[slot as usize]
-        .as_ref()
-        .filter(|_| health[slot as usize] == Health::Online)
-    else {
-        if record.position_bytes < plan.total_bytes() {
-            tracing::warn!(
-                slot,
-                "the member that keeps the reshape's backup is not here; if the last stop cut \
-                 a backed-up window short, its bytes are lost"
-            );
-        }
-        return Ok(());
-    };
     let fail = |what: &str, e: &dyn std::fmt::Display| {
         ServeError::Refused(format!("the reshape's backup: {what}: {e}"))
     };
-    let mut raw = vec![0u8; bytes as usize];
-    holder
-        .read_at(data_offset + start, &mut raw)
-        .map_err(|e| fail("cannot read it", &e))?;
-    let Ok(undo) = UndoRecord::decode(&raw) else {
-        return Ok(());
+    let online = |m: u32| {
+        members
+            .get(m as usize)
+            .and_then(Option::as_ref)
+            .filter(|_| health.get(m as usize) == Some(&Health::Online))
     };
-    if !undo.is_for(volume_uuid, record.id, record.position_bytes) {
-        return Ok(());
-    }
-    tracing::warn!(
-        position_bytes = undo.position_bytes,
-        "the last stop cut a backed-up window short: putting its bytes back"
-    );
-    for (m, image) in undo.images.iter().enumerate() {
-        let Some(d) = members[m].as_ref().filter(|_| health[m] == Health::Online) else {
+    for slot in area.holders(plan.old().members()) {
+        let Some(holder) = online(slot) else {
+            if matches!(area, UndoArea::Added { .. }) && record.position_bytes < plan.total_bytes()
+            {
+                tracing::warn!(
+                    slot,
+                    "the member that keeps the reshape's backup is not here; if the last stop \
+                     cut a backed-up window short, its bytes are lost"
+                );
+            }
             continue;
         };
-        d.write_at(data_offset + undo.span.start_bytes, image)
-            .and_then(|()| d.flush())
-            .map_err(|e| fail(&format!("cannot put back member {m}'s bytes"), &e))?;
+        let mut raw = vec![0u8; area.bytes() as usize];
+        holder
+            .read_at(area.offset_bytes(), &mut raw)
+            .map_err(|e| fail(&format!("cannot read it on member {slot}"), &e))?;
+        let Ok(undo) = UndoRecord::decode(&raw) else {
+            continue;
+        };
+        if !undo.is_for(volume_uuid, record.id, record.position_bytes) {
+            continue;
+        }
+        tracing::warn!(
+            slot,
+            position_bytes = undo.position_bytes,
+            "the last stop cut a backed-up window short: putting its bytes back"
+        );
+        for (m, image) in undo.slot_images() {
+            if m >= plan.old().members() {
+                return Err(fail(
+                    &format!("the record on member {slot}"),
+                    &format!("it images slot {m}, past the old layout's members"),
+                ));
+            }
+            let Some(d) = online(m) else {
+                continue;
+            };
+            d.write_at(data_offset + undo.span.start_bytes, image)
+                .and_then(|()| d.flush())
+                .map_err(|e| fail(&format!("cannot put back member {m}'s bytes"), &e))?;
+        }
+        holder
+            .write_at(area.offset_bytes(), &[0u8; UNDO_HEADER_BYTES as usize])
+            .and_then(|()| holder.flush())
+            .map_err(|e| {
+                fail(
+                    &format!("cannot erase it on member {slot} once put back"),
+                    &e,
+                )
+            })?;
     }
-    holder
-        .write_at(data_offset + start, &[0u8; UNDO_HEADER_BYTES as usize])
-        .and_then(|()| holder.flush())
-        .map_err(|e| fail("cannot erase it once put back", &e))?;
     Ok(())
 }

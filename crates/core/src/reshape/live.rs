@@ -22,7 +22,7 @@
 //! parity made to agree with the data as it stands): its stripes, of the
 //! new layout, are resynced through whichever layout holds each byte.
 
-use super::{Reshape, Span, Step, UndoRecord};
+use super::{Reshape, Span, Step, UndoArea, UndoRecord};
 use crate::geometry::Geometry;
 use crate::volume::{
     CheckReport, Completion, ErrorKind, Event, Health, IdMap, IoId, IoResult, Limits, Maintenance,
@@ -143,10 +143,12 @@ enum Work {
         images: Vec<Vec<u8>>,
         left: u32,
     },
-    /// Writing the record, then flushing its member.
+    /// Writing the record (or each member's own), then flushing the
+    /// members written; `left` I/Os of the phase outstanding.
     UndoWriting {
         position_bytes: u64,
         flushing: bool,
+        left: u32,
     },
     Finished,
     Stuck,
@@ -156,7 +158,7 @@ enum Work {
 #[derive(Clone, Copy)]
 enum OwnIo {
     Image { member: u32 },
-    Record,
+    Record { member: u32 },
 }
 
 pub struct Reshaping {
@@ -502,7 +504,6 @@ impl Reshaping {
 
     /// The window the current work keeps clients off, if any.
     fn window(&self) -> Option<(u64, u64)> {
-        let sb = self.rs.plan().stripe_bytes();
         match self.work {
             Work::Draining(Step::Copy {
                 position_bytes,
@@ -516,14 +517,21 @@ impl Reshaping {
                 position_bytes,
                 len_bytes,
             } => Some((position_bytes, len_bytes)),
-            Work::Draining(Step::SaveUndo { position_bytes, .. })
-            | Work::UndoReading { position_bytes, .. }
-            | Work::UndoWriting { position_bytes, .. } => {
-                // The window the record is for: its copy follows.
-                let stripes = self.rs.plan().critical_window(position_bytes / sb)?;
-                let end = (position_bytes + stripes * sb).min(self.rs.plan().total_bytes());
-                Some((position_bytes, end - position_bytes))
-            }
+            Work::Draining(Step::SaveUndo {
+                position_bytes,
+                len_bytes,
+                ..
+            }) => Some((position_bytes, len_bytes)),
+            // The window the record is for: its copy follows. The step
+            // comes back the same until the record is saved.
+            Work::UndoReading { .. } | Work::UndoWriting { .. } => match self.rs.next_step() {
+                Step::SaveUndo {
+                    position_bytes,
+                    len_bytes,
+                    ..
+                } => Some((position_bytes, len_bytes)),
+                other => unreachable!("saving an undo record while the next step is {other:?}"),
+            },
             _ => None,
         }
     }
@@ -757,6 +765,7 @@ impl Reshaping {
             Step::SaveUndo {
                 position_bytes,
                 span,
+                ..
             } => self.read_images(position_bytes, span),
             other => unreachable!("{other:?} has no window"),
         }
@@ -884,33 +893,84 @@ impl Reshaping {
         else {
             unreachable!("the record is written after its images are read");
         };
-        let record = UndoRecord {
+        let images = std::mem::take(images);
+        let record = |first_slot: u32, images: Vec<Vec<u8>>| UndoRecord {
             volume_uuid: self.setup.volume_uuid,
             reshape_id: self.setup.reshape_id,
             position_bytes,
             span,
-            images: std::mem::take(images),
+            first_slot,
+            images,
         };
-        let (slot, start, _) = self
+        let area = self
             .rs
             .plan()
             .undo_area()
             .expect("a step that saves an undo record has an undo area");
-        if self.new.health()[slot as usize] != Health::Online {
-            return self.stuck(
-                position_bytes,
-                format!("member {slot}, which keeps the reshape's backup, is out of use"),
-            );
-        }
-        let op = MemberOp::Write {
-            offset_bytes: self.new.geometry().spec().data_offset_bytes + start,
-            data: record.encode().into(),
+        let records: Vec<(u32, UndoRecord)> = match area {
+            UndoArea::Added { slot, .. } => {
+                if self.new.health()[slot as usize] != Health::Online {
+                    return self.stuck(
+                        position_bytes,
+                        format!("member {slot}, which keeps the reshape's backup, is out of use"),
+                    );
+                }
+                vec![(slot, record(0, images))]
+            }
+            // A member out of use has no bytes worth keeping, nor a place
+            // to keep them.
+            UndoArea::Reserved { .. } => (0u32..)
+                .zip(images)
+                .filter(|(m, _)| self.old.health()[*m as usize] == Health::Online)
+                .map(|(m, image)| (m, record(m, vec![image])))
+                .collect(),
         };
-        self.own_io(slot, op, OwnIo::Record);
         self.work = Work::UndoWriting {
             position_bytes,
             flushing: false,
+            left: records.len() as u32,
         };
+        if records.is_empty() {
+            return self.undo_phase_done();
+        }
+        for (member, r) in records {
+            let op = MemberOp::Write {
+                offset_bytes: area.offset_bytes(),
+                data: r.encode().into(),
+            };
+            self.own_io(member, op, OwnIo::Record { member });
+        }
+    }
+
+    /// Every record written (then flush them) or flushed (then the window
+    /// may be copied).
+    fn undo_phase_done(&mut self) {
+        let Work::UndoWriting {
+            position_bytes,
+            flushing,
+            ..
+        } = self.work
+        else {
+            unreachable!("an undo phase ends while writing one");
+        };
+        let area = self.rs.plan().undo_area().expect("an undo area");
+        let holders: Vec<u32> = area
+            .holders(self.old.geometry().members())
+            .filter(|&m| self.new.health()[m as usize] == Health::Online)
+            .collect();
+        if flushing || holders.is_empty() {
+            self.rs.undo_saved(position_bytes);
+            self.work = Work::Idle;
+            return;
+        }
+        self.work = Work::UndoWriting {
+            position_bytes,
+            flushing: true,
+            left: holders.len() as u32,
+        };
+        for member in holders {
+            self.own_io(member, MemberOp::Flush, OwnIo::Record { member });
+        }
     }
 
     fn own_io_done(&mut self, inner: u64, result: IoResult) {
@@ -939,32 +999,28 @@ impl Reshaping {
                 }
             }
             (
-                OwnIo::Record,
+                OwnIo::Record { member },
                 &mut Work::UndoWriting {
                     position_bytes,
-                    flushing,
+                    ref mut left,
+                    ..
                 },
             ) => {
-                let (slot, _, _) = self.rs.plan().undo_area().expect("an undo area");
-                match result {
-                    Err(e) => {
-                        self.mark_faulty_quietly(slot, e.message.clone());
-                        self.stuck(
+                *left -= 1;
+                let last = *left == 0;
+                if let Err(e) = result {
+                    self.mark_faulty_quietly(member, e.message.clone());
+                    if let Some(UndoArea::Added { .. }) = self.rs.plan().undo_area() {
+                        return self.stuck(
                             position_bytes,
                             format!("the reshape's backup could not be written: {}", e.message),
                         );
                     }
-                    Ok(_) if !flushing => {
-                        self.own_io(slot, MemberOp::Flush, OwnIo::Record);
-                        self.work = Work::UndoWriting {
-                            position_bytes,
-                            flushing: true,
-                        };
-                    }
-                    Ok(_) => {
-                        self.rs.undo_saved(position_bytes);
-                        self.work = Work::Idle;
-                    }
+                    // A member's own record: the member is out of both
+                    // layouts, and its bytes are not needed again.
+                }
+                if last {
+                    self.undo_phase_done();
                 }
             }
             (_, w) => unreachable!("a reshape I/O completed while {w:?}"),

@@ -42,16 +42,86 @@ impl fmt::Display for ReshapeError {
 
 impl std::error::Error for ReshapeError {}
 
-/// The two layouts and where the undo record lives.
+/// The two layouts and where undo records live.
 #[derive(Clone, Debug)]
 pub struct Plan {
     old: Geometry,
     new: Geometry,
-    /// Slot of the member that holds the undo area (the first one added).
-    undo_slot: Option<u32>,
-    /// Where the undo area starts on it, in bytes from the data offset.
-    undo_start_bytes: u64,
-    undo_bytes: u64,
+    undo: Option<UndoArea>,
+    /// The end of the rows the new layout writes on any member: a RAID-10
+    /// whose chunks do not fill its last stripe writes none past it (seed
+    /// 917 of reshape_live read an undo image past a member's end there).
+    new_rows_end_bytes: u64,
+}
+
+/// Where a reshape keeps its undo records (docs/reshape.md, "Where a
+/// backup is needed"). Offsets are member bytes from the member's start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UndoArea {
+    /// A grow: one record imaging every old member, at the end of the
+    /// first added member's data area, which the new layout reaches last.
+    Added {
+        slot: u32,
+        offset_bytes: u64,
+        bytes: u64,
+    },
+    /// A layout that never pulls ahead of the old one (an interleave or
+    /// parity layout change, RAID-5 to the ordinary RAID-6 layouts): each
+    /// old member keeps the record of its own bytes in its reserved area,
+    /// just before the data offset (no bitmap is kept while the layout
+    /// changes; the area lies past both layouts' bitmaps).
+    Reserved { offset_bytes: u64, bytes: u64 },
+}
+
+impl UndoArea {
+    pub fn offset_bytes(&self) -> u64 {
+        match *self {
+            UndoArea::Added { offset_bytes, .. } | UndoArea::Reserved { offset_bytes, .. } => {
+                offset_bytes
+            }
+        }
+    }
+    pub fn bytes(&self) -> u64 {
+        match *self {
+            UndoArea::Added { bytes, .. } | UndoArea::Reserved { bytes, .. } => bytes,
+        }
+    }
+
+    /// The slots whose area may hold a record, given the old layout's
+    /// members: a restart reads each.
+    pub fn holders(&self, old_members: u32) -> std::ops::Range<u32> {
+        match *self {
+            UndoArea::Added { slot, .. } => slot..slot + 1,
+            UndoArea::Reserved { .. } => 0..old_members,
+        }
+    }
+
+    /// Whether a record imaging `span` on `old_members` members fits.
+    fn fits(&self, span: Span, old_members: u32) -> bool {
+        let image = span.end_bytes - span.start_bytes;
+        let images = match self {
+            UndoArea::Added { .. } => u64::from(old_members),
+            UndoArea::Reserved { .. } => 1,
+        };
+        image
+            .checked_mul(images)
+            .and_then(|b| b.checked_add(UNDO_HEADER_BYTES))
+            .is_some_and(|b| b <= self.bytes())
+    }
+}
+
+/// The first member byte a reshape may keep backups in before the data
+/// offset: past the label and the write-intent bitmap of either layout
+/// (`intent_region_stripes` from the label; 0 for none). A bitmap too
+/// large to fit is the whole reserved area's.
+pub fn reserved_from_bytes(old: &Geometry, new: &Geometry, intent_region_stripes: u64) -> u64 {
+    let label_end = crate::intent::INTENT_OFFSET_BYTES;
+    let bitmap = |g: &Geometry| match crate::intent::IntentLayout::new(g, intent_region_stripes) {
+        Ok(Some(layout)) => label_end + layout.area_bytes(),
+        Ok(None) => label_end,
+        Err(_) => g.spec().data_offset_bytes,
+    };
+    bitmap(old).max(bitmap(new))
 }
 
 /// Member bytes one new stripe writes, the same on every member, from the
@@ -76,8 +146,14 @@ impl Plan {
     /// Checks that `old` can move to `new` in place: the same members in
     /// the same slots (more may be added after them), the same data
     /// offset, no less room for data, and a level whose rows advance with
-    /// the volume offset (not concat, which grows without moving).
-    pub fn new(old: Geometry, new: Geometry) -> Result<Plan, ReshapeError> {
+    /// the volume offset (not concat, which grows without moving). Member
+    /// bytes from `reserved_from_bytes` ([`reserved_from_bytes`]) to the
+    /// data offset may keep backups.
+    pub fn new(
+        old: Geometry,
+        new: Geometry,
+        reserved_from_bytes: u64,
+    ) -> Result<Plan, ReshapeError> {
         let err = |s: String| Err(ReshapeError(s));
         if old.level() == Level::Concat || new.level() == Level::Concat {
             return err(
@@ -106,24 +182,21 @@ impl Plan {
                 old.volume_size_bytes()
             ));
         }
+        let used = (0..n_new).map(|m| new.member_used_bytes(m)).max();
+        let data = new.spec().member_data_bytes.iter().copied().min();
         let mut plan = Plan {
+            new_rows_end_bytes: used.unwrap_or(0).min(data.unwrap_or(0)),
             old,
             new,
-            undo_slot: None,
-            undo_start_bytes: 0,
-            undo_bytes: 0,
+            undo: None,
         };
-        let (critical_stripes_max, critical_end) = plan.critical_stripes_max()?;
-        if critical_stripes_max > 0 {
-            if n_new == n_old {
-                return err(
-                    "this reshape overwrites data it has not moved yet and needs room for a \
-                     backup: add a member in the same reshape"
-                        .into(),
-                );
-            }
-            let span = plan.new_span(0);
-            let image = (span.end_bytes - span.start_bytes) * critical_stripes_max;
+        let critical = plan.critical_stripes()?;
+        if critical.most == 0 {
+            return Ok(plan);
+        }
+        let span = plan.new_span(0);
+        let image = (span.end_bytes - span.start_bytes) * critical.most;
+        if critical.pulls_ahead && n_new > n_old {
             let bytes = (UNDO_HEADER_BYTES + image * u64::from(n_old)).div_ceil(4096) * 4096;
             let used = plan.new.member_used_bytes(n_old);
             if bytes > used / 2 {
@@ -132,16 +205,50 @@ impl Plan {
                      {bytes} bytes"
                 ));
             }
-            plan.undo_slot = Some(n_old);
-            plan.undo_bytes = bytes;
-            plan.undo_start_bytes = (used - bytes) / 4096 * 4096;
-            if plan.new_span(critical_end - 1).end_bytes > plan.undo_start_bytes {
+            let start = (used - bytes) / 4096 * 4096;
+            if plan.new_span(critical.end - 1).end_bytes > start {
                 return err(format!(
                     "the added member is too small to hold a backup of {bytes} bytes beside \
-                     the first {critical_end} stripes of the new layout"
+                     the first {} stripes of the new layout",
+                    critical.end
                 ));
             }
+            plan.undo = Some(UndoArea::Added {
+                slot: n_old,
+                offset_bytes: plan.new.spec().data_offset_bytes + start,
+                bytes,
+            });
+            return Ok(plan);
         }
+        let data_offset = plan.new.spec().data_offset_bytes;
+        let from = reserved_from_bytes.div_ceil(4096) * 4096;
+        let room = data_offset.saturating_sub(from);
+        let need = UNDO_HEADER_BYTES + image;
+        if need > room {
+            let why = if critical.pulls_ahead {
+                "the first windows overwrite data they have not moved yet"
+            } else {
+                "every window overwrites data it has not moved yet"
+            };
+            return err(format!(
+                "{why} and needs a backup of {need} bytes per member; the members have \
+                 {room} bytes free before their data (data offset {data_offset}{}){}",
+                if from > crate::intent::INTENT_OFFSET_BYTES {
+                    ", after the write-intent bitmap"
+                } else {
+                    ""
+                },
+                if n_new == n_old && critical.pulls_ahead {
+                    ": add a member in the same reshape, or ask for a smaller interleave"
+                } else {
+                    ": ask for a smaller interleave"
+                }
+            ));
+        }
+        plan.undo = Some(UndoArea::Reserved {
+            offset_bytes: from,
+            bytes: room,
+        });
         Ok(plan)
     }
 
@@ -152,11 +259,9 @@ impl Plan {
         &self.new
     }
 
-    /// Where the undo record lives: (slot, start from the data offset,
-    /// bytes); `None` when no step needs one.
-    pub fn undo_area(&self) -> Option<(u32, u64, u64)> {
-        self.undo_slot
-            .map(|s| (s, self.undo_start_bytes, self.undo_bytes))
+    /// Where undo records live; `None` when no step needs one.
+    pub fn undo_area(&self) -> Option<UndoArea> {
+        self.undo
     }
 
     /// Bytes of volume data in one new stripe: windows are made of these.
@@ -176,7 +281,7 @@ impl Plan {
         let il = self.new.interleave_bytes();
         Span {
             start_bytes: stripe * rows * il,
-            end_bytes: (stripe + 1) * rows * il,
+            end_bytes: ((stripe + 1) * rows * il).min(self.new_rows_end_bytes),
         }
     }
 
@@ -238,11 +343,12 @@ impl Plan {
             .find(|&k| self.window_holds_what_it_overwrites(first, k))
     }
 
-    /// The largest critical window among the first 64 Ki stripes (a grow
-    /// needs them only in its first few): the undo area is sized for it.
-    /// 0 when no window needs an undo record. The reshape checks each
-    /// window as it goes, and stops rather than overwrite without a backup.
-    fn critical_stripes_max(&self) -> Result<(u64, u64), ReshapeError> {
+    /// The critical windows among the first 64 Ki stripes: the undo area
+    /// is sized for the largest. A layout that pulls ahead needs them only
+    /// at its start; one that does not (the same data per row), in every
+    /// window. The reshape checks each window as it goes, and stops rather
+    /// than overwrite without a backup.
+    fn critical_stripes(&self) -> Result<Critical, ReshapeError> {
         let scanned = self.new.stripes().min(CRITICAL_SCAN_STRIPES);
         let sb = self.stripe_bytes();
         let (mut most, mut end) = (0, 0);
@@ -259,16 +365,22 @@ impl Plan {
             most = most.max(k);
             end = end.max(s + k);
         }
-        if end > 0 && (end > scanned / 2 || end == self.new.stripes()) {
-            return Err(ReshapeError(
-                "the new layout does not pull ahead of the old one (the same data per row): \
-                 every window would need a backup, and there is no room for one that the \
-                 move does not reach; add more members in the same reshape"
-                    .into(),
-            ));
-        }
-        Ok((most, end))
+        Ok(Critical {
+            most,
+            end,
+            pulls_ahead: end <= scanned / 2 && end < self.new.stripes(),
+        })
     }
+}
+
+/// What [`Plan::critical_stripes`] found.
+struct Critical {
+    /// New stripes in the largest critical window; 0 for none.
+    most: u64,
+    /// The end of the last critical window, in new stripes.
+    end: u64,
+    /// Critical windows end early: the move then pulls ahead for good.
+    pulls_ahead: bool,
 }
 
 /// The most new stripes one window with an undo record may take.
@@ -287,7 +399,12 @@ pub enum Step {
     /// Save the before-image of member bytes `span` on every old member
     /// in an undo record for `position_bytes` (written and flushed on the
     /// undo slot) before the window there overwrites them.
-    SaveUndo { position_bytes: u64, span: Span },
+    /// The window is `[position, position + len)`, the copy that follows.
+    SaveUndo {
+        position_bytes: u64,
+        len_bytes: u64,
+        span: Span,
+    },
     /// Read volume bytes `[position, position + len)` through the old
     /// layout (zeros past its end) and write them, with parity, through
     /// the new. Clients are kept off those bytes meanwhile.
@@ -415,26 +532,53 @@ impl Reshape {
         let stuck = Step::Stuck {
             position_bytes: self.position_bytes,
         };
-        let Some(k) = self.plan.critical_window(first) else {
+        let Some(mut k) = self.plan.critical_window(first) else {
             return stuck;
         };
-        let span = Span {
+        let Some(area) = self.plan.undo_area() else {
+            return stuck;
+        };
+        let n_old = self.plan.old.members();
+        let span_of = |k: u64| Span {
             start_bytes: self.plan.new_span(first).start_bytes,
             end_bytes: self.plan.new_span(first + k - 1).end_bytes,
         };
         // The record must fit, and lie where the new layout has not
         // reached (the plan checked this for the stripes it looked at).
-        match self.plan.undo_area() {
-            Some((_, start, bytes))
-                if UNDO_HEADER_BYTES
-                    + (span.end_bytes - span.start_bytes) * u64::from(self.plan.old.members())
-                    <= bytes
-                    && span.end_bytes <= start => {}
-            _ => return stuck,
+        let data_offset = self.plan.new.spec().data_offset_bytes;
+        let fits = |span: Span| {
+            area.fits(span, n_old)
+                && match area {
+                    UndoArea::Added { offset_bytes, .. } => {
+                        data_offset + span.end_bytes <= offset_bytes
+                    }
+                    UndoArea::Reserved { .. } => true,
+                }
+        };
+        if !fits(span_of(k)) {
+            return stuck;
         }
+        if matches!(area, UndoArea::Reserved { .. }) {
+            // Every window needs a record here, and each costs two flushes
+            // of every member: as many stripes as the area holds.
+            let most = self.window_stripes_max.min(self.plan.new.stripes() - first);
+            for j in k + 1..=most {
+                if !fits(span_of(j)) {
+                    break;
+                }
+                if self.plan.window_holds_what_it_overwrites(first, j) {
+                    k = j;
+                }
+            }
+        }
+        let span = span_of(k);
         if !self.undo_saved {
+            let Step::Copy { len_bytes, .. } = self.copy(first, k) else {
+                unreachable!("copy() is a copy");
+            };
             return Step::SaveUndo {
                 position_bytes: self.position_bytes,
+                len_bytes,
                 span,
             };
         }

@@ -13,8 +13,9 @@
 //! | 0x28 | 8 | position: the window's first volume byte |
 //! | 0x30 | 8 | span start, member bytes from the data offset |
 //! | 0x38 | 8 | span end |
-//! | 0x40 | 4 | members imaged (slots `0..members`) |
+//! | 0x40 | 4 | members imaged (slots `first..first + members`) |
 //! | 0x44 | 4 | CRC32C of the images |
+//! | 0x48 | 4 | `first`: the first slot imaged (0 in a grow's one record; each member's own slot in a record kept in its reserved area) |
 //! | 0xFFC | 4 | CRC32C of bytes `[0, 0xFFC)` |
 //!
 //! The images follow the 4 KiB header, slot by slot, each `end - start`
@@ -35,7 +36,9 @@ pub struct UndoRecord {
     pub reshape_id: u64,
     pub position_bytes: u64,
     pub span: Span,
-    /// The span's bytes on each old member, by slot.
+    /// The slot of `images[0]`.
+    pub first_slot: u32,
+    /// The span's bytes on slots `first_slot..`, one image each.
     pub images: Vec<Vec<u8>>,
 }
 
@@ -68,7 +71,6 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
 }
 
 impl UndoRecord {
-    /// Bytes the whole record takes.
     /// Whether a restart whose labels stand at `position_bytes` of reshape
     /// `reshape_id` of volume `volume_uuid` puts this record back: only
     /// then was its window cut short. Any other record is left alone.
@@ -78,6 +80,12 @@ impl UndoRecord {
             && self.position_bytes == position_bytes
     }
 
+    /// Each image with the slot it belongs to.
+    pub fn slot_images(&self) -> impl Iterator<Item = (u32, &[u8])> {
+        (self.first_slot..).zip(self.images.iter().map(Vec::as_slice))
+    }
+
+    /// Bytes the whole record takes.
     pub fn len_bytes(&self) -> u64 {
         UNDO_HEADER_BYTES + self.images.iter().map(|i| i.len() as u64).sum::<u64>()
     }
@@ -99,6 +107,7 @@ impl UndoRecord {
             crc = crc32c::crc32c_append(crc, i);
         }
         b[0x44..0x48].copy_from_slice(&crc.to_le_bytes());
+        b[0x48..0x4C].copy_from_slice(&self.first_slot.to_le_bytes());
         let head = crc32c::crc32c(&b[..CRC_AT]);
         b[CRC_AT..].copy_from_slice(&head.to_le_bytes());
         for i in &self.images {
@@ -150,6 +159,7 @@ impl UndoRecord {
             reshape_id: u64_at(b, 0x20),
             position_bytes: u64_at(b, 0x28),
             span,
+            first_slot: u32_at(b, 0x48),
             images: (0..members)
                 .map(|m| body[m * image..(m + 1) * image].to_vec())
                 .collect(),
