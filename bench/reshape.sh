@@ -3,7 +3,7 @@
 # clients meanwhile. See bench/README.md.
 #
 #   bench/reshape.sh [--runs N] [--member-size SIZE] [--latency T]
-#                    [--runtime SECS] [--platter BIN] [--out DIR]
+#                    [--runtime SECS] [--reserve SIZE] [--platter BIN] [--out DIR]
 #
 # For each kind of member (tmpfs files, and the same with every member given
 # `--inject MEMBER=latency=T`, default 2ms), in each run:
@@ -22,6 +22,9 @@
 #              raid5 before the grow, and again while the grow moves at the
 #              default rate limit (128M/s). Ratio during / before, target
 #              >= 0.5
+# --reserve SIZE creates the raid5 with that much room before each member's
+# data (`platter create --reserve`, default 1M): the in-place reshape's
+# windows are as large as it holds.
 # The table shows the median of each ratio over the runs (default 3).
 
 set -euo pipefail
@@ -30,6 +33,7 @@ RUNS=3
 MEMBER_SIZE=256M
 LATENCY=2ms
 RUNTIME=5
+RESERVE=1M
 OUT=""
 PLATTER=""
 
@@ -44,9 +48,10 @@ while [ $# -gt 0 ]; do
         --member-size) MEMBER_SIZE="$2"; shift 2 ;;
         --latency) LATENCY="$2"; shift 2 ;;
         --runtime) RUNTIME="$2"; shift 2 ;;
+        --reserve) RESERVE="$2"; shift 2 ;;
         --platter) PLATTER="$2"; shift 2 ;;
         --out) OUT="$2"; shift 2 ;;
-        -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown option $1 (see --help)" ;;
     esac
 done
@@ -118,7 +123,7 @@ for run in $(seq "$RUNS"); do
 
         members=("$dir/m0" "$dir/m1" "$dir/m2" "$dir/m3")
         "$PLATTER" create --level raid5 --interleave 64k --member-size "$MEMBER_SIZE" \
-            --name r5 "${members[@]}" >/dev/null
+            --reserve "$RESERVE" --name r5 "${members[@]}" >/dev/null
         # Clients before the grow.
         start r5 "$spec" "${members[@]}"
         before=$(fio_iops "${URI[r5]}")
@@ -167,4 +172,4 @@ median() { python3 -c 'import statistics, sys; print(f"{statistics.median(map(fl
         printf '%-10s %-8s %8s %8s  %s\n' "$kind" clients "$(median "${RATIOS[$kind-clients]}")" ">= 0.5" "${RATIOS[$kind-clients]}"
     done
 } | tee "$OUT/summary.txt"
-echo "(latency: every member --inject latency=$LATENCY; results in $OUT)"
+echo "(latency: every member --inject latency=$LATENCY; --reserve $RESERVE; results in $OUT)"

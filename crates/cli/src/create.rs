@@ -17,36 +17,43 @@ use platter_io::{Member, OpenOptions};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Where the data area starts on every member: the label, then room for the
-/// write-intent bitmap, then data at a 1 MiB boundary. With checksums, the
+/// Where the data area starts on every member by default (`--reserve`):
+/// the label, then room for the write-intent bitmap (and a reshape's
+/// backups), then data at a 1 MiB boundary. With checksums, the
 /// checksum area starts here and the data follows it (at the next 1 MiB
 /// boundary).
 const DATA_OFFSET_BYTES: u64 = 1 << 20;
 const MIB: u64 = 1 << 20;
+/// The most `--reserve` takes: a reshape's windows gain little past it.
+const RESERVE_BYTES_MAX: u64 = 1 << 30;
 
 /// Where the partial parity log starts on a member of `member_bytes`:
 /// after the checksum area, when there is one.
-fn ppl_offset_for(member_bytes: u64, checksums: Option<Algorithm>) -> u64 {
+fn ppl_offset_for(member_bytes: u64, checksums: Option<Algorithm>, reserve: u64) -> u64 {
     match checksums {
-        None => DATA_OFFSET_BYTES,
+        None => reserve,
         Some(_) => {
-            // Sized for everything after 1 MiB: the data area is smaller.
-            let area =
-                platter_core::integrity::area_bytes(member_bytes.saturating_sub(DATA_OFFSET_BYTES));
-            DATA_OFFSET_BYTES + area.div_ceil(MIB) * MIB
+            // Sized for everything after the reserve: the data area is smaller.
+            let area = platter_core::integrity::area_bytes(member_bytes.saturating_sub(reserve));
+            reserve + area.div_ceil(MIB) * MIB
         }
     }
 }
 
 /// Where the data area starts on a member of `member_bytes`: after the
 /// checksum area and the log, when there are any.
-fn data_offset_for(member_bytes: u64, checksums: Option<Algorithm>, ppl_bytes: u64) -> u64 {
-    ppl_offset_for(member_bytes, checksums) + ppl_bytes
+fn data_offset_for(
+    member_bytes: u64,
+    checksums: Option<Algorithm>,
+    ppl_bytes: u64,
+    reserve: u64,
+) -> u64 {
+    ppl_offset_for(member_bytes, checksums, reserve) + ppl_bytes
 }
 
 /// What comes before a member's data, for messages about small members.
 fn metadata_words(args: &CreateArgs) -> String {
-    let mut s = "1 MiB for the label and bitmap".to_string();
+    let mut s = format!("{} MiB for the label and bitmap", args.reserve / MIB);
     if args.checksums.0.is_some() {
         s.push_str(", 1 MiB or more of checksums");
     }
@@ -163,6 +170,14 @@ pub struct CreateArgs {
     /// the labels, not the order, are trusted.
     #[arg(value_name = "MEMBER", required = true)]
     members: Vec<String>,
+    /// Room at the start of every member for the label and bitmap, and
+    /// for a reshape's backups: whole MiBs, 1M (default) to 1G. A reshape
+    /// on the same members (a new interleave or parity layout) saves each
+    /// window here first; more room moves it in larger windows, much
+    /// faster on members with latency (docs/reshape.md). Checksums and the
+    /// partial parity log follow it.
+    #[arg(long, value_name = "SIZE", default_value = "1M", value_parser = parse_size)]
+    reserve: u64,
 }
 
 fn layout_for(level: Level, name: Option<&str>) -> Result<ParityLayout> {
@@ -191,6 +206,15 @@ fn random_uuid() -> [u8; 16] {
 }
 
 pub fn run(args: CreateArgs) -> Result<()> {
+    if args.reserve < DATA_OFFSET_BYTES
+        || args.reserve > RESERVE_BYTES_MAX
+        || !args.reserve.is_multiple_of(MIB)
+    {
+        return Err(CliError(format!(
+            "--reserve {} bytes: give whole MiBs from 1M to 1G",
+            args.reserve
+        )));
+    }
     let level = args.level;
     let n = args.members.len() as u32;
     if n < level.min_members() {
@@ -252,12 +276,17 @@ pub fn run(args: CreateArgs) -> Result<()> {
 
 /// The smallest member: the label and bitmap area (and a checksum area),
 /// then one interleave.
-fn min_member_bytes(interleave: u64, checksums: Option<Algorithm>, ppl_bytes: u64) -> Result<u64> {
-    let label_area = DATA_OFFSET_BYTES + if checksums.is_some() { MIB } else { 0 } + ppl_bytes;
+fn min_member_bytes(
+    interleave: u64,
+    checksums: Option<Algorithm>,
+    ppl_bytes: u64,
+    reserve: u64,
+) -> Result<u64> {
+    let label_area = reserve + if checksums.is_some() { MIB } else { 0 } + ppl_bytes;
     label_area.checked_add(interleave).ok_or_else(|| {
         CliError(format!(
-            "--interleave {interleave} bytes is too large: no member can hold 1 MiB of \
-             label and bitmap and one interleave"
+            "--interleave {interleave} bytes is too large: no member can hold {reserve} bytes \
+             of label and bitmap and one interleave"
         ))
     })
 }
@@ -312,7 +341,7 @@ fn layout(
     } else {
         // The bitmap keeps to the first MiB (a checksum area follows it).
         let room = Geometry::new(GeometrySpec {
-            data_offset_bytes: DATA_OFFSET_BYTES,
+            data_offset_bytes: args.reserve,
             ..spec
         })
         .map_err(|e| CliError(e.0))?;
@@ -326,7 +355,12 @@ fn layout(
 /// member of `--member-size` holds the label area and an interleave, can be
 /// a file at all, and such members make a volume whose sizes fit a u64.
 fn check_member_size(args: &CreateArgs, parity_layout: ParityLayout, copies: u32) -> Result<()> {
-    let min_bytes = min_member_bytes(args.interleave, args.checksums.0, ppl_bytes_of(args))?;
+    let min_bytes = min_member_bytes(
+        args.interleave,
+        args.checksums.0,
+        ppl_bytes_of(args),
+        args.reserve,
+    )?;
     let Some(size) = args.member_size else {
         return Ok(());
     };
@@ -344,7 +378,7 @@ fn check_member_size(args: &CreateArgs, parity_layout: ParityLayout, copies: u32
             metadata_words(args)
         )));
     }
-    let offset = data_offset_for(size, args.checksums.0, ppl_bytes_of(args));
+    let offset = data_offset_for(size, args.checksums.0, ppl_bytes_of(args), args.reserve);
     let members = vec![data_bytes_of(size, offset); args.members.len()];
     layout(args, parity_layout, copies, offset, members).map(|_| ())
 }
@@ -361,13 +395,13 @@ fn label_members(
         refuse_labelled(m.as_ref(), args.force)?;
     }
     let ppl_bytes = ppl_bytes_of(args);
-    let min_bytes = min_member_bytes(args.interleave, args.checksums.0, ppl_bytes)?;
+    let min_bytes = min_member_bytes(args.interleave, args.checksums.0, ppl_bytes, args.reserve)?;
     // One data offset for every member: the largest member's checksums.
     let ppl_offset_bytes = members
         .iter()
-        .map(|m| ppl_offset_for(m.size_bytes(), args.checksums.0))
+        .map(|m| ppl_offset_for(m.size_bytes(), args.checksums.0, args.reserve))
         .max()
-        .unwrap_or(DATA_OFFSET_BYTES);
+        .unwrap_or(args.reserve);
     let data_offset_bytes = ppl_offset_bytes + ppl_bytes;
     let data_bytes: Vec<u64> = members
         .iter()
@@ -401,7 +435,7 @@ fn label_members(
     )?;
     let checksums = args.checksums.0.map(|algorithm| Checksums {
         algorithm,
-        area_offset_bytes: DATA_OFFSET_BYTES,
+        area_offset_bytes: args.reserve,
     });
 
     let now = SystemTime::now()

@@ -566,6 +566,58 @@ fn a_running_volume_changes_its_interleave_through_its_control_socket() {
     s.stop();
 }
 
+/// `platter create --reserve` leaves more room before the data: a
+/// reshape on the same members keeps larger backups there. A 1M
+/// interleave's window needs 1 MiB per member and a header, more than the
+/// default 1 MiB holds beside the label and bitmap: refused there, done
+/// with `--reserve 8M`.
+#[test]
+fn a_larger_reserve_lets_the_interleave_grow_in_place() {
+    let test = "a_larger_reserve_lets_the_interleave_grow_in_place";
+    let Some(t) = tools(test, &["nbdcopy", "qemu-img"]) else {
+        return;
+    };
+    let small = Server::start(Volume::create(Spec::new("raid5", 4, "64k"), 48 * MIB));
+    refused(
+        &mut platter(&[
+            "reshape",
+            "--control",
+            &small.control(),
+            "--interleave",
+            "1M",
+        ]),
+        "a 1M interleave in 1 MiB of room",
+        "ask for a smaller interleave",
+    );
+    drop(small);
+    let spec = Spec::new("raid5", 4, "64k");
+    let mut s = Server::start(Volume::create_with(
+        spec,
+        48 * MIB,
+        temp_dir(),
+        &["--reserve", "8M"],
+    ));
+    let image = fill(&t, &s, 0x9a2, test);
+    let first = std::fs::read(&s.volume.members[0]).unwrap();
+    let offset = u64::from_le_bytes(first[0x48..0x50].try_into().unwrap());
+    assert_eq!(offset, 8 * MIB, "{test}: the label's data offset");
+    run_ok(
+        &mut platter(&["reshape", "--control", &s.control(), "--interleave", "1M"]),
+        CMD_TIMEOUT,
+        test,
+    );
+    wait_reshaped(&s, test);
+    assert_eq!(live_status(&s)["interleave_bytes"], serde_json::json!(MIB));
+    assert_images_identical(&t, &image, s.uri(), &format!("{test}: after the move"));
+    assert_check_clean(&s, test);
+    s.stop();
+    refused(
+        platter(&["create", "--level", "raid5", "--reserve", "1500k"]).args(&s.volume.members),
+        "a reserve of part of a MiB",
+        "give whole MiBs",
+    );
+}
+
 #[test]
 fn sweep_compares_a_volumes_layout_with_a_target() {
     // `platter sweep --volume` puts the volume's own layout among the

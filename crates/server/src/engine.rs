@@ -209,6 +209,10 @@ pub struct Engine {
     idle: Condvar,
     /// Wakes submissions held by a pause.
     resumed: Condvar,
+    /// Wakes the upkeep thread when the reshape asks something of it (a
+    /// window backed up in the reserved areas asks a label write for each
+    /// one: it should not wait for the next tick).
+    reshape_asked: Condvar,
     /// How this server sets up a volume it serves (bitmap, stripe cache,
     /// read balancing), for the new layout's once a reshape ends.
     volume_setup: Mutex<Option<VolumeSetup>>,
@@ -296,6 +300,7 @@ impl Engine {
             }),
             idle: Condvar::new(),
             resumed: Condvar::new(),
+            reshape_asked: Condvar::new(),
             volume_setup: Mutex::new(None),
             on_event: Mutex::new(None),
             member_io_ns_avg: AtomicU64::new(MEMBER_IO_NS_START),
@@ -546,6 +551,16 @@ impl Engine {
             finished: r.is_finished(),
             old: r.old_geometry().clone(),
         })
+    }
+
+    /// Waits until the reshape has asked something of the host, at most
+    /// `timeout`.
+    pub fn wait_reshape_actions(&self, timeout: std::time::Duration) {
+        let s = self.lock();
+        let _unused = self
+            .reshape_asked
+            .wait_timeout_while(s, timeout, |s| s.reshape_actions.is_empty())
+            .expect("engine lock poisoned");
     }
 
     /// What the reshape asked of the host since the last call.
@@ -907,8 +922,13 @@ impl Engine {
             }
             finished.push((route.done, c.result));
         }
+        let mut asked = false;
         while let Some(a) = s.serving.next_action() {
             s.reshape_actions.push(a);
+            asked = true;
+        }
+        if asked {
+            self.reshape_asked.notify_all();
         }
         while let Some(e) = s.serving.next_event() {
             match &e {

@@ -176,7 +176,7 @@ fn rebuild_and_sweep(engine: &Engine, meta: &Meta, upkeep: &Upkeep) {
                 }
             }
             if !resync_step(engine, upkeep, step) && !moved {
-                std::thread::sleep(RESHAPE_TICK);
+                engine.wait_reshape_actions(RESHAPE_TICK);
             }
             continue;
         }
@@ -376,9 +376,8 @@ fn repair(engine: &Engine, upkeep: &Upkeep, first: u64, count: u64) -> bool {
     true
 }
 
-/// How often the upkeep thread lets a reshape move on and writes the
-/// position it asks for to the labels: a client write to bytes just moved
-/// waits about this long for the labels.
+/// How often the upkeep thread lets a reshape move on (the rate limit's
+/// tick); a position to write to the labels wakes it at once.
 const RESHAPE_TICK: Duration = Duration::from_millis(5);
 
 /// Does what the reshape asked (its position to the labels, its end),

@@ -549,7 +549,8 @@ impl Volume {
 
     /// [`Volume::create_in`] with more `platter create` options. With
     /// `--checksums`, members are 1 MiB larger (the checksum area), with
-    /// `--consistency-policy ppl` 4 MiB (the log).
+    /// `--consistency-policy ppl` 4 MiB (the log), with `--reserve NM`
+    /// N - 1 MiB.
     pub fn create_with(spec: Spec, min_bytes: u64, dir: TempDir, extra: &[&str]) -> Volume {
         let members = member_paths(dir.path(), spec.members);
         let checksum_area = if extra.contains(&"--checksums") {
@@ -567,7 +568,14 @@ impl Volume {
         } else {
             0
         };
-        let member_size_bytes = spec.member_size_for(min_bytes) + checksum_area + log_area;
+        // `--reserve NM`: the room before the data past the default MiB.
+        let reserve_extra = extra
+            .windows(2)
+            .find(|w| w[0] == "--reserve")
+            .and_then(|w| w[1].strip_suffix('M')?.parse::<u64>().ok())
+            .map_or(0, |m| m.saturating_sub(1) * MIB);
+        let member_size_bytes =
+            spec.member_size_for(min_bytes) + checksum_area + log_area + reserve_extra;
         let member_size = member_size_bytes.to_string();
         let mut args = vec!["--member-size", member_size.as_str()];
         args.extend(extra);
