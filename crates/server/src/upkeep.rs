@@ -145,6 +145,9 @@ fn rebuild_and_sweep(engine: &Engine, meta: &Meta, upkeep: &Upkeep) {
     let mut step_failures: u64 = 0;
     // (when, position) of the reshape's last rate sample.
     let mut reshape_sample: Option<(Instant, u64)> = None;
+    // When the reshape was last let move on: it is let move on by the time
+    // passed, however often the loop comes round.
+    let mut reshape_allowed_at = Instant::now();
     let mut last_failure_log: Option<Instant> = None;
     while !upkeep.stop.load(Ordering::SeqCst) {
         if last_size_check.elapsed() >= SIZE_CHECK_INTERVAL {
@@ -160,7 +163,7 @@ fn rebuild_and_sweep(engine: &Engine, meta: &Meta, upkeep: &Upkeep) {
         if engine.reshape_progress().is_some() {
             // A resync after a crash runs beside the reshape (each byte
             // through the layout it is in); no rebuild or scrub does.
-            let moved = reshape_tick(engine, meta, upkeep);
+            let moved = reshape_tick(engine, meta, upkeep, &mut reshape_allowed_at);
             if let Some(p) = engine.reshape_progress() {
                 match reshape_sample {
                     Some((at, from)) if at.elapsed() >= Duration::from_secs(1) => {
@@ -382,7 +385,7 @@ const RESHAPE_TICK: Duration = Duration::from_millis(5);
 
 /// Does what the reshape asked (its position to the labels, its end),
 /// then lets it move at the rebuild rate. True if it asked anything.
-fn reshape_tick(engine: &Engine, meta: &Meta, upkeep: &Upkeep) -> bool {
+fn reshape_tick(engine: &Engine, meta: &Meta, upkeep: &Upkeep, allowed_at: &mut Instant) -> bool {
     let actions = engine.take_reshape_actions();
     let acted = !actions.is_empty();
     for a in actions {
@@ -423,11 +426,18 @@ fn reshape_tick(engine: &Engine, meta: &Meta, upkeep: &Upkeep) -> bool {
             }
         }
     }
-    // At most a tick's worth at the rate, and never a backlog of more
-    // than one: a pause in the moves does not turn into a burst after.
+    // The time passed since the last allowance at the rate (the loop comes
+    // round early when the reshape asks something, or while a resync
+    // runs: a tick's worth each time would outrun the rate), at most a
+    // tick's worth, and never a backlog of more than one: a pause in the
+    // moves does not turn into a burst after.
     let rate = upkeep.rate_bytes_per_sec.load(Ordering::Relaxed).max(1);
     let tick_bytes = (rate as f64 * RESHAPE_TICK.as_secs_f64()) as u64;
-    engine.reshape_allow(tick_bytes.max(1), tick_bytes);
+    let now = Instant::now();
+    let passed = now.duration_since(*allowed_at).min(RESHAPE_TICK);
+    *allowed_at = now;
+    let bytes = (rate as f64 * passed.as_secs_f64()) as u64;
+    engine.reshape_allow(bytes.max(1), tick_bytes);
     acted
 }
 
