@@ -3,8 +3,8 @@
 //! arguments and environment, as `mdadm --monitor --program` does. A
 //! recording script shows what it was given: the start degraded, a member
 //! failed and removed, a spare taking over and its rebuild done, members
-//! forced into use; a slow program holds up no I/O; a program that cannot
-//! run is refused at start.
+//! forced into use, a reshape done; a slow program holds up no I/O; a
+//! program that cannot run is refused at start.
 
 mod e2e_support;
 
@@ -144,6 +144,29 @@ fn each_event_runs_the_program_with_what_happened() {
         "{}",
         s.log()
     );
+}
+
+/// A grow of a running volume ends with `reshape-done`, its detail the
+/// size new connections see.
+#[test]
+fn a_finished_reshape_is_an_event() {
+    let volume = Volume::create(RAID5, 8 * MIB);
+    let (program, log) = recorder(volume.path(), 0);
+    let new = volume.path().join("m3").display().to_string();
+    let s = Server::start_with(
+        volume,
+        ServeOptions {
+            extra_args: vec!["--on-event".into(), program.display().to_string()],
+            ..ServeOptions::default()
+        },
+    );
+    let size = s.volume.member_size_bytes.to_string();
+    control(&s, "reshape", &["--member-size", &size, "--add", &new]);
+    let l = wait_event(&log, "reshape-done", &s);
+    let grown = s.live("status")["size_bytes"].as_u64().unwrap();
+    assert!(grown > s.volume.size_bytes, "{l}");
+    assert!(l.contains(&format!("see {grown} bytes")), "{l}");
+    assert!(l.contains("|slot=|member=|"), "{l}");
 }
 
 #[test]

@@ -49,6 +49,11 @@ pub enum EventKind {
     ReadErrorCorrected,
     /// A member had no room for a write (a full thin-provisioned device).
     NoSpace,
+    /// A reshape moved every byte; the new layout serves.
+    ReshapeDone,
+    /// A reshape cannot go on (its backup's member is out of use, a window
+    /// cannot be read or written); the volume serves through both layouts.
+    ReshapeStuck,
 }
 
 impl EventKind {
@@ -62,6 +67,7 @@ impl EventKind {
                 | EventKind::SpareActive
                 | EventKind::RebuildDone
                 | EventKind::ResyncDone
+                | EventKind::ReshapeDone
         )
     }
 
@@ -79,6 +85,8 @@ impl EventKind {
             EventKind::MismatchesFound => "mismatches-found",
             EventKind::ReadErrorCorrected => "read-error-corrected",
             EventKind::NoSpace => "no-space",
+            EventKind::ReshapeDone => "reshape-done",
+            EventKind::ReshapeStuck => "reshape-stuck",
         }
     }
 }

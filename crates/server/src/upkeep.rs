@@ -409,20 +409,26 @@ fn reshape_tick(engine: &Engine, meta: &Meta, upkeep: &Upkeep, allowed_at: &mut 
                 if engine.finish_reshape() {
                     meta.record(|l| l.reshape = None);
                 }
-                tracing::info!(
-                    "reshape finished: every byte is in the new layout; clients that connect \
-                     from now on see the new size"
-                );
+                let size = engine.size_bytes();
+                engine.alert(crate::alerts::Alert::new(
+                    crate::alerts::EventKind::ReshapeDone,
+                    format!(
+                        "reshape finished: every byte is in the new layout; clients that \
+                         connect from now on see {size} bytes"
+                    ),
+                ));
             }
             Action::Stuck {
                 position_bytes,
                 reason,
             } => {
-                tracing::error!(
-                    position_bytes,
-                    %reason,
-                    "the reshape stopped; the volume is served through both layouts"
-                );
+                engine.alert(crate::alerts::Alert::new(
+                    crate::alerts::EventKind::ReshapeStuck,
+                    format!(
+                        "the reshape stopped at byte {position_bytes}: {reason}; the volume \
+                         is served through both layouts"
+                    ),
+                ));
             }
         }
     }
