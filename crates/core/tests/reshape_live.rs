@@ -745,6 +745,19 @@ fn a_reshape_under_client_load_survives_crashes_and_a_failed_member() {
     );
 }
 
+/// A RAID-5 of 4 members of 64 interleaves grown to 5, its members
+/// holding the old layout of a model whose bytes `pattern` varies.
+fn raid5_grow_4_to_5(il: u64, pattern: u64) -> (Plan, Host, Vec<u8>) {
+    let old = geometry(Level::Raid5, 4, il, 64 * il);
+    let new = geometry(Level::Raid5, 5, il, 64 * il);
+    let plan = Plan::new(old.clone(), new, 4096).expect("a grow");
+    let mut host = Host::new(5, 64 * il);
+    let size = old.volume_size_bytes();
+    let model: Vec<u8> = (0..size).map(|i| (i / 512 * pattern + i) as u8).collect();
+    fill_plain(&mut host, &old, &model);
+    (plan, host, model)
+}
+
 #[test]
 fn a_read_on_a_window_ends_before_the_window_is_written() {
     // RAID-5 4 -> 5: new stripe 1 is written over old row 1, which holds
@@ -754,13 +767,8 @@ fn a_read_on_a_window_ends_before_the_window_is_written() {
     // window waits for requests on it to end. (Without the wait, the
     // read returned chunks of the new layout.)
     let il = 4096;
-    let old = geometry(Level::Raid5, 4, il, 64 * il);
-    let new = geometry(Level::Raid5, 5, il, 64 * il);
-    let plan = Plan::new(old.clone(), new.clone(), 4096).expect("a grow");
-    let mut host = Host::new(5, 64 * il);
-    let size = old.volume_size_bytes();
-    let model: Vec<u8> = (0..size).map(|i| (i / 512 * 7 + i) as u8).collect();
-    fill_plain(&mut host, &old, &model);
+    let (plan, mut host, model) = raid5_grow_4_to_5(il, 7);
+    let new = plan.new_geometry().clone();
     let mut r = one_stripe_windows(plan, vec![Health::Online; 5]);
     let (off, len) = (3 * il, 3 * il);
     let read = r.submit(Request::Read {
@@ -911,13 +919,8 @@ fn a_reshape_whose_backup_member_fails_stops_and_serves_on() {
     // them safely: it stops (`Action::Stuck`, saying why) and clients go
     // on reading and writing every byte through the old layout.
     let il = 4096;
-    let old = geometry(Level::Raid5, 4, il, 64 * il);
-    let new = geometry(Level::Raid5, 5, il, 64 * il);
-    let plan = Plan::new(old.clone(), new.clone(), 4096).expect("a grow");
-    let mut host = Host::new(5, 64 * il);
-    let size = old.volume_size_bytes();
-    let mut model: Vec<u8> = (0..size).map(|i| (i / 512 * 13 + i) as u8).collect();
-    fill_plain(&mut host, &old, &model);
+    let (plan, mut host, mut model) = raid5_grow_4_to_5(il, 13);
+    let size = plan.old().volume_size_bytes();
     let mut health = vec![Health::Online; 5];
     health[4] = Health::Faulty;
     let mut r = one_stripe_windows(plan, health);

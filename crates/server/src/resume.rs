@@ -152,11 +152,23 @@ pub fn put_back_undo(
             }
             continue;
         };
-        let mut raw = vec![0u8; area.bytes() as usize];
-        holder
-            .read_at(area.offset_bytes(), &mut raw)
-            .map_err(|e| fail(&format!("cannot read it on member {slot}"), &e))?;
-        let Ok(undo) = UndoRecord::decode(&raw) else {
+        // The header first: the area may be far larger than its record
+        // (`platter create --reserve`), and is most often empty.
+        let read = |len: u64| {
+            let mut raw = vec![0u8; len as usize];
+            holder
+                .read_at(area.offset_bytes(), &mut raw)
+                .map(|()| raw)
+                .map_err(|e| fail(&format!("cannot read it on member {slot}"), &e))
+        };
+        let header = read(UNDO_HEADER_BYTES)?;
+        let Some(len) = UndoRecord::len_from_header(&header)
+            .ok()
+            .filter(|&len| len <= area.bytes())
+        else {
+            continue;
+        };
+        let Ok(undo) = UndoRecord::decode(&read(len)?) else {
             continue;
         };
         if !undo.is_for(volume_uuid, record.id, record.position_bytes) {
