@@ -218,16 +218,21 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
     for m in &added {
         check_added(m.as_ref(), &label.volume_uuid, needed, args.force)?;
     }
+    let mut plan = None;
     let change = if q_member.is_some() {
         Change::QMember
     } else if old.level() == Level::Concat && level == Level::Concat {
         Change::ConcatGrow
     } else {
         let reserved = reserved_from_bytes(&old, &new, label.intent_region_stripes);
-        Plan::new(old.clone(), new.clone(), reserved)
-            .map_err(|e| CliError(format!("cannot reshape volume '{name}' in place: {e}")))?;
+        plan = Some(
+            Plan::choose(old.clone(), new.clone(), reserved)
+                .map_err(|e| CliError(format!("cannot reshape volume '{name}' in place: {e}")))?,
+        );
         Change::Move
     };
+    // Its data offset may be lower than the old (Plan::choose).
+    let new = plan.as_ref().map_or(new, |p| p.new_geometry().clone());
     if label.intent_region_stripes > 0 && new.redundancy() > 0 {
         platter_core::intent::IntentLayout::new(&new, label.intent_region_stripes)
             .map_err(|e| CliError(format!("the write-intent bitmap for the new layout: {e}")))?;
@@ -253,6 +258,24 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
         format_size(old.volume_size_bytes()),
         format_size(new.volume_size_bytes())
     );
+    match plan.as_ref().map(|p| (p.lead_bytes(), p.undo_area())) {
+        Some((lead, _)) if lead > 0 => println!(
+            "the data moves {} lower on every member, into the room before it: nothing is \
+             backed up, and {} of that room stays for a later reshape",
+            format_size(lead),
+            format_size(
+                new.spec()
+                    .data_offset_bytes
+                    .saturating_sub(reserved_from_bytes(&old, &new, label.intent_region_stripes))
+            )
+        ),
+        Some((_, Some(UndoArea::Reserved { bytes, .. }))) => println!(
+            "every window is first backed up in the {} before each member's data (slower: \
+             each byte is written twice)",
+            format_size(bytes)
+        ),
+        _ => {}
+    }
     if change == Change::ConcatGrow {
         println!("a concat grows at its end: no data moves");
     } else {
@@ -448,6 +471,7 @@ fn abort(args: &ReshapeArgs) -> Result<()> {
     l.parity_layout = r.old_parity_layout;
     l.copies = r.old_copies;
     l.interleave_bytes = r.old_interleave_bytes;
+    l.data_offset_bytes = r.old_data_offset_bytes;
     l.member_count = n_old;
     l.slots.truncate(n_old as usize);
     l.volume_size_bytes = old.volume_size_bytes();

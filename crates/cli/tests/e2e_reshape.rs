@@ -144,19 +144,49 @@ fn reshape_survives_kills(
     kills: u64,
     seed: u64,
 ) {
-    let grows = size == Size::Grows;
     let test = format!("reshape_survives_kills {} +{add} {args:?}", spec.label());
     let Some(t) = tools(&test, &["nbdcopy", "qemu-img"]) else {
         return;
     };
-    let mut rng = Rng::new(seed);
     let mut s = Server::start(Volume::create(spec, 80 * MIB));
     let image = fill(&t, &s, seed, &test);
     s.stop();
-    let planned = reshape(&mut s, add, args, &test);
+    let reshaped = Reshaped {
+        add,
+        args,
+        size,
+        says: "labels written",
+    };
+    survives_kills(&t, &mut s, &image, &reshaped, kills, seed, &test);
+}
+
+/// A reshape asked of a stopped volume, and what its plan must say.
+struct Reshaped<'a> {
+    add: usize,
+    args: &'a [&'a str],
+    size: Size,
+    says: &'a str,
+}
+
+/// Reshapes the stopped volume `s` (which holds `image`), kills the
+/// server `kills` times while it moves, and checks the volume after.
+fn survives_kills(
+    t: &Tools,
+    s: &mut Server,
+    image: &std::path::Path,
+    reshaped: &Reshaped,
+    kills: u64,
+    seed: u64,
+    test: &str,
+) {
+    let (t, image, test) = (t, image, test.to_string());
+    let grows = reshaped.size == Size::Grows;
+    let mut rng = Rng::new(seed);
+    let planned = reshape(s, reshaped.add, reshaped.args, &test);
     assert!(
-        planned.stdout.contains("labels written"),
-        "{}",
+        planned.stdout.contains("labels written") && planned.stdout.contains(reshaped.says),
+        "{test}: the plan does not say {:?}: {}",
+        reshaped.says,
         planned.stdout
     );
     let mut killed_moving = 0;
@@ -247,6 +277,51 @@ fn raid5_changes_its_interleave_in_place_through_kills() {
         Size::Keeps,
         6,
         0x5eaf,
+    );
+}
+
+/// Two interleave changes in a row on the same members. The first moves
+/// the data down into half the room before it (md moves `data_offset` the
+/// same way): nothing backed up. The second, with too little room left
+/// for the lead a 256k interleave needs, backs up every window in that
+/// room instead and leaves the data where it is. Kills during each.
+#[test]
+fn raid5_changes_its_interleave_twice_through_kills() {
+    let test = "raid5_changes_its_interleave_twice_through_kills";
+    let Some(t) = tools(test, &["nbdcopy", "qemu-img"]) else {
+        return;
+    };
+    let mut s = Server::start(Volume::create(Spec::new("raid5", 4, "64k"), 80 * MIB));
+    let image = fill(&t, &s, 0x5eb1, test);
+    s.stop();
+    let data_offset = |s: &Server| {
+        let label = std::fs::read(&s.volume.members[0]).unwrap();
+        u64::from_le_bytes(label[0x48..0x50].try_into().unwrap())
+    };
+    assert_eq!(data_offset(&s), MIB, "{test}: platter create's data offset");
+    let once = Reshaped {
+        add: 0,
+        args: &["--interleave", "128k"],
+        size: Size::Keeps,
+        says: "lower on every member",
+    };
+    survives_kills(&t, &mut s, &image, &once, 4, 0x5eb2, test);
+    let lowered = data_offset(&s);
+    assert!(
+        lowered < MIB && lowered >= MIB / 2,
+        "{test}: the data offset after moving down is {lowered}"
+    );
+    let twice = Reshaped {
+        add: 0,
+        args: &["--interleave", "256k"],
+        size: Size::Keeps,
+        says: "backed up",
+    };
+    survives_kills(&t, &mut s, &image, &twice, 4, 0x5eb3, test);
+    assert_eq!(
+        data_offset(&s),
+        lowered,
+        "{test}: backups keep the data offset"
     );
 }
 

@@ -69,7 +69,8 @@ const _: () = assert!(at::SCRUB_LAST_FOUND_STRIPES + 8 == at::CHECKSUM_OFFSET_BY
 const _: () = assert!(at::CHECKSUM_ALGORITHM + 8 == at::PPL_OFFSET_BYTES);
 const _: () = assert!(at::PPL_LEN_BYTES + 8 == at::RESHAPE_ID);
 const _: () = assert!(at::RESHAPE_OLD_PARITY_LAYOUT + 1 == at::RESHAPE_RESERVED);
-const _: () = assert!(at::RESHAPE_RESERVED + 6 == at::RESERVED_HEADER);
+const _: () = assert!(at::RESHAPE_RESERVED + 6 == at::RESHAPE_OLD_DATA_OFFSET_BYTES);
+const _: () = assert!(at::RESHAPE_OLD_DATA_OFFSET_BYTES + 8 == at::RESERVED_HEADER);
 const _: () = assert!(at::RESERVED_HEADER <= at::SLOT_TABLE);
 const _: () = assert!(at::RESERVED_TAIL <= at::CHECKSUM);
 const _: () = assert!(at::CHECKSUM + 4 == LABEL_BYTES);
@@ -125,8 +126,11 @@ pub mod at {
     pub const RESHAPE_OLD_PARITY_LAYOUT: usize = 0x139;
     /// Zero.
     pub const RESHAPE_RESERVED: usize = 0x13A;
+    /// The old layout's data offset when the reshape moves it down into
+    /// the room before the data (docs/reshape.md); 0 when it stays.
+    pub const RESHAPE_OLD_DATA_OFFSET_BYTES: usize = 0x140;
     /// Zero: room for header fields.
-    pub const RESERVED_HEADER: usize = 0x140;
+    pub const RESERVED_HEADER: usize = 0x148;
     pub const SLOT_TABLE: usize = 0x200;
     /// Zero in format version 1: room after the slot table.
     pub const RESERVED_TAIL: usize = SLOT_TABLE + super::MAX_MEMBERS as usize * SLOT_ENTRY_BYTES;
@@ -370,6 +374,10 @@ pub struct ReshapeRecord {
     pub old_copies: u32,
     pub old_interleave_bytes: u64,
     pub old_member_count: u32,
+    /// Where the old layout's data starts on every member: the label's
+    /// `data_offset_bytes` (the new layout's), or above it when the
+    /// reshape moves the data down into the room before it.
+    pub old_data_offset_bytes: u64,
 }
 
 impl ReshapeRecord {
@@ -381,7 +389,7 @@ impl ReshapeRecord {
             parity_layout: self.old_parity_layout,
             copies: self.old_copies,
             interleave_bytes: self.old_interleave_bytes,
-            data_offset_bytes: label.data_offset_bytes,
+            data_offset_bytes: self.old_data_offset_bytes,
             member_data_bytes: label.slots[..self.old_member_count as usize]
                 .iter()
                 .map(|s| s.data_size_bytes)
@@ -711,6 +719,18 @@ impl Label {
                 r.old_interleave_bytes
             ));
         }
+        if r.old_data_offset_bytes < self.data_offset_bytes
+            || !r.old_data_offset_bytes.is_multiple_of(LABEL_BYTES as u64)
+            || r.old_data_offset_bytes
+                .checked_add(self.data_size_bytes)
+                .is_none()
+        {
+            return fail(format!(
+                "old data offset {} is below the data offset {}, not whole 4 KiB pages, or \
+                 too large (a reshape only moves the data down)",
+                r.old_data_offset_bytes, self.data_offset_bytes
+            ));
+        }
         Ok(())
     }
 
@@ -855,6 +875,13 @@ impl Label {
             put_u32(&mut b, at::RESHAPE_OLD_COPIES, r.old_copies);
             b[at::RESHAPE_OLD_LEVEL] = r.old_level.code();
             b[at::RESHAPE_OLD_PARITY_LAYOUT] = r.old_parity_layout.code();
+            if r.old_data_offset_bytes != self.data_offset_bytes {
+                put_u64(
+                    &mut b,
+                    at::RESHAPE_OLD_DATA_OFFSET_BYTES,
+                    r.old_data_offset_bytes,
+                );
+            }
         }
         for (i, entry) in self.slots.iter().enumerate() {
             let e = at::SLOT_TABLE + i * at::SLOT_ENTRY_BYTES;
@@ -925,7 +952,7 @@ impl Label {
         if format_version <= 5 {
             check_zero(b, at::RESHAPE_ID..at::RESERVED_HEADER)?;
         }
-        check_zero(b, at::RESHAPE_RESERVED..at::RESERVED_HEADER)?;
+        check_zero(b, at::RESHAPE_RESERVED..at::RESHAPE_OLD_DATA_OFFSET_BYTES)?;
         let reshape = match get_u64(b, at::RESHAPE_ID) {
             0 => {
                 check_zero(b, at::RESHAPE_ID..at::RESERVED_HEADER)?;
@@ -953,6 +980,10 @@ impl Label {
                 old_copies: get_u32(b, at::RESHAPE_OLD_COPIES),
                 old_interleave_bytes: get_u64(b, at::RESHAPE_OLD_INTERLEAVE_BYTES),
                 old_member_count: get_u32(b, at::RESHAPE_OLD_MEMBER_COUNT),
+                old_data_offset_bytes: match get_u64(b, at::RESHAPE_OLD_DATA_OFFSET_BYTES) {
+                    0 => get_u64(b, at::DATA_OFFSET_BYTES),
+                    o => o,
+                },
             }),
         };
         let ppl = match (

@@ -112,6 +112,8 @@ fn sample() -> Label {
             old_copies: 1,
             old_interleave_bytes: 64 * 1024,
             old_member_count: 4,
+            // Moved down into the room before the data by 1 MiB.
+            old_data_offset_bytes: (1u64 << 54) + (1 << 20),
         }),
         slots,
     }
@@ -177,8 +179,13 @@ fn label_table_matches_the_code() {
         ),
         row(
             at::RESHAPE_RESERVED,
-            at::RESERVED_HEADER - at::RESHAPE_RESERVED,
+            at::RESHAPE_OLD_DATA_OFFSET_BYTES - at::RESHAPE_RESERVED,
             "reserved",
+        ),
+        row(
+            at::RESHAPE_OLD_DATA_OFFSET_BYTES,
+            8,
+            "reshape_old_data_offset_bytes",
         ),
         row(
             at::RESERVED_HEADER,
@@ -289,6 +296,10 @@ fn documented_offsets_hold_the_values() {
         ("reshape_old_copies", 1u32.to_le_bytes().to_vec()),
         ("reshape_old_level", vec![5]),
         ("reshape_old_parity_layout", vec![0]),
+        (
+            "reshape_old_data_offset_bytes",
+            ((1u64 << 54) + (1 << 20)).to_le_bytes().to_vec(),
+        ),
         (
             "intent_region_stripes",
             label.intent_region_stripes.to_le_bytes().to_vec(),

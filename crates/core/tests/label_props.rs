@@ -216,6 +216,9 @@ fn label() -> impl Strategy<Value = Label> {
                             old_copies: 1,
                             old_interleave_bytes: (1 + updated % 256) * 512,
                             old_member_count: 3 + (updated as u32 % (member_count - 2)),
+                            // Half moved down into the room before the data.
+                            old_data_offset_bytes: data_offset_bytes
+                                + (updated % 2) * ((updated >> 8) % 1024) * 4096,
                         }
                     }),
                     slots,

@@ -68,8 +68,10 @@ impl Manager {
             );
         }
         let reserved = reserved_from_bytes(&old, &new, label.intent_region_stripes);
-        let plan = Plan::new(old.clone(), new.clone(), reserved)
+        let plan = Plan::choose(old.clone(), new, reserved)
             .map_err(|e| format!("cannot reshape in place: {e}"))?;
+        // Its data offset may be lower than the old (Plan::choose).
+        let new = plan.new_geometry().clone();
         if label.intent_region_stripes > 0 && new.redundancy() > 0 {
             platter_core::intent::IntentLayout::new(&new, label.intent_region_stripes)
                 .map_err(|e| format!("the write-intent bitmap for the new layout: {e}"))?;

@@ -156,6 +156,7 @@ fn refusals_name_the_member_and_the_reason() {
             old_copies: 1,
             old_interleave_bytes: 65536,
             old_member_count: 3,
+            old_data_offset_bytes: l.data_offset_bytes,
         });
     }
     let a = assemble(&found(&moving)).expect("a reshaping volume assembles");

@@ -544,8 +544,9 @@ fn fields_tile_the_label_without_overlap() {
         (at::RESHAPE_RESERVED, 2),
         (
             at::RESHAPE_RESERVED + 2,
-            at::RESERVED_HEADER - at::RESHAPE_RESERVED - 2,
+            at::RESHAPE_OLD_DATA_OFFSET_BYTES - at::RESHAPE_RESERVED - 2,
         ),
+        (at::RESHAPE_OLD_DATA_OFFSET_BYTES, 8),
         (at::NAME, NAME_MAX_BYTES),
         (at::RESERVED_HEADER, at::SLOT_TABLE - at::RESERVED_HEADER),
         (at::SLOT_TABLE, MAX_MEMBERS as usize * at::SLOT_ENTRY_BYTES),
@@ -697,13 +698,31 @@ fn a_reshape_needs_version_6_and_only_it_does() {
         old_copies: 1,
         old_interleave_bytes: 64 << 10,
         old_member_count: 3,
+        old_data_offset_bytes: label.data_offset_bytes + (1 << 20),
     };
     label.reshape = Some(record);
     let b = label.encode();
     assert_eq!(u32::from_le_bytes(b[8..12].try_into().unwrap()), 6);
     assert_eq!(Label::decode(&b).unwrap(), label);
     let spec = record.old_spec(&label);
+    assert_eq!(spec.data_offset_bytes, label.data_offset_bytes + (1 << 20));
     assert_eq!(spec.member_data_bytes.len(), 3);
+    // A reshape that keeps the data offset writes 0 there, as builds
+    // before the field did, and reads it back as the label's.
+    let kept = ReshapeRecord {
+        old_data_offset_bytes: label.data_offset_bytes,
+        ..record
+    };
+    let kept_label = Label {
+        reshape: Some(kept),
+        ..label.clone()
+    };
+    let b = kept_label.encode();
+    assert_eq!(
+        b[at::RESHAPE_OLD_DATA_OFFSET_BYTES..at::RESERVED_HEADER],
+        [0; 8]
+    );
+    assert_eq!(Label::decode(&b).unwrap(), kept_label);
     assert_eq!(spec.interleave_bytes, 64 << 10);
 
     let none = Label {
@@ -741,6 +760,15 @@ fn a_reshape_needs_version_6_and_only_it_does() {
         },
         ReshapeRecord {
             old_interleave_bytes: 1000,
+            ..record
+        },
+        // The data only ever moves down, in whole pages.
+        ReshapeRecord {
+            old_data_offset_bytes: label.data_offset_bytes - 4096,
+            ..record
+        },
+        ReshapeRecord {
+            old_data_offset_bytes: label.data_offset_bytes + 512,
             ..record
         },
     ] {

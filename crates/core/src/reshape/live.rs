@@ -860,7 +860,8 @@ impl Reshaping {
     fn read_images(&mut self, position_bytes: u64, span: Span) {
         let n_old = self.old.geometry().members();
         let len = span.end_bytes - span.start_bytes;
-        let data_offset = self.old.geometry().spec().data_offset_bytes;
+        // The span is the new layout's rows, from its data offset.
+        let data_offset = self.new.geometry().spec().data_offset_bytes;
         let mut left = 0;
         for m in 0..n_old {
             if self.old.health()[m as usize] == Health::Online {

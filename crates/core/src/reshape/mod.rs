@@ -52,6 +52,10 @@ pub struct Plan {
     /// whose chunks do not fill its last stripe writes none past it (seed
     /// 917 of reshape_live read an undo image past a member's end there).
     new_rows_end_bytes: u64,
+    /// How far below the old layout's data the new layout's starts on
+    /// every member (the old data offset less the new): the new layout
+    /// may run this far ahead of what the old still needs.
+    lead_bytes: u64,
 }
 
 /// Where a reshape keeps its undo records (docs/reshape.md, "Where a
@@ -125,7 +129,7 @@ pub fn reserved_from_bytes(old: &Geometry, new: &Geometry, intent_region_stripes
 }
 
 /// Member bytes one new stripe writes, the same on every member, from the
-/// data offset: `[start, end)`.
+/// new layout's data offset: `[start, end)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Span {
     pub start_bytes: u64,
@@ -145,10 +149,11 @@ fn rows_per_stripe(g: &Geometry) -> u64 {
 impl Plan {
     /// Checks that `old` can move to `new` in place: the same members in
     /// the same slots (more may be added after them), the same data
-    /// offset, no less room for data, and a level whose rows advance with
-    /// the volume offset (not concat, which grows without moving). Member
-    /// bytes from `reserved_from_bytes` ([`reserved_from_bytes`]) to the
-    /// data offset may keep backups.
+    /// offset or a lower one (not below `reserved_from_bytes`), no less
+    /// room for data, and a level whose rows advance with the volume
+    /// offset (not concat, which grows without moving). Member bytes from
+    /// `reserved_from_bytes` ([`reserved_from_bytes`]) to the new data
+    /// offset may keep backups.
     pub fn new(
         old: Geometry,
         new: Geometry,
@@ -168,8 +173,18 @@ impl Plan {
                 "a reshape cannot take members away ({n_old} now, {n_new} asked)"
             ));
         }
-        if old.spec().data_offset_bytes != new.spec().data_offset_bytes {
-            return err("the data offset must stay where it is".into());
+        let (old_offset, new_offset) = (old.spec().data_offset_bytes, new.spec().data_offset_bytes);
+        let Some(lead_bytes) = old_offset.checked_sub(new_offset) else {
+            return err(format!(
+                "the data offset can only move down, into the room before the data \
+                 ({old_offset} now, {new_offset} asked)"
+            ));
+        };
+        if lead_bytes > 0 && new_offset < reserved_from_bytes.div_ceil(4096) * 4096 {
+            return err(format!(
+                "a data offset of {new_offset} would overlap the label and write-intent \
+                 bitmap (which end at {reserved_from_bytes})"
+            ));
         }
         if new.spec().member_data_bytes[..n_old as usize] != old.spec().member_data_bytes[..] {
             return err("the members already in the volume must keep their slots and sizes".into());
@@ -189,6 +204,7 @@ impl Plan {
             old,
             new,
             undo: None,
+            lead_bytes,
         };
         let critical = plan.critical_stripes()?;
         if critical.most == 0 {
@@ -252,8 +268,71 @@ impl Plan {
         Ok(plan)
     }
 
+    /// The plan for moving `old` to `new` (which has `old`'s data offset)
+    /// on the same members, or with members added. Where every window
+    /// would need a backup (an interleave or parity layout change) and
+    /// half the room before the data lets the new layout run ahead of the
+    /// old by enough, the new layout starts that much lower instead, as
+    /// md moves `data_offset`: nothing is backed up, each byte is read
+    /// and written once. The other half stays for the next such reshape.
+    pub fn choose(
+        old: Geometry,
+        new: Geometry,
+        reserved_from_bytes: u64,
+    ) -> Result<Plan, ReshapeError> {
+        let same = Plan::new(old.clone(), new.clone(), reserved_from_bytes);
+        if !matches!(
+            same.as_ref().map(Plan::undo_area),
+            Ok(Some(UndoArea::Reserved { .. })) | Err(_)
+        ) {
+            return same;
+        }
+        let offset = old.spec().data_offset_bytes;
+        let room = offset.saturating_sub(reserved_from_bytes.div_ceil(4096) * 4096);
+        let lead = room / 2 / 4096 * 4096;
+        let mut spec = new.spec().clone();
+        spec.data_offset_bytes = offset - lead;
+        let Ok(lower) = Geometry::new(spec) else {
+            return same;
+        };
+        match Plan::new(old, lower, reserved_from_bytes) {
+            Ok(plan) if plan.undo.is_none() && lead >= 2 * plan.lead_needed_bytes() => Ok(plan),
+            _ => same,
+        }
+    }
+
+    /// The least lead ([`Plan::choose`]) with which every window of the
+    /// first stripes can be written with nothing backed up, `u64::MAX`
+    /// for a layout that falls behind the old one for good (less data per
+    /// member byte: no lead suffices over a large volume).
+    fn lead_needed_bytes(&self) -> u64 {
+        let per_row = |g: &Geometry| {
+            (
+                u128::from(g.stripe_data_bytes()),
+                u128::from(rows_per_stripe(g) * g.interleave_bytes()),
+            )
+        };
+        let ((old_data, old_row), (new_data, new_row)) = (per_row(&self.old), per_row(&self.new));
+        if new_data * old_row < old_data * new_row {
+            return u64::MAX;
+        }
+        let sb = self.stripe_bytes();
+        (0..self.new.stripes().min(CRITICAL_SCAN_STRIPES))
+            .map(|s| {
+                self.new_span(s)
+                    .end_bytes
+                    .saturating_sub(self.old_needed_from(s * sb))
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
     pub fn old(&self) -> &Geometry {
         &self.old
+    }
+    /// How much lower the new layout's data starts than the old's.
+    pub fn lead_bytes(&self) -> u64 {
+        self.lead_bytes
     }
     pub fn new_geometry(&self) -> &Geometry {
         &self.new
@@ -285,7 +364,7 @@ impl Plan {
         }
     }
 
-    /// The lowest member byte (from the data offset) whose old contents
+    /// The lowest member byte (from the old data offset) whose old contents
     /// are still needed once `durable` bytes are moved for good: the old
     /// stripe holding `durable` onwards. `u64::MAX` once everything old is.
     pub fn old_needed_from(&self, durable_bytes: u64) -> u64 {
@@ -309,9 +388,12 @@ impl Plan {
 
     /// How many new stripes from `first` can be written with `durable`
     /// bytes moved for good, without overwriting anything still needed,
-    /// at most `max`.
+    /// at most `max`. The new layout's rows start `lead_bytes` lower on
+    /// the members than the old's.
     pub fn safe_stripes(&self, first: u64, durable_bytes: u64, max: u64) -> u64 {
-        let needed = self.old_needed_from(durable_bytes);
+        let needed = self
+            .old_needed_from(durable_bytes)
+            .saturating_add(self.lead_bytes);
         let stripes = self.new.stripes();
         let mut n = 0;
         // Bounded by `max` and the volume's stripes.
@@ -328,7 +410,10 @@ impl Plan {
     /// old layout of nothing past the window itself: bytes past it stay in
     /// the old layout, and must stay readable there.
     pub fn window_holds_what_it_overwrites(&self, first: u64, count: u64) -> bool {
-        let end = self.new_span(first + count - 1).end_bytes;
+        let end = self
+            .new_span(first + count - 1)
+            .end_bytes
+            .saturating_sub(self.lead_bytes);
         let window_end = ((first + count) * self.stripe_bytes()).min(self.total_bytes());
         self.old_bytes_below(end) <= window_end
     }

@@ -109,6 +109,7 @@ pub fn reshaped_label(
     l.parity_layout = spec.parity_layout;
     l.copies = spec.copies;
     l.interleave_bytes = spec.interleave_bytes;
+    l.data_offset_bytes = spec.data_offset_bytes;
     l.volume_size_bytes = new.volume_size_bytes();
     l.reshape = reshape_id.map(|id| ReshapeRecord {
         id,
@@ -118,6 +119,7 @@ pub fn reshaped_label(
         old_copies: label.copies,
         old_interleave_bytes: label.interleave_bytes,
         old_member_count: label.member_count,
+        old_data_offset_bytes: label.data_offset_bytes,
     });
     l
 }
