@@ -192,11 +192,11 @@ fn survives_kills(
     let mut killed_moving = 0;
     for _ in 0..kills {
         s.start_again_unchecked();
-        slow_down(&s, &test);
+        slow_down(s, &test);
         std::thread::sleep(Duration::from_millis(50 + rng.below(600)));
         // Null once the move is done and the new layout's volume took
         // over (the labels no longer name a reshape).
-        let r = &live_status(&s)["reshape"];
+        let r = &live_status(s)["reshape"];
         if r["finished"].as_bool() == Some(false) {
             killed_moving += 1;
         }
@@ -208,12 +208,12 @@ fn survives_kills(
     );
     s.start_again_unchecked();
     // Reads while it moves: the whole volume, as written.
-    assert_images_identical(&t, &image, s.uri(), &format!("{test}: during the move"));
-    wait_reshaped(&s, &test);
-    assert_images_identical(&t, &image, s.uri(), &format!("{test}: after the move"));
+    assert_images_identical(t, image, s.uri(), &format!("{test}: during the move"));
+    wait_reshaped(s, &test);
+    assert_images_identical(t, image, s.uri(), &format!("{test}: after the move"));
     // A client that connects now is told the new size (the same when the
     // rows hold as much as before).
-    let grown = client_size(&t, &s, &test);
+    let grown = client_size(t, s, &test);
     let more = s.volume.member_size_bytes / 2;
     assert!(
         (grown > s.volume.size_bytes + more) == grows && grown >= s.volume.size_bytes,
@@ -222,7 +222,7 @@ fn survives_kills(
     );
     s.stop();
     s.start_again();
-    let st = live_status(&s);
+    let st = live_status(s);
     assert!(
         st["reshape"].is_null(),
         "{test}: a reshape after the restart"
@@ -231,8 +231,8 @@ fn survives_kills(
     assert_eq!(new_size, grown, "{test}: the size after a restart");
     // The bytes past the old end read as zeros: qemu-img compare says so
     // of a larger image whose tail is zero.
-    assert_images_identical(&t, &image, s.uri(), &format!("{test}: after a restart"));
-    assert_check_clean(&s, &test);
+    assert_images_identical(t, image, s.uri(), &format!("{test}: after a restart"));
+    assert_check_clean(s, &test);
     s.stop();
 }
 
@@ -308,7 +308,7 @@ fn raid5_changes_its_interleave_twice_through_kills() {
     survives_kills(&t, &mut s, &image, &once, 4, 0x5eb2, test);
     let lowered = data_offset(&s);
     assert!(
-        lowered < MIB && lowered >= MIB / 2,
+        (MIB / 2..MIB).contains(&lowered),
         "{test}: the data offset after moving down is {lowered}"
     );
     let twice = Reshaped {
