@@ -179,7 +179,7 @@ fn survives_kills(
     seed: u64,
     test: &str,
 ) {
-    let (t, image, test) = (t, image, test.to_string());
+    let test = test.to_string();
     let grows = reshaped.size == Size::Grows;
     let mut rng = Rng::new(seed);
     let planned = reshape(s, reshaped.add, reshaped.args, &test);
