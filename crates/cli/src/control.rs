@@ -94,6 +94,15 @@ pub fn print_status(v: &Value) {
         );
         if r["finished"].as_bool().unwrap_or(false) {
             println!("  Reshape:    from {from}: done; new connections see the new size");
+        } else if let Some(why) = r["stuck"].as_str() {
+            println!(
+                "  Reshape:    from {from}: STOPPED at {:.1}% ({} of {}): {why}. The volume \
+                 serves through both layouts; the move goes on from the labels when the \
+                 server is restarted with the cause fixed",
+                r.get("percent").and_then(Value::as_f64).unwrap_or(0.0),
+                format_size(g("position_bytes")),
+                format_size(g("total_bytes")),
+            );
         } else {
             println!(
                 "  Reshape:    from {from}: {:.1}% ({} of {}), {}/s (limit {}/s), ETA {} s",

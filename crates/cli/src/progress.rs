@@ -37,7 +37,8 @@ impl Job {
                 .get(k)
                 .filter(|r| !r.is_null() && !r["finished"].as_bool().unwrap_or(false))
         };
-        if let Some(r) = running("reshape") {
+        // A stopped reshape is not running: the watch ends and says why.
+        if let Some(r) = running("reshape").filter(|r| r["stuck"].is_null()) {
             // Bytes, counted as the rebuild's stripes are.
             let n = |k: &str| r.get(k).and_then(Value::as_u64).unwrap_or(0);
             return Some(Job {
@@ -98,6 +99,9 @@ impl Job {
     /// succeeded if its slot is in use now.
     fn outcome(&self, after: &Value) -> std::result::Result<String, String> {
         if self.kind == "reshape" {
+            if let Some(why) = after["reshape"]["stuck"].as_str() {
+                return Err(format!("reshape stopped: {why}"));
+            }
             return Ok(
                 "reshape: done, every byte is in the new layout (clients that connect \
                  from now on see the new size)"
@@ -185,7 +189,7 @@ impl Display {
 
 /// Polls the server every `interval` and shows the rebuild or resync until
 /// none runs. Ok when nothing ran or everything finished; an error when a
-/// rebuild stopped short (its member failed).
+/// rebuild stopped short (its member failed) or the reshape stopped.
 pub fn watch(control: &PathBuf, interval: Duration, json_out: bool) -> Result<()> {
     let mut display = if json_out {
         Display::Json
@@ -211,7 +215,10 @@ pub fn watch(control: &PathBuf, interval: Duration, json_out: bool) -> Result<()
             }
         }
         let Some(job) = job else {
-            if current.is_none() && !json_out {
+            let stopped = status["reshape"]["stuck"].as_str();
+            if let (None, Some(why)) = (&current, stopped) {
+                failures.push(format!("the reshape stopped: {why}"));
+            } else if current.is_none() && !json_out {
                 println!(
                     "nothing to wait for: no rebuild, reshape or resync runs on '{}'",
                     platter_core::label::printable(status["name"].as_str().unwrap_or("?"))

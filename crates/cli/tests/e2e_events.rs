@@ -343,3 +343,80 @@ fn journal_fields(mut b: &[u8]) -> std::collections::BTreeMap<String, String> {
     }
     fields
 }
+
+/// A reshape that cannot go on stops where it is, says why (an event, and
+/// `platter status` in words and JSON), and goes on from the labels once
+/// the cause is gone. Here a stripe's member hits a bad sector where the
+/// move has not reached: a stripe cannot read around it, the member is
+/// failed, and the move stops. Before `stuck` was in the status, `status`
+/// showed the stopped move at 0 B/s with an ETA of 0 s and `--watch`
+/// waited on it for ever.
+#[test]
+fn a_stopped_reshape_is_an_event_and_goes_on_after_a_restart() {
+    let test = "a_stopped_reshape_is_an_event_and_goes_on_after_a_restart";
+    let Some(t) = tools(test, &["nbdcopy", "qemu-img"]) else {
+        return;
+    };
+    let volume = Volume::create(Spec::new("stripe", 3, "64k"), 16 * MIB);
+    let (program, log) = recorder(volume.path(), 0);
+    let mut s = Server::start(volume);
+    let image = s.volume.path().join("before.raw");
+    write_random_image(&image, s.volume.size_bytes, 0x57c);
+    run_ok(
+        t.cmd("nbdcopy").arg(&image).arg(s.uri()),
+        CMD_TIMEOUT,
+        &format!("{test}: fill"),
+    );
+    s.stop();
+    let added = s.volume.path().join("m3").display().to_string();
+    let size = s.volume.member_size_bytes.to_string();
+    let mut grow = platter(&["grow", "--member-size", &size, "--add", &added]);
+    grow.args(&s.volume.members);
+    run_ok(&mut grow, CMD_TIMEOUT, &format!("{test}: platter grow"));
+    s.volume.members.push(added);
+    // 4 MiB into member 1's 6 MiB of data: two thirds of the way through
+    // the move.
+    let m1 = s.volume.members[1].clone();
+    s.options.inject = vec![format!("{m1}=bad-range=5M+4k")];
+    s.options.extra_args = vec!["--on-event".into(), program.display().to_string()];
+    s.start_again_unchecked();
+    let l = wait_event(&log, "reshape-stuck", &s);
+    assert!(l.contains("the old layout could not be read"), "{l}");
+    let r = &live_status(&s)["reshape"];
+    let why = r["stuck"].as_str().unwrap_or_else(|| panic!("{test}: {r}"));
+    assert!(why.contains("member 1"), "{test}: {why}");
+    let position = r["position_bytes"].as_u64().unwrap();
+    assert!(
+        position > 0 && position < r["total_bytes"].as_u64().unwrap(),
+        "{test}: {r}"
+    );
+    let text = run_ok(
+        &mut platter(&["status", "--control", &s.control()]),
+        CMD_TIMEOUT,
+        &format!("{test}: status"),
+    );
+    assert!(
+        text.stdout.contains("STOPPED") && text.stdout.contains(why),
+        "{test}: {}",
+        text.stdout
+    );
+    // --watch does not wait on it: it ends at once, failing, and says why.
+    let watch = run(
+        &mut platter(&["status", "--watch", "--control", &s.control()]),
+        CMD_TIMEOUT,
+    );
+    assert!(
+        !watch.status.success() && watch.stderr.contains(why),
+        "{test}: --watch on a stopped move: {} {}",
+        watch.status,
+        watch.stderr
+    );
+    // The sector reads again; the failed member is forced back into use
+    // (a stripe has no other copy of its data) and the move goes on.
+    s.stop_expecting_errors("TERM", &["bad sectors", "could not be read"]);
+    s.options.inject.clear();
+    s.options.extra_args.push("--force".into());
+    s.start_again_unchecked();
+    wait_event(&log, "reshape-done", &s);
+    assert_images_identical(&t, &image, s.uri(), &format!("{test}: after the move"));
+}

@@ -244,6 +244,8 @@ pub struct ReshapeProgress {
     pub durable_bytes: u64,
     pub total_bytes: u64,
     pub finished: bool,
+    /// Why it stopped for good, if it did: nothing moves until a restart.
+    pub stuck: Option<String>,
     /// The layout it moves from.
     pub old: Geometry,
 }
@@ -549,6 +551,7 @@ impl Engine {
             durable_bytes: r.reshape().durable_bytes(),
             total_bytes: r.reshape().plan().total_bytes(),
             finished: r.is_finished(),
+            stuck: r.stuck_reason().map(str::to_string),
             old: r.old_geometry().clone(),
         })
     }

@@ -166,6 +166,7 @@ impl Manager {
                 "total_bytes": p.total_bytes,
                 "percent": 100.0 * p.position_bytes as f64 / p.total_bytes.max(1) as f64,
                 "finished": p.finished,
+                "stuck": p.stuck,
                 "rate_bytes_per_sec": rate,
                 "rate_limit_bytes_per_sec": self.upkeep.rate_bytes_per_sec.load(Ordering::Relaxed),
                 "eta_seconds": left_bytes.checked_div(rate).unwrap_or(0),

@@ -188,6 +188,8 @@ pub struct Reshaping {
     failure_reported: Vec<bool>,
     /// Moved since the last persist (for `persist_every_bytes`).
     moved_since_persist_bytes: u64,
+    /// Why the move stopped for good ([`Action::Stuck`]), for status.
+    stuck_reason: Option<String>,
 }
 
 fn key(inner: RequestId, side: Side) -> u64 {
@@ -231,6 +233,7 @@ impl Reshaping {
             overdrawn_bytes: 0,
             failure_reported: vec![false; health.len()],
             moved_since_persist_bytes: 0,
+            stuck_reason: None,
         }
     }
 
@@ -258,6 +261,11 @@ impl Reshaping {
     }
     pub fn is_finished(&self) -> bool {
         matches!(self.work, Work::Finished)
+    }
+    /// Why the move stopped, if it did ([`Action::Stuck`]): nothing moves
+    /// further until a restart.
+    pub fn stuck_reason(&self) -> Option<&str> {
+        self.stuck_reason.as_deref()
     }
 
     /// The new layout's volume, for queries and settings (statistics, read
@@ -838,6 +846,7 @@ impl Reshaping {
 
     fn stuck(&mut self, position_bytes: u64, reason: String) {
         self.work = Work::Stuck;
+        self.stuck_reason = Some(reason.clone());
         self.actions.push_back(Action::Stuck {
             position_bytes,
             reason,
