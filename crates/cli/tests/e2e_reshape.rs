@@ -325,6 +325,65 @@ fn raid5_changes_its_interleave_twice_through_kills() {
     );
 }
 
+/// A restart must read each member's backup area to know whether a window
+/// was cut short; when it cannot, it refuses to serve, saying so, rather
+/// than go on and perhaps leave the old layout of that window torn. Once
+/// the area reads again the reshape goes on and loses nothing.
+#[test]
+fn an_unreadable_backup_area_refuses_the_restart_and_loses_nothing() {
+    let test = "an_unreadable_backup_area_refuses_the_restart_and_loses_nothing";
+    let Some(t) = tools(test, &["nbdcopy", "qemu-img"]) else {
+        return;
+    };
+    let mut s = Server::start(Volume::create(Spec::new("raid5", 4, "64k"), 80 * MIB));
+    let image = fill(&t, &s, 0x5eb4, test);
+    s.stop();
+    // The first change takes half the room before the data; the second
+    // has too little left to move down into and backs up every window.
+    reshape(&mut s, 0, &["--interleave", "128k"], test);
+    s.start_again_unchecked();
+    wait_reshaped(&s, test);
+    s.stop();
+    let planned = reshape(&mut s, 0, &["--interleave", "256k"], test);
+    assert!(planned.stdout.contains("backed up"), "{}", planned.stdout);
+    s.start_again_unchecked();
+    slow_down(&s, test);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        live_status(&s)["reshape"]["finished"].as_bool(),
+        Some(false)
+    );
+    s.crash();
+    let label = std::fs::read(&s.volume.members[0]).unwrap();
+    let data_offset = u64::from_le_bytes(label[0x48..0x50].try_into().unwrap());
+    // Past the label and its bitmap page, up to the data: the backup area.
+    let bad = format!(
+        "{}=bad-range=8192+{}",
+        s.volume.members[0],
+        data_offset - 8192
+    );
+    let mut serve = platter(&["serve", "--socket"]);
+    serve
+        .arg(s.volume.path().join("refused.sock"))
+        .args(["--inject", &bad])
+        .args(&s.volume.members);
+    let refused = run(&mut serve, CMD_TIMEOUT);
+    assert!(
+        !refused.status.success()
+            && refused
+                .stderr
+                .contains("the reshape's backup: cannot read it on member 0"),
+        "{test}: {} {}",
+        refused.status,
+        refused.stderr
+    );
+    s.start_again_unchecked();
+    wait_reshaped(&s, test);
+    assert_images_identical(&t, &image, s.uri(), &format!("{test}: after the move"));
+    assert_check_clean(&s, test);
+    s.stop();
+}
+
 /// RAID-5 to RAID-6 in its ordinary layout (Q spread over the members,
 /// not the `_6` layout's Q on the added one): the rows hold as much data
 /// as before, so every window keeps a backup, as for an interleave change.
