@@ -97,7 +97,7 @@ fn parse_checksums(s: &str) -> std::result::Result<ChecksumChoice, String> {
 #[derive(Clone, Copy, Debug)]
 struct ChecksumChoice(Option<Algorithm>);
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 pub struct CreateArgs {
     /// concat | stripe | mirror | raid10 | raid5 | raid6
     #[arg(long, value_name = "LEVEL")]
@@ -171,13 +171,43 @@ pub struct CreateArgs {
     #[arg(value_name = "MEMBER", required = true)]
     members: Vec<String>,
     /// Room at the start of every member for the label and bitmap, and
-    /// for a reshape's backups: whole MiBs, 1M (default) to 1G. A reshape
-    /// on the same members (a new interleave or parity layout) saves each
-    /// window here first; more room moves it in larger windows, much
-    /// faster on members with latency (docs/reshape.md). Checksums and the
-    /// partial parity log follow it.
-    #[arg(long, value_name = "SIZE", default_value = "1M", value_parser = parse_size)]
+    /// for reshapes: whole MiBs, 1M to 1G. By default md's rule: about
+    /// 0.1% of the smallest member, at most 128 MiB (1M for members up to
+    /// 512 MiB, 129M from 128 GiB). A reshape on the same members (a new
+    /// interleave or parity layout) moves the data down into half of it,
+    /// or backs up each window here when too little is left; more room
+    /// moves it in larger windows, much faster on members with latency
+    /// (docs/reshape.md). Checksums and the partial parity log follow it.
+    #[arg(long = "reserve", value_name = "SIZE", value_parser = parse_size)]
+    reserve_asked: Option<u64>,
+    /// The reserve in use: `reserve_asked`, or md's rule for the members.
+    #[arg(skip)]
     reserve: u64,
+}
+
+/// md's headroom for reshapes (mdadm, super1.c `validate_geometry1`):
+/// 128 MiB, halved while more than about 0.1% of the member; then room
+/// for the label and the largest bitmap md gives (128 KiB), in whole MiBs,
+/// at least 1 MiB.
+fn md_reserve_bytes(member_bytes: u64) -> u64 {
+    let mut headroom: u64 = 128 * MIB;
+    // At most 11 halvings: bounded.
+    while headroom.saturating_mul(1024) > member_bytes && headroom > 64 * 1024 {
+        headroom /= 2;
+    }
+    ((4096 + 128 * 1024 + headroom).div_ceil(MIB) * MIB).max(DATA_OFFSET_BYTES)
+}
+
+impl CreateArgs {
+    /// These arguments with the reserve settled for members of at least
+    /// `smallest_member_bytes`.
+    fn with_reserve_for(&self, smallest_member_bytes: u64) -> CreateArgs {
+        let mut a = self.clone();
+        a.reserve = self
+            .reserve_asked
+            .unwrap_or_else(|| md_reserve_bytes(smallest_member_bytes));
+        a
+    }
 }
 
 fn layout_for(level: Level, name: Option<&str>) -> Result<ParityLayout> {
@@ -206,15 +236,18 @@ fn random_uuid() -> [u8; 16] {
 }
 
 pub fn run(args: CreateArgs) -> Result<()> {
-    if args.reserve < DATA_OFFSET_BYTES
-        || args.reserve > RESERVE_BYTES_MAX
-        || !args.reserve.is_multiple_of(MIB)
-    {
-        return Err(CliError(format!(
-            "--reserve {} bytes: give whole MiBs from 1M to 1G",
-            args.reserve
-        )));
+    if let Some(reserve) = args.reserve_asked {
+        if !(DATA_OFFSET_BYTES..=RESERVE_BYTES_MAX).contains(&reserve)
+            || !reserve.is_multiple_of(MIB)
+        {
+            return Err(CliError(format!(
+                "--reserve {reserve} bytes: give whole MiBs from 1M to 1G"
+            )));
+        }
     }
+    // The smallest a member may be is checked with the smallest reserve
+    // md's rule gives; members of --member-size with theirs.
+    let args = args.with_reserve_for(args.member_size.unwrap_or(0));
     let level = args.level;
     let n = args.members.len() as u32;
     if n < level.min_members() {
@@ -389,6 +422,8 @@ fn label_members(
     parity_layout: ParityLayout,
     copies: u32,
 ) -> Result<()> {
+    let smallest = members.iter().map(|m| m.size_bytes()).min().unwrap_or(0);
+    let args = &args.with_reserve_for(smallest);
     let level = args.level;
     let n = members.len() as u32;
     for m in &members {

@@ -30,7 +30,8 @@ fn sizes_past_u64_are_refused_before_any_file_is_made() {
             "larger than any file can be",
         ),
         // Members a file can be, but three data members hold more than a
-        // u64 counts; and a stripe of three such interleaves.
+        // u64 counts; and a stripe of three such interleaves (members that
+        // large get md's 129 MiB before their data).
         (
             &["--member-size", "9223372036854775807"],
             "more than 2^64 bytes",
@@ -40,7 +41,7 @@ fn sizes_past_u64_are_refused_before_any_file_is_made() {
                 "--interleave",
                 "4611686018427387904",
                 "--member-size",
-                "4611686018428436480",
+                "4611686018562654208",
             ],
             "more than 2^64 bytes",
         ),

@@ -65,8 +65,15 @@ pub(crate) fn open(volume: OpenVolume, config: &ServeConfig) -> Result<Opened, S
             removed.insert(slot as u32, name);
         }
     }
-    if intent.is_some() {
-        reserve_bitmap_areas(&members, &assembly.health, assembly.label.data_offset_bytes)?;
+    if let Some((layout, _)) = &intent {
+        // The label and the bitmap, not the room for reshapes after them
+        // (md's headroom: up to 128 MiB a member, most often never used).
+        let end = platter_core::intent::INTENT_OFFSET_BYTES + layout.area_bytes();
+        reserve_bitmap_areas(
+            &members,
+            &assembly.health,
+            end.min(assembly.label.data_offset_bytes),
+        )?;
     }
     let geometry = &assembly.geometry;
     let lost = assembly
@@ -116,16 +123,16 @@ pub(crate) fn open(volume: OpenVolume, config: &ServeConfig) -> Result<Opened, S
 fn reserve_bitmap_areas(
     members: &[Option<Arc<dyn Member>>],
     health: &[Health],
-    data_offset_bytes: u64,
+    end_bytes: u64,
 ) -> Result<(), ServeError> {
     for (device, health) in members.iter().zip(health) {
         let Some(device) = device.as_ref().filter(|_| *health == Health::Online) else {
             continue;
         };
-        device.reserve(0, data_offset_bytes).map_err(|e| {
+        device.reserve(0, end_bytes).map_err(|e| {
             ServeError::Refused(format!(
                 "cannot allocate the label and write-intent bitmap area of member {} \
-                 ({data_offset_bytes} bytes; a sparse copy leaves it unallocated): {e}; \
+                 ({end_bytes} bytes; a sparse copy leaves it unallocated): {e}; \
                  make room on its file system, or serve --read-only",
                 device.describe()
             ))

@@ -498,6 +498,19 @@ impl Spec {
     }
 }
 
+/// The room `platter create` leaves before the data of a member of
+/// `member_bytes` without `--reserve` (docs/on-disk-format.md): md's
+/// headroom, 128 MiB halved while more than about 0.1% of the member (not
+/// below 64 KiB), and 132 KiB for the label and bitmap, in whole MiBs, at
+/// least 1 MiB. Written from the document, not the code, as an oracle.
+pub fn md_reserve_bytes(member_bytes: u64) -> u64 {
+    let mut headroom = 128 * MIB;
+    while headroom * 1024 > member_bytes && headroom > 64 * 1024 {
+        headroom /= 2;
+    }
+    ((headroom + 132 * 1024).div_ceil(MIB) * MIB).max(MIB)
+}
+
 /// A volume's member files in a temporary directory, and what
 /// `platter status --json` says of its shape.
 pub struct Volume {
@@ -568,14 +581,25 @@ impl Volume {
         } else {
             0
         };
-        // `--reserve NM`: the room before the data past the default MiB.
+        let base = spec.member_size_for(min_bytes) + checksum_area + log_area;
+        // `--reserve NM`: the room before the data past the MiB that
+        // `member_size_for` allows; without it, md's rule for the member.
         let reserve_extra = extra
             .windows(2)
             .find(|w| w[0] == "--reserve")
             .and_then(|w| w[1].strip_suffix('M')?.parse::<u64>().ok())
-            .map_or(0, |m| m.saturating_sub(1) * MIB);
-        let member_size_bytes =
-            spec.member_size_for(min_bytes) + checksum_area + log_area + reserve_extra;
+            .map_or_else(
+                || {
+                    // The reserve grows with the member it is for: settle.
+                    let mut e = 0;
+                    for _ in 0..4 {
+                        e = md_reserve_bytes(base + e) - MIB;
+                    }
+                    e
+                },
+                |m| m.saturating_sub(1) * MIB,
+            );
+        let member_size_bytes = base + reserve_extra;
         let member_size = member_size_bytes.to_string();
         let mut args = vec!["--member-size", member_size.as_str()];
         args.extend(extra);
