@@ -525,6 +525,15 @@ fn run_seed(seed: u64) -> Option<Ran> {
     })
 }
 
+/// `PLATTER_SIM_FIRST_SEED`: where the seeds start (to run one again;
+/// `scripts/soak-sim` runs chunks), as in the simulator's seeded tests.
+fn first_seed() -> u64 {
+    std::env::var("PLATTER_SIM_FIRST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
 fn seeds() -> u64 {
     std::env::var("PLATTER_SIM_SEEDS")
         .ok()
@@ -536,7 +545,7 @@ fn seeds() -> u64 {
 fn crashes_at_any_write_of_a_reshape_lose_nothing() {
     let (mut ran, mut crashes, mut undos, mut in_place, mut in_place_undos) = (0, 0, 0, 0, 0);
     let mut moved_down = 0;
-    for seed in 0..seeds() {
+    for seed in first_seed()..first_seed() + seeds() {
         if let Some(r) = run_seed(seed) {
             ran += 1;
             crashes += r.crashes;

@@ -6,7 +6,7 @@
 //! was written; after every restart each byte must read back as written,
 //! or (for a write that no flush covered) as before it; at the end the
 //! new layout's volume holds everything and its redundancy agrees.
-//! Seeds: `PLATTER_SIM_SEEDS` (default 200), from `PLATTER_SIM_SEED_FIRST`
+//! Seeds: `PLATTER_SIM_SEEDS` (default 200), from `PLATTER_SIM_FIRST_SEED`
 //! (default 0); `PLATTER_SIM_DEBUG` prints each seed's layouts (to run a
 //! failing seed again).
 
@@ -698,9 +698,10 @@ fn run_seed(seed: u64, t: &mut Tally) -> bool {
     true
 }
 
-/// `PLATTER_SIM_SEED_FIRST`: where the seeds start (to run one again).
+/// `PLATTER_SIM_FIRST_SEED`: where the seeds start (to run one again;
+/// `scripts/soak-sim` runs chunks), as in the simulator's seeded tests.
 fn first_seed() -> u64 {
-    std::env::var("PLATTER_SIM_SEED_FIRST")
+    std::env::var("PLATTER_SIM_FIRST_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0)
