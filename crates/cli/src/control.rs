@@ -115,6 +115,23 @@ pub fn print_status(v: &Value) {
             );
         }
     }
+    let rec = &v["recording"];
+    if let Some(path) = rec["path"].as_str() {
+        let n = |k: &str| rec[k].as_u64().unwrap_or(0);
+        if rec["recording"].as_bool() == Some(true) {
+            println!(
+                "  Recording:  {path}: {} requests, {} of at most {}",
+                n("requests"),
+                format_size(n("bytes_written")),
+                format_size(n("limit_bytes"))
+            );
+        } else if let Some(why) = rec["stopped_because"].as_str() {
+            println!(
+                "  Recording:  STOPPED after {} requests: {why}",
+                n("requests")
+            );
+        }
+    }
     if let Some(r) = v.get("resync").filter(|r| !r.is_null()) {
         let g = |k: &str| r.get(k).and_then(Value::as_u64).unwrap_or(0);
         println!(
@@ -317,6 +334,27 @@ pub struct RateArgs {
     /// Bytes per second, more than 0 (units: 10M, 1G).
     #[arg(value_name = "RATE", value_parser = parse_rate)]
     rate: u64,
+}
+
+#[derive(Args)]
+pub struct RecordArgs {
+    /// The server's control socket (the NBD socket's path plus ".ctl",
+    /// unless serve was given --control).
+    #[arg(long, value_name = "PATH")]
+    control: PathBuf,
+    /// Print the server's answer as JSON for programs.
+    #[arg(long)]
+    json: bool,
+    /// The most FILE may grow to (default 1G): the recording stops there,
+    /// says so, and the volume serves on.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    limit: Option<u64>,
+    /// `start FILE` (created, or overwritten) or `stop`.
+    #[arg(value_name = "ACTION", value_parser = ["start", "stop"])]
+    action: String,
+    /// With start: the file to record to, as the server sees the path.
+    #[arg(value_name = "FILE", required_if_eq("action", "start"))]
+    file: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -597,6 +635,45 @@ pub fn read_policy(a: PolicyArgs) -> Result<()> {
             })
             .collect();
         println!("members: {}", spins.join(", "));
+    });
+    Ok(())
+}
+
+/// `platter record --control PATH start FILE | stop`.
+pub fn record(a: RecordArgs) -> Result<()> {
+    let req = match (a.action.as_str(), &a.file) {
+        ("start", Some(file)) => {
+            // The server opens the file: a relative path is made whole here.
+            let file = std::path::absolute(file)
+                .map_err(|e| CliError(format!("{}: {e}", file.display())))?;
+            let mut req = json!({ "cmd": "record-start", "path": file });
+            if let Some(limit) = a.limit {
+                req["limit_bytes"] = json!(limit);
+            }
+            req
+        }
+        ("stop", None) => json!({ "cmd": "record-stop" }),
+        ("stop", Some(_)) => return Err(CliError("record stop takes no FILE".into())),
+        _ => return Err(CliError("record start needs a FILE".into())),
+    };
+    let v = ask(&a.control, req)?;
+    show(a.json, &v, |v| {
+        let path = v["path"].as_str().unwrap_or("?");
+        if a.action == "start" {
+            println!(
+                "recording the clients' requests to {path} (at most {}); `platter record \
+                 --control {} stop` ends it",
+                format_size(v["limit_bytes"].as_u64().unwrap_or(0)),
+                a.control.display()
+            );
+        } else {
+            println!(
+                "recorded {} requests to {path} ({}); replay them with `platter sim \
+                 --workload fio:{path}`",
+                v["requests"].as_u64().unwrap_or(0),
+                format_size(v["bytes_written"].as_u64().unwrap_or(0))
+            );
+        }
     });
     Ok(())
 }

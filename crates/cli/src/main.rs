@@ -109,6 +109,10 @@ enum Command {
     Repair(control::ScrubArgs),
     /// Change the rebuild's rate limit while it runs.
     RebuildRate(control::RateArgs),
+    /// Record a running volume's client requests to a file (fio iolog v3),
+    /// or stop recording: `record --control PATH start FILE`, `stop`. The
+    /// simulator replays it (`platter sim --workload fio:FILE`).
+    Record(control::RecordArgs),
     /// Show a served volume's counters per volume, plex and member (reads,
     /// writes, multiblock and multistripe transfers, recovered reads,
     /// degraded writes, latencies), like vinum's `list -s`.
@@ -199,6 +203,7 @@ fn main() -> ExitCode {
         Command::Check(a) => return exit(control::scrub(a, false), error_code),
         Command::Repair(a) => return exit(control::scrub(a, true), error_code),
         Command::RebuildRate(a) => control::rebuild_rate(a),
+        Command::Record(a) => control::record(a),
         Command::Stats(a) => stats::run(a),
         Command::ReadPolicy(a) => control::read_policy(a),
         Command::Sim(c) => sim::run(c),

@@ -207,11 +207,22 @@ pub struct ServeArgs {
     /// PLATTER_DETAIL and PLATTER_TIME set. Events: member-failed,
     /// member-disconnected, member-reconnected, member-removed,
     /// spare-active, rebuild-done, resync-done, mismatches-found,
-    /// read-error-corrected, no-space, started-degraded, forced-assembly.
+    /// read-error-corrected, no-space, started-degraded, forced-assembly,
+    /// reshape-done, reshape-stuck.
     /// One run at a time, each killed after 60 s; every event is also
     /// logged (event=NAME). See docs/failures.md.
     #[arg(long, value_name = "PROGRAM")]
     on_event: Option<PathBuf>,
+    /// Record the clients' requests from the start in FILE (fio's iolog
+    /// version 3, timestamps in microseconds), for `platter sim --workload
+    /// fio:FILE` and `platter sweep` to replay. `platter record --control`
+    /// starts and stops one while serving. See docs/simulator.md.
+    #[arg(long, value_name = "FILE")]
+    record: Option<PathBuf>,
+    /// The most FILE may grow to (default 1G): the recording stops there,
+    /// says so, and the volume serves on.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "record")]
+    record_limit: Option<u64>,
     /// Find the members by their labels instead of naming them: look in
     /// these directories, files or devices, as `platter scan` does (with no
     /// PATH, every block device in /dev), for the volume --name or --uuid
@@ -430,6 +441,13 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
         scrub_rate_bytes_per_sec: args.scrub_rate,
         inherited: platter_server::systemd::Inherited::new(activated),
         on_event: args.on_event,
+        record: args.record.map(|path| {
+            (
+                path,
+                args.record_limit
+                    .unwrap_or(platter_server::record::DEFAULT_LIMIT_BYTES),
+            )
+        }),
         stdio: args.stdio,
         forced_slots,
     };

@@ -45,6 +45,8 @@ pub const CONN_MAX_BYTES: u64 = 64 << 20;
 /// What every connection shares.
 pub struct Shared {
     pub engine: Arc<Engine>,
+    /// Notes each request while a recording runs (`record.rs`).
+    pub recorder: Arc<crate::record::Recorder>,
     /// Request and reply bytes across every connection (`--buffer-limit`):
     /// each connection's budget is part of it.
     pub buffered: Arc<Budget>,
@@ -724,6 +726,10 @@ fn next_request(conn: &Conn) -> io::Result<Option<Job>> {
             ),
             Command::Disconnect => unreachable!("handled above"),
         };
+        conn.shared.recorder.note(&req);
+        if then_flush {
+            conn.shared.recorder.note(&Request::Flush);
+        }
         return Ok(Some(Job {
             cookie,
             offset_bytes,

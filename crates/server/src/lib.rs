@@ -23,6 +23,7 @@ pub mod metrics;
 mod newdevice;
 mod readd;
 mod reconnect;
+pub mod record;
 mod replies;
 pub mod resume;
 mod scrub;

@@ -57,6 +57,8 @@ pub struct Manager {
     pub reconnecting: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Set at shutdown: no more reconnect tries.
     pub stopping: std::sync::atomic::AtomicBool,
+    /// The clients' requests recorded (`record-start`, `record-stop`).
+    pub recorder: Arc<crate::record::Recorder>,
 }
 
 /// Why no member is rebuilt while the volume is reshaped: a rebuild
@@ -194,6 +196,7 @@ impl Manager {
             "spares": self.spares.lock().expect("spares").iter().map(|m| m.describe().to_string()).collect::<Vec<_>>(),
             "rebuild": rebuild,
             "reshape": reshape,
+            "recording": self.recorder.status(),
             "scrub": self.upkeep.scrubber.status(geometry.stripes()),
             "resync": self.upkeep.resync_progress().map(|(cursor, stripes)| {
                 let rate = self.upkeep.resync_rate_bytes_per_sec.load(Ordering::Relaxed);
@@ -547,6 +550,21 @@ impl Manager {
             Some("add-spare") => self.add_spare(&new_device(arg("device")?)),
             Some("re-add") => self.re_add(arg("device")?),
             Some("reshape") => self.reshape(req),
+            Some("record-start") => {
+                let limit = req
+                    .get("limit_bytes")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(crate::record::DEFAULT_LIMIT_BYTES);
+                self.recorder
+                    .start(std::path::Path::new(arg("path")?), limit)?;
+                Ok(json!(self.recorder.status()))
+            }
+            Some("record-stop") => {
+                if !self.recorder.stop() {
+                    return Err("no recording runs".into());
+                }
+                Ok(json!(self.recorder.status()))
+            }
             Some(cmd @ ("check" | "repair")) => {
                 let range = match (
                     req.get("offset_bytes").map(Value::as_u64),

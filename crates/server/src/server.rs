@@ -103,6 +103,9 @@ pub struct ServeConfig {
     /// Slots `serve --force` put into use against their labels: an event
     /// at start.
     pub forced_slots: Vec<u32>,
+    /// `--record FILE` and its bound in bytes: the clients' requests from
+    /// the start (`record.rs`).
+    pub record: Option<(PathBuf, u64)>,
     /// Listening sockets systemd passed (socket activation), served as
     /// well as `socket` and `listen`; taken once, at bind.
     pub inherited: crate::systemd::Inherited,
@@ -152,6 +155,7 @@ impl Default for ServeConfig {
             stdio: false,
             on_event: None,
             forced_slots: Vec::new(),
+            record: None,
             inherited: Default::default(),
         }
     }
@@ -223,7 +227,14 @@ pub fn serve(
     let export = startup::export_info(&opened, config.read_only);
     let (engine, resync_regions) = startup::engine(&mut opened, &config)?;
     let buffered = Arc::new(Budget::new(flow::REQUESTS_MAX, config.buffer_limit_bytes));
+    let recorder = Arc::new(crate::record::Recorder::default());
+    if let Some((path, limit_bytes)) = &config.record {
+        recorder
+            .start(path, *limit_bytes)
+            .map_err(ServeError::Refused)?;
+    }
     let shared = Arc::new(Shared {
+        recorder: Arc::clone(&recorder),
         engine: Arc::clone(&engine),
         buffered: Arc::clone(&buffered),
         handshake: HandshakeConfig {
@@ -299,6 +310,7 @@ pub fn serve(
         open_options: config.member_open_options(),
         reconnecting: Mutex::new(None),
         stopping: AtomicBool::new(false),
+        recorder: Arc::clone(&recorder),
     });
     manager.await_unreachable(&config.unreachable);
     let conns = Arc::new(Conns::new());
@@ -349,6 +361,8 @@ pub fn serve(
     manager.stop_reconnecting();
     engine.close_to_clients();
     threads.join(&upkeep);
+    // The recording ends with its closing line written out.
+    recorder.stop();
     let flushed = flush_and_mark(&engine, &meta, &upkeep);
     close_connections(&conns);
     // Sockets systemd passed are its own to remove.

@@ -1,0 +1,218 @@
+//! Issue 19, point 1: `serve --record FILE` and `platter record --control`
+//! write the clients' requests as fio iolog v3, which the simulator reads
+//! back (`--workload fio:FILE`). A fio job at queue depth 1 against the
+//! served volume must come out request for request: the same actions,
+//! offsets and lengths in the same order as fio's own `--write_iolog`, and
+//! the simulator's reader must count the same reads, writes and bytes.
+//! Timing: a job paced at 100 requests per second is recorded at the times
+//! fio's own iolog gives its requests, within a millisecond (median). A recording that reaches its bound stops, says so
+//! in `platter status`, and the volume serves on.
+
+mod e2e_support;
+
+use e2e_support::*;
+use std::path::Path;
+
+const RAID5: Spec = Spec::new("raid5", 4, "64k");
+
+/// (action, offset, length) of every read and write of an iolog (v2 or
+/// v3), in order.
+fn requests(path: &Path) -> Vec<(String, u64, u64)> {
+    let text = std::fs::read_to_string(path).expect("read the iolog");
+    let mut lines = text.lines();
+    let version = lines.next().unwrap_or_default();
+    let timed = version == "fio version 3 iolog";
+    assert!(timed || version == "fio version 2 iolog", "{version}");
+    lines
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().skip(usize::from(timed)).collect();
+            match f.get(1).copied() {
+                Some(a @ ("read" | "write")) => {
+                    Some((a.to_string(), f[2].parse().unwrap(), f[3].parse().unwrap()))
+                }
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// The microsecond timestamps of a v3 iolog's reads and writes.
+fn times_us(path: &Path) -> Vec<u64> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .filter(|l| l.contains(" read ") || l.contains(" write "))
+        .map(|l| l.split_whitespace().next().unwrap().parse().unwrap())
+        .collect()
+}
+
+fn fio_job(t: &Tools, s: &Server, own_log: &Path, extra: &[&str]) {
+    let mut cmd = t.cmd("fio");
+    cmd.args([
+        "--name=rec",
+        "--ioengine=nbd",
+        "--rw=randrw",
+        "--rwmixread=60",
+        "--bsrange=4k-64k",
+        "--iodepth=1",
+        "--size=8M",
+        "--number_ios=300",
+        "--randrepeat=1",
+    ])
+    .arg(format!("--uri={}", s.uri()))
+    .arg(format!("--write_iolog={}", own_log.display()))
+    .args(extra);
+    run_ok(&mut cmd, CMD_TIMEOUT, "fio");
+}
+
+#[test]
+fn a_recorded_fio_job_replays_request_for_request() {
+    let test = "a_recorded_fio_job_replays_request_for_request";
+    let Some(t) = tools_with_fio_nbd(test, &["fio"]) else {
+        return;
+    };
+    let volume = Volume::create(RAID5, 16 * MIB);
+    let recording = volume.path().join("load.iolog");
+    let s = Server::start_with(
+        volume,
+        ServeOptions {
+            extra_args: vec!["--record".into(), recording.display().to_string()],
+            ..ServeOptions::default()
+        },
+    );
+    let own = s.volume.path().join("fio-own.iolog");
+    fio_job(&t, &s, &own, &[]);
+    let st = live_status(&s);
+    assert_eq!(st["recording"]["recording"], true, "{test}: {st}");
+    let stopped = run_ok(
+        &mut platter(&["record", "--control", &s.control(), "stop"]),
+        CMD_TIMEOUT,
+        "record stop",
+    );
+    assert!(stopped.stdout.contains("recorded"), "{}", stopped.stdout);
+    let fio_said = requests(&own);
+    let recorded = requests(&recording);
+    assert_eq!(fio_said.len(), 300, "{test}: fio's own iolog");
+    assert_eq!(
+        recorded, fio_said,
+        "{test}: the recording differs from fio's own iolog"
+    );
+    let text = std::fs::read_to_string(&recording).unwrap();
+    assert!(
+        text.ends_with(" platter close\n"),
+        "{test}: {}",
+        &text[text.len().saturating_sub(200)..]
+    );
+    // The simulator reads it back: re-exported through its fio reader,
+    // the same reads and writes of the same sizes.
+    let out_dir = s.volume.path().join("replayed");
+    run_ok(
+        &mut platter(&[
+            "sim",
+            "iolog",
+            "--workload",
+            &format!("fio:{}", recording.display()),
+            "--size",
+            &s.volume.size_bytes.to_string(),
+            "--out",
+            out_dir.to_str().unwrap(),
+        ]),
+        CMD_TIMEOUT,
+        "sim iolog",
+    );
+    let replayed: Vec<(String, u64, u64)> = std::fs::read_dir(&out_dir)
+        .unwrap()
+        .flat_map(|e| requests(&e.unwrap().path()))
+        .collect();
+    let sum = |v: &[(String, u64, u64)], a: &str| {
+        let f: Vec<_> = v.iter().filter(|r| r.0 == a).collect();
+        (f.len(), f.iter().map(|r| r.2).sum::<u64>())
+    };
+    for action in ["read", "write"] {
+        assert_eq!(
+            sum(&replayed, action),
+            sum(&fio_said, action),
+            "{test}: {action}s as the simulator reads the recording"
+        );
+    }
+}
+
+/// Started and stopped while serving, paced requests keep their spacing;
+/// a tiny bound stops the recording and says so.
+#[test]
+fn a_live_recording_keeps_time_and_stops_at_its_bound() {
+    let test = "a_live_recording_keeps_time_and_stops_at_its_bound";
+    let Some(t) = tools_with_fio_nbd(test, &["fio"]) else {
+        return;
+    };
+    let s = Server::start(Volume::create(RAID5, 16 * MIB));
+    let recording = s.volume.path().join("paced.iolog");
+    run_ok(
+        platter(&["record", "--control", &s.control(), "start"]).arg(&recording),
+        CMD_TIMEOUT,
+        "record start",
+    );
+    let own = s.volume.path().join("fio-own.iolog");
+    fio_job(&t, &s, &own, &["--rate_iops=100", "--number_ios=50"]);
+    run_ok(
+        &mut platter(&["record", "--control", &s.control(), "stop"]),
+        CMD_TIMEOUT,
+        "record stop",
+    );
+    // fio's own iolog is version 3 too: when it issued each request.
+    let (ours, fios) = (times_us(&recording), times_us(&own));
+    assert_eq!((ours.len(), fios.len()), (50, 50), "{test}");
+    let mut off_us: Vec<u64> = ours
+        .iter()
+        .zip(&fios)
+        .map(|(o, f)| (o - ours[0]).abs_diff(f - fios[0]))
+        .collect();
+    off_us.sort_unstable();
+    let span_us = fios[49] - fios[0];
+    assert!(
+        span_us > 300_000 && off_us[25] <= 1_000 && off_us[49] <= 5_000,
+        "{test}: over {span_us} µs of paced requests, the recording's times are off fio's \
+         by {} µs (median), {} µs at most",
+        off_us[25],
+        off_us[49]
+    );
+    // A bound of one page: the header and a few dozen requests.
+    let bounded = s.volume.path().join("bounded.iolog");
+    run_ok(
+        platter(&[
+            "record",
+            "--control",
+            &s.control(),
+            "--limit",
+            "4k",
+            "start",
+        ])
+        .arg(&bounded),
+        CMD_TIMEOUT,
+        "record start --limit",
+    );
+    let own2 = s.volume.path().join("fio-own-2.iolog");
+    fio_job(&t, &s, &own2, &[]);
+    let rec = &live_status(&s)["recording"];
+    assert_eq!(rec["recording"], false, "{test}: {rec}");
+    let why = rec["stopped_because"].as_str().unwrap_or_default();
+    assert!(why.contains("bound of 4096 bytes"), "{test}: {rec}");
+    let text = run_ok(
+        &mut platter(&["status", "--control", &s.control()]),
+        CMD_TIMEOUT,
+        "status",
+    );
+    assert!(
+        text.stdout.contains("Recording:  STOPPED"),
+        "{}",
+        text.stdout
+    );
+    let len = std::fs::metadata(&bounded).unwrap().len();
+    assert!(len <= 4096, "{test}: the bounded recording is {len} bytes");
+    let kept = requests(&bounded);
+    assert!(
+        !kept.is_empty() && kept[..] == requests(&own2)[..kept.len()],
+        "{test}: the bounded recording is not the start of the job"
+    );
+}
