@@ -1,5 +1,6 @@
 //! `platter`: create, inspect and serve volumes built from member devices.
 
+mod advise;
 mod config;
 mod control;
 mod create;
@@ -141,6 +142,11 @@ enum Command {
     /// and read policies on modelled drives, in virtual time; print a
     /// table and write an SVG plot (see docs/simulator.md).
     Sweep(sweep::SweepArgs),
+    /// Replay a recorded load (`serve --record`) over levels, interleaves
+    /// and read policies on modelled drives, and say which layout serves it
+    /// best, against the volume's own, with the `platter reshape` and
+    /// `read-policy` commands that get there.
+    Advise(advise::AdviseArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish or
     /// powershell); `scripts/setup` installs bash's.
     #[command(
@@ -208,6 +214,7 @@ fn main() -> ExitCode {
         Command::ReadPolicy(a) => control::read_policy(a),
         Command::Sim(c) => sim::run(c),
         Command::Sweep(a) => sweep::run(a),
+        Command::Advise(a) => advise::run(a),
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(shell, &mut cmd, "platter", &mut std::io::stdout());

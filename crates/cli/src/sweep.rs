@@ -36,87 +36,88 @@ fio:PATH[,qd=N,timed=0|1], blkparse:PATH[,qd=N,timed=0|1,action=D|Q] (see docs/s
 
 Example: platter sweep --drive parametric-7200 --workload raidtest:p=30,read=100 \
 --levels stripe,raid5 --members 4 --interleaves 8s..32768s,126s --out sweep.svg")]
+#[derive(Default)]
 pub struct SweepArgs {
     /// The drive behind every member.
     #[arg(long, value_name = "DRIVE", default_value = "parametric-7200")]
-    drive: String,
+    pub(crate) drive: String,
     /// The workload (NAME[:key=value,...]).
     #[arg(long, default_value = "raidtest")]
-    workload: String,
+    pub(crate) workload: String,
     /// Levels, comma separated.
     #[arg(long, value_delimiter = ',', default_value = "stripe")]
-    levels: Vec<Level>,
+    pub(crate) levels: Vec<Level>,
     /// Member counts, comma separated.
     #[arg(long, value_delimiter = ',', default_value = "4")]
-    members: Vec<u32>,
+    pub(crate) members: Vec<u32>,
     /// Interleaves: sizes (126s, 64k) and A..B for A, 2A, 4A ... B
     /// [default: 8s..32768s,126s].
     #[arg(long)]
-    interleaves: Option<String>,
+    pub(crate) interleaves: Option<String>,
     /// Read policies for mirror and raid10, comma separated.
     #[arg(long, value_delimiter = ',', default_value = "auto")]
-    policies: Vec<ReadPolicy>,
+    pub(crate) policies: Vec<ReadPolicy>,
     /// The seed: the same seed gives the same numbers.
     #[arg(long, default_value_t = 1)]
-    seed: u64,
+    pub(crate) seed: u64,
     /// Largest command the host sends a drive (MAXPHYS).
     #[arg(long, default_value = "128k")]
-    max_transfer: String,
+    pub(crate) max_transfer: String,
     /// Commands outstanding at each drive (default 1); for `simple`, I/Os
     /// each member serves at once, the rest waiting in order (default 32,
     /// as `serve --member-queue-depth`).
     #[arg(long)]
-    queue_depth: Option<u32>,
+    pub(crate) queue_depth: Option<u32>,
     /// `simple` members: every member I/O (flushes too) takes this long,
     /// whatever its size (2ms, 500us) [default: 100us + 5us per KiB,
     /// flushes 500us, plus up to 100us].
     #[arg(long, value_name = "TIME")]
-    latency: Option<String>,
+    pub(crate) latency: Option<String>,
     /// `simple` members with --latency: a random extra time per I/O, T
     /// (uniform, 0 to T) or exp:T (exponential, mean T, cut at 20 T), as
     /// `serve --inject mN=latency-jitter=` adds it.
     #[arg(long, value_name = "T|exp:T")]
-    latency_jitter: Option<String>,
+    pub(crate) latency_jitter: Option<String>,
     /// `simple` members with --latency: this much more per MiB an I/O
     /// moves (a member's copy; default 0).
     #[arg(long, value_name = "TIME")]
-    latency_per_mib: Option<String>,
+    pub(crate) latency_per_mib: Option<String>,
     /// Gather RAID-5/6 partial-stripe writes in a stripe cache of this many
     /// stripes (at most 16 MiB), destaged every 20 ms, as `platter serve
     /// --stripe-cache` does (its default is 64); 0 or absent: none.
     #[arg(long, value_name = "STRIPES")]
-    stripe_cache: Option<u64>,
+    pub(crate) stripe_cache: Option<u64>,
     /// The client's connection to a served volume:
     /// request=T,read=T,write=T (per request, per MiB read, per MiB
     /// written; one request at a time each way); absent: none.
     #[arg(long, value_name = "SPEC")]
-    link: Option<String>,
+    pub(crate) link: Option<String>,
     /// Drive scheduling of queued commands: fcfs or sptf (default: the
     /// drive's own).
     #[arg(long)]
-    scheduler: Option<String>,
+    pub(crate) scheduler: Option<String>,
     /// Use at most this much of each member (required for `simple`).
     #[arg(long)]
-    member_size: Option<String>,
+    pub(crate) member_size: Option<String>,
     /// Threads (default: every core).
     #[arg(long)]
-    threads: Option<usize>,
+    pub(crate) threads: Option<usize>,
     /// Write an SVG plot of throughput against interleave here.
     #[arg(long, value_name = "FILE.svg")]
-    out: Option<PathBuf>,
+    pub(crate) out: Option<PathBuf>,
     /// Print the results as JSON lines instead of a table.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
     /// A volume's members (comma separated, or repeated): its level,
     /// member count and interleave join the lists above, so that the
     /// table compares the layout it has with those asked for (what
     /// `platter reshape` would move it to). Reads the labels only.
     #[arg(long, value_name = "MEMBER", value_delimiter = ',')]
-    volume: Vec<String>,
+    pub(crate) volume: Vec<String>,
 }
 
 /// The layout of the volume whose members are `specs`, from their labels.
-fn volume_layout(specs: &[String]) -> Result<platter_core::geometry::Geometry> {
+pub(crate) fn volume_layout(specs: &[String]) -> Result<platter_core::geometry::Geometry> {
     let opts = platter_io::OpenOptions {
         read_only: true,
         ..platter_io::OpenOptions::default()
@@ -163,6 +164,60 @@ fn resolve_drive(name: &str) -> Result<Option<DriveSpec>> {
 }
 
 pub fn run(mut a: SweepArgs) -> Result<()> {
+    let (sweep, drive_name) = prepare(&mut a)?;
+    let rows = execute(&sweep, &a, &drive_name)?;
+    if a.json {
+        for r in &rows {
+            println!("{}", row_json(r));
+        }
+    } else {
+        print!("{}", table(&rows));
+    }
+    if let Some(out) = &a.out {
+        if out.extension().is_some_and(|e| e != "svg") {
+            return Err(format!("{}: only SVG plots are written", out.display()).into());
+        }
+        let title = format!(
+            "{} on {drive_name}, seed {}",
+            sweep.workload.describe(),
+            a.seed
+        );
+        std::fs::write(out, svg(&rows, &title)).map_err(|e| format!("{}: {e}", out.display()))?;
+        eprintln!("sweep: plot written to {}", out.display());
+    }
+    if rows.iter().any(|r| r.result.is_err()) {
+        return Err("some configurations failed (see the table)".into());
+    }
+    Ok(())
+}
+
+/// One row as a JSON object (`sweep --json`, `advise --json`).
+pub(crate) fn row_json(r: &Row) -> serde_json::Value {
+    let p = &r.point;
+    let mut j = serde_json::json!({
+        "level": p.level.to_string(),
+        "members": p.members,
+        "interleave_bytes": p.interleave_bytes,
+        "policy": p.policy.map(|p| p.to_string()),
+    });
+    match &r.result {
+        Ok(b) => {
+            j["mb_per_s"] = b.mb_per_s().into();
+            j["iops"] = b.iops().into();
+            j["mean_latency_ms"] = (b.mean_latency_ns as f64 / 1e6).into();
+            j["p99_latency_ms"] = (b.p99_latency_ns as f64 / 1e6).into();
+            j["requests"] = b.requests.into();
+            j["member_ios"] = b.member_ios.into();
+            j["elapsed_ns"] = b.elapsed_ns.into();
+        }
+        Err(e) => j["error"] = e.clone().into(),
+    }
+    j
+}
+
+/// The sweep the arguments ask for (the volume's own layout among its
+/// points, `--volume`), and the drive's name.
+pub(crate) fn prepare(a: &mut SweepArgs) -> Result<(Sweep, String)> {
     let workload = WorkloadSpec::parse(&a.workload)?;
     let mut interleaves = match &a.interleaves {
         Some(t) => parse_interleaves(t)?,
@@ -281,6 +336,11 @@ pub fn run(mut a: SweepArgs) -> Result<()> {
             None => Link::default(),
         },
     };
+    Ok((sweep, drive_name))
+}
+
+/// Runs every point of `sweep`, with progress on stderr.
+pub(crate) fn execute(sweep: &Sweep, a: &SweepArgs, drive_name: &str) -> Result<Vec<Row>> {
     let total = sweep.points().len();
     if total == 0 {
         return Err("nothing to run: no level has that many members".into());
@@ -329,46 +389,5 @@ pub fn run(mut a: SweepArgs) -> Result<()> {
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    if a.json {
-        for r in &rows {
-            let p = &r.point;
-            let mut j = serde_json::json!({
-                "level": p.level.to_string(),
-                "members": p.members,
-                "interleave_bytes": p.interleave_bytes,
-                "policy": p.policy.map(|p| p.to_string()),
-            });
-            match &r.result {
-                Ok(b) => {
-                    j["mb_per_s"] = b.mb_per_s().into();
-                    j["iops"] = b.iops().into();
-                    j["mean_latency_ms"] = (b.mean_latency_ns as f64 / 1e6).into();
-                    j["p99_latency_ms"] = (b.p99_latency_ns as f64 / 1e6).into();
-                    j["requests"] = b.requests.into();
-                    j["member_ios"] = b.member_ios.into();
-                    j["elapsed_ns"] = b.elapsed_ns.into();
-                }
-                Err(e) => j["error"] = e.clone().into(),
-            }
-            println!("{j}");
-        }
-    } else {
-        print!("{}", table(&rows));
-    }
-    if let Some(out) = &a.out {
-        if out.extension().is_some_and(|e| e != "svg") {
-            return Err(format!("{}: only SVG plots are written", out.display()).into());
-        }
-        let title = format!(
-            "{} on {drive_name}, seed {}",
-            sweep.workload.describe(),
-            a.seed
-        );
-        std::fs::write(out, svg(&rows, &title)).map_err(|e| format!("{}: {e}", out.display()))?;
-        eprintln!("sweep: plot written to {}", out.display());
-    }
-    if rows.iter().any(|r| r.result.is_err()) {
-        return Err("some configurations failed (see the table)".into());
-    }
-    Ok(())
+    Ok(rows)
 }

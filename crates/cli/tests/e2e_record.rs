@@ -216,3 +216,122 @@ fn a_live_recording_keeps_time_and_stops_at_its_bound() {
         "{test}: the bounded recording is not the start of the job"
     );
 }
+
+/// Record, then advise: a single sequential reader on a 2-way mirror is
+/// served best with the proximity read policy (one drive streams with its
+/// read-ahead; the simulator's direction test shows it). `advise` must
+/// pick it from the recording, agree with the sweep of the same trace,
+/// and print the command that sets it.
+#[test]
+fn advice_from_a_recorded_sequential_reader_on_a_mirror_is_proximity() {
+    let test = "advice_from_a_recorded_sequential_reader_on_a_mirror_is_proximity";
+    let Some(t) = tools_with_fio_nbd(test, &["fio"]) else {
+        return;
+    };
+    let volume = Volume::create(Spec::new("mirror", 2, "64k"), 48 * MIB);
+    let recording = volume.path().join("seq.iolog");
+    let s = Server::start_with(
+        volume,
+        ServeOptions {
+            extra_args: vec!["--record".into(), recording.display().to_string()],
+            ..ServeOptions::default()
+        },
+    );
+    let mut fio = t.cmd("fio");
+    fio.args([
+        "--name=seq",
+        "--ioengine=nbd",
+        "--rw=read",
+        "--bs=64k",
+        "--iodepth=1",
+        "--size=32M",
+    ])
+    .arg(format!("--uri={}", s.uri()));
+    run_ok(&mut fio, CMD_TIMEOUT, "fio");
+    run_ok(
+        &mut platter(&["record", "--control", &s.control(), "stop"]),
+        CMD_TIMEOUT,
+        "record stop",
+    );
+    // As fast as the modelled drives allow: the recording's times are a
+    // tmpfs volume's, far faster than a disk.
+    let trace = format!("{},timed=0", recording.display());
+    let members = s.volume.members.join(",");
+    let advice = run_ok(
+        &mut platter(&[
+            "advise",
+            "--json",
+            "--trace",
+            &trace,
+            "--volume",
+            &members,
+            "--interleaves",
+            "64k",
+            "--policies",
+            "round-robin,load,proximity",
+            "--control",
+            &s.control(),
+        ]),
+        CMD_TIMEOUT,
+        "advise",
+    );
+    let last = advice.stdout.lines().last().unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_str(last).expect("advise's JSON");
+    assert_eq!(v["best"]["level"], "mirror", "{test}: {v}");
+    assert_eq!(v["best"]["policy"], "proximity", "{test}: {v}");
+    let commands = v["commands"].to_string();
+    assert!(
+        commands.contains(&format!("read-policy --control {} proximity", s.control())),
+        "{test}: {commands}"
+    );
+    // The sweep of the same trace ranks it first too.
+    let sweep = run_ok(
+        &mut platter(&[
+            "sweep",
+            "--json",
+            "--workload",
+            &format!("fio:{trace}"),
+            "--levels",
+            "mirror",
+            "--members",
+            "2",
+            "--interleaves",
+            "64k",
+            "--policies",
+            "round-robin,load,proximity",
+        ]),
+        CMD_TIMEOUT,
+        "sweep",
+    );
+    let rows: Vec<serde_json::Value> = sweep
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let top = rows
+        .iter()
+        .max_by(|a, b| {
+            a["mb_per_s"]
+                .as_f64()
+                .unwrap()
+                .total_cmp(&b["mb_per_s"].as_f64().unwrap())
+        })
+        .unwrap();
+    assert_eq!(top["policy"], "proximity", "{test}: {rows:?}");
+    // A trace that is not one: the file and line are named, nothing runs.
+    let bad = s.volume.path().join("bad.iolog");
+    std::fs::write(
+        &bad,
+        "fio version 3 iolog\n12 platter read 0 4096\nzz platter read\n",
+    )
+    .unwrap();
+    let refused = run(
+        &mut platter(&["advise", "--trace", bad.to_str().unwrap()]),
+        CMD_TIMEOUT,
+    );
+    assert!(
+        !refused.status.success() && refused.stderr.contains("bad.iolog:3:"),
+        "{test}: {}",
+        refused.stderr
+    );
+}

@@ -1,0 +1,269 @@
+//! `platter advise`: a recorded load (`serve --record`) replayed over
+//! levels, interleaves and read policies on modelled drives, and the
+//! layout that serves it best, against the volume's own, with the commands
+//! that get there (issue 19, point 3).
+
+use crate::error::{CliError, Result};
+use crate::sweep::{execute, prepare, row_json, SweepArgs};
+use clap::Args;
+use platter_core::balance::ReadPolicy;
+use platter_core::geometry::Geometry;
+use platter_core::reshape::{reserved_from_bytes, target, Asked, Plan};
+use platter_core::Level;
+use platter_sim::sweep::{format_interleave, table, Row};
+use std::path::PathBuf;
+
+#[derive(Args)]
+#[command(after_help = "\
+The trace: what `platter serve --record FILE` or `platter record --control PATH start FILE` \
+wrote (fio iolog v3), any fio iolog (v2 or v3), or blkparse text; options as for the \
+workloads fio:PATH[,qd=N,timed=0|1] and blkparse:PATH[,...] (timed: at the recorded times, \
+the default for traces that have them).
+
+Example: platter advise --trace home.iolog --drive parametric-7200 --volume d/m0,d/m1,d/m2,d/m3")]
+pub struct AdviseArgs {
+    /// The recorded load (fio iolog or blkparse text), with replay options
+    /// after a comma: FILE[,qd=N,timed=0|1].
+    #[arg(long, value_name = "FILE")]
+    trace: String,
+    /// The drive behind every member (as for `platter sweep`).
+    #[arg(long, value_name = "DRIVE", default_value = "parametric-7200")]
+    drive: String,
+    /// The volume's members (comma separated): its layout is compared with
+    /// the others, and its level and member count are the default.
+    #[arg(long, value_name = "MEMBER", value_delimiter = ',')]
+    volume: Vec<String>,
+    /// The running volume's control socket, for the commands printed.
+    #[arg(long, value_name = "PATH")]
+    control: Option<PathBuf>,
+    /// Member counts [default: the volume's, else 4].
+    #[arg(long, value_delimiter = ',')]
+    members: Vec<u32>,
+    /// Levels [default: the volume's, raid10, raid5, raid6].
+    #[arg(long, value_delimiter = ',')]
+    levels: Vec<Level>,
+    /// Interleaves: sizes (126s, 64k) and A..B for A, 2A, 4A ... B
+    /// [default: 8s..32768s,126s].
+    #[arg(long)]
+    interleaves: Option<String>,
+    /// Read policies for mirror and raid10.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "round-robin,split,load,proximity"
+    )]
+    policies: Vec<ReadPolicy>,
+    /// Commands outstanding at each drive.
+    #[arg(long)]
+    queue_depth: Option<u32>,
+    /// Use at most this much of each member.
+    #[arg(long)]
+    member_size: Option<String>,
+    /// The seed: the same seed gives the same numbers.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Threads (default: every core).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Print every configuration's figures as JSON lines, then the
+    /// recommendation as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The workload spec for a trace file: fio's iologs by their first line,
+/// anything else as blkparse text.
+fn workload_of(trace: &str) -> Result<String> {
+    let path = trace.split(',').next().unwrap_or(trace);
+    let text = std::fs::read(path).map_err(|e| CliError(format!("--trace {path}: {e}")))?;
+    let first = text.split(|&b| b == b'\n').next().unwrap_or_default();
+    Ok(if first.starts_with(b"fio version") {
+        format!("fio:{trace}")
+    } else {
+        format!("blkparse:{trace}")
+    })
+}
+
+/// Higher is better: throughput, and lower mean latency among those within
+/// 2% of the best throughput (a timed replay offers every layout the same
+/// load, so their throughputs tie and latency tells them apart).
+fn best<'a>(rows: impl Iterator<Item = &'a Row> + Clone) -> Option<&'a Row> {
+    let mb_per_s = |r: &Row| r.result.as_ref().map_or(0.0, |b| b.mb_per_s());
+    let top = rows
+        .clone()
+        .filter(|r| r.result.is_ok())
+        .map(mb_per_s)
+        .fold(0.0_f64, f64::max);
+    rows.filter(|r| r.result.is_ok() && mb_per_s(r) >= top * 0.98)
+        .min_by_key(|r| r.result.as_ref().map_or(u64::MAX, |b| b.mean_latency_ns))
+}
+
+fn describe(r: &Row) -> String {
+    let p = &r.point;
+    let mut s = format!(
+        "{} of {} members, interleave {}",
+        p.level,
+        p.members,
+        format_interleave(p.interleave_bytes)
+    );
+    if let Some(policy) = p.policy {
+        s += &format!(", read policy {policy}");
+    }
+    if let Ok(b) = &r.result {
+        s += &format!(
+            ": {:.1} MB/s, {:.0} IOPS, mean {:.2} ms, p99 {:.2} ms",
+            b.mb_per_s(),
+            b.iops(),
+            b.mean_latency_ns as f64 / 1e6,
+            b.p99_latency_ns as f64 / 1e6
+        );
+    }
+    s
+}
+
+pub fn run(a: AdviseArgs) -> Result<()> {
+    let volume = (!a.volume.is_empty())
+        .then(|| crate::sweep::volume_layout(&a.volume))
+        .transpose()?;
+    let mut levels = a.levels.clone();
+    if levels.is_empty() {
+        levels = vec![Level::Raid10, Level::Raid5, Level::Raid6];
+        if let Some(g) = &volume {
+            levels.retain(|l| *l != g.level());
+            levels.insert(0, g.level());
+        }
+    }
+    let members = match (&a.members[..], &volume) {
+        ([], Some(g)) => vec![g.members()],
+        ([], None) => vec![4],
+        (m, _) => m.to_vec(),
+    };
+    let mut sweep_args = SweepArgs {
+        drive: a.drive.clone(),
+        workload: workload_of(&a.trace)?,
+        levels,
+        members,
+        interleaves: a.interleaves.clone(),
+        policies: a.policies.clone(),
+        seed: a.seed,
+        max_transfer: "128k".into(),
+        queue_depth: a.queue_depth,
+        member_size: a.member_size.clone(),
+        threads: a.threads,
+        volume: a.volume.clone(),
+        ..SweepArgs::default()
+    };
+    let (sweep, drive_name) = prepare(&mut sweep_args)?;
+    let rows = execute(&sweep, &sweep_args, &drive_name)?;
+    let Some(top) = best(rows.iter()) else {
+        return Err(CliError(format!(
+            "no configuration ran the trace:\n{}",
+            table(&rows)
+        )));
+    };
+    // The volume's own row, and the best it can become in place.
+    let is_volume = |r: &&Row, g: &Geometry| {
+        r.point.level == g.level()
+            && r.point.members == g.members()
+            && r.point.interleave_bytes == g.interleave_bytes()
+    };
+    let now = volume
+        .as_ref()
+        .and_then(|g| best(rows.iter().filter(|r| is_volume(r, g))));
+    let control = a
+        .control
+        .as_ref()
+        .map_or_else(|| "PATH".to_string(), |c| c.display().to_string());
+    let mut commands = Vec::new();
+    let mut in_place = None;
+    if let Some(g) = &volume {
+        let reachable = |r: &&Row| reshape_reaches(g, r);
+        in_place = best(
+            rows.iter()
+                .filter(|r| r.point.members == g.members())
+                .filter(reachable),
+        );
+        if let Some(r) = in_place.filter(|r| !is_volume(r, g)) {
+            let mut cmd = format!("platter reshape --control {control}");
+            if r.point.level != g.level() {
+                cmd += &format!(" --level {}", r.point.level);
+            }
+            if r.point.interleave_bytes != g.interleave_bytes() {
+                cmd += &format!(
+                    " --interleave {}",
+                    format_interleave(r.point.interleave_bytes)
+                );
+            }
+            commands.push(cmd);
+        }
+        if let Some(policy) = in_place.and_then(|r| r.point.policy) {
+            commands.push(format!("platter read-policy --control {control} {policy}"));
+        }
+    }
+    if a.json {
+        for r in &rows {
+            println!("{}", row_json(r));
+        }
+        println!(
+            "{}",
+            serde_json::json!({
+                "best": row_json(top),
+                "volume": now.map(row_json),
+                "best_in_place": in_place.map(row_json),
+                "commands": commands,
+            })
+        );
+        return Ok(());
+    }
+    print!("{}", table(&rows));
+    println!();
+    println!("best for this load: {}", describe(top));
+    if let Some(n) = now {
+        let ratio = |r: &Row| match (&r.result, &n.result) {
+            (Ok(a), Ok(b)) if b.mb_per_s() > 0.0 => a.mb_per_s() / b.mb_per_s(),
+            _ => 0.0,
+        };
+        println!(
+            "the volume's layout (its best read policy): {}",
+            describe(n)
+        );
+        println!("  the best is {:.2}x its throughput", ratio(top));
+        match in_place {
+            Some(r) if std::ptr::eq(r, n) => {
+                println!("  the volume's layout is the best it can reshape to in place")
+            }
+            Some(r) => println!(
+                "  the best it can reshape to in place: {} ({:.2}x)",
+                describe(r),
+                ratio(r)
+            ),
+            None => {}
+        }
+    }
+    for c in &commands {
+        println!("  {c}");
+    }
+    if volume.is_none() {
+        println!("(give --volume MEMBERS to compare with a volume and get its reshape command)");
+    }
+    Ok(())
+}
+
+/// Whether `platter reshape` can move `g` to the row's layout on the same
+/// members (the plan accepts it with no room before the data assumed).
+fn reshape_reaches(g: &Geometry, r: &Row) -> bool {
+    if r.point.level == g.level() && r.point.interleave_bytes == g.interleave_bytes() {
+        return true;
+    }
+    let asked = Asked {
+        added_members: r.point.members.saturating_sub(g.members()),
+        level: Some(r.point.level),
+        parity_layout: None,
+        interleave_bytes: Some(r.point.interleave_bytes),
+    };
+    let Ok(new) = target(g, &asked) else {
+        return false;
+    };
+    let reserved = reserved_from_bytes(g, &new, 0);
+    Plan::choose(g.clone(), new, reserved).is_ok()
+}
