@@ -4,7 +4,7 @@ use crate::error::Result;
 use clap::{Args, Subcommand};
 use platter_core::units::{format_size, parse_size};
 use platter_sim::disksim::trace::{read_trace, validate};
-use platter_sim::workload::iolog::{counts, fio_iolog_v2, per_process};
+use platter_sim::workload::iolog::{counts, fio_iolog_v2, fio_iolog_v3, per_process};
 use platter_sim::workload::WorkloadSpec;
 use std::path::{Path, PathBuf};
 
@@ -20,19 +20,22 @@ pub enum SimCommand {
                       DiskSim 4.0's own demerits: cheetah9LP 0.107, hp_c2247a 0.090, barracuda 0.349 ms."
     )]
     Validate(ValidateArgs),
-    /// Write a workload's requests as fio iologs (version 2), one per
-    /// process, and print the fio command that replays them against a
-    /// served volume through fio's nbd engine.
+    /// Write a workload's requests as fio iologs (version 2, or 3 with
+    /// timestamps when it has think or arrival times), one per process, and
+    /// print the fio command that replays them against a served volume
+    /// through fio's nbd engine.
     #[command(
-        long_about = "Write a workload's requests as fio iologs (version 2), one per process \
+        long_about = "Write a workload's requests as fio iologs, one per process \
                       (DIR/proc-N.iolog), and print the fio command that replays them against a \
                       served volume through fio's nbd engine, one job per process.\n\n\
                       The generator runs as in the simulator's closed loop, with requests \
                       completing in the order they were issued; each iolog holds one process's \
-                      requests in the order it issued them. Think times and trace arrival times \
-                      are not written (no `wait` lines): every job runs as fast as the volume \
-                      allows, and jobs do not wait for each other. Flushes become `sync`. fio \
-                      writes its own data.",
+                      requests in the order it issued them. A workload with think times or \
+                      arrival times (trace replays) is written as fio's version 3, each request \
+                      after its time in microseconds (its arrival, or its process's think times \
+                      so far), which fio waits out between requests; others as version 2, every \
+                      job as fast as the volume allows. Jobs do not wait for each other. Flushes \
+                      become `sync`. fio writes its own data.",
         after_help = "Workloads: dd[:rw=read|write,bs=64k,qd=1,total=64M], \
 raidtest[:p=8,n=10000,read=50,min=1k,max=128k,align=512], \
 bonnie[:size=100M,phase=all|write|rewrite|read|seeks,seeks=4000], \
@@ -123,7 +126,12 @@ fn run_iolog(a: IologArgs) -> Result<()> {
             continue;
         }
         let path = a.out.join(format!("{name}.iolog"));
-        write_file(&path, &fio_iolog_v2(ops))?;
+        let text = if export.timed {
+            fio_iolog_v3(ops, &export.times_ns[p])
+        } else {
+            fio_iolog_v2(ops)
+        };
+        write_file(&path, &text)?;
         let c = counts(ops);
         eprintln!(
             "  {}: {} reads ({}), {} writes ({}), {} syncs",
@@ -139,8 +147,11 @@ fn run_iolog(a: IologArgs) -> Result<()> {
     if jobs.is_empty() {
         return Err(format!("{}: no requests on a volume of {}", a.workload, a.size).into());
     }
-    if export.timing_dropped {
-        eprintln!("  note: think times and arrival times are not in the iologs; fio replays as fast as it can");
+    if export.timed {
+        eprintln!(
+            "  note: think times and arrival times are fio v3 timestamps: fio waits between \
+             requests as the workload did (add --replay_no_stall=1 to replay as fast as it can)"
+        );
     }
     let uri = match &a.uri {
         Some(u) => shell_quote(&format!("--uri={u}")),

@@ -1,5 +1,6 @@
-//! Export a workload as fio iologs (version 2), one per process, for fio to
-//! replay against a real volume (`platter sim iolog`).
+//! Export a workload as fio iologs, one per process, for fio to replay
+//! against a real volume (`platter sim iolog`): version 2, or version 3
+//! with timestamps when the workload has think or arrival times.
 //!
 //! Which process issues which request can depend on when requests
 //! complete (raidtest's processes share one request counter and one random
@@ -9,14 +10,16 @@
 //! requests complete in the order they were issued. Process `p`'s iolog is
 //! then its requests in the order it issued them.
 //!
+//! **Think times and arrival times** go into fio's version 3 timestamps
+//! (microseconds; fio waits the difference between one request's and the
+//! next before issuing it: `delay_since_ttime` in fio's `iolog.c`): a
+//! request's time is its arrival time in an open-loop replay, else its
+//! process's think times so far (the service times are the volume's to
+//! add). fio's v2 `wait` is documented as a relative delay but replayed by
+//! recent fio as "since fio started", so it is never written. A workload
+//! with neither (every synthetic generator) is written as version 2.
+//!
 //! What the iologs do not carry:
-//! - **Think times and arrival times.** fio's v2 `wait` is documented as a
-//!   delay in microseconds relative to the previous `wait`, but recent fio
-//!   replays it as "sleep until this many milliseconds since fio started";
-//!   rather than guess, no `wait` lines are written (nor v3 timestamps)
-//!   and each job runs as fast as the volume allows. (Only trace replays have think or arrival times; the
-//!   synthetic generators have none.) [`Export::timing_dropped`] says
-//!   when something was dropped.
 //! - **Ordering between processes.** fio runs the jobs independently; a
 //!   process that waited in the simulator for another's requests (bonnie's
 //!   seekers) starts at once.
@@ -37,8 +40,11 @@ pub const FILE_NAME: &str = "nbd";
 pub struct Export {
     /// Process `p`'s requests in issue order.
     pub processes: Vec<Vec<Op>>,
-    /// Some request had a think time or an arrival time (not exported).
-    pub timing_dropped: bool,
+    /// Process `p`'s requests' times in ns ([module docs](self)).
+    pub times_ns: Vec<Vec<u64>>,
+    /// Some request had a think time or an arrival time: the iologs are
+    /// version 3, with timestamps.
+    pub timed: bool,
 }
 
 /// Runs `gen` to its end in a closed loop in which requests complete in
@@ -49,8 +55,11 @@ pub fn per_process(gen: &mut dyn Generator) -> Export {
     let procs = gen.processes();
     let mut ex = Export {
         processes: vec![Vec::new(); procs as usize],
-        timing_dropped: false,
+        times_ns: vec![Vec::new(); procs as usize],
+        timed: false,
     };
+    // Each process's think times so far.
+    let mut thought_ns = vec![0u64; procs as usize];
     // Processes with a request outstanding, in issue order.
     let mut outstanding: VecDeque<u32> = VecDeque::new();
     let mut waiting: Vec<u32> = Vec::new();
@@ -63,7 +72,11 @@ pub fn per_process(gen: &mut dyn Generator) -> Export {
                    waiting: &mut Vec<u32>| {
         match gen.next(p, now_ns) {
             Next::Op(op) => {
-                ex.timing_dropped |= op.think_ns != 0 || op.at_ns != 0;
+                ex.timed |= op.think_ns != 0 || op.at_ns != 0;
+                let thought = &mut thought_ns[p as usize];
+                *thought = thought.saturating_add(op.think_ns);
+                let at_ns = if op.at_ns != 0 { op.at_ns } else { *thought };
+                ex.times_ns[p as usize].push(at_ns);
                 ex.processes[p as usize].push(op);
                 outstanding.push_back(p);
             }
@@ -100,6 +113,29 @@ pub fn fio_iolog_v2(ops: &[Op]) -> String {
         };
     }
     let _ = writeln!(s, "{f} close");
+    s
+}
+
+/// One process's requests as a fio version 3 iolog: the same lines as
+/// [`fio_iolog_v2`], each after its time in microseconds.
+pub fn fio_iolog_v3(ops: &[Op], times_ns: &[u64]) -> String {
+    let f = FILE_NAME;
+    let mut s = String::with_capacity(40 * (ops.len() + 4));
+    s.push_str("fio version 3 iolog\n");
+    let _ = writeln!(s, "0 {f} add");
+    let _ = writeln!(s, "0 {f} open");
+    let mut last_us = 0;
+    for (op, &at_ns) in ops.iter().zip(times_ns) {
+        // Never back in time: fio's delays are differences.
+        let us = (at_ns / 1000).max(last_us);
+        last_us = us;
+        let _ = match op.kind {
+            OpKind::Read => writeln!(s, "{us} {f} read {} {}", op.offset_bytes, op.len_bytes),
+            OpKind::Write => writeln!(s, "{us} {f} write {} {}", op.offset_bytes, op.len_bytes),
+            OpKind::Flush => writeln!(s, "{us} {f} sync 0 0"),
+        };
+    }
+    let _ = writeln!(s, "{last_us} {f} close");
     s
 }
 
@@ -190,7 +226,7 @@ mod tests {
         assert_eq!(reads, 2 * 128 + 30);
         round_trip("news:readers=3,files=20,dirs=10,per-dir=10");
         round_trip("untar:files=50,p=2");
-        assert!(!ex.timing_dropped);
+        assert!(!ex.timed);
     }
 
     #[test]
@@ -198,8 +234,49 @@ mod tests {
         assert_eq!(export("raidtest:p=3,n=60"), export("raidtest:p=3,n=60"));
     }
 
+    /// Issue 19, point 5: a trace's arrival times survive the export (as
+    /// v3 timestamps) and read back as the same times; v2 `wait`s (think
+    /// times) become timestamps too.
     #[test]
-    fn flushes_are_syncs_and_trace_timing_is_dropped() {
+    fn times_survive_the_export_as_v3_timestamps() {
+        let dir = std::env::temp_dir().join(format!("platter-iolog-v3-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.iolog");
+        std::fs::write(
+            &path,
+            "fio version 3 iolog\n5 x add\n100 x read 0 4096\n2100 x write 8192 4096\n\
+             2100 x sync 0 0\n9600 x read 4096 512\n",
+        )
+        .unwrap();
+        let ex = export(&format!("fio:{},timed=1", path.display()));
+        assert!(ex.timed);
+        let text = fio_iolog_v3(&ex.processes[0], &ex.times_ns[0]);
+        let back = parse_fio_iolog(&text, "export").unwrap();
+        let times: Vec<Option<u64>> = back.iter().map(|o| o.at_ns).collect();
+        assert_eq!(
+            times,
+            [Some(0), Some(2_000_000), Some(2_000_000), Some(9_500_000)],
+            "{text}"
+        );
+        // Think times (v2 waits, a closed loop) add up per process.
+        std::fs::write(
+            &path,
+            "fio version 2 iolog\nx add\nx read 0 4096\nx wait 700 0\nx read 4096 4096\n\
+             x wait 300 0\nx write 0 512\n",
+        )
+        .unwrap();
+        let ex = export(&format!("fio:{}", path.display()));
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(ex.timed);
+        let text = fio_iolog_v3(&ex.processes[0], &ex.times_ns[0]);
+        assert!(
+            text.contains("\n0 nbd read 0 4096\n700 nbd read 4096 4096\n1000 nbd write 0 512\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn flushes_are_syncs_and_trace_timing_is_kept() {
         let dir = std::env::temp_dir().join(format!("platter-iolog-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("t.iolog");
@@ -210,7 +287,7 @@ mod tests {
         .unwrap();
         let ex = export(&format!("fio:{}", path.display()));
         std::fs::remove_dir_all(&dir).unwrap();
-        assert!(ex.timing_dropped);
+        assert!(ex.timed);
         assert_eq!(ex.processes.len(), 1);
         let text = fio_iolog_v2(&ex.processes[0]);
         assert_eq!(
