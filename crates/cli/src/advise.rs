@@ -7,10 +7,11 @@ use crate::error::{CliError, Result};
 use crate::sweep::{execute, prepare, row_json, SweepArgs};
 use clap::Args;
 use platter_core::balance::ReadPolicy;
-use platter_core::geometry::Geometry;
+use platter_core::geometry::{Geometry, GeometrySpec};
 use platter_core::reshape::{reserved_from_bytes, target, Asked, Plan};
 use platter_core::Level;
 use platter_sim::sweep::{format_interleave, table, Row};
+use serde_json::{json, Value};
 use std::path::PathBuf;
 
 #[derive(Args)]
@@ -23,9 +24,10 @@ the default for traces that have them).
 Example: platter advise --trace home.iolog --drive parametric-7200 --volume d/m0,d/m1,d/m2,d/m3")]
 pub struct AdviseArgs {
     /// The recorded load (fio iolog or blkparse text), with replay options
-    /// after a comma: FILE[,qd=N,timed=0|1].
+    /// after a comma: FILE[,qd=N,timed=0|1]. With --control and no
+    /// --trace: the server's last recording (stopped).
     #[arg(long, value_name = "FILE")]
-    trace: String,
+    trace: Option<String>,
     /// The drive behind every member (as for `platter sweep`).
     #[arg(long, value_name = "DRIVE", default_value = "parametric-7200")]
     drive: String,
@@ -33,7 +35,9 @@ pub struct AdviseArgs {
     /// the others, and its level and member count are the default.
     #[arg(long, value_name = "MEMBER", value_delimiter = ',')]
     volume: Vec<String>,
-    /// The running volume's control socket, for the commands printed.
+    /// A running volume's control socket: its layout (unless --volume),
+    /// its last recording (unless --trace), its counters, and the commands
+    /// printed for it.
     #[arg(long, value_name = "PATH")]
     control: Option<PathBuf>,
     /// Member counts [default: the volume's, else 4].
@@ -121,10 +125,93 @@ fn describe(r: &Row) -> String {
     s
 }
 
+/// A running volume's layout, from its status.
+fn live_geometry(st: &Value) -> Result<Geometry> {
+    let text = |k: &str| st[k].as_str().unwrap_or_default().to_string();
+    let spec = GeometrySpec {
+        level: text("level")
+            .parse()
+            .map_err(|e| CliError(format!("{e}")))?,
+        parity_layout: text("layout")
+            .parse()
+            .map_err(|e| CliError(format!("{e}")))?,
+        copies: st["copies"].as_u64().unwrap_or(1) as u32,
+        interleave_bytes: st["interleave_bytes"].as_u64().unwrap_or(0),
+        data_offset_bytes: st["data_offset_bytes"].as_u64().unwrap_or(0),
+        member_data_bytes: st["members"]
+            .as_array()
+            .map(|m| {
+                m.iter()
+                    .map(|m| m["data_size_bytes"].as_u64().unwrap_or(0))
+                    .collect()
+            })
+            .unwrap_or_default(),
+    };
+    Geometry::new(spec).map_err(|e| CliError(format!("the server's layout: {}", e.0)))
+}
+
+/// What the volume's counters say of its requests against its interleave
+/// (vinum's multiblock and multistripe transfers).
+fn counters_say(stats: &Value) -> Option<String> {
+    let v = &stats["volume"];
+    let n = |k: &str| v[k].as_u64().unwrap_or(0);
+    let requests = n("reads") + n("writes");
+    if requests == 0 {
+        return None;
+    }
+    let share = |k: &str| 100.0 * n(k) as f64 / requests as f64;
+    let (block, stripe) = (share("multiblock"), share("multistripe"));
+    let mut s = format!(
+        "the volume's counters: {requests} reads and writes, {block:.0}% crossing an interleave \
+         (multiblock), {stripe:.0}% a stripe (multistripe)"
+    );
+    if block > 10.0 {
+        s += "; many requests span chunks: a larger interleave may suit them";
+    }
+    Some(s)
+}
+
 pub fn run(a: AdviseArgs) -> Result<()> {
-    let volume = (!a.volume.is_empty())
-        .then(|| crate::sweep::volume_layout(&a.volume))
+    let status = a
+        .control
+        .as_ref()
+        .map(|c| crate::control::ask(c, json!({ "cmd": "status" })))
         .transpose()?;
+    let volume = match (&a.volume[..], &status) {
+        ([], Some(st)) => Some(live_geometry(st)?),
+        ([], None) => None,
+        (v, _) => Some(crate::sweep::volume_layout(v)?),
+    };
+    let trace = match (&a.trace, &status) {
+        (Some(t), _) => t.clone(),
+        (None, Some(st)) => {
+            let rec = &st["recording"];
+            match (rec["path"].as_str(), rec["recording"].as_bool()) {
+                (Some(_), Some(true)) => {
+                    return Err(CliError(
+                        "the server is still recording: stop it first (platter record \
+                         --control PATH stop), or give --trace"
+                            .into(),
+                    ))
+                }
+                (Some(p), _) => p.to_string(),
+                (None, _) => {
+                    return Err(CliError(
+                        "the server has recorded nothing: platter record --control PATH start \
+                         FILE, let the load run, stop it; or give --trace"
+                            .into(),
+                    ))
+                }
+            }
+        }
+        (None, None) => return Err(CliError("give --trace FILE, or --control PATH".into())),
+    };
+    let said = a
+        .control
+        .as_ref()
+        .map(|c| crate::control::ask(c, json!({ "cmd": "stats" })))
+        .transpose()?
+        .and_then(|st| counters_say(&st));
     let mut levels = a.levels.clone();
     if levels.is_empty() {
         levels = vec![Level::Raid10, Level::Raid5, Level::Raid6];
@@ -140,7 +227,7 @@ pub fn run(a: AdviseArgs) -> Result<()> {
     };
     let mut sweep_args = SweepArgs {
         drive: a.drive.clone(),
-        workload: workload_of(&a.trace)?,
+        workload: workload_of(&trace)?,
         levels,
         members,
         interleaves: a.interleaves.clone(),
@@ -150,12 +237,13 @@ pub fn run(a: AdviseArgs) -> Result<()> {
         queue_depth: a.queue_depth,
         member_size: a.member_size.clone(),
         threads: a.threads,
-        volume: a.volume.clone(),
         ..SweepArgs::default()
     };
+    // The volume's own layout among the points.
+    sweep_args.volume_geometry = volume.clone();
     let (sweep, drive_name) = prepare(&mut sweep_args)?;
     let rows = execute(&sweep, &sweep_args, &drive_name)?;
-    let Some(top) = best(rows.iter()) else {
+    let Some(mut top) = best(rows.iter()) else {
         return Err(CliError(format!(
             "no configuration ran the trace:\n{}",
             table(&rows)
@@ -170,6 +258,19 @@ pub fn run(a: AdviseArgs) -> Result<()> {
     let now = volume
         .as_ref()
         .and_then(|g| best(rows.iter().filter(|r| is_volume(r, g))));
+    // A change that gains nothing is not advice: the volume's own layout
+    // wins a tie (a mirror's interleave changes nothing; an overloaded
+    // replay ties every layout at the drives' speed).
+    let ties = |a: &Row, b: &Row| match (&a.result, &b.result) {
+        (Ok(x), Ok(y)) => {
+            x.mb_per_s() >= y.mb_per_s() * 0.98
+                && x.mean_latency_ns as f64 <= y.mean_latency_ns as f64 * 1.02
+        }
+        _ => false,
+    };
+    if let Some(n) = now.filter(|n| ties(n, top)) {
+        top = n;
+    }
     let control = a
         .control
         .as_ref()
@@ -183,6 +284,11 @@ pub fn run(a: AdviseArgs) -> Result<()> {
                 .filter(|r| r.point.members == g.members())
                 .filter(reachable),
         );
+        if let (Some(n), Some(r)) = (now, in_place) {
+            if ties(n, r) {
+                in_place = Some(n);
+            }
+        }
         if let Some(r) = in_place.filter(|r| !is_volume(r, g)) {
             let mut cmd = format!("platter reshape --control {control}");
             if r.point.level != g.level() {
@@ -211,12 +317,16 @@ pub fn run(a: AdviseArgs) -> Result<()> {
                 "volume": now.map(row_json),
                 "best_in_place": in_place.map(row_json),
                 "commands": commands,
+                "counters": said,
             })
         );
         return Ok(());
     }
     print!("{}", table(&rows));
     println!();
+    if let Some(said) = &said {
+        println!("{said}");
+    }
     println!("best for this load: {}", describe(top));
     if let Some(n) = now {
         let ratio = |r: &Row| match (&r.result, &n.result) {

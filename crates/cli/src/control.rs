@@ -52,6 +52,10 @@ pub fn print_status(v: &Value) {
         s("level"),
         format_size(n("interleave_bytes"))
     );
+    println!(
+        "  Data:       from {} on every member (room before it for reshapes)",
+        format_size(n("data_offset_bytes"))
+    );
     if let Some(f) = v.get("filesystem") {
         match f.get("none").and_then(Value::as_str) {
             Some(why) => println!("  Filesystem: no alignment: {why}"),

@@ -114,6 +114,10 @@ pub struct SweepArgs {
     /// `platter reshape` would move it to). Reads the labels only.
     #[arg(long, value_name = "MEMBER", value_delimiter = ',')]
     pub(crate) volume: Vec<String>,
+    /// A volume's layout given as such (`advise --control`: a running
+    /// server's), in place of `volume`'s labels.
+    #[arg(skip)]
+    pub(crate) volume_geometry: Option<platter_core::geometry::Geometry>,
 }
 
 /// The layout of the volume whose members are `specs`, from their labels.
@@ -223,8 +227,12 @@ pub(crate) fn prepare(a: &mut SweepArgs) -> Result<(Sweep, String)> {
         Some(t) => parse_interleaves(t)?,
         None => default_interleaves(),
     };
-    if !a.volume.is_empty() {
-        let g = volume_layout(&a.volume)?;
+    let volume = match (&a.volume_geometry, a.volume.is_empty()) {
+        (Some(g), _) => Some(g.clone()),
+        (None, false) => Some(volume_layout(&a.volume)?),
+        (None, true) => None,
+    };
+    if let Some(g) = volume {
         eprintln!(
             "sweep: the volume is {} of {} members, interleave {}: its row is among the results",
             g.level(),

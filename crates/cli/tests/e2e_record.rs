@@ -318,6 +318,30 @@ fn advice_from_a_recorded_sequential_reader_on_a_mirror_is_proximity() {
         })
         .unwrap();
     assert_eq!(top["policy"], "proximity", "{test}: {rows:?}");
+    // From the running server alone: its layout, its last recording and
+    // its counters (512 reads of 64 KiB, none crossing a chunk).
+    let live = run_ok(
+        &mut platter(&[
+            "advise",
+            "--json",
+            "--control",
+            &s.control(),
+            "--interleaves",
+            "64k",
+            "--policies",
+            "round-robin,proximity",
+        ]),
+        CMD_TIMEOUT,
+        "advise --control",
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(live.stdout.lines().last().unwrap_or_default()).unwrap();
+    let counters = v["counters"].as_str().unwrap_or_default();
+    assert!(
+        counters.contains("512 reads and writes, 0% crossing an interleave"),
+        "{test}: {v}"
+    );
+    assert_eq!(v["volume"]["level"], "mirror", "{test}: {v}");
     // A trace that is not one: the file and line are named, nothing runs.
     let bad = s.volume.path().join("bad.iolog");
     std::fs::write(

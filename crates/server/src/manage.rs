@@ -179,6 +179,11 @@ impl Manager {
             "uuid": platter_core::assemble::uuid_string(&label.volume_uuid),
             "level": geometry.level().name(),
             "interleave_bytes": geometry.interleave_bytes(),
+            "layout": geometry.spec().parity_layout.name(),
+            "copies": geometry.copies(),
+            // Where the data starts on every member: the room before it is
+            // what an in-place reshape moves the data down into.
+            "data_offset_bytes": geometry.spec().data_offset_bytes,
             "filesystem": filesystem_json(&geometry),
             // What clients are told: during a reshape, the size it began with.
             "size_bytes": self.engine.size_bytes(),
@@ -188,6 +193,7 @@ impl Manager {
             "members": (0..geometry.members()).map(|s| json!({
                 "slot": s,
                 "state": slot_state(s as usize),
+                "data_size_bytes": geometry.spec().member_data_bytes[s as usize],
                 "path": members[s as usize].as_ref().map(|m| m.describe().to_string()),
                 "away_seconds": self.away_seconds(s),
             })).collect::<Vec<_>>(),
