@@ -131,10 +131,10 @@ fn live_geometry(st: &Value) -> Result<Geometry> {
     let spec = GeometrySpec {
         level: text("level")
             .parse()
-            .map_err(|e| CliError(format!("{e}")))?,
+            .map_err(|e| CliError(e.to_string()))?,
         parity_layout: text("layout")
             .parse()
-            .map_err(|e| CliError(format!("{e}")))?,
+            .map_err(|e| CliError(e.to_string()))?,
         copies: st["copies"].as_u64().unwrap_or(1) as u32,
         interleave_bytes: st["interleave_bytes"].as_u64().unwrap_or(0),
         data_offset_bytes: st["data_offset_bytes"].as_u64().unwrap_or(0),
