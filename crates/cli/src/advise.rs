@@ -130,10 +130,10 @@ fn live_geometry(st: &Value) -> Result<Geometry> {
     let text = |k: &str| st[k].as_str().unwrap_or_default().to_string();
     let spec = GeometrySpec {
         level: text("level")
-            .parse()
+            .parse::<Level>()
             .map_err(|e| CliError(e.to_string()))?,
         parity_layout: text("layout")
-            .parse()
+            .parse::<platter_core::ParityLayout>()
             .map_err(|e| CliError(e.to_string()))?,
         copies: st["copies"].as_u64().unwrap_or(1) as u32,
         interleave_bytes: st["interleave_bytes"].as_u64().unwrap_or(0),
