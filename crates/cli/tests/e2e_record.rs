@@ -318,6 +318,12 @@ fn advice_from_a_recorded_sequential_reader_on_a_mirror_is_proximity() {
         })
         .unwrap();
     assert_eq!(top["policy"], "proximity", "{test}: {rows:?}");
+    // The simulator ran the recording whole: 32 MiB in 512 reads.
+    for r in &rows {
+        assert_eq!(r["requests"], 512, "{test}: {r}");
+        let mb = r["mb_per_s"].as_f64().unwrap() * r["elapsed_ns"].as_f64().unwrap() / 1e3;
+        assert!((mb - (32 << 20) as f64).abs() < 1.0, "{test}: {r}");
+    }
     // From the running server alone: its layout, its last recording and
     // its counters (512 reads of 64 KiB, none crossing a chunk).
     let live = run_ok(
