@@ -86,3 +86,26 @@ serve() {
     export=$(sed -n "s/^serving '\([^']*\)'.*/\1/p" "$OUT/$name.out")
     URI[$name]="nbd+unix:///$export?socket=$WORK/$name/sock"
 }
+
+# serve_members NAME ARG...: `platter serve` of members that exist, with
+# ARGs (options, then the members), on WORK/NAME.sock; sets PID[NAME] and
+# URI[NAME].
+serve_members() {
+    local name="$1"
+    shift
+    NO_COLOR=1 "$PLATTER" serve --socket "$WORK/$name.sock" "$@" \
+        >"$OUT/$name.out" 2>"$OUT/$name.log" &
+    PID[$name]=$!
+    wait_ready "$name"
+    grep -q "^serving '" "$OUT/$name.out" || die "$name: not ready in 30 s"
+    local export
+    export=$(sed -n "s/^serving '\([^']*\)'.*/\1/p" "$OUT/$name.out")
+    URI[$name]="nbd+unix:///$export?socket=$WORK/$name.sock"
+}
+
+# stop_served NAME: SIGTERM; the server must stop cleanly.
+stop_served() {
+    kill -TERM "${PID[$1]}"
+    wait "${PID[$1]}" || die "$1: platter serve failed on stop: $(tail -n 5 "$OUT/$1.log")"
+    unset "PID[$1]"
+}

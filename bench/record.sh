@@ -43,21 +43,10 @@ bench_setup record
 start() {
     local name="$1"
     shift
-    NO_COLOR=1 "$PLATTER" serve --socket "$WORK/$name.sock" "$@" "${MEMBERS[@]}" \
-        >"$OUT/$name.out" 2>"$OUT/$name.log" &
-    PID[$name]=$!
-    wait_ready "$name"
-    grep -q "^serving '" "$OUT/$name.out" || die "$name: not ready in 30 s"
-    local export
-    export=$(sed -n "s/^serving '\([^']*\)'.*/\1/p" "$OUT/$name.out")
-    URI[$name]="nbd+unix:///$export?socket=$WORK/$name.sock"
+    serve_members "$name" "$@" "${MEMBERS[@]}"
 }
 
-stop() {
-    kill -TERM "${PID[$1]}"
-    wait "${PID[$1]}" || die "$1: platter serve failed on stop: $(tail -n 5 "$OUT/$1.log")"
-    unset "PID[$1]"
-}
+stop() { stop_served "$1"; }
 
 # iops URI RW: fio's IOPS for random 4k RW at queue depth 16.
 iops() {

@@ -67,21 +67,10 @@ start() {
     for m in "$@"; do
         [ "$spec" = none ] || inject+=(--inject "$m=$spec")
     done
-    NO_COLOR=1 "$PLATTER" serve --socket "$WORK/$name.sock" ${inject[@]+"${inject[@]}"} "$@" \
-        >"$OUT/$name.out" 2>"$OUT/$name.log" &
-    PID[$name]=$!
-    wait_ready "$name"
-    grep -q "^serving '" "$OUT/$name.out" || die "$name: not ready in 30 s"
-    local export
-    export=$(sed -n "s/^serving '\([^']*\)'.*/\1/p" "$OUT/$name.out")
-    URI[$name]="nbd+unix:///$export?socket=$WORK/$name.sock"
+    serve_members "$name" ${inject[@]+"${inject[@]}"} "$@"
 }
 
-stop() {
-    kill -TERM "${PID[$1]}"
-    wait "${PID[$1]}" || die "$1: platter serve failed on stop: $(tail -n 5 "$OUT/$1.log")"
-    unset "PID[$1]"
-}
+stop() { stop_served "$1"; }
 
 # reshape_field NAME KEY: a number from the running reshape's status (or
 # "done" once it has moved everything).

@@ -11,7 +11,7 @@
 mod e2e_support;
 
 use e2e_support::*;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 const RAID5: Spec = Spec::new("raid5", 4, "64k");
 
@@ -47,6 +47,21 @@ fn times_us(path: &Path) -> Vec<u64> {
         .collect()
 }
 
+/// A volume of `spec` served with `--record DIR/name`: the server, and the
+/// recording's path.
+fn recording_from_the_start(spec: Spec, min_bytes: u64, name: &str) -> (Server, PathBuf) {
+    let volume = Volume::create(spec, min_bytes);
+    let recording = volume.path().join(name);
+    let s = Server::start_with(
+        volume,
+        ServeOptions {
+            extra_args: vec!["--record".into(), recording.display().to_string()],
+            ..ServeOptions::default()
+        },
+    );
+    (s, recording)
+}
+
 fn fio_job(t: &Tools, s: &Server, own_log: &Path, extra: &[&str]) {
     let mut cmd = t.cmd("fio");
     cmd.args([
@@ -72,15 +87,7 @@ fn a_recorded_fio_job_replays_request_for_request() {
     let Some(t) = tools_with_fio_nbd(test, &["fio"]) else {
         return;
     };
-    let volume = Volume::create(RAID5, 16 * MIB);
-    let recording = volume.path().join("load.iolog");
-    let s = Server::start_with(
-        volume,
-        ServeOptions {
-            extra_args: vec!["--record".into(), recording.display().to_string()],
-            ..ServeOptions::default()
-        },
-    );
+    let (s, recording) = recording_from_the_start(RAID5, 16 * MIB, "load.iolog");
     let own = s.volume.path().join("fio-own.iolog");
     fio_job(&t, &s, &own, &[]);
     let st = live_status(&s);
@@ -228,15 +235,8 @@ fn advice_from_a_recorded_sequential_reader_on_a_mirror_is_proximity() {
     let Some(t) = tools_with_fio_nbd(test, &["fio"]) else {
         return;
     };
-    let volume = Volume::create(Spec::new("mirror", 2, "64k"), 48 * MIB);
-    let recording = volume.path().join("seq.iolog");
-    let s = Server::start_with(
-        volume,
-        ServeOptions {
-            extra_args: vec!["--record".into(), recording.display().to_string()],
-            ..ServeOptions::default()
-        },
-    );
+    let (s, recording) =
+        recording_from_the_start(Spec::new("mirror", 2, "64k"), 48 * MIB, "seq.iolog");
     let mut fio = t.cmd("fio");
     fio.args([
         "--name=seq",
@@ -377,15 +377,7 @@ fn arrival_times_survive_the_export_and_fio_replays_them() {
     let Some(t) = tools_with_fio_nbd(test, &["fio", "sh"]) else {
         return;
     };
-    let volume = Volume::create(RAID5, 16 * MIB);
-    let recording = volume.path().join("replayed.iolog");
-    let s = Server::start_with(
-        volume,
-        ServeOptions {
-            extra_args: vec!["--record".into(), recording.display().to_string()],
-            ..ServeOptions::default()
-        },
-    );
+    let (s, recording) = recording_from_the_start(RAID5, 16 * MIB, "replayed.iolog");
     let trace = s.volume.path().join("paced.iolog");
     let mut text = String::from("fio version 3 iolog\n0 x add\n");
     for i in 0..30u64 {
