@@ -527,6 +527,21 @@ fn flush_and_mark(engine: &Engine, meta: &Meta, upkeep: &Upkeep) -> Result<(), S
         }
     });
     let lost: Vec<u32> = unlabelled.iter().map(|(m, _)| *m).collect();
+    if !lost.is_empty() {
+        // A member one label write behind the others is taken as in sync
+        // at the next start (a kill between two members' writes leaves
+        // that; `assemble`). One whose write failed is not: the others'
+        // labels say so, a change later.
+        meta.record(|l| {
+            for &m in &lost {
+                if let Some(entry) = l.slots.get_mut(m as usize) {
+                    if entry.state == platter_core::label::SlotState::Active {
+                        entry.state = platter_core::label::SlotState::Faulty;
+                    }
+                }
+            }
+        });
+    }
     let geometry = engine.with_volume(|v| v.geometry().clone());
     let serves_all =
         geometry.serves_all(|m| health[m as usize] == Health::Online && !lost.contains(&m));
@@ -552,7 +567,7 @@ fn flush_and_mark(engine: &Engine, meta: &Meta, upkeep: &Upkeep) -> Result<(), S
             .map(|(m, why)| format!("member {m}: {why}"))
             .collect();
         let next = if serves_all {
-            "the next start finds it stale and rebuilds it".to_string()
+            "the others' labels mark it faulty: the next start rebuilds it".to_string()
         } else {
             beyond_repair()
         };

@@ -220,7 +220,20 @@ pub fn assemble(found: &[Found]) -> Result<Assembly, AssembleError> {
             continue;
         }
         slot_device[slot] = Some(i);
-        notes[slot] = if l.event_counter < reference.event_counter {
+        // One change behind, in a slot the newest label still holds
+        // active and never left: the labels are written member after
+        // member, and a crash (or kill -9) between two writes leaves some
+        // a change behind with nothing missed. md accepts a device one
+        // event behind for the same reason (`super_1_validate`). A member
+        // that failed or went missing is marked so in that newest label
+        // (faulty, or `left_at_events`), and stays out. (How it showed:
+        // a stripe grown by two, killed while the reshape wrote its
+        // position to the labels, would not start again: "1 of 5 members
+        // unavailable".)
+        let one_behind = l.event_counter.checked_add(1) == Some(reference.event_counter)
+            && entry.state == SlotState::Active
+            && entry.left_at_events == 0;
+        notes[slot] = if l.event_counter < reference.event_counter && !one_behind {
             SlotNote::Stale {
                 event_counter: l.event_counter,
             }

@@ -94,6 +94,44 @@ fn missing_and_stale_members_are_not_used() {
     assert_eq!(a.notes[2], SlotNote::NotFound);
 }
 
+/// A kill between two members' label writes leaves some a change behind
+/// (the reshape writes its position to the labels every window, so a
+/// kill -9 lands there often). Such a member is in sync, as md takes a
+/// device one event behind; two behind, or one whose slot the newest label
+/// marks faulty or left, is not. (How it showed: a stripe grown by two and
+/// killed mid-move would not start again, "1 of 5 members unavailable".)
+#[test]
+fn a_member_one_label_write_behind_is_in_sync_unless_marked() {
+    let mut labels = volume(Level::Stripe, 3, 6);
+    for l in &mut labels[..2] {
+        l.event_counter = 6;
+    }
+    let a = assemble(&found(&labels)).unwrap();
+    assert_eq!(a.health, vec![Health::Online; 3]);
+    assert_eq!(a.notes[2], SlotNote::InUse);
+    // The newest label recorded slot 2's failure: it stays out.
+    let mut failed = labels.clone();
+    for l in &mut failed[..2] {
+        l.slots[2].state = SlotState::Faulty;
+    }
+    let a = assemble(&found(&failed)).unwrap();
+    assert_eq!(a.health[2], Health::Faulty);
+    assert_eq!(a.notes[2], SlotNote::Stale { event_counter: 5 });
+    // ... or that it was missing when the volume last started.
+    let mut left = labels.clone();
+    for l in &mut left[..2] {
+        l.slots[2].left_at_events = 6;
+    }
+    let a = assemble(&found(&left)).unwrap();
+    assert_eq!(a.health[2], Health::Faulty);
+    assert_eq!(a.notes[2], SlotNote::Stale { event_counter: 5 });
+    // Two changes behind: stale.
+    let mut behind = labels.clone();
+    behind[2].event_counter = 4;
+    let a = assemble(&found(&behind)).unwrap();
+    assert_eq!(a.notes[2], SlotNote::Stale { event_counter: 4 });
+}
+
 #[test]
 fn refusals_name_the_member_and_the_reason() {
     let labels = volume(Level::Mirror, 3, 3);
