@@ -80,11 +80,17 @@ serve() {
     NO_COLOR=1 "$PLATTER" serve --socket "$WORK/$name/sock" ${SERVE_ARGS[@]+"${SERVE_ARGS[@]}"} \
         ${inject[@]+"${inject[@]}"} "${paths[@]}" >"$OUT/$name.out" 2>"$OUT/$name.log" &
     PID[$name]=$!
+    await_served "$name" "$WORK/$name/sock"
+}
+
+# await_served NAME SOCKET: waits for server NAME's ready line; sets
+# URI[NAME] for the export it names on SOCKET.
+await_served() {
+    local name="$1" export
     wait_ready "$name"
     grep -q "^serving '" "$OUT/$name.out" || die "$name: not ready in 30 s"
-    local export
     export=$(sed -n "s/^serving '\([^']*\)'.*/\1/p" "$OUT/$name.out")
-    URI[$name]="nbd+unix:///$export?socket=$WORK/$name/sock"
+    URI[$name]="nbd+unix:///$export?socket=$2"
 }
 
 # serve_members NAME ARG...: `platter serve` of members that exist, with
@@ -96,11 +102,7 @@ serve_members() {
     NO_COLOR=1 "$PLATTER" serve --socket "$WORK/$name.sock" "$@" \
         >"$OUT/$name.out" 2>"$OUT/$name.log" &
     PID[$name]=$!
-    wait_ready "$name"
-    grep -q "^serving '" "$OUT/$name.out" || die "$name: not ready in 30 s"
-    local export
-    export=$(sed -n "s/^serving '\([^']*\)'.*/\1/p" "$OUT/$name.out")
-    URI[$name]="nbd+unix:///$export?socket=$WORK/$name.sock"
+    await_served "$name" "$WORK/$name.sock"
 }
 
 # stop_served NAME: SIGTERM; the server must stop cleanly.
