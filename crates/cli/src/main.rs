@@ -162,23 +162,6 @@ enum Command {
     Man,
 }
 
-/// glibc hands out buffers above its mmap threshold as fresh mappings and
-/// unmaps them on free, so every large request or reshape window (up to
-/// 16 MiB) paid page faults and the kernel zeroing its pages: perf showed
-/// 45% of a reshape's time in clear_page and the fault handler, and the
-/// in-place move on tmpfs ran 2-3x faster with the buffers kept in the
-/// heap. 32 MiB is glibc's largest threshold; a 128 MiB trim threshold
-/// keeps what was freed for the next window instead of returning it.
-fn keep_large_buffers() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets allocator parameters; called before any
-    // thread is started.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 128 << 20);
-    }
-}
-
 fn main() -> ExitCode {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let cli = match parse(argv) {
@@ -189,7 +172,6 @@ fn main() -> ExitCode {
         }
     };
     init_logging();
-    keep_large_buffers();
     // check and repair keep 1 for "mismatches found"; their failures are 2.
     let error_code = match cli.command {
         Command::Check(_) | Command::Repair(_) => control::SCRUB_INCOMPLETE,

@@ -495,6 +495,7 @@ impl Engine {
     /// engine and waited for it to be idle: the volume's state (its
     /// requests, its cache) goes with it.
     pub fn begin_reshape(&self, reshaping: Reshaping, added: Vec<Arc<dyn Member>>) {
+        crate::memory::keep_large_buffers(true);
         self.swap_serving(Serving::Reshaping(Box::new(reshaping)), added);
     }
 
@@ -538,6 +539,9 @@ impl Engine {
                 }
             });
         drop(setup);
+        if handed {
+            crate::memory::keep_large_buffers(false);
+        }
         self.resume();
         handed
     }

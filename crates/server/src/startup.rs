@@ -220,6 +220,7 @@ pub(crate) fn engine(
     let max_requests = config.max_connections * 2 * crate::conn::CONN_MAX_REQUESTS as usize + 16;
     if let Some(old) = opened.assembly.old_geometry.clone() {
         let mut r = crate::resume::reshaping(opened, config, old, Limits { max_requests })?;
+        crate::memory::keep_large_buffers(true);
         // Neither a bitmap nor a cache while the layout changes (each is
         // kept in one layout's terms): an unclean stop resyncs it all.
         opened.intent = None;
