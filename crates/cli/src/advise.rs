@@ -237,10 +237,10 @@ pub fn run(a: AdviseArgs) -> Result<()> {
         queue_depth: a.queue_depth,
         member_size: a.member_size.clone(),
         threads: a.threads,
+        // The volume's own layout among the points.
+        volume_geometry: volume.clone(),
         ..SweepArgs::default()
     };
-    // The volume's own layout among the points.
-    sweep_args.volume_geometry = volume.clone();
     let (sweep, drive_name) = prepare(&mut sweep_args)?;
     let rows = execute(&sweep, &sweep_args, &drive_name)?;
     let Some(mut top) = best(rows.iter()) else {
@@ -312,7 +312,7 @@ pub fn run(a: AdviseArgs) -> Result<()> {
         }
         println!(
             "{}",
-            serde_json::json!({
+            json!({
                 "best": row_json(top),
                 "volume": now.map(row_json),
                 "best_in_place": in_place.map(row_json),
@@ -360,7 +360,8 @@ pub fn run(a: AdviseArgs) -> Result<()> {
 }
 
 /// Whether `platter reshape` can move `g` to the row's layout on the same
-/// members (the plan accepts it with no room before the data assumed).
+/// members: the plan accepts it, with the room before the data past the
+/// label (a bitmap there, unknown here, leaves a little less).
 fn reshape_reaches(g: &Geometry, r: &Row) -> bool {
     if r.point.level == g.level() && r.point.interleave_bytes == g.interleave_bytes() {
         return true;

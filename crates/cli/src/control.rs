@@ -677,6 +677,9 @@ pub fn record(a: RecordArgs) -> Result<()> {
                 v["requests"].as_u64().unwrap_or(0),
                 format_size(v["bytes_written"].as_u64().unwrap_or(0))
             );
+            if let Some(why) = v["stopped_because"].as_str() {
+                println!("it had stopped by itself: {why}");
+            }
         }
     });
     Ok(())

@@ -219,12 +219,12 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
         check_added(m.as_ref(), &label.volume_uuid, needed, args.force)?;
     }
     let mut plan = None;
+    let reserved = reserved_from_bytes(&old, &new, label.intent_region_stripes);
     let change = if q_member.is_some() {
         Change::QMember
     } else if old.level() == Level::Concat && level == Level::Concat {
         Change::ConcatGrow
     } else {
-        let reserved = reserved_from_bytes(&old, &new, label.intent_region_stripes);
         plan = Some(
             Plan::choose(old.clone(), new.clone(), reserved)
                 .map_err(|e| CliError(format!("cannot reshape volume '{name}' in place: {e}")))?,
@@ -263,11 +263,7 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
             "the data moves {} lower on every member, into the room before it: nothing is \
              backed up, and {} of that room stays for a later reshape",
             format_size(lead),
-            format_size(
-                new.spec()
-                    .data_offset_bytes
-                    .saturating_sub(reserved_from_bytes(&old, &new, label.intent_region_stripes))
-            )
+            format_size(new.spec().data_offset_bytes.saturating_sub(reserved))
         ),
         Some((_, Some(UndoArea::Reserved { bytes, .. }))) => println!(
             "every window is first backed up in the {} before each member's data (slower: \

@@ -429,3 +429,39 @@ fn arrival_times_survive_the_export_and_fio_replays_them() {
         gaps
     );
 }
+
+/// A recording whose file cannot be written (a full disk: /dev/full takes
+/// nothing) stops, says why in the status and at `record stop`, and the
+/// volume serves on: the writes and reads of a fio job all succeed.
+#[test]
+fn a_recording_that_cannot_be_written_stops_and_the_volume_serves_on() {
+    let test = "a_recording_that_cannot_be_written_stops_and_the_volume_serves_on";
+    let Some(t) = tools_with_fio_nbd(test, &["fio"]) else {
+        return;
+    };
+    let s = Server::start(Volume::create(RAID5, 16 * MIB));
+    run_ok(
+        &mut platter(&["record", "--control", &s.control(), "start", "/dev/full"]),
+        CMD_TIMEOUT,
+        "record start",
+    );
+    let own = s.volume.path().join("fio-own.iolog");
+    fio_job(&t, &s, &own, &[]);
+    let stopped = run_ok(
+        &mut platter(&["record", "--control", &s.control(), "stop"]),
+        CMD_TIMEOUT,
+        "record stop",
+    );
+    assert!(
+        stopped
+            .stdout
+            .contains("it had stopped by itself: writing /dev/full failed"),
+        "{test}: {}",
+        stopped.stdout
+    );
+    let rec = &live_status(&s)["recording"];
+    assert_eq!(rec["recording"], false, "{test}: {rec}");
+    // The volume took the whole job regardless, and serves on.
+    assert_eq!(requests(&own).len(), 300, "{test}");
+    fio_job(&t, &s, &s.volume.path().join("again.iolog"), &[]);
+}

@@ -61,7 +61,6 @@ struct Recording {
 /// socket (which starts and stops it).
 #[derive(Default)]
 pub struct Recorder {
-    on: AtomicBool,
     current: Mutex<Option<Recording>>,
     shared: Arc<Counters>,
 }
@@ -74,7 +73,8 @@ struct Counters {
     stopped_because: Mutex<Option<String>>,
     path: Mutex<Option<PathBuf>>,
     limit_bytes: AtomicU64,
-    /// The writer's own view of `Recorder::on`, so that it can stop it.
+    /// Recording: cleared by `stop`, by the writer (the bound, an error)
+    /// and by a noter (a full queue). The one check a request makes.
     on: AtomicBool,
 }
 
@@ -83,7 +83,7 @@ impl Recorder {
     /// `limit_bytes` of it. Refused while a recording runs.
     pub fn start(&self, path: &Path, limit_bytes: u64) -> Result<(), String> {
         let mut current = self.current.lock().expect("recorder lock");
-        if current.is_some() && self.on.load(Ordering::SeqCst) {
+        if current.is_some() && self.shared.on.load(Ordering::SeqCst) {
             return Err(format!(
                 "already recording to {} (stop it first)",
                 self.shared
@@ -123,7 +123,6 @@ impl Recorder {
             started: Instant::now(),
             writer,
         });
-        self.on.store(true, Ordering::SeqCst);
         tracing::info!(path = %path.display(), limit_bytes, "recording the clients' requests");
         Ok(())
     }
@@ -131,7 +130,7 @@ impl Recorder {
     /// Stops the recording and waits for its file to be written out.
     /// Whether one was running.
     pub fn stop(&self) -> bool {
-        self.on.store(false, Ordering::SeqCst);
+        self.shared.on.store(false, Ordering::SeqCst);
         let Some(rec) = self.current.lock().expect("recorder lock").take() else {
             return false;
         };
@@ -146,7 +145,7 @@ impl Recorder {
 
     /// Notes a client's request, if recording: never blocks.
     pub fn note(&self, req: &Request) {
-        if !self.on.load(Ordering::Relaxed) {
+        if !self.shared.on.load(Ordering::Relaxed) {
             return;
         }
         let (action, offset_bytes, len_bytes) = match req {
@@ -173,11 +172,6 @@ impl Recorder {
         let Some(rec) = current.as_ref() else {
             return;
         };
-        if !self.shared.on.load(Ordering::Relaxed) {
-            // The writer stopped it (the bound, an error).
-            self.on.store(false, Ordering::Relaxed);
-            return;
-        }
         let line = Line {
             at_us: rec.started.elapsed().as_micros() as u64,
             action,
@@ -187,13 +181,13 @@ impl Recorder {
         match rec.tx.try_send(line) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
-                self.on.store(false, Ordering::Relaxed);
                 self.shared.stop_because(format!(
                     "the file could not keep up with the clients ({QUEUE_REQUESTS_MAX} requests \
                      waiting to be written): stopped rather than slow the volume"
                 ));
             }
-            Err(TrySendError::Disconnected(_)) => self.on.store(false, Ordering::Relaxed),
+            // The writer has ended (the bound, an error) and said why.
+            Err(TrySendError::Disconnected(_)) => {}
         }
     }
 
@@ -206,7 +200,7 @@ impl Recorder {
                 .expect("recorder path")
                 .as_ref()
                 .map(|p| p.display().to_string()),
-            recording: self.on.load(Ordering::SeqCst) && c.on.load(Ordering::SeqCst),
+            recording: c.on.load(Ordering::SeqCst),
             requests: c.requests.load(Ordering::SeqCst),
             bytes_written: c.bytes_written.load(Ordering::SeqCst),
             limit_bytes: c.limit_bytes.load(Ordering::SeqCst),

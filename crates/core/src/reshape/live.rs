@@ -151,7 +151,10 @@ enum Work {
         left: u32,
     },
     Finished,
-    Stuck,
+    /// Stopped for good until a restart, and why ([`Action::Stuck`]).
+    Stuck {
+        reason: String,
+    },
 }
 
 /// What one of the reshape's own member I/Os is for.
@@ -188,8 +191,6 @@ pub struct Reshaping {
     failure_reported: Vec<bool>,
     /// Moved since the last persist (for `persist_every_bytes`).
     moved_since_persist_bytes: u64,
-    /// Why the move stopped for good ([`Action::Stuck`]), for status.
-    stuck_reason: Option<String>,
 }
 
 fn key(inner: RequestId, side: Side) -> u64 {
@@ -233,7 +234,6 @@ impl Reshaping {
             overdrawn_bytes: 0,
             failure_reported: vec![false; health.len()],
             moved_since_persist_bytes: 0,
-            stuck_reason: None,
         }
     }
 
@@ -265,7 +265,10 @@ impl Reshaping {
     /// Why the move stopped, if it did ([`Action::Stuck`]): nothing moves
     /// further until a restart.
     pub fn stuck_reason(&self) -> Option<&str> {
-        self.stuck_reason.as_deref()
+        match &self.work {
+            Work::Stuck { reason } => Some(reason),
+            _ => None,
+        }
     }
 
     /// The new layout's volume, for queries and settings (statistics, read
@@ -845,8 +848,9 @@ impl Reshaping {
     }
 
     fn stuck(&mut self, position_bytes: u64, reason: String) {
-        self.work = Work::Stuck;
-        self.stuck_reason = Some(reason.clone());
+        self.work = Work::Stuck {
+            reason: reason.clone(),
+        };
         self.actions.push_back(Action::Stuck {
             position_bytes,
             reason,
