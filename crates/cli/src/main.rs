@@ -1,6 +1,7 @@
 //! `platter`: create, inspect and serve volumes built from member devices.
 
 mod advise;
+mod calibrate;
 mod config;
 mod control;
 mod create;

@@ -244,7 +244,7 @@ fn candidates_of(path: &str, out: &mut Vec<String>) -> Result<()> {
 
 /// A candidate's size and first [`LABEL_BYTES`], read-only and without a
 /// claim; `None` when it is too small to hold a label.
-fn read_label_area(spec: &str) -> std::result::Result<Option<(u64, Vec<u8>)>, String> {
+pub(crate) fn read_label_area(spec: &str) -> std::result::Result<Option<(u64, Vec<u8>)>, String> {
     let mut area = vec![0u8; LABEL_BYTES];
     if spec.contains("://") {
         let opts = OpenOptions {

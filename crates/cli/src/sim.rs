@@ -46,6 +46,9 @@ Example: platter sim iolog --workload raidtest:p=4,n=500 --size 192M --out /tmp/
 --uri 'nbd+unix:///home?socket=/run/home.sock'"
     )]
     Iolog(IologArgs),
+    /// Measure a hard disk (or a modelled drive) and write a drive model
+    /// the simulator loads (DiskSim parameters).
+    Calibrate(crate::calibrate::CalibrateArgs),
 }
 
 #[derive(Args)]
@@ -88,6 +91,7 @@ pub fn run(c: SimCommand) -> Result<()> {
     match c {
         SimCommand::Validate(a) => run_validate(a),
         SimCommand::Iolog(a) => run_iolog(a),
+        SimCommand::Calibrate(a) => crate::calibrate::run(a),
     }
 }
 

@@ -142,7 +142,7 @@ fn disksim_dirs() -> Vec<PathBuf> {
     v
 }
 
-fn resolve_drive(name: &str) -> Result<Option<DriveSpec>> {
+pub(crate) fn resolve_drive(name: &str) -> Result<Option<DriveSpec>> {
     match name {
         "simple" => return Ok(None),
         "parametric-7200" | "7200" => return Ok(Some(Parametric::drive_7200().spec())),

@@ -45,6 +45,7 @@
 //! return wrong bytes (bytes of a failed write may be old or new).
 
 pub mod bench;
+pub mod calibrate;
 pub mod clock;
 pub mod disk;
 pub mod disksim;

@@ -4,6 +4,7 @@
 
 pub mod parse;
 pub mod trace;
+pub mod write;
 
 pub use parse::{Block, ParamError, ParamFile, Value};
 
