@@ -123,6 +123,24 @@ fn parse_errors_name_file_line_and_key() {
     let s = e.to_string();
     assert!(s.contains("bad.diskspecs:36:"), "{s}");
     assert!(s.contains("`Segment size (in blks)`"), "{s}");
+    // An odd number of defect numbers (they come in pairs) names the
+    // model's line and key.
+    std::fs::write(
+        tmp.join("bad.diskspecs"),
+        std::fs::read_to_string(d.join("cheetah9LP.diskspecs")).unwrap(),
+    )
+    .unwrap();
+    let model = std::fs::read_to_string(d.join("cheetah9LP.model")).unwrap();
+    let first = model.find("defects = []").expect("a defects list");
+    let mut bad = model.clone();
+    bad.replace_range(first..first + "defects = []".len(), "defects = [ 12 ]");
+    std::fs::write(tmp.join("cheetah9LP.model"), bad).unwrap();
+    let s = load_drive(&tmp.join("bad.parv")).unwrap_err().to_string();
+    assert!(
+        s.contains("cheetah9LP.model:") && s.contains("`defects`"),
+        "{s}"
+    );
+    assert!(s.contains("pairs"), "{s}");
     std::fs::remove_dir_all(&tmp).ok();
 }
 

@@ -115,6 +115,7 @@ impl Measured {
                 cyl_skew: skew,
                 spares: 0,
                 slips: Vec::new(),
+                defects: Vec::new(),
                 first_lbn: 0,
                 lbns: 0,
             });

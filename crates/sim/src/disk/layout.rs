@@ -19,6 +19,9 @@ pub enum Sparing {
     PerCylinder,
     /// 3: spare sectors at the end of each track.
     PerTrack,
+    /// 7: slipped sectors push every later LBN of the zone towards its
+    /// end (as many spares there as slips); `spares` per cylinder on top.
+    AtEnd,
     /// 8: spare sectors at the end of each range of cylinders.
     PerRange { cylinders: u32 },
     /// 9: spare sectors at the end of each zone.
@@ -33,6 +36,7 @@ impl Sparing {
             1 => Sparing::Tracks,
             2 => Sparing::PerCylinder,
             3 => Sparing::PerTrack,
+            7 => Sparing::AtEnd,
             8 => Sparing::PerRange {
                 cylinders: rangesize.max(1),
             },
@@ -69,6 +73,10 @@ pub struct Zone {
     pub spares: u64,
     /// Slipped sectors (or tracks), zone-relative physical numbers, sorted.
     pub slips: Vec<u64>,
+    /// Remapped defects: (defective, spare it moved to), zone-relative
+    /// physical sectors (tracks, for `Sparing::Tracks`). A pair naming
+    /// one place twice moves nothing (DiskSim's rule).
+    pub defects: Vec<(u64, u64)>,
     /// Computed: first LBN and LBN count of the zone.
     pub first_lbn: u64,
     pub lbns: u64,
@@ -128,6 +136,16 @@ impl Layout {
                 return Err(format!("zone {i}: empty"));
             }
             z.slips.sort_unstable();
+            // DiskSim maps scheme 7 per cylinder with its spares but
+            // counts only the slips in the zone's LBNs, so spares there
+            // would map LBNs past the zone.
+            if sparing == Sparing::AtEnd && z.spares > 0 {
+                return Err(format!(
+                    "zone {i}: sparing scheme 7 with {} spares per cylinder (DiskSim \
+                     counts none of them; give 0)",
+                    z.spares
+                ));
+            }
             let cyls = u64::from(z.cylinders());
             let bpt = u64::from(z.blocks_per_track);
             let raw = cyls * bpt * u64::from(surfaces);
@@ -136,6 +154,9 @@ impl Layout {
                     Sparing::None => 0,
                     Sparing::Tracks => z.spares * bpt,
                     Sparing::PerCylinder => z.spares * cyls,
+                    // DiskSim counts only the slips here, not the
+                    // per-cylinder spares.
+                    Sparing::AtEnd => z.slips.len() as u64,
                     Sparing::PerTrack => z.spares * cyls * u64::from(surfaces),
                     Sparing::PerRange { cylinders } => z.spares * (cyls / u64::from(cylinders)),
                     Sparing::PerZone => z.spares,
@@ -186,8 +207,7 @@ impl Layout {
         }
     }
 
-    /// LBN to physical block, with slips (not remapped defects: the
-    /// parameter files of the validation drives list none).
+    /// LBN to physical block, with slips and remapped defects.
     pub fn ltop(&self, lbn: u64) -> Pbn {
         let z = self.zone_of_lbn(lbn);
         let bpt = u64::from(z.blocks_per_track);
@@ -204,7 +224,22 @@ impl Layout {
             Sparing::Tracks => {
                 let mut track = l / bpt;
                 track += slips_before(&z.slips, track);
+                if let Some(&(_, to)) = z.defects.iter().find(|&&(d, to)| d == track && to != d) {
+                    track = to;
+                }
                 (track / s, track % s, l % bpt)
+            }
+            Sparing::AtEnd => {
+                let per = per_cyl - z.spares;
+                let cyl = l / per;
+                let off = l % per;
+                // Every slip before the sector counts, on earlier
+                // cylinders too; the LBN then wraps at the cylinder's
+                // LBNs, as DiskSim's per-cylinder mapping does.
+                let pos = off + slips_before(&z.slips, cyl * per_cyl + off);
+                let cyl = cyl + pos / per;
+                let off = pos % per;
+                (cyl, off / bpt, off % bpt)
             }
             Sparing::PerCylinder => {
                 let per = per_cyl - z.spares;
@@ -259,6 +294,16 @@ impl Layout {
                 )
             }
         };
+        // A remapped defect: the sector lives in its spare.
+        let (cyl, track_in_cyl, sector) = if self.sparing == Sparing::Tracks {
+            (cyl, track_in_cyl, sector)
+        } else {
+            let phys = cyl * per_cyl + track_in_cyl * bpt + sector;
+            match z.defects.iter().find(|&&(d, to)| d == phys && to != d) {
+                Some(&(_, to)) => (to / per_cyl, (to % per_cyl) / bpt, to % bpt),
+                None => (cyl, track_in_cyl, sector),
+            }
+        };
         let cyl = z.first_cyl + cyl as u32;
         Pbn {
             cyl,
@@ -283,7 +328,7 @@ impl Layout {
         // The LBN the sector would hold without slips (an upper bound):
         // whole sparing units before it lose their spares.
         let guess = match self.sparing {
-            Sparing::None | Sparing::PerZone | Sparing::Tracks => phys,
+            Sparing::None | Sparing::PerZone | Sparing::Tracks | Sparing::AtEnd => phys,
             Sparing::PerTrack => (phys / bpt) * (bpt - z.spares) + (phys % bpt).min(bpt - z.spares),
             Sparing::PerCylinder => {
                 (phys / spt) * (spt - z.spares) + (phys % spt).min(spt - z.spares)
@@ -360,6 +405,7 @@ mod tests {
             cyl_skew: skew.1,
             spares,
             slips,
+            defects: Vec::new(),
             first_lbn: 0,
             lbns: 0,
         }
@@ -374,6 +420,7 @@ mod tests {
             Sparing::PerTrack,
             Sparing::PerRange { cylinders: 2 },
             Sparing::PerZone,
+            Sparing::AtEnd,
         ] {
             let slips = match sparing {
                 Sparing::Tracks => vec![3],
@@ -381,13 +428,14 @@ mod tests {
                 Sparing::None => vec![],
                 _ => vec![5, 6, 90],
             };
+            let spares = if sparing == Sparing::AtEnd { 0 } else { 3 };
             let l = Layout::new(
                 3,
                 sparing,
                 Mapping::Normal,
                 vec![
-                    zone(0, 9, 20, (3, 5), 3, slips),
-                    zone(10, 19, 16, (2, 4), 2, vec![]),
+                    zone(0, 9, 20, (3, 5), spares, slips),
+                    zone(10, 19, 16, (2, 4), spares.min(2), vec![]),
                 ],
             )
             .unwrap();
@@ -401,6 +449,96 @@ mod tests {
                 assert!(seen.insert(p), "{sparing:?}: {p:?} mapped twice");
                 assert_eq!(l.ptol(p), Some(lbn), "{sparing:?} {lbn} {p:?}");
             }
+        }
+    }
+
+    /// DiskSim's scheme 7 (atlas_III, ibm18es): a slip pushes every later
+    /// LBN of the zone one sector on, and the zone holds as many LBNs
+    /// fewer as it has slips. Loading them failed ("scheme 7 is not
+    /// modelled") before.
+    #[test]
+    fn slips_push_to_the_end_of_the_zone() {
+        let l = Layout::new(
+            2,
+            Sparing::AtEnd,
+            Mapping::Normal,
+            vec![zone(0, 9, 10, (0, 0), 0, vec![15, 47])],
+        )
+        .unwrap();
+        assert_eq!(l.blocks, 2 * 10 * 10 - 2);
+        // Sector 15 (cylinder 0, head 1, sector 5) is slipped: LBN 15 is
+        // on sector 16, and past sector 47 every LBN is two sectors on.
+        assert_eq!(
+            l.ltop(14),
+            Pbn {
+                cyl: 0,
+                head: 1,
+                sector: 4
+            }
+        );
+        assert_eq!(
+            l.ltop(15),
+            Pbn {
+                cyl: 0,
+                head: 1,
+                sector: 6
+            }
+        );
+        assert_eq!(
+            l.ltop(46),
+            Pbn {
+                cyl: 2,
+                head: 0,
+                sector: 8
+            }
+        );
+        assert_eq!(
+            l.ltop(197),
+            Pbn {
+                cyl: 9,
+                head: 1,
+                sector: 9
+            }
+        );
+    }
+
+    /// A remapped defect (cheetah4LP lists one) reads from its spare; a
+    /// pair naming one sector twice moves nothing, as in DiskSim.
+    #[test]
+    fn a_remapped_defect_lives_in_its_spare() {
+        let mut z = zone(0, 9, 10, (0, 0), 1, vec![]);
+        // Sector 3 of cylinder 0 is bad; it moved to the cylinder's
+        // spare (its last sector, 19); sector 30 names itself.
+        z.defects = vec![(3, 19), (30, 30)];
+        let l = Layout::new(2, Sparing::PerCylinder, Mapping::Normal, vec![z]).unwrap();
+        assert_eq!(
+            l.ltop(3),
+            Pbn {
+                cyl: 0,
+                head: 1,
+                sector: 9
+            }
+        );
+        assert_eq!(
+            l.ltop(4),
+            Pbn {
+                cyl: 0,
+                head: 0,
+                sector: 4
+            }
+        );
+        // 19 LBNs per cylinder: LBN 28 is the 10th of cylinder 1.
+        assert_eq!(
+            l.ltop(28),
+            Pbn {
+                cyl: 1,
+                head: 0,
+                sector: 9
+            }
+        );
+        let mut seen = std::collections::BTreeSet::new();
+        for lbn in 0..l.blocks {
+            assert!(seen.insert(l.ltop(lbn)), "{lbn} shares a sector");
         }
     }
 }

@@ -107,6 +107,7 @@ impl Parametric {
                     cyl_skew: slots(seek_one.seek_ms(1).max(self.head_switch_ms)) % spt,
                     spares: 0,
                     slips: Vec::new(),
+                    defects: Vec::new(),
                     first_lbn: 0,
                     lbns: 0,
                 }

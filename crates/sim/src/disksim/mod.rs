@@ -237,9 +237,18 @@ pub fn layout_from(model: &Block) -> Result<Layout, ParamError> {
             }
             Ok(out)
         };
-        if !ints("defects")?.is_empty() {
-            return Err(err_at(z, "defects", "remapped defects are not modelled"));
+        let flat = ints("defects")?;
+        if flat.len() % 2 != 0 {
+            return Err(err_at(
+                z,
+                "defects",
+                format!(
+                    "{} numbers: defects come in pairs (defective, spare)",
+                    flat.len()
+                ),
+            ));
         }
+        let defects: Vec<(u64, u64)> = flat.chunks(2).map(|p| (p[0], p[1])).collect();
         zones.push(Zone {
             first_cyl: z.int("First cylinder number")? as u32,
             last_cyl: z.int("Last cylinder number")? as u32,
@@ -250,6 +259,7 @@ pub fn layout_from(model: &Block) -> Result<Layout, ParamError> {
             cyl_skew: sectors("Skew for cylinder switch")?,
             spares: z.int_or("Number of spares", 0)?.max(0) as u64,
             slips: ints("slips")?,
+            defects,
             first_lbn: 0,
             lbns: 0,
         });

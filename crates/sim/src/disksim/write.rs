@@ -36,6 +36,7 @@ pub fn render(spec: &DriveSpec, seek_file_name: &str) -> Result<(String, String)
         Sparing::Tracks => (1, 1),
         Sparing::PerCylinder => (2, 1),
         Sparing::PerTrack => (3, 1),
+        Sparing::AtEnd => (7, 1),
         Sparing::PerRange { cylinders } => (8, cylinders),
         Sparing::PerZone => (9, 1),
     };
@@ -90,7 +91,8 @@ pub fn render(spec: &DriveSpec, seek_file_name: &str) -> Result<(String, String)
         );
         let _ = writeln!(w, "               Number of spares = {},", z.spares);
         let _ = writeln!(w, "               slips = [{}],", list(&z.slips));
-        let _ = writeln!(w, "               defects = []");
+        let flat: Vec<u64> = z.defects.iter().flat_map(|&(d, r)| [d, r]).collect();
+        let _ = writeln!(w, "               defects = [{}]", list(&flat));
         let sep = if i + 1 < l.zones.len() { "," } else { "" };
         let _ = writeln!(w, "            }}{sep}");
     }
