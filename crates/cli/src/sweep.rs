@@ -13,7 +13,9 @@ use platter_sim::disk::drive::{DriveSpec, Scheduler};
 use platter_sim::disk::parametric::Parametric;
 use platter_sim::disk::HostModel;
 use platter_sim::members::parse_time_ns;
-use platter_sim::sweep::{default_interleaves, parse_interleaves, svg, table, Members, Row, Sweep};
+use platter_sim::sweep::{
+    default_interleaves, parse_interleaves, png, svg, table, Members, Row, Sweep,
+};
 use platter_sim::workload::WorkloadSpec;
 use platter_sim::{Jitter, Link, SimpleLatency};
 use std::io::IsTerminal;
@@ -102,8 +104,9 @@ pub struct SweepArgs {
     /// Threads (default: every core).
     #[arg(long)]
     pub(crate) threads: Option<usize>,
-    /// Write an SVG plot of throughput against interleave here.
-    #[arg(long, value_name = "FILE.svg")]
+    /// Write a plot of throughput against interleave here: SVG, or PNG
+    /// when the name ends in .png.
+    #[arg(long, value_name = "FILE.svg|FILE.png")]
     pub(crate) out: Option<PathBuf>,
     /// Print the results as JSON lines instead of a table.
     #[arg(long)]
@@ -167,7 +170,24 @@ pub(crate) fn resolve_drive(name: &str) -> Result<Option<DriveSpec>> {
     Ok(Some(spec))
 }
 
+/// Whether the plot goes out as PNG (else SVG); other names are refused
+/// before the sweep runs.
+fn plot_is_png(out: &Path) -> Result<bool> {
+    match out.extension().and_then(|e| e.to_str()) {
+        Some(e) if e.eq_ignore_ascii_case("png") => Ok(true),
+        Some(e) if e.eq_ignore_ascii_case("svg") => Ok(false),
+        _ => Err(format!(
+            "{}: plots are written as SVG or PNG; name the file .svg or .png",
+            out.display()
+        )
+        .into()),
+    }
+}
+
 pub fn run(mut a: SweepArgs) -> Result<()> {
+    if let Some(out) = &a.out {
+        plot_is_png(out)?;
+    }
     let (sweep, drive_name) = prepare(&mut a)?;
     let rows = execute(&sweep, &a, &drive_name)?;
     if a.json {
@@ -178,15 +198,18 @@ pub fn run(mut a: SweepArgs) -> Result<()> {
         print!("{}", table(&rows));
     }
     if let Some(out) = &a.out {
-        if out.extension().is_some_and(|e| e != "svg") {
-            return Err(format!("{}: only SVG plots are written", out.display()).into());
-        }
+        let png_out = plot_is_png(out)?;
         let title = format!(
             "{} on {drive_name}, seed {}",
             sweep.workload.describe(),
             a.seed
         );
-        std::fs::write(out, svg(&rows, &title)).map_err(|e| format!("{}: {e}", out.display()))?;
+        let bytes = if png_out {
+            png(&rows, &title)
+        } else {
+            svg(&rows, &title).into_bytes()
+        };
+        std::fs::write(out, bytes).map_err(|e| format!("{}: {e}", out.display()))?;
         eprintln!("sweep: plot written to {}", out.display());
     }
     if rows.iter().any(|r| r.result.is_err()) {

@@ -694,6 +694,27 @@ fn sweep_prints_a_table_writes_a_plot_and_repeats_itself() {
     let svg = fs::read_to_string(&plot).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("raid5 x3"), "{svg}");
     assert_eq!(run("2"), one, "the same seed gives the same table");
+    // The same plot as PNG (issue 19, point 5); another name is refused
+    // before anything runs.
+    let png = dir.path().join("plot.png");
+    let a = args("1", png.to_str().unwrap());
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let out = platter(&a);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bytes = fs::read(&png).unwrap();
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "a PNG signature");
+    // IHDR: 860 x 520 plot units at two pixels each.
+    assert_eq!(&bytes[16..24], &[0, 0, 6, 184, 0, 0, 4, 16]);
+    let gif = dir.path().join("plot.gif");
+    let a = args("1", gif.to_str().unwrap());
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let msg = assert_refused(&platter(&a), "SVG or PNG");
+    assert!(msg.contains("plot.gif"), "{msg}");
+    assert!(!gif.exists());
     let out = platter(&["sweep", "--drive", "no-such-drive"]);
     let msg = assert_refused(&out, "unknown drive");
     assert!(msg.contains("no-such-drive"), "{msg}");

@@ -53,6 +53,7 @@ pub mod events;
 pub mod link;
 pub mod members;
 pub mod oracle;
+pub mod plot;
 pub mod rng;
 pub mod run;
 pub mod scenario;

@@ -11,6 +11,7 @@ use crate::disk::drive::DriveSpec;
 use crate::disk::{DiskModel, HostModel};
 use crate::link::Link;
 use crate::members::{ServiceModel, SimpleLatency, SimpleService};
+use crate::plot::{Anchor, Plot, Rgb, Shape, BLACK, WHITE};
 use crate::workload::WorkloadSpec;
 use platter_core::balance::ReadPolicy;
 use platter_core::geometry::{Geometry, GeometrySpec};
@@ -306,20 +307,32 @@ pub fn table(rows: &[Row]) -> String {
     s
 }
 
-const COLORS: [&str; 10] = [
-    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-    "#bcbd22", "#17becf",
+const COLORS: [Rgb; 10] = [
+    [0x1f, 0x77, 0xb4],
+    [0xd6, 0x27, 0x28],
+    [0x2c, 0xa0, 0x2c],
+    [0xff, 0x7f, 0x0e],
+    [0x94, 0x67, 0xbd],
+    [0x8c, 0x56, 0x4b],
+    [0xe3, 0x77, 0xc2],
+    [0x7f, 0x7f, 0x7f],
+    [0xbc, 0xbd, 0x22],
+    [0x17, 0xbe, 0xcf],
 ];
-
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
 
 /// Throughput against interleave (log scale), one line per level,
 /// member count and policy, as a standalone SVG document.
 pub fn svg(rows: &[Row], title: &str) -> String {
+    plot(rows, title).svg()
+}
+
+/// The same plot as a PNG file's bytes.
+pub fn png(rows: &[Row], title: &str) -> Vec<u8> {
+    plot(rows, title).png()
+}
+
+/// The sweep's plot as shapes.
+pub fn plot(rows: &[Row], title: &str) -> Plot {
     let (w, h) = (860.0, 520.0);
     let (left, right, top, bottom) = (70.0, 230.0, 40.0, 60.0);
     let pw = w - left - right;
@@ -340,102 +353,113 @@ pub fn svg(rows: &[Row], title: &str) -> String {
     let ymax = nice_ceiling(ymax.max(1e-9));
     let px = |il: u64| left + ((il as f64).log2() - x0) / span * pw;
     let py = |y: f64| top + ph - y / ymax * ph;
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="22" text-anchor="middle" font-size="14">{}</text>"#,
-        left + pw / 2.0,
-        esc(title)
-    );
+    let text = |at: (f64, f64), t: &str, anchor: Anchor| Shape::Text {
+        at,
+        text: t.to_string(),
+        anchor,
+        size: 12.0,
+        upright: false,
+    };
+    let mut p = Plot::new(w, h);
+    p.push(Shape::Rect {
+        x: 0.0,
+        y: 0.0,
+        w,
+        h,
+        fill: Some(WHITE),
+        stroke: None,
+    });
+    p.push(Shape::Text {
+        at: (left + pw / 2.0, 22.0),
+        text: title.to_string(),
+        anchor: Anchor::Middle,
+        size: 14.0,
+        upright: false,
+    });
     // Axes and grid.
     for i in 0..=5 {
         let y = ymax * f64::from(i) / 5.0;
         let yy = py(y);
-        let _ = writeln!(
-            s,
-            r##"<line x1="{left}" y1="{yy:.1}" x2="{:.1}" y2="{yy:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
-            left + pw,
-            left - 6.0,
-            yy + 4.0,
-            trim_float(y)
-        );
+        p.push(Shape::Line {
+            from: (left, yy),
+            to: (left + pw, yy),
+            color: [0xdd; 3],
+            width: 1.0,
+        });
+        p.push(text((left - 6.0, yy + 4.0), &trim_float(y), Anchor::End));
     }
     let mut last_label = f64::NEG_INFINITY;
     for &il in &xs {
         let x = px(il);
-        let _ = writeln!(
-            s,
-            r##"<line x1="{x:.1}" y1="{top}" x2="{x:.1}" y2="{:.1}" stroke="#eee"/>"##,
-            top + ph
-        );
+        p.push(Shape::Line {
+            from: (x, top),
+            to: (x, top + ph),
+            color: [0xee; 3],
+            width: 1.0,
+        });
         if x - last_label >= 34.0 {
             last_label = x;
-            let _ = writeln!(
-                s,
-                r#"<text x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-                top + ph + 16.0,
-                format_interleave(il)
-            );
+            p.push(text(
+                (x, top + ph + 16.0),
+                &format_interleave(il),
+                Anchor::Middle,
+            ));
         }
     }
-    let _ = writeln!(
-        s,
-        r#"<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="black"/>"#
-    );
-    let _ = writeln!(
-        s,
-        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">interleave (sectors, log scale)</text>"#,
-        left + pw / 2.0,
-        h - 18.0
-    );
-    let _ = writeln!(
-        s,
-        r#"<text x="18" y="{:.1}" text-anchor="middle" transform="rotate(-90 18 {:.1})">MB/s</text>"#,
-        top + ph / 2.0,
-        top + ph / 2.0
-    );
+    p.push(Shape::Rect {
+        x: left,
+        y: top,
+        w: pw,
+        h: ph,
+        fill: None,
+        stroke: Some(BLACK),
+    });
+    p.push(text(
+        (left + pw / 2.0, h - 18.0),
+        "interleave (sectors, log scale)",
+        Anchor::Middle,
+    ));
+    p.push(Shape::Text {
+        at: (18.0, top + ph / 2.0),
+        text: "MB/s".into(),
+        anchor: Anchor::Middle,
+        size: 12.0,
+        upright: true,
+    });
     // One line per series, in order of first appearance.
     let mut series: Vec<String> = Vec::new();
-    for (p, _) in &ok {
-        let name = p.series();
+    for (pt, _) in &ok {
+        let name = pt.series();
         if !series.contains(&name) {
             series.push(name);
         }
     }
     for (i, name) in series.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
-        let pts: Vec<String> = ok
+        let pts: Vec<(f64, f64)> = ok
             .iter()
-            .filter(|(p, _)| &p.series() == name)
-            .map(|(p, y)| format!("{:.1},{:.1}", px(p.interleave_bytes), py(*y)))
+            .filter(|(pt, _)| &pt.series() == name)
+            .map(|(pt, y)| (px(pt.interleave_bytes), py(*y)))
             .collect();
-        let _ = writeln!(
-            s,
-            r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#,
-            pts.join(" ")
-        );
-        for pt in &pts {
-            let (x, y) = pt.split_once(',').expect("x,y");
-            let _ = writeln!(s, r#"<circle cx="{x}" cy="{y}" r="2.5" fill="{color}"/>"#);
+        p.push(Shape::Polyline {
+            points: pts.clone(),
+            color,
+            width: 2.0,
+        });
+        for at in pts {
+            p.push(Shape::Circle { at, r: 2.5, color });
         }
         let ly = top + 10.0 + 18.0 * i as f64;
         let lx = left + pw + 16.0;
-        let _ = writeln!(
-            s,
-            r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{color}" stroke-width="2"/><text x="{}" y="{}">{}</text>"#,
-            lx + 20.0,
-            lx + 26.0,
-            ly + 4.0,
-            esc(name)
-        );
+        p.push(Shape::Line {
+            from: (lx, ly),
+            to: (lx + 20.0, ly),
+            color,
+            width: 2.0,
+        });
+        p.push(text((lx + 26.0, ly + 4.0), name, Anchor::Start));
     }
-    s.push_str("</svg>\n");
-    s
+    p
 }
 
 /// 1, 2 or 5 times a power of ten, at least `y`.
