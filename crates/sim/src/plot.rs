@@ -233,9 +233,9 @@ impl Canvas {
         }
         let a = coverage.min(1.0);
         let i = (y as usize * self.w + x as usize) * 3;
-        for k in 0..3 {
-            let old = f64::from(self.rgb[i + k]);
-            self.rgb[i + k] = (old + (f64::from(color[k]) - old) * a).round() as u8;
+        for (px, &c) in self.rgb[i..i + 3].iter_mut().zip(&color) {
+            let old = f64::from(*px);
+            *px = (old + (f64::from(c) - old) * a).round() as u8;
         }
     }
 
