@@ -632,11 +632,10 @@ impl Drive {
         // DiskSim's DEC scheme reads to the track's end whatever the
         // read-ahead maximum says (disk_buffer_get_max_readahead returns
         // before looking at it); the segment keeps what fits.
-        let mut target = if c.read_ahead == ReadAhead::NextTrack {
-            target
-        } else {
-            target.min(end + u64::from(c.max_read_ahead))
-        };
+        if c.read_ahead == ReadAhead::NextTrack {
+            return target.min(blocks).max(end);
+        }
+        let mut target = target.min(end + u64::from(c.max_read_ahead));
         if !c.read_ahead_over_requested {
             target = target.min(seg_start + u64::from(c.segment_blocks));
         }
