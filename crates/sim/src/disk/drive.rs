@@ -596,12 +596,43 @@ impl Drive {
         let c = &self.spec.cache;
         let layout = &self.spec.layout;
         let blocks = layout.blocks;
+        // How far read-ahead may go, as DiskSim's
+        // disk_buffer_get_max_readahead says: the DEC scheme to the next
+        // track's end whatever else is set; otherwise the read-ahead
+        // maximum when there is one, else a segment's worth (from the
+        // request's start when read-ahead may not replace the request's
+        // own data).
+        let limit = match c.read_ahead {
+            ReadAhead::None => return end,
+            ReadAhead::NextTrack => {
+                if end >= blocks {
+                    return end;
+                }
+                let (first, last) = self.track_bounds(end);
+                let mut e = last + 1;
+                if seg_start < first {
+                    e += u64::from(layout.zone_of_lbn(lbn).blocks_per_track);
+                }
+                return e.min(blocks).max(end);
+            }
+            _ if c.max_read_ahead > 0 => end + u64::from(c.max_read_ahead),
+            _ if !c.read_ahead_over_requested => {
+                let seg = u64::from(c.segment_blocks);
+                if end - lbn >= seg {
+                    end
+                } else {
+                    lbn + seg
+                }
+            }
+            _ => end + u64::from(c.segment_blocks),
+        };
+        // The track and cylinder schemes also stop where the heads would
+        // have to move.
         let target = match c.read_ahead {
-            ReadAhead::None => end,
             ReadAhead::TrackEnd | ReadAhead::CylinderEnd => {
                 let last = layout.ltop(end - 1);
                 let mut e = end;
-                while e < blocks {
+                while e < blocks.min(limit) {
                     let p = layout.ltop(e);
                     let same = if c.read_ahead == ReadAhead::TrackEnd {
                         Arm::from(p) == Arm::from(last)
@@ -615,30 +646,8 @@ impl Drive {
                 }
                 e
             }
-            ReadAhead::SegmentEnd => end + u64::from(c.max_read_ahead),
-            ReadAhead::NextTrack => {
-                if end >= blocks {
-                    end
-                } else {
-                    let (first, last) = self.track_bounds(end);
-                    let mut e = last + 1;
-                    if seg_start < first {
-                        e += u64::from(layout.zone_of_lbn(lbn).blocks_per_track);
-                    }
-                    e
-                }
-            }
+            _ => limit,
         };
-        // DiskSim's DEC scheme reads to the track's end whatever the
-        // read-ahead maximum says (disk_buffer_get_max_readahead returns
-        // before looking at it); the segment keeps what fits.
-        if c.read_ahead == ReadAhead::NextTrack {
-            return target.min(blocks).max(end);
-        }
-        let mut target = target.min(end + u64::from(c.max_read_ahead));
-        if !c.read_ahead_over_requested {
-            target = target.min(seg_start + u64::from(c.segment_blocks));
-        }
         target.min(blocks).max(end)
     }
 
