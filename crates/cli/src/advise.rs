@@ -177,11 +177,21 @@ pub fn run(a: AdviseArgs) -> Result<()> {
         .as_ref()
         .map(|c| crate::control::ask(c, json!({ "cmd": "status" })))
         .transpose()?;
-    let volume = match (&a.volume[..], &status) {
-        ([], Some(st)) => Some(live_geometry(st)?),
-        ([], None) => None,
-        (v, _) => Some(crate::sweep::volume_layout(v)?),
+    // The volume's layout and, for copies, the read policy it uses now.
+    let (volume, present_policy) = match (&a.volume[..], &status) {
+        ([], Some(st)) => (
+            Some(live_geometry(st)?),
+            st["read_policy"]["policy"]
+                .as_str()
+                .and_then(|p| p.parse::<ReadPolicy>().ok()),
+        ),
+        ([], None) => (None, None),
+        (v, _) => {
+            let (g, p) = crate::sweep::volume_layout_and_policy(v)?;
+            (Some(g), p)
+        }
     };
+    let present_policy = present_policy.filter(|_| volume.as_ref().is_some_and(|g| g.copies() > 1));
     let trace = match (&a.trace, &status) {
         (Some(t), _) => t.clone(),
         (None, Some(st)) => {
@@ -225,13 +235,20 @@ pub fn run(a: AdviseArgs) -> Result<()> {
         ([], None) => vec![4],
         (m, _) => m.to_vec(),
     };
+    // The policy in use is among those compared.
+    let mut policies = a.policies.clone();
+    if let Some(p) = present_policy {
+        if !policies.contains(&p) {
+            policies.push(p);
+        }
+    }
     let mut sweep_args = SweepArgs {
         drive: a.drive.clone(),
         workload: workload_of(&trace)?,
         levels,
         members,
         interleaves: a.interleaves.clone(),
-        policies: a.policies.clone(),
+        policies,
         seed: a.seed,
         max_transfer: "128k".into(),
         queue_depth: a.queue_depth,
@@ -255,9 +272,14 @@ pub fn run(a: AdviseArgs) -> Result<()> {
             && r.point.members == g.members()
             && r.point.interleave_bytes == g.interleave_bytes()
     };
-    let now = volume
-        .as_ref()
-        .and_then(|g| best(rows.iter().filter(|r| is_volume(r, g))));
+    // As it runs now: its read policy when known, else its best one.
+    let now = volume.as_ref().and_then(|g| {
+        best(
+            rows.iter()
+                .filter(|r| is_volume(r, g))
+                .filter(|r| present_policy.is_none() || r.point.policy == present_policy),
+        )
+    });
     // A change that gains nothing is not advice: the volume's own layout
     // wins a tie (a mirror's interleave changes nothing; an overloaded
     // replay ties every layout at the drives' speed).
@@ -303,7 +325,9 @@ pub fn run(a: AdviseArgs) -> Result<()> {
             commands.push(cmd);
         }
         if let Some(policy) = in_place.and_then(|r| r.point.policy) {
-            commands.push(format!("platter read-policy --control {control} {policy}"));
+            if Some(policy) != present_policy {
+                commands.push(format!("platter read-policy --control {control} {policy}"));
+            }
         }
     }
     if a.json {
@@ -315,6 +339,7 @@ pub fn run(a: AdviseArgs) -> Result<()> {
             json!({
                 "best": row_json(top),
                 "volume": now.map(row_json),
+                "volume_read_policy": present_policy.map(|p| p.to_string()),
                 "best_in_place": in_place.map(row_json),
                 "commands": commands,
                 "counters": said,
@@ -333,10 +358,13 @@ pub fn run(a: AdviseArgs) -> Result<()> {
             (Ok(a), Ok(b)) if b.mb_per_s() > 0.0 => a.mb_per_s() / b.mb_per_s(),
             _ => 0.0,
         };
-        println!(
-            "the volume's layout (its best read policy): {}",
-            describe(n)
-        );
+        match present_policy {
+            Some(p) => println!("the volume as it runs (read policy {p}): {}", describe(n)),
+            None => println!(
+                "the volume's layout (its best read policy): {}",
+                describe(n)
+            ),
+        }
         println!("  the best is {:.2}x its throughput", ratio(top));
         match in_place {
             Some(r) if std::ptr::eq(r, n) => {

@@ -125,13 +125,22 @@ pub struct SweepArgs {
 
 /// The layout of the volume whose members are `specs`, from their labels.
 pub(crate) fn volume_layout(specs: &[String]) -> Result<platter_core::geometry::Geometry> {
+    Ok(volume_layout_and_policy(specs)?.0)
+}
+
+/// A volume's layout and the read policy its labels hold (read-only).
+pub(crate) fn volume_layout_and_policy(
+    specs: &[String],
+) -> Result<(platter_core::geometry::Geometry, Option<ReadPolicy>)> {
     let opts = platter_io::OpenOptions {
         read_only: true,
         ..platter_io::OpenOptions::default()
     };
     let members = crate::members::open_all(specs, opts).map_err(crate::error::CliError::from)?;
     let volume = crate::members::assemble_devices(members)?;
-    Ok(volume.assembly.geometry)
+    let l = &volume.assembly.label;
+    let policy = ReadPolicy::from_label(l.read_policy, l.read_policy_arg).ok();
+    Ok((volume.assembly.geometry, policy))
 }
 
 /// Where DiskSim's validation drives may be.

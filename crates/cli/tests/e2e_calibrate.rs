@@ -69,7 +69,13 @@ fn from_a_running_volume_to_advice_in_three_commands() {
     assert!((rpm - 7200.0).abs() < 72.0, "{test}: {figures}");
     assert_eq!(figures["write_back"], serde_json::Value::Null, "{test}");
     assert!(model.exists() && model.with_extension("seek").exists());
-    // 3. advise from the running volume and the model.
+    // 3. advise from the running volume and the model. (The volume reads
+    // round-robin, so there is something to advise.)
+    run_ok(
+        &mut platter(&["read-policy", "--control", &s.control(), "round-robin"]),
+        CMD_TIMEOUT,
+        "read-policy",
+    );
     let advise = |drive: &str| {
         let out = run_ok(
             &mut platter(&[

@@ -255,6 +255,13 @@ fn advice_from_a_recorded_sequential_reader_on_a_mirror_is_proximity() {
         CMD_TIMEOUT,
         "record stop",
     );
+    // The volume reads round-robin now: advise compares the layout as
+    // it runs (before, it compared the volume at its best policy).
+    run_ok(
+        &mut platter(&["read-policy", "--control", &s.control(), "round-robin"]),
+        CMD_TIMEOUT,
+        "read-policy",
+    );
     // As fast as the modelled drives allow: the recording's times are a
     // tmpfs volume's, far faster than a disk.
     let trace = format!("{},timed=0", recording.display());
@@ -281,6 +288,12 @@ fn advice_from_a_recorded_sequential_reader_on_a_mirror_is_proximity() {
     let v: serde_json::Value = serde_json::from_str(last).expect("advise's JSON");
     assert_eq!(v["best"]["level"], "mirror", "{test}: {v}");
     assert_eq!(v["best"]["policy"], "proximity", "{test}: {v}");
+    assert_eq!(v["volume_read_policy"], "round-robin", "{test}: {v}");
+    assert_eq!(v["volume"]["policy"], "round-robin", "{test}: {v}");
+    assert!(
+        v["best"]["mb_per_s"].as_f64() > v["volume"]["mb_per_s"].as_f64(),
+        "{test}: {v}"
+    );
     let commands = v["commands"].to_string();
     assert!(
         commands.contains(&format!("read-policy --control {} proximity", s.control())),
