@@ -21,33 +21,9 @@ fn from_a_running_volume_to_advice_in_three_commands() {
     let Some(t) = tools_with_fio_nbd(test, &["fio"]) else {
         return;
     };
-    let volume = Volume::create(Spec::new("mirror", 2, "64k"), 48 * MIB);
-    let dir = volume.path().to_path_buf();
-    let recording = dir.join("load.iolog");
-    let s = Server::start_with(
-        volume,
-        ServeOptions {
-            extra_args: vec!["--record".into(), recording.display().to_string()],
-            ..ServeOptions::default()
-        },
-    );
-    let mut fio = t.cmd("fio");
-    fio.args([
-        "--name=seq",
-        "--ioengine=nbd",
-        "--rw=read",
-        "--bs=64k",
-        "--iodepth=1",
-        "--size=32M",
-    ])
-    .arg(format!("--uri={}", s.uri()));
-    run_ok(&mut fio, CMD_TIMEOUT, "fio");
-    // 1. record: stop the recording the server started with.
-    run_ok(
-        &mut platter(&["record", "--control", &s.control(), "stop"]),
-        CMD_TIMEOUT,
-        "record stop",
-    );
+    // 1. record (the server started recording; the helper stops it).
+    let (s, recording) = recorded_sequential_reader_on_a_mirror(&t, "load.iolog");
+    let dir = recording.parent().unwrap().to_path_buf();
     // 2. calibrate: a model of the drive (here a modelled one; a user
     // names /dev/sdX).
     let model = dir.join("disk.parv");

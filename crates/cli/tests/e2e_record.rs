@@ -237,24 +237,7 @@ fn advice_from_a_recorded_sequential_reader_on_a_mirror_is_proximity() {
     let Some(t) = tools_with_fio_nbd(test, &["fio"]) else {
         return;
     };
-    let (s, recording) =
-        recording_from_the_start(Spec::new("mirror", 2, "64k"), 48 * MIB, "seq.iolog");
-    let mut fio = t.cmd("fio");
-    fio.args([
-        "--name=seq",
-        "--ioengine=nbd",
-        "--rw=read",
-        "--bs=64k",
-        "--iodepth=1",
-        "--size=32M",
-    ])
-    .arg(format!("--uri={}", s.uri()));
-    run_ok(&mut fio, CMD_TIMEOUT, "fio");
-    run_ok(
-        &mut platter(&["record", "--control", &s.control(), "stop"]),
-        CMD_TIMEOUT,
-        "record stop",
-    );
+    let (s, recording) = recorded_sequential_reader_on_a_mirror(&t, "seq.iolog");
     // The volume reads round-robin now: advise compares the layout as
     // it runs (before, it compared the volume at its best policy).
     run_ok(

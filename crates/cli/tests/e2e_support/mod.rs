@@ -1219,3 +1219,36 @@ impl Drop for Loop<'_> {
         }
     }
 }
+
+/// A 2-way mirror served with `--record DIR/name`, one fio reader through
+/// it (64 KiB sequential reads, queue depth 1, 32 MiB), the recording
+/// stopped: the server and the recording's path. The load whose answer
+/// is known (the proximity read policy), for the advice tests.
+pub fn recorded_sequential_reader_on_a_mirror(t: &Tools, name: &str) -> (Server, PathBuf) {
+    let volume = Volume::create(Spec::new("mirror", 2, "64k"), 48 * MIB);
+    let recording = volume.path().join(name);
+    let s = Server::start_with(
+        volume,
+        ServeOptions {
+            extra_args: vec!["--record".into(), recording.display().to_string()],
+            ..ServeOptions::default()
+        },
+    );
+    let mut fio = t.cmd("fio");
+    fio.args([
+        "--name=seq",
+        "--ioengine=nbd",
+        "--rw=read",
+        "--bs=64k",
+        "--iodepth=1",
+        "--size=32M",
+    ])
+    .arg(format!("--uri={}", s.uri()));
+    run_ok(&mut fio, CMD_TIMEOUT, "fio");
+    run_ok(
+        &mut platter(&["record", "--control", &s.control(), "stop"]),
+        CMD_TIMEOUT,
+        "record stop",
+    );
+    (s, recording)
+}

@@ -1,6 +1,6 @@
 //! What calibration measured, and the drive model built from it.
 
-use crate::disk::drive::{CacheSpec, DriveSpec, Overheads, ReadAhead, Scheduler, WriteBack};
+use crate::disk::drive::{CacheSpec, DriveSpec, Overheads, Scheduler};
 use crate::disk::layout::{Layout, Mapping, Sparing, Zone};
 use crate::disk::seek::SeekCurve;
 
@@ -136,7 +136,6 @@ impl Measured {
         }
         let o = self.hit_ms;
         let w = self.write_overhead_ms.unwrap_or(o);
-        let read_ahead = self.read_ahead_blocks > 0;
         DriveSpec {
             name: name.to_string(),
             layout,
@@ -158,30 +157,12 @@ impl Measured {
             bus_read_ms: self.bus_ms_per_sector,
             bus_write_ms: self.bus_ms_per_sector,
             hold_bus_read: false,
-            cache: CacheSpec {
-                enabled: self.segments > 0,
-                segments: self.segments.max(1),
-                segment_blocks: self.segment_blocks.max(1),
-                write_segments: 1,
-                separate_write_segment: false,
-                read_water: 0.0,
-                water_by_request: true,
-                read_ahead: if read_ahead {
-                    ReadAhead::SegmentEnd
-                } else {
-                    ReadAhead::None
-                },
-                max_read_ahead: self.read_ahead_blocks,
-                read_ahead_over_requested: true,
-                read_ahead_on_idle_hit: false,
-                write_back: if self.write_back == Some(true) {
-                    WriteBack::On
-                } else {
-                    WriteBack::Off
-                },
-                read_hits_on_write_data: true,
-                stop_prefetch_in_sector: false,
-            },
+            cache: CacheSpec::plain(
+                self.segments,
+                self.segment_blocks,
+                self.read_ahead_blocks,
+                self.write_back == Some(true),
+            ),
             scheduler: Scheduler::Fcfs,
         }
     }

@@ -97,6 +97,44 @@ pub struct CacheSpec {
     pub stop_prefetch_in_sector: bool,
 }
 
+impl CacheSpec {
+    /// A plain cache: `segments` of `segment_blocks`, read-ahead of up to
+    /// `read_ahead_blocks` after a read (0: none) into the segment, one
+    /// write segment, write-back or not. What a data sheet or an outside
+    /// measurement can tell.
+    pub fn plain(
+        segments: u32,
+        segment_blocks: u32,
+        read_ahead_blocks: u32,
+        write_back: bool,
+    ) -> CacheSpec {
+        CacheSpec {
+            enabled: segments > 0,
+            segments: segments.max(1),
+            segment_blocks: segment_blocks.max(1),
+            write_segments: 1,
+            separate_write_segment: false,
+            read_water: 0.0,
+            water_by_request: true,
+            read_ahead: if read_ahead_blocks > 0 {
+                ReadAhead::SegmentEnd
+            } else {
+                ReadAhead::None
+            },
+            max_read_ahead: read_ahead_blocks,
+            read_ahead_over_requested: true,
+            read_ahead_on_idle_hit: false,
+            write_back: if write_back {
+                WriteBack::On
+            } else {
+                WriteBack::Off
+            },
+            read_hits_on_write_data: true,
+            stop_prefetch_in_sector: false,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scheduler {
     Fcfs,

@@ -12,7 +12,7 @@
 //! the end of the segment, and writes through (no write-back) unless
 //! `write_back` is set.
 
-use super::drive::{CacheSpec, DriveSpec, Overheads, ReadAhead, Scheduler, WriteBack};
+use super::drive::{CacheSpec, DriveSpec, Overheads, Scheduler};
 use super::layout::{Layout, Mapping, Sparing, Zone};
 use super::seek::SeekCurve;
 
@@ -137,34 +137,16 @@ impl Parametric {
             bus_read_ms: self.bus_ms_per_sector,
             bus_write_ms: self.bus_ms_per_sector,
             hold_bus_read: false,
-            cache: CacheSpec {
-                enabled: true,
-                segments: self.segments.max(1),
-                segment_blocks: self.segment_blocks.max(1),
-                write_segments: 1,
-                separate_write_segment: false,
-                read_water: 0.0,
-                water_by_request: true,
-                read_ahead: if self.read_ahead {
-                    ReadAhead::SegmentEnd
-                } else {
-                    ReadAhead::None
-                },
-                max_read_ahead: if self.read_ahead {
+            cache: CacheSpec::plain(
+                self.segments.max(1),
+                self.segment_blocks,
+                if self.read_ahead {
                     self.segment_blocks
                 } else {
                     0
                 },
-                read_ahead_over_requested: true,
-                read_ahead_on_idle_hit: false,
-                write_back: if self.write_back {
-                    WriteBack::On
-                } else {
-                    WriteBack::Off
-                },
-                read_hits_on_write_data: true,
-                stop_prefetch_in_sector: false,
-            },
+                self.write_back,
+            ),
             scheduler: self.scheduler,
         }
     }
