@@ -11,7 +11,7 @@
 mod e2e_support;
 
 use e2e_support::*;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 const RAID5: Spec = Spec::new("raid5", 4, "64k");
 
@@ -45,21 +45,6 @@ fn times_us(path: &Path) -> Vec<u64> {
         .filter(|l| l.contains(" read ") || l.contains(" write "))
         .map(|l| l.split_whitespace().next().unwrap().parse().unwrap())
         .collect()
-}
-
-/// A volume of `spec` served with `--record DIR/name`: the server, and the
-/// recording's path.
-fn recording_from_the_start(spec: Spec, min_bytes: u64, name: &str) -> (Server, PathBuf) {
-    let volume = Volume::create(spec, min_bytes);
-    let recording = volume.path().join(name);
-    let s = Server::start_with(
-        volume,
-        ServeOptions {
-            extra_args: vec!["--record".into(), recording.display().to_string()],
-            ..ServeOptions::default()
-        },
-    );
-    (s, recording)
 }
 
 fn fio_job(t: &Tools, s: &Server, own_log: &Path, extra: &[&str]) {

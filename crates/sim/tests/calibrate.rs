@@ -4,6 +4,8 @@
 //! figure by figure and in behaviour (sequential rate, random reads near
 //! and far, DiskSim's validation traces).
 
+mod common;
+
 use platter_sim::calibrate::{calibrate, Measured, ModelProbe, Options, Probe};
 use platter_sim::disk::drive::{DriveSpec, WriteBack};
 use platter_sim::disk::parametric::Parametric;
@@ -14,13 +16,7 @@ use platter_sim::rng::Rng;
 use std::path::PathBuf;
 
 fn data_dir() -> Option<PathBuf> {
-    let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/disksim");
-    if d.join("cheetah9LP.parv").exists() {
-        Some(d)
-    } else {
-        println!("skipped: DiskSim data not found at {}", d.display());
-        None
-    }
+    common::disksim_data()
 }
 
 fn measure(truth: &DriveSpec, allow_write: bool) -> (Measured, DriveSpec) {

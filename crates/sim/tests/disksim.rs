@@ -3,6 +3,8 @@
 //! The data live in `../shared/data/disksim` next to the repository; the
 //! tests that need them print why and pass when it is absent.
 
+mod common;
+
 use platter_sim::disk::drive::{Command, Drive, DriveSpec, Hit, Kind};
 use platter_sim::disk::layout::Sparing;
 use platter_sim::disk::seek::SeekCurve;
@@ -11,13 +13,7 @@ use platter_sim::disksim::trace::{read_trace, validate};
 use std::path::PathBuf;
 
 fn data_dir() -> Option<PathBuf> {
-    let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/disksim");
-    if d.join("cheetah9LP.parv").exists() {
-        Some(d)
-    } else {
-        println!("skipped: DiskSim data not found at {}", d.display());
-        None
-    }
+    common::disksim_data()
 }
 
 /// The three drives: parameter file, trace, DiskSim's own demerit (ms).

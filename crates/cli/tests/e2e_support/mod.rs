@@ -1220,12 +1220,10 @@ impl Drop for Loop<'_> {
     }
 }
 
-/// A 2-way mirror served with `--record DIR/name`, one fio reader through
-/// it (64 KiB sequential reads, queue depth 1, 32 MiB), the recording
-/// stopped: the server and the recording's path. The load whose answer
-/// is known (the proximity read policy), for the advice tests.
-pub fn recorded_sequential_reader_on_a_mirror(t: &Tools, name: &str) -> (Server, PathBuf) {
-    let volume = Volume::create(Spec::new("mirror", 2, "64k"), 48 * MIB);
+/// A volume of `spec` served with `--record DIR/name`: the server, and the
+/// recording's path.
+pub fn recording_from_the_start(spec: Spec, min_bytes: u64, name: &str) -> (Server, PathBuf) {
+    let volume = Volume::create(spec, min_bytes);
     let recording = volume.path().join(name);
     let s = Server::start_with(
         volume,
@@ -1234,6 +1232,15 @@ pub fn recorded_sequential_reader_on_a_mirror(t: &Tools, name: &str) -> (Server,
             ..ServeOptions::default()
         },
     );
+    (s, recording)
+}
+
+/// A 2-way mirror served with `--record DIR/name`, one fio reader through
+/// it (64 KiB sequential reads, queue depth 1, 32 MiB), the recording
+/// stopped: the server and the recording's path. The load whose answer
+/// is known (the proximity read policy), for the advice tests.
+pub fn recorded_sequential_reader_on_a_mirror(t: &Tools, name: &str) -> (Server, PathBuf) {
+    let (s, recording) = recording_from_the_start(Spec::new("mirror", 2, "64k"), 48 * MIB, name);
     let mut fio = t.cmd("fio");
     fio.args([
         "--name=seq",
