@@ -7,12 +7,13 @@ use crate::scan::read_label_area;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use platter_core::label::Label;
+use platter_io::member::Member;
+use platter_io::{open_member, MemberError, OpenOptions};
 use platter_sim::calibrate::{calibrate, Measured, ModelProbe, Options, Phase, Probe, ProbeError};
 use platter_sim::disksim::write::{seek_path, write_parv};
+use platter_sim::members::parse_time_ns;
 use serde_json::json;
-use std::fs::File;
-use std::io::{IsTerminal, Seek, SeekFrom};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -46,7 +47,7 @@ pub struct CalibrateArgs {
     out: PathBuf,
     /// Give up, writing nothing, after this long on the target (for a
     /// model: its virtual time).
-    #[arg(long, value_name = "DURATION", default_value = "10m")]
+    #[arg(long, value_name = "TIME", default_value = "600s")]
     budget: String,
     /// Samples per measured point: fewer is faster and less precise.
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(8..=1024))]
@@ -63,15 +64,14 @@ pub struct CalibrateArgs {
     json: bool,
 }
 
-/// A block device or file, timed by the wall clock. Reads bypass the
-/// page cache (O_DIRECT) where the file system allows it.
+/// A block device or file opened as a member is (`O_DIRECT` where the
+/// file system allows it, any alignment; a FIFO or a mounted device
+/// refused; a device or file claimed for writing), timed by the wall
+/// clock.
 struct DeviceProbe {
-    file: File,
-    path: String,
+    member: Box<dyn Member>,
     blocks: u64,
-    /// Device I/O must be aligned to this (512 or 4096).
-    align: u64,
-    buf: AlignedBuf,
+    buf: Vec<u8>,
     /// Data read by `keep`, with its byte offset, for `write_kept`.
     kept: Option<(u64, Vec<u8>)>,
     started: Instant,
@@ -117,104 +117,47 @@ impl Probe for Stoppable {
     }
 }
 
-/// A 4 KiB-aligned buffer, as O_DIRECT needs.
-struct AlignedBuf {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl AlignedBuf {
-    const ALIGN: usize = 4096;
-
-    fn new(len: usize) -> AlignedBuf {
-        let layout = std::alloc::Layout::from_size_align(len, Self::ALIGN).expect("a layout");
-        // SAFETY: `len` is non-zero (callers pass at least 4 KiB).
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        assert!(!ptr.is_null(), "out of memory for a {len}-byte buffer");
-        AlignedBuf { ptr, len }
-    }
-
-    fn slice(&mut self, len: usize) -> &mut [u8] {
-        assert!(len <= self.len);
-        // SAFETY: `ptr` holds `self.len` initialized bytes we own.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, len) }
-    }
-}
-
-impl Drop for AlignedBuf {
-    fn drop(&mut self) {
-        let layout = std::alloc::Layout::from_size_align(self.len, Self::ALIGN).expect("a layout");
-        // SAFETY: allocated in `new` with this layout.
-        unsafe { std::alloc::dealloc(self.ptr, layout) }
-    }
-}
-
-/// The largest single command calibration issues (sectors), with room
-/// for alignment.
-const MAX_COMMAND_BYTES: usize = (1 << 16) * 512 + 8192;
-
 impl DeviceProbe {
+    /// The probe, and whether reads bypass the page cache.
     fn open(path: &str, write: bool) -> Result<(DeviceProbe, bool)> {
-        let open = |direct: bool| {
-            let mut o = std::fs::OpenOptions::new();
-            o.read(true).write(write);
-            if direct {
-                o.custom_flags(libc::O_DIRECT);
-            }
-            o.open(path)
+        let opts = |direct| OpenOptions {
+            direct,
+            read_only: !write,
+            ..OpenOptions::default()
         };
-        let (mut file, direct) = match open(true) {
-            Ok(f) => (f, true),
-            // tmpfs and some FUSE file systems refuse O_DIRECT.
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => (
-                open(false).map_err(|e| CliError(format!("{path}: {e}")))?,
-                false,
-            ),
-            Err(e) => return Err(CliError(format!("{path}: {e}"))),
+        // tmpfs and some FUSE file systems refuse O_DIRECT.
+        let (member, direct) = match open_member(path, opts(true)) {
+            Ok(m) => (m, true),
+            Err(refused) => match open_member(path, opts(false)) {
+                Ok(m) => (m, false),
+                Err(_) => return Err(refused.into()),
+            },
         };
-        let bytes = file
-            .seek(SeekFrom::End(0))
-            .map_err(|e| CliError(format!("{path}: cannot find its size: {e}")))?;
-        let mut probe = DeviceProbe {
-            file,
-            path: path.to_string(),
-            blocks: bytes / 512,
-            align: 512,
-            buf: AlignedBuf::new(MAX_COMMAND_BYTES),
+        let probe = DeviceProbe {
+            blocks: member.size_bytes() / 512,
+            member,
+            buf: Vec::new(),
             kept: None,
             started: Instant::now(),
         };
-        // A 4Kn device refuses 512-byte direct reads: widen every command
-        // to whole 4 KiB.
-        if direct && probe.timed_read(0, 1).is_err() {
-            probe.align = 4096;
-            probe
-                .timed_read(0, 1)
-                .map_err(|e| CliError(e.to_string()))?;
-        }
         Ok((probe, direct))
     }
 
+    /// The bytes of `count` sectors from `lbn`.
     fn span(&self, lbn: u64, count: u32) -> (u64, usize) {
-        let start = lbn * 512 / self.align * self.align;
-        let end = ((lbn + u64::from(count)) * 512).div_ceil(self.align) * self.align;
-        let end = end.min(self.blocks * 512 / self.align * self.align);
+        let start = lbn * 512;
+        let end = ((lbn + u64::from(count)) * 512).min(self.blocks * 512);
         (start, (end - start) as usize)
-    }
-
-    fn timed_read(&mut self, lbn: u64, count: u32) -> std::result::Result<f64, ProbeError> {
-        let (off, len) = self.span(lbn, count);
-        let t = Instant::now();
-        self.file
-            .read_exact_at(self.buf.slice(len), off)
-            .map_err(|e| ProbeError::Io(format!("{}: read at byte {off}: {e}", self.path)))?;
-        Ok(t.elapsed().as_secs_f64() * 1e3)
     }
 
     fn idle(&self, idle_ms: f64) {
         if idle_ms > 0.0 {
             std::thread::sleep(Duration::from_secs_f64(idle_ms / 1e3));
         }
+    }
+
+    fn io_error(e: MemberError) -> ProbeError {
+        ProbeError::Io(e.to_string())
     }
 }
 
@@ -224,62 +167,39 @@ impl Probe for DeviceProbe {
     }
 
     fn read(&mut self, lbn: u64, count: u32, idle_ms: f64) -> std::result::Result<f64, ProbeError> {
+        let (off, len) = self.span(lbn, count);
+        self.buf.resize(len, 0);
         self.idle(idle_ms);
-        self.timed_read(lbn, count)
+        let t = Instant::now();
+        self.member
+            .read_at(off, &mut self.buf[..len])
+            .map_err(Self::io_error)?;
+        Ok(t.elapsed().as_secs_f64() * 1e3)
     }
 
     fn keep(&mut self, lbn: u64, count: u32) -> std::result::Result<(), ProbeError> {
         let (off, len) = self.span(lbn, count);
         let mut data = vec![0u8; len];
-        self.file
-            .read_exact_at(self.buf.slice(len), off)
-            .map_err(|e| ProbeError::Io(format!("{}: read at byte {off}: {e}", self.path)))?;
-        data.copy_from_slice(self.buf.slice(len));
+        self.member
+            .read_at(off, &mut data)
+            .map_err(Self::io_error)?;
         self.kept = Some((off, data));
         Ok(())
     }
 
     fn write_kept(&mut self, idle_ms: f64) -> std::result::Result<f64, ProbeError> {
         let (off, data) = self.kept.take().expect("keep before write_kept");
-        let len = data.len();
-        self.buf.slice(len).copy_from_slice(&data);
         self.idle(idle_ms);
         let t = Instant::now();
         // The bytes written are the bytes read from there: the user
         // allowed writes to a target no volume uses (checked at the start).
-        let r = self.file.write_all_at(self.buf.slice(len), off);
-        let ms = t.elapsed().as_secs_f64() * 1e3;
-        r.map_err(|e| ProbeError::Io(format!("{}: write at byte {off}: {e}", self.path)))?;
-        Ok(ms)
+        self.member.write_at(off, &data).map_err(Self::io_error)?;
+        Ok(t.elapsed().as_secs_f64() * 1e3)
     }
 
     fn elapsed_ms(&self) -> f64 {
         self.started.elapsed().as_secs_f64() * 1e3
     }
-}
-
-/// `90`, `90s`, `500ms`, `10m`, `1h` to ms.
-fn parse_duration_ms(text: &str) -> std::result::Result<f64, String> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| "expected a duration such as 90s, 10m or 1h".to_string())?;
-    let scale = match unit {
-        "ms" => 1.0,
-        "" | "s" => 1e3,
-        "m" | "min" => 60e3,
-        "h" => 3600e3,
-        u => return Err(format!("unknown unit `{u}` (ms, s, m, h)")),
-    };
-    let ms = n * scale;
-    if !(ms.is_finite() && ms > 0.0) {
-        return Err("must be more than nothing".into());
-    }
-    Ok(ms)
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {
@@ -313,8 +233,16 @@ fn figures_json(m: &Measured, out: &Path) -> serde_json::Value {
 }
 
 pub fn run(a: CalibrateArgs) -> Result<()> {
-    let budget_ms = parse_duration_ms(&a.budget)
-        .map_err(|e| CliError(format!("--budget {}: {e}", a.budget)))?;
+    let budget_ms = parse_time_ns(&a.budget)
+        .ok()
+        .filter(|&ns| ns > 0)
+        .map(|ns| ns as f64 / 1e6)
+        .ok_or_else(|| {
+            CliError(format!(
+                "--budget {}: a time with its unit (600s, 90s, 500ms)",
+                a.budget
+            ))
+        })?;
     let target = Path::new(&a.target);
     for out in [a.out.clone(), seek_path(&a.out)] {
         if out == target || same_file(&out, target) {

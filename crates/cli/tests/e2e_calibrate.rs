@@ -120,6 +120,13 @@ fn calibrate_reads_only_and_refuses_what_it_must() {
         std::fs::read(&file).unwrap() == data,
         "{test}: the file changed"
     );
+    let fifo = dir.join("fifo");
+    run_ok(
+        std::process::Command::new("mkfifo").arg(&fifo),
+        CMD_TIMEOUT,
+        "mkfifo",
+    );
+    let fifo_path = fifo.to_str().unwrap();
     // The model onto the drive itself, a model not named .parv, a
     // budget too small: refused before or without writing.
     for (args, says) in [
@@ -130,6 +137,9 @@ fn calibrate_reads_only_and_refuses_what_it_must() {
             "time budget",
         ),
         (vec!["model:nosuchdrive", "--out", o], "nosuchdrive"),
+        // A FIFO is no drive: refused at once (an open would wait for a
+        // writer forever).
+        (vec![fifo_path, "--out", o], "FIFO"),
         (vec![f, "--out", o, "--budget", "soon"], "--budget soon"),
     ] {
         let mut a = vec!["sim", "calibrate"];
@@ -143,6 +153,21 @@ fn calibrate_reads_only_and_refuses_what_it_must() {
         std::fs::read(&file).unwrap() == data,
         "{test}: the file changed"
     );
+    // A model that cannot be written (its folder is missing): the whole
+    // measurement runs, then the error names the file.
+    let lost = dir.join("no-such-folder").join("m.parv");
+    let r = run(
+        &mut platter(&[
+            "sim",
+            "calibrate",
+            "model:parametric-7200",
+            "--out",
+            lost.to_str().unwrap(),
+        ]),
+        CMD_TIMEOUT,
+    );
+    assert!(!r.status.success(), "{test}");
+    assert!(r.stderr.contains("no-such-folder"), "{test}: {}", r.stderr);
     // --allow-write on a volume's member: refused, the member untouched.
     let volume = Volume::create(Spec::new("stripe", 2, "64k"), 64 * MIB);
     let member = volume.members[0].clone();

@@ -304,15 +304,9 @@ impl Canvas {
                 }
             }
             Shape::Circle { at, r, color } => {
-                let (cx, cy) = self.at(*at);
-                let r = r * s;
-                for y in (cy - r - 1.0).floor() as i64..=(cy + r + 1.0).ceil() as i64 {
-                    for x in (cx - r - 1.0).floor() as i64..=(cx + r + 1.0).ceil() as i64 {
-                        let d =
-                            ((x as f64 + 0.5 - cx).powi(2) + (y as f64 + 0.5 - cy).powi(2)).sqrt();
-                        self.blend(x, y, *color, r + 0.5 - d);
-                    }
-                }
+                // A disc is the pixels within `r` of a segment of length 0.
+                let c = self.at(*at);
+                self.segment(c, c, r * s, *color);
             }
             Shape::Text {
                 at,

@@ -137,6 +137,24 @@ fn parse_errors_name_file_line_and_key() {
         "{s}"
     );
     assert!(s.contains("pairs"), "{s}");
+    // Scheme 7 (slips to the zone's end) loads as that many spares at the
+    // end of each zone; spares of its own are refused, naming the key.
+    let at_end = model.replace("Sparing scheme used = 9", "Sparing scheme used = 7");
+    let no_spares = with_no_spares(&at_end);
+    std::fs::write(tmp.join("cheetah9LP.model"), &no_spares).unwrap();
+    let d7 = load_drive(&tmp.join("bad.parv")).unwrap_or_else(|e| panic!("{e}"));
+    let d9 = load_drive(&d.join("cheetah9LP.parv")).unwrap();
+    assert_eq!(d7.layout.sparing, Sparing::PerZone);
+    for (z7, z9) in d7.layout.zones.iter().zip(&d9.layout.zones) {
+        assert_eq!(z7.spares, z7.slips.len() as u64);
+        assert_eq!(z7.lbns + z7.spares, z9.lbns + z9.spares, "the same sectors");
+    }
+    std::fs::write(tmp.join("cheetah9LP.model"), &at_end).unwrap();
+    let s = load_drive(&tmp.join("bad.parv")).unwrap_err().to_string();
+    assert!(
+        s.contains("`Number of spares`") && s.contains("scheme 7"),
+        "{s}"
+    );
     std::fs::remove_dir_all(&tmp).ok();
 }
 
@@ -338,4 +356,15 @@ fn seeded_runs_on_modelled_disks() {
         assert!(a.end_ns > 1_000_000, "seed {seed}: {}", a.end_ns);
         assert_eq!(a, run(), "seed {seed}: two runs differ");
     }
+}
+
+/// `text` with every zone's "Number of spares" set to 0.
+fn with_no_spares(text: &str) -> String {
+    text.lines()
+        .map(|l| match l.split_once("Number of spares =") {
+            Some((indent, _)) => format!("{indent}Number of spares = 0,"),
+            None => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }

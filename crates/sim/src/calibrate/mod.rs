@@ -28,6 +28,8 @@ pub mod model;
 pub mod probe;
 
 pub use model::{Measured, MeasuredZone};
+
+use model::{interpolate, zone_end};
 pub use probe::{ModelProbe, Probe, ProbeError};
 
 use crate::rng::Rng;
@@ -190,8 +192,7 @@ pub fn calibrate(
     c.enter(Phase::Zones, 0.25);
     c.zones()?;
     c.enter(Phase::Positioning, 0.45);
-    let positioning = c.positioning()?;
-    c.positioning = positioning.clone();
+    c.positioning = c.positioning()?;
     let (write_back, write_overhead_ms) = if opts.allow_write {
         c.enter(Phase::WriteBack, 0.97);
         let (on, overhead) = c.write_back()?;
@@ -206,7 +207,7 @@ pub fn calibrate(
         bus_ms_per_sector: c.bus_ms,
         rotation_ms: c.rotation_ms,
         zones: c.zones,
-        positioning,
+        positioning: c.positioning,
         read_ahead_blocks,
         segments,
         segment_blocks,
@@ -232,6 +233,13 @@ struct Cal<'a> {
     read_ahead: u32,
     zones: Vec<MeasuredZone>,
     positioning: Vec<(u32, f64)>,
+}
+
+/// The smallest and the largest of `v`.
+fn spread(v: &[f64]) -> (f64, f64) {
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (lo, hi)
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -345,8 +353,7 @@ impl Cal<'_> {
                  everything it reads (a file in the page cache?); calibrate models hard disks"
             )));
         }
-        let lo = times.iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = times.iter().copied().fold(0.0, f64::max);
+        let (lo, hi) = spread(&times);
         let k = times.len() as f64;
         let rotation = (hi - lo) * (k + 1.0) / (k - 1.0);
         if !(2.0..=40.0).contains(&rotation) {
@@ -401,10 +408,6 @@ impl Cal<'_> {
         if !bus_bound || self.read_ahead < 16 {
             // Long enough that a track switch more or less is noise.
             let per_ms = rate(self, ZONE_LONG, 3 * ZONE_LONG)?;
-            return Ok((per_ms * self.rotation_ms, true));
-        }
-        let bus_bound = self.bus_ms > 0.0 && per_ms * self.bus_ms > 0.9;
-        if !bus_bound || self.read_ahead < 16 {
             return Ok((per_ms * self.rotation_ms, true));
         }
         // A read of a sector read-ahead is bringing in completes when it
@@ -487,28 +490,13 @@ impl Cal<'_> {
         Ok(())
     }
 
-    /// Measured positioning at `d` tracks (interpolated).
-    fn positioning_at(&self, d: u64) -> f64 {
-        let p = &self.positioning;
-        let d = d.min(u64::from(u32::MAX)) as u32;
-        let i = p.partition_point(|&(x, _)| x < d);
-        match i {
-            0 => p[0].1,
-            i if i == p.len() => p[i - 1].1,
-            i => {
-                let ((x0, y0), (x1, y1)) = (p[i - 1], p[i]);
-                y0 + (y1 - y0) * f64::from(d - x0) / f64::from(x1 - x0)
-            }
-        }
-    }
-
     /// The zone holding `lbn`.
     fn zone_of(&self, lbn: u64) -> usize {
         self.zones.partition_point(|z| z.first_lbn <= lbn) - 1
     }
 
     fn zone_end(&self, i: usize) -> u64 {
-        self.zones.get(i + 1).map_or(self.blocks, |z| z.first_lbn)
+        zone_end(&self.zones, i, self.blocks)
     }
 
     /// Track number of `lbn` in the model's geometry (whole tracks per
@@ -581,8 +569,7 @@ impl Cal<'_> {
                 times.push(t - self.rotation_ms / f64::from(spt) - self.bus_ms);
             }
             if times.len() >= 4 {
-                let lo = times.iter().copied().fold(f64::INFINITY, f64::min);
-                let hi = times.iter().copied().fold(0.0, f64::max);
+                let (lo, hi) = spread(&times);
                 let m = ((lo + hi) / 2.0 - self.rotation_ms / 2.0).max(0.0);
                 out.push((d.min(u64::from(u32::MAX)) as u32, m));
             }
@@ -717,14 +704,13 @@ impl Cal<'_> {
             let spt = self.zones[self.zone_of(b)].blocks_per_track;
             slots.push(self.rotation_ms / f64::from(spt));
         }
-        let lo = times.iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = times.iter().copied().fold(0.0, f64::max);
+        let (lo, hi) = spread(&times);
         let m = median(&mut times);
         if m < self.rotation_ms / 2.0 {
             return Ok((true, (m - self.bus_ms).max(0.0)));
         }
         // The model's seek is the read's positioning less its overhead.
-        let seek = self.positioning_at(d) - self.hit_ms;
+        let seek = interpolate(&self.positioning, d.min(u64::from(u32::MAX)) as u32) - self.hit_ms;
         let slot = median(&mut slots);
         let overhead = (lo + hi) / 2.0 - self.rotation_ms / 2.0 - slot - self.bus_ms - seek;
         Ok((false, overhead.max(0.0)))

@@ -39,6 +39,25 @@ pub struct Measured {
     pub reads: u64,
 }
 
+/// Linear between the points `(x, y)` (sorted by `x`), the end values
+/// beyond them.
+pub(crate) fn interpolate(points: &[(u32, f64)], x: u32) -> f64 {
+    let i = points.partition_point(|&(px, _)| px < x);
+    if i == 0 {
+        return points[0].1;
+    }
+    if i == points.len() {
+        return points[i - 1].1;
+    }
+    let ((x0, y0), (x1, y1)) = (points[i - 1], points[i]);
+    y0 + (y1 - y0) * f64::from(x - x0) / f64::from(x1 - x0)
+}
+
+/// Where zone `i` ends: the next one's first LBN, or the disk's end.
+pub(crate) fn zone_end(zones: &[MeasuredZone], i: usize, blocks: u64) -> u64 {
+    zones.get(i + 1).map_or(blocks, |n| n.first_lbn)
+}
+
 impl Measured {
     pub fn rpm(&self) -> f64 {
         60_000.0 / self.rotation_ms
@@ -48,7 +67,7 @@ impl Measured {
     pub fn mean_rate(&self) -> f64 {
         let mut ms = 0.0;
         for (i, z) in self.zones.iter().enumerate() {
-            let end = self.zones.get(i + 1).map_or(self.blocks, |n| n.first_lbn);
+            let end = zone_end(&self.zones, i, self.blocks);
             ms += (end - z.first_lbn) as f64 / f64::from(z.blocks_per_track) * self.rotation_ms;
         }
         self.blocks as f64 * 512.0 / (ms / 1e3)
@@ -56,16 +75,7 @@ impl Measured {
 
     /// Positioning at `d` tracks, interpolated between measured points.
     pub fn positioning_ms(&self, d: u32) -> f64 {
-        let p = &self.positioning;
-        let i = p.partition_point(|&(x, _)| x < d);
-        if i == 0 {
-            return p[0].1;
-        }
-        if i == p.len() {
-            return p[p.len() - 1].1;
-        }
-        let ((x0, y0), (x1, y1)) = (p[i - 1], p[i]);
-        y0 + (y1 - y0) * f64::from(d - x0) / f64::from(x1 - x0)
+        interpolate(&self.positioning, d)
     }
 
     /// The model: one surface (every track switch a cylinder switch),
@@ -82,7 +92,7 @@ impl Measured {
         let mut cyl = 0u32;
         let (mut measured_tracks, mut model_tracks) = (0u64, 0u64);
         for (i, z) in self.zones.iter().enumerate() {
-            let end = self.zones.get(i + 1).map_or(self.blocks, |n| n.first_lbn);
+            let end = zone_end(&self.zones, i, self.blocks);
             let lbns = end - z.first_lbn;
             let skew_of = |spt: u32| {
                 ((seek_one / self.rotation_ms * f64::from(spt)).ceil() as u32 + 1).min(spt - 1)

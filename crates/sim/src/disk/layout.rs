@@ -19,9 +19,6 @@ pub enum Sparing {
     PerCylinder,
     /// 3: spare sectors at the end of each track.
     PerTrack,
-    /// 7: slipped sectors push every later LBN of the zone towards its
-    /// end (as many spares there as slips); `spares` per cylinder on top.
-    AtEnd,
     /// 8: spare sectors at the end of each range of cylinders.
     PerRange { cylinders: u32 },
     /// 9: spare sectors at the end of each zone.
@@ -36,13 +33,25 @@ impl Sparing {
             1 => Sparing::Tracks,
             2 => Sparing::PerCylinder,
             3 => Sparing::PerTrack,
-            7 => Sparing::AtEnd,
             8 => Sparing::PerRange {
                 cylinders: rangesize.max(1),
             },
             9 => Sparing::PerZone,
             _ => return None,
         })
+    }
+
+    /// DiskSim's scheme number and range size, the inverse of
+    /// [`Sparing::from_disksim`].
+    pub fn to_disksim(self) -> (i64, u32) {
+        match self {
+            Sparing::None => (0, 1),
+            Sparing::Tracks => (1, 1),
+            Sparing::PerCylinder => (2, 1),
+            Sparing::PerTrack => (3, 1),
+            Sparing::PerRange { cylinders } => (8, cylinders),
+            Sparing::PerZone => (9, 1),
+        }
     }
 }
 
@@ -136,16 +145,6 @@ impl Layout {
                 return Err(format!("zone {i}: empty"));
             }
             z.slips.sort_unstable();
-            // DiskSim maps scheme 7 per cylinder with its spares but
-            // counts only the slips in the zone's LBNs, so spares there
-            // would map LBNs past the zone.
-            if sparing == Sparing::AtEnd && z.spares > 0 {
-                return Err(format!(
-                    "zone {i}: sparing scheme 7 with {} spares per cylinder (DiskSim \
-                     counts none of them; give 0)",
-                    z.spares
-                ));
-            }
             let cyls = u64::from(z.cylinders());
             let bpt = u64::from(z.blocks_per_track);
             let raw = cyls * bpt * u64::from(surfaces);
@@ -154,9 +153,6 @@ impl Layout {
                     Sparing::None => 0,
                     Sparing::Tracks => z.spares * bpt,
                     Sparing::PerCylinder => z.spares * cyls,
-                    // DiskSim counts only the slips here, not the
-                    // per-cylinder spares.
-                    Sparing::AtEnd => z.slips.len() as u64,
                     Sparing::PerTrack => z.spares * cyls * u64::from(surfaces),
                     Sparing::PerRange { cylinders } => z.spares * (cyls / u64::from(cylinders)),
                     Sparing::PerZone => z.spares,
@@ -228,18 +224,6 @@ impl Layout {
                     track = to;
                 }
                 (track / s, track % s, l % bpt)
-            }
-            Sparing::AtEnd => {
-                let per = per_cyl - z.spares;
-                let cyl = l / per;
-                let off = l % per;
-                // Every slip before the sector counts, on earlier
-                // cylinders too; the LBN then wraps at the cylinder's
-                // LBNs, as DiskSim's per-cylinder mapping does.
-                let pos = off + slips_before(&z.slips, cyl * per_cyl + off);
-                let cyl = cyl + pos / per;
-                let off = pos % per;
-                (cyl, off / bpt, off % bpt)
             }
             Sparing::PerCylinder => {
                 let per = per_cyl - z.spares;
@@ -328,7 +312,7 @@ impl Layout {
         // The LBN the sector would hold without slips (an upper bound):
         // whole sparing units before it lose their spares.
         let guess = match self.sparing {
-            Sparing::None | Sparing::PerZone | Sparing::Tracks | Sparing::AtEnd => phys,
+            Sparing::None | Sparing::PerZone | Sparing::Tracks => phys,
             Sparing::PerTrack => (phys / bpt) * (bpt - z.spares) + (phys % bpt).min(bpt - z.spares),
             Sparing::PerCylinder => {
                 (phys / spt) * (spt - z.spares) + (phys % spt).min(spt - z.spares)
@@ -420,7 +404,6 @@ mod tests {
             Sparing::PerTrack,
             Sparing::PerRange { cylinders: 2 },
             Sparing::PerZone,
-            Sparing::AtEnd,
         ] {
             let slips = match sparing {
                 Sparing::Tracks => vec![3],
@@ -428,14 +411,13 @@ mod tests {
                 Sparing::None => vec![],
                 _ => vec![5, 6, 90],
             };
-            let spares = if sparing == Sparing::AtEnd { 0 } else { 3 };
             let l = Layout::new(
                 3,
                 sparing,
                 Mapping::Normal,
                 vec![
-                    zone(0, 9, 20, (3, 5), spares, slips),
-                    zone(10, 19, 16, (2, 4), spares.min(2), vec![]),
+                    zone(0, 9, 20, (3, 5), 3, slips),
+                    zone(10, 19, 16, (2, 4), 2, vec![]),
                 ],
             )
             .unwrap();
@@ -452,17 +434,18 @@ mod tests {
         }
     }
 
-    /// DiskSim's scheme 7 (atlas_III, ibm18es): a slip pushes every later
-    /// LBN of the zone one sector on, and the zone holds as many LBNs
-    /// fewer as it has slips. Loading them failed ("scheme 7 is not
+    /// DiskSim's scheme 7 (atlas_III, ibm18es), which the loader reads as
+    /// spares at the zone's end, as many as its slips: a slip pushes every
+    /// later LBN of the zone one sector on, and the zone holds as many
+    /// LBNs fewer as it has slips. Loading them failed ("scheme 7 is not
     /// modelled") before.
     #[test]
     fn slips_push_to_the_end_of_the_zone() {
         let l = Layout::new(
             2,
-            Sparing::AtEnd,
+            Sparing::PerZone,
             Mapping::Normal,
-            vec![zone(0, 9, 10, (0, 0), 0, vec![15, 47])],
+            vec![zone(0, 9, 10, (0, 0), 2, vec![15, 47])],
         )
         .unwrap();
         assert_eq!(l.blocks, 2 * 10 * 10 - 2);

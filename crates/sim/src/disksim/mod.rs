@@ -184,7 +184,17 @@ pub fn layout_from(model: &Block) -> Result<Layout, ParamError> {
     }
     let rangesize = lb.int_or("Rangesize for sparing", 1)?.max(1) as u32;
     let scheme = lb.int("Sparing scheme used")?;
-    let sparing = Sparing::from_disksim(scheme, rangesize).ok_or_else(|| {
+    // Scheme 7 (SECTATEND_SPARING) slips every later LBN of a zone to its
+    // end and counts only the slips out of the zone's LBNs: spares at the
+    // end of the zone, as many as the slips (DiskSim maps it per
+    // cylinder with no spares; with spares its LBN count is wrong).
+    let slips_to_end = scheme == 7;
+    let sparing = if slips_to_end {
+        Some(Sparing::PerZone)
+    } else {
+        Sparing::from_disksim(scheme, rangesize)
+    }
+    .ok_or_else(|| {
         err_at(
             lb,
             "Sparing scheme used",
@@ -249,6 +259,18 @@ pub fn layout_from(model: &Block) -> Result<Layout, ParamError> {
             ));
         }
         let defects: Vec<(u64, u64)> = flat.chunks(2).map(|p| (p[0], p[1])).collect();
+        let slips = ints("slips")?;
+        let mut spares = z.int_or("Number of spares", 0)?.max(0) as u64;
+        if slips_to_end {
+            if spares > 0 {
+                return Err(err_at(
+                    z,
+                    "Number of spares",
+                    format!("{spares} with sparing scheme 7, which counts none of them; give 0"),
+                ));
+            }
+            spares = slips.len() as u64;
+        }
         zones.push(Zone {
             first_cyl: z.int("First cylinder number")? as u32,
             last_cyl: z.int("Last cylinder number")? as u32,
@@ -257,8 +279,8 @@ pub fn layout_from(model: &Block) -> Result<Layout, ParamError> {
             dead_space: z.int_or("Empty space at zone front", 0)?.max(0) as u64,
             track_skew: sectors("Skew for track switch")?,
             cyl_skew: sectors("Skew for cylinder switch")?,
-            spares: z.int_or("Number of spares", 0)?.max(0) as u64,
-            slips: ints("slips")?,
+            spares,
+            slips,
             defects,
             first_lbn: 0,
             lbns: 0,

@@ -4,7 +4,7 @@
 //! `<stem>.seek`, DiskSim's "extracted" curve.
 
 use crate::disk::drive::{DriveSpec, ReadAhead, Scheduler, WriteBack};
-use crate::disk::layout::{Mapping, Sparing};
+use crate::disk::layout::Mapping;
 use crate::disk::seek::SeekCurve;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -31,15 +31,7 @@ fn name_of(s: &str) -> String {
 pub fn render(spec: &DriveSpec, seek_file_name: &str) -> Result<(String, String), String> {
     let name = name_of(&spec.name);
     let l = &spec.layout;
-    let (scheme, rangesize) = match l.sparing {
-        Sparing::None => (0, 1),
-        Sparing::Tracks => (1, 1),
-        Sparing::PerCylinder => (2, 1),
-        Sparing::PerTrack => (3, 1),
-        Sparing::AtEnd => (7, 1),
-        Sparing::PerRange { cylinders } => (8, cylinders),
-        Sparing::PerZone => (9, 1),
-    };
+    let (scheme, rangesize) = l.sparing.to_disksim();
     let mapping = match l.mapping {
         Mapping::Normal => 0,
         Mapping::SerpentineZone => 1,
