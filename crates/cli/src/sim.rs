@@ -3,7 +3,7 @@
 use crate::error::Result;
 use clap::{Args, Subcommand};
 use platter_core::units::{format_size, parse_size};
-use platter_sim::disksim::trace::{read_trace, validate};
+use platter_sim::disksim::trace::{read_trace, replay, summarize};
 use platter_sim::workload::iolog::{counts, fio_iolog_v2, fio_iolog_v3, per_process};
 use platter_sim::workload::WorkloadSpec;
 use std::path::{Path, PathBuf};
@@ -85,6 +85,11 @@ pub struct ValidateArgs {
     /// Print the figures as JSON.
     #[arg(long)]
     json: bool,
+    /// Also write each request's measured and simulated times, one line
+    /// each (`index R|W lbn sectors measured_ms simulated_ms hit`), to
+    /// set beside another simulator's per-request output.
+    #[arg(long, value_name = "FILE")]
+    requests: Option<PathBuf>,
 }
 
 pub fn run(c: SimCommand) -> Result<()> {
@@ -180,7 +185,20 @@ fn run_validate(a: ValidateArgs) -> Result<()> {
     if trace.is_empty() {
         return Err(format!("{}: no requests", a.trace.display()).into());
     }
-    let v = validate(&spec, &trace);
+    let replayed = replay(&spec, &trace);
+    let v = summarize(&trace, &replayed);
+    if let Some(path) = &a.requests {
+        let mut text = String::from("# index rw lbn sectors measured_ms simulated_ms hit\n");
+        for (i, (r, s)) in trace.iter().zip(&replayed).enumerate() {
+            let rw = if r.write { 'W' } else { 'R' };
+            let hit = format!("{:?}", s.hit).to_lowercase();
+            text += &format!(
+                "{i} {rw} {} {} {:.6} {:.6} {hit}\n",
+                r.lbn, r.sectors, r.measured_ms, s.simulated_ms
+            );
+        }
+        write_file(path, &text)?;
+    }
     if a.json {
         let j = serde_json::json!({
             "drive": spec.name,

@@ -990,3 +990,69 @@ fn zero_rates_and_counts_are_refused_saying_what_is_accepted() {
         assert!(!sock.exists(), "{flag} {bad}: the server started");
     }
 }
+
+/// `sim validate --requests` writes what it replayed, request for request,
+/// so a run can be set beside another simulator's (DiskSim's "Detailed
+/// execution trace"): how three cache rules of the drive model were found.
+#[test]
+fn sim_validate_writes_each_request() {
+    let dir = temp_dir();
+    let parv = dir.path().join("m.parv");
+    let out = platter(&[
+        "sim",
+        "calibrate",
+        "model:parametric-7200",
+        "--out",
+        parv.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A miss, the same sectors again (a hit), a write, a far read.
+    let trace = dir.path().join("t.trace");
+    fs::write(
+        &trace,
+        "R Miss 1000 8 9000.0 500.0\nR Hit 1000 8 300.0 500.0\n\
+         W Doub 5000 4 7000.0 500.0\nR Miss 9000000 16 12000.0 0.0\n",
+    )
+    .unwrap();
+    let requests = dir.path().join("r.txt");
+    let args = [
+        "sim",
+        "validate",
+        "--json",
+        "--drive",
+        parv.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+        "--requests",
+        requests.to_str().unwrap(),
+    ];
+    let v: Value = serde_json::from_str(&assert_ok(&platter(&args), "sim validate")).unwrap();
+    let text = fs::read_to_string(&requests).unwrap();
+    let lines: Vec<Vec<&str>> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    let rw: Vec<&str> = lines.iter().map(|l| l[1]).collect();
+    assert_eq!(rw, ["R", "R", "W", "R"]);
+    assert_eq!((lines[3][2], lines[3][3]), ("9000000", "16"));
+    assert_eq!(lines[0][4], "9.000000", "measured ms");
+    let hits: Vec<&str> = lines.iter().map(|l| l[6]).collect();
+    assert_eq!((hits[0], hits[1]), ("miss", "whole"), "{text}");
+    let simulated: Vec<f64> = lines.iter().map(|l| l[5].parse().unwrap()).collect();
+    assert!(simulated[1] < simulated[0], "a hit is faster: {text}");
+    let mean = simulated.iter().sum::<f64>() / 4.0;
+    let json_mean = v["mean_simulated_ms"].as_f64().unwrap();
+    assert!((mean - json_mean).abs() < 1e-5, "{mean} vs {json_mean}");
+
+    let mut bad = args.to_vec();
+    let missing = dir.path().join("no/such/dir/r.txt");
+    bad[8] = missing.to_str().unwrap();
+    let msg = assert_refused(&platter(&bad), "requests into a missing folder");
+    assert!(msg.contains("no/such/dir/r.txt"), "{msg}");
+}

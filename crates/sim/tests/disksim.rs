@@ -16,12 +16,25 @@ fn data_dir() -> Option<PathBuf> {
     common::disksim_data()
 }
 
-/// The three drives: parameter file, trace, DiskSim's own demerit (ms).
+/// The three drives: parameter file, trace, DiskSim's own demerit (ms,
+/// as DiskSim 4.0 and its `rms` print it for the same trace).
 const DRIVES: &[(&str, &str, f64)] = &[
-    ("cheetah9LP.parv", "cheetah9LP.trace", 0.107),
-    ("hp_c2247a.parv", "hp_c2247a.trace", 0.090),
-    ("barracuda.parv", "barracuda.trace", 0.349),
+    ("cheetah9LP.parv", "cheetah9LP.trace", 0.107098),
+    ("hp_c2247a.parv", "hp_c2247a.trace", 0.089932),
+    ("barracuda.parv", "barracuda.trace", 0.347863),
 ];
+
+/// How far above DiskSim's own demerit each drive may be: issue 19 asks
+/// at most DiskSim's on two thirds of the validation drives and at most
+/// 1.3 times on every one. The HP's read high water mark is not modelled
+/// (docs/simulator.md), so it has only the second.
+fn demerit_bound(parv: &str) -> f64 {
+    if parv.starts_with("hp_c2247a") {
+        1.3
+    } else {
+        1.0
+    }
+}
 
 fn drive(name: &str) -> Option<DriveSpec> {
     let d = data_dir()?;
@@ -309,7 +322,7 @@ fn validation_against_disksim() {
         let spec = load_drive(&d.join(parv)).unwrap();
         let t = read_trace(&d.join(trace)).unwrap();
         let v = validate(&spec, &t);
-        let bound = 1.5 * disksim;
+        let bound = demerit_bound(parv) * disksim;
         println!(
             "{parv}: demerit {:.3} ms (exact quantiles {:.3}), DiskSim {disksim:.3}, bound {bound:.3}; \
              mean measured {:.3} ms, simulated {:.3} ms; read hits measured {:?}, simulated {:.3}",

@@ -517,11 +517,11 @@ impl Drive {
             return;
         };
         let n = pf.ready.partition_point(|&r| r <= now + EPS);
+        let size = u64::from(self.spec.cache.segment_blocks);
         let seg = &mut self.segments[pf.seg];
+        seg.end = pf.lbn0 + n as u64;
+        seg.start = seg.start.max(seg.end.saturating_sub(size));
         if n < pf.ready.len() {
-            seg.end = pf.lbn0 + n as u64;
-            let size = u64::from(self.spec.cache.segment_blocks);
-            seg.start = seg.start.max(seg.end.saturating_sub(size));
             if self.spec.cache.stop_prefetch_in_sector {
                 self.mech_free = now;
             } else {
@@ -562,10 +562,22 @@ impl Drive {
         let pf = self.prefetch.as_mut().expect("checked");
         pf.ready.extend(run.done);
         pf.arms.extend(run.arms);
-        let seg = &mut self.segments[pf.seg];
-        seg.end = to;
+        self.segments[pf.seg].end = to;
+    }
+
+    /// Moves the start of the segment read-ahead is filling on by what it
+    /// has read by `now`: a segment holds at most its size, and the
+    /// oldest sectors make room as new ones come in (DiskSim's
+    /// `disk_buffer_segment_wrap`), not all at once when the read-ahead
+    /// starts.
+    fn scroll_prefetch(&mut self, now: f64) {
+        let Some(pf) = &self.prefetch else {
+            return;
+        };
+        let n = pf.ready.partition_point(|&r| r <= now + EPS) as u64;
         let size = u64::from(self.spec.cache.segment_blocks);
-        seg.start = seg.start.max(to.saturating_sub(size));
+        let seg = &mut self.segments[pf.seg];
+        seg.start = seg.start.max((pf.lbn0 + n).saturating_sub(size));
     }
 
     /// When read-ahead in progress has `lbn` in the buffer (or long ago,
@@ -584,23 +596,19 @@ impl Drive {
         self.segments[i].last_use = self.use_counter;
     }
 
-    /// A segment to (re)fill for a read at `lbn`: one that ends at `lbn`
-    /// (a sequential stream continues), else the least recently used
-    /// clean one.
-    fn read_segment(&self, lbn: u64, now: f64) -> usize {
+    /// A segment to fill for a read that misses: an empty one, else the
+    /// least recently used clean one (DiskSim's ranking; a miss never
+    /// continues a segment that ends where it starts, it restarts one).
+    fn read_segment(&self, now: f64) -> usize {
         let c = &self.spec.cache;
-        if let Some(i) = self
-            .segments
-            .iter()
-            .position(|s| s.end == lbn && s.end > s.start && !s.write)
-        {
-            return i;
-        }
         let skip_first = c.separate_write_segment && self.segments.len() > 1;
         (0..self.segments.len())
             .filter(|&i| !(skip_first && i == 0))
             .filter(|&i| self.segments[i].clean_at_ms <= now + EPS)
-            .min_by_key(|&i| self.segments[i].last_use)
+            .min_by_key(|&i| {
+                let s = &self.segments[i];
+                (s.end > s.start, s.last_use)
+            })
             .unwrap_or(self.segments.len() - 1)
     }
 
@@ -727,10 +735,7 @@ impl Drive {
         let last = *run.done.last().expect("read-ahead of at least a sector");
         self.mech_free = last;
         self.arm = *run.arms.last().unwrap();
-        let s = &mut self.segments[seg];
-        s.end = to;
-        let size = u64::from(self.spec.cache.segment_blocks);
-        s.start = s.start.max(to.saturating_sub(size));
+        self.segments[seg].end = to;
         self.prefetch = Some(Prefetch {
             seg,
             lbn0: from_lbn,
@@ -749,7 +754,9 @@ impl Drive {
                 .prefetch
                 .as_ref()
                 .is_some_and(|pf| pf.lbn0 <= cmd.lbn && cmd.lbn < pf.lbn0 + pf.ready.len() as u64);
-        if !rides_prefetch {
+        if rides_prefetch {
+            self.scroll_prefetch(t0);
+        } else {
             self.stop_prefetch(t0);
         }
         let served = match cmd.kind {
@@ -783,12 +790,14 @@ impl Drive {
         // Whole or partial hit?
         let mut hit = Hit::Miss;
         let mut cached_prefix = 0u32;
+        let mut prefix_seg = None;
         if c.enabled {
-            for s in &self.segments {
+            for (i, s) in self.segments.iter().enumerate() {
                 if s.start <= cmd.lbn && cmd.lbn < s.end {
                     let k = (s.end.min(end) - cmd.lbn) as u32;
                     if k > cached_prefix {
                         cached_prefix = k;
+                        prefix_seg = Some(i);
                     }
                 }
             }
@@ -861,12 +870,29 @@ impl Drive {
         // Miss (or a partial hit: the cached prefix goes out at once, the
         // rest comes from the media).
         let first_media = cmd.lbn + u64::from(cached_prefix);
-        let seg = self.read_segment(cmd.lbn, t0);
+        // A partial hit reads the rest into the segment holding the
+        // start, as DiskSim ranks a partial hit above any free segment.
+        let seg = match prefix_seg {
+            Some(i) if hit == Hit::Partial => i,
+            _ => self.read_segment(t0),
+        };
         self.touch(seg);
-        let seg_continues =
-            self.segments[seg].end == cmd.lbn && self.segments[seg].end > self.segments[seg].start;
         let overhead_done = t0 + miss_ovh;
-        let mech_start = overhead_done.max(self.mech_free);
+        // A partial hit on read-ahead still running goes on reading from
+        // where the read-ahead ends, as the same media access (DiskSim
+        // moves to the next track at once); otherwise the mechanism
+        // waits for the command's overhead.
+        let carries_on = hit == Hit::Partial
+            && self.mech_free > t0
+            && self
+                .prefetch
+                .as_ref()
+                .is_some_and(|pf| pf.lbn0 + pf.ready.len() as u64 == first_media);
+        let mech_start = if carries_on {
+            self.mech_free
+        } else {
+            overhead_done.max(self.mech_free)
+        };
         let media_n = n - cached_prefix;
         let run = self.media(
             Access {
@@ -913,7 +939,7 @@ impl Drive {
         self.arm = *run.arms.last().unwrap();
         {
             let s = &mut self.segments[seg];
-            if !(seg_continues || hit == Hit::Partial && s.start <= cmd.lbn && cmd.lbn <= s.end) {
+            if hit != Hit::Partial {
                 s.start = cmd.lbn;
             }
             s.end = end;

@@ -216,7 +216,11 @@ pub struct Validation {
 }
 
 pub fn validate(spec: &DriveSpec, trace: &[TraceRecord]) -> Validation {
-    let sim = replay(spec, trace);
+    summarize(trace, &replay(spec, trace))
+}
+
+/// The figures of a replay `sim` of `trace`.
+pub fn summarize(trace: &[TraceRecord], sim: &[Replayed]) -> Validation {
     let measured: Vec<f64> = trace.iter().map(|r| r.measured_ms).collect();
     let simulated: Vec<f64> = sim.iter().map(|r| r.simulated_ms).collect();
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;

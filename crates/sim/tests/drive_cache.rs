@@ -1,0 +1,150 @@
+//! The drive model's cache follows DiskSim 4.0's segment rules. Each test
+//! opens with the validation drive whose per-request times (DiskSim's
+//! "Detailed execution trace" beside `platter sim validate --requests`)
+//! showed the rule missing; they run on the parametric drive, so they need
+//! none of DiskSim's data.
+//!
+//! Parametric geometry: 400 sectors per track in the outer zone, so track
+//! 0 holds LBNs 0..400 and track 1 (the next head) 400..800.
+
+use platter_sim::disk::drive::{Command, Drive, DriveSpec, Hit, Kind, ReadAhead};
+use platter_sim::disk::parametric::Parametric;
+
+fn read(token: u64, lbn: u64, count: u32) -> Command {
+    Command {
+        token,
+        kind: Kind::Read,
+        lbn,
+        count,
+    }
+}
+
+/// Serves one command on an idle drive at `now`; returns (done at, hit).
+fn serve(d: &mut Drive, now: f64, cmd: Command) -> (f64, Hit) {
+    d.submit(now, cmd);
+    let t = d.next_event_ms().expect("a command in service");
+    let s = d.advance(t);
+    assert_eq!(s.len(), 1);
+    (s[0].done_ms, s[0].hit)
+}
+
+fn spec(read_ahead: ReadAhead, segment_blocks: u32, max_read_ahead: u32) -> DriveSpec {
+    let mut s = Parametric::drive_7200().spec();
+    s.cache.read_ahead = read_ahead;
+    s.cache.segment_blocks = segment_blocks;
+    s.cache.max_read_ahead = max_read_ahead;
+    assert_eq!(
+        s.layout.zones[0].blocks_per_track, 400,
+        "the geometry above"
+    );
+    s
+}
+
+/// cheetah9LP, request 5834: a read starting where a segment's read-ahead
+/// had stopped (LBN 1914120, the first of a track) continued that segment,
+/// so the DEC scheme, seeing the segment begin on an earlier track, read
+/// one track more, and a read 276 sectors on was a hit (0.49 ms) where
+/// DiskSim misses (2.16 ms). In DiskSim a miss takes a free segment and
+/// restarts it at the request (`disk_buffer_select_read_segment` ranks a
+/// segment that merely ends there as any clean one).
+#[test]
+fn a_miss_where_a_segment_ends_restarts_a_segment() {
+    let mut d = Drive::new(spec(ReadAhead::NextTrack, 512, 0));
+    // To track 0's end: the segment holds 360..400.
+    let (t, h) = serve(&mut d, 0.0, read(0, 360, 4));
+    assert_eq!(h, Hit::Miss);
+    let (t, h) = serve(&mut d, t + 50.0, read(1, 396, 4));
+    assert_eq!(h, Hit::Whole, "read-ahead to the track's end");
+    // Starts where the segment ends: a miss, read-ahead to track 1's end
+    // only (the restarted segment begins on track 1).
+    let (t, h) = serve(&mut d, t + 50.0, read(2, 400, 4));
+    assert_eq!(h, Hit::Miss);
+    let (t, h) = serve(&mut d, t + 50.0, read(3, 796, 4));
+    assert_eq!(h, Hit::Whole, "read-ahead to track 1's end");
+    let (_, h) = serve(&mut d, t + 50.0, read(4, 800, 4));
+    assert_eq!(h, Hit::Miss, "no second track read ahead");
+}
+
+/// atlas10k, request 6698: a partial hit (LBN 4397952+4, two sectors
+/// cached) took the least recently used segment for its media read, so the
+/// segment holding its start kept its old data and a re-read of that data
+/// hit (0.98 ms); in DiskSim the partial hit reads into the segment that
+/// holds its start, whose read-ahead then scrolls the old data out, and
+/// the re-read misses (1.93 ms).
+#[test]
+fn a_partial_hit_reads_into_the_segment_holding_its_start() {
+    let mut d = Drive::new(spec(ReadAhead::SegmentEnd, 64, 32));
+    // 1000..1016 and read-ahead to 1048.
+    let (t, h) = serve(&mut d, 0.0, read(0, 1000, 16));
+    assert_eq!(h, Hit::Miss);
+    // 1040..1048 cached, 1048..1056 from the media; read-ahead to 1088 in
+    // the same 64-block segment leaves 1024..1088.
+    let (t, h) = serve(&mut d, t + 50.0, read(1, 1040, 16));
+    assert_eq!(h, Hit::Partial);
+    let (t, h) = serve(&mut d, t + 50.0, read(2, 1080, 8));
+    assert_eq!(h, Hit::Whole);
+    let (_, h) = serve(&mut d, t + 50.0, read(3, 1000, 8));
+    assert_eq!(h, Hit::Miss, "scrolled out of the segment");
+}
+
+/// dec_rz26, request 2110: a read arriving 3 ms after the last, while its
+/// read-ahead was still finishing the track, had its first 19 sectors
+/// cached and 8 on the next track. The media read of those 8 waited for
+/// the command overhead (1.49 ms), by when the next track's sectors had
+/// passed: a revolution lost (14.9 ms; DiskSim 3.7 ms). In DiskSim the
+/// running access goes on to the next track at once
+/// (`disk_buffer_sector_done` seeks to it with no delay).
+#[test]
+fn a_partial_hit_on_running_read_ahead_goes_on_to_the_next_track() {
+    let mut s = spec(ReadAhead::TrackEnd, 512, 0);
+    s.overheads.read_miss_after_read = 2.0;
+    s.overheads.read_hit_after_read = 1.5;
+    let period = s.period_ms();
+    let mut d = Drive::new(s);
+    // 300..340, read-ahead to the track's end (60 sectors, 1.25 ms).
+    let (t, h) = serve(&mut d, 0.0, read(0, 300, 40));
+    assert_eq!(h, Hit::Miss);
+    // Arrives at once: 340..400 are being read ahead, 400..440 follow
+    // after a head switch (0.8 ms, which the track skew covers).
+    let (done, h) = serve(&mut d, t, read(1, 340, 100));
+    assert_eq!(h, Hit::Partial);
+    let took = done - t;
+    assert!(
+        took < 1.5 + 0.5 * period,
+        "{took:.3} ms: a revolution ({period:.3} ms) lost at the track switch"
+    );
+}
+
+/// A calibrated model of the parametric drive (8 segments of 513 sectors,
+/// 512 read ahead) missed on a re-read of the sectors it had just read
+/// while its read-ahead ran: read-ahead moved its segment's start to where
+/// it would be when done as soon as it began, dropping the request's own
+/// sectors at once. DiskSim drops the oldest sectors one by one as new
+/// ones come in (`disk_buffer_segment_wrap`). Probed in DiskSim 4.0 with
+/// the barracuda (a miss, a read ahead of it 0.5 ms later, the first read
+/// again 0.1 ms later): DiskSim 1.154 ms (a hit), we took 3.753 (a miss).
+#[test]
+fn read_ahead_scrolls_its_segment_as_it_reads() {
+    let mut s = Parametric::drive_7200().spec();
+    s.cache.segment_blocks = 513;
+    s.cache.max_read_ahead = 512;
+    let first_again = |wait_ms: f64| {
+        let mut d = Drive::new(s.clone());
+        let (t, h) = serve(&mut d, 0.0, read(0, 1000, 8));
+        assert_eq!(h, Hit::Miss);
+        // Rides the read-ahead, which goes on to 1108 + 512.
+        let (t, h) = serve(&mut d, t + 0.5, read(1, 1100, 8));
+        assert_eq!(h, Hit::Whole);
+        serve(&mut d, t + wait_ms, read(2, 1000, 8)).1
+    };
+    assert_eq!(
+        first_again(0.1),
+        Hit::Whole,
+        "a few sectors on, none dropped"
+    );
+    assert_eq!(
+        first_again(100.0),
+        Hit::Miss,
+        "513 sectors on: scrolled out"
+    );
+}
