@@ -121,8 +121,9 @@ fn a_partial_hit_on_running_read_ahead_goes_on_to_the_next_track() {
 /// it would be when done as soon as it began, dropping the request's own
 /// sectors at once. DiskSim drops the oldest sectors one by one as new
 /// ones come in (`disk_buffer_segment_wrap`). Probed in DiskSim 4.0 with
-/// the barracuda (a miss, a read ahead of it 0.5 ms later, the first read
-/// again 0.1 ms later): DiskSim 1.154 ms (a hit), we took 3.753 (a miss).
+/// the barracuda (a miss; 0.5 ms later a read of sectors read-ahead has
+/// brought in; the first read again 0.1 ms later): a hit, 1.154 ms; after
+/// 100 ms instead, a miss.
 #[test]
 fn read_ahead_scrolls_its_segment_as_it_reads() {
     let mut s = Parametric::drive_7200().spec();
@@ -132,8 +133,8 @@ fn read_ahead_scrolls_its_segment_as_it_reads() {
         let mut d = Drive::new(s.clone());
         let (t, h) = serve(&mut d, 0.0, read(0, 1000, 8));
         assert_eq!(h, Hit::Miss);
-        // Rides the read-ahead, which goes on to 1108 + 512.
-        let (t, h) = serve(&mut d, t + 0.5, read(1, 1100, 8));
+        // Rides the read-ahead (1008.. are in), which goes on to 1018 + 512.
+        let (t, h) = serve(&mut d, t + 0.5, read(1, 1010, 8));
         assert_eq!(h, Hit::Whole);
         serve(&mut d, t + wait_ms, read(2, 1000, 8)).1
     };
@@ -147,4 +148,28 @@ fn read_ahead_scrolls_its_segment_as_it_reads() {
         Hit::Miss,
         "513 sectors on: scrolled out"
     );
+}
+
+/// hp_c3323a, request 208: a read of sectors just written (538187+5 after
+/// a write of 538187+11) was a hit here (2.4 ms) and a miss in DiskSim
+/// (7.0 ms): the drive has a separate write segment, and DiskSim never
+/// gives a read the data in it, only checks it for collisions.
+#[test]
+fn reads_do_not_hit_the_separate_write_segment() {
+    for separate in [false, true] {
+        let mut s = spec(ReadAhead::SegmentEnd, 512, 64);
+        s.cache.segments = 2;
+        s.cache.separate_write_segment = separate;
+        let mut d = Drive::new(s);
+        let w = Command {
+            token: 0,
+            kind: Kind::Write,
+            lbn: 5000,
+            count: 11,
+        };
+        let (t, _) = serve(&mut d, 0.0, w);
+        let (_, h) = serve(&mut d, t + 10.0, read(1, 5000, 5));
+        let expect = if separate { Hit::Miss } else { Hit::Whole };
+        assert_eq!(h, expect, "separate write segment: {separate}");
+    }
 }

@@ -422,10 +422,16 @@ impl Drive {
     fn whole_hit(&self, lbn: u64, count: u32) -> bool {
         let end = lbn + u64::from(count);
         self.spec.cache.enabled
-            && self
-                .segments
-                .iter()
-                .any(|s| s.start <= lbn && end <= s.end && s.end > s.start)
+            && self.segments.iter().enumerate().any(|(i, s)| {
+                self.serves_reads(i) && s.start <= lbn && end <= s.end && s.end > s.start
+            })
+    }
+
+    /// Whether reads may hit segment `i`: not the separate write segment,
+    /// whose data DiskSim never gives to a read
+    /// (`disk_buffer_select_read_segment` only checks it for collisions).
+    fn serves_reads(&self, i: usize) -> bool {
+        !(i == 0 && self.spec.cache.separate_write_segment && self.segments.len() > 1)
     }
 
     /// Slot under the heads at `t` on a track of `bpt` slots (fraction).
@@ -793,7 +799,7 @@ impl Drive {
         let mut prefix_seg = None;
         if c.enabled {
             for (i, s) in self.segments.iter().enumerate() {
-                if s.start <= cmd.lbn && cmd.lbn < s.end {
+                if self.serves_reads(i) && s.start <= cmd.lbn && cmd.lbn < s.end {
                     let k = (s.end.min(end) - cmd.lbn) as u32;
                     if k > cached_prefix {
                         cached_prefix = k;
@@ -826,11 +832,7 @@ impl Drive {
             .map(|i| self.prefetch_ready(cmd.lbn + u64::from(i)).max(t0))
             .collect();
         if hit == Hit::Whole {
-            let seg = self
-                .segments
-                .iter()
-                .position(|s| s.start <= cmd.lbn && end <= s.end)
-                .expect("hit segment");
+            let seg = prefix_seg.expect("a whole hit has its segment");
             self.touch(seg);
             let mut b = t0 + hit_ovh + o.data_prep;
             for &r in &cached_at {
