@@ -5,7 +5,7 @@
 
 mod common;
 
-use platter_sim::disk::drive::{Command, Drive, DriveSpec, Hit, Kind};
+use platter_sim::disk::drive::{Command, Drive, DriveSpec, Hit};
 use platter_sim::disk::layout::Sparing;
 use platter_sim::disk::seek::SeekCurve;
 use platter_sim::disksim::load_drive;
@@ -218,21 +218,10 @@ fn layout_round_trips_and_skews() {
     }
 }
 
-fn read(token: u64, lbn: u64, count: u32) -> Command {
-    Command {
-        token,
-        kind: Kind::Read,
-        lbn,
-        count,
-    }
-}
-
 /// Serves one command on an idle drive at `now`; returns (ms taken, hit).
-fn serve(d: &mut Drive, now: f64, cmd: Command) -> (f64, Hit) {
-    d.submit(now, cmd);
-    let t = d.next_event_ms().unwrap();
-    let s = d.advance(t);
-    (s[0].done_ms - now, s[0].hit)
+fn took(d: &mut Drive, now: f64, cmd: Command) -> (f64, Hit) {
+    let (done, hit) = common::serve(d, now, cmd);
+    (done - now, hit)
 }
 
 #[test]
@@ -249,9 +238,9 @@ fn model_units() {
     let mut d = Drive::new(spec.clone());
     // Warm up at block 0 (track 0), then read the next sectors of the
     // same track: no seek, only rotation.
-    serve(&mut d, 0.0, read(0, 0, 1));
+    took(&mut d, 0.0, common::read(0, 0, 1));
     let arm = d.arm();
-    let (t, _) = serve(&mut d, 100.0, read(1, 10, 4));
+    let (t, _) = took(&mut d, 100.0, common::read(1, 10, 4));
     assert_eq!(d.arm(), arm, "same track");
     assert!(
         t < ovh + period + 4.0 * xfer + 1e-6,
@@ -261,7 +250,7 @@ fn model_units() {
     // A full-stroke seek matches the curve (first cylinder to last).
     let mut d = Drive::new(spec.clone());
     let last = spec.layout.blocks - 1;
-    let (t, _) = serve(&mut d, 0.0, read(0, last, 1));
+    let (t, _) = took(&mut d, 0.0, common::read(0, last, 1));
     let full = spec.seek.seek_ms(spec.layout.ltop(last).cyl);
     let fixed = ovh
         + full
@@ -286,7 +275,7 @@ fn model_units() {
     for i in 0..n {
         now += 50.0 + rng.below(10_000) as f64 / 1000.0;
         let lbn = rng.below(u64::from(bpt));
-        let (t, _) = serve(&mut d, now, read(i, lbn, 1));
+        let (t, _) = took(&mut d, now, common::read(i, lbn, 1));
         sum += t - ovh - xfer - period / f64::from(bpt);
     }
     let mean = sum / f64::from(n as u32);
@@ -298,8 +287,8 @@ fn model_units() {
 
     // Cache: a re-read hits and costs only overhead and transfer.
     let mut d = Drive::new(drive("cheetah9LP.parv").unwrap());
-    let (miss, h1) = serve(&mut d, 0.0, read(0, 5000, 8));
-    let (hit, h2) = serve(&mut d, 50.0, read(1, 5000, 8));
+    let (miss, h1) = took(&mut d, 0.0, common::read(0, 5000, 8));
+    let (hit, h2) = took(&mut d, 50.0, common::read(1, 5000, 8));
     assert_eq!((h1, h2), (Hit::Miss, Hit::Whole));
     let c = d.spec();
     let expect = c.overheads.read_hit_after_read + 8.0 * c.bus_read_ms;
@@ -308,7 +297,7 @@ fn model_units() {
         "hit {hit} vs {expect} (miss {miss})"
     );
     // Read-ahead: the blocks after it hit too, once prefetched.
-    let (_, h3) = serve(&mut d, 100.0, read(2, 5008, 8));
+    let (_, h3) = took(&mut d, 100.0, common::read(2, 5008, 8));
     assert_eq!(h3, Hit::Whole);
 }
 

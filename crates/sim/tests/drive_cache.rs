@@ -7,26 +7,11 @@
 //! Parametric geometry: 400 sectors per track in the outer zone, so track
 //! 0 holds LBNs 0..400 and track 1 (the next head) 400..800.
 
+mod common;
+
+use common::{read, serve};
 use platter_sim::disk::drive::{Command, Drive, DriveSpec, Hit, Kind, ReadAhead};
 use platter_sim::disk::parametric::Parametric;
-
-fn read(token: u64, lbn: u64, count: u32) -> Command {
-    Command {
-        token,
-        kind: Kind::Read,
-        lbn,
-        count,
-    }
-}
-
-/// Serves one command on an idle drive at `now`; returns (done at, hit).
-fn serve(d: &mut Drive, now: f64, cmd: Command) -> (f64, Hit) {
-    d.submit(now, cmd);
-    let t = d.next_event_ms().expect("a command in service");
-    let s = d.advance(t);
-    assert_eq!(s.len(), 1);
-    (s[0].done_ms, s[0].hit)
-}
 
 fn spec(read_ahead: ReadAhead, segment_blocks: u32, max_read_ahead: u32) -> DriveSpec {
     let mut s = Parametric::drive_7200().spec();
