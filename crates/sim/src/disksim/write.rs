@@ -255,8 +255,66 @@ pub fn write_parv(spec: &DriveSpec, parv: &Path) -> Result<(), String> {
         .map(|n| n.to_string_lossy().into_owned())
         .ok_or_else(|| format!("{}: not a file name", parv.display()))?;
     let (text, seek_text) = render(spec, &seek_name)?;
-    if !seek_text.is_empty() {
-        std::fs::write(&seek, seek_text).map_err(|e| format!("{}: {e}", seek.display()))?;
+    // Both files under temporary names first, then renamed into place:
+    // a write that fails (a full disk, a `.parv` that names a folder)
+    // leaves no stray `.seek` beside nothing, and an older model of the
+    // same name stays as it was.
+    let tmp = |p: &Path| {
+        let mut name = p.file_name().unwrap_or_default().to_os_string();
+        name.push(".tmp");
+        p.with_file_name(name)
+    };
+    let err = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
+    let (seek_tmp, parv_tmp) = (tmp(&seek), tmp(parv));
+    let written = (|| {
+        if !seek_text.is_empty() {
+            std::fs::write(&seek_tmp, &seek_text).map_err(|e| err(&seek, e))?;
+        }
+        std::fs::write(&parv_tmp, &text).map_err(|e| err(parv, e))?;
+        std::fs::rename(&parv_tmp, parv).map_err(|e| err(parv, e))?;
+        if !seek_text.is_empty() {
+            std::fs::rename(&seek_tmp, &seek).map_err(|e| err(&seek, e))?;
+        }
+        Ok(())
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&seek_tmp);
+        let _ = std::fs::remove_file(&parv_tmp);
     }
-    std::fs::write(parv, text).map_err(|e| format!("{}: {e}", parv.display()))
+    written
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::disk::parametric::Parametric;
+
+    /// calibrate wrote the `.seek` file before the `.parv`: when the
+    /// `.parv` could not be written (here a folder has its name), a stray
+    /// `.seek` was left, or an older model's seek curve replaced.
+    #[test]
+    fn a_model_that_cannot_be_written_leaves_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spec = Parametric::drive_7200().spec();
+        // A measured table, as calibrate writes (a `.seek` file).
+        spec.seek = SeekCurve::Table {
+            points: vec![(1, 1.0), (100, 3.0), (10_000, 12.0)],
+        };
+        let parv = dir.path().join("m.parv");
+        std::fs::create_dir(&parv).unwrap();
+        let e = write_parv(&spec, &parv).unwrap_err();
+        assert!(e.contains("m.parv"), "{e}");
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|f| f.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["m.parv"], "only the folder that was there");
+        // Where it can be written, both files are there and load back.
+        let parv = dir.path().join("n.parv");
+        write_parv(&spec, &parv).unwrap();
+        assert!(seek_path(&parv).exists());
+        let back = crate::disksim::load_drive(&parv).unwrap();
+        assert_eq!(back.layout.blocks, spec.layout.blocks);
+    }
 }
