@@ -191,10 +191,13 @@ fn run_validate(a: ValidateArgs) -> Result<()> {
         let mut text = String::from("# index rw lbn sectors measured_ms simulated_ms hit\n");
         for (i, (r, s)) in trace.iter().zip(&replayed).enumerate() {
             let rw = if r.write { 'W' } else { 'R' };
-            let hit = format!("{:?}", s.hit).to_lowercase();
             text += &format!(
-                "{i} {rw} {} {} {:.6} {:.6} {hit}\n",
-                r.lbn, r.sectors, r.measured_ms, s.simulated_ms
+                "{i} {rw} {} {} {:.6} {:.6} {}\n",
+                r.lbn,
+                r.sectors,
+                r.measured_ms,
+                s.simulated_ms,
+                s.hit.name()
             );
         }
         write_file(path, &text)?;

@@ -35,19 +35,30 @@ fn spec(read_ahead: ReadAhead, segment_blocks: u32, max_read_ahead: u32) -> Driv
 #[test]
 fn a_miss_where_a_segment_ends_restarts_a_segment() {
     let mut d = Drive::new(spec(ReadAhead::NextTrack, 512, 0));
-    // To track 0's end: the segment holds 360..400.
-    let (t, h) = serve(&mut d, 0.0, read(0, 360, 4));
-    assert_eq!(h, Hit::Miss);
-    let (t, h) = serve(&mut d, t + 50.0, read(1, 396, 4));
-    assert_eq!(h, Hit::Whole, "read-ahead to the track's end");
-    // Starts where the segment ends: a miss, read-ahead to track 1's end
-    // only (the restarted segment begins on track 1).
-    let (t, h) = serve(&mut d, t + 50.0, read(2, 400, 4));
-    assert_eq!(h, Hit::Miss);
-    let (t, h) = serve(&mut d, t + 50.0, read(3, 796, 4));
-    assert_eq!(h, Hit::Whole, "read-ahead to track 1's end");
-    let (_, h) = serve(&mut d, t + 50.0, read(4, 800, 4));
-    assert_eq!(h, Hit::Miss, "no second track read ahead");
+    reads_after_idle(
+        &mut d,
+        &[
+            // To track 0's end: the segment holds 360..400.
+            (360, 4, Hit::Miss, "first read"),
+            (396, 4, Hit::Whole, "read-ahead to the track's end"),
+            // Starts where the segment ends: a miss, read-ahead to track
+            // 1's end only (the restarted segment begins on track 1).
+            (400, 4, Hit::Miss, "restarts a segment"),
+            (796, 4, Hit::Whole, "read-ahead to track 1's end"),
+            (800, 4, Hit::Miss, "no second track read ahead"),
+        ],
+    );
+}
+
+/// Serves each `(lbn, sectors, hit, why)` read 50 ms after the last one
+/// completed (read-ahead long done) and checks how it met the cache.
+fn reads_after_idle(d: &mut Drive, reads: &[(u64, u32, Hit, &str)]) {
+    let mut t = -50.0;
+    for (i, &(lbn, count, expect, why)) in reads.iter().enumerate() {
+        let (done, h) = serve(d, t + 50.0, read(i as u64, lbn, count));
+        assert_eq!(h, expect, "read {i} of {lbn}+{count}: {why}");
+        t = done;
+    }
 }
 
 /// atlas10k, request 6698: a partial hit (LBN 4397952+4, two sectors
@@ -59,17 +70,17 @@ fn a_miss_where_a_segment_ends_restarts_a_segment() {
 #[test]
 fn a_partial_hit_reads_into_the_segment_holding_its_start() {
     let mut d = Drive::new(spec(ReadAhead::SegmentEnd, 64, 32));
-    // 1000..1016 and read-ahead to 1048.
-    let (t, h) = serve(&mut d, 0.0, read(0, 1000, 16));
-    assert_eq!(h, Hit::Miss);
-    // 1040..1048 cached, 1048..1056 from the media; read-ahead to 1088 in
-    // the same 64-block segment leaves 1024..1088.
-    let (t, h) = serve(&mut d, t + 50.0, read(1, 1040, 16));
-    assert_eq!(h, Hit::Partial);
-    let (t, h) = serve(&mut d, t + 50.0, read(2, 1080, 8));
-    assert_eq!(h, Hit::Whole);
-    let (_, h) = serve(&mut d, t + 50.0, read(3, 1000, 8));
-    assert_eq!(h, Hit::Miss, "scrolled out of the segment");
+    reads_after_idle(
+        &mut d,
+        &[
+            (1000, 16, Hit::Miss, "read-ahead to 1048"),
+            // 1040..1048 cached, 1048..1056 from the media; read-ahead to
+            // 1088 in the same 64-block segment leaves 1024..1088.
+            (1040, 16, Hit::Partial, "two thirds cached"),
+            (1080, 8, Hit::Whole, "read ahead after the partial hit"),
+            (1000, 8, Hit::Miss, "scrolled out of the segment"),
+        ],
+    );
 }
 
 /// dec_rz26, request 2110: a read arriving 3 ms after the last, while its

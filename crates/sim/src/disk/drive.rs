@@ -225,6 +225,17 @@ pub enum Hit {
     Miss,
 }
 
+impl Hit {
+    /// As `sim validate --requests` writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Hit::Whole => "whole",
+            Hit::Partial => "partial",
+            Hit::Miss => "miss",
+        }
+    }
+}
+
 /// What the drive did with one command.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Served {
@@ -427,9 +438,9 @@ impl Drive {
             })
     }
 
-    /// Whether reads may hit segment `i`: not the separate write segment,
-    /// whose data DiskSim never gives to a read
-    /// (`disk_buffer_select_read_segment` only checks it for collisions).
+    /// Whether reads may use segment `i`: not the separate write segment,
+    /// which a read neither fills nor hits (DiskSim's
+    /// `disk_buffer_select_read_segment` only checks it for collisions).
     fn serves_reads(&self, i: usize) -> bool {
         !(i == 0 && self.spec.cache.separate_write_segment && self.segments.len() > 1)
     }
@@ -519,14 +530,11 @@ impl Drive {
     /// Cuts read-ahead at `now`: what was read stays in its segment, the
     /// mechanism finishes the sector under the heads.
     fn stop_prefetch(&mut self, now: f64) {
+        let n = self.scroll_prefetch(now);
         let Some(pf) = self.prefetch.take() else {
             return;
         };
-        let n = pf.ready.partition_point(|&r| r <= now + EPS);
-        let size = u64::from(self.spec.cache.segment_blocks);
-        let seg = &mut self.segments[pf.seg];
-        seg.end = pf.lbn0 + n as u64;
-        seg.start = seg.start.max(seg.end.saturating_sub(size));
+        self.segments[pf.seg].end = pf.lbn0 + n as u64;
         if n < pf.ready.len() {
             if self.spec.cache.stop_prefetch_in_sector {
                 self.mech_free = now;
@@ -572,18 +580,19 @@ impl Drive {
     }
 
     /// Moves the start of the segment read-ahead is filling on by what it
-    /// has read by `now`: a segment holds at most its size, and the
-    /// oldest sectors make room as new ones come in (DiskSim's
-    /// `disk_buffer_segment_wrap`), not all at once when the read-ahead
-    /// starts.
-    fn scroll_prefetch(&mut self, now: f64) {
+    /// has read by `now`, and says how many sectors that is: a segment
+    /// holds at most its size, and the oldest sectors make room as new
+    /// ones come in (DiskSim's `disk_buffer_segment_wrap`), not all at
+    /// once when the read-ahead starts.
+    fn scroll_prefetch(&mut self, now: f64) -> usize {
         let Some(pf) = &self.prefetch else {
-            return;
+            return 0;
         };
-        let n = pf.ready.partition_point(|&r| r <= now + EPS) as u64;
+        let n = pf.ready.partition_point(|&r| r <= now + EPS);
         let size = u64::from(self.spec.cache.segment_blocks);
         let seg = &mut self.segments[pf.seg];
-        seg.start = seg.start.max((pf.lbn0 + n).saturating_sub(size));
+        seg.start = seg.start.max((pf.lbn0 + n as u64).saturating_sub(size));
+        n
     }
 
     /// When read-ahead in progress has `lbn` in the buffer (or long ago,
@@ -606,10 +615,8 @@ impl Drive {
     /// least recently used clean one (DiskSim's ranking; a miss never
     /// continues a segment that ends where it starts, it restarts one).
     fn read_segment(&self, now: f64) -> usize {
-        let c = &self.spec.cache;
-        let skip_first = c.separate_write_segment && self.segments.len() > 1;
         (0..self.segments.len())
-            .filter(|&i| !(skip_first && i == 0))
+            .filter(|&i| self.serves_reads(i))
             .filter(|&i| self.segments[i].clean_at_ms <= now + EPS)
             .min_by_key(|&i| {
                 let s = &self.segments[i];
