@@ -32,6 +32,11 @@ use platter_nbd::{
 const CLOSED: &str = "closed";
 /// Bytes the reader asks the socket for at once.
 const READ_CHUNK_BYTES: usize = 256 * 1024;
+/// Buffers one `sendmsg` is given: Linux's IOV_MAX.
+const MAX_SLICES_AT_ONCE: usize = 1024;
+/// Parts a started write's payload may have: a bound on the slices built
+/// for it (more take the blocking path, which gathers them).
+pub(crate) const MAX_PAYLOAD_PARTS: usize = 4096;
 /// Messages a handshake may take (each option and its replies): a bound on
 /// its loop, far above what a server sends.
 const MAX_HANDSHAKE_STEPS: usize = 1024;
@@ -342,8 +347,9 @@ impl Inner {
         lost
     }
 
-    /// Writes a request whole, under the writer's lock.
-    fn write(&self, header: &[u8], payload: &[u8]) -> io::Result<()> {
+    /// Writes a request whole (its payload's parts where they lie), under
+    /// the writer's lock.
+    fn write(&self, header: &[u8], payload: &[&[u8]]) -> io::Result<()> {
         let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         write_all_vectored(&mut w, header, payload)
     }
@@ -452,14 +458,20 @@ impl Connection {
     ) -> Vec<Result<Option<Vec<u8>>, CallError>> {
         let sent: Vec<Result<Receiver<Answer>, CallError>> = reqs
             .iter()
-            .map(|&(req, payload)| self.send(req, payload))
+            .map(|&(req, payload)| self.send(req, &[payload]))
             .collect();
         sent.into_iter()
             .map(|r| r.and_then(|answer| self.wait(&answer)))
             .collect()
     }
 
-    fn send(&self, req: ClientRequest, payload: &[u8]) -> Result<Receiver<Answer>, CallError> {
+    /// Sends one request whose payload is `parts` back to back, and waits
+    /// for its reply.
+    pub(crate) fn call_parts(&self, req: ClientRequest, parts: &[&[u8]]) -> Result<(), CallError> {
+        self.send(req, parts).and_then(|a| self.wait(&a)).map(drop)
+    }
+
+    fn send(&self, req: ClientRequest, payload: &[&[u8]]) -> Result<Receiver<Answer>, CallError> {
         let (header, answer) = {
             let mut s = self.lock();
             if let Some(why) = &s.dead {
@@ -476,7 +488,8 @@ impl Connection {
         Ok(answer)
     }
 
-    /// Sends `req` and returns; the callback `make` builds gets its
+    /// Sends `req` (a write's payload as `payload`'s parts, back to back)
+    /// and returns; the callback `make` builds gets its
     /// outcome later, never on this thread (the caller may hold locks):
     /// on the reader's, or on a thread of its own if the connection dies
     /// while sending. `Err(())` when the request cannot be sent at all
@@ -486,7 +499,7 @@ impl Connection {
     pub(crate) fn start_request(
         &self,
         req: ClientRequest,
-        payload: &[u8],
+        payload: &[&[u8]],
         make: impl FnOnce() -> Callback,
     ) -> Result<(), ()> {
         assert!(!on_reader_thread(), "a request sent from a reader thread");
@@ -524,7 +537,7 @@ impl Connection {
 
     /// Writes a request whole; on failure the connection is dead (and its
     /// callbacks called), and the reason is returned.
-    fn write_request(&self, header: &[u8], payload: &[u8]) -> Result<(), String> {
+    fn write_request(&self, header: &[u8], payload: &[&[u8]]) -> Result<(), String> {
         self.inner
             .write(header, payload)
             .map_err(|e| self.inner.die(format!("sending a request failed: {e}")))
@@ -577,19 +590,25 @@ impl Drop for Connection {
     }
 }
 
-fn write_all_vectored(w: &mut Stream, header: &[u8], payload: &[u8]) -> io::Result<()> {
-    let (mut h, mut p) = (header, payload);
-    while !h.is_empty() || !p.is_empty() {
-        let n = w.write_vectored(&[io::IoSlice::new(h), io::IoSlice::new(p)])?;
+fn write_all_vectored(w: &mut Stream, header: &[u8], payload: &[&[u8]]) -> io::Result<()> {
+    let mut slices: Vec<io::IoSlice<'_>> = std::iter::once(header)
+        .chain(payload.iter().copied())
+        .filter(|s| !s.is_empty())
+        .map(io::IoSlice::new)
+        .collect();
+    let mut left = &mut slices[..];
+    while !left.is_empty() {
+        // The kernel takes at most IOV_MAX slices at once; the rest go in
+        // the next call.
+        let at_once = left.len().min(MAX_SLICES_AT_ONCE);
+        let n = w.write_vectored(&left[..at_once])?;
         if n == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::WriteZero,
                 "the socket took no bytes",
             ));
         }
-        let from_h = n.min(h.len());
-        h = &h[from_h..];
-        p = &p[n - from_h..];
+        io::IoSlice::advance_slices(&mut left, n);
     }
     Ok(())
 }

@@ -188,7 +188,7 @@ impl NbdMember {
     /// read or single-part write of at most the server's maximum, or a
     /// flush. `None` when it is not (the caller performs it the blocking
     /// way, which splits and merges).
-    fn start_one<'o>(&self, op: &'o MemberOp) -> Option<(ClientRequest, &'o [u8], Op, u64, u64)> {
+    fn start_one<'o>(&self, op: &'o MemberOp) -> Option<OneRequest<'o>> {
         let b = self.block_bytes;
         let fits = |at: u64, len: u64| {
             len > 0 && at.is_multiple_of(b) && len.is_multiple_of(b) && len <= self.max_bytes
@@ -200,44 +200,61 @@ impl NbdMember {
             } if fits(*offset_bytes, *len_bytes)
                 && self.check(Op::Read, *offset_bytes, *len_bytes).is_ok() =>
             {
-                Some((
-                    ClientRequest::Read {
+                Some(OneRequest {
+                    req: ClientRequest::Read {
                         offset_bytes: *offset_bytes,
                         len_bytes: *len_bytes as u32,
                     },
-                    &[][..],
-                    Op::Read,
-                    *offset_bytes,
-                    *len_bytes,
-                ))
+                    payload: Vec::new(),
+                    op: Op::Read,
+                    offset_bytes: *offset_bytes,
+                    len_bytes: *len_bytes,
+                })
             }
-            MemberOp::Write { offset_bytes, data } => match data.parts() {
-                [one]
-                    if fits(*offset_bytes, one.len() as u64)
-                        && self
-                            .check(Op::Write, *offset_bytes, one.len() as u64)
-                            .is_ok() =>
-                {
-                    Some((
-                        ClientRequest::Write {
-                            offset_bytes: *offset_bytes,
-                            len_bytes: one.len() as u32,
-                            fua: false,
-                        },
-                        &one[..],
-                        Op::Write,
-                        *offset_bytes,
-                        one.len() as u64,
-                    ))
-                }
-                _ => None,
-            },
+            // A write in several parts (the engine's pieces back to back on
+            // the member) goes out as one request, its parts where they
+            // lie: gathering them would cost a copy and the blocking path.
+            MemberOp::Write { offset_bytes, data }
+                if fits(*offset_bytes, data.len() as u64)
+                    && data.parts().len() < conn::MAX_PAYLOAD_PARTS
+                    && self
+                        .check(Op::Write, *offset_bytes, data.len() as u64)
+                        .is_ok() =>
+            {
+                Some(OneRequest {
+                    req: ClientRequest::Write {
+                        offset_bytes: *offset_bytes,
+                        len_bytes: data.len() as u32,
+                        fua: false,
+                    },
+                    payload: data.parts().iter().map(|b| &b[..]).collect(),
+                    op: Op::Write,
+                    offset_bytes: *offset_bytes,
+                    len_bytes: data.len() as u64,
+                })
+            }
             MemberOp::Flush if !self.read_only && self.export.has(NBD_FLAG_SEND_FLUSH) => {
-                Some((ClientRequest::Flush, &[][..], Op::Flush, 0, 0))
+                Some(OneRequest {
+                    req: ClientRequest::Flush,
+                    payload: Vec::new(),
+                    op: Op::Flush,
+                    offset_bytes: 0,
+                    len_bytes: 0,
+                })
             }
             _ => None,
         }
     }
+}
+
+/// A member I/O that goes out as one NBD request: the request, a write's
+/// payload (its parts back to back), and what it covers for errors.
+struct OneRequest<'o> {
+    req: ClientRequest,
+    payload: Vec<&'o [u8]>,
+    op: Op,
+    offset_bytes: u64,
+    len_bytes: u64,
 }
 
 /// A failed request as a member error: the server's errno by kind; an
@@ -489,14 +506,21 @@ impl Member for NbdMember {
         if conn::on_reader_thread() {
             return Err(done);
         }
-        let Some((req, payload, kind, at, len)) = self.start_one(op) else {
+        let Some(OneRequest {
+            req,
+            payload,
+            op: kind,
+            offset_bytes: at,
+            len_bytes: len,
+        }) = self.start_one(op)
+        else {
             return Err(done);
         };
         let (uri, killers) = (self.uri.clone(), std::sync::Arc::clone(&self.killers));
         // `done` goes into the callback only once the request is sure to
         // be sent; otherwise it comes back for the blocking path.
         let mut done = Some(done);
-        let sent = self.conn().start_request(req, payload, || {
+        let sent = self.conn().start_request(req, &payload, || {
             let done = done.take().expect("made once");
             Box::new(move |r| {
                 done(match r {
@@ -534,6 +558,29 @@ impl Member for NbdMember {
             return Ok(());
         }
         self.write_merged(offset_bytes, data)
+    }
+
+    fn write_parts_at(&self, offset_bytes: u64, parts: &[&[u8]]) -> Result<(), MemberError> {
+        let len_bytes = parts.iter().map(|p| p.len() as u64).sum::<u64>();
+        self.check(Op::Write, offset_bytes, len_bytes)?;
+        let b = self.block_bytes;
+        let one_request = len_bytes > 0
+            && offset_bytes.is_multiple_of(b)
+            && len_bytes.is_multiple_of(b)
+            && len_bytes <= self.max_bytes
+            && parts.len() < conn::MAX_PAYLOAD_PARTS;
+        if !one_request {
+            return self.write_at(offset_bytes, &parts.concat());
+        }
+        // The parts go out where they lie, as the started path sends them.
+        let req = ClientRequest::Write {
+            offset_bytes,
+            len_bytes: len_bytes as u32,
+            fua: false,
+        };
+        self.conn()
+            .call_parts(req, parts)
+            .map_err(|e| self.err(Op::Write, offset_bytes, len_bytes, e))
     }
 
     fn flush(&self) -> Result<(), MemberError> {
