@@ -154,10 +154,10 @@ pub struct ServeArgs {
     tls_psk: Option<PathBuf>,
     /// Connections to each remote member whose server offers multi-conn
     /// (1 to 16; requests take them in turn); one to a server that does
-    /// not.
-    #[arg(long, value_name = "N", default_value_t = platter_io::nbd::MULTI_CONN as u64,
-          value_parser = clap::value_parser!(u64).range(1..=16))]
-    member_connections: u64,
+    /// not. Default: 4 over TCP, 1 over a Unix socket (the server is on
+    /// this host: more connections only add wake-ups on its CPUs).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=16))]
+    member_connections: Option<u64>,
     /// Leave remote members whose connection broke out of use until
     /// `platter re-add`; by default they are disconnected, tried again with
     /// backoff (1 s, doubling to 30 s) and brought back once their host
@@ -350,8 +350,8 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
         direct: args.direct,
         direct_block_devices: !args.no_direct,
         request_timeout: Some(remote_timeout),
-        // At most 16 (the parser's range).
-        connections: args.member_connections as u32,
+        // At most 16 (the parser's range); 0: the member's default.
+        connections: args.member_connections.unwrap_or(0) as u32,
         ..OpenOptions::default()
     };
     let io_backend = io_backend(args.io_backend.as_deref())?;
@@ -433,7 +433,7 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
         member_queue_depth: args.member_queue_depth as usize,
         member_timeout: Duration::from_secs(args.member_timeout),
         remote_timeout,
-        member_connections: args.member_connections as u32,
+        member_connections: args.member_connections.unwrap_or(0) as u32,
         reconnect: !args.no_reconnect,
         io_backend,
         member_delays,

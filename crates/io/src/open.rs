@@ -38,7 +38,8 @@ pub struct OpenOptions {
     /// is [`crate::nbd::REPLY_DEADLINE`]. Local members ignore it.
     pub request_timeout: Option<Duration>,
     /// For a remote member whose server offers multi-conn: connections to
-    /// open (0: [`crate::nbd::MULTI_CONN`]); one where it does not.
+    /// open (0: [`crate::nbd::default_connections`] for its transport);
+    /// one where it does not.
     pub connections: u32,
 }
 

@@ -411,11 +411,12 @@ fn a_reply_to_no_request_drops_the_connection() {
     assert!(err.to_string().contains("broke the protocol"), "{err}");
 }
 
-/// A server that offers multi-conn (nbdkit's memory plugin does) gets
-/// [`platter_io::nbd::MULTI_CONN`] connections, requests spread over them
-/// (nbdkit's log filter sees requests on every one), and every byte reads
-/// back whichever connection carried it; one that does not (the
-/// multi-conn filter turning it off) gets one.
+/// A server that offers multi-conn (nbdkit's memory plugin does) gets as
+/// many connections as asked for, requests spread over them (nbdkit's log
+/// filter sees requests on every one), and every byte reads back whichever
+/// connection carried it; one that does not (the multi-conn filter turning
+/// it off) gets one whatever is asked. Unasked, a Unix socket's server
+/// gets one and a TCP server [`platter_io::nbd::MULTI_CONN`].
 #[test]
 fn a_multi_conn_server_gets_several_connections() {
     let test = "a_multi_conn_server_gets_several_connections";
@@ -426,8 +427,25 @@ fn a_multi_conn_server_gets_several_connections() {
     };
     let uri = k.uri();
     let parsed = platter_nbd::parse_nbd_uri(&uri).unwrap();
-    let m = platter_io::NbdMember::open(&uri, &parsed, false, Duration::from_secs(30), 0)
+    // Over a Unix socket the default is one connection (the server is on
+    // this host); over TCP it is MULTI_CONN. Asked for, there are as many.
+    let default = platter_io::NbdMember::open(&uri, &parsed, false, Duration::from_secs(30), 0)
         .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(default.connections(), 1);
+    drop(default);
+    let tcp = platter_nbd::parse_nbd_uri("nbd://192.0.2.1/x").unwrap();
+    assert_eq!(
+        platter_io::nbd::default_connections(&tcp.endpoint),
+        platter_io::nbd::MULTI_CONN
+    );
+    let m = platter_io::NbdMember::open(
+        &uri,
+        &parsed,
+        false,
+        Duration::from_secs(30),
+        platter_io::nbd::MULTI_CONN as u32,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(m.connections(), platter_io::nbd::MULTI_CONN);
     exercise(&m, 7, 200);
     drop(m);
@@ -444,7 +462,7 @@ fn a_multi_conn_server_gets_several_connections() {
     };
     let uri = single.uri();
     let parsed = platter_nbd::parse_nbd_uri(&uri).unwrap();
-    let m = platter_io::NbdMember::open(&uri, &parsed, false, Duration::from_secs(30), 0)
+    let m = platter_io::NbdMember::open(&uri, &parsed, false, Duration::from_secs(30), 4)
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(m.connections(), 1);
 }
