@@ -3,13 +3,15 @@
 # latency added by nbdkit's delay filter, against one such export used
 # directly by the same client in the same run. See bench/README.md.
 #
-#   bench/remote.sh [--runs N] [--runtime SECS] [--delay MS]
+#   bench/remote.sh [--runs N] [--runtime SECS] [--delay MS] [--tcp]
 #                   [--platter BIN] [--out DIR] [--dir DIR]
 #                   [--serve-args "ARGS"]
 #
 # Each member is a file on tmpfs (or --dir) served by its own nbdkit
 # (`--filter=delay delay-read=MS delay-write=MS`, 16 threads) on a Unix
-# socket. Subjects and references (fio nbd engine, --runtime s each):
+# socket, or with --tcp on a TCP port of 127.0.0.1 (nbd:// members, whose
+# default is 4 connections each instead of 1). Subjects and references
+# (fio nbd engine, --runtime s each):
 #   write  mirror x2 over two exports, 1M sequential write, iodepth 8,
 #          against 1M sequential writes at iodepth 8 straight to one
 #          export: throughput ratio (issue 16 asks >= 0.8)
@@ -31,9 +33,10 @@ OUT=""
 PLATTER=""
 MEMBER_DIR=""
 SERVE_ARGS=""
+TCP=""
 
 usage() {
-    sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
     exit "${1:-0}"
 }
 
@@ -46,6 +49,7 @@ while [ $# -gt 0 ]; do
         --platter) PLATTER="$2"; shift 2 ;;
         --dir) MEMBER_DIR="$2"; shift 2 ;;
         --serve-args) SERVE_ARGS="$2"; shift 2 ;;
+        --tcp) TCP=1; shift ;;
         -h|--help) usage 0 ;;
         *) echo "remote.sh: unknown argument: $1" >&2; usage 2 >&2 ;;
     esac
@@ -57,24 +61,42 @@ case "$RUNS" in ''|*[!0-9]*|0) die "--runs wants a positive integer" ;; esac
 case "$RUNTIME" in ''|*[!0-9]*|0) die "--runtime wants a positive number of seconds" ;; esac
 case "$DELAY" in ''|*[!0-9]*) die "--delay wants whole milliseconds" ;; esac
 command -v nbdkit >/dev/null || die "needs nbdkit (Debian: apt-get install nbdkit)"
+command -v nbdinfo >/dev/null || die "needs nbdinfo (Debian: apt-get install libnbd-bin)"
+if [ -n "$TCP" ]; then TRANSPORT="TCP on 127.0.0.1"; else TRANSPORT="Unix sockets"; fi
 . "$(dirname "$0")/lib.sh"
 bench_setup remote
 
 # export NAME: a 256 MiB member file exported by nbdkit with the delay;
 # sets PID[NAME] and URI[NAME].
 export_member() {
-    local name="$1"
+    local name="$1" port listen
     truncate -s 256M "$WORK/$name.img"
-    nbdkit -f -U "$WORK/$name.sock" --threads 16 --filter=delay \
+    if [ -n "$TCP" ]; then
+        port=$(free_port)
+        listen=(-i 127.0.0.1 -p "$port")
+        URI[$name]="nbd://127.0.0.1:$port/"
+    else
+        listen=(-U "$WORK/$name.sock")
+        URI[$name]="nbd+unix:///?socket=$WORK/$name.sock"
+    fi
+    nbdkit -f "${listen[@]}" --threads 16 --filter=delay \
         file "file=$WORK/$name.img" "delay-read=${DELAY}ms" "delay-write=${DELAY}ms" \
         >"$OUT/$name.log" 2>&1 &
     PID[$name]=$!
-    for _ in $(seq 100); do [ -S "$WORK/$name.sock" ] && break; sleep 0.1; done
-    [ -S "$WORK/$name.sock" ] || die "nbdkit $name did not start: $(tail -n 5 "$OUT/$name.log")"
-    URI[$name]="nbd+unix:///?socket=$WORK/$name.sock"
+    for _ in $(seq 100); do
+        nbdinfo --size "${URI[$name]}" >/dev/null 2>&1 && return
+        kill -0 "${PID[$name]}" 2>/dev/null || break
+        sleep 0.1
+    done
+    die "nbdkit $name did not start: $(tail -n 5 "$OUT/$name.log")"
 }
 
-echo "== exports: nbdkit file plugin, delay ${DELAY} ms per read and write"
+# free_port: a TCP port of 127.0.0.1 nobody listens on now.
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+echo "== exports: nbdkit file plugin, delay ${DELAY} ms per read and write, over $TRANSPORT"
 export_member ref
 export_member a
 export_member b
@@ -105,6 +127,7 @@ ORDER=(ref-write mirror-write ref-read mirror-read)
     echo "platter:   $PLATTER, $("$PLATTER" --version)"
     echo "serve:     ${SERVE_ARGS:-(defaults)}"
     echo "delay:     ${DELAY} ms per member read and write; $RUNS runs of ${RUNTIME} s per job"
+    echo "members:   $TRANSPORT"
 } | tee "$OUT/environment.txt"
 
 for run in $(seq 1 "$RUNS"); do
