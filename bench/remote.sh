@@ -91,6 +91,15 @@ export_member() {
     die "nbdkit $name did not start: $(tail -n 5 "$OUT/$name.log")"
 }
 
+# proc_cpu: one line per server, "NAME TICKS" (user + system clock ticks
+# of all its threads so far, /proc/PID/stat fields 14 and 15).
+proc_cpu() {
+    local name
+    for name in "${!PID[@]}"; do
+        echo "$name $(cut -d')' -f2 "/proc/${PID[$name]}/stat" | awk '{print $12 + $13}')"
+    done
+}
+
 # free_port: a TCP port of 127.0.0.1 nobody listens on now.
 free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
@@ -136,19 +145,24 @@ for run in $(seq 1 "$RUNS"); do
         kill -0 "${PID[$target]}" 2>/dev/null || die "$target died"
         echo "== run $run/$RUNS: $job ($rw $bs iodepth $depth on $target)"
         head -n 1 /proc/stat >"$OUT/$job-$run.cpu"
+        proc_cpu >"$OUT/$job-$run.proc"
         fio --name=job --ioengine=nbd "--uri=${URI[$target]}" "--rw=$rw" "--bs=$bs" \
             "--iodepth=$depth" --numjobs=1 --size=192M --time_based "--runtime=$RUNTIME" \
             --randrepeat=0 --output-format=json "--output=$OUT/$job-$run.json" >/dev/null
         head -n 1 /proc/stat >>"$OUT/$job-$run.cpu"
+        proc_cpu >>"$OUT/$job-$run.proc"
     done
 done
 
-python3 - "$OUT" "$RUNS" <<'PY' | tee "$OUT/summary.txt"
+python3 - "$OUT" "$RUNS" "$(getconf CLK_TCK)" "$(nproc)" <<'PY' | tee "$OUT/summary.txt"
 import json, statistics, sys
-out, runs = sys.argv[1], int(sys.argv[2])
+out, runs, hz, cpus = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+
+def fio(name, run):
+    return json.load(open(f"{out}/{name}-{run}.json"))["jobs"][0]
 
 def job(name, run):
-    j = json.load(open(f"{out}/{name}-{run}.json"))["jobs"][0]
+    j = fio(name, run)
     side = j["read"] if j["read"]["io_bytes"] else j["write"]
     return side["bw_bytes"] / 2**20, side["iops"]
 
@@ -159,6 +173,19 @@ def busy(name, run):
     d = [y - x for x, y in zip(a, b)]
     return 100.0 * (1 - (d[3] + d[4]) / sum(d))
 
+def cpu_s(name, run):
+    # CPU seconds each server used during the job, and fio's own.
+    before, after = {}, {}
+    lines = open(f"{out}/{name}-{run}.proc").read().split("\n")
+    half = len([l for l in lines if l]) // 2
+    for i, l in enumerate(l for l in lines if l):
+        k, v = l.split()
+        (before if i < half else after)[k] = int(v)
+    used = {k: (after[k] - before[k]) / hz for k in after}
+    j = fio(name, run)
+    used["fio"] = (j["usr_cpu"] + j["sys_cpu"]) / 100 * j["job_runtime"] / 1000
+    return used
+
 rows = [
     ("mirror x2, 1M seq write qd8", "mirror-write", "ref-write", 0, "MiB/s", 0.8),
     ("mirror x2, 4k rand read qd32", "mirror-read", "ref-read", 1, "IOPS", 1.6),
@@ -166,15 +193,44 @@ rows = [
 print()
 print("| case | mirror | one export | ratio (median) | issue 16 asks | runs | CPU busy: mirror / one |")
 print("|---|---|---|---|---|---|---|")
+costs = []
 for case, subj, ref, k, unit, want in rows:
     pairs = [(job(subj, r)[k], job(ref, r)[k]) for r in range(1, runs + 1)]
     ratios = [s / r for s, r in pairs]
     s = statistics.median(p[0] for p in pairs)
     r = statistics.median(p[1] for p in pairs)
-    cpu_s = statistics.median(busy(subj, r) for r in range(1, runs + 1))
-    cpu_r = statistics.median(busy(ref, r) for r in range(1, runs + 1))
+    busy_s = statistics.median(busy(subj, r) for r in range(1, runs + 1))
+    busy_r = statistics.median(busy(ref, r) for r in range(1, runs + 1))
     print(f"| {case} | {s:,.0f} {unit} | {r:,.0f} {unit} | {statistics.median(ratios):.2f} | "
           f">= {want} | " + ", ".join(f"{x:.2f}" for x in ratios) +
-          f" | {cpu_s:.0f}% / {cpu_r:.0f}% |")
+          f" | {busy_s:.0f}% / {busy_r:.0f}% |")
+    # CPU per unit of work (ms per MiB, us per I/O), by process.
+    per = 1e3 if k == 0 else 1e6
+    def cost(name, who):
+        vals = []
+        for run in range(1, runs + 1):
+            j = fio(name, run)
+            side = j["read"] if j["read"]["io_bytes"] else j["write"]
+            done = side["io_bytes"] / 2**20 if k == 0 else side["total_ios"]
+            used = cpu_s(name, run)
+            vals.append(sum(v for n, v in used.items() if n in who) * per / done)
+        return statistics.median(vals)
+    unit_cost = "ms/MiB" if k == 0 else "us/IO"
+    members = cost(subj, {"a", "b"})
+    mirror_fio = cost(subj, {"fio"})
+    platter = cost(subj, {"mirror2"})
+    ref_server = cost(ref, {"ref"})
+    ref_fio = cost(ref, {"fio"})
+    # What the mirror could reach here if platter cost nothing and the
+    # cores were the only limit: the members' servers and fio alone.
+    ceiling = cpus * per / (members + mirror_fio) / r
+    costs.append((case, unit_cost, platter, members, mirror_fio, ref_server, ref_fio, ceiling))
+print()
+print("CPU per unit of work, by process (medians): where a ratio is capped by the machine's cores")
+print()
+print("| case | unit | mirror: platter | mirror: both exports' nbdkit | mirror: fio | one export: nbdkit | one export: fio | ratio if platter cost nothing (CPU-bound) |")
+print("|---|---|---|---|---|---|---|---|")
+for case, u, p, m, f, rs, rf, c in costs:
+    print(f"| {case} | {u} | {p:.3f} | {m:.3f} | {f:.3f} | {rs:.3f} | {rf:.3f} | {c:.2f} |")
 PY
 echo "results in $OUT"
