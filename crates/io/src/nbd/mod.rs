@@ -201,9 +201,9 @@ impl NbdMember {
     }
 
     /// Starts `op` on the next connection if it is one request: an aligned
-    /// read or single-part write of at most the server's maximum, or a
-    /// flush. `None` when it is not (the caller performs it the blocking
-    /// way, which splits and merges).
+    /// read or write (in any number of parts) of at most the server's
+    /// maximum, or a flush. `None` when it is not (the caller performs it
+    /// the blocking way, which splits and merges).
     fn start_one<'o>(&self, op: &'o MemberOp) -> Option<OneRequest<'o>> {
         let b = self.block_bytes;
         let fits = |at: u64, len: u64| {
