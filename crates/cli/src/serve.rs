@@ -154,8 +154,8 @@ pub struct ServeArgs {
     tls_psk: Option<PathBuf>,
     /// Connections to each remote member whose server offers multi-conn
     /// (1 to 16; requests take them in turn); one to a server that does
-    /// not. Default: 4 over TCP, 1 over a Unix socket (the server is on
-    /// this host: more connections only add wake-ups on its CPUs).
+    /// not. Default: 4 over TCP, 2 over a Unix socket (the server is on
+    /// this host: each connection adds wake-ups on its CPUs).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=16))]
     member_connections: Option<u64>,
     /// Leave remote members whose connection broke out of use until

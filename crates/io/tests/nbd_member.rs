@@ -416,7 +416,8 @@ fn a_reply_to_no_request_drops_the_connection() {
 /// filter sees requests on every one), and every byte reads back whichever
 /// connection carried it; one that does not (the multi-conn filter turning
 /// it off) gets one whatever is asked. Unasked, a Unix socket's server
-/// gets one and a TCP server [`platter_io::nbd::MULTI_CONN`].
+/// gets [`platter_io::nbd::LOCAL_CONNECTIONS`] and a TCP server
+/// [`platter_io::nbd::MULTI_CONN`].
 #[test]
 fn a_multi_conn_server_gets_several_connections() {
     let test = "a_multi_conn_server_gets_several_connections";
@@ -427,11 +428,13 @@ fn a_multi_conn_server_gets_several_connections() {
     };
     let uri = k.uri();
     let parsed = platter_nbd::parse_nbd_uri(&uri).unwrap();
-    // Over a Unix socket the default is one connection (the server is on
-    // this host); over TCP it is MULTI_CONN. Asked for, there are as many.
+    // Unasked, several either way: LOCAL_CONNECTIONS over a Unix socket
+    // (the server is on this host), MULTI_CONN over TCP. Asked for, there
+    // are as many.
     let default = platter_io::NbdMember::open(&uri, &parsed, false, Duration::from_secs(30), 0)
         .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(default.connections(), 1);
+    assert_eq!(default.connections(), platter_io::nbd::LOCAL_CONNECTIONS);
+    assert!(default.connections() > 1);
     drop(default);
     let tcp = platter_nbd::parse_nbd_uri("nbd://192.0.2.1/x").unwrap();
     assert_eq!(

@@ -48,20 +48,26 @@ pub const REPLY_DEADLINE: Duration = Duration::from_secs(60);
 pub const MULTI_CONN: usize = 4;
 
 /// Connections to open to a server that offers multi-conn when the user
-/// named no number. Over TCP, [`MULTI_CONN`]: several streams spread the
-/// traffic over the network's queues and the far host's cores. Over a
-/// Unix socket, one: the server is on this host, one connection already
-/// reaches all of its threads, and each more is another reader thread
-/// woken once per reply on the CPUs the server needs too
+/// named no number: several either way (the server allows them, and
+/// requests then spread over as many server threads and our readers).
+/// Over TCP, [`MULTI_CONN`]: more streams spread the traffic over the
+/// network's queues and the far host's cores. Over a Unix socket, two:
+/// the server is on this host, and each connection is another reader
+/// thread woken once per reply on the CPUs the server needs too
 /// (`bench/remote.sh`, 4k random reads at depth 32 from a mirror of two
-/// local exports with 1 ms latency: 23,000-24,000 IOPS with one, 19,000-
-/// 21,500 with four).
+/// local exports with 1 ms latency, 2 cores: about 22,000 IOPS with two
+/// connections each, 19,000-21,500 with four, 23,000-24,000 with one).
 pub fn default_connections(endpoint: &Endpoint) -> usize {
     match endpoint {
         Endpoint::Tcp { .. } => MULTI_CONN,
-        Endpoint::Unix { .. } => 1,
+        Endpoint::Unix { .. } => LOCAL_CONNECTIONS,
     }
 }
+
+/// Connections over a Unix socket to a server that offers multi-conn,
+/// unless told otherwise ([`default_connections`]).
+pub const LOCAL_CONNECTIONS: usize = 2;
+
 /// Zeroes written at once where the server has no WRITE_ZEROES.
 const ZERO_CHUNK_BYTES: u64 = 1 << 20;
 
