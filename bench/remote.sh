@@ -10,7 +10,7 @@
 # Each member is a file on tmpfs (or --dir) served by its own nbdkit
 # (`--filter=delay delay-read=MS delay-write=MS`, 16 threads) on a Unix
 # socket, or with --tcp on a TCP port of 127.0.0.1 (nbd:// members, whose
-# default is 4 connections each instead of 1). Subjects and references
+# default is 4 connections each instead of 2). Subjects and references
 # (fio nbd engine, --runtime s each):
 #   write  mirror x2 over two exports, 1M sequential write, iodepth 8,
 #          against 1M sequential writes at iodepth 8 straight to one
