@@ -206,15 +206,24 @@ impl NbdMember {
         call_error(&self.uri, &self.killers, op, offset_bytes, len_bytes, e)
     }
 
+    /// Whether `len_bytes` at `offset_bytes`, in `parts` pieces, can go
+    /// to the server as one request: whole blocks, at most its maximum,
+    /// and a bounded number of pieces to send where they lie.
+    fn fits_one_request(&self, offset_bytes: u64, len_bytes: u64, parts: usize) -> bool {
+        let b = self.block_bytes;
+        len_bytes > 0
+            && offset_bytes.is_multiple_of(b)
+            && len_bytes.is_multiple_of(b)
+            && len_bytes <= self.max_bytes
+            && parts < conn::MAX_PAYLOAD_PARTS
+    }
+
     /// Starts `op` on the next connection if it is one request: an aligned
     /// read or write (in any number of parts) of at most the server's
     /// maximum, or a flush. `None` when it is not (the caller performs it
     /// the blocking way, which splits and merges).
     fn start_one<'o>(&self, op: &'o MemberOp) -> Option<OneRequest<'o>> {
-        let b = self.block_bytes;
-        let fits = |at: u64, len: u64| {
-            len > 0 && at.is_multiple_of(b) && len.is_multiple_of(b) && len <= self.max_bytes
-        };
+        let fits = |at: u64, len: u64| self.fits_one_request(at, len, 1);
         match op {
             MemberOp::Read {
                 offset_bytes,
@@ -237,8 +246,7 @@ impl NbdMember {
             // the member) goes out as one request, its parts where they
             // lie: gathering them would cost a copy and the blocking path.
             MemberOp::Write { offset_bytes, data }
-                if fits(*offset_bytes, data.len() as u64)
-                    && data.parts().len() < conn::MAX_PAYLOAD_PARTS
+                if self.fits_one_request(*offset_bytes, data.len() as u64, data.parts().len())
                     && self
                         .check(Op::Write, *offset_bytes, data.len() as u64)
                         .is_ok() =>
@@ -584,16 +592,10 @@ impl Member for NbdMember {
 
     fn write_parts_at(&self, offset_bytes: u64, parts: &[&[u8]]) -> Result<(), MemberError> {
         let len_bytes = parts.iter().map(|p| p.len() as u64).sum::<u64>();
-        self.check(Op::Write, offset_bytes, len_bytes)?;
-        let b = self.block_bytes;
-        let one_request = len_bytes > 0
-            && offset_bytes.is_multiple_of(b)
-            && len_bytes.is_multiple_of(b)
-            && len_bytes <= self.max_bytes
-            && parts.len() < conn::MAX_PAYLOAD_PARTS;
-        if !one_request {
+        if !self.fits_one_request(offset_bytes, len_bytes, parts.len()) {
             return self.write_at(offset_bytes, &parts.concat());
         }
+        self.check(Op::Write, offset_bytes, len_bytes)?;
         // The parts go out where they lie, as the started path sends them.
         let req = ClientRequest::Write {
             offset_bytes,
