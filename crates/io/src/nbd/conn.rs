@@ -32,8 +32,6 @@ use platter_nbd::{
 const CLOSED: &str = "closed";
 /// Bytes the reader asks the socket for at once.
 const READ_CHUNK_BYTES: usize = 256 * 1024;
-/// Buffers one `sendmsg` is given: Linux's IOV_MAX.
-const MAX_SLICES_AT_ONCE: usize = 1024;
 /// Parts a started write's payload may have: a bound on the slices built
 /// for it (more take the blocking path, which gathers them).
 pub(crate) const MAX_PAYLOAD_PARTS: usize = 4096;
@@ -598,10 +596,9 @@ fn write_all_vectored(w: &mut Stream, header: &[u8], payload: &[&[u8]]) -> io::R
         .collect();
     let mut left = &mut slices[..];
     while !left.is_empty() {
-        // The kernel takes at most IOV_MAX slices at once; the rest go in
-        // the next call.
-        let at_once = left.len().min(MAX_SLICES_AT_ONCE);
-        let n = w.write_vectored(&left[..at_once])?;
+        // The standard library hands the kernel at most IOV_MAX slices a
+        // call; the rest go in the next.
+        let n = w.write_vectored(left)?;
         if n == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::WriteZero,
