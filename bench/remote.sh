@@ -20,7 +20,9 @@
 #          reads spread over both copies)
 # The whole set runs --runs times; the table shows the medians of the
 # per-run ratios, and how busy the machine's CPUs were during each side
-# (near 100%, the cores set the pace, not the members' latency). Not a
+# (near 100%, the cores set the pace, not the members' latency); then CPU
+# per unit of work by process and platter's thread switches per unit
+# (with --runtime 3 or more). Not a
 # test: it prints. --serve-args passes options to the mirror's `platter
 # serve` (for example "--member-connections 1") to compare settings.
 
@@ -36,7 +38,7 @@ SERVE_ARGS=""
 TCP=""
 
 usage() {
-    sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'
     exit "${1:-0}"
 }
 
@@ -89,6 +91,20 @@ export_member() {
         sleep 0.1
     done
     die "nbdkit $name did not start: $(tail -n 5 "$OUT/$name.log")"
+}
+
+# proc_switches: the time, then one line per server, "NAME SWITCHES" (the
+# voluntary and involuntary context switches of its live threads so far):
+# each is a thread put to sleep or off its CPU, the cost a wake-up per
+# reply adds. Taken inside a job, while the client's connection (and its
+# threads) is still there.
+proc_switches() {
+    local name
+    date +%s.%N
+    for name in "${!PID[@]}"; do
+        echo "$name $(cat /proc/"${PID[$name]}"/task/*/status 2>/dev/null |
+            awk '/ctxt_switches/ {n += $2} END {print n + 0}')"
+    done
 }
 
 # proc_cpu: one line per server, "NAME TICKS" (user + system clock ticks
@@ -148,14 +164,24 @@ for run in $(seq 1 "$RUNS"); do
         proc_cpu >"$OUT/$job-$run.proc"
         fio --name=job --ioengine=nbd "--uri=${URI[$target]}" "--rw=$rw" "--bs=$bs" \
             "--iodepth=$depth" --numjobs=1 --size=192M --time_based "--runtime=$RUNTIME" \
-            --randrepeat=0 --output-format=json "--output=$OUT/$job-$run.json" >/dev/null
+            --randrepeat=0 --output-format=json "--output=$OUT/$job-$run.json" >/dev/null &
+        fio_pid=$!
+        # Thread switches over the job's middle (from 1 s in to 1 s before
+        # its end), with --runtime 3 or more.
+        if [ "$RUNTIME" -ge 3 ]; then
+            sleep 1
+            proc_switches >"$OUT/$job-$run.switches"
+            sleep $((RUNTIME - 2))
+            proc_switches >>"$OUT/$job-$run.switches"
+        fi
+        wait "$fio_pid" || die "fio failed in $job (see $OUT/$job-$run.json)"
         head -n 1 /proc/stat >>"$OUT/$job-$run.cpu"
         proc_cpu >>"$OUT/$job-$run.proc"
     done
 done
 
 python3 - "$OUT" "$RUNS" "$(getconf CLK_TCK)" "$(nproc)" <<'PY' | tee "$OUT/summary.txt"
-import json, statistics, sys
+import json, os, statistics, sys
 out, runs, hz, cpus = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 
 def fio(name, run):
@@ -173,15 +199,18 @@ def busy(name, run):
     d = [y - x for x, y in zip(a, b)]
     return 100.0 * (1 - (d[3] + d[4]) / sum(d))
 
+def counted(name, run, ext):
+    # How much each server's counter in {name}-{run}.{ext} grew in the job.
+    before, after = {}, {}
+    lines = [l for l in open(f"{out}/{name}-{run}.{ext}").read().split("\n") if l]
+    for i, l in enumerate(lines):
+        k, v = l.split()
+        (before if i < len(lines) // 2 else after)[k] = int(v)
+    return {k: after[k] - before[k] for k in after}
+
 def cpu_s(name, run):
     # CPU seconds each server used during the job, and fio's own.
-    before, after = {}, {}
-    lines = open(f"{out}/{name}-{run}.proc").read().split("\n")
-    half = len([l for l in lines if l]) // 2
-    for i, l in enumerate(l for l in lines if l):
-        k, v = l.split()
-        (before if i < half else after)[k] = int(v)
-    used = {k: (after[k] - before[k]) / hz for k in after}
+    used = {k: v / hz for k, v in counted(name, run, "proc").items()}
     j = fio(name, run)
     used["fio"] = (j["usr_cpu"] + j["sys_cpu"]) / 100 * j["job_runtime"] / 1000
     return used
@@ -206,15 +235,26 @@ for case, subj, ref, k, unit, want in rows:
           f" | {busy_s:.0f}% / {busy_r:.0f}% |")
     # CPU per unit of work (ms per MiB, us per I/O), by process.
     per = 1e3 if k == 0 else 1e6
+    def done(name, run):
+        j = fio(name, run)
+        side = j["read"] if j["read"]["io_bytes"] else j["write"]
+        return side["io_bytes"] / 2**20 if k == 0 else side["total_ios"]
     def cost(name, who):
-        vals = []
-        for run in range(1, runs + 1):
-            j = fio(name, run)
-            side = j["read"] if j["read"]["io_bytes"] else j["write"]
-            done = side["io_bytes"] / 2**20 if k == 0 else side["total_ios"]
-            used = cpu_s(name, run)
-            vals.append(sum(v for n, v in used.items() if n in who) * per / done)
-        return statistics.median(vals)
+        return statistics.median(
+            sum(v for n, v in cpu_s(name, run).items() if n in who) * per / done(name, run)
+            for run in range(1, runs + 1))
+    def switches_per_unit(run):
+        # The server's switches a second over the job's middle, over the
+        # job's units (MiB or I/Os) a second.
+        lines = open(f"{out}/{subj}-{run}.switches").read().split()
+        half = len(lines) // 2
+        t0, t1 = float(lines[0]), float(lines[half])
+        before = dict(zip(lines[1:half:2], lines[2:half:2]))
+        after = dict(zip(lines[half + 1::2], lines[half + 2::2]))
+        rate = (int(after["mirror2"]) - int(before["mirror2"])) / (t1 - t0)
+        return rate / (done(subj, run) / (fio(subj, run)["job_runtime"] / 1000))
+    switches = (statistics.median(switches_per_unit(run) for run in range(1, runs + 1))
+                if os.path.exists(f"{out}/{subj}-1.switches") else float("nan"))
     unit_cost = "ms/MiB" if k == 0 else "us/IO"
     members = cost(subj, {"a", "b"})
     mirror_fio = cost(subj, {"fio"})
@@ -224,13 +264,14 @@ for case, subj, ref, k, unit, want in rows:
     # What the mirror could reach here if platter cost nothing and the
     # cores were the only limit: the members' servers and fio alone.
     ceiling = cpus * per / (members + mirror_fio) / r
-    costs.append((case, unit_cost, platter, members, mirror_fio, ref_server, ref_fio, ceiling))
+    costs.append((case, unit_cost, platter, switches, members, mirror_fio, ref_server, ref_fio,
+                  ceiling))
 print()
 print("CPU per unit of work, by process (medians): where a ratio is capped by the machine's cores")
 print()
-print("| case | unit | mirror: platter | mirror: both exports' nbdkit | mirror: fio | one export: nbdkit | one export: fio | ratio if platter cost nothing (CPU-bound) |")
-print("|---|---|---|---|---|---|---|---|")
-for case, u, p, m, f, rs, rf, c in costs:
-    print(f"| {case} | {u} | {p:.3f} | {m:.3f} | {f:.3f} | {rs:.3f} | {rf:.3f} | {c:.2f} |")
+print("| case | unit | mirror: platter | platter's thread switches per unit | mirror: both exports' nbdkit | mirror: fio | one export: nbdkit | one export: fio | ratio if platter cost nothing (CPU-bound) |")
+print("|---|---|---|---|---|---|---|---|---|")
+for case, u, p, sw, m, f, rs, rf, c in costs:
+    print(f"| {case} | {u} | {p:.3f} | {sw:.1f} | {m:.3f} | {f:.3f} | {rs:.3f} | {rf:.3f} | {c:.2f} |")
 PY
 echo "results in $OUT"

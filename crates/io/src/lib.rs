@@ -19,6 +19,7 @@ pub mod memory;
 pub mod nbd;
 pub mod open;
 mod positioned;
+pub mod socket;
 
 pub use error::{MemberError, MemberErrorKind, Op};
 pub use executor::{perform, SyncExecutor};

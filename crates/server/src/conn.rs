@@ -1,11 +1,15 @@
 //! One client connection, served the way nbdkit serves one: a few worker
 //! threads per connection, each of which takes the reader lock, reads one
-//! request (and its payload), lets go, and starts the request in the
-//! engine. The reply is queued by whichever thread completes the request
-//! (a member I/O thread, or the worker itself when no member I/O was
-//! needed). A slow or stalled client only ever holds up its own workers.
+//! request (and its payload), and starts the request in the engine. The
+//! lock goes to the next worker before a submission that takes a while
+//! (a large write's sends, fast members' I/O performed on this thread);
+//! after one that only handed its I/Os to the members, the same worker
+//! reads on. The reply is queued by whichever thread completes the
+//! request (a member I/O or NBD reader thread, or the worker itself when
+//! no member I/O was needed). A slow or stalled client only ever holds up
+//! its own workers.
 
-use crate::engine::Engine;
+use crate::engine::{Engine, WorkHere};
 use crate::flow::Budget;
 use crate::replies::{Chunk, Replies};
 use crate::stream::Stream;
@@ -23,7 +27,7 @@ use std::mem::MaybeUninit;
 use std::net::Shutdown;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// The most a refused client is given to hear why (see [`refuse`]).
@@ -383,15 +387,42 @@ fn work(conn: &Arc<Conn>) -> io::Result<()> {
     let result = (|| {
         // Requests in a row whose replies this worker corked.
         let mut corked_run = 0;
-        while let Some(job) = next_request(conn)? {
-            let cork = job.more_buffered
-                && corked_run < CORK_REQUESTS_MAX
-                && conn.shared.engine.member_io_ns_avg() < CORK_MEMBER_IO_NS_MAX;
+        // The reader lock, when this worker kept it from the last request.
+        let mut kept = None;
+        loop {
+            let mut reader = match kept.take() {
+                Some(reader) => reader,
+                None => take_reader(conn),
+            };
+            let Some(job) = next_request(conn, &mut reader)? else {
+                break;
+            };
+            let fast_members = conn.shared.engine.member_io_ns_avg() < CORK_MEMBER_IO_NS_MAX;
+            let cork = job.more_buffered && corked_run < CORK_REQUESTS_MAX && fast_members;
             corked_run = if cork { corked_run + 1 } else { 0 };
             if cork {
                 CORKED.with(|c| c.set(Arc::as_ptr(conn) as usize));
             }
-            run(conn, job);
+            // With slow members (disks, remote exports) this worker keeps
+            // the socket through the submission: it takes microseconds and
+            // leaves every I/O with its member, so handing the socket on
+            // would only cost a wake-up (and a thread switch) per request.
+            // It goes to the next worker first when the members are fast
+            // (their I/Os are likely performed here), when the request
+            // carries much data (its sends to the members take a while,
+            // and the next request can be read meanwhile), and before any
+            // I/O the engine did leave for this thread.
+            let mut reader = Some(reader);
+            if fast_members || job.payload_bytes() > KEEP_READER_PAYLOAD_BYTES_MAX {
+                reader = None;
+            }
+            if let Some(work) = run(conn, job) {
+                if !work.is_empty() {
+                    reader = None;
+                }
+                work.run();
+            }
+            kept = reader;
             CORKED.with(|c| c.set(0));
             if !cork {
                 // This request's reply may not be pushed yet (it waits on a
@@ -407,6 +438,11 @@ fn work(conn: &Arc<Conn>) -> io::Result<()> {
     result
 }
 
+/// The largest write payload whose submission a worker makes while still
+/// holding the socket ([`work`]): sending it to a member or two is a few
+/// microseconds.
+const KEEP_READER_PAYLOAD_BYTES_MAX: usize = 64 << 10;
+
 /// Replies one worker holds back, at most, for the requests buffered
 /// behind theirs (see [`work`]).
 const CORK_REQUESTS_MAX: u32 = 16;
@@ -415,6 +451,16 @@ const CORK_REQUESTS_MAX: u32 = 16;
 /// its reply with this one saves a `sendmsg` and the client a wake-up. On
 /// disks a reply must not wait for another request's seek.
 const CORK_MEMBER_IO_NS_MAX: u64 = 30_000;
+
+impl Job {
+    /// Bytes the request brings for the members (a write's payload).
+    fn payload_bytes(&self) -> usize {
+        match &self.req {
+            Request::Write { data, .. } => data.len(),
+            _ => 0,
+        }
+    }
+}
 
 /// A request read and judged, ready for the engine.
 struct Job {
@@ -466,14 +512,19 @@ impl Reader {
         }
     }
 
-    /// One `recv` into the buffer's free room; `Ok(0)` at the end of stream.
+    /// One `recv` into the buffer's free room, waiting at most a tick;
+    /// `Ok(0)` at the end of stream.
     fn fill(&mut self) -> io::Result<usize> {
         if self.end == self.buf.len() {
             self.buf.copy_within(self.at..self.end, 0);
             self.end -= self.at;
             self.at = 0;
         }
-        let n = self.stream.read(&mut self.buf[self.end..])?;
+        let room = &mut self.buf[self.end..];
+        // SAFETY: `[u8]` and `[MaybeUninit<u8>]` have the same layout, and
+        // only initialised bytes are written through it.
+        let room = unsafe { &mut *(room as *mut [u8] as *mut [MaybeUninit<u8>]) };
+        let n = self.stream.recv_waiting(room, READ_TICK)?;
         self.end += n;
         Ok(n)
     }
@@ -527,7 +578,7 @@ fn read_into(
         // waiting for replies.
         conn.replies.flush();
         let got = if direct {
-            r.stream.read_uninit(&mut buf[at..])
+            r.stream.recv_waiting(&mut buf[at..], READ_TICK)
         } else {
             r.fill()
         };
@@ -623,22 +674,13 @@ fn discard(conn: &Conn, r: &mut Reader, mut bytes: u64) -> io::Result<()> {
 
 /// Reads requests under the reader lock until one needs the engine;
 /// requests that do not are answered here. `None`: stop.
-fn next_request(conn: &Conn) -> io::Result<Option<Job>> {
-    // Replies corked by this thread go out before it waits for anything.
-    let mut s = match conn.reader.try_lock() {
-        Ok(s) => s,
-        Err(std::sync::TryLockError::WouldBlock) => {
-            conn.replies.flush();
-            conn.reader.lock().expect("reader lock")
-        }
-        Err(std::sync::TryLockError::Poisoned(_)) => panic!("reader lock poisoned"),
-    };
+fn next_request(conn: &Conn, s: &mut Reader) -> io::Result<Option<Job>> {
     let mut hbuf = [0u8; REQUEST_HEADER_BYTES];
     loop {
         if conn.stop.load(Ordering::SeqCst) {
             return Ok(None);
         }
-        if !read_full(conn, &mut s, &mut hbuf, true)? {
+        if !read_full(conn, s, &mut hbuf, true)? {
             return Ok(None);
         }
         let Ok(h) = parse_request_header(&hbuf) else {
@@ -659,7 +701,7 @@ fn next_request(conn: &Conn) -> io::Result<Option<Job>> {
                 discard_bytes,
                 message,
             } => {
-                discard(conn, &mut s, u64::from(discard_bytes))?;
+                discard(conn, s, u64::from(discard_bytes))?;
                 tracing::debug!(%message, errno, "request refused");
                 acquire(conn, 0);
                 conn.reply_error(cookie, errno, &message, 0);
@@ -692,7 +734,7 @@ fn next_request(conn: &Conn) -> io::Result<Option<Job>> {
                 false,
             ),
             Command::Write { fua } => {
-                let data = match read_payload(conn, &mut s, len as usize) {
+                let data = match read_payload(conn, s, len as usize) {
                     Ok(data) => data,
                     Err(e) => {
                         conn.budget.release(bytes);
@@ -741,6 +783,19 @@ fn next_request(conn: &Conn) -> io::Result<Option<Job>> {
     }
 }
 
+/// The reader lock, for this thread's turn at the socket.
+fn take_reader(conn: &Conn) -> MutexGuard<'_, Reader> {
+    match conn.reader.try_lock() {
+        Ok(s) => s,
+        Err(std::sync::TryLockError::WouldBlock) => {
+            // Replies corked by this thread go out before it waits.
+            conn.replies.flush();
+            conn.reader.lock().expect("reader lock")
+        }
+        Err(std::sync::TryLockError::Poisoned(_)) => panic!("reader lock poisoned"),
+    }
+}
+
 /// Takes budget for a request, sending corked replies first if it must
 /// wait: they hold budget, and the client may be waiting for them.
 fn acquire(conn: &Conn, bytes: u64) {
@@ -774,8 +829,10 @@ fn block_status(conn: &Conn, cookie: u64, offset_bytes: u64, len: u64) {
     );
 }
 
-/// Runs one request through the engine; the reply is queued when it ends.
-fn run(conn: &Arc<Conn>, job: Job) {
+/// Starts one request in the engine; the reply is queued when it ends.
+/// What is left is the I/O of members fast enough for this thread to
+/// perform ([`Engine::submit_client`]).
+fn run(conn: &Arc<Conn>, job: Job) -> Option<WorkHere<'_>> {
     let Job {
         cookie,
         offset_bytes,
@@ -801,12 +858,16 @@ fn run(conn: &Arc<Conn>, job: Job) {
     } else {
         engine.submit_client(req, Box::new(finish))
     };
-    if submitted.is_err() {
-        conn.reply_error(
-            cookie,
-            NBD_ESHUTDOWN,
-            "server is shutting down",
-            release_bytes,
-        );
+    match submitted {
+        Ok(work) => Some(work),
+        Err(_) => {
+            conn.reply_error(
+                cookie,
+                NBD_ESHUTDOWN,
+                "server is shutting down",
+                release_bytes,
+            );
+            None
+        }
     }
 }

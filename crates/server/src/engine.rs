@@ -124,6 +124,36 @@ impl Here {
     }
 }
 
+/// Member I/Os a submission left for the submitting thread to perform
+/// ([`Engine::submit_client`]); performed by [`WorkHere::run`], or when
+/// dropped, so none is ever lost.
+#[must_use = "the I/Os are performed when this runs or is dropped"]
+pub struct WorkHere<'a> {
+    engine: &'a Engine,
+    here: Here,
+}
+
+impl WorkHere<'_> {
+    /// No I/O is left to perform here.
+    pub fn is_empty(&self) -> bool {
+        self.here.steps.is_empty()
+    }
+
+    /// Performs the I/Os, and those their completions make.
+    pub fn run(self) {
+        drop(self);
+    }
+}
+
+impl Drop for WorkHere<'_> {
+    fn drop(&mut self) {
+        if !self.here.steps.is_empty() {
+            let here = std::mem::replace(&mut self.here, Here::new(false));
+            self.engine.work_here(here);
+        }
+    }
+}
+
 /// Where a completion goes, and (client requests) when it was submitted.
 struct Route {
     done: Done,
@@ -618,6 +648,23 @@ impl Engine {
         timed: Option<LatencyOf>,
         client: bool,
     ) -> Result<bool, Done> {
+        let here = self.submit_leaving_work(f, done, timed, client)?;
+        let submitted = here.is_some();
+        if let Some(here) = here {
+            self.work_here(here);
+        }
+        Ok(submitted)
+    }
+
+    /// [`Engine::submit_timed`] up to the fast members' I/Os, which are
+    /// left to the caller (`None`: `f` submitted nothing).
+    fn submit_leaving_work(
+        &self,
+        f: impl FnOnce(&mut Serving) -> Option<RequestId>,
+        done: Done,
+        timed: Option<LatencyOf>,
+        client: bool,
+    ) -> Result<Option<Here>, Done> {
         let start = Instant::now();
         let (ios, finished, events) = {
             let mut s = self.lock();
@@ -632,7 +679,7 @@ impl Engine {
                 return Err(done);
             }
             let Some(id) = f(&mut s.serving) else {
-                return Ok(false);
+                return Ok(None);
             };
             let timed = timed.map(|of| (of, start));
             s.routes.insert(id, Route { done, timed });
@@ -642,8 +689,7 @@ impl Engine {
         self.start(ios, &mut here);
         self.deliver_events(events, &mut here);
         Self::deliver(finished);
-        self.work_here(here);
-        Ok(true)
+        Ok(Some(here))
     }
 
     /// Hands events to the hook (which writes the labels), then tells the
@@ -735,10 +781,19 @@ impl Engine {
     /// to clients, `done` comes back unused (the caller answers
     /// ESHUTDOWN). Checked under the engine lock, which the submission takes
     /// anyway.
-    pub fn submit_client(&self, req: Request, done: Done) -> Result<(), Done> {
+    ///
+    /// The I/Os of members fast enough to perform on this thread are not
+    /// performed yet: they are the returned [`WorkHere`]'s, performed when
+    /// it runs or is dropped. A connection worker that finds it empty knows
+    /// the submission is over (every I/O is with its member) and can read
+    /// the next request without handing the socket to another worker.
+    pub fn submit_client(&self, req: Request, done: Done) -> Result<WorkHere<'_>, Done> {
         let timed = LatencyOf::of(&req);
-        self.submit_timed(|v| Some(v.submit(req)), done, timed, true)
-            .map(|_| ())
+        let here = self.submit_leaving_work(|v| Some(v.submit(req)), done, timed, true)?;
+        Ok(WorkHere {
+            engine: self,
+            here: here.unwrap_or_else(|| Here::new(true)),
+        })
     }
 
     /// Refuses client requests from now on; those already submitted finish.

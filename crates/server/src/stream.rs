@@ -1,9 +1,10 @@
 //! A client connection over a Unix or TCP socket.
 
+use platter_io::socket::recv_when_readable;
 use std::io::{self, IoSlice, Read, Write};
 use std::mem::MaybeUninit;
 use std::net::{Shutdown, TcpStream};
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
@@ -83,26 +84,17 @@ impl Stream {
 }
 
 impl Stream {
-    /// [`Read::read`] into memory not yet initialised (a payload buffer
-    /// that is not zeroed first): one `recv`, returning the bytes written
-    /// at the start of `buf`.
-    pub fn read_uninit(&mut self, buf: &mut [MaybeUninit<u8>]) -> io::Result<usize> {
+    /// Receives what has arrived into memory that need not be
+    /// initialised, waiting at most `wait` for the first byte
+    /// ([`recv_when_readable`]: a `poll` for input, so a worker waiting
+    /// for the next request is not woken each time the client reads a
+    /// reply). `TimedOut`, `WouldBlock` or `Interrupted`: nothing yet.
+    pub fn recv_waiting(&self, buf: &mut [MaybeUninit<u8>], wait: Duration) -> io::Result<usize> {
         let fd = match self {
-            Stream::Unix(s) => s.as_raw_fd(),
-            Stream::Tcp(s) => s.as_raw_fd(),
+            Stream::Unix(s) => s.as_fd(),
+            Stream::Tcp(s) => s.as_fd(),
         };
-        loop {
-            // SAFETY: `buf` is valid for writes of `buf.len()` bytes, and
-            // recv writes only initialised bytes into it.
-            let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
-            if n >= 0 {
-                return Ok(n as usize);
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
-            }
-        }
+        recv_when_readable(fd, buf, wait)
     }
 }
 

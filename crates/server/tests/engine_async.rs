@@ -180,7 +180,10 @@ fn every_request_in_flight_at_shutdown_ends() {
                         ended.fetch_add(1, Ordering::SeqCst);
                     });
                     match engine.submit_client(req, done) {
-                        Ok(()) => accepted.fetch_add(1, Ordering::SeqCst),
+                        Ok(work) => {
+                            work.run();
+                            accepted.fetch_add(1, Ordering::SeqCst)
+                        }
                         Err(_) => refused.fetch_add(1, Ordering::SeqCst),
                     };
                     // Submitting takes microseconds: spread out, some of

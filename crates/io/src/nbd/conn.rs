@@ -14,9 +14,12 @@
 //! and the socket is shut down so that nothing more is read from a server
 //! that cannot be trusted with the stream.
 
+use crate::socket::recv_when_readable;
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
+use std::mem::MaybeUninit;
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
@@ -60,6 +63,19 @@ impl Stream {
             Stream::Tcp(s) => s.shutdown(Shutdown::Both),
             Stream::Unix(s) => s.shutdown(Shutdown::Both),
         };
+    }
+
+    /// Reads what has arrived, waiting at most `wait` for the first byte
+    /// (see [`recv_when_readable`]: why not a blocking `recv`).
+    fn read_when_readable(&self, buf: &mut [u8], wait: Duration) -> io::Result<usize> {
+        let fd = match self {
+            Stream::Tcp(s) => s.as_fd(),
+            Stream::Unix(s) => s.as_fd(),
+        };
+        // SAFETY: `[u8]` and `[MaybeUninit<u8>]` have the same layout, and
+        // only initialised bytes are written through it.
+        let raw = unsafe { &mut *(buf as *mut [u8] as *mut [MaybeUninit<u8>]) };
+        recv_when_readable(fd, raw, wait)
     }
 
     fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
@@ -619,7 +635,7 @@ fn reader_tick(deadline: Duration) -> Duration {
 /// each answer to its caller or callback, callbacks called with no lock
 /// held. Once a tick it fails the connection if a started request waited
 /// past the deadline: also while the server keeps answering the others.
-fn read_replies(inner: &Inner, mut stream: Stream, deadline: Duration) {
+fn read_replies(inner: &Inner, stream: Stream, deadline: Duration) {
     READER.with(|r| r.set(true));
     let tick = reader_tick(deadline);
     let mut next_look = Instant::now() + tick;
@@ -632,7 +648,7 @@ fn read_replies(inner: &Inner, mut stream: Stream, deadline: Duration) {
             }
             next_look = Instant::now() + tick;
         }
-        let n = match stream.read(&mut buf) {
+        let n = match stream.read_when_readable(&mut buf, tick) {
             Ok(0) => {
                 inner.die("the server closed the connection".to_owned());
                 return;
