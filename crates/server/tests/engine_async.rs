@@ -296,3 +296,70 @@ fn fast_members_are_served_on_the_submitting_thread_and_slow_ones_are_not() {
         assert!(!read_completes_here(&slow.engine));
     }
 }
+
+/// A 256 KiB read over 4 members through `submit_client`: whether the
+/// submission left I/O for this thread, and whether the request had ended
+/// when `submit_client` returned.
+fn client_read(
+    engine: &Engine,
+    finish: impl FnOnce(platter_server::engine::WorkHere<'_>),
+) -> (bool, bool, mpsc::Receiver<std::thread::ThreadId>) {
+    let (tx, rx) = mpsc::channel();
+    let work = engine
+        .submit_client(
+            Request::Read {
+                offset_bytes: 0,
+                len_bytes: 4 * INTERLEAVE_BYTES,
+            },
+            Box::new(move |r| {
+                assert!(r.is_ok());
+                let _ = tx.send(std::thread::current().id());
+            }),
+        )
+        .unwrap_or_else(|_| panic!("open to clients"));
+    let left = !work.is_empty();
+    let ended = rx.try_recv().is_ok();
+    finish(work);
+    (left, ended, rx)
+}
+
+/// A connection worker keeps the client's socket through a submission
+/// whose `WorkHere` is empty, and hands it on before running one that is
+/// not (conn.rs, `work`). That is sound only if an empty one means every
+/// member I/O is with its member, and a non-empty one's I/O is not done
+/// until it runs (or is dropped: none may be lost).
+#[test]
+fn a_client_submission_leaves_fast_members_io_to_its_caller() {
+    let fast = rig(
+        Level::Stripe,
+        4,
+        Duration::ZERO,
+        pool(32, Duration::from_secs(30)),
+    );
+    for _ in 0..64 {
+        read_completes_here(&fast.engine);
+    }
+    assert!(read_completes_here(&fast.engine), "the members look fast");
+    let me = std::thread::current().id();
+    let (left, ended, rx) = client_read(&fast.engine, |work| work.run());
+    assert!(left, "a fast member's I/O is left to the caller");
+    assert!(!ended, "nothing ran before the caller ran it");
+    assert_eq!(rx.try_recv().expect("ended in run"), me);
+    // Dropped unrun, it still runs.
+    let (left, ended, rx) = client_read(&fast.engine, |work| drop(work));
+    assert!(left && !ended);
+    assert_eq!(rx.try_recv().expect("ended in drop"), me);
+
+    let slow = rig(
+        Level::Stripe,
+        4,
+        Duration::from_millis(1),
+        pool(32, Duration::from_secs(30)),
+    );
+    for _ in 0..10 {
+        let (left, _, rx) = client_read(&slow.engine, |work| work.run());
+        assert!(!left, "slow members' I/O is with their queues");
+        let on = rx.recv_timeout(Duration::from_secs(10)).expect("ends");
+        assert_ne!(on, me, "completed by the I/O layer, not here");
+    }
+}
