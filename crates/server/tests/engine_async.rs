@@ -235,18 +235,28 @@ fn every_request_in_flight_at_shutdown_ends() {
 /// Which thread a request's completion ran on, for a 256 KiB read over 4
 /// members submitted on this one.
 fn read_completes_here(engine: &Engine) -> bool {
-    let (tx, rx) = mpsc::channel();
-    engine.submit(
-        Request::Read {
-            offset_bytes: 0,
-            len_bytes: 4 * INTERLEAVE_BYTES,
-        },
-        Box::new(move |r| {
-            assert!(r.is_ok());
-            let _ = tx.send(std::thread::current().id());
-        }),
-    );
+    let (req, done, rx) = read_over_four();
+    engine.submit(req, done);
     rx.recv().expect("completes") == std::thread::current().id()
+}
+
+/// A 256 KiB read over 4 members whose completion sends the thread it ran
+/// on.
+fn read_over_four() -> (
+    Request,
+    platter_server::engine::Done,
+    mpsc::Receiver<std::thread::ThreadId>,
+) {
+    let (tx, rx) = mpsc::channel();
+    let req = Request::Read {
+        offset_bytes: 0,
+        len_bytes: 4 * INTERLEAVE_BYTES,
+    };
+    let done = Box::new(move |r: Result<Reply, VolumeError>| {
+        assert!(r.is_ok());
+        let _ = tx.send(std::thread::current().id());
+    });
+    (req, done, rx)
 }
 
 /// On tmpfs, handing every member I/O to a member I/O thread and back made
@@ -304,18 +314,9 @@ fn client_read(
     engine: &Engine,
     finish: impl FnOnce(platter_server::engine::WorkHere<'_>),
 ) -> (bool, bool, mpsc::Receiver<std::thread::ThreadId>) {
-    let (tx, rx) = mpsc::channel();
+    let (req, done, rx) = read_over_four();
     let work = engine
-        .submit_client(
-            Request::Read {
-                offset_bytes: 0,
-                len_bytes: 4 * INTERLEAVE_BYTES,
-            },
-            Box::new(move |r| {
-                assert!(r.is_ok());
-                let _ = tx.send(std::thread::current().id());
-            }),
-        )
+        .submit_client(req, done)
         .unwrap_or_else(|_| panic!("open to clients"));
     let left = !work.is_empty();
     let ended = rx.try_recv().is_ok();
