@@ -38,7 +38,10 @@ pub fn recv_when_readable(
         events: libc::POLLIN,
         revents: 0,
     };
-    let wait_ms = libc::c_int::try_from(wait.as_millis()).unwrap_or(libc::c_int::MAX);
+    // Rounded up: a wait under 1 ms must not become a poll that returns at
+    // once (a caller looping on `TimedOut` would spin).
+    let wait_ms =
+        libc::c_int::try_from(wait.as_nanos().div_ceil(1_000_000)).unwrap_or(libc::c_int::MAX);
     // SAFETY: one valid `pollfd`, and the count says one.
     match unsafe { libc::poll(&mut pfd, 1, wait_ms) } {
         0 => Err(io::ErrorKind::TimedOut.into()),

@@ -2,9 +2,9 @@
 //! threads per connection, each of which takes the reader lock, reads one
 //! request (and its payload), and starts the request in the engine. The
 //! lock goes to the next worker before a submission that takes a while
-//! (a large write's sends, fast members' I/O performed on this thread);
-//! after one that only handed its I/Os to the members, the same worker
-//! reads on. The reply is queued by whichever thread completes the
+//! or may wait (a large write's sends, fast members' I/O performed on this
+//! thread, a send to a remote member); after one that only handed its
+//! I/Os to local members' queues, the same worker reads on. The reply is queued by whichever thread completes the
 //! request (a member I/O or NBD reader thread, or the worker itself when
 //! no member I/O was needed). A slow or stalled client only ever holds up
 //! its own workers.
@@ -399,22 +399,33 @@ fn work(conn: &Arc<Conn>) -> io::Result<()> {
             };
             let fast_members = conn.shared.engine.member_io_ns_avg() < CORK_MEMBER_IO_NS_MAX;
             let cork = job.more_buffered && corked_run < CORK_REQUESTS_MAX && fast_members;
+            let corked_run_before = corked_run;
             corked_run = if cork { corked_run + 1 } else { 0 };
             if cork {
                 CORKED.with(|c| c.set(Arc::as_ptr(conn) as usize));
             }
-            // With slow members (disks, remote exports) this worker keeps
-            // the socket through the submission: it takes microseconds and
-            // leaves every I/O with its member, so handing the socket on
+            // With slow local members (disks) this worker keeps the socket
+            // through the submission: it takes microseconds and leaves
+            // every I/O with its member's queue, so handing the socket on
             // would only cost a wake-up (and a thread switch) per request.
             // It goes to the next worker first when the members are fast
             // (their I/Os are likely performed here), when the request
-            // carries much data (its sends to the members take a while,
-            // and the next request can be read meanwhile), and before any
-            // I/O the engine did leave for this thread.
+            // carries much data, when a submission may send to a remote
+            // member's socket (a server slow to read would hold it there,
+            // and every request on this connection behind it), and before
+            // any I/O the engine did leave for this thread.
             let mut reader = Some(reader);
-            if fast_members || job.payload_bytes() > KEEP_READER_PAYLOAD_BYTES_MAX {
+            if fast_members
+                || job.payload_bytes() > KEEP_READER_PAYLOAD_BYTES_MAX
+                || conn.shared.engine.sends_on_submit()
+            {
                 reader = None;
+            }
+            if !cork && corked_run_before > 0 {
+                // Replies corked for earlier requests leave before this
+                // submission, which may wait (a paused engine, a label
+                // write).
+                conn.replies.flush();
             }
             if let Some(work) = run(conn, job) {
                 if !work.is_empty() {

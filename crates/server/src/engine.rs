@@ -23,7 +23,7 @@ use platter_io::aio::{average_step, Completed, IoLayer, MemberQueue, QueueLoad};
 use platter_io::Member;
 use smallvec::SmallVec;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
@@ -122,6 +122,10 @@ impl Here {
         self.budget_ns -= pace.recent_ns;
         true
     }
+}
+
+fn sends_on_submit<'a>(mut devices: impl Iterator<Item = &'a dyn Member>) -> bool {
+    devices.any(|d| d.starts_requests())
 }
 
 /// Member I/Os a submission left for the submitting thread to perform
@@ -253,6 +257,8 @@ pub struct Engine {
     /// (memory, a cache) or of milliseconds (a disk). Updated without a
     /// lock; a lost update only makes it a little less recent.
     member_io_ns_avg: AtomicU64,
+    /// [`Engine::sends_on_submit`], kept with the devices.
+    sends_on_submit: AtomicBool,
     member_count: usize,
     /// How often the engine lock was taken, found taken, and how long
     /// takers waited: what tells whether the lock bounds anything
@@ -305,6 +311,7 @@ impl Engine {
         let volume: Serving = volume.into();
         assert_eq!(members.len(), volume.geometry().members() as usize);
         let members_len = members.len();
+        let sends = sends_on_submit(members.iter().flatten().map(|d| d.as_ref()));
         let members = members
             .into_iter()
             .map(|m| {
@@ -336,6 +343,7 @@ impl Engine {
             volume_setup: Mutex::new(None),
             on_event: Mutex::new(None),
             member_io_ns_avg: AtomicU64::new(MEMBER_IO_NS_START),
+            sends_on_submit: AtomicBool::new(sends),
             // Members can be added (a reshape): the bound covers any count.
             member_count: platter_core::label::MAX_MEMBERS as usize,
             lock_acquired: AtomicU64::new(0),
@@ -343,6 +351,21 @@ impl Engine {
             lock_waited_ns: AtomicU64::new(0),
             alerts: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Whether submitting may send to a member's socket on the submitting
+    /// thread (a remote member: [`Member::starts_requests`]), and so wait
+    /// there while the member's server is slow to read. A connection
+    /// worker then does not keep its client's socket through a
+    /// submission: one stalled server would stop the whole connection.
+    pub fn sends_on_submit(&self) -> bool {
+        self.sends_on_submit.load(Ordering::Relaxed)
+    }
+
+    /// Recomputes [`Engine::sends_on_submit`] after the devices changed.
+    fn note_devices(&self, s: &State) {
+        let sends = sends_on_submit(s.members.iter().flatten().map(|d| d.device.as_ref()));
+        self.sends_on_submit.store(sends, Ordering::Relaxed);
     }
 
     /// The recent average time of one member I/O, in nanoseconds.
@@ -435,7 +458,9 @@ impl Engine {
     /// using the slot: it is faulty or missing.
     pub fn set_member(&self, slot: u32, device: Arc<dyn Member>) {
         let queue = self.io.queue(Arc::clone(&device));
-        self.lock().members[slot as usize] = Some(Device { device, queue });
+        let mut s = self.lock();
+        s.members[slot as usize] = Some(Device { device, queue });
+        self.note_devices(&s);
     }
 
     /// Takes the device out of `slot` (a removal) and returns it; the
@@ -443,7 +468,10 @@ impl Engine {
     /// before the slot failed have let it go. The engine must not be using
     /// the slot: it is faulty or missing.
     pub fn take_member(&self, slot: u32) -> Option<Arc<dyn Member>> {
-        self.lock().members[slot as usize].take().map(|d| d.device)
+        let mut s = self.lock();
+        let taken = s.members[slot as usize].take().map(|d| d.device);
+        self.note_devices(&s);
+        taken
     }
 
     /// Runs `f` on the volume under the engine lock (management calls such
@@ -543,6 +571,7 @@ impl Engine {
         }
         assert_eq!(s.members.len(), serving.health().len());
         s.serving = serving;
+        self.note_devices(&s);
     }
 
     /// Sets how a volume is set up when a finished reshape hands over.
