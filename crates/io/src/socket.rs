@@ -51,6 +51,18 @@ pub fn recv_when_readable(
     }
 }
 
+/// [`recv_when_readable`] into initialised memory.
+pub fn recv_into_when_readable(
+    fd: BorrowedFd<'_>,
+    buf: &mut [u8],
+    wait: Duration,
+) -> io::Result<usize> {
+    // SAFETY: `[u8]` and `[MaybeUninit<u8>]` have the same layout, and
+    // only initialised bytes are written through it.
+    let raw = unsafe { &mut *(buf as *mut [u8] as *mut [MaybeUninit<u8>]) };
+    recv_when_readable(fd, raw, wait)
+}
+
 /// One `recv` that does not wait: `None` when nothing has arrived.
 fn recv_now(fd: BorrowedFd<'_>, buf: &mut [MaybeUninit<u8>]) -> io::Result<Option<usize>> {
     // SAFETY: `buf` is valid for writes of `buf.len()` bytes, and `recv`
@@ -82,10 +94,7 @@ mod tests {
     use std::time::Instant;
 
     fn recv(s: &UnixStream, buf: &mut [u8], wait: Duration) -> io::Result<usize> {
-        // SAFETY: `[u8]` and `[MaybeUninit<u8>]` have the same layout, and
-        // only initialised bytes are written.
-        let raw = unsafe { &mut *(buf as *mut [u8] as *mut [MaybeUninit<u8>]) };
-        recv_when_readable(s.as_fd(), raw, wait)
+        recv_into_when_readable(s.as_fd(), buf, wait)
     }
 
     #[test]

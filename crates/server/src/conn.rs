@@ -4,10 +4,10 @@
 //! lock goes to the next worker before a submission that takes a while
 //! or may wait (a large write's sends, fast members' I/O performed on this
 //! thread, a send to a remote member); after one that only handed its
-//! I/Os to local members' queues, the same worker reads on. The reply is queued by whichever thread completes the
-//! request (a member I/O or NBD reader thread, or the worker itself when
-//! no member I/O was needed). A slow or stalled client only ever holds up
-//! its own workers.
+//! I/Os to local members' queues, the same worker reads on. The reply is
+//! queued by whichever thread completes the request (a member I/O or NBD
+//! reader thread, or the worker itself when no member I/O was needed). A
+//! slow or stalled client only ever holds up its own workers.
 
 use crate::engine::{Engine, WorkHere};
 use crate::flow::Budget;
@@ -414,13 +414,10 @@ fn work(conn: &Arc<Conn>) -> io::Result<()> {
             // member's socket (a server slow to read would hold it there,
             // and every request on this connection behind it), and before
             // any I/O the engine did leave for this thread.
-            let mut reader = Some(reader);
-            if fast_members
-                || job.payload_bytes() > KEEP_READER_PAYLOAD_BYTES_MAX
-                || conn.shared.engine.sends_on_submit()
-            {
-                reader = None;
-            }
+            let keep = !fast_members
+                && job.payload_bytes() <= KEEP_READER_PAYLOAD_BYTES_MAX
+                && !conn.shared.engine.sends_on_submit();
+            let mut reader = keep.then_some(reader);
             if !cork && corked_run_before > 0 {
                 // Replies corked for earlier requests leave before this
                 // submission, which may wait (a paused engine, a label
@@ -531,11 +528,9 @@ impl Reader {
             self.end -= self.at;
             self.at = 0;
         }
-        let room = &mut self.buf[self.end..];
-        // SAFETY: `[u8]` and `[MaybeUninit<u8>]` have the same layout, and
-        // only initialised bytes are written through it.
-        let room = unsafe { &mut *(room as *mut [u8] as *mut [MaybeUninit<u8>]) };
-        let n = self.stream.recv_waiting(room, READ_TICK)?;
+        let n = self
+            .stream
+            .recv_into_waiting(&mut self.buf[self.end..], READ_TICK)?;
         self.end += n;
         Ok(n)
     }

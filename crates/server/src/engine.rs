@@ -124,10 +124,6 @@ impl Here {
     }
 }
 
-fn sends_on_submit<'a>(mut devices: impl Iterator<Item = &'a dyn Member>) -> bool {
-    devices.any(|d| d.starts_requests())
-}
-
 /// Member I/Os a submission left for the submitting thread to perform
 /// ([`Engine::submit_client`]); performed by [`WorkHere::run`], or when
 /// dropped, so none is ever lost.
@@ -311,7 +307,6 @@ impl Engine {
         let volume: Serving = volume.into();
         assert_eq!(members.len(), volume.geometry().members() as usize);
         let members_len = members.len();
-        let sends = sends_on_submit(members.iter().flatten().map(|d| d.as_ref()));
         let members = members
             .into_iter()
             .map(|m| {
@@ -321,7 +316,7 @@ impl Engine {
                 })
             })
             .collect();
-        Arc::new_cyclic(|me| Engine {
+        let engine = Arc::new_cyclic(|me| Engine {
             me: me.clone(),
             io,
             state: Mutex::new(State {
@@ -343,14 +338,17 @@ impl Engine {
             volume_setup: Mutex::new(None),
             on_event: Mutex::new(None),
             member_io_ns_avg: AtomicU64::new(MEMBER_IO_NS_START),
-            sends_on_submit: AtomicBool::new(sends),
+            // Set from the devices below.
+            sends_on_submit: AtomicBool::new(false),
             // Members can be added (a reshape): the bound covers any count.
             member_count: platter_core::label::MAX_MEMBERS as usize,
             lock_acquired: AtomicU64::new(0),
             lock_contended: AtomicU64::new(0),
             lock_waited_ns: AtomicU64::new(0),
             alerts: std::sync::OnceLock::new(),
-        })
+        });
+        engine.note_devices(&engine.lock());
+        engine
     }
 
     /// Whether submitting may send to a member's socket on the submitting
@@ -364,7 +362,11 @@ impl Engine {
 
     /// Recomputes [`Engine::sends_on_submit`] after the devices changed.
     fn note_devices(&self, s: &State) {
-        let sends = sends_on_submit(s.members.iter().flatten().map(|d| d.device.as_ref()));
+        let sends = s
+            .members
+            .iter()
+            .flatten()
+            .any(|d| d.device.starts_requests());
         self.sends_on_submit.store(sends, Ordering::Relaxed);
     }
 

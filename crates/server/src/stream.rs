@@ -1,6 +1,6 @@
 //! A client connection over a Unix or TCP socket.
 
-use platter_io::socket::recv_when_readable;
+use platter_io::socket::{recv_into_when_readable, recv_when_readable};
 use std::io::{self, IoSlice, Read, Write};
 use std::mem::MaybeUninit;
 use std::net::{Shutdown, TcpStream};
@@ -95,6 +95,15 @@ impl Stream {
             Stream::Tcp(s) => s.as_fd(),
         };
         recv_when_readable(fd, buf, wait)
+    }
+
+    /// [`Stream::recv_waiting`] into initialised memory.
+    pub fn recv_into_waiting(&self, buf: &mut [u8], wait: Duration) -> io::Result<usize> {
+        let fd = match self {
+            Stream::Unix(s) => s.as_fd(),
+            Stream::Tcp(s) => s.as_fd(),
+        };
+        recv_into_when_readable(fd, buf, wait)
     }
 }
 

@@ -14,10 +14,9 @@
 //! and the socket is shut down so that nothing more is read from a server
 //! that cannot be trusted with the stream.
 
-use crate::socket::recv_when_readable;
+use crate::socket::recv_into_when_readable;
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
-use std::mem::MaybeUninit;
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
@@ -66,16 +65,14 @@ impl Stream {
     }
 
     /// Reads what has arrived, waiting at most `wait` for the first byte
-    /// (see [`recv_when_readable`]: why not a blocking `recv`).
+    /// (see [`recv_when_readable`](crate::socket::recv_when_readable): why
+    /// not a blocking `recv`).
     fn read_when_readable(&self, buf: &mut [u8], wait: Duration) -> io::Result<usize> {
         let fd = match self {
             Stream::Tcp(s) => s.as_fd(),
             Stream::Unix(s) => s.as_fd(),
         };
-        // SAFETY: `[u8]` and `[MaybeUninit<u8>]` have the same layout, and
-        // only initialised bytes are written through it.
-        let raw = unsafe { &mut *(buf as *mut [u8] as *mut [MaybeUninit<u8>]) };
-        recv_when_readable(fd, raw, wait)
+        recv_into_when_readable(fd, buf, wait)
     }
 
     fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
@@ -422,9 +419,6 @@ impl Connection {
             control,
         });
         let for_reader = Arc::clone(&inner);
-        // The reader wakes at least this often to hold started requests
-        // to the deadline (callers of `call_all` time their own waits).
-        reader_stream.set_read_timeout(Some(reader_tick(deadline)))?;
         let reader = std::thread::Builder::new()
             .name(format!("nbd-reader {name}"))
             .spawn(move || read_replies(&for_reader, reader_stream, deadline))?;
