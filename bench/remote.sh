@@ -21,10 +21,12 @@
 # The whole set runs --runs times; the table shows the medians of the
 # per-run ratios, and how busy the machine's CPUs were during each side
 # (near 100%, the cores set the pace, not the members' latency); then CPU
-# per unit of work by process and platter's thread switches per unit
-# (with --runtime 3 or more). Not a
-# test: it prints. --serve-args passes options to the mirror's `platter
-# serve` (for example "--member-connections 1") to compare settings.
+# per unit of work by process and platter's thread switches per unit,
+# and where a mirror request's time goes (fio's completion time against
+# platter's volume and member latencies, from `platter stats`): both
+# with --runtime 3 or more. Not a test: it prints. --serve-args passes
+# options to the mirror's `platter serve` (for example
+# "--member-connections 1") to compare settings.
 
 set -euo pipefail
 
@@ -38,7 +40,7 @@ SERVE_ARGS=""
 TCP=""
 
 usage() {
-    sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'
     exit "${1:-0}"
 }
 
@@ -168,11 +170,19 @@ for run in $(seq 1 "$RUNS"); do
         fio_pid=$!
         # Thread switches over the job's middle (from 1 s in to 1 s before
         # its end), with --runtime 3 or more.
+        # platter's latency counters over the same span, on the mirror.
         if [ "$RUNTIME" -ge 3 ]; then
             sleep 1
             proc_switches >"$OUT/$job-$run.switches"
+            if [ "$target" = mirror2 ]; then
+                "$PLATTER" stats --control "$WORK/mirror2/sock.ctl" --reset >/dev/null
+            fi
             sleep $((RUNTIME - 2))
             proc_switches >>"$OUT/$job-$run.switches"
+            if [ "$target" = mirror2 ]; then
+                "$PLATTER" stats --control "$WORK/mirror2/sock.ctl" --json \
+                    >"$OUT/$job-$run.stats.json"
+            fi
         fi
         wait "$fio_pid" || die "fio failed in $job (see $OUT/$job-$run.json)"
         head -n 1 /proc/stat >>"$OUT/$job-$run.cpu"
@@ -273,5 +283,44 @@ print("| case | unit | mirror: platter | platter's thread switches per unit | mi
 print("|---|---|---|---|---|---|---|---|---|")
 for case, u, p, sw, m, f, rs, rf, c in costs:
     print(f"| {case} | {u} | {p:.3f} | {sw:.1f} | {m:.3f} | {f:.3f} | {rs:.3f} | {rf:.3f} | {c:.2f} |")
+
+def mean_us(h):
+    return h["sum"] / h["count"] / 1e3 if h["count"] else float("nan")
+
+def clat_us(name, run):
+    j = fio(name, run)
+    side = j["read"] if j["read"]["io_bytes"] else j["write"]
+    return side["clat_ns"]["mean"] / 1e3
+
+def latencies(subj, run):
+    # fio's mean completion time; platter's, from a request's start in
+    # the engine to its end; the members', from a member request's send
+    # to its reply's handling (platter's reader thread included).
+    st = json.load(open(f"{out}/{subj}-{run}.stats.json"))
+    vol = st["volume"]["read_latency" if "read" in subj else "write_latency"]
+    members = st["members"]
+    total = sum(m["latency"]["sum"] for m in members)
+    count = sum(m["latency"]["count"] for m in members)
+    return clat_us(subj, run), mean_us(vol), total / count / 1e3 if count else float("nan")
+
+if os.path.exists(f"{out}/mirror-read-1.stats.json"):
+    print()
+    print("Where a mirror request's time goes (medians of means, us, over each job's middle). "
+          "members: from a member request's send to platter's reader handling its reply; "
+          "engine: the rest of the volume's time (a write's later send, the slower copy); "
+          "outside: fio's time before the engine starts it and after it ends (the request "
+          "waiting in the socket to be read, its payload's transfer, the reply's way back), "
+          "where the queue sits when the cores are the limit")
+    print()
+    print("| case | fio: mean completion | platter: volume mean | platter: members' mean | "
+          "engine (volume - members) | outside (fio - volume) | one export: fio mean completion |")
+    print("|---|---|---|---|---|---|---|")
+    for case, subj, ref, *_ in rows:
+        lat = [latencies(subj, r) for r in range(1, runs + 1)]
+        f, v, m = (statistics.median(x[i] for x in lat) for i in range(3))
+        engine = statistics.median(x[1] - x[2] for x in lat)
+        outside = statistics.median(x[0] - x[1] for x in lat)
+        one = statistics.median(clat_us(ref, r) for r in range(1, runs + 1))
+        print(f"| {case} | {f:,.0f} | {v:,.0f} | {m:,.0f} | {engine:,.0f} | {outside:,.0f} | {one:,.0f} |")
 PY
 echo "results in $OUT"
