@@ -5,7 +5,7 @@
 #
 #   bench/remote.sh [--runs N] [--runtime SECS] [--delay MS] [--tcp]
 #                   [--platter BIN] [--out DIR] [--dir DIR]
-#                   [--serve-args "ARGS"]
+#                   [--serve-args "ARGS"] [--exports REF A B]
 #
 # Each member is a file on tmpfs (or --dir) served by its own nbdkit
 # (`--filter=delay delay-read=MS delay-write=MS`, 16 threads) on a Unix
@@ -27,6 +27,15 @@
 # with --runtime 3 or more. Not a test: it prints. --serve-args passes
 # options to the mirror's `platter serve` (for example
 # "--member-connections 1") to compare settings.
+#
+# --exports REF A B uses three NBD exports that already exist (URIs, each
+# with its latency already there: other hosts, or nbdkit's delay filter
+# started by hand) instead of starting nbdkit here: REF is the reference,
+# A and B become the mirror. Their contents are overwritten (A and B get
+# platter's label). Then no CPU is counted for the exports' servers, and
+# --delay and --tcp do not apply. This is how to measure on hosts whose
+# servers do not share platter's cores: on one 2-core machine the 1 ms
+# figures are set by the cores (bench/README.md).
 
 set -euo pipefail
 
@@ -38,9 +47,11 @@ PLATTER=""
 MEMBER_DIR=""
 SERVE_ARGS=""
 TCP=""
+EXPORTS=()
 
 usage() {
-    sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'
+    # The header comment, from line 2 to the first line that is not one.
+    awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | sed 's/^# \{0,1\}//'
     exit "${1:-0}"
 }
 
@@ -54,6 +65,9 @@ while [ $# -gt 0 ]; do
         --dir) MEMBER_DIR="$2"; shift 2 ;;
         --serve-args) SERVE_ARGS="$2"; shift 2 ;;
         --tcp) TCP=1; shift ;;
+        --exports)
+            [ $# -ge 4 ] || { echo "remote.sh: --exports wants three URIs: REF A B" >&2; exit 2; }
+            EXPORTS=("$2" "$3" "$4"); shift 4 ;;
         -h|--help) usage 0 ;;
         *) echo "remote.sh: unknown argument: $1" >&2; usage 2 >&2 ;;
     esac
@@ -66,7 +80,8 @@ case "$RUNTIME" in ''|*[!0-9]*|0) die "--runtime wants a positive number of seco
 case "$DELAY" in ''|*[!0-9]*) die "--delay wants whole milliseconds" ;; esac
 command -v nbdkit >/dev/null || die "needs nbdkit (Debian: apt-get install nbdkit)"
 command -v nbdinfo >/dev/null || die "needs nbdinfo (Debian: apt-get install libnbd-bin)"
-if [ -n "$TCP" ]; then TRANSPORT="TCP on 127.0.0.1"; else TRANSPORT="Unix sockets"; fi
+if [ ${#EXPORTS[@]} -gt 0 ]; then TRANSPORT="the exports given (--exports)"
+elif [ -n "$TCP" ]; then TRANSPORT="TCP on 127.0.0.1"; else TRANSPORT="Unix sockets"; fi
 . "$(dirname "$0")/lib.sh"
 bench_setup remote
 
@@ -123,10 +138,20 @@ free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-echo "== exports: nbdkit file plugin, delay ${DELAY} ms per read and write, over $TRANSPORT"
-export_member ref
-export_member a
-export_member b
+if [ ${#EXPORTS[@]} -gt 0 ]; then
+    echo "== exports: ${EXPORTS[*]} (given; their latency is theirs)"
+    for i in 0 1 2; do
+        name=$(echo ref a b | cut -d' ' -f$((i + 1)))
+        URI[$name]="${EXPORTS[$i]}"
+        nbdinfo --size "${URI[$name]}" >/dev/null 2>&1 ||
+            die "export $name (${URI[$name]}) does not answer: nbdinfo --size fails"
+    done
+else
+    echo "== exports: nbdkit file plugin, delay ${DELAY} ms per read and write, over $TRANSPORT"
+    export_member ref
+    export_member a
+    export_member b
+fi
 "$PLATTER" create --level mirror --name mirror2 --bitmap-region 0 "${URI[a]}" "${URI[b]}" \
     >"$OUT/create-mirror2.txt"
 mkdir -p "$WORK/mirror2"
@@ -153,14 +178,20 @@ ORDER=(ref-write mirror-write ref-read mirror-read)
     echo "fio:       $(fio --version); nbdkit $(nbdkit --version | cut -d' ' -f2)"
     echo "platter:   $PLATTER, $("$PLATTER" --version)"
     echo "serve:     ${SERVE_ARGS:-(defaults)}"
-    echo "delay:     ${DELAY} ms per member read and write; $RUNS runs of ${RUNTIME} s per job"
+    if [ ${#EXPORTS[@]} -gt 0 ]; then
+        echo "delay:     the exports' own; $RUNS runs of ${RUNTIME} s per job"
+    else
+        echo "delay:     ${DELAY} ms per member read and write; $RUNS runs of ${RUNTIME} s per job"
+    fi
     echo "members:   $TRANSPORT"
 } | tee "$OUT/environment.txt"
 
 for run in $(seq 1 "$RUNS"); do
     for job in "${ORDER[@]}"; do
         read -r target rw bs depth <<<"${JOB[$job]}"
-        kill -0 "${PID[$target]}" 2>/dev/null || die "$target died"
+        if [ -n "${PID[$target]:-}" ]; then
+            kill -0 "${PID[$target]}" 2>/dev/null || die "$target died"
+        fi
         echo "== run $run/$RUNS: $job ($rw $bs iodepth $depth on $target)"
         head -n 1 /proc/stat >"$OUT/$job-$run.cpu"
         proc_cpu >"$OUT/$job-$run.proc"
@@ -190,9 +221,11 @@ for run in $(seq 1 "$RUNS"); do
     done
 done
 
-python3 - "$OUT" "$RUNS" "$(getconf CLK_TCK)" "$(nproc)" <<'PY' | tee "$OUT/summary.txt"
+python3 - "$OUT" "$RUNS" "$(getconf CLK_TCK)" "$(nproc)" "${#EXPORTS[@]}" <<'PY' | tee "$OUT/summary.txt"
 import json, os, statistics, sys
 out, runs, hz, cpus = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+# Exports given with --exports: their servers' CPU is not ours to count.
+local_servers = sys.argv[5] == "0"
 
 def fio(name, run):
     return json.load(open(f"{out}/{name}-{run}.json"))["jobs"][0]
@@ -282,7 +315,10 @@ print()
 print("| case | unit | mirror: platter | platter's thread switches per unit | mirror: both exports' nbdkit | mirror: fio | one export: nbdkit | one export: fio | ratio if platter cost nothing (CPU-bound) |")
 print("|---|---|---|---|---|---|---|---|---|")
 for case, u, p, sw, m, f, rs, rf, c in costs:
-    print(f"| {case} | {u} | {p:.3f} | {sw:.1f} | {m:.3f} | {f:.3f} | {rs:.3f} | {rf:.3f} | {c:.2f} |")
+    if local_servers:
+        print(f"| {case} | {u} | {p:.3f} | {sw:.1f} | {m:.3f} | {f:.3f} | {rs:.3f} | {rf:.3f} | {c:.2f} |")
+    else:
+        print(f"| {case} | {u} | {p:.3f} | {sw:.1f} | n/a | {f:.3f} | n/a | {rf:.3f} | n/a |")
 
 def mean_us(h):
     return h["sum"] / h["count"] / 1e3 if h["count"] else float("nan")
