@@ -4,7 +4,7 @@ use platter_io::socket::{recv_into_when_readable, recv_when_readable};
 use std::io::{self, IoSlice, Read, Write};
 use std::mem::MaybeUninit;
 use std::net::{Shutdown, TcpStream};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
@@ -90,20 +90,12 @@ impl Stream {
     /// for the next request is not woken each time the client reads a
     /// reply). `TimedOut`, `WouldBlock` or `Interrupted`: nothing yet.
     pub fn recv_waiting(&self, buf: &mut [MaybeUninit<u8>], wait: Duration) -> io::Result<usize> {
-        let fd = match self {
-            Stream::Unix(s) => s.as_fd(),
-            Stream::Tcp(s) => s.as_fd(),
-        };
-        recv_when_readable(fd, buf, wait)
+        recv_when_readable(self.as_fd(), buf, wait)
     }
 
     /// [`Stream::recv_waiting`] into initialised memory.
     pub fn recv_into_waiting(&self, buf: &mut [u8], wait: Duration) -> io::Result<usize> {
-        let fd = match self {
-            Stream::Unix(s) => s.as_fd(),
-            Stream::Tcp(s) => s.as_fd(),
-        };
-        recv_into_when_readable(fd, buf, wait)
+        recv_into_when_readable(self.as_fd(), buf, wait)
     }
 }
 
@@ -134,11 +126,17 @@ impl Write for Stream {
     }
 }
 
-impl std::os::fd::AsRawFd for Stream {
-    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+impl AsFd for Stream {
+    fn as_fd(&self) -> BorrowedFd<'_> {
         match self {
-            Stream::Unix(s) => s.as_raw_fd(),
-            Stream::Tcp(s) => s.as_raw_fd(),
+            Stream::Unix(s) => s.as_fd(),
+            Stream::Tcp(s) => s.as_fd(),
         }
+    }
+}
+
+impl AsRawFd for Stream {
+    fn as_raw_fd(&self) -> RawFd {
+        self.as_fd().as_raw_fd()
     }
 }
