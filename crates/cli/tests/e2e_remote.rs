@@ -945,3 +945,127 @@ fn a_host_down_when_the_server_starts_is_taken_back_when_it_answers() {
     assert!(h.s.log().contains("reconnected; rebuilding what it missed"));
     h.member_1_alone_holds_the_volume();
 }
+
+/// A remote member that starts failing its reads while it is being
+/// rebuilt: it is failed, its rebuild stops, the server serves on from
+/// the other copy, and every byte reads back right.
+///
+/// How the bug showed: a mirror over two exports, the first slowed by
+/// nbdkit's delay filter and the second behind its error filter; the
+/// second's nbdkit was killed, the volume written, nbdkit started again
+/// and the member re-added; with clients reading it (`prefer:1`), its
+/// reads began to fail. The member was failed while a rebuild step's reads
+/// from the slow member were out, and when they came in the engine
+/// computed writes for a rebuild that no longer existed: "panicked at
+/// crates/core/src/volume/rebuild.rs: rebuild in progress", then "engine
+/// lock poisoned"; the server exited 101 and dropped every client, 4 runs
+/// of 4. The seeded suite `failures_during_rebuilds_serve_no_wrong_byte`
+/// drives the same engine path.
+#[test]
+fn a_member_failing_reads_during_its_rebuild_is_failed_and_the_server_serves_on() {
+    let test = "a_member_failing_reads_during_its_rebuild_is_failed_and_the_server_serves_on";
+    let Some(t) = required_tools(test, &["qemu-io"]) else {
+        return;
+    };
+    let dir = temp_dir();
+    let trigger = dir.path().join("fail-reads");
+    let files = member_paths(dir.path(), 2);
+    let mut kits = Vec::new();
+    for (i, path) in files.iter().enumerate() {
+        std::fs::File::create(path)
+            .and_then(|f| f.set_len(40 * MIB))
+            .expect("a member file");
+        let file = format!("file={path}");
+        let error_file = format!("error-pread-file={}", trigger.display());
+        // Member 0 slow to read, so that a rebuild step's reads from it
+        // are out when member 1 fails; member 1 fails its reads once the
+        // trigger file exists.
+        let (filters, params): (Vec<&str>, Vec<&str>) = match i {
+            0 => (vec!["delay"], vec!["delay-read=300ms"]),
+            _ => (
+                vec!["error"],
+                vec!["error-pread=EIO", "error-pread-rate=1", &error_file],
+            ),
+        };
+        let plugin = [&["file", file.as_str()], params.as_slice()].concat();
+        let Some(k) = Nbdkit::start(
+            test,
+            &dir.path().join(format!("m{i}.sock")),
+            &filters,
+            &plugin,
+        ) else {
+            return;
+        };
+        kits.push(k);
+    }
+    let uris: Vec<String> = kits.iter().map(Nbdkit::uri).collect();
+    let volume = Volume::create_on(
+        Spec::new("mirror", 2, "64k"),
+        uris.clone(),
+        40 * MIB,
+        dir,
+        &["--bitmap-region", "1M"],
+    );
+    let mut s = Server::start_with(
+        volume,
+        ServeOptions {
+            extra_args: vec!["--no-reconnect".into()],
+            ..ServeOptions::default()
+        },
+    );
+    let uri = s.uri().to_owned();
+    let io = |cmds: &[&str], what: &str| {
+        qemu_io(&t, &uri, &qemu_io_cmds(cmds), what);
+    };
+    io(&["write -P 0x5a 0 32M", "flush"], "fill");
+    // Member 1 then misses only what is written while it is away (the
+    // bitmap's sweeps clear quiet regions every 5 s): its rebuild starts
+    // at 4 MiB, and the first 4 MiB are read from it at once.
+    wait_until(test, || live_status(&s)["bitmap"]["dirty_regions"] == 0);
+    kits[1].kill();
+    io(
+        &["write -P 0x77 4M 16M", "flush"],
+        "write while member 1 is away",
+    );
+    assert_eq!(s.member_states()[1], "faulty");
+    kits[1].restart();
+    let control = s.control();
+    let cmd = |args: &[&str], what: &str| {
+        run_ok(
+            &mut platter(&[args, &["--control", &control]].concat()),
+            CMD_TIMEOUT,
+            what,
+        )
+    };
+    cmd(&["read-policy", "prefer:1"], "prefer member 1");
+    cmd(&["re-add", &uris[1]], "re-add member 1");
+    // Reads from member 1 below its rebuild cursor, then its reads fail
+    // while the rebuild is under way (16 regions at 300 ms a step): the
+    // read that fails comes while a step reads from member 0.
+    io(&["read -P 0x5a 0 1M"], "read while member 1 is rebuilt");
+    let live = live_status(&s);
+    assert_eq!(live["members"][1]["state"], "rebuilding", "{test}: {live}");
+    assert!(
+        live["rebuild"]["cursor_stripe"].as_u64() >= Some(64),
+        "{test}: the rebuild passed the first 4 MiB: {live}"
+    );
+    std::fs::write(&trigger, b"").expect("the trigger file");
+    io(
+        &[
+            "read -P 0x5a 0 4M",
+            "read -P 0x77 4M 16M",
+            "read -P 0x5a 20M 12M",
+        ],
+        "read while member 1 fails its reads",
+    );
+    assert!(s.is_running(), "{test}: the server exited:\n{}", s.log());
+    assert_eq!(s.member_states(), ["active", "faulty"], "{test}");
+    let log = s.log();
+    assert!(!log.contains("panicked"), "{test}: {log}");
+    assert!(!log.contains("poisoned"), "{test}: {log}");
+    io(
+        &["write -P 0x33 8M 1M", "flush", "read -P 0x33 8M 1M"],
+        "write after member 1 failed",
+    );
+    s.stop_expecting_errors("TERM", &["nbd+unix", "member", "rebuild"]);
+}

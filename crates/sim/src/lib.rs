@@ -66,6 +66,9 @@ pub use disk::{DiskModel, HostModel};
 pub use link::Link;
 pub use members::{CrashUndo, Jitter, ServiceModel, SimpleLatency, SimpleService};
 pub use run::{
-    Arrival, Fault, Mix, Report, ScheduledFault, SilentCorruption, SimConfig, Simulation, Workload,
+    Arrival, Fault, Mix, RebuildPace, Report, ScheduledFault, SilentCorruption, SimConfig,
+    Simulation, Workload,
 };
-pub use scenario::{large_config, random_config, with_checksums, with_ppl, ScenarioOptions};
+pub use scenario::{
+    large_config, random_config, rebuild_config, with_checksums, with_ppl, ScenarioOptions,
+};

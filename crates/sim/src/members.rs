@@ -360,6 +360,18 @@ impl SimMember {
         self.dead_from_ns = Some(self.dead_from_ns.map_or(at_ns, |t| t.min(at_ns)));
     }
 
+    /// The member answers again, holding what it held (a remote member
+    /// whose host is back).
+    pub fn revive(&mut self) {
+        self.dead_from_ns = None;
+        self.fail_next = false;
+    }
+
+    /// Whether the member keeps undo entries for crashes.
+    pub fn tracks_undo(&self) -> bool {
+        self.track_undo
+    }
+
     pub fn is_dead(&self, now_ns: u64) -> bool {
         self.dead_from_ns.is_some_and(|t| t <= now_ns)
     }

@@ -111,6 +111,26 @@ pub enum Fault {
     /// parity that may not match the data, unless the volume keeps a
     /// partial parity log ([`SimConfig::ppl`]), applied before it serves.
     CrashLosingMember { member: u32 },
+    /// A fresh, zeroed device takes the member's slot (`platter replace`),
+    /// once the engine has failed the member and the labels record it
+    /// (until then the fault waits); the engine rebuilds it whole from the
+    /// others, stepped at [`SimConfig::rebuild`]'s pace.
+    Replace { member: u32 },
+    /// The member comes back holding what it held (a remote member whose
+    /// host answers again: `platter re-add`), once failed and recorded as
+    /// for [`Fault::Replace`]; the engine rebuilds only the regions the
+    /// bitmap kept for it (all of it without a bitmap).
+    ReAdd { member: u32 },
+}
+
+/// How the host steps a rebuild: one step at a time, as the server's
+/// upkeep thread does, with a pause between steps (its rate limit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RebuildPace {
+    pub stripes_per_step: u64,
+    /// Virtual time from one step's end to the next; a failed step waits
+    /// ten times as long (the server retries every second).
+    pub gap_ns: u64,
 }
 
 /// Silent corruption of what members store ("bit rot"), and the scrub that
@@ -187,6 +207,8 @@ pub struct SimConfig {
     /// A partial parity log (RAID-5/6) in this area of every member,
     /// applied after each crash before the volume serves.
     pub ppl: Option<platter_core::ppl::Layout>,
+    /// How rebuilds ([`Fault::Replace`], [`Fault::ReAdd`]) are stepped.
+    pub rebuild: RebuildPace,
 }
 
 /// Where a simulated volume keeps its checksums: the pages right before
@@ -265,6 +287,11 @@ pub struct Report {
     pub unflushed_writes_checked: u64,
     /// Member failures held back until a resync ended.
     pub deferred_faults: u64,
+    /// Rebuilds started ([`Fault::Replace`], [`Fault::ReAdd`]), finished,
+    /// and their steps that failed (a member failing under them).
+    pub rebuilds_started: u64,
+    pub rebuilds_done: u64,
+    pub rebuild_steps_failed: u64,
     /// Members the engine marked faulty, in order.
     pub faulty_members: Vec<u32>,
     /// Read errors the engine corrected from another copy.
@@ -313,6 +340,9 @@ impl Report {
 }
 
 const VIOLATION_MESSAGES_MAX: usize = 8;
+/// How long a [`Fault::Replace`] or [`Fault::ReAdd`] waits before it tries
+/// again, while the member is not yet failed and recorded.
+const BRING_BACK_RETRY_NS: u64 = 1_000_000;
 /// Stripes per step of a resync without a bitmap.
 const RESYNC_STEP_STRIPES: u64 = 16;
 /// Scrub steps in flight at once after a silent corruption.
@@ -334,6 +364,8 @@ enum SimEvent {
         member: u32,
         epoch: u64,
     },
+    /// The host submits the rebuild's next step.
+    RebuildStep,
 }
 
 struct Inflight {
@@ -357,6 +389,8 @@ struct Outstanding {
     resync: Option<Option<u64>>,
     /// A scrub step after a silent corruption: its report is collected.
     scrub: bool,
+    /// A rebuild step: the next one follows it.
+    rebuild: bool,
 }
 
 /// Produces the client requests, then the verify pass.
@@ -602,6 +636,9 @@ impl Simulation {
             marked_pages_at_crashes: 0,
             unflushed_writes_checked: 0,
             deferred_faults: 0,
+            rebuilds_started: 0,
+            rebuilds_done: 0,
+            rebuild_steps_failed: 0,
             faulty_members: Vec::new(),
             read_errors_corrected: 0,
             violations: 0,
@@ -786,6 +823,7 @@ impl Simulation {
                         );
                     }
                 }
+                SimEvent::RebuildStep => self.rebuild_step(),
                 SimEvent::Destage => {
                     self.submit_upkeep(Request::Destage { all: false }, None);
                     // As for sweeps: only while something else can happen.
@@ -870,6 +908,7 @@ impl Simulation {
                 latency,
                 resync: None,
                 scrub: false,
+                rebuild: false,
             },
         );
         assert!(prev.is_none(), "request id {id:?} reused");
@@ -898,6 +937,7 @@ impl Simulation {
                 latency: None,
                 resync,
                 scrub: false,
+                rebuild: false,
             },
         );
         assert!(prev.is_none(), "request id {id:?} reused");
@@ -909,6 +949,9 @@ impl Simulation {
         o: Outstanding,
         result: Result<Reply, platter_core::volume::VolumeError>,
     ) {
+        if o.rebuild {
+            return self.rebuild_step_done(result);
+        }
         if let Err(e) = &result {
             if !self.report.beyond_budget {
                 let msg = format!("{} failed: {:?}: {}", o.name, e.kind, e.message);
@@ -1046,6 +1089,14 @@ impl Simulation {
                         epoch: self.report.crashes,
                     },
                 );
+            }
+            Event::RebuildDone { member } => {
+                self.trace
+                    .fold(&[17, self.clock.now_ns(), u64::from(member)]);
+                self.report.rebuilds_done += 1;
+                // The labels now hold it as active: a restart assembles it.
+                self.labels_faulty[member as usize] = false;
+                self.known_faulty[member as usize] = false;
             }
             Event::ReadErrorCorrected {
                 member,
@@ -1190,6 +1241,105 @@ impl Simulation {
             Fault::Crash => self.crash(None),
             Fault::CrashLosingMember { member } => self.crash(Some(member)),
             Fault::CorruptStored { member } => self.corrupt_stored(member, now),
+            Fault::Replace { .. } | Fault::ReAdd { .. } => self.bring_back(fault, now),
+        }
+    }
+
+    /// [`Fault::Replace`] and [`Fault::ReAdd`]: as the server does them,
+    /// only for a member failed and recorded, one rebuild at a time and
+    /// none during a resync; otherwise the fault waits and tries again.
+    fn bring_back(&mut self, fault: Fault, now: u64) {
+        let (member, fresh) = match fault {
+            Fault::Replace { member } => (member, true),
+            Fault::ReAdd { member } => (member, false),
+            _ => unreachable!("only replace and re-add bring a member back"),
+        };
+        let m = member as usize;
+        let out = matches!(self.volume.health()[m], Health::Faulty | Health::Missing)
+            && self.labels_faulty[m];
+        if !out || self.volume.rebuild_progress().is_some() || self.resyncing > 0 {
+            self.queue
+                .push(now + BRING_BACK_RETRY_NS, SimEvent::Fault(fault));
+            return;
+        }
+        // Tag 15: a member brought back (1 a fresh device, 0 its own).
+        self.trace
+            .fold(&[15, now, u64::from(member), u64::from(fresh)]);
+        let partial = !fresh && self.intent.is_some();
+        if fresh {
+            let spec = self.geometry.spec();
+            self.members[m] = SimMember::new(
+                member,
+                spec.data_offset_bytes + spec.member_data_bytes[m],
+                spec.data_offset_bytes,
+                self.members[m].tracks_undo(),
+            );
+        } else {
+            self.members[m].revive();
+        }
+        let started = if partial {
+            self.volume.start_partial_rebuild(member, 0)
+        } else {
+            self.volume.start_rebuild(member, 0)
+        };
+        if let Err(e) = started {
+            return self.violation(format!("member {member}'s rebuild refused: {}", e.message));
+        }
+        self.report.rebuilds_started += 1;
+        self.queue.push(now, SimEvent::RebuildStep);
+    }
+
+    /// The host's next rebuild step, if a rebuild runs and no step is out.
+    fn rebuild_step(&mut self) {
+        if self.quiesced {
+            return;
+        }
+        let Some(id) = self
+            .volume
+            .rebuild_step(self.config.rebuild.stripes_per_step)
+        else {
+            return;
+        };
+        let name = "rebuild step";
+        self.trace.fold(&[16, self.clock.now_ns(), id.0]);
+        let prev = self.outstanding.insert(
+            id,
+            Outstanding {
+                submitted_ns: self.clock.now_ns(),
+                name,
+                writer: None,
+                fua: false,
+                read: None,
+                flush_covers: None,
+                upkeep: true,
+                latency: None,
+                resync: None,
+                scrub: false,
+                rebuild: true,
+            },
+        );
+        assert!(prev.is_none(), "request id {id:?} reused");
+    }
+
+    /// A rebuild step ended. One fails only when a member failed under it
+    /// (the target's write, or sources beyond what the level covers); the
+    /// host then tries again later, as the server does, while the rebuild
+    /// lasts and the workload runs.
+    fn rebuild_step_done(&mut self, result: Result<Reply, platter_core::volume::VolumeError>) {
+        let mut gap = self.config.rebuild.gap_ns;
+        if let Err(e) = result {
+            self.report.rebuild_steps_failed += 1;
+            if !self.injected.iter().any(|&i| i) {
+                self.violation(format!(
+                    "a rebuild step failed without a fault: {}",
+                    e.message
+                ));
+            }
+            gap = gap.saturating_mul(10);
+        }
+        if self.volume.rebuild_progress().is_some() && !self.gen.exhausted() {
+            self.queue
+                .push(self.clock.now_ns() + gap, SimEvent::RebuildStep);
         }
     }
 

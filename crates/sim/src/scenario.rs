@@ -3,7 +3,7 @@
 
 use crate::members::{CrashUndo, Jitter, SimpleLatency};
 use crate::rng::{mix64, Rng, Stream};
-use crate::run::{Arrival, Fault, Mix, ScheduledFault, SimConfig, Workload};
+use crate::run::{Arrival, Fault, Mix, RebuildPace, ScheduledFault, SimConfig, Workload};
 use platter_core::balance::ReadPolicy;
 use platter_core::geometry::{Geometry, GeometrySpec};
 use platter_core::intent::{IntentLayout, DEFAULT_REGION_BYTES, INTENT_PAGE_BYTES};
@@ -115,13 +115,7 @@ pub fn random_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
         flush: r.range(0, 6) as u32,
         fua_percent: r.range(0, 20) as u32,
     };
-    // A rough length of the run, to place faults inside it.
-    let per_request_ns = latency.base_ns + latency.jitter.mean_ns() + 16 * latency.ns_per_kib;
-    let parallel = match arrival {
-        Arrival::Closed { concurrency, .. } => u64::from(concurrency),
-        Arrival::Open { .. } => 4,
-    };
-    let run_ns = (requests * per_request_ns * 2 / parallel).max(1);
+    let run_ns = run_estimate_ns(&latency, &arrival, requests);
 
     let redundancy = match level {
         Level::Concat | Level::Stripe => 0,
@@ -212,6 +206,11 @@ pub fn random_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
         silent_corruption: None,
         checksums: None,
         ppl: None,
+        // No draw: the rebuild scenarios set their own pace.
+        rebuild: RebuildPace {
+            stripes_per_step: 4,
+            gap_ns: 100_000,
+        },
     };
     if opts.crash && opts.crash_after_failure {
         crash_after_first_failure(&mut config, &mut r);
@@ -228,6 +227,16 @@ pub fn random_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
         }
     }
     config
+}
+
+/// A rough length of a run, to place faults inside it.
+fn run_estimate_ns(latency: &SimpleLatency, arrival: &Arrival, requests: u64) -> u64 {
+    let per_request_ns = latency.base_ns + latency.jitter.mean_ns() + 16 * latency.ns_per_kib;
+    let parallel = match *arrival {
+        Arrival::Closed { concurrency, .. } => u64::from(concurrency),
+        Arrival::Open { .. } => 4,
+    };
+    (requests * per_request_ns * 2 / parallel).max(1)
 }
 
 /// Turns on the partial parity log (RAID-5/6): its area goes where the
@@ -376,4 +385,75 @@ pub fn with_checksums(c: &mut SimConfig, algorithm: platter_core::integrity::Alg
         c.intent_region_stripes = 1;
     }
     c.checksums = Some(algorithm);
+}
+
+/// A rebuild under load with members failing during it: [`random_config`]'s
+/// redundant volume and workload, where one member fails early and is
+/// then replaced by a fresh device or comes back with its own bytes
+/// (`platter re-add`: a partial rebuild where the bitmap allows), and while
+/// the rebuild runs, members fail at random: the one being rebuilt (its
+/// reads below the cursor, its writes), a source, or both. Each rebuild
+/// step is a few stripes with a pause after it, so the run is long enough
+/// for the failures to land inside the rebuild.
+pub fn rebuild_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
+    let opts = ScenarioOptions {
+        levels: opts
+            .levels
+            .iter()
+            .copied()
+            .filter(|l| !matches!(l, Level::Concat | Level::Stripe))
+            .collect(),
+        crash: false,
+        ..opts.clone()
+    };
+    assert!(!opts.levels.is_empty(), "a rebuild needs a redundant level");
+    let mut c = random_config(seed, &opts);
+    // Its own stream: the base scenario keeps its draws.
+    let mut r = Rng::stream(mix64(seed ^ 0x4eb0_11d0_0000_0001), Stream::Scenario);
+    let members = c.geometry.member_data_bytes.len() as u32;
+    let run_ns = run_estimate_ns(&c.latency, &c.workload.arrival, c.workload.requests);
+    let victim = r.below(u64::from(members)) as u32;
+    let fail_at = r.below(run_ns / 4 + 1);
+    let back_at = fail_at + r.range(1, run_ns / 4 + 2);
+    let mut faults = vec![
+        ScheduledFault {
+            at_ns: fail_at,
+            fault: if r.chance(50) {
+                Fault::Die { member: victim }
+            } else {
+                Fault::FailOneIo { member: victim }
+            },
+        },
+        ScheduledFault {
+            at_ns: back_at,
+            fault: if r.chance(50) {
+                Fault::Replace { member: victim }
+            } else {
+                Fault::ReAdd { member: victim }
+            },
+        },
+    ];
+    // During the rebuild: the target again, a source, or both.
+    let during = r.range(0, 3);
+    for _ in 0..during {
+        let member = if r.chance(60) {
+            victim
+        } else {
+            r.below(u64::from(members)) as u32
+        };
+        let fault = match r.below(3) {
+            0 => Fault::Die { member },
+            _ => Fault::FailOneIo { member },
+        };
+        faults.push(ScheduledFault {
+            at_ns: back_at + r.range(1, run_ns / 2 + 2),
+            fault,
+        });
+    }
+    c.faults = faults;
+    c.rebuild = RebuildPace {
+        stripes_per_step: r.range(1, 4),
+        gap_ns: r.range(10_000, run_ns / 20 + 20_000),
+    };
+    c
 }

@@ -10,8 +10,8 @@ use platter_core::volume::Maintenance;
 use platter_core::Level;
 use platter_sim::rng::mix64;
 use platter_sim::{
-    large_config, random_config, with_checksums, with_ppl, Arrival, Fault, Report, ScenarioOptions,
-    ScheduledFault, SilentCorruption, SimConfig, Simulation,
+    large_config, random_config, rebuild_config, with_checksums, with_ppl, Arrival, Fault, Report,
+    ScenarioOptions, ScheduledFault, SilentCorruption, SimConfig, Simulation,
 };
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -859,6 +859,57 @@ fn crashes_with_checksums_keep_flushed_writes_and_fail_no_read() {
     assert!(crashed as u64 > n / 2);
     assert!(trusted > 0, "no crash left a region to trust");
     assert_eq!(mismatched, 0, "a read failed its checksums after a crash");
+}
+
+/// Seeds of the rebuild test in CI (`scripts/soak-sim` runs 10,000).
+const REBUILD_SEEDS: u64 = 600;
+
+/// A member fails and is replaced by a fresh device or re-added, and while
+/// its rebuild runs under load, members fail at random: the one being
+/// rebuilt (reads below its cursor, writes at it), a source, or both.
+/// No panic, the engine's invariants after every step, no wrong byte, and
+/// within the level's budget no failed request.
+///
+/// How the bug showed: a mirror over two remote exports, the second
+/// re-added after a restart and being rebuilt while clients read from it
+/// (`read-policy prefer:1`), started failing its reads: the member was
+/// failed and its rebuild dropped while a rebuild step's reads from the
+/// other member were out; when they came in, the step went on to compute
+/// its writes for a rebuild that no longer existed and panicked ("rebuild
+/// in progress", crates/core/src/volume/rebuild.rs), poisoning the engine
+/// lock and dropping every client. The simulator had no rebuilds at all.
+#[test]
+fn failures_during_rebuilds_serve_no_wrong_byte() {
+    let opts = ScenarioOptions::default();
+    let test = "failures_during_rebuilds_serve_no_wrong_byte";
+    if replayed_of(rebuild_config, test, &opts) {
+        return;
+    }
+    let n = env_u64("PLATTER_SIM_SEEDS").unwrap_or(REBUILD_SEEDS);
+    let seeds = seed_range(n);
+    let (reports, failures) = run_seeds_of(rebuild_config, test, &seeds, &opts);
+    assert!(
+        failures.is_empty(),
+        "{} of {n} rebuild seeds failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    let started: u64 = reports.iter().map(|(_, r)| r.rebuilds_started).sum();
+    let done: u64 = reports.iter().map(|(_, r)| r.rebuilds_done).sum();
+    let steps_failed: u64 = reports.iter().map(|(_, r)| r.rebuild_steps_failed).sum();
+    let cut = reports
+        .iter()
+        .filter(|(_, r)| r.rebuilds_started > r.rebuilds_done)
+        .count();
+    println!(
+        "{n} seeds: {started} rebuilds started, {done} finished, {cut} seeds with one cut \
+         short, {steps_failed} steps failed"
+    );
+    // The scenarios reach what they are about.
+    assert!(started > n / 2, "most seeds start a rebuild");
+    assert!(done > 0, "some rebuild finishes");
+    assert!(cut > 0, "some rebuild is cut short by a failure");
+    assert!(steps_failed > 0, "some rebuild step fails under a failure");
 }
 
 /// Seeds of the write-hole tests in CI (`scripts/soak-sim` runs 10,000).

@@ -143,7 +143,28 @@ impl Volume {
         if let Some(r) = &self.rebuild {
             assert_eq!(self.health[r.member as usize], Health::Rebuilding);
             assert!(r.cursor_stripe <= self.geometry.stripes());
+            // Its step is live and starts at the cursor; any other rebuild
+            // step is an orphan of a rebuild that stopped.
+            if let Some(step) = r.step {
+                let op = self.ops.get(&step).expect("the rebuild's step is live");
+                assert!(
+                    matches!(op.req, Request::Maintain { action: Maintenance::Rebuild, first_stripe, .. }
+                        if first_stripe == r.cursor_stripe),
+                    "the rebuild's step {step:?} is a step at its cursor"
+                );
+            }
         }
+        let rebuilding = self
+            .health
+            .iter()
+            .filter(|&&h| h == Health::Rebuilding)
+            .count();
+        assert!(rebuilding <= 1, "one member at a time is rebuilt");
+        assert_eq!(
+            rebuilding == 1,
+            self.rebuild.is_some(),
+            "a member is rebuilding exactly while a rebuild runs"
+        );
         self.read_repair.check(|id| self.ops.contains_key(&id));
         self.check_log();
     }

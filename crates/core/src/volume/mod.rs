@@ -436,6 +436,11 @@ impl Volume {
     }
 
     /// Accepts a request; its completion arrives through [`Volume::next_completion`].
+    /// The id the next [`Volume::submit`] gives.
+    pub(super) fn next_request_id(&self) -> RequestId {
+        RequestId(self.next_request)
+    }
+
     pub fn submit(&mut self, req: Request) -> RequestId {
         let id = RequestId(self.next_request);
         self.next_request += 1;
@@ -764,7 +769,7 @@ impl Volume {
             Request::Maintain {
                 action: Maintenance::Rebuild,
                 ..
-            } => self.plan_rebuild(&req, &mut plan),
+            } => self.plan_rebuild(id, &req, &mut plan),
             Request::Maintain {
                 action: Maintenance::Destage,
                 ..
@@ -929,6 +934,7 @@ impl Volume {
 
     /// Called when the current phase of `id` has no I/O outstanding.
     fn advance(&mut self, id: RequestId) {
+        let orphan_step = !self.rebuild_owns(id);
         let op = self.ops.get_mut(&id).expect("live request");
         match op.stage {
             Stage::Waiting | Stage::Destaging => unreachable!("advance of a waiting request"),
@@ -945,6 +951,10 @@ impl Volume {
                 }
                 match op.req {
                     Request::Read { .. } => self.read_phase_done(id),
+                    Request::Maintain {
+                        action: Maintenance::Rebuild,
+                        ..
+                    } if orphan_step => self.rebuild_step_orphaned(id),
                     Request::Maintain {
                         action: Maintenance::Rebuild,
                         ..
@@ -1109,7 +1119,7 @@ impl Volume {
             action: Maintenance::Rebuild,
         } = op.req
         {
-            self.rebuild_step_done(first_stripe, stripe_count, result.is_ok());
+            self.rebuild_step_done(id, first_stripe, stripe_count, result.is_ok());
         }
         if let Some((first, last)) = op.holds.intent_regions {
             self.intent_release(first, last);

@@ -21,8 +21,11 @@ pub(super) struct RebuildState {
     pub member: u32,
     /// Stripes below this are written on the member.
     pub cursor_stripe: u64,
-    /// A step is in flight (steps run one at a time, in order).
-    pub stepping: bool,
+    /// The step in flight, if any (steps run one at a time, in order). A
+    /// step outlives its rebuild when the member fails under it: it then
+    /// belongs to no rebuild, writes nothing and ends failed, and a later
+    /// rebuild of the slot never takes it for its own.
+    pub step: Option<RequestId>,
     /// Only the regions the member missed are written
     /// ([`Volume::start_partial_rebuild`]); the cursor passes the rest.
     pub partial: bool,
@@ -94,7 +97,7 @@ impl Volume {
         self.rebuild = Some(RebuildState {
             member,
             cursor_stripe: from_stripe.min(self.geometry.stripes()),
-            stepping: false,
+            step: None,
             partial,
         });
         Ok(())
@@ -116,7 +119,7 @@ impl Volume {
     /// is left the rebuild ends here, with no step.
     pub fn rebuild_step(&mut self, stripe_count: u64) -> Option<RequestId> {
         let r = self.rebuild.as_ref()?;
-        if r.stepping {
+        if r.step.is_some() {
             return None;
         }
         let total = self.geometry.stripes();
@@ -125,6 +128,7 @@ impl Volume {
         } else {
             (r.cursor_stripe, total)
         };
+        let id = self.next_request_id();
         let r = self.rebuild.as_mut().expect("checked");
         r.cursor_stripe = first_stripe;
         if first_stripe >= total {
@@ -134,16 +138,33 @@ impl Volume {
             return None;
         }
         let count = stripe_count.max(1).min(end - first_stripe);
-        r.stepping = true;
-        Some(self.submit(Request::Maintain {
+        r.step = Some(id);
+        let submitted = self.submit(Request::Maintain {
             first_stripe,
             stripe_count: count,
             action: Maintenance::Rebuild,
-        }))
+        });
+        assert_eq!(submitted, id, "the step has the id it was given");
+        Some(id)
+    }
+
+    /// Whether `id` is the step of the rebuild that runs now: a step whose
+    /// rebuild stopped (its member failed) is no one's.
+    pub(super) fn rebuild_owns(&self, id: RequestId) -> bool {
+        self.rebuild.as_ref().is_some_and(|r| r.step == Some(id))
+    }
+
+    /// The rebuild stopped while step `id` read its sources: it ends
+    /// failed, writing nothing.
+    pub(super) fn rebuild_step_orphaned(&mut self, id: RequestId) {
+        assert!(!self.rebuild_owns(id));
+        let message = "the rebuild stopped (its member failed) during this step";
+        self.finish(id, Err(VolumeError::new(ErrorKind::Io, message)));
     }
 
     pub(super) fn plan_rebuild(
         &mut self,
+        id: RequestId,
         req: &Request,
         plan: &mut Plan,
     ) -> Result<ReadPieces, VolumeError> {
@@ -156,7 +177,7 @@ impl Volume {
             unreachable!("planning a rebuild of another request")
         };
         let target = match &self.rebuild {
-            Some(r) if r.cursor_stripe == first_stripe => r.member,
+            Some(r) if r.cursor_stripe == first_stripe && r.step == Some(id) => r.member,
             _ => {
                 return Err(VolumeError::new(
                     ErrorKind::Io,
@@ -215,10 +236,19 @@ impl Volume {
 
     /// After the rebuild's reads: the target member's chunks, to write.
     pub(super) fn compute_rebuild_writes(&mut self, id: RequestId) -> WritePieces {
+        assert!(
+            self.rebuild_owns(id),
+            "{id:?} computes writes of a stopped rebuild"
+        );
         // The jobs are this step's to consume; the request stays in the
         // table.
         let mut jobs = std::mem::take(&mut self.ops.get_mut(&id).expect("live request").plan.jobs);
-        let target = self.rebuild.as_ref().expect("rebuild in progress").member;
+        let target = self.rebuild.as_ref().expect("checked").member;
+        assert!(
+            jobs.iter()
+                .all(|j| j.bufs.len() == self.geometry.members() as usize),
+            "every job holds a buffer per member"
+        );
         let mut writes = WritePieces::new();
         let g = self.geometry.clone();
         for job in &mut jobs {
@@ -245,12 +275,20 @@ impl Volume {
     }
 
     /// A rebuild step ended: move the cursor on success, finish at the end.
-    pub(super) fn rebuild_step_done(&mut self, first_stripe: u64, stripe_count: u64, ok: bool) {
+    /// A step of a rebuild that stopped changes nothing.
+    pub(super) fn rebuild_step_done(
+        &mut self,
+        id: RequestId,
+        first_stripe: u64,
+        stripe_count: u64,
+        ok: bool,
+    ) {
         let total = self.geometry.stripes();
-        let Some(r) = self.rebuild.as_mut() else {
+        if !self.rebuild_owns(id) {
             return;
-        };
-        r.stepping = false;
+        }
+        let r = self.rebuild.as_mut().expect("checked");
+        r.step = None;
         if !ok {
             return;
         }
@@ -263,7 +301,11 @@ impl Volume {
 
     fn rebuild_finished(&mut self) {
         let r = self.rebuild.take().expect("a rebuild");
-        assert!(!r.stepping, "a rebuild ends between steps");
+        assert!(r.step.is_none(), "a rebuild ends between steps");
+        assert!(
+            r.cursor_stripe >= self.geometry.stripes(),
+            "a rebuild ends at the end"
+        );
         self.health[r.member as usize] = Health::Online;
         if self.all_in_use() {
             self.intent_all_back();
