@@ -5,7 +5,7 @@ use crate::members::{assemble_devices, foreign_label, open_all};
 use clap::Args;
 use platter_core::balance::ReadPolicy;
 use platter_core::geometry::{Geometry, GeometrySpec};
-use platter_core::integrity::Algorithm;
+use platter_core::integrity::{Algorithm, PageFormat, PAGE_BYTES};
 use platter_core::intent::{IntentLayout, INTENT_OFFSET_BYTES};
 use platter_core::label::{
     check_new_name, Checksums, Label, SlotEntry, SlotState, VolumeState, LAYOUT_VERSION,
@@ -29,12 +29,12 @@ const RESERVE_BYTES_MAX: u64 = 1 << 30;
 
 /// Where the partial parity log starts on a member of `member_bytes`:
 /// after the checksum area, when there is one.
-fn ppl_offset_for(member_bytes: u64, checksums: Option<Algorithm>, reserve: u64) -> u64 {
+fn ppl_offset_for(member_bytes: u64, checksums: Option<PageFormat>, reserve: u64) -> u64 {
     match checksums {
         None => reserve,
-        Some(_) => {
+        Some(format) => {
             // Sized for everything after the reserve: the data area is smaller.
-            let area = platter_core::integrity::area_bytes(member_bytes.saturating_sub(reserve));
+            let area = format.area_bytes(member_bytes.saturating_sub(reserve));
             reserve + area.div_ceil(MIB) * MIB
         }
     }
@@ -44,7 +44,7 @@ fn ppl_offset_for(member_bytes: u64, checksums: Option<Algorithm>, reserve: u64)
 /// checksum area and the log, when there are any.
 fn data_offset_for(
     member_bytes: u64,
-    checksums: Option<Algorithm>,
+    checksums: Option<PageFormat>,
     ppl_bytes: u64,
     reserve: u64,
 ) -> u64 {
@@ -96,6 +96,58 @@ fn parse_checksums(s: &str) -> std::result::Result<ChecksumChoice, String> {
 
 #[derive(Clone, Copy, Debug)]
 struct ChecksumChoice(Option<Algorithm>);
+
+fn parse_on_off(s: &str) -> std::result::Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        other => Err(format!("'{other}' is not on or off")),
+    }
+}
+
+/// Writes member `slot` of `members`'s checksum area as a new volume's:
+/// every sealed page holding the entries of its zeroed data blocks (`data`:
+/// this member's data bytes and the largest member's, which sizes the
+/// area), then, with write records, the empty record pages it keeps for
+/// the member before it. Written in 1 MiB pieces.
+fn write_checksum_area(
+    m: &Arc<dyn Member>,
+    c: Checksums,
+    (slot, members): (u32, u32),
+    volume_uuid: [u8; 16],
+    (data_bytes, largest_bytes): (u64, u64),
+) -> Result<()> {
+    use platter_core::integrity::format::{PageId, RecordPage, SealedPage, RECORDS_PER_PAGE};
+    const PAGES_PER_WRITE: u64 = MIB / PAGE_BYTES;
+    let blocks = data_bytes / SECTOR_BYTES;
+    let pages = c.format.pages(largest_bytes);
+    let mut at = c.area_offset_bytes;
+    let mut buf = Vec::with_capacity(MIB as usize);
+    for p in 0..pages {
+        let id = PageId {
+            volume_uuid,
+            slot,
+            index: p,
+        };
+        buf.extend(SealedPage::zeroed(c.algorithm, id, blocks));
+        if (p + 1) % PAGES_PER_WRITE == 0 || p + 1 == pages {
+            m.write_at(at, &buf)?;
+            at += buf.len() as u64;
+            buf.clear();
+        }
+    }
+    let described = (slot + members - 1) % members;
+    for q in 0..c.format.record_pages(largest_bytes) {
+        let id = PageId {
+            volume_uuid,
+            slot: described,
+            index: q,
+        };
+        m.write_at(at, &RecordPage::encode(&[0; RECORDS_PER_PAGE as usize], id))?;
+        at += PAGE_BYTES;
+    }
+    Ok(())
+}
 
 #[derive(Args, Clone)]
 pub struct CreateArgs {
@@ -155,6 +207,14 @@ pub struct CreateArgs {
     /// write-intent bitmap on redundant levels.
     #[arg(long, value_name = "ALGORITHM", default_value = "none", value_parser = parse_checksums)]
     checksums: ChecksumChoice,
+    /// With --checksums: also keep, on the next member, the generation at
+    /// which each member's checksum pages were last made durable (write
+    /// records), so that a write a member acknowledged and then lost, its
+    /// data and its checksum page alike, is caught after a restart instead
+    /// of read back stale. on (default) or off; costs one small write on
+    /// the next member per flush (docs/performance.md, bench/checksums.sh).
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = parse_on_off)]
+    checksum_records: bool,
     /// raid5/raid6: what keeps parity right across a crash. resync
     /// (default): the write-intent bitmap's resync, as md does; a member
     /// lost before the resync can rebuild chunks nobody was writing wrong
@@ -201,6 +261,13 @@ fn md_reserve_bytes(member_bytes: u64) -> u64 {
 impl CreateArgs {
     /// These arguments with the reserve settled for members of at least
     /// `smallest_member_bytes`.
+    /// How the checksum pages are laid out, when there are checksums.
+    fn checksum_format(&self) -> Option<PageFormat> {
+        self.checksums.0.map(|_| PageFormat::Sealed {
+            records: self.checksum_records,
+        })
+    }
+
     fn with_reserve_for(&self, smallest_member_bytes: u64) -> CreateArgs {
         let mut a = self.clone();
         a.reserve = self
@@ -311,7 +378,7 @@ pub fn run(args: CreateArgs) -> Result<()> {
 /// then one interleave.
 fn min_member_bytes(
     interleave: u64,
-    checksums: Option<Algorithm>,
+    checksums: Option<PageFormat>,
     ppl_bytes: u64,
     reserve: u64,
 ) -> Result<u64> {
@@ -390,7 +457,7 @@ fn layout(
 fn check_member_size(args: &CreateArgs, parity_layout: ParityLayout, copies: u32) -> Result<()> {
     let min_bytes = min_member_bytes(
         args.interleave,
-        args.checksums.0,
+        args.checksum_format(),
         ppl_bytes_of(args),
         args.reserve,
     )?;
@@ -411,7 +478,12 @@ fn check_member_size(args: &CreateArgs, parity_layout: ParityLayout, copies: u32
             metadata_words(args)
         )));
     }
-    let offset = data_offset_for(size, args.checksums.0, ppl_bytes_of(args), args.reserve);
+    let offset = data_offset_for(
+        size,
+        args.checksum_format(),
+        ppl_bytes_of(args),
+        args.reserve,
+    );
     let members = vec![data_bytes_of(size, offset); args.members.len()];
     layout(args, parity_layout, copies, offset, members).map(|_| ())
 }
@@ -430,11 +502,16 @@ fn label_members(
         refuse_labelled(m.as_ref(), args.force)?;
     }
     let ppl_bytes = ppl_bytes_of(args);
-    let min_bytes = min_member_bytes(args.interleave, args.checksums.0, ppl_bytes, args.reserve)?;
+    let min_bytes = min_member_bytes(
+        args.interleave,
+        args.checksum_format(),
+        ppl_bytes,
+        args.reserve,
+    )?;
     // One data offset for every member: the largest member's checksums.
     let ppl_offset_bytes = members
         .iter()
-        .map(|m| ppl_offset_for(m.size_bytes(), args.checksums.0, args.reserve))
+        .map(|m| ppl_offset_for(m.size_bytes(), args.checksum_format(), args.reserve))
         .max()
         .unwrap_or(args.reserve);
     let data_offset_bytes = ppl_offset_bytes + ppl_bytes;
@@ -470,6 +547,7 @@ fn label_members(
     )?;
     let checksums = args.checksums.0.map(|algorithm| Checksums {
         algorithm,
+        format: args.checksum_format().expect("checksums"),
         area_offset_bytes: args.reserve,
     });
 
@@ -492,11 +570,12 @@ fn label_members(
             zero_data(m, data_offset_bytes, d)?;
         }
     }
-    // Entries of 0 say "reads as zeros": a new volume's checksum area is
-    // all zero, so no block's checksum need be written.
+    // Every checksum page sealed, with the entries of the zeroed blocks:
+    // a page that is not one (zeroed, discarded) then vouches for nothing.
     if let Some(c) = checksums {
-        for (m, &d) in members.iter().zip(&data_bytes) {
-            m.trim(c.area_offset_bytes, platter_core::integrity::area_bytes(d))?;
+        let largest = data_bytes.iter().copied().max().unwrap_or(0);
+        for (slot, (m, &d)) in members.iter().zip(&data_bytes).enumerate() {
+            write_checksum_area(m, c, (slot as u32, n), volume_uuid, (d, largest))?;
         }
     }
     // A reused device may hold old records where the log goes; a new

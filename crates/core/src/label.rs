@@ -37,15 +37,17 @@ pub const LABEL_MAGIC: [u8; 8] = *b"PLATTER\x01";
 /// unless a version-2 field is in use (the scheduled scrub's record), 3
 /// when the volume keeps checksums, 4 when it keeps a partial parity log,
 /// 5 while a slot records when its member left (`left_at_events`), 6
-/// while a reshape runs ([`ReshapeRecord`]), so a volume that never used
-/// them stays readable by older builds. A build that knows only 2 must
+/// while a reshape runs ([`ReshapeRecord`]), 7 when its checksum pages are
+/// sealed ([`Checksums::format`]), so a volume that never used them stays
+/// readable by older builds. A build that knows only 2 must
 /// refuse a volume with checksums (it would write data without them), one
 /// that knows only 3 a volume with a log (it would write partial stripes
 /// without their records), one that knows only 4 a member's departure (it
 /// would clear the bitmap the member's return needs), one that knows only
 /// 5 a volume in the middle of a reshape (it would read the bytes not yet
-/// moved through the new layout).
-pub const LABEL_FORMAT_VERSION: u32 = 6;
+/// moved through the new layout), one that knows only 6 a volume with
+/// sealed checksum pages (it would read their headers as entries).
+pub const LABEL_FORMAT_VERSION: u32 = 7;
 
 /// Version of the volume-to-member mapping arithmetic (`geometry`).
 ///
@@ -70,7 +72,8 @@ const _: () = assert!(at::CHECKSUM_ALGORITHM + 8 == at::PPL_OFFSET_BYTES);
 const _: () = assert!(at::PPL_LEN_BYTES + 8 == at::RESHAPE_ID);
 const _: () = assert!(at::RESHAPE_OLD_PARITY_LAYOUT + 1 == at::RESHAPE_RESERVED);
 const _: () = assert!(at::RESHAPE_RESERVED + 6 == at::RESHAPE_OLD_DATA_OFFSET_BYTES);
-const _: () = assert!(at::RESHAPE_OLD_DATA_OFFSET_BYTES + 8 == at::RESERVED_HEADER);
+const _: () = assert!(at::RESHAPE_OLD_DATA_OFFSET_BYTES + 8 == at::CHECKSUM_FORMAT);
+const _: () = assert!(at::CHECKSUM_FORMAT + 8 == at::RESERVED_HEADER);
 const _: () = assert!(at::RESERVED_HEADER <= at::SLOT_TABLE);
 const _: () = assert!(at::RESERVED_TAIL <= at::CHECKSUM);
 const _: () = assert!(at::CHECKSUM + 4 == LABEL_BYTES);
@@ -130,7 +133,8 @@ pub mod at {
     /// the room before the data (docs/reshape.md); 0 when it stays.
     pub const RESHAPE_OLD_DATA_OFFSET_BYTES: usize = 0x140;
     /// Zero: room for header fields.
-    pub const RESERVED_HEADER: usize = 0x148;
+    pub const CHECKSUM_FORMAT: usize = 0x148;
+    pub const RESERVED_HEADER: usize = 0x150;
     pub const SLOT_TABLE: usize = 0x200;
     /// Zero in format version 1: room after the slot table.
     pub const RESERVED_TAIL: usize = SLOT_TABLE + super::MAX_MEMBERS as usize * SLOT_ENTRY_BYTES;
@@ -403,6 +407,8 @@ impl ReshapeRecord {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Checksums {
     pub algorithm: crate::integrity::Algorithm,
+    /// How the pages are laid out (format version 7 for sealed pages).
+    pub format: crate::integrity::PageFormat,
     /// Member offset of the checksum area: whole 4 KiB pages, after the
     /// bitmap and before `data_offset_bytes`.
     pub area_offset_bytes: u64,
@@ -529,7 +535,7 @@ impl Label {
             return Err(LabelError::UnknownLayoutVersion(self.layout_version));
         }
         if let Some(c) = self.checksums {
-            let area = crate::integrity::area_bytes(self.data_size_bytes);
+            let area = c.format.area_bytes(self.data_size_bytes);
             if c.area_offset_bytes < LABEL_BYTES as u64
                 || c.area_offset_bytes % crate::integrity::PAGE_BYTES != 0
                 || c.area_offset_bytes
@@ -547,7 +553,7 @@ impl Label {
         }
         if let Some(l) = self.ppl {
             let checksums = self.checksums.map(|c| {
-                let area = crate::integrity::area_bytes(self.data_size_bytes);
+                let area = c.format.area_bytes(self.data_size_bytes);
                 (c.area_offset_bytes, c.area_offset_bytes + area)
             });
             let block = crate::ppl::BLOCK_BYTES;
@@ -799,7 +805,9 @@ impl Label {
         }
         let mut b = [0u8; LABEL_BYTES];
         b[at::MAGIC..at::MAGIC + 8].copy_from_slice(&LABEL_MAGIC);
+        let sealed = self.checksums.is_some_and(|c| c.format.is_sealed());
         let version = match (self.ppl, self.checksums, self.scrub.is_zero()) {
+            _ if sealed => 7,
             _ if self.reshape.is_some() => 6,
             _ if self.slots.iter().any(|e| e.left_at_events != 0) => 5,
             (Some(_), _, _) => 4,
@@ -858,6 +866,7 @@ impl Label {
                 at::CHECKSUM_ALGORITHM,
                 u64::from(c.algorithm.code()),
             );
+            put_u64(&mut b, at::CHECKSUM_FORMAT, u64::from(c.format.code()));
         }
         if let Some(l) = self.ppl {
             put_u64(&mut b, at::PPL_OFFSET_BYTES, l.offset_bytes);
@@ -950,12 +959,15 @@ impl Label {
             check_zero(b, at::PPL_OFFSET_BYTES..at::RESERVED_HEADER)?;
         }
         if format_version <= 5 {
-            check_zero(b, at::RESHAPE_ID..at::RESERVED_HEADER)?;
+            check_zero(b, at::RESHAPE_ID..at::CHECKSUM_FORMAT)?;
+        }
+        if format_version <= 6 {
+            check_zero(b, at::CHECKSUM_FORMAT..at::RESERVED_HEADER)?;
         }
         check_zero(b, at::RESHAPE_RESERVED..at::RESHAPE_OLD_DATA_OFFSET_BYTES)?;
         let reshape = match get_u64(b, at::RESHAPE_ID) {
             0 => {
-                check_zero(b, at::RESHAPE_ID..at::RESERVED_HEADER)?;
+                check_zero(b, at::RESHAPE_ID..at::CHECKSUM_FORMAT)?;
                 None
             }
             id => Some(ReshapeRecord {
@@ -1016,11 +1028,27 @@ impl Label {
                 }
                 None
             }
-            Ok(Some(algorithm)) => Some(Checksums {
-                algorithm,
-                area_offset_bytes: get_u64(b, at::CHECKSUM_OFFSET_BYTES),
-            }),
+            Ok(Some(algorithm)) => {
+                let code = get_u64(b, at::CHECKSUM_FORMAT);
+                let format = u8::try_from(code)
+                    .ok()
+                    .and_then(crate::integrity::PageFormat::from_code)
+                    .ok_or_else(|| {
+                        field_error(
+                            "checksum_format",
+                            format!("unknown checksum page format code {code}"),
+                        )
+                    })?;
+                Some(Checksums {
+                    algorithm,
+                    format,
+                    area_offset_bytes: get_u64(b, at::CHECKSUM_OFFSET_BYTES),
+                })
+            }
         };
+        if checksums.is_none() && get_u64(b, at::CHECKSUM_FORMAT) != 0 {
+            return Err(field_error("checksum_format", "is not 0 with no checksums"));
+        }
         check_zero(b, at::RESERVED_HEADER..at::SLOT_TABLE)?;
         let scrub = ScrubRecord {
             started_unix_seconds: get_u64(b, at::SCRUB_STARTED_UNIX_SECONDS),
@@ -1055,6 +1083,12 @@ impl Label {
             return Err(field_error(
                 "format_version",
                 "is 6 with no reshape in progress (a writer says 1 to 5)",
+            ));
+        }
+        if format_version == 7 && !checksums.is_some_and(|c| c.format.is_sealed()) {
+            return Err(field_error(
+                "format_version",
+                "is 7 with no sealed checksum pages (a writer says 1 to 6)",
             ));
         }
 

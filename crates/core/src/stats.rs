@@ -176,6 +176,14 @@ pub struct ChecksumStats {
     /// Checksum pages read from and written to the members.
     pub page_reads: u64,
     pub page_writes: u64,
+    /// Sealed checksum pages read that were not sealed pages of theirs
+    /// (zeroed, discarded, torn, misplaced), and pages read older than
+    /// their write record (the member lost a write it acknowledged): their
+    /// blocks were served from redundancy and rewritten.
+    #[serde(default)]
+    pub pages_refused: u64,
+    #[serde(default)]
+    pub pages_stale: u64,
 }
 
 /// Silent corruption found by `check`, `repair` and the scheduled scrub.

@@ -10,7 +10,7 @@
 
 use bytes::Bytes;
 use platter_core::geometry::{Geometry, GeometrySpec};
-use platter_core::integrity::{Algorithm, Layout, Limits as ChecksumLimits};
+use platter_core::integrity::{Algorithm, Layout, Limits as ChecksumLimits, PageFormat};
 use platter_core::intent::{IntentLayout, RegionSet};
 use platter_core::volume::{
     CheckReport, Health, Limits, Maintenance, MemberIo, MemberOp, Reply, Request, Volume,
@@ -52,9 +52,13 @@ fn geometry(level: Level, members: u32, copies: u32) -> Geometry {
     .unwrap()
 }
 
+/// Bare pages, as volumes made before sealed pages keep them: a new
+/// volume's area is all zeros (the simulator's suites drive sealed pages).
 fn layout(alg: Algorithm) -> Layout {
     Layout {
         algorithm: alg,
+        format: PageFormat::Bare,
+        volume_uuid: [7; 16],
         area_offset_bytes: AREA_OFFSET,
         data_offset_bytes: DATA_OFFSET,
         data_size_bytes: INTERLEAVE * ROWS,

@@ -2,7 +2,7 @@
 //! checks its byte tables against the bytes `Label::encode` writes, so the
 //! document cannot drift from the code.
 
-use platter_core::integrity::Algorithm;
+use platter_core::integrity::{Algorithm, PageFormat};
 use platter_core::label::{
     at, Checksums, Label, ReshapeRecord, ScrubRecord, SlotEntry, SlotState, VolumeState,
     LABEL_BYTES, LABEL_FORMAT_VERSION, LABEL_MAGIC, LAYOUT_VERSION, MAX_MEMBERS, NAME_MAX_BYTES,
@@ -94,8 +94,10 @@ fn sample() -> Label {
             completed_unix_seconds: 0x0102_0304_0506_0708,
             last_found_stripes: 11,
         },
+        // Sealed pages with write records (version 7).
         checksums: Some(Checksums {
             algorithm: Algorithm::Xxh3,
+            format: PageFormat::Sealed { records: true },
             area_offset_bytes: 0x8000,
         }),
         // After the checksum area, before the data.
@@ -187,6 +189,7 @@ fn label_table_matches_the_code() {
             8,
             "reshape_old_data_offset_bytes",
         ),
+        row(at::CHECKSUM_FORMAT, 8, "checksum_format"),
         row(
             at::RESERVED_HEADER,
             at::SLOT_TABLE - at::RESERVED_HEADER,
@@ -278,6 +281,7 @@ fn documented_offsets_hold_the_values() {
         ),
         ("checksum_offset_bytes", 0x8000u64.to_le_bytes().to_vec()),
         ("checksum_algorithm", 2u64.to_le_bytes().to_vec()),
+        ("checksum_format", 2u64.to_le_bytes().to_vec()),
         ("ppl_offset_bytes", (3u64 << 52).to_le_bytes().to_vec()),
         ("ppl_len_bytes", (4u64 << 20).to_le_bytes().to_vec()),
         (

@@ -1,7 +1,7 @@
 //! Property tests of the label codec: every valid label round-trips exactly,
 //! and no input makes `decode` panic or accept bytes it would not write.
 
-use platter_core::integrity::Algorithm;
+use platter_core::integrity::{Algorithm, PageFormat};
 use platter_core::label::{
     at, is_blank, Checksums, Label, LabelError, ReshapeRecord, ScrubRecord, SlotEntry, SlotState,
     VolumeState, LABEL_BYTES, LABEL_MAGIC, LAYOUT_VERSION, MAX_MEMBERS,
@@ -172,8 +172,11 @@ fn label() -> impl Strategy<Value = Label> {
                     },
                     // Checksums (version 3) where an area fits before the
                     // data: at 4 KiB, whatever the algorithm.
+                    // Bare, sealed or sealed with records by the counter.
                     checksums: {
-                        let area = platter_core::integrity::area_bytes(data_size_bytes);
+                        let format = PageFormat::from_code((event_counter / 8 % 3) as u8)
+                            .expect("a format code");
+                        let area = format.area_bytes(data_size_bytes);
                         let fits = 4096u64
                             .checked_add(area)
                             .is_some_and(|end| end <= data_offset_bytes);
@@ -183,6 +186,7 @@ fn label() -> impl Strategy<Value = Label> {
                             } else {
                                 Algorithm::Xxh3
                             },
+                            format,
                             area_offset_bytes: 4096,
                         })
                     },

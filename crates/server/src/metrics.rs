@@ -389,6 +389,16 @@ impl prometheus_client::collector::Collector for Snapshot {
                     c.trusted_blocks,
                     "Blocks whose checksums were set from their bytes after a crash",
                 ),
+                (
+                    "pages_refused",
+                    c.pages_refused,
+                    "Checksum pages read that were not sealed pages of theirs (zeroed, discarded, torn)",
+                ),
+                (
+                    "pages_stale",
+                    c.pages_stale,
+                    "Checksum pages read older than their write record (a lost write)",
+                ),
             ] {
                 Self::counter(
                     &mut enc,

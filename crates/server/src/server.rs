@@ -497,6 +497,10 @@ fn flush_and_mark(engine: &Engine, meta: &Meta, upkeep: &Upkeep) -> Result<(), S
     if let Err(e) = engine.run(Request::Sweep { all: true }) {
         tracing::warn!(error = %e, "cannot clear the write-intent bitmap");
     }
+    // The checksum pages' write records that the flush above set go to
+    // their members with this one (they are written by each member's next
+    // flush): a member that dropped the pages is then caught at the start.
+    let flushed = flushed.and(engine.run(Request::Flush).map(|_| ()));
     let health = engine.health();
     let progress = engine.with_volume(|v| v.rebuild_progress());
     // An unfinished resync leaves stripes unverified, and so do writes

@@ -1,7 +1,7 @@
 //! Start-up: from an assembled volume to an engine ready to serve, and
 //! what the labels and the upkeep thread must know before the first client.
 //! Nothing here changes a member's data or label except
-//! [`reserve_bitmap_areas`] (allocation only) and [`mark_in_use`].
+//! [`reserve_areas`] (allocation only) and [`mark_in_use`].
 
 use crate::engine::Engine;
 use crate::manage;
@@ -69,10 +69,31 @@ pub(crate) fn open(volume: OpenVolume, config: &ServeConfig) -> Result<Opened, S
         // The label and the bitmap, not the room for reshapes after them
         // (md's headroom: up to 128 MiB a member, most often never used).
         let end = platter_core::intent::INTENT_OFFSET_BYTES + layout.area_bytes();
-        reserve_bitmap_areas(
+        reserve_areas(
             &members,
             &assembly.health,
-            end.min(assembly.label.data_offset_bytes),
+            (0, end.min(assembly.label.data_offset_bytes)),
+            "label and write-intent bitmap area",
+        )?;
+    }
+    if let Some(c) = assembly.label.checksums.filter(|_| !config.read_only) {
+        // A checksum page written for the first time (a member copied
+        // sparsely, or created before the pages were written whole) must
+        // find its room: a refused page write fails the member's flush,
+        // and every member at once on a full file system.
+        let data = assembly
+            .label
+            .slots
+            .iter()
+            .map(|s| s.data_size_bytes)
+            .max()
+            .unwrap_or(assembly.label.data_size_bytes);
+        let len = c.format.area_bytes(data);
+        reserve_areas(
+            &members,
+            &assembly.health,
+            (c.area_offset_bytes, len),
+            "checksum area",
         )?;
     }
     let geometry = &assembly.geometry;
@@ -116,24 +137,26 @@ pub(crate) fn open(volume: OpenVolume, config: &ServeConfig) -> Result<Opened, S
     })
 }
 
-/// Allocates the label and bitmap area of every member in use: a bitmap
-/// write refused for space would fail each member it went to, so a volume
-/// copied sparsely onto a full file system lost every member at its first
-/// write to a quiet region. Refused here, the operator can make room.
-fn reserve_bitmap_areas(
+/// Allocates `(offset, len)` of every member in use (`what` names it): a
+/// metadata write refused for space would fail each member it went to, so
+/// a volume copied sparsely onto a full file system lost every member at
+/// its first write to a quiet region. Refused here, the operator can make
+/// room.
+fn reserve_areas(
     members: &[Option<Arc<dyn Member>>],
     health: &[Health],
-    end_bytes: u64,
+    (offset_bytes, len_bytes): (u64, u64),
+    what: &str,
 ) -> Result<(), ServeError> {
     for (device, health) in members.iter().zip(health) {
         let Some(device) = device.as_ref().filter(|_| *health == Health::Online) else {
             continue;
         };
-        device.reserve(0, end_bytes).map_err(|e| {
+        device.reserve(offset_bytes, len_bytes).map_err(|e| {
             ServeError::Refused(format!(
-                "cannot allocate the label and write-intent bitmap area of member {} \
-                 ({end_bytes} bytes; a sparse copy leaves it unallocated): {e}; \
-                 make room on its file system, or serve --read-only",
+                "cannot allocate the {what} of member {} ({len_bytes} bytes at {offset_bytes}; \
+                 a sparse copy leaves it unallocated): {e}; make room on its file system, or \
+                 serve --read-only",
                 device.describe()
             ))
         })?;
@@ -270,6 +293,8 @@ pub(crate) fn engine(
         let label = &opened.assembly.label;
         let layout = platter_core::integrity::Layout {
             algorithm: c.algorithm,
+            format: c.format,
+            volume_uuid: label.volume_uuid,
             area_offset_bytes: c.area_offset_bytes,
             data_offset_bytes: label.data_offset_bytes,
             data_size_bytes: label

@@ -70,5 +70,6 @@ pub use run::{
     Simulation, Workload,
 };
 pub use scenario::{
-    large_config, random_config, rebuild_config, with_checksums, with_ppl, ScenarioOptions,
+    large_config, lost_bytes_config, random_config, rebuild_config, with_checksums, with_ppl,
+    ScenarioOptions,
 };

@@ -312,6 +312,9 @@ pub struct SimMember {
     fail_next: bool,
     /// The next read to complete returns one flipped bit (silent corruption).
     corrupt_next_read: bool,
+    /// Writes and trims that complete before this time are acknowledged
+    /// and not kept.
+    drop_writes_until_ns: u64,
     /// Keep undo entries (only when the run can crash: they cost copies).
     track_undo: bool,
     undo: Vec<UndoEntry>,
@@ -328,6 +331,7 @@ impl SimMember {
             dead_from_ns: None,
             fail_next: false,
             corrupt_next_read: false,
+            drop_writes_until_ns: 0,
             track_undo,
             undo: Vec::new(),
             write_seq: 0,
@@ -384,6 +388,31 @@ impl SimMember {
     /// next I/O fails. The engine does not know yet.
     pub fn failure_pending(&self, now_ns: u64) -> bool {
         self.fail_next || self.is_dead(now_ns)
+    }
+
+    /// Writes (and trims) that complete from now until `until_ns` are
+    /// acknowledged and dropped: the member keeps its old bytes.
+    pub fn drop_writes_until(&mut self, until_ns: u64) {
+        self.drop_writes_until_ns = self.drop_writes_until_ns.max(until_ns);
+    }
+
+    pub fn stop_dropping_writes(&mut self) {
+        self.drop_writes_until_ns = 0;
+    }
+
+    /// Everything from `offset_bytes` to the end reads as zeros from now,
+    /// behind the engine's back (a discard): not a write, so nothing for
+    /// a crash to undo.
+    pub fn discard_from(&mut self, offset_bytes: u64) {
+        let end = self.data.len();
+        self.data.fill(offset_bytes.min(end)..end, 0);
+        // What a crash would put back, or replay, is gone too.
+        let from = offset_bytes as usize;
+        for e in &mut self.undo {
+            let skip = from.saturating_sub(e.offset_bytes).min(e.old.len());
+            e.old[skip..].fill(0);
+            e.new[skip..].fill(0);
+        }
     }
 
     pub fn corrupt_next_read(&mut self) {
@@ -488,6 +517,11 @@ impl SimMember {
                     Some(s) => Bytes::copy_from_slice(s),
                     None => Bytes::from(self.data.get(r)),
                 }))
+            }
+            MemberOp::Write { .. } | MemberOp::Trim { .. }
+                if now_ns < self.drop_writes_until_ns =>
+            {
+                Ok(None)
             }
             MemberOp::Write { offset_bytes, data } => {
                 self.store(*offset_bytes, &data.to_bytes());

@@ -11,7 +11,7 @@ use crate::trace::TraceHash;
 use bytes::Bytes;
 use platter_core::balance::ReadPolicy;
 use platter_core::geometry::{Geometry, GeometrySpec};
-use platter_core::integrity::{self, Algorithm};
+use platter_core::integrity::{self, Algorithm, PageFormat};
 use platter_core::intent::{IntentLayout, RegionSet, INTENT_OFFSET_BYTES, INTENT_PAGE_BYTES};
 use platter_core::stats::LatencyOf;
 use platter_core::volume::{
@@ -111,6 +111,24 @@ pub enum Fault {
     /// parity that may not match the data, unless the volume keeps a
     /// partial parity log ([`SimConfig::ppl`]), applied before it serves.
     CrashLosingMember { member: u32 },
+    /// Everything of the member's from its checksum area on (checksum
+    /// pages, write records, data) reads as zeros from now on, behind the
+    /// engine's back: a discarded or thin-provisioned LUN that lost its
+    /// mapping, `blkdiscard`, a firmware bug. Reported by no I/O.
+    Discard { member: u32 },
+    /// The member acknowledges every write for `for_ns` from now and keeps
+    /// none of them (data, checksum pages and write records alike): a
+    /// dropped write, as a firmware bug or a cache that lies makes it.
+    /// Reported by no I/O; flushes succeed.
+    DropWrites { member: u32, for_ns: u64 },
+    /// A clean stop and start: new requests wait, and once those in
+    /// flight have completed the host flushes, clears the bitmap and
+    /// flushes again, as `platter serve` does at a stop; then the volume
+    /// is assembled again from the members, its checksum pages and
+    /// records read afresh, and the waiting requests go on. With
+    /// `discard`, that member is discarded ([`Fault::Discard`]) while the
+    /// volume is stopped: nothing of it is cached when it starts again.
+    Restart { discard: Option<u32> },
     /// A fresh, zeroed device takes the member's slot (`platter replace`),
     /// once the engine has failed the member and the labels record it
     /// (until then the fault waits); the engine rebuilds it whole from the
@@ -204,6 +222,10 @@ pub struct SimConfig {
     /// area sits right before the data area ([`checksum_layout`]), so the
     /// geometry's data offset must leave room for it after the bitmap.
     pub checksums: Option<Algorithm>,
+    /// How the checksum pages are laid out, and how many the layer caches
+    /// per member (a few make it read pages back often).
+    pub checksum_format: PageFormat,
+    pub checksum_cache_pages: usize,
     /// A partial parity log (RAID-5/6) in this area of every member,
     /// applied after each crash before the volume serves.
     pub ppl: Option<platter_core::ppl::Layout>,
@@ -211,14 +233,20 @@ pub struct SimConfig {
     pub rebuild: RebuildPace,
 }
 
-/// Where a simulated volume keeps its checksums: the pages right before
-/// the data area.
-pub fn checksum_layout(geometry: &Geometry, algorithm: Algorithm) -> integrity::Layout {
+/// Where a simulated volume keeps its checksums: the pages (and any write
+/// records) right before the data area.
+pub fn checksum_layout(
+    geometry: &Geometry,
+    algorithm: Algorithm,
+    format: PageFormat,
+) -> integrity::Layout {
     let spec = geometry.spec();
     let data_size_bytes = spec.member_data_bytes.iter().copied().max().unwrap_or(0);
-    let area = integrity::area_bytes(data_size_bytes);
+    let area = format.area_bytes(data_size_bytes);
     integrity::Layout {
         algorithm,
+        format,
+        volume_uuid: SIM_VOLUME_UUID,
         area_offset_bytes: spec
             .data_offset_bytes
             .checked_sub(area)
@@ -229,13 +257,20 @@ pub fn checksum_layout(geometry: &Geometry, algorithm: Algorithm) -> integrity::
 }
 
 impl SimConfig {
-    /// The members that get a `Die` or `FailOneIo` fault, in order.
+    /// The members that get a fault that costs their bytes (`Die`,
+    /// `FailOneIo`, `Discard`, `DropWrites`), in order.
     pub fn failing_members(&self) -> Vec<u32> {
         let mut v: Vec<u32> = self
             .faults
             .iter()
             .filter_map(|f| match f.fault {
-                Fault::Die { member } | Fault::FailOneIo { member } => Some(member),
+                Fault::Die { member }
+                | Fault::FailOneIo { member }
+                | Fault::Discard { member }
+                | Fault::Restart {
+                    discard: Some(member),
+                }
+                | Fault::DropWrites { member, .. } => Some(member),
                 _ => None,
             })
             .collect();
@@ -287,6 +322,15 @@ pub struct Report {
     pub unflushed_writes_checked: u64,
     /// Member failures held back until a resync ended.
     pub deferred_faults: u64,
+    /// [`Fault::DropWrites`] windows, [`Fault::Discard`]s and clean
+    /// [`Fault::Restart`]s that happened.
+    pub dropped_write_windows: u64,
+    pub members_discarded: u64,
+    pub restarts: u64,
+    /// Sealed checksum pages read that were refused (blank, damaged) or
+    /// stale, over every assembly.
+    pub checksum_pages_refused: u64,
+    pub checksum_pages_stale: u64,
     /// Rebuilds started ([`Fault::Replace`], [`Fault::ReAdd`]), finished,
     /// and their steps that failed (a member failing under them).
     pub rebuilds_started: u64,
@@ -532,6 +576,15 @@ pub struct Simulation {
     quiesced: bool,
     /// The reports of the scrub steps in flight, merged.
     scrub_tally: Option<CheckReport>,
+    /// A [`Fault::Restart`] waits for the requests in flight; arrivals
+    /// meanwhile are held, and go on after it.
+    restart_pending: bool,
+    arrivals_held: u64,
+    /// The member a [`Fault::Restart`] discards while stopped.
+    discard_at_restart: Option<u32>,
+    /// The stop's own requests, and whether one of them failed.
+    stop_steps: BTreeSet<RequestId>,
+    stop_steps_failed: bool,
 }
 
 impl Simulation {
@@ -539,12 +592,14 @@ impl Simulation {
         let geometry = Geometry::new(config.geometry.clone())
             .unwrap_or_else(|e| panic!("seed {seed}: bad simulated geometry: {e}"));
         let n = geometry.members();
-        let can_crash = config
-            .faults
-            .iter()
-            .any(|f| matches!(f.fault, Fault::Crash | Fault::CrashLosingMember { .. }));
+        let can_crash = config.faults.iter().any(|f| {
+            matches!(
+                f.fault,
+                Fault::Crash | Fault::CrashLosingMember { .. } | Fault::Restart { .. }
+            )
+        });
         let spec = geometry.spec();
-        let members = (0..n)
+        let mut members: Vec<SimMember> = (0..n)
             .map(|m| {
                 SimMember::new(
                     m,
@@ -599,13 +654,21 @@ impl Simulation {
             volume.enable_intent(layout, RegionSet::new(&layout), false);
         }
         if let Some(alg) = config.checksums {
-            let layout = checksum_layout(&geometry, alg);
+            let layout = checksum_layout(&geometry, alg, config.checksum_format);
+            assert!(
+                layout.format.area_bytes(layout.data_size_bytes) <= 64 << 20,
+                "seed {seed}: checksum pages written at creation stay small"
+            );
+            for (m, member) in members.iter_mut().enumerate() {
+                let area = created_checksum_area(&layout, m as u32, n);
+                member.write_flushed(layout.area_offset_bytes, &area);
+            }
             assert!(
                 layout.area_offset_bytes
                     >= INTENT_OFFSET_BYTES + intent.map_or(0, |l| l.area_bytes()),
                 "seed {seed}: the checksums overlap the bitmap"
             );
-            volume.enable_checksums(layout, integrity::Limits::default());
+            volume.enable_checksums(layout, checksum_limits(&config));
         }
         if let Some(limits) = config.stripe_cache {
             volume.enable_stripe_cache(limits);
@@ -636,6 +699,11 @@ impl Simulation {
             marked_pages_at_crashes: 0,
             unflushed_writes_checked: 0,
             deferred_faults: 0,
+            dropped_write_windows: 0,
+            members_discarded: 0,
+            restarts: 0,
+            checksum_pages_refused: 0,
+            checksum_pages_stale: 0,
             rebuilds_started: 0,
             rebuilds_done: 0,
             rebuild_steps_failed: 0,
@@ -685,6 +753,11 @@ impl Simulation {
             break_at_step: None,
             quiesced: false,
             scrub_tally: None,
+            restart_pending: false,
+            arrivals_held: 0,
+            discard_at_restart: None,
+            stop_steps: BTreeSet::new(),
+            stop_steps_failed: false,
         }
     }
 
@@ -768,6 +841,7 @@ impl Simulation {
                 }
             }
         }
+        self.tally_checksum_pages();
         self.report.end_ns = self.clock.now_ns();
         self.report.stats = self.volume.stats();
         self.report.trace_hash = self.trace.finish();
@@ -798,43 +872,7 @@ impl Simulation {
                 break;
             };
             self.clock.advance_to(at_ns);
-            match ev {
-                SimEvent::Arrival => self.arrival(),
-                SimEvent::ServiceWake => self.service_wake(at_ns),
-                // Past the workload's end (silent corruption runs on from
-                // there) scheduled faults fire no more, as before.
-                SimEvent::Fault(_) if self.quiesced => {}
-                SimEvent::Fault(f) => self.fault(f),
-                SimEvent::LabelsWritten { member, epoch } => {
-                    if epoch == self.report.crashes {
-                        self.trace.fold(&[11, at_ns, u64::from(member)]);
-                        self.labels_faulty[member as usize] = true;
-                        self.volume.failure_recorded(member);
-                    }
-                }
-                SimEvent::Sweep => {
-                    self.submit_upkeep(Request::Sweep { all: false }, None);
-                    // Only while something else can still happen: a lone
-                    // sweep chain must not hide a stall.
-                    if !self.queue.is_empty() {
-                        self.queue.push(
-                            self.clock.now_ns() + self.config.sweep_interval_ns,
-                            SimEvent::Sweep,
-                        );
-                    }
-                }
-                SimEvent::RebuildStep => self.rebuild_step(),
-                SimEvent::Destage => {
-                    self.submit_upkeep(Request::Destage { all: false }, None);
-                    // As for sweeps: only while something else can happen.
-                    if !self.queue.is_empty() {
-                        self.queue.push(
-                            self.clock.now_ns() + self.config.destage_interval_ns,
-                            SimEvent::Destage,
-                        );
-                    }
-                }
-            }
+            self.step_event(at_ns, ev);
             self.pump();
             if self.break_at_step.is_some_and(|s| self.report.steps >= s)
                 && self.volume.break_pending_count_for_tests()
@@ -847,10 +885,56 @@ impl Simulation {
                 .report
                 .cache_peak_stripes
                 .max(self.volume.cached_stripes());
+            self.restart_when_quiet();
+        }
+    }
+
+    /// What one event does.
+    fn step_event(&mut self, at_ns: u64, ev: SimEvent) {
+        match ev {
+            SimEvent::Arrival => self.arrival(),
+            SimEvent::ServiceWake => self.service_wake(at_ns),
+            // Past the workload's end (silent corruption runs on from
+            // there) scheduled faults fire no more, as before.
+            SimEvent::Fault(_) if self.quiesced => {}
+            SimEvent::Fault(f) => self.fault(f),
+            SimEvent::LabelsWritten { member, epoch } => {
+                if epoch == self.report.crashes {
+                    self.trace.fold(&[11, at_ns, u64::from(member)]);
+                    self.labels_faulty[member as usize] = true;
+                    self.volume.failure_recorded(member);
+                }
+            }
+            SimEvent::Sweep => {
+                self.submit_upkeep(Request::Sweep { all: false }, None);
+                // Only while something else can still happen: a lone
+                // sweep chain must not hide a stall.
+                if !self.queue.is_empty() {
+                    self.queue.push(
+                        self.clock.now_ns() + self.config.sweep_interval_ns,
+                        SimEvent::Sweep,
+                    );
+                }
+            }
+            SimEvent::RebuildStep => self.rebuild_step(),
+            SimEvent::Destage => {
+                self.submit_upkeep(Request::Destage { all: false }, None);
+                // As for sweeps: only while something else can happen.
+                if !self.queue.is_empty() {
+                    self.queue.push(
+                        self.clock.now_ns() + self.config.destage_interval_ns,
+                        SimEvent::Destage,
+                    );
+                }
+            }
         }
     }
 
     fn arrival(&mut self) {
+        if self.restart_pending {
+            self.arrivals_held += 1;
+            return;
+        }
         let Some(req) = self.gen.next() else {
             return;
         };
@@ -946,11 +1030,15 @@ impl Simulation {
 
     fn upkeep_done(
         &mut self,
+        id: RequestId,
         o: Outstanding,
         result: Result<Reply, platter_core::volume::VolumeError>,
     ) {
         if o.rebuild {
             return self.rebuild_step_done(result);
+        }
+        if result.is_err() && self.stop_steps.contains(&id) {
+            self.stop_steps_failed = true;
         }
         if let Err(e) = &result {
             if !self.report.beyond_budget {
@@ -1146,7 +1234,7 @@ impl Simulation {
             self.volume.record_latency(of, now - o.submitted_ns);
         }
         if o.upkeep {
-            return self.upkeep_done(o, c.result);
+            return self.upkeep_done(c.id, o, c.result);
         }
         if let Arrival::Closed { think_ns, .. } = self.config.workload.arrival {
             let think = if think_ns > 0 {
@@ -1238,10 +1326,116 @@ impl Simulation {
                 self.trace.fold(&[8, now, 3, u64::from(member)]);
                 self.members[member as usize].corrupt_next_read();
             }
-            Fault::Crash => self.crash(None),
-            Fault::CrashLosingMember { member } => self.crash(Some(member)),
+            Fault::Crash => self.crash(None, false),
+            Fault::CrashLosingMember { member } => self.crash(Some(member), false),
             Fault::CorruptStored { member } => self.corrupt_stored(member, now),
             Fault::Replace { .. } | Fault::ReAdd { .. } => self.bring_back(fault, now),
+            Fault::Discard { member } => self.discard(member, now),
+            Fault::DropWrites { member, for_ns } => {
+                // Tag 18: writes dropped from now.
+                self.trace.fold(&[18, now, u64::from(member), for_ns]);
+                self.injected[member as usize] = true;
+                self.report.dropped_write_windows += 1;
+                self.members[member as usize].drop_writes_until(now.saturating_add(for_ns));
+            }
+            Fault::Restart { discard } => {
+                self.trace
+                    .fold(&[19, now, discard.map_or(u64::MAX, u64::from)]);
+                self.restart_pending = true;
+                if let Some(m) = discard {
+                    self.injected[m as usize] = true;
+                    self.discard_at_restart = Some(m);
+                }
+            }
+        }
+    }
+
+    /// Adds the volume's refused and stale checksum pages to the report
+    /// (the volume's counts start afresh at each assembly).
+    fn tally_checksum_pages(&mut self) {
+        for m in 0..self.geometry.members() {
+            if let Some(st) = self.volume.checksum_stats(m) {
+                self.report.checksum_pages_refused += st.pages_refused;
+                self.report.checksum_pages_stale += st.pages_stale;
+            }
+        }
+    }
+
+    /// [`Fault::Discard`]: zeros from the checksum area (or the data area)
+    /// to the member's end.
+    fn discard(&mut self, member: u32, now: u64) {
+        let spec = self.geometry.spec();
+        let from = match self.config.checksums {
+            Some(alg) => {
+                checksum_layout(&self.geometry, alg, self.config.checksum_format).area_offset_bytes
+            }
+            None => spec.data_offset_bytes,
+        };
+        // Tag 20: a member discarded.
+        self.trace.fold(&[20, now, u64::from(member), from]);
+        self.injected[member as usize] = true;
+        self.report.members_discarded += 1;
+        self.members[member as usize].discard_from(from);
+    }
+
+    /// [`Fault::Restart`], once no client request is in flight: the stop's
+    /// flush, bitmap sweep and second flush (which writes the records the
+    /// first made), then a new volume from the members.
+    fn restart_when_quiet(&mut self) {
+        if !self.restart_pending || self.outstanding.values().any(|o| !o.upkeep) {
+            return;
+        }
+        if !self.outstanding.is_empty() || self.resyncing > 0 {
+            return;
+        }
+        if self.config.stripe_cache.is_some() {
+            self.submit_upkeep(Request::Destage { all: true }, None);
+        }
+        // A clean stop makes every acknowledged write durable: it must
+        // read back after the start, whatever a member dropped.
+        let covers = self.oracle.flush_covers();
+        let mut flushed = true;
+        for req in [Request::Flush, Request::Sweep { all: true }, Request::Flush] {
+            let id = self.submit_upkeep(req, None);
+            self.stop_steps.insert(id);
+            self.drain_upkeep();
+            flushed &= !self.stop_steps_failed;
+        }
+        if flushed {
+            self.oracle.flushed(&covers);
+        }
+        self.stop_steps.clear();
+        self.stop_steps_failed = false;
+        // A member's firmware that dropped writes is reset with the host.
+        for m in &mut self.members {
+            m.stop_dropping_writes();
+        }
+        self.report.restarts += 1;
+        if let Some(m) = self.discard_at_restart.take() {
+            let now = self.clock.now_ns();
+            self.discard(m, now);
+        }
+        self.crash(None, true);
+        self.restart_pending = false;
+        // The requests that waited go on.
+        for _ in 0..std::mem::take(&mut self.arrivals_held) {
+            self.queue.push(self.clock.now_ns(), SimEvent::Arrival);
+        }
+    }
+
+    /// Runs the event loop until no request is outstanding (the stop's
+    /// own steps; arrivals wait meanwhile).
+    fn drain_upkeep(&mut self) {
+        self.pump();
+        while !self.outstanding.is_empty() || !self.volume.is_idle() {
+            let Some((at_ns, ev)) = self.queue.pop() else {
+                self.violation("stalled while stopping for a restart".into());
+                return;
+            };
+            self.clock.advance_to(at_ns);
+            self.step_event(at_ns, ev);
+            self.pump();
+            self.volume.check_invariants();
         }
     }
 
@@ -1361,7 +1555,10 @@ impl Simulation {
             .fold(&[14, now, u64::from(member), at, mask.len() as u64]);
     }
 
-    fn crash(&mut self, lose: Option<u32>) {
+    /// A power failure, or (`clean`) the assembly after a clean stop:
+    /// nothing unflushed, and the bitmap's regions are what an absent
+    /// member missed, not owed a resync.
+    fn crash(&mut self, lose: Option<u32>, clean: bool) {
         let now = self.clock.now_ns();
         self.service.power_fail(now);
         self.inflight.clear();
@@ -1374,6 +1571,7 @@ impl Simulation {
             .count() as u64;
         // The stripe cache is memory: it goes with the host.
         self.report.cached_stripes_lost_in_crashes += self.volume.cached_stripes();
+        self.tally_checksum_pages();
         let lost = self.outstanding.len() as u64;
         self.report.lost += lost;
         self.outstanding.clear();
@@ -1447,13 +1645,13 @@ impl Simulation {
             let mut pages: Vec<u64> = bits.iter().map(|r| r / (INTENT_PAGE_BYTES * 8)).collect();
             pages.dedup();
             self.report.marked_pages_at_crashes += pages.len() as u64;
-            self.volume.enable_intent(layout, bits.clone(), true);
+            self.volume.enable_intent(layout, bits.clone(), !clean);
             if let Some(alg) = self.config.checksums {
-                let layout = checksum_layout(&self.geometry, alg);
+                let layout = checksum_layout(&self.geometry, alg, self.config.checksum_format);
                 self.volume
-                    .enable_checksums(layout, integrity::Limits::default());
+                    .enable_checksums(layout, checksum_limits(&self.config));
             }
-            for region in bits.iter() {
+            for region in bits.iter().filter(|_| !clean) {
                 let (first_stripe, stripe_count) = layout.stripes_of(region);
                 self.submit_upkeep(
                     Request::Maintain {
@@ -1464,7 +1662,7 @@ impl Simulation {
                     Some(Some(region)),
                 );
             }
-        } else if self.geometry.redundancy() > 0 {
+        } else if self.geometry.redundancy() > 0 && !clean {
             // No bitmap: every stripe, as md does without one.
             let stripes = self.geometry.stripes();
             for first_stripe in (0..stripes).step_by(RESYNC_STEP_STRIPES as usize) {
@@ -1488,8 +1686,41 @@ impl Simulation {
     }
 }
 
-/// The simulated volume's identity in its log records.
-const PPL_VOLUME_UUID: [u8; 16] = *b"platter-sim-ppl!";
+/// The simulated volume's identity in its log records and sealed pages.
+const PPL_VOLUME_UUID: [u8; 16] = SIM_VOLUME_UUID;
+pub const SIM_VOLUME_UUID: [u8; 16] = *b"platter-sim-ppl!";
+
+fn checksum_limits(config: &SimConfig) -> integrity::Limits {
+    integrity::Limits {
+        pages_per_member: config.checksum_cache_pages,
+    }
+}
+
+/// What `platter create` writes in a new member's checksum area: every
+/// sealed page with the entries of zeroed blocks, and empty write records.
+fn created_checksum_area(layout: &integrity::Layout, slot: u32, members: u32) -> Vec<u8> {
+    use integrity::format::{PageId, RecordPage, SealedPage, RECORDS_PER_PAGE};
+    let mut area = Vec::new();
+    if !layout.format.is_sealed() {
+        return area;
+    }
+    let blocks = layout.data_size_bytes / integrity::BLOCK_BYTES;
+    let id = |slot, index| PageId {
+        volume_uuid: layout.volume_uuid,
+        slot,
+        index,
+    };
+    for p in 0..layout.pages() {
+        area.extend(SealedPage::zeroed(layout.algorithm, id(slot, p), blocks));
+    }
+    // This member keeps the records of the one before it.
+    let described = (slot + members - 1) % members;
+    for q in 0..layout.format.record_pages(layout.data_size_bytes) {
+        let gens = [0; RECORDS_PER_PAGE as usize];
+        area.extend(RecordPage::encode(&gens, id(described, q)));
+    }
+    area
+}
 
 impl Simulation {
     /// After a crash, before the volume is assembled again: the partial

@@ -6,6 +6,7 @@ use crate::rng::{mix64, Rng, Stream};
 use crate::run::{Arrival, Fault, Mix, RebuildPace, ScheduledFault, SimConfig, Workload};
 use platter_core::balance::ReadPolicy;
 use platter_core::geometry::{Geometry, GeometrySpec};
+use platter_core::integrity::{Algorithm, PageFormat};
 use platter_core::intent::{IntentLayout, DEFAULT_REGION_BYTES, INTENT_PAGE_BYTES};
 use platter_core::volume::CacheLimits;
 use platter_core::{Level, ParityLayout};
@@ -205,6 +206,8 @@ pub fn random_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
         label_write_ns: r.range(label_min_ns, label_min_ns + 2 * flush_ns + 1),
         silent_corruption: None,
         checksums: None,
+        checksum_format: PageFormat::Sealed { records: true },
+        checksum_cache_pages: platter_core::integrity::Limits::default().pages_per_member,
         ppl: None,
         // No draw: the rebuild scenarios set their own pace.
         rebuild: RebuildPace {
@@ -379,7 +382,7 @@ fn random_read_policy(r: &mut Rng, members: u32, copies: u32) -> ReadPolicy {
 pub fn with_checksums(c: &mut SimConfig, algorithm: platter_core::integrity::Algorithm) {
     let g = &mut c.geometry;
     let data = g.member_data_bytes.iter().copied().max().unwrap_or(0);
-    let area = platter_core::integrity::area_bytes(data);
+    let area = c.checksum_format.area_bytes(data);
     g.data_offset_bytes = g.data_offset_bytes.max(DATA_OFFSET_BYTES) + area;
     if c.intent_region_stripes == 0 {
         c.intent_region_stripes = 1;
@@ -455,5 +458,84 @@ pub fn rebuild_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
         stripes_per_step: r.range(1, 4),
         gap_ns: r.range(10_000, run_ns / 20 + 20_000),
     };
+    c
+}
+
+/// A checksummed redundant volume under load where one member loses what
+/// it holds behind the engine's back: it is discarded (everything from its
+/// checksum area on reads as zeros) while serving or while stopped, or it
+/// acknowledges writes for a while
+/// and keeps none (data, checksum pages and write records alike). Clean
+/// restarts follow, so checksum pages are read afresh from the members;
+/// half the scenarios cache a page or two per member, so pages are read
+/// back while serving too. A second member may die where the level has
+/// redundancy for both.
+pub fn lost_bytes_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
+    let opts = ScenarioOptions {
+        levels: opts
+            .levels
+            .iter()
+            .copied()
+            .filter(|l| !matches!(l, Level::Concat | Level::Stripe))
+            .collect(),
+        crash: false,
+        beyond_budget_percent: 0,
+        ..opts.clone()
+    };
+    let mut c = random_config(seed, &opts);
+    // Its own stream: the base scenario keeps its draws.
+    let mut r = Rng::stream(mix64(seed ^ 0x1057_b17e_0000_0001), Stream::Scenario);
+    with_checksums(&mut c, *r.pick(&[Algorithm::Crc32c, Algorithm::Xxh3]));
+    if r.chance(50) {
+        c.checksum_cache_pages = r.range(1, 4) as usize;
+    }
+    let members = c.geometry.member_data_bytes.len() as u32;
+    let run_ns = run_estimate_ns(&c.latency, &c.workload.arrival, c.workload.requests);
+    let victim = r.below(u64::from(members)) as u32;
+    let at_ns = r.below(run_ns / 2 + 1);
+    let (fault, quiet_from) = match r.below(3) {
+        0 => (Fault::Discard { member: victim }, at_ns),
+        1 => (
+            Fault::Restart {
+                discard: Some(victim),
+            },
+            at_ns,
+        ),
+        _ => {
+            // Often until the restart below, which resets it: the pages
+            // it dropped are then read afresh before anything rewrites
+            // them.
+            let for_ns = if r.chance(50) {
+                u64::MAX / 4
+            } else {
+                r.range(1, run_ns / 3 + 2)
+            };
+            (
+                Fault::DropWrites {
+                    member: victim,
+                    for_ns,
+                },
+                at_ns + for_ns.min(r.range(1, run_ns / 4 + 2)),
+            )
+        }
+    };
+    let mut faults = vec![ScheduledFault { at_ns, fault }];
+    for _ in 0..r.range(1, 3) {
+        faults.push(ScheduledFault {
+            at_ns: quiet_from + r.range(1, run_ns / 2 + 2),
+            fault: Fault::Restart { discard: None },
+        });
+    }
+    let redundancy = Geometry::new(c.geometry.clone())
+        .expect("a valid geometry")
+        .redundancy();
+    if redundancy >= 2 && r.chance(30) {
+        let other = (victim + 1 + r.below(u64::from(members) - 1) as u32) % members;
+        faults.push(ScheduledFault {
+            at_ns: r.below(run_ns),
+            fault: Fault::Die { member: other },
+        });
+    }
+    c.faults = faults;
     c
 }

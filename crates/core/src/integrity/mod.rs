@@ -31,25 +31,32 @@
 
 pub mod format;
 
-pub use format::{area_bytes, Algorithm, BLOCK_BYTES, PAGE_BYTES, PAGE_DATA_BYTES};
+pub use format::{area_bytes, Algorithm, PageFormat, BLOCK_BYTES, PAGE_BYTES, PAGE_DATA_BYTES};
 
 use crate::volume::IdMap;
 use crate::volume::{IoError, IoErrorKind, IoId, IoResult, MemberIo, MemberOp, Payload};
 use bytes::Bytes;
-use format::{ENTRY_BYTES, UNWRITTEN};
+use format::{
+    PageId, RecordPage, Refused, SealedPage, ZeroEntries, ENTRY_BYTES, RECORDS_PER_PAGE,
+    SEALED_HEADER_BYTES, UNWRITTEN,
+};
 use std::collections::{BTreeMap, VecDeque};
 
 /// Where a volume's checksums live; the same on every member.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
     pub algorithm: Algorithm,
+    /// How the pages are laid out (the label's `checksum_format`).
+    pub format: PageFormat,
+    /// The volume's uuid, which sealed pages carry.
+    pub volume_uuid: [u8; 16],
     /// Member offset of the checksum area's first page.
     pub area_offset_bytes: u64,
     /// Member offset of the data area (the label's `data_offset_bytes`).
     pub data_offset_bytes: u64,
     /// Bytes of data area the checksums cover on each member (the largest
-    /// member's; `[area_offset, area_offset + area_bytes(this))` lies
-    /// before the data area).
+    /// member's; `[area_offset, area_offset + format.area_bytes(this))`
+    /// lies before the data area).
     pub data_size_bytes: u64,
 }
 
@@ -58,7 +65,7 @@ impl Layout {
     pub fn check(&self) -> Result<(), String> {
         let end = self
             .area_offset_bytes
-            .checked_add(area_bytes(self.data_size_bytes));
+            .checked_add(self.format.area_bytes(self.data_size_bytes));
         if self.area_offset_bytes < crate::label::LABEL_BYTES as u64
             || !self.area_offset_bytes.is_multiple_of(PAGE_BYTES)
             || end.is_none_or(|e| e > self.data_offset_bytes)
@@ -66,12 +73,28 @@ impl Layout {
             return Err(format!(
                 "the checksum area at member byte {} ({} bytes for {} bytes of data) does not fit between the label and the data area at {}",
                 self.area_offset_bytes,
-                area_bytes(self.data_size_bytes),
+                self.format.area_bytes(self.data_size_bytes),
                 self.data_size_bytes,
                 self.data_offset_bytes
             ));
         }
         Ok(())
+    }
+
+    /// Checksum pages per member.
+    pub fn pages(&self) -> u64 {
+        self.format.pages(self.data_size_bytes)
+    }
+
+    /// Member offset of the record pages (after the checksum pages).
+    pub fn records_offset_bytes(&self) -> u64 {
+        self.area_offset_bytes + self.pages() * PAGE_BYTES
+    }
+
+    /// The slot whose member keeps the write records of `slot`'s pages:
+    /// the next one, round the table.
+    pub fn record_holder(slot: u32, members: u32) -> u32 {
+        (slot + 1) % members
     }
 }
 
@@ -104,6 +127,12 @@ pub struct IntegrityStats {
     pub blocks_trusted: u64,
     pub page_reads: u64,
     pub page_writes: u64,
+    /// Sealed pages read that were not sealed pages of theirs (zeroed,
+    /// discarded, torn, misplaced): their blocks are not vouched for.
+    pub pages_refused: u64,
+    /// Sealed pages read older than their write record: the member lost a
+    /// write it acknowledged; their blocks are not vouched for.
+    pub pages_stale: u64,
 }
 
 /// The layer's own I/Os carry ids with this bit; the volume's never do
@@ -137,10 +166,13 @@ enum Kind {
         edge_entries: Vec<(u64, u32)>,
     },
     /// Waiting for the pages (by index) to be written at these
-    /// generations; then the flush itself.
+    /// generations; then the flush itself, which makes `durable` (pages
+    /// written before it was sent, at these generations) durable: their
+    /// write records are set once it is done.
     Flush {
         wants: Vec<(u64, u64)>,
         issued: bool,
+        durable: Vec<(u64, u64)>,
     },
 }
 
@@ -173,9 +205,29 @@ struct Task {
     trust: bool,
 }
 
+/// What a page's bytes were found to be when read (always `Valid` for bare
+/// pages). Its entries are 0 (not vouched for) unless `Valid`, until
+/// writes set them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Vouch {
+    Valid,
+    /// A sealed page with its magic and a wrong CRC or identity: torn by a
+    /// crash or damaged. In a region owed the resync after a crash, its
+    /// blocks are taken as they stand.
+    Damaged,
+    /// No sealed page there (zeroed, discarded, a new device): its blocks
+    /// are never taken as they stand.
+    Blank,
+    /// Older than its write record: the member dropped a write it had
+    /// acknowledged; never taken as it stands.
+    Stale,
+}
+
 struct Page {
     bytes: Box<[u8]>,
     /// Bumped on every change; `written` is the last one on the member.
+    /// Sealed pages carry it: it starts at the larger of the page's own
+    /// and its write record's, so a later write is newer than both.
     gen: u64,
     written: u64,
     /// The generation of the write in flight, if any.
@@ -183,6 +235,7 @@ struct Page {
     /// Tasks holding the page.
     pins: u32,
     last_use: u64,
+    vouch: Vouch,
 }
 
 enum Slot {
@@ -212,6 +265,29 @@ enum LayerIo {
     },
 }
 
+/// A checksum page read, waiting for its record page: its bytes, what
+/// they were found to be, and its generation.
+type Unchecked = (Box<[u8]>, Vouch, u64);
+
+/// Page keys at or above this are record pages (key - RECORD_KEY is the
+/// record page's index), kept in the cache of the member that holds them.
+const RECORD_KEY: u64 = 1 << 62;
+
+fn is_record(key: u64) -> bool {
+    key >= RECORD_KEY
+}
+
+/// What waits for a record page to be read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RecordWait {
+    /// A checksum page of the described member, read and held in
+    /// `unchecked`, to be compared with its record.
+    Check { page: u64 },
+    /// A flush made this checksum page of the described member durable at
+    /// this generation.
+    Durable { page: u64, gen: u64 },
+}
+
 pub struct Integrity {
     layout: Layout,
     limits: Limits,
@@ -233,6 +309,21 @@ pub struct Integrity {
     /// Partial writes and trims waiting for another's edge block, oldest
     /// first.
     parked: VecDeque<IoId>,
+    /// Members the volume uses (online or being rebuilt): the layer sends
+    /// its own I/O (write records) to no other.
+    in_use: Vec<bool>,
+    /// Per member, checksum pages whose writes completed since its last
+    /// flush was sent, at the generation written.
+    unflushed_pages: Vec<BTreeMap<u64, u64>>,
+    /// Checksum pages read and waiting for their record page:
+    /// (member, page) -> (bytes, what they were found to be, their
+    /// generation).
+    unchecked: BTreeMap<(u32, u64), Unchecked>,
+    /// What waits for each record page being read, by (holder, record
+    /// page index).
+    record_waits: BTreeMap<(u32, u64), Vec<RecordWait>>,
+    /// Entries of zeroed blocks (a trimmed block reads as zeros).
+    zeros: ZeroEntries,
 }
 
 impl Integrity {
@@ -252,7 +343,18 @@ impl Integrity {
             clock: 0,
             edge_owner: (0..members).map(|_| BTreeMap::new()).collect(),
             parked: VecDeque::new(),
+            in_use: vec![true; members as usize],
+            unflushed_pages: (0..members).map(|_| BTreeMap::new()).collect(),
+            unchecked: BTreeMap::new(),
+            record_waits: BTreeMap::new(),
+            zeros: ZeroEntries::new(layout.algorithm),
         }
+    }
+
+    /// Whether the volume uses `member` (online or being rebuilt). The
+    /// layer sends write-record I/O only to members in use.
+    pub fn set_in_use(&mut self, member: u32, in_use: bool) {
+        self.in_use[member as usize] = in_use;
     }
 
     pub fn layout(&self) -> &Layout {
@@ -329,6 +431,19 @@ impl Integrity {
                 ),
             }
         }
+        for &(m, p) in self.unchecked.keys() {
+            assert!(
+                matches!(self.pages[m as usize].get(&p), Some(Slot::Loading(_))),
+                "checksums: page {p} waits for its record but is not loading"
+            );
+        }
+        for (&(holder, q), waits) in &self.record_waits {
+            assert!(is_record(q) && !waits.is_empty());
+            assert!(
+                matches!(self.pages[holder as usize].get(&q), Some(Slot::Loading(w)) if w.is_empty()),
+                "checksums: waits for record page {q} of {holder}, which is not being read"
+            );
+        }
         assert!(
             self.done.is_empty(),
             "checksums: results not taken by the volume"
@@ -367,6 +482,7 @@ impl Integrity {
                 task.kind = Kind::Flush {
                     wants: Vec::new(),
                     issued: false,
+                    durable: Vec::new(),
                 };
                 self.tasks.insert(id, task);
                 return self.start_flush(id);
@@ -712,8 +828,7 @@ impl Integrity {
         }
         let within = offset_bytes - l.data_offset_bytes;
         assert!(
-            (within + len_bytes).div_ceil(BLOCK_BYTES) * BLOCK_BYTES
-                <= area_bytes(l.data_size_bytes) / ENTRY_BYTES * BLOCK_BYTES,
+            (within + len_bytes).div_ceil(BLOCK_BYTES) <= l.pages() * l.format.entries_per_page(),
             "member I/O {offset_bytes}+{len_bytes} is past the checksummed data"
         );
         true
@@ -729,7 +844,7 @@ impl Integrity {
         }
         let first = self.first_block(offset_bytes);
         let last = first + len_bytes / BLOCK_BYTES - 1;
-        (first / format::ENTRIES_PER_PAGE..=last / format::ENTRIES_PER_PAGE).collect()
+        (first / self.per_page()..=last / self.per_page()).collect()
     }
 
     fn entries_of(&self, offset_bytes: u64, data: &Payload) -> Vec<u32> {
@@ -799,31 +914,81 @@ impl Integrity {
     }
 
     fn page_offset(&self, p: u64) -> u64 {
+        if is_record(p) {
+            return self.layout.records_offset_bytes() + (p - RECORD_KEY) * PAGE_BYTES;
+        }
         self.layout.area_offset_bytes + p * PAGE_BYTES
     }
 
+    /// Puts a sealed page's header on `bytes`, page `key` of `member`,
+    /// about to be written at `gen`.
+    fn seal(&self, member: u32, key: u64, gen: u64, bytes: &mut [u8]) {
+        if !self.layout.format.is_sealed() {
+            return;
+        }
+        let volume_uuid = self.layout.volume_uuid;
+        if is_record(key) {
+            let slot = self.described_by(member);
+            let id = PageId {
+                volume_uuid,
+                slot,
+                index: key - RECORD_KEY,
+            };
+            RecordPage::seal(bytes, id);
+        } else {
+            let id = PageId {
+                volume_uuid,
+                slot: member,
+                index: key,
+            };
+            SealedPage::seal(bytes, id, gen);
+        }
+    }
+
+    /// The member whose pages `holder` keeps the write records of.
+    fn described_by(&self, holder: u32) -> u32 {
+        let n = self.pages.len() as u32;
+        (holder + n - 1) % n
+    }
+
+    /// The member that keeps `member`'s write records, when records are
+    /// kept and it is in use.
+    fn record_holder(&self, member: u32) -> Option<u32> {
+        if !self.layout.format.has_records() {
+            return None;
+        }
+        let holder = Layout::record_holder(member, self.pages.len() as u32);
+        (holder != member && self.in_use[holder as usize]).then_some(holder)
+    }
+
     fn loaded(&mut self, member: u32, p: u64, result: IoResult) {
-        let Some(Slot::Loading(waiters)) = self.pages[member as usize].remove(&p) else {
-            unreachable!("a page load for a page being loaded");
-        };
+        if is_record(p) {
+            return self.record_loaded(member, p, result);
+        }
+        assert!(
+            matches!(self.pages[member as usize].get(&p), Some(Slot::Loading(_))),
+            "a page load for a page being loaded"
+        );
         match result {
             Ok(bytes) => {
                 let bytes = bytes.expect("a read has data");
                 assert_eq!(bytes.len() as u64, PAGE_BYTES);
-                let page = Page {
-                    bytes: bytes.to_vec().into_boxed_slice(),
-                    gen: 0,
-                    written: 0,
-                    writing: None,
-                    pins: waiters.len() as u32,
-                    last_use: self.clock,
+                let mut bytes = bytes.to_vec().into_boxed_slice();
+                let (vouch, gen) = self.open_page(member, p, &mut bytes);
+                let Some(holder) = self.record_holder(member) else {
+                    return self.resident(member, p, bytes, vouch, gen, 0);
                 };
-                self.pages[member as usize].insert(p, Slot::Resident(page));
-                for id in waiters {
-                    self.release(id);
+                let q = RECORD_KEY + p / RECORDS_PER_PAGE;
+                if let Some(record) = self.record_of(holder, q, p) {
+                    return self.resident(member, p, bytes, vouch, gen, record);
                 }
+                self.unchecked.insert((member, p), (bytes, vouch, gen));
+                self.load_record(holder, q, RecordWait::Check { page: p });
             }
             Err(e) => {
+                let Some(Slot::Loading(waiters)) = self.pages[member as usize].remove(&p) else {
+                    unreachable!("checked");
+                };
                 // The tasks fail with the page's error; they no longer hold
                 // it (it is not in the cache).
                 let at = self.page_offset(p);
@@ -838,6 +1003,185 @@ impl Integrity {
                     self.release(id);
                 }
             }
+        }
+    }
+
+    /// What a checksum page read from `member` is (bare pages are always
+    /// valid), and its generation; a sealed page that is not valid has its
+    /// entries cleared: none of them is vouched for.
+    fn open_page(&mut self, member: u32, p: u64, bytes: &mut [u8]) -> (Vouch, u64) {
+        if !self.layout.format.is_sealed() {
+            return (Vouch::Valid, 0);
+        }
+        let id = PageId {
+            volume_uuid: self.layout.volume_uuid,
+            slot: member,
+            index: p,
+        };
+        let (vouch, gen) = match SealedPage::open(bytes, id) {
+            Ok(gen) => (Vouch::Valid, gen),
+            Err(Refused::Blank) => (Vouch::Blank, 0),
+            Err(Refused::Damaged) => (Vouch::Damaged, 0),
+        };
+        if vouch != Vouch::Valid {
+            bytes[SEALED_HEADER_BYTES as usize..].fill(0);
+            self.stats[member as usize].pages_refused += 1;
+        }
+        (vouch, gen)
+    }
+
+    /// A checksum page is in and checked against its write record
+    /// (`record`, 0 for none): it joins the cache and its waiters go on.
+    fn resident(
+        &mut self,
+        member: u32,
+        p: u64,
+        mut bytes: Box<[u8]>,
+        mut vouch: Vouch,
+        gen: u64,
+        record: u64,
+    ) {
+        if vouch == Vouch::Valid && record > gen {
+            bytes[SEALED_HEADER_BYTES as usize..].fill(0);
+            vouch = Vouch::Stale;
+            self.stats[member as usize].pages_stale += 1;
+        }
+        let Some(Slot::Loading(waiters)) = self.pages[member as usize].remove(&p) else {
+            unreachable!("a page read is being loaded");
+        };
+        let base = gen.max(record);
+        let page = Page {
+            bytes,
+            gen: base,
+            written: base,
+            writing: None,
+            pins: waiters.len() as u32,
+            last_use: self.clock,
+            vouch,
+        };
+        self.pages[member as usize].insert(p, Slot::Resident(page));
+        for id in waiters {
+            self.release(id);
+        }
+    }
+
+    /// The generation record page `q` (resident on `holder`) keeps for
+    /// checksum page `p`; `None` when the record page is not resident.
+    fn record_of(&self, holder: u32, q: u64, p: u64) -> Option<u64> {
+        match self.pages[holder as usize].get(&q) {
+            Some(Slot::Resident(page)) => {
+                let at = SEALED_HEADER_BYTES as usize + 8 * (p % RECORDS_PER_PAGE) as usize;
+                Some(u64::from_le_bytes(
+                    page.bytes[at..at + 8].try_into().expect("8 bytes"),
+                ))
+            }
+            _ => None,
+        }
+    }
+
+    /// Reads record page `q` of `holder` unless it is being read; `wait`
+    /// goes on once it is in.
+    fn load_record(&mut self, holder: u32, q: u64, wait: RecordWait) {
+        self.record_waits.entry((holder, q)).or_default().push(wait);
+        if self.pages[holder as usize].contains_key(&q) {
+            return;
+        }
+        self.pages[holder as usize].insert(q, Slot::Loading(Vec::new()));
+        let lid = self.layer_id();
+        self.layer_ios.insert(
+            lid,
+            LayerIo::Load {
+                member: holder,
+                page: q,
+            },
+        );
+        self.stats[holder as usize].page_reads += 1;
+        self.out.push_back(MemberIo {
+            id: lid,
+            member: holder,
+            op: MemberOp::Read {
+                offset_bytes: self.page_offset(q),
+                len_bytes: PAGE_BYTES,
+            },
+        });
+    }
+
+    /// A record page is in (or could not be read: then it records
+    /// nothing, and is not kept). Records are a second line: a record
+    /// page that is not one, or a failed read of it, refuses no page.
+    fn record_loaded(&mut self, holder: u32, q: u64, result: IoResult) {
+        let slot = self.described_by(holder);
+        let id = PageId {
+            volume_uuid: self.layout.volume_uuid,
+            slot,
+            index: q - RECORD_KEY,
+        };
+        let gens = match &result {
+            Ok(Some(bytes)) => RecordPage::open(bytes, id).ok(),
+            _ => None,
+        };
+        let removed = self.pages[holder as usize].remove(&q);
+        assert!(matches!(removed, Some(Slot::Loading(ref w)) if w.is_empty()));
+        let gens = gens.unwrap_or_else(|| vec![0; RECORDS_PER_PAGE as usize]);
+        let readable = result.is_ok();
+        if readable {
+            let bytes = RecordPage::encode(&gens, id).into_boxed_slice();
+            let page = Page {
+                bytes,
+                gen: 0,
+                written: 0,
+                writing: None,
+                pins: 0,
+                last_use: self.clock,
+                vouch: Vouch::Valid,
+            };
+            self.pages[holder as usize].insert(q, Slot::Resident(page));
+        }
+        for wait in self.record_waits.remove(&(holder, q)).unwrap_or_default() {
+            match wait {
+                RecordWait::Check { page } => {
+                    let (bytes, vouch, gen) = self
+                        .unchecked
+                        .remove(&(slot, page))
+                        .expect("a page waits for its record");
+                    let record = gens[(page % RECORDS_PER_PAGE) as usize];
+                    self.resident(slot, page, bytes, vouch, gen, record);
+                }
+                RecordWait::Durable { page, gen } if readable => {
+                    self.set_record(holder, q, page, gen);
+                }
+                RecordWait::Durable { .. } => {}
+            }
+        }
+    }
+
+    /// `member`'s flush made its checksum pages `durable` (page,
+    /// generation): their write records (on the next member) say so from
+    /// now on, written by that member's next flush.
+    fn record_durable(&mut self, member: u32, durable: Vec<(u64, u64)>) {
+        let Some(holder) = self.record_holder(member) else {
+            return;
+        };
+        for (p, gen) in durable {
+            let q = RECORD_KEY + p / RECORDS_PER_PAGE;
+            if self.record_of(holder, q, p).is_some() {
+                self.set_record(holder, q, p, gen);
+            } else {
+                self.load_record(holder, q, RecordWait::Durable { page: p, gen });
+            }
+        }
+    }
+
+    /// Raises page `p`'s record in record page `q` of `holder` to `gen`.
+    fn set_record(&mut self, holder: u32, q: u64, p: u64, gen: u64) {
+        let Some(Slot::Resident(page)) = self.pages[holder as usize].get_mut(&q) else {
+            unreachable!("a record is set in a resident record page");
+        };
+        let at = SEALED_HEADER_BYTES as usize + 8 * (p % RECORDS_PER_PAGE) as usize;
+        let old = u64::from_le_bytes(page.bytes[at..at + 8].try_into().expect("8 bytes"));
+        if gen > old {
+            page.bytes[at..at + 8].copy_from_slice(&gen.to_le_bytes());
+            page.gen += 1;
         }
     }
 
@@ -869,6 +1213,10 @@ impl Integrity {
             (Some(e), Ok(_)) => Err(e),
             (None, Ok(data)) => self.apply(&task, data),
         };
+        if let (Ok(_), Kind::Flush { durable, .. }) = (&result, &mut task.kind) {
+            let durable = std::mem::take(durable);
+            self.record_durable(task.member, durable);
+        }
         for &p in &task.pinned {
             let Some(Slot::Resident(page)) = self.pages[m].get_mut(&p) else {
                 unreachable!("a pinned page is resident");
@@ -943,7 +1291,7 @@ impl Integrity {
                     let e = edge_entries
                         .iter()
                         .find(|(eb, _)| *eb == b)
-                        .map_or(UNWRITTEN, |&(_, e)| e);
+                        .map_or_else(|| self.trimmed_entry(b), |&(_, e)| e);
                     self.set_entry(m, b, e);
                 }
                 Ok(data)
@@ -954,14 +1302,23 @@ impl Integrity {
 
     /// Whether block `b` of member `m` holds what its entry says, counted;
     /// `trust`ed, the entry is set from the bytes instead (always true).
+    ///
+    /// A block no sealed page vouches for (entry 0) is never trusted when
+    /// its page was blank or stale: a zeroed or discarded member, or one
+    /// that dropped writes, would have its bytes blessed; a torn page's
+    /// blocks are (a crash tears pages being written, and the resync takes
+    /// the bytes as they stand).
     fn check_block(&mut self, m: usize, b: u64, block: &[u8], trust: bool) -> bool {
         let alg = self.layout.algorithm;
-        if trust {
+        let entry = self.entry(m, b);
+        let vouch = self.page_of(m, b).vouch;
+        let unvouched = entry == UNWRITTEN && matches!(vouch, Vouch::Blank | Vouch::Stale);
+        if trust && !unvouched {
             self.set_entry(m, b, alg.entry(b, block));
             self.stats[m].blocks_trusted += 1;
             return true;
         }
-        let ok = alg.matches(b, block, self.entry(m, b));
+        let ok = self.layout.format.matches(alg, b, block, entry);
         let st = &mut self.stats[m];
         if ok {
             st.blocks_verified += 1;
@@ -972,28 +1329,40 @@ impl Integrity {
     }
 
     fn page_of(&self, m: usize, b: u64) -> &Page {
-        match self.pages[m].get(&(b / format::ENTRIES_PER_PAGE)) {
+        match self.pages[m].get(&(b / self.per_page())) {
             Some(Slot::Resident(page)) => page,
             _ => unreachable!("the entries of a task's blocks are resident"),
         }
     }
 
+    fn per_page(&self) -> u64 {
+        self.layout.format.entries_per_page()
+    }
+
     fn entry(&self, m: usize, b: u64) -> u32 {
-        let at = ((b % format::ENTRIES_PER_PAGE) * ENTRY_BYTES) as usize;
+        let at = self.layout.format.entries_at() + ((b % self.per_page()) * ENTRY_BYTES) as usize;
         let bytes = &self.page_of(m, b).bytes[at..at + ENTRY_BYTES as usize];
         u32::from_le_bytes(bytes.try_into().expect("four bytes"))
     }
 
     fn set_entry(&mut self, m: usize, b: u64, e: u32) {
-        let at = ((b % format::ENTRIES_PER_PAGE) * ENTRY_BYTES) as usize;
-        let Some(Slot::Resident(page)) = self.pages[m].get_mut(&(b / format::ENTRIES_PER_PAGE))
-        else {
+        let at = self.layout.format.entries_at() + ((b % self.per_page()) * ENTRY_BYTES) as usize;
+        let per_page = self.per_page();
+        let Some(Slot::Resident(page)) = self.pages[m].get_mut(&(b / per_page)) else {
             unreachable!("the entries of a task's blocks are resident");
         };
         let slot = &mut page.bytes[at..at + ENTRY_BYTES as usize];
         if slot != e.to_le_bytes() {
             slot.copy_from_slice(&e.to_le_bytes());
             page.gen += 1;
+        }
+    }
+
+    /// The entry of block `b` once trimmed: it reads as zeros.
+    fn trimmed_entry(&self, b: u64) -> u32 {
+        match self.layout.format {
+            PageFormat::Bare => UNWRITTEN,
+            PageFormat::Sealed { .. } => self.zeros.entry(b),
         }
     }
 
@@ -1015,6 +1384,7 @@ impl Integrity {
         task.kind = Kind::Flush {
             wants,
             issued: false,
+            durable: Vec::new(),
         };
         self.flush_progress(id);
     }
@@ -1031,7 +1401,9 @@ impl Integrity {
         }
         page.writing = Some(page.gen);
         let gen = page.gen;
-        let bytes = Bytes::copy_from_slice(&page.bytes);
+        let mut bytes = page.bytes.to_vec();
+        self.seal(member, p, gen, &mut bytes);
+        let bytes = Bytes::from(bytes);
         let lid = self.layer_id();
         self.layer_ios.insert(
             lid,
@@ -1070,6 +1442,10 @@ impl Integrity {
         match result {
             Ok(_) => {
                 page.written = page.written.max(gen);
+                if !is_record(p) {
+                    let g = self.unflushed_pages[m].entry(p).or_insert(gen);
+                    *g = (*g).max(gen);
+                }
                 let again = page.gen > page.written
                     && flushes.iter().any(|id| match &self.tasks[id].kind {
                         Kind::Flush { wants, .. } => wants.iter().any(|&(q, g)| q == p && g > gen),
@@ -1105,7 +1481,7 @@ impl Integrity {
     fn flush_progress(&mut self, id: IoId) {
         let member = self.tasks[&id].member as usize;
         let task = &self.tasks[&id];
-        let Kind::Flush { wants, issued } = &task.kind else {
+        let Kind::Flush { wants, issued, .. } = &task.kind else {
             unreachable!("a flush")
         };
         assert!(!issued);
@@ -1126,11 +1502,18 @@ impl Integrity {
         if !written {
             return;
         }
+        let durable: Vec<(u64, u64)> = std::mem::take(&mut self.unflushed_pages[member])
+            .into_iter()
+            .collect();
         let task = self.tasks.get_mut(&id).expect("live flush");
-        let Kind::Flush { issued, .. } = &mut task.kind else {
+        let Kind::Flush {
+            issued, durable: d, ..
+        } = &mut task.kind
+        else {
             unreachable!()
         };
         *issued = true;
+        *d = durable;
         task.waits = 1;
         let op = task.op.take().expect("the flush not yet sent");
         self.out.push_back(MemberIo {
@@ -1163,6 +1546,11 @@ impl Integrity {
                 .collect();
             idle.sort_unstable();
             for (_, p, dirty) in idle.into_iter().take(excess) {
+                // A member out of use keeps its changed pages: it is sent
+                // nothing, and if it comes back they are written then.
+                if dirty && !self.in_use[m] {
+                    continue;
+                }
                 if dirty {
                     self.store(m as u32, p);
                 } else {
@@ -1206,6 +1594,8 @@ mod tests {
     fn a_flush_goes_out_when_a_page_it_waited_for_was_dropped_written() {
         let layout = Layout {
             algorithm: Algorithm::Crc32c,
+            format: PageFormat::Bare,
+            volume_uuid: [1; 16],
             area_offset_bytes: 4096,
             data_offset_bytes: 16384,
             data_size_bytes: 3 * PAGE_DATA_BYTES,

@@ -547,6 +547,7 @@ fn fields_tile_the_label_without_overlap() {
             at::RESHAPE_OLD_DATA_OFFSET_BYTES - at::RESHAPE_RESERVED - 2,
         ),
         (at::RESHAPE_OLD_DATA_OFFSET_BYTES, 8),
+        (at::CHECKSUM_FORMAT, 8),
         (at::NAME, NAME_MAX_BYTES),
         (at::RESERVED_HEADER, at::SLOT_TABLE - at::RESERVED_HEADER),
         (at::SLOT_TABLE, MAX_MEMBERS as usize * at::SLOT_ENTRY_BYTES),
@@ -719,7 +720,7 @@ fn a_reshape_needs_version_6_and_only_it_does() {
     };
     let b = kept_label.encode();
     assert_eq!(
-        b[at::RESHAPE_OLD_DATA_OFFSET_BYTES..at::RESERVED_HEADER],
+        b[at::RESHAPE_OLD_DATA_OFFSET_BYTES..at::CHECKSUM_FORMAT],
         [0; 8]
     );
     assert_eq!(Label::decode(&b).unwrap(), kept_label);
@@ -785,4 +786,51 @@ fn a_reshape_needs_version_6_and_only_it_does() {
     }
     let unknown_level = patched(&label, |b| b[at::RESHAPE_OLD_LEVEL] = 0xEE);
     assert_field(Label::decode(&unknown_level), "reshape");
+}
+
+/// Sealed checksum pages need version 7 and only they do: bare pages stay
+/// at version 3 (older builds read those), a version-7 label with bare or
+/// no pages is not what a writer produces, the field's bytes in an older
+/// version are refused, and an unknown page format is refused by name.
+#[test]
+fn sealed_checksum_pages_need_version_7_and_only_they_do() {
+    use crate::integrity::{Algorithm, PageFormat};
+    let mut label = sample(Level::Mirror);
+    label.data_offset_bytes = label.data_offset_bytes.max(8 << 20);
+    let with = |label: &Label, format| Label {
+        checksums: Some(Checksums {
+            algorithm: Algorithm::Crc32c,
+            format,
+            area_offset_bytes: 1 << 20,
+        }),
+        ..label.clone()
+    };
+    let version = |b: &[u8; LABEL_BYTES]| u32::from_le_bytes(b[8..12].try_into().unwrap());
+    let bare = with(&label, PageFormat::Bare);
+    assert_eq!(version(&bare.encode()), 3);
+    assert_eq!(Label::decode(&bare.encode()).unwrap(), bare);
+    for records in [false, true] {
+        let sealed = with(&label, PageFormat::Sealed { records });
+        let b = sealed.encode();
+        assert_eq!(version(&b), 7);
+        assert_eq!(b[at::CHECKSUM_FORMAT], 1 + u8::from(records));
+        assert_eq!(Label::decode(&b).unwrap(), sealed);
+        // Read by a build that knows only 6: the field is reserved there.
+        let v6 = patched(&sealed, |b| b[8..12].copy_from_slice(&6u32.to_le_bytes()));
+        assert!(Label::decode(&v6).is_err(), "sealed pages at version 6");
+    }
+    let v7 = patched(&bare, |b| b[8..12].copy_from_slice(&7u32.to_le_bytes()));
+    assert_field(Label::decode(&v7), "format_version");
+    let unknown = patched(&with(&label, PageFormat::Sealed { records: true }), |b| {
+        b[at::CHECKSUM_FORMAT] = 3
+    });
+    assert_field(Label::decode(&unknown), "checksum_format");
+    let stray = patched(&label, |b| {
+        b[8..12].copy_from_slice(&7u32.to_le_bytes());
+        b[at::CHECKSUM_FORMAT] = 1
+    });
+    assert!(
+        Label::decode(&stray).is_err(),
+        "a page format with no checksums"
+    );
 }

@@ -118,6 +118,8 @@ impl Volume {
                 c.trusted_blocks += st.blocks_trusted;
                 c.page_reads += st.page_reads;
                 c.page_writes += st.page_writes;
+                c.pages_refused += st.pages_refused;
+                c.pages_stale += st.pages_stale;
                 c.repaired_reads += self.checksums_repaired(m as u32);
             }
             s.checksums = Some(c);

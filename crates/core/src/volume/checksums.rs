@@ -15,7 +15,20 @@ impl Volume {
             self.intent.is_some() || self.geometry.redundancy() == 0,
             "checksums on a redundant level need the write-intent bitmap"
         );
-        self.integrity = Some(Integrity::new(layout, self.geometry.members(), limits));
+        let mut integrity = Integrity::new(layout, self.geometry.members(), limits);
+        for m in 0..self.geometry.members() {
+            integrity.set_in_use(m, self.in_use(m));
+        }
+        self.integrity = Some(integrity);
+    }
+
+    /// Tells the checksum layer whether `member` is in use now: it sends
+    /// its own I/O (write records) to members in use only.
+    pub(super) fn integrity_note_use(&mut self, member: u32) {
+        let in_use = self.in_use(member);
+        if let Some(i) = self.integrity.as_mut() {
+            i.set_in_use(member, in_use);
+        }
     }
 
     /// Per member, when checksums are on.

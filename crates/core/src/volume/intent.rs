@@ -115,6 +115,16 @@ impl Volume {
         };
         let mut dirty = unsynced.clone();
         dirty.union_with(&missed);
+        // Bits on the members that are not kept (a clean start whose last
+        // clearing round did not land on some member: a member that
+        // dropped the write, or failed it at the stop) are cleared by the
+        // first round, on every member: a page is skipped only when every
+        // member already holds it as wanted, and before that round the
+        // copies may differ. Seen in the simulator as "waiters for bits
+        // that are written but not durable": a member that dropped the
+        // stop's bitmap writes kept a region's bit, and the first write to
+        // that region after the start found its page already as wanted.
+        let rewrite_all = on_members != dirty;
         self.intent = Some(IntentState {
             layout,
             want: dirty.clone(),
@@ -127,7 +137,7 @@ impl Volume {
             waiters: VecDeque::new(),
             sweeps: VecDeque::new(),
             round: None,
-            rewrite_all: false,
+            rewrite_all,
             rounds: 0,
         });
     }

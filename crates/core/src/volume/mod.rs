@@ -621,6 +621,7 @@ impl Volume {
                 self.rebuild = None;
             }
             *h = Health::Faulty;
+            self.integrity_note_use(member);
             self.unrecorded_failures[member as usize] = true;
             self.intent_member_left();
             self.events

@@ -93,6 +93,7 @@ impl Volume {
             return refuse(format!("member {member} is online; nothing to rebuild"));
         }
         self.health[member as usize] = Health::Rebuilding;
+        self.integrity_note_use(member);
         self.intent_member_joined();
         self.rebuild = Some(RebuildState {
             member,

@@ -439,12 +439,17 @@ fn scrub_copies(job: &StripeJob, k: u32, il: usize, locate: bool) -> Option<Verd
 
 /// Whether `op` is a check or repair reading its stripes (where a checksum
 /// mismatch names a wrong member instead of failing the read).
+///
+/// The resync after a crash too: it takes blocks as they stand, but not
+/// those no sealed checksum page vouches for (a zeroed or discarded
+/// member, or one that dropped writes: `crate::integrity`); those are
+/// rebuilt from the rest of the stripe like a scrub's wrong blocks.
 pub(super) fn scrubbing(op: &super::Op) -> bool {
     matches!(op.stage, super::Stage::Reading(_))
         && matches!(
             op.req,
             Request::Maintain {
-                action: Maintenance::Check | Maintenance::Repair,
+                action: Maintenance::Check | Maintenance::Repair | Maintenance::Resync,
                 ..
             }
         )
