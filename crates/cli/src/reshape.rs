@@ -6,6 +6,7 @@
 
 use crate::error::{CliError, Result};
 use crate::members::{assemble_devices, foreign_label, open_all};
+use crate::out::outln;
 use clap::Args;
 use platter_core::geometry::Geometry;
 use platter_core::label::VolumeState;
@@ -109,7 +110,7 @@ fn through_server(args: &ReshapeArgs, control: &std::path::PathBuf) -> Result<()
                 format_size(s["interleave_bytes"].as_u64().unwrap_or(0))
             )
         };
-        println!("{} -> {}", g("from"), g("to"));
+        outln!("{} -> {}", g("from"), g("to"));
         let (what, bytes) = match v["q_bytes"].as_u64() {
             Some(q) => (
                 format!(
@@ -120,16 +121,16 @@ fn through_server(args: &ReshapeArgs, control: &std::path::PathBuf) -> Result<()
             ),
             None => ("moves".to_string(), v["moves_bytes"].as_u64().unwrap_or(0)),
         };
-        println!(
+        outln!(
             "{what} {} at the rate limit {}/s: about {} s",
             format_size(bytes),
             format_size(v["rate_limit_bytes_per_sec"].as_u64().unwrap_or(0)),
             v["seconds_at_rate_limit"]
         );
         if args.dry_run {
-            println!("dry run: nothing changed");
+            outln!("dry run: nothing changed");
         } else {
-            println!(
+            outln!(
                 "reshape started: follow it with `platter status --watch --control {}`",
                 control.display()
             );
@@ -251,7 +252,7 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
             format_size(g.interleave_bytes())
         )
     };
-    println!(
+    outln!(
         "volume '{name}': {} -> {}; size {} -> {}",
         describe(&old),
         describe(&new),
@@ -259,13 +260,13 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
         format_size(new.volume_size_bytes())
     );
     match plan.as_ref().map(|p| (p.lead_bytes(), p.undo_area())) {
-        Some((lead, _)) if lead > 0 => println!(
+        Some((lead, _)) if lead > 0 => outln!(
             "the data moves {} lower on every member, into the room before it: nothing is \
              backed up, and {} of that room stays for a later reshape",
             format_size(lead),
             format_size(new.spec().data_offset_bytes.saturating_sub(reserved))
         ),
-        Some((_, Some(UndoArea::Reserved { bytes, .. }))) => println!(
+        Some((_, Some(UndoArea::Reserved { bytes, .. }))) => outln!(
             "every window is first backed up in the {} before each member's data (slower: \
              each byte is written twice)",
             format_size(bytes)
@@ -273,10 +274,10 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
         _ => {}
     }
     if change == Change::ConcatGrow {
-        println!("a concat grows at its end: no data moves");
+        outln!("a concat grows at its end: no data moves");
     } else {
         if change == Change::QMember {
-            println!(
+            outln!(
                 "raid5 -> raid6 in the {} layout (the raid5 as it is, Q on the added member, as \
                  md's --layout=preserve): no data moves, Q is written by rebuilding the added \
                  member",
@@ -286,7 +287,7 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
         let rate = measured_rate(&volume.devices);
         let limit = DEFAULT_RATE_BYTES_PER_SEC;
         let rate = rate.min(limit).max(1);
-        println!(
+        outln!(
             "{} {} while it serves; about {} s at {}/s (the members' read speed \
              measured now, capped by the default rate limit; `platter rebuild-rate` changes it)",
             if change == Change::QMember {
@@ -300,20 +301,20 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
         );
     }
     if args.dry_run {
-        println!("dry run: nothing changed");
+        outln!("dry run: nothing changed");
         return Ok(());
     }
     write_labels(&volume.devices, &added, label, &new, change)?;
     if change == Change::ConcatGrow {
-        println!("done: serve the volume to use its new size");
+        outln!("done: serve the volume to use its new size");
     } else if change == Change::QMember {
-        println!(
+        outln!(
             "labels written: `platter serve` rebuilds Q on the added member while serving \
              (follow it with `platter status --control PATH --watch`); the volume survives a \
              second lost member once that is done"
         );
     } else {
-        println!(
+        outln!(
             "labels written: `platter serve` moves the data while serving (follow it with \
              `platter status --control PATH --watch`); clients that connect after \
              the reshape ends see the new size"
@@ -482,7 +483,7 @@ fn abort(args: &ReshapeArgs) -> Result<()> {
         }
         m.flush()?;
     }
-    println!(
+    outln!(
         "volume '{name}': reshape aborted; it is {} of {} members again, interleave {}",
         old.level(),
         old.members(),
