@@ -548,6 +548,36 @@ fn a_stall_longer_than_the_member_timeout_fails_the_member() {
     h.member_1_alone_holds_the_volume();
 }
 
+/// A host that stalls past --member-timeout with no spare to take over:
+/// the member is failed for good, and platter keeps no connection to its
+/// host, so that once the host answers again its nbdkit exits on SIGTERM.
+/// How it showed: nbdkit offers multi-conn, platter opens two connections
+/// over a Unix socket, and the one idle through the stall stayed open
+/// until `platter remove`; the nbdkit, holding it, did not exit on SIGTERM.
+#[test]
+fn a_member_failed_for_a_stall_keeps_no_connection_to_its_host() {
+    let test = "a_member_failed_for_a_stall_keeps_no_connection_to_its_host";
+    let args = ["--remote-timeout", "1", "--member-timeout", "5"];
+    let Some(mut h) = HostAway::stalled(test, &args) else {
+        return;
+    };
+    wait_until(test, || {
+        h.s.log().contains("away longer than --member-timeout")
+    });
+    assert_eq!(h.state(1), "faulty", "{test}");
+    // The requests held through the stall are answered (into sockets
+    // platter has shut); nothing else keeps the host's nbdkit.
+    h.pause.as_ref().expect("paused").resume();
+    assert!(
+        h.kits[1].terminate(std::time::Duration::from_secs(20)),
+        "{test}: the failed member's nbdkit did not exit on SIGTERM within 20 s: \
+         platter still holds a connection to it"
+    );
+    assert_eq!(h.state(1), "faulty", "{test}");
+    h.io(&["read -P 0x77 4M 1M"], "read from the other copy");
+    h.s.stop_expecting_errors("TERM", &["nbd+unix", "member"]);
+}
+
 /// How host 1 leaves in [`an_outage_under_fio_verify`].
 #[derive(Clone, Copy, Debug)]
 enum Outage {

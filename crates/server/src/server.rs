@@ -349,6 +349,7 @@ pub fn serve(
         }
         trimmer.tick(ended > 0 || buffered.in_flight() != (0, 0));
         manager.fail_quietly_lost();
+        manager.close_failed_members();
         if config.reconnect {
             manager.reconnect_lost();
         }
