@@ -9,7 +9,7 @@ use crate::sweep::{execute, prepare, row_json, SweepArgs};
 use clap::Args;
 use platter_core::balance::ReadPolicy;
 use platter_core::geometry::{Geometry, GeometrySpec};
-use platter_core::reshape::{reserved_from_bytes, target, Asked, Plan};
+use platter_core::reshape::{redundancy_lost, reserved_from_bytes, target, Asked, Plan};
 use platter_core::Level;
 use platter_sim::sweep::{format_interleave, table, Row};
 use serde_json::{json, Value};
@@ -390,7 +390,9 @@ pub fn run(a: AdviseArgs) -> Result<()> {
 
 /// Whether `platter reshape` can move `g` to the row's layout on the same
 /// members: the plan accepts it, with the room before the data past the
-/// label (a bitmap there, unknown here, leaves a little less).
+/// label (a bitmap there, unknown here, leaves a little less), and the
+/// volume keeps its redundancy (a reshape that lowers it needs --force,
+/// and speed is no reason to advise one).
 fn reshape_reaches(g: &Geometry, r: &Row) -> bool {
     if r.point.level == g.level() && r.point.interleave_bytes == g.interleave_bytes() {
         return true;
@@ -404,6 +406,9 @@ fn reshape_reaches(g: &Geometry, r: &Row) -> bool {
     let Ok(new) = target(g, &asked) else {
         return false;
     };
+    if redundancy_lost(g, &new).is_some() {
+        return false;
+    }
     let reserved = reserved_from_bytes(g, &new, 0);
     Plan::choose(g.clone(), new, reserved).is_ok()
 }

@@ -11,8 +11,8 @@ use clap::Args;
 use platter_core::geometry::Geometry;
 use platter_core::label::VolumeState;
 use platter_core::reshape::{
-    q_member_label, q_on_added_member, refuse_to_begin, reserved_from_bytes, reshaped_label,
-    target, Asked, Plan, UndoArea,
+    q_member_label, q_on_added_member, redundancy_lost, refuse_to_begin, reserved_from_bytes,
+    reshaped_label, target, Asked, Plan, UndoArea,
 };
 use platter_core::units::{format_size, parse_size};
 use platter_core::{Level, ParityLayout};
@@ -35,7 +35,9 @@ pub struct ReshapeArgs {
     /// The new level: raid5 (from a mirror of two, with a member added) or
     /// raid6 (from raid5: with one member added, Q goes on it and nothing
     /// moves, md's --layout=preserve; with two or more, or with --layout
-    /// naming an ordinary raid6 layout, the data moves).
+    /// naming an ordinary raid6 layout, the data moves). One that survives
+    /// fewer lost members than the volume's (raid6 to raid5, raid5 to
+    /// stripe) needs --force.
     #[arg(long, value_name = "LEVEL")]
     level: Option<Level>,
     /// The new parity layout for raid5/raid6 (left-symmetric,
@@ -49,9 +51,11 @@ pub struct ReshapeArgs {
     /// takes (the members' read speed measured now), and change nothing.
     #[arg(long)]
     dry_run: bool,
-    /// Overwrite a device to add that carries another volume's label.
-    /// With --abort: abort although the member that keeps the reshape's
-    /// backup is missing.
+    /// Overwrite a device to add that carries another volume's label, and
+    /// allow a reshape that lowers the volume's redundancy (raid6 to
+    /// raid5, raid5 to stripe or concat, a mirror to fewer copies), which
+    /// is refused without it. With --abort: abort although the member that
+    /// keeps the reshape's backup is missing.
     #[arg(long)]
     force: bool,
     /// Cancel a reshape that has moved nothing for good yet (the labels
@@ -127,6 +131,13 @@ fn through_server(args: &ReshapeArgs, control: &std::path::PathBuf) -> Result<()
             format_size(v["rate_limit_bytes_per_sec"].as_u64().unwrap_or(0)),
             v["seconds_at_rate_limit"]
         );
+        if let Some(why) = v["redundancy_lost"].as_str() {
+            if args.force {
+                outln!("{why} (--force)");
+            } else {
+                outln!("{why}: without --force the reshape is refused");
+            }
+        }
         if args.dry_run {
             outln!("dry run: nothing changed");
         } else {
@@ -149,6 +160,11 @@ enum Change {
     /// RAID-5 to RAID-6 `_6`: Q rebuilt on the added member.
     QMember,
 }
+
+/// What to do about a reshape refused for lowering the redundancy; the
+/// server's refusal says the same (`grow.rs`).
+const HOW_TO_LOWER: &str =
+    "give --force to reshape it anyway, or ask for a level that keeps the redundancy";
 
 /// The server's default rebuild rate, which a reshape moves at.
 const DEFAULT_RATE_BYTES_PER_SEC: u64 = 128 << 20;
@@ -203,6 +219,11 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
         Some(g) => g.clone(),
         None => target(&old, &asked).map_err(|e| CliError(e.0))?,
     };
+    // Refused before any file is made or label written.
+    let lowered = redundancy_lost(&old, &new);
+    if let (Some(why), false, false) = (&lowered, args.force, args.dry_run) {
+        return Err(CliError(format!("volume '{name}': {why}; {HOW_TO_LOWER}")));
+    }
     let level = new.level();
     let spec = new.spec();
     let needed = spec.data_offset_bytes
@@ -299,6 +320,11 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
             moved.div_ceil(rate),
             format_size(rate)
         );
+    }
+    match (&lowered, args.force) {
+        (Some(why), false) => outln!("{why}: without --force the reshape is refused"),
+        (Some(why), true) => outln!("{why} (--force)"),
+        (None, _) => {}
     }
     if args.dry_run {
         outln!("dry run: nothing changed");
