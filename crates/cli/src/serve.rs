@@ -635,7 +635,10 @@ fn slot_named(
         .parse()
         .map_err(|_| format!("{member} is neither one of the members given nor a slot number"))?;
     if slot as usize >= slots {
-        return Err(format!("there is no slot {slot} (slots 0..{slots})"));
+        return Err(format!(
+            "there is no slot {slot} ({})",
+            platter_core::balance::slots_are(slots as u32)
+        ));
     }
     Ok(slot)
 }

@@ -975,3 +975,51 @@ fn a_host_down_when_the_server_starts_is_taken_back_when_it_answers() {
     assert!(h.s.log().contains("reconnected; rebuilding what it missed"));
     h.member_1_alone_holds_the_volume();
 }
+
+/// A member URI naming an export its server does not have is refused in
+/// one line that says what the server offers, or that it lists none; no
+/// empty parentheses when the server gave no reason. How it showed:
+/// `the server has no export named "x" ()` from an nbdkit that lists no
+/// exports and sends no message with its refusal.
+#[test]
+fn an_unknown_export_is_refused_saying_what_the_server_offers() {
+    let test = "an_unknown_export_is_refused_saying_what_the_server_offers";
+    let dir = temp_dir();
+    let strict = |sock: &str, names: &[&str]| {
+        let mut args = vec![
+            "memory".to_owned(),
+            "16M".to_owned(),
+            "exportname-strict=true".to_owned(),
+            "exportname-list=explicit".to_owned(),
+        ];
+        args.extend(names.iter().map(|n| format!("exportname={n}")));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Nbdkit::start(test, &dir.path().join(sock), &["exportname"], &args)
+    };
+    let Some(none) = strict("none.sock", &[]) else {
+        return;
+    };
+    let Some(two) = strict("two.sock", &["a", "b"]) else {
+        return;
+    };
+    let refusal = |k: &Nbdkit| {
+        let uri = format!("nbd+unix:///x?socket={}", k.socket().display());
+        let out = run(&mut platter(&["status", &uri]), CMD_TIMEOUT);
+        assert!(!out.status.success(), "{}", out.describe(test));
+        // nbdkit logs the refusal on its own stderr, not ours.
+        let line = out.stderr.trim_end().to_owned();
+        assert_eq!(line.lines().count(), 1, "{test}: {line}");
+        assert!(!line.contains("()"), "{test}: {line}");
+        line
+    };
+    let line = refusal(&none);
+    assert!(
+        line.ends_with("the server has no export named \"x\"; it lists no exports"),
+        "{test}: {line}"
+    );
+    let line = refusal(&two);
+    assert!(
+        line.ends_with("the server has no export named \"x\"; it offers \"a\", \"b\""),
+        "{test}: {line}"
+    );
+}
