@@ -108,7 +108,10 @@ pub struct ServeArgs {
     /// Close a connection that has had no request in flight and sent
     /// nothing for SECS seconds, once another client has been turned away
     /// over --max-connections (0: never). Quiet clients keep their
-    /// connection while no one else waits for a slot.
+    /// connection while no one else waits for a slot. A client that takes
+    /// none of its replies for SECS is closed too, and, while another
+    /// client is turned away, one that has left them unread for 30 s (when
+    /// SECS is longer).
     #[arg(long, value_name = "SECS", default_value_t = defaults::IDLE_TIMEOUT_SECS)]
     idle_timeout: u64,
     /// A client must finish the handshake (reach transmission) within SECS
