@@ -106,12 +106,20 @@ fn failed(e: &io::Error) {
         return;
     }
     let closed = e.kind() == io::ErrorKind::BrokenPipe;
-    if !closed {
-        err_fmt(format_args!(
+    let quit = ON_CLOSED.load(Ordering::SeqCst) == QUIT;
+    // A reader gone is said by the exit status alone; anything else (a
+    // full disk behind `> FILE`) in one line.
+    match (closed, quit) {
+        (true, _) => {}
+        (false, true) => err_fmt(format_args!(
             "platter: error: cannot write to standard output: {e}\n"
-        ));
+        )),
+        (false, false) => err_fmt(format_args!(
+            "platter: warning: cannot write to standard output ({e}): the rest of the output \
+             is lost; the command goes on\n"
+        )),
     }
-    if ON_CLOSED.load(Ordering::SeqCst) == QUIT {
+    if quit {
         // Nothing of this command is half-done (see `OnClosed::Quit`);
         // `exit` flushes what std buffers, and ignores that it fails.
         std::process::exit(if closed { CLOSED_STATUS } else { 1 });

@@ -32,15 +32,19 @@ fn closed_pipe() -> std::io::PipeWriter {
 fn run_closed(args: &[&str], close_stderr: bool, timeout: Duration) -> (ExitStatus, String) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_platter"));
     cmd.args(args)
-        .env("RUST_BACKTRACE", "1")
         .env_remove("PLATTER_LOG")
-        .stdin(Stdio::null())
-        .stdout(closed_pipe());
+        .stdout(closed_pipe())
+        .stderr(Stdio::piped());
     if close_stderr {
         cmd.stderr(closed_pipe());
-    } else {
-        cmd.stderr(Stdio::piped());
     }
+    run_as_set(&mut cmd, timeout)
+}
+
+/// Runs `cmd` with the stdout and stderr it was given (stdin closed);
+/// answers the exit and what a piped stderr said. Killed past `timeout`.
+fn run_as_set(cmd: &mut Command, timeout: Duration) -> (ExitStatus, String) {
+    cmd.env("RUST_BACKTRACE", "1").stdin(Stdio::null());
     let what = format!("{cmd:?}");
     let mut child = cmd.spawn().expect("platter runs");
     let err = child.stderr.take().map(|mut e| {
@@ -66,7 +70,7 @@ fn wait_for(child: &mut Child, timeout: Duration, what: &str) -> ExitStatus {
         if Instant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("{what}: still running after {timeout:?} with its stdout closed; killed");
+            panic!("{what}: still running after {timeout:?}; killed");
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -289,4 +293,45 @@ fn the_command_line_prints_only_through_its_output_module() {
             }
         }
     }
+}
+
+/// A stdout that fails otherwise (`> /dev/full`: no space) is said in one
+/// line: a read-only command ends with status 1, one that changes state
+/// finishes (its volume made) and exits with its own status.
+#[test]
+fn a_full_stdout_is_said_in_one_line() {
+    let test = "a_full_stdout_is_said_in_one_line";
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        platter_testkit::skips::skipped(test, "no /dev/full here");
+        return;
+    };
+    let dir = temp_dir();
+    let members = member_paths(dir.path(), 2);
+    let mut create = Command::new(env!("CARGO_BIN_EXE_platter"));
+    create
+        .args(["create", "--level", "mirror", "--member-size", "8M"])
+        .args(&members)
+        .stdout(full.try_clone().expect("a second handle"))
+        .stderr(Stdio::piped());
+    let (status, stderr) = run_as_set(&mut create, CMD_TIMEOUT);
+    assert_eq!(status.code(), Some(0), "{test}: create: {status}\n{stderr}");
+    assert!(
+        stderr.trim_end().lines().count() == 1
+            && stderr.contains("cannot write to standard output")
+            && !stderr.contains("panicked"),
+        "{test}: create: {stderr}"
+    );
+    assert_eq!(status_json(&members)["members_online"], 2);
+    let mut st = Command::new(env!("CARGO_BIN_EXE_platter"));
+    st.arg("status")
+        .args(&members)
+        .stdout(full)
+        .stderr(Stdio::piped());
+    let (status, stderr) = run_as_set(&mut st, CMD_TIMEOUT);
+    assert_eq!(status.code(), Some(1), "{test}: status: {status}\n{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        "platter: error: cannot write to standard output: No space left on device (os error 28)",
+        "{test}: status"
+    );
 }

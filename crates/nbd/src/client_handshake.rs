@@ -129,7 +129,7 @@ pub enum ClientError {
         name: String,
         /// The server's own words, if it sent any.
         message: String,
-        /// The exports it lists (at most [`LISTED_SHOWN`]); `None` when
+        /// The exports it lists (the first eight); `None` when
         /// it would not list them.
         exports: Option<Vec<String>>,
         /// Exports it listed beyond those.
