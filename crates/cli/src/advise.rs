@@ -4,11 +4,12 @@
 //! that get there (issue 19, point 3).
 
 use crate::error::{CliError, Result};
+use crate::out::{out, outln};
 use crate::sweep::{execute, prepare, row_json, SweepArgs};
 use clap::Args;
 use platter_core::balance::ReadPolicy;
 use platter_core::geometry::{Geometry, GeometrySpec};
-use platter_core::reshape::{reserved_from_bytes, target, Asked, Plan};
+use platter_core::reshape::{redundancy_lost, reserved_from_bytes, target, Asked, Plan};
 use platter_core::Level;
 use platter_sim::sweep::{format_interleave, table, Row};
 use serde_json::{json, Value};
@@ -332,9 +333,9 @@ pub fn run(a: AdviseArgs) -> Result<()> {
     }
     if a.json {
         for r in &rows {
-            println!("{}", row_json(r));
+            outln!("{}", row_json(r));
         }
-        println!(
+        outln!(
             "{}",
             json!({
                 "best": row_json(top),
@@ -347,30 +348,30 @@ pub fn run(a: AdviseArgs) -> Result<()> {
         );
         return Ok(());
     }
-    print!("{}", table(&rows));
-    println!();
+    out!("{}", table(&rows));
+    outln!();
     if let Some(said) = &said {
-        println!("{said}");
+        outln!("{said}");
     }
-    println!("best for this load: {}", describe(top));
+    outln!("best for this load: {}", describe(top));
     if let Some(n) = now {
         let ratio = |r: &Row| match (&r.result, &n.result) {
             (Ok(a), Ok(b)) if b.mb_per_s() > 0.0 => a.mb_per_s() / b.mb_per_s(),
             _ => 0.0,
         };
         match present_policy {
-            Some(p) => println!("the volume as it runs (read policy {p}): {}", describe(n)),
-            None => println!(
+            Some(p) => outln!("the volume as it runs (read policy {p}): {}", describe(n)),
+            None => outln!(
                 "the volume's layout (its best read policy): {}",
                 describe(n)
             ),
         }
-        println!("  the best is {:.2}x its throughput", ratio(top));
+        outln!("  the best is {:.2}x its throughput", ratio(top));
         match in_place {
             Some(r) if std::ptr::eq(r, n) => {
-                println!("  the volume's layout is the best it can reshape to in place")
+                outln!("  the volume's layout is the best it can reshape to in place")
             }
-            Some(r) => println!(
+            Some(r) => outln!(
                 "  the best it can reshape to in place: {} ({:.2}x)",
                 describe(r),
                 ratio(r)
@@ -379,17 +380,19 @@ pub fn run(a: AdviseArgs) -> Result<()> {
         }
     }
     for c in &commands {
-        println!("  {c}");
+        outln!("  {c}");
     }
     if volume.is_none() {
-        println!("(give --volume MEMBERS to compare with a volume and get its reshape command)");
+        outln!("(give --volume MEMBERS to compare with a volume and get its reshape command)");
     }
     Ok(())
 }
 
 /// Whether `platter reshape` can move `g` to the row's layout on the same
 /// members: the plan accepts it, with the room before the data past the
-/// label (a bitmap there, unknown here, leaves a little less).
+/// label (a bitmap there, unknown here, leaves a little less), and the
+/// volume keeps its redundancy (a reshape that lowers it needs --force,
+/// and speed is no reason to advise one).
 fn reshape_reaches(g: &Geometry, r: &Row) -> bool {
     if r.point.level == g.level() && r.point.interleave_bytes == g.interleave_bytes() {
         return true;
@@ -403,6 +406,9 @@ fn reshape_reaches(g: &Geometry, r: &Row) -> bool {
     let Ok(new) = target(g, &asked) else {
         return false;
     };
+    if redundancy_lost(g, &new).is_some() {
+        return false;
+    }
     let reserved = reserved_from_bytes(g, &new, 0);
     Plan::choose(g.clone(), new, reserved).is_ok()
 }

@@ -3,6 +3,7 @@
 //! simulator, `sweep` and `advise` load (issue 19, point 2).
 
 use crate::error::{CliError, Result};
+use crate::out::{errln, outln};
 use crate::scan::read_label_area;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -289,7 +290,7 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
             }
             let (probe, direct) = DeviceProbe::open(&a.target, a.allow_write)?;
             if !direct {
-                eprintln!(
+                errln!(
                     "warning: {} refuses O_DIRECT; the page cache answers reads, so the \
                      figures are the cache's, not a disk's",
                     a.target
@@ -320,7 +321,7 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
             b.set_position((done * 1000.0) as u64);
             b.set_message(format!("{phase}"));
         } else if last_phase != Some(phase) && done < 1.0 {
-            eprintln!("calibrate: measuring {phase}");
+            errln!("calibrate: measuring {phase}");
         }
         last_phase = Some(phase);
     };
@@ -339,13 +340,13 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
     let spec = m.spec(&name);
     write_parv(&spec, &a.out)?;
     if a.json {
-        println!("{}", figures_json(&m, &a.out));
+        outln!("{}", figures_json(&m, &a.out));
         return Ok(());
     }
     let first = m.zones.first().map_or(0, |z| z.blocks_per_track);
     let last = m.zones.last().map_or(0, |z| z.blocks_per_track);
     let tracks = m.positioning.last().map_or(0, |p| p.0);
-    println!(
+    outln!(
         "{}: {} sectors, {:.0} rpm, {} zones of {first}..{last} sectors per track \
          ({:.1} MB/s on average)",
         a.target,
@@ -354,14 +355,14 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
         m.zones.len(),
         m.mean_rate() / 1e6
     );
-    println!(
+    outln!(
         "positioning (overhead and seek): one track {:.2} ms, a third of the stroke {:.2} ms, \
          full stroke {:.2} ms",
         m.positioning_ms(1),
         m.positioning_ms(tracks / 3),
         m.positioning_ms(tracks)
     );
-    println!(
+    outln!(
         "cache: hit {:.3} ms, bus {:.1} MB/s, read-ahead {} sectors, {} segments of {} sectors, \
          write-back {}",
         m.hit_ms,
@@ -379,7 +380,7 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
             None => "not measured (reads only; --allow-write)",
         }
     );
-    println!(
+    outln!(
         "{} commands, {:.1} s on the drive; wrote {} and {}",
         m.reads,
         m.spent_ms / 1e3,

@@ -1,6 +1,7 @@
 //! Commands that talk to a running server through its control socket.
 
 use crate::error::{CliError, Result};
+use crate::out::outln;
 use clap::Args;
 use platter_core::label::printable;
 use platter_core::units::{format_size, parse_size};
@@ -39,29 +40,29 @@ pub fn ask(control: &PathBuf, request: Value) -> Result<Value> {
 pub fn print_status(v: &Value) {
     let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("?").to_string();
     let n = |k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0);
-    println!(
+    outln!(
         "V {:<20} State: {:<10} Size: {} ({} bytes)",
         printable(&s("name")),
         s("state"),
         format_size(n("size_bytes")),
         n("size_bytes")
     );
-    println!("  UUID:       {}", s("uuid"));
-    println!(
+    outln!("  UUID:       {}", s("uuid"));
+    outln!(
         "  Level:      {}, interleave {}",
         s("level"),
         format_size(n("interleave_bytes"))
     );
-    println!(
+    outln!(
         "  Data:       from {} on every member (room before it for reshapes)",
         format_size(n("data_offset_bytes"))
     );
     if let Some(f) = v.get("filesystem") {
         match f.get("none").and_then(Value::as_str) {
-            Some(why) => println!("  Filesystem: no alignment: {why}"),
+            Some(why) => outln!("  Filesystem: no alignment: {why}"),
             None => {
                 for k in ["xfs", "ext4"] {
-                    println!(
+                    outln!(
                         "  Filesystem: {}",
                         f.get(k).and_then(Value::as_str).unwrap_or("?")
                     );
@@ -70,13 +71,13 @@ pub fn print_status(v: &Value) {
         }
     }
     if let Some(p) = v.get("read_policy").filter(|p| !p.is_null()) {
-        println!("  Reads:      {}", policy_line(p));
+        outln!("  Reads:      {}", policy_line(p));
     }
-    println!("  Events:     {}", n("event_counter"));
+    outln!("  Events:     {}", n("event_counter"));
     if let Some(r) = v.get("rebuild").filter(|r| !r.is_null()) {
         let g = |k: &str| r.get(k).and_then(Value::as_u64).unwrap_or(0);
         let pct = r.get("percent").and_then(Value::as_f64).unwrap_or(0.0);
-        println!(
+        outln!(
             "  Rebuild:    member {} {:.1}% ({}/{} stripes), {}/s (limit {}/s), ETA {} s",
             g("member"),
             pct,
@@ -97,9 +98,9 @@ pub fn print_status(v: &Value) {
             format_size(f("interleave_bytes"))
         );
         if r["finished"].as_bool().unwrap_or(false) {
-            println!("  Reshape:    from {from}: done; new connections see the new size");
+            outln!("  Reshape:    from {from}: done; new connections see the new size");
         } else if let Some(why) = r["stuck"].as_str() {
-            println!(
+            outln!(
                 "  Reshape:    from {from}: STOPPED at {:.1}% ({} of {}): {why}. The volume \
                  serves through both layouts; the move goes on from the labels when the \
                  server is restarted with the cause fixed",
@@ -108,7 +109,7 @@ pub fn print_status(v: &Value) {
                 format_size(g("total_bytes")),
             );
         } else {
-            println!(
+            outln!(
                 "  Reshape:    from {from}: {:.1}% ({} of {}), {}/s (limit {}/s), ETA {} s",
                 r.get("percent").and_then(Value::as_f64).unwrap_or(0.0),
                 format_size(g("position_bytes")),
@@ -123,14 +124,14 @@ pub fn print_status(v: &Value) {
     if let Some(path) = rec["path"].as_str() {
         let n = |k: &str| rec[k].as_u64().unwrap_or(0);
         if rec["recording"].as_bool() == Some(true) {
-            println!(
+            outln!(
                 "  Recording:  {path}: {} requests, {} of at most {}",
                 n("requests"),
                 format_size(n("bytes_written")),
                 format_size(n("limit_bytes"))
             );
         } else if let Some(why) = rec["stopped_because"].as_str() {
-            println!(
+            outln!(
                 "  Recording:  STOPPED after {} requests: {why}",
                 n("requests")
             );
@@ -138,7 +139,7 @@ pub fn print_status(v: &Value) {
     }
     if let Some(r) = v.get("resync").filter(|r| !r.is_null()) {
         let g = |k: &str| r.get(k).and_then(Value::as_u64).unwrap_or(0);
-        println!(
+        outln!(
             "  Resync:     {:.1}% ({}/{} stripes), {} rewritten so far",
             r.get("percent").and_then(Value::as_f64).unwrap_or(0.0),
             g("cursor_stripe"),
@@ -146,8 +147,8 @@ pub fn print_status(v: &Value) {
             g("rewritten_stripes")
         );
     }
-    println!();
-    println!("  {:<4} {:<12} Path", "Slot", "State");
+    outln!();
+    outln!("  {:<4} {:<12} Path", "Slot", "State");
     for m in v
         .get("members")
         .and_then(Value::as_array)
@@ -164,7 +165,7 @@ pub fn print_status(v: &Value) {
                 )
             })
             .unwrap_or_default();
-        println!(
+        outln!(
             "  {:<4} {:<12} {}{away}",
             m.get("slot").and_then(Value::as_u64).unwrap_or(0),
             m.get("state").and_then(Value::as_str).unwrap_or("?"),
@@ -177,7 +178,7 @@ pub fn print_status(v: &Value) {
         .into_iter()
         .flatten()
     {
-        println!(
+        outln!(
             "  -    {:<12} {} (slot not known yet; away {} s, failed at {} s)",
             "unreachable",
             u.get("uri").and_then(Value::as_str).unwrap_or("?"),
@@ -191,13 +192,13 @@ pub fn print_status(v: &Value) {
         .into_iter()
         .flatten()
     {
-        println!("  -    {:<12} {}", "spare", sp.as_str().unwrap_or("?"));
+        outln!("  -    {:<12} {}", "spare", sp.as_str().unwrap_or("?"));
     }
 }
 
 pub(crate) fn show(json_out: bool, v: &Value, human: impl FnOnce(&Value)) {
     if json_out {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(v).expect("JSON of plain data")
         );
@@ -439,12 +440,12 @@ pub fn fail(a: FailArgs) -> Result<()> {
     }
     let v = ask(&a.control, req)?;
     show(a.json, &v, |v| match v["already"].as_str() {
-        Some(state) => println!("member {} is already {state}", v["failed"]),
-        None if v["volume_serves_all"] == json!(false) => println!(
+        Some(state) => outln!("member {} is already {state}", v["failed"]),
+        None if v["volume_serves_all"] == json!(false) => outln!(
             "member {} marked faulty; the volume can no longer serve all of its data",
             v["failed"]
         ),
-        None => println!("member {} marked faulty", v["failed"]),
+        None => outln!("member {} marked faulty", v["failed"]),
     });
     Ok(())
 }
@@ -456,11 +457,11 @@ pub fn remove(a: MemberArgs) -> Result<()> {
     )?;
     show(a.json, &v, |v| {
         if let Some(spare) = v.get("removed_spare") {
-            println!("spare {} removed", spare.as_str().unwrap_or("?"));
+            outln!("spare {} removed", spare.as_str().unwrap_or("?"));
         } else {
             match v["device"].as_str() {
-                Some(d) => println!("member {} removed; {d} is closed", v["removed"]),
-                None => println!("member {} removed", v["removed"]),
+                Some(d) => outln!("member {} removed; {d} is closed", v["removed"]),
+                None => outln!("member {} removed", v["removed"]),
             }
         }
     });
@@ -474,9 +475,10 @@ pub fn replace(a: ReplaceArgs) -> Result<()> {
         device_request(req, &a.new, a.member_size, a.force)?,
     )?;
     show(a.json, &v, |v| {
-        println!(
+        outln!(
             "member {} replaced by {}; rebuild started",
-            v["replaced"], a.new
+            v["replaced"],
+            a.new
         )
     });
     if a.wait {
@@ -489,9 +491,11 @@ pub fn re_add(a: ReAddArgs) -> Result<()> {
     let req = json!({ "cmd": "re-add", "device": resolved(&a.device)? });
     let v = ask(&a.control, req)?;
     show(a.json, &v, |v| {
-        println!(
+        outln!(
             "member {} re-added from {}; rebuilding the {} regions it missed",
-            v["re_added"], a.device, v["missed_regions"]
+            v["re_added"],
+            a.device,
+            v["missed_regions"]
         )
     });
     if a.wait {
@@ -506,7 +510,7 @@ pub fn add_spare(a: DeviceArgs) -> Result<()> {
         &a.control,
         device_request(req, &a.device, a.member_size, a.force)?,
     )?;
-    show(a.json, &v, |_| println!("{} added as a spare", a.device));
+    show(a.json, &v, |_| outln!("{} added as a spare", a.device));
     Ok(())
 }
 
@@ -535,7 +539,7 @@ pub fn scrub(a: ScrubArgs, repair: bool) -> Result<u8> {
     }
     let v = ask(&a.control, req)?;
     show(a.json, &v, |v| {
-        println!(
+        outln!(
             "{} stripes checked: {} mismatched{}, {} unchecked (a member lost)",
             v["stripes"],
             v["mismatched_stripes"],
@@ -546,7 +550,7 @@ pub fn scrub(a: ScrubArgs, repair: bool) -> Result<u8> {
         let total = v["mismatched_stripes"].as_u64().unwrap_or(0);
         if total > 0 {
             let unlocated = v["unlocated_stripes"].as_u64().unwrap_or(0);
-            println!(
+            outln!(
                 "  {} with the wrong member found{}, {unlocated} where the redundancy cannot tell which",
                 total.saturating_sub(unlocated),
                 if repair { " and rewritten" } else { "" },
@@ -574,13 +578,14 @@ pub fn scrub(a: ScrubArgs, repair: bool) -> Result<u8> {
                 // the stripe disagrees, not which member is wrong.
                 "which member is wrong cannot be told (parity or copies disagree)".to_string()
             };
-            println!(
+            outln!(
                 "  mismatch at volume bytes {}+{}: {whose}",
-                m["offset_bytes"], m["length_bytes"]
+                m["offset_bytes"],
+                m["length_bytes"]
             );
         }
         if total > MISMATCH_LINES as u64 {
-            println!(
+            outln!(
                 "  ... and {} more ({listed} listed by --json)",
                 total - MISMATCH_LINES as u64
             );
@@ -620,9 +625,9 @@ pub fn read_policy(a: PolicyArgs) -> Result<()> {
     }
     let v = ask(&a.control, req)?;
     show(a.json, &v, |v| {
-        println!("read policy {}", policy_line(v));
+        outln!("read policy {}", policy_line(v));
         if a.policy.is_some() && v["recorded"] == json!(false) {
-            println!("(read-only server: not recorded in the labels; lasts until it stops)");
+            outln!("(read-only server: not recorded in the labels; lasts until it stops)");
         }
         let spins: Vec<String> = v["rotational"]
             .as_array()
@@ -638,7 +643,7 @@ pub fn read_policy(a: PolicyArgs) -> Result<()> {
                 format!("slot {slot} {r}")
             })
             .collect();
-        println!("members: {}", spins.join(", "));
+        outln!("members: {}", spins.join(", "));
     });
     Ok(())
 }
@@ -664,21 +669,21 @@ pub fn record(a: RecordArgs) -> Result<()> {
     show(a.json, &v, |v| {
         let path = v["path"].as_str().unwrap_or("?");
         if a.action == "start" {
-            println!(
+            outln!(
                 "recording the clients' requests to {path} (at most {}); `platter record \
                  --control {} stop` ends it",
                 format_size(v["limit_bytes"].as_u64().unwrap_or(0)),
                 a.control.display()
             );
         } else {
-            println!(
+            outln!(
                 "recorded {} requests to {path} ({}); replay them with `platter sim \
                  --workload fio:{path}`",
                 v["requests"].as_u64().unwrap_or(0),
                 format_size(v["bytes_written"].as_u64().unwrap_or(0))
             );
             if let Some(why) = v["stopped_because"].as_str() {
-                println!("it had stopped by itself: {why}");
+                outln!("it had stopped by itself: {why}");
             }
         }
     });
@@ -691,7 +696,7 @@ pub fn rebuild_rate(a: RateArgs) -> Result<()> {
         json!({ "cmd": "rebuild-rate", "bytes_per_sec": a.rate }),
     )?;
     show(a.json, &v, |_| {
-        println!("rebuild rate limit {}/s", format_size(a.rate))
+        outln!("rebuild rate limit {}/s", format_size(a.rate))
     });
     Ok(())
 }

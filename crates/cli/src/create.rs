@@ -2,6 +2,7 @@
 
 use crate::error::{CliError, Result};
 use crate::members::{assemble_devices, foreign_label, open_all};
+use crate::out::out;
 use clap::Args;
 use platter_core::balance::ReadPolicy;
 use platter_core::geometry::{Geometry, GeometrySpec};
@@ -630,7 +631,7 @@ fn label_members(
         m.flush()?;
     }
     let volume = assemble_devices(members)?;
-    print!(
+    out!(
         "{}",
         crate::listing::render(&volume.assembly, &volume.devices, &[])
     );

@@ -8,6 +8,7 @@ mod create;
 mod error;
 mod listing;
 mod members;
+mod out;
 mod progress;
 mod reshape;
 mod scan;
@@ -18,6 +19,7 @@ mod status;
 mod sweep;
 
 use clap::{Parser, Subcommand};
+use out::errln;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -168,10 +170,11 @@ fn main() -> ExitCode {
     let cli = match parse(argv) {
         Ok(cli) => cli,
         Err(e) => {
-            eprintln!("platter: error: {e}");
+            errln!("platter: error: {e}");
             return ExitCode::from(1);
         }
     };
+    out::on_closed(on_closed(&cli.command));
     init_logging();
     // check and repair keep 1 for "mismatches found"; their failures are 2.
     let error_code = match cli.command {
@@ -198,16 +201,59 @@ fn main() -> ExitCode {
         Command::Sim(c) => sim::run(c),
         Command::Sweep(a) => sweep::run(a),
         Command::Advise(a) => advise::run(a),
+        // Both made whole in memory first: clap_complete panics on a
+        // failed write, and a page cut short is no page.
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
-            clap_complete::generate(shell, &mut cmd, "platter", &mut std::io::stdout());
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "platter", &mut script);
+            out::write_bytes(&script);
             Ok(())
         }
-        Command::Man => clap_mangen::Man::new(<Cli as clap::CommandFactory>::command())
-            .render(&mut std::io::stdout())
-            .map_err(|e| error::CliError(format!("cannot write the manual page: {e}"))),
+        Command::Man => {
+            let mut page = Vec::new();
+            clap_mangen::Man::new(<Cli as clap::CommandFactory>::command())
+                .render(&mut page)
+                .map_err(|e| error::CliError(format!("cannot make the manual page: {e}")))
+                .map(|()| out::write_bytes(&page))
+        }
     };
     exit(result.map(|()| 0), error_code)
+}
+
+/// What a closed stdout does to `command` (out.rs): commands that change
+/// something as they go, or write files after they print, finish their
+/// work; the others stop at once.
+fn on_closed(command: &Command) -> out::OnClosed {
+    use out::OnClosed::{Finish, Quit};
+    match command {
+        // Labels written member by member after the plan is printed
+        // (reshape), the listing printed after them (create): never half
+        // a volume's labels. serve goes on serving without its banner.
+        Command::Create(_) | Command::Reshape(_) | Command::Serve(_) => Finish,
+        // Files written after the table (sweep's plot), or beside the
+        // output (sim's iologs, calibrate's model).
+        Command::Sweep(_) | Command::Sim(_) => Finish,
+        // Read-only, or the control socket's commands: the server has made
+        // the change (fail, replace, read-policy POLICY, ...) before its
+        // answer is printed, and --wait / --watch only follow it.
+        Command::Status(_)
+        | Command::Scan(_)
+        | Command::Fail(_)
+        | Command::Remove(_)
+        | Command::Replace(_)
+        | Command::AddSpare(_)
+        | Command::ReAdd(_)
+        | Command::Check(_)
+        | Command::Repair(_)
+        | Command::RebuildRate(_)
+        | Command::Record(_)
+        | Command::Stats(_)
+        | Command::ReadPolicy(_)
+        | Command::Advise(_)
+        | Command::Completions { .. }
+        | Command::Man => Quit,
+    }
 }
 
 /// Logs to stderr; when systemd connected stderr to the journal
@@ -237,6 +283,10 @@ fn init_logging() {
     }
     tracing_subscriber::fmt()
         .with_env_filter(filter())
+        // A closed stderr (`2>&1 | head`) loses the log lines; by default
+        // the subscriber says so with `eprintln!`, which panics on the
+        // same closed stderr, in whichever thread logged.
+        .log_internal_errors(false)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
@@ -319,7 +369,7 @@ fn exit(result: error::Result<u8>, error_code: u8) -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("platter: error: {e}");
+            errln!("platter: error: {e}");
             ExitCode::from(error_code)
         }
     }

@@ -6,10 +6,10 @@
 
 use crate::control::ask;
 use crate::error::{CliError, Result};
+use crate::out::outln;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use platter_core::units::format_size;
 use serde_json::{json, Value};
-use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -136,8 +136,8 @@ enum Display {
 impl Display {
     fn show(&mut self, job: &Job, status: &Value, started: bool) {
         match self {
-            Display::Json => println!("{status}"),
-            Display::Lines => println!("{}: {}", job.name(), job.progress()),
+            Display::Json => outln!("{status}"),
+            Display::Lines => outln!("{}: {}", job.name(), job.progress()),
             Display::Bar(bar) => {
                 if started {
                     if let Some(old) = bar.take() {
@@ -162,14 +162,13 @@ impl Display {
                 bar.set_message(job.progress());
             }
         }
-        let _ = std::io::stdout().flush();
     }
 
     /// The job seen last is over; `done` if it went to the end.
     fn ended(&mut self, line: &str, done: bool) {
         match self {
             Display::Json => {}
-            Display::Lines => println!("{line}"),
+            Display::Lines => outln!("{line}"),
             Display::Bar(bar) => match bar.take() {
                 Some(b) => {
                     if done {
@@ -178,12 +177,11 @@ impl Display {
                         b.set_message("100.0%");
                     }
                     b.finish();
-                    println!("{line}");
+                    outln!("{line}");
                 }
-                None => println!("{line}"),
+                None => outln!("{line}"),
             },
         }
-        let _ = std::io::stdout().flush();
     }
 }
 
@@ -193,7 +191,7 @@ impl Display {
 pub fn watch(control: &PathBuf, interval: Duration, json_out: bool) -> Result<()> {
     let mut display = if json_out {
         Display::Json
-    } else if std::io::stdout().is_terminal() {
+    } else if crate::out::stdout_is_terminal() {
         Display::Bar(None)
     } else {
         Display::Lines
@@ -219,7 +217,7 @@ pub fn watch(control: &PathBuf, interval: Duration, json_out: bool) -> Result<()
             if let (None, Some(why)) = (&current, stopped) {
                 failures.push(format!("the reshape stopped: {why}"));
             } else if current.is_none() && !json_out {
-                println!(
+                outln!(
                     "nothing to wait for: no rebuild, reshape or resync runs on '{}'",
                     platter_core::label::printable(status["name"].as_str().unwrap_or("?"))
                 );

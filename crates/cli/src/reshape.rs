@@ -6,12 +6,13 @@
 
 use crate::error::{CliError, Result};
 use crate::members::{assemble_devices, foreign_label, open_all};
+use crate::out::outln;
 use clap::Args;
 use platter_core::geometry::Geometry;
 use platter_core::label::VolumeState;
 use platter_core::reshape::{
-    q_member_label, q_on_added_member, refuse_to_begin, reserved_from_bytes, reshaped_label,
-    target, Asked, Plan, UndoArea,
+    q_member_label, q_on_added_member, redundancy_lost, refuse_to_begin, reserved_from_bytes,
+    reshaped_label, target, Asked, Plan, UndoArea,
 };
 use platter_core::units::{format_size, parse_size};
 use platter_core::{Level, ParityLayout};
@@ -34,7 +35,9 @@ pub struct ReshapeArgs {
     /// The new level: raid5 (from a mirror of two, with a member added) or
     /// raid6 (from raid5: with one member added, Q goes on it and nothing
     /// moves, md's --layout=preserve; with two or more, or with --layout
-    /// naming an ordinary raid6 layout, the data moves).
+    /// naming an ordinary raid6 layout, the data moves). One that survives
+    /// fewer lost members than the volume's (raid6 to raid5, raid5 to
+    /// stripe) needs --force.
     #[arg(long, value_name = "LEVEL")]
     level: Option<Level>,
     /// The new parity layout for raid5/raid6 (left-symmetric,
@@ -48,9 +51,11 @@ pub struct ReshapeArgs {
     /// takes (the members' read speed measured now), and change nothing.
     #[arg(long)]
     dry_run: bool,
-    /// Overwrite a device to add that carries another volume's label.
-    /// With --abort: abort although the member that keeps the reshape's
-    /// backup is missing.
+    /// Overwrite a device to add that carries another volume's label, and
+    /// allow a reshape that lowers the volume's redundancy (raid6 to
+    /// raid5, raid5 to stripe or concat, a mirror to fewer copies), which
+    /// is refused without it. With --abort: abort although the member that
+    /// keeps the reshape's backup is missing.
     #[arg(long)]
     force: bool,
     /// Cancel a reshape that has moved nothing for good yet (the labels
@@ -109,7 +114,7 @@ fn through_server(args: &ReshapeArgs, control: &std::path::PathBuf) -> Result<()
                 format_size(s["interleave_bytes"].as_u64().unwrap_or(0))
             )
         };
-        println!("{} -> {}", g("from"), g("to"));
+        outln!("{} -> {}", g("from"), g("to"));
         let (what, bytes) = match v["q_bytes"].as_u64() {
             Some(q) => (
                 format!(
@@ -120,16 +125,23 @@ fn through_server(args: &ReshapeArgs, control: &std::path::PathBuf) -> Result<()
             ),
             None => ("moves".to_string(), v["moves_bytes"].as_u64().unwrap_or(0)),
         };
-        println!(
+        outln!(
             "{what} {} at the rate limit {}/s: about {} s",
             format_size(bytes),
             format_size(v["rate_limit_bytes_per_sec"].as_u64().unwrap_or(0)),
             v["seconds_at_rate_limit"]
         );
+        if let Some(why) = v["redundancy_lost"].as_str() {
+            if args.force {
+                outln!("{why} (--force)");
+            } else {
+                outln!("{why}: without --force the reshape is refused");
+            }
+        }
         if args.dry_run {
-            println!("dry run: nothing changed");
+            outln!("dry run: nothing changed");
         } else {
-            println!(
+            outln!(
                 "reshape started: follow it with `platter status --watch --control {}`",
                 control.display()
             );
@@ -148,6 +160,11 @@ enum Change {
     /// RAID-5 to RAID-6 `_6`: Q rebuilt on the added member.
     QMember,
 }
+
+/// What to do about a reshape refused for lowering the redundancy; the
+/// server's refusal says the same (`grow.rs`).
+const HOW_TO_LOWER: &str =
+    "give --force to reshape it anyway, or ask for a level that keeps the redundancy";
 
 /// The server's default rebuild rate, which a reshape moves at.
 const DEFAULT_RATE_BYTES_PER_SEC: u64 = 128 << 20;
@@ -202,6 +219,11 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
         Some(g) => g.clone(),
         None => target(&old, &asked).map_err(|e| CliError(e.0))?,
     };
+    // Refused before any file is made or label written.
+    let lowered = redundancy_lost(&old, &new);
+    if let (Some(why), false, false) = (&lowered, args.force, args.dry_run) {
+        return Err(CliError(format!("volume '{name}': {why}; {HOW_TO_LOWER}")));
+    }
     let level = new.level();
     let spec = new.spec();
     let needed = spec.data_offset_bytes
@@ -251,7 +273,7 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
             format_size(g.interleave_bytes())
         )
     };
-    println!(
+    outln!(
         "volume '{name}': {} -> {}; size {} -> {}",
         describe(&old),
         describe(&new),
@@ -259,13 +281,13 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
         format_size(new.volume_size_bytes())
     );
     match plan.as_ref().map(|p| (p.lead_bytes(), p.undo_area())) {
-        Some((lead, _)) if lead > 0 => println!(
+        Some((lead, _)) if lead > 0 => outln!(
             "the data moves {} lower on every member, into the room before it: nothing is \
              backed up, and {} of that room stays for a later reshape",
             format_size(lead),
             format_size(new.spec().data_offset_bytes.saturating_sub(reserved))
         ),
-        Some((_, Some(UndoArea::Reserved { bytes, .. }))) => println!(
+        Some((_, Some(UndoArea::Reserved { bytes, .. }))) => outln!(
             "every window is first backed up in the {} before each member's data (slower: \
              each byte is written twice)",
             format_size(bytes)
@@ -273,10 +295,10 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
         _ => {}
     }
     if change == Change::ConcatGrow {
-        println!("a concat grows at its end: no data moves");
+        outln!("a concat grows at its end: no data moves");
     } else {
         if change == Change::QMember {
-            println!(
+            outln!(
                 "raid5 -> raid6 in the {} layout (the raid5 as it is, Q on the added member, as \
                  md's --layout=preserve): no data moves, Q is written by rebuilding the added \
                  member",
@@ -286,7 +308,7 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
         let rate = measured_rate(&volume.devices);
         let limit = DEFAULT_RATE_BYTES_PER_SEC;
         let rate = rate.min(limit).max(1);
-        println!(
+        outln!(
             "{} {} while it serves; about {} s at {}/s (the members' read speed \
              measured now, capped by the default rate limit; `platter rebuild-rate` changes it)",
             if change == Change::QMember {
@@ -299,21 +321,26 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
             format_size(rate)
         );
     }
+    match (&lowered, args.force) {
+        (Some(why), false) => outln!("{why}: without --force the reshape is refused"),
+        (Some(why), true) => outln!("{why} (--force)"),
+        (None, _) => {}
+    }
     if args.dry_run {
-        println!("dry run: nothing changed");
+        outln!("dry run: nothing changed");
         return Ok(());
     }
     write_labels(&volume.devices, &added, label, &new, change)?;
     if change == Change::ConcatGrow {
-        println!("done: serve the volume to use its new size");
+        outln!("done: serve the volume to use its new size");
     } else if change == Change::QMember {
-        println!(
+        outln!(
             "labels written: `platter serve` rebuilds Q on the added member while serving \
              (follow it with `platter status --control PATH --watch`); the volume survives a \
              second lost member once that is done"
         );
     } else {
-        println!(
+        outln!(
             "labels written: `platter serve` moves the data while serving (follow it with \
              `platter status --control PATH --watch`); clients that connect after \
              the reshape ends see the new size"
@@ -482,7 +509,7 @@ fn abort(args: &ReshapeArgs) -> Result<()> {
         }
         m.flush()?;
     }
-    println!(
+    outln!(
         "volume '{name}': reshape aborted; it is {} of {} members again, interleave {}",
         old.level(),
         old.members(),

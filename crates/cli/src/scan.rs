@@ -9,6 +9,7 @@
 //! is looking for.
 
 use crate::error::{CliError, Result};
+use crate::out::{out, outln};
 use clap::Args;
 use platter_core::assemble::{assemble, uuid_string, AssembleError, Assembly, Found};
 use platter_core::label::{is_blank, printable, Label, LabelError, LABEL_BYTES};
@@ -98,12 +99,12 @@ impl Discovery {
 pub fn run(args: ScanArgs) -> Result<u8> {
     let d = discover(&args.paths)?;
     if args.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&json(&d)).expect("JSON of plain data")
         );
     } else {
-        print!("{}", render(&d));
+        out!("{}", render(&d));
     }
     Ok(exit_status(&d))
 }

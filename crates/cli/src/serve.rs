@@ -2,6 +2,7 @@
 
 use crate::error::{CliError, Result};
 use crate::members::{assemble_devices, open_reachable};
+use crate::out::{err, errln, out};
 use clap::Args;
 use platter_core::label::printable;
 use platter_core::units::{format_size, parse_size};
@@ -107,7 +108,10 @@ pub struct ServeArgs {
     /// Close a connection that has had no request in flight and sent
     /// nothing for SECS seconds, once another client has been turned away
     /// over --max-connections (0: never). Quiet clients keep their
-    /// connection while no one else waits for a slot.
+    /// connection while no one else waits for a slot. A client that takes
+    /// none of its replies for SECS is closed too, and, while another
+    /// client is turned away, one that has left them unread for 30 s (when
+    /// SECS is longer).
     #[arg(long, value_name = "SECS", default_value_t = defaults::IDLE_TIMEOUT_SECS)]
     idle_timeout: u64,
     /// A client must finish the handshake (reach transmission) within SECS
@@ -459,7 +463,7 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
     let banner_to_stderr = config.inherited.is_some();
     serve(volume, config, move |r| {
         if banner_to_stderr {
-            eprint!("{}", ready_text(r));
+            err!("{}", ready_text(r));
         } else if stdio {
             tracing::info!(volume = %printable(&r.export_name), "serving the client on standard input and output");
         } else {
@@ -492,7 +496,7 @@ fn force_members_into_use(volume: &mut platter_io::assembly::OpenVolume) -> Vec<
             _ => continue,
         };
         let name = volume.devices[device].describe();
-        eprintln!(
+        errln!(
             "platter: warning: --force: using member {name} (slot {slot}) although {why}; \
              if it missed writes while out of use, reads of those bytes return old data \
              and the resync makes parity and copies agree with it"
@@ -634,7 +638,10 @@ fn slot_named(
         .parse()
         .map_err(|_| format!("{member} is neither one of the members given nor a slot number"))?;
     if slot as usize >= slots {
-        return Err(format!("there is no slot {slot} (slots 0..{slots})"));
+        return Err(format!(
+            "there is no slot {slot} ({})",
+            platter_core::balance::slots_are(slots as u32)
+        ));
     }
     Ok(slot)
 }
@@ -649,10 +656,9 @@ fn parse_tls(text: &str) -> std::result::Result<TlsPolicy, String> {
 }
 
 fn print_ready(r: &Ready) {
-    print!("{}", ready_text(r));
-    // Scripts wait for this line; make sure it is out.
-    use std::io::Write;
-    let _ = std::io::stdout().flush();
+    // Flushed (out.rs): scripts wait for this line. A closed stdout
+    // loses the banner, not the server.
+    out!("{}", ready_text(r));
 }
 
 /// The banner: what is served, where, and how to reach it.

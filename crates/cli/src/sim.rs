@@ -1,6 +1,7 @@
 //! `platter sim`: the simulator's commands.
 
 use crate::error::Result;
+use crate::out::{errln, outln};
 use clap::{Args, Subcommand};
 use platter_core::units::{format_size, parse_size};
 use platter_sim::disksim::trace::{read_trace, replay, summarize};
@@ -120,7 +121,7 @@ fn run_iolog(a: IologArgs) -> Result<()> {
     let export = per_process(spec.build(size, a.seed).as_mut());
     std::fs::create_dir_all(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
     let procs = export.processes.len();
-    eprintln!(
+    errln!(
         "{} on {} (seed {}): {procs} process{}",
         spec.describe(),
         format_size(size),
@@ -131,7 +132,7 @@ fn run_iolog(a: IologArgs) -> Result<()> {
     for (p, ops) in export.processes.iter().enumerate() {
         let name = format!("proc-{p}");
         if ops.is_empty() {
-            eprintln!("  {name}: no requests, no iolog");
+            errln!("  {name}: no requests, no iolog");
             continue;
         }
         let path = a.out.join(format!("{name}.iolog"));
@@ -142,7 +143,7 @@ fn run_iolog(a: IologArgs) -> Result<()> {
         };
         write_file(&path, &text)?;
         let c = counts(ops);
-        eprintln!(
+        errln!(
             "  {}: {} reads ({}), {} writes ({}), {} syncs",
             path.display(),
             c.reads,
@@ -157,7 +158,7 @@ fn run_iolog(a: IologArgs) -> Result<()> {
         return Err(format!("{}: no requests on a volume of {}", a.workload, a.size).into());
     }
     if export.timed {
-        eprintln!(
+        errln!(
             "  note: think times and arrival times are fio v3 timestamps: fio waits between \
              requests as the workload did (add --replay_no_stall=1 to replay as fast as it can)"
         );
@@ -171,7 +172,7 @@ fn run_iolog(a: IologArgs) -> Result<()> {
         let iolog = shell_quote(&format!("--read_iolog={}", path.display()));
         cmd.push_str(&format!(" \\\n  --name={name} {iolog}"));
     }
-    println!("{cmd}");
+    outln!("{cmd}");
     Ok(())
 }
 
@@ -213,27 +214,30 @@ fn run_validate(a: ValidateArgs) -> Result<()> {
             "measured_read_hit_ratio": v.measured_read_hit_ratio,
             "simulated_read_hit_ratio": v.simulated_read_hit_ratio,
         });
-        println!("{j}");
+        outln!("{j}");
         return Ok(());
     }
-    println!(
+    outln!(
         "drive     {} ({} blocks, {} rpm)",
-        spec.name, spec.layout.blocks, spec.rpm
+        spec.name,
+        spec.layout.blocks,
+        spec.rpm
     );
-    println!("requests  {}", v.requests);
-    println!("demerit   {:.3} ms (rms, DiskSim buckets)", v.demerit_ms);
-    println!("          {:.3} ms (exact quantiles)", v.demerit_exact_ms);
-    println!(
+    outln!("requests  {}", v.requests);
+    outln!("demerit   {:.3} ms (rms, DiskSim buckets)", v.demerit_ms);
+    outln!("          {:.3} ms (exact quantiles)", v.demerit_exact_ms);
+    outln!(
         "mean      {:.3} ms measured, {:.3} ms simulated",
-        v.mean_measured_ms, v.mean_simulated_ms
+        v.mean_measured_ms,
+        v.mean_simulated_ms
     );
     match v.measured_read_hit_ratio {
-        Some(m) => println!(
+        Some(m) => outln!(
             "read hits {:.1}% measured, {:.1}% simulated",
             100.0 * m,
             100.0 * v.simulated_read_hit_ratio
         ),
-        None => println!(
+        None => outln!(
             "read hits {:.1}% simulated (the trace does not tell hits from misses)",
             100.0 * v.simulated_read_hit_ratio
         ),

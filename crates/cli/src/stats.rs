@@ -4,11 +4,11 @@
 
 use crate::control::ask;
 use crate::error::{CliError, Result};
+use crate::out::{out, outln};
 use clap::Args;
 use platter_core::stats::{Counters, Histogram, Stats};
 use platter_core::units::format_size;
 use serde_json::{json, Value};
-use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -81,28 +81,28 @@ pub fn run(a: StatsArgs) -> Result<()> {
     };
     let Some(secs) = a.watch else {
         if a.json {
-            println!(
+            outln!(
                 "{}",
                 serde_json::to_string_pretty(&first).expect("JSON of plain data")
             );
         } else {
             if a.reset {
-                println!("counters reset");
+                outln!("counters reset");
             }
-            print!("{}", table(&Snapshot::parse(&first)?, None));
+            out!("{}", table(&Snapshot::parse(&first)?, None));
         }
         return Ok(());
     };
     let interval = Duration::from_secs_f64(secs);
-    let terminal = std::io::stdout().is_terminal();
+    let terminal = crate::out::stdout_is_terminal();
     let mut prev = Snapshot::parse(&first)?;
     let started = prev.at;
-    emit(a.json, terminal, &first, &prev, None, started)?;
+    emit(a.json, terminal, &first, &prev, None, started);
     loop {
         std::thread::sleep(interval);
         let v = ask(&a.control, json!({ "cmd": "stats" }))?;
         let now = Snapshot::parse(&v)?;
-        emit(a.json, terminal, &v, &now, Some(&prev), started)?;
+        emit(a.json, terminal, &v, &now, Some(&prev), started);
         prev = now;
     }
 }
@@ -115,8 +115,7 @@ fn emit(
     now: &Snapshot,
     prev: Option<&Snapshot>,
     started: Instant,
-) -> Result<()> {
-    let mut out = std::io::stdout().lock();
+) {
     let text = if json_out {
         let mut v = raw.clone();
         if let Some(p) = prev {
@@ -138,9 +137,7 @@ fn emit(
         let clear = if terminal { "\x1b[H\x1b[2J" } else { "" };
         format!("{clear}{head}{}\n", table(now, prev))
     };
-    out.write_all(text.as_bytes())
-        .and_then(|_| out.flush())
-        .map_err(|e| CliError(format!("cannot write the statistics: {e}")))
+    out!("{text}");
 }
 
 fn per_sec(c: &Counters, secs: f64) -> Value {

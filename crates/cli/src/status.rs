@@ -2,6 +2,7 @@
 
 use crate::error::{CliError, Result};
 use crate::members::assemble_devices;
+use crate::out::{out, outln};
 use clap::Args;
 use platter_io::{open_member, Member, OpenOptions};
 use std::sync::Arc;
@@ -59,12 +60,12 @@ pub fn run(args: StatusArgs) -> Result<()> {
     let (assembly, members) = (&volume.assembly, &volume.devices);
     if args.json {
         let v = crate::listing::json(assembly, members, &unreadable);
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&v).expect("JSON of plain data")
         );
     } else {
-        print!("{}", crate::listing::render(assembly, members, &unreadable));
+        out!("{}", crate::listing::render(assembly, members, &unreadable));
     }
     Ok(())
 }

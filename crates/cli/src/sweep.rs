@@ -2,6 +2,7 @@
 //! and read policies on modelled drives; a table, an SVG plot, progress.
 
 use crate::error::Result;
+use crate::out::{errln, out, outln};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use platter_core::balance::ReadPolicy;
@@ -201,10 +202,10 @@ pub fn run(mut a: SweepArgs) -> Result<()> {
     let rows = execute(&sweep, &a, &drive_name)?;
     if a.json {
         for r in &rows {
-            println!("{}", row_json(r));
+            outln!("{}", row_json(r));
         }
     } else {
-        print!("{}", table(&rows));
+        out!("{}", table(&rows));
     }
     if let Some(out) = &a.out {
         let png_out = plot_is_png(out)?;
@@ -219,7 +220,7 @@ pub fn run(mut a: SweepArgs) -> Result<()> {
             svg(&rows, &title).into_bytes()
         };
         std::fs::write(out, bytes).map_err(|e| format!("{}: {e}", out.display()))?;
-        eprintln!("sweep: plot written to {}", out.display());
+        errln!("sweep: plot written to {}", out.display());
     }
     if rows.iter().any(|r| r.result.is_err()) {
         return Err("some configurations failed (see the table)".into());
@@ -265,7 +266,7 @@ pub(crate) fn prepare(a: &mut SweepArgs) -> Result<(Sweep, String)> {
         (None, true) => None,
     };
     if let Some(g) = volume {
-        eprintln!(
+        errln!(
             "sweep: the volume is {} of {} members, interleave {}: its row is among the results",
             g.level(),
             g.members(),
@@ -411,11 +412,11 @@ pub(crate) fn execute(sweep: &Sweep, a: &SweepArgs, drive_name: &str) -> Result<
             }
             None => {
                 let _g = print_lock.lock();
-                eprintln!("sweep: {n}/{total} done ({what})");
+                errln!("sweep: {n}/{total} done ({what})");
             }
         }
     };
-    eprintln!(
+    errln!(
         "sweep: {} on {} x {drive_name}, seed {}, {total} configurations on {threads} threads",
         sweep.workload.describe(),
         a.members

@@ -162,3 +162,59 @@ fn a_volume_without_copies_refuses_a_read_policy() {
     );
     s.stop();
 }
+
+/// A slot the volume does not have is refused naming the slots it has, in
+/// words: a read policy (live and at create), `fail`, `--rotational`. How
+/// it showed: `read-policy prefer:9` on a 2-member mirror said "(slots
+/// 0..2)", which reads as if slot 2 were one.
+#[test]
+fn a_slot_it_does_not_have_is_refused_naming_those_it_has() {
+    let test = "a_slot_it_does_not_have_is_refused_naming_those_it_has";
+    let mut s = Server::start(Volume::create(Spec::new("mirror", 2, "64k"), 8 * MIB));
+    let two = "there is no slot 9 (the volume's slots are 0 and 1)";
+    refused(&s, "prefer:9", two);
+    let out = run(
+        &mut platter(&["fail", "--control", &s.control(), "9"]),
+        CMD_TIMEOUT,
+    );
+    assert!(
+        !out.status.success() && out.stderr.contains(two),
+        "{}",
+        out.describe(test)
+    );
+    s.stop();
+    let mut serve = platter(&["serve", "--socket"]);
+    serve
+        .arg(s.volume.path().join("sock2"))
+        .args(["--rotational", "9=yes"])
+        .args(&s.volume.members);
+    let out = run(&mut serve, CMD_TIMEOUT);
+    assert!(
+        !out.status.success() && out.stderr.contains(two),
+        "{}",
+        out.describe(test)
+    );
+    // create, on three members.
+    let dir = temp_dir();
+    let members = member_paths(dir.path(), 3);
+    let mut args = vec![
+        "create",
+        "--level",
+        "mirror",
+        "--member-size",
+        "8M",
+        "--read-policy",
+        "prefer:3",
+    ];
+    args.extend(members.iter().map(String::as_str));
+    let out = run(&mut platter(&args), CMD_TIMEOUT);
+    assert!(
+        !out.status.success()
+            && out
+                .stderr
+                .contains("there is no slot 3 (the volume's slots are 0 to 2)"),
+        "{}",
+        out.describe(test)
+    );
+    assert!(!out.stderr.contains(".."), "{}", out.stderr);
+}

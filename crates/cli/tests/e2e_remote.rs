@@ -548,6 +548,36 @@ fn a_stall_longer_than_the_member_timeout_fails_the_member() {
     h.member_1_alone_holds_the_volume();
 }
 
+/// A host that stalls past --member-timeout with no spare to take over:
+/// the member is failed for good, and platter keeps no connection to its
+/// host, so that once the host answers again its nbdkit exits on SIGTERM.
+/// How it showed: nbdkit offers multi-conn, platter opens two connections
+/// over a Unix socket, and the one idle through the stall stayed open
+/// until `platter remove`; the nbdkit, holding it, did not exit on SIGTERM.
+#[test]
+fn a_member_failed_for_a_stall_keeps_no_connection_to_its_host() {
+    let test = "a_member_failed_for_a_stall_keeps_no_connection_to_its_host";
+    let args = ["--remote-timeout", "1", "--member-timeout", "5"];
+    let Some(mut h) = HostAway::stalled(test, &args) else {
+        return;
+    };
+    wait_until(test, || {
+        h.s.log().contains("away longer than --member-timeout")
+    });
+    assert_eq!(h.state(1), "faulty", "{test}");
+    // The requests held through the stall are answered (into sockets
+    // platter has shut); nothing else keeps the host's nbdkit.
+    h.pause.as_ref().expect("paused").resume();
+    assert!(
+        h.kits[1].terminate(std::time::Duration::from_secs(20)),
+        "{test}: the failed member's nbdkit did not exit on SIGTERM within 20 s: \
+         platter still holds a connection to it"
+    );
+    assert_eq!(h.state(1), "faulty", "{test}");
+    h.io(&["read -P 0x77 4M 1M"], "read from the other copy");
+    h.s.stop_expecting_errors("TERM", &["nbd+unix", "member"]);
+}
+
 /// How host 1 leaves in [`an_outage_under_fio_verify`].
 #[derive(Clone, Copy, Debug)]
 enum Outage {
@@ -1068,4 +1098,52 @@ fn a_member_failing_reads_during_its_rebuild_is_failed_and_the_server_serves_on(
         "write after member 1 failed",
     );
     s.stop_expecting_errors("TERM", &["nbd+unix", "member", "rebuild"]);
+}
+
+/// A member URI naming an export its server does not have is refused in
+/// one line that says what the server offers, or that it lists none; no
+/// empty parentheses when the server gave no reason. How it showed:
+/// `the server has no export named "x" ()` from an nbdkit that lists no
+/// exports and sends no message with its refusal.
+#[test]
+fn an_unknown_export_is_refused_saying_what_the_server_offers() {
+    let test = "an_unknown_export_is_refused_saying_what_the_server_offers";
+    let dir = temp_dir();
+    let strict = |sock: &str, names: &[&str]| {
+        let mut args = vec![
+            "memory".to_owned(),
+            "16M".to_owned(),
+            "exportname-strict=true".to_owned(),
+            "exportname-list=explicit".to_owned(),
+        ];
+        args.extend(names.iter().map(|n| format!("exportname={n}")));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Nbdkit::start(test, &dir.path().join(sock), &["exportname"], &args)
+    };
+    let Some(none) = strict("none.sock", &[]) else {
+        return;
+    };
+    let Some(two) = strict("two.sock", &["a", "b"]) else {
+        return;
+    };
+    let refusal = |k: &Nbdkit| {
+        let uri = format!("nbd+unix:///x?socket={}", k.socket().display());
+        let out = run(&mut platter(&["status", &uri]), CMD_TIMEOUT);
+        assert!(!out.status.success(), "{}", out.describe(test));
+        // nbdkit logs the refusal on its own stderr, not ours.
+        let line = out.stderr.trim_end().to_owned();
+        assert_eq!(line.lines().count(), 1, "{test}: {line}");
+        assert!(!line.contains("()"), "{test}: {line}");
+        line
+    };
+    let line = refusal(&none);
+    assert!(
+        line.ends_with("the server has no export named \"x\"; it lists no exports"),
+        "{test}: {line}"
+    );
+    let line = refusal(&two);
+    assert!(
+        line.ends_with("the server has no export named \"x\"; it offers \"a\", \"b\""),
+        "{test}: {line}"
+    );
 }

@@ -608,6 +608,122 @@ fn bad_reshapes_are_refused_and_change_nothing() {
     assert_eq!(labels(&all), before);
 }
 
+/// A reshape that leaves the volume surviving fewer lost members (raid5 to
+/// stripe drops all of it, raid6 to raid5 half) is refused without
+/// --force, on a stopped volume and through the control socket alike,
+/// naming what is lost and how to go on; a dry run says so and changes
+/// nothing; with --force it is done. How it showed: `platter reshape
+/// --level stripe` of a raid5 was accepted without a word, offline and
+/// live.
+#[test]
+fn a_reshape_that_lowers_the_redundancy_needs_force() {
+    let test = "a_reshape_that_lowers_the_redundancy_needs_force";
+    let says = "lowers the volume's redundancy";
+    // Stopped volumes.
+    for (spec, to, lost) in [
+        (
+            Spec::new("raid5", 4, "64k"),
+            "stripe",
+            "stripe of 4 members would survive no lost member",
+        ),
+        (
+            Spec::new("raid6", 5, "64k"),
+            "raid5",
+            "raid5 of 5 members would survive the loss of any one member",
+        ),
+    ] {
+        let v = Volume::create(spec, 16 * MIB);
+        let members = v.members.clone();
+        let before = labels(&members);
+        let out = run(
+            platter(&["reshape", "--level", to]).args(&members),
+            CMD_TIMEOUT,
+        );
+        let what = format!("{test}: {} to {to}", spec.level);
+        assert!(!out.status.success(), "{what}: not refused: {}", out.stdout);
+        let line = out.stderr.trim_end();
+        assert!(
+            line.lines().count() == 1
+                && line.contains(says)
+                && line.contains(lost)
+                && line.contains("--force"),
+            "{what}: the refusal: {line}"
+        );
+        assert_eq!(
+            labels(&members),
+            before,
+            "{what}: a refusal changed a label"
+        );
+        let out = run_ok(
+            platter(&["reshape", "--dry-run", "--level", to]).args(&members),
+            CMD_TIMEOUT,
+            &what,
+        );
+        assert!(
+            out.stdout.contains(says) && out.stdout.contains("without --force"),
+            "{what}: the dry run: {}",
+            out.stdout
+        );
+        assert_eq!(
+            labels(&members),
+            before,
+            "{what}: the dry run changed a label"
+        );
+        run_ok(
+            platter(&["reshape", "--force", "--level", to]).args(&members),
+            CMD_TIMEOUT,
+            &what,
+        );
+        let st = v.status();
+        assert_eq!(st["level"], to, "{what}: {st}");
+        assert_eq!(st["reshape"]["from"]["level"], spec.level, "{what}: {st}");
+    }
+
+    // A running raid5, through its control socket.
+    let s = Server::start(Volume::create(Spec::new("raid5", 4, "64k"), 16 * MIB));
+    let ctl = s.control();
+    refused(
+        &mut platter(&["reshape", "--control", &ctl, "--level", "stripe"]),
+        "raid5 to stripe through the server",
+        "stripe of 4 members would survive no lost member",
+    );
+    assert!(
+        live_status(&s)["reshape"].is_null(),
+        "{test}: refused, yet begun"
+    );
+    let out = run_ok(
+        &mut platter(&[
+            "reshape",
+            "--control",
+            &ctl,
+            "--dry-run",
+            "--level",
+            "stripe",
+        ]),
+        CMD_TIMEOUT,
+        test,
+    );
+    assert!(
+        out.stdout.contains(says) && out.stdout.contains("without --force"),
+        "{test}: the live dry run: {}",
+        out.stdout
+    );
+    assert!(
+        live_status(&s)["reshape"].is_null(),
+        "{test}: a dry run began it"
+    );
+    let out = run_ok(
+        &mut platter(&["reshape", "--control", &ctl, "--force", "--level", "stripe"]),
+        CMD_TIMEOUT,
+        test,
+    );
+    assert!(out.stdout.contains("reshape started"), "{}", out.stdout);
+    wait_reshaped(&s, test);
+    assert_eq!(live_status(&s)["level"], "stripe", "{test}");
+    let mut s = s;
+    s.stop();
+}
+
 #[test]
 fn a_dry_run_says_what_moves_and_writes_nothing() {
     let mut s = Server::start(Volume::create(Spec::new("raid5", 4, "64k"), 16 * MIB));

@@ -272,6 +272,55 @@ fn an_idle_connection_is_closed_after_the_idle_timeout() {
     server.stop();
 }
 
+/// The story: a well-behaved client turned away over `--max-connections`
+/// waited 289 s for a slot held by clients that had stopped reading their
+/// replies (nothing in flight, so not idle, and kept for --idle-timeout,
+/// 300 s). Now, while a client is turned away, a connection whose client
+/// has left its replies unread for 30 s (in its socket, or filling it) is
+/// closed, and the client waiting gets in; a quiet client that has read
+/// everything it was sent keeps its slot (--idle-timeout protects it).
+#[test]
+fn clients_that_stop_reading_lose_their_slots_to_one_that_waits() {
+    let (server, _dir) = serve_bare(&["--max-connections", "3"]);
+    let mut quiet = Client::open(&server.socket, Mode::Simple);
+    quiet.write_read(0, &pattern(47, 4096), "a quiet client's one request");
+    // One reply unread in the socket; and 8 MiB of replies that fill it.
+    let mut small = Client::open(&server.socket, Mode::Simple);
+    small.request(0, CMD_READ, 0, 4096, &[]);
+    let mut large = Client::open(&server.socket, Mode::Simple);
+    for i in 0..8u64 {
+        large.request(0, CMD_READ, i * MIB, MIB as u32, &[]);
+    }
+    let start = Instant::now();
+    let mut waiting = Vec::new();
+    while waiting.len() < 2 {
+        match Client::try_open(&server.socket, Mode::Simple) {
+            Some(c) => waiting.push(c),
+            None => thread::sleep(Duration::from_millis(500)),
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(90),
+            "clients that read nothing kept their slots {:?} from a client waiting for one \
+             (let in: {})",
+            start.elapsed(),
+            waiting.len()
+        );
+    }
+    eprintln!("let in after {:?}", start.elapsed());
+    for c in &mut waiting {
+        c.write_read(MIB, &pattern(48, 4096), "a client let in");
+    }
+    small.until_closed(1 << 20, "a client that read nothing");
+    large.until_closed(64 << 20, "a client that read nothing");
+    quiet.write_read(0, &pattern(49, 4096), "the quiet client, still served");
+    let log = server.log_text();
+    let line = "closing a connection whose client reads nothing: another client wants its slot";
+    assert_eq!(log.matches(line).count(), 2, "log:\n{log}");
+    assert!(!log.contains("closing an idle connection"), "log:\n{log}");
+    drop(waiting);
+    server.stop();
+}
+
 /// A request that takes longer than the idle timeout (a slow member) is
 /// work in flight, not idleness: its connection stays.
 #[test]

@@ -176,7 +176,8 @@ impl ReadPolicy {
         if let ReadPolicy::Prefer { slot } = self {
             if slot >= members {
                 return Err(format!(
-                    "read policy {self}: there is no slot {slot} (slots 0..{members})"
+                    "read policy {self}: there is no slot {slot} ({})",
+                    slots_are(members)
                 ));
             }
         }
@@ -215,6 +216,17 @@ fn size_text(bytes: u64) -> String {
         bytes.to_string()
     } else {
         s
+    }
+}
+
+/// The slots a volume of `members` members has, for a message naming a
+/// slot it does not have: "the volume's slots are 0 and 1", "0 to 3".
+pub fn slots_are(members: u32) -> String {
+    match members {
+        0 => "the volume has no slots".to_owned(),
+        1 => "the volume's one slot is 0".to_owned(),
+        2 => "the volume's slots are 0 and 1".to_owned(),
+        n => format!("the volume's slots are 0 to {}", n - 1),
     }
 }
 

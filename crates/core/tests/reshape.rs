@@ -10,7 +10,8 @@
 use platter_core::geometry::{Geometry, GeometrySpec};
 use platter_core::level::{Level, ParityLayout};
 use platter_core::reshape::{
-    Plan, Reshape, Span, Step, UndoArea, UndoError, UndoRecord, UNDO_HEADER_BYTES,
+    redundancy_lost, target, Asked, Plan, Reshape, Span, Step, UndoArea, UndoError, UndoRecord,
+    UNDO_HEADER_BYTES,
 };
 
 struct Rng(u64);
@@ -616,6 +617,68 @@ fn reshapes_that_cannot_be_done_in_place_are_refused() {
     assert!(Plan::new(g(Level::Stripe, 4, 4096), g(Level::Raid6, 4, 4096), 4096).is_err());
     // A grow with an added member is accepted.
     assert!(Plan::new(g(Level::Stripe, 4, 4096), g(Level::Stripe, 5, 4096), 4096).is_ok());
+}
+
+/// A reshape that leaves the volume surviving fewer lost members is named
+/// (and refused without --force by both `platter reshape` and the
+/// server); one that keeps or adds redundancy is not. How it showed: a
+/// raid5 reshaped to stripe, offline and live, was accepted without a word.
+#[test]
+fn reshapes_that_lower_the_redundancy_are_named() {
+    let with = |level: Level, n: u32, copies: u32| {
+        Geometry::new(GeometrySpec {
+            level,
+            parity_layout: ParityLayout::LeftSymmetric,
+            copies,
+            interleave_bytes: 4096,
+            data_offset_bytes: DATA_OFFSET,
+            member_data_bytes: vec![64 * 4096; n as usize],
+        })
+        .expect("a valid geometry")
+    };
+    let to = |old: &Geometry, level: Option<Level>, added: u32| {
+        let asked = Asked {
+            added_members: added,
+            level,
+            ..Asked::default()
+        };
+        target(old, &asked).expect("a target")
+    };
+    let raid5 = with(Level::Raid5, 3, 1);
+    let lost = redundancy_lost(&raid5, &to(&raid5, Some(Level::Stripe), 0)).expect("lowered");
+    assert_eq!(
+        lost,
+        "this reshape lowers the volume's redundancy: raid5 of 3 members survives the loss of \
+         any one member, stripe of 3 members would survive no lost member (losing any one \
+         loses data)"
+    );
+    assert!(redundancy_lost(&raid5, &to(&raid5, Some(Level::Concat), 0)).is_some());
+    let raid6 = with(Level::Raid6, 5, 1);
+    let lost = redundancy_lost(&raid6, &to(&raid6, Some(Level::Raid5), 0)).expect("lowered");
+    assert!(
+        lost.contains("raid6 of 5 members survives the loss of any 2 members")
+            && lost.contains("raid5 of 5 members would survive the loss of any one member"),
+        "{lost}"
+    );
+    let mirror3 = with(Level::Mirror, 3, 3);
+    assert!(redundancy_lost(&mirror3, &to(&mirror3, Some(Level::Raid10), 1)).is_some());
+    // Kept or added: no word.
+    assert_eq!(
+        redundancy_lost(&raid5, &to(&raid5, Some(Level::Raid6), 1)),
+        None
+    );
+    assert_eq!(redundancy_lost(&raid5, &to(&raid5, None, 1)), None);
+    let mirror2 = with(Level::Mirror, 2, 2);
+    assert_eq!(
+        redundancy_lost(&mirror2, &to(&mirror2, Some(Level::Raid5), 1)),
+        None
+    );
+    assert_eq!(redundancy_lost(&mirror2, &to(&mirror2, None, 1)), None);
+    let stripe = with(Level::Stripe, 3, 1);
+    assert_eq!(
+        redundancy_lost(&stripe, &to(&stripe, Some(Level::Concat), 0)),
+        None
+    );
 }
 
 #[test]

@@ -653,6 +653,10 @@ impl<M: Member> Member for FaultyMember<M> {
         self.inner.abandon(why)
     }
 
+    fn close_connections(&self) {
+        self.inner.close_connections()
+    }
+
     fn check_size(&self) -> Result<(), MemberError> {
         self.inner.check_size()
     }

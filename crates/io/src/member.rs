@@ -145,6 +145,16 @@ pub trait Member: Send + Sync {
         let _ = why;
     }
 
+    /// The member is out of use (faulty) and is sent nothing more: a
+    /// remote member closes its connections, so that its server (which
+    /// may be waiting to exit) is not held by a client that has left in
+    /// all but name. Whether it counts as lost
+    /// ([`connection_lost`](Member::connection_lost)) does not change.
+    /// Nothing for local devices: their descriptor, and the claim on it,
+    /// stay until `platter remove`. Cheap once done: the server calls it
+    /// for every faulty member about ten times a second.
+    fn close_connections(&self) {}
+
     /// Starts `op` without waiting for it: `done` gets the outcome later,
     /// on a thread of the member's own. For members that keep requests in
     /// flight themselves (an NBD member's connection), so that no thread
@@ -280,6 +290,9 @@ macro_rules! forward_member {
             }
             fn abandon(&self, why: &str) {
                 (**self).abandon(why)
+            }
+            fn close_connections(&self) {
+                (**self).close_connections()
             }
             fn start(
                 &self,

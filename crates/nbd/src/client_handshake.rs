@@ -22,7 +22,10 @@
 //!    spoken to in plaintext.
 //! 3. `NBD_OPT_STRUCTURED_REPLY`; an error reply means simple replies.
 //! 4. `NBD_OPT_GO` with `NBD_INFO_BLOCK_SIZE` requested. A server without
-//!    GO (`NBD_REP_ERR_UNSUP`) gets `NBD_OPT_EXPORT_NAME`.
+//!    GO (`NBD_REP_ERR_UNSUP`) gets `NBD_OPT_EXPORT_NAME`. One that has no
+//!    export of that name (`NBD_REP_ERR_UNKNOWN`) is asked for its list
+//!    (`NBD_OPT_LIST`), so that the error names what it does offer (or
+//!    that it lists none); a refused list leaves the error as it is.
 //!
 //! Everything the server says is checked: the magics, the option each
 //! reply echoes, reply lengths (at most [`MAX_OPTION_REPLY_BYTES`]), the
@@ -46,6 +49,12 @@ const EXPORT_NAME_REPLY_BYTES: usize = 10;
 /// Options a handshake sends at most (STARTTLS, STRUCTURED_REPLY, GO,
 /// EXPORT_NAME): with the replies each may get, a bound on the loop.
 const MAX_REPLIES: u32 = 64;
+/// `NBD_REP_SERVER` replies read at most, one per export the server
+/// lists: past it the list is given up (the export is unknown either way).
+const MAX_LISTED: u32 = 4096;
+/// Export names an unknown export's error quotes at most; the rest are
+/// counted.
+const LISTED_SHOWN: usize = 8;
 
 /// What the client asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -111,8 +120,21 @@ pub enum ClientError {
     TlsRefused(String),
     #[error("the server requires TLS: name the member with an nbds:// URI")]
     TlsRequired,
-    #[error("the server has no export named {name:?} ({message})")]
-    NoSuchExport { name: String, message: String },
+    #[error(
+        "the server has no export named {name:?}{}{}",
+        parenthesised(message),
+        offers(exports.as_deref(), *unlisted)
+    )]
+    NoSuchExport {
+        name: String,
+        /// The server's own words, if it sent any.
+        message: String,
+        /// The exports it lists (the first eight); `None` when
+        /// it would not list them.
+        exports: Option<Vec<String>>,
+        /// Exports it listed beyond those.
+        unlisted: u32,
+    },
     #[error("the server refused export {name:?}: {reply} ({message})")]
     Refused {
         name: String,
@@ -121,6 +143,37 @@ pub enum ClientError {
     },
     #[error("the server broke the protocol: {0}")]
     Protocol(String),
+}
+
+/// ` (MESSAGE)`, or nothing for a server that said nothing.
+fn parenthesised(message: &str) -> String {
+    if message.trim().is_empty() {
+        String::new()
+    } else {
+        format!(" ({message})")
+    }
+}
+
+/// What an unknown export's server offers instead, for its error.
+fn offers(exports: Option<&[String]>, unlisted: u32) -> String {
+    match exports {
+        None => String::new(),
+        Some([]) => "; it lists no exports".to_owned(),
+        Some(names) => {
+            let quoted: Vec<String> = names
+                .iter()
+                .map(|n| match n.as_str() {
+                    "" => "\"\" (the default export)".to_owned(),
+                    n => format!("{n:?}"),
+                })
+                .collect();
+            let more = match unlisted {
+                0 => String::new(),
+                n => format!(" and {n} more"),
+            };
+            format!("; it offers {}{more}", quoted.join(", "))
+        }
+    }
 }
 
 /// What the next bytes from the server are.
@@ -151,6 +204,13 @@ pub struct ClientHandshake {
     export: Option<(u64, u16)>,
     block_size: Option<BlockSize>,
     replies: u32,
+    /// The server's message refusing the export as unknown, while its
+    /// list is read.
+    unknown: Option<String>,
+    /// Export names its list gave so far (the first [`LISTED_SHOWN`]),
+    /// and how many replies it has sent.
+    listed: Vec<String>,
+    list_replies: u32,
 }
 
 impl ClientHandshake {
@@ -166,6 +226,9 @@ impl ClientHandshake {
             export: None,
             block_size: None,
             replies: 0,
+            unknown: None,
+            listed: Vec::new(),
+            list_replies: 0,
         }
     }
 
@@ -313,7 +376,15 @@ impl ClientHandshake {
         let echoed = r.u32().expect("whole header");
         let _typ = r.u32().expect("whole header");
         let len = r.u32().expect("whole header");
-        self.replies += 1;
+        // A list's replies, one per export, are bounded on their own.
+        if option == NBD_OPT_LIST {
+            self.list_replies += 1;
+        } else {
+            self.replies += 1;
+        }
+        if self.list_replies > MAX_LISTED {
+            return self.no_such_export(None);
+        }
         let e = if magic != NBD_REP_MAGIC {
             Some(format!("an option reply's magic is {magic:#018x}"))
         } else if echoed != option {
@@ -350,6 +421,7 @@ impl ClientHandshake {
         if typ & NBD_REP_FLAG_ERROR == 0
             && typ != NBD_REP_ACK
             && !(typ == NBD_REP_INFO && option == NBD_OPT_GO)
+            && !(typ == NBD_REP_SERVER && option == NBD_OPT_LIST)
         {
             return self.fail(ClientError::Protocol(format!(
                 "reply type {typ} to {}",
@@ -382,8 +454,56 @@ impl ClientHandshake {
                 self.send_option(NBD_OPT_GO, &go);
             }
             NBD_OPT_GO => self.on_go_reply(typ, data, message),
+            NBD_OPT_LIST => self.on_list_reply(typ, data),
             _ => unreachable!("no other option is sent"),
         }
+    }
+
+    /// A reply to the `NBD_OPT_LIST` sent after the export was unknown:
+    /// an export's name, or the end of the list; an error (the server
+    /// will not list) or a malformed name gives up the list, and the
+    /// handshake fails for the unknown export either way.
+    fn on_list_reply(&mut self, typ: u32, data: &[u8]) {
+        match typ {
+            NBD_REP_SERVER => {
+                let mut r = Reader::new(data);
+                let name = r.u32().and_then(|len| r.bytes(usize::try_from(len).ok()?));
+                let Some(name) = name else {
+                    return self.no_such_export(None);
+                };
+                if self.listed.len() < LISTED_SHOWN {
+                    let name = &name[..name.len().min(NBD_MAX_STRING)];
+                    self.listed.push(String::from_utf8_lossy(name).into_owned());
+                }
+                self.expect = Expect::Reply {
+                    option: NBD_OPT_LIST,
+                    len: None,
+                };
+            }
+            NBD_REP_ACK => {
+                let names = std::mem::take(&mut self.listed);
+                self.no_such_export(Some(names));
+            }
+            _ => self.no_such_export(None),
+        }
+    }
+
+    /// Fails for the export the server does not have, with what it lists.
+    fn no_such_export(&mut self, exports: Option<Vec<String>>) {
+        // Every SERVER reply but the ACK, past those quoted.
+        let unlisted = match &exports {
+            Some(names) => {
+                (self.list_replies.saturating_sub(1) as usize).saturating_sub(names.len()) as u32
+            }
+            None => 0,
+        };
+        let e = ClientError::NoSuchExport {
+            name: self.config.export_name.clone(),
+            message: self.unknown.take().unwrap_or_default(),
+            exports,
+            unlisted,
+        };
+        self.fail(e);
     }
 
     fn on_go_reply(&mut self, typ: u32, data: &[u8], message: impl Fn() -> String) {
@@ -413,10 +533,11 @@ impl ClientHandshake {
                 self.send_option(NBD_OPT_EXPORT_NAME, name.as_bytes());
             }
             NBD_REP_ERR_TLS_REQD => self.fail(ClientError::TlsRequired),
-            NBD_REP_ERR_UNKNOWN => self.fail(ClientError::NoSuchExport {
-                name,
-                message: message(),
-            }),
+            NBD_REP_ERR_UNKNOWN => {
+                // Ask what it has, for the error (`on_list_reply`).
+                self.unknown = Some(message());
+                self.send_option(NBD_OPT_LIST, &[]);
+            }
             _ => self.fail(ClientError::Refused {
                 name,
                 reply: reply_name(typ),

@@ -87,9 +87,73 @@ fn an_unknown_export_is_named_in_the_error() {
         ClientState::Failed(e @ ClientError::NoSuchExport { name, .. }) => {
             assert_eq!(name, "nope");
             assert!(e.to_string().contains("\"nope\""), "{e}");
+            // Asked after the refusal, the server's list names what it has.
+            assert!(
+                e.to_string().ends_with("; it offers \"vol0\", \"vol1\""),
+                "{e}"
+            );
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// An unknown export on a server that says nothing with its refusal (nbdkit
+/// with `exportname-strict=true`): the error has no empty parentheses, and
+/// says what the server lists, or that it lists none, or (a list refused)
+/// nothing more. How it showed: `the server has no export named "x" ()`.
+#[test]
+fn an_unknown_export_says_what_the_server_lists() {
+    let refused = |message: &[u8], list: &[Vec<u8>]| {
+        let mut c = client("x", false);
+        let server = scripted(
+            NEWSTYLE,
+            &[
+                ack(NBD_OPT_STRUCTURED_REPLY),
+                rep(NBD_OPT_GO, NBD_REP_ERR_UNKNOWN, message),
+            ],
+        );
+        assert_eq!(c.feed(&server), server.len());
+        assert!(
+            c.take_output().ends_with(&opt(NBD_OPT_LIST, &[])),
+            "the list is asked for after the refusal"
+        );
+        let list = list.concat();
+        assert_eq!(c.feed(&list), list.len(), "every reply is read");
+        match c.state().clone() {
+            ClientState::Failed(e @ ClientError::NoSuchExport { .. }) => e.to_string(),
+            other => panic!("{other:?}"),
+        }
+    };
+    let server = |name: &str| {
+        let mut d = be32(name.len() as u32).to_vec();
+        d.extend_from_slice(name.as_bytes());
+        d.extend_from_slice(b"a description");
+        rep(NBD_OPT_LIST, NBD_REP_SERVER, &d)
+    };
+    assert_eq!(
+        refused(b"", &[ack(NBD_OPT_LIST)]),
+        "the server has no export named \"x\"; it lists no exports"
+    );
+    assert_eq!(
+        refused(b"", &[server("a"), server(""), ack(NBD_OPT_LIST)]),
+        "the server has no export named \"x\"; it offers \"a\", \"\" (the default export)"
+    );
+    assert_eq!(
+        refused(
+            b"export 'x' not present",
+            &[rep(NBD_OPT_LIST, NBD_REP_ERR_POLICY, b"")]
+        ),
+        "the server has no export named \"x\" (export 'x' not present)"
+    );
+    let many: Vec<Vec<u8>> = (0..100)
+        .map(|i| server(&format!("e{i}")))
+        .chain([ack(NBD_OPT_LIST)])
+        .collect();
+    let e = refused(b"", &many);
+    assert!(
+        e.ends_with("\"e6\", \"e7\" and 92 more"),
+        "more exports than the option replies a handshake takes: {e}"
+    );
 }
 
 /// Our server refuses STARTTLS (`NBD_REP_ERR_POLICY`): a client that must

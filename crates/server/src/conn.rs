@@ -39,7 +39,7 @@ const READ_TICK: Duration = Duration::from_secs(1);
 const STALL_TICKS: u32 = 30;
 /// How long a client turned away over `--max-connections` counts as
 /// waiting for a slot (clients retry on their own schedule).
-const SLOT_WANTED_WINDOW: Duration = Duration::from_secs(60);
+pub(crate) const SLOT_WANTED_WINDOW: Duration = Duration::from_secs(60);
 /// Requests one connection may have in flight, replies included.
 pub const CONN_MAX_REQUESTS: u64 = 64;
 /// Request and reply bytes one connection may hold: one maximum-size
@@ -81,7 +81,7 @@ impl Shared {
     /// and a quiet client (a mounted kernel `nbd` device, a VM's disk) that
     /// loses its connection sees I/O errors, so no one is cut off for
     /// idleness alone.
-    fn slot_wanted_within(&self, window: Duration) -> bool {
+    pub(crate) fn slot_wanted_within(&self, window: Duration) -> bool {
         self.turned_away_at
             .lock()
             .expect("turned-away time")

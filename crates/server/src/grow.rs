@@ -11,8 +11,8 @@ use platter_core::geometry::Geometry;
 use platter_core::intent::{IntentLayout, RegionSet};
 use platter_core::label::Label;
 use platter_core::reshape::{
-    q_member_label, q_on_added_member, refuse_to_begin, reserved_from_bytes, reshaped_label,
-    target, Asked, Plan,
+    q_member_label, q_on_added_member, redundancy_lost, refuse_to_begin, reserved_from_bytes,
+    reshaped_label, target, Asked, Plan,
 };
 use platter_core::volume::{CacheLimits, Health, Volume};
 use platter_io::Member;
@@ -60,6 +60,17 @@ impl Manager {
             return self.add_q_member(req, &label, old, new, paths[0]);
         }
         let new = target(&old, &asked).map_err(|e| e.0)?;
+        let force = req.get("force").and_then(Value::as_bool).unwrap_or(false);
+        let dry_run = req.get("dry_run").and_then(Value::as_bool) == Some(true);
+        // Refused before anything is opened or written, as `platter
+        // reshape` refuses it (a dry run says it instead).
+        let lowered = redundancy_lost(&old, &new);
+        if let (Some(why), false, false) = (&lowered, force, dry_run) {
+            return Err(format!(
+                "{why}; give --force to reshape it anyway, or ask for a level that keeps \
+                 the redundancy"
+            ));
+        }
         if old.level() == platter_core::Level::Concat {
             return Err(
                 "a concat grows at its end with nothing to move: stop the server and run \
@@ -87,11 +98,11 @@ impl Manager {
             "moves_bytes": plan.total_bytes(),
             "seconds_at_rate_limit": plan.total_bytes().div_ceil(rate),
             "rate_limit_bytes_per_sec": rate,
+            "redundancy_lost": lowered,
         });
-        if req.get("dry_run").and_then(Value::as_bool) == Some(true) {
+        if dry_run {
             return Ok(summary);
         }
-        let force = req.get("force").and_then(Value::as_bool).unwrap_or(false);
         let create_size_bytes = req.get("size_bytes").and_then(Value::as_u64);
         let mut added: Vec<Arc<dyn Member>> = Vec::new();
         for (i, path) in paths.iter().enumerate() {

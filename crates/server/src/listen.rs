@@ -5,6 +5,7 @@
 use crate::conn::{self, Shared};
 use crate::server::{io_err, ServeConfig, ServeError};
 use crate::stream::Stream;
+use std::collections::HashMap;
 use std::net::{Shutdown, SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -12,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// Clients over the connection limit told why at once; more than this are
 /// just closed, so a flood of them cannot take a thread each.
@@ -261,6 +263,68 @@ fn refuse(stream: Stream, peer: String, shared: &Arc<Shared>, conns: &Conns, max
         // The closure, the stream in it and the count's share are gone.
         tracing::warn!(error = %e, "cannot start a thread to refuse a client");
         conns.refusing.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// How long a client may leave what the server sent it unread (its
+/// replies, or the handshake's answers) while another client is turned
+/// away for want of a slot. A client that reads
+/// its replies never leaves them this long; one that has stopped reading
+/// would otherwise keep its slot for `--idle-timeout` (it is not idle: its
+/// replies count as work in flight), and a well-behaved client turned away
+/// waited 289 s for one.
+pub(crate) const UNREAD_WHILE_WANTED: Duration = Duration::from_secs(30);
+
+/// Connections whose client has left bytes unread, with the count last
+/// seen and since when it has not moved (`Stream::unread_bytes`).
+#[derive(Default)]
+pub(crate) struct UnreadWatch {
+    seen: HashMap<u64, (u64, Instant)>,
+}
+
+impl UnreadWatch {
+    /// Called by the server's loop every 100 ms: a connection whose client
+    /// has taken none of the bytes waiting for it for
+    /// [`UNREAD_WHILE_WANTED`] is shut down once another client has been
+    /// turned away for its slot (within the last minute). Its replies are
+    /// dropped with it, as for a client that takes none of them for
+    /// `--idle-timeout`. A client with nothing left unread is not looked
+    /// at here: the idle rule (`conn.rs`) keeps a quiet one in good
+    /// standing its slot for `--idle-timeout`. Off with an `--idle-timeout`
+    /// of [`UNREAD_WHILE_WANTED`] or less (0: never): the idle rule and the
+    /// reply writer's (`client takes none of its replies`) close such a
+    /// client within it already.
+    pub(crate) fn tick(&mut self, conns: &Conns, shared: &Shared) {
+        if shared.idle_timeout.is_none_or(|t| t <= UNREAD_WHILE_WANTED) {
+            return;
+        }
+        let limit = UNREAD_WHILE_WANTED;
+        let wanted = shared.slot_wanted_within(limit.max(conn::SLOT_WANTED_WINDOW));
+        let open = conns.open.lock().expect("connections lock");
+        let now = Instant::now();
+        self.seen
+            .retain(|id, _| open.iter().any(|(i, _, _)| i == id));
+        for (id, stream, _) in open.iter() {
+            let unread = stream.unread_bytes();
+            if unread == 0 {
+                self.seen.remove(id);
+                continue;
+            }
+            let (count, since) = self.seen.entry(*id).or_insert((unread, now));
+            if *count != unread {
+                // The client read some, or more was sent: it is alive.
+                (*count, *since) = (unread, now);
+            } else if wanted && now.duration_since(*since) >= limit {
+                tracing::info!(
+                    connection = id,
+                    unread_bytes = unread,
+                    unread_seconds = limit.as_secs(),
+                    "closing a connection whose client reads nothing: another client wants its slot"
+                );
+                stream.shutdown(Shutdown::Both);
+                self.seen.remove(id);
+            }
+        }
     }
 }
 

@@ -249,7 +249,13 @@ impl Manager {
                     .find(|(_, n)| names_device(n, name))
                     .map(|(s, _)| *s)
             })
-            .ok_or_else(|| format!("no member {name} (give a slot number or a member's path)"))
+            .ok_or_else(|| match name.parse::<u32>() {
+                Ok(n) => format!(
+                    "there is no slot {n} ({})",
+                    platter_core::balance::slots_are(members.len() as u32)
+                ),
+                Err(_) => format!("no member {name} (give a slot number or a member's path)"),
+            })
     }
 
     /// Takes a member out of the volume for good (mdadm's --remove): only a

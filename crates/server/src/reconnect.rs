@@ -243,6 +243,29 @@ impl Manager {
         }
     }
 
+    /// Members out of use (faulty: failed, away, disconnected) are sent
+    /// nothing more: a remote one's connections are closed, every one of
+    /// them. A member whose one connection of several broke, or that was
+    /// failed for a stall past `--member-timeout`, kept the others open
+    /// until `platter remove`, and its server (nbdkit) could not exit on
+    /// SIGTERM for the idle client. Whether it counts as disconnected
+    /// does not change (`connection_lost`); a reconnect or `re-add` opens
+    /// the member anew. Called by the server's loop every 100 ms.
+    pub fn close_failed_members(&self) {
+        // A replacement or re-add puts a new device in a faulty slot
+        // before the slot is in use again: while one is under way, the
+        // slots are left alone (the next round comes 100 ms later).
+        let Ok(_changing) = self.slot_changes.try_lock() else {
+            return;
+        };
+        let health = self.engine.health();
+        for (slot, m) in self.engine.members().iter().enumerate() {
+            if let (Some(m), Health::Faulty) = (m, health[slot]) {
+                m.close_connections();
+            }
+        }
+    }
+
     /// Waits for a reconnect try that is running, and starts no more: the
     /// server is shutting down.
     pub fn stop_reconnecting(&self) {

@@ -338,9 +338,11 @@ pub fn serve(
     ));
 
     let mut trimmer = crate::memory::Trimmer::default();
+    let mut unread = listen::UnreadWatch::default();
     while !stop.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(100));
         let ended = listen::reap(&conns);
+        unread.tick(&conns, &shared);
         // Under --stdio the server lives as long as its one client.
         if config.stdio && conns.open.lock().expect("connections lock").is_empty() {
             tracing::info!("the client on standard input left; stopping");
@@ -349,6 +351,7 @@ pub fn serve(
         }
         trimmer.tick(ended > 0 || buffered.in_flight() != (0, 0));
         manager.fail_quietly_lost();
+        manager.close_failed_members();
         if config.reconnect {
             manager.reconnect_lost();
         }

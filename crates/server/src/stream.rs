@@ -30,6 +30,22 @@ impl Stream {
         };
     }
 
+    /// Bytes sent that the peer has not taken yet (`SIOCOUTQ`): on a Unix
+    /// socket, what its client has not read; on TCP, what its host has not
+    /// acknowledged (which a client that does not read holds up only once
+    /// its receive window is full). 0 if the kernel will not say.
+    pub fn unread_bytes(&self) -> u64 {
+        let mut n: libc::c_int = 0;
+        // SAFETY: TIOCOUTQ (SIOCOUTQ) writes one int through the pointer,
+        // which is valid for it; the descriptor is this stream's own.
+        let r = unsafe { libc::ioctl(self.as_raw_fd(), libc::TIOCOUTQ, &mut n) };
+        if r == 0 {
+            u64::try_from(n).unwrap_or(0)
+        } else {
+            0
+        }
+    }
+
     pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         match self {
             Stream::Unix(s) => s.set_read_timeout(t),

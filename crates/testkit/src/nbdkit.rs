@@ -117,6 +117,32 @@ impl Nbdkit {
         }
     }
 
+    /// Asks the server to exit (SIGTERM) and waits up to `limit` for it.
+    /// Whether it exited: nbdkit exits on SIGTERM once its clients'
+    /// connections are closed (an idle connection a client keeps open holds
+    /// it). Past `limit` it is killed (SIGKILL) either way.
+    pub fn terminate(&mut self, limit: Duration) -> bool {
+        let Some(mut child) = self.child.take() else {
+            return true;
+        };
+        let status = std::process::Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -TERM {}", child.id());
+        let until = Instant::now() + limit;
+        while Instant::now() < until {
+            if child.try_wait().expect("wait for nbdkit").is_some() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        false
+    }
+
     /// The Unix socket it listens on (panics for one on TCP).
     pub fn socket(&self) -> &Path {
         match &self.listen {

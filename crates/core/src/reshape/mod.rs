@@ -21,7 +21,8 @@ mod undo;
 
 pub use live::{Action, Reshaping, Setup};
 pub use target::{
-    q_member_label, q_on_added_member, refuse_to_begin, reshaped_label, target, Asked,
+    q_member_label, q_on_added_member, redundancy_lost, refuse_to_begin, reshaped_label, target,
+    Asked,
 };
 
 pub use undo::{UndoError, UndoRecord, UNDO_HEADER_BYTES};

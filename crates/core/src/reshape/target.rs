@@ -165,6 +165,32 @@ pub fn q_member_label(
     l
 }
 
+/// What a reshape from `old` to `new` gives up, when the new layout
+/// survives fewer lost members than the old (raid6 to raid5, raid5 to
+/// stripe or concat, a mirror of three to raid10's two copies): a
+/// sentence naming both layouts and what each survives. `None` when the
+/// new layout keeps the old one's redundancy or adds to it. Both
+/// `platter reshape` and the server's `reshape` command refuse such a
+/// reshape unless forced.
+pub fn redundancy_lost(old: &Geometry, new: &Geometry) -> Option<String> {
+    if new.redundancy() >= old.redundancy() {
+        return None;
+    }
+    let layout = |g: &Geometry| format!("{} of {} members", g.level(), g.members());
+    let survives = |g: &Geometry| match g.redundancy() {
+        0 => "no lost member (losing any one loses data)".to_string(),
+        1 => "the loss of any one member".to_string(),
+        n => format!("the loss of any {n} members"),
+    };
+    Some(format!(
+        "this reshape lowers the volume's redundancy: {} survives {}, {} would survive {}",
+        layout(old),
+        survives(old),
+        layout(new),
+        survives(new)
+    ))
+}
+
 /// Why a reshape of the volume `label` describes, its members as
 /// `health` says, cannot begin: one runs already, a member is out of use
 /// (a reshape moves every byte), or the volume keeps checksums or a

@@ -447,6 +447,29 @@ impl Connection {
         self.inner.die(why);
     }
 
+    /// Closes the connection for good (its member is out of use): a
+    /// goodbye (`NBD_CMD_DISC`) if it is alive and idle, the socket shut
+    /// down, anyone still waiting woken to a lost request. It counts as
+    /// lost afterwards only if it was before. Never waits for the server:
+    /// the goodbye is sent only when nothing is in flight and no sender
+    /// holds the socket (its send buffer is empty then), else the socket
+    /// is only shut down, which the protocol allows.
+    pub(crate) fn close(&self) {
+        let goodbye = {
+            let mut s = self.lock();
+            if s.dead.is_some() {
+                // Shut down already (when it died, or closed before).
+                return;
+            }
+            s.dead = Some(CLOSED.to_owned());
+            s.waiting.is_empty().then(|| s.session.disconnect())
+        };
+        if let (Some(header), Ok(mut w)) = (goodbye, self.inner.writer.try_lock()) {
+            let _ = w.write_all(&header);
+        }
+        self.inner.die(CLOSED.to_owned());
+    }
+
     pub(crate) fn max_payload_bytes(&self) -> u32 {
         self.lock().session.max_payload_bytes()
     }

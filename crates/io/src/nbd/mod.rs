@@ -527,6 +527,12 @@ impl Member for NbdMember {
         }
     }
 
+    fn close_connections(&self) {
+        for c in &self.conns {
+            c.close();
+        }
+    }
+
     fn starts_requests(&self) -> bool {
         true
     }
