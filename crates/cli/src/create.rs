@@ -120,6 +120,11 @@ fn write_checksum_area(
 ) -> Result<()> {
     use platter_core::integrity::format::{PageId, RecordPage, SealedPage, RECORDS_PER_PAGE};
     const PAGES_PER_WRITE: u64 = MIB / PAGE_BYTES;
+    if c.format == PageFormat::Bare {
+        // Bare entries of 0 say "reads as zeros": the area zeroed is all.
+        m.trim(c.area_offset_bytes, c.format.area_bytes(largest_bytes))?;
+        return Ok(());
+    }
     let blocks = data_bytes / SECTOR_BYTES;
     let pages = c.format.pages(largest_bytes);
     let mut at = c.area_offset_bytes;
@@ -214,8 +219,15 @@ pub struct CreateArgs {
     /// data and its checksum page alike, is caught after a restart instead
     /// of read back stale. on (default) or off; costs one small write on
     /// the next member per flush (docs/performance.md, bench/checksums.sh).
-    #[arg(long, value_name = "on|off", default_value = "on", value_parser = parse_on_off)]
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = parse_on_off, action = clap::ArgAction::Set)]
     checksum_records: bool,
+    /// With --checksums: the page layout. `sealed` (default) or `bare`,
+    /// the layout of builds before label format 7, where a zeroed page
+    /// vouches for zeroed data: only to test and measure against volumes
+    /// made by those builds.
+    #[arg(long, value_name = "sealed|bare", default_value = "sealed", hide = true,
+          value_parser = ["sealed", "bare"])]
+    checksum_pages: String,
     /// raid5/raid6: what keeps parity right across a crash. resync
     /// (default): the write-intent bitmap's resync, as md does; a member
     /// lost before the resync can rebuild chunks nobody was writing wrong
@@ -264,9 +276,14 @@ impl CreateArgs {
     /// `smallest_member_bytes`.
     /// How the checksum pages are laid out, when there are checksums.
     fn checksum_format(&self) -> Option<PageFormat> {
-        self.checksums.0.map(|_| PageFormat::Sealed {
-            records: self.checksum_records,
-        })
+        self.checksums
+            .0
+            .map(|_| match self.checksum_pages.as_str() {
+                "bare" => PageFormat::Bare,
+                _ => PageFormat::Sealed {
+                    records: self.checksum_records,
+                },
+            })
     }
 
     fn with_reserve_for(&self, smallest_member_bytes: u64) -> CreateArgs {

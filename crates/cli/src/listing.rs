@@ -36,6 +36,13 @@ pub struct VolumeJson {
     member_count: u32,
     /// `crc32c`, `xxh3`, or null (`create --checksums`).
     checksums: Option<String>,
+    /// With checksums, how their pages are kept: `bare` (volumes made
+    /// before sealed pages: a zeroed page passes), `sealed`, or
+    /// `sealed+records` (lost writes caught); where they start, and where
+    /// the data area starts, in member bytes.
+    checksum_pages: Option<String>,
+    checksum_offset_bytes: Option<u64>,
+    data_offset_bytes: u64,
     /// raid5/raid6: `resync` or `ppl` (`create --consistency-policy`);
     /// null for other levels.
     consistency_policy: Option<String>,
@@ -129,6 +136,9 @@ pub fn json(a: &Assembly, members: &[Arc<dyn Member>], unreadable: &[String]) ->
         members_online: a.health.iter().filter(|h| **h == Health::Online).count() as u32,
         member_count: g.members(),
         checksums: a.label.checksums.map(|c| c.algorithm.name().to_string()),
+        checksum_pages: a.label.checksums.map(|c| c.format.name().to_string()),
+        checksum_offset_bytes: a.label.checksums.map(|c| c.area_offset_bytes),
+        data_offset_bytes: a.label.data_offset_bytes,
         consistency_policy: g.level().is_parity().then(|| {
             if a.label.ppl.is_some() {
                 "ppl"
@@ -194,8 +204,13 @@ pub fn render(a: &Assembly, members: &[Arc<dyn Member>], unreadable: &[String]) 
         let _ = writeln!(s, "  Filesystem: {line}");
     }
     let mut keeps = Vec::new();
-    if let Some(c) = &j.checksums {
-        keeps.push(format!("{c} checksums"));
+    if let (Some(c), Some(pages)) = (&j.checksums, &j.checksum_pages) {
+        let how = match pages.as_str() {
+            "bare" => "bare pages: a zeroed page passes; recreate for sealed pages",
+            "sealed" => "sealed pages",
+            _ => "sealed pages, lost writes caught",
+        };
+        keeps.push(format!("{c} checksums ({how})"));
     }
     if j.consistency_policy.as_deref() == Some("ppl") {
         keeps.push("a partial parity log".to_string());

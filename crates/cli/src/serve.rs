@@ -53,7 +53,9 @@ pub struct ServeArgs {
     /// seed=N, undo-log=on|off, bad-range=OFFSET+LEN (bad sectors at member
     /// bytes, e.g. 2M+64k, whole 512-byte sectors: reads touching them fail,
     /// a write covering a sector whole heals it; give the key once per
-    /// range). I/Os are counted from opening, label reads included.
+    /// range), drop-writes=OFFSET+LEN (writes there are acknowledged and
+    /// not kept: a device that lies; once per range). I/Os are counted
+    /// from opening, label reads included.
     /// Repeatable, once per member.
     #[arg(long, value_name = "MEMBER=SPEC")]
     inject: Vec<String>,
@@ -372,11 +374,17 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
     let mut member_delays = std::collections::HashMap::new();
     for (i, spec) in injections {
         let size = devices[i].size_bytes();
-        if let Some(r) = spec.bad_ranges.iter().find(|r| r.end_bytes() > size) {
-            return Err(CliError(format!(
-                "--inject {}: bad-range {}+{} ends past the member's end ({size} bytes)",
-                members[i], r.offset_bytes, r.len_bytes
-            )));
+        let ranges = [
+            ("bad-range", &spec.bad_ranges),
+            ("drop-writes", &spec.drop_ranges),
+        ];
+        for (key, list) in ranges {
+            if let Some(r) = list.iter().find(|r| r.end_bytes() > size) {
+                return Err(CliError(format!(
+                    "--inject {}: {key} {}+{} ends past the member's end ({size} bytes)",
+                    members[i], r.offset_bytes, r.len_bytes
+                )));
+            }
         }
         tracing::warn!(member = %members[i], faults = %spec, "injecting faults");
         // Latency is a timer on the I/O layer (no thread sleeps through

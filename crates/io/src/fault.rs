@@ -285,14 +285,19 @@ impl<M: Member> FaultyMember<M> {
             }
             None => (len, None),
         };
-        let part = &data[..landed as usize];
-        let written = if undo_log {
-            self.logged_change(Op::Write, number, offset_bytes, landed, |m| {
-                m.write_at(offset_bytes, part)
-            })
-        } else {
-            self.inner.write_at(offset_bytes, part)
-        };
+        let mut written = Ok(());
+        let kept = self.controls.lock().kept(offset_bytes, landed);
+        for (at, len) in kept {
+            let part = &data[(at - offset_bytes) as usize..(at - offset_bytes + len) as usize];
+            written = if undo_log {
+                self.logged_change(Op::Write, number, at, len, |m| m.write_at(at, part))
+            } else {
+                self.inner.write_at(at, part)
+            };
+            if written.is_err() {
+                break;
+            }
+        }
         if written.is_ok() {
             self.controls.lock().heal(offset_bytes, landed);
         }
@@ -380,6 +385,36 @@ const PURPOSE_JITTER: u64 = 5;
 
 impl State {
     /// The sectors that `offset..offset+len` covers whole are bad no more.
+    /// The pieces of `offset..offset+len` outside the spec's drop ranges:
+    /// what of a write or trim lands (the rest is acknowledged and
+    /// dropped). The whole range, in one piece, when nothing is dropped.
+    fn kept(&self, offset_bytes: u64, len_bytes: u64) -> Vec<(u64, u64)> {
+        let end = offset_bytes + len_bytes;
+        let mut drops: Vec<(u64, u64)> = self
+            .spec
+            .drop_ranges
+            .iter()
+            .map(|r| (r.offset_bytes.max(offset_bytes), r.end_bytes().min(end)))
+            .filter(|(a, b)| a < b)
+            .collect();
+        if drops.is_empty() {
+            return vec![(offset_bytes, len_bytes)];
+        }
+        drops.sort_unstable();
+        let mut kept = Vec::new();
+        let mut at = offset_bytes;
+        for (a, b) in drops {
+            if a > at {
+                kept.push((at, a - at));
+            }
+            at = at.max(b);
+        }
+        if at < end {
+            kept.push((at, end - at));
+        }
+        kept
+    }
+
     fn heal(&mut self, offset_bytes: u64, len_bytes: u64) {
         let start = offset_bytes.div_ceil(SECTOR_BYTES) * SECTOR_BYTES;
         let end = (offset_bytes + len_bytes) / SECTOR_BYTES * SECTOR_BYTES;
@@ -738,13 +773,15 @@ impl<M: Member> Member for FaultyMember<M> {
             Verdict::Go {
                 number, undo_log, ..
             } => {
-                if undo_log {
-                    self.logged_change(Op::Trim, number, offset_bytes, len_bytes, |m| {
-                        m.trim(offset_bytes, len_bytes)
-                    })
-                } else {
-                    self.inner.trim(offset_bytes, len_bytes)
+                let kept = self.controls.lock().kept(offset_bytes, len_bytes);
+                for (at, len) in kept {
+                    if undo_log {
+                        self.logged_change(Op::Trim, number, at, len, |m| m.trim(at, len))?;
+                    } else {
+                        self.inner.trim(at, len)?;
+                    }
                 }
+                Ok(())
             }
         }
     }

@@ -441,6 +441,34 @@ fn torn_writes_land_a_sector_prefix_and_fail() {
 }
 
 // ---------------------------------------------------------------------------
+// Dropped writes
+
+/// `drop-writes=OFFSET+LEN`: writes and trims are acknowledged, and only
+/// their bytes outside the ranges land; reads and flushes are untouched.
+/// This is the device that lies, which checksums' write records exist to
+/// catch (crates/cli/tests/e2e_manage.rs serves one).
+#[test]
+fn dropped_writes_are_acknowledged_and_only_their_outside_lands() {
+    let spec = FaultSpec::parse("drop-writes=4k+4k,drop-writes=12k+1k").unwrap();
+    assert_eq!(spec.to_string(), "drop-writes=4k+4k,drop-writes=12k+1k");
+    let m = faulty(32 << 10, spec);
+    m.write_at(0, &[0x11; 16 << 10]).expect("acknowledged");
+    m.flush().unwrap();
+    let got = snapshot(&m);
+    assert!(got[..4096].iter().all(|&b| b == 0x11));
+    assert!(got[4096..8192].iter().all(|&b| b == 0), "dropped");
+    assert!(got[8192..12288].iter().all(|&b| b == 0x11));
+    assert!(got[12288..13312].iter().all(|&b| b == 0), "dropped");
+    assert!(got[13312..16384].iter().all(|&b| b == 0x11));
+    // A write wholly inside a range changes nothing; a trim outside lands.
+    m.write_at(4096, &[0x22; 512]).expect("acknowledged");
+    m.trim(0, 512).unwrap();
+    let got = snapshot(&m);
+    assert!(got[4096..4608].iter().all(|&b| b == 0));
+    assert!(got[..512].iter().all(|&b| b == 0));
+}
+
+// ---------------------------------------------------------------------------
 // Bad sectors
 
 fn bad_spec(ranges: &[(u64, u64)]) -> FaultSpec {
@@ -1088,6 +1116,7 @@ fn parse_reads_every_key() {
             seed: 3,
             undo_log: false,
             bad_ranges: vec![],
+            drop_ranges: vec![],
         }
     );
     assert_eq!(FaultSpec::parse("none").unwrap(), FaultSpec::default());
@@ -1146,6 +1175,8 @@ fn parse_refuses_bad_specs_in_one_line() {
         ("bad-range=1M+100", "multiples of 512"),
         ("bad-range=1M+0", "length is zero"),
         ("bad-range=16777215T+2T", "past 2^64"),
+        ("drop-writes=1M", "is not OFFSET+LEN"),
+        ("drop-writes=1000+1k", "multiples of 512"),
     ] {
         let FaultSpecError(msg) = FaultSpec::parse(text).expect_err(text);
         assert!(msg.contains(says), "{text}: {msg}");
@@ -1238,6 +1269,12 @@ fn display_round_trips() {
                     offset_bytes: [0, MIB, rng.below(1 << 40) * SECTOR][rng.below(3) as usize],
                     len_bytes: [SECTOR, 64 * 1024, (1 + rng.below(1 << 20)) * SECTOR]
                         [rng.below(3) as usize],
+                })
+                .collect(),
+            drop_ranges: (0..rng.below(2))
+                .map(|_| BadRange {
+                    offset_bytes: rng.below(1 << 30) * SECTOR,
+                    len_bytes: (1 + rng.below(1 << 10)) * SECTOR,
                 })
                 .collect(),
         });

@@ -468,8 +468,8 @@ pub fn rebuild_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
 /// and keeps none (data, checksum pages and write records alike). Clean
 /// restarts follow, so checksum pages are read afresh from the members;
 /// half the scenarios cache a page or two per member, so pages are read
-/// back while serving too. A second member may die where the level has
-/// redundancy for both.
+/// back while serving too. A second member may die, also where the level
+/// has no redundancy left for it.
 pub fn lost_bytes_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
     let opts = ScenarioOptions {
         levels: opts
@@ -519,6 +519,7 @@ pub fn lost_bytes_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
             )
         }
     };
+    let drops = matches!(fault, Fault::DropWrites { .. });
     let mut faults = vec![ScheduledFault { at_ns, fault }];
     for _ in 0..r.range(1, 3) {
         faults.push(ScheduledFault {
@@ -526,11 +527,21 @@ pub fn lost_bytes_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
             fault: Fault::Restart { discard: None },
         });
     }
-    let redundancy = Geometry::new(c.geometry.clone())
-        .expect("a valid geometry")
-        .redundancy();
-    if redundancy >= 2 && r.chance(30) {
-        let other = (victim + 1 + r.below(u64::from(members) - 1) as u32) % members;
+    // Another member dies: within the budget where the level has room for
+    // both, beyond it (EIO allowed, never a wrong byte) where it has not.
+    if r.chance(30) {
+        let mut other = (victim + 1 + r.below(u64::from(members) - 1) as u32) % members;
+        // Not the member that keeps a dropping victim's write records: a
+        // lost write on a member whose record holder is gone is not caught
+        // (docs/failures.md says so); on two members there is no other.
+        let holder = (victim + 1) % members;
+        if drops && other == holder {
+            if members < 3 {
+                c.faults = faults;
+                return c;
+            }
+            other = (holder + 1) % members;
+        }
         faults.push(ScheduledFault {
             at_ns: r.below(run_ns),
             fault: Fault::Die { member: other },

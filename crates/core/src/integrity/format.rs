@@ -546,6 +546,32 @@ mod tests {
         assert_eq!(RecordPage::open(&rec, ID), Ok(vec![5; 504]));
     }
 
+    /// docs/on-disk-format.md, "Sealed pages": the header's fields at their
+    /// documented offsets, the CRC over the page with its own field zero.
+    #[test]
+    fn a_sealed_page_is_the_documented_bytes() {
+        let mut page = vec![0u8; 4096];
+        page[0x40..0x44].copy_from_slice(&0xDEAD_BEEFu32.to_le_bytes());
+        SealedPage::seal(&mut page, ID, 0x0102_0304_0506_0708);
+        assert_eq!(&page[0x00..0x08], b"PLTRSUMS");
+        assert_eq!(page[0x08..0x0C], 1u32.to_le_bytes());
+        assert_eq!(&page[0x10..0x20], &ID.volume_uuid);
+        assert_eq!(page[0x20..0x24], 3u32.to_le_bytes());
+        assert_eq!(page[0x24..0x28], [0; 4]);
+        assert_eq!(page[0x28..0x30], 77u64.to_le_bytes());
+        assert_eq!(page[0x30..0x38], 0x0102_0304_0506_0708u64.to_le_bytes());
+        assert_eq!(page[0x38..0x40], [0; 8]);
+        assert_eq!(page[0x40..0x44], 0xDEAD_BEEFu32.to_le_bytes(), "entry 0");
+        let mut zeroed = page.clone();
+        zeroed[0x0C..0x10].fill(0);
+        assert_eq!(page[0x0C..0x10], crc32c::crc32c(&zeroed).to_le_bytes());
+        let rec = RecordPage::encode(&[9; RECORDS_PER_PAGE as usize], ID);
+        assert_eq!(&rec[0x00..0x08], b"PLTRSUMR");
+        assert_eq!(rec[0x30..0x38], [0; 8], "a record page's generation");
+        assert_eq!(rec[0x40..0x48], 9u64.to_le_bytes(), "record 0");
+        assert_eq!(rec[4088..4096], 9u64.to_le_bytes(), "record 503");
+    }
+
     #[test]
     fn a_new_page_holds_the_entries_of_zeroed_blocks_up_to_the_end() {
         let alg = Algorithm::Xxh3;

@@ -954,11 +954,18 @@ impl Integrity {
     /// The member that keeps `member`'s write records, when records are
     /// kept and it is in use.
     fn record_holder(&self, member: u32) -> Option<u32> {
+        self.record_holder_any(member)
+            .filter(|&h| self.in_use[h as usize])
+    }
+
+    /// The member that keeps `member`'s write records, in use or not: the
+    /// record pages already read from one that left still hold.
+    fn record_holder_any(&self, member: u32) -> Option<u32> {
         if !self.layout.format.has_records() {
             return None;
         }
         let holder = Layout::record_holder(member, self.pages.len() as u32);
-        (holder != member && self.in_use[holder as usize]).then_some(holder)
+        (holder != member).then_some(holder)
     }
 
     fn loaded(&mut self, member: u32, p: u64, result: IoResult) {
@@ -975,12 +982,15 @@ impl Integrity {
                 assert_eq!(bytes.len() as u64, PAGE_BYTES);
                 let mut bytes = bytes.to_vec().into_boxed_slice();
                 let (vouch, gen) = self.open_page(member, p, &mut bytes);
-                let Some(holder) = self.record_holder(member) else {
+                let Some(holder) = self.record_holder_any(member) else {
                     return self.resident(member, p, bytes, vouch, gen, 0);
                 };
                 let q = RECORD_KEY + p / RECORDS_PER_PAGE;
                 if let Some(record) = self.record_of(holder, q, p) {
                     return self.resident(member, p, bytes, vouch, gen, record);
+                }
+                if !self.in_use[holder as usize] {
+                    return self.resident(member, p, bytes, vouch, gen, 0);
                 }
                 self.unchecked.insert((member, p), (bytes, vouch, gen));
                 self.load_record(holder, q, RecordWait::Check { page: p });
@@ -1546,9 +1556,10 @@ impl Integrity {
                 .collect();
             idle.sort_unstable();
             for (_, p, dirty) in idle.into_iter().take(excess) {
-                // A member out of use keeps its changed pages: it is sent
-                // nothing, and if it comes back they are written then.
-                if dirty && !self.in_use[m] {
+                // A member out of use keeps its changed pages (it is sent
+                // nothing, and if it comes back they are written then) and
+                // the write records read from it (the only ones left).
+                if !self.in_use[m] && (dirty || is_record(p)) {
                     continue;
                 }
                 if dirty {

@@ -62,6 +62,12 @@ pub struct FaultSpec {
     /// [`FaultControls::bad_sectors`](super::FaultControls::bad_sectors)
     /// tells which are still bad.
     pub bad_ranges: Vec<BadRange>,
+    /// Member bytes whose writes are acknowledged and dropped
+    /// (`drop-writes=OFFSET+LEN`, whole sectors): a write or trim that
+    /// touches them succeeds, and only its bytes outside them land. A
+    /// device that lies (a firmware bug, a cache that loses what it
+    /// acknowledged), for what checksums can and cannot catch.
+    pub drop_ranges: Vec<BadRange>,
 }
 
 /// Extra latency per I/O, drawn per I/O (`latency-jitter=T`,
@@ -100,7 +106,7 @@ impl BadRange {
 pub struct FaultSpecError(pub String);
 
 const KEYS: &str = "fail-nth, fail-from, fail-rate, latency, latency-jitter, latency-from, \
-                    tear-rate, seed, undo-log, bad-range";
+                    tear-rate, seed, undo-log, bad-range, drop-writes";
 
 impl FaultSpec {
     /// Whether anything is configured; a spec that injects nothing leaves the
@@ -114,6 +120,7 @@ impl FaultSpec {
             || self.tear_rate > 0.0
             || self.undo_log
             || !self.bad_ranges.is_empty()
+            || !self.drop_ranges.is_empty()
     }
 
     /// The spec with its latency (and jitter) taken out, and that latency
@@ -181,6 +188,10 @@ impl FaultSpec {
             check_bad_range(r)
                 .map_err(|why| FaultSpecError(format!("bad-range={}: {why}", r.text())))?;
         }
+        for r in &self.drop_ranges {
+            check_bad_range(r)
+                .map_err(|why| FaultSpecError(format!("drop-writes={}: {why}", r.text())))?;
+        }
         Ok(())
     }
 
@@ -190,8 +201,9 @@ impl FaultSpec {
     /// (uniform, 0 to T more) or `latency-jitter=exp:T` (exponential with
     /// mean T), `latency-from=N` (both only from the Nth I/O on), `tear-rate=P`,
     /// `seed=N`, `undo-log=on|off`, `bad-range=OFFSET+LEN` (sizes with the
-    /// command line's units: `2M+64k`, `4096+8s`; whole 512-byte sectors).
-    /// Each key at most once, except `bad-range`, which is given once per
+    /// command line's units: `2M+64k`, `4096+8s`; whole 512-byte sectors),
+    /// `drop-writes=OFFSET+LEN` (the same form). Each key at most once,
+    /// except `bad-range` and `drop-writes`, which are given once per
     /// range (`bad-range=2M+64k,bad-range=5M+4k`).
     pub fn parse(text: &str) -> Result<FaultSpec, FaultSpecError> {
         let mut spec = FaultSpec::default();
@@ -209,7 +221,7 @@ impl FaultSpec {
             };
             let (key, value) = (key.trim(), value.trim());
             let bad = |why: String| FaultSpecError(format!("fault spec {text:?}: {why}"));
-            if key != "bad-range" && seen.contains(&key) {
+            if !matches!(key, "bad-range" | "drop-writes") && seen.contains(&key) {
                 return Err(bad(format!("{key} is given twice")));
             }
             match key {
@@ -234,7 +246,8 @@ impl FaultSpec {
                         _ => return Err(bad(format!("undo-log={value:?}: say on or off"))),
                     }
                 }
-                "bad-range" => spec.bad_ranges.push(parse_bad_range(value).map_err(bad)?),
+                "bad-range" => spec.bad_ranges.push(parse_range(key, value).map_err(bad)?),
+                "drop-writes" => spec.drop_ranges.push(parse_range(key, value).map_err(bad)?),
                 _ => {
                     return Err(bad(format!("unknown key {key:?} (keys: {KEYS})")));
                 }
@@ -245,30 +258,30 @@ impl FaultSpec {
     }
 }
 
-fn parse_bad_range(value: &str) -> Result<BadRange, String> {
+fn parse_range(key: &str, value: &str) -> Result<BadRange, String> {
     let Some((off, len)) = value.split_once('+') else {
         return Err(format!(
-            "bad-range={value:?} is not OFFSET+LEN (member bytes, e.g. 2M+64k)"
+            "{key}={value:?} is not OFFSET+LEN (member bytes, e.g. 2M+64k)"
         ));
     };
     let size = |what: &str, t: &str| {
-        parse_size(t).map_err(|e| format!("bad-range={value:?}: the {what}: {e}"))
+        parse_size(t).map_err(|e| format!("{key}={value:?}: the {what}: {e}"))
     };
     let r = BadRange {
         offset_bytes: size("offset", off)?,
         len_bytes: size("length", len)?,
     };
-    check_bad_range(&r).map_err(|why| format!("bad-range={value:?}: {why}"))?;
+    check_bad_range(&r).map_err(|why| format!("{key}={value:?}: {why}"))?;
     Ok(r)
 }
 
 fn check_bad_range(r: &BadRange) -> Result<(), String> {
     if r.len_bytes == 0 {
-        return Err("the length is zero; a bad range holds at least one sector".into());
+        return Err("the length is zero; a range holds at least one sector".into());
     }
     if !r.offset_bytes.is_multiple_of(SECTOR_BYTES) || !r.len_bytes.is_multiple_of(SECTOR_BYTES) {
         return Err(format!(
-            "bad sectors are whole {SECTOR_BYTES}-byte sectors: give an offset and a length \
+            "ranges are whole {SECTOR_BYTES}-byte sectors: give an offset and a length \
              that are multiples of {SECTOR_BYTES} (e.g. 8s, 4k)"
         ));
     }
@@ -426,6 +439,9 @@ impl fmt::Display for FaultSpec {
         }
         for r in &self.bad_ranges {
             items.push(format!("bad-range={}", r.text()));
+        }
+        for r in &self.drop_ranges {
+            items.push(format!("drop-writes={}", r.text()));
         }
         if items.is_empty() {
             f.write_str("none")
