@@ -397,7 +397,8 @@ pub fn with_checksums(c: &mut SimConfig, algorithm: platter_core::integrity::Alg
 /// the rebuild runs, members fail at random: the one being rebuilt (its
 /// reads below the cursor, its writes), a source, or both. Each rebuild
 /// step is a few stripes with a pause after it, so the run is long enough
-/// for the failures to land inside the rebuild.
+/// for the failures to land inside the rebuild. Some volumes keep
+/// checksums: a new device's pages are blank until rebuilt.
 pub fn rebuild_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
     let opts = ScenarioOptions {
         levels: opts
@@ -458,6 +459,14 @@ pub fn rebuild_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
         stripes_per_step: r.range(1, 4),
         gap_ns: r.range(10_000, run_ns / 20 + 20_000),
     };
+    // A new device's checksum pages are blank until the rebuild writes
+    // them; a small cache reads them back often.
+    if r.chance(40) {
+        with_checksums(&mut c, Algorithm::Crc32c);
+        if r.chance(50) {
+            c.checksum_cache_pages = 2;
+        }
+    }
     c
 }
 
