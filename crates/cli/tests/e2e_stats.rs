@@ -389,12 +389,18 @@ fn gauge(m: &HashMap<String, f64>, name: &str, labels: &str) -> f64 {
         .unwrap_or_else(|| panic!("no sample {key} among {} samples", m.len()))
 }
 
-/// Scrapes until `done` holds of the samples (at most 120 s).
-fn scrape_until(url: &str, what: &str, done: impl Fn(&HashMap<String, f64>) -> bool) {
+/// Scrapes until `done` holds of the samples (at most 120 s); answers
+/// those samples.
+fn scrape_until(
+    url: &str,
+    what: &str,
+    done: impl Fn(&HashMap<String, f64>) -> bool,
+) -> HashMap<String, f64> {
     let start = std::time::Instant::now();
     loop {
-        if done(&scrape(url)) {
-            return;
+        let m = scrape(url);
+        if done(&m) {
+            return m;
         }
         assert!(
             start.elapsed() < Duration::from_secs(120),
@@ -468,10 +474,9 @@ fn metrics_follow_a_failure_and_a_rebuild() {
     assert_eq!(gauge(&m, "platter_members_online", &vol), 1.0);
     assert_eq!(gauge(&m, "platter_rebuild_in_progress", &vol), 1.0);
     let ratio = "platter_rebuild_progress_ratio";
-    scrape_until(&url, "the rebuild's first step", |m| {
+    let m = scrape_until(&url, "the rebuild's first step", |m| {
         gauge(m, ratio, &vol) > 0.0
     });
-    let m = scrape(&url);
     let done = gauge(&m, ratio, &vol);
     assert!(done > 0.0 && done < 1.0, "{test}: {ratio} {done}");
     assert_eq!(gauge(&m, "platter_rebuild_in_progress", &vol), 1.0);
@@ -481,10 +486,9 @@ fn metrics_follow_a_failure_and_a_rebuild() {
         CMD_TIMEOUT,
         "rebuild-rate unlimited",
     );
-    scrape_until(&url, "the rebuild's end", |m| {
+    let m = scrape_until(&url, "the rebuild's end", |m| {
         gauge(m, "platter_rebuild_in_progress", &vol) == 0.0
     });
-    let m = scrape(&url);
     assert_eq!(state(&m, "clean"), 1.0, "{test}");
     assert_eq!(state(&m, "rebuilding"), 0.0, "{test}");
     assert_eq!(gauge(&m, "platter_members_online", &vol), 2.0);
