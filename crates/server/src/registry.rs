@@ -6,8 +6,8 @@
 //! unit) is found as it is, with no link.
 //!
 //! A server killed with SIGKILL leaves its link behind: the link's name
-//! carries the server's process id, so a reader can tell a dead server's
-//! link from a live one's and remove it.
+//! carries the server's process id, so a reader (or the next server) can
+//! tell a dead server's link from a live one's and remove it.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -63,6 +63,10 @@ fn file_name_part(name: &str) -> String {
 pub fn register(run_dir: &Path, control: &Path, name: &str) -> io::Result<Option<Registration>> {
     let target = std::path::absolute(control)?;
     std::fs::create_dir_all(run_dir)?;
+    // Links of servers killed since: nobody may be listing to find them.
+    for dead in entries(run_dir)?.iter().filter(|e| e.is_dead_link()) {
+        dead.remove_link();
+    }
     let dir = run_dir.canonicalize()?;
     let in_dir = target
         .parent()
@@ -186,6 +190,20 @@ mod tests {
                 pid: None
             }]
         );
+    }
+
+    #[test]
+    fn a_registration_removes_the_links_of_dead_servers() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("run");
+        std::fs::create_dir(&run).unwrap();
+        let dead = run.join("old.99999999.ctl");
+        std::os::unix::fs::symlink("/nonexistent.ctl", &dead).unwrap();
+        let sock = dir.path().join("v.ctl");
+        let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        let _r = register(&run, &sock, "v").unwrap().expect("a link");
+        assert!(std::fs::symlink_metadata(&dead).is_err(), "left: {dead:?}");
+        assert_eq!(entries(&run).unwrap().len(), 1);
     }
 
     #[test]

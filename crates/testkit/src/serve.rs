@@ -35,7 +35,8 @@ pub fn collect_into<R: Read + Send + 'static>(mut r: R, buf: Shared<Vec<u8>>) ->
 pub const RUN_DIR_ENV: &str = "PLATTER_RUN_DIR";
 
 /// The run directory servers started by the tests register in, so that
-/// they never appear among the host's volumes in /run/platter.
+/// they never appear among the host's volumes in /run/platter (scripts/test
+/// exports the same for servers started otherwise).
 pub fn test_run_dir() -> std::path::PathBuf {
     std::env::temp_dir().join("platter-tests-run")
 }
