@@ -20,15 +20,17 @@ use std::time::Duration;
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The run directory: `--run-dir`, else `PLATTER_RUN_DIR`, else
-/// /run/platter.
+/// /run/platter; a relative one made whole here, so that a server and a
+/// reader started in different directories agree.
 pub fn run_dir(given: Option<PathBuf>) -> PathBuf {
-    given
+    let dir = given
         .or_else(|| {
             std::env::var_os(RUN_DIR_ENV)
                 .filter(|d| !d.is_empty())
                 .map(PathBuf::from)
         })
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_RUN_DIR))
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_RUN_DIR));
+    std::path::absolute(&dir).unwrap_or(dir)
 }
 
 /// What the run directory's sockets said.
