@@ -133,9 +133,13 @@ fn live_geometry(st: &Value) -> Result<Geometry> {
         level: text("level")
             .parse::<Level>()
             .map_err(|e| CliError(e.to_string()))?,
-        parity_layout: text("layout")
-            .parse::<platter_core::ParityLayout>()
-            .map_err(|e| CliError(e.to_string()))?,
+        // Null for levels without parity, whose geometry ignores it.
+        parity_layout: match st["parity_layout"].as_str() {
+            Some(l) => l
+                .parse::<platter_core::ParityLayout>()
+                .map_err(|e| CliError(e.to_string()))?,
+            None => platter_core::ParityLayout::LeftSymmetric,
+        },
         copies: st["copies"].as_u64().unwrap_or(1) as u32,
         interleave_bytes: st["interleave_bytes"].as_u64().unwrap_or(0),
         data_offset_bytes: st["data_offset_bytes"].as_u64().unwrap_or(0),

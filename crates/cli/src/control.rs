@@ -3,7 +3,6 @@
 use crate::error::{CliError, Result};
 use crate::out::outln;
 use clap::Args;
-use platter_core::label::printable;
 use platter_core::units::{format_size, parse_size};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
@@ -16,14 +15,20 @@ const WAIT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Sends one request and returns the server's answer (`ok` part).
 pub fn ask(control: &PathBuf, request: Value) -> Result<Value> {
-    let mut s = UnixStream::connect(control).map_err(|e| {
+    let s = UnixStream::connect(control).map_err(|e| {
         CliError(format!(
             "cannot reach the control socket {}: {e} (is platter serve running?)",
             control.display()
         ))
     })?;
     // Check and repair read the whole volume; give them time.
-    let _ = s.set_read_timeout(Some(Duration::from_secs(3600)));
+    exchange(s, request, Duration::from_secs(3600))
+}
+
+/// Sends one request on a connected control socket and returns the
+/// answer (`ok` part), waiting at most `timeout` for it.
+pub fn exchange(mut s: UnixStream, request: Value, timeout: Duration) -> Result<Value> {
+    let _ = s.set_read_timeout(Some(timeout));
     writeln!(s, "{request}").map_err(|e| CliError(format!("control socket: {e}")))?;
     let mut line = String::new();
     BufReader::new(&s)
@@ -38,162 +43,7 @@ pub fn ask(control: &PathBuf, request: Value) -> Result<Value> {
 }
 
 pub fn print_status(v: &Value) {
-    let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("?").to_string();
-    let n = |k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0);
-    outln!(
-        "V {:<20} State: {:<10} Size: {} ({} bytes)",
-        printable(&s("name")),
-        s("state"),
-        format_size(n("size_bytes")),
-        n("size_bytes")
-    );
-    outln!("  UUID:       {}", s("uuid"));
-    outln!(
-        "  Level:      {}, interleave {}",
-        s("level"),
-        format_size(n("interleave_bytes"))
-    );
-    outln!(
-        "  Data:       from {} on every member (room before it for reshapes)",
-        format_size(n("data_offset_bytes"))
-    );
-    if let Some(f) = v.get("filesystem") {
-        match f.get("none").and_then(Value::as_str) {
-            Some(why) => outln!("  Filesystem: no alignment: {why}"),
-            None => {
-                for k in ["xfs", "ext4"] {
-                    outln!(
-                        "  Filesystem: {}",
-                        f.get(k).and_then(Value::as_str).unwrap_or("?")
-                    );
-                }
-            }
-        }
-    }
-    if let Some(p) = v.get("read_policy").filter(|p| !p.is_null()) {
-        outln!("  Reads:      {}", policy_line(p));
-    }
-    outln!("  Events:     {}", n("event_counter"));
-    if let Some(r) = v.get("rebuild").filter(|r| !r.is_null()) {
-        let g = |k: &str| r.get(k).and_then(Value::as_u64).unwrap_or(0);
-        let pct = r.get("percent").and_then(Value::as_f64).unwrap_or(0.0);
-        outln!(
-            "  Rebuild:    member {} {:.1}% ({}/{} stripes), {}/s (limit {}/s), ETA {} s",
-            g("member"),
-            pct,
-            g("cursor_stripe"),
-            g("stripes"),
-            format_size(g("rate_bytes_per_sec")),
-            format_size(g("rate_limit_bytes_per_sec")),
-            g("eta_seconds")
-        );
-    }
-    if let Some(r) = v.get("reshape").filter(|r| !r.is_null()) {
-        let g = |k: &str| r.get(k).and_then(Value::as_u64).unwrap_or(0);
-        let f = |k: &str| r["from"].get(k).and_then(Value::as_u64).unwrap_or(0);
-        let from = format!(
-            "{} of {} members, interleave {}",
-            r["from"]["level"].as_str().unwrap_or("?"),
-            f("members"),
-            format_size(f("interleave_bytes"))
-        );
-        if r["finished"].as_bool().unwrap_or(false) {
-            outln!("  Reshape:    from {from}: done; new connections see the new size");
-        } else if let Some(why) = r["stuck"].as_str() {
-            outln!(
-                "  Reshape:    from {from}: STOPPED at {:.1}% ({} of {}): {why}. The volume \
-                 serves through both layouts; the move goes on from the labels when the \
-                 server is restarted with the cause fixed",
-                r.get("percent").and_then(Value::as_f64).unwrap_or(0.0),
-                format_size(g("position_bytes")),
-                format_size(g("total_bytes")),
-            );
-        } else {
-            outln!(
-                "  Reshape:    from {from}: {:.1}% ({} of {}), {}/s (limit {}/s), ETA {} s",
-                r.get("percent").and_then(Value::as_f64).unwrap_or(0.0),
-                format_size(g("position_bytes")),
-                format_size(g("total_bytes")),
-                format_size(g("rate_bytes_per_sec")),
-                format_size(g("rate_limit_bytes_per_sec")),
-                g("eta_seconds")
-            );
-        }
-    }
-    let rec = &v["recording"];
-    if let Some(path) = rec["path"].as_str() {
-        let n = |k: &str| rec[k].as_u64().unwrap_or(0);
-        if rec["recording"].as_bool() == Some(true) {
-            outln!(
-                "  Recording:  {path}: {} requests, {} of at most {}",
-                n("requests"),
-                format_size(n("bytes_written")),
-                format_size(n("limit_bytes"))
-            );
-        } else if let Some(why) = rec["stopped_because"].as_str() {
-            outln!(
-                "  Recording:  STOPPED after {} requests: {why}",
-                n("requests")
-            );
-        }
-    }
-    if let Some(r) = v.get("resync").filter(|r| !r.is_null()) {
-        let g = |k: &str| r.get(k).and_then(Value::as_u64).unwrap_or(0);
-        outln!(
-            "  Resync:     {:.1}% ({}/{} stripes), {} rewritten so far",
-            r.get("percent").and_then(Value::as_f64).unwrap_or(0.0),
-            g("cursor_stripe"),
-            g("stripes"),
-            g("rewritten_stripes")
-        );
-    }
-    outln!();
-    outln!("  {:<4} {:<12} Path", "Slot", "State");
-    for m in v
-        .get("members")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let away = m
-            .get("away_seconds")
-            .and_then(Value::as_u64)
-            .map(|secs| {
-                format!(
-                    " (away {secs} s; failed at {} s)",
-                    n("member_timeout_seconds")
-                )
-            })
-            .unwrap_or_default();
-        outln!(
-            "  {:<4} {:<12} {}{away}",
-            m.get("slot").and_then(Value::as_u64).unwrap_or(0),
-            m.get("state").and_then(Value::as_str).unwrap_or("?"),
-            m.get("path").and_then(Value::as_str).unwrap_or("-")
-        );
-    }
-    for u in v
-        .get("unreachable")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        outln!(
-            "  -    {:<12} {} (slot not known yet; away {} s, failed at {} s)",
-            "unreachable",
-            u.get("uri").and_then(Value::as_str).unwrap_or("?"),
-            u.get("away_seconds").and_then(Value::as_u64).unwrap_or(0),
-            n("member_timeout_seconds")
-        );
-    }
-    for sp in v
-        .get("spares")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        outln!("  -    {:<12} {}", "spare", sp.as_str().unwrap_or("?"));
-    }
+    crate::out::out!("{}", crate::status_text::render(v));
 }
 
 pub(crate) fn show(json_out: bool, v: &Value, human: impl FnOnce(&Value)) {
@@ -336,8 +186,11 @@ pub struct RateArgs {
     /// Print the server's answer as JSON for programs.
     #[arg(long)]
     json: bool,
-    /// Bytes per second, more than 0 (units: 10M, 1G).
-    #[arg(value_name = "RATE", value_parser = parse_rate)]
+    /// Bytes per second, more than 0 (units: 10M, 1G), or `unlimited`
+    /// (as fast as the members go). Rebuilds, resyncs and reshapes all
+    /// move at this rate; it starts at serve's --rebuild-rate (default
+    /// 128M, 128 MiB a second) and lasts until the server stops.
+    #[arg(value_name = "RATE", value_parser = parse_rebuild_rate)]
     rate: u64,
 }
 
@@ -377,11 +230,11 @@ pub struct PolicyArgs {
     policy: Option<String>,
 }
 
-/// The live status of a served volume.
-pub fn status(control: &PathBuf, json_out: bool) -> Result<()> {
+/// Prints the live status of a served volume, and answers it.
+pub fn status(control: &PathBuf, json_out: bool) -> Result<Value> {
     let v = ask(control, json!({ "cmd": "status" }))?;
     show(json_out, &v, print_status);
-    Ok(())
+    Ok(v)
 }
 
 /// A rebuild rate: a size per second, more than 0 (a rate of 0 would stop
@@ -391,6 +244,22 @@ pub fn parse_rate(text: &str) -> std::result::Result<u64, String> {
         0 => Err(
             "the rate must be a size per second greater than 0, with units \
                   (e.g. 500k, 20M, 1G)"
+                .into(),
+        ),
+        rate => Ok(rate),
+    }
+}
+
+/// A rebuild rate: a size per second, more than 0, or `unlimited`
+/// ([`platter_server::UNLIMITED_RATE`]).
+pub fn parse_rebuild_rate(text: &str) -> std::result::Result<u64, String> {
+    if text == "unlimited" {
+        return Ok(platter_server::UNLIMITED_RATE);
+    }
+    match parse_size(text)? {
+        0 => Err(
+            "0 would stop the rebuild for good: give a size per second greater than 0 \
+             (e.g. 500k, 20M, 1G), or `unlimited`"
                 .into(),
         ),
         rate => Ok(rate),
@@ -604,17 +473,6 @@ pub fn scrub(a: ScrubArgs, repair: bool) -> Result<u8> {
     })
 }
 
-/// "proximity (in effect: proximity:1M)" or just "load".
-fn policy_line(p: &Value) -> String {
-    let policy = p["policy"].as_str().unwrap_or("?");
-    let effective = p["in_effect"].as_str().unwrap_or("?");
-    if policy == effective {
-        policy.to_string()
-    } else {
-        format!("{policy} (in effect: {effective})")
-    }
-}
-
 pub fn read_policy(a: PolicyArgs) -> Result<()> {
     let mut req = json!({ "cmd": "read-policy" });
     if let Some(p) = &a.policy {
@@ -625,7 +483,11 @@ pub fn read_policy(a: PolicyArgs) -> Result<()> {
     }
     let v = ask(&a.control, req)?;
     show(a.json, &v, |v| {
-        outln!("read policy {}", policy_line(v));
+        if let Some(why) = v["no_copies"].as_str() {
+            outln!("{why}");
+            return;
+        }
+        outln!("read policy {}", crate::status_text::policy_line(v));
         if a.policy.is_some() && v["recorded"] == json!(false) {
             outln!("(read-only server: not recorded in the labels; lasts until it stops)");
         }
@@ -691,12 +553,19 @@ pub fn record(a: RecordArgs) -> Result<()> {
 }
 
 pub fn rebuild_rate(a: RateArgs) -> Result<()> {
+    let rate = match a.rate {
+        platter_server::UNLIMITED_RATE => json!("unlimited"),
+        rate => json!(rate),
+    };
     let v = ask(
         &a.control,
-        json!({ "cmd": "rebuild-rate", "bytes_per_sec": a.rate }),
+        json!({ "cmd": "rebuild-rate", "bytes_per_sec": rate }),
     )?;
-    show(a.json, &v, |_| {
-        outln!("rebuild rate limit {}/s", format_size(a.rate))
+    show(a.json, &v, |v| {
+        match v["rebuild_rate_bytes_per_sec"].as_u64() {
+            Some(rate) => outln!("rebuild rate limit {}/s", format_size(rate)),
+            None => outln!("rebuild rate: unlimited (as fast as the members go)"),
+        }
     });
     Ok(())
 }

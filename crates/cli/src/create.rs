@@ -365,7 +365,7 @@ pub fn run(args: CreateArgs) -> Result<()> {
         )));
     }
     args.read_policy
-        .check(n, copies)
+        .check(level, n, copies)
         .map_err(|e| CliError(format!("--read-policy: {e}")))?;
 
     check_member_size(&args, parity_layout, copies)?;
@@ -648,10 +648,7 @@ fn label_members(
         m.flush()?;
     }
     let volume = assemble_devices(members)?;
-    out!(
-        "{}",
-        crate::listing::render(&volume.assembly, &volume.devices, &[])
-    );
+    out!("{}", crate::listing::render(&volume, &[]));
     Ok(())
 }
 

@@ -1,67 +1,13 @@
 //! The volume listing, for people (a table after vinum's `list`) and for
 //! programs (`--json`, the same facts).
 
-use platter_core::assemble::{uuid_string, Assembly, SlotNote};
+use platter_core::assemble::{Assembly, SlotNote};
 use platter_core::balance::ReadPolicy;
-use platter_core::label::{printable, SlotState};
-use platter_core::units::format_size;
+use platter_core::label::{Label, SlotState};
 use platter_core::volume::Health;
-use platter_core::Level;
-use platter_io::Member;
-use serde::Serialize;
-use std::fmt::Write;
-use std::sync::Arc;
-
-#[derive(Serialize)]
-pub struct VolumeJson {
-    name: String,
-    uuid: String,
-    level: String,
-    layout: Option<String>,
-    copies: u32,
-    /// As stored (`auto` stays `auto`); null for levels without copies.
-    read_policy: Option<String>,
-    interleave_bytes: u64,
-    stripe_data_bytes: u64,
-    /// What mkfs should be told: `stripe_unit_bytes`, `stripe_width_bytes`,
-    /// `xfs` and `ext4` commands, or `none` with the reason.
-    filesystem: serde_json::Value,
-    size_bytes: u64,
-    state: String,
-    /// What the freshest label says (clean, dirty...): `state` shows
-    /// "degraded" whenever a member is lost, which would hide a crash.
-    label_state: String,
-    event_counter: u64,
-    members_online: u32,
-    member_count: u32,
-    /// `crc32c`, `xxh3`, or null (`create --checksums`).
-    checksums: Option<String>,
-    /// With checksums, how their pages are kept: `bare` (volumes made
-    /// before sealed pages: a zeroed page passes), `sealed`, or
-    /// `sealed+records` (lost writes caught); where they start, and where
-    /// the data area starts, in member bytes.
-    checksum_pages: Option<String>,
-    checksum_offset_bytes: Option<u64>,
-    data_offset_bytes: u64,
-    /// raid5/raid6: `resync` or `ppl` (`create --consistency-policy`);
-    /// null for other levels.
-    consistency_policy: Option<String>,
-    /// A reshape in progress: the layout it moves from and how far it
-    /// moved for good; null with none.
-    reshape: Option<serde_json::Value>,
-    members: Vec<MemberJson>,
-    unreadable: Vec<String>,
-}
-
-#[derive(Serialize)]
-pub struct MemberJson {
-    slot: u32,
-    state: String,
-    path: Option<String>,
-    member_uuid: String,
-    data_size_bytes: u64,
-    used_bytes: u64,
-}
+use platter_io::assembly::{read_label_area, OpenVolume};
+use platter_server::describe;
+use serde_json::{json, Value};
 
 pub(crate) fn volume_state(a: &Assembly) -> String {
     let lost = a.health.iter().filter(|h| **h != Health::Online).count() as u32;
@@ -101,14 +47,6 @@ pub(crate) fn slot_state(a: &Assembly, slot: usize) -> String {
     }
 }
 
-fn layout_name(a: &Assembly) -> Option<String> {
-    match a.label.level {
-        Level::Raid5 | Level::Raid6 => Some(a.label.parity_layout.name().to_string()),
-        Level::Raid10 => Some(format!("near, {} copies", a.label.copies)),
-        _ => None,
-    }
-}
-
 /// The label's read policy by name, or what is wrong with it.
 fn read_policy_name(a: &Assembly) -> String {
     match ReadPolicy::from_label(a.label.read_policy, a.label.read_policy_arg) {
@@ -117,144 +55,75 @@ fn read_policy_name(a: &Assembly) -> String {
     }
 }
 
-pub fn json(a: &Assembly, members: &[Arc<dyn Member>], unreadable: &[String]) -> VolumeJson {
+/// `status --json` of a stopped volume: the labels' facts, as the live
+/// status shows them (`platter_server::describe`), and what the members
+/// found say: each slot's state and device, the bitmap's marked regions.
+pub fn json(volume: &OpenVolume, unreadable: &[String]) -> Value {
+    let a = &volume.assembly;
     let g = &a.geometry;
-    VolumeJson {
-        name: a.label.name.clone(),
-        uuid: uuid_string(&a.label.volume_uuid),
-        level: a.label.level.name().to_string(),
-        layout: layout_name(a),
-        copies: g.copies(),
-        read_policy: (g.copies() > 1).then(|| read_policy_name(a)),
-        interleave_bytes: g.interleave_bytes(),
-        stripe_data_bytes: g.stripe_data_bytes(),
-        filesystem: platter_server::filesystem_json(g),
-        size_bytes: g.volume_size_bytes(),
-        state: volume_state(a),
-        label_state: a.label.state.name().to_string(),
-        event_counter: a.label.event_counter,
-        members_online: a.health.iter().filter(|h| **h == Health::Online).count() as u32,
-        member_count: g.members(),
-        checksums: a.label.checksums.map(|c| c.algorithm.name().to_string()),
-        checksum_pages: a.label.checksums.map(|c| c.format.name().to_string()),
-        checksum_offset_bytes: a.label.checksums.map(|c| c.area_offset_bytes),
-        data_offset_bytes: a.label.data_offset_bytes,
-        consistency_policy: g.level().is_parity().then(|| {
-            if a.label.ppl.is_some() {
-                "ppl"
-            } else {
-                "resync"
-            }
-            .to_string()
+    let mut v = describe::volume_fields(&a.label, g);
+    let offline = json!({
+        "size_bytes": g.volume_size_bytes(),
+        "state": volume_state(a),
+        "members_online": a.health.iter().filter(|h| **h == Health::Online).count(),
+        // As stored (`auto` stays `auto`); null for levels without copies.
+        "read_policy": (g.copies() > 1).then(|| read_policy_name(a)),
+        "reshape": reshape_json(a),
+        "bitmap": bitmap_json(volume),
+        "scrub": describe::scrub_record_fields(&a.label.scrub, g.stripes()),
+        "members": (0..g.members()).map(|slot| member_json(volume, slot)).collect::<Vec<_>>(),
+        "unreadable": unreadable,
+    });
+    if let Value::Object(offline) = offline {
+        v.extend(offline);
+    }
+    Value::Object(v)
+}
+
+/// A reshape the labels say is in progress: the layout it moves from and
+/// how far it moved for good; null with none.
+fn reshape_json(a: &Assembly) -> Value {
+    match (a.label.reshape, a.old_geometry.as_ref()) {
+        (Some(r), Some(old)) => json!({
+            "from": platter_server::layout_json(old),
+            "position_bytes": r.position_bytes,
+            "total_bytes": a.geometry.volume_size_bytes(),
         }),
-        reshape: a
-            .label
-            .reshape
-            .zip(a.old_geometry.as_ref())
-            .map(|(r, old)| {
-                serde_json::json!({
-                    "from": platter_server::layout_json(old),
-                    "position_bytes": r.position_bytes,
-                    "total_bytes": g.volume_size_bytes(),
-                })
-            }),
-        members: (0..g.members())
-            .map(|slot| MemberJson {
-                slot,
-                state: slot_state(a, slot as usize),
-                path: a.slot_device[slot as usize].map(|i| members[i].describe().to_string()),
-                member_uuid: uuid_string(&a.label.slots[slot as usize].member_uuid),
-                data_size_bytes: a.label.slots[slot as usize].data_size_bytes,
-                used_bytes: g.member_used_bytes(slot),
-            })
-            .collect(),
-        unreadable: unreadable.to_vec(),
+        _ => Value::Null,
     }
 }
 
-pub fn render(a: &Assembly, members: &[Arc<dyn Member>], unreadable: &[String]) -> String {
-    let j = json(a, members, unreadable);
-    let mut s = String::new();
-    let il = j.interleave_bytes;
-    let _ = writeln!(
-        s,
-        "V {:<20} State: {:<9} Size: {} ({} bytes)",
-        printable(&j.name),
-        j.state,
-        format_size(j.size_bytes),
-        j.size_bytes
-    );
-    let _ = writeln!(s, "  UUID:       {}", j.uuid);
-    let mut level = j.level.clone();
-    if let Some(l) = &j.layout {
-        let _ = write!(level, " ({l})");
+/// The bitmap as the members in use keep it: the regions marked on any of
+/// them (a clean stop leaves none); null without one.
+fn bitmap_json(volume: &OpenVolume) -> Value {
+    match volume.intent() {
+        Ok(Some((layout, marked))) => Value::Object(describe::bitmap_fields(
+            &layout,
+            &volume.assembly.geometry,
+            marked.len(),
+        )),
+        Ok(None) => Value::Null,
+        Err(e) => json!({ "error": e.to_string() }),
     }
-    let _ = writeln!(s, "  Level:      {level}");
-    if let Some(p) = &j.read_policy {
-        let _ = writeln!(s, "  Reads:      {p}");
-    }
-    let _ = writeln!(
-        s,
-        "  Interleave: {} ({}s), stripe {} of data",
-        format_size(il),
-        il / 512,
-        format_size(j.stripe_data_bytes)
-    );
-    for line in platter_core::fsalign::alignment(&a.geometry).lines() {
-        let _ = writeln!(s, "  Filesystem: {line}");
-    }
-    let mut keeps = Vec::new();
-    if let (Some(c), Some(pages)) = (&j.checksums, &j.checksum_pages) {
-        let how = match pages.as_str() {
-            "bare" => "bare pages: a zeroed page passes; recreate for sealed pages",
-            "sealed" => "sealed pages",
-            _ => "sealed pages, lost writes caught",
-        };
-        keeps.push(format!("{c} checksums ({how})"));
-    }
-    if j.consistency_policy.as_deref() == Some("ppl") {
-        keeps.push("a partial parity log".to_string());
-    }
-    if !keeps.is_empty() {
-        let _ = writeln!(s, "  Keeps:      {}", keeps.join(", "));
-    }
-    if let (Some(r), Some(old)) = (a.label.reshape, a.old_geometry.as_ref()) {
-        let _ = writeln!(
-            s,
-            "  Reshape:    from {} of {} members, interleave {}: {} of {} moved for good \
-             (serve moves the rest; clients see {} until it ends)",
-            old.level(),
-            old.members(),
-            format_size(old.interleave_bytes()),
-            format_size(r.position_bytes),
-            format_size(j.size_bytes),
-            format_size(old.volume_size_bytes())
-        );
-    }
-    let _ = writeln!(
-        s,
-        "  Members:    {}/{} online, events {}",
-        j.members_online, j.member_count, j.event_counter
-    );
-    let _ = writeln!(s);
-    let _ = writeln!(
-        s,
-        "  {:<4} {:<26} {:>10} {:>10}  Path",
-        "Slot", "State", "Size", "Used"
-    );
-    for m in &j.members {
-        let _ = writeln!(
-            s,
-            "  {:<4} {:<26} {:>10} {:>10}  {}",
-            m.slot,
-            m.state,
-            format_size(m.data_size_bytes),
-            format_size(m.used_bytes),
-            m.path.as_deref().unwrap_or("-")
-        );
-    }
-    for u in unreadable {
-        let _ = writeln!(s, "  warning: {u}");
-    }
-    s
+}
+
+/// A slot: the label's facts, its state, its device, and the event count
+/// of that device's own label.
+fn member_json(volume: &OpenVolume, slot: u32) -> Value {
+    let a = &volume.assembly;
+    let device = a.slot_device[slot as usize].map(|i| &volume.devices[i]);
+    let events = device.and_then(|d| {
+        let bytes = read_label_area(d.as_ref()).ok()?;
+        Some(Label::decode(&bytes).ok()?.event_counter)
+    });
+    let mut m = describe::member_fields(&a.label, &a.geometry, slot);
+    m.insert("state".into(), json!(slot_state(a, slot as usize)));
+    m.insert("path".into(), json!(device.map(|d| d.describe())));
+    m.insert("events".into(), json!(events));
+    Value::Object(m)
+}
+
+/// The volume for people: the same text as the live status.
+pub fn render(volume: &OpenVolume, unreadable: &[String]) -> String {
+    crate::status_text::render(&json(volume, unreadable))
 }

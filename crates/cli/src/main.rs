@@ -13,9 +13,11 @@ mod progress;
 mod reshape;
 mod scan;
 mod serve;
+mod served;
 mod sim;
 mod stats;
 mod status;
+mod status_text;
 mod sweep;
 
 use clap::{Parser, Subcommand};
@@ -41,8 +43,13 @@ enum Command {
     /// Write labels on members to make a new volume.
     Create(create::CreateArgs),
     /// Read the members' labels and show the volume they make (or ask a
-    /// running server with --control, and follow its rebuild with --watch).
-    #[command(after_help = "Sizes are shown with units: 126s (512-byte sectors), 64k, 1M, 2G.")]
+    /// running server with --control, and follow its rebuild with --watch);
+    /// with no argument, list every volume served on this host.
+    #[command(
+        after_help = "Sizes are shown with units: 126s (512-byte sectors), 64k, 1M, 2G.\n\
+                            Exit status: 0, or 1 on an error; with --test, 0 clean, 1 degraded, \
+                            2 failed, 4 could not tell (mdadm --detail --test)."
+    )]
     Status(status::StatusArgs),
     /// Assemble a volume from its members and serve it over NBD.
     Serve(serve::ServeArgs),
@@ -111,7 +118,8 @@ enum Command {
                       2 some stripes could not be checked or repaired (a member lost) or the repair failed."
     )]
     Repair(control::ScrubArgs),
-    /// Change the rebuild's rate limit while it runs.
+    /// Change the rebuild's rate limit while it runs (default 128M a
+    /// second, serve's --rebuild-rate; `unlimited` for none).
     RebuildRate(control::RateArgs),
     /// Record a running volume's client requests to a file (fio iolog v3),
     /// or stop recording: `record --control PATH start FILE`, `stop`. The
@@ -177,13 +185,15 @@ fn main() -> ExitCode {
     out::on_closed(on_closed(&cli.command));
     init_logging();
     // check and repair keep 1 for "mismatches found"; their failures are 2.
-    let error_code = match cli.command {
+    let error_code = match &cli.command {
         Command::Check(_) | Command::Repair(_) => control::SCRUB_INCOMPLETE,
+        // status --test keeps 1 and 2 for "degraded" and "failed".
+        Command::Status(a) if a.test => status::TEST_UNKNOWN,
         _ => 1,
     };
     let result = match cli.command {
         Command::Create(args) => create::run(args),
-        Command::Status(args) => status::run(args),
+        Command::Status(args) => return exit(status::run(args), error_code),
         Command::Serve(args) => serve::run(args),
         Command::Scan(args) => return exit(scan::run(args), error_code),
         Command::Fail(a) => control::fail(a),

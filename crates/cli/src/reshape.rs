@@ -125,12 +125,18 @@ fn through_server(args: &ReshapeArgs, control: &std::path::PathBuf) -> Result<()
             ),
             None => ("moves".to_string(), v["moves_bytes"].as_u64().unwrap_or(0)),
         };
-        outln!(
-            "{what} {} at the rate limit {}/s: about {} s",
-            format_size(bytes),
-            format_size(v["rate_limit_bytes_per_sec"].as_u64().unwrap_or(0)),
-            v["seconds_at_rate_limit"]
-        );
+        match v["rate_limit_bytes_per_sec"].as_u64() {
+            Some(rate) => outln!(
+                "{what} {} at the rate limit {}/s: about {} s",
+                format_size(bytes),
+                format_size(rate),
+                v["seconds_at_rate_limit"]
+            ),
+            None => outln!(
+                "{what} {} with no rate limit (rebuild-rate unlimited): as fast as the members go",
+                format_size(bytes)
+            ),
+        }
         if let Some(why) = v["redundancy_lost"].as_str() {
             if args.force {
                 outln!("{why} (--force)");

@@ -194,6 +194,18 @@ pub struct ServeArgs {
     /// /metrics); `platter repair` mends (docs/failures.md).
     #[arg(long, value_name = "INTERVAL", default_value = "0", value_parser = parse_interval)]
     scrub_every: Duration,
+    /// Rebuilds (replace, a spare, re-add), the resync after a crash and
+    /// reshapes move at most this fast: a size per second, or `unlimited`.
+    /// `platter rebuild-rate` changes it while serving.
+    #[arg(long, value_name = "RATE", default_value = defaults::REBUILD_RATE,
+          value_parser = crate::control::parse_rebuild_rate)]
+    rebuild_rate: u64,
+    /// Where to link the control socket so that `platter status` with no
+    /// argument lists this volume (default: $PLATTER_RUN_DIR, else
+    /// /run/platter, made if missing). A directory that cannot be written
+    /// is a warning in the log: the volume is served, not listed.
+    #[arg(long, value_name = "DIR")]
+    run_dir: Option<PathBuf>,
     /// The scheduled scrub's pace: a size per second (e.g. 32M).
     #[arg(long, value_name = "RATE", default_value = defaults::SCRUB_RATE,
           value_parser = crate::control::parse_rate)]
@@ -462,6 +474,8 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
         }),
         stdio: args.stdio,
         forced_slots,
+        run_dir: Some(crate::served::run_dir(args.run_dir)),
+        rebuild_rate_bytes_per_sec: args.rebuild_rate,
     };
     // Under --stdio standard output is the client's socket: not a byte
     // of banner may go there. Started by socket activation (systemd, or a
@@ -736,6 +750,11 @@ mod tests {
         assert_eq!(Duration::from_secs(a.remote_timeout), d.remote_timeout);
         assert_eq!(!a.no_reconnect, d.reconnect);
         assert_eq!(a.scrub_rate, d.scrub_rate_bytes_per_sec);
+        assert_eq!(a.rebuild_rate, d.rebuild_rate_bytes_per_sec);
+        assert_eq!(
+            parse_size(defaults::REBUILD_RATE).unwrap(),
+            defaults::REBUILD_BYTES_PER_SEC
+        );
         assert!(a.scrub_every.is_zero() && d.scrub_every.is_none());
     }
 

@@ -134,12 +134,31 @@ fn read_policy_changes_live_and_persists_across_a_restart() {
     assert_eq!(s.volume.status()["read_policy"], "load");
 }
 
+/// How it showed: on raid5 the query printed "auto (in effect:
+/// proximity:1M)" while setting one said only mirror and raid10 have read
+/// policies. Both now give the same reason.
 #[test]
 fn a_volume_without_copies_refuses_a_read_policy() {
     let test = "a_volume_without_copies_refuses_a_read_policy";
     let mut s = Server::start(Volume::create(Spec::new("raid5", 3, "64k"), 8 * MIB));
     assert!(live_status(&s)["read_policy"].is_null());
-    refused(&s, "load", "no read to balance");
+    let why = "raid5 has no copies to choose between: reads go to the member that holds the data";
+    let query = run_ok(
+        &mut platter(&["read-policy", "--control", &s.control()]),
+        CMD_TIMEOUT,
+        "read-policy",
+    );
+    assert_eq!(query.stdout.trim(), why, "{}", query.describe(test));
+    let query = run_ok(
+        &mut platter(&["read-policy", "--json", "--control", &s.control()]),
+        CMD_TIMEOUT,
+        "read-policy --json",
+    );
+    let v: serde_json::Value = serde_json::from_str(&query.stdout).unwrap();
+    assert!(v["policy"].is_null() && v["no_copies"] == why, "{v}");
+    refused(&s, "load", &format!("read policy load: {why}"));
+    // auto too: there is nothing to set.
+    refused(&s, "auto", why);
     // create says the same.
     let dir = temp_dir();
     let members = member_paths(dir.path(), 3);
@@ -156,7 +175,8 @@ fn a_volume_without_copies_refuses_a_read_policy() {
     let out = run(&mut platter(&args), CMD_TIMEOUT);
     assert!(!out.status.success(), "{}", out.describe(test));
     assert!(
-        out.stderr.contains("no read to balance"),
+        out.stderr
+            .contains("stripe has no copies to choose between: reads go to the member"),
         "{}",
         out.describe(test)
     );

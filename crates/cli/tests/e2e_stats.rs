@@ -381,3 +381,116 @@ fn sequential_mib_writes_are_full_stripe_writes() {
         assert!(share >= 0.9, "fio: {share}: {j}");
     }
 }
+
+/// A gauge's value, fractions kept.
+fn gauge(m: &HashMap<String, f64>, name: &str, labels: &str) -> f64 {
+    let key = format!("{name}{{{labels}}}");
+    *m.get(&key)
+        .unwrap_or_else(|| panic!("no sample {key} among {} samples", m.len()))
+}
+
+/// Scrapes until `done` holds of the samples (at most 120 s); answers
+/// those samples.
+fn scrape_until(
+    url: &str,
+    what: &str,
+    done: impl Fn(&HashMap<String, f64>) -> bool,
+) -> HashMap<String, f64> {
+    let start = std::time::Instant::now();
+    loop {
+        let m = scrape(url);
+        if done(&m) {
+            return m;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "{what}: not within 120 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Issue 41: Prometheus could not alert on a degraded volume: /metrics had
+/// no gauge for the volume's state, its members or a rebuild. The gauges
+/// follow a `platter fail` and a `replace` through to the end of its
+/// rebuild, which `rebuild-rate unlimited` lets finish at once.
+#[test]
+fn metrics_follow_a_failure_and_a_rebuild() {
+    let test = "metrics_follow_a_failure_and_a_rebuild";
+    let volume = Volume::create(Spec::new("mirror", 2, "64k"), 16 * MIB);
+    // 1 MiB a second: the rebuild's 4 MiB steps take seconds each, so it
+    // is seen under way however slow the machine.
+    let s = Server::start_with(
+        volume,
+        ServeOptions {
+            extra_args: ["--metrics", "127.0.0.1:0", "--rebuild-rate", "1M"]
+                .map(String::from)
+                .to_vec(),
+            ..ServeOptions::default()
+        },
+    );
+    let url = metrics_url(&s);
+    let vol = format!("volume=\"{}\"", s.volume.name);
+    let state = |m: &HashMap<String, f64>, st: &str| {
+        gauge(m, "platter_volume_state", &format!("{vol},state=\"{st}\""))
+    };
+    let m = scrape(&url);
+    assert_eq!(state(&m, "clean"), 1.0);
+    for st in ["degraded", "rebuilding", "failed"] {
+        assert_eq!(state(&m, st), 0.0, "{st}");
+    }
+    assert_eq!(gauge(&m, "platter_members_online", &vol), 2.0);
+    assert_eq!(gauge(&m, "platter_members_expected", &vol), 2.0);
+    assert_eq!(gauge(&m, "platter_rebuild_in_progress", &vol), 0.0);
+
+    run_ok(
+        &mut platter(&["fail", "--control", &s.control(), "1"]),
+        CMD_TIMEOUT,
+        "fail 1",
+    );
+    let m = scrape(&url);
+    assert_eq!(state(&m, "degraded"), 1.0, "{test}");
+    assert_eq!(state(&m, "clean"), 0.0, "{test}");
+    assert_eq!(gauge(&m, "platter_members_online", &vol), 1.0);
+    assert_eq!(gauge(&m, "platter_members_expected", &vol), 2.0);
+
+    let new = s.volume.path().join("new1").display().to_string();
+    let size = s.volume.member_size_bytes.to_string();
+    run_ok(
+        &mut platter(&[
+            "replace",
+            "--member-size",
+            &size,
+            "--control",
+            &s.control(),
+            "1",
+            &new,
+        ]),
+        CMD_TIMEOUT,
+        "replace 1",
+    );
+    let m = scrape(&url);
+    assert_eq!(state(&m, "rebuilding"), 1.0, "{test}");
+    assert_eq!(gauge(&m, "platter_members_online", &vol), 1.0);
+    assert_eq!(gauge(&m, "platter_rebuild_in_progress", &vol), 1.0);
+    let ratio = "platter_rebuild_progress_ratio";
+    let m = scrape_until(&url, "the rebuild's first step", |m| {
+        gauge(m, ratio, &vol) > 0.0
+    });
+    let done = gauge(&m, ratio, &vol);
+    assert!(done > 0.0 && done < 1.0, "{test}: {ratio} {done}");
+    assert_eq!(gauge(&m, "platter_rebuild_in_progress", &vol), 1.0);
+
+    run_ok(
+        &mut platter(&["rebuild-rate", "--control", &s.control(), "unlimited"]),
+        CMD_TIMEOUT,
+        "rebuild-rate unlimited",
+    );
+    let m = scrape_until(&url, "the rebuild's end", |m| {
+        gauge(m, "platter_rebuild_in_progress", &vol) == 0.0
+    });
+    assert_eq!(state(&m, "clean"), 1.0, "{test}");
+    assert_eq!(state(&m, "rebuilding"), 0.0, "{test}");
+    assert_eq!(gauge(&m, "platter_members_online", &vol), 2.0);
+    assert_eq!(gauge(&m, ratio, &vol), 0.0);
+}

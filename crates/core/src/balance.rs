@@ -46,6 +46,7 @@
 
 use crate::units::{format_size, parse_size, SECTOR_BYTES};
 use crate::volume::MemberOp;
+use crate::Level;
 use smallvec::SmallVec;
 use std::fmt;
 use std::str::FromStr;
@@ -162,16 +163,13 @@ impl ReadPolicy {
         }
     }
 
-    /// Whether the policy can be used on a volume of `members` members
-    /// with `copies` copies of each chunk: any policy with copies, only
-    /// `auto` without (there is nothing to choose), and `prefer` only for
-    /// a slot that exists.
-    pub fn check(self, members: u32, copies: u32) -> Result<(), String> {
+    /// Whether the policy can be used on a `level` volume of `members`
+    /// members with `copies` copies of each chunk: any policy with copies,
+    /// only `auto` without (there is nothing to choose), and `prefer` only
+    /// for a slot that exists.
+    pub fn check(self, level: Level, members: u32, copies: u32) -> Result<(), String> {
         if copies < 2 && self != ReadPolicy::Auto {
-            return Err(format!(
-                "read policy {self}: this level keeps one copy of each chunk, so \
-                 there is no read to balance (only mirror and raid10 have read policies)"
-            ));
+            return Err(format!("read policy {self}: {}", no_copies(level)));
         }
         if let ReadPolicy::Prefer { slot } = self {
             if slot >= members {
@@ -217,6 +215,12 @@ fn size_text(bytes: u64) -> String {
     } else {
         s
     }
+}
+
+/// Why a level without copies has no read policy: what `read-policy`
+/// says when asked, and why setting one is refused.
+pub fn no_copies(level: Level) -> String {
+    format!("{level} has no copies to choose between: reads go to the member that holds the data")
 }
 
 /// The slots a volume of `members` members has, for a message naming a
@@ -691,10 +695,21 @@ mod tests {
 
     #[test]
     fn check_refuses_levels_without_copies_and_missing_slots() {
-        assert!(ReadPolicy::Auto.check(3, 1).is_ok());
-        assert!(ReadPolicy::Load.check(3, 1).is_err());
-        assert!(ReadPolicy::Prefer { slot: 1 }.check(2, 2).is_ok());
-        assert!(ReadPolicy::Prefer { slot: 2 }.check(2, 2).is_err());
+        assert!(ReadPolicy::Auto.check(Level::Raid5, 3, 1).is_ok());
+        assert_eq!(
+            ReadPolicy::Load.check(Level::Raid5, 3, 1),
+            Err(
+                "read policy load: raid5 has no copies to choose between: reads go to the \
+                 member that holds the data"
+                    .to_string()
+            )
+        );
+        assert!(ReadPolicy::Prefer { slot: 1 }
+            .check(Level::Mirror, 2, 2)
+            .is_ok());
+        assert!(ReadPolicy::Prefer { slot: 2 }
+            .check(Level::Mirror, 2, 2)
+            .is_err());
     }
 
     /// Two copies of one chunk, on members 0 and 1, at member offset

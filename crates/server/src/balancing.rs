@@ -46,9 +46,9 @@ pub fn configure(
         vol.set_write_mostly(slot, true);
     }
     let g = vol.geometry();
-    let (n, copies) = (g.members(), g.copies());
+    let (level, n, copies) = (g.level(), g.members(), g.copies());
     let policy = ReadPolicy::from_label(label.read_policy, label.read_policy_arg)
-        .and_then(|p| p.check(n, copies).map(|()| p));
+        .and_then(|p| p.check(level, n, copies).map(|()| p));
     match policy {
         Ok(p) => {
             vol.set_read_policy(p).expect("checked");
@@ -96,7 +96,19 @@ impl Manager {
     }
 
     /// `read-policy`: shows the policy, or sets it (live, and in the labels).
+    /// A level without copies has none to show or set, and says why.
     pub fn read_policy(&self, policy: Option<&str>) -> Result<Value, String> {
+        let level = self.engine.with_volume(|v| {
+            let g = v.geometry();
+            (g.copies() < 2).then(|| g.level())
+        });
+        if let Some(level) = level {
+            let why = platter_core::balance::no_copies(level);
+            return match policy {
+                None => Ok(json!({ "policy": null, "no_copies": why })),
+                Some(p) => Err(format!("read policy {p}: {why}")),
+            };
+        }
         let Some(text) = policy else {
             return Ok(self.read_policy_status());
         };

@@ -47,3 +47,8 @@ const _: () = assert!(
 /// run far faster when the array is idle; a scheduled pass has days).
 pub const SCRUB_RATE: &str = "32M";
 pub const SCRUB_BYTES_PER_SEC: u64 = 32 << 20;
+/// Rebuilds, resyncs and reshapes move at most this fast
+/// (`--rebuild-rate`, `platter rebuild-rate`): a disk's worth of
+/// streaming, so clients keep a share of the members.
+pub const REBUILD_RATE: &str = "128M";
+pub const REBUILD_BYTES_PER_SEC: u64 = 128 << 20;

@@ -17,7 +17,6 @@ use platter_core::reshape::{
 use platter_core::volume::{CacheLimits, Health, Volume};
 use platter_io::Member;
 use serde_json::{json, Value};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 impl Manager {
@@ -87,17 +86,12 @@ impl Manager {
             platter_core::intent::IntentLayout::new(&new, label.intent_region_stripes)
                 .map_err(|e| format!("the write-intent bitmap for the new layout: {e}"))?;
         }
-        let rate = self
-            .upkeep
-            .rate_bytes_per_sec
-            .load(Ordering::Relaxed)
-            .max(1);
         let summary = json!({
             "from": layout_json(&old),
             "to": layout_json(&new),
             "moves_bytes": plan.total_bytes(),
-            "seconds_at_rate_limit": plan.total_bytes().div_ceil(rate),
-            "rate_limit_bytes_per_sec": rate,
+            "seconds_at_rate_limit": self.seconds_at_rate_limit(plan.total_bytes()),
+            "rate_limit_bytes_per_sec": self.rate_limit_json(),
             "redundancy_lost": lowered,
         });
         if dry_run {
@@ -151,19 +145,14 @@ impl Manager {
         new: Geometry,
         path: &str,
     ) -> Result<Value, String> {
-        let rate = self
-            .upkeep
-            .rate_bytes_per_sec
-            .load(Ordering::Relaxed)
-            .max(1);
         let q_bytes = new.member_used_bytes(old.members());
         let summary = json!({
             "from": layout_json(&old),
             "to": layout_json(&new),
             "moves_bytes": 0,
             "q_bytes": q_bytes,
-            "seconds_at_rate_limit": q_bytes.div_ceil(rate),
-            "rate_limit_bytes_per_sec": rate,
+            "seconds_at_rate_limit": self.seconds_at_rate_limit(q_bytes),
+            "rate_limit_bytes_per_sec": self.rate_limit_json(),
         });
         if req.get("dry_run").and_then(Value::as_bool) == Some(true) {
             return Ok(summary);

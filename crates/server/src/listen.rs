@@ -25,6 +25,9 @@ pub(crate) struct Bound {
     /// Where clients reach the export, for the operator.
     pub uris: Vec<String>,
     pub control: Option<UnixListener>,
+    /// Where the control socket is, if it has a path (for the run
+    /// directory's link, `registry.rs`).
+    pub control_path: Option<PathBuf>,
     pub metrics: Option<(TcpListener, SocketAddr)>,
     /// Socket files this server made, removed when it stops (not those
     /// systemd passed: the socket unit owns them).
@@ -73,8 +76,15 @@ pub(crate) fn bind(config: &ServeConfig, export_name: &str) -> Result<Bound, Ser
             "nothing to listen on: give --socket or --listen".into(),
         ));
     }
+    let mut control_path = None;
     let control = match inherited.control {
-        Some(l) => Some(l),
+        Some(l) => {
+            control_path = l
+                .local_addr()
+                .ok()
+                .and_then(|a| a.as_pathname().map(PathBuf::from));
+            Some(l)
+        }
         None => {
             let path = config.control.clone().or_else(|| {
                 config.socket.as_ref().map(|p| {
@@ -86,6 +96,7 @@ pub(crate) fn bind(config: &ServeConfig, export_name: &str) -> Result<Bound, Ser
             match path {
                 Some(p) => {
                     let l = bind_unix(&p, "control socket")?;
+                    control_path = Some(p.clone());
                     ours.push(p);
                     Some(l)
                 }
@@ -110,6 +121,7 @@ pub(crate) fn bind(config: &ServeConfig, export_name: &str) -> Result<Bound, Ser
         listeners,
         uris,
         control,
+        control_path,
         metrics,
         ours,
     })

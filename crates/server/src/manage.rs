@@ -120,114 +120,160 @@ pub fn layout_json(g: &Geometry) -> Value {
 }
 
 impl Manager {
+    /// The live status: the labels' facts (`describe.rs`, as the offline
+    /// status shows them) and what only the running server knows: each
+    /// member's health, the work in progress, spares, the recording.
     pub fn status(&self) -> Value {
         let label = self.meta.label();
         let health = self.engine.health();
-        let members = self.engine.members();
-        let slot_state = |s: usize| {
-            if self.is_disconnected(s as u32) {
-                "disconnected"
-            } else if label.slots[s].state == SlotState::Removed
-                && matches!(health[s], Health::Faulty | Health::Missing)
-            {
-                "removed"
-            } else {
-                health_name(health[s])
-            }
-        };
-        let (geometry, progress, bitmap) = self.engine.with_volume(|v| {
-            (
-                v.geometry().clone(),
-                v.rebuild_progress(),
-                v.intent_status(),
-            )
-        });
-        let rebuild = progress.map(|p| {
-            let rate = self.upkeep.last_rate_bytes_per_sec.load(Ordering::Relaxed);
-            let left_bytes = (p.stripes - p.cursor_stripe) * geometry.stripe_data_bytes();
-            json!({
-                "member": p.member,
-                "cursor_stripe": p.cursor_stripe,
-                "stripes": p.stripes,
-                "percent": 100.0 * p.cursor_stripe as f64 / p.stripes.max(1) as f64,
-                "rate_bytes_per_sec": rate,
-                "rate_limit_bytes_per_sec": self.upkeep.rate_bytes_per_sec.load(Ordering::Relaxed),
-                "eta_seconds": left_bytes.checked_div(rate).unwrap_or(0),
-            })
-        });
-        let reshape = self.engine.reshape_progress().map(|p| {
-            let rate = self
-                .upkeep
-                .reshape_rate_bytes_per_sec
-                .load(Ordering::Relaxed);
-            let left_bytes = p.total_bytes.saturating_sub(p.position_bytes);
-            json!({
-                "from": layout_json(&p.old),
-                "position_bytes": p.position_bytes,
-                "durable_bytes": p.durable_bytes,
-                "total_bytes": p.total_bytes,
-                "percent": 100.0 * p.position_bytes as f64 / p.total_bytes.max(1) as f64,
-                "finished": p.finished,
-                "stuck": p.stuck,
-                "rate_bytes_per_sec": rate,
-                "rate_limit_bytes_per_sec": self.upkeep.rate_bytes_per_sec.load(Ordering::Relaxed),
-                "eta_seconds": left_bytes.checked_div(rate).unwrap_or(0),
-            })
-        });
-        json!({
-            "name": label.name,
-            "uuid": platter_core::assemble::uuid_string(&label.volume_uuid),
-            "level": geometry.level().name(),
-            "interleave_bytes": geometry.interleave_bytes(),
-            "layout": geometry.spec().parity_layout.name(),
-            "copies": geometry.copies(),
-            // Where the data starts on every member: the room before it is
-            // what an in-place reshape moves the data down into.
-            "data_offset_bytes": geometry.spec().data_offset_bytes,
-            "filesystem": filesystem_json(&geometry),
+        let (geometry, bitmap) = self
+            .engine
+            .with_volume(|v| (v.geometry().clone(), v.intent_status()));
+        let mut v = crate::describe::volume_fields(&label, &geometry);
+        let online = health.iter().filter(|h| **h == Health::Online).count();
+        let live = json!({
             // What clients are told: during a reshape, the size it began with.
             "size_bytes": self.engine.size_bytes(),
             "state": live_state(&geometry, &health),
-            "event_counter": label.event_counter,
+            "members_online": online,
             "read_policy": (geometry.copies() > 1).then(|| self.read_policy_status()),
-            "members": (0..geometry.members()).map(|s| json!({
-                "slot": s,
-                "state": slot_state(s as usize),
-                "data_size_bytes": geometry.spec().member_data_bytes[s as usize],
-                "path": members[s as usize].as_ref().map(|m| m.describe().to_string()),
-                "away_seconds": self.away_seconds(s),
-            })).collect::<Vec<_>>(),
+            "members": self.members_status(&label, &geometry, &health),
             "member_timeout_seconds": self.member_timeout.as_secs(),
             "unreachable": self.unplaced_status(),
             "spares": self.spares.lock().expect("spares").iter().map(|m| m.describe().to_string()).collect::<Vec<_>>(),
-            "rebuild": rebuild,
-            "reshape": reshape,
+            "rebuild": self.rebuild_status(&geometry),
+            "reshape": self.reshape_status(),
             "recording": self.recorder.status(),
             "scrub": self.upkeep.scrubber.status(geometry.stripes()),
-            "resync": self.upkeep.resync_progress().map(|(cursor, stripes)| {
-                let rate = self.upkeep.resync_rate_bytes_per_sec.load(Ordering::Relaxed);
-                let left_bytes = stripes.saturating_sub(cursor) * geometry.stripe_data_bytes();
-                json!({
-                    "cursor_stripe": cursor,
-                    "stripes": stripes,
-                    "percent": 100.0 * cursor as f64 / stripes.max(1) as f64,
-                    "rewritten_stripes": self.upkeep.resync_mismatched_stripes.load(Ordering::SeqCst),
-                    "rate_bytes_per_sec": rate,
-                    "eta_seconds": left_bytes.checked_div(rate).unwrap_or(0),
-                    "regions": self.upkeep.resync_by_region.load(Ordering::SeqCst)
-                        .then(|| self.upkeep.resync_regions.load(Ordering::SeqCst)),
-                })
+            "resync": self.resync_status(&geometry),
+            "bitmap": bitmap.map(|b| {
+                let mut m = crate::describe::bitmap_fields(&b.layout, &geometry, b.dirty_regions);
+                m.insert("unsynced_regions".into(), json!(b.unsynced_regions));
+                m.insert("missed_regions".into(), json!(b.missed_regions));
+                m.insert("rounds".into(), json!(b.rounds));
+                m.insert(
+                    "resync_regions_at_start".into(),
+                    json!(self.upkeep.resync_regions.load(Ordering::SeqCst)),
+                );
+                m
             }),
-            "bitmap": bitmap.map(|b| json!({
-                "regions": b.layout.regions,
-                "region_bytes": b.layout.region_stripes * geometry.stripe_data_bytes(),
-                "dirty_regions": b.dirty_regions,
-                "unsynced_regions": b.unsynced_regions,
-                "missed_regions": b.missed_regions,
-                "rounds": b.rounds,
-                "resync_regions_at_start": self.upkeep.resync_regions.load(Ordering::SeqCst),
-            })),
-        })
+        });
+        if let Value::Object(live) = live {
+            v.extend(live);
+        }
+        Value::Object(v)
+    }
+
+    /// Each slot: the label's facts, its health, its device, and the
+    /// event count of the label it holds (the volume's for a member in
+    /// use; for one that left, the count before the write that recorded
+    /// its leaving).
+    fn members_status(
+        &self,
+        label: &platter_core::label::Label,
+        geometry: &Geometry,
+        health: &[Health],
+    ) -> Vec<Value> {
+        let members = self.engine.members();
+        (0..geometry.members())
+            .map(|s| {
+                let i = s as usize;
+                let state = if self.is_disconnected(s) {
+                    "disconnected"
+                } else if label.slots[i].state == SlotState::Removed
+                    && matches!(health[i], Health::Faulty | Health::Missing)
+                {
+                    "removed"
+                } else {
+                    health_name(health[i])
+                };
+                let events = match health[i] {
+                    Health::Online | Health::Rebuilding => Some(label.event_counter),
+                    _ => label.slots[i].left_at_events.checked_sub(1),
+                };
+                let mut m = crate::describe::member_fields(label, geometry, s);
+                m.insert("state".into(), json!(state));
+                m.insert(
+                    "path".into(),
+                    json!(members[i].as_ref().map(|m| m.describe().to_string())),
+                );
+                m.insert("events".into(), json!(events));
+                m.insert("away_seconds".into(), json!(self.away_seconds(s)));
+                Value::Object(m)
+            })
+            .collect()
+    }
+
+    /// The rebuild limit for status: `null` when unlimited.
+    pub(crate) fn rate_limit_json(&self) -> Value {
+        match self.upkeep.rate_bytes_per_sec.load(Ordering::Relaxed) {
+            crate::upkeep::UNLIMITED => Value::Null,
+            rate => json!(rate),
+        }
+    }
+
+    /// How long moving `bytes` takes at the rate limit; `null` when
+    /// unlimited (the members' speed decides).
+    pub(crate) fn seconds_at_rate_limit(&self, bytes: u64) -> Value {
+        match self.upkeep.rate_bytes_per_sec.load(Ordering::Relaxed) {
+            crate::upkeep::UNLIMITED => Value::Null,
+            rate => json!(bytes.div_ceil(rate.max(1))),
+        }
+    }
+
+    fn rebuild_status(&self, geometry: &Geometry) -> Option<Value> {
+        let p = self.engine.with_volume(|v| v.rebuild_progress())?;
+        let rate = self.upkeep.last_rate_bytes_per_sec.load(Ordering::Relaxed);
+        let left_bytes = (p.stripes - p.cursor_stripe) * geometry.stripe_data_bytes();
+        Some(json!({
+            "member": p.member,
+            "cursor_stripe": p.cursor_stripe,
+            "stripes": p.stripes,
+            "percent": 100.0 * p.cursor_stripe as f64 / p.stripes.max(1) as f64,
+            "rate_bytes_per_sec": rate,
+            "rate_limit_bytes_per_sec": self.rate_limit_json(),
+            "eta_seconds": left_bytes.checked_div(rate).unwrap_or(0),
+        }))
+    }
+
+    fn reshape_status(&self) -> Option<Value> {
+        let p = self.engine.reshape_progress()?;
+        let rate = self
+            .upkeep
+            .reshape_rate_bytes_per_sec
+            .load(Ordering::Relaxed);
+        let left_bytes = p.total_bytes.saturating_sub(p.position_bytes);
+        Some(json!({
+            "from": layout_json(&p.old),
+            "position_bytes": p.position_bytes,
+            "durable_bytes": p.durable_bytes,
+            "total_bytes": p.total_bytes,
+            "percent": 100.0 * p.position_bytes as f64 / p.total_bytes.max(1) as f64,
+            "finished": p.finished,
+            "stuck": p.stuck,
+            "rate_bytes_per_sec": rate,
+            "rate_limit_bytes_per_sec": self.rate_limit_json(),
+            "eta_seconds": left_bytes.checked_div(rate).unwrap_or(0),
+        }))
+    }
+
+    fn resync_status(&self, geometry: &Geometry) -> Option<Value> {
+        let (cursor, stripes) = self.upkeep.resync_progress()?;
+        let rate = self
+            .upkeep
+            .resync_rate_bytes_per_sec
+            .load(Ordering::Relaxed);
+        let left_bytes = stripes.saturating_sub(cursor) * geometry.stripe_data_bytes();
+        Some(json!({
+            "cursor_stripe": cursor,
+            "stripes": stripes,
+            "percent": 100.0 * cursor as f64 / stripes.max(1) as f64,
+            "rewritten_stripes": self.upkeep.resync_mismatched_stripes.load(Ordering::SeqCst),
+            "rate_bytes_per_sec": rate,
+            "eta_seconds": left_bytes.checked_div(rate).unwrap_or(0),
+            "regions": self.upkeep.resync_by_region.load(Ordering::SeqCst)
+                .then(|| self.upkeep.resync_regions.load(Ordering::SeqCst)),
+        }))
     }
 
     /// A slot named by number or by its device's path.
@@ -600,18 +646,11 @@ impl Manager {
             }
             Some("read-policy") => self.read_policy(req.get("policy").and_then(Value::as_str)),
             Some("rebuild-rate") => {
-                let rate = req
-                    .get("bytes_per_sec")
-                    .and_then(Value::as_u64)
-                    .filter(|r| *r > 0)
-                    .ok_or(
-                        "\"bytes_per_sec\" must be a number of bytes per second greater \
-                         than 0",
-                    )?;
+                let rate = parse_rate_request(req.get("bytes_per_sec"))?;
                 self.upkeep
                     .rate_bytes_per_sec
                     .store(rate, Ordering::Relaxed);
-                Ok(json!({ "rebuild_rate_bytes_per_sec": rate }))
+                Ok(json!({ "rebuild_rate_bytes_per_sec": self.rate_limit_json() }))
             }
             Some(other) => Err(format!("unknown command {other:?}")),
             None => Err("missing \"cmd\"".into()),
@@ -634,6 +673,20 @@ impl Manager {
         };
         let mut out = &stream;
         let _ = writeln!(out, "{answer}");
+    }
+}
+
+/// `rebuild-rate`'s `bytes_per_sec`: a number of bytes per second above 0,
+/// or "unlimited".
+fn parse_rate_request(v: Option<&Value>) -> Result<u64, String> {
+    match v {
+        Some(Value::String(s)) if s == "unlimited" => Ok(crate::upkeep::UNLIMITED),
+        Some(v) => v.as_u64().filter(|r| *r > 0).ok_or_else(|| {
+            "\"bytes_per_sec\" must be a number of bytes per second greater than 0, or \
+             \"unlimited\""
+                .to_string()
+        }),
+        None => Err("missing \"bytes_per_sec\"".into()),
     }
 }
 

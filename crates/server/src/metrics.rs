@@ -135,13 +135,65 @@ fn counter_fields(c: &Counters) -> [(&'static str, u64, &'static str); 12] {
     ]
 }
 
+/// The states `platter_volume_state` has a series for, as the live
+/// status names them: every member in use; members out but every byte
+/// served; a member being rebuilt (also out); data that cannot be served.
+pub const VOLUME_STATES: [&str; 4] = ["clean", "degraded", "rebuilding", "failed"];
+
+/// What the live status says of the volume's health, for the gauges that
+/// alerts watch (docs/statistics.md).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct VolumeHealth {
+    pub state: String,
+    pub members_online: u64,
+    pub members_expected: u64,
+    /// Rebuild, resync, reshape and scrub: the share done, while one runs.
+    pub progress: [(&'static str, Option<f64>); 4],
+}
+
+impl VolumeHealth {
+    /// From `status` (`Manager::status`).
+    pub fn of(status: &Value) -> VolumeHealth {
+        let share = |v: &Value, done: &str, of: &str| {
+            let of = v[of].as_u64()?;
+            Some(v[done].as_u64()? as f64 / of.max(1) as f64)
+        };
+        let reshape = &status["reshape"];
+        let moving = reshape.is_object() && reshape["finished"] != json!(true);
+        VolumeHealth {
+            state: status["state"].as_str().unwrap_or("failed").to_string(),
+            members_online: status["members_online"].as_u64().unwrap_or(0),
+            members_expected: status["member_count"].as_u64().unwrap_or(0),
+            progress: [
+                (
+                    "rebuild",
+                    share(&status["rebuild"], "cursor_stripe", "stripes"),
+                ),
+                (
+                    "resync",
+                    share(&status["resync"], "cursor_stripe", "stripes"),
+                ),
+                (
+                    "reshape",
+                    share(reshape, "position_bytes", "total_bytes").filter(|_| moving),
+                ),
+                (
+                    "scrub",
+                    share(&status["scrub"]["in_progress"], "cursor_stripes", "stripes"),
+                ),
+            ],
+        }
+    }
+}
+
 /// The statistics in the Prometheus text format, one scrape's worth.
 #[derive(Debug)]
 struct Snapshot {
     name: String,
     stats: Stats,
-    /// The labels' scrub record: when the volume was last looked at whole.
+    /// The scrub record: when the volume was last looked at whole.
     scrub: ScrubRecord,
+    health: VolumeHealth,
 }
 
 type Labels = Vec<(&'static str, String)>;
@@ -469,17 +521,82 @@ impl prometheus_client::collector::Collector for Snapshot {
                 &[(vol(), v)],
             )?;
         }
+        self.encode_health(&mut enc)
+    }
+}
+
+impl Snapshot {
+    /// The gauges an alert on a degraded volume needs: its state, its
+    /// members, and how far the work that restores it has come.
+    fn encode_health(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
+        let h = &self.health;
+        let vol = || -> Labels { vec![("volume", self.name.clone())] };
+        let states: Vec<(Labels, u64)> = VOLUME_STATES
+            .iter()
+            .map(|&st| {
+                let mut l = vol();
+                l.push(("state", st.to_string()));
+                (l, u64::from(h.state == st))
+            })
+            .collect();
+        Self::gauge(
+            enc,
+            "platter_volume_state",
+            "1 for the volume's state (clean, degraded, rebuilding, failed), 0 for the others",
+            &states,
+        )?;
+        Self::gauge(
+            enc,
+            "platter_members_online",
+            "Members in use (not missing, failed or being rebuilt)",
+            &[(vol(), h.members_online)],
+        )?;
+        Self::gauge(
+            enc,
+            "platter_members_expected",
+            "Members the volume has slots for",
+            &[(vol(), h.members_expected)],
+        )?;
+        self.encode_progress(enc)
+    }
+
+    /// `platter_{rebuild,resync,reshape}_in_progress` (the scrub's is the
+    /// record's, above) and `platter_*_progress_ratio`, 0 when idle.
+    fn encode_progress(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
+        let vol = || -> Labels { vec![("volume", self.name.clone())] };
+        for (what, share) in self.health.progress {
+            if what != "scrub" {
+                Self::gauge(
+                    enc,
+                    &format!("platter_{what}_in_progress"),
+                    &format!("1 while a {what} runs"),
+                    &[(vol(), u64::from(share.is_some()))],
+                )?;
+            }
+            let (name, help) = (
+                format!("platter_{what}_progress_ratio"),
+                format!("The share of the {what} in progress done, 0 to 1 (0: none runs)"),
+            );
+            let mut family = enc.encode_descriptor(&name, &help, None, MetricType::Gauge)?;
+            ConstGauge::new(share.unwrap_or(0.0)).encode(family.encode_family(&vol())?)?;
+        }
         Ok(())
     }
 }
 
 /// `stats` in the Prometheus (OpenMetrics) text format.
-pub fn encode_prometheus(volume_name: &str, stats: &Stats, scrub: &ScrubRecord) -> String {
+pub fn encode_prometheus(
+    volume_name: &str,
+    stats: &Stats,
+    scrub: &ScrubRecord,
+    health: &VolumeHealth,
+) -> String {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(Snapshot {
         name: volume_name.to_string(),
         stats: stats.clone(),
         scrub: *scrub,
+        health: health.clone(),
     }));
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, &registry)
@@ -560,8 +677,9 @@ fn answer(stream: TcpStream, manager: &Manager, history: &Mutex<History>) {
             "200 OK",
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
             {
-                let label = meta.label();
-                encode_prometheus(&label.name, &engine.stats(), &label.scrub)
+                let health = VolumeHealth::of(&manager.status());
+                let scrub = manager.upkeep.scrubber.record();
+                encode_prometheus(&meta.label().name, &engine.stats(), &scrub, &health)
             },
         ),
         ("GET", "/") | ("HEAD", "/") => ("200 OK", "text/html; charset=utf-8", {
@@ -620,7 +738,12 @@ mod tests {
             last_found_stripes: 2,
             ..ScrubRecord::default()
         };
-        let text = encode_prometheus("v1", &s, &scrub);
+        let health = VolumeHealth::of(&json!({
+            "state": "degraded", "members_online": 2, "member_count": 3,
+            "rebuild": { "cursor_stripe": 25, "stripes": 100 },
+            "reshape": null, "resync": null, "scrub": { "in_progress": null },
+        }));
+        let text = encode_prometheus("v1", &s, &scrub, &health);
         for line in [
             "platter_scrub_mismatched_stripes_total{volume=\"v1\"} 5",
             "platter_scrub_last_completed_timestamp_seconds{volume=\"v1\"} 1700000000",
@@ -629,6 +752,15 @@ mod tests {
             "platter_checksum_repaired_reads_total{volume=\"v1\"} 4",
             "platter_ppl_records_total{volume=\"v1\"} 6",
             "platter_member_checksum_mismatched_blocks_total{volume=\"v1\",member=\"1\"} 9",
+            "platter_volume_state{volume=\"v1\",state=\"degraded\"} 1",
+            "platter_volume_state{volume=\"v1\",state=\"clean\"} 0",
+            "platter_members_online{volume=\"v1\"} 2",
+            "platter_members_expected{volume=\"v1\"} 3",
+            "platter_rebuild_in_progress{volume=\"v1\"} 1",
+            "platter_rebuild_progress_ratio{volume=\"v1\"} 0.25",
+            "platter_resync_in_progress{volume=\"v1\"} 0",
+            "platter_reshape_progress_ratio{volume=\"v1\"} 0.0",
+            "platter_scrub_progress_ratio{volume=\"v1\"} 0.0",
         ] {
             assert!(text.contains(line), "{line} not in\n{text}");
         }

@@ -54,20 +54,17 @@ impl Scrubber {
 
     /// For `status` and `stats`: the schedule and the record.
     pub fn status(&self, stripes: u64) -> serde_json::Value {
-        let r = self.record();
+        let mut m = crate::describe::scrub_record_fields(&self.record(), stripes);
         let every = self.every_secs.load(Ordering::Relaxed);
-        serde_json::json!({
-            "every_secs": (every > 0).then_some(every),
-            "rate_bytes_per_sec": self.rate_bytes_per_sec.load(Ordering::Relaxed),
-            "in_progress": (r.started_unix_seconds != 0).then(|| serde_json::json!({
-                "started_unix_seconds": r.started_unix_seconds,
-                "cursor_stripes": r.cursor_stripes,
-                "stripes": stripes,
-                "found_stripes": r.found_stripes,
-            })),
-            "last_completed_unix_seconds": (r.completed_unix_seconds != 0).then_some(r.completed_unix_seconds),
-            "last_found_stripes": r.last_found_stripes,
-        })
+        m.insert(
+            "every_secs".into(),
+            serde_json::json!((every > 0).then_some(every)),
+        );
+        m.insert(
+            "rate_bytes_per_sec".into(),
+            serde_json::json!(self.rate_bytes_per_sec.load(Ordering::Relaxed)),
+        );
+        serde_json::Value::Object(m)
     }
 
     /// A whole-volume `check` or `repair` run by hand ended: it counts as a

@@ -106,6 +106,12 @@ pub struct ServeConfig {
     /// `--record FILE` and its bound in bytes: the clients' requests from
     /// the start (`record.rs`).
     pub record: Option<(PathBuf, u64)>,
+    /// Where to link the control socket for `platter status` with no
+    /// argument (`registry.rs`); `None`: nowhere.
+    pub run_dir: Option<PathBuf>,
+    /// Rebuilds, resyncs and reshapes move at most this many bytes a
+    /// second (`--rebuild-rate`; [`crate::upkeep::UNLIMITED`]: no limit).
+    pub rebuild_rate_bytes_per_sec: u64,
     /// Listening sockets systemd passed (socket activation), served as
     /// well as `socket` and `listen`; taken once, at bind.
     pub inherited: crate::systemd::Inherited,
@@ -156,6 +162,8 @@ impl Default for ServeConfig {
             on_event: None,
             forced_slots: Vec::new(),
             record: None,
+            run_dir: None,
+            rebuild_rate_bytes_per_sec: defaults::REBUILD_BYTES_PER_SEC,
             inherited: Default::default(),
         }
     }
@@ -294,6 +302,9 @@ pub fn serve(
         config.scrub_rate_bytes_per_sec,
         meta.label().scrub,
     )));
+    upkeep
+        .rate_bytes_per_sec
+        .store(config.rebuild_rate_bytes_per_sec, Ordering::Relaxed);
     startup::start_resync(&opened, &engine, &upkeep, resync_regions, config.read_only);
 
     let manager = Arc::new(Manager {
@@ -320,6 +331,7 @@ pub fn serve(
         .map(|(_, local)| format!("http://{local}/metrics"));
     let uris = bound.uris.clone();
     let ours = bound.ours.clone();
+    let registration = register(&config, bound.control_path.as_deref(), &export.name);
     let threads = Threads::start(bound, &config, &shared, &conns, &manager, &stop);
     if config.stdio {
         listen::stdio_connection(&shared, &conns)?;
@@ -361,6 +373,8 @@ pub fn serve(
 
     // Shutdown: new requests get ESHUTDOWN, started ones finish.
     notifier.notify("STOPPING=1\nSTATUS=finishing requests, flushing, marking the volume clean");
+    // A stopping volume is no longer listed as served.
+    drop(registration);
     manager.stop_reconnecting();
     engine.close_to_clients();
     threads.join(&upkeep);
@@ -377,6 +391,31 @@ pub fn serve(
     flushed?;
     tracing::info!("volume flushed and marked {}", meta.label().state);
     Ok(())
+}
+
+/// Links the control socket into the run directory, so that `platter
+/// status` with no argument lists the volume; a directory that cannot be
+/// written is a warning, not a refusal (an unprivileged user's server
+/// under /run/platter).
+fn register(
+    config: &ServeConfig,
+    control: Option<&std::path::Path>,
+    name: &str,
+) -> Option<crate::registry::Registration> {
+    let (dir, control) = (config.run_dir.as_ref()?, control?);
+    match crate::registry::register(dir, control, name) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(
+                run_dir = %dir.display(),
+                error = %e,
+                "cannot register the control socket: `platter status` with no argument will \
+                 not list this volume (--run-dir or {} names another directory)",
+                crate::registry::RUN_DIR_ENV
+            );
+            None
+        }
+    }
 }
 
 /// SIGINT and SIGTERM set the stop flag, on a thread of their own.

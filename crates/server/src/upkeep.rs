@@ -19,8 +19,12 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Default rebuild rate; `platter rebuild-rate` changes it live.
-pub const DEFAULT_REBUILD_BYTES_PER_SEC: u64 = 128 << 20;
+/// Default rebuild rate (`serve --rebuild-rate`); `platter rebuild-rate`
+/// changes it live.
+pub const DEFAULT_REBUILD_BYTES_PER_SEC: u64 = crate::defaults::REBUILD_BYTES_PER_SEC;
+/// The rebuild rate that sets no limit (`rebuild-rate unlimited`): steps
+/// follow one another as fast as the members take them.
+pub const UNLIMITED: u64 = u64::MAX;
 /// Stripes per rebuild step: large enough to stream, small enough to keep
 /// client writes from waiting long on the step's stripe lock.
 const STEP_BYTES: u64 = 4 << 20;

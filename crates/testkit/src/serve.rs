@@ -30,6 +30,17 @@ pub fn collect_into<R: Read + Send + 'static>(mut r: R, buf: Shared<Vec<u8>>) ->
     })
 }
 
+/// The environment variable naming `platter serve`'s run directory (where
+/// it links its control socket for `platter status` with no argument).
+pub const RUN_DIR_ENV: &str = "PLATTER_RUN_DIR";
+
+/// The run directory servers started by the tests register in, so that
+/// they never appear among the host's volumes in /run/platter (scripts/test
+/// exports the same for servers started otherwise).
+pub fn test_run_dir() -> std::path::PathBuf {
+    std::env::temp_dir().join("platter-tests-run")
+}
+
 /// One run of `platter serve`, killed (and reaped) on drop if still running.
 pub struct ServeProcess {
     child: Option<Child>,
@@ -83,6 +94,11 @@ impl ServeProcess {
     /// itself; call this first to know the command line before the start);
     /// answers the command line.
     pub fn prepare(cmd: &mut Command) -> String {
+        // Registered where the host's own volumes are not listed, unless
+        // the test names its own run directory.
+        if !cmd.get_envs().any(|(k, _)| k == RUN_DIR_ENV) {
+            cmd.env(RUN_DIR_ENV, test_run_dir());
+        }
         cmd.env("RUST_BACKTRACE", "1")
             .env("PLATTER_LOG", "info")
             .env("NO_COLOR", "1")

@@ -760,6 +760,12 @@ pub fn save_whole_volume(t: &Tools, s: &Server, test: &str) -> PathBuf {
 /// `platter ARGS`, to run with [`run`] or [`run_ok`].
 pub fn platter(args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_platter"));
+    // A server started this way registers with the tests' servers, not
+    // among the host's volumes.
+    c.env(
+        platter_testkit::serve::RUN_DIR_ENV,
+        platter_testkit::serve::test_run_dir(),
+    );
     c.args(args);
     c
 }

@@ -29,7 +29,11 @@ impl Volume {
     /// Changes the read policy; reads planned from now on follow it.
     /// Refused where it cannot apply (see [`ReadPolicy::check`]).
     pub fn set_read_policy(&mut self, policy: ReadPolicy) -> Result<(), String> {
-        policy.check(self.geometry.members(), self.geometry.copies())?;
+        policy.check(
+            self.geometry.level(),
+            self.geometry.members(),
+            self.geometry.copies(),
+        )?;
         self.balancer.set_policy(policy);
         Ok(())
     }
