@@ -1026,7 +1026,7 @@ fn served_write_hole(seed: u64, opts: &ScenarioOptions) -> SimConfig {
 const SERVED_WRITE_HOLE_REGRESSION_SEEDS: &[u64] = &[12, 14, 29, 30, 31];
 
 /// Seeds of the served shape in CI (`scripts/soak-sim` runs 10,000).
-const SERVED_WRITE_HOLE_SEEDS: u64 = 200;
+const SERVED_WRITE_HOLE_SEEDS: u64 = 100;
 
 /// Issue 15 as the server runs it (`served_write_hole`): a crash that
 /// loses a member, during the writes or at rest, reads back every byte
