@@ -176,3 +176,98 @@ fn without_the_log_a_crash_then_a_lost_member_reads_bytes_nobody_wrote_wrong() {
     }
     panic!("no kill opened the write hole");
 }
+
+/// Writes `bytes` at `at` of the member file `path`, behind the server's
+/// back.
+fn write_member(path: &str, at: u64, bytes: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .expect("open member");
+    f.write_all_at(bytes, at).expect("write member");
+}
+
+/// A log that cannot be applied (a record with good checksums naming a
+/// stripe the volume does not have) refuses the start after an unclean
+/// stop, even with every member there, and the refusal names
+/// `--discard-log`; with it the volume starts, saying what it risks, and
+/// the next start finds nothing to apply. A damaged record (its payload
+/// checksum broken) is passed over with a line naming its member and
+/// offset: it once was skipped without a word.
+#[test]
+fn a_log_that_cannot_be_applied_refuses_the_start_until_it_is_discarded() {
+    use platter_core::label::{Label, LABEL_BYTES};
+    use platter_core::ppl::{Piece, Record};
+    let v = Volume::create_with(
+        Spec::new("raid5", 4, "64k"),
+        8 * MIB,
+        temp_dir(),
+        &["--consistency-policy", "ppl"],
+    );
+    let mut s = Server::start_with(v, ServeOptions::default());
+    s.crash();
+    let member = s.volume.members[1].clone();
+    let label =
+        Label::decode(&std::fs::read(&member).expect("member")[..LABEL_BYTES]).expect("label");
+    let layout = label.ppl.expect("a log");
+    let record = |seq: u64, stripe: u64| Record {
+        seq,
+        stripes: vec![stripe],
+        lo_bytes: 0,
+        hi_bytes: 4096,
+        pieces: vec![Piece {
+            data_index: 0,
+            within_bytes: 0,
+            len_bytes: 512,
+        }],
+        pp: Some(vec![0x5a; 4096].into()),
+        pq: None,
+        whole: false,
+    };
+    let past_the_end = record(2, 1 << 40).encode(&label.volume_uuid);
+    let mut damaged = record(1, 0).encode(&label.volume_uuid);
+    let last = damaged.len() - 1;
+    damaged[last] ^= 1;
+    let damaged_at = layout.offset_bytes + 16 * 4096;
+    write_member(&member, layout.offset_bytes, &past_the_end);
+    write_member(&member, damaged_at, &damaged);
+
+    let mut args = vec!["serve".to_string(), "--socket".into()];
+    args.push(s.socket().display().to_string());
+    args.extend(s.volume.members.iter().cloned());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run(&mut platter(&args), CMD_TIMEOUT);
+    assert!(!out.status.success(), "{}", out.describe("serve"));
+    for want in [
+        "names stripe 1099511627776, past the volume's",
+        "serve once with --discard-log",
+        "may be rebuilt wrong",
+    ] {
+        assert!(out.stderr.contains(want), "no {want:?} in:\n{}", out.stderr);
+    }
+    let passed_over = format!("{member} at {damaged_at}");
+    assert!(
+        out.stderr.contains("fail their checksums") && out.stderr.contains(&passed_over),
+        "no line naming the damaged record at {passed_over}:\n{}",
+        out.stderr
+    );
+
+    s.options.extra_args = vec!["--discard-log".into()];
+    s.start_again();
+    let log = s.log();
+    assert!(
+        log.contains("the partial parity log of an unclean stop is emptied without being applied")
+            && log.contains("write hole of the last unclean stop is open"),
+        "{}",
+        tail(&log, 4000)
+    );
+    s.stop();
+    // Emptied: a plain start after a crash applies nothing and is refused
+    // nothing.
+    s.options.extra_args.clear();
+    s.start_again();
+    s.crash();
+    s.start_again();
+    s.stop();
+}
