@@ -194,28 +194,15 @@ fn write_member(path: &str, at: u64, bytes: &[u8]) {
     f.write_all_at(bytes, at).expect("write member");
 }
 
-/// A log that cannot be applied (a record with good checksums naming a
-/// stripe the volume does not have) refuses the start after an unclean
-/// stop, even with every member there, and the refusal names
-/// `--discard-log`; with it the volume starts, saying what it risks, and
-/// the next start finds nothing to apply. A damaged record (its payload
-/// checksum broken) is passed over with a line naming its member and
-/// offset: it once was skipped without a word.
-#[test]
-fn a_log_that_cannot_be_applied_refuses_the_start_until_it_is_discarded() {
+/// Writes into `member`'s log, behind the server's back, a record with
+/// good checksums naming a stripe past the volume (at the log's start) and
+/// a record whose payload checksum is broken; returns the member offset of
+/// the second.
+fn plant_records(member: &str) -> u64 {
     use platter_core::label::{Label, LABEL_BYTES};
     use platter_core::ppl::{Piece, Record};
-    let v = Volume::create_with(
-        Spec::new("raid5", 4, "64k"),
-        8 * MIB,
-        temp_dir(),
-        &["--consistency-policy", "ppl"],
-    );
-    let mut s = Server::start_with(v, ServeOptions::default());
-    s.crash();
-    let member = s.volume.members[1].clone();
     let label =
-        Label::decode(&std::fs::read(&member).expect("member")[..LABEL_BYTES]).expect("label");
+        Label::decode(&std::fs::read(member).expect("member")[..LABEL_BYTES]).expect("label");
     let layout = label.ppl.expect("a log");
     let record = |seq: u64, stripe: u64| Record {
         seq,
@@ -236,9 +223,30 @@ fn a_log_that_cannot_be_applied_refuses_the_start_until_it_is_discarded() {
     let last = damaged.len() - 1;
     damaged[last] ^= 1;
     let damaged_at = layout.offset_bytes + 16 * 4096;
-    write_member(&member, layout.offset_bytes, &past_the_end);
-    write_member(&member, damaged_at, &damaged);
+    write_member(member, layout.offset_bytes, &past_the_end);
+    write_member(member, damaged_at, &damaged);
+    damaged_at
+}
 
+/// A log that cannot be applied (a record with good checksums naming a
+/// stripe the volume does not have) refuses the start after an unclean
+/// stop, even with every member there, and the refusal names
+/// `--discard-log`; with it the volume starts, saying what it risks, and
+/// the next start finds nothing to apply. A damaged record (its payload
+/// checksum broken) is passed over with a line naming its member and
+/// offset: it once was skipped without a word.
+#[test]
+fn a_log_that_cannot_be_applied_refuses_the_start_until_it_is_discarded() {
+    let v = Volume::create_with(
+        Spec::new("raid5", 4, "64k"),
+        8 * MIB,
+        temp_dir(),
+        &["--consistency-policy", "ppl"],
+    );
+    let mut s = Server::start_with(v, ServeOptions::default());
+    s.crash();
+    let member = s.volume.members[1].clone();
+    let damaged_at = plant_records(&member);
     let mut args = vec!["serve".to_string(), "--socket".into()];
     args.push(s.socket().display().to_string());
     args.extend(s.volume.members.iter().cloned());

@@ -485,9 +485,12 @@ impl Volume {
             }
             return self.log_clear(id);
         }
-        let op = self.ops.get_mut(&id).expect("live request");
-        let ol = op.plan.log.as_mut().expect("a logging request");
-        if !ol.tails.is_empty() {
+        if self.ops[&id]
+            .plan
+            .log
+            .as_ref()
+            .is_some_and(|l| !l.tails.is_empty())
+        {
             return self.log_tails(id);
         }
         let op = self.ops.get_mut(&id).expect("live request");
@@ -763,10 +766,7 @@ impl Volume {
             let ring = &mut log.rings[m];
             let end = start + need[m];
             ring.head_bytes = if end == ring_bytes { 0 } else { end };
-            // Dead records the new ones overwrite, and (rule 6) those of
-            // the tail, zeroed first.
-            let tail = tails[m].unwrap_or((ring_bytes, ring_bytes));
-            if tails[m].is_some() {
+            if let Some(tail) = tails[m] {
                 assert!(
                     tail.0 < tail.1 && tail.1 <= ring_bytes,
                     "the tail lies in the ring"
@@ -776,27 +776,14 @@ impl Volume {
                 assert!(ring.zeroing.is_none(), "one tail zeroed at a time");
                 ring.zeroing = Some((id, tail.0, tail.1));
             }
-            let dead = |e: &Entry| {
-                let (a, b) = (e.start_bytes, e.start_bytes + e.len_bytes);
-                (a < end && start < b) || (a < tail.1 && tail.0 < b)
-            };
-            let new_owner_len = payloads[m].len();
-            let keep_from = ring.entries.len() - new_owner_len;
-            let mut kept = VecDeque::new();
-            for (i, e) in ring.entries.drain(..).enumerate() {
-                if i < keep_from && dead(&e) {
-                    // Rule 5: `find_room` chose space whose records are
-                    // durable; a live one written over reopens the hole.
-                    assert!(
-                        e.done_tick.is_some_and(|t| t <= durable_tick),
-                        "a record whose writes may not be durable written over"
-                    );
-                    ol.superseded.extend(e.stripe);
-                } else {
-                    kept.push_back(e);
-                }
-            }
-            ring.entries = kept;
+            let placed_now = payloads[m].len();
+            ring.retire(
+                (start, end),
+                tails[m],
+                placed_now,
+                durable_tick,
+                &mut ol.superseded,
+            );
             let mut payload = Payload::default();
             for b in std::mem::take(&mut payloads[m]) {
                 payload.push(b);
@@ -917,6 +904,37 @@ impl Volume {
 }
 
 impl Ring {
+    /// Drops the records that the `placed_now` just placed in `new` write
+    /// over, and those of `tail` (zeroed first, rule 6); the stripes of
+    /// those with partial parity go to `superseded`.
+    fn retire(
+        &mut self,
+        new: (u64, u64),
+        tail: Option<(u64, u64)>,
+        placed_now: usize,
+        durable_tick: u64,
+        superseded: &mut Vec<u64>,
+    ) {
+        let over =
+            |e: &Entry, (a, b): (u64, u64)| e.start_bytes < b && a < e.start_bytes + e.len_bytes;
+        let keep_from = self.entries.len() - placed_now;
+        let mut kept = VecDeque::new();
+        for (i, e) in self.entries.drain(..).enumerate() {
+            if i < keep_from && (over(&e, new) || tail.is_some_and(|t| over(&e, t))) {
+                // Rule 5: `find_room` chose space whose records are
+                // durable; a live one written over reopens the hole.
+                assert!(
+                    e.done_tick.is_some_and(|t| t <= durable_tick),
+                    "a record whose writes may not be durable written over"
+                );
+                superseded.extend(e.stripe);
+            } else {
+                kept.push_back(e);
+            }
+        }
+        self.entries = kept;
+    }
+
     /// Where `len` bytes fit without overwriting a record whose writes may
     /// not be durable: at the head, or (no room before the end) at 0. With
     /// the second, the span of the tail's records, to be zeroed first
