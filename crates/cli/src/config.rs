@@ -45,6 +45,11 @@ struct VolumeConfig {
 /// in a file.
 const NOT_OPTIONS: &[&str] = &["socket", "listen", "scan", "name", "uuid", "config", "help"];
 
+/// Options for one start, given on the command line when needed: in a file
+/// they would act at every start (`discard-log` would throw away the log
+/// of every unclean stop).
+const ONE_START_OPTIONS: &[&str] = &["discard-log"];
+
 /// `serve`'s command line for volume `name` of `file`: the options the
 /// file gives, then `given` (the command line's own arguments after
 /// `serve`, less `--config FILE NAME`), so that those win.
@@ -155,9 +160,12 @@ fn option_args(
     let known = serve_options
         .get_arguments()
         .find(|a| a.get_long() == Some(k.as_str()));
-    let Some(arg) = known.filter(|_| !NOT_OPTIONS.contains(&k.as_str())) else {
+    let refused = NOT_OPTIONS.contains(&k.as_str()) || ONE_START_OPTIONS.contains(&k.as_str());
+    let Some(arg) = known.filter(|_| !refused) else {
         let why = if NOT_OPTIONS.contains(&k.as_str()) {
             "is not set under `options` (give it as the volume's own key)".to_string()
+        } else if ONE_START_OPTIONS.contains(&k.as_str()) {
+            format!("is for one start, not every one: give --{k} on the command line")
         } else {
             "is not an option of `platter serve` (see platter serve --help)".to_string()
         };

@@ -33,6 +33,15 @@ pub struct ServeArgs {
     /// Refuse writes; the members are opened read-only and labels are left alone.
     #[arg(long)]
     read_only: bool,
+    /// Start without applying the partial parity log (`create --consistency-policy ppl`)
+    /// that an unclean stop left, and empty it: for a log that cannot be applied
+    /// (the start is refused, naming this option). What it risks: the write hole
+    /// of that stop is open again: a member lost since, or before the resync
+    /// ends, may be rebuilt wrong in the stripes that were being written, chunks
+    /// nobody was writing included. For one start: not taken from a volumes file
+    /// (docs/failures.md, "The partial parity log").
+    #[arg(long, conflicts_with = "read_only")]
+    discard_log: bool,
     /// Worker threads per connection (at least 1): each reads a request
     /// and starts it; member I/O runs on threads of its own (see
     /// --member-queue-depth).
@@ -440,6 +449,7 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
         socket: args.socket,
         listen: args.listen,
         read_only: args.read_only,
+        discard_log: args.discard_log,
         threads: args.threads,
         max_connections: args.max_connections,
         control: args.control,

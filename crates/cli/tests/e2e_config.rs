@@ -146,6 +146,15 @@ fn mistakes_in_the_file_name_their_line_and_serve_nothing() {
             ":4:",
             "is a switch",
         ),
+        // For one start only: in a file it would throw away the log of
+        // every unclean stop.
+        (
+            format!(
+                "[volumes.v]\nmembers = [{members}]\n[volumes.v.options]\ndiscard-log = true\n"
+            ),
+            ":4:",
+            "is for one start, not every one: give --discard-log on the command line",
+        ),
         (
             format!(
                 "[volumes.v]\nmembers = [{members}]\nsocket = \"/tmp/s\"\n\n\

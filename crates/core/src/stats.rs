@@ -157,6 +157,10 @@ pub struct PplStats {
     /// Writes that waited for log space held by writes still running.
     #[serde(default)]
     pub space_waits: u64,
+    /// Ring tails zeroed (and flushed) before records went to the ring's
+    /// start over newer ones: about one per lap of each member's ring.
+    #[serde(default)]
+    pub tails_zeroed: u64,
 }
 
 /// What the checksums saw, over every member (per member:

@@ -35,6 +35,10 @@ pub struct ServeConfig {
     pub socket: Option<PathBuf>,
     pub listen: Option<String>,
     pub read_only: bool,
+    /// Start without applying the partial parity log an unclean stop left
+    /// (`serve --discard-log`): it is emptied, and the write hole of that
+    /// stop is open again.
+    pub discard_log: bool,
     /// Worker threads per connection (they read requests and start them;
     /// member I/O runs on the I/O layer's threads).
     pub threads: usize,
@@ -136,6 +140,7 @@ impl Default for ServeConfig {
             socket: None,
             listen: None,
             read_only: false,
+            discard_log: false,
             threads: defaults::THREADS_PER_CONNECTION,
             max_connections: defaults::MAX_CONNECTIONS,
             control: None,

@@ -285,7 +285,7 @@ pub(crate) fn engine(
                 ));
             }
         } else {
-            apply_ppl(opened, layout)?;
+            start_log(opened, layout, config.discard_log)?;
             vol.enable_ppl(layout, opened.assembly.label.volume_uuid);
         }
     }
@@ -381,49 +381,111 @@ fn io_layer(config: &ServeConfig) -> Result<platter_io::aio::layer::Layer, Serve
     Ok(io)
 }
 
-/// Makes parity agree with the data in every stripe the partial parity
-/// log says a write was changing (`platter_core::ppl::recover`), then
-/// empties the log on every member: the engine starts a new one. Runs at
-/// every writable start (after a clean stop the log holds only records
-/// whose writes are durable, and applying them changes nothing). A member
-/// that fails here refuses the start, naming it: nothing is served from
-/// parity that was not made right.
-fn apply_ppl(opened: &Opened, layout: platter_core::ppl::Layout) -> Result<(), ServeError> {
-    let assembly = &opened.assembly;
-    let label = &assembly.label;
+/// What the risk of `--discard-log` is, said in its help and its log line.
+pub(crate) const DISCARD_LOG_RISK: &str = "the write hole of the last unclean stop is open \
+     again: a member lost since, or before the resync ends, may be rebuilt wrong in the \
+     stripes that were being written, chunks nobody was writing included";
+
+/// The partial parity log at a writable start: applied after an unclean
+/// stop (unless `discard`), then emptied on every member either way, and
+/// the engine starts a new one. After a clean stop it is emptied without
+/// being applied: the stop flushed every write, so there is nothing to
+/// close, and a log written before records left a ring oldest first could
+/// hold a stale record that applying would turn into wrong parity.
+fn start_log(
+    opened: &Opened,
+    layout: platter_core::ppl::Layout,
+    discard: bool,
+) -> Result<(), ServeError> {
     let present: Vec<bool> = opened
         .members
         .iter()
-        .zip(&assembly.health)
+        .zip(&opened.assembly.health)
         .map(|(m, h)| m.is_some() && *h == Health::Online)
         .collect();
-    let failed = |m: &dyn Member, what: &str, e: platter_io::MemberError| {
-        ServeError::Refused(format!(
-            "member {}: {what} the partial parity log: {e}",
-            m.describe()
-        ))
-    };
-    let mut records = Vec::new();
+    match (opened.unclean, discard) {
+        (true, false) => apply_ppl(opened, layout, &present)?,
+        (true, true) => tracing::warn!(
+            risk = DISCARD_LOG_RISK,
+            "--discard-log: the partial parity log of an unclean stop is emptied without being \
+             applied"
+        ),
+        (false, true) => tracing::info!(
+            "--discard-log: the volume was shut down cleanly, its log had nothing to close"
+        ),
+        (false, false) => {}
+    }
+    empty_ppl(opened, layout, &present)
+}
+
+/// A member's failure with the log, as a refusal naming it.
+fn log_failed(m: &dyn Member, what: &str, e: platter_io::MemberError) -> ServeError {
+    ServeError::Refused(format!(
+        "member {}: {what} the partial parity log: {e}",
+        m.describe()
+    ))
+}
+
+/// The intact records of every present member's log; the damaged ones
+/// (torn by the crash, or partly written over by later records) are passed
+/// over and logged, how many and where.
+fn read_log(
+    opened: &Opened,
+    layout: platter_core::ppl::Layout,
+    present: &[bool],
+) -> Result<Vec<platter_core::ppl::Record>, ServeError> {
+    let label = &opened.assembly.label;
     let len = usize::try_from(layout.len_bytes)
         .map_err(|_| ServeError::Refused("the partial parity log is too large".into()))?;
     let mut area = vec![0u8; len];
+    let mut records = Vec::new();
+    let mut damaged: Vec<String> = Vec::new();
     for (slot, m) in opened.members.iter().enumerate() {
         let Some(m) = m.as_ref().filter(|_| present[slot]) else {
             continue;
         };
         m.read_at(layout.offset_bytes, &mut area)
-            .map_err(|e| failed(m.as_ref(), "reading", e))?;
-        records.extend(platter_core::ppl::parse_area(
+            .map_err(|e| log_failed(m.as_ref(), "reading", e))?;
+        let parsed = platter_core::ppl::parse_area_checked(
             &area,
             &label.volume_uuid,
             label.interleave_bytes,
-        ));
+        );
+        damaged.extend(
+            parsed
+                .damaged_at_bytes
+                .iter()
+                .map(|at| format!("{} at {}", m.describe(), layout.offset_bytes + at)),
+        );
+        records.extend(parsed.records);
     }
+    if !damaged.is_empty() {
+        const SHOWN: usize = 8;
+        tracing::info!(
+            count = damaged.len(),
+            at = %damaged.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", "),
+            "partial parity log: records that fail their checksums (torn by the stop, or partly \
+             written over by later records) passed over"
+        );
+    }
+    Ok(records)
+}
+
+/// Makes parity agree with the data in every stripe the partial parity
+/// log says a write was changing (`platter_core::ppl::recover`). A member
+/// that fails here, or a log that cannot be applied, refuses the start,
+/// naming it: nothing is served from parity that was not made right.
+fn apply_ppl(
+    opened: &Opened,
+    layout: platter_core::ppl::Layout,
+    present: &[bool],
+) -> Result<(), ServeError> {
+    let records = read_log(opened, layout, present)?;
     let found = records.len();
     let members = &opened.members;
     let recovered = platter_core::ppl::recover(
-        &assembly.geometry,
-        &present,
+        &opened.assembly.geometry,
+        present,
         records,
         &mut |slot, at, len| {
             let m = members[slot as usize].as_ref().expect("present");
@@ -433,11 +495,16 @@ fn apply_ppl(opened: &Opened, layout: platter_core::ppl::Layout) -> Result<(), S
             Ok(b)
         },
     )
-    .map_err(|e| ServeError::Refused(format!("applying the partial parity log: {e}")))?;
+    .map_err(|e| {
+        ServeError::Refused(format!(
+            "applying the partial parity log: {e}; to start without it, serve once with \
+             --discard-log ({DISCARD_LOG_RISK})"
+        ))
+    })?;
     for f in &recovered.fixes {
         let m = members[f.member as usize].as_ref().expect("present");
         m.write_at(f.offset_bytes, &f.data)
-            .map_err(|e| failed(m.as_ref(), "writing parity from", e))?;
+            .map_err(|e| log_failed(m.as_ref(), "writing parity from", e))?;
     }
     for (slot, m) in members.iter().enumerate() {
         let Some(m) = m.as_ref().filter(|_| present[slot]) else {
@@ -445,15 +512,34 @@ fn apply_ppl(opened: &Opened, layout: platter_core::ppl::Layout) -> Result<(), S
         };
         // Parity first, durable; only then may the records go.
         m.flush()
-            .map_err(|e| failed(m.as_ref(), "flushing parity from", e))?;
+            .map_err(|e| log_failed(m.as_ref(), "flushing parity from", e))?;
     }
-    for (slot, m) in members.iter().enumerate() {
+    if recovered.records > 0 {
+        tracing::info!(
+            records = recovered.records,
+            copies_found = found,
+            parity_writes = recovered.fixes.len(),
+            rows_left_to_lost_members_bytes = recovered.rows_skipped_bytes,
+            "partial parity log applied: parity agrees with the data in every stripe it names"
+        );
+    }
+    Ok(())
+}
+
+/// Empties the log on every present member (trimmed: it reads as zeros),
+/// and allocates its space again.
+fn empty_ppl(
+    opened: &Opened,
+    layout: platter_core::ppl::Layout,
+    present: &[bool],
+) -> Result<(), ServeError> {
+    for (slot, m) in opened.members.iter().enumerate() {
         let Some(m) = m.as_ref().filter(|_| present[slot]) else {
             continue;
         };
         m.trim(layout.offset_bytes, layout.len_bytes)
             .and_then(|()| m.flush())
-            .map_err(|e| failed(m.as_ref(), "emptying", e))?;
+            .map_err(|e| log_failed(m.as_ref(), "emptying", e))?;
         // Allocated again (the trim may have punched a hole): a log write
         // refused for space would cost the member.
         m.reserve(layout.offset_bytes, layout.len_bytes)
@@ -465,15 +551,6 @@ fn apply_ppl(opened: &Opened, layout: platter_core::ppl::Layout) -> Result<(), S
                     layout.len_bytes
                 ))
             })?;
-    }
-    if recovered.records > 0 {
-        tracing::info!(
-            records = recovered.records,
-            copies_found = found,
-            parity_writes = recovered.fixes.len(),
-            rows_left_to_lost_members_bytes = recovered.rows_skipped_bytes,
-            "partial parity log applied: parity agrees with the data in every stripe it names"
-        );
     }
     Ok(())
 }

@@ -194,6 +194,9 @@ pub struct SimpleService {
     busy: Vec<u32>,
     /// Per member: I/Os waiting for a free place, oldest first.
     waiting: Vec<std::collections::VecDeque<(u64, MemberOp)>>,
+    /// Per member: time added to each of its I/Os (none past the end), as
+    /// `serve --inject mN=latency=T` slows one member and not the others.
+    extra_ns: Vec<u64>,
 }
 
 impl SimpleService {
@@ -206,7 +209,15 @@ impl SimpleService {
             seq: 0,
             busy: Vec::new(),
             waiting: Vec::new(),
+            extra_ns: Vec::new(),
         }
+    }
+
+    /// Member `m`'s I/Os take `extra_ns[m]` longer each (members past the
+    /// end of the list none): members skewed against each other.
+    pub fn with_member_extra_ns(mut self, extra_ns: Vec<u64>) -> SimpleService {
+        self.extra_ns = extra_ns;
+        self
     }
 
     /// At most `queue_depth` (at least 1) I/Os in service on each member.
@@ -224,7 +235,8 @@ impl SimpleService {
     }
 
     fn start(&mut self, now_ns: u64, member: u32, token: u64, op: &MemberOp, rng: &mut Rng) {
-        let at = now_ns + self.latency.service_ns(op, rng);
+        let extra = self.extra_ns.get(member as usize).copied().unwrap_or(0);
+        let at = now_ns + self.latency.service_ns(op, rng) + extra;
         self.pending.insert((at, self.seq), (token, member));
         self.seq += 1;
         if self.queue_depth.is_some() {

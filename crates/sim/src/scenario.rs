@@ -183,6 +183,7 @@ pub fn random_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
         },
         faults,
         latency,
+        member_extra_ns: Vec::new(),
         crash_undo,
         limits_max_requests: 1024,
         max_steps: 2_000_000,

@@ -208,18 +208,46 @@ impl Record {
 /// whose write did not complete was never followed by the member writes
 /// it speaks for.
 pub fn parse_area(area: &[u8], volume_uuid: &[u8; 16], interleave_bytes: u64) -> Vec<Record> {
-    let mut out = Vec::new();
+    parse_area_checked(area, volume_uuid, interleave_bytes).records
+}
+
+/// What a member's log area holds.
+#[derive(Debug, Default)]
+pub struct Parsed {
+    /// The intact records, in the area's order.
+    pub records: Vec<Record>,
+    /// Byte offsets into the area of headers of this volume that were
+    /// passed over, their checksums or bounds broken: a record torn by a
+    /// crash, or partly written over by a later one. Nothing is applied
+    /// from them; a start says how many and where.
+    pub damaged_at_bytes: Vec<u64>,
+}
+
+/// [`parse_area`], also naming where damaged records of the volume lie.
+pub fn parse_area_checked(area: &[u8], volume_uuid: &[u8; 16], interleave_bytes: u64) -> Parsed {
+    let mut out = Parsed::default();
+    let block = BLOCK_BYTES as usize;
     let mut at_bytes = 0usize;
-    while at_bytes + BLOCK_BYTES as usize <= area.len() {
-        match parse_one(&area[at_bytes..], volume_uuid, interleave_bytes) {
+    while at_bytes + block <= area.len() {
+        let b = &area[at_bytes..];
+        match parse_one(b, volume_uuid, interleave_bytes) {
             Some(r) => {
                 at_bytes += r.encoded_bytes() as usize;
-                out.push(r);
+                out.records.push(r);
+                continue;
             }
-            None => at_bytes += BLOCK_BYTES as usize,
+            None if is_own_header(b, volume_uuid) => out.damaged_at_bytes.push(at_bytes as u64),
+            None => {}
         }
+        at_bytes += block;
     }
     out
+}
+
+/// Whether `b` starts with a record header of `volume_uuid`, intact or not.
+fn is_own_header(b: &[u8], volume_uuid: &[u8; 16]) -> bool {
+    b[at::MAGIC..at::MAGIC + 8] == RECORD_MAGIC
+        && b[at::VOLUME_UUID..at::VOLUME_UUID + 16] == volume_uuid[..]
 }
 
 fn parse_one(b: &[u8], volume_uuid: &[u8; 16], interleave_bytes: u64) -> Option<Record> {

@@ -58,6 +58,31 @@ fn a_record_reads_back_as_written_and_a_torn_one_not_at_all() {
     assert!(parse_area(&torn, &UUID, CHUNK).is_empty());
 }
 
+/// A record of the volume passed over is named with where it lies (a
+/// start logs it); zeros, another volume's records and intact records are
+/// not. Records with a bad checksum were once skipped with no word.
+#[test]
+fn damaged_records_of_the_volume_are_named_by_their_offset() {
+    let r = record(4, vec![], false);
+    let bytes = r.encode(&UUID);
+    let mut area = vec![0u8; 8 * 4096];
+    area[4096..4096 + bytes.len()].copy_from_slice(&bytes);
+    area[5 * 4096..5 * 4096 + bytes.len()].copy_from_slice(&bytes);
+    let clean = parse_area_checked(&area, &UUID, CHUNK);
+    assert_eq!(clean.records.len(), 2);
+    assert!(clean.damaged_at_bytes.is_empty(), "{clean:?}");
+    // The second's payload torn, the first's header.
+    area[5 * 4096 + 4096 + 10] ^= 1;
+    area[4096 + at::SEQ] ^= 1;
+    let got = parse_area_checked(&area, &UUID, CHUNK);
+    assert!(got.records.is_empty());
+    assert_eq!(got.damaged_at_bytes, vec![4096, 5 * 4096]);
+    // Another volume's damaged record is none of ours to name.
+    assert!(parse_area_checked(&area, &[8; 16], CHUNK)
+        .damaged_at_bytes
+        .is_empty());
+}
+
 #[test]
 fn rows_past_the_chunk_are_damage_not_a_record() {
     let mut r = record(1, vec![], false);

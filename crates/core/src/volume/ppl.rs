@@ -25,6 +25,14 @@
 //!    finds no room flushes every member if that frees some; if only
 //!    writes still running hold the space, it waits (`Stage::Waiting`)
 //!    until one completes, then flushes and tries again.
+//! 6. **Records leave a ring oldest first**: recovery takes the newest
+//!    record it finds for each row, so an old record that outlives a newer
+//!    one of its stripe is applied with partial parity that the newer
+//!    write made stale, and parity comes out wrong in cells nobody was
+//!    writing. Records that do not fit before the ring's end go to its
+//!    start, over records newer than those left between the head and the
+//!    end (the *tail*): the tail's records are zeroed, and that made
+//!    durable, before the records at the start are written over.
 
 use super::plan::WritePieces;
 use super::{MemberOp, Payload, Phase, RequestId, Stage, StripeJob, Volume};
@@ -65,6 +73,10 @@ struct Ring {
     head_bytes: u64,
     /// Records on the member, oldest first.
     entries: VecDeque<Entry>,
+    /// A tail a request zeroes (rule 6), `(owner, start, end)`: no record
+    /// goes there until the zeros are durable, or the zeros could land
+    /// over it.
+    zeroing: Option<(RequestId, u64, u64)>,
 }
 
 struct Entry {
@@ -105,6 +117,11 @@ pub(super) struct OpLog {
     /// Whole stripes written or released that have records on disk: one
     /// whole record lists them all.
     whole_stripes: Vec<u64>,
+    /// Per member, the ring's tail `(member, start, len)` to zero before
+    /// the records go to the ring's start (rule 6); emptied once zeroed
+    /// and flushed.
+    tails: Vec<(u32, u64, u64)>,
+    tails_zeroed: bool,
 }
 
 /// What one stripe job logs.
@@ -124,6 +141,10 @@ pub(super) enum JobLog {
 pub(super) enum LogStep {
     /// A flush of every member (rule 3, or to free log space).
     Clearing,
+    /// Zeros over the rings' tails (rule 6).
+    ZeroingTails,
+    /// The members whose tails were zeroed, flushed.
+    SyncingTails,
     /// The records going to the parity members.
     Writing,
     /// The parity members flushed after them.
@@ -464,6 +485,14 @@ impl Volume {
             }
             return self.log_clear(id);
         }
+        if self.ops[&id]
+            .plan
+            .log
+            .as_ref()
+            .is_some_and(|l| !l.tails.is_empty())
+        {
+            return self.log_tails(id);
+        }
         let op = self.ops.get_mut(&id).expect("live request");
         let ol = op.plan.log.as_mut().expect("a logging request");
         if !ol.synced {
@@ -509,6 +538,52 @@ impl Volume {
             .filter(|w| self.in_use(w.member))
             .collect();
         self.issue_writes(id, writes)
+    }
+
+    /// Rule 6: zeros over the tails of the rings the request's records wrap
+    /// in, then a flush of those members, before any record is written.
+    fn log_tails(&mut self, id: RequestId) {
+        let op = self.ops.get_mut(&id).expect("live request");
+        let ol = op.plan.log.as_mut().expect("logging");
+        let offset_bytes = self.log.as_ref().expect("log on").layout.offset_bytes;
+        let (step, ios) = if ol.tails_zeroed {
+            let ios = ol
+                .tails
+                .iter()
+                .map(|&(m, _, _)| (m, MemberOp::Flush))
+                .collect();
+            (LogStep::SyncingTails, ios)
+        } else {
+            let ios = ol
+                .tails
+                .iter()
+                .map(|&(m, start, len)| {
+                    assert!(len > 0, "a tail with records is not empty");
+                    let zeros = Bytes::from(vec![0u8; len as usize]);
+                    let data = Payload::from(zeros);
+                    (
+                        m,
+                        MemberOp::Write {
+                            offset_bytes: offset_bytes + start,
+                            data,
+                        },
+                    )
+                })
+                .collect();
+            (LogStep::ZeroingTails, ios)
+        };
+        self.issue_log_ios(id, step, ios)
+    }
+
+    /// The request's tails are zeroed and durable (or it ended): their
+    /// space takes records again.
+    fn log_tails_done(&mut self, id: RequestId) {
+        let log = self.log.as_mut().expect("log on");
+        for ring in &mut log.rings {
+            if ring.zeroing.is_some_and(|(owner, _, _)| owner == id) {
+                ring.zeroing = None;
+            }
+        }
     }
 
     /// A flush of every member in use, before placing the request's
@@ -570,6 +645,11 @@ impl Volume {
                     self.log_next(w);
                 }
             }
+            LogStep::ZeroingTails => ol.tails_zeroed = true,
+            LogStep::SyncingTails => {
+                ol.tails.clear();
+                self.log_tails_done(id);
+            }
             // Next: the same members flushed (their payloads are gone).
             LogStep::Writing => {}
             LogStep::Syncing => {
@@ -625,6 +705,7 @@ impl Volume {
         let ring_bytes = log.ring_bytes();
         ol.is_placed = true;
         let mut starts = vec![None; members as usize];
+        let mut tails = vec![None; members as usize];
         for m in 0..members as usize {
             if need[m] == 0 {
                 continue;
@@ -636,7 +717,10 @@ impl Volume {
                 need[m]
             );
             match log.rings[m].find_room(need[m], ring_bytes, log.durable_tick) {
-                Some(start) => starts[m] = Some(start),
+                Some((start, tail)) => {
+                    starts[m] = Some(start);
+                    tails[m] = tail;
+                }
                 None => {
                     ol.is_placed = false;
                     return false;
@@ -682,24 +766,24 @@ impl Volume {
             let ring = &mut log.rings[m];
             let end = start + need[m];
             ring.head_bytes = if end == ring_bytes { 0 } else { end };
-            // Dead records the new ones overwrite.
-            let new_owner_len = payloads[m].len();
-            let keep_from = ring.entries.len() - new_owner_len;
-            let mut kept = VecDeque::new();
-            for (i, e) in ring.entries.drain(..).enumerate() {
-                if i < keep_from && e.start_bytes < end && start < e.start_bytes + e.len_bytes {
-                    // Rule 5: `find_room` chose space whose records are
-                    // durable; a live one written over reopens the hole.
-                    assert!(
-                        e.done_tick.is_some_and(|t| t <= durable_tick),
-                        "a record whose writes may not be durable written over"
-                    );
-                    ol.superseded.extend(e.stripe);
-                } else {
-                    kept.push_back(e);
-                }
+            if let Some(tail) = tails[m] {
+                assert!(
+                    tail.0 < tail.1 && tail.1 <= ring_bytes,
+                    "the tail lies in the ring"
+                );
+                log.stats.tails_zeroed += 1;
+                ol.tails.push((m as u32, tail.0, tail.1 - tail.0));
+                assert!(ring.zeroing.is_none(), "one tail zeroed at a time");
+                ring.zeroing = Some((id, tail.0, tail.1));
             }
-            ring.entries = kept;
+            let placed_now = payloads[m].len();
+            ring.retire(
+                (start, end),
+                tails[m],
+                placed_now,
+                durable_tick,
+                &mut ol.superseded,
+            );
             let mut payload = Payload::default();
             for b in std::mem::take(&mut payloads[m]) {
                 payload.push(b);
@@ -740,6 +824,7 @@ impl Volume {
         let t = log.tick;
         log.mark_done(id, ol, t);
         log.waiters.retain(|&w| w != id);
+        self.log_tails_done(id);
         self.log_wake();
     }
 
@@ -766,6 +851,18 @@ impl Volume {
             return;
         };
         for ring in &log.rings {
+            if let Some((owner, a, b)) = ring.zeroing {
+                assert!(
+                    self.ops.contains_key(&owner),
+                    "a tail zeroed for no request"
+                );
+                assert!(
+                    ring.entries.iter().all(|e| e.owner == owner
+                        || e.start_bytes + e.len_bytes <= a
+                        || b <= e.start_bytes),
+                    "another request's record in a tail being zeroed"
+                );
+            }
             let mut spans: Vec<(u64, u64)> = Vec::new();
             for e in &ring.entries {
                 assert!(
@@ -807,21 +904,70 @@ impl Volume {
 }
 
 impl Ring {
+    /// Drops the records that the `placed_now` just placed in `new` write
+    /// over, and those of `tail` (zeroed first, rule 6); the stripes of
+    /// those with partial parity go to `superseded`.
+    fn retire(
+        &mut self,
+        new: (u64, u64),
+        tail: Option<(u64, u64)>,
+        placed_now: usize,
+        durable_tick: u64,
+        superseded: &mut Vec<u64>,
+    ) {
+        let over =
+            |e: &Entry, (a, b): (u64, u64)| e.start_bytes < b && a < e.start_bytes + e.len_bytes;
+        let keep_from = self.entries.len() - placed_now;
+        let mut kept = VecDeque::new();
+        for (i, e) in self.entries.drain(..).enumerate() {
+            if i < keep_from && (over(&e, new) || tail.is_some_and(|t| over(&e, t))) {
+                // Rule 5: `find_room` chose space whose records are
+                // durable; a live one written over reopens the hole.
+                assert!(
+                    e.done_tick.is_some_and(|t| t <= durable_tick),
+                    "a record whose writes may not be durable written over"
+                );
+                superseded.extend(e.stripe);
+            } else {
+                kept.push_back(e);
+            }
+        }
+        self.entries = kept;
+    }
+
     /// Where `len` bytes fit without overwriting a record whose writes may
-    /// not be durable: at the head, or (no room before the end) at 0.
-    fn find_room(&self, len: u64, ring_bytes: u64, durable_tick: u64) -> Option<u64> {
-        let start = if self.head_bytes + len <= ring_bytes {
-            self.head_bytes
-        } else {
-            0
-        };
+    /// not be durable: at the head, or (no room before the end) at 0. With
+    /// the second, the span of the tail's records, to be zeroed first
+    /// (rule 6): they too must be durable.
+    #[allow(clippy::type_complexity)]
+    fn find_room(
+        &self,
+        len: u64,
+        ring_bytes: u64,
+        durable_tick: u64,
+    ) -> Option<(u64, Option<(u64, u64)>)> {
+        let wraps = self.head_bytes + len > ring_bytes;
+        let start = if wraps { 0 } else { self.head_bytes };
         let end = start + len;
+        let overlaps =
+            |e: &Entry, a: u64, b: u64| e.start_bytes < b && a < e.start_bytes + e.len_bytes;
+        let tail = wraps.then_some((self.head_bytes, ring_bytes));
+        let in_tail = |e: &Entry| tail.is_some_and(|(a, b)| overlaps(e, a, b));
         let blocked = self.entries.iter().any(|e| {
-            e.start_bytes < end
-                && start < e.start_bytes + e.len_bytes
-                && e.done_tick.is_none_or(|t| t > durable_tick)
+            (overlaps(e, start, end) || in_tail(e)) && e.done_tick.is_none_or(|t| t > durable_tick)
         });
-        (!blocked).then_some(start)
+        let zeroing = self.zeroing.is_some_and(|(_, a, b)| a < end && start < b);
+        if blocked || zeroing {
+            return None;
+        }
+        // The tail's records, from the first's start to the last's end.
+        let span = self
+            .entries
+            .iter()
+            .filter(|e| in_tail(e))
+            .map(|e| (e.start_bytes, e.start_bytes + e.len_bytes))
+            .reduce(|x, y| (x.0.min(y.0), x.1.max(y.1)));
+        Some((start, span))
     }
 }
 
