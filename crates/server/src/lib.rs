@@ -14,6 +14,7 @@ pub mod defaults;
 pub mod engine;
 pub mod flow;
 mod grow;
+pub mod leftout;
 mod listen;
 mod livepage;
 mod manage;

@@ -109,6 +109,9 @@ pub struct ServeConfig {
     /// Listening sockets systemd passed (socket activation), served as
     /// well as `socket` and `listen`; taken once, at bind.
     pub inherited: crate::systemd::Inherited,
+    /// Where members not given were found by a scan, by slot: the log and
+    /// `status` name them in the command that brings each back.
+    pub last_seen: BTreeMap<u32, String>,
 }
 
 impl ServeConfig {
@@ -157,6 +160,7 @@ impl Default for ServeConfig {
             forced_slots: Vec::new(),
             record: None,
             inherited: Default::default(),
+            last_seen: BTreeMap::new(),
         }
     }
 }
@@ -257,6 +261,16 @@ pub fn serve(
         },
     });
     let bound = listen::bind(&config, &export.name)?;
+    let control_path = bound
+        .control
+        .as_ref()
+        .and_then(|l| l.local_addr().ok())
+        .and_then(|a| a.as_pathname().map(|p| p.display().to_string()));
+    crate::leftout::log_at_start(
+        &opened.left_out,
+        opened.assembly.label.event_counter,
+        control_path.as_deref(),
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let signals = Signals::watch(Arc::clone(&stop))?;
 
@@ -311,6 +325,13 @@ pub fn serve(
         reconnecting: Mutex::new(None),
         stopping: AtomicBool::new(false),
         recorder: Arc::clone(&recorder),
+        left_out: Mutex::new(
+            std::mem::take(&mut opened.left_out)
+                .into_iter()
+                .map(|m| (m.slot, m))
+                .collect(),
+        ),
+        control_path,
     });
     manager.await_unreachable(&config.unreachable);
     let conns = Arc::new(Conns::new());

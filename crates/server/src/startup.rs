@@ -34,6 +34,8 @@ pub(crate) struct Opened {
     pub removed: BTreeMap<u32, String>,
     /// The labels say the volume was not shut down cleanly.
     pub unclean: bool,
+    /// The slots served without a device, why, and what brings each back.
+    pub left_out: Vec<crate::leftout::LeftOutMember>,
 }
 
 /// Takes the volume's members by slot and refuses a volume that cannot
@@ -48,8 +50,14 @@ pub(crate) fn open(volume: OpenVolume, config: &ServeConfig) -> Result<Opened, S
     };
     let mut members = volume.members_by_slot();
     let OpenVolume { assembly, devices } = volume;
+    let names: Vec<String> = devices.iter().map(|d| d.describe().to_string()).collect();
+    for line in crate::leftout::superseded_lines(&assembly, &names) {
+        tracing::warn!("{line}");
+    }
+    let left_out = crate::leftout::at_start(&assembly, &names, &config.last_seen);
     // The engine holds the devices from here on: one that leaves it (a
-    // removed member) is closed when the engine lets it go.
+    // removed member) is closed when the engine lets it go, and one whose
+    // label was superseded now.
     drop(devices);
     let mut removed = BTreeMap::new();
     for (slot, device) in members.iter_mut().enumerate() {
@@ -102,7 +110,7 @@ pub(crate) fn open(volume: OpenVolume, config: &ServeConfig) -> Result<Opened, S
         .iter()
         .filter(|h| **h != Health::Online)
         .count() as u32;
-    let left_out: Vec<String> = assembly
+    let too_small: Vec<String> = assembly
         .notes
         .iter()
         .filter_map(SlotNote::left_out_because)
@@ -115,17 +123,14 @@ pub(crate) fn open(volume: OpenVolume, config: &ServeConfig) -> Result<Opened, S
             geometry.members(),
             geometry.level(),
         );
-        for reason in &left_out {
+        for reason in &too_small {
             why.push_str("; ");
             why.push_str(reason);
         }
         return Err(ServeError::Refused(why));
     }
-    for reason in &left_out {
+    for reason in &too_small {
         tracing::error!("{reason}; left out of the volume");
-    }
-    if lost > 0 {
-        tracing::warn!(lost, "serving degraded: {lost} member(s) unavailable");
     }
     let unclean = matches!(assembly.label.state, VolumeState::Dirty);
     Ok(Opened {
@@ -134,6 +139,7 @@ pub(crate) fn open(volume: OpenVolume, config: &ServeConfig) -> Result<Opened, S
         intent,
         removed,
         unclean,
+        left_out,
     })
 }
 
