@@ -8,6 +8,7 @@ use platter_core::units::format_size;
 use platter_core::volume::Health;
 use platter_core::Level;
 use platter_io::Member;
+use platter_server::leftout::LeftOutMember;
 use serde::Serialize;
 use std::fmt::Write;
 use std::sync::Arc;
@@ -50,7 +51,26 @@ pub struct VolumeJson {
     /// moved for good; null with none.
     reshape: Option<serde_json::Value>,
     members: Vec<MemberJson>,
+    /// The slots a start would serve without: why each is out and the
+    /// command that brings it back once served (`CONTROL` for the control
+    /// socket's path).
+    left_out: Vec<serde_json::Value>,
+    /// Devices given whose label is superseded: their slot went to another
+    /// member since. Not used.
+    superseded: Vec<SupersededJson>,
     unreadable: Vec<String>,
+}
+
+#[derive(Serialize)]
+pub struct SupersededJson {
+    path: String,
+    slot: u32,
+    member_uuid: String,
+    event_counter: u64,
+    /// The member holding the slot now; null when it is empty.
+    by_member_uuid: Option<String>,
+    /// Its path, when it is among the devices given.
+    by_path: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -168,7 +188,62 @@ pub fn json(a: &Assembly, members: &[Arc<dyn Member>], unreadable: &[String]) ->
                 used_bytes: g.member_used_bytes(slot),
             })
             .collect(),
+        left_out: left_out(a, members)
+            .iter()
+            .map(|m| m.json(a.label.event_counter, None))
+            .collect(),
+        superseded: superseded(a, members),
         unreadable: unreadable.to_vec(),
+    }
+}
+
+fn names(members: &[Arc<dyn Member>]) -> Vec<String> {
+    members.iter().map(|m| m.describe().to_string()).collect()
+}
+
+fn left_out(a: &Assembly, members: &[Arc<dyn Member>]) -> Vec<LeftOutMember> {
+    platter_server::leftout::at_start(a, &names(members), &Default::default())
+}
+
+pub(crate) fn superseded(a: &Assembly, members: &[Arc<dyn Member>]) -> Vec<SupersededJson> {
+    let names = names(members);
+    a.superseded
+        .iter()
+        .map(|s| SupersededJson {
+            path: names[s.device].clone(),
+            slot: s.slot,
+            member_uuid: uuid_string(&s.member_uuid),
+            event_counter: s.event_counter,
+            by_member_uuid: s.by_member_uuid.map(|u| uuid_string(&u)),
+            by_path: s.by_member_uuid.and_then(|u| {
+                let slot = a.label.slots.iter().position(|e| e.member_uuid == u)?;
+                Some(names[a.slot_device[slot]?].clone())
+            }),
+        })
+        .collect()
+}
+
+/// The text lines for a superseded device and the slots left out.
+fn render_left_out(s: &mut String, a: &Assembly, j: &VolumeJson, members: &[Arc<dyn Member>]) {
+    for m in left_out(a, members) {
+        let _ = writeln!(
+            s,
+            "  left out: {} (once served)",
+            m.line(a.label.event_counter, None)
+        );
+    }
+    for d in &j.superseded {
+        let by = match (&d.by_member_uuid, &d.by_path) {
+            (Some(u), Some(p)) => format!("member {u} at {p}"),
+            (Some(u), None) => format!("member {u}"),
+            (None, _) => "nothing (removed)".to_string(),
+        };
+        let _ = writeln!(
+            s,
+            "  superseded: {} (slot {}, events {} < {}): slot {} now holds {by}; not used \
+             (platter wipe {} clears its label)",
+            d.path, d.slot, d.event_counter, j.event_counter, d.slot, d.path
+        );
     }
 }
 
@@ -253,6 +328,7 @@ pub fn render(a: &Assembly, members: &[Arc<dyn Member>], unreadable: &[String]) 
             m.path.as_deref().unwrap_or("-")
         );
     }
+    render_left_out(&mut s, a, &j, members);
     for u in unreadable {
         let _ = writeln!(s, "  warning: {u}");
     }

@@ -102,6 +102,13 @@ pub struct ServeArgs {
     /// parity agree with them (docs/failures.md).
     #[arg(long)]
     force: bool,
+    /// Start even though members the labels expect were not given (or
+    /// not found by --scan): the volume is served degraded without them,
+    /// as mdadm's --run. Without it such a start is refused, naming each
+    /// missing member and where it was last seen. Members the labels
+    /// already record as faulty, removed or missing need no --run.
+    #[arg(long)]
+    run: bool,
     /// Request payloads and replies not yet sent, across every connection
     /// (each also holds at most 64 MiB); when reached, clients are not read
     /// from until replies leave. At least 32M (docs/nbd.md).
@@ -400,6 +407,11 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
         }
     }
     let mut volume = assemble_devices(devices)?;
+    let given = match &args.scan {
+        Some(paths) => crate::partial::Given::Scanned(paths),
+        None => crate::partial::Given::Named(&members),
+    };
+    let last_seen = crate::partial::check(&volume.assembly, given, unreachable.len(), args.run)?;
     let forced_slots = if args.force && !args.read_only {
         force_members_into_use(&mut volume)
     } else {
@@ -462,6 +474,7 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
         }),
         stdio: args.stdio,
         forced_slots,
+        last_seen,
     };
     // Under --stdio standard output is the client's socket: not a byte
     // of banner may go there. Started by socket activation (systemd, or a
