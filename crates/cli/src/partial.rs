@@ -31,7 +31,12 @@ pub fn check(
         .into_iter()
         .filter(|l| l.why == Absence::NotGiven)
         .collect();
-    if missing.is_empty() {
+    // A volume that cannot serve all of its data without them is refused
+    // anyway, `--run` or not, naming them (the server's refusal).
+    let whole = a
+        .geometry
+        .serves_all(|m| a.health[m as usize] == platter_core::volume::Health::Online);
+    if missing.is_empty() || !whole {
         return Ok(BTreeMap::new());
     }
     let seen = match given {

@@ -300,7 +300,7 @@ pub fn serve(
             recorded
         }));
     }
-    startup::alert_start(&engine, &config.forced_slots);
+    startup::alert_start(&engine, &config.forced_slots, &opened);
     startup::resume_rebuilds(&opened.assembly, &engine);
     startup::mark_in_use(&meta, &engine);
     let upkeep = Arc::new(Upkeep::with_scrubber(Scrubber::new(
