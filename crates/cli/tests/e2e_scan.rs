@@ -373,7 +373,7 @@ fn a_replaced_disk_is_superseded_passed_over_and_wiped() {
     let size = v.member_size_bytes.to_string();
     let mut s = Server::start(v);
     run_ok(
-        &mut platter(&["replace", "--wait", "--member-size", &size, "--control"])
+        platter(&["replace", "--wait", "--member-size", &size, "--control"])
             .arg(s.control())
             .args(["1", &new]),
         CMD_TIMEOUT,
@@ -413,7 +413,7 @@ fn a_replaced_disk_is_superseded_passed_over_and_wiped() {
         .collect();
     files.sort();
     let out = run_ok(
-        &mut platter(&["status", "--json"]).args(&files),
+        platter(&["status", "--json"]).args(&files),
         CMD_TIMEOUT,
         "status",
     );
@@ -422,11 +422,7 @@ fn a_replaced_disk_is_superseded_passed_over_and_wiped() {
     assert_eq!(st["superseded"][0]["path"], old.as_str(), "{st}");
     assert_eq!(st["superseded"][0]["by_path"], new.as_str(), "{st}");
     assert_eq!(st["superseded"][0]["slot"], 1, "{st}");
-    let out = run_ok(
-        &mut platter(&["status"]).args(&files),
-        CMD_TIMEOUT,
-        "status",
-    );
+    let out = run_ok(platter(&["status"]).args(&files), CMD_TIMEOUT, "status");
     assert!(
         out.stdout.contains(&format!("superseded: {old}")),
         "{}",
