@@ -290,7 +290,8 @@ fn check_program(program: &std::path::Path) -> Result<()> {
 }
 
 /// The members `--scan` finds for the volume named: every device carrying
-/// its label (stale ones too: assembly judges them as if named).
+/// its label (stale ones too: assembly judges them as if named), but for
+/// superseded ones, said in one line each and never opened (nor claimed).
 fn members_by_scan(
     paths: &[String],
     uuid: Option<&str>,
@@ -298,18 +299,25 @@ fn members_by_scan(
 ) -> Result<Vec<String>> {
     let found = crate::scan::discover(paths)?;
     let v = crate::scan::select(&found, uuid, name)?;
-    if let Err(e) = &v.assembly {
-        return Err(CliError(format!(
+    let a = v.assembly.as_ref().map_err(|e| {
+        CliError(format!(
             "volume '{}': the members found cannot be assembled: {e}",
             platter_core::label::printable(&v.name)
-        )));
+        ))
+    })?;
+    for line in platter_server::leftout::superseded_lines(a, &v.paths) {
+        tracing::warn!("{line}");
     }
+    let members: Vec<String> = (0..v.paths.len())
+        .filter(|&i| !a.superseded.iter().any(|s| s.device == i))
+        .map(|i| v.paths[i].clone())
+        .collect();
     tracing::info!(
         volume = %platter_core::label::printable(&v.name),
-        members = %v.paths.join(" "),
+        members = %members.join(" "),
         "members found by --scan"
     );
-    Ok(v.paths.clone())
+    Ok(members)
 }
 
 /// `--io-backend`, else the environment's choice, else auto.
