@@ -492,3 +492,81 @@ fn a_replaced_disk_is_superseded_passed_over_and_wiped() {
     assert_eq!(out.status.code(), Some(2), "{}", out.describe("examine"));
     assert!(out.stderr.contains("no platter label"), "{}", out.stderr);
 }
+
+/// The fields a table of docs/on-disk-format.md names (its third column's
+/// backticked names), reserved rows left out.
+fn documented_fields(section: &str) -> Vec<String> {
+    let doc = fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/on-disk-format.md"
+    ))
+    .unwrap();
+    let table = &doc[doc.find(section).expect("the section")..];
+    table
+        .lines()
+        .skip_while(|l| !l.starts_with("| 0x"))
+        .take_while(|l| l.starts_with('|'))
+        .filter_map(|l| {
+            let name = l.split('|').nth(3)?.trim();
+            Some(name.strip_prefix('`')?.strip_suffix('`')?.to_string())
+        })
+        .collect()
+}
+
+/// `examine` prints every field the on-disk format documents, the slot
+/// table with each slot's state and left_at_events, as text and JSON; a
+/// damaged label is shown as such with its checksums, a blank device is
+/// named as one, both with exit status 2.
+#[test]
+fn examine_prints_every_documented_field_and_says_what_is_wrong() {
+    let v = Volume::create(MIRROR, 4 * MIB);
+    let m = &v.members[1];
+    let out = run_ok(
+        &mut platter(&["examine", "--json", m]),
+        CMD_TIMEOUT,
+        "examine",
+    );
+    let j: Value = serde_json::from_str(&out.stdout).unwrap();
+    let header = documented_fields("## Label byte table");
+    assert!(header.len() > 40, "{header:?}");
+    for field in &header {
+        assert!(j.get(field).is_some(), "{field} missing from {j}");
+    }
+    let entry = documented_fields("### Slot table entry");
+    for slot in j["slots"].as_array().unwrap() {
+        for field in &entry {
+            assert!(slot.get(field).is_some(), "{field} missing from {slot}");
+        }
+    }
+    assert_eq!(j["slots"][1]["state"], "active", "{j}");
+    assert_eq!(j["slots"][1]["member_uuid"], j["member_uuid"], "{j}");
+    let text = run_ok(&mut platter(&["examine", m]), CMD_TIMEOUT, "examine");
+    for field in header.iter().chain(&entry) {
+        assert!(
+            text.stdout.contains(field.as_str()),
+            "{field} not in\n{}",
+            text.stdout
+        );
+    }
+
+    // A byte of the label changed: damaged, its checksums shown.
+    let mut bytes = fs::read(m).unwrap();
+    bytes[200] ^= 0xff;
+    let damaged = v.path().join("damaged");
+    fs::write(&damaged, &bytes).unwrap();
+    let d = damaged.display().to_string();
+    let out = run(&mut platter(&["examine", "--json", &d]), CMD_TIMEOUT);
+    assert_eq!(out.status.code(), Some(2), "{}", out.describe("examine"));
+    let j: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert!(j["error"].as_str().unwrap().contains("damaged"), "{j}");
+    assert_ne!(j["checksum"], j["checksum_computed"], "{j}");
+    // A blank device.
+    let blank = v.path().join("blank");
+    fs::write(&blank, vec![0u8; 8192]).unwrap();
+    let out = run(
+        &mut platter(&["examine", blank.to_str().unwrap()]),
+        CMD_TIMEOUT,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", out.describe("examine"));
+    assert!(out.stderr.contains("no platter label"), "{}", out.stderr);
+}
