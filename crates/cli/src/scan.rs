@@ -493,42 +493,40 @@ struct PathReason {
     reason: String,
 }
 
+/// The device found `i`-th for volume `v` (assembled as `a`, if it is).
+fn member_json(v: &FoundVolume, a: Option<&Assembly>, i: usize) -> FoundMemberJson {
+    let l = &v.labels[i];
+    let slot = l.slot;
+    let gone = a.and_then(|a| a.superseded.iter().find(|d| d.device == i));
+    let state = match gone {
+        Some(_) => Some("superseded".to_string()),
+        None => a.and_then(|a| {
+            (a.slot_device.get(slot as usize) == Some(&Some(i)))
+                .then(|| crate::listing::slot_state(a, slot as usize))
+        }),
+    };
+    FoundMemberJson {
+        path: v.paths[i].clone(),
+        slot,
+        state,
+        event_counter: l.event_counter,
+        superseded_by: gone.map(|d| SupersededByJson {
+            member_uuid: d.by_member_uuid.map(|u| uuid_string(&u)),
+            path: d.by_member_uuid.and_then(|u| {
+                let at = v.labels.iter().position(|l| l.member_uuid == u)?;
+                Some(v.paths[at].clone())
+            }),
+        }),
+    }
+}
+
 fn json(d: &Discovery) -> DiscoveryJson {
     let volumes = d
         .volumes
         .iter()
         .map(|v| {
             let a = v.assembly.as_ref().ok();
-            let members = v
-                .paths
-                .iter()
-                .enumerate()
-                .zip(&v.labels)
-                .map(|((i, p), l)| {
-                    let slot = l.slot;
-                    let gone = a.and_then(|a| a.superseded.iter().find(|d| d.device == i));
-                    let state = match gone {
-                        Some(_) => Some("superseded".to_string()),
-                        None => a.and_then(|a| {
-                            (a.slot_device.get(slot as usize) == Some(&Some(i)))
-                                .then(|| crate::listing::slot_state(a, slot as usize))
-                        }),
-                    };
-                    FoundMemberJson {
-                        path: p.clone(),
-                        slot,
-                        state,
-                        event_counter: l.event_counter,
-                        superseded_by: gone.map(|d| SupersededByJson {
-                            member_uuid: d.by_member_uuid.map(|u| uuid_string(&u)),
-                            path: d.by_member_uuid.and_then(|u| {
-                                let at = v.labels.iter().position(|l| l.member_uuid == u)?;
-                                Some(v.paths[at].clone())
-                            }),
-                        }),
-                    }
-                })
-                .collect();
+            let members = (0..v.paths.len()).map(|i| member_json(v, a, i)).collect();
             FoundJson {
                 name: printable(&v.name).into_owned(),
                 uuid: uuid_string(&v.uuid),

@@ -93,7 +93,9 @@ impl LeftOut {
         let entry = &label.slots[self.slot as usize];
         let bitmap = label.intent_region_stripes > 0;
         let readdable = match self.why {
-            Absence::NotGiven | Absence::Gone { .. } => true,
+            // A replacement cut short holds nothing re-add could vouch for.
+            Absence::NotGiven => entry.state != SlotState::Rebuilding,
+            Absence::Gone { .. } => true,
             Absence::Faulty => self.device.is_none(),
             Absence::Stale { event_counter } => {
                 entry.left_at_events != 0

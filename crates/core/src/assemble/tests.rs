@@ -350,6 +350,15 @@ fn left_out_slots_say_why_and_what_brings_them_back() {
         Remedy::Replace.command("/run/v.ctl", 4, None),
         "platter replace --control /run/v.ctl 4 NEW-DEVICE"
     );
+    // A replacement cut short and not given: nothing to re-add.
+    let mut cut = labels.clone();
+    for l in &mut cut {
+        l.slots[5].state = SlotState::Rebuilding;
+    }
+    let a = assemble(&found(&cut[..2])).unwrap();
+    let last = a.left_out().pop().unwrap();
+    assert_eq!((last.slot, &last.why), (5, &Absence::NotGiven));
+    assert_eq!(last.remedy(&a.label), Remedy::Replace);
     // Stale by more than its leaving, or without a bitmap: replaced whole.
     let mut far = labels.clone();
     far[1].event_counter = 9;
