@@ -254,8 +254,28 @@ pub fn print_status(v: &Value) {
     print_left_out(v);
 }
 
-/// Each member the volume is served without, why, and what brings it back.
+/// Each member the volume is served without, why, and what brings it
+/// back; each device set aside because its slot went to another member.
 fn print_left_out(v: &Value) {
+    for d in v
+        .get("superseded")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let s = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("-");
+        outln!(
+            "  superseded: {} (slot {}, events {}): slot {} now holds member {}{}; not used",
+            s("path"),
+            d.get("slot").and_then(Value::as_u64).unwrap_or(0),
+            d.get("event_counter").and_then(Value::as_u64).unwrap_or(0),
+            d.get("slot").and_then(Value::as_u64).unwrap_or(0),
+            s("by_member_uuid"),
+            d.get("by_path")
+                .and_then(Value::as_str)
+                .map_or(String::new(), |p| format!(" at {p}"))
+        );
+    }
     for l in v
         .get("left_out")
         .and_then(Value::as_array)

@@ -64,15 +64,24 @@ pub fn check(
             )
         })
         .collect();
-    let also = if unreachable > 0 {
+    let mut also = if unreachable > 0 {
         format!(" ({unreachable} remote member(s) named did not answer)")
     } else {
         String::new()
     };
+    if let Given::Named(names) = given {
+        for d in &a.superseded {
+            also.push_str(&format!(
+                " ({} is superseded: slot {} went to another member)",
+                names[d.device], d.slot
+            ));
+        }
+    }
+    let is_are = if missing.len() == 1 { "is" } else { "are" };
     Err(CliError(format!(
-        "volume '{}': {} of its {} members are {where_looked}, though its labels expect them{also}: \
-         {}; give them, or --run to start it degraded without them (they then come back with \
-         platter re-add)",
+        "volume '{}': {} of its {} members {is_are} {where_looked}, though its labels expect \
+         them{also}: {}; give them, or --run to start it degraded without them (they then come \
+         back with platter re-add)",
         printable(&a.label.name),
         missing.len(),
         a.label.member_count,

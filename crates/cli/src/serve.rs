@@ -10,6 +10,7 @@ use platter_io::aio::layer::{Backend, BACKEND_ENV};
 use platter_io::aio::Delay;
 use platter_io::{FaultSpec, FaultyMember, Member, OpenOptions};
 use platter_nbd::TlsPolicy;
+use platter_server::leftout::SupersededDevice;
 use platter_server::{defaults, serve, Ready, ServeConfig};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -290,13 +291,13 @@ fn check_program(program: &std::path::Path) -> Result<()> {
 }
 
 /// The members `--scan` finds for the volume named: every device carrying
-/// its label (stale ones too: assembly judges them as if named), but for
-/// superseded ones, said in one line each and never opened (nor claimed).
+/// its label (stale ones too: assembly judges them as if named), and apart
+/// the superseded ones, which are never opened (nor claimed).
 fn members_by_scan(
     paths: &[String],
     uuid: Option<&str>,
     name: Option<&str>,
-) -> Result<Vec<String>> {
+) -> Result<(Vec<String>, Vec<SupersededDevice>)> {
     let found = crate::scan::discover(paths)?;
     let v = crate::scan::select(&found, uuid, name)?;
     let a = v.assembly.as_ref().map_err(|e| {
@@ -305,9 +306,7 @@ fn members_by_scan(
             platter_core::label::printable(&v.name)
         ))
     })?;
-    for line in platter_server::leftout::superseded_lines(a, &v.paths) {
-        tracing::warn!("{line}");
-    }
+    let superseded = platter_server::leftout::superseded(a, &v.paths);
     let members: Vec<String> = (0..v.paths.len())
         .filter(|&i| !a.superseded.iter().any(|s| s.device == i))
         .map(|i| v.paths[i].clone())
@@ -317,7 +316,7 @@ fn members_by_scan(
         members = %members.join(" "),
         "members found by --scan"
     );
-    Ok(members)
+    Ok((members, superseded))
 }
 
 /// `--io-backend`, else the environment's choice, else auto.
@@ -360,8 +359,10 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
     if args.stdio {
         platter_server::check_stdio().map_err(CliError)?;
     }
+    let mut superseded = Vec::new();
     if let Some(paths) = &args.scan {
-        args.members = members_by_scan(paths, args.uuid.as_deref(), args.name.as_deref())?;
+        (args.members, superseded) =
+            members_by_scan(paths, args.uuid.as_deref(), args.name.as_deref())?;
     }
     // A stalled remote member is disconnected before it could be failed.
     let remote_timeout = Duration::from_secs(args.remote_timeout.min(args.member_timeout));
@@ -483,6 +484,7 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
         stdio: args.stdio,
         forced_slots,
         last_seen,
+        superseded,
     };
     // Under --stdio standard output is the client's socket: not a byte
     // of banner may go there. Started by socket activation (systemd, or a

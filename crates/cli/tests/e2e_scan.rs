@@ -457,6 +457,9 @@ fn a_replaced_disk_is_superseded_passed_over_and_wiped() {
     let said = lines_with(&log, "superseded");
     assert_eq!(said.len(), 1, "{}", served.log());
     assert!(said[0].contains(&old), "{}", said[0]);
+    let live = served.live("status");
+    assert_eq!(live["superseded"][0]["path"], old.as_str(), "{live}");
+    assert_eq!(live["superseded"][0]["by_path"], new.as_str(), "{live}");
     // A member of the running volume: refused, even with --force.
     let m0 = dir.join("m0").display().to_string();
     let out = run(&mut platter(&["wipe", "--force", &m0]), CMD_TIMEOUT);

@@ -123,26 +123,59 @@ pub fn log_at_start(left: &[LeftOutMember], volume_events: u64, control: Option<
     }
 }
 
-/// One line for each superseded device among `names`, for the log.
-pub fn superseded_lines(a: &Assembly, names: &[String]) -> Vec<String> {
+/// A device set aside at start because its label was superseded: the
+/// volume's newer labels gave its slot to another member.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SupersededDevice {
+    pub path: String,
+    /// The slot its label names.
+    pub slot: u32,
+    pub member_uuid: [u8; 16],
+    /// Its label's event counter.
+    pub event_counter: u64,
+    /// The member holding the slot now; `None` when it is empty.
+    pub by_member_uuid: Option<[u8; 16]>,
+}
+
+/// The superseded devices among `names` (the devices assembled).
+pub fn superseded(a: &Assembly, names: &[String]) -> Vec<SupersededDevice> {
     a.superseded
         .iter()
-        .map(|s| {
-            let by = s.by_member_uuid.map_or_else(
-                || "is empty now".to_string(),
-                |u| format!("now holds member {}", uuid_string(&u)),
-            );
-            format!(
-                "{}: superseded: its label (slot {}, events {} < {}) is from before the slot \
-                 was given to another device, and slot {} {by}; not used (platter wipe {} \
-                 clears the old label)",
-                names[s.device],
-                s.slot,
-                s.event_counter,
-                a.label.event_counter,
-                s.slot,
-                names[s.device]
-            )
+        .map(|s| SupersededDevice {
+            path: names[s.device].clone(),
+            slot: s.slot,
+            member_uuid: s.member_uuid,
+            event_counter: s.event_counter,
+            by_member_uuid: s.by_member_uuid,
         })
         .collect()
+}
+
+impl SupersededDevice {
+    /// One line for the log.
+    pub fn line(&self, volume_events: u64) -> String {
+        let by = self.by_member_uuid.map_or_else(
+            || "is empty now".to_string(),
+            |u| format!("now holds member {}", uuid_string(&u)),
+        );
+        format!(
+            "{}: superseded: its label (slot {}, events {} < {volume_events}) is from before \
+             the slot was given to another device, and slot {} {by}; not used (platter wipe {} \
+             clears the old label)",
+            self.path, self.slot, self.event_counter, self.slot, self.path
+        )
+    }
+
+    /// For `status --json`; `by_path` is where the member now in the slot
+    /// is, if known.
+    pub fn json(&self, by_path: Option<&str>) -> Value {
+        json!({
+            "path": self.path,
+            "slot": self.slot,
+            "member_uuid": uuid_string(&self.member_uuid),
+            "event_counter": self.event_counter,
+            "by_member_uuid": self.by_member_uuid.map(|u| uuid_string(&u)),
+            "by_path": by_path,
+        })
+    }
 }

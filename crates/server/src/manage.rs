@@ -65,6 +65,8 @@ pub struct Manager {
     pub left_out: Mutex<BTreeMap<u32, LeftOutMember>>,
     /// The control socket's path, for the commands `status` suggests.
     pub control_path: Option<String>,
+    /// Devices set aside at start: their slot went to another member.
+    pub superseded: Vec<crate::leftout::SupersededDevice>,
 }
 
 /// Why no member is rebuilt while the volume is reshaped: a rebuild
@@ -204,6 +206,7 @@ impl Manager {
                 "away_seconds": self.away_seconds(s),
             })).collect::<Vec<_>>(),
             "left_out": self.left_out_status(&label, &health),
+            "superseded": self.superseded_status(&label),
             "member_timeout_seconds": self.member_timeout.as_secs(),
             "unreachable": self.unplaced_status(),
             "spares": self.spares.lock().expect("spares").iter().map(|m| m.describe().to_string()).collect::<Vec<_>>(),
@@ -258,6 +261,24 @@ impl Manager {
                         LeftOutMember::while_serving(label, s, path)
                     });
                 m.json(label.event_counter, self.control_path.as_deref())
+            })
+            .collect()
+    }
+
+    /// The devices set aside at start, with where the member now in each
+    /// one's slot is.
+    fn superseded_status(&self, label: &platter_core::label::Label) -> Value {
+        let members = self.engine.members();
+        self.superseded
+            .iter()
+            .map(|d| {
+                let slot = d.slot as usize;
+                let by_path = members
+                    .get(slot)
+                    .and_then(Option::as_ref)
+                    .filter(|_| label.slots.get(slot).map(|e| e.member_uuid) == d.by_member_uuid)
+                    .map(|m| m.describe().to_string());
+                d.json(by_path.as_deref())
             })
             .collect()
     }

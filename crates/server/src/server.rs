@@ -112,6 +112,10 @@ pub struct ServeConfig {
     /// Where members not given were found by a scan, by slot: the log and
     /// `status` name them in the command that brings each back.
     pub last_seen: BTreeMap<u32, String>,
+    /// Devices `--scan` found whose label was superseded, left unopened:
+    /// logged at start and shown by `status` with those given and set
+    /// aside.
+    pub superseded: Vec<crate::leftout::SupersededDevice>,
 }
 
 impl ServeConfig {
@@ -161,6 +165,7 @@ impl Default for ServeConfig {
             record: None,
             inherited: Default::default(),
             last_seen: BTreeMap::new(),
+            superseded: Vec::new(),
         }
     }
 }
@@ -332,6 +337,7 @@ pub fn serve(
                 .collect(),
         ),
         control_path,
+        superseded: std::mem::take(&mut opened.superseded),
     });
     manager.await_unreachable(&config.unreachable);
     let conns = Arc::new(Conns::new());

@@ -38,6 +38,8 @@ pub(crate) struct Opened {
     pub unclean: bool,
     /// The slots served without a device, why, and what brings each back.
     pub left_out: Vec<crate::leftout::LeftOutMember>,
+    /// Devices set aside: their slot went to another member.
+    pub superseded: Vec<crate::leftout::SupersededDevice>,
 }
 
 /// Takes the volume's members by slot and refuses a volume that cannot
@@ -53,8 +55,10 @@ pub(crate) fn open(volume: OpenVolume, config: &ServeConfig) -> Result<Opened, S
     let mut members = volume.members_by_slot();
     let OpenVolume { assembly, devices } = volume;
     let names: Vec<String> = devices.iter().map(|d| d.describe().to_string()).collect();
-    for line in crate::leftout::superseded_lines(&assembly, &names) {
-        tracing::warn!("{line}");
+    let mut superseded = config.superseded.clone();
+    superseded.extend(crate::leftout::superseded(&assembly, &names));
+    for d in &superseded {
+        tracing::warn!("{}", d.line(assembly.label.event_counter));
     }
     let left_out = crate::leftout::at_start(&assembly, &names, &config.last_seen);
     // The engine holds the devices from here on: one that leaves it (a
@@ -72,6 +76,7 @@ pub(crate) fn open(volume: OpenVolume, config: &ServeConfig) -> Result<Opened, S
         removed,
         unclean,
         left_out,
+        superseded,
     })
 }
 
