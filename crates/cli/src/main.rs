@@ -65,8 +65,9 @@ enum Command {
                       takes it without --force. Meant for an old disk whose slot went to another \
                       device (replace, or a spare taking over): scan shows it as superseded, and \
                       wipe takes it without more ado. A device that is still a member of its \
-                      volume (its label current, or nothing found to say otherwise in its \
-                      directory), or whose label is damaged, needs --force. A member of a \
+                      volume (its label current, or no newer label giving its slot away found \
+                      in its directory or where --scan says), or whose label is damaged, needs \
+                      --force. A member of a \
                       running volume is refused, --force or not: stop the volume first. Every \
                       device is checked before any is written; a refusal wipes none.",
         after_help = "Example: platter wipe /srv/disks/old-b.img"

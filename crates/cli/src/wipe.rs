@@ -24,18 +24,27 @@ pub struct WipeArgs {
     /// member), or a damaged one.
     #[arg(long)]
     force: bool,
+    /// Where to look for the volume's newer labels, as `platter scan` does
+    /// (directories, files, block devices, nbd:// URIs), besides each
+    /// device's own directory. Repeatable.
+    #[arg(long, value_name = "PATH")]
+    scan: Vec<String>,
     /// The devices: files or block devices.
     #[arg(value_name = "DEVICE", required = true)]
     devices: Vec<String>,
 }
 
 pub fn run(args: WipeArgs) -> Result<()> {
+    // A mistyped --scan would read as "nothing newer found".
+    for p in args.scan.iter().filter(|p| !p.contains("://")) {
+        std::fs::metadata(p).map_err(|e| CliError(format!("--scan {p}: {e}")))?;
+    }
     let mut checked = Vec::new();
     for (i, spec) in args.devices.iter().enumerate() {
         if args.devices[..i].contains(spec) {
             return Err(CliError(format!("{spec} is named twice")));
         }
-        checked.push(check(spec, &args.devices, args.force)?);
+        checked.push(check(spec, &args, args.force)?);
     }
     for (spec, device, what) in checked {
         device
@@ -49,7 +58,7 @@ pub fn run(args: WipeArgs) -> Result<()> {
 
 /// Opens `spec` as a writer and says what its label is, or why it may
 /// not be wiped.
-fn check(spec: &str, all: &[String], force: bool) -> Result<(String, Box<dyn Member>, String)> {
+fn check(spec: &str, args: &WipeArgs, force: bool) -> Result<(String, Box<dyn Member>, String)> {
     if spec.contains("://") {
         return Err(CliError(format!(
             "{spec}: wipe works on files and block devices; wipe a remote export on its host"
@@ -82,26 +91,32 @@ fn check(spec: &str, all: &[String], force: bool) -> Result<(String, Box<dyn Mem
         label.slot,
         label.event_counter
     );
-    match superseded(spec, all) {
+    match superseded(spec, &args.devices, &args.scan) {
         Some(by) => Ok((spec.into(), device, format!("{what}; {by}"))),
         None if force => Ok((spec.into(), device, what)),
         None => Err(CliError(format!(
-            "{spec}: a current member of {what}: nothing says its slot went to another \
-             device (scan finds no newer label giving it away), so wiping it takes a member \
-             from the volume; --force wipes it anyway"
+            "{spec}: a current member of {what}: no newer label found (in its directory{}) \
+             gives its slot to another device, so wiping it takes a member from the volume; \
+             --scan PATH where the volume's other members are, or --force to wipe it anyway",
+            if args.scan.is_empty() {
+                ""
+            } else {
+                " or --scan"
+            }
         ))),
     }
 }
 
-/// Whether a scan of `spec`'s directory (and of the other devices named)
-/// finds newer labels of its volume that gave its slot to another device:
-/// what holds the slot now, if so.
-fn superseded(spec: &str, all: &[String]) -> Option<String> {
+/// Whether a scan of `spec`'s directory (and of `scan`, and of the other
+/// devices named) finds newer labels of its volume that gave its slot to
+/// another device: what holds the slot now, if so.
+fn superseded(spec: &str, all: &[String], scan: &[String]) -> Option<String> {
     let dir = std::path::Path::new(spec)
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(std::path::Path::new("."));
     let mut paths = vec![dir.display().to_string()];
+    paths.extend(scan.iter().cloned());
     paths.extend(all.iter().filter(|d| *d != spec).cloned());
     let found = crate::scan::discover(&paths).ok()?;
     let id = path_identity(spec)?;

@@ -473,13 +473,22 @@ fn a_replaced_disk_is_superseded_passed_over_and_wiped() {
     assert_eq!(out.status.code(), Some(1), "{}", out.describe("wipe m0"));
     assert!(out.stderr.contains("--force"), "{}", out.stderr);
     assert_eq!(fs::read(&m0).unwrap(), before, "a refused wipe wrote");
-    // The superseded one goes without it; scan passes over it then.
+    // The superseded one goes without it, once wipe sees the newer labels
+    // (in its directory, or where --scan says); scan passes over it then.
+    let away = dir.join("away");
+    fs::create_dir(&away).unwrap();
+    let moved = away.join("m1").display().to_string();
+    fs::rename(&old, &moved).unwrap();
+    let out = run(&mut platter(&["wipe", &moved]), CMD_TIMEOUT);
+    assert_eq!(out.status.code(), Some(1), "{}", out.describe("wipe alone"));
+    assert!(out.stderr.contains("--scan"), "{}", out.stderr);
     let out = run_ok(
-        &mut platter(&["wipe", &old]),
+        &mut platter(&["wipe", "--scan", &dir_s, &moved]),
         CMD_TIMEOUT,
         "wipe the old disk",
     );
     assert!(out.stdout.contains("superseded"), "{}", out.stdout);
+    fs::rename(&moved, &old).unwrap();
     let (code, j) = scan_json(&[&dir_s]);
     assert_eq!(code, 0, "{j}");
     let found = volumes_of(&j)[0];
