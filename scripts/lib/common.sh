@@ -5,6 +5,35 @@ as_root() {
     if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
 }
 
+# How long apt-get waits for another package manager (an unattended
+# upgrade at boot, another apt-get) to let go of its lock before failing.
+APT_LOCK_WAIT=${APT_LOCK_WAIT:-600}
+
+# apt_get ARG...: apt-get as root, waiting for the dpkg and package-list
+# locks instead of failing at once. apt waits for the dpkg lock itself
+# (DPkg::Lock::Timeout) but not for the lists lock `update` takes: that
+# one is tried again every 5 s until APT_LOCK_WAIT has passed.
+apt_get() {
+    local deadline=$((SECONDS + APT_LOCK_WAIT)) said= err rc
+    err=$(mktemp)
+    while :; do
+        rc=0
+        as_root env DEBIAN_FRONTEND=noninteractive \
+            apt-get -o "DPkg::Lock::Timeout=$APT_LOCK_WAIT" "$@" 2>"$err" || rc=$?
+        if [ $rc -ne 0 ] && grep -q "Could not get lock" "$err" && [ $SECONDS -lt $deadline ]; then
+            if [ -z "$said" ]; then
+                echo "platter: another package manager holds the apt lock ($(grep -m1 -o 'held by process.*' "$err" || echo 'apt-get')); waiting up to ${APT_LOCK_WAIT}s" >&2
+                said=1
+            fi
+            sleep 5
+            continue
+        fi
+        cat "$err" >&2
+        rm -f "$err"
+        return $rc
+    done
+}
+
 # need_packages PKG...: installs those not yet installed (one apt-get run).
 need_packages() {
     local missing=()
@@ -12,9 +41,9 @@ need_packages() {
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
     done
     if [ ${#missing[@]} -gt 0 ]; then
-        echo "platter: installing ${missing[*]}"
-        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
-        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
+        echo "platter: installing ${missing[*]} (waiting up to ${APT_LOCK_WAIT}s if another apt-get holds the lock)"
+        apt_get update -q
+        apt_get install -y -q "${missing[@]}"
     fi
 }
 

@@ -5,7 +5,7 @@ use crate::out::outln;
 use clap::Args;
 use platter_core::units::{format_size, parse_size};
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -16,30 +16,92 @@ const WAIT_INTERVAL: Duration = Duration::from_secs(1);
 /// Sends one request and returns the server's answer (`ok` part).
 pub fn ask(control: &PathBuf, request: Value) -> Result<Value> {
     let s = UnixStream::connect(control).map_err(|e| {
-        CliError(format!(
-            "cannot reach the control socket {}: {e} (is platter serve running?)",
-            control.display()
-        ))
+        CliError(match not_a_socket(control) {
+            Some(what) => format!(
+                "{} is {what}, not a control socket (platter serve makes it at its --socket \
+                 path plus .ctl)",
+                control.display()
+            ),
+            None => format!(
+                "cannot reach the control socket {}: {e} (is platter serve running?)",
+                control.display()
+            ),
+        })
     })?;
     // Check and repair read the whole volume; give them time.
-    exchange(s, request, Duration::from_secs(3600))
+    exchange(s, control, request, Duration::from_secs(3600))
 }
 
 /// Sends one request on a connected control socket and returns the
 /// answer (`ok` part), waiting at most `timeout` for it.
-pub fn exchange(mut s: UnixStream, request: Value, timeout: Duration) -> Result<Value> {
+pub fn exchange(
+    mut s: UnixStream,
+    control: &std::path::Path,
+    request: Value,
+    timeout: Duration,
+) -> Result<Value> {
     let _ = s.set_read_timeout(Some(timeout));
     writeln!(s, "{request}").map_err(|e| CliError(format!("control socket: {e}")))?;
-    let mut line = String::new();
+    let mut line = Vec::new();
     BufReader::new(&s)
-        .read_line(&mut line)
+        .take(ANSWER_MAX_BYTES)
+        .read_until(b'\n', &mut line)
         .map_err(|e| CliError(format!("control socket: {e}")))?;
-    let answer: Value = serde_json::from_str(&line)
-        .map_err(|e| CliError(format!("control socket sent no JSON answer: {e}")))?;
+    let answer = parse_answer(control, &line)?;
     if let Some(e) = answer.get("error") {
         return Err(CliError(e.as_str().unwrap_or("error").to_string()));
     }
     Ok(answer.get("ok").cloned().unwrap_or(Value::Null))
+}
+
+/// An answer longer than this is not a control socket's.
+const ANSWER_MAX_BYTES: u64 = 64 << 20;
+
+/// What `path` is when it is not a socket at all ("a regular file").
+fn not_a_socket(path: &std::path::Path) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    let t = std::fs::metadata(path).ok()?.file_type();
+    match () {
+        _ if t.is_socket() => None,
+        _ if t.is_file() => Some("a regular file"),
+        _ if t.is_dir() => Some("a directory"),
+        _ if t.is_block_device() => Some("a block device"),
+        _ => Some("not a socket"),
+    }
+}
+
+/// The control socket's answer, or what the socket is instead: an NBD
+/// server greets every client with `NBDMAGIC` before it is asked
+/// anything, so `--control` given the NBD socket reads that.
+fn parse_answer(control: &std::path::Path, line: &[u8]) -> Result<Value> {
+    let shown = control.display();
+    if line.starts_with(b"NBDMAGIC") {
+        let mut ctl = control.as_os_str().to_owned();
+        ctl.push(".ctl");
+        let ctl = PathBuf::from(ctl);
+        let hint = if ctl.exists() {
+            format!("the control socket is {}", ctl.display())
+        } else {
+            format!(
+                "platter serve's control socket is its --socket path plus .ctl ({}), or where \
+                 its --control says",
+                ctl.display()
+            )
+        };
+        return Err(CliError(format!(
+            "{shown} is an NBD socket, not a control socket: {hint}"
+        )));
+    }
+    if line.is_empty() {
+        return Err(CliError(format!(
+            "{shown} closed the connection without an answer: not a platter control socket?"
+        )));
+    }
+    serde_json::from_slice(line).map_err(|e| {
+        CliError(format!(
+            "{shown} is not a platter control socket: its answer is not JSON ({e})"
+        ))
+    })
 }
 
 pub fn print_status(v: &Value) {

@@ -1,12 +1,13 @@
 //! The volume listing, for people (a table after vinum's `list`) and for
 //! programs (`--json`, the same facts).
 
-use platter_core::assemble::{Assembly, SlotNote};
+use platter_core::assemble::{uuid_string, Assembly, SlotNote};
 use platter_core::balance::ReadPolicy;
 use platter_core::label::{Label, SlotState};
 use platter_core::volume::Health;
 use platter_io::assembly::{read_label_area, OpenVolume};
 use platter_server::describe;
+use platter_server::leftout::LeftOutMember;
 use serde_json::{json, Value};
 
 pub(crate) fn volume_state(a: &Assembly) -> String {
@@ -72,6 +73,11 @@ pub fn json(volume: &OpenVolume, unreadable: &[String]) -> Value {
         "bitmap": bitmap_json(volume),
         "scrub": describe::scrub_record_fields(&a.label.scrub, g.stripes()),
         "members": (0..g.members()).map(|slot| member_json(volume, slot)).collect::<Vec<_>>(),
+        "left_out": left_out(volume)
+            .iter()
+            .map(|m| m.json(a.label.event_counter, None))
+            .collect::<Vec<_>>(),
+        "superseded": superseded(volume),
         "unreadable": unreadable,
     });
     if let Value::Object(offline) = offline {
@@ -121,6 +127,44 @@ fn member_json(volume: &OpenVolume, slot: u32) -> Value {
     m.insert("path".into(), json!(device.map(|d| d.describe())));
     m.insert("events".into(), json!(events));
     Value::Object(m)
+}
+
+fn names(volume: &OpenVolume) -> Vec<String> {
+    volume
+        .devices
+        .iter()
+        .map(|m| m.describe().to_string())
+        .collect()
+}
+
+/// The slots a start would serve without: why each is out and the command
+/// that brings it back once served (`CONTROL` for the control socket).
+fn left_out(volume: &OpenVolume) -> Vec<LeftOutMember> {
+    platter_server::leftout::at_start(&volume.assembly, &names(volume), &Default::default())
+}
+
+/// Devices given whose label is superseded: their slot went to another
+/// member since. Not used.
+pub(crate) fn superseded(volume: &OpenVolume) -> Value {
+    let a = &volume.assembly;
+    let names = names(volume);
+    a.superseded
+        .iter()
+        .map(|s| {
+            let by_path = s.by_member_uuid.and_then(|u| {
+                let slot = a.label.slots.iter().position(|e| e.member_uuid == u)?;
+                Some(names[a.slot_device[slot]?].clone())
+            });
+            json!({
+                "path": names[s.device],
+                "slot": s.slot,
+                "member_uuid": uuid_string(&s.member_uuid),
+                "event_counter": s.event_counter,
+                "by_member_uuid": s.by_member_uuid.map(|u| uuid_string(&u)),
+                "by_path": by_path,
+            })
+        })
+        .collect()
 }
 
 /// The volume for people: the same text as the live status.

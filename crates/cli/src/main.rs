@@ -6,9 +6,11 @@ mod config;
 mod control;
 mod create;
 mod error;
+mod examine;
 mod listing;
 mod members;
 mod out;
+mod partial;
 mod progress;
 mod reshape;
 mod scan;
@@ -19,6 +21,7 @@ mod stats;
 mod status;
 mod status_text;
 mod sweep;
+mod wipe;
 
 use clap::{Parser, Subcommand};
 use out::errln;
@@ -56,6 +59,27 @@ enum Command {
     /// Find volumes by the labels on their members: in /dev's block
     /// devices, or in the directories, files and devices given. Reads only.
     Scan(scan::ScanArgs),
+    /// Print one device's platter label as it is on disk: every field,
+    /// the slot table with each slot's state and when it left (like
+    /// mdadm --examine). Reads only.
+    Examine(examine::ExamineArgs),
+    /// Erase the platter label of devices (like mdadm --zero-superblock),
+    /// so that scan passes over them and create takes them without
+    /// --force.
+    #[command(
+        long_about = "Erase the platter label (the first 4 KiB) of each device, like mdadm \
+                      --zero-superblock, so that scan and serve --scan pass over it and create \
+                      takes it without --force. Meant for an old disk whose slot went to another \
+                      device (replace, or a spare taking over): scan shows it as superseded, and \
+                      wipe takes it without more ado. A device that is still a member of its \
+                      volume (its label current, or no newer label giving its slot away found \
+                      in its directory or where --scan says), or whose label is damaged, needs \
+                      --force. A member of a \
+                      running volume is refused, --force or not: stop the volume first. Every \
+                      device is checked before any is written; a refusal wipes none.",
+        after_help = "Example: platter wipe /srv/disks/old-b.img"
+    )]
+    Wipe(wipe::WipeArgs),
     /// Take a member of a running volume out of use (it is marked faulty).
     /// Refused, unless --force, when the volume could then no longer serve
     /// all of its data.
@@ -196,6 +220,8 @@ fn main() -> ExitCode {
         Command::Status(args) => return exit(status::run(args), error_code),
         Command::Serve(args) => serve::run(args),
         Command::Scan(args) => return exit(scan::run(args), error_code),
+        Command::Examine(args) => return exit(examine::run(args), error_code),
+        Command::Wipe(args) => wipe::run(args),
         Command::Fail(a) => control::fail(a),
         Command::Remove(a) => control::remove(a),
         Command::Replace(a) => control::replace(a),
@@ -240,7 +266,7 @@ fn on_closed(command: &Command) -> out::OnClosed {
         // Labels written member by member after the plan is printed
         // (reshape), the listing printed after them (create): never half
         // a volume's labels. serve goes on serving without its banner.
-        Command::Create(_) | Command::Reshape(_) | Command::Serve(_) => Finish,
+        Command::Create(_) | Command::Reshape(_) | Command::Serve(_) | Command::Wipe(_) => Finish,
         // Files written after the table (sweep's plot), or beside the
         // output (sim's iologs, calibrate's model).
         Command::Sweep(_) | Command::Sim(_) => Finish,
@@ -249,6 +275,7 @@ fn on_closed(command: &Command) -> out::OnClosed {
         // answer is printed, and --wait / --watch only follow it.
         Command::Status(_)
         | Command::Scan(_)
+        | Command::Examine(_)
         | Command::Fail(_)
         | Command::Remove(_)
         | Command::Replace(_)

@@ -11,7 +11,7 @@
 use crate::error::{CliError, Result};
 use crate::out::{out, outln};
 use clap::Args;
-use platter_core::assemble::{assemble, uuid_string, AssembleError, Assembly, Found};
+use platter_core::assemble::{assemble, uuid_string, AssembleError, Assembly, Found, Superseded};
 use platter_core::label::{is_blank, printable, Label, LabelError, LABEL_BYTES};
 use platter_io::assembly::path_identity;
 use platter_io::{open_member, OpenOptions};
@@ -370,6 +370,16 @@ pub fn render(d: &Discovery) -> String {
                         crate::listing::slot_state(a, slot)
                     );
                 }
+                for d in &a.superseded {
+                    let _ = writeln!(
+                        s,
+                        "  {:<8} {:<12} {} ({})",
+                        "",
+                        "superseded",
+                        v.paths[d.device],
+                        superseded_by(v, a, d)
+                    );
+                }
             }
             Err(_) => {
                 for p in &v.paths {
@@ -402,6 +412,25 @@ pub fn render(d: &Discovery) -> String {
         d.unreadable.len()
     );
     s
+}
+
+/// What took a superseded device's slot, for people.
+fn superseded_by(v: &FoundVolume, a: &Assembly, d: &Superseded) -> String {
+    let now = match d.by_member_uuid {
+        None => "is empty now".to_string(),
+        Some(u) => {
+            let at = v
+                .labels
+                .iter()
+                .position(|l| l.member_uuid == u)
+                .map_or(String::new(), |i| format!(" at {}", v.paths[i]));
+            format!("now holds member {}{at}", uuid_string(&u))
+        }
+    };
+    format!(
+        "was slot {} at events {}; slot {} {now}, events {}; platter wipe clears it",
+        d.slot, d.event_counter, d.slot, a.label.event_counter
+    )
 }
 
 /// A slot's device that the assembly left out (too small), by its path.
@@ -443,9 +472,19 @@ struct FoundJson {
 struct FoundMemberJson {
     path: String,
     slot: u32,
-    /// As `status` names the slot's state, for the device filling it.
+    /// As `status` names the slot's state, for the device filling it;
+    /// `superseded` for a device whose slot went to another member.
     state: Option<String>,
     event_counter: u64,
+    /// For a superseded device: the member holding its slot now (null
+    /// when the slot is empty) and where it was found.
+    superseded_by: Option<SupersededByJson>,
+}
+
+#[derive(Serialize)]
+struct SupersededByJson {
+    member_uuid: Option<String>,
+    path: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -454,30 +493,40 @@ struct PathReason {
     reason: String,
 }
 
+/// The device found `i`-th for volume `v` (assembled as `a`, if it is).
+fn member_json(v: &FoundVolume, a: Option<&Assembly>, i: usize) -> FoundMemberJson {
+    let l = &v.labels[i];
+    let slot = l.slot;
+    let gone = a.and_then(|a| a.superseded.iter().find(|d| d.device == i));
+    let state = match gone {
+        Some(_) => Some("superseded".to_string()),
+        None => a.and_then(|a| {
+            (a.slot_device.get(slot as usize) == Some(&Some(i)))
+                .then(|| crate::listing::slot_state(a, slot as usize))
+        }),
+    };
+    FoundMemberJson {
+        path: v.paths[i].clone(),
+        slot,
+        state,
+        event_counter: l.event_counter,
+        superseded_by: gone.map(|d| SupersededByJson {
+            member_uuid: d.by_member_uuid.map(|u| uuid_string(&u)),
+            path: d.by_member_uuid.and_then(|u| {
+                let at = v.labels.iter().position(|l| l.member_uuid == u)?;
+                Some(v.paths[at].clone())
+            }),
+        }),
+    }
+}
+
 fn json(d: &Discovery) -> DiscoveryJson {
     let volumes = d
         .volumes
         .iter()
         .map(|v| {
             let a = v.assembly.as_ref().ok();
-            let members = v
-                .paths
-                .iter()
-                .enumerate()
-                .zip(&v.labels)
-                .map(|((i, p), l)| {
-                    let slot = l.slot;
-                    FoundMemberJson {
-                        path: p.clone(),
-                        slot,
-                        state: a.and_then(|a| {
-                            (a.slot_device.get(slot as usize) == Some(&Some(i)))
-                                .then(|| crate::listing::slot_state(a, slot as usize))
-                        }),
-                        event_counter: l.event_counter,
-                    }
-                })
-                .collect();
+            let members = (0..v.paths.len()).map(|i| member_json(v, a, i)).collect();
             FoundJson {
                 name: printable(&v.name).into_owned(),
                 uuid: uuid_string(&v.uuid),

@@ -10,6 +10,7 @@ use platter_io::aio::layer::{Backend, BACKEND_ENV};
 use platter_io::aio::Delay;
 use platter_io::{FaultSpec, FaultyMember, Member, OpenOptions};
 use platter_nbd::TlsPolicy;
+use platter_server::leftout::SupersededDevice;
 use platter_server::{defaults, serve, Ready, ServeConfig};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -111,6 +112,13 @@ pub struct ServeArgs {
     /// parity agree with them (docs/failures.md).
     #[arg(long)]
     force: bool,
+    /// Start even though members the labels expect were not given (or
+    /// not found by --scan): the volume is served degraded without them,
+    /// as mdadm's --run. Without it such a start is refused, naming each
+    /// missing member and where it was last seen. Members the labels
+    /// already record as faulty, removed or missing need no --run.
+    #[arg(long)]
+    run: bool,
     /// Request payloads and replies not yet sent, across every connection
     /// (each also holds at most 64 MiB); when reached, clients are not read
     /// from until replies leave. At least 32M (docs/nbd.md).
@@ -304,26 +312,32 @@ fn check_program(program: &std::path::Path) -> Result<()> {
 }
 
 /// The members `--scan` finds for the volume named: every device carrying
-/// its label (stale ones too: assembly judges them as if named).
+/// its label (stale ones too: assembly judges them as if named), and apart
+/// the superseded ones, which are never opened (nor claimed).
 fn members_by_scan(
     paths: &[String],
     uuid: Option<&str>,
     name: Option<&str>,
-) -> Result<Vec<String>> {
+) -> Result<(Vec<String>, Vec<SupersededDevice>)> {
     let found = crate::scan::discover(paths)?;
     let v = crate::scan::select(&found, uuid, name)?;
-    if let Err(e) = &v.assembly {
-        return Err(CliError(format!(
+    let a = v.assembly.as_ref().map_err(|e| {
+        CliError(format!(
             "volume '{}': the members found cannot be assembled: {e}",
             platter_core::label::printable(&v.name)
-        )));
-    }
+        ))
+    })?;
+    let superseded = platter_server::leftout::superseded(a, &v.paths);
+    let members: Vec<String> = (0..v.paths.len())
+        .filter(|&i| !a.superseded.iter().any(|s| s.device == i))
+        .map(|i| v.paths[i].clone())
+        .collect();
     tracing::info!(
         volume = %platter_core::label::printable(&v.name),
-        members = %v.paths.join(" "),
+        members = %members.join(" "),
         "members found by --scan"
     );
-    Ok(v.paths.clone())
+    Ok((members, superseded))
 }
 
 /// `--io-backend`, else the environment's choice, else auto.
@@ -366,8 +380,10 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
     if args.stdio {
         platter_server::check_stdio().map_err(CliError)?;
     }
+    let mut superseded = Vec::new();
     if let Some(paths) = &args.scan {
-        args.members = members_by_scan(paths, args.uuid.as_deref(), args.name.as_deref())?;
+        (args.members, superseded) =
+            members_by_scan(paths, args.uuid.as_deref(), args.name.as_deref())?;
     }
     // A stalled remote member is disconnected before it could be failed.
     let remote_timeout = Duration::from_secs(args.remote_timeout.min(args.member_timeout));
@@ -421,6 +437,11 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
         }
     }
     let mut volume = assemble_devices(devices)?;
+    let given = match &args.scan {
+        Some(paths) => crate::partial::Given::Scanned(paths),
+        None => crate::partial::Given::Named(&members),
+    };
+    let last_seen = crate::partial::check(&volume.assembly, given, unreachable.len(), args.run)?;
     let forced_slots = if args.force && !args.read_only {
         force_members_into_use(&mut volume)
     } else {
@@ -486,6 +507,8 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
         forced_slots,
         run_dir: Some(crate::served::run_dir(args.run_dir)),
         rebuild_rate_bytes_per_sec: args.rebuild_rate,
+        last_seen,
+        superseded,
     };
     // Under --stdio standard output is the client's socket: not a byte
     // of banner may go there. Started by socket activation (systemd, or a

@@ -84,7 +84,7 @@ pub fn gather(run_dir: &Path) -> Result<Listing> {
                 continue;
             }
         };
-        match exchange(stream, json!({ "cmd": "status" }), ANSWER_TIMEOUT) {
+        match exchange(stream, &socket, json!({ "cmd": "status" }), ANSWER_TIMEOUT) {
             Ok(v) => listing.volumes.push((socket, v)),
             Err(e) => listing.not_answering.push((socket, e.0)),
         }

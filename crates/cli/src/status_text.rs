@@ -314,8 +314,46 @@ fn members(s: &mut String, v: &Value) {
     for sp in v["spares"].as_array().into_iter().flatten() {
         let _ = writeln!(s, "  -    {:<26} {}", "spare", text(sp));
     }
+    left_out(s, v);
     for u in v["unreadable"].as_array().into_iter().flatten() {
         let _ = writeln!(s, "  warning: {}", text(u));
+    }
+}
+
+/// Each device set aside because its slot went to another member, and
+/// each member the volume is (or would be) served without: why, and the
+/// command that brings it back.
+fn left_out(s: &mut String, v: &Value) {
+    for d in v["superseded"].as_array().into_iter().flatten() {
+        let by = match (d["by_member_uuid"].as_str(), d["by_path"].as_str()) {
+            (Some(u), Some(p)) => format!("member {u} at {p}"),
+            (Some(u), None) => format!("member {u}"),
+            (None, _) => "nothing (removed)".to_string(),
+        };
+        let _ = writeln!(
+            s,
+            "  superseded: {} (slot {}, events {} < {}): slot {} now holds {by}; not used \
+             (platter wipe {} clears its label)",
+            text(&d["path"]),
+            num(&d["slot"]),
+            num(&d["event_counter"]),
+            num(&v["event_counter"]),
+            num(&d["slot"]),
+            text(&d["path"])
+        );
+    }
+    for l in v["left_out"].as_array().into_iter().flatten() {
+        let at = l["path"]
+            .as_str()
+            .map_or(String::new(), |p| format!(", {p}"));
+        let _ = writeln!(
+            s,
+            "  left out: slot {} (member {}{at}): {}; brought back by: {}",
+            num(&l["slot"]),
+            text(&l["member_uuid"]),
+            text(&l["detail"]),
+            text(&l["remedy"])
+        );
     }
 }
 

@@ -294,6 +294,8 @@ fn under_systemd_events_reach_the_journal_as_fields() {
     let mut serve = platter(&["serve", "--socket"]);
     serve
         .arg(volume.path().join("sock"))
+        // A degraded start, asked for.
+        .arg("--run")
         .args(&volume.members[..2])
         .env("JOURNAL_STREAM", &stream)
         .stdout(std::process::Stdio::null())

@@ -168,7 +168,7 @@ fn raid10_fail_each_member_in_turn() {
 /// A spare waits beside a running raid5; when a member fails, the spare takes
 /// its place and is rebuilt without anyone asking. After a stop, the member
 /// that failed is not trusted again: given back among the others, it is
-/// refused as not the volume's (its slot now belongs to the spare).
+/// shown as superseded (its slot now belongs to the spare) and not used.
 #[test]
 fn a_spare_takes_over_and_the_failed_member_stays_out() {
     let test = "a_spare_takes_over_and_the_failed_member_stays_out";
@@ -212,14 +212,21 @@ fn a_spare_takes_over_and_the_failed_member_stays_out() {
     );
     s.stop();
 
-    // The old member comes back with the others: refused, by name.
+    // The old member comes back with the others: superseded by the spare,
+    // by name, and the volume whole without it.
     let mut members = s.volume.members.clone();
     members.push(old.clone());
-    let mut args = vec!["status"];
+    let mut args = vec!["status", "--json"];
     args.extend(members.iter().map(String::as_str));
-    let out = run(&mut platter(&args), CMD_TIMEOUT);
-    assert!(!out.status.success(), "{}", out.describe(test));
-    assert!(out.stderr.contains(&old), "{}", out.describe(test));
+    let out = run_ok(&mut platter(&args), CMD_TIMEOUT, test);
+    let st: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(st["state"], "clean", "{st}");
+    assert_eq!(st["superseded"][0]["path"], old.as_str(), "{st}");
+    assert_eq!(
+        st["superseded"][0]["by_path"],
+        spare.to_str().unwrap(),
+        "{st}"
+    );
 }
 
 /// True when process `pid` has `path` open (a link in /proc/PID/fd).

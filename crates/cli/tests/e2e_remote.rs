@@ -427,7 +427,8 @@ fn a_member_written_elsewhere_is_not_brought_back() {
     // Not m1.sock: the killed nbdkit left its socket file there.
     let lone = h.files[1].clone() + ".lone.sock";
     let mut other = ServeProcess::spawn(
-        platter(&["serve", "--socket", &lone, &h.files[1]]).stdout(std::process::Stdio::piped()),
+        platter(&["serve", "--run", "--socket", &lone, &h.files[1]])
+            .stdout(std::process::Stdio::piped()),
         Default::default(),
         Default::default(),
     );

@@ -347,3 +347,238 @@ fn an_unreadable_device_is_listed_and_the_scan_goes_on() {
     );
     assert_eq!(volumes_of(&j)[0]["state"], "clean", "{j}");
 }
+
+/// Lines of `log` that mention `what`.
+fn lines_with<'l>(log: &'l str, what: &str) -> Vec<&'l str> {
+    log.lines().filter(|l| l.contains(what)).collect()
+}
+
+/// After `replace` the old disk keeps its label, older than the volume's,
+/// naming a member the volume's table no longer holds. It is shown as
+/// superseded (by the new member, at which events) and passed over:
+/// `scan` and offline `status` of the directory show the volume whole,
+/// `serve --scan` serves it with one line about the old disk, `wipe`
+/// clears it (a current member needs --force, and a running volume's
+/// member is refused even with it), and `scan` then passes over it.
+/// (How it showed: "cannot be assembled: member .../m1: not in the
+/// volume's member table (slot 1 belongs to another member)", exit 4;
+/// `serve --scan` exited 1; `status` of a glob with the old disk errored
+/// out with no table.)
+#[test]
+fn a_replaced_disk_is_superseded_passed_over_and_wiped() {
+    let v = Volume::create(RAID5, 8 * MIB);
+    let (name, dir) = (v.name.clone(), v.path().to_path_buf());
+    let old = v.members[1].clone();
+    let new = dir.join("new").display().to_string();
+    let size = v.member_size_bytes.to_string();
+    let mut s = Server::start(v);
+    run_ok(
+        platter(&["replace", "--wait", "--member-size", &size, "--control"])
+            .arg(s.control())
+            .args(["1", &new]),
+        CMD_TIMEOUT,
+        "replace slot 1",
+    );
+    s.volume.members[1] = new.clone();
+    s.stop();
+    let dir_s = dir.display().to_string();
+
+    let (code, text, stderr) = scan(&[&dir_s]);
+    assert_eq!(code, 0, "the volume is whole: {text}{stderr}");
+    assert!(
+        text.contains("3 of 3 members") && text.contains("superseded"),
+        "{text}"
+    );
+    let (_, j) = scan_json(&[&dir_s]);
+    let found = volumes_of(&j)[0];
+    assert_eq!(found["state"], "clean", "{j}");
+    let entry = |p: &str| {
+        found["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["path"] == p)
+            .unwrap_or_else(|| panic!("{p} in {j}"))
+            .clone()
+    };
+    assert_eq!(entry(&old)["state"], "superseded", "{j}");
+    assert_eq!(entry(&old)["superseded_by"]["path"], new.as_str(), "{j}");
+    assert_eq!(entry(&new)["state"], "active", "{j}");
+
+    // Offline status of every file there: a table, the old disk named.
+    let mut files: Vec<String> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path().display().to_string())
+        .filter(|p| !p.ends_with("sock") && !p.ends_with(".ctl"))
+        .collect();
+    files.sort();
+    let out = run_ok(
+        platter(&["status", "--json"]).args(&files),
+        CMD_TIMEOUT,
+        "status",
+    );
+    let st: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(st["state"], "clean", "{st}");
+    assert_eq!(st["superseded"][0]["path"], old.as_str(), "{st}");
+    assert_eq!(st["superseded"][0]["by_path"], new.as_str(), "{st}");
+    assert_eq!(st["superseded"][0]["slot"], 1, "{st}");
+    let out = run_ok(platter(&["status"]).args(&files), CMD_TIMEOUT, "status");
+    assert!(
+        out.stdout.contains(&format!("superseded: {old}")),
+        "{}",
+        out.stdout
+    );
+
+    // examine prints the old label as it is on disk.
+    let out = run_ok(
+        &mut platter(&["examine", "--json", &old]),
+        CMD_TIMEOUT,
+        "examine",
+    );
+    let label: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(label["slot"], 1, "{label}");
+    assert!(
+        label["event_counter"].as_u64() < st["event_counter"].as_u64(),
+        "{label}"
+    );
+
+    // serve --scan serves the volume, saying one thing of the old disk.
+    let mut volume = Volume::create(RAID5, 8 * MIB);
+    volume.name = name.clone();
+    let mut served = Server::start_with(
+        volume,
+        ServeOptions {
+            instead_of_members: Some(vec!["--scan".into(), dir_s.clone(), "--name".into(), name]),
+            ..ServeOptions::default()
+        },
+    );
+    assert_eq!(served.member_states(), ["active", "active", "active"]);
+    let log = served.log();
+    let said = lines_with(&log, "superseded");
+    assert_eq!(said.len(), 1, "{}", served.log());
+    assert!(said[0].contains(&old), "{}", said[0]);
+    let live = served.live("status");
+    assert_eq!(live["superseded"][0]["path"], old.as_str(), "{live}");
+    assert_eq!(live["superseded"][0]["by_path"], new.as_str(), "{live}");
+    // A member of the running volume: refused, even with --force.
+    let m0 = dir.join("m0").display().to_string();
+    let out = run(&mut platter(&["wipe", "--force", &m0]), CMD_TIMEOUT);
+    assert_eq!(out.status.code(), Some(1), "{}", out.describe("wipe m0"));
+    assert!(out.stderr.contains("in use"), "{}", out.stderr);
+    served.stop_with("TERM");
+
+    // A current member needs --force; nothing is written without it.
+    let before = fs::read(&m0).unwrap();
+    let out = run(&mut platter(&["wipe", &m0]), CMD_TIMEOUT);
+    assert_eq!(out.status.code(), Some(1), "{}", out.describe("wipe m0"));
+    assert!(out.stderr.contains("--force"), "{}", out.stderr);
+    assert_eq!(fs::read(&m0).unwrap(), before, "a refused wipe wrote");
+    // The superseded one goes without it, once wipe sees the newer labels
+    // (in its directory, or where --scan says); scan passes over it then.
+    let away = dir.join("away");
+    fs::create_dir(&away).unwrap();
+    let moved = away.join("m1").display().to_string();
+    fs::rename(&old, &moved).unwrap();
+    let out = run(&mut platter(&["wipe", &moved]), CMD_TIMEOUT);
+    assert_eq!(out.status.code(), Some(1), "{}", out.describe("wipe alone"));
+    assert!(out.stderr.contains("--scan"), "{}", out.stderr);
+    let out = run_ok(
+        &mut platter(&["wipe", "--scan", &dir_s, &moved]),
+        CMD_TIMEOUT,
+        "wipe the old disk",
+    );
+    assert!(out.stdout.contains("superseded"), "{}", out.stdout);
+    fs::rename(&moved, &old).unwrap();
+    let (code, j) = scan_json(&[&dir_s]);
+    assert_eq!(code, 0, "{j}");
+    let found = volumes_of(&j)[0];
+    assert!(
+        found["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m["path"] != old.as_str()),
+        "{j}"
+    );
+    let out = run(&mut platter(&["examine", &old]), CMD_TIMEOUT);
+    assert_eq!(out.status.code(), Some(2), "{}", out.describe("examine"));
+    assert!(out.stderr.contains("no platter label"), "{}", out.stderr);
+}
+
+/// The fields a table of docs/on-disk-format.md names (its third column's
+/// backticked names), reserved rows left out.
+fn documented_fields(section: &str) -> Vec<String> {
+    let doc = fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/on-disk-format.md"
+    ))
+    .unwrap();
+    let table = &doc[doc.find(section).expect("the section")..];
+    table
+        .lines()
+        .skip_while(|l| !l.starts_with("| 0x"))
+        .take_while(|l| l.starts_with('|'))
+        .filter_map(|l| {
+            let name = l.split('|').nth(3)?.trim();
+            Some(name.strip_prefix('`')?.strip_suffix('`')?.to_string())
+        })
+        .collect()
+}
+
+/// `examine` prints every field the on-disk format documents, the slot
+/// table with each slot's state and left_at_events, as text and JSON; a
+/// damaged label is shown as such with its checksums, a blank device is
+/// named as one, both with exit status 2.
+#[test]
+fn examine_prints_every_documented_field_and_says_what_is_wrong() {
+    let v = Volume::create(MIRROR, 4 * MIB);
+    let m = &v.members[1];
+    let out = run_ok(
+        &mut platter(&["examine", "--json", m]),
+        CMD_TIMEOUT,
+        "examine",
+    );
+    let j: Value = serde_json::from_str(&out.stdout).unwrap();
+    let header = documented_fields("## Label byte table");
+    assert!(header.len() > 40, "{header:?}");
+    for field in &header {
+        assert!(j.get(field).is_some(), "{field} missing from {j}");
+    }
+    let entry = documented_fields("### Slot table entry");
+    for slot in j["slots"].as_array().unwrap() {
+        for field in &entry {
+            assert!(slot.get(field).is_some(), "{field} missing from {slot}");
+        }
+    }
+    assert_eq!(j["slots"][1]["state"], "active", "{j}");
+    assert_eq!(j["slots"][1]["member_uuid"], j["member_uuid"], "{j}");
+    let text = run_ok(&mut platter(&["examine", m]), CMD_TIMEOUT, "examine");
+    for field in header.iter().chain(&entry) {
+        assert!(
+            text.stdout.contains(field.as_str()),
+            "{field} not in\n{}",
+            text.stdout
+        );
+    }
+
+    // A byte of the label changed: damaged, its checksums shown.
+    let mut bytes = fs::read(m).unwrap();
+    bytes[200] ^= 0xff;
+    let damaged = v.path().join("damaged");
+    fs::write(&damaged, &bytes).unwrap();
+    let d = damaged.display().to_string();
+    let out = run(&mut platter(&["examine", "--json", &d]), CMD_TIMEOUT);
+    assert_eq!(out.status.code(), Some(2), "{}", out.describe("examine"));
+    let j: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert!(j["error"].as_str().unwrap().contains("damaged"), "{j}");
+    assert_ne!(j["checksum"], j["checksum_computed"], "{j}");
+    // A blank device.
+    let blank = v.path().join("blank");
+    fs::write(&blank, vec![0u8; 8192]).unwrap();
+    let out = run(
+        &mut platter(&["examine", blank.to_str().unwrap()]),
+        CMD_TIMEOUT,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", out.describe("examine"));
+    assert!(out.stderr.contains("no platter label"), "{}", out.stderr);
+}

@@ -482,6 +482,12 @@ pub fn is_blank(bytes: &[u8]) -> bool {
     !bytes.starts_with(&LABEL_MAGIC)
 }
 
+/// The checksum a label's bytes should carry in their last four
+/// (`at::CHECKSUM`): CRC32C of everything before them.
+pub fn computed_checksum(bytes: &[u8; LABEL_BYTES]) -> u32 {
+    crc32c::crc32c(&bytes[..at::CHECKSUM])
+}
+
 /// Checks a name for a new volume: it must fit the label and hold no
 /// control characters (a newline or a terminal escape in a name would
 /// garble every listing that shows it, or drive the operator's terminal).

@@ -15,6 +15,7 @@ pub mod describe;
 pub mod engine;
 pub mod flow;
 mod grow;
+pub mod leftout;
 mod listen;
 mod livepage;
 mod manage;

@@ -5,6 +5,7 @@
 
 use crate::alerts::{Alert, EventKind};
 use crate::engine::Engine;
+use crate::leftout::LeftOutMember;
 use crate::meta::Meta;
 use crate::newdevice::{names_device, NewDevice};
 use crate::upkeep::Upkeep;
@@ -59,6 +60,13 @@ pub struct Manager {
     pub stopping: std::sync::atomic::AtomicBool,
     /// The clients' requests recorded (`record-start`, `record-stop`).
     pub recorder: Arc<crate::record::Recorder>,
+    /// The members the volume started without, by slot, until a device
+    /// takes the slot again (`status` says why each is out).
+    pub left_out: Mutex<BTreeMap<u32, LeftOutMember>>,
+    /// The control socket's path, for the commands `status` suggests.
+    pub control_path: Option<String>,
+    /// Devices set aside at start: their slot went to another member.
+    pub superseded: Vec<crate::leftout::SupersededDevice>,
 }
 
 /// Why no member is rebuilt while the volume is reshaped: a rebuild
@@ -138,6 +146,8 @@ impl Manager {
             "members_online": online,
             "read_policy": (geometry.copies() > 1).then(|| self.read_policy_status()),
             "members": self.members_status(&label, &geometry, &health),
+            "left_out": self.left_out_status(&label, &health),
+            "superseded": self.superseded_status(&label),
             "member_timeout_seconds": self.member_timeout.as_secs(),
             "unreachable": self.unplaced_status(),
             "spares": self.spares.lock().expect("spares").iter().map(|m| m.describe().to_string()).collect::<Vec<_>>(),
@@ -274,6 +284,55 @@ impl Manager {
             "regions": self.upkeep.resync_by_region.load(Ordering::SeqCst)
                 .then(|| self.upkeep.resync_regions.load(Ordering::SeqCst)),
         }))
+    }
+
+    /// The members out of use (a disconnected one is expected back on its
+    /// own), why each is out, and the command that brings it back.
+    fn left_out_status(&self, label: &platter_core::label::Label, health: &[Health]) -> Value {
+        let members = self.engine.members();
+        let known = self.left_out.lock().expect("left out");
+        (0..health.len() as u32)
+            .filter(|&s| matches!(health[s as usize], Health::Faulty | Health::Missing))
+            .filter(|&s| !self.is_disconnected(s))
+            .map(|s| {
+                let entry = &label.slots[s as usize];
+                let m = known
+                    .get(&s)
+                    .filter(|m| m.member_uuid == entry.member_uuid)
+                    .cloned()
+                    .unwrap_or_else(|| {
+                        let path = members[s as usize]
+                            .as_ref()
+                            .map(|d| d.describe().to_string());
+                        LeftOutMember::while_serving(label, s, path)
+                    });
+                m.json(label.event_counter, self.control_path.as_deref())
+            })
+            .collect()
+    }
+
+    /// The devices set aside at start, with where the member now in each
+    /// one's slot is.
+    fn superseded_status(&self, label: &platter_core::label::Label) -> Value {
+        let members = self.engine.members();
+        self.superseded
+            .iter()
+            .map(|d| {
+                let slot = d.slot as usize;
+                let by_path = members
+                    .get(slot)
+                    .and_then(Option::as_ref)
+                    .filter(|_| label.slots.get(slot).map(|e| e.member_uuid) == d.by_member_uuid)
+                    .map(|m| m.describe().to_string());
+                d.json(by_path.as_deref())
+            })
+            .collect()
+    }
+
+    /// A device took `slot` again: what was said of its start no longer
+    /// holds.
+    pub(crate) fn forget_left_out(&self, slot: u32) {
+        self.left_out.lock().expect("left out").remove(&slot);
     }
 
     /// A slot named by number or by its device's path.
@@ -441,6 +500,7 @@ impl Manager {
         }
         self.note_rotational(slot, &device);
         self.engine.set_member(slot, device);
+        self.forget_left_out(slot);
         self.removed.lock().expect("removed").remove(&slot);
         self.engine
             .with_volume(|v| v.start_rebuild(slot, 0))

@@ -75,6 +75,7 @@ impl Manager {
         empty_ppl(device.as_ref(), self.meta.label().ppl)?;
         self.note_rotational(slot, &device);
         self.engine.set_member(slot, device);
+        self.forget_left_out(slot);
         self.engine
             .with_volume(|v| v.start_partial_rebuild(slot, 0))
             .map_err(|e| e.to_string())?;

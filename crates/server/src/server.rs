@@ -119,6 +119,13 @@ pub struct ServeConfig {
     /// Listening sockets systemd passed (socket activation), served as
     /// well as `socket` and `listen`; taken once, at bind.
     pub inherited: crate::systemd::Inherited,
+    /// Where members not given were found by a scan, by slot: the log and
+    /// `status` name them in the command that brings each back.
+    pub last_seen: BTreeMap<u32, String>,
+    /// Devices `--scan` found whose label was superseded, left unopened:
+    /// logged at start and shown by `status` with those given and set
+    /// aside.
+    pub superseded: Vec<crate::leftout::SupersededDevice>,
 }
 
 impl ServeConfig {
@@ -170,6 +177,8 @@ impl Default for ServeConfig {
             run_dir: None,
             rebuild_rate_bytes_per_sec: defaults::REBUILD_BYTES_PER_SEC,
             inherited: Default::default(),
+            last_seen: BTreeMap::new(),
+            superseded: Vec::new(),
         }
     }
 }
@@ -270,6 +279,16 @@ pub fn serve(
         },
     });
     let bound = listen::bind(&config, &export.name)?;
+    let control_path = bound
+        .control
+        .as_ref()
+        .and_then(|l| l.local_addr().ok())
+        .and_then(|a| a.as_pathname().map(|p| p.display().to_string()));
+    crate::leftout::log_at_start(
+        &opened.left_out,
+        opened.assembly.label.event_counter,
+        control_path.as_deref(),
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let signals = Signals::watch(Arc::clone(&stop))?;
 
@@ -299,7 +318,7 @@ pub fn serve(
             recorded
         }));
     }
-    startup::alert_start(&engine, &config.forced_slots);
+    startup::alert_start(&engine, &config.forced_slots, &opened);
     startup::resume_rebuilds(&opened.assembly, &engine);
     startup::mark_in_use(&meta, &engine);
     let upkeep = Arc::new(Upkeep::with_scrubber(Scrubber::new(
@@ -327,6 +346,14 @@ pub fn serve(
         reconnecting: Mutex::new(None),
         stopping: AtomicBool::new(false),
         recorder: Arc::clone(&recorder),
+        left_out: Mutex::new(
+            std::mem::take(&mut opened.left_out)
+                .into_iter()
+                .map(|m| (m.slot, m))
+                .collect(),
+        ),
+        control_path,
+        superseded: std::mem::take(&mut opened.superseded),
     });
     manager.await_unreachable(&config.unreachable);
     let conns = Arc::new(Conns::new());

@@ -4,11 +4,12 @@
 //! [`reserve_areas`] (allocation only) and [`mark_in_use`].
 
 use crate::engine::Engine;
+use crate::leftout::LeftOutMember;
 use crate::manage;
 use crate::meta::Meta;
 use crate::server::{ServeConfig, ServeError, MAX_BLOCK_BYTES};
 use crate::upkeep::Upkeep;
-use platter_core::assemble::{Assembly, SlotNote};
+use platter_core::assemble::{Absence, Assembly, SlotNote};
 use platter_core::geometry::Geometry;
 use platter_core::intent::{IntentLayout, RegionSet};
 use platter_core::label::{printable, Label, SlotState, VolumeState};
@@ -18,6 +19,7 @@ use platter_io::Member;
 use platter_nbd::consts::*;
 use platter_nbd::ExportInfo;
 use std::collections::BTreeMap;
+use std::fmt::Write;
 use std::sync::Arc;
 
 /// The volume as it will be served: its members by slot (a removed slot's
@@ -34,6 +36,10 @@ pub(crate) struct Opened {
     pub removed: BTreeMap<u32, String>,
     /// The labels say the volume was not shut down cleanly.
     pub unclean: bool,
+    /// The slots served without a device, why, and what brings each back.
+    pub left_out: Vec<crate::leftout::LeftOutMember>,
+    /// Devices set aside: their slot went to another member.
+    pub superseded: Vec<crate::leftout::SupersededDevice>,
 }
 
 /// Takes the volume's members by slot and refuses a volume that cannot
@@ -48,9 +54,38 @@ pub(crate) fn open(volume: OpenVolume, config: &ServeConfig) -> Result<Opened, S
     };
     let mut members = volume.members_by_slot();
     let OpenVolume { assembly, devices } = volume;
+    let names: Vec<String> = devices.iter().map(|d| d.describe().to_string()).collect();
+    let mut superseded = config.superseded.clone();
+    superseded.extend(crate::leftout::superseded(&assembly, &names));
+    for d in &superseded {
+        tracing::warn!("{}", d.line(assembly.label.event_counter));
+    }
+    let left_out = crate::leftout::at_start(&assembly, &names, &config.last_seen);
     // The engine holds the devices from here on: one that leaves it (a
-    // removed member) is closed when the engine lets it go.
+    // removed member) is closed when the engine lets it go, and one whose
+    // label was superseded now.
     drop(devices);
+    let removed = take_removed(&mut members, &assembly);
+    reserve_metadata(&members, &assembly, intent.as_ref(), config)?;
+    check_servable(&assembly, &left_out)?;
+    let unclean = matches!(assembly.label.state, VolumeState::Dirty);
+    Ok(Opened {
+        assembly,
+        members,
+        intent,
+        removed,
+        unclean,
+        left_out,
+        superseded,
+    })
+}
+
+/// A removed slot's old device, given anyway, is not used: taken out of
+/// `members`, and named by slot for `platter status`.
+fn take_removed(
+    members: &mut [Option<Arc<dyn Member>>],
+    assembly: &Assembly,
+) -> BTreeMap<u32, String> {
     let mut removed = BTreeMap::new();
     for (slot, device) in members.iter_mut().enumerate() {
         if assembly.label.slots[slot].state != SlotState::Removed {
@@ -65,12 +100,23 @@ pub(crate) fn open(volume: OpenVolume, config: &ServeConfig) -> Result<Opened, S
             removed.insert(slot as u32, name);
         }
     }
-    if let Some((layout, _)) = &intent {
+    removed
+}
+
+/// Allocates the areas metadata writes go to on every member in use: the
+/// label and bitmap, and the checksum area.
+fn reserve_metadata(
+    members: &[Option<Arc<dyn Member>>],
+    assembly: &Assembly,
+    intent: Option<&(IntentLayout, RegionSet)>,
+    config: &ServeConfig,
+) -> Result<(), ServeError> {
+    if let Some((layout, _)) = intent {
         // The label and the bitmap, not the room for reshapes after them
         // (md's headroom: up to 128 MiB a member, most often never used).
         let end = platter_core::intent::INTENT_OFFSET_BYTES + layout.area_bytes();
         reserve_areas(
-            &members,
+            members,
             &assembly.health,
             (0, end.min(assembly.label.data_offset_bytes)),
             "label and write-intent bitmap area",
@@ -90,51 +136,58 @@ pub(crate) fn open(volume: OpenVolume, config: &ServeConfig) -> Result<Opened, S
             .unwrap_or(assembly.label.data_size_bytes);
         let len = c.format.area_bytes(data);
         reserve_areas(
-            &members,
+            members,
             &assembly.health,
             (c.area_offset_bytes, len),
             "checksum area",
         )?;
     }
+    Ok(())
+}
+
+/// Refuses a volume that cannot serve all of its data with the members
+/// present, naming each one left out and why.
+fn check_servable(assembly: &Assembly, left_out: &[LeftOutMember]) -> Result<(), ServeError> {
     let geometry = &assembly.geometry;
     let lost = assembly
         .health
         .iter()
         .filter(|h| **h != Health::Online)
         .count() as u32;
-    let left_out: Vec<String> = assembly
+    let too_small: Vec<String> = assembly
         .notes
         .iter()
         .filter_map(SlotNote::left_out_because)
         .collect();
-    if !geometry.serves_all(|m| assembly.health[m as usize] == Health::Online) {
-        let mut why = format!(
-            "volume '{}' cannot be served: {lost} of {} members unavailable, and {} \
-             cannot serve all of its data without them",
-            printable(&assembly.label.name),
-            geometry.members(),
-            geometry.level(),
-        );
-        for reason in &left_out {
-            why.push_str("; ");
-            why.push_str(reason);
+    if geometry.serves_all(|m| assembly.health[m as usize] == Health::Online) {
+        for reason in &too_small {
+            tracing::error!("{reason}; left out of the volume");
         }
-        return Err(ServeError::Refused(why));
+        return Ok(());
     }
-    for reason in &left_out {
-        tracing::error!("{reason}; left out of the volume");
+    let mut why = format!(
+        "volume '{}' cannot be served: {lost} of {} members unavailable, and {} \
+         cannot serve all of its data without them",
+        printable(&assembly.label.name),
+        geometry.members(),
+        geometry.level(),
+    );
+    for reason in &too_small {
+        why.push_str("; ");
+        why.push_str(reason);
     }
-    if lost > 0 {
-        tracing::warn!(lost, "serving degraded: {lost} member(s) unavailable");
+    let others = left_out
+        .iter()
+        .filter(|m| !matches!(m.why, Some(Absence::TooSmall { .. })));
+    for m in others {
+        let (_, detail) = m.reason(assembly.label.event_counter);
+        let at = m
+            .path
+            .as_deref()
+            .map_or(String::new(), |p| format!(", {p}"));
+        let _ = write!(why, "; slot {}{at}: {detail}", m.slot);
     }
-    let unclean = matches!(assembly.label.state, VolumeState::Dirty);
-    Ok(Opened {
-        assembly,
-        members,
-        intent,
-        removed,
-        unclean,
-    })
+    Err(ServeError::Refused(why))
 }
 
 /// Allocates `(offset, len)` of every member in use (`what` names it): a
@@ -655,8 +708,9 @@ pub(crate) fn mark_in_use(meta: &Meta, engine: &Engine) {
     meta.record(|l| mark(l, &health, VolumeState::Dirty));
 }
 
-/// The start's events: members forced into use, members missing.
-pub(crate) fn alert_start(engine: &Engine, forced_slots: &[u32]) {
+/// The start's events: members forced into use, members missing (each
+/// named with why it is out).
+pub(crate) fn alert_start(engine: &Engine, forced_slots: &[u32], opened: &Opened) {
     use crate::alerts::{Alert, EventKind};
     for &slot in forced_slots {
         engine.alert(
@@ -670,9 +724,23 @@ pub(crate) fn alert_start(engine: &Engine, forced_slots: &[u32]) {
     let health = engine.health();
     let lost = health.iter().filter(|h| **h != Health::Online).count();
     if lost > 0 {
+        let events = opened.assembly.label.event_counter;
+        let each: Vec<String> = opened
+            .left_out
+            .iter()
+            .map(|m| format!("slot {}: {}", m.slot, m.reason(events).1))
+            .collect();
+        let named = if each.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", each.join(", "))
+        };
         engine.alert(Alert::new(
             EventKind::StartedDegraded,
-            format!("{lost} of {} members unavailable at start", health.len()),
+            format!(
+                "{lost} of {} members unavailable at start{named}",
+                health.len()
+            ),
         ));
     }
 }

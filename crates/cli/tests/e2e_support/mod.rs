@@ -925,6 +925,10 @@ impl Server {
             cmd.arg("--inject").arg(i);
         }
         cmd.args(&self.options.extra_args);
+        // Members left out on purpose: a degraded start is asked for.
+        if !self.options.leave_out.is_empty() {
+            cmd.arg("--run");
+        }
         if let Some(args) = &self.options.instead_of_members {
             cmd.args(args);
         } else {

@@ -10,6 +10,9 @@ use crate::label::{printable, Label, LabelError, SlotState};
 use crate::volume::Health;
 use thiserror::Error;
 
+mod left_out;
+pub use left_out::{Absence, LeftOut, Remedy};
+
 /// What was found on one device.
 #[derive(Clone, Debug)]
 pub struct Found {
@@ -103,6 +106,27 @@ pub struct Assembly {
     pub slot_device: Vec<Option<usize>>,
     pub health: Vec<Health>,
     pub notes: Vec<SlotNote>,
+    /// Devices whose label gives their slot to another member in the
+    /// volume's newer labels (an old disk after `replace`, or after a
+    /// spare took its place): not used, and no obstacle.
+    pub superseded: Vec<Superseded>,
+}
+
+/// A device whose own label is older than the volume's and names a member
+/// the volume's freshest slot table no longer holds: its slot went to
+/// another device since (md leaves such a device out the same way).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Superseded {
+    /// The index into the input of the device.
+    pub device: usize,
+    /// The slot its label says it fills.
+    pub slot: u32,
+    pub member_uuid: [u8; 16],
+    /// Its own label's event counter (older than the volume's).
+    pub event_counter: u64,
+    /// Who holds that slot now, in the freshest table: `None` when the
+    /// slot is empty (removed) or no longer exists.
+    pub by_member_uuid: Option<[u8; 16]>,
 }
 
 pub fn uuid_string(u: &[u8; 16]) -> String {
@@ -168,7 +192,14 @@ pub fn assemble(found: &[Found]) -> Result<Assembly, AssembleError> {
     // Devices claiming each slot, used or not: two claims are refused.
     let mut claimed: Vec<Option<usize>> = vec![None; n];
     let mut notes = vec![SlotNote::NotFound; n];
+    let mut superseded = Vec::new();
     for (i, (f, l)) in found.iter().zip(&labels).enumerate() {
+        // Before its geometry is compared: the volume may have been grown
+        // or reshaped since this device left it.
+        if let Some(s) = superseded_by(reference, i, l) {
+            superseded.push(s);
+            continue;
+        }
         let inconsistent = |field| AssembleError::Inconsistent {
             member: f.name.clone(),
             field,
@@ -282,6 +313,34 @@ pub fn assemble(found: &[Found]) -> Result<Assembly, AssembleError> {
         slot_device,
         health,
         notes,
+        superseded,
+    })
+}
+
+/// `label` (of device `device`) when the freshest label `reference` no
+/// longer names its member anywhere and is newer: the slot was given to
+/// another member while this device was away. A label as new as the
+/// reference that disagrees about the slot is not superseded: two
+/// histories, refused as an unknown member.
+fn superseded_by(reference: &Label, device: usize, label: &Label) -> Option<Superseded> {
+    if label.event_counter >= reference.event_counter
+        || reference
+            .slots
+            .iter()
+            .any(|s| s.member_uuid == label.member_uuid)
+    {
+        return None;
+    }
+    Some(Superseded {
+        device,
+        slot: label.slot,
+        member_uuid: label.member_uuid,
+        event_counter: label.event_counter,
+        by_member_uuid: reference
+            .slots
+            .get(label.slot as usize)
+            .map(|s| s.member_uuid)
+            .filter(|u| *u != [0; 16]),
     })
 }
 

@@ -237,3 +237,139 @@ fn a_short_device_is_left_out_with_its_reason() {
         Err(AssembleError::DuplicateSlot { .. })
     ));
 }
+
+/// After `replace` (or a spare taking over) the old disk keeps its label,
+/// older than the volume's, naming a member the table no longer holds.
+/// It is set aside as superseded and the volume assembles from the rest.
+/// (How it showed: "member /dev/m1: not in the volume's member table (slot
+/// 1 belongs to another member)", and `scan`, `serve --scan` and `status`
+/// of a directory holding the old disk refused the whole volume.)
+#[test]
+fn an_old_disk_whose_slot_was_given_away_is_superseded_not_a_refusal() {
+    let labels = volume(Level::Raid5, 3, 7);
+    let old = labels[1].clone();
+    let mut newer = labels.clone();
+    let new_uuid = [7, 0xAB, 1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13];
+    for l in &mut newer {
+        l.event_counter = 21;
+        l.slots[1].member_uuid = new_uuid;
+    }
+    newer[1].member_uuid = new_uuid;
+    let mut f = found(&newer);
+    f.push(Found {
+        name: "/dev/old".into(),
+        size_bytes: (1 << 20) + DATA_BYTES,
+        // From before the volume grew: its geometry no longer matches.
+        label: Ok(Label {
+            member_count: 2,
+            slots: old.slots[..2].to_vec(),
+            ..old.clone()
+        }),
+    });
+    let a = assemble(&f).expect("assembles without the old disk");
+    assert_eq!(a.slot_device, vec![Some(0), Some(1), Some(2)]);
+    assert_eq!(a.health, vec![Health::Online; 3]);
+    assert_eq!(
+        a.superseded,
+        vec![Superseded {
+            device: 3,
+            slot: 1,
+            member_uuid: old.member_uuid,
+            event_counter: 5,
+            by_member_uuid: Some(new_uuid),
+        }]
+    );
+    // Without the new member, its slot is missing, not the old disk's.
+    let without: Vec<Found> = f.iter().filter(|d| d.name != "/dev/m1").cloned().collect();
+    let a = assemble(&without).unwrap();
+    assert_eq!(a.notes[1], SlotNote::NotFound);
+    assert_eq!(a.superseded.len(), 1);
+    // As new as the volume and disagreeing about the slot: two histories,
+    // still refused.
+    let mut twin = f.clone();
+    let mut same_age = old.clone();
+    same_age.event_counter = 21;
+    twin[3].label = Ok(same_age);
+    assert!(matches!(
+        assemble(&twin),
+        Err(AssembleError::UnknownMember { slot: 1, .. })
+    ));
+}
+
+/// Each slot served without a device says why, and what brings it back:
+/// `re-add` where the bitmap can tell what it missed, `replace` where not.
+#[test]
+fn left_out_slots_say_why_and_what_brings_them_back() {
+    let mut labels = volume(Level::Raid6, 6, 8);
+    for l in &mut labels {
+        l.intent_region_stripes = 1;
+        l.event_counter = 13;
+        l.slots[2].left_at_events = 12; // missing at the last start
+        l.slots[3].state = SlotState::Faulty;
+        l.slots[3].left_at_events = 10;
+        l.slots[4].state = SlotState::Removed;
+    }
+    // Slot 1 was missing at the start that wrote event 12; its own label
+    // is the one before.
+    for l in &mut labels {
+        l.slots[1].left_at_events = 12;
+    }
+    labels[1].event_counter = 11;
+    labels[1].slots[1].left_at_events = 0;
+    // Slots 0 and 1 given; 2, 3, 4 and 5 not.
+    let a = assemble(&found(&labels[..2])).unwrap();
+    let left = a.left_out();
+    let whys: Vec<(u32, Absence)> = left.iter().map(|l| (l.slot, l.why.clone())).collect();
+    assert_eq!(
+        whys,
+        vec![
+            (1, Absence::Stale { event_counter: 11 }),
+            (2, Absence::Gone { left_at_events: 12 }),
+            (3, Absence::Faulty),
+            (4, Absence::Removed),
+            (5, Absence::NotGiven),
+        ]
+    );
+    let remedies: Vec<Remedy> = left.iter().map(|l| l.remedy(&a.label)).collect();
+    assert_eq!(
+        remedies,
+        [
+            Remedy::ReAdd,
+            Remedy::ReAdd,
+            Remedy::ReAdd,
+            Remedy::Replace,
+            Remedy::ReAdd
+        ]
+    );
+    assert_eq!(left[0].why.detail(13), "stale at events 11 < 13");
+    assert_eq!(
+        Remedy::ReAdd.command("/run/v.ctl", 1, Some("/d/m1")),
+        "platter re-add --control /run/v.ctl /d/m1"
+    );
+    assert_eq!(
+        Remedy::Replace.command("/run/v.ctl", 4, None),
+        "platter replace --control /run/v.ctl 4 NEW-DEVICE"
+    );
+    // A replacement cut short and not given: nothing to re-add.
+    let mut cut = labels.clone();
+    for l in &mut cut {
+        l.slots[5].state = SlotState::Rebuilding;
+    }
+    let a = assemble(&found(&cut[..2])).unwrap();
+    let last = a.left_out().pop().unwrap();
+    assert_eq!((last.slot, &last.why), (5, &Absence::NotGiven));
+    assert_eq!(last.remedy(&a.label), Remedy::Replace);
+    // Stale by more than its leaving, or without a bitmap: replaced whole.
+    let mut far = labels.clone();
+    far[1].event_counter = 9;
+    let a = assemble(&found(&far[..2])).unwrap();
+    assert_eq!(a.left_out()[0].remedy(&a.label), Remedy::Replace);
+    for l in &mut labels {
+        l.intent_region_stripes = 0;
+    }
+    let a = assemble(&found(&labels[..2])).unwrap();
+    assert!(a
+        .left_out()
+        .iter()
+        .all(|l| l.remedy(&a.label) == Remedy::Replace));
+}
