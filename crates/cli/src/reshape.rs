@@ -38,11 +38,11 @@ pub struct ReshapeArgs {
     /// naming an ordinary raid6 layout, the data moves). One that survives
     /// fewer lost members than the volume's (raid6 to raid5, raid5 to
     /// stripe) needs --force.
-    #[arg(long, value_name = "LEVEL")]
+    #[arg(long, value_name = "LEVEL", value_parser = crate::values::level())]
     level: Option<Level>,
     /// The new parity layout for raid5/raid6 (left-symmetric,
     /// left-asymmetric, right-symmetric, right-asymmetric).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", value_parser = crate::values::layout())]
     layout: Option<String>,
     /// Create files to add that do not exist, of this size (sparse).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
