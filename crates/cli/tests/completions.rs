@@ -144,6 +144,14 @@ fn bash_completes_the_values_of_levels_layouts_and_policies() {
         offered(&["platter", "create", "--checksums", ""]),
         ["crc32c", "none", "xxh3"]
     );
+    // zsh's and fish's scripts carry the same values (clap_complete's
+    // elvish and powershell scripts complete option names only).
+    for shell in ["zsh", "fish"] {
+        let script = platter(&["completions", shell]);
+        for value in ["raid10", "left-symmetric-6", "proximity", "xxh3", "ppl"] {
+            assert!(script.contains(value), "{shell}: no {value}");
+        }
+    }
 }
 
 /// The pages `platter man --out-dir DIR` writes: every page named in

@@ -8,7 +8,7 @@
 //! with `\`; a `host$ ` prompt names another host. They run in the README's
 //! order, by bash, from the clone's root, as root, in private mount and
 //! network namespaces: `/run` is a fresh tmpfs and `/usr/local` an overlay
-//! whose writes land in the test's directory (so `scripts/setup` installs
+//! whose writes land in a tmpfs of the test's (so `scripts/setup` installs
 //! where it always does, and the examples' sockets, `/run/home.sock`, and
 //! ports, 127.0.0.1:9100, are the test's own). How they run:
 //!
@@ -274,16 +274,21 @@ impl Namespaces {
             std::thread::sleep(Duration::from_millis(20));
         }
         let ns = Namespaces { holder };
-        let (upper, work) = (dir.join("usr-local"), dir.join("usr-local.work"));
-        std::fs::create_dir_all(&upper).unwrap();
-        std::fs::create_dir_all(&work).unwrap();
-        let overlay = format!(
-            "lowerdir=/usr/local,upperdir={},workdir={}",
-            upper.display(),
-            work.display()
-        );
-        for args in [
-            &["mount", "-t", "tmpfs", "tmpfs", "/run"][..],
+        // The overlay's own directories on a tmpfs: an upper directory on
+        // the test's file system would fail where that is an overlay too
+        // (a container's root).
+        let layers = dir.join("usr-local");
+        std::fs::create_dir_all(&layers).unwrap();
+        let layers = layers.display().to_string();
+        let overlay = format!("lowerdir=/usr/local,upperdir={layers}/upper,workdir={layers}/work");
+        let steps: [&[&str]; 5] = [
+            &["mount", "-t", "tmpfs", "tmpfs", "/run"],
+            &["mount", "-t", "tmpfs", "tmpfs", &layers],
+            &[
+                "mkdir",
+                &format!("{layers}/upper"),
+                &format!("{layers}/work"),
+            ],
             &[
                 "mount",
                 "-t",
@@ -292,9 +297,10 @@ impl Namespaces {
                 "-o",
                 &overlay,
                 "/usr/local",
-            ][..],
-            &["ip", "link", "set", "lo", "up"][..],
-        ] {
+            ],
+            &["ip", "link", "set", "lo", "up"],
+        ];
+        for args in steps {
             let mut c = ns.enter(t, Path::new("/"));
             run_ok(c.args(args), CMD_TIMEOUT, &args.join(" "));
         }
@@ -597,6 +603,15 @@ fn every_readme_command_runs_as_written_in_a_fresh_clone() {
     let Some(clone) = clone_working_tree(test, &t, dir.path()) else {
         return;
     };
+    let lacking = packages_setup_lacks(&t, &clone);
+    if !lacking.is_empty() {
+        let why = format!(
+            "scripts/setup would install {} (./scripts/test installs them first)",
+            lacking.join(", ")
+        );
+        platter_testkit::skips::skipped(test, why);
+        return;
+    }
     let readme = std::fs::read_to_string(clone.join("README.md")).unwrap();
     let all = readme_commands(&readme);
     check_tables(&all);
@@ -617,6 +632,17 @@ fn every_readme_command_runs_as_written_in_a_fresh_clone() {
         .map(|(l, why)| format!("README.md:{l} {why}"))
         .collect();
     eprintln!("README commands not run here:\n  {}", skipped.join("\n  "));
+}
+
+/// The packages `scripts/setup` would install here: it would reach for
+/// apt, which the private network cannot.
+fn packages_setup_lacks(t: &Tools, clone: &Path) -> Vec<String> {
+    let script = ". scripts/lib/common.sh; for p in \"${BUILD_PACKAGES[@]}\" \
+                  \"${CLIENT_PACKAGES[@]}\"; do have_package \"$p\" || echo \"$p\"; done";
+    let mut c = t.cmd("bash");
+    c.args(["-c", script]).current_dir(clone);
+    let out = run_ok(&mut c, CMD_TIMEOUT, "the packages setup needs");
+    out.stdout.lines().map(str::to_string).collect()
 }
 
 /// The extraction finds the README's commands, and every entry of the
