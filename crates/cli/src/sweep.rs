@@ -171,23 +171,26 @@ pub(crate) fn resolve_drive(name: &str) -> Result<Option<DriveSpec>> {
         _ => {}
     }
     let path = Path::new(name);
-    let file = if path.extension().is_some_and(|e| e == "parv") || path.exists() {
-        path.to_path_buf()
-    } else {
-        let dirs = disksim_dirs();
-        let found = dirs
-            .iter()
-            .map(|d| d.join(format!("{name}.parv")))
-            .find(|p| p.exists());
-        found.ok_or_else(|| {
-            let looked: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
-            format!(
+    let file =
+        if path.extension().is_some_and(|e| e == "parv") || path.exists() {
+            path.to_path_buf()
+        } else {
+            let dirs = disksim_dirs();
+            let found = dirs
+                .iter()
+                .map(|d| d.join(format!("{name}.parv")))
+                .find(|p| p.exists());
+            found.ok_or_else(|| {
+                let looked: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+                let env = std::env::var_os("PLATTER_DISKSIM_DIR").is_some();
+                format!(
                 "drive `{name}`: not a file, not parametric-7200 or simple, and no {name}.parv in \
-                 {} (or the directory $PLATTER_DISKSIM_DIR names)",
-                looked.join(", ")
+                 {}{}",
+                looked.join(", "),
+                if env { "" } else { " (or a directory $PLATTER_DISKSIM_DIR names)" }
             )
-        })?
-    };
+            })?
+        };
     let spec = platter_sim::disksim::load_drive(&file).map_err(|e| e.to_string())?;
     Ok(Some(spec))
 }
