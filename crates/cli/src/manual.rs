@@ -143,60 +143,120 @@ fn roff(text: &str) -> String {
 fn exit_status_section(cmd: &Command) -> String {
     let mut s = String::from(".SH \"EXIT STATUS\"\n");
     for (code, meaning) in exit_codes(&path_of(cmd)) {
-        s.push_str(&format!(".TP\n\\fB{code}\\fR\n{}\n", roff(&meaning)));
+        s.push_str(&format!(".TP\n\\fB{code}\\fR\n{}\n", roff(meaning)));
     }
     s
 }
 
-/// What each exit status of `platter PATH` means.
-fn exit_codes(path: &str) -> Vec<(&'static str, String)> {
-    let top = path.split(' ').next().unwrap_or("");
-    let error = "an error, said in one line on standard error (platter: error: ...)";
-    let usage = "the command line is wrong (an unknown option, a value an option refuses)";
-    let mut codes = match top {
-        "" => vec![
-            ("0", "the command succeeded".to_string()),
-            ("1", error.to_string()),
-            ("2", usage.to_string()),
-            ("3, 4", "platter scan's (no volume found; a volume incomplete); check, repair and scan give 1 and 2 meanings of their own (their pages)".into()),
-            ("141", "standard output was closed before everything was printed (platter status | head -1): \
-                   a command that only prints, or a control command, ended there quietly; create, \
-                   reshape, serve, sweep and sim finish their work instead and exit with their own status".into()),
+/// The statuses most commands share.
+const COMMON: &[(&str, &str)] = &[
+    ("0", "the command succeeded"),
+    (
+        "1",
+        "an error, said in one line on standard error (platter: error: ...)",
+    ),
+    (
+        "2",
+        "the command line is wrong (an unknown option, a value an option refuses)",
+    ),
+];
+
+/// Commands whose statuses are their own (check and repair keep 1 for
+/// "mismatches found", so their failures are 2).
+const OWN: &[(&str, &[(&str, &str)])] = &[
+    (
+        "check",
+        &[
+            ("0", "every stripe was checked, and all agree"),
+            ("1", "mismatches found (platter repair mends them)"),
+            (
+                "2",
+                "some stripes could not be checked (a member lost), the check failed, or the \
+               command line is wrong",
+            ),
         ],
-        "check" => vec![
-            ("0", "every stripe was checked, and all agree".into()),
-            ("1", "mismatches found (platter repair mends them)".into()),
-            ("2", format!("some stripes could not be checked (a member lost), the check failed, or {usage}")),
+    ),
+    (
+        "repair",
+        &[
+            (
+                "0",
+                "every stripe was checked, and any mismatch found was repaired",
+            ),
+            (
+                "2",
+                "some stripes could not be checked or repaired (a member lost), the repair \
+               failed, or the command line is wrong",
+            ),
         ],
-        "repair" => vec![
-            ("0", "every stripe was checked, and any mismatch found was repaired".into()),
-            ("2", format!("some stripes could not be checked or repaired (a member lost), the repair failed, or {usage}")),
+    ),
+    (
+        "scan",
+        &[
+            ("0", "volumes were found, each with every member"),
+            (
+                "1",
+                "an error, said in one line on standard error: a PATH that does not exist, say",
+            ),
+            ("2", "the command line is wrong"),
+            ("3", "no volume was found"),
+            (
+                "4",
+                "a volume lacks members or cannot be served, or a damaged label was found",
+            ),
         ],
-        "scan" => vec![
-            ("0", "volumes were found, each with every member".into()),
-            ("1", format!("{error}: a PATH that does not exist, say")),
-            ("2", usage.into()),
-            ("3", "no volume was found".into()),
-            ("4", "a volume lacks members or cannot be served, or a damaged label was found".into()),
+    ),
+    (
+        "serve",
+        &[
+            (
+                "0",
+                "stopped (SIGINT, SIGTERM, or its one client left) with every member flushed \
+               and the volume marked clean",
+            ),
+            (
+                "1",
+                "an error, said in one line on standard error: refused at start (members, \
+               sockets, options), or the final flush or label write failed",
+            ),
+            ("2", "the command line is wrong"),
         ],
-        "serve" => vec![
-            ("0", "stopped (SIGINT, SIGTERM, or its one client left) with every member flushed and the volume marked clean".into()),
-            ("1", format!("{error}: refused at start (members, sockets, options), or it could not stop cleanly")),
-            ("2", usage.into()),
-        ],
-        _ => vec![
-            ("0", "the command succeeded".into()),
-            ("1", error.into()),
-            ("2", usage.into()),
-        ],
-    };
-    if top.is_empty() || finishes_when_stdout_closes(top) {
-        return codes;
-    }
-    codes.push((
+    ),
+];
+
+/// platter(1)'s statuses beyond [`COMMON`].
+const ROOT_MORE: &[(&str, &str)] = &[
+    (
+        "3, 4",
+        "platter scan's (no volume found; a volume incomplete); check, repair and scan \
+              give 1 and 2 meanings of their own (their pages)",
+    ),
+    (
         "141",
-        "standard output was closed before everything was printed (platter status | head -1): the command ended there, quietly".into(),
-    ));
+        "standard output was closed before everything was printed (platter status | \
+             head -1): a command that only prints, or a control command, ended there \
+             quietly; create, reshape, serve, sweep and sim finish their work instead and \
+             exit with their own status",
+    ),
+];
+
+const CLOSED: (&str, &str) = (
+    "141",
+    "standard output was closed before everything was printed (platter status | head -1): \
+     the command ended there, quietly",
+);
+
+/// What each exit status of `platter PATH` means.
+fn exit_codes(path: &str) -> Vec<(&'static str, &'static str)> {
+    let top = path.split(' ').next().unwrap_or("");
+    if top.is_empty() {
+        return COMMON.iter().chain(ROOT_MORE).copied().collect();
+    }
+    let own = OWN.iter().find(|(name, _)| *name == top);
+    let mut codes = own.map_or(COMMON, |(_, codes)| codes).to_vec();
+    if !finishes_when_stdout_closes(top) {
+        codes.push(CLOSED);
+    }
     codes
 }
 
