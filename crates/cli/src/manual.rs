@@ -323,3 +323,31 @@ fn related(top: &str) -> &'static [&'static str] {
         _ => &[],
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn codes(path: &str) -> Vec<String> {
+        exit_codes(path)
+            .iter()
+            .map(|(c, _)| c.to_string())
+            .collect()
+    }
+
+    /// The pages name the statuses the commands return.
+    #[test]
+    fn exit_statuses_are_the_commands_own() {
+        use crate::control::{SCRUB_CLEAN, SCRUB_INCOMPLETE, SCRUB_MISMATCHES};
+        use crate::scan::{EXIT_INCOMPLETE, EXIT_NOTHING, EXIT_WHOLE};
+        let check = [SCRUB_CLEAN, SCRUB_MISMATCHES, SCRUB_INCOMPLETE];
+        assert!(check
+            .iter()
+            .all(|c| codes("check").contains(&c.to_string())));
+        let scan = [EXIT_WHOLE, EXIT_NOTHING, EXIT_INCOMPLETE];
+        assert!(scan.iter().all(|c| codes("scan").contains(&c.to_string())));
+        let closed = crate::out::CLOSED_STATUS.to_string();
+        assert!(codes("status").contains(&closed) && codes("").contains(&closed));
+        assert!(!codes("create").contains(&closed) && !codes("sim validate").contains(&closed));
+    }
+}
