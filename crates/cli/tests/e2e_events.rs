@@ -4,7 +4,9 @@
 //! recording script shows what it was given: the start degraded, a member
 //! failed and removed, a spare taking over and its rebuild done, members
 //! forced into use, a reshape done; a slow program holds up no I/O; a
-//! program that cannot run is refused at start.
+//! program that cannot run is refused at start. The example program
+//! shipped in contrib/ mails an event through a sendmail on PATH, and
+//! logs it without one.
 
 mod e2e_support;
 
