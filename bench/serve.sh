@@ -410,7 +410,7 @@ for cmp, name, subject, ref in pairs:
     direction, bs, depth = jobs[name]
     p = [result(cmp, name, subject, r, direction) for r in range(1, runs + 1)]
     n = [result(cmp, name, ref, r, direction) for r in range(1, runs + 1)]
-    # DESIGN.md: the figure quoted is the median of the per-pair ratios,
+    # The figure quoted is the median of the per-pair ratios (bench/README.md),
     # each pair measured back to back, which cancels slow drifts in load.
     ratios = [a[0] / b[0] if b[0] else float("nan") for a, b in zip(p, n)]
     ratio = statistics.median(ratios)

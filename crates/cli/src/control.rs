@@ -288,7 +288,8 @@ pub struct PolicyArgs {
     json: bool,
     /// round-robin | split[:SIZE] | load | prefer:SLOT | proximity[:WINDOW] |
     /// auto; leave out to show the current one.
-    #[arg(value_name = "POLICY")]
+    #[arg(value_name = "POLICY", value_parser = crate::values::read_policy_text(),
+          hide_possible_values = true)]
     policy: Option<String>,
 }
 

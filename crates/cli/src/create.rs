@@ -157,8 +157,9 @@ fn write_checksum_area(
 
 #[derive(Args, Clone)]
 pub struct CreateArgs {
-    /// concat | stripe | mirror | raid10 | raid5 | raid6
-    #[arg(long, value_name = "LEVEL")]
+    /// How the members make the volume (md's names raid0, raid1 and linear
+    /// are taken too).
+    #[arg(long, value_name = "LEVEL", value_parser = crate::values::level())]
     level: Level,
     /// Bytes on one member before moving to the next: any multiple of 512
     /// (126s, 64k, 1M).
@@ -166,7 +167,7 @@ pub struct CreateArgs {
     interleave: u64,
     /// Parity placement for raid5/raid6: left-symmetric (default),
     /// left-asymmetric, right-symmetric, right-asymmetric. For raid10: near.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", value_parser = crate::values::layout())]
     layout: Option<String>,
     /// raid10 only: copies of each chunk (md's near layout; need not divide
     /// the member count).
@@ -180,7 +181,8 @@ pub struct CreateArgs {
     /// the read), auto (proximity for rotational members, load for the
     /// others). Changeable later with `platter read-policy`. See
     /// docs/tuning.md.
-    #[arg(long, value_name = "POLICY", default_value = "auto")]
+    #[arg(long, value_name = "POLICY", default_value = "auto",
+          value_parser = crate::values::read_policy(), hide_possible_values = true)]
     read_policy: ReadPolicy,
     /// A name for people; the volume is identified by its UUID.
     #[arg(long, value_name = "NAME", default_value = "platter")]
@@ -211,7 +213,7 @@ pub struct CreateArgs {
     /// and the bad block is rewritten. Costs 0.8% of each member and the
     /// reads and writes of the checksums (docs/performance.md). Needs the
     /// write-intent bitmap on redundant levels.
-    #[arg(long, value_name = "ALGORITHM", default_value = "none", value_parser = parse_checksums)]
+    #[arg(long, value_name = "ALGORITHM", default_value = "none", value_parser = crate::values::checksums(parse_checksums))]
     checksums: ChecksumChoice,
     /// With --checksums: also keep, on the next member, the generation at
     /// which each member's checksum pages were last made durable (write

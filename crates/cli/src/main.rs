@@ -8,6 +8,7 @@ mod create;
 mod error;
 mod examine;
 mod listing;
+mod manual;
 mod members;
 mod out;
 mod partial;
@@ -22,6 +23,7 @@ mod status;
 mod status_text;
 mod sweep;
 mod wipe;
+mod values;
 
 use clap::{Parser, Subcommand};
 use out::errln;
@@ -191,10 +193,11 @@ enum Command {
         #[arg(value_name = "SHELL")]
         shell: clap_complete::Shell,
     },
-    /// Print the manual page (roff), made from the same definitions as
-    /// --help; `scripts/setup` installs it as platter(1).
-    #[command(after_help = "Example: platter man | man -l -")]
-    Man,
+    /// Print a manual page (roff), made from the same definitions as
+    /// --help: platter(1), or a command's (`platter man serve` prints
+    /// platter-serve(1)); `scripts/setup` installs them all (--out-dir).
+    #[command(after_help = "Example: platter man serve | man -l -")]
+    Man(manual::ManArgs),
 }
 
 fn main() -> ExitCode {
@@ -237,8 +240,8 @@ fn main() -> ExitCode {
         Command::Sim(c) => sim::run(c),
         Command::Sweep(a) => sweep::run(a),
         Command::Advise(a) => advise::run(a),
-        // Both made whole in memory first: clap_complete panics on a
-        // failed write, and a page cut short is no page.
+        // Made whole in memory first (as manual pages are): clap_complete
+        // panics on a failed write.
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             let mut script = Vec::new();
@@ -246,13 +249,7 @@ fn main() -> ExitCode {
             out::write_bytes(&script);
             Ok(())
         }
-        Command::Man => {
-            let mut page = Vec::new();
-            clap_mangen::Man::new(<Cli as clap::CommandFactory>::command())
-                .render(&mut page)
-                .map_err(|e| error::CliError(format!("cannot make the manual page: {e}")))
-                .map(|()| out::write_bytes(&page))
-        }
+        Command::Man(a) => manual::run(a, <Cli as clap::CommandFactory>::command()),
     };
     exit(result.map(|()| 0), error_code)
 }
@@ -289,7 +286,7 @@ fn on_closed(command: &Command) -> out::OnClosed {
         | Command::ReadPolicy(_)
         | Command::Advise(_)
         | Command::Completions { .. }
-        | Command::Man => Quit,
+        | Command::Man(_) => Quit,
     }
 }
 

@@ -17,6 +17,7 @@ use platter_core::reshape::{
 use platter_core::units::{format_size, parse_size};
 use platter_core::{Level, ParityLayout};
 use platter_io::{Member, OpenOptions};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -38,11 +39,11 @@ pub struct ReshapeArgs {
     /// naming an ordinary raid6 layout, the data moves). One that survives
     /// fewer lost members than the volume's (raid6 to raid5, raid5 to
     /// stripe) needs --force.
-    #[arg(long, value_name = "LEVEL")]
+    #[arg(long, value_name = "LEVEL", value_parser = crate::values::level())]
     level: Option<Level>,
     /// The new parity layout for raid5/raid6 (left-symmetric,
     /// left-asymmetric, right-symmetric, right-asymmetric).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", value_parser = crate::values::layout())]
     layout: Option<String>,
     /// Create files to add that do not exist, of this size (sparse).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
@@ -237,15 +238,7 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
             .first()
             .copied()
             .unwrap_or(0);
-    let add_opts = OpenOptions {
-        create_size_bytes: args.member_size.filter(|_| !args.dry_run),
-        read_only: args.dry_run,
-        ..OpenOptions::default()
-    };
-    let added = open_all(&args.add, add_opts).map_err(CliError::from)?;
-    for m in &added {
-        check_added(m.as_ref(), &label.volume_uuid, needed, args.force)?;
-    }
+    let added = open_added(&args, &label.volume_uuid, needed)?;
     let mut plan = None;
     let reserved = reserved_from_bytes(&old, &new, label.intent_region_stripes);
     let change = if q_member.is_some() {
@@ -357,6 +350,39 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
 
 /// Refuses a device that cannot be added: too small, one of this
 /// volume's own, or another volume's (unless `force`).
+/// The devices to add, opened and checked. A dry run makes no file: one
+/// that --member-size would make is only checked for its size.
+fn open_added(
+    args: &ReshapeArgs,
+    volume_uuid: &[u8; 16],
+    needed: u64,
+) -> Result<Vec<Arc<dyn Member>>> {
+    let to_make = |spec: &&String| {
+        args.dry_run
+            && args.member_size.is_some()
+            && !spec.contains("://")
+            && !Path::new(spec.as_str()).exists()
+    };
+    if let (Some(size), Some(spec)) = (args.member_size, args.add.iter().find(to_make)) {
+        if size < needed {
+            return Err(CliError(format!(
+                "{spec}: --member-size {size} bytes is too small: a member of this volume needs {needed}"
+            )));
+        }
+    }
+    let present: Vec<String> = args.add.iter().filter(|s| !to_make(s)).cloned().collect();
+    let opts = OpenOptions {
+        create_size_bytes: args.member_size.filter(|_| !args.dry_run),
+        read_only: args.dry_run,
+        ..OpenOptions::default()
+    };
+    let added = open_all(&present, opts).map_err(CliError::from)?;
+    for m in &added {
+        check_added(m.as_ref(), volume_uuid, needed, args.force)?;
+    }
+    Ok(added)
+}
+
 fn check_added(m: &dyn Member, volume_uuid: &[u8; 16], needed: u64, force: bool) -> Result<()> {
     if m.size_bytes() < needed {
         return Err(CliError(format!(

@@ -16,8 +16,8 @@ pub enum SimCommand {
     /// simulated response-time distributions, as DiskSim's `rms` computes
     /// it).
     #[command(
-        after_help = "Example: platter sim validate --drive ../shared/data/disksim/cheetah9LP.parv \
-                      --trace ../shared/data/disksim/cheetah9LP.trace\n\
+        after_help = "Example (from the repository's root): platter sim validate \
+                      --drive data/disksim/cheetah9LP.parv --trace data/disksim/cheetah9LP.trace\n\
                       DiskSim 4.0's own demerits: cheetah9LP 0.107, hp_c2247a 0.090, barracuda 0.349 ms."
     )]
     Validate(ValidateArgs),

@@ -26,8 +26,9 @@ use std::sync::Mutex;
 #[derive(Args)]
 #[command(after_help = "\
 Drives: a DiskSim 4.0 parameter file (FILE.parv), a name of DiskSim's validation set \
-(cheetah9LP, barracuda, hp_c2247a: looked up in $PLATTER_DISKSIM_DIR, ../shared/data/disksim \
-and ../../shared/data/disksim), parametric-7200 (a built-in 7200 rpm drive), or simple \
+(cheetah9LP, barracuda, hp_c2247a: looked up in $PLATTER_DISKSIM_DIR, in share/platter/disksim \
+beside the binary's bin/, where scripts/setup installs them, and in the data/disksim of the \
+source tree it was built from), parametric-7200 (a built-in 7200 rpm drive), or simple \
 (SimpleLatency members, which need --member-size; with --latency they are the members \
 `platter serve --inject mN=latency=T` makes: every I/O takes T plus --latency-jitter, at most \
 --queue-depth at once per member).
@@ -144,14 +145,22 @@ pub(crate) fn volume_layout_and_policy(
     Ok((volume.assembly.geometry, policy))
 }
 
-/// Where DiskSim's validation drives may be.
+/// Where DiskSim's validation drives may be: named by the environment,
+/// installed beside the binary (`PREFIX/bin/platter`,
+/// `PREFIX/share/platter/disksim`), or in the repository it was built from.
 fn disksim_dirs() -> Vec<PathBuf> {
     let mut v = Vec::new();
     if let Some(d) = std::env::var_os("PLATTER_DISKSIM_DIR") {
         v.push(PathBuf::from(d));
     }
-    v.push(PathBuf::from("../shared/data/disksim"));
-    v.push(PathBuf::from("../../shared/data/disksim"));
+    let exe = std::env::current_exe().ok();
+    if let Some(prefix) = exe.as_deref().and_then(Path::parent).and_then(Path::parent) {
+        v.push(prefix.join("share/platter/disksim"));
+    }
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    if let Some(repo) = crate_dir.parent().and_then(Path::parent) {
+        v.push(repo.join("data/disksim"));
+    }
     v
 }
 
@@ -162,20 +171,26 @@ pub(crate) fn resolve_drive(name: &str) -> Result<Option<DriveSpec>> {
         _ => {}
     }
     let path = Path::new(name);
-    let file = if path.extension().is_some_and(|e| e == "parv") || path.exists() {
-        path.to_path_buf()
-    } else {
-        disksim_dirs()
-            .into_iter()
-            .map(|d| d.join(format!("{name}.parv")))
-            .find(|p| p.exists())
-            .ok_or_else(|| {
+    let file =
+        if path.extension().is_some_and(|e| e == "parv") || path.exists() {
+            path.to_path_buf()
+        } else {
+            let dirs = disksim_dirs();
+            let found = dirs
+                .iter()
+                .map(|d| d.join(format!("{name}.parv")))
+                .find(|p| p.exists());
+            found.ok_or_else(|| {
+                let looked: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+                let env = std::env::var_os("PLATTER_DISKSIM_DIR").is_some();
                 format!(
-                    "drive `{name}`: not a file, not parametric-7200 or simple, and no {name}.parv in \
-                     $PLATTER_DISKSIM_DIR, ../shared/data/disksim or ../../shared/data/disksim"
-                )
+                "drive `{name}`: not a file, not parametric-7200 or simple, and no {name}.parv in \
+                 {}{}",
+                looked.join(", "),
+                if env { "" } else { " (or a directory $PLATTER_DISKSIM_DIR names)" }
+            )
             })?
-    };
+        };
     let spec = platter_sim::disksim::load_drive(&file).map_err(|e| e.to_string())?;
     Ok(Some(spec))
 }

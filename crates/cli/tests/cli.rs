@@ -1056,3 +1056,50 @@ fn sim_validate_writes_each_request() {
     let msg = assert_refused(&platter(&bad), "requests into a missing folder");
     assert!(msg.contains("no/such/dir/r.txt"), "{msg}");
 }
+
+/// DiskSim's drives are found by name wherever the command runs: they ship
+/// in the repository's data/disksim (and scripts/setup installs them
+/// beside the binary). A name found nowhere is refused in one line that
+/// says where it was looked for.
+///
+/// Regression: names were looked for in ../shared/data/disksim relative
+/// to the current directory, which a clone has nowhere.
+#[test]
+fn drives_of_the_validation_set_are_found_by_name() {
+    let dir = temp_dir();
+    let sweep = |drive: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_platter"))
+            .args(["sweep", "--drive", drive, "--workload", "dd:total=1M"])
+            .args([
+                "--levels",
+                "stripe",
+                "--members",
+                "2",
+                "--interleaves",
+                "64k",
+            ])
+            .current_dir(dir.path())
+            .env_remove("PLATTER_DISKSIM_DIR")
+            .output()
+            .unwrap()
+    };
+    for name in ["cheetah9LP", "barracuda", "hp_c2247a"] {
+        let table = assert_ok_quietly(&sweep(name), name);
+        assert!(table.contains("stripe"), "{name}: {table}");
+    }
+    let err = assert_refused(&sweep("nosuchdrive"), "an unknown drive");
+    assert!(
+        err.contains("no nosuchdrive.parv in") && err.contains("data/disksim"),
+        "{err}"
+    );
+}
+
+/// Success with stdout returned; sweep's progress goes to stderr.
+fn assert_ok_quietly(out: &std::process::Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -4,7 +4,9 @@
 //! recording script shows what it was given: the start degraded, a member
 //! failed and removed, a spare taking over and its rebuild done, members
 //! forced into use, a reshape done; a slow program holds up no I/O; a
-//! program that cannot run is refused at start.
+//! program that cannot run is refused at start. The example program
+//! shipped in contrib/ mails an event through a sendmail on PATH, and
+//! logs it without one.
 
 mod e2e_support;
 
@@ -421,4 +423,122 @@ fn a_stopped_reshape_is_an_event_and_goes_on_after_a_restart() {
     s.start_again_unchecked();
     wait_event(&log, "reshape-done", &s);
     assert_images_identical(&t, &image, s.uri(), &format!("{test}: after the move"));
+}
+
+/// contrib/platter-event-mail, the event program the example volumes
+/// file names (mdadm --monitor --mail's habit).
+fn shipped_mail_program() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../contrib/platter-event-mail")
+        .display()
+        .to_string()
+}
+
+/// Waits until `file` holds `want`; returns its text.
+fn wait_for_text(file: &Path, want: &str, s: &Server) -> String {
+    let start = Instant::now();
+    loop {
+        let text = fs::read_to_string(file).unwrap_or_default();
+        if text.contains(want) {
+            return text;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no {want:?} in {}: {text:?}; log:\n{}",
+            file.display(),
+            tail(&s.log(), 4000)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The shipped mail program, run by a real event (a member failed by
+/// hand), with a sendmail on PATH that keeps what it is given: one mail
+/// to PLATTER_MAIL_TO, for `sendmail -t`, naming the event, the volume,
+/// the slot and the member.
+#[test]
+fn the_shipped_mail_program_mails_an_event_through_sendmail() {
+    let volume = Volume::create(RAID5, 8 * MIB);
+    let (name, members) = (volume.name.clone(), volume.members.clone());
+    let bin = volume.path().join("bin");
+    fs::create_dir(&bin).unwrap();
+    let mail = volume.path().join("mail.txt");
+    let sendmail = bin.join("sendmail");
+    fs::write(
+        &sendmail,
+        format!(
+            "#!/bin/sh\n{{ echo \"args: $*\"; cat; }} >> '{}'\n",
+            mail.display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&sendmail, fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let s = Server::start_with(
+        volume,
+        ServeOptions {
+            extra_args: vec!["--on-event".into(), shipped_mail_program()],
+            env: vec![
+                ("PATH".into(), path),
+                ("PLATTER_MAIL_TO".into(), "ops@example.com".into()),
+            ],
+            ..ServeOptions::default()
+        },
+    );
+    control(&s, "fail", &["1"]);
+    let text = wait_for_text(&mail, "Detail:", &s);
+    for want in [
+        "args: -t -i".to_string(),
+        "To: ops@example.com".to_string(),
+        format!("Subject: platter: member-failed on volume '{name}'"),
+        "Slot:    1".to_string(),
+        format!("Member:  {}", members[1]),
+    ] {
+        assert!(text.contains(&want), "{want:?} not in the mail:\n{text}");
+    }
+}
+
+/// Without a sendmail the shipped mail program says what it could not
+/// mail in one line on stderr, which the server's log keeps.
+#[test]
+fn without_sendmail_the_shipped_mail_program_logs_the_event() {
+    let test = "without_sendmail_the_shipped_mail_program_logs_the_event";
+    // A PATH of only what the program uses besides sendmail.
+    let Some(t) = required_tools(test, &["uname", "date"]) else {
+        return;
+    };
+    let volume = Volume::create(RAID5, 8 * MIB);
+    let (name, members) = (volume.name.clone(), volume.members.clone());
+    let bin = volume.path().join("bin");
+    fs::create_dir(&bin).unwrap();
+    for tool in ["uname", "date"] {
+        std::os::unix::fs::symlink(t.path(tool), bin.join(tool)).unwrap();
+    }
+    let s = Server::start_with(
+        volume,
+        ServeOptions {
+            extra_args: vec!["--on-event".into(), shipped_mail_program()],
+            env: vec![("PATH".into(), bin.display().to_string())],
+            ..ServeOptions::default()
+        },
+    );
+    control(&s, "fail", &["1"]);
+    let want = format!(
+        "platter-event-mail: no sendmail on PATH, not mailed to root: member-failed on volume \
+         '{name}' member {}:",
+        members[1]
+    );
+    let start = Instant::now();
+    while !s.log().contains(&want) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no {want:?} in the log:\n{}",
+            tail(&s.log(), 4000)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

@@ -748,6 +748,48 @@ fn a_dry_run_says_what_moves_and_writes_nothing() {
     assert!(std::fs::read(&new).unwrap().iter().all(|&b| b == 0));
 }
 
+/// A dry run given a member that `--member-size` would make plans with
+/// it and makes nothing; a size too small for the volume is refused.
+///
+/// Regression: the dry run opened the missing file without making it and
+/// refused it, "give a member size to create a file", though one was given.
+#[test]
+fn a_dry_run_plans_with_a_member_it_would_make() {
+    let v = Volume::create(Spec::new("raid5", 4, "64k"), 16 * MIB);
+    let new = v.path().join("m4");
+    let before = labels(&v.members);
+    let size = v.member_size_bytes.to_string();
+    let out = run_ok(
+        platter(&["grow", "--dry-run", "--member-size", &size, "--add"])
+            .arg(&new)
+            .args(&v.members),
+        CMD_TIMEOUT,
+        "dry run of a member to make",
+    );
+    assert!(out.stdout.contains("raid5 of 5 members"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("dry run: nothing changed"),
+        "{}",
+        out.stdout
+    );
+    assert!(!new.exists(), "the dry run made {}", new.display());
+    let out = run(
+        platter(&["grow", "--dry-run", "--member-size", "1M", "--add"])
+            .arg(&new)
+            .args(&v.members),
+        CMD_TIMEOUT,
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", out.describe("too small"));
+    assert!(
+        out.stderr
+            .contains("--member-size 1048576 bytes is too small"),
+        "{}",
+        out.stderr
+    );
+    assert!(!new.exists());
+    assert_eq!(labels(&v.members), before);
+}
+
 #[test]
 fn a_running_volume_grows_through_its_control_socket() {
     let test = "a_running_volume_grows_through_its_control_socket";

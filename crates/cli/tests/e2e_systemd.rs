@@ -130,6 +130,12 @@ fn socket_activation_over_tcp() {
     assert_eq!(out.stdout.trim(), v.size_bytes.to_string());
     send_signal(bg.pid(), "TERM");
     assert!(bg.wait(CMD_TIMEOUT).success(), "{}", bg.stderr());
+    // Given no control socket, it said so, and how to get one.
+    let said = bg.stderr();
+    assert!(
+        said.contains("no control socket") && said.contains("--control PATH"),
+        "{said}"
+    );
 }
 
 /// Receives one notification, within the command timeout.
@@ -229,47 +235,76 @@ fn unit_value(text: &str, key: &str) -> String {
         .to_string()
 }
 
-/// The example units in contrib/systemd/ do what they say: the socket
-/// unit's `ListenStream=` passed to the service's `ExecStart=` with its
-/// volumes file, as systemd runs them (paths moved into a temporary
-/// directory), serves the volume, says READY (`Type=notify`), and makes
-/// the control socket the volumes file names.
+/// The shipped contrib/volumes.toml made the test's own: paths under
+/// /run/platter moved into `dir`, the installed event program replaced by
+/// the repository's, and volume `home`'s example members (the host's
+/// disks, by nature) by `members`, `write-mostly` naming the same slot.
+fn contrib_volumes_file(contrib: &Path, dir: &str, members: &[String]) -> String {
+    let text = std::fs::read_to_string(contrib.join("volumes.toml"))
+        .unwrap()
+        .replace("/run/platter", dir)
+        .replace(
+            "/usr/local/lib/platter/platter-event-mail",
+            &contrib.join("platter-event-mail").display().to_string(),
+        );
+    let mut file: toml::Table = toml::from_str(&text).unwrap();
+    let home = file["volumes"]["home"].as_table_mut().unwrap();
+    let examples: Vec<toml::Value> = home["members"].as_array().unwrap().clone();
+    assert_eq!(
+        examples.len(),
+        members.len(),
+        "home's members: {examples:?}"
+    );
+    let ours = |v: &toml::Value| {
+        let i = examples
+            .iter()
+            .position(|e| e == v)
+            .expect("one of the members");
+        toml::Value::from(members[i].as_str())
+    };
+    home["members"] = toml::Value::Array(examples.iter().map(ours).collect());
+    let options = home["options"].as_table_mut().unwrap();
+    let write_mostly = options["write-mostly"].as_array().unwrap().iter().map(ours);
+    options["write-mostly"] = toml::Value::Array(write_mostly.collect());
+    toml::to_string(&file).unwrap()
+}
+
+/// The example files in contrib/ work together as shipped, run the way
+/// systemd runs them: the socket unit's `ListenStream=` passed (by
+/// systemd-socket-activate) to the service's `ExecStart=`, reading
+/// contrib/volumes.toml's volume `home` (paths moved into a temporary
+/// directory, the example disks replaced by files). The volume is served
+/// on the unit's socket to a real client, says READY (`Type=notify`), and
+/// answers `platter status` on the control socket the file names.
+///
+/// Regression: the shipped file named the socket unit's path as the
+/// volume's `socket`, and the service refused to start ("socket
+/// /run/platter/home.sock is in use by a running server"), and it had no
+/// `control`: `platter status --control` had nothing to reach.
 #[test]
-fn the_example_units_serve_a_volume_of_the_volumes_file() {
-    let test = "the_example_units_serve_a_volume_of_the_volumes_file";
-    let Some(t) = required_tools(test, &["systemd-socket-activate", "nbdinfo"]) else {
+fn the_contrib_units_and_volumes_file_serve_a_volume() {
+    let test = "the_contrib_units_and_volumes_file_serve_a_volume";
+    let Some(t) = required_tools(test, &["systemd-socket-activate", "qemu-io"]) else {
         return;
     };
-    let contrib = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../contrib/systemd");
-    let service = std::fs::read_to_string(contrib.join("platter@.service")).unwrap();
-    let socket = std::fs::read_to_string(contrib.join("platter@.socket")).unwrap();
+    let contrib = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../contrib");
+    let unit = |name: &str| std::fs::read_to_string(contrib.join("systemd").join(name)).unwrap();
+    let (service, socket) = (unit("platter@.service"), unit("platter@.socket"));
     assert_eq!(unit_value(&service, "Type"), "notify");
-    let v = Volume::create(MIRROR, 4 * MIB);
+    let v = Volume::create(Spec::new("mirror", 3, "64k"), 4 * MIB);
     let dir = v.path().display().to_string();
-    let name = v.name.as_str();
     let config = format!("{dir}/volumes.toml");
-    let ctl = format!("{dir}/{name}.ctl");
-    std::fs::write(
-        &config,
-        format!(
-            "[volumes.{name}]\nmembers = [{}]\n\n[volumes.{name}.options]\ncontrol = \"{ctl}\"\n",
-            v.members
-                .iter()
-                .map(|m| format!("\"{m}\""))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    )
-    .unwrap();
+    std::fs::write(&config, contrib_volumes_file(&contrib, &dir, &v.members)).unwrap();
+    let instance = "home";
     let listen = unit_value(&socket, "ListenStream")
         .replace("/run/platter", &dir)
-        .replace("%i", name);
+        .replace("%i", instance);
     let exec: Vec<String> = unit_value(&service, "ExecStart")
         .split_whitespace()
         .map(|w| {
             w.replace("/usr/local/bin/platter", env!("CARGO_BIN_EXE_platter"))
                 .replace("/etc/platter/volumes.toml", &config)
-                .replace("%i", name)
+                .replace("%i", instance)
         })
         .collect();
     let notify_path = v.path().join("notify");
@@ -283,24 +318,37 @@ fn the_example_units_serve_a_volume_of_the_volumes_file() {
         ))
         .arg(format!("--setenv=NOTIFY_SOCKET={}", notify_path.display()))
         .args(&exec);
-    let mut bg = Background::spawn(&mut activate, "the example units");
+    let mut bg = Background::spawn(&mut activate, "the contrib units");
     wait_for(Path::new(&listen), &mut bg);
-    let uri = format!("nbd+unix:///{name}?socket={listen}");
-    let out = run_ok(
-        t.cmd("nbdinfo").args(["--size", &uri]),
-        CMD_TIMEOUT,
-        "nbdinfo through the unit's socket",
+    let uri = format!("nbd+unix:///{}?socket={listen}", v.name);
+    qemu_io(
+        &t,
+        &uri,
+        &[
+            "write -P 0x5a 1M 512k".into(),
+            "read -P 0x5a 1M 512k".into(),
+        ],
+        "a client through the unit's socket",
     );
-    assert_eq!(out.stdout.trim(), v.size_bytes.to_string());
     let ready = notification(&notify);
     assert!(ready.lines().any(|l| l == "READY=1"), "{ready}");
-    run_ok(
-        &mut platter(&["status", "--control", &ctl]),
+    let ctl = format!("{dir}/{instance}.ctl");
+    let out = run_ok(
+        &mut platter(&["status", "--json", "--control", &ctl]),
         CMD_TIMEOUT,
         "status through the control socket the volumes file names",
     );
+    let status: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(status["name"], v.name.as_str(), "{status}");
     send_signal(bg.pid(), "TERM");
     assert!(bg.wait(CMD_TIMEOUT).success(), "{}", bg.stderr());
+    assert!(
+        !bg.stderr().contains("no control socket"),
+        "{}",
+        bg.stderr()
+    );
+    assert!(Path::new(&listen).exists(), "the unit's socket was removed");
+    assert_eq!(v.state(), "clean");
 }
 
 /// Clients that start their own server: `nbdinfo [ CMD ]` and `nbdcopy --

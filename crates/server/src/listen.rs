@@ -41,6 +41,7 @@ pub(crate) fn bind(config: &ServeConfig, export_name: &str) -> Result<Bound, Ser
     let mut uris = Vec::new();
     let mut ours = Vec::new();
     let inherited = config.inherited.take().unwrap_or_default();
+    let mut passed = Vec::new();
     for l in inherited.unix {
         let path = l
             .local_addr()
@@ -50,6 +51,7 @@ pub(crate) fn bind(config: &ServeConfig, export_name: &str) -> Result<Bound, Ser
             Some(p) => format!("nbd+unix:///{export_name}?socket={}", p.display()),
             None => format!("nbd+unix:///{export_name} (an unnamed socket from systemd)"),
         });
+        passed.extend(path);
         listeners.push(Listener::Unix(l));
     }
     for l in inherited.tcp {
@@ -57,7 +59,14 @@ pub(crate) fn bind(config: &ServeConfig, export_name: &str) -> Result<Bound, Ser
         listeners.push(Listener::Tcp(l));
         uris.push(format!("nbd://{local}/{export_name}"));
     }
-    if let Some(path) = &config.socket {
+    // The volumes file may name the socket its socket unit listens on, so
+    // that one file serves both by hand and under systemd: that socket is
+    // served already (binding it again would find it answering, and refuse).
+    let socket = config
+        .socket
+        .as_ref()
+        .filter(|p| !passed.iter().any(|q| same_file(p, q)));
+    if let Some(path) = socket {
         listeners.push(Listener::Unix(bind_unix(path, "socket")?));
         ours.push(path.clone());
         uris.push(format!(
@@ -85,24 +94,22 @@ pub(crate) fn bind(config: &ServeConfig, export_name: &str) -> Result<Bound, Ser
                 .and_then(|a| a.as_pathname().map(PathBuf::from));
             Some(l)
         }
-        None => {
-            let path = config.control.clone().or_else(|| {
-                config.socket.as_ref().map(|p| {
-                    let mut s = p.as_os_str().to_owned();
-                    s.push(".ctl");
-                    PathBuf::from(s)
-                })
-            });
-            match path {
-                Some(p) => {
-                    let l = bind_unix(&p, "control socket")?;
-                    control_path = Some(p.clone());
-                    ours.push(p);
-                    Some(l)
-                }
-                None => None,
+        None => match self::control_path(config) {
+            Some(p) => {
+                let l = bind_unix(&p, "control socket")?;
+                control_path = Some(p.clone());
+                ours.push(p);
+                Some(l)
             }
-        }
+            None => {
+                tracing::info!(
+                    "no control socket: `platter status --control` and the other management \
+                     commands cannot reach this volume; give --control PATH (`control` in a \
+                     volumes file's options), or --socket PATH for PATH.ctl"
+                );
+                None
+            }
+        },
     };
     let metrics = match (inherited.metrics, &config.metrics) {
         (Some(l), _) => {
@@ -125,6 +132,27 @@ pub(crate) fn bind(config: &ServeConfig, export_name: &str) -> Result<Bound, Ser
         metrics,
         ours,
     })
+}
+
+/// The control socket's path: given, or beside the NBD socket.
+fn control_path(config: &ServeConfig) -> Option<PathBuf> {
+    config.control.clone().or_else(|| {
+        config.socket.as_ref().map(|p| {
+            let mut s = p.as_os_str().to_owned();
+            s.push(".ctl");
+            PathBuf::from(s)
+        })
+    })
+}
+
+/// Whether two paths name one file (a relative and an absolute name of
+/// one socket, say).
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
 }
 
 /// The connections being served, and the clients being refused.

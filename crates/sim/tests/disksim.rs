@@ -1,7 +1,6 @@
 //! DiskSim import and validation against DiskSim's measured traces.
 //!
-//! The data live in `../shared/data/disksim` next to the repository; the
-//! tests that need them print why and pass when it is absent.
+//! The data ship in the repository's `data/disksim`.
 
 mod common;
 
@@ -12,7 +11,7 @@ use platter_sim::disksim::load_drive;
 use platter_sim::disksim::trace::{read_trace, validate};
 use std::path::PathBuf;
 
-fn data_dir() -> Option<PathBuf> {
+fn data_dir() -> PathBuf {
     common::disksim_data()
 }
 
@@ -36,16 +35,13 @@ fn demerit_bound(parv: &str) -> f64 {
     }
 }
 
-fn drive(name: &str) -> Option<DriveSpec> {
-    let d = data_dir()?;
-    Some(load_drive(&d.join(name)).unwrap_or_else(|e| panic!("{e}")))
+fn drive(name: &str) -> DriveSpec {
+    load_drive(&data_dir().join(name)).unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]
 fn parses_the_three_drives() {
-    let Some(c) = drive("cheetah9LP.parv") else {
-        return;
-    };
+    let c = drive("cheetah9LP.parv");
     assert_eq!(c.rpm, 10045.0);
     assert_eq!(c.layout.surfaces, 12);
     assert_eq!(c.layout.zones.len(), 11);
@@ -72,7 +68,7 @@ fn parses_the_three_drives() {
     assert_eq!(c.write_settle_ms, 0.461);
     assert_eq!(c.overheads.read_miss_after_read, 0.28362);
 
-    let h = drive("hp_c2247a.parv").unwrap();
+    let h = drive("hp_c2247a.parv");
     assert_eq!(h.rpm, 5400.0);
     assert_eq!(h.layout.surfaces, 13);
     assert_eq!(h.layout.zones.len(), 8);
@@ -98,7 +94,7 @@ fn parses_the_three_drives() {
     assert_eq!(h.bus_write_ms, 0.18686);
     assert!(h.overheads.extra_write_disconnect.is_some());
 
-    let b = drive("barracuda.parv").unwrap();
+    let b = drive("barracuda.parv");
     assert_eq!(b.rpm, 7200.0);
     assert_eq!(b.layout.surfaces, 5);
     assert_eq!(b.layout.zones.len(), 11);
@@ -112,9 +108,7 @@ fn parses_the_three_drives() {
 
 #[test]
 fn parse_errors_name_file_line_and_key() {
-    let Some(d) = data_dir() else {
-        return;
-    };
+    let d = data_dir();
     let tmp = std::env::temp_dir().join(format!("platter-disksim-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
     let text = std::fs::read_to_string(d.join("cheetah9LP.diskspecs"))
@@ -174,9 +168,7 @@ fn parse_errors_name_file_line_and_key() {
 #[test]
 fn layout_round_trips_and_skews() {
     for (parv, _, _) in DRIVES {
-        let Some(spec) = drive(parv) else {
-            return;
-        };
+        let spec = drive(parv);
         let l = &spec.layout;
         // Every zone's first, middle and last blocks, and a stride over
         // the disk, map to distinct sectors and back.
@@ -226,9 +218,7 @@ fn took(d: &mut Drive, now: f64, cmd: Command) -> (f64, Hit) {
 
 #[test]
 fn model_units() {
-    let Some(mut spec) = drive("cheetah9LP.parv") else {
-        return;
-    };
+    let mut spec = drive("cheetah9LP.parv");
     let period = spec.period_ms();
     let bpt = spec.layout.zones[0].blocks_per_track;
     let xfer = spec.bus_read_ms;
@@ -286,7 +276,7 @@ fn model_units() {
     );
 
     // Cache: a re-read hits and costs only overhead and transfer.
-    let mut d = Drive::new(drive("cheetah9LP.parv").unwrap());
+    let mut d = Drive::new(drive("cheetah9LP.parv"));
     let (miss, h1) = took(&mut d, 0.0, common::read(0, 5000, 8));
     let (hit, h2) = took(&mut d, 50.0, common::read(1, 5000, 8));
     assert_eq!((h1, h2), (Hit::Miss, Hit::Whole));
@@ -303,9 +293,7 @@ fn model_units() {
 
 #[test]
 fn validation_against_disksim() {
-    let Some(d) = data_dir() else {
-        return;
-    };
+    let d = data_dir();
     let mut failures = Vec::new();
     for (parv, trace, disksim) in DRIVES {
         let spec = load_drive(&d.join(parv)).unwrap();
@@ -334,9 +322,7 @@ fn validation_against_disksim() {
 #[test]
 fn seeded_runs_on_modelled_disks() {
     use platter_sim::{random_config, DiskModel, HostModel, ScenarioOptions, Simulation};
-    let Some(mut spec) = drive("cheetah9LP.parv") else {
-        return;
-    };
+    let mut spec = drive("cheetah9LP.parv");
     spec.scheduler = platter_sim::disk::drive::Scheduler::Sptf;
     let opts = ScenarioOptions::default();
     for seed in 0..40 {

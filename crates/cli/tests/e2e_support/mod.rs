@@ -799,6 +799,8 @@ pub struct ServeOptions {
     pub extra_args: Vec<String>,
     /// Arguments given instead of the members (`--scan DIR --name NAME`).
     pub instead_of_members: Option<Vec<String>>,
+    /// Environment variables set for the server (and what it runs).
+    pub env: Vec<(String, String)>,
 }
 
 /// `platter serve --socket DIR/sock MEMBER...` over a [`Volume`]; killed on
@@ -929,6 +931,7 @@ impl Server {
         if !self.options.leave_out.is_empty() {
             cmd.arg("--run");
         }
+        cmd.envs(self.options.env.iter().map(|(k, v)| (k, v)));
         if let Some(args) = &self.options.instead_of_members {
             cmd.args(args);
         } else {

@@ -3,18 +3,17 @@
 use platter_sim::disk::drive::{Command, Drive, Hit, Kind};
 use std::path::PathBuf;
 
-/// DiskSim's three drives in `../shared/data/disksim` next to the
-/// repository; `None` (after saying so) when they are absent, and the
-/// tests that need them pass without them.
+/// DiskSim's three validation drives, shipped in the repository's
+/// `data/disksim` (its README says where they come from).
 #[allow(dead_code)] // not every suite reads DiskSim's drives
-pub fn disksim_data() -> Option<PathBuf> {
-    let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/disksim");
-    if d.join("cheetah9LP.parv").exists() {
-        Some(d)
-    } else {
-        println!("skipped: DiskSim data not found at {}", d.display());
-        None
-    }
+pub fn disksim_data() -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data/disksim");
+    assert!(
+        d.join("cheetah9LP.parv").exists(),
+        "DiskSim's drives are missing from {}: they ship in the repository",
+        d.display()
+    );
+    d
 }
 
 #[allow(dead_code)] // not every suite drives a drive by hand
