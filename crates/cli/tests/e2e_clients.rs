@@ -104,11 +104,10 @@ fn nbdinfo_step(test: &str, s: &Server) {
         "preferred {preferred}: {}",
         d()
     );
-    // One full data stripe, as a power of two (the protocol requires one).
     let stripe = v.stripe_data_bytes;
     assert_eq!(
         preferred,
-        stripe.next_power_of_two().clamp(512, 32 * MIB),
+        least_power_of_two_holding_a_stripe(stripe),
         "preferred block size for a data stripe of {stripe}: {}",
         d()
     );
@@ -178,6 +177,98 @@ fn nbdinfo_step(test: &str, s: &Server) {
         })
         .sum();
     assert_eq!(covered, status_size, "{what}: --map\n{}", out.stdout);
+}
+
+/// The smallest power of two (at least 512, at most 32 MiB) every request
+/// of which, aligned to it, holds a whole data stripe: tried aligned
+/// request by aligned request over a period of the two sizes.
+fn least_power_of_two_holding_a_stripe(stripe: u64) -> u64 {
+    let holds = |p: u64| {
+        let (mut a, mut b) = (p, stripe);
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        let period = p / a * stripe;
+        (0..period / p).all(|k| (k * p).div_ceil(stripe) * stripe + stripe <= (k + 1) * p)
+    };
+    let mut p = 512;
+    while p < 32 * MIB && !holds(p) {
+        p *= 2;
+    }
+    p
+}
+
+/// Issue 41: what the export says of the volume. The preferred block size
+/// holds a whole data stripe in every request aligned to it (3 x 64 KiB:
+/// 512 KiB; before, 256 KiB, the stripe rounded up, where one aligned
+/// request in three holds no whole stripe), and `NBD_FLAG_ROTATIONAL`
+/// follows the members as the `auto` read policy counts them: set when one
+/// spins or may spin (`--rotational`, else what the device says, else
+/// possibly), clear when none does. Before, nbdinfo said `is_rotational:
+/// false` over members the server counted as spinning.
+#[test]
+fn the_export_says_its_stripe_and_whether_its_members_spin() {
+    let test = "the_export_says_its_stripe_and_whether_its_members_spin";
+    let Some(t) = tools(test, &["nbdinfo"]) else {
+        return;
+    };
+    let none_spin = ["--rotational", "0=no", "--rotational", "1=no"];
+    let none_spin = [
+        &none_spin[..],
+        &["--rotational", "2=no", "--rotational", "3=no"],
+    ]
+    .concat();
+    let cases: [(Spec, Vec<&str>, u64, Option<bool>); 3] = [
+        (
+            Spec::new("raid5", 4, "64k"),
+            none_spin,
+            512 * KIB,
+            Some(false),
+        ),
+        (
+            Spec::new("raid5", 5, "64k"),
+            vec!["--rotational", "1=yes"],
+            256 * KIB,
+            Some(true),
+        ),
+        // Not told: as the server counts the files' devices.
+        (Spec::new("mirror", 2, "126s"), vec![], 128 * KIB, None),
+    ];
+    for (spec, args, preferred, spins) in cases {
+        let options = ServeOptions {
+            extra_args: args.iter().map(|a| a.to_string()).collect(),
+            ..ServeOptions::default()
+        };
+        let s = Server::start_with(Volume::create(spec, 16 * MIB), options);
+        // What the server counts: the read policy's view (a level with
+        // copies shows it), or what it was told.
+        let spins = spins.unwrap_or_else(|| {
+            let counted = s.live("status")["read_policy"]["rotational"].clone();
+            let counted = counted
+                .as_array()
+                .unwrap_or_else(|| panic!("{test}: {counted}"));
+            counted.iter().any(|r| r.as_bool() != Some(false))
+        });
+        let out = run_ok(
+            t.cmd("nbdinfo").arg("--json").arg(s.uri()),
+            CMD_TIMEOUT,
+            test,
+        );
+        let j: Value = serde_json::from_str(&out.stdout).expect("nbdinfo's JSON");
+        let e = &j["exports"][0];
+        let what = format!("{test}: {spec:?} {args:?}:\n{}", out.stdout);
+        assert_eq!(
+            e["block_size_preferred"].as_u64(),
+            Some(preferred),
+            "{what}"
+        );
+        assert_eq!(
+            least_power_of_two_holding_a_stripe(s.volume.stripe_data_bytes),
+            preferred,
+            "{what}"
+        );
+        assert_eq!(e["is_rotational"].as_bool(), Some(spins), "{what}");
+    }
 }
 
 // ---------------------------------------------------------------------------

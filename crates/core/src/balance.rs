@@ -79,6 +79,14 @@ pub enum ReadPolicy {
     },
 }
 
+/// Whether any of the members is, or may be, rotational (`None`: it
+/// could not tell and was not told): what `auto` picks proximity for, and
+/// what the NBD export advertises as `NBD_FLAG_ROTATIONAL`. An empty list
+/// is taken as spinning, as a volume with no member known is.
+pub fn may_spin(rotational: &[Option<bool>]) -> bool {
+    rotational.is_empty() || rotational.iter().any(|r| *r != Some(false))
+}
+
 impl ReadPolicy {
     /// The split threshold when none is given.
     pub const DEFAULT_SPLIT_BYTES: u64 = 128 << 10;
@@ -188,12 +196,12 @@ impl ReadPolicy {
     pub fn effective(self, rotational: &[Option<bool>]) -> ReadPolicy {
         match self {
             ReadPolicy::Auto => {
-                if rotational.iter().all(|r| *r == Some(false)) && !rotational.is_empty() {
-                    ReadPolicy::Load
-                } else {
+                if may_spin(rotational) {
                     ReadPolicy::Proximity {
                         window_bytes: Self::DEFAULT_WINDOW_BYTES,
                     }
+                } else {
+                    ReadPolicy::Load
                 }
             }
             ReadPolicy::Split { threshold_bytes: 0 } => ReadPolicy::Split {

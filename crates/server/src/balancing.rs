@@ -25,6 +25,18 @@ pub fn rotational_of(
         .or_else(|| device.and_then(|d| d.rotational()))
 }
 
+/// Whether each slot's device spins ([`rotational_of`]), by slot.
+pub fn rotations(
+    members: &[Option<Arc<dyn Member>>],
+    overrides: &BTreeMap<u32, bool>,
+) -> Vec<Option<bool>> {
+    members
+        .iter()
+        .enumerate()
+        .map(|(slot, device)| rotational_of(slot as u32, device.as_ref(), overrides))
+        .collect()
+}
+
 /// Sets up a new volume's balancer: every member's rotation and the
 /// labels' policy. A policy the labels name but this build cannot apply
 /// (unknown code, bad argument) is reported and `auto` is used; the labels
@@ -36,11 +48,8 @@ pub fn configure(
     overrides: &BTreeMap<u32, bool>,
     write_mostly: &BTreeSet<u32>,
 ) {
-    for (slot, device) in members.iter().enumerate() {
-        vol.set_rotational(
-            slot as u32,
-            rotational_of(slot as u32, device.as_ref(), overrides),
-        );
+    for (slot, spins) in rotations(members, overrides).into_iter().enumerate() {
+        vol.set_rotational(slot as u32, spins);
     }
     for &slot in write_mostly {
         vol.set_write_mostly(slot, true);

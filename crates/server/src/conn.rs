@@ -195,9 +195,11 @@ pub fn serve(stream: Stream, shared: Arc<Shared>, peer: String) {
     // and a connection made after sees the new size (one made before
     // keeps the size it was told; NBD has no resize notice).
     let size_bytes = shared.engine.size_bytes();
+    let (stripe_bytes, spins) = shared.engine.shape();
     for export in &mut config.exports {
         export.description.clone_from(&description);
         export.size_bytes = size_bytes;
+        crate::startup::export_hints(export, stripe_bytes, &spins);
     }
     let hs = ServerHandshake::new(config);
     let mut stream = stream;

@@ -412,6 +412,18 @@ impl Engine {
         self.lock().serving.size_bytes()
     }
 
+    /// The data stripe of the layout served (the new one during a
+    /// reshape) and which members spin, as `auto` counts them: what a
+    /// connection's handshake says of the export.
+    pub fn shape(&self) -> (u64, Vec<Option<bool>>) {
+        let mut s = self.lock();
+        let v = s.serving.volume_mut();
+        (
+            v.geometry().stripe_data_bytes(),
+            v.balancer().rotational().to_vec(),
+        )
+    }
+
     pub fn health(&self) -> Vec<Health> {
         self.lock().serving.health().to_vec()
     }

@@ -246,7 +246,7 @@ pub fn serve(
         }
     };
     let mut opened = startup::open(volume, &config)?;
-    let export = startup::export_info(&opened, config.read_only);
+    let export = startup::export_info(&opened, config.read_only, &config.rotational);
     let (engine, resync_regions) = startup::engine(&mut opened, &config)?;
     let buffered = Arc::new(Budget::new(flow::REQUESTS_MAX, config.buffer_limit_bytes));
     let recorder = Arc::new(crate::record::Recorder::default());

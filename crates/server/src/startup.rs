@@ -218,7 +218,14 @@ fn reserve_areas(
 }
 
 /// What the handshake offers: the export's size, flags and block sizes.
-pub(crate) fn export_info(opened: &Opened, read_only: bool) -> ExportInfo {
+/// The preferred block size and the rotational flag are set again for
+/// each connection from the engine ([`export_hints`]): a reshape changes
+/// the stripe, a replacement what spins.
+pub(crate) fn export_info(
+    opened: &Opened,
+    read_only: bool,
+    rotational: &BTreeMap<u32, bool>,
+) -> ExportInfo {
     let geometry = &opened.assembly.geometry;
     let block_min = opened
         .members
@@ -228,8 +235,6 @@ pub(crate) fn export_info(opened: &Opened, read_only: bool) -> ExportInfo {
         .max()
         .unwrap_or(512)
         .max(512);
-    let preferred =
-        (geometry.stripe_data_bytes().next_power_of_two() as u32).clamp(block_min, MAX_BLOCK_BYTES);
     let mut flags = NBD_FLAG_HAS_FLAGS
         | NBD_FLAG_SEND_FLUSH
         | NBD_FLAG_SEND_FUA
@@ -241,7 +246,8 @@ pub(crate) fn export_info(opened: &Opened, read_only: bool) -> ExportInfo {
         flags |= NBD_FLAG_SEND_TRIM | NBD_FLAG_SEND_WRITE_ZEROES | NBD_FLAG_SEND_FAST_ZERO;
     }
     let name = &opened.assembly.label.name;
-    ExportInfo {
+    let spins = crate::balancing::rotations(&opened.members, rotational);
+    let mut export = ExportInfo {
         name: name.clone(),
         description: describe_export(geometry, name, &opened.assembly.health),
         // While a reshape runs, the size it had: a client reconnects after
@@ -254,8 +260,53 @@ pub(crate) fn export_info(opened: &Opened, read_only: bool) -> ExportInfo {
             .volume_size_bytes(),
         transmission_flags: flags,
         block_min_bytes: block_min,
-        block_preferred_bytes: preferred,
+        block_preferred_bytes: block_min,
         block_max_bytes: MAX_BLOCK_BYTES,
+    };
+    export_hints(&mut export, geometry.stripe_data_bytes(), &spins);
+    export
+}
+
+/// Sets what the export says of the volume's shape: the preferred block
+/// size for its data stripe, and `NBD_FLAG_ROTATIONAL` when a member
+/// spins or may spin, as the `auto` read policy counts them.
+pub(crate) fn export_hints(export: &mut ExportInfo, stripe_bytes: u64, spins: &[Option<bool>]) {
+    export.block_preferred_bytes = preferred_block_bytes(stripe_bytes, export.block_min_bytes);
+    if platter_core::balance::may_spin(spins) {
+        export.transmission_flags |= NBD_FLAG_ROTATIONAL;
+    } else {
+        export.transmission_flags &= !NBD_FLAG_ROTATIONAL;
+    }
+}
+
+/// `NBD_INFO_BLOCK_SIZE`'s preferred size for a data stripe of
+/// `stripe_bytes`: the protocol wants a power of two, at least the minimum
+/// and at most the maximum payload (32 MiB). A power-of-two stripe is its
+/// own answer (an aligned request of it is one whole stripe, written
+/// without reading). Other stripes (3 x 64 KiB) get the smallest power of
+/// two every aligned request of which holds a whole stripe, so that no
+/// such request is all read-modify-write: P >= 2S - gcd(P, S), since an
+/// aligned request starts up to S - gcd(P, S) short of a stripe boundary
+/// (512 KiB for 192 KiB; the next power of two, 256 KiB, leaves one
+/// aligned request in three with two partial stripes and no whole one).
+/// Past 32 MiB the maximum is all there is.
+pub(crate) fn preferred_block_bytes(stripe_bytes: u64, min_bytes: u32) -> u32 {
+    let stripe = stripe_bytes.max(1);
+    let max = u64::from(MAX_BLOCK_BYTES);
+    let mut p = stripe.next_power_of_two();
+    while p < max && p + gcd(p, stripe) < 2 * stripe {
+        p *= 2;
+    }
+    u32::try_from(p.min(max))
+        .unwrap_or(MAX_BLOCK_BYTES)
+        .max(min_bytes)
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
     }
 }
 
@@ -791,5 +842,34 @@ mod tests {
     fn the_description_escapes_the_name() {
         let d = describe_export(&raid5(), "a\u{1b}[2Jb", &[Health::Online; 4]);
         assert!(!d.contains('\u{1b}'), "{d}");
+    }
+
+    /// Whether every request of `p` bytes aligned to `p` holds a whole
+    /// stripe of `s` bytes (over one period of the two).
+    fn every_aligned_request_holds_a_stripe(p: u64, s: u64) -> bool {
+        let period = p / gcd(p, s) * s;
+        (0..period / p).all(|k| {
+            let start = k * p;
+            start.div_ceil(s) * s + s <= start + p
+        })
+    }
+
+    #[test]
+    fn the_preferred_block_size_is_the_least_power_of_two_holding_a_stripe() {
+        let k = 1024;
+        assert_eq!(preferred_block_bytes(256 * k, 512), 256 * k as u32);
+        assert_eq!(preferred_block_bytes(64 * k, 512), 64 * k as u32);
+        assert_eq!(preferred_block_bytes(192 * k, 512), 512 * k as u32);
+        assert_eq!(preferred_block_bytes(3 * 126 * 512, 512), 512 * k as u32);
+        assert_eq!(preferred_block_bytes(17 << 20, 512), MAX_BLOCK_BYTES);
+        assert_eq!(preferred_block_bytes(512, 4096), 4096);
+        for s in (512..=2 << 20).step_by(512 * 37) {
+            let p = u64::from(preferred_block_bytes(s, 512));
+            assert!(p.is_power_of_two() && p >= s, "{s}: {p}");
+            assert!(every_aligned_request_holds_a_stripe(p, s), "{s}: {p}");
+            if p / 2 >= s {
+                assert!(!every_aligned_request_holds_a_stripe(p / 2, s), "{s}: {p}");
+            }
+        }
     }
 }
