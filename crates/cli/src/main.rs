@@ -22,8 +22,8 @@ mod stats;
 mod status;
 mod status_text;
 mod sweep;
-mod wipe;
 mod values;
+mod wipe;
 
 use clap::{Parser, Subcommand};
 use out::errln;
