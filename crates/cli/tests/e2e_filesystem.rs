@@ -242,12 +242,28 @@ impl<'t> Fuse<'t> {
         self.dir.join("disk")
     }
 
+    /// Retries while the mount is busy: a loop device detached over the
+    /// file releases it asynchronously, and one unmount attempt right after
+    /// failed in CI with "Device or resource busy".
     fn unmount(mut self) {
-        run_ok(
-            self.t.cmd("fusermount3").arg("-u").arg(&self.dir),
-            CMD_TIMEOUT,
-            "fusermount3 -u",
-        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let out = try_run(
+                self.t.cmd("fusermount3").arg("-u").arg(&self.dir),
+                CMD_TIMEOUT,
+            )
+            .expect("fusermount3 -u runs");
+            if out.status.success() {
+                break;
+            }
+            assert!(
+                out.stderr.contains("busy") && Instant::now() < deadline,
+                "fusermount3 -u: {}\n{}",
+                out.status,
+                out.stderr
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
         self.mounted = false;
         let status = self.process.wait(Duration::from_secs(30));
         assert!(

@@ -1219,6 +1219,26 @@ impl<'t> Loop<'t> {
             "losetup -d",
         );
         self.attached = false;
+        self.wait_released();
+    }
+
+    /// `losetup -d` returns before the kernel lets go of the backing file
+    /// (the release runs when the device's last opener closes, from a work
+    /// item), so a FUSE mount under it can still be busy for a moment: an
+    /// unmount right after failed in CI with "Device or resource busy".
+    fn wait_released(&self) {
+        let backing = Path::new("/sys/block")
+            .join(self.dev.trim_start_matches("/dev/"))
+            .join("loop/backing_file");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while backing.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "{} still holds its file 20 s after losetup -d",
+                self.dev
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
 
