@@ -11,7 +11,7 @@ use platter_core::balance::ReadPolicy;
 use platter_core::geometry::{Geometry, GeometrySpec};
 use platter_core::reshape::{redundancy_lost, reserved_from_bytes, target, Asked, Plan};
 use platter_core::Level;
-use platter_sim::sweep::{format_interleave, table, Row};
+use platter_sim::sweep::{format_interleave, table, Row, Sweep};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 
@@ -74,6 +74,77 @@ pub struct AdviseArgs {
     /// recommendation as one JSON object.
     #[arg(long)]
     json: bool,
+    /// Advise layouts that survive fewer lost members than the volume
+    /// does (raid5 for a raid6). Without it they are compared but never
+    /// advised; with it, the reshape printed to one carries --force.
+    #[arg(long)]
+    allow_less_redundancy: bool,
+}
+
+/// The requests a trace needs before its comparison can be trusted. A
+/// layout's figures are means over the trace's requests; a disk's service
+/// time varies about as much as it averages (seeks and rotation), so the
+/// mean over n requests is off by about 1/sqrt(n) of itself, and advice
+/// separates layouts by 2% ([`best`], the tie): 1/sqrt(n) <= 2% needs
+/// n >= 2,500.
+const TRUSTED_REQUESTS: u64 = 2_500;
+
+/// The failures a point's layout survives (as `Geometry::redundancy`).
+fn redundancy_of(sweep: &Sweep, r: &Row) -> u32 {
+    sweep
+        .geometry(&r.point)
+        .ok()
+        .and_then(|g| Geometry::new(g).ok())
+        .map_or(0, |g| g.redundancy())
+}
+
+/// What the advice may recommend: every compared layout when told
+/// `--allow-less-redundancy` or no volume is known, else those that
+/// survive as many lost members as the volume. The line names the ones
+/// set aside.
+fn redundancy_floor<'a>(
+    sweep: &Sweep,
+    rows: &'a [Row],
+    volume: Option<&Geometry>,
+    allow: bool,
+) -> (Vec<&'a Row>, Option<String>) {
+    let Some(g) = volume.filter(|_| !allow) else {
+        return (rows.iter().collect(), None);
+    };
+    let (kept, lower): (Vec<&Row>, Vec<&Row>) = rows
+        .iter()
+        .partition(|r| redundancy_of(sweep, r) >= g.redundancy());
+    let mut names: Vec<String> = lower
+        .iter()
+        .map(|r| format!("{} x{}", r.point.level, r.point.members))
+        .collect();
+    names.dedup();
+    let line = (!names.is_empty()).then(|| {
+        format!(
+            "not advised: {} (they survive fewer lost members than the volume's {} of {}, \
+             which survives {}); --allow-less-redundancy lets them be advised",
+            names.join(", "),
+            g.level(),
+            g.members(),
+            g.redundancy()
+        )
+    });
+    (kept, line)
+}
+
+/// The warning for a trace too short to tell layouts apart.
+fn too_short(rows: &[Row]) -> Option<(u64, String)> {
+    let requests = rows.iter().find_map(|r| r.result.as_ref().ok())?.requests;
+    (requests < TRUSTED_REQUESTS).then(|| {
+        (
+            requests,
+            format!(
+                "the trace holds {requests} requests: too few to trust this comparison \
+                 (its figures can move by more than the 2% that separates layouts); record \
+                 at least {TRUSTED_REQUESTS}"
+            ),
+        )
+    })
 }
 
 /// The workload spec for a trace file: fio's iologs by their first line,
@@ -265,12 +336,16 @@ pub fn run(a: AdviseArgs) -> Result<()> {
     };
     let (sweep, drive_name) = prepare(&mut sweep_args)?;
     let rows = execute(&sweep, &sweep_args, &drive_name)?;
-    let Some(mut top) = best(rows.iter()) else {
+    let (advisable, set_aside) =
+        redundancy_floor(&sweep, &rows, volume.as_ref(), a.allow_less_redundancy);
+    let Some(mut top) = best(advisable.iter().copied()) else {
         return Err(CliError(format!(
-            "no configuration ran the trace:\n{}",
+            "no configuration that keeps the volume's redundancy ran the trace \
+             (--allow-less-redundancy compares the others):\n{}",
             table(&rows)
         )));
     };
+    let short = too_short(&rows);
     // The volume's own row, and the best it can become in place.
     let is_volume = |r: &&Row, g: &Geometry| {
         r.point.level == g.level()
@@ -305,9 +380,11 @@ pub fn run(a: AdviseArgs) -> Result<()> {
     let mut commands = Vec::new();
     let mut in_place = None;
     if let Some(g) = &volume {
-        let reachable = |r: &&Row| reshape_reaches(g, r);
+        let reachable = |r: &&Row| reshape_reaches(g, r, a.allow_less_redundancy);
         in_place = best(
-            rows.iter()
+            advisable
+                .iter()
+                .copied()
                 .filter(|r| r.point.members == g.members())
                 .filter(reachable),
         );
@@ -326,6 +403,9 @@ pub fn run(a: AdviseArgs) -> Result<()> {
                     " --interleave {}",
                     format_interleave(r.point.interleave_bytes)
                 );
+            }
+            if redundancy_of(&sweep, r) < g.redundancy() {
+                cmd += " --force";
             }
             commands.push(cmd);
         }
@@ -348,6 +428,9 @@ pub fn run(a: AdviseArgs) -> Result<()> {
                 "best_in_place": in_place.map(row_json),
                 "commands": commands,
                 "counters": said,
+                "not_advised": set_aside,
+                "trace_requests": short.as_ref().map(|s| s.0),
+                "too_short": short.as_ref().map(|s| &s.1),
             })
         );
         return Ok(());
@@ -356,6 +439,12 @@ pub fn run(a: AdviseArgs) -> Result<()> {
     outln!();
     if let Some(said) = &said {
         outln!("{said}");
+    }
+    if let Some((_, warning)) = &short {
+        outln!("warning: {warning}");
+    }
+    if let Some(line) = &set_aside {
+        outln!("{line}");
     }
     outln!("best for this load: {}", describe(top));
     if let Some(n) = now {
@@ -395,9 +484,9 @@ pub fn run(a: AdviseArgs) -> Result<()> {
 /// Whether `platter reshape` can move `g` to the row's layout on the same
 /// members: the plan accepts it, with the room before the data past the
 /// label (a bitmap there, unknown here, leaves a little less), and the
-/// volume keeps its redundancy (a reshape that lowers it needs --force,
-/// and speed is no reason to advise one).
-fn reshape_reaches(g: &Geometry, r: &Row) -> bool {
+/// volume keeps its redundancy unless `allow_less` (a reshape that lowers
+/// it needs --force, and speed alone is no reason to advise one).
+fn reshape_reaches(g: &Geometry, r: &Row, allow_less: bool) -> bool {
     if r.point.level == g.level() && r.point.interleave_bytes == g.interleave_bytes() {
         return true;
     }
@@ -410,7 +499,7 @@ fn reshape_reaches(g: &Geometry, r: &Row) -> bool {
     let Ok(new) = target(g, &asked) else {
         return false;
     };
-    if redundancy_lost(g, &new).is_some() {
+    if !allow_less && redundancy_lost(g, &new).is_some() {
         return false;
     }
     let reserved = reserved_from_bytes(g, &new, 0);

@@ -121,7 +121,11 @@ fn a_loop_device_over_nbdfuse_carries_no_stripe_hint() {
         return;
     };
     let s = Server::start(Volume::create(Spec::new("raid5", 4, "64k"), 512 * MIB));
-    let out = run_ok(info.cmd("nbdinfo").arg("--json").arg(s.uri()), CMD_TIMEOUT, test);
+    let out = run_ok(
+        info.cmd("nbdinfo").arg("--json").arg(s.uri()),
+        CMD_TIMEOUT,
+        test,
+    );
     let j: serde_json::Value = serde_json::from_str(&out.stdout).expect("nbdinfo's JSON");
     assert_eq!(
         j["exports"][0]["block_size_preferred"].as_u64(),
@@ -135,7 +139,12 @@ fn a_loop_device_over_nbdfuse_carries_no_stripe_hint() {
     let queue = Path::new("/sys/block")
         .join(lo.dev.trim_start_matches("/dev/"))
         .join("queue");
-    let read = |name: &str| fs::read_to_string(queue.join(name)).unwrap().trim().to_string();
+    let read = |name: &str| {
+        fs::read_to_string(queue.join(name))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
     assert_eq!(read("minimum_io_size"), "512", "{test}");
     assert_eq!(read("optimal_io_size"), "0", "{test}");
     let dry = run_ok(
