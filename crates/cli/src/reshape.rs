@@ -11,8 +11,8 @@ use clap::Args;
 use platter_core::geometry::Geometry;
 use platter_core::label::VolumeState;
 use platter_core::reshape::{
-    q_member_label, q_on_added_member, redundancy_lost, refuse_to_begin, reserved_from_bytes,
-    reshaped_label, target, Asked, Plan, UndoArea,
+    q_member_label, q_on_added_member, redundancy_lost, refuse_to_begin, remedies,
+    reserved_from_bytes, reshaped_label, target, Asked, Plan, UndoArea,
 };
 use platter_core::units::{format_size, parse_size};
 use platter_core::{Level, ParityLayout};
@@ -247,8 +247,13 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
         Change::ConcatGrow
     } else {
         plan = Some(
-            Plan::choose(old.clone(), new.clone(), reserved)
-                .map_err(|e| CliError(format!("cannot reshape volume '{name}' in place: {e}")))?,
+            Plan::choose(old.clone(), new.clone(), reserved).map_err(|e| {
+                let mut msg = format!("cannot reshape volume '{name}' in place: {e}");
+                if let Some(r) = remedies(&old, &asked, label.intent_region_stripes) {
+                    msg += &format!("\n{r}");
+                }
+                CliError(msg)
+            })?,
         );
         Change::Move
     };

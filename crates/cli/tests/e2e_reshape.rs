@@ -519,6 +519,58 @@ fn labels(members: &[String]) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// Issue 41, point 7: a refused reshape said only why ("new stripe 0
+/// overwrites data beyond 64 stripes" for 128k to 126s; "needs a backup"
+/// for 64k to 1M), leaving the operator to guess what would work. The
+/// refusal must name a change the plan accepts, and that change must then
+/// be accepted (a dry run of it succeeds).
+#[test]
+fn a_refused_reshape_says_what_would_make_it_possible() {
+    let test = "a_refused_reshape_says_what_would_make_it_possible";
+    let refusal = |v: &Volume, to: &str| {
+        let out = run(
+            platter(&["reshape", "--interleave", to]).args(&v.members),
+            CMD_TIMEOUT,
+        );
+        assert!(!out.status.success(), "{test}: to {to}: accepted");
+        out.stderr
+    };
+    let accepted = |v: &Volume, to: &str, extra: &[&str]| {
+        let out = run(
+            platter(&["reshape", "--dry-run", "--interleave", to])
+                .args(extra)
+                .args(&v.members),
+            CMD_TIMEOUT,
+        );
+        assert!(
+            out.status.success(),
+            "{test}: to {to} {extra:?}: {}",
+            out.stderr
+        );
+    };
+    let v = Volume::create(Spec::new("raid5", 4, "128k"), 16 * MIB);
+    let said = refusal(&v, "126s");
+    assert!(
+        said.contains("the plan accepts the same reshape with a member added"),
+        "{test}: {said}"
+    );
+    let added = v.path().join("added").to_str().unwrap().to_string();
+    let size = v.member_size_bytes.to_string();
+    accepted(&v, "126s", &["--member-size", &size, "--add", &added]);
+    // A backup larger than the room before the data: what --reserve at
+    // create gives is what the refusal names.
+    let v = Volume::create(Spec::new("raid5", 4, "64k"), 16 * MIB);
+    let said = refusal(&v, "1M");
+    assert!(said.contains("a larger --reserve"), "{test}: {said}");
+    let roomy = Volume::create_with(
+        Spec::new("raid5", 4, "64k"),
+        16 * MIB,
+        temp_dir(),
+        &["--reserve", "4M"],
+    );
+    accepted(&roomy, "1M", &[]);
+}
+
 #[test]
 fn bad_reshapes_are_refused_and_change_nothing() {
     let test = "bad_reshapes_are_refused_and_change_nothing";

@@ -11,8 +11,8 @@ use platter_core::geometry::Geometry;
 use platter_core::intent::{IntentLayout, RegionSet};
 use platter_core::label::Label;
 use platter_core::reshape::{
-    q_member_label, q_on_added_member, redundancy_lost, refuse_to_begin, reserved_from_bytes,
-    reshaped_label, target, Asked, Plan,
+    q_member_label, q_on_added_member, redundancy_lost, refuse_to_begin, remedies,
+    reserved_from_bytes, reshaped_label, target, Asked, Plan,
 };
 use platter_core::volume::{CacheLimits, Health, Volume};
 use platter_io::Member;
@@ -78,8 +78,13 @@ impl Manager {
             );
         }
         let reserved = reserved_from_bytes(&old, &new, label.intent_region_stripes);
-        let plan = Plan::choose(old.clone(), new, reserved)
-            .map_err(|e| format!("cannot reshape in place: {e}"))?;
+        let plan = Plan::choose(old.clone(), new, reserved).map_err(|e| {
+            let mut msg = format!("cannot reshape in place: {e}");
+            if let Some(r) = remedies(&old, &asked, label.intent_region_stripes) {
+                msg += &format!("\n{r}");
+            }
+            msg
+        })?;
         // Its data offset may be lower than the old (Plan::choose).
         let new = plan.new_geometry().clone();
         if label.intent_region_stripes > 0 && new.redundancy() > 0 {

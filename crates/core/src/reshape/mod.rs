@@ -16,10 +16,12 @@
 //! an undo record ([`UndoRecord`]) and put back by a restart that finds it.
 
 mod live;
+mod remedy;
 mod target;
 mod undo;
 
 pub use live::{Action, Reshaping, Setup};
+pub use remedy::remedies;
 pub use target::{
     q_member_label, q_on_added_member, redundancy_lost, refuse_to_begin, reshaped_label, target,
     Asked,
@@ -164,14 +166,16 @@ impl Plan {
         if old.level() == Level::Concat || new.level() == Level::Concat {
             return err(
                 "a concat is grown by adding members at its end, without moving data; \
-                 it cannot be reshaped to or from another layout"
+                 it cannot be reshaped to or from another layout: create a volume of the \
+                 layout wanted and copy the data to it (nbdcopy)"
                     .into(),
             );
         }
         let (n_old, n_new) = (old.members(), new.members());
         if n_new < n_old {
             return err(format!(
-                "a reshape cannot take members away ({n_old} now, {n_new} asked)"
+                "a reshape cannot take members away ({n_old} now, {n_new} asked): create a \
+                 volume of {n_new} members and copy the data to it (nbdcopy)"
             ));
         }
         let (old_offset, new_offset) = (old.spec().data_offset_bytes, new.spec().data_offset_bytes);
@@ -193,7 +197,8 @@ impl Plan {
         if new.volume_size_bytes() < old.volume_size_bytes() {
             return err(format!(
                 "the new layout holds {} bytes, less than the volume's {}: shrinking is not \
-                 a reshape",
+                 a reshape (add a member in the same reshape, or create a smaller volume \
+                 and copy the data to it)",
                 new.volume_size_bytes(),
                 old.volume_size_bytes()
             ));
@@ -219,14 +224,16 @@ impl Plan {
             if bytes > used / 2 {
                 return err(format!(
                     "the added member's {used} bytes of data are too few for a backup of \
-                     {bytes} bytes"
+                     {bytes} bytes: add one of at least {} bytes of data",
+                    bytes * 2
                 ));
             }
             let start = (used - bytes) / 4096 * 4096;
             if plan.new_span(critical.end - 1).end_bytes > start {
                 return err(format!(
                     "the added member is too small to hold a backup of {bytes} bytes beside \
-                     the first {} stripes of the new layout",
+                     the first {} stripes of the new layout: add a larger one, or ask for a \
+                     smaller interleave",
                     critical.end
                 ));
             }
@@ -256,9 +263,11 @@ impl Plan {
                     ""
                 },
                 if n_new == n_old && critical.pulls_ahead {
-                    ": add a member in the same reshape, or ask for a smaller interleave"
+                    ": add a member in the same reshape, ask for a smaller interleave, or copy \
+                     the data to a volume created with a larger --reserve"
                 } else {
-                    ": ask for a smaller interleave"
+                    ": ask for a smaller interleave, or copy the data to a volume created with \
+                     a larger --reserve"
                 }
             ));
         }
@@ -445,7 +454,8 @@ impl Plan {
             let k = self.critical_window(s).ok_or_else(|| {
                 ReshapeError(format!(
                     "the new layout cannot be written in place over the old one (new stripe {s} \
-                     overwrites data beyond {CRITICAL_STRIPES_MAX} stripes)"
+                     overwrites data beyond {CRITICAL_STRIPES_MAX} stripes: the old and new \
+                     interleaves do not line up)"
                 ))
             })?;
             most = most.max(k);
