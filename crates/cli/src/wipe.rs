@@ -64,10 +64,18 @@ fn check(spec: &str, args: &WipeArgs, force: bool) -> Result<(String, Box<dyn Me
             "{spec}: wipe works on files and block devices; wipe a remote export on its host"
         )));
     }
+    if !std::path::Path::new(spec).exists() {
+        return Err(CliError(format!("{spec}: no such file or device")));
+    }
     let device = open_member(spec, OpenOptions::default()).map_err(|e| {
-        CliError(format!(
-            "{spec}: cannot be wiped: {e} (a member of a running volume: stop it first)"
-        ))
+        let e = e.to_string();
+        // A running server holds its members with a lock or O_EXCL.
+        let hint = if e.contains("in use") {
+            " (a member of a running volume: stop it first)"
+        } else {
+            ""
+        };
+        CliError(format!("{spec}: cannot be wiped: {e}{hint}"))
     })?;
     let area = read_label_area(device.as_ref()).map_err(|e| CliError(e.to_string()))?;
     if is_blank(&area) {
