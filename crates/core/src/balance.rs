@@ -44,8 +44,8 @@
 //! volume's business. Degraded, rebuild, scrub and read-repair reads never
 //! ask.
 
+use crate::member_io::MemberOp;
 use crate::units::{format_size, parse_size, SECTOR_BYTES};
-use crate::volume::MemberOp;
 use crate::Level;
 use smallvec::SmallVec;
 use std::fmt;

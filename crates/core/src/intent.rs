@@ -14,8 +14,8 @@
 //! copy; after a crash the copies are OR-ed, since a member that failed or
 //! joined part way may miss bits.
 
+use crate::format::LABEL_BYTES;
 use crate::geometry::Geometry;
-use crate::label::LABEL_BYTES;
 
 /// Where the bitmap starts on every member: directly after the label.
 pub const INTENT_OFFSET_BYTES: u64 = LABEL_BYTES as u64;

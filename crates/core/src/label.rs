@@ -21,8 +21,7 @@ use thiserror::Error;
 use crate::level::{Level, ParityLayout};
 use crate::units::SECTOR_BYTES;
 
-/// Size of the label at the start of every member.
-pub const LABEL_BYTES: usize = 4096;
+pub use crate::format::{LABEL_BYTES, MAX_MEMBERS};
 
 /// The first bytes of every label: readable in `hexdump -C`, and not all zero,
 /// so a blank (zeroed) device never carries it. The trailing 0x01 keeps it out
@@ -56,9 +55,6 @@ pub const LABEL_FORMAT_VERSION: u32 = 7;
 /// change to how a volume offset maps to a member offset must bump this, and a
 /// reader refuses versions it does not implement instead of guessing.
 pub const LAYOUT_VERSION: u32 = 1;
-
-/// Slots in the slot table, hence the most members a volume can have.
-pub const MAX_MEMBERS: u32 = 64;
 
 /// Bytes available for the volume name (UTF-8, stored NUL-padded).
 pub const NAME_MAX_BYTES: usize = 64;

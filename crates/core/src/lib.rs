@@ -7,12 +7,14 @@
 pub mod assemble;
 pub mod balance;
 pub mod buf;
+pub mod format;
 pub mod fsalign;
 pub mod geometry;
 pub mod integrity;
 pub mod intent;
 pub mod label;
 pub mod level;
+pub mod member_io;
 pub mod ppl;
 pub mod reshape;
 pub mod stats;

@@ -425,7 +425,8 @@ impl TryFrom<HistogramJson> for Histogram {
     }
 }
 
-/// Which histogram a latency goes to (see [`crate::volume::Volume::record_latency`]).
+/// Which histogram a latency goes to (`Request::latency_of` says for a
+/// client request).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LatencyOf {
     /// A client read, submit to completion.
@@ -436,20 +437,6 @@ pub enum LatencyOf {
     Other,
     /// One member I/O, issue to result.
     Member(u32),
-}
-
-impl LatencyOf {
-    /// The histogram a client request's latency goes to; `None` for the
-    /// volume's own work (maintenance, sweeps).
-    pub fn of(req: &crate::volume::Request) -> Option<LatencyOf> {
-        use crate::volume::Request;
-        match req {
-            Request::Read { .. } => Some(LatencyOf::Read),
-            Request::Write { .. } | Request::WriteZeroes { .. } => Some(LatencyOf::Write),
-            Request::Trim { .. } | Request::Flush => Some(LatencyOf::Other),
-            Request::Maintain { .. } | Request::Sweep { .. } | Request::Destage { .. } => None,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -459,7 +459,7 @@ fn latencies_recorded_by_the_driver() {
     assert_eq!(s.members[1].latency.max(), 77);
     assert_eq!(s.members[0].latency.count(), 0);
     assert_eq!(
-        LatencyOf::of(&Request::Flush),
+        Request::Flush.latency_of(),
         Some(LatencyOf::Other),
         "flushes go with trims"
     );

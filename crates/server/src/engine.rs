@@ -816,7 +816,7 @@ impl Engine {
     /// perform here, otherwise on the I/O layer's thread that completes
     /// its last member I/O.
     pub fn submit(&self, req: Request, done: Done) {
-        let timed = LatencyOf::of(&req);
+        let timed = req.latency_of();
         let _ = self.submit_timed(|v| Some(v.submit(req)), done, timed, false);
     }
 
@@ -831,7 +831,7 @@ impl Engine {
     /// the submission is over (every I/O is with its member) and can read
     /// the next request without handing the socket to another worker.
     pub fn submit_client(&self, req: Request, done: Done) -> Result<WorkHere<'_>, Done> {
-        let timed = LatencyOf::of(&req);
+        let timed = req.latency_of();
         let here = self.submit_leaving_work(|v| Some(v.submit(req)), done, timed, true)?;
         Ok(WorkHere {
             engine: self,

@@ -981,7 +981,7 @@ impl Simulation {
         let flush_covers = matches!(req, Request::Flush).then(|| self.oracle.flush_covers());
         let writer = self.oracle.apply(&req);
         let name = req.name();
-        let latency = LatencyOf::of(&req);
+        let latency = req.latency_of();
         let id = self.volume.submit(req);
         self.trace.fold(&[
             1,

@@ -33,8 +33,7 @@ pub mod format;
 
 pub use format::{area_bytes, Algorithm, PageFormat, BLOCK_BYTES, PAGE_BYTES, PAGE_DATA_BYTES};
 
-use crate::volume::IdMap;
-use crate::volume::{IoError, IoErrorKind, IoId, IoResult, MemberIo, MemberOp, Payload};
+use crate::member_io::{IdMap, IoError, IoErrorKind, IoId, IoResult, MemberIo, MemberOp, Payload};
 use bytes::Bytes;
 use format::{
     PageId, RecordPage, Refused, SealedPage, ZeroEntries, ENTRY_BYTES, RECORDS_PER_PAGE,
@@ -66,7 +65,7 @@ impl Layout {
         let end = self
             .area_offset_bytes
             .checked_add(self.format.area_bytes(self.data_size_bytes));
-        if self.area_offset_bytes < crate::label::LABEL_BYTES as u64
+        if self.area_offset_bytes < crate::format::LABEL_BYTES as u64
             || !self.area_offset_bytes.is_multiple_of(PAGE_BYTES)
             || end.is_none_or(|e| e > self.data_offset_bytes)
         {

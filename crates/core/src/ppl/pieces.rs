@@ -4,7 +4,7 @@ use super::{Piece, MAX_PIECES};
 
 // Widened to the whole rows, a write is one piece per data member: always
 // within the bound, so widening ends.
-const _: () = assert!(crate::label::MAX_MEMBERS as usize <= MAX_PIECES);
+const _: () = assert!(crate::format::MAX_MEMBERS as usize <= MAX_PIECES);
 
 /// The spans `(data index, within_bytes, len_bytes)` a write modifies in
 /// rows `[lo_bytes, hi_bytes)`, merged per data index and sorted. Past

@@ -88,7 +88,7 @@ impl Volume {
             p.outstanding = 0;
         }
         for op in self.ops.values() {
-            if LatencyOf::of(&op.req).is_none() {
+            if op.req.latency_of().is_none() {
                 continue;
             }
             outstanding += 1;
@@ -255,7 +255,7 @@ impl Volume {
             }
             return;
         }
-        if LatencyOf::of(&op.req).is_none() {
+        if op.req.latency_of().is_none() {
             return;
         }
         if result.is_err() {

@@ -20,7 +20,6 @@ mod account;
 mod balancing;
 mod cache;
 mod checksums;
-mod ids;
 mod intent;
 mod invariants;
 mod lock;
@@ -35,6 +34,10 @@ mod scrub;
 mod stripe_cache;
 mod write;
 
+pub use crate::member_io::{
+    FailurePolicy, IdMap, IoError, IoErrorKind, IoId, IoResult, MemberIo, MemberOp, Payload,
+    Unverified,
+};
 pub use account::{plex_count, transfer_shape};
 pub use cache::{CacheLimits, CacheStatus};
 pub use intent::IntentStatus;
@@ -43,8 +46,7 @@ pub use ppl::LogStats;
 pub use rebuild::RebuildProgress;
 pub use repair::MAX_CORRECTED_READ_ERRORS;
 pub use request::{
-    Completion, ErrorKind, Event, FailurePolicy, IoError, IoErrorKind, IoId, IoResult, Maintenance,
-    MemberIo, MemberOp, Payload, ReadData, Reply, Request, RequestId, Unverified, VolumeError,
+    Completion, ErrorKind, Event, Maintenance, ReadData, Reply, Request, RequestId, VolumeError,
     READ_SEGMENTS_MAX,
 };
 pub use scrub::CheckReport;
@@ -53,7 +55,6 @@ use crate::buf::AlignedBuf;
 use crate::geometry::Geometry;
 use crate::level::Level;
 use bytes::Bytes;
-pub use ids::IdMap;
 use lock::{RangeLocks, Span};
 use plan::{Dest, Dests, ReadPieces, Target, WritePieces};
 use smallvec::SmallVec;

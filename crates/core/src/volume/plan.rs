@@ -1,6 +1,6 @@
 //! Member I/O plans: pieces of work on one member, merged where they touch.
 
-use super::request::{MemberOp, Payload};
+use crate::member_io::{MemberOp, Payload};
 use bytes::Bytes;
 use smallvec::SmallVec;
 

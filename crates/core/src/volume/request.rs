@@ -1,5 +1,6 @@
 //! What goes in and out of a [`super::Volume`]: client requests and their
-//! completions, member I/O requests and their results.
+//! completions, and the events the host must act on. Member I/O requests
+//! and their results are [`crate::member_io`]'s.
 
 use bytes::Bytes;
 use smallvec::SmallVec;
@@ -8,10 +9,6 @@ use std::fmt;
 /// Names a client request for its whole life; chosen by the volume.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RequestId(pub u64);
-
-/// Names one member I/O; chosen by the volume, echoed back by the executor.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct IoId(pub u64);
 
 /// A client operation on the volume's flat byte space. Any byte offset and
 /// length inside the volume is accepted: partial sectors are read-modify-written.
@@ -88,6 +85,18 @@ pub enum Maintenance {
 }
 
 impl Request {
+    /// The histogram this request's latency goes to; `None` for the
+    /// volume's own work (maintenance, sweeps).
+    pub fn latency_of(&self) -> Option<crate::stats::LatencyOf> {
+        use crate::stats::LatencyOf;
+        match self {
+            Request::Read { .. } => Some(LatencyOf::Read),
+            Request::Write { .. } | Request::WriteZeroes { .. } => Some(LatencyOf::Write),
+            Request::Trim { .. } | Request::Flush => Some(LatencyOf::Other),
+            Request::Maintain { .. } | Request::Sweep { .. } | Request::Destage { .. } => None,
+        }
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             Request::Read { .. } => "read",
@@ -251,252 +260,6 @@ impl fmt::Display for VolumeError {
 
 impl std::error::Error for VolumeError {}
 
-/// A request for one member. Offsets are absolute on the member device
-/// (the data offset is already added).
-#[derive(Clone, Debug)]
-pub struct MemberIo {
-    pub id: IoId,
-    pub member: u32,
-    pub op: MemberOp,
-}
-
-#[derive(Clone, Debug)]
-pub enum MemberOp {
-    Read {
-        offset_bytes: u64,
-        len_bytes: u64,
-    },
-    Write {
-        offset_bytes: u64,
-        data: Payload,
-    },
-    /// Afterwards the range reads as zeros (the member contract).
-    Trim {
-        offset_bytes: u64,
-        len_bytes: u64,
-    },
-    Flush,
-}
-
-/// The bytes of a member write, in order: one buffer, or several when the
-/// engine merged pieces that lie back to back on the member but not in
-/// memory (a striped write's chunks for one member, a stripe's parity and
-/// the next one's). The executor writes them with one vectored write; they
-/// are never copied together on the way.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Payload {
-    parts: SmallVec<[Bytes; 1]>,
-    len: usize,
-}
-
-impl Payload {
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The buffers, to be written back to back.
-    pub fn parts(&self) -> &[Bytes] {
-        &self.parts
-    }
-
-    /// Appends `b` after the bytes already here.
-    pub fn push(&mut self, b: Bytes) {
-        self.len += b.len();
-        self.parts.push(b);
-    }
-
-    /// The bytes as one buffer: free for one part, a copy for several.
-    pub fn to_bytes(&self) -> Bytes {
-        match self.parts.as_slice() {
-            [] => Bytes::new(),
-            [one] => one.clone(),
-            many => {
-                let mut flat = Vec::with_capacity(self.len);
-                for b in many {
-                    flat.extend_from_slice(b);
-                }
-                Bytes::from(flat)
-            }
-        }
-    }
-}
-
-impl From<Bytes> for Payload {
-    fn from(b: Bytes) -> Payload {
-        Payload {
-            len: b.len(),
-            parts: smallvec::smallvec![b],
-        }
-    }
-}
-
-impl From<Vec<u8>> for Payload {
-    fn from(v: Vec<u8>) -> Payload {
-        Payload::from(Bytes::from(v))
-    }
-}
-
-impl MemberOp {
-    /// `(offset, length)` on the member; `(0, 0)` for a flush.
-    pub fn range(&self) -> (u64, u64) {
-        match self {
-            MemberOp::Read {
-                offset_bytes,
-                len_bytes,
-            }
-            | MemberOp::Trim {
-                offset_bytes,
-                len_bytes,
-            } => (*offset_bytes, *len_bytes),
-            MemberOp::Write { offset_bytes, data } => (*offset_bytes, data.len() as u64),
-            MemberOp::Flush => (0, 0),
-        }
-    }
-
-    pub fn name(&self) -> &'static str {
-        match self {
-            MemberOp::Read { .. } => "read",
-            MemberOp::Write { .. } => "write",
-            MemberOp::Trim { .. } => "trim",
-            MemberOp::Flush => "flush",
-        }
-    }
-}
-
-/// What the executor reports for a member I/O: data for reads, nothing for
-/// the rest, or why it failed.
-pub type IoResult = Result<Option<Bytes>, IoError>;
-
-/// The classes of member failure. Plain data: the executor maps the OS
-/// error (errno) or the I/O layer's own verdict onto them. What the engine
-/// does with each is [`IoErrorKind::policy`]; docs/failures.md has the
-/// table. Transient conditions (`EINTR`, `EAGAIN`, a short transfer) never
-/// get here: the I/O layer retries them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum IoErrorKind {
-    /// The device reported an error for these bytes (`EIO`, a bad sector,
-    /// a short read at a place the member has). The rest of the device may
-    /// be fine: a read is corrected from another copy where there is one.
-    Media,
-    /// The member (a sparse file, a thin device) had no room for a write.
-    /// Nothing is wrong with the bytes it holds.
-    NoSpace,
-    /// The device went away (`ENXIO`, `ENODEV`, an unplugged disk, a
-    /// detached loop device, a closed remote connection) or its file was
-    /// deleted while in use.
-    Gone,
-    /// The member is smaller than it was: bytes past its new end are lost.
-    Shrunk,
-    /// No answer within the member timeout.
-    Timeout,
-    /// The member refuses writes (`EROFS`, `EPERM`, `EACCES`).
-    ReadOnly,
-    /// A request past the member's end, refused before the device was
-    /// touched: the member is not the size the volume was assembled with.
-    OutOfRange,
-    /// The device returned bytes that do not match their checksums
-    /// (`platter create --checksums`): bit rot, a misdirected or lost
-    /// write, a member overwritten behind the volume's back. The device
-    /// itself answered: the bytes are rewritten from another copy or from
-    /// parity, and the member stays in use.
-    Checksum,
-}
-
-/// What the engine does about a failed member I/O.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FailurePolicy {
-    /// The member is marked faulty and not used again; the request goes on
-    /// without it where redundancy allows, else fails with `EIO`.
-    FailMember,
-    /// A client read on a redundant level is served from another copy or
-    /// rebuilt from parity, and the bad bytes are rewritten (md's read
-    /// error correction); a member whose rewrite fails, or that needed too
-    /// many, is failed. Anything else: as [`FailurePolicy::FailMember`].
-    CorrectRead,
-    /// The request fails with `ENOSPC`; the member stays in use, and the
-    /// stripes the write touched are resynced once there is room.
-    FailRequest,
-}
-
-impl IoErrorKind {
-    pub fn policy(self) -> FailurePolicy {
-        match self {
-            IoErrorKind::Media | IoErrorKind::Checksum => FailurePolicy::CorrectRead,
-            IoErrorKind::NoSpace => FailurePolicy::FailRequest,
-            // A device that is gone, cut short, silent or read-only will not
-            // take the rewrite a correction needs.
-            IoErrorKind::Gone
-            | IoErrorKind::Shrunk
-            | IoErrorKind::Timeout
-            | IoErrorKind::ReadOnly
-            | IoErrorKind::OutOfRange => FailurePolicy::FailMember,
-        }
-    }
-}
-
-/// A failed member I/O: its class and, in words, why (for the operator).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct IoError {
-    pub kind: IoErrorKind,
-    pub message: String,
-    /// A read that failed its checksums in some blocks only: the bytes as
-    /// read, and which of them failed. A scrub then suspects the member
-    /// only where they fall, not in every stripe the read spanned.
-    pub unverified: Option<Box<Unverified>>,
-}
-
-/// The bytes of a read some of whose blocks failed their checksums.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Unverified {
-    /// Every byte the read asked for, as the member returned them.
-    pub data: Bytes,
-    /// The ranges of `data` (offsets into it, half-open, in order) in
-    /// blocks that do not match their checksums.
-    pub bad: Vec<(u64, u64)>,
-}
-
-impl IoError {
-    pub fn new(kind: IoErrorKind, message: impl Into<String>) -> IoError {
-        IoError {
-            kind,
-            message: message.into(),
-            unverified: None,
-        }
-    }
-
-    /// A checksum failure of a read whose bytes came back: see
-    /// [`IoError::unverified`].
-    pub fn unverified(message: impl Into<String>, data: Bytes, bad: Vec<(u64, u64)>) -> IoError {
-        assert!(
-            bad.iter().all(|&(a, b)| a < b && b <= data.len() as u64),
-            "bad ranges within the bytes read"
-        );
-        assert!(!bad.is_empty(), "a checksum failure names its blocks");
-        IoError {
-            kind: IoErrorKind::Checksum,
-            message: message.into(),
-            unverified: Some(Box::new(Unverified { data, bad })),
-        }
-    }
-}
-
-/// A failure told only in words is a media error.
-impl From<String> for IoError {
-    fn from(message: String) -> IoError {
-        IoError::new(IoErrorKind::Media, message)
-    }
-}
-
-impl fmt::Display for IoError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
 /// Things the operator and the executor must know about.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
@@ -520,22 +283,4 @@ pub enum Event {
         offset_bytes: u64,
         len_bytes: u64,
     },
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A payload is empty until it holds a byte; empty parts add none.
-    /// Mutation testing found `is_empty` unseen (the engine asks `len`).
-    #[test]
-    fn a_payload_is_empty_until_it_holds_a_byte() {
-        let mut p = Payload::default();
-        assert!(p.is_empty());
-        p.push(Bytes::new());
-        assert!(p.is_empty());
-        assert_eq!(p.len(), 0);
-        p.push(Bytes::from_static(b"x"));
-        assert!(!p.is_empty());
-    }
 }

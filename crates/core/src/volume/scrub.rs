@@ -461,7 +461,7 @@ pub(super) fn scrubbing(op: &super::Op) -> bool {
 pub(super) fn suspect(
     op: &mut super::Op,
     dests: &[super::plan::Dest],
-    unverified: Option<&super::request::Unverified>,
+    unverified: Option<&crate::member_io::Unverified>,
 ) {
     for d in dests {
         let (lo, hi) = (d.io_at_bytes, d.io_at_bytes + d.len_bytes);
