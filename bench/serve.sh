@@ -326,8 +326,8 @@ def const(path, name, default=None):
     if not m and default is not None:
         return default
     return eval(m.group(1).replace("_", ""))
-print(const("crates/server/src/conn.rs", "CONN_MAX_BYTES"),
-      const("crates/server/src/conn.rs", "READ_BUFFER_BYTES", 0),
+print(const("crates/server/src/network/conn.rs", "CONN_MAX_BYTES"),
+      const("crates/server/src/network/conn.rs", "READ_BUFFER_BYTES", 0),
       const("crates/io/src/buffers.rs", "POOL_MAX_BYTES"))
 EOF
 )

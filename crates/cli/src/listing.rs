@@ -6,8 +6,8 @@ use platter_core::balance::ReadPolicy;
 use platter_core::label::{Label, SlotState};
 use platter_core::volume::Health;
 use platter_io::assembly::{read_label_area, OpenVolume};
-use platter_server::describe;
-use platter_server::leftout::LeftOutMember;
+use platter_server::manage::leftout::LeftOutMember;
+use platter_server::observe::describe;
 use serde_json::{json, Value};
 
 pub(crate) fn volume_state(a: &Assembly) -> String {
@@ -57,7 +57,7 @@ fn read_policy_name(a: &Assembly) -> String {
 }
 
 /// `status --json` of a stopped volume: the labels' facts, as the live
-/// status shows them (`platter_server::describe`), and what the members
+/// status shows them (`platter_server::observe::describe`), and what the members
 /// found say: each slot's state and device, the bitmap's marked regions.
 pub fn json(volume: &OpenVolume, unreadable: &[String]) -> Value {
     let a = &volume.assembly;
@@ -140,7 +140,7 @@ fn names(volume: &OpenVolume) -> Vec<String> {
 /// The slots a start would serve without: why each is out and the command
 /// that brings it back once served (`CONTROL` for the control socket).
 fn left_out(volume: &OpenVolume) -> Vec<LeftOutMember> {
-    platter_server::leftout::at_start(&volume.assembly, &names(volume), &Default::default())
+    platter_server::manage::leftout::at_start(&volume.assembly, &names(volume), &Default::default())
 }
 
 /// Devices given whose label is superseded: their slot went to another

@@ -522,8 +522,14 @@ fn abort(args: &ReshapeArgs) -> Result<()> {
             )));
         }
     }
-    platter_server::resume::put_back_undo(&by_slot, &a.health, &plan, label.volume_uuid, &r)
-        .map_err(|e| CliError(e.to_string()))?;
+    platter_server::engine::resume::put_back_undo(
+        &by_slot,
+        &a.health,
+        &plan,
+        label.volume_uuid,
+        &r,
+    )
+    .map_err(|e| CliError(e.to_string()))?;
     let n_old = r.old_member_count;
     let mut l = label.clone();
     l.reshape = None;

@@ -10,7 +10,7 @@ use platter_io::aio::layer::{Backend, BACKEND_ENV};
 use platter_io::aio::Delay;
 use platter_io::{FaultSpec, FaultyMember, Member, OpenOptions};
 use platter_nbd::TlsPolicy;
-use platter_server::leftout::SupersededDevice;
+use platter_server::manage::leftout::SupersededDevice;
 use platter_server::{defaults, serve, Ready, ServeConfig};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -327,7 +327,7 @@ fn members_by_scan(
             platter_core::label::printable(&v.name)
         ))
     })?;
-    let superseded = platter_server::leftout::superseded(a, &v.paths);
+    let superseded = platter_server::manage::leftout::superseded(a, &v.paths);
     let members: Vec<String> = (0..v.paths.len())
         .filter(|&i| !a.superseded.iter().any(|s| s.device == i))
         .map(|i| v.paths[i].clone())
@@ -365,7 +365,7 @@ fn at_least_one(text: &str) -> std::result::Result<usize, String> {
 
 pub fn run(mut args: ServeArgs) -> Result<()> {
     // Before any thread starts: taking them edits the environment.
-    let activated = platter_server::systemd::take_listen_fds().map_err(CliError)?;
+    let activated = platter_server::network::systemd::take_listen_fds().map_err(CliError)?;
     if args.socket.is_none() && args.listen.is_none() && activated.is_none() && !args.stdio {
         return Err(CliError(
             "give --socket PATH (or --listen HOST:PORT) to serve on, --stdio, or start under \
@@ -494,13 +494,13 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
         member_delays,
         scrub_every: (!args.scrub_every.is_zero()).then_some(args.scrub_every),
         scrub_rate_bytes_per_sec: args.scrub_rate,
-        inherited: platter_server::systemd::Inherited::new(activated),
+        inherited: platter_server::network::systemd::Inherited::new(activated),
         on_event: args.on_event,
         record: args.record.map(|path| {
             (
                 path,
                 args.record_limit
-                    .unwrap_or(platter_server::record::DEFAULT_LIMIT_BYTES),
+                    .unwrap_or(platter_server::manage::record::DEFAULT_LIMIT_BYTES),
             )
         }),
         stdio: args.stdio,

@@ -1,14 +1,14 @@
 //! `platter status` with no argument: every volume served on this host,
 //! one line each, as /proc/mdstat lists md's arrays. Each `platter serve`
 //! links its control socket into the run directory
-//! (`platter_server::registry`); this asks every socket found there. A
+//! (`platter_server::observe::registry`); this asks every socket found there. A
 //! link a killed server left behind is removed, never listed.
 
 use crate::control::exchange;
 use crate::error::{CliError, Result};
 use crate::out::{errln, outln};
 use platter_core::label::printable;
-use platter_server::registry::{self, DEFAULT_RUN_DIR, RUN_DIR_ENV};
+use platter_server::observe::registry::{self, DEFAULT_RUN_DIR, RUN_DIR_ENV};
 use serde_json::{json, Value};
 use std::io::ErrorKind;
 use std::os::unix::net::UnixStream;

@@ -26,7 +26,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 const TIB: u64 = 1 << 40;
-/// The server's bitmap sweep interval (crates/server/src/upkeep.rs): a
+/// The server's bitmap sweep interval (crates/server/src/engine/upkeep.rs): a
 /// region's bit outlives its last write by at least this long.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 const REGIONS_PER_PAGE: u64 = 4096 * 8;

@@ -1,6 +1,6 @@
 //! Replies held back ("corked") while more requests are buffered behind
 //! them, so that a client at depth gets them in one `sendmsg`
-//! (`crates/server/src/conn.rs`, `work`).
+//! (`crates/server/src/network/conn.rs`, `work`).
 //!
 //! Holding a reply back is only safe if it is always sent before the server
 //! waits for anything: a client that sent a burst waits for its replies

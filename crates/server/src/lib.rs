@@ -7,38 +7,16 @@
 //! queue is bounded ([`flow`]): a client can make its own connection wait,
 //! never grow memory without limit or hold up another connection.
 
-pub mod alerts;
-mod balancing;
-mod conn;
 pub mod defaults;
-pub mod describe;
 pub mod engine;
-pub mod flow;
-mod grow;
-pub mod leftout;
-mod listen;
-mod livepage;
-mod manage;
-mod memory;
-mod meta;
-pub mod metrics;
-mod newdevice;
-mod readd;
-mod reconnect;
-pub mod record;
-pub mod registry;
-mod replies;
-pub mod resume;
-mod scrub;
+pub mod manage;
+pub mod network;
+pub mod observe;
 mod server;
-mod serving;
 mod startup;
-mod stream;
-pub mod systemd;
-mod upkeep;
 
-pub use conn::{CONN_MAX_BYTES, CONN_MAX_REQUESTS};
-pub use listen::check_stdio;
+pub use engine::upkeep::UNLIMITED as UNLIMITED_RATE;
 pub use manage::{filesystem_json, layout_json};
+pub use network::conn::{CONN_MAX_BYTES, CONN_MAX_REQUESTS};
+pub use network::listen::check_stdio;
 pub use server::{serve, Ready, ServeConfig, ServeError, MAX_BLOCK_BYTES};
-pub use upkeep::UNLIMITED as UNLIMITED_RATE;

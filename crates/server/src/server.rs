@@ -1,16 +1,16 @@
 //! The server's life: mark the volume in use, listen, serve, and on SIGINT
 //! or SIGTERM finish what was started, flush, and mark the volume clean.
 
-use crate::conn::Shared;
 use crate::defaults;
+use crate::engine::meta::Meta;
+use crate::engine::upkeep::{self, Upkeep};
 use crate::engine::Engine;
-use crate::flow::{self, Budget};
-use crate::listen::{self, Conns};
+use crate::manage::scrub::Scrubber;
 use crate::manage::{self, Manager};
-use crate::meta::Meta;
-use crate::scrub::Scrubber;
+use crate::network::conn::Shared;
+use crate::network::flow::{self, Budget};
+use crate::network::listen::{self, Conns};
 use crate::startup;
-use crate::upkeep::{self, Upkeep};
 use platter_core::label::VolumeState;
 use platter_core::volume::Health;
 use platter_core::volume::Request;
@@ -114,18 +114,18 @@ pub struct ServeConfig {
     /// argument (`registry.rs`); `None`: nowhere.
     pub run_dir: Option<PathBuf>,
     /// Rebuilds, resyncs and reshapes move at most this many bytes a
-    /// second (`--rebuild-rate`; [`crate::upkeep::UNLIMITED`]: no limit).
+    /// second (`--rebuild-rate`; [`crate::engine::upkeep::UNLIMITED`]: no limit).
     pub rebuild_rate_bytes_per_sec: u64,
     /// Listening sockets systemd passed (socket activation), served as
     /// well as `socket` and `listen`; taken once, at bind.
-    pub inherited: crate::systemd::Inherited,
+    pub inherited: crate::network::systemd::Inherited,
     /// Where members not given were found by a scan, by slot: the log and
     /// `status` name them in the command that brings each back.
     pub last_seen: BTreeMap<u32, String>,
     /// Devices `--scan` found whose label was superseded, left unopened:
     /// logged at start and shown by `status` with those given and set
     /// aside.
-    pub superseded: Vec<crate::leftout::SupersededDevice>,
+    pub superseded: Vec<crate::manage::leftout::SupersededDevice>,
 }
 
 impl ServeConfig {
@@ -249,7 +249,7 @@ pub fn serve(
     let export = startup::export_info(&opened, config.read_only, &config.rotational);
     let (engine, resync_regions) = startup::engine(&mut opened, &config)?;
     let buffered = Arc::new(Budget::new(flow::REQUESTS_MAX, config.buffer_limit_bytes));
-    let recorder = Arc::new(crate::record::Recorder::default());
+    let recorder = Arc::new(crate::manage::record::Recorder::default());
     if let Some((path, limit_bytes)) = &config.record {
         recorder
             .start(path, *limit_bytes)
@@ -284,7 +284,7 @@ pub fn serve(
         .as_ref()
         .and_then(|l| l.local_addr().ok())
         .and_then(|a| a.as_pathname().map(|p| p.display().to_string()));
-    crate::leftout::log_at_start(
+    crate::manage::leftout::log_at_start(
         &opened.left_out,
         opened.assembly.label.event_counter,
         control_path.as_deref(),
@@ -299,7 +299,7 @@ pub fn serve(
         config.read_only,
     ));
     let alerts = Arc::new(
-        crate::alerts::Alerts::new(
+        crate::observe::alerts::Alerts::new(
             &export.name,
             &platter_core::assemble::uuid_string(&opened.assembly.label.volume_uuid),
             config.on_event.clone(),
@@ -313,7 +313,7 @@ pub fn serve(
         engine.on_event(Box::new(move |e| {
             let recorded = m.on_event(e);
             if let Some(engine) = weak.upgrade() {
-                crate::alerts::raise_engine_event(&engine, e);
+                crate::observe::alerts::raise_engine_event(&engine, e);
             }
             recorded
         }));
@@ -375,13 +375,13 @@ pub fn serve(
         uris,
         metrics: metrics_url,
     });
-    let notifier = crate::systemd::Notifier::from_env();
+    let notifier = crate::network::systemd::Notifier::from_env();
     notifier.notify(&format!(
         "READY=1\nSTATUS=serving '{}' ({} bytes)",
         export.name, export.size_bytes
     ));
 
-    let mut trimmer = crate::memory::Trimmer::default();
+    let mut trimmer = crate::engine::memory::Trimmer::default();
     let mut unread = listen::UnreadWatch::default();
     while !stop.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(100));
@@ -433,9 +433,9 @@ fn register(
     config: &ServeConfig,
     control: Option<&std::path::Path>,
     name: &str,
-) -> Option<crate::registry::Registration> {
+) -> Option<crate::observe::registry::Registration> {
     let (dir, control) = (config.run_dir.as_ref()?, control?);
-    match crate::registry::register(dir, control, name) {
+    match crate::observe::registry::register(dir, control, name) {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(
@@ -443,7 +443,7 @@ fn register(
                 error = %e,
                 "cannot register the control socket: `platter status` with no argument will \
                  not list this volume (--run-dir or {} names another directory)",
-                crate::registry::RUN_DIR_ENV
+                crate::observe::registry::RUN_DIR_ENV
             );
             None
         }
@@ -522,7 +522,7 @@ impl Threads {
             let (m, stop) = (Arc::clone(manager), Arc::clone(stop));
             spawn(
                 "platter-metrics",
-                Box::new(move || crate::metrics::serve_metrics(l, m, stop)),
+                Box::new(move || crate::observe::metrics::serve_metrics(l, m, stop)),
             )
         });
         let accept = bound

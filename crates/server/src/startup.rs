@@ -3,12 +3,12 @@
 //! Nothing here changes a member's data or label except
 //! [`reserve_areas`] (allocation only) and [`mark_in_use`].
 
+use crate::engine::meta::Meta;
+use crate::engine::upkeep::Upkeep;
 use crate::engine::Engine;
-use crate::leftout::LeftOutMember;
 use crate::manage;
-use crate::meta::Meta;
+use crate::manage::leftout::LeftOutMember;
 use crate::server::{ServeConfig, ServeError, MAX_BLOCK_BYTES};
-use crate::upkeep::Upkeep;
 use platter_core::assemble::{Absence, Assembly, SlotNote};
 use platter_core::geometry::Geometry;
 use platter_core::intent::{IntentLayout, RegionSet};
@@ -37,9 +37,9 @@ pub(crate) struct Opened {
     /// The labels say the volume was not shut down cleanly.
     pub unclean: bool,
     /// The slots served without a device, why, and what brings each back.
-    pub left_out: Vec<crate::leftout::LeftOutMember>,
+    pub left_out: Vec<crate::manage::leftout::LeftOutMember>,
     /// Devices set aside: their slot went to another member.
-    pub superseded: Vec<crate::leftout::SupersededDevice>,
+    pub superseded: Vec<crate::manage::leftout::SupersededDevice>,
 }
 
 /// Takes the volume's members by slot and refuses a volume that cannot
@@ -56,11 +56,11 @@ pub(crate) fn open(volume: OpenVolume, config: &ServeConfig) -> Result<Opened, S
     let OpenVolume { assembly, devices } = volume;
     let names: Vec<String> = devices.iter().map(|d| d.describe().to_string()).collect();
     let mut superseded = config.superseded.clone();
-    superseded.extend(crate::leftout::superseded(&assembly, &names));
+    superseded.extend(crate::manage::leftout::superseded(&assembly, &names));
     for d in &superseded {
         tracing::warn!("{}", d.line(assembly.label.event_counter));
     }
-    let left_out = crate::leftout::at_start(&assembly, &names, &config.last_seen);
+    let left_out = crate::manage::leftout::at_start(&assembly, &names, &config.last_seen);
     // The engine holds the devices from here on: one that leaves it (a
     // removed member) is closed when the engine lets it go, and one whose
     // label was superseded now.
@@ -246,7 +246,7 @@ pub(crate) fn export_info(
         flags |= NBD_FLAG_SEND_TRIM | NBD_FLAG_SEND_WRITE_ZEROES | NBD_FLAG_SEND_FAST_ZERO;
     }
     let name = &opened.assembly.label.name;
-    let spins = crate::balancing::rotations(&opened.members, rotational);
+    let spins = crate::engine::balancing::rotations(&opened.members, rotational);
     let mut export = ExportInfo {
         name: name.clone(),
         description: describe_export(geometry, name, &opened.assembly.health),
@@ -344,14 +344,15 @@ pub(crate) fn engine(
     let geometry = opened.assembly.geometry.clone();
     // Each connection holds at most CONN_MAX_REQUESTS; the margin is for
     // flushes chained behind FUA trims and the server's own final flush.
-    let max_requests = config.max_connections * 2 * crate::conn::CONN_MAX_REQUESTS as usize + 16;
+    let max_requests =
+        config.max_connections * 2 * crate::network::conn::CONN_MAX_REQUESTS as usize + 16;
     if let Some(old) = opened.assembly.old_geometry.clone() {
-        let mut r = crate::resume::reshaping(opened, config, old, Limits { max_requests })?;
-        crate::memory::keep_large_buffers(true);
+        let mut r = crate::engine::resume::reshaping(opened, config, old, Limits { max_requests })?;
+        crate::engine::memory::keep_large_buffers(true);
         // Neither a bitmap nor a cache while the layout changes (each is
         // kept in one layout's terms): an unclean stop resyncs it all.
         opened.intent = None;
-        crate::balancing::configure(
+        crate::engine::balancing::configure(
             r.new_volume_mut(),
             &opened.assembly.label,
             &opened.members,
@@ -416,7 +417,7 @@ pub(crate) fn engine(
         }
         vol.enable_checksums(layout, platter_core::integrity::Limits::default());
     }
-    crate::balancing::configure(
+    crate::engine::balancing::configure(
         &mut vol,
         &opened.assembly.label,
         &opened.members,
@@ -466,7 +467,7 @@ fn volume_setup(label: &Label, config: &ServeConfig) -> crate::engine::VolumeSet
                 ..CacheLimits::DEFAULT
             });
         }
-        crate::balancing::configure(vol, &label, members, &rotational, &write_mostly);
+        crate::engine::balancing::configure(vol, &label, members, &rotational, &write_mostly);
     })
 }
 
@@ -762,7 +763,7 @@ pub(crate) fn mark_in_use(meta: &Meta, engine: &Engine) {
 /// The start's events: members forced into use, members missing (each
 /// named with why it is out).
 pub(crate) fn alert_start(engine: &Engine, forced_slots: &[u32], opened: &Opened) {
-    use crate::alerts::{Alert, EventKind};
+    use crate::observe::alerts::{Alert, EventKind};
     for &slot in forced_slots {
         engine.alert(
             Alert::new(

@@ -10,8 +10,8 @@
 //! Keyed by URI: a member unreachable at start has no slot until its label
 //! is read.
 
-use crate::alerts::{Alert, EventKind};
 use crate::manage::Manager;
+use crate::observe::alerts::{Alert, EventKind};
 use platter_core::volume::Health;
 use platter_io::{open_member, Member};
 use serde_json::{json, Value};

@@ -7,10 +7,10 @@
 //! [`DESTAGE_INTERVAL`], so that a partial stripe nobody completes goes to
 //! the members within two ticks of its last write.
 
+use crate::engine::meta::Meta;
+use crate::engine::serving::Serving;
 use crate::engine::Engine;
-use crate::meta::Meta;
-use crate::scrub::Scrubber;
-use crate::serving::Serving;
+use crate::manage::scrub::Scrubber;
 use platter_core::label::ScrubRecord;
 use platter_core::reshape::Action;
 use platter_core::volume::{ErrorKind, Health, Maintenance, Reply, Request};
@@ -312,8 +312,8 @@ fn resync_step(engine: &Engine, upkeep: &Upkeep, step: u64) -> bool {
         let n = upkeep.resync_mismatched_stripes.load(Ordering::SeqCst);
         let regions = upkeep.resync_regions.load(Ordering::SeqCst);
         tracing::info!(stripes = cursor, rewritten = n, regions, "resync finished");
-        engine.alert(crate::alerts::Alert::new(
-            crate::alerts::EventKind::ResyncDone,
+        engine.alert(crate::observe::alerts::Alert::new(
+            crate::observe::alerts::EventKind::ResyncDone,
             if regions > 0 {
                 format!("resync finished: {regions} bitmap regions, {n} stripes rewritten")
             } else {
@@ -414,8 +414,8 @@ fn reshape_tick(engine: &Engine, meta: &Meta, upkeep: &Upkeep, allowed_at: &mut 
                     meta.record(|l| l.reshape = None);
                 }
                 let size = engine.size_bytes();
-                engine.alert(crate::alerts::Alert::new(
-                    crate::alerts::EventKind::ReshapeDone,
+                engine.alert(crate::observe::alerts::Alert::new(
+                    crate::observe::alerts::EventKind::ReshapeDone,
                     format!(
                         "reshape finished: every byte is in the new layout; clients that \
                          connect from now on see {size} bytes"
@@ -426,8 +426,8 @@ fn reshape_tick(engine: &Engine, meta: &Meta, upkeep: &Upkeep, allowed_at: &mut 
                 position_bytes,
                 reason,
             } => {
-                engine.alert(crate::alerts::Alert::new(
-                    crate::alerts::EventKind::ReshapeStuck,
+                engine.alert(crate::observe::alerts::Alert::new(
+                    crate::observe::alerts::EventKind::ReshapeStuck,
                     format!(
                         "the reshape stopped at byte {position_bytes}: {reason}; the volume \
                          is served through both layouts"

@@ -2,9 +2,9 @@
 //! socket and the metrics port, bound before the volume is marked in use;
 //! the accept loops, and the connection limit.
 
-use crate::conn::{self, Shared};
+use crate::network::conn::{self, Shared};
+use crate::network::stream::Stream;
 use crate::server::{io_err, ServeConfig, ServeError};
-use crate::stream::Stream;
 use std::collections::HashMap;
 use std::net::{Shutdown, SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;

@@ -3,12 +3,20 @@
 //! rebuild-rate|read-policy|stats --control PATH`), each a JSON request and a
 //! JSON answer on one line.
 
-use crate::alerts::{Alert, EventKind};
+pub(crate) mod grow;
+pub mod leftout;
+pub(crate) mod newdevice;
+pub(crate) mod readd;
+pub(crate) mod reconnect;
+pub mod record;
+pub(crate) mod scrub;
+
+use crate::engine::meta::Meta;
+use crate::engine::upkeep::Upkeep;
 use crate::engine::Engine;
-use crate::leftout::LeftOutMember;
-use crate::meta::Meta;
-use crate::newdevice::{names_device, NewDevice};
-use crate::upkeep::Upkeep;
+use crate::manage::leftout::LeftOutMember;
+use crate::manage::newdevice::{names_device, NewDevice};
+use crate::observe::alerts::{Alert, EventKind};
 use platter_core::geometry::Geometry;
 use platter_core::label::{SlotState, VolumeState};
 use platter_core::volume::{CheckReport, Health, Maintenance, Reply, Request};
@@ -45,7 +53,7 @@ pub struct Manager {
     /// `serve --rotational`: slots whose rotation the operator stated.
     pub rotational: BTreeMap<u32, bool>,
     /// Remote members away and expected back, by URI (`reconnect.rs`).
-    pub away: Mutex<BTreeMap<String, crate::reconnect::Away>>,
+    pub away: Mutex<BTreeMap<String, crate::manage::reconnect::Away>>,
     /// Remote members whose connection broke are disconnected and tried
     /// again (`readd.rs`); off (`--no-reconnect`), they are failed.
     pub reconnect: bool,
@@ -59,14 +67,14 @@ pub struct Manager {
     /// Set at shutdown: no more reconnect tries.
     pub stopping: std::sync::atomic::AtomicBool,
     /// The clients' requests recorded (`record-start`, `record-stop`).
-    pub recorder: Arc<crate::record::Recorder>,
+    pub recorder: Arc<crate::manage::record::Recorder>,
     /// The members the volume started without, by slot, until a device
     /// takes the slot again (`status` says why each is out).
     pub left_out: Mutex<BTreeMap<u32, LeftOutMember>>,
     /// The control socket's path, for the commands `status` suggests.
     pub control_path: Option<String>,
     /// Devices set aside at start: their slot went to another member.
-    pub superseded: Vec<crate::leftout::SupersededDevice>,
+    pub superseded: Vec<crate::manage::leftout::SupersededDevice>,
 }
 
 /// Why no member is rebuilt while the volume is reshaped: a rebuild
@@ -137,7 +145,7 @@ impl Manager {
         let (geometry, bitmap) = self
             .engine
             .with_volume(|v| (v.geometry().clone(), v.intent_status()));
-        let mut v = crate::describe::volume_fields(&label, &geometry);
+        let mut v = crate::observe::describe::volume_fields(&label, &geometry);
         let online = health.iter().filter(|h| **h == Health::Online).count();
         let live = json!({
             // What clients are told: during a reshape, the size it began with.
@@ -157,7 +165,7 @@ impl Manager {
             "scrub": self.upkeep.scrubber.status(geometry.stripes()),
             "resync": self.resync_status(&geometry),
             "bitmap": bitmap.map(|b| {
-                let mut m = crate::describe::bitmap_fields(&b.layout, &geometry, b.dirty_regions);
+                let mut m = crate::observe::describe::bitmap_fields(&b.layout, &geometry, b.dirty_regions);
                 m.insert("unsynced_regions".into(), json!(b.unsynced_regions));
                 m.insert("missed_regions".into(), json!(b.missed_regions));
                 m.insert("rounds".into(), json!(b.rounds));
@@ -201,7 +209,7 @@ impl Manager {
                     Health::Online | Health::Rebuilding => Some(label.event_counter),
                     _ => label.slots[i].left_at_events.checked_sub(1),
                 };
-                let mut m = crate::describe::member_fields(label, geometry, s);
+                let mut m = crate::observe::describe::member_fields(label, geometry, s);
                 m.insert("state".into(), json!(state));
                 m.insert(
                     "path".into(),
@@ -217,7 +225,7 @@ impl Manager {
     /// The rebuild limit for status: `null` when unlimited.
     pub(crate) fn rate_limit_json(&self) -> Value {
         match self.upkeep.rate_bytes_per_sec.load(Ordering::Relaxed) {
-            crate::upkeep::UNLIMITED => Value::Null,
+            crate::engine::upkeep::UNLIMITED => Value::Null,
             rate => json!(rate),
         }
     }
@@ -226,7 +234,7 @@ impl Manager {
     /// unlimited (the members' speed decides).
     pub(crate) fn seconds_at_rate_limit(&self, bytes: u64) -> Value {
         match self.upkeep.rate_bytes_per_sec.load(Ordering::Relaxed) {
-            crate::upkeep::UNLIMITED => Value::Null,
+            crate::engine::upkeep::UNLIMITED => Value::Null,
             rate => json!(bytes.div_ceil(rate.max(1))),
         }
     }
@@ -657,10 +665,16 @@ impl Manager {
         };
         match req.get("cmd").and_then(Value::as_str) {
             Some("status") => Ok(self.status()),
-            Some("stats") => Ok(crate::metrics::stats_json(&self.engine, &self.meta)),
+            Some("stats") => Ok(crate::observe::metrics::stats_json(
+                &self.engine,
+                &self.meta,
+            )),
             Some("stats-reset") => {
                 self.engine.reset_stats();
-                Ok(crate::metrics::stats_json(&self.engine, &self.meta))
+                Ok(crate::observe::metrics::stats_json(
+                    &self.engine,
+                    &self.meta,
+                ))
             }
             Some("fail") => self.fail(arg("member")?, force),
             Some("remove") => self.remove(arg("member")?),
@@ -672,7 +686,7 @@ impl Manager {
                 let limit = req
                     .get("limit_bytes")
                     .and_then(Value::as_u64)
-                    .unwrap_or(crate::record::DEFAULT_LIMIT_BYTES);
+                    .unwrap_or(crate::manage::record::DEFAULT_LIMIT_BYTES);
                 self.recorder
                     .start(std::path::Path::new(arg("path")?), limit)?;
                 Ok(json!(self.recorder.status()))
@@ -740,7 +754,7 @@ impl Manager {
 /// or "unlimited".
 fn parse_rate_request(v: Option<&Value>) -> Result<u64, String> {
     match v {
-        Some(Value::String(s)) if s == "unlimited" => Ok(crate::upkeep::UNLIMITED),
+        Some(Value::String(s)) if s == "unlimited" => Ok(crate::engine::upkeep::UNLIMITED),
         Some(v) => v.as_u64().filter(|r| *r > 0).ok_or_else(|| {
             "\"bytes_per_sec\" must be a number of bytes per second greater than 0, or \
              \"unlimited\""

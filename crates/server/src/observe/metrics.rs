@@ -3,10 +3,10 @@
 //! text format (`platter serve --metrics HOST:PORT`), encoded with the
 //! `prometheus-client` crate. Definitions: docs/statistics.md.
 
+use crate::engine::meta::Meta;
 use crate::engine::Engine;
-use crate::livepage::History;
 use crate::manage::Manager;
-use crate::meta::Meta;
+use crate::observe::livepage::History;
 use platter_core::label::ScrubRecord;
 use platter_core::stats::{Counters, Histogram, Stats};
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -685,7 +685,7 @@ fn answer(stream: TcpStream, manager: &Manager, history: &Mutex<History>) {
         ("GET", "/") | ("HEAD", "/") => ("200 OK", "text/html; charset=utf-8", {
             let status = manager.status();
             let h = history.lock().unwrap_or_else(|e| e.into_inner());
-            crate::livepage::render(&h, &status)
+            crate::observe::livepage::render(&h, &status)
         }),
         ("GET", _) | ("HEAD", _) => (
             "404 Not Found",

@@ -12,7 +12,14 @@
 //! The engine is the same state machine the simulator drives; only this file
 //! knows that members are real devices.
 
-use crate::serving::Serving;
+pub(crate) mod balancing;
+pub(crate) mod memory;
+pub(crate) mod meta;
+pub mod resume;
+pub(crate) mod serving;
+pub(crate) mod upkeep;
+
+use crate::engine::serving::Serving;
 use platter_core::geometry::Geometry;
 use platter_core::reshape::{Action, Reshaping};
 use platter_core::stats::LatencyOf;
@@ -264,7 +271,7 @@ pub struct Engine {
     lock_waited_ns: AtomicU64,
     /// Where events that need a person go (`alerts.rs`); set once at start,
     /// only logged before.
-    alerts: std::sync::OnceLock<Arc<crate::alerts::Alerts>>,
+    alerts: std::sync::OnceLock<Arc<crate::observe::alerts::Alerts>>,
 }
 
 /// Where a reshape stands, for status and the upkeep thread.
@@ -567,7 +574,7 @@ impl Engine {
     /// engine and waited for it to be idle: the volume's state (its
     /// requests, its cache) goes with it.
     pub fn begin_reshape(&self, reshaping: Reshaping, added: Vec<Arc<dyn Member>>) {
-        crate::memory::keep_large_buffers(true);
+        crate::engine::memory::keep_large_buffers(true);
         self.swap_serving(Serving::Reshaping(Box::new(reshaping)), added);
     }
 
@@ -613,7 +620,7 @@ impl Engine {
             });
         drop(setup);
         if handed {
-            crate::memory::keep_large_buffers(false);
+            crate::engine::memory::keep_large_buffers(false);
         }
         self.resume();
         handed
@@ -781,12 +788,12 @@ impl Engine {
     }
 
     /// Sends alerts to `alerts` from now on (once).
-    pub fn set_alerts(&self, alerts: Arc<crate::alerts::Alerts>) {
+    pub fn set_alerts(&self, alerts: Arc<crate::observe::alerts::Alerts>) {
         let _ = self.alerts.set(alerts);
     }
 
     /// Raises `a` (`alerts.rs`): logged, and run by `--on-event`.
-    pub fn alert(&self, a: crate::alerts::Alert) {
+    pub fn alert(&self, a: crate::observe::alerts::Alert) {
         match self.alerts.get() {
             Some(alerts) => alerts.raise(a),
             None => tracing::warn!(event = a.kind.name(), detail = %a.detail, "event"),

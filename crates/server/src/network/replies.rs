@@ -12,7 +12,7 @@
 //! connection's budget until its last byte is sent, so a client that stops
 //! reading stops its own reader, and nobody else.
 
-use crate::flow::Budget;
+use crate::network::flow::Budget;
 use bytes::Bytes;
 use smallvec::SmallVec;
 use std::collections::VecDeque;

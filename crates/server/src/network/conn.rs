@@ -10,9 +10,9 @@
 //! slow or stalled client only ever holds up its own workers.
 
 use crate::engine::{Engine, WorkHere};
-use crate::flow::Budget;
-use crate::replies::{Chunk, Replies};
-use crate::stream::Stream;
+use crate::network::flow::Budget;
+use crate::network::replies::{Chunk, Replies};
+use crate::network::stream::Stream;
 use bytes::Bytes;
 use platter_core::buf::AlignedBuf;
 use platter_core::volume::{ErrorKind, Reply, Request, VolumeError};
@@ -50,7 +50,7 @@ pub const CONN_MAX_BYTES: u64 = 64 << 20;
 pub struct Shared {
     pub engine: Arc<Engine>,
     /// Notes each request while a recording runs (`record.rs`).
-    pub recorder: Arc<crate::record::Recorder>,
+    pub recorder: Arc<crate::manage::record::Recorder>,
     /// Request and reply bytes across every connection (`--buffer-limit`):
     /// each connection's budget is part of it.
     pub buffered: Arc<Budget>,

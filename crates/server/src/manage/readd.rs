@@ -12,8 +12,8 @@
 //! more than its leaving is refused, with `replace` named for a full
 //! rebuild.
 
+use crate::manage::newdevice::{empty_ppl, names_device};
 use crate::manage::Manager;
-use crate::newdevice::{empty_ppl, names_device};
 use platter_core::label::{Label, SlotState, VolumeState};
 use platter_core::volume::Health;
 use platter_io::assembly::read_label_area;

@@ -4,9 +4,9 @@
 //! to serve both layouts; the upkeep thread moves the data from there, as
 //! it does for a reshape resumed at start-up (docs/reshape.md).
 
+use crate::engine::serving::Serving;
+use crate::manage::newdevice::NewDevice;
 use crate::manage::{layout_json, Manager};
-use crate::newdevice::NewDevice;
-use crate::serving::Serving;
 use platter_core::geometry::Geometry;
 use platter_core::intent::{IntentLayout, RegionSet};
 use platter_core::label::Label;
@@ -228,7 +228,8 @@ impl Manager {
         let n_new = plan.new_geometry().members() as usize;
         let health = vec![Health::Online; n_new];
         let failed = self.meta.begin_reshape(new_label.clone(), &added);
-        let reshaping = crate::resume::driven(plan, 0, health, new_label.volume_uuid, id, limits);
+        let reshaping =
+            crate::engine::resume::driven(plan, 0, health, new_label.volume_uuid, id, limits);
         self.engine.begin_reshape(reshaping, added);
         Ok(failed)
     }

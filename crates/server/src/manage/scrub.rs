@@ -11,9 +11,9 @@
 //! rebuild or a resync, and it waits while a member is lost (a degraded
 //! stripe has nothing to compare with).
 
+use crate::engine::meta::{now_unix_seconds, Meta};
+use crate::engine::upkeep::pace;
 use crate::engine::Engine;
-use crate::meta::{now_unix_seconds, Meta};
-use crate::upkeep::pace;
 use platter_core::label::ScrubRecord;
 use platter_core::volume::{Health, Maintenance, Reply, Request};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -54,7 +54,7 @@ impl Scrubber {
 
     /// For `status` and `stats`: the schedule and the record.
     pub fn status(&self, stripes: u64) -> serde_json::Value {
-        let mut m = crate::describe::scrub_record_fields(&self.record(), stripes);
+        let mut m = crate::observe::describe::scrub_record_fields(&self.record(), stripes);
         let every = self.every_secs.load(Ordering::Relaxed);
         m.insert(
             "every_secs".into(),
@@ -123,8 +123,8 @@ impl Scrubber {
                     "the scrub found stripes whose parity or copies disagree: \
                      `platter check` lists them, `platter repair` mends them"
                 );
-                engine.alert(crate::alerts::Alert::new(
-                    crate::alerts::EventKind::MismatchesFound,
+                engine.alert(crate::observe::alerts::Alert::new(
+                    crate::observe::alerts::EventKind::MismatchesFound,
                     format!(
                         "the scheduled scrub found {} of {stripes} stripes whose parity or \
                          copies disagree (`platter check` lists them, `platter repair` mends them)",
