@@ -134,7 +134,7 @@ mod volume_bookkeeping {
         // A partial stripe, cached; the tick sends it out as the volume's
         // own request, left in flight.
         v.submit(write(5 * 8192 + 512, 512));
-        v.submit(Request::Destage { all: true });
+        v.submit(Request::CacheTick { all: true });
         while v.next_completion().is_some() {}
         assert!(v.requests_in_flight() >= 1, "a write-out in flight");
         let internal = v.requests_in_flight();

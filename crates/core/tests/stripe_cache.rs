@@ -116,7 +116,7 @@ fn reads_see_cached_data_at_every_moment() {
             model.apply(&req);
             h.one(req).expect("write");
             if step % 7 == 0 {
-                h.one(Request::Destage { all: false }).expect("tick");
+                h.one(Request::CacheTick { all: false }).expect("tick");
             }
             // Read back around the write, and somewhere at random.
             for (a, l) in [
@@ -321,11 +321,11 @@ fn a_tick_writes_out_stripes_idle_for_a_whole_interval() {
     h.write(10, &[7; 100]).unwrap();
     h.write(2 * sb + 10, &[8; 100]).unwrap();
     assert_eq!(h.volume.cached_stripes(), 2);
-    h.one(Request::Destage { all: false }).unwrap();
+    h.one(Request::CacheTick { all: false }).unwrap();
     // Both were written since the last tick: they stay.
     assert_eq!(h.volume.cached_stripes(), 2);
     h.write(2 * sb + 500, &[9; 100]).unwrap();
-    h.one(Request::Destage { all: false }).unwrap();
+    h.one(Request::CacheTick { all: false }).unwrap();
     // Stripe 0 was idle for the interval; stripe 2 was written again.
     assert_eq!(h.volume.cached_stripes(), 1);
     let writes = h.received.iter().map(|r| r.writes).sum::<u64>();
@@ -333,7 +333,7 @@ fn a_tick_writes_out_stripes_idle_for_a_whole_interval() {
         writes >= 2,
         "stripe 0 went out as a data and a parity write"
     );
-    h.one(Request::Destage { all: true }).unwrap();
+    h.one(Request::CacheTick { all: true }).unwrap();
     assert_eq!(h.volume.cached_stripes(), 0);
     let c = h.volume.stats().volume.counters;
     // Two partial stripes written out, counted as stripe writes.
@@ -561,24 +561,24 @@ fn destaged_stripes_count_by_how_their_parity_was_kept() {
     // Stripe 0 whole, in two halves: out as one full-stripe write.
     h.write(0, &vec![1; (sb / 2) as usize]).unwrap();
     h.write(sb / 2, &vec![2; (sb / 2) as usize]).unwrap();
-    h.one(Request::Destage { all: true }).unwrap();
+    h.one(Request::CacheTick { all: true }).unwrap();
     assert_eq!(counts(&h), (1, 0, 0, 0));
     // One sector of stripe 1 (one data chunk of four): the old chunk and
     // parity (two reads) beat the three others: a read-modify-write.
     h.write(sb, &[3; 512]).unwrap();
-    h.one(Request::Destage { all: true }).unwrap();
+    h.one(Request::CacheTick { all: true }).unwrap();
     assert_eq!(counts(&h), (1, 1, 0, 0));
     // Three chunks of stripe 2: reading the fourth beats reading three
     // and parity: a reconstruct-write.
     let il = config.interleave_bytes;
     h.write(2 * sb, &vec![4; (3 * il) as usize]).unwrap();
-    h.one(Request::Destage { all: true }).unwrap();
+    h.one(Request::CacheTick { all: true }).unwrap();
     assert_eq!(counts(&h), (1, 1, 1, 0));
     // Stripe 3's parity member lost: its write-out keeps no parity.
     let p = h.volume.geometry().parity_roles(3).unwrap().p;
     h.reassemble(&[p]);
     h.write(3 * sb, &[5; 512]).unwrap();
-    h.one(Request::Destage { all: true }).unwrap();
+    h.one(Request::CacheTick { all: true }).unwrap();
     assert_eq!(counts(&h).3, 1, "{:?}", counts(&h));
 }
 
@@ -621,13 +621,13 @@ fn a_write_out_refused_for_space_goes_out_on_a_later_tick_and_a_failed_one_waits
     assert_eq!(h.volume.cached_stripes(), 1);
     // Every member full: the write-out is refused.
     h.full.iter_mut().for_each(|f| *f = true);
-    h.one(Request::Destage { all: true }).unwrap();
+    h.one(Request::CacheTick { all: true }).unwrap();
     assert_eq!(h.volume.cached_stripes(), 1, "refused, still cached");
     h.full.iter_mut().for_each(|f| *f = false);
     let writes = |h: &Harness| h.received.iter().map(|r| r.writes).sum::<u64>();
     let before = writes(&h);
-    h.one(Request::Destage { all: false }).unwrap();
-    h.one(Request::Destage { all: false }).unwrap();
+    h.one(Request::CacheTick { all: false }).unwrap();
+    h.one(Request::CacheTick { all: false }).unwrap();
     assert_eq!(
         h.volume.cached_stripes(),
         0,
@@ -641,11 +641,11 @@ fn a_write_out_refused_for_space_goes_out_on_a_later_tick_and_a_failed_one_waits
     h.broken[0] = true;
     h.broken[1] = true;
     h.record_failures();
-    h.one(Request::Destage { all: true }).unwrap();
+    h.one(Request::CacheTick { all: true }).unwrap();
     assert_eq!(h.volume.cached_stripes(), 1);
     let before = writes(&h);
     for _ in 0..3 {
-        h.one(Request::Destage { all: false }).unwrap();
+        h.one(Request::CacheTick { all: false }).unwrap();
     }
     assert_eq!(writes(&h), before, "ticks sent a failed write-out again");
     assert_eq!(h.read(2 * sb + 100, 1000).unwrap(), vec![6; 1000]);
@@ -674,7 +674,7 @@ fn a_cache_full_of_write_outs_evicts_no_entry() {
     // Stripe 0 goes out; before its member writes run, stripe 1 is cached
     // (the cache is now full: one write-out, one entry) and a write to
     // stripe 2 finds no room.
-    h.volume.submit(Request::Destage { all: true });
+    h.volume.submit(Request::CacheTick { all: true });
     h.volume.submit(w(sb + 100, 2));
     h.volume.submit(w(2 * sb + 100, 3));
     for c in h.run() {

@@ -666,7 +666,7 @@ fn flush_and_mark(engine: &Engine, meta: &Meta, upkeep: &Upkeep) -> Result<(), S
 ///
 /// With its socket closed a connection's threads end at once, unless a
 /// worker is inside a member I/O it performs itself (a fast member,
-/// `Engine::work_here`) and the device stopped answering: the engine is
+/// `Engine::perform_inline`) and the device stopped answering: the engine is
 /// idle, so that I/O has been failed by --member-timeout already, and the
 /// worker stays until the device answers, which may be never. The labels
 /// are written: nothing is left for it to do, so it is not waited for

@@ -246,7 +246,7 @@ pub(crate) fn export_info(
         flags |= NBD_FLAG_SEND_TRIM | NBD_FLAG_SEND_WRITE_ZEROES | NBD_FLAG_SEND_FAST_ZERO;
     }
     let name = &opened.assembly.label.name;
-    let spins = crate::engine::balancing::rotations(&opened.members, rotational);
+    let spins = crate::engine::read_policy::rotations(&opened.members, rotational);
     let mut export = ExportInfo {
         name: name.clone(),
         description: describe_export(geometry, name, &opened.assembly.health),
@@ -352,7 +352,7 @@ pub(crate) fn engine(
         // Neither a bitmap nor a cache while the layout changes (each is
         // kept in one layout's terms): an unclean stop resyncs it all.
         opened.intent = None;
-        crate::engine::balancing::configure(
+        crate::engine::read_policy::configure(
             r.new_volume_mut(),
             &opened.assembly.label,
             &opened.members,
@@ -417,7 +417,7 @@ pub(crate) fn engine(
         }
         vol.enable_checksums(layout, platter_core::integrity::Limits::default());
     }
-    crate::engine::balancing::configure(
+    crate::engine::read_policy::configure(
         &mut vol,
         &opened.assembly.label,
         &opened.members,
@@ -467,7 +467,7 @@ fn volume_setup(label: &Label, config: &ServeConfig) -> crate::engine::VolumeSet
                 ..CacheLimits::DEFAULT
             });
         }
-        crate::engine::balancing::configure(vol, &label, members, &rotational, &write_mostly);
+        crate::engine::read_policy::configure(vol, &label, members, &rotational, &write_mostly);
     })
 }
 

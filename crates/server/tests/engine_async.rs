@@ -312,7 +312,7 @@ fn fast_members_are_served_on_the_submitting_thread_and_slow_ones_are_not() {
 /// when `submit_client` returned.
 fn client_read(
     engine: &Engine,
-    finish: impl FnOnce(platter_server::engine::WorkHere<'_>),
+    finish: impl FnOnce(platter_server::engine::InlineIos<'_>),
 ) -> (bool, bool, mpsc::Receiver<std::thread::ThreadId>) {
     let (req, done, rx) = read_over_four();
     let work = engine
@@ -325,7 +325,7 @@ fn client_read(
 }
 
 /// A connection worker keeps the client's socket through a submission
-/// whose `WorkHere` is empty, and hands it on before running one that is
+/// whose `InlineIos` is empty, and hands it on before running one that is
 /// not (conn.rs, `work`). That is sound only if an empty one means every
 /// member I/O is with its member, and a non-empty one's I/O is not done
 /// until it runs (or is dropped: none may be lost).

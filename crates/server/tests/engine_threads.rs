@@ -134,7 +134,7 @@ fn run(level: Level, members: u32, copies: u32, cache: bool, fail: Option<u32>) 
         .collect();
     r.engine.run(Request::Flush).expect("final flush");
     r.engine
-        .run(Request::Destage { all: true })
+        .run(Request::CacheTick { all: true })
         .expect("destage");
 
     if let Some(m) = fail {

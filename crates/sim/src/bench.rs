@@ -91,7 +91,7 @@ enum Ev {
     /// A read's reply has crossed the link: the client has it.
     Reply(Pending, bool),
     Wake,
-    /// The stripe cache's clock ([`Request::Destage`]).
+    /// The stripe cache's clock ([`Request::CacheTick`]).
     Destage,
 }
 
@@ -245,7 +245,7 @@ impl Bench {
                     self.wake();
                 }
                 Ev::Destage => {
-                    let id = self.volume.submit(Request::Destage { all: false });
+                    let id = self.volume.submit(Request::CacheTick { all: false });
                     self.upkeep.insert(id, ());
                     // Only while the clients have something left to do: the
                     // cached ends of the run are not written out (the

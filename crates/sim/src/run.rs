@@ -932,7 +932,7 @@ impl Simulation {
             }
             SimEvent::RebuildStep => self.rebuild_step(),
             SimEvent::Destage => {
-                self.submit_upkeep(Request::Destage { all: false }, None);
+                self.submit_upkeep(Request::CacheTick { all: false }, None);
                 // As for sweeps: only while something else can happen.
                 if !self.queue.is_empty() {
                     self.queue.push(
@@ -1403,7 +1403,7 @@ impl Simulation {
             return;
         }
         if self.config.stripe_cache.is_some() {
-            self.submit_upkeep(Request::Destage { all: true }, None);
+            self.submit_upkeep(Request::CacheTick { all: true }, None);
         }
         // A clean stop makes every acknowledged write durable: it must
         // read back after the start, whatever a member dropped.
@@ -1861,7 +1861,7 @@ impl Simulation {
         // would compute parity over it and hide the corruption for good
         // (as it would in md; not what this fault is about).
         if self.config.stripe_cache.is_some() {
-            self.submit_upkeep(Request::Destage { all: true }, None);
+            self.submit_upkeep(Request::CacheTick { all: true }, None);
             self.drive();
             let left = self.volume.cached_stripes();
             if left > 0 {

@@ -344,7 +344,7 @@ impl Reshaping {
         }
         match req {
             // Neither volume keeps a bitmap or a cache while it reshapes.
-            Request::Sweep { .. } | Request::Destage { .. } => {
+            Request::Sweep { .. } | Request::CacheTick { .. } => {
                 self.completions.push_back(Completion {
                     id,
                     result: Ok(Reply::Done),

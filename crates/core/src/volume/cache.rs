@@ -24,7 +24,7 @@
 //!   stripe's lock, with its write-intent bit set and durable first like
 //!   any write) when the cache is full (oldest first; the write that found
 //!   it full goes to the members itself), when it has been idle for a
-//!   whole [`Request::Destage`] tick, when a FLUSH asks, and before
+//!   whole [`Request::CacheTick`] tick, when a FLUSH asks, and before
 //!   a check, repair or rebuild step of its stripe (so scrubs see the
 //!   data; the members are consistent either way, so this is not needed
 //!   for correctness).
@@ -127,7 +127,7 @@ impl ChunkRun {
 impl Volume {
     /// Turns on the stripe cache (RAID-5 and RAID-6; a no-op for other
     /// levels, or when one stripe's data exceeds `limits.max_bytes`).
-    /// The driver must then send [`Request::Destage`] ticks (see there).
+    /// The driver must then send [`Request::CacheTick`] ticks (see there).
     pub fn enable_stripe_cache(&mut self, limits: CacheLimits) {
         assert!(self.is_idle(), "the cache is enabled before any request");
         let sb = self.geometry.stripe_data_bytes();
@@ -340,7 +340,7 @@ impl Volume {
         }
     }
 
-    /// A [`Request::Destage`] tick: entries not written since the previous
+    /// A [`Request::CacheTick`] tick: entries not written since the previous
     /// tick (every entry with `all`) are written out.
     pub(super) fn destage_tick(&mut self, all: bool) {
         let due = self.cache.as_mut().map(|c| c.tick(all)).unwrap_or_default();

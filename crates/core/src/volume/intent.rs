@@ -269,7 +269,7 @@ impl Volume {
         let span = self.span_of(&self.ops[&id].req);
         let degraded = !self.all_in_use();
         let (Some(s), true, Some(span)) = (self.intent.as_mut(), writes, span) else {
-            return self.start(id);
+            return self.begin(id);
         };
         let first = s.layout.region_of(span.first_stripe);
         let last = s.layout.region_of(span.last_stripe);
@@ -289,7 +289,7 @@ impl Volume {
             .holds
             .intent_regions = Some((first, last));
         if ready {
-            return self.start(id);
+            return self.begin(id);
         }
         s.waiters.push_back(id);
         self.intent_kick();
@@ -496,7 +496,7 @@ impl Volume {
             }
         }
         for id in ready {
-            self.start(id);
+            self.begin(id);
         }
         self.intent_kick();
     }

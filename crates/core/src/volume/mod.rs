@@ -17,7 +17,6 @@
 //! written back over the failed range (see `repair.rs`).
 
 mod account;
-mod balancing;
 mod cache;
 mod checksums;
 mod intent;
@@ -27,6 +26,7 @@ mod nospace;
 mod plan;
 mod ppl;
 mod read;
+mod read_placement;
 mod rebuild;
 mod repair;
 mod request;
@@ -332,7 +332,7 @@ pub struct Volume {
     events: VecDeque<Event>,
     next_request: u64,
     next_io: u64,
-    /// Chooses among mirror and RAID-10 copies for reads (`balancing.rs`).
+    /// Chooses among mirror and RAID-10 copies for reads (`read_placement.rs`).
     balancer: crate::balance::Balancer,
     rebuild: Option<rebuild::RebuildState>,
     intent: Option<intent::IntentState>,
@@ -374,7 +374,7 @@ impl Volume {
         assert!(limits.max_requests > 0);
         let read_repair = repair::ReadRepairs::new(geometry.members());
         let stats = crate::stats::Stats::new(plex_count(&geometry), geometry.members());
-        let balancer = balancing::new_balancer(&geometry);
+        let balancer = read_placement::new_balancer(&geometry);
         let n_members = geometry.members() as usize;
         Volume {
             geometry,
@@ -496,7 +496,7 @@ impl Volume {
         let span = self.span_of(&op.req);
         self.ops.insert(id, op);
         match span {
-            None => self.start(id),
+            None => self.begin(id),
             Some(span) => {
                 if self.locks.acquire(id, span) {
                     self.admit(id);
@@ -749,11 +749,11 @@ impl Volume {
         )
     }
 
-    fn start(&mut self, id: RequestId) {
+    fn begin(&mut self, id: RequestId) {
         let op = self.ops.get_mut(&id).expect("starting a live request");
         match op.req {
             Request::Sweep { all } => return self.sweep(id, all),
-            Request::Destage { all } => {
+            Request::CacheTick { all } => {
                 self.destage_tick(all);
                 return self.finish(id, Ok(Reply::Done));
             }
@@ -949,7 +949,7 @@ impl Volume {
                     op.trouble.replans += 1;
                     assert!(op.trouble.replans <= 2 * self.geometry.members() + 1);
                     op.plan.segments.clear();
-                    return self.start(id);
+                    return self.begin(id);
                 }
                 match op.req {
                     Request::Read { .. } => self.read_phase_done(id),
@@ -1144,7 +1144,9 @@ impl Volume {
         {
             let range = match op.req {
                 Request::Flush => Some((0, self.size_bytes())),
-                Request::Maintain { .. } | Request::Sweep { .. } | Request::Destage { .. } => None,
+                Request::Maintain { .. } | Request::Sweep { .. } | Request::CacheTick { .. } => {
+                    None
+                }
                 _ => Some(op.req.range()),
             };
             self.held.push_back((Completion { id, result }, range));

@@ -17,7 +17,7 @@ impl Volume {
     ) -> Result<ReadPieces, VolumeError> {
         let (offset_bytes, len_bytes) = req.range();
         let parity = self.geometry.level().is_parity();
-        // Copy levels: the read balancer chooses (`balancing.rs`).
+        // Copy levels: the read balancer chooses (`read_placement.rs`).
         let mut choice = (!parity).then(|| self.begin_read_choice(offset_bytes, len_bytes));
         let g = &self.geometry;
         let mut pieces = ReadPieces::new();

@@ -57,7 +57,7 @@ pub enum Request {
     /// few tens of milliseconds, so a stripe waits that long for the writes
     /// that would complete it; it completes at once (the write-outs run on
     /// as the volume's own requests). A no-op without a cache.
-    Destage {
+    CacheTick {
         all: bool,
     },
 }
@@ -93,7 +93,7 @@ impl Request {
             Request::Read { .. } => Some(LatencyOf::Read),
             Request::Write { .. } | Request::WriteZeroes { .. } => Some(LatencyOf::Write),
             Request::Trim { .. } | Request::Flush => Some(LatencyOf::Other),
-            Request::Maintain { .. } | Request::Sweep { .. } | Request::Destage { .. } => None,
+            Request::Maintain { .. } | Request::Sweep { .. } | Request::CacheTick { .. } => None,
         }
     }
 
@@ -106,7 +106,7 @@ impl Request {
             Request::Flush => "flush",
             Request::Maintain { .. } => "maintenance",
             Request::Sweep { .. } => "sweep",
-            Request::Destage { .. } => "destage",
+            Request::CacheTick { .. } => "destage",
         }
     }
 
@@ -129,7 +129,7 @@ impl Request {
             Request::Write {
                 offset_bytes, data, ..
             } => (*offset_bytes, data.len() as u64),
-            Request::Flush | Request::Sweep { .. } | Request::Destage { .. } => (0, 0),
+            Request::Flush | Request::Sweep { .. } | Request::CacheTick { .. } => (0, 0),
             // Stripes in volume bytes; the volume clips the last one.
             Request::Maintain { .. } => (0, 0),
         }

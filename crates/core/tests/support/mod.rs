@@ -381,7 +381,7 @@ pub fn random_workload_with(
             // With the stripe cache, its clock ticks now and then.
             if cache && h.rng.chance(15) {
                 let all = h.rng.chance(20);
-                h.volume.submit(Request::Destage { all });
+                h.volume.submit(Request::CacheTick { all });
             }
             let len = 1 + h.rng.below(max_len);
             let offset = h.rng.below(size - len + 1);

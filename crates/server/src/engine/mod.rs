@@ -12,9 +12,9 @@
 //! The engine is the same state machine the simulator drives; only this file
 //! knows that members are real devices.
 
-pub(crate) mod balancing;
 pub(crate) mod memory;
 pub(crate) mod meta;
+pub(crate) mod read_policy;
 pub mod resume;
 pub(crate) mod serving;
 pub(crate) mod upkeep;
@@ -83,10 +83,10 @@ const INLINE_PER_MEMBER_MAX: u32 = 4;
 const INLINE_WORK_NS_MAX: u64 = 1_000_000;
 
 /// What the thread driving the engine does itself: fast members' I/Os,
-/// performed in a loop ([`Engine::work_here`]) rather than by recursion
+/// performed in a loop ([`Engine::perform_inline`]) rather than by recursion
 /// as each one's completion makes the next.
-struct Here {
-    steps: VecDeque<Step>,
+struct InlineWork {
+    steps: VecDeque<InlineStep>,
     /// Whether this thread may perform member I/O: a submitting thread
     /// may, the I/O layer's threads do not (a member I/O thread stuck in
     /// another member's I/O would hold its own member's depth, and the
@@ -96,15 +96,15 @@ struct Here {
     budget_ns: u64,
 }
 
-enum Step {
+enum InlineStep {
     Perform(MemberIo, Arc<dyn MemberQueue>),
     /// An I/O that ended without reaching a device.
     Ended(IoId, u32, Completed),
 }
 
-impl Here {
-    fn new(inline: bool) -> Here {
-        Here {
+impl InlineWork {
+    fn new(inline: bool) -> InlineWork {
+        InlineWork {
             steps: VecDeque::new(),
             inline,
             budget_ns: INLINE_WORK_NS_MAX,
@@ -132,15 +132,15 @@ impl Here {
 }
 
 /// Member I/Os a submission left for the submitting thread to perform
-/// ([`Engine::submit_client`]); performed by [`WorkHere::run`], or when
+/// ([`Engine::submit_client`]); performed by [`InlineIos::run`], or when
 /// dropped, so none is ever lost.
 #[must_use = "the I/Os are performed when this runs or is dropped"]
-pub struct WorkHere<'a> {
+pub struct InlineIos<'a> {
     engine: &'a Engine,
-    here: Here,
+    here: InlineWork,
 }
 
-impl WorkHere<'_> {
+impl InlineIos<'_> {
     /// No I/O is left to perform here.
     pub fn is_empty(&self) -> bool {
         self.here.steps.is_empty()
@@ -152,11 +152,11 @@ impl WorkHere<'_> {
     }
 }
 
-impl Drop for WorkHere<'_> {
+impl Drop for InlineIos<'_> {
     fn drop(&mut self) {
         if !self.here.steps.is_empty() {
-            let here = std::mem::replace(&mut self.here, Here::new(false));
-            self.engine.work_here(here);
+            let here = std::mem::replace(&mut self.here, InlineWork::new(false));
+            self.engine.perform_inline(here);
         }
     }
 }
@@ -509,9 +509,9 @@ impl Engine {
             );
             (out, events)
         };
-        let mut here = Here::new(true);
+        let mut here = InlineWork::new(true);
         self.deliver_events(events, &mut here);
-        self.work_here(here);
+        self.perform_inline(here);
         out
     }
 
@@ -523,11 +523,11 @@ impl Engine {
             f(&mut s.serving);
             self.take_out(&mut s, None)
         };
-        let mut here = Here::new(true);
-        self.start(ios, &mut here);
+        let mut here = InlineWork::new(true);
+        self.issue(ios, &mut here);
         self.deliver_events(events, &mut here);
         Self::deliver(finished);
-        self.work_here(here);
+        self.perform_inline(here);
     }
 
     /// Takes a member out of use (an operator's word, a device gone), in
@@ -560,7 +560,7 @@ impl Engine {
             if round == EMPTY_ROUNDS_MAX {
                 return Err("the stripe cache would not empty; try again".into());
             }
-            self.run(Request::Destage { all: true })
+            self.run(Request::CacheTick { all: true })
                 .map_err(|e| format!("emptying the stripe cache: {e}"))?;
         }
         self.run(Request::Flush)
@@ -701,7 +701,7 @@ impl Engine {
         let here = self.submit_leaving_work(f, done, timed, client)?;
         let submitted = here.is_some();
         if let Some(here) = here {
-            self.work_here(here);
+            self.perform_inline(here);
         }
         Ok(submitted)
     }
@@ -714,7 +714,7 @@ impl Engine {
         done: Done,
         timed: Option<LatencyOf>,
         client: bool,
-    ) -> Result<Option<Here>, Done> {
+    ) -> Result<Option<InlineWork>, Done> {
         let start = Instant::now();
         let (ios, finished, events) = {
             let mut s = self.lock();
@@ -735,8 +735,8 @@ impl Engine {
             s.routes.insert(id, Route { done, timed });
             self.take_out(&mut s, None)
         };
-        let mut here = Here::new(true);
-        self.start(ios, &mut here);
+        let mut here = InlineWork::new(true);
+        self.issue(ios, &mut here);
         self.deliver_events(events, &mut here);
         Self::deliver(finished);
         Ok(Some(here))
@@ -749,7 +749,7 @@ impl Engine {
     /// on the rest; each round fails at least one more member, so the loop
     /// ends within the member count. I/Os this makes are started, or left
     /// in `here` for the caller to perform.
-    fn deliver_events(&self, mut events: Vec<Event>, here: &mut Here) {
+    fn deliver_events(&self, mut events: Vec<Event>, here: &mut InlineWork) {
         for _ in 0..=self.member_count {
             if events.is_empty() {
                 return;
@@ -781,7 +781,7 @@ impl Engine {
                 self.take_out(&mut s, None)
             };
             events = next;
-            self.start(ios, here);
+            self.issue(ios, here);
             Self::deliver(finished);
         }
         assert!(events.is_empty(), "label failures did not settle");
@@ -833,16 +833,16 @@ impl Engine {
     /// anyway.
     ///
     /// The I/Os of members fast enough to perform on this thread are not
-    /// performed yet: they are the returned [`WorkHere`]'s, performed when
+    /// performed yet: they are the returned [`InlineIos`]'s, performed when
     /// it runs or is dropped. A connection worker that finds it empty knows
     /// the submission is over (every I/O is with its member) and can read
     /// the next request without handing the socket to another worker.
-    pub fn submit_client(&self, req: Request, done: Done) -> Result<WorkHere<'_>, Done> {
+    pub fn submit_client(&self, req: Request, done: Done) -> Result<InlineIos<'_>, Done> {
         let timed = req.latency_of();
         let here = self.submit_leaving_work(|v| Some(v.submit(req)), done, timed, true)?;
-        Ok(WorkHere {
+        Ok(InlineIos {
             engine: self,
-            here: here.unwrap_or_else(|| Here::new(true)),
+            here: here.unwrap_or_else(|| InlineWork::new(true)),
         })
     }
 
@@ -895,7 +895,7 @@ impl Engine {
     /// its member is fast enough for this thread to perform it. Outside
     /// the engine lock: a queue may complete an I/O on another thread at
     /// once.
-    fn start(&self, ios: Ios, here: &mut Here) {
+    fn issue(&self, ios: Ios, here: &mut InlineWork) {
         for (io, queue) in ios {
             let Some(queue) = queue else {
                 // The engine addresses only members in use, but an I/O
@@ -903,7 +903,7 @@ impl Engine {
                 // started after the operator removed the device: it fails
                 // like the member did.
                 let member = io.member;
-                here.steps.push_back(Step::Ended(
+                here.steps.push_back(InlineStep::Ended(
                     io.id,
                     member,
                     Completed {
@@ -915,7 +915,7 @@ impl Engine {
                 continue;
             };
             if here.takes(queue.as_ref()) {
-                here.steps.push_back(Step::Perform(io, queue));
+                here.steps.push_back(InlineStep::Perform(io, queue));
                 continue;
             }
             let MemberIo { id, member, op } = io;
@@ -932,10 +932,10 @@ impl Engine {
     /// device, as a member I/O thread would; other threads see the member
     /// as slow meanwhile ([`MemberQueue::pace`]) and hand its I/Os
     /// over.
-    fn work_here(&self, mut here: Here) {
+    fn perform_inline(&self, mut here: InlineWork) {
         while let Some(step) = here.steps.pop_front() {
             match step {
-                Step::Perform(io, queue) => {
+                InlineStep::Perform(io, queue) => {
                     let MemberIo { id, member, op } = io;
                     let engine = self.me.upgrade().expect("the engine outlives its I/Os");
                     let timed_out = Box::new(move |c| engine.complete(id, member, c));
@@ -943,21 +943,21 @@ impl Engine {
                         self.settle(id, member, c, &mut here);
                     }
                 }
-                Step::Ended(id, member, c) => self.settle(id, member, c, &mut here),
+                InlineStep::Ended(id, member, c) => self.settle(id, member, c, &mut here),
             }
         }
     }
 
     /// One member I/O ended on a thread of the I/O layer.
     fn complete(&self, id: IoId, member: u32, c: Completed) {
-        let mut here = Here::new(false);
+        let mut here = InlineWork::new(false);
         self.settle(id, member, c, &mut here);
-        self.work_here(here);
+        self.perform_inline(here);
     }
 
     /// One member I/O ended: the volume hears of it, and whatever that lets
     /// it do next is started (or left in `here`), delivered and told.
-    fn settle(&self, id: IoId, member: u32, c: Completed, here: &mut Here) {
+    fn settle(&self, id: IoId, member: u32, c: Completed, here: &mut InlineWork) {
         let now = Instant::now();
         if !c.timed_out {
             self.note_member_io(c.device_ns);
@@ -995,7 +995,7 @@ impl Engine {
             s.serving.io_done(id, c.result);
             self.take_out(&mut s, Some(now))
         };
-        self.start(ios, here);
+        self.issue(ios, here);
         self.deliver_events(events, here);
         Self::deliver(finished);
     }

@@ -134,7 +134,7 @@ fn destage_ticks(engine: &Engine, upkeep: &Upkeep) {
         }
         // Completes at once; the write-outs it starts go on in the I/O
         // layer, and the volume counts them as in flight until they end.
-        if let Err(e) = engine.run(Request::Destage { all: false }) {
+        if let Err(e) = engine.run(Request::CacheTick { all: false }) {
             tracing::warn!(error = %e, "stripe cache tick failed");
         }
     }

@@ -9,7 +9,7 @@
 //! reader thread, or the worker itself when no member I/O was needed). A
 //! slow or stalled client only ever holds up its own workers.
 
-use crate::engine::{Engine, WorkHere};
+use crate::engine::{Engine, InlineIos};
 use crate::network::flow::Budget;
 use crate::network::replies::{Chunk, Replies};
 use crate::network::stream::Stream;
@@ -840,7 +840,7 @@ fn block_status(conn: &Conn, cookie: u64, offset_bytes: u64, len: u64) {
 /// Starts one request in the engine; the reply is queued when it ends.
 /// What is left is the I/O of members fast enough for this thread to
 /// perform ([`Engine::submit_client`]).
-fn run(conn: &Arc<Conn>, job: Job) -> Option<WorkHere<'_>> {
+fn run(conn: &Arc<Conn>, job: Job) -> Option<InlineIos<'_>> {
     let Job {
         cookie,
         offset_bytes,
