@@ -422,7 +422,7 @@ impl IntentState {
         all_in_use: bool,
         ios_in_flight: u32,
     ) {
-        for (r, _) in held {
+        for r in held.keys() {
             assert!(*r < self.layout.regions, "intent: region {r} out of range");
             assert!(
                 self.want.contains(*r),
