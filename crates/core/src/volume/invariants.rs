@@ -141,18 +141,19 @@ impl Volume {
             "completions held with every failure recorded"
         );
         if let Some(r) = &self.rebuild {
-            assert_eq!(self.health[r.member as usize], Health::Rebuilding);
-            assert!(r.cursor_stripe <= self.geometry.stripes());
+            assert_eq!(self.health[r.member() as usize], Health::Rebuilding);
             // Its step is live and starts at the cursor; any other rebuild
             // step is an orphan of a rebuild that stopped.
-            if let Some(step) = r.step {
-                let op = self.ops.get(&step).expect("the rebuild's step is live");
-                assert!(
-                    matches!(op.req, Request::Maintain { action: Maintenance::Rebuild, first_stripe, .. }
-                        if first_stripe == r.cursor_stripe),
-                    "the rebuild's step {step:?} is a step at its cursor"
-                );
-            }
+            r.check(self.geometry.stripes(), |step| {
+                match self.ops.get(&step)?.req {
+                    Request::Maintain {
+                        action: Maintenance::Rebuild,
+                        first_stripe,
+                        ..
+                    } => Some(first_stripe),
+                    _ => None,
+                }
+            });
         }
         let rebuilding = self
             .health

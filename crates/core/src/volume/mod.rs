@@ -705,7 +705,7 @@ impl Volume {
             Health::Rebuilding => self
                 .rebuild
                 .as_ref()
-                .is_some_and(|r| r.member == member && stripe < r.cursor_stripe),
+                .is_some_and(|r| r.serves(member, stripe)),
             Health::Faulty | Health::Missing => false,
         }
     }
@@ -729,8 +729,7 @@ impl Volume {
             Health::Rebuilding => self
                 .rebuild
                 .as_ref()
-                .filter(|r| r.member == member)
-                .map_or(0, |r| r.cursor_stripe.min(end_stripe)),
+                .map_or(0, |r| r.serves_until(member, end_stripe)),
             Health::Faulty | Health::Missing => 0,
         }
     }

@@ -10,26 +10,14 @@
 //! limits live there: the engine has no clock), and records the cursor as a
 //! checkpoint so a restart resumes instead of starting over.
 
+mod state;
+
 use super::plan::{ReadPiece, ReadPieces, Target, WriteKind, WritePiece, WritePieces};
 use super::write::Strategy;
 use super::{Event, Health, Maintenance, Plan, Request, RequestId, StripeJob, Volume, VolumeError};
 use crate::buf::AlignedBuf;
 use crate::volume::ErrorKind;
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct RebuildState {
-    pub member: u32,
-    /// Stripes below this are written on the member.
-    pub cursor_stripe: u64,
-    /// The step in flight, if any (steps run one at a time, in order). A
-    /// step outlives its rebuild when the member fails under it: it then
-    /// belongs to no rebuild, writes nothing and ends failed, and a later
-    /// rebuild of the slot never takes it for its own.
-    pub step: Option<RequestId>,
-    /// Only the regions the member missed are written
-    /// ([`Volume::start_partial_rebuild`]); the cursor passes the rest.
-    pub partial: bool,
-}
+pub(super) use state::RebuildState;
 
 /// Where a rebuild stands, for status and checkpoints.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,7 +72,7 @@ impl Volume {
             ));
         }
         if let Some(r) = &self.rebuild {
-            return refuse(format!("member {} is already being rebuilt", r.member));
+            return refuse(format!("member {} is already being rebuilt", r.member()));
         }
         if member >= self.geometry.members() {
             return refuse(format!("no member {member}"));
@@ -95,19 +83,15 @@ impl Volume {
         self.health[member as usize] = Health::Rebuilding;
         self.integrity_note_use(member);
         self.intent_member_joined();
-        self.rebuild = Some(RebuildState {
-            member,
-            cursor_stripe: from_stripe.min(self.geometry.stripes()),
-            step: None,
-            partial,
-        });
+        let stripes = self.geometry.stripes();
+        self.rebuild = Some(RebuildState::new(member, from_stripe, stripes, partial));
         Ok(())
     }
 
     pub fn rebuild_progress(&self) -> Option<RebuildProgress> {
         self.rebuild.as_ref().map(|r| RebuildProgress {
-            member: r.member,
-            cursor_stripe: r.cursor_stripe,
+            member: r.member(),
+            cursor_stripe: r.cursor_stripe(),
             stripes: self.geometry.stripes(),
         })
     }
@@ -120,26 +104,26 @@ impl Volume {
     /// is left the rebuild ends here, with no step.
     pub fn rebuild_step(&mut self, stripe_count: u64) -> Option<RequestId> {
         let r = self.rebuild.as_ref()?;
-        if r.step.is_some() {
+        if r.step_in_flight() {
             return None;
         }
         let total = self.geometry.stripes();
-        let (first_stripe, end) = if r.partial {
-            self.intent_next_missed_run(r.cursor_stripe)
+        let (first_stripe, end) = if r.partial() {
+            self.intent_next_missed_run(r.cursor_stripe())
         } else {
-            (r.cursor_stripe, total)
+            (r.cursor_stripe(), total)
         };
         let id = self.next_request_id();
         let r = self.rebuild.as_mut().expect("checked");
-        r.cursor_stripe = first_stripe;
         if first_stripe >= total {
             // Nothing left (a partial rebuild past its last missed region,
             // or a checkpoint at the end): done without a step.
+            r.skip_to_end(first_stripe);
             self.rebuild_finished();
             return None;
         }
         let count = stripe_count.max(1).min(end - first_stripe);
-        r.step = Some(id);
+        r.begin_step(first_stripe, id);
         let submitted = self.submit(Request::Maintain {
             first_stripe,
             stripe_count: count,
@@ -152,7 +136,7 @@ impl Volume {
     /// Whether `id` is the step of the rebuild that runs now: a step whose
     /// rebuild stopped (its member failed) is no one's.
     pub(super) fn rebuild_owns(&self, id: RequestId) -> bool {
-        self.rebuild.as_ref().is_some_and(|r| r.step == Some(id))
+        self.rebuild.as_ref().is_some_and(|r| r.owns(id))
     }
 
     /// The rebuild stopped while step `id` read its sources: it ends
@@ -178,7 +162,7 @@ impl Volume {
             unreachable!("planning a rebuild of another request")
         };
         let target = match &self.rebuild {
-            Some(r) if r.cursor_stripe == first_stripe && r.step == Some(id) => r.member,
+            Some(r) if r.cursor_stripe() == first_stripe && r.owns(id) => r.member(),
             _ => {
                 return Err(VolumeError::new(
                     ErrorKind::Io,
@@ -244,7 +228,7 @@ impl Volume {
         // The jobs are this step's to consume; the request stays in the
         // table.
         let mut jobs = std::mem::take(&mut self.ops.get_mut(&id).expect("live request").plan.jobs);
-        let target = self.rebuild.as_ref().expect("checked").member;
+        let target = self.rebuild.as_ref().expect("checked").member();
         assert!(
             jobs.iter()
                 .all(|j| j.bufs.len() == self.geometry.members() as usize),
@@ -289,29 +273,18 @@ impl Volume {
             return;
         }
         let r = self.rebuild.as_mut().expect("checked");
-        r.step = None;
-        if !ok {
-            return;
-        }
-        assert_eq!(r.cursor_stripe, first_stripe, "rebuild steps run in order");
-        r.cursor_stripe = first_stripe + stripe_count;
-        if r.cursor_stripe >= total {
+        if r.step_done(first_stripe, stripe_count, ok, total) {
             self.rebuild_finished();
         }
     }
 
     fn rebuild_finished(&mut self) {
-        let r = self.rebuild.take().expect("a rebuild");
-        assert!(r.step.is_none(), "a rebuild ends between steps");
-        assert!(
-            r.cursor_stripe >= self.geometry.stripes(),
-            "a rebuild ends at the end"
-        );
-        self.health[r.member as usize] = Health::Online;
+        let stripes = self.geometry.stripes();
+        let member = self.rebuild.take().expect("a rebuild").finish(stripes);
+        self.health[member as usize] = Health::Online;
         if self.all_in_use() {
             self.intent_all_back();
         }
-        self.events
-            .push_back(Event::RebuildDone { member: r.member });
+        self.events.push_back(Event::RebuildDone { member });
     }
 }
