@@ -635,6 +635,7 @@ fn run_seed(seed: u64, t: &mut Tally) -> bool {
             run.completed(c);
         }
         run.actions(&mut r);
+        r.check_invariants();
         assert!(run.stuck.is_none(), "seed {seed}: stuck {:?}", run.stuck);
         if crashing && run.crashes < 4 && run.rng.below(300) == 0 {
             r = run.restart();
@@ -650,6 +651,7 @@ fn run_seed(seed: u64, t: &mut Tally) -> bool {
         let io = run.host.out.swap_remove(i);
         let res = run.host.perform(&io);
         r.io_done(io.id, res);
+        r.check_invariants();
     }
     assert!(run.finished, "seed {seed}: the reshape did not finish");
     assert_eq!(run.host.durable_bytes, run.plan.total_bytes());
@@ -827,6 +829,30 @@ fn a_read_on_a_window_ends_before_the_window_is_written() {
         panic!("the read failed: {:?}", c.result)
     };
     assert!(d.to_vec() == model[off as usize..(off + len) as usize]);
+}
+
+/// The seeded runs check the reshape's invariants after every step; a
+/// broken one must fail there. A read split at the position runs with its
+/// parts counted one too many, as a bug in the split would leave it.
+#[test]
+fn a_broken_reshape_invariant_fails_at_its_step() {
+    let (plan, _host, _model) = raid5_grow_4_to_5(4096, 7);
+    let mut r = one_stripe_windows(plan, vec![Health::Online; 5]);
+    r.submit(Request::Read {
+        offset_bytes: 0,
+        len_bytes: 4096,
+    });
+    while r.next_io().is_some() {}
+    r.check_invariants();
+    assert!(r.break_parts_count_for_tests(), "the read runs");
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| r.check_invariants()));
+    let panic = caught.expect_err("a wrong parts count must fail the check");
+    let msg = panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default();
+    assert!(msg.contains("'s parts"), "wrong failure: {msg}");
 }
 
 /// Drives a plain volume's pending work (a rebuild step) to its end.

@@ -193,6 +193,93 @@ pub struct Reshaping {
     moved_since_persist_bytes: u64,
 }
 
+impl Reshaping {
+    /// Every invariant of the reshape and of both volumes, after any step
+    /// (the simulator and the reshape's seeded tests call it after each):
+    /// the position's own ([`Reshape::check`]); each client request either
+    /// waits (once in the queue, no part submitted) or runs with exactly
+    /// as many parts left as the volumes hold for it; the reshape's own
+    /// I/O is counted by the phase that issued it and by nothing else; and
+    /// a finished or stuck reshape moves nothing more.
+    pub fn check_invariants(&self) {
+        self.rs.check();
+        self.old.check_invariants();
+        self.new.check_invariants();
+        let mut parts: IdMap<RequestId, u32> = IdMap::default();
+        for owner in self.owners.values() {
+            if let Owner::Client { id, .. } = owner {
+                *parts.entry(*id).or_insert(0) += 1;
+            }
+        }
+        for (id, c) in &self.clients {
+            let submitted = parts.get(id).copied().unwrap_or(0);
+            if c.started {
+                assert!(c.parts_left > 0, "reshape: {id:?} runs with no part left");
+                assert_eq!(c.parts_left, submitted, "reshape: {id:?}'s parts");
+            } else {
+                assert_eq!(submitted, 0, "reshape: {id:?} waits with parts submitted");
+                let queued = self.waiting.iter().filter(|w| *w == id).count();
+                assert_eq!(queued, 1, "reshape: {id:?} waits once in the queue");
+            }
+        }
+        assert!(
+            parts.keys().all(|id| self.clients.contains_key(id)),
+            "reshape: a part of a request that is gone"
+        );
+        assert!(
+            self.waiting.iter().all(|id| self.clients.contains_key(id)),
+            "reshape: a waiter that is gone"
+        );
+        self.check_own_ios();
+    }
+
+    /// Counts one part too many for a running client request, as a bug in
+    /// the split at the position would, so a test can show that
+    /// [`Reshaping::check_invariants`] catches it. False when no client
+    /// request runs. Never call it outside a test.
+    #[doc(hidden)]
+    pub fn break_parts_count_for_tests(&mut self) -> bool {
+        let Some(c) = self.clients.values_mut().find(|c| c.started) else {
+            return false;
+        };
+        c.parts_left += 1;
+        true
+    }
+
+    /// The undo record's I/Os are the only ones of the reshape's own, and
+    /// the phase that issued them counts them.
+    fn check_own_ios(&self) {
+        let own = self.own_ios.len() as u64;
+        match &self.work {
+            Work::UndoReading { left, .. } => {
+                assert_eq!(own, u64::from(*left), "reshape: image reads outstanding");
+                assert!(self
+                    .own_ios
+                    .values()
+                    .all(|w| matches!(w, OwnIo::Image { .. })));
+            }
+            Work::UndoWriting { left, .. } => {
+                assert_eq!(own, u64::from(*left), "reshape: record I/Os outstanding");
+                assert!(self
+                    .own_ios
+                    .values()
+                    .all(|w| matches!(w, OwnIo::Record { .. })));
+            }
+            _ => assert_eq!(own, 0, "reshape: own I/O outside the undo phases"),
+        }
+        assert!(
+            self.own_queue.len() as u64 <= own,
+            "reshape: own I/O queued that is not counted"
+        );
+        if matches!(self.work, Work::Finished | Work::Stuck { .. }) {
+            assert!(
+                !self.owners.values().any(|o| matches!(o, Owner::Work)),
+                "reshape: moving data after it ended"
+            );
+        }
+    }
+}
+
 fn key(inner: RequestId, side: Side) -> u64 {
     inner.0 << 1 | u64::from(side == Side::New)
 }

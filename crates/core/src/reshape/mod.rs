@@ -560,6 +560,24 @@ impl Reshape {
         self.durable_bytes
     }
 
+    /// Its own invariants: what is moved for good was moved, and neither
+    /// passes the volume's end; a window is at least one stripe.
+    pub fn check(&self) {
+        assert!(
+            self.durable_bytes <= self.position_bytes,
+            "reshape: durable position {} past the position {}",
+            self.durable_bytes,
+            self.position_bytes
+        );
+        assert!(
+            self.position_bytes <= self.plan.total_bytes(),
+            "reshape: position {} past the end {}",
+            self.position_bytes,
+            self.plan.total_bytes()
+        );
+        assert!(self.window_stripes_max >= 1, "reshape: an empty window");
+    }
+
     /// Whether a client write to `[offset, offset + len)` must wait for
     /// the next [`Step::Persist`]: it lands on bytes moved but not yet
     /// moved for good, which a crash would copy again from the old layout
