@@ -67,12 +67,11 @@ pub(super) fn stripe_roles(
         None => (0..k).collect(),
         Some(q) => {
             // md's raid6_d0 + raid6_idx_to_slot: slots are numbered walking
-            // the disks from the one after Q. In every md layout Q follows
-            // P, so P and Q are the last two disks of that walk and the data disks take
+            // the disks from the one after Q. Q follows P (above), so P and
+            // Q are the last two disks of that walk and the data disks take
             // slots 0..k in order: a member's slot is its distance from Q,
             // less one. (Written as md's walk, the skipping of P and Q could
             // be mutated with no test able to tell.)
-            assert_eq!(q, (p + 1) % n, "md's RAID-6 layouts put Q after P");
             data.iter().map(|&m| (m + n - q - 1) % n).collect()
         }
     };
