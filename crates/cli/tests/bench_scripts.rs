@@ -98,25 +98,30 @@ fn every_bench_script_refuses_bad_options_before_it_runs() {
             "{script}: {usage}"
         );
 
-        let unknown = run(&t, &path, script, &["--no-such-option"]);
-        let err = String::from_utf8_lossy(&unknown.stderr);
-        assert_eq!(unknown.status.code(), Some(2), "{script}: {unknown:?}");
-        assert!(
-            err.starts_with(&format!("{script}: unknown argument: --no-such-option\n")),
-            "{script}: {err}"
-        );
-
-        let zero = run(&t, &path, script, &["--runs", "0"]);
-        let err = String::from_utf8_lossy(&zero.stderr);
-        assert_eq!(zero.status.code(), Some(1), "{script}: {zero:?}");
-        assert_eq!(err, format!("{script}: --runs wants a positive integer\n"));
-
-        let bare = run(&t, &path, script, &["--runs"]);
-        let err = String::from_utf8_lossy(&bare.stderr);
-        assert_eq!(bare.status.code(), Some(2), "{script}: {bare:?}");
-        assert!(
-            err.starts_with(&format!("{script}: --runs wants a value\n")),
-            "{script}: {err}"
-        );
+        // A usage error is followed by the usage; a bad value is not.
+        let refusals: [(&[&str], i32, &str); 3] = [
+            (
+                &["--no-such-option"],
+                2,
+                "unknown argument: --no-such-option",
+            ),
+            (&["--runs", "0"], 1, "--runs wants a positive integer"),
+            (&["--runs"], 2, "--runs wants a value"),
+        ];
+        for (args, code, message) in refusals {
+            let out = run(&t, &path, script, args);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(code), "{script} {args:?}: {out:?}");
+            let usage = if code == 2 {
+                header(script)
+            } else {
+                String::new()
+            };
+            assert_eq!(
+                err,
+                format!("{script}: {message}\n{usage}"),
+                "{script} {args:?}"
+            );
+        }
     }
 }
