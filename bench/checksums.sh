@@ -74,11 +74,7 @@ declare -A JOB=(
 ORDER=(seq-write seq-read rand-write rand-read sync-write)
 
 {
-    echo "date:      $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "host:      $(uname -srm), $(nproc) CPUs"
-    echo "load:      $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min, at start)"
-    echo "fio:       $(fio --version)"
-    echo "platter:   $PLATTER, $("$PLATTER" --version)"
+    bench_machine
     echo "members:   latency $LATENCY; checksums $ALGORITHM; $RUNS runs of ${RUNTIME} s per job"
 } | tee "$OUT/environment.txt"
 

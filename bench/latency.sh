@@ -67,11 +67,7 @@ ORDER=(ref-1m-read stripe-read ref-4k-randread stripe-iops ref-1m-write mirror-w
     ref-192k-write raid5-write)
 
 {
-    echo "date:      $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "host:      $(uname -srm), $(nproc) CPUs"
-    echo "load:      $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min, at start)"
-    echo "fio:       $(fio --version)"
-    echo "platter:   $PLATTER, $("$PLATTER" --version)"
+    bench_machine
     echo "latency:   $LATENCY per member I/O; $RUNS runs of ${RUNTIME} s per job"
 } | tee "$OUT/environment.txt"
 

@@ -97,6 +97,17 @@ bench_latency() {
     fi
 }
 
+# bench_machine [FIO_MORE]: the lines each benchmark's environment.txt
+# starts with (the date, the host, its load, fio's version with FIO_MORE
+# after it, and platter's); the script adds its own settings.
+bench_machine() {
+    echo "date:      $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "host:      $(uname -srm), $(nproc) CPUs"
+    echo "load:      $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min, at start)"
+    echo "fio:       $(fio --version)${1:+; $1}"
+    echo "platter:   $PLATTER, $("$PLATTER" --version)"
+}
+
 # bench_setup NAME: checks the tools, builds platter unless PLATTER is set,
 # makes OUT (target/bench/NAME-<UTC time> unless set) and WORK (under
 # MEMBER_DIR if the caller set it, else /dev/shm), and stops every server

@@ -77,11 +77,7 @@ wait_for() {
 }
 
 {
-    echo "date:      $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "host:      $(uname -srm), $(nproc) CPUs"
-    echo "load:      $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min, at start)"
-    echo "fio:       $(fio --version); nbdkit $(nbdkit --version | cut -d' ' -f2)"
-    echo "platter:   $PLATTER, $("$PLATTER" --version)"
+    bench_machine "nbdkit $(nbdkit --version | cut -d' ' -f2)"
     echo "outage:    ${OUTAGE} s under ${LOAD}% of the measured write IOPS; $RUNS runs"
 } | tee "$OUT/environment.txt"
 

@@ -51,11 +51,7 @@ declare -A JOB=(
 ORDER=(seq-write seq-write-64k rand-write rand-read)
 
 {
-    echo "date:      $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "host:      $(uname -srm), $(nproc) CPUs"
-    echo "load:      $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min, at start)"
-    echo "fio:       $(fio --version)"
-    echo "platter:   $PLATTER, $("$PLATTER" --version)"
+    bench_machine
     echo "members:   latency $LATENCY; $RUNS runs of ${RUNTIME} s per job"
 } | tee "$OUT/environment.txt"
 

@@ -157,11 +157,7 @@ declare -A JOB=(
 ORDER=(ref-write mirror-write ref-read mirror-read)
 
 {
-    echo "date:      $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "host:      $(uname -srm), $(nproc) CPUs"
-    echo "load:      $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min, at start)"
-    echo "fio:       $(fio --version); nbdkit $(nbdkit --version | cut -d' ' -f2)"
-    echo "platter:   $PLATTER, $("$PLATTER" --version)"
+    bench_machine "nbdkit $(nbdkit --version | cut -d' ' -f2)"
     echo "serve:     ${SERVE_ARGS:-(defaults)}"
     if [ ${#EXPORTS[@]} -gt 0 ]; then
         echo "delay:     the exports' own; $RUNS runs of ${RUNTIME} s per job"

@@ -106,11 +106,7 @@ ORDER=(cal-bare-4k-read cal-bare-1m-read cal-bare-1m-write cal-single-4k-read
     stripe-read-qd1 stripe-read-qd8 stripe-randread mirror-randread raid5-write mirror-write)
 
 {
-    echo "date:      $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "host:      $(uname -srm), $(nproc) CPUs"
-    echo "load:      $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min, at start)"
-    echo "fio:       $(fio --version)"
-    echo "platter:   $PLATTER, $("$PLATTER" --version)"
+    bench_machine
     echo "commit:    $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
     echo "members:   $INJECT, --member-queue-depth $QUEUE_DEPTH; $RUNS runs of ${RUNTIME} s per job"
 } | tee "$OUT/environment.txt"
