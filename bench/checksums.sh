@@ -23,6 +23,7 @@
 # each run; the table shows, per level and job, the median over the runs
 # of each variant's IOPS over plain's, and of records over bare.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 RUNS=3
 RUNTIME=5
@@ -32,32 +33,16 @@ OUT=""
 PLATTER=""
 MEMBER_DIR=""
 
-usage() {
-    sed -n '2,/^set -euo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'
-    exit "${1:-0}"
+bench_option() {
+    case "$1" in
+        --algorithm) ALGORITHM="$2" ;;
+        *) return 1 ;;
+    esac
 }
 
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --runs) RUNS="$2"; shift 2 ;;
-        --runtime) RUNTIME="$2"; shift 2 ;;
-        --latency) LATENCY="$2"; shift 2 ;;
-        --algorithm) ALGORITHM="$2"; shift 2 ;;
-        --out) OUT="$2"; shift 2 ;;
-        --platter) PLATTER="$2"; shift 2 ;;
-        --dir) MEMBER_DIR="$2"; shift 2 ;;
-        -h|--help) usage 0 ;;
-        *) echo "checksums.sh: unknown argument: $1" >&2; usage 2 >&2 ;;
-    esac
-done
-
-die() { echo "checksums.sh: $*" >&2; exit 1; }
-case "$RUNS" in ''|*[!0-9]*|0) die "--runs wants a positive integer" ;; esac
-case "$RUNTIME" in ''|*[!0-9]*|0) die "--runtime wants a positive number of seconds" ;; esac
-case "$LATENCY" in none|*[0-9]us|*[0-9]ms|*[0-9]s) ;; *) die "--latency wants none or a time with a unit: 500us, 2ms" ;; esac
+bench_options "$@"
 case "$ALGORITHM" in crc32c|xxh3) ;; *) die "--algorithm wants crc32c or xxh3" ;; esac
 
-. "$(dirname "$0")/lib.sh"
 bench_setup checksums
 
 SERVE_ARGS=()
@@ -89,11 +74,7 @@ declare -A JOB=(
 ORDER=(seq-write seq-read rand-write rand-read sync-write)
 
 {
-    echo "date:      $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "host:      $(uname -srm), $(nproc) CPUs"
-    echo "load:      $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min, at start)"
-    echo "fio:       $(fio --version)"
-    echo "platter:   $PLATTER, $("$PLATTER" --version)"
+    bench_machine
     echo "members:   latency $LATENCY; checksums $ALGORITHM; $RUNS runs of ${RUNTIME} s per job"
 } | tee "$OUT/environment.txt"
 

@@ -33,6 +33,7 @@
 # Linux 6.18); on ext4's page cache a cached read is copied at submission.
 
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 RUNS=3
 RUNTIME=5
@@ -41,30 +42,7 @@ OUT=""
 PLATTER=""
 MEMBER_DIR=""
 
-usage() {
-    sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'
-    exit "${1:-0}"
-}
-
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --runs) RUNS="$2"; shift 2 ;;
-        --runtime) RUNTIME="$2"; shift 2 ;;
-        --latency) LATENCY="$2"; shift 2 ;;
-        --out) OUT="$2"; shift 2 ;;
-        --platter) PLATTER="$2"; shift 2 ;;
-        --dir) MEMBER_DIR="$2"; shift 2 ;;
-        -h|--help) usage 0 ;;
-        *) echo "latency.sh: unknown argument: $1" >&2; usage 2 >&2 ;;
-    esac
-done
-
-die() { echo "latency.sh: $*" >&2; exit 1; }
-
-case "$RUNS" in ''|*[!0-9]*|0) die "--runs wants a positive integer" ;; esac
-case "$RUNTIME" in ''|*[!0-9]*|0) die "--runtime wants a positive number of seconds" ;; esac
-case "$LATENCY" in *[0-9]us|*[0-9]ms|*[0-9]s) ;; *) die "--latency wants a time with a unit: 500us, 2ms, 1s" ;; esac
-. "$(dirname "$0")/lib.sh"
+bench_options "$@"
 bench_setup latency
 SERVE_ARGS=()
 
@@ -89,11 +67,7 @@ ORDER=(ref-1m-read stripe-read ref-4k-randread stripe-iops ref-1m-write mirror-w
     ref-192k-write raid5-write)
 
 {
-    echo "date:      $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "host:      $(uname -srm), $(nproc) CPUs"
-    echo "load:      $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min, at start)"
-    echo "fio:       $(fio --version)"
-    echo "platter:   $PLATTER, $("$PLATTER" --version)"
+    bench_machine
     echo "latency:   $LATENCY per member I/O; $RUNS runs of ${RUNTIME} s per job"
 } | tee "$OUT/environment.txt"
 

@@ -1,7 +1,112 @@
-# Shared by bench/latency.sh and bench/sim_vs_served.sh: the tools they
-# need, the release build, a tmpfs work directory removed on exit, and
-# volumes served over it. The caller defines `die` and sets OUT (or ""),
-# PLATTER (or "") first; `. "$(dirname "$0")/lib.sh"` then `bench_setup NAME`.
+# Shared by the benchmarks that serve volumes (checksums, latency, outage,
+# ppl, record, remote, reshape, serve, sim_vs_served): their command line,
+# the tools they need, the release build, a tmpfs work directory removed on
+# exit, and volumes served over it. A script sources it first
+# (`. "$(dirname "$0")/lib.sh"`), sets its defaults, calls `bench_options
+# "$@"`, checks its own options, then `bench_setup NAME` (or `bench_build
+# NAME`).
+
+# die MESSAGE: the script's name and MESSAGE on stderr; exit 1.
+die() {
+    echo "${0##*/}: $*" >&2
+    exit 1
+}
+
+# bench_usage: the script's header comment (its usage), from line 2 to the
+# first line that is not a comment.
+bench_usage() {
+    awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | sed 's/^# \{0,1\}//'
+}
+
+# bench_options ARG...: the command line. The options the benchmarks share
+# are taken where the script has set their variable (its default) first:
+# --runs N (RUNS), --runtime SECS (RUNTIME), --latency T (LATENCY), --out
+# DIR (OUT), --platter BIN (PLATTER), --dir DIR (MEMBER_DIR). Any other
+# option goes to the script's `bench_option OPTION [WORD...]` if it has
+# one, which sets its variable from $2, sets TAKES if the option is not
+# followed by one value (a flag: 1), and returns 1 for an option it does
+# not take. -h and --help print the usage and exit 0; an unknown option
+# is named, with the usage, on stderr (exit 2), as is an option missing
+# its value. RUNS and RUNTIME must be whole numbers above 0, LATENCY a
+# time with a unit (or none, in the scripts where that is the default).
+bench_options() {
+    local var latency_default=${LATENCY-}
+    while [ $# -gt 0 ]; do
+        case "$1" in -h | --help) bench_usage; exit 0 ;; esac
+        TAKES=2
+        if var=$(bench_shared_var "$1"); then
+            printf -v "$var" '%s' "${2-}"
+        elif ! bench_own_option "$@"; then
+            bench_usage_error "unknown argument: $1"
+        fi
+        [ $# -ge "$TAKES" ] || bench_usage_error "$1 wants a value"
+        shift "$TAKES"
+    done
+    [ -z "${RUNS+set}" ] || bench_positive "$RUNS" "--runs wants a positive integer"
+    [ -z "${RUNTIME+set}" ] || bench_positive "$RUNTIME" "--runtime wants a positive number of seconds"
+    [ -z "${LATENCY+set}" ] || bench_latency "$latency_default"
+}
+
+# bench_shared_var OPTION: prints the variable of a shared option the
+# script takes; fails for any other.
+bench_shared_var() {
+    local var
+    case "$1" in
+        --runs) var=RUNS ;;
+        --runtime) var=RUNTIME ;;
+        --latency) var=LATENCY ;;
+        --out) var=OUT ;;
+        --platter) var=PLATTER ;;
+        --dir) var=MEMBER_DIR ;;
+        *) return 1 ;;
+    esac
+    [ -n "${!var+set}" ] && echo "$var"
+}
+
+# bench_own_option ARG...: the script's `bench_option`, if it has one, on
+# the rest of the command line; a missing value reads as empty (the caller
+# then refuses it).
+bench_own_option() {
+    declare -F bench_option >/dev/null || return 1
+    local rc=0
+    set +u
+    bench_option "$@" || rc=$?
+    set -u
+    return "$rc"
+}
+
+bench_usage_error() {
+    echo "${0##*/}: $*" >&2
+    bench_usage >&2
+    exit 2
+}
+
+# bench_positive VALUE MESSAGE: dies with MESSAGE unless VALUE is a whole
+# number above 0.
+bench_positive() {
+    case "$1" in '' | *[!0-9]* | 0) die "$2" ;; esac
+}
+
+# bench_latency DEFAULT: LATENCY is a time with a unit, or none where
+# DEFAULT is (no latency injected).
+bench_latency() {
+    if [ "$1" = none ]; then
+        case "$LATENCY" in none | *[0-9]us | *[0-9]ms | *[0-9]s) ;; *) die "--latency wants none or a time with a unit: 500us, 2ms" ;; esac
+    else
+        case "$LATENCY" in *[0-9]us | *[0-9]ms | *[0-9]s) ;; *) die "--latency wants a time with a unit: 500us, 2ms, 1s" ;; esac
+    fi
+}
+
+# bench_machine [FIO_MORE]: the lines each benchmark's environment.txt
+# starts with (the date, the host, its load, fio's version with FIO_MORE
+# after it, and platter's); the script adds its own settings.
+bench_machine() {
+    echo "date:      $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "host:      $(uname -srm), $(nproc) CPUs"
+    echo "load:      $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min, at start)"
+    echo "fio:       $(fio --version)${1:+; $1}"
+    echo "platter:   $PLATTER, $("$PLATTER" --version)"
+}
 
 # bench_setup NAME: checks the tools, builds platter unless PLATTER is set,
 # makes OUT (target/bench/NAME-<UTC time> unless set) and WORK (under

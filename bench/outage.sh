@@ -27,6 +27,7 @@
 # medians over the runs. Not a test: it prints.
 
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 RUNS=3
 OUTAGE=10
@@ -35,32 +36,19 @@ OUT=""
 PLATTER=""
 MEMBER_DIR=""
 
-usage() {
-    sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
-    exit "${1:-0}"
+bench_option() {
+    case "$1" in
+        --outage) OUTAGE="$2" ;;
+        --load) LOAD="$2" ;;
+        *) return 1 ;;
+    esac
 }
 
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --runs) RUNS="$2"; shift 2 ;;
-        --outage) OUTAGE="$2"; shift 2 ;;
-        --load) LOAD="$2"; shift 2 ;;
-        --out) OUT="$2"; shift 2 ;;
-        --platter) PLATTER="$2"; shift 2 ;;
-        --dir) MEMBER_DIR="$2"; shift 2 ;;
-        -h|--help) usage 0 ;;
-        *) echo "outage.sh: unknown argument: $1" >&2; usage 2 >&2 ;;
-    esac
-done
-
-die() { echo "outage.sh: $*" >&2; exit 1; }
-
-case "$RUNS" in ''|*[!0-9]*|0) die "--runs wants a positive integer" ;; esac
-case "$OUTAGE" in ''|*[!0-9]*|0) die "--outage wants a positive number of seconds" ;; esac
-case "$LOAD" in ''|*[!0-9]*|0) die "--load wants a whole percentage above 0" ;; esac
+bench_options "$@"
+bench_positive "$OUTAGE" "--outage wants a positive number of seconds"
+bench_positive "$LOAD" "--load wants a whole percentage above 0"
 [ "$LOAD" -le 100 ] || die "--load is a percentage, at most 100"
 command -v nbdkit >/dev/null || die "needs nbdkit (Debian: apt-get install nbdkit)"
-. "$(dirname "$0")/lib.sh"
 bench_setup outage
 
 # export_member NAME: starts (again) nbdkit serving NAME's file; sets
@@ -89,11 +77,7 @@ wait_for() {
 }
 
 {
-    echo "date:      $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "host:      $(uname -srm), $(nproc) CPUs"
-    echo "load:      $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min, at start)"
-    echo "fio:       $(fio --version); nbdkit $(nbdkit --version | cut -d' ' -f2)"
-    echo "platter:   $PLATTER, $("$PLATTER" --version)"
+    bench_machine "nbdkit $(nbdkit --version | cut -d' ' -f2)"
     echo "outage:    ${OUTAGE} s under ${LOAD}% of the measured write IOPS; $RUNS runs"
 } | tee "$OUT/environment.txt"
 

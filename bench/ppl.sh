@@ -20,6 +20,7 @@
 # runs of ppl / plain (IOPS), each run's ratio, and the log's records and
 # clearing flushes per 1,000 writes (from `platter stats`).
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 RUNS=3
 RUNTIME=5
@@ -28,30 +29,7 @@ OUT=""
 PLATTER=""
 MEMBER_DIR=""
 
-usage() {
-    sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
-    exit "${1:-0}"
-}
-
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --runs) RUNS="$2"; shift 2 ;;
-        --runtime) RUNTIME="$2"; shift 2 ;;
-        --latency) LATENCY="$2"; shift 2 ;;
-        --out) OUT="$2"; shift 2 ;;
-        --platter) PLATTER="$2"; shift 2 ;;
-        --dir) MEMBER_DIR="$2"; shift 2 ;;
-        -h|--help) usage 0 ;;
-        *) echo "ppl.sh: unknown argument: $1" >&2; usage 2 >&2 ;;
-    esac
-done
-
-die() { echo "ppl.sh: $*" >&2; exit 1; }
-case "$RUNS" in ''|*[!0-9]*|0) die "--runs wants a positive integer" ;; esac
-case "$RUNTIME" in ''|*[!0-9]*|0) die "--runtime wants a positive number of seconds" ;; esac
-case "$LATENCY" in none|*[0-9]us|*[0-9]ms|*[0-9]s) ;; *) die "--latency wants none or a time with a unit: 500us, 2ms" ;; esac
-
-. "$(dirname "$0")/lib.sh"
+bench_options "$@"
 bench_setup ppl
 
 SERVE_ARGS=()
@@ -73,11 +51,7 @@ declare -A JOB=(
 ORDER=(seq-write seq-write-64k rand-write rand-read)
 
 {
-    echo "date:      $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "host:      $(uname -srm), $(nproc) CPUs"
-    echo "load:      $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min, at start)"
-    echo "fio:       $(fio --version)"
-    echo "platter:   $PLATTER, $("$PLATTER" --version)"
+    bench_machine
     echo "members:   latency $LATENCY; $RUNS runs of ${RUNTIME} s per job"
 } | tee "$OUT/environment.txt"
 

@@ -14,29 +14,14 @@
 # of IOPS while recording / IOPS without. Target: >= 0.9.
 
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 RUNS=3
 RUNTIME=5
 OUT=""
 PLATTER=""
 
-die() {
-    echo "bench/record.sh: $*" >&2
-    exit 2
-}
-
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --runs) RUNS="$2"; shift 2 ;;
-        --runtime) RUNTIME="$2"; shift 2 ;;
-        --platter) PLATTER="$2"; shift 2 ;;
-        --out) OUT="$2"; shift 2 ;;
-        -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) die "unknown option $1 (see --help)" ;;
-    esac
-done
-
-. "$(dirname "$0")/lib.sh"
+bench_options "$@"
 bench_setup record
 
 # start NAME ARGS...: serves the raid5 with ARGS; sets PID and URI.

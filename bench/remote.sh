@@ -38,6 +38,7 @@
 # figures are set by the cores (bench/README.md).
 
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 RUNS=3
 RUNTIME=5
@@ -49,40 +50,24 @@ SERVE_ARGS=""
 TCP=""
 EXPORTS=()
 
-usage() {
-    # The header comment, from line 2 to the first line that is not one.
-    awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | sed 's/^# \{0,1\}//'
-    exit "${1:-0}"
-}
-
-while [ $# -gt 0 ]; do
+bench_option() {
     case "$1" in
-        --runs) RUNS="$2"; shift 2 ;;
-        --runtime) RUNTIME="$2"; shift 2 ;;
-        --delay) DELAY="$2"; shift 2 ;;
-        --out) OUT="$2"; shift 2 ;;
-        --platter) PLATTER="$2"; shift 2 ;;
-        --dir) MEMBER_DIR="$2"; shift 2 ;;
-        --serve-args) SERVE_ARGS="$2"; shift 2 ;;
-        --tcp) TCP=1; shift ;;
+        --delay) DELAY="$2" ;;
+        --serve-args) SERVE_ARGS="$2" ;;
+        --tcp) TCP=1; TAKES=1 ;;
         --exports)
             [ $# -ge 4 ] || { echo "remote.sh: --exports wants three URIs: REF A B" >&2; exit 2; }
-            EXPORTS=("$2" "$3" "$4"); shift 4 ;;
-        -h|--help) usage 0 ;;
-        *) echo "remote.sh: unknown argument: $1" >&2; usage 2 >&2 ;;
+            EXPORTS=("$2" "$3" "$4"); TAKES=4 ;;
+        *) return 1 ;;
     esac
-done
+}
 
-die() { echo "remote.sh: $*" >&2; exit 1; }
-
-case "$RUNS" in ''|*[!0-9]*|0) die "--runs wants a positive integer" ;; esac
-case "$RUNTIME" in ''|*[!0-9]*|0) die "--runtime wants a positive number of seconds" ;; esac
+bench_options "$@"
 case "$DELAY" in ''|*[!0-9]*) die "--delay wants whole milliseconds" ;; esac
 command -v nbdkit >/dev/null || die "needs nbdkit (Debian: apt-get install nbdkit)"
 command -v nbdinfo >/dev/null || die "needs nbdinfo (Debian: apt-get install libnbd-bin)"
 if [ ${#EXPORTS[@]} -gt 0 ]; then TRANSPORT="the exports given (--exports)"
 elif [ -n "$TCP" ]; then TRANSPORT="TCP on 127.0.0.1"; else TRANSPORT="Unix sockets"; fi
-. "$(dirname "$0")/lib.sh"
 bench_setup remote
 
 # export NAME: a 256 MiB member file exported by nbdkit with the delay;
@@ -172,11 +157,7 @@ declare -A JOB=(
 ORDER=(ref-write mirror-write ref-read mirror-read)
 
 {
-    echo "date:      $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "host:      $(uname -srm), $(nproc) CPUs"
-    echo "load:      $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min, at start)"
-    echo "fio:       $(fio --version); nbdkit $(nbdkit --version | cut -d' ' -f2)"
-    echo "platter:   $PLATTER, $("$PLATTER" --version)"
+    bench_machine "nbdkit $(nbdkit --version | cut -d' ' -f2)"
     echo "serve:     ${SERVE_ARGS:-(defaults)}"
     if [ ${#EXPORTS[@]} -gt 0 ]; then
         echo "delay:     the exports' own; $RUNS runs of ${RUNTIME} s per job"

@@ -31,6 +31,7 @@
 # The table shows the median of each ratio over the runs (default 3).
 
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 RUNS=3
 MEMBER_SIZE=256M
@@ -40,27 +41,16 @@ RESERVE=16M
 OUT=""
 PLATTER=""
 
-die() {
-    echo "bench/reshape.sh: $*" >&2
-    exit 2
+bench_option() {
+    case "$1" in
+        --member-size) MEMBER_SIZE="$2" ;;
+        --reserve) RESERVE="$2" ;;
+        *) return 1 ;;
+    esac
 }
 
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --runs) RUNS="$2"; shift 2 ;;
-        --member-size) MEMBER_SIZE="$2"; shift 2 ;;
-        --latency) LATENCY="$2"; shift 2 ;;
-        --runtime) RUNTIME="$2"; shift 2 ;;
-        --reserve) RESERVE="$2"; shift 2 ;;
-        --platter) PLATTER="$2"; shift 2 ;;
-        --out) OUT="$2"; shift 2 ;;
-        -h|--help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) die "unknown option $1 (see --help)" ;;
-    esac
-done
+bench_options "$@"
 command -v nbdcopy >/dev/null || die "needs nbdcopy (Debian: apt-get install libnbd-bin)"
-
-. "$(dirname "$0")/lib.sh"
 bench_setup reshape
 
 # start NAME INJECT|none MEMBER...: serves the members; sets PID and URI.

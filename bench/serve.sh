@@ -33,6 +33,7 @@
 # request on CPUs of its own).
 
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 RUNS=3
 RUNTIME=10
@@ -47,35 +48,22 @@ PLATTER=""
 BASELINE=""
 PIN=""
 
-usage() {
-    sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'
-    exit "${1:-0}"
+bench_option() {
+    case "$1" in
+        --mem-runtime) MEM_RUNTIME="$2" ;;
+        --size) SIZE="$2" ;;
+        --interleave) INTERLEAVE="$2" ;;
+        --threads) THREADS="$2" ;;
+        --only) ONLY="$2" ;;
+        --perf) PERF_JOB="$2" ;;
+        --baseline) BASELINE="$2" ;;
+        --pin) PIN="$2" ;;
+        *) return 1 ;;
+    esac
 }
 
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --runs) RUNS="$2"; shift 2 ;;
-        --runtime) RUNTIME="$2"; shift 2 ;;
-        --mem-runtime) MEM_RUNTIME="$2"; shift 2 ;;
-        --size) SIZE="$2"; shift 2 ;;
-        --interleave) INTERLEAVE="$2"; shift 2 ;;
-        --threads) THREADS="$2"; shift 2 ;;
-        --only) ONLY="$2"; shift 2 ;;
-        --perf) PERF_JOB="$2"; shift 2 ;;
-        --out) OUT="$2"; shift 2 ;;
-        --platter) PLATTER="$2"; shift 2 ;;
-        --baseline) BASELINE="$2"; shift 2 ;;
-        --pin) PIN="$2"; shift 2 ;;
-        -h|--help) usage 0 ;;
-        *) echo "serve.sh: unknown argument: $1" >&2; usage 2 >&2 ;;
-    esac
-done
-
-die() { echo "serve.sh: $*" >&2; exit 1; }
-
-case "$RUNS" in ''|*[!0-9]*|0) die "--runs wants a positive integer" ;; esac
-case "$RUNTIME" in ''|*[!0-9]*|0) die "--runtime wants a positive number of seconds" ;; esac
-case "$MEM_RUNTIME" in ''|*[!0-9]*|0) die "--mem-runtime wants a positive number of seconds" ;; esac
+bench_options "$@"
+bench_positive "$MEM_RUNTIME" "--mem-runtime wants a positive number of seconds"
 want() { case ",$ONLY," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 for c in ${ONLY//,/ }; do
     case "$c" in stripe|raid5|mirror|memory) ;; *) die "unknown comparison in --only: $c" ;; esac
@@ -103,7 +91,6 @@ EOF
 SIZE_BYTES=$(bytes "$SIZE")
 IL_BYTES=$(bytes "$INTERLEAVE")
 
-. "$(dirname "$0")/lib.sh"
 bench_build serve
 [ -z "$BASELINE" ] || [ -x "$BASELINE" ] || die "--baseline: no executable $BASELINE"
 

@@ -45,6 +45,7 @@
 # reads at iodepth 8, bound by the two CPUs here, come out at 0.74 there.
 
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 
 RUNS=3
 RUNTIME=5
@@ -55,36 +56,19 @@ OUT=""
 PLATTER=""
 MEMBER_DIR=""
 
-usage() {
-    sed -n '2,45p' "$0" | sed 's/^# \{0,1\}//'
-    exit "${1:-0}"
+bench_option() {
+    case "$1" in
+        --jitter) JITTER="$2" ;;
+        --queue-depth) QUEUE_DEPTH="$2" ;;
+        *) return 1 ;;
+    esac
 }
 
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --runs) RUNS="$2"; shift 2 ;;
-        --runtime) RUNTIME="$2"; shift 2 ;;
-        --latency) LATENCY="$2"; shift 2 ;;
-        --jitter) JITTER="$2"; shift 2 ;;
-        --queue-depth) QUEUE_DEPTH="$2"; shift 2 ;;
-        --out) OUT="$2"; shift 2 ;;
-        --platter) PLATTER="$2"; shift 2 ;;
-        --dir) MEMBER_DIR="$2"; shift 2 ;;
-        -h|--help) usage 0 ;;
-        *) echo "sim_vs_served.sh: unknown argument: $1" >&2; usage 2 >&2 ;;
-    esac
-done
-
-die() { echo "sim_vs_served.sh: $*" >&2; exit 1; }
-
-case "$RUNS" in ''|*[!0-9]*|0) die "--runs wants a positive integer" ;; esac
-case "$RUNTIME" in ''|*[!0-9]*|0) die "--runtime wants a positive number of seconds" ;; esac
-case "$QUEUE_DEPTH" in ''|*[!0-9]*|0) die "--queue-depth wants a positive integer" ;; esac
-case "$LATENCY" in *[0-9]us|*[0-9]ms|*[0-9]s) ;; *) die "--latency wants a time with a unit: 500us, 2ms, 1s" ;; esac
+bench_options "$@"
+bench_positive "$QUEUE_DEPTH" "--queue-depth wants a positive integer"
 case "$JITTER" in ''|*[0-9]us|*[0-9]ms|*[0-9]s) ;; *) die "--jitter wants T or exp:T (T with a unit: 500us)" ;; esac
 [ -n "$MEMBER_DIR" ] || MEMBER_DIR="${CARGO_TARGET_DIR:-$(cd "$(dirname "$0")/.." && pwd)/target}"
 mkdir -p "$MEMBER_DIR"
-. "$(dirname "$0")/lib.sh"
 bench_setup sim-vs-served
 
 INJECT="latency=$LATENCY${JITTER:+,latency-jitter=$JITTER}"
@@ -122,11 +106,7 @@ ORDER=(cal-bare-4k-read cal-bare-1m-read cal-bare-1m-write cal-single-4k-read
     stripe-read-qd1 stripe-read-qd8 stripe-randread mirror-randread raid5-write mirror-write)
 
 {
-    echo "date:      $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "host:      $(uname -srm), $(nproc) CPUs"
-    echo "load:      $(cut -d' ' -f1-3 /proc/loadavg) (1/5/15 min, at start)"
-    echo "fio:       $(fio --version)"
-    echo "platter:   $PLATTER, $("$PLATTER" --version)"
+    bench_machine
     echo "commit:    $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
     echo "members:   $INJECT, --member-queue-depth $QUEUE_DEPTH; $RUNS runs of ${RUNTIME} s per job"
 } | tee "$OUT/environment.txt"

@@ -119,8 +119,9 @@ pub(crate) fn show(json_out: bool, v: &Value, human: impl FnOnce(&Value)) {
     }
 }
 
+/// The options of every command that asks a running server.
 #[derive(Args)]
-pub struct MemberArgs {
+pub struct ServerArgs {
     /// The server's control socket (the NBD socket's path plus ".ctl",
     /// unless serve was given --control).
     #[arg(long, value_name = "PATH")]
@@ -128,6 +129,12 @@ pub struct MemberArgs {
     /// Print the server's answer as JSON for programs.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Args)]
+pub struct MemberArgs {
+    #[command(flatten)]
+    server: ServerArgs,
     /// A member's slot number, path or nbd:// URI (for remove, also a
     /// spare's).
     #[arg(value_name = "MEMBER")]
@@ -136,13 +143,8 @@ pub struct MemberArgs {
 
 #[derive(Args)]
 pub struct FailArgs {
-    /// The server's control socket (the NBD socket's path plus ".ctl",
-    /// unless serve was given --control).
-    #[arg(long, value_name = "PATH")]
-    control: PathBuf,
-    /// Print the server's answer as JSON for programs.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    server: ServerArgs,
     /// Fail the member even if the volume then cannot serve all of its
     /// data (the last copy of a chunk, more members than parity covers):
     /// clients get I/O errors there.
@@ -155,13 +157,8 @@ pub struct FailArgs {
 
 #[derive(Args)]
 pub struct ReplaceArgs {
-    /// The server's control socket (the NBD socket's path plus ".ctl",
-    /// unless serve was given --control).
-    #[arg(long, value_name = "PATH")]
-    control: PathBuf,
-    /// Print the server's answer as JSON for programs.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    server: ServerArgs,
     /// Create NEW as a file of this size if it does not exist (without it,
     /// a missing NEW is refused).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
@@ -183,13 +180,8 @@ pub struct ReplaceArgs {
 
 #[derive(Args)]
 pub struct ReAddArgs {
-    /// The server's control socket (the NBD socket's path plus ".ctl",
-    /// unless serve was given --control).
-    #[arg(long, value_name = "PATH")]
-    control: PathBuf,
-    /// Print the server's answer as JSON for programs.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    server: ServerArgs,
     /// Stay until the rebuild ends, showing its progress; fails if the
     /// rebuild stops short.
     #[arg(long)]
@@ -202,13 +194,8 @@ pub struct ReAddArgs {
 
 #[derive(Args)]
 pub struct DeviceArgs {
-    /// The server's control socket (the NBD socket's path plus ".ctl",
-    /// unless serve was given --control).
-    #[arg(long, value_name = "PATH")]
-    control: PathBuf,
-    /// Print the server's answer as JSON for programs.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    server: ServerArgs,
     /// Create DEVICE as a file of this size if it does not exist (without
     /// it, a missing DEVICE is refused).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
@@ -223,13 +210,8 @@ pub struct DeviceArgs {
 
 #[derive(Args)]
 pub struct ScrubArgs {
-    /// The server's control socket (the NBD socket's path plus ".ctl",
-    /// unless serve was given --control).
-    #[arg(long, value_name = "PATH")]
-    control: PathBuf,
-    /// Print the server's answer as JSON for programs.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    server: ServerArgs,
     /// Only the stripes holding volume bytes from here (units: 4k, 1T);
     /// the whole volume by default. A volume of TiBs is checked in parts.
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
@@ -241,13 +223,8 @@ pub struct ScrubArgs {
 
 #[derive(Args)]
 pub struct RateArgs {
-    /// The server's control socket (the NBD socket's path plus ".ctl",
-    /// unless serve was given --control).
-    #[arg(long, value_name = "PATH")]
-    control: PathBuf,
-    /// Print the server's answer as JSON for programs.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    server: ServerArgs,
     /// Bytes per second, more than 0 (units: 10M, 1G), or `unlimited`
     /// (as fast as the members go). Rebuilds, resyncs and reshapes all
     /// move at this rate; it starts at serve's --rebuild-rate (default
@@ -258,13 +235,8 @@ pub struct RateArgs {
 
 #[derive(Args)]
 pub struct RecordArgs {
-    /// The server's control socket (the NBD socket's path plus ".ctl",
-    /// unless serve was given --control).
-    #[arg(long, value_name = "PATH")]
-    control: PathBuf,
-    /// Print the server's answer as JSON for programs.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    server: ServerArgs,
     /// The most FILE may grow to (default 1G): the recording stops there,
     /// says so, and the volume serves on.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
@@ -279,13 +251,8 @@ pub struct RecordArgs {
 
 #[derive(Args)]
 pub struct PolicyArgs {
-    /// The server's control socket (the NBD socket's path plus ".ctl",
-    /// unless serve was given --control).
-    #[arg(long, value_name = "PATH")]
-    control: PathBuf,
-    /// Print the server's answer as JSON for programs.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    server: ServerArgs,
     /// round-robin | split[:SIZE] | load | prefer:SLOT | proximity[:WINDOW] |
     /// auto; leave out to show the current one.
     #[arg(value_name = "POLICY", value_parser = crate::values::read_policy_text(),
@@ -370,8 +337,8 @@ pub fn fail(a: FailArgs) -> Result<()> {
     if a.force {
         req["force"] = json!(true);
     }
-    let v = ask(&a.control, req)?;
-    show(a.json, &v, |v| match v["already"].as_str() {
+    let v = ask(&a.server.control, req)?;
+    show(a.server.json, &v, |v| match v["already"].as_str() {
         Some(state) => outln!("member {} is already {state}", v["failed"]),
         None if v["volume_serves_all"] == json!(false) => outln!(
             "member {} marked faulty; the volume can no longer serve all of its data",
@@ -384,10 +351,10 @@ pub fn fail(a: FailArgs) -> Result<()> {
 
 pub fn remove(a: MemberArgs) -> Result<()> {
     let v = ask(
-        &a.control,
+        &a.server.control,
         json!({ "cmd": "remove", "member": member_name(&a.member)? }),
     )?;
-    show(a.json, &v, |v| {
+    show(a.server.json, &v, |v| {
         if let Some(spare) = v.get("removed_spare") {
             outln!("spare {} removed", spare.as_str().unwrap_or("?"));
         } else {
@@ -403,10 +370,10 @@ pub fn remove(a: MemberArgs) -> Result<()> {
 pub fn replace(a: ReplaceArgs) -> Result<()> {
     let req = json!({ "cmd": "replace", "member": member_name(&a.old)? });
     let v = ask(
-        &a.control,
+        &a.server.control,
         device_request(req, &a.new, a.member_size, a.force)?,
     )?;
-    show(a.json, &v, |v| {
+    show(a.server.json, &v, |v| {
         outln!(
             "member {} replaced by {}; rebuild started",
             v["replaced"],
@@ -414,15 +381,15 @@ pub fn replace(a: ReplaceArgs) -> Result<()> {
         )
     });
     if a.wait {
-        crate::progress::watch(&a.control, WAIT_INTERVAL, a.json)?;
+        crate::progress::watch(&a.server.control, WAIT_INTERVAL, a.server.json)?;
     }
     Ok(())
 }
 
 pub fn re_add(a: ReAddArgs) -> Result<()> {
     let req = json!({ "cmd": "re-add", "device": resolved(&a.device)? });
-    let v = ask(&a.control, req)?;
-    show(a.json, &v, |v| {
+    let v = ask(&a.server.control, req)?;
+    show(a.server.json, &v, |v| {
         outln!(
             "member {} re-added from {}; rebuilding the {} regions it missed",
             v["re_added"],
@@ -431,7 +398,7 @@ pub fn re_add(a: ReAddArgs) -> Result<()> {
         )
     });
     if a.wait {
-        crate::progress::watch(&a.control, WAIT_INTERVAL, a.json)?;
+        crate::progress::watch(&a.server.control, WAIT_INTERVAL, a.server.json)?;
     }
     Ok(())
 }
@@ -439,10 +406,12 @@ pub fn re_add(a: ReAddArgs) -> Result<()> {
 pub fn add_spare(a: DeviceArgs) -> Result<()> {
     let req = json!({ "cmd": "add-spare" });
     let v = ask(
-        &a.control,
+        &a.server.control,
         device_request(req, &a.device, a.member_size, a.force)?,
     )?;
-    show(a.json, &v, |_| outln!("{} added as a spare", a.device));
+    show(a.server.json, &v, |_| {
+        outln!("{} added as a spare", a.device)
+    });
     Ok(())
 }
 
@@ -469,8 +438,8 @@ pub fn scrub(a: ScrubArgs, repair: bool) -> Result<u8> {
     if let Some(l) = a.length {
         req["length_bytes"] = json!(l);
     }
-    let v = ask(&a.control, req)?;
-    show(a.json, &v, |v| {
+    let v = ask(&a.server.control, req)?;
+    show(a.server.json, &v, |v| {
         outln!(
             "{} stripes checked: {} mismatched{}, {} unchecked (a member lost)",
             v["stripes"],
@@ -544,8 +513,8 @@ pub fn read_policy(a: PolicyArgs) -> Result<()> {
             .map_err(CliError)?;
         req["policy"] = json!(p);
     }
-    let v = ask(&a.control, req)?;
-    show(a.json, &v, |v| {
+    let v = ask(&a.server.control, req)?;
+    show(a.server.json, &v, |v| {
         if let Some(why) = v["no_copies"].as_str() {
             outln!("{why}");
             return;
@@ -590,15 +559,15 @@ pub fn record(a: RecordArgs) -> Result<()> {
         ("stop", Some(_)) => return Err(CliError("record stop takes no FILE".into())),
         _ => return Err(CliError("record start needs a FILE".into())),
     };
-    let v = ask(&a.control, req)?;
-    show(a.json, &v, |v| {
+    let v = ask(&a.server.control, req)?;
+    show(a.server.json, &v, |v| {
         let path = v["path"].as_str().unwrap_or("?");
         if a.action == "start" {
             outln!(
                 "recording the clients' requests to {path} (at most {}); `platter record \
                  --control {} stop` ends it",
                 format_size(v["limit_bytes"].as_u64().unwrap_or(0)),
-                a.control.display()
+                a.server.control.display()
             );
         } else {
             outln!(
@@ -621,10 +590,10 @@ pub fn rebuild_rate(a: RateArgs) -> Result<()> {
         rate => json!(rate),
     };
     let v = ask(
-        &a.control,
+        &a.server.control,
         json!({ "cmd": "rebuild-rate", "bytes_per_sec": rate }),
     )?;
-    show(a.json, &v, |v| {
+    show(a.server.json, &v, |v| {
         match v["rebuild_rate_bytes_per_sec"].as_u64() {
             Some(rate) => outln!("rebuild rate limit {}/s", format_size(rate)),
             None => outln!("rebuild rate: unlimited (as fast as the members go)"),

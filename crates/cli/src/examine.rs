@@ -4,6 +4,7 @@
 
 use crate::error::{CliError, Result};
 use crate::out::{out, outln};
+use crate::status_text::utc;
 use clap::Args;
 use platter_core::assemble::uuid_string;
 use platter_core::balance::ReadPolicy;
@@ -262,39 +263,5 @@ fn show(key: &str, v: &Value) -> String {
             _ => n.to_string(),
         },
         other => other.to_string(),
-    }
-}
-
-/// `secs` since 1970 as `YYYY-MM-DD HH:MM:SS UTC` (the civil calendar,
-/// Howard Hinnant's days-from-civil inverted).
-fn utc(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn utc_dates_are_the_civil_calendar() {
-        assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
-        assert_eq!(utc(951_782_400), "2000-02-29 00:00:00 UTC");
-        assert_eq!(utc(1_700_000_000), "2023-11-14 22:13:20 UTC");
     }
 }

@@ -400,6 +400,8 @@ mod tests {
     fn dates_are_civil_utc() {
         assert_eq!(utc(0), "never");
         assert_eq!(utc(1), "1970-01-01 00:00:01 UTC");
+        assert_eq!(utc(951_782_400), "2000-02-29 00:00:00 UTC");
+        assert_eq!(utc(1_700_000_000), "2023-11-14 22:13:20 UTC");
         // `date -u -d @1709251199`: the last second of 29 February 2024.
         assert_eq!(utc(1_709_251_199), "2024-02-29 23:59:59 UTC");
         assert_eq!(utc(1_709_251_200), "2024-03-01 00:00:00 UTC");

@@ -10,44 +10,30 @@ use std::path::PathBuf;
 /// other direction bits and a 13-bit size field; libc lacks `BLKGETSIZE64` and
 /// `BLKZEROOUT`, so the numbers are built here the way the kernel builds them.
 mod ioc {
-    #[cfg(any(
+    /// The architectures with other direction bits and a 13-bit size.
+    const OTHER_ENCODING: bool = cfg!(any(
         target_arch = "powerpc",
         target_arch = "powerpc64",
         target_arch = "mips",
         target_arch = "mips64",
         target_arch = "sparc",
         target_arch = "sparc64"
-    ))]
-    mod arch {
-        pub const NONE: u64 = 1;
-        pub const READ: u64 = 2;
-        pub const SIZE_BITS: u32 = 13;
-    }
-    #[cfg(not(any(
-        target_arch = "powerpc",
-        target_arch = "powerpc64",
-        target_arch = "mips",
-        target_arch = "mips64",
-        target_arch = "sparc",
-        target_arch = "sparc64"
-    )))]
-    mod arch {
-        pub const NONE: u64 = 0;
-        pub const READ: u64 = 2;
-        pub const SIZE_BITS: u32 = 14;
-    }
+    ));
+    const NONE: u64 = if OTHER_ENCODING { 1 } else { 0 };
+    const READ: u64 = 2;
+    const SIZE_BITS: u32 = if OTHER_ENCODING { 13 } else { 14 };
 
     const fn ioc(dir: u64, ty: u64, nr: u64, size: usize) -> libc::Ioctl {
-        ((dir << (16 + arch::SIZE_BITS)) | ((size as u64) << 16) | (ty << 8) | nr) as libc::Ioctl
+        ((dir << (16 + SIZE_BITS)) | ((size as u64) << 16) | (ty << 8) | nr) as libc::Ioctl
     }
 
     /// `_IO(0x12, 104)`: logical block size, written to an `int`.
-    pub const BLKSSZGET: libc::Ioctl = ioc(arch::NONE, 0x12, 104, 0);
+    pub const BLKSSZGET: libc::Ioctl = ioc(NONE, 0x12, 104, 0);
     /// `_IOR(0x12, 114, size_t)`: size in bytes, written to a `u64` (the
     /// number says `size_t`, the kernel writes 64 bits on every arch).
-    pub const BLKGETSIZE64: libc::Ioctl = ioc(arch::READ, 0x12, 114, size_of::<usize>());
+    pub const BLKGETSIZE64: libc::Ioctl = ioc(READ, 0x12, 114, size_of::<usize>());
     /// `_IO(0x12, 127)`: zero a range given as `u64[2] = {start, len}`.
-    pub const BLKZEROOUT: libc::Ioctl = ioc(arch::NONE, 0x12, 127, 0);
+    pub const BLKZEROOUT: libc::Ioctl = ioc(NONE, 0x12, 127, 0);
 
     #[cfg(all(test, target_arch = "x86_64"))]
     #[test]

@@ -348,6 +348,16 @@ impl FileMember {
     }
 
     /// The checks every modifying request passes before touching the device.
+    fn check_read(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), MemberError> {
+        check_range(
+            &self.name,
+            self.size_bytes,
+            Op::Read,
+            offset_bytes,
+            len_bytes,
+        )
+    }
+
     fn check_write(&self, op: Op, offset_bytes: u64, len_bytes: u64) -> Result<(), MemberError> {
         if self.read_only {
             return Err(MemberError::with_message(
@@ -455,13 +465,7 @@ impl Member for FileMember {
 
     fn read_at(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), MemberError> {
         let len_bytes = buf.len() as u64;
-        check_range(
-            &self.name,
-            self.size_bytes,
-            Op::Read,
-            offset_bytes,
-            len_bytes,
-        )?;
+        self.check_read(offset_bytes, len_bytes)?;
         if buf.is_empty() {
             return Ok(());
         }
@@ -493,13 +497,7 @@ impl Member for FileMember {
             // Direct I/O reads through its aligned buffer anyway.
             return crate::member::read_zeroed_at(self, offset_bytes, buf);
         }
-        check_range(
-            &self.name,
-            self.size_bytes,
-            Op::Read,
-            offset_bytes,
-            len_bytes,
-        )?;
+        self.check_read(offset_bytes, len_bytes)?;
         read_exact_uninit_at(&self.file, buf, offset_bytes)
             .map_err(|err| self.error(err, Op::Read, offset_bytes, len_bytes))
     }
@@ -600,7 +598,7 @@ impl RingTarget for FileMember {
 
     fn check_before(&self, op: Op, offset_bytes: u64, len_bytes: u64) -> Result<(), MemberError> {
         match op {
-            Op::Read => check_range(&self.name, self.size_bytes, op, offset_bytes, len_bytes),
+            Op::Read => self.check_read(offset_bytes, len_bytes),
             Op::Write => {
                 self.check_write(op, offset_bytes, len_bytes)?;
                 self.shrink_guard_before(op, offset_bytes, len_bytes)

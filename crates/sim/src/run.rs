@@ -444,6 +444,25 @@ struct Outstanding {
     rebuild: bool,
 }
 
+impl Outstanding {
+    /// Volume upkeep: no client waits for it, no data of theirs rides on it.
+    fn upkeep(submitted_ns: u64, name: &'static str) -> Outstanding {
+        Outstanding {
+            submitted_ns,
+            name,
+            writer: None,
+            fua: false,
+            read: None,
+            flush_covers: None,
+            upkeep: true,
+            latency: None,
+            resync: None,
+            scrub: false,
+            rebuild: false,
+        }
+    }
+}
+
 /// Produces the client requests, then the verify pass.
 struct RequestGen {
     rng: Rng,
@@ -993,22 +1012,24 @@ impl Simulation {
             u64::from(fua),
         ]);
         self.report.submitted += 1;
-        let prev = self.outstanding.insert(
-            id,
-            Outstanding {
-                submitted_ns: self.clock.now_ns(),
-                name,
-                writer,
-                fua,
-                read,
-                flush_covers,
-                upkeep: false,
-                latency,
-                resync: None,
-                scrub: false,
-                rebuild: false,
-            },
-        );
+        let o = Outstanding {
+            submitted_ns: self.clock.now_ns(),
+            name,
+            writer,
+            fua,
+            read,
+            flush_covers,
+            upkeep: false,
+            latency,
+            resync: None,
+            scrub: false,
+            rebuild: false,
+        };
+        self.track(id, o);
+    }
+
+    fn track(&mut self, id: RequestId, o: Outstanding) {
+        let prev = self.outstanding.insert(id, o);
         assert!(prev.is_none(), "request id {id:?} reused");
     }
 
@@ -1022,23 +1043,11 @@ impl Simulation {
         if resync.is_some() {
             self.resyncing += 1;
         }
-        let prev = self.outstanding.insert(
-            id,
-            Outstanding {
-                submitted_ns: self.clock.now_ns(),
-                name,
-                writer: None,
-                fua: false,
-                read: None,
-                flush_covers: None,
-                upkeep: true,
-                latency: None,
-                resync,
-                scrub: false,
-                rebuild: false,
-            },
-        );
-        assert!(prev.is_none(), "request id {id:?} reused");
+        let o = Outstanding {
+            resync,
+            ..Outstanding::upkeep(self.clock.now_ns(), name)
+        };
+        self.track(id, o);
         id
     }
 
@@ -1510,23 +1519,11 @@ impl Simulation {
         };
         let name = "rebuild step";
         self.trace.fold(&[16, self.clock.now_ns(), id.0]);
-        let prev = self.outstanding.insert(
-            id,
-            Outstanding {
-                submitted_ns: self.clock.now_ns(),
-                name,
-                writer: None,
-                fua: false,
-                read: None,
-                flush_covers: None,
-                upkeep: true,
-                latency: None,
-                resync: None,
-                scrub: false,
-                rebuild: true,
-            },
-        );
-        assert!(prev.is_none(), "request id {id:?} reused");
+        let o = Outstanding {
+            rebuild: true,
+            ..Outstanding::upkeep(self.clock.now_ns(), name)
+        };
+        self.track(id, o);
     }
 
     /// A rebuild step ended. One fails only when a member failed under it

@@ -48,6 +48,23 @@ impl Default for ScenarioOptions {
     }
 }
 
+impl ScenarioOptions {
+    /// These options less the levels without redundancy, and no crash: for
+    /// the scenarios that take a member's bytes away and bring them back.
+    fn redundant_without_crash(&self) -> ScenarioOptions {
+        ScenarioOptions {
+            levels: self
+                .levels
+                .iter()
+                .copied()
+                .filter(|l| !matches!(l, Level::Concat | Level::Stripe))
+                .collect(),
+            crash: false,
+            ..self.clone()
+        }
+    }
+}
+
 /// The scenario for `seed`.
 pub fn random_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
     let mut r = Rng::stream(seed, Stream::Scenario);
@@ -401,16 +418,7 @@ pub fn with_checksums(c: &mut SimConfig, algorithm: platter_core::integrity::Alg
 /// for the failures to land inside the rebuild. Some volumes keep
 /// checksums: a new device's pages are blank until rebuilt.
 pub fn rebuild_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
-    let opts = ScenarioOptions {
-        levels: opts
-            .levels
-            .iter()
-            .copied()
-            .filter(|l| !matches!(l, Level::Concat | Level::Stripe))
-            .collect(),
-        crash: false,
-        ..opts.clone()
-    };
+    let opts = opts.redundant_without_crash();
     assert!(!opts.levels.is_empty(), "a rebuild needs a redundant level");
     let mut c = random_config(seed, &opts);
     // Its own stream: the base scenario keeps its draws.
@@ -482,15 +490,8 @@ pub fn rebuild_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
 /// has no redundancy left for it.
 pub fn lost_bytes_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
     let opts = ScenarioOptions {
-        levels: opts
-            .levels
-            .iter()
-            .copied()
-            .filter(|l| !matches!(l, Level::Concat | Level::Stripe))
-            .collect(),
-        crash: false,
         beyond_budget_percent: 0,
-        ..opts.clone()
+        ..opts.redundant_without_crash()
     };
     let mut c = random_config(seed, &opts);
     // Its own stream: the base scenario keeps its draws.

@@ -85,6 +85,30 @@ fn gcd(a: u64, b: u64) -> u64 {
     }
 }
 
+/// The rows of `[lo, hi)` that `spans`, sorted by start, leave uncovered,
+/// in order. The spans may overlap and reach outside `[lo, hi)`.
+pub(crate) fn uncovered_rows(
+    lo: u64,
+    hi: u64,
+    spans: impl IntoIterator<Item = (u64, u64)>,
+) -> impl Iterator<Item = (u64, u64)> {
+    let mut spans = spans.into_iter();
+    let mut at = lo;
+    std::iter::from_fn(move || {
+        for (a, b) in spans.by_ref() {
+            let (a, b) = (a.clamp(lo, hi), b.clamp(lo, hi));
+            let gap = (a > at).then_some((at, a));
+            at = at.max(b);
+            if gap.is_some() {
+                return gap;
+            }
+        }
+        let tail = (at < hi).then_some((at, hi));
+        at = hi;
+        tail
+    })
+}
+
 impl Geometry {
     pub fn new(spec: GeometrySpec) -> Result<Geometry, GeometryError> {
         let err = |s: String| Err(GeometryError(s));

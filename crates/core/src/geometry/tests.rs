@@ -348,3 +348,24 @@ fn raid6_q_last_layouts_are_mds() {
     assert!(Geometry::new(spec(Level::Raid5)).is_err());
     assert!(Geometry::new(spec(Level::Raid6)).is_ok());
 }
+
+/// The rows a log record makes parity in (its own, less what newer records
+/// decided and the cells of lost members) and the rows a write must read:
+/// wherever the spans lie (before, inside, after, overlapping, past either
+/// end).
+#[test]
+fn uncovered_rows_are_the_rows_less_the_spans() {
+    let rows = |lo, hi, spans: &[(u64, u64)]| -> Vec<(u64, u64)> {
+        uncovered_rows(lo, hi, spans.iter().copied()).collect()
+    };
+    assert_eq!(rows(0, 100, &[]), vec![(0, 100)]);
+    assert_eq!(rows(10, 100, &[(40, 60)]), vec![(10, 40), (60, 100)]);
+    assert_eq!(rows(10, 100, &[(0, 20), (90, 200)]), vec![(20, 90)]);
+    assert_eq!(
+        rows(10, 100, &[(30, 50), (40, 70)]),
+        vec![(10, 30), (70, 100)]
+    );
+    assert_eq!(rows(10, 100, &[(10, 50), (50, 100)]), vec![]);
+    assert_eq!(rows(10, 100, &[(0, 5), (200, 300)]), vec![(10, 100)]);
+    assert_eq!(rows(10, 100, &[(60, 60)]), vec![(10, 60), (60, 100)]);
+}

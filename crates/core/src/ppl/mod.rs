@@ -24,9 +24,6 @@
 mod pieces;
 mod recover;
 
-#[cfg(test)]
-use recover::rows_kept;
-
 pub(crate) use pieces::merged_pieces;
 pub use recover::{recover, Fix, Recovered};
 

@@ -1,7 +1,7 @@
 //! Making parity agree with the data after a crash, from the log.
 
 use super::Record;
-use crate::geometry::Geometry;
+use crate::geometry::{uncovered_rows, Geometry};
 
 /// A parity write recovery asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,8 +97,8 @@ fn apply(
         .map(|p| (p.within_bytes, p.within_bytes + p.len_bytes))
         .collect();
     gone.sort_unstable();
-    let newer_bytes: u64 = rows_kept(lo, r.hi_bytes, &rows_kept(lo, r.hi_bytes, decided))
-        .iter()
+    let newer = uncovered_rows(lo, r.hi_bytes, decided.iter().copied());
+    let newer_bytes: u64 = uncovered_rows(lo, r.hi_bytes, newer)
         .map(|(a, b)| b - a)
         .sum();
     gone.extend_from_slice(decided);
@@ -131,7 +131,7 @@ fn apply(
             platter_parity::mul_xor_into(coef, &cell, &mut q[at..at + len]);
         }
     }
-    let keep = rows_kept(lo, r.hi_bytes, &gone);
+    let keep: Vec<(u64, u64)> = uncovered_rows(lo, r.hi_bytes, gone).collect();
     out.rows_skipped_bytes +=
         hull as u64 - newer_bytes - keep.iter().map(|(a, b)| b - a).sum::<u64>();
     for (member, parity) in [(Some(roles.p), p_new), (roles.q, q_new)] {
@@ -150,22 +150,4 @@ fn apply(
         }
     }
     Ok(())
-}
-
-/// `[lo, hi)` less the sorted spans in `gone` (which may overlap and
-/// reach outside it).
-pub(super) fn rows_kept(lo: u64, hi: u64, gone: &[(u64, u64)]) -> Vec<(u64, u64)> {
-    let mut out = Vec::new();
-    let mut at = lo;
-    for &(a, b) in gone {
-        let (a, b) = (a.clamp(lo, hi), b.clamp(lo, hi));
-        if a > at {
-            out.push((at, a));
-        }
-        at = at.max(b);
-    }
-    if at < hi {
-        out.push((at, hi));
-    }
-    out
 }

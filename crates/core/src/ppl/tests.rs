@@ -479,20 +479,3 @@ proptest::proptest! {
         }
     }
 }
-
-/// The rows a record makes parity in: its own, less what newer records
-/// decided and the cells of lost members, wherever those lie (before,
-/// inside, after, overlapping, past either end).
-#[test]
-fn rows_kept_are_the_rows_less_the_gone_spans() {
-    assert_eq!(rows_kept(0, 100, &[]), vec![(0, 100)]);
-    assert_eq!(rows_kept(10, 100, &[(40, 60)]), vec![(10, 40), (60, 100)]);
-    assert_eq!(rows_kept(10, 100, &[(0, 20), (90, 200)]), vec![(20, 90)]);
-    assert_eq!(
-        rows_kept(10, 100, &[(30, 50), (40, 70)]),
-        vec![(10, 30), (70, 100)]
-    );
-    assert_eq!(rows_kept(10, 100, &[(10, 50), (50, 100)]), vec![]);
-    assert_eq!(rows_kept(10, 100, &[(0, 5), (200, 300)]), vec![(10, 100)]);
-    assert_eq!(rows_kept(10, 100, &[(60, 60)]), vec![(10, 60), (60, 100)]);
-}

@@ -406,27 +406,14 @@ impl Reshaping {
     pub fn submit(&mut self, req: Request) -> RequestId {
         let id = RequestId(self.next_request);
         self.next_request += 1;
-        let (offset_bytes, len_bytes) = req.range();
         let size = self.size_bytes();
         let refuse = |kind, msg: String| Completion {
             id,
             result: Err(VolumeError::new(kind, msg)),
         };
-        if offset_bytes
-            .checked_add(len_bytes)
-            .is_none_or(|end| end > size)
-        {
-            let msg = format!(
-                "{} of {len_bytes} bytes at offset {offset_bytes} is past the end of the volume ({size} bytes)",
-                req.name()
-            );
+        if let Some(e) = req.refusal(size, self.clients.len(), self.setup.limits.max_requests) {
             self.completions
-                .push_back(refuse(ErrorKind::OutOfRange, msg));
-            return id;
-        }
-        if self.clients.len() >= self.setup.limits.max_requests {
-            let msg = format!("volume busy: {} requests in flight", self.clients.len());
-            self.completions.push_back(refuse(ErrorKind::Busy, msg));
+                .push_back(Completion { id, result: Err(e) });
             return id;
         }
         match req {

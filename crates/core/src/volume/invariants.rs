@@ -343,16 +343,21 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_cached_entry_a_request_also_took_is_caught() {
+    /// A RAID-5 with a stripe cache holding a partial write of stripe 5.
+    fn stripe_5_cached() -> Volume {
         let mut v = raid5();
         v.enable_stripe_cache(super::super::CacheLimits::DEFAULT);
-        // A partial stripe of stripe 5: held by the cache.
         v.submit(Request::Write {
             offset_bytes: 5 * 8192 + 512,
             data: Bytes::from(vec![2u8; 512]),
             fua: false,
         });
+        v
+    }
+
+    #[test]
+    fn a_cached_entry_a_request_also_took_is_caught() {
+        let mut v = stripe_5_cached();
         // A whole stripe elsewhere: a live request with member writes out.
         v.submit(Request::Write {
             offset_bytes: 0,
@@ -384,13 +389,7 @@ mod tests {
     /// the write-out nobody submitted.
     #[test]
     fn a_queued_entry_with_only_a_check_of_its_stripe_is_caught() {
-        let mut v = raid5();
-        v.enable_stripe_cache(super::super::CacheLimits::DEFAULT);
-        v.submit(Request::Write {
-            offset_bytes: 5 * 8192 + 512,
-            data: Bytes::from(vec![2u8; 512]),
-            fua: false,
-        });
+        let mut v = stripe_5_cached();
         v.check_invariants();
         assert!(
             v.cache.as_mut().expect("a cache").mark_queued(5),

@@ -436,34 +436,19 @@ impl Volume {
             && self.integrity.as_ref().is_none_or(|i| i.is_idle())
     }
 
-    /// Accepts a request; its completion arrives through [`Volume::next_completion`].
     /// The id the next [`Volume::submit`] gives.
     pub(super) fn next_request_id(&self) -> RequestId {
         RequestId(self.next_request)
     }
 
+    /// Accepts a request; its completion arrives through [`Volume::next_completion`].
     pub fn submit(&mut self, req: Request) -> RequestId {
         let id = RequestId(self.next_request);
         self.next_request += 1;
-        let (offset_bytes, len_bytes) = req.range();
-        let size = self.size_bytes();
-        if offset_bytes
-            .checked_add(len_bytes)
-            .is_none_or(|end| end > size)
-        {
-            let msg = format!(
-                "{} of {len_bytes} bytes at offset {offset_bytes} is past the end of the volume ({size} bytes)",
-                req.name()
-            );
-            self.stats.volume.errors += 1;
-            self.complete(id, Err(VolumeError::new(ErrorKind::OutOfRange, msg)));
-            return id;
-        }
         let client_ops = self.ops.len() - self.internal_ops;
-        if client_ops >= self.limits.max_requests {
-            let msg = format!("volume busy: {client_ops} requests in flight");
+        if let Some(e) = req.refusal(self.size_bytes(), client_ops, self.limits.max_requests) {
             self.stats.volume.errors += 1;
-            self.complete(id, Err(VolumeError::new(ErrorKind::Busy, msg)));
+            self.complete(id, Err(e));
             return id;
         }
         if let Request::Maintain {

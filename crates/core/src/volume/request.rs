@@ -134,6 +134,33 @@ impl Request {
             Request::Maintain { .. } => (0, 0),
         }
     }
+
+    /// Why a client request is refused before it starts, if it is: its
+    /// range is past the end of a volume of `size_bytes`, or `in_flight`
+    /// client requests already take every slot. A volume and a reshape
+    /// (which serves two) admit alike.
+    pub(crate) fn refusal(
+        &self,
+        size_bytes: u64,
+        in_flight: usize,
+        max_requests: usize,
+    ) -> Option<VolumeError> {
+        let (offset_bytes, len_bytes) = self.range();
+        if offset_bytes
+            .checked_add(len_bytes)
+            .is_none_or(|end| end > size_bytes)
+        {
+            let msg = format!(
+                "{} of {len_bytes} bytes at offset {offset_bytes} is past the end of the volume ({size_bytes} bytes)",
+                self.name()
+            );
+            return Some(VolumeError::new(ErrorKind::OutOfRange, msg));
+        }
+        (in_flight >= max_requests).then(|| {
+            let msg = format!("volume busy: {in_flight} requests in flight");
+            VolumeError::new(ErrorKind::Busy, msg)
+        })
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

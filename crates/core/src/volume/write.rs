@@ -16,6 +16,7 @@
 use super::plan::{ReadPiece, ReadPieces, Target, WriteKind, WritePiece, WritePieces};
 use super::{Plan, Request, RequestId, StripeJob, Volume, VolumeError};
 use crate::buf::AlignedBuf;
+use crate::geometry::uncovered_rows;
 use bytes::Bytes;
 use smallvec::SmallVec;
 
@@ -221,18 +222,7 @@ impl Volume {
                 .map(|(_, w, b)| (*w, w + b.len() as u64))
                 .collect();
             pieces.sort_unstable();
-            let mut out = SmallVec::new();
-            let mut at = lo;
-            for (a, b) in pieces {
-                if a > at {
-                    out.push((at, a));
-                }
-                at = at.max(b);
-            }
-            if at < hi {
-                out.push((at, hi));
-            }
-            out
+            uncovered_rows(lo, hi, pieces).collect()
         };
         let rcw_ok =
             (0..k).all(|d| gaps(d).is_empty() || self.usable(roles.data[d as usize], stripe));

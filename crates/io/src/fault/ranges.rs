@@ -56,17 +56,23 @@ impl RangeSet {
         if r.is_empty() {
             return Vec::new();
         }
+        self.reaching(&r)
+            .filter(|&(_, e)| e > r.start)
+            .map(|(s, e)| s..e)
+            .collect()
+    }
+
+    /// The stored ranges that start before `r` ends, from the last one
+    /// that starts at or before `r.start` (the first that can reach into
+    /// `r`) on, as `(start, end)`.
+    fn reaching(&self, r: &Range<u64>) -> impl Iterator<Item = (u64, u64)> + '_ {
         let first = self
             .ranges
             .range(..=r.start)
             .next_back()
             .map(|(&s, _)| s)
             .unwrap_or(r.start);
-        self.ranges
-            .range(first..r.end)
-            .filter(|(_, &e)| e > r.start)
-            .map(|(&s, &e)| s..e)
-            .collect()
+        self.ranges.range(first..r.end).map(|(&s, &e)| (s, e))
     }
 
     /// Every range, in order.
@@ -78,13 +84,7 @@ impl RangeSet {
     pub(super) fn uncovered(&self, r: Range<u64>) -> Vec<Range<u64>> {
         let mut out = Vec::new();
         let mut at = r.start;
-        let first = self
-            .ranges
-            .range(..=r.start)
-            .next_back()
-            .map(|(&s, _)| s)
-            .unwrap_or(r.start);
-        for (&s, &e) in self.ranges.range(first..r.end) {
+        for (s, e) in self.reaching(&r) {
             if e <= at {
                 continue;
             }

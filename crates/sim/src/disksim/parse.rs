@@ -419,14 +419,45 @@ impl<'a> Parser<'a> {
 
     /// `key = value` pairs up to the closing `}` (consumed).
     fn fields(&mut self, depth: u32) -> Result<Vec<Field>, ParamError> {
-        let mut fields = Vec::new();
+        self.delimited(b'}', "block", |p| p.field(depth))
+    }
+
+    fn field(&mut self, depth: u32) -> Result<Field, ParamError> {
+        let origin = self.origin();
+        let key = self.raw_until(b"=}{[],");
+        if self.peek() != Some(b'=') {
+            return Err(ParamError::at(
+                &origin,
+                Some(&key),
+                "expected `=` after the key",
+            ));
+        }
+        self.bump();
+        let value = self.value(depth, &key)?;
+        Ok(Field { key, value, origin })
+    }
+
+    /// What `item` reads, up to `close` (consumed), with commas between
+    /// (and stray ones) stepped over; `what` names the brackets in the
+    /// error an unclosed one gives.
+    fn delimited<T>(
+        &mut self,
+        close: u8,
+        what: &str,
+        mut item: impl FnMut(&mut Self) -> Result<T, ParamError>,
+    ) -> Result<Vec<T>, ParamError> {
+        let mut items = Vec::new();
         loop {
             self.skip_ws(false);
             match self.peek() {
-                None => return Err(self.err(None, "end of file inside a block (missing `}`)")),
-                Some(b'}') => {
+                None => {
+                    let close = close as char;
+                    let msg = format!("end of file inside a {what} (missing `{close}`)");
+                    return Err(self.err(None, msg));
+                }
+                Some(c) if c == close => {
                     self.bump();
-                    return Ok(fields);
+                    return Ok(items);
                 }
                 Some(b',') => {
                     self.bump();
@@ -434,18 +465,7 @@ impl<'a> Parser<'a> {
                 }
                 _ => {}
             }
-            let origin = self.origin();
-            let key = self.raw_until(b"=}{[],");
-            if self.peek() != Some(b'=') {
-                return Err(ParamError::at(
-                    &origin,
-                    Some(&key),
-                    "expected `=` after the key",
-                ));
-            }
-            self.bump();
-            let value = self.value(depth, &key)?;
-            fields.push(Field { key, value, origin });
+            items.push(item(self)?);
         }
     }
 
@@ -489,23 +509,7 @@ impl<'a> Parser<'a> {
 
     /// List items up to the closing `]` (consumed).
     fn list_items(&mut self, depth: u32) -> Result<Vec<Value>, ParamError> {
-        let mut items = Vec::new();
-        loop {
-            self.skip_ws(false);
-            match self.peek() {
-                None => return Err(self.err(None, "end of file inside a list (missing `]`)")),
-                Some(b']') => {
-                    self.bump();
-                    return Ok(items);
-                }
-                Some(b',') => {
-                    self.bump();
-                    continue;
-                }
-                _ => {}
-            }
-            items.push(self.value(depth, "list item")?);
-        }
+        self.delimited(b']', "list", |p| p.value(depth, "list item"))
     }
 }
 
