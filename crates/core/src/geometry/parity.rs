@@ -53,87 +53,14 @@ pub(super) fn stripe_roles(
     let n = members;
     let k = n - level.parity_members();
     let rot = (stripe % u64::from(n)) as u32;
-    let mut data = Vec::with_capacity(k as usize);
-    let (p, q) = match level {
+    let (data, p, q) = match level {
         Level::Raid5 => {
-            let p = match layout {
-                ParityLayout::LeftAsymmetric
-                | ParityLayout::LeftSymmetric
-                | ParityLayout::LeftAsymmetric6
-                | ParityLayout::LeftSymmetric6 => k - rot,
-                ParityLayout::RightAsymmetric
-                | ParityLayout::RightSymmetric
-                | ParityLayout::RightAsymmetric6
-                | ParityLayout::RightSymmetric6 => rot,
-            };
-            for d in 0..k {
-                data.push(match layout {
-                    ParityLayout::LeftAsymmetric
-                    | ParityLayout::RightAsymmetric
-                    | ParityLayout::LeftAsymmetric6
-                    | ParityLayout::RightAsymmetric6 => {
-                        if d >= p {
-                            d + 1
-                        } else {
-                            d
-                        }
-                    }
-                    ParityLayout::LeftSymmetric
-                    | ParityLayout::RightSymmetric
-                    | ParityLayout::LeftSymmetric6
-                    | ParityLayout::RightSymmetric6 => (p + 1 + d) % n,
-                });
-            }
-            (p, None)
+            let (data, p) = raid5_roles(layout, n, k, rot);
+            (data, p, None)
         }
         Level::Raid6 => {
-            let p = match layout {
-                ParityLayout::LeftAsymmetric
-                | ParityLayout::LeftSymmetric
-                | ParityLayout::LeftAsymmetric6
-                | ParityLayout::LeftSymmetric6 => n - 1 - rot,
-                ParityLayout::RightAsymmetric
-                | ParityLayout::RightSymmetric
-                | ParityLayout::RightAsymmetric6
-                | ParityLayout::RightSymmetric6 => rot,
-            };
-            let q = match layout {
-                ParityLayout::LeftAsymmetric
-                | ParityLayout::RightAsymmetric
-                | ParityLayout::LeftAsymmetric6
-                | ParityLayout::RightAsymmetric6 => {
-                    if p == n - 1 {
-                        0
-                    } else {
-                        p + 1
-                    }
-                }
-                ParityLayout::LeftSymmetric
-                | ParityLayout::RightSymmetric
-                | ParityLayout::LeftSymmetric6
-                | ParityLayout::RightSymmetric6 => (p + 1) % n,
-            };
-            for d in 0..k {
-                data.push(match layout {
-                    ParityLayout::LeftAsymmetric
-                    | ParityLayout::RightAsymmetric
-                    | ParityLayout::LeftAsymmetric6
-                    | ParityLayout::RightAsymmetric6 => {
-                        if p == n - 1 {
-                            d + 1
-                        } else if d >= p {
-                            d + 2
-                        } else {
-                            d
-                        }
-                    }
-                    ParityLayout::LeftSymmetric
-                    | ParityLayout::RightSymmetric
-                    | ParityLayout::LeftSymmetric6
-                    | ParityLayout::RightSymmetric6 => (p + 2 + d) % n,
-                });
-            }
-            (p, Some(q))
+            let (data, p, q) = raid6_roles(layout, n, k, rot);
+            (data, p, Some(q))
         }
         _ => unreachable!("parity roles asked of {level}"),
     };
@@ -151,6 +78,93 @@ pub(super) fn stripe_roles(
         }
     };
     StripeRoles { data, p, q, q_slot }
+}
+
+/// RAID-5 over `n` members, `k` of them data, in rotation `rot`: the data
+/// members in volume order, and P.
+fn raid5_roles(layout: ParityLayout, n: u32, k: u32, rot: u32) -> (Vec<u32>, u32) {
+    let p = match layout {
+        ParityLayout::LeftAsymmetric
+        | ParityLayout::LeftSymmetric
+        | ParityLayout::LeftAsymmetric6
+        | ParityLayout::LeftSymmetric6 => k - rot,
+        ParityLayout::RightAsymmetric
+        | ParityLayout::RightSymmetric
+        | ParityLayout::RightAsymmetric6
+        | ParityLayout::RightSymmetric6 => rot,
+    };
+    let mut data = Vec::with_capacity(k as usize);
+    for d in 0..k {
+        data.push(match layout {
+            ParityLayout::LeftAsymmetric
+            | ParityLayout::RightAsymmetric
+            | ParityLayout::LeftAsymmetric6
+            | ParityLayout::RightAsymmetric6 => {
+                if d >= p {
+                    d + 1
+                } else {
+                    d
+                }
+            }
+            ParityLayout::LeftSymmetric
+            | ParityLayout::RightSymmetric
+            | ParityLayout::LeftSymmetric6
+            | ParityLayout::RightSymmetric6 => (p + 1 + d) % n,
+        });
+    }
+    (data, p)
+}
+
+/// RAID-6 as RAID-5, with Q after P: the data members, P and Q.
+fn raid6_roles(layout: ParityLayout, n: u32, k: u32, rot: u32) -> (Vec<u32>, u32, u32) {
+    let p = match layout {
+        ParityLayout::LeftAsymmetric
+        | ParityLayout::LeftSymmetric
+        | ParityLayout::LeftAsymmetric6
+        | ParityLayout::LeftSymmetric6 => n - 1 - rot,
+        ParityLayout::RightAsymmetric
+        | ParityLayout::RightSymmetric
+        | ParityLayout::RightAsymmetric6
+        | ParityLayout::RightSymmetric6 => rot,
+    };
+    let q = match layout {
+        ParityLayout::LeftAsymmetric
+        | ParityLayout::RightAsymmetric
+        | ParityLayout::LeftAsymmetric6
+        | ParityLayout::RightAsymmetric6 => {
+            if p == n - 1 {
+                0
+            } else {
+                p + 1
+            }
+        }
+        ParityLayout::LeftSymmetric
+        | ParityLayout::RightSymmetric
+        | ParityLayout::LeftSymmetric6
+        | ParityLayout::RightSymmetric6 => (p + 1) % n,
+    };
+    let mut data = Vec::with_capacity(k as usize);
+    for d in 0..k {
+        data.push(match layout {
+            ParityLayout::LeftAsymmetric
+            | ParityLayout::RightAsymmetric
+            | ParityLayout::LeftAsymmetric6
+            | ParityLayout::RightAsymmetric6 => {
+                if p == n - 1 {
+                    d + 1
+                } else if d >= p {
+                    d + 2
+                } else {
+                    d
+                }
+            }
+            ParityLayout::LeftSymmetric
+            | ParityLayout::RightSymmetric
+            | ParityLayout::LeftSymmetric6
+            | ParityLayout::RightSymmetric6 => (p + 2 + d) % n,
+        });
+    }
+    (data, p, q)
 }
 
 /// md's `_6` RAID-6 layouts: RAID-5 layout `base` over the first
