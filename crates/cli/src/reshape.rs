@@ -410,8 +410,6 @@ fn say_done(change: Change) {
     }
 }
 
-/// Refuses a device that cannot be added: too small, one of this
-/// volume's own, or another volume's (unless `force`).
 /// The devices to add, opened and checked. A dry run makes no file: one
 /// that --member-size would make is only checked for its size.
 fn open_added(
@@ -445,6 +443,8 @@ fn open_added(
     Ok(added)
 }
 
+/// Refuses a device that cannot be added: too small, one of this
+/// volume's own, or another volume's (unless `force`).
 fn check_added(m: &dyn Member, volume_uuid: &[u8; 16], needed: u64, force: bool) -> Result<()> {
     if m.size_bytes() < needed {
         return Err(CliError(format!(
