@@ -253,8 +253,33 @@ pub fn run(a: AdviseArgs) -> Result<()> {
         .as_ref()
         .map(|c| crate::control::ask(c, json!({ "cmd": "status" })))
         .transpose()?;
-    // The volume's layout and, for copies, the read policy it uses now.
-    let (volume, present_policy) = match (&a.volume[..], &status) {
+    let (volume, present_policy) = volume_and_policy(&a, status.as_ref())?;
+    let trace = trace_of(&a, status.as_ref())?;
+    let said = a
+        .control
+        .as_ref()
+        .map(|c| crate::control::ask(c, json!({ "cmd": "stats" })))
+        .transpose()?
+        .and_then(|st| counters_say(&st));
+    let mut sweep_args = sweep_args(&a, volume.as_ref(), present_policy, &trace)?;
+    let (sweep, drive_name) = prepare(&mut sweep_args)?;
+    let rows = execute(&sweep, &sweep_args, &drive_name)?;
+    let advice = Advice::new(&a, &sweep, &rows, volume.as_ref(), present_policy)?;
+    if a.json {
+        advice.print_json(&rows, said.as_deref());
+    } else {
+        advice.print_text(&rows, said.as_deref(), volume.is_some());
+    }
+    Ok(())
+}
+
+/// The volume's layout and, for copies, the read policy it uses now:
+/// from --volume's members, else from the server's status.
+fn volume_and_policy(
+    a: &AdviseArgs,
+    status: Option<&Value>,
+) -> Result<(Option<Geometry>, Option<ReadPolicy>)> {
+    let (volume, present_policy) = match (&a.volume[..], status) {
         ([], Some(st)) => (
             Some(live_geometry(st)?),
             st["read_policy"]["policy"]
@@ -268,45 +293,52 @@ pub fn run(a: AdviseArgs) -> Result<()> {
         }
     };
     let present_policy = present_policy.filter(|_| volume.as_ref().is_some_and(|g| g.copies() > 1));
-    let trace = match (&a.trace, &status) {
-        (Some(t), _) => t.clone(),
+    Ok((volume, present_policy))
+}
+
+/// The trace to replay: --trace, else the server's last recording, once
+/// it has stopped.
+fn trace_of(a: &AdviseArgs, status: Option<&Value>) -> Result<String> {
+    match (&a.trace, status) {
+        (Some(t), _) => Ok(t.clone()),
         (None, Some(st)) => {
             let rec = &st["recording"];
             match (rec["path"].as_str(), rec["recording"].as_bool()) {
-                (Some(_), Some(true)) => {
-                    return Err(CliError(
-                        "the server is still recording: stop it first (platter record \
-                         --control PATH stop), or give --trace"
-                            .into(),
-                    ))
-                }
-                (Some(p), _) => p.to_string(),
-                (None, _) => {
-                    return Err(CliError(
-                        "the server has recorded nothing: platter record --control PATH start \
-                         FILE, let the load run, stop it; or give --trace"
-                            .into(),
-                    ))
-                }
+                (Some(_), Some(true)) => Err(CliError(
+                    "the server is still recording: stop it first (platter record \
+                     --control PATH stop), or give --trace"
+                        .into(),
+                )),
+                (Some(p), _) => Ok(p.to_string()),
+                (None, _) => Err(CliError(
+                    "the server has recorded nothing: platter record --control PATH start \
+                     FILE, let the load run, stop it; or give --trace"
+                        .into(),
+                )),
             }
         }
-        (None, None) => return Err(CliError("give --trace FILE, or --control PATH".into())),
-    };
-    let said = a
-        .control
-        .as_ref()
-        .map(|c| crate::control::ask(c, json!({ "cmd": "stats" })))
-        .transpose()?
-        .and_then(|st| counters_say(&st));
+        (None, None) => Err(CliError("give --trace FILE, or --control PATH".into())),
+    }
+}
+
+/// The sweep to run: the asked levels, member counts and policies, each
+/// defaulting to the volume's, with the volume's own layout among the
+/// points.
+fn sweep_args(
+    a: &AdviseArgs,
+    volume: Option<&Geometry>,
+    present_policy: Option<ReadPolicy>,
+    trace: &str,
+) -> Result<SweepArgs> {
     let mut levels = a.levels.clone();
     if levels.is_empty() {
         levels = vec![Level::Raid10, Level::Raid5, Level::Raid6];
-        if let Some(g) = &volume {
+        if let Some(g) = volume {
             levels.retain(|l| *l != g.level());
             levels.insert(0, g.level());
         }
     }
-    let members = match (&a.members[..], &volume) {
+    let members = match (&a.members[..], volume) {
         ([], Some(g)) => vec![g.members()],
         ([], None) => vec![4],
         (m, _) => m.to_vec(),
@@ -318,9 +350,9 @@ pub fn run(a: AdviseArgs) -> Result<()> {
             policies.push(p);
         }
     }
-    let mut sweep_args = SweepArgs {
+    Ok(SweepArgs {
         drive: a.drive.clone(),
-        workload: workload_of(&trace)?,
+        workload: workload_of(trace)?,
         levels,
         members,
         interleaves: a.interleaves.clone(),
@@ -330,137 +362,147 @@ pub fn run(a: AdviseArgs) -> Result<()> {
         queue_depth: a.queue_depth,
         member_size: a.member_size.clone(),
         threads: a.threads,
-        // The volume's own layout among the points.
-        volume_geometry: volume.clone(),
+        volume_geometry: volume.cloned(),
         ..SweepArgs::default()
-    };
-    let (sweep, drive_name) = prepare(&mut sweep_args)?;
-    let rows = execute(&sweep, &sweep_args, &drive_name)?;
-    let (advisable, set_aside) =
-        redundancy_floor(&sweep, &rows, volume.as_ref(), a.allow_less_redundancy);
-    let Some(mut top) = best(advisable.iter().copied()) else {
-        return Err(CliError(format!(
-            "no configuration that keeps the volume's redundancy ran the trace \
-             (--allow-less-redundancy compares the others):\n{}",
-            table(&rows)
-        )));
-    };
-    let short = too_short(&rows);
-    // The volume's own row, and the best it can become in place.
-    let is_volume = |r: &&Row, g: &Geometry| {
-        r.point.level == g.level()
-            && r.point.members == g.members()
-            && r.point.interleave_bytes == g.interleave_bytes()
-    };
-    // As it runs now: its read policy when known, else its best one.
-    let now = volume.as_ref().and_then(|g| {
-        best(
-            rows.iter()
-                .filter(|r| is_volume(r, g))
-                .filter(|r| present_policy.is_none() || r.point.policy == present_policy),
-        )
-    });
-    // A change that gains nothing is not advice: the volume's own layout
-    // wins a tie (a mirror's interleave changes nothing; an overloaded
-    // replay ties every layout at the drives' speed).
-    let ties = |a: &Row, b: &Row| match (&a.result, &b.result) {
+    })
+}
+
+/// Whether the row is the volume's own layout (any read policy).
+fn is_volume(r: &Row, g: &Geometry) -> bool {
+    r.point.level == g.level()
+        && r.point.members == g.members()
+        && r.point.interleave_bytes == g.interleave_bytes()
+}
+
+/// A change that gains nothing is not advice: the volume's own layout
+/// wins a tie (a mirror's interleave changes nothing; an overloaded
+/// replay ties every layout at the drives' speed).
+fn ties(a: &Row, b: &Row) -> bool {
+    match (&a.result, &b.result) {
         (Ok(x), Ok(y)) => {
             x.mb_per_s() >= y.mb_per_s() * 0.98
                 && x.mean_latency_ns as f64 <= y.mean_latency_ns as f64 * 1.02
         }
         _ => false,
-    };
-    if let Some(n) = now.filter(|n| ties(n, top)) {
-        top = n;
     }
-    let control = a
-        .control
-        .as_ref()
-        .map_or_else(|| "PATH".to_string(), |c| c.display().to_string());
-    let mut commands = Vec::new();
-    let mut in_place = None;
-    if let Some(g) = &volume {
-        let reachable = |r: &&Row| reshape_reaches(g, r, a.allow_less_redundancy);
-        in_place = best(
-            advisable
-                .iter()
-                .copied()
-                .filter(|r| r.point.members == g.members())
-                .filter(reachable),
-        );
-        if let (Some(n), Some(r)) = (now, in_place) {
-            if ties(n, r) {
-                in_place = Some(n);
-            }
+}
+
+/// What the comparison says: the best layout for the load, the volume as
+/// it runs, the best it can become in place and the commands for that.
+struct Advice<'a> {
+    top: &'a Row,
+    now: Option<&'a Row>,
+    in_place: Option<&'a Row>,
+    commands: Vec<String>,
+    present_policy: Option<ReadPolicy>,
+    /// The layouts left out for their redundancy.
+    set_aside: Option<String>,
+    short: Option<(u64, String)>,
+}
+
+impl<'a> Advice<'a> {
+    fn new(
+        a: &AdviseArgs,
+        sweep: &Sweep,
+        rows: &'a [Row],
+        volume: Option<&Geometry>,
+        present_policy: Option<ReadPolicy>,
+    ) -> Result<Advice<'a>> {
+        let (advisable, set_aside) = redundancy_floor(sweep, rows, volume, a.allow_less_redundancy);
+        let Some(mut top) = best(advisable.iter().copied()) else {
+            return Err(CliError(format!(
+                "no configuration that keeps the volume's redundancy ran the trace \
+                 (--allow-less-redundancy compares the others):\n{}",
+                table(rows)
+            )));
+        };
+        let short = too_short(rows);
+        // As it runs now: its read policy when known, else its best one.
+        let now = volume.and_then(|g| {
+            best(
+                rows.iter()
+                    .filter(|r| is_volume(r, g))
+                    .filter(|r| present_policy.is_none() || r.point.policy == present_policy),
+            )
+        });
+        if let Some(n) = now.filter(|n| ties(n, top)) {
+            top = n;
         }
-        if let Some(r) = in_place.filter(|r| !is_volume(r, g)) {
-            let mut cmd = format!("platter reshape --control {control}");
-            if r.point.level != g.level() {
-                cmd += &format!(" --level {}", r.point.level);
-            }
-            if r.point.interleave_bytes != g.interleave_bytes() {
-                cmd += &format!(
-                    " --interleave {}",
-                    format_interleave(r.point.interleave_bytes)
-                );
-            }
-            if redundancy_of(&sweep, r) < g.redundancy() {
-                cmd += " --force";
-            }
-            commands.push(cmd);
-        }
-        if let Some(policy) = in_place.and_then(|r| r.point.policy) {
-            if Some(policy) != present_policy {
-                commands.push(format!("platter read-policy --control {control} {policy}"));
-            }
-        }
+        let (in_place, commands) = match volume {
+            Some(g) => in_place(a, sweep, &advisable, g, now, present_policy),
+            None => (None, Vec::new()),
+        };
+        Ok(Advice {
+            top,
+            now,
+            in_place,
+            commands,
+            present_policy,
+            set_aside,
+            short,
+        })
     }
-    if a.json {
-        for r in &rows {
+
+    fn print_json(&self, rows: &[Row], said: Option<&str>) {
+        for r in rows {
             outln!("{}", row_json(r));
         }
         outln!(
             "{}",
             json!({
-                "best": row_json(top),
-                "volume": now.map(row_json),
-                "volume_read_policy": present_policy.map(|p| p.to_string()),
-                "best_in_place": in_place.map(row_json),
-                "commands": commands,
+                "best": row_json(self.top),
+                "volume": self.now.map(row_json),
+                "volume_read_policy": self.present_policy.map(|p| p.to_string()),
+                "best_in_place": self.in_place.map(row_json),
+                "commands": self.commands,
                 "counters": said,
-                "not_advised": set_aside,
-                "trace_requests": short.as_ref().map(|s| s.0),
-                "too_short": short.as_ref().map(|s| &s.1),
+                "not_advised": self.set_aside,
+                "trace_requests": self.short.as_ref().map(|s| s.0),
+                "too_short": self.short.as_ref().map(|s| &s.1),
             })
         );
-        return Ok(());
     }
-    out!("{}", table(&rows));
-    outln!();
-    if let Some(said) = &said {
-        outln!("{said}");
+
+    fn print_text(&self, rows: &[Row], said: Option<&str>, has_volume: bool) {
+        out!("{}", table(rows));
+        outln!();
+        if let Some(said) = said {
+            outln!("{said}");
+        }
+        if let Some((_, warning)) = &self.short {
+            outln!("warning: {warning}");
+        }
+        if let Some(line) = &self.set_aside {
+            outln!("{line}");
+        }
+        outln!("best for this load: {}", describe(self.top));
+        if let Some(n) = self.now {
+            self.print_against(n);
+        }
+        for c in &self.commands {
+            outln!("  {c}");
+        }
+        if !has_volume {
+            outln!("(give --volume MEMBERS to compare with a volume and get its reshape command)");
+        }
     }
-    if let Some((_, warning)) = &short {
-        outln!("warning: {warning}");
-    }
-    if let Some(line) = &set_aside {
-        outln!("{line}");
-    }
-    outln!("best for this load: {}", describe(top));
-    if let Some(n) = now {
+
+    /// The volume as it runs, and how the best and the best in place
+    /// compare with it.
+    fn print_against(&self, n: &Row) {
         let ratio = |r: &Row| match (&r.result, &n.result) {
             (Ok(a), Ok(b)) if b.mb_per_s() > 0.0 => a.mb_per_s() / b.mb_per_s(),
             _ => 0.0,
         };
-        match present_policy {
+        match self.present_policy {
             Some(p) => outln!("the volume as it runs (read policy {p}): {}", describe(n)),
             None => outln!(
                 "the volume's layout (its best read policy): {}",
                 describe(n)
             ),
         }
-        outln!("  the best is {:.2}x its throughput", ratio(top));
-        match in_place {
+        outln!("  the best is {:.2}x its throughput", ratio(self.top));
+        match self.in_place {
             Some(r) if std::ptr::eq(r, n) => {
                 outln!("  the volume's layout is the best it can reshape to in place")
             }
@@ -472,13 +514,59 @@ pub fn run(a: AdviseArgs) -> Result<()> {
             None => {}
         }
     }
-    for c in &commands {
-        outln!("  {c}");
+}
+
+/// The best layout the volume can reshape to on its own members (its own
+/// on a tie), and the `reshape` and `read-policy` commands that take it
+/// there.
+fn in_place<'a>(
+    a: &AdviseArgs,
+    sweep: &Sweep,
+    advisable: &[&'a Row],
+    g: &Geometry,
+    now: Option<&'a Row>,
+    present_policy: Option<ReadPolicy>,
+) -> (Option<&'a Row>, Vec<String>) {
+    let control = a
+        .control
+        .as_ref()
+        .map_or_else(|| "PATH".to_string(), |c| c.display().to_string());
+    let mut commands = Vec::new();
+    let reachable = |r: &&Row| reshape_reaches(g, r, a.allow_less_redundancy);
+    let mut in_place = best(
+        advisable
+            .iter()
+            .copied()
+            .filter(|r| r.point.members == g.members())
+            .filter(reachable),
+    );
+    if let (Some(n), Some(r)) = (now, in_place) {
+        if ties(n, r) {
+            in_place = Some(n);
+        }
     }
-    if volume.is_none() {
-        outln!("(give --volume MEMBERS to compare with a volume and get its reshape command)");
+    if let Some(r) = in_place.filter(|r| !is_volume(r, g)) {
+        let mut cmd = format!("platter reshape --control {control}");
+        if r.point.level != g.level() {
+            cmd += &format!(" --level {}", r.point.level);
+        }
+        if r.point.interleave_bytes != g.interleave_bytes() {
+            cmd += &format!(
+                " --interleave {}",
+                format_interleave(r.point.interleave_bytes)
+            );
+        }
+        if redundancy_of(sweep, r) < g.redundancy() {
+            cmd += " --force";
+        }
+        commands.push(cmd);
     }
-    Ok(())
+    if let Some(policy) = in_place.and_then(|r| r.point.policy) {
+        if Some(policy) != present_policy {
+            commands.push(format!("platter read-policy --control {control} {policy}"));
+        }
+    }
+    (in_place, commands)
 }
 
 /// Whether `platter reshape` can move `g` to the row's layout on the same

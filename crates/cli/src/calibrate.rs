@@ -244,6 +244,27 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
                 a.budget
             ))
         })?;
+    check_out(&a)?;
+    let opts = Options {
+        samples: a.samples,
+        budget_ms,
+        allow_write: a.allow_write,
+        seed: a.seed,
+    };
+    let (inner, name) = open_probe(&a)?;
+    let m = measure(&a, inner, &opts)?;
+    let spec = m.spec(&name);
+    write_parv(&spec, &a.out)?;
+    if a.json {
+        outln!("{}", figures_json(&m, &a.out));
+        return Ok(());
+    }
+    print_figures(&a, &m);
+    Ok(())
+}
+
+/// The model is never written onto the drive measured, and is a `.parv`.
+fn check_out(a: &CalibrateArgs) -> Result<()> {
     let target = Path::new(&a.target);
     for out in [a.out.clone(), seek_path(&a.out)] {
         if out == target || same_file(&out, target) {
@@ -260,47 +281,50 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
             a.out.display()
         )));
     }
+    Ok(())
+}
+
+/// The probe for `model:DRIVE` or a device, and the name its model gets.
+/// A volume's member is refused with --allow-write.
+fn open_probe(a: &CalibrateArgs) -> Result<(Box<dyn Probe>, String)> {
+    if let Some(drive) = a.target.strip_prefix("model:") {
+        let spec = crate::sweep::resolve_drive(drive)?.ok_or_else(|| {
+            CliError("model:simple has no drive to measure; name a drive model".into())
+        })?;
+        let name = format!("{}_calibrated", spec.name);
+        return Ok((Box::new(ModelProbe::new(spec)), name));
+    }
+    if a.allow_write {
+        if let Ok(Some((_, area))) = read_label_area(&a.target) {
+            if let Ok(l) = Label::decode(&area) {
+                return Err(CliError(format!(
+                    "{}: a member of volume '{}' (it holds a platter label); \
+                     --allow-write would rewrite its sectors under the volume. \
+                     Calibrate it without --allow-write",
+                    a.target,
+                    platter_core::label::printable(&l.name)
+                )));
+            }
+        }
+    }
+    let (probe, direct) = DeviceProbe::open(&a.target, a.allow_write)?;
+    if !direct {
+        errln!(
+            "warning: {} refuses O_DIRECT; the page cache answers reads, so the \
+             figures are the cache's, not a disk's",
+            a.target
+        );
+    }
+    let name = Path::new(&a.target)
+        .file_name()
+        .map_or("disk".into(), |n| n.to_string_lossy().into_owned());
+    Ok((Box::new(probe), name))
+}
+
+/// Runs the calibration, stoppable by Ctrl-C between commands, with a
+/// progress bar on a terminal (else a line per phase).
+fn measure(a: &CalibrateArgs, inner: Box<dyn Probe>, opts: &Options) -> Result<Measured> {
     let stop = Arc::new(AtomicBool::new(false));
-    let opts = Options {
-        samples: a.samples,
-        budget_ms,
-        allow_write: a.allow_write,
-        seed: a.seed,
-    };
-    let (inner, name): (Box<dyn Probe>, String) =
-        if let Some(drive) = a.target.strip_prefix("model:") {
-            let spec = crate::sweep::resolve_drive(drive)?.ok_or_else(|| {
-                CliError("model:simple has no drive to measure; name a drive model".into())
-            })?;
-            let name = format!("{}_calibrated", spec.name);
-            (Box::new(ModelProbe::new(spec)), name)
-        } else {
-            if a.allow_write {
-                if let Ok(Some((_, area))) = read_label_area(&a.target) {
-                    if let Ok(l) = Label::decode(&area) {
-                        return Err(CliError(format!(
-                            "{}: a member of volume '{}' (it holds a platter label); \
-                             --allow-write would rewrite its sectors under the volume. \
-                             Calibrate it without --allow-write",
-                            a.target,
-                            platter_core::label::printable(&l.name)
-                        )));
-                    }
-                }
-            }
-            let (probe, direct) = DeviceProbe::open(&a.target, a.allow_write)?;
-            if !direct {
-                errln!(
-                    "warning: {} refuses O_DIRECT; the page cache answers reads, so the \
-                     figures are the cache's, not a disk's",
-                    a.target
-                );
-            }
-            let name = target
-                .file_name()
-                .map_or("disk".into(), |n| n.to_string_lossy().into_owned());
-            (Box::new(probe), name)
-        };
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())
         .map_err(|e| CliError(format!("cannot catch Ctrl-C: {e}")))?;
     let mut probe = Stoppable { inner, stop };
@@ -325,24 +349,22 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
         }
         last_phase = Some(phase);
     };
-    let measured = calibrate(&mut probe, &opts, &mut progress);
+    let measured = calibrate(&mut probe, opts, &mut progress);
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
-    let m = measured.map_err(|e| {
+    measured.map_err(|e| {
         CliError(match e {
             platter_sim::calibrate::CalibrateError::Probe(ProbeError::Interrupted) => {
                 "stopped by Ctrl-C; no model written".to_string()
             }
             e => format!("{}: {e}", a.target),
         })
-    })?;
-    let spec = m.spec(&name);
-    write_parv(&spec, &a.out)?;
-    if a.json {
-        outln!("{}", figures_json(&m, &a.out));
-        return Ok(());
-    }
+    })
+}
+
+/// The model's figures for people.
+fn print_figures(a: &CalibrateArgs, m: &Measured) {
     let first = m.zones.first().map_or(0, |z| z.blocks_per_track);
     let last = m.zones.last().map_or(0, |z| z.blocks_per_track);
     let tracks = m.positioning.last().map_or(0, |p| p.0);
@@ -387,5 +409,4 @@ pub fn run(a: CalibrateArgs) -> Result<()> {
         a.out.display(),
         seek_path(&a.out).display()
     );
-    Ok(())
 }

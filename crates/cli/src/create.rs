@@ -516,12 +516,87 @@ fn label_members(
 ) -> Result<()> {
     let smallest = members.iter().map(|m| m.size_bytes()).min().unwrap_or(0);
     let args = &args.with_reserve_for(smallest);
-    let level = args.level;
-    let n = members.len() as u32;
     for m in &members {
         refuse_labelled(m.as_ref(), args.force)?;
     }
     let ppl_bytes = ppl_bytes_of(args);
+    let (ppl_offset_bytes, data_offset_bytes, data_bytes) = data_areas(args, &members, ppl_bytes)?;
+    let (geometry, intent_region_stripes, intent) = layout(
+        args,
+        parity_layout,
+        copies,
+        data_offset_bytes,
+        data_bytes.clone(),
+    )?;
+    let checksums = args.checksums.0.map(|algorithm| Checksums {
+        algorithm,
+        format: args.checksum_format().expect("checksums"),
+        area_offset_bytes: args.reserve,
+    });
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let volume_uuid = random_uuid();
+    let slots: Vec<SlotEntry> = data_bytes
+        .iter()
+        .map(|&d| SlotEntry {
+            member_uuid: random_uuid(),
+            data_size_bytes: d,
+            state: SlotState::Active,
+            left_at_events: 0,
+        })
+        .collect();
+    let label = Label {
+        layout_version: LAYOUT_VERSION,
+        volume_uuid,
+        member_uuid: slots[0].member_uuid,
+        slot: 0,
+        member_count: members.len() as u32,
+        level: args.level,
+        parity_layout,
+        copies,
+        interleave_bytes: args.interleave,
+        data_offset_bytes,
+        data_size_bytes: data_bytes[0],
+        volume_size_bytes: geometry.volume_size_bytes(),
+        event_counter: 1,
+        state: VolumeState::Clean,
+        rebuild_checkpoint_bytes: 0,
+        read_policy: args.read_policy.code(),
+        created_unix_seconds: now,
+        updated_unix_seconds: now,
+        name: args.name.clone(),
+        intent_region_stripes,
+        read_policy_arg: args.read_policy.arg(),
+        scrub: Default::default(),
+        checksums,
+        // A reused device may hold old records where the log goes; a new
+        // volume starts with none (`clear_areas`).
+        ppl: (ppl_bytes > 0).then_some(platter_core::ppl::Layout {
+            offset_bytes: ppl_offset_bytes,
+            len_bytes: ppl_bytes,
+        }),
+        reshape: None,
+        slots,
+    };
+    clear_areas(args, &members, &label, intent)?;
+    for (slot, m) in members.iter().enumerate() {
+        m.write_at(0, &label.for_slot(slot as u32).encode())?;
+        m.flush()?;
+    }
+    let volume = assemble_devices(members)?;
+    out!("{}", crate::listing::render(&volume, &[]));
+    Ok(())
+}
+
+/// Where the log and the data start on every member, and each member's
+/// data area; members too small for them are refused.
+fn data_areas(
+    args: &CreateArgs,
+    members: &[Arc<dyn Member>],
+    ppl_bytes: u64,
+) -> Result<(u64, u64, Vec<u64>)> {
     let min_bytes = min_member_bytes(
         args.interleave,
         args.checksum_format(),
@@ -558,54 +633,36 @@ fn label_members(
             Ok(data_bytes_of(size, data_offset_bytes))
         })
         .collect::<Result<_>>()?;
-    let (geometry, intent_region_stripes, intent) = layout(
-        args,
-        parity_layout,
-        copies,
-        data_offset_bytes,
-        data_bytes.clone(),
-    )?;
-    let checksums = args.checksums.0.map(|algorithm| Checksums {
-        algorithm,
-        format: args.checksum_format().expect("checksums"),
-        area_offset_bytes: args.reserve,
-    });
+    Ok((ppl_offset_bytes, data_offset_bytes, data_bytes))
+}
 
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let volume_uuid = random_uuid();
-    let slots: Vec<SlotEntry> = data_bytes
-        .iter()
-        .map(|&d| SlotEntry {
-            member_uuid: random_uuid(),
-            data_size_bytes: d,
-            state: SlotState::Active,
-            left_at_events: 0,
-        })
-        .collect();
+/// Before the labels: the data zeroed (unless --assume-clean), the
+/// checksum pages written, and the log and the bitmap emptied of whatever
+/// a reused device held there.
+fn clear_areas(
+    args: &CreateArgs,
+    members: &[Arc<dyn Member>],
+    label: &Label,
+    intent: Option<IntentLayout>,
+) -> Result<()> {
+    let n = label.member_count;
     if !args.assume_clean {
-        for (m, &d) in members.iter().zip(&data_bytes) {
-            zero_data(m, data_offset_bytes, d)?;
+        for (m, e) in members.iter().zip(&label.slots) {
+            zero_data(m, label.data_offset_bytes, e.data_size_bytes)?;
         }
     }
     // Every checksum page sealed, with the entries of the zeroed blocks:
     // a page that is not one (zeroed, discarded) then vouches for nothing.
-    if let Some(c) = checksums {
-        let largest = data_bytes.iter().copied().max().unwrap_or(0);
-        for (slot, (m, &d)) in members.iter().zip(&data_bytes).enumerate() {
-            write_checksum_area(m, c, (slot as u32, n), volume_uuid, (d, largest))?;
+    if let Some(c) = label.checksums {
+        let largest = label.slots.iter().map(|e| e.data_size_bytes).max();
+        let largest = largest.unwrap_or(0);
+        for (slot, (m, e)) in members.iter().zip(&label.slots).enumerate() {
+            let d = e.data_size_bytes;
+            write_checksum_area(m, c, (slot as u32, n), label.volume_uuid, (d, largest))?;
         }
     }
-    // A reused device may hold old records where the log goes; a new
-    // volume starts with none.
-    let ppl = (ppl_bytes > 0).then_some(platter_core::ppl::Layout {
-        offset_bytes: ppl_offset_bytes,
-        len_bytes: ppl_bytes,
-    });
-    if let Some(l) = ppl {
-        for m in &members {
+    if let Some(l) = label.ppl {
+        for m in members {
             m.trim(l.offset_bytes, l.len_bytes)?;
         }
     }
@@ -613,44 +670,10 @@ fn label_members(
     // would only cost a resync, but a new volume starts with none.
     if let Some(layout) = intent {
         let zeros = vec![0u8; layout.area_bytes() as usize];
-        for m in &members {
+        for m in members {
             m.write_at(INTENT_OFFSET_BYTES, &zeros)?;
         }
     }
-    for (slot, m) in members.iter().enumerate() {
-        let label = Label {
-            layout_version: LAYOUT_VERSION,
-            volume_uuid,
-            member_uuid: slots[slot].member_uuid,
-            slot: slot as u32,
-            member_count: n,
-            level,
-            parity_layout,
-            copies,
-            interleave_bytes: args.interleave,
-            data_offset_bytes,
-            data_size_bytes: data_bytes[slot],
-            volume_size_bytes: geometry.volume_size_bytes(),
-            event_counter: 1,
-            state: VolumeState::Clean,
-            rebuild_checkpoint_bytes: 0,
-            read_policy: args.read_policy.code(),
-            created_unix_seconds: now,
-            updated_unix_seconds: now,
-            name: args.name.clone(),
-            intent_region_stripes,
-            read_policy_arg: args.read_policy.arg(),
-            scrub: Default::default(),
-            checksums,
-            ppl,
-            reshape: None,
-            slots: slots.clone(),
-        };
-        m.write_at(0, &label.encode())?;
-        m.flush()?;
-    }
-    let volume = assemble_devices(members)?;
-    out!("{}", crate::listing::render(&volume, &[]));
     Ok(())
 }
 

@@ -186,13 +186,7 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
     if args.abort {
         return abort(&args);
     }
-    for (i, spec) in args.add.iter().enumerate() {
-        if args.members.contains(spec) || args.add[..i].contains(spec) {
-            return Err(CliError(format!(
-                "{spec} is named twice (it is already a member, or added twice)"
-            )));
-        }
-    }
+    refuse_named_twice(&args)?;
     let opts = OpenOptions {
         read_only: args.dry_run,
         ..OpenOptions::default()
@@ -211,16 +205,7 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
         )));
     }
     let old = a.geometry.clone();
-    let asked = Asked {
-        added_members: u32::try_from(args.add.len()).unwrap_or(u32::MAX),
-        level: args.level,
-        parity_layout: args
-            .layout
-            .as_deref()
-            .map(str::parse::<ParityLayout>)
-            .transpose()?,
-        interleave_bytes: args.interleave,
-    };
+    let asked = asked_of(&args)?;
     let q_member = q_on_added_member(&old, &asked);
     let new = match &q_member {
         Some(g) => g.clone(),
@@ -231,7 +216,6 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
     if let (Some(why), false, false) = (&lowered, args.force, args.dry_run) {
         return Err(CliError(format!("volume '{name}': {why}; {HOW_TO_LOWER}")));
     }
-    let level = new.level();
     let spec = new.spec();
     let needed = spec.data_offset_bytes
         + spec.member_data_bytes[old.members() as usize..]
@@ -239,36 +223,106 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
             .copied()
             .unwrap_or(0);
     let added = open_added(&args, &label.volume_uuid, needed)?;
-    let mut plan = None;
-    let reserved = reserved_from_bytes(&old, &new, label.intent_region_stripes);
-    let change = if q_member.is_some() {
-        Change::QMember
-    } else if old.level() == Level::Concat && level == Level::Concat {
-        Change::ConcatGrow
-    } else {
-        plan = Some(
-            Plan::choose(old.clone(), new.clone(), reserved).map_err(|e| {
-                let mut msg = format!("cannot reshape volume '{name}' in place: {e}");
-                if let Some(r) = remedies(&old, &asked, label.intent_region_stripes) {
-                    msg += &format!("\n{r}");
-                }
-                CliError(msg)
-            })?,
-        );
-        Change::Move
-    };
-    // Its data offset may be lower than the old (Plan::choose).
-    let new = plan.as_ref().map_or(new, |p| p.new_geometry().clone());
-    if label.intent_region_stripes > 0 && new.redundancy() > 0 {
-        platter_core::intent::IntentLayout::new(&new, label.intent_region_stripes)
-            .map_err(|e| CliError(format!("the write-intent bitmap for the new layout: {e}")))?;
+    let d = Decided::new(&old, new, q_member.is_some(), &asked, label, &name)?;
+    say_layouts(&name, &old, &d);
+    say_moves(&old, &d, &volume.devices);
+    match (&lowered, args.force) {
+        (Some(why), false) => outln!("{why}: without --force the reshape is refused"),
+        (Some(why), true) => outln!("{why} (--force)"),
+        (None, _) => {}
     }
-    let moved = match change {
-        Change::Move => new.volume_size_bytes(),
-        // Q is written: one member's worth.
-        Change::QMember => new.member_used_bytes(old.members()),
-        Change::ConcatGrow => 0,
-    };
+    if args.dry_run {
+        outln!("dry run: nothing changed");
+        return Ok(());
+    }
+    write_labels(&volume.devices, &added, label, &d.new, d.change)?;
+    say_done(d.change);
+    Ok(())
+}
+
+fn refuse_named_twice(args: &ReshapeArgs) -> Result<()> {
+    for (i, spec) in args.add.iter().enumerate() {
+        if args.members.contains(spec) || args.add[..i].contains(spec) {
+            return Err(CliError(format!(
+                "{spec} is named twice (it is already a member, or added twice)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn asked_of(args: &ReshapeArgs) -> Result<Asked> {
+    Ok(Asked {
+        added_members: u32::try_from(args.add.len()).unwrap_or(u32::MAX),
+        level: args.level,
+        parity_layout: args
+            .layout
+            .as_deref()
+            .map(str::parse::<ParityLayout>)
+            .transpose()?,
+        interleave_bytes: args.interleave,
+    })
+}
+
+/// The reshape decided on: what it does to the data, and how.
+struct Decided {
+    change: Change,
+    /// The windows' order and backups, for a reshape that moves data.
+    plan: Option<Plan>,
+    /// The layout it ends in: for a move, with the data offset the plan
+    /// chose (it may be lower than the old: `Plan::choose`).
+    new: Geometry,
+    /// The room before the data the reshape may use.
+    reserved: u64,
+}
+
+impl Decided {
+    /// Refuses a move with no plan that fits the room before the data, and
+    /// a new layout the volume's write-intent bitmap cannot cover.
+    fn new(
+        old: &Geometry,
+        new: Geometry,
+        q_member: bool,
+        asked: &Asked,
+        label: &platter_core::label::Label,
+        name: &str,
+    ) -> Result<Decided> {
+        let mut plan = None;
+        let reserved = reserved_from_bytes(old, &new, label.intent_region_stripes);
+        let change = if q_member {
+            Change::QMember
+        } else if old.level() == Level::Concat && new.level() == Level::Concat {
+            Change::ConcatGrow
+        } else {
+            plan = Some(
+                Plan::choose(old.clone(), new.clone(), reserved).map_err(|e| {
+                    let mut msg = format!("cannot reshape volume '{name}' in place: {e}");
+                    if let Some(r) = remedies(old, asked, label.intent_region_stripes) {
+                        msg += &format!("\n{r}");
+                    }
+                    CliError(msg)
+                })?,
+            );
+            Change::Move
+        };
+        let new = plan.as_ref().map_or(new, |p| p.new_geometry().clone());
+        if label.intent_region_stripes > 0 && new.redundancy() > 0 {
+            platter_core::intent::IntentLayout::new(&new, label.intent_region_stripes).map_err(
+                |e| CliError(format!("the write-intent bitmap for the new layout: {e}")),
+            )?;
+        }
+        Ok(Decided {
+            change,
+            plan,
+            new,
+            reserved,
+        })
+    }
+}
+
+/// The layouts before and after, and where a move keeps its backups.
+fn say_layouts(name: &str, old: &Geometry, d: &Decided) {
+    let new = &d.new;
     let describe = |g: &Geometry| {
         format!(
             "{} of {} members, interleave {}",
@@ -279,17 +333,17 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
     };
     outln!(
         "volume '{name}': {} -> {}; size {} -> {}",
-        describe(&old),
-        describe(&new),
+        describe(old),
+        describe(new),
         format_size(old.volume_size_bytes()),
         format_size(new.volume_size_bytes())
     );
-    match plan.as_ref().map(|p| (p.lead_bytes(), p.undo_area())) {
+    match d.plan.as_ref().map(|p| (p.lead_bytes(), p.undo_area())) {
         Some((lead, _)) if lead > 0 => outln!(
             "the data moves {} lower on every member, into the room before it: nothing is \
              backed up, and {} of that room stays for a later reshape",
             format_size(lead),
-            format_size(new.spec().data_offset_bytes.saturating_sub(reserved))
+            format_size(new.spec().data_offset_bytes.saturating_sub(d.reserved))
         ),
         Some((_, Some(UndoArea::Reserved { bytes, .. }))) => outln!(
             "every window is first backed up in the {} before each member's data (slower: \
@@ -298,63 +352,64 @@ pub fn run(args: ReshapeArgs) -> Result<()> {
         ),
         _ => {}
     }
-    if change == Change::ConcatGrow {
+}
+
+/// What the reshape moves or writes, and about how long that takes at the
+/// members' read speed, measured now.
+fn say_moves(old: &Geometry, d: &Decided, devices: &[Arc<dyn Member>]) {
+    let new = &d.new;
+    if d.change == Change::ConcatGrow {
         outln!("a concat grows at its end: no data moves");
-    } else {
-        if change == Change::QMember {
-            outln!(
-                "raid5 -> raid6 in the {} layout (the raid5 as it is, Q on the added member, as \
-                 md's --layout=preserve): no data moves, Q is written by rebuilding the added \
-                 member",
-                new.spec().parity_layout
-            );
-        }
-        let rate = measured_rate(&volume.devices);
-        let limit = DEFAULT_RATE_BYTES_PER_SEC;
-        let rate = rate.min(limit).max(1);
+        return;
+    }
+    let moved = match d.change {
+        Change::Move => new.volume_size_bytes(),
+        // Q is written: one member's worth.
+        Change::QMember => new.member_used_bytes(old.members()),
+        Change::ConcatGrow => 0,
+    };
+    if d.change == Change::QMember {
         outln!(
-            "{} {} while it serves; about {} s at {}/s (the members' read speed \
-             measured now, capped by the default rate limit; `platter rebuild-rate` changes it)",
-            if change == Change::QMember {
-                "writes Q,"
-            } else {
-                "moves"
-            },
-            format_size(moved),
-            moved.div_ceil(rate),
-            format_size(rate)
+            "raid5 -> raid6 in the {} layout (the raid5 as it is, Q on the added member, as \
+             md's --layout=preserve): no data moves, Q is written by rebuilding the added \
+             member",
+            new.spec().parity_layout
         );
     }
-    match (&lowered, args.force) {
-        (Some(why), false) => outln!("{why}: without --force the reshape is refused"),
-        (Some(why), true) => outln!("{why} (--force)"),
-        (None, _) => {}
-    }
-    if args.dry_run {
-        outln!("dry run: nothing changed");
-        return Ok(());
-    }
-    write_labels(&volume.devices, &added, label, &new, change)?;
-    if change == Change::ConcatGrow {
-        outln!("done: serve the volume to use its new size");
-    } else if change == Change::QMember {
-        outln!(
+    let rate = measured_rate(devices);
+    let limit = DEFAULT_RATE_BYTES_PER_SEC;
+    let rate = rate.min(limit).max(1);
+    outln!(
+        "{} {} while it serves; about {} s at {}/s (the members' read speed \
+         measured now, capped by the default rate limit; `platter rebuild-rate` changes it)",
+        if d.change == Change::QMember {
+            "writes Q,"
+        } else {
+            "moves"
+        },
+        format_size(moved),
+        moved.div_ceil(rate),
+        format_size(rate)
+    );
+}
+
+/// What happens next, once the labels are written.
+fn say_done(change: Change) {
+    match change {
+        Change::ConcatGrow => outln!("done: serve the volume to use its new size"),
+        Change::QMember => outln!(
             "labels written: `platter serve` rebuilds Q on the added member while serving \
              (follow it with `platter status --control PATH --watch`); the volume survives a \
              second lost member once that is done"
-        );
-    } else {
-        outln!(
+        ),
+        Change::Move => outln!(
             "labels written: `platter serve` moves the data while serving (follow it with \
              `platter status --control PATH --watch`); clients that connect after \
              the reshape ends see the new size"
-        );
+        ),
     }
-    Ok(())
 }
 
-/// Refuses a device that cannot be added: too small, one of this
-/// volume's own, or another volume's (unless `force`).
 /// The devices to add, opened and checked. A dry run makes no file: one
 /// that --member-size would make is only checked for its size.
 fn open_added(
@@ -388,6 +443,8 @@ fn open_added(
     Ok(added)
 }
 
+/// Refuses a device that cannot be added: too small, one of this
+/// volume's own, or another volume's (unless `force`).
 fn check_added(m: &dyn Member, volume_uuid: &[u8; 16], needed: u64, force: bool) -> Result<()> {
     if m.size_bytes() < needed {
         return Err(CliError(format!(

@@ -385,19 +385,60 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
         (args.members, superseded) =
             members_by_scan(paths, args.uuid.as_deref(), args.name.as_deref())?;
     }
-    // A stalled remote member is disconnected before it could be failed.
-    let remote_timeout = Duration::from_secs(args.remote_timeout.min(args.member_timeout));
+    let io_backend = io_backend(args.io_backend.as_deref())?;
+    let (volume, found) = open_volume(&args, superseded)?;
+    let config = serve_config(args, found, activated, io_backend)?;
+    // Under --stdio standard output is the client's socket: not a byte
+    // of banner may go there. Started by socket activation (systemd, or a
+    // client such as `nbdinfo [ CMD ]` whose output the banner would join)
+    // the banner goes to stderr.
+    let stdio = config.stdio;
+    let banner_to_stderr = config.inherited.is_some();
+    serve(volume, config, move |r| {
+        if banner_to_stderr {
+            err!("{}", ready_text(r));
+        } else if stdio {
+            tracing::info!(volume = %printable(&r.export_name), "serving the client on standard input and output");
+        } else {
+            print_ready(r);
+        }
+    })
+    .map_err(|e| CliError(e.to_string()))
+}
+
+/// A stalled remote member is disconnected before it could be failed.
+fn remote_timeout(args: &ServeArgs) -> Duration {
+    Duration::from_secs(args.remote_timeout.min(args.member_timeout))
+}
+
+/// What the start found out about the members, for the server.
+struct Found {
+    unreachable: Vec<String>,
+    member_delays: std::collections::HashMap<String, Delay>,
+    last_seen: BTreeMap<u32, String>,
+    forced_slots: Vec<u32>,
+    rotational: BTreeMap<u32, bool>,
+    write_mostly: BTreeSet<u32>,
+    superseded: Vec<SupersededDevice>,
+}
+
+/// The members opened (faults injected where asked) and assembled, with
+/// the refusals that come before the server: too few members without
+/// --run, `--rotational` and `--write-mostly` naming no member.
+fn open_volume(
+    args: &ServeArgs,
+    superseded: Vec<SupersededDevice>,
+) -> Result<(platter_io::assembly::OpenVolume, Found)> {
     let opts = OpenOptions {
         read_only: args.read_only,
         claim: true,
         direct: args.direct,
         direct_block_devices: !args.no_direct,
-        request_timeout: Some(remote_timeout),
+        request_timeout: Some(remote_timeout(args)),
         // At most 16 (the parser's range); 0: the member's default.
         connections: args.member_connections.unwrap_or(0) as u32,
         ..OpenOptions::default()
     };
-    let io_backend = io_backend(args.io_backend.as_deref())?;
     // A remote member whose host does not answer is left out (the volume
     // starts degraded if it can) and tried in the background.
     let (mut devices, unreachable) = open_reachable(&args.members, opts)?;
@@ -407,7 +448,41 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
         .filter(|m| !unreachable.contains(m))
         .cloned()
         .collect();
-    let injections = parse_injections(&args.inject, &members)?;
+    let member_delays = inject_faults(&args.inject, &members, &mut devices)?;
+    let mut volume = assemble_devices(devices)?;
+    let given = match &args.scan {
+        Some(paths) => crate::partial::Given::Scanned(paths),
+        None => crate::partial::Given::Named(&members),
+    };
+    let last_seen = crate::partial::check(&volume.assembly, given, unreachable.len(), args.run)?;
+    let forced_slots = if args.force && !args.read_only {
+        force_members_into_use(&mut volume)
+    } else {
+        Vec::new()
+    };
+    let rotational = parse_rotational(&args.rotational, &members, &volume)?;
+    let write_mostly = parse_write_mostly(&args.write_mostly, &members, &volume)?;
+    let found = Found {
+        unreachable,
+        member_delays,
+        last_seen,
+        forced_slots,
+        rotational,
+        write_mostly,
+        superseded,
+    };
+    Ok((volume, found))
+}
+
+/// `--inject`: each member's faults checked against its size; latency
+/// returned as the I/O layer's delay, by the member's description, and
+/// the other faults wrapped around the member.
+fn inject_faults(
+    injects: &[String],
+    members: &[String],
+    devices: &mut [Arc<dyn Member>],
+) -> Result<std::collections::HashMap<String, Delay>> {
+    let injections = parse_injections(injects, members)?;
     let mut member_delays = std::collections::HashMap::new();
     for (i, spec) in injections {
         let size = devices[i].size_bytes();
@@ -436,19 +511,12 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
             devices[i] = Arc::new(FaultyMember::new(inner, faults));
         }
     }
-    let mut volume = assemble_devices(devices)?;
-    let given = match &args.scan {
-        Some(paths) => crate::partial::Given::Scanned(paths),
-        None => crate::partial::Given::Named(&members),
-    };
-    let last_seen = crate::partial::check(&volume.assembly, given, unreachable.len(), args.run)?;
-    let forced_slots = if args.force && !args.read_only {
-        force_members_into_use(&mut volume)
-    } else {
-        Vec::new()
-    };
-    let rotational = parse_rotational(&args.rotational, &members, &volume)?;
-    let write_mostly = parse_write_mostly(&args.write_mostly, &members, &volume)?;
+    Ok(member_delays)
+}
+
+/// `--tls`, on by default when credentials are given; on or require
+/// without them is refused.
+fn tls_of(args: &ServeArgs) -> Result<(TlsPolicy, Option<platter_tls::Credentials>)> {
     let tls_credentials = match (&args.tls_certificates, &args.tls_psk) {
         (Some(dir), _) => Some(platter_tls::Credentials::X509 { dir: dir.clone() }),
         (None, Some(file)) => Some(platter_tls::Credentials::Psk(
@@ -466,7 +534,18 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
             "--tls on or require needs --tls-certificates DIR or --tls-psk FILE".into(),
         ));
     }
-    let config = ServeConfig {
+    Ok((tls, tls_credentials))
+}
+
+fn serve_config(
+    args: ServeArgs,
+    found: Found,
+    activated: Option<platter_server::network::systemd::Activated>,
+    io_backend: Backend,
+) -> Result<ServeConfig> {
+    let (tls, tls_credentials) = tls_of(&args)?;
+    Ok(ServeConfig {
+        remote_timeout: remote_timeout(&args),
         socket: args.socket,
         listen: args.listen,
         read_only: args.read_only,
@@ -475,9 +554,9 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
         max_connections: args.max_connections,
         control: args.control,
         metrics: args.metrics,
-        rotational,
-        write_mostly,
-        unreachable,
+        rotational: found.rotational,
+        write_mostly: found.write_mostly,
+        unreachable: found.unreachable,
         tls,
         tls_credentials,
         stripe_cache_stripes: args.stripe_cache,
@@ -487,11 +566,10 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
         // At most 4096 (the parser's range): fits any usize.
         member_queue_depth: args.member_queue_depth as usize,
         member_timeout: Duration::from_secs(args.member_timeout),
-        remote_timeout,
         member_connections: args.member_connections.unwrap_or(0) as u32,
         reconnect: !args.no_reconnect,
         io_backend,
-        member_delays,
+        member_delays: found.member_delays,
         scrub_every: (!args.scrub_every.is_zero()).then_some(args.scrub_every),
         scrub_rate_bytes_per_sec: args.scrub_rate,
         inherited: platter_server::network::systemd::Inherited::new(activated),
@@ -504,28 +582,12 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
             )
         }),
         stdio: args.stdio,
-        forced_slots,
+        forced_slots: found.forced_slots,
         run_dir: Some(crate::served::run_dir(args.run_dir)),
         rebuild_rate_bytes_per_sec: args.rebuild_rate,
-        last_seen,
-        superseded,
-    };
-    // Under --stdio standard output is the client's socket: not a byte
-    // of banner may go there. Started by socket activation (systemd, or a
-    // client such as `nbdinfo [ CMD ]` whose output the banner would join)
-    // the banner goes to stderr.
-    let stdio = args.stdio;
-    let banner_to_stderr = config.inherited.is_some();
-    serve(volume, config, move |r| {
-        if banner_to_stderr {
-            err!("{}", ready_text(r));
-        } else if stdio {
-            tracing::info!(volume = %printable(&r.export_name), "serving the client on standard input and output");
-        } else {
-            print_ready(r);
-        }
+        last_seen: found.last_seen,
+        superseded: found.superseded,
     })
-    .map_err(|e| CliError(e.to_string()))
 }
 
 /// `--force`: every present member that the freshest label marks faulty,

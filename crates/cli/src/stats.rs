@@ -234,6 +234,37 @@ fn table(now: &Snapshot, prev: Option<&Snapshot>) -> String {
         .map(|p| &p.stats)
         .filter(|p| p.plexes.len() == s.plexes.len() && p.members.len() == s.members.len())
         .unwrap_or(&zero);
+    let rows = rows(now, before);
+    let cells: Vec<[String; 14]> = rows.iter().map(|r| r.cells(secs)).collect();
+    let mut out = aligned(&cells);
+    let vc = &rows[0].c.as_ref().expect("volume row has counters");
+    if matches!(now.level.as_str(), "raid5" | "raid6") {
+        out += &format!(
+            "Parity stripe writes{}: {} full-stripe, {} read-modify-write, {} reconstruct-write, {} parityless\n",
+            if secs.is_some() { " per second" } else { "" },
+            fmt_n(vc.full_stripe_writes, secs),
+            fmt_n(vc.read_modify_writes, secs),
+            fmt_n(vc.reconstruct_writes, secs),
+            fmt_n(vc.parityless_writes, secs),
+        );
+    }
+    let v = &s.volume;
+    let b = &before.volume;
+    out += &format!(
+        "Trims {} ({}), flushes {}, errors {}{}\n",
+        fmt_n(v.trims.saturating_sub(b.trims), secs),
+        fmt_bytes(v.bytes_trimmed.saturating_sub(b.bytes_trimmed), secs),
+        fmt_n(v.flushes.saturating_sub(b.flushes), secs),
+        fmt_n(v.errors.saturating_sub(b.errors), secs),
+        if secs.is_some() { " per second" } else { "" },
+    );
+    out
+}
+
+/// The volume's row, each plex's, each member's: what they did since
+/// `before`.
+fn rows(now: &Snapshot, before: &Stats) -> Vec<Row> {
+    let s = &now.stats;
     let mut rows = Vec::new();
     let vc = s.volume.counters.delta(&before.volume.counters);
     let mut vlat = s.volume.read_latency.delta(&before.volume.read_latency);
@@ -282,36 +313,43 @@ fn table(now: &Snapshot, prev: Option<&Snapshot>) -> String {
                 .unwrap_or_else(|| "-".into()),
         });
     }
-    let cells: Vec<[String; 14]> = rows
-        .iter()
-        .map(|r| {
-            let opt =
-                |f: fn(&Counters) -> u64| r.c.as_ref().map_or("-".into(), |c| fmt_n(f(c), secs));
-            let lat = |f: fn(&Histogram) -> u64| {
-                r.latency
-                    .as_ref()
-                    .map_or("-".into(), |h| fmt_ns(f(h), h.count()))
-            };
-            [
-                r.name.clone(),
-                fmt_n(r.reads, secs),
-                fmt_bytes(r.bytes_read, secs),
-                fmt_n(r.writes, secs),
-                fmt_bytes(r.bytes_written, secs),
-                opt(|c| c.multiblock),
-                opt(|c| c.multistripe),
-                opt(|c| c.recovered_reads),
-                opt(|c| c.degraded_writes),
-                r.outstanding.to_string(),
-                lat(Histogram::p50),
-                lat(Histogram::p99),
-                lat(Histogram::max),
-                r.path.clone(),
-            ]
-        })
-        .collect();
+    rows
+}
+
+impl Row {
+    /// The row's cells under [`HEADER`].
+    fn cells(&self, secs: Option<f64>) -> [String; 14] {
+        let opt =
+            |f: fn(&Counters) -> u64| self.c.as_ref().map_or("-".into(), |c| fmt_n(f(c), secs));
+        let lat = |f: fn(&Histogram) -> u64| {
+            self.latency
+                .as_ref()
+                .map_or("-".into(), |h| fmt_ns(f(h), h.count()))
+        };
+        [
+            self.name.clone(),
+            fmt_n(self.reads, secs),
+            fmt_bytes(self.bytes_read, secs),
+            fmt_n(self.writes, secs),
+            fmt_bytes(self.bytes_written, secs),
+            opt(|c| c.multiblock),
+            opt(|c| c.multistripe),
+            opt(|c| c.recovered_reads),
+            opt(|c| c.degraded_writes),
+            self.outstanding.to_string(),
+            lat(Histogram::p50),
+            lat(Histogram::p99),
+            lat(Histogram::max),
+            self.path.clone(),
+        ]
+    }
+}
+
+/// The header and the rows in columns: the name to the left, the figures
+/// to the right, the path after them.
+fn aligned(cells: &[[String; 14]]) -> String {
     let mut widths = HEADER.map(str::len);
-    for row in &cells {
+    for row in cells {
         for (w, c) in widths.iter_mut().zip(row.iter()) {
             *w = (*w).max(c.len());
         }
@@ -330,30 +368,9 @@ fn table(now: &Snapshot, prev: Option<&Snapshot>) -> String {
         l.trim_end().to_string() + "\n"
     };
     let mut out = line(&HEADER.map(str::to_string));
-    for row in &cells {
+    for row in cells {
         out += &line(row);
     }
-    let vc = &rows[0].c.as_ref().expect("volume row has counters");
-    if matches!(now.level.as_str(), "raid5" | "raid6") {
-        out += &format!(
-            "Parity stripe writes{}: {} full-stripe, {} read-modify-write, {} reconstruct-write, {} parityless\n",
-            if secs.is_some() { " per second" } else { "" },
-            fmt_n(vc.full_stripe_writes, secs),
-            fmt_n(vc.read_modify_writes, secs),
-            fmt_n(vc.reconstruct_writes, secs),
-            fmt_n(vc.parityless_writes, secs),
-        );
-    }
-    let v = &s.volume;
-    let b = &before.volume;
-    out += &format!(
-        "Trims {} ({}), flushes {}, errors {}{}\n",
-        fmt_n(v.trims.saturating_sub(b.trims), secs),
-        fmt_bytes(v.bytes_trimmed.saturating_sub(b.bytes_trimmed), secs),
-        fmt_n(v.flushes.saturating_sub(b.flushes), secs),
-        fmt_n(v.errors.saturating_sub(b.errors), secs),
-        if secs.is_some() { " per second" } else { "" },
-    );
     out
 }
 

@@ -275,96 +275,11 @@ pub(crate) fn prepare(a: &mut SweepArgs) -> Result<(Sweep, String)> {
         Some(t) => parse_interleaves(t)?,
         None => default_interleaves(),
     };
-    let volume = match (&a.volume_geometry, a.volume.is_empty()) {
-        (Some(g), _) => Some(g.clone()),
-        (None, false) => Some(volume_layout(&a.volume)?),
-        (None, true) => None,
-    };
-    if let Some(g) = volume {
-        errln!(
-            "sweep: the volume is {} of {} members, interleave {}: its row is among the results",
-            g.level(),
-            g.members(),
-            platter_sim::sweep::format_interleave(g.interleave_bytes())
-        );
-        if !a.levels.contains(&g.level()) {
-            a.levels.insert(0, g.level());
-        }
-        if !a.members.contains(&g.members()) {
-            a.members.insert(0, g.members());
-        }
-        if !interleaves.contains(&g.interleave_bytes()) {
-            interleaves.insert(0, g.interleave_bytes());
-        }
-    }
+    add_volume_point(a, &mut interleaves)?;
     let member_bytes = a.member_size.as_deref().map(parse_size).transpose()?;
-    let drive = resolve_drive(&a.drive)?;
-    let members_model = match drive {
-        Some(mut spec) => {
-            match a.scheduler.as_deref() {
-                None => {}
-                Some("fcfs") => spec.scheduler = Scheduler::Fcfs,
-                Some("sptf") => spec.scheduler = Scheduler::Sptf,
-                Some(other) => return Err(format!("--scheduler {other}: fcfs or sptf").into()),
-            }
-            let queue_depth = a.queue_depth.unwrap_or(1);
-            if queue_depth == 0 {
-                return Err("--queue-depth must be at least 1".into());
-            }
-            if a.latency.is_some() || a.latency_jitter.is_some() || a.latency_per_mib.is_some() {
-                return Err(
-                    "--latency, --latency-jitter and --latency-per-mib are for --drive simple"
-                        .into(),
-                );
-            }
-            let max_transfer_bytes = parse_size(&a.max_transfer)?;
-            if max_transfer_bytes < 512 {
-                return Err("--max-transfer must be at least 512 bytes".into());
-            }
-            Members::Disk {
-                spec: Box::new(spec),
-                host: HostModel {
-                    max_transfer_bytes,
-                    queue_depth,
-                },
-            }
-        }
-        None => {
-            if member_bytes.is_none() {
-                return Err("--drive simple needs --member-size".into());
-            }
-            let queue_depth = a.queue_depth.unwrap_or(QUEUE_DEPTH_DEFAULT as u32);
-            if queue_depth == 0 {
-                return Err("--queue-depth must be at least 1".into());
-            }
-            let latency = match (&a.latency, &a.latency_jitter) {
-                (None, None) if a.latency_per_mib.is_some() => {
-                    return Err("--latency-per-mib needs --latency".into())
-                }
-                (None, None) => SimpleLatency::default(),
-                (None, Some(_)) => return Err("--latency-jitter needs --latency".into()),
-                (Some(t), j) => {
-                    let latency_ns = parse_time_ns(t).map_err(|e| format!("--latency: {e}"))?;
-                    let jitter = match j {
-                        Some(j) => {
-                            Jitter::parse(j).map_err(|e| format!("--latency-jitter: {e}"))?
-                        }
-                        None => Jitter::NONE,
-                    };
-                    let per_mib_ns = match &a.latency_per_mib {
-                        Some(t) => {
-                            parse_time_ns(t).map_err(|e| format!("--latency-per-mib: {e}"))?
-                        }
-                        None => 0,
-                    };
-                    SimpleLatency::constant(latency_ns, jitter, (per_mib_ns + 512) / 1024)
-                }
-            };
-            Members::Simple {
-                latency,
-                queue_depth: Some(queue_depth),
-            }
-        }
+    let members_model = match resolve_drive(&a.drive)? {
+        Some(spec) => disk_members(a, spec)?,
+        None => simple_members(a, member_bytes)?,
     };
     let drive_name = match &members_model {
         Members::Disk { spec, .. } => spec.name.clone(),
@@ -393,6 +308,100 @@ pub(crate) fn prepare(a: &mut SweepArgs) -> Result<(Sweep, String)> {
         },
     };
     Ok((sweep, drive_name))
+}
+
+/// The volume's level, member count and interleave among those swept, so
+/// that its own layout is one of the points.
+fn add_volume_point(a: &mut SweepArgs, interleaves: &mut Vec<u64>) -> Result<()> {
+    let volume = match (&a.volume_geometry, a.volume.is_empty()) {
+        (Some(g), _) => Some(g.clone()),
+        (None, false) => Some(volume_layout(&a.volume)?),
+        (None, true) => None,
+    };
+    if let Some(g) = volume {
+        errln!(
+            "sweep: the volume is {} of {} members, interleave {}: its row is among the results",
+            g.level(),
+            g.members(),
+            platter_sim::sweep::format_interleave(g.interleave_bytes())
+        );
+        if !a.levels.contains(&g.level()) {
+            a.levels.insert(0, g.level());
+        }
+        if !a.members.contains(&g.members()) {
+            a.members.insert(0, g.members());
+        }
+        if !interleaves.contains(&g.interleave_bytes()) {
+            interleaves.insert(0, g.interleave_bytes());
+        }
+    }
+    Ok(())
+}
+
+/// Members on a modelled drive, behind a host that sends commands of at
+/// most --max-transfer, --queue-depth at a time.
+fn disk_members(a: &SweepArgs, mut spec: DriveSpec) -> Result<Members> {
+    match a.scheduler.as_deref() {
+        None => {}
+        Some("fcfs") => spec.scheduler = Scheduler::Fcfs,
+        Some("sptf") => spec.scheduler = Scheduler::Sptf,
+        Some(other) => return Err(format!("--scheduler {other}: fcfs or sptf").into()),
+    }
+    let queue_depth = a.queue_depth.unwrap_or(1);
+    if queue_depth == 0 {
+        return Err("--queue-depth must be at least 1".into());
+    }
+    if a.latency.is_some() || a.latency_jitter.is_some() || a.latency_per_mib.is_some() {
+        return Err(
+            "--latency, --latency-jitter and --latency-per-mib are for --drive simple".into(),
+        );
+    }
+    let max_transfer_bytes = parse_size(&a.max_transfer)?;
+    if max_transfer_bytes < 512 {
+        return Err("--max-transfer must be at least 512 bytes".into());
+    }
+    Ok(Members::Disk {
+        spec: Box::new(spec),
+        host: HostModel {
+            max_transfer_bytes,
+            queue_depth,
+        },
+    })
+}
+
+/// `--drive simple`: members with a fixed latency (and jitter, and time
+/// per MiB moved).
+fn simple_members(a: &SweepArgs, member_bytes: Option<u64>) -> Result<Members> {
+    if member_bytes.is_none() {
+        return Err("--drive simple needs --member-size".into());
+    }
+    let queue_depth = a.queue_depth.unwrap_or(QUEUE_DEPTH_DEFAULT as u32);
+    if queue_depth == 0 {
+        return Err("--queue-depth must be at least 1".into());
+    }
+    let latency = match (&a.latency, &a.latency_jitter) {
+        (None, None) if a.latency_per_mib.is_some() => {
+            return Err("--latency-per-mib needs --latency".into())
+        }
+        (None, None) => SimpleLatency::default(),
+        (None, Some(_)) => return Err("--latency-jitter needs --latency".into()),
+        (Some(t), j) => {
+            let latency_ns = parse_time_ns(t).map_err(|e| format!("--latency: {e}"))?;
+            let jitter = match j {
+                Some(j) => Jitter::parse(j).map_err(|e| format!("--latency-jitter: {e}"))?,
+                None => Jitter::NONE,
+            };
+            let per_mib_ns = match &a.latency_per_mib {
+                Some(t) => parse_time_ns(t).map_err(|e| format!("--latency-per-mib: {e}"))?,
+                None => 0,
+            };
+            SimpleLatency::constant(latency_ns, jitter, (per_mib_ns + 512) / 1024)
+        }
+    };
+    Ok(Members::Simple {
+        latency,
+        queue_depth: Some(queue_depth),
+    })
 }
 
 /// Runs every point of `sweep`, with progress on stderr.

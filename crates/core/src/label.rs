@@ -432,6 +432,35 @@ impl ScrubRecord {
     fn is_zero(&self) -> bool {
         *self == ScrubRecord::default()
     }
+
+    /// A pass's cursor and findings only while it is in progress, the last
+    /// pass's findings only once one completed.
+    fn validate(&self) -> Result<(), LabelError> {
+        if self.started_unix_seconds == 0 && (self.cursor_stripes != 0 || self.found_stripes != 0) {
+            return Err(field_error(
+                "scrub",
+                "a cursor or findings with no pass in progress (started is 0)",
+            ));
+        }
+        if self.completed_unix_seconds == 0 && self.last_found_stripes != 0 {
+            return Err(field_error(
+                "scrub",
+                "findings of a last pass that never completed",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Format version 2's five u64s, 0x0D0-0x0F7.
+    fn decode(b: &[u8; LABEL_BYTES]) -> ScrubRecord {
+        ScrubRecord {
+            started_unix_seconds: get_u64(b, at::SCRUB_STARTED_UNIX_SECONDS),
+            cursor_stripes: get_u64(b, at::SCRUB_CURSOR_STRIPES),
+            found_stripes: get_u64(b, at::SCRUB_FOUND_STRIPES),
+            completed_unix_seconds: get_u64(b, at::SCRUB_COMPLETED_UNIX_SECONDS),
+            last_found_stripes: get_u64(b, at::SCRUB_LAST_FOUND_STRIPES),
+        }
+    }
 }
 
 /// Why a member's label was refused. The messages are written to follow
@@ -530,81 +559,92 @@ impl Label {
         self.validate_slots()
     }
 
-    // `u64::is_multiple_of` needs Rust 1.87; the workspace's rust-version is
-    // 1.80.
     fn validate_header(&self) -> Result<(), LabelError> {
         if self.layout_version != LAYOUT_VERSION {
             return Err(LabelError::UnknownLayoutVersion(self.layout_version));
         }
-        if let Some(c) = self.checksums {
-            let area = c.format.area_bytes(self.data_size_bytes);
-            if c.area_offset_bytes < LABEL_BYTES as u64
-                || c.area_offset_bytes % crate::integrity::PAGE_BYTES != 0
-                || c.area_offset_bytes
-                    .checked_add(area)
-                    .is_none_or(|end| end > self.data_offset_bytes)
-            {
-                return Err(field_error(
-                    "checksum_offset_bytes",
-                    format!(
-                        "{} does not hold {area} bytes of checksums between the label and the data area at {}",
-                        c.area_offset_bytes, self.data_offset_bytes
-                    ),
-                ));
-            }
-        }
-        if let Some(l) = self.ppl {
-            let checksums = self.checksums.map(|c| {
-                let area = c.format.area_bytes(self.data_size_bytes);
-                (c.area_offset_bytes, c.area_offset_bytes + area)
-            });
-            let block = crate::ppl::BLOCK_BYTES;
-            let end = l.offset_bytes.checked_add(l.len_bytes);
-            if !self.level.is_parity() {
-                return Err(field_error(
-                    "ppl_offset_bytes",
-                    format!(
-                        "a partial parity log on {}, which has no parity",
-                        self.level
-                    ),
-                ));
-            }
-            if l.offset_bytes < LABEL_BYTES as u64
-                || l.offset_bytes % block != 0
-                || l.len_bytes % block != 0
-                || l.len_bytes < crate::ppl::ring_bytes_min(self.interleave_bytes)
-                || end.is_none_or(|e| e > self.data_offset_bytes)
-                || checksums.is_some_and(|(a, b)| l.offset_bytes < b && a < end.unwrap_or(0))
-            {
-                return Err(field_error(
-                    "ppl_offset_bytes",
-                    format!(
-                        "a log of {} bytes at {} does not fit whole blocks between the label and \
-                         the data area at {} (beside any checksums), or is smaller than {} bytes",
-                        l.len_bytes,
-                        l.offset_bytes,
-                        self.data_offset_bytes,
-                        crate::ppl::ring_bytes_min(self.interleave_bytes)
-                    ),
-                ));
-            }
-        }
+        self.validate_checksum_area()?;
+        self.validate_ppl_area()?;
         if let Some(r) = &self.reshape {
             self.validate_reshape(r)?;
         }
-        let r = &self.scrub;
-        if r.started_unix_seconds == 0 && (r.cursor_stripes != 0 || r.found_stripes != 0) {
+        self.scrub.validate()?;
+        self.validate_membership()?;
+        self.validate_data_area()?;
+        self.validate_name()
+    }
+
+    /// The checksum area (0x0F8-0x107, 0x148): between the label and the
+    /// data area, on a page boundary.
+    fn validate_checksum_area(&self) -> Result<(), LabelError> {
+        let Some(c) = self.checksums else {
+            return Ok(());
+        };
+        let area = c.format.area_bytes(self.data_size_bytes);
+        if c.area_offset_bytes < LABEL_BYTES as u64
+            || c.area_offset_bytes % crate::integrity::PAGE_BYTES != 0
+            || c.area_offset_bytes
+                .checked_add(area)
+                .is_none_or(|end| end > self.data_offset_bytes)
+        {
             return Err(field_error(
-                "scrub",
-                "a cursor or findings with no pass in progress (started is 0)",
+                "checksum_offset_bytes",
+                format!(
+                    "{} does not hold {area} bytes of checksums between the label and the data area at {}",
+                    c.area_offset_bytes, self.data_offset_bytes
+                ),
             ));
         }
-        if r.completed_unix_seconds == 0 && r.last_found_stripes != 0 {
+        Ok(())
+    }
+
+    /// The partial parity log's area (0x108-0x117): on a parity level,
+    /// whole blocks between the label and the data area, beside any
+    /// checksums, and large enough for the interleave.
+    fn validate_ppl_area(&self) -> Result<(), LabelError> {
+        let Some(l) = self.ppl else {
+            return Ok(());
+        };
+        let checksums = self.checksums.map(|c| {
+            let area = c.format.area_bytes(self.data_size_bytes);
+            (c.area_offset_bytes, c.area_offset_bytes + area)
+        });
+        let block = crate::ppl::BLOCK_BYTES;
+        let end = l.offset_bytes.checked_add(l.len_bytes);
+        if !self.level.is_parity() {
             return Err(field_error(
-                "scrub",
-                "findings of a last pass that never completed",
+                "ppl_offset_bytes",
+                format!(
+                    "a partial parity log on {}, which has no parity",
+                    self.level
+                ),
             ));
         }
+        if l.offset_bytes < LABEL_BYTES as u64
+            || l.offset_bytes % block != 0
+            || l.len_bytes % block != 0
+            || l.len_bytes < crate::ppl::ring_bytes_min(self.interleave_bytes)
+            || end.is_none_or(|e| e > self.data_offset_bytes)
+            || checksums.is_some_and(|(a, b)| l.offset_bytes < b && a < end.unwrap_or(0))
+        {
+            return Err(field_error(
+                "ppl_offset_bytes",
+                format!(
+                    "a log of {} bytes at {} does not fit whole blocks between the label and \
+                     the data area at {} (beside any checksums), or is smaller than {} bytes",
+                    l.len_bytes,
+                    l.offset_bytes,
+                    self.data_offset_bytes,
+                    crate::ppl::ring_bytes_min(self.interleave_bytes)
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The volume and its members (0x010-0x03F): uuids, the member count
+    /// and this member's slot, the copies the level keeps.
+    fn validate_membership(&self) -> Result<(), LabelError> {
         if self.volume_uuid == NIL_UUID {
             return Err(field_error("volume_uuid", "is nil (all zero)"));
         }
@@ -649,6 +689,12 @@ impl Label {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// The layout on the member (0x040-0x057): the interleave, and a data
+    /// area after the label that fits a 64-bit device.
+    fn validate_data_area(&self) -> Result<(), LabelError> {
         if self.interleave_bytes == 0 || !self.interleave_bytes.is_multiple_of(SECTOR_BYTES) {
             return Err(field_error(
                 "interleave_bytes",
@@ -682,6 +728,10 @@ impl Label {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    fn validate_name(&self) -> Result<(), LabelError> {
         if self.name.len() > NAME_MAX_BYTES {
             return Err(field_error(
                 "name",
@@ -917,40 +967,116 @@ impl Label {
         let Some(b) = bytes.first_chunk::<LABEL_BYTES>() else {
             return Err(LabelError::TooShort { len: bytes.len() });
         };
-        if is_blank(b) {
-            return Err(LabelError::NotALabel);
-        }
-        let stored = get_u32(b, at::CHECKSUM);
-        let computed = crc32c::crc32c(&b[..at::CHECKSUM]);
-        if stored != computed {
-            return Err(LabelError::Checksum { stored, computed });
-        }
-        let format_version = get_u32(b, at::FORMAT_VERSION);
-        if !(1..=LABEL_FORMAT_VERSION).contains(&format_version) {
-            return Err(LabelError::UnknownFormatVersion(format_version));
-        }
-        // Before the fields: a newer layout may use codes this build lacks,
-        // and "newer platter" is the message that helps.
-        let layout_version = get_u32(b, at::LAYOUT_VERSION);
-        if layout_version != LAYOUT_VERSION {
-            return Err(LabelError::UnknownLayoutVersion(layout_version));
-        }
+        let format_version = decode_frame(b)?;
+        let mut label = decode_header(b, format_version)?;
+        // The header first: a bad member_count explains a bad-looking table,
+        // and bounds the table's decoding.
+        label.validate_header()?;
+        label.slots = decode_slot_table(b, format_version, label.member_count)?;
+        version_in_use(
+            format_version,
+            5,
+            label.slots.iter().any(|e| e.left_at_events != 0),
+            "is 5 with no slot's leaving recorded (a writer says 1 to 4)",
+        )?;
+        label.validate_slots()?;
+        Ok(label)
+    }
+}
 
-        let level = Level::from_code(b[at::LEVEL])
-            .ok_or_else(|| field_error("level", format!("unknown level code {}", b[at::LEVEL])))?;
-        let parity_layout = ParityLayout::from_code(b[at::PARITY_LAYOUT]).ok_or_else(|| {
-            field_error(
-                "parity_layout",
-                format!("unknown parity layout code {}", b[at::PARITY_LAYOUT]),
-            )
-        })?;
-        let state = VolumeState::from_code(b[at::STATE]).ok_or_else(|| {
-            field_error(
-                "state",
-                format!("unknown volume state code {}", b[at::STATE]),
-            )
-        })?;
-        let name = decode_name(&b[at::NAME..at::NAME + NAME_MAX_BYTES])?;
+/// What is checked before any field: the magic, the checksum (0xFFC),
+/// the format version and the layout version (0x008-0x00F). Returns the
+/// format version.
+fn decode_frame(b: &[u8; LABEL_BYTES]) -> Result<u32, LabelError> {
+    if is_blank(b) {
+        return Err(LabelError::NotALabel);
+    }
+    let stored = get_u32(b, at::CHECKSUM);
+    let computed = crc32c::crc32c(&b[..at::CHECKSUM]);
+    if stored != computed {
+        return Err(LabelError::Checksum { stored, computed });
+    }
+    let format_version = get_u32(b, at::FORMAT_VERSION);
+    if !(1..=LABEL_FORMAT_VERSION).contains(&format_version) {
+        return Err(LabelError::UnknownFormatVersion(format_version));
+    }
+    // Before the fields: a newer layout may use codes this build lacks,
+    // and "newer platter" is the message that helps.
+    let layout_version = get_u32(b, at::LAYOUT_VERSION);
+    if layout_version != LAYOUT_VERSION {
+        return Err(LabelError::UnknownLayoutVersion(layout_version));
+    }
+    Ok(format_version)
+}
+
+/// The header, 0x010 to the slot table, and the reserved bytes after the
+/// table: every field but the slots, which are left empty.
+fn decode_header(b: &[u8; LABEL_BYTES], format_version: u32) -> Result<Label, LabelError> {
+    let (level, parity_layout, state) = decode_codes(b)?;
+    let name = decode_name(&b[at::NAME..at::NAME + NAME_MAX_BYTES])?;
+    let newer = NewerFields::decode(b, format_version)?;
+    Ok(Label {
+        layout_version: get_u32(b, at::LAYOUT_VERSION),
+        volume_uuid: get_uuid(b, at::VOLUME_UUID),
+        member_uuid: get_uuid(b, at::MEMBER_UUID),
+        slot: get_u32(b, at::SLOT),
+        member_count: get_u32(b, at::MEMBER_COUNT),
+        level,
+        parity_layout,
+        copies: get_u32(b, at::COPIES),
+        interleave_bytes: get_u64(b, at::INTERLEAVE_BYTES),
+        data_offset_bytes: get_u64(b, at::DATA_OFFSET_BYTES),
+        data_size_bytes: get_u64(b, at::DATA_SIZE_BYTES),
+        volume_size_bytes: get_u64(b, at::VOLUME_SIZE_BYTES),
+        event_counter: get_u64(b, at::EVENT_COUNTER),
+        state,
+        rebuild_checkpoint_bytes: get_u64(b, at::REBUILD_CHECKPOINT_BYTES),
+        read_policy: b[at::READ_POLICY],
+        created_unix_seconds: get_u64(b, at::CREATED_UNIX_SECONDS),
+        updated_unix_seconds: get_u64(b, at::UPDATED_UNIX_SECONDS),
+        name,
+        intent_region_stripes: get_u64(b, at::INTENT_REGION_STRIPES),
+        read_policy_arg: get_u64(b, at::READ_POLICY_ARG),
+        scrub: newer.scrub,
+        checksums: newer.checksums,
+        ppl: newer.ppl,
+        reshape: newer.reshape,
+        slots: Vec::new(),
+    })
+}
+
+/// The codes at 0x038-0x03A: level, parity layout, volume state.
+fn decode_codes(b: &[u8; LABEL_BYTES]) -> Result<(Level, ParityLayout, VolumeState), LabelError> {
+    let level = Level::from_code(b[at::LEVEL])
+        .ok_or_else(|| field_error("level", format!("unknown level code {}", b[at::LEVEL])))?;
+    let parity_layout = ParityLayout::from_code(b[at::PARITY_LAYOUT]).ok_or_else(|| {
+        field_error(
+            "parity_layout",
+            format!("unknown parity layout code {}", b[at::PARITY_LAYOUT]),
+        )
+    })?;
+    let state = VolumeState::from_code(b[at::STATE]).ok_or_else(|| {
+        field_error(
+            "state",
+            format!("unknown volume state code {}", b[at::STATE]),
+        )
+    })?;
+    Ok((level, parity_layout, state))
+}
+
+/// The fields later format versions added to the header (0x0D0-0x14F).
+struct NewerFields {
+    scrub: ScrubRecord,
+    checksums: Option<Checksums>,
+    ppl: Option<crate::ppl::Layout>,
+    reshape: Option<ReshapeRecord>,
+}
+
+impl NewerFields {
+    /// Each field's bytes must be zero in the versions before its own
+    /// (so must the header's and the tail's reserved bytes), and the
+    /// label's version must be the oldest that holds what it uses.
+    fn decode(b: &[u8; LABEL_BYTES], format_version: u32) -> Result<NewerFields, LabelError> {
         if format_version == 1 {
             check_zero(b, at::SCRUB_STARTED_UNIX_SECONDS..at::RESERVED_HEADER)?;
         }
@@ -966,207 +1092,216 @@ impl Label {
         if format_version <= 6 {
             check_zero(b, at::CHECKSUM_FORMAT..at::RESERVED_HEADER)?;
         }
-        check_zero(b, at::RESHAPE_RESERVED..at::RESHAPE_OLD_DATA_OFFSET_BYTES)?;
-        let reshape = match get_u64(b, at::RESHAPE_ID) {
-            0 => {
-                check_zero(b, at::RESHAPE_ID..at::CHECKSUM_FORMAT)?;
-                None
-            }
-            id => Some(ReshapeRecord {
-                id,
-                position_bytes: get_u64(b, at::RESHAPE_POSITION_BYTES),
-                old_level: Level::from_code(b[at::RESHAPE_OLD_LEVEL]).ok_or_else(|| {
-                    field_error(
-                        "reshape",
-                        format!("unknown old level code {}", b[at::RESHAPE_OLD_LEVEL]),
-                    )
-                })?,
-                old_parity_layout: ParityLayout::from_code(b[at::RESHAPE_OLD_PARITY_LAYOUT])
-                    .ok_or_else(|| {
-                        field_error(
-                            "reshape",
-                            format!(
-                                "unknown old parity layout code {}",
-                                b[at::RESHAPE_OLD_PARITY_LAYOUT]
-                            ),
-                        )
-                    })?,
-                old_copies: get_u32(b, at::RESHAPE_OLD_COPIES),
-                old_interleave_bytes: get_u64(b, at::RESHAPE_OLD_INTERLEAVE_BYTES),
-                old_member_count: get_u32(b, at::RESHAPE_OLD_MEMBER_COUNT),
-                old_data_offset_bytes: match get_u64(b, at::RESHAPE_OLD_DATA_OFFSET_BYTES) {
-                    0 => get_u64(b, at::DATA_OFFSET_BYTES),
-                    o => o,
-                },
-            }),
-        };
-        let ppl = match (
-            get_u64(b, at::PPL_OFFSET_BYTES),
-            get_u64(b, at::PPL_LEN_BYTES),
-        ) {
-            (0, 0) => None,
-            (offset_bytes, len_bytes) => Some(crate::ppl::Layout {
-                offset_bytes,
-                len_bytes,
-            }),
-        };
-        let code = get_u64(b, at::CHECKSUM_ALGORITHM);
-        let checksums = match u8::try_from(code)
-            .map_err(|_| u8::MAX)
-            .and_then(crate::integrity::Algorithm::from_code)
-        {
-            Err(_) => {
-                return Err(field_error(
-                    "checksum_algorithm",
-                    format!("unknown checksum algorithm code {code}"),
-                ))
-            }
-            Ok(None) => {
-                if get_u64(b, at::CHECKSUM_OFFSET_BYTES) != 0 {
-                    return Err(field_error(
-                        "checksum_offset_bytes",
-                        "is not 0 with no checksums",
-                    ));
-                }
-                None
-            }
-            Ok(Some(algorithm)) => {
-                let code = get_u64(b, at::CHECKSUM_FORMAT);
-                let format = u8::try_from(code)
-                    .ok()
-                    .and_then(crate::integrity::PageFormat::from_code)
-                    .ok_or_else(|| {
-                        field_error(
-                            "checksum_format",
-                            format!("unknown checksum page format code {code}"),
-                        )
-                    })?;
-                Some(Checksums {
-                    algorithm,
-                    format,
-                    area_offset_bytes: get_u64(b, at::CHECKSUM_OFFSET_BYTES),
-                })
-            }
-        };
-        if checksums.is_none() && get_u64(b, at::CHECKSUM_FORMAT) != 0 {
-            return Err(field_error("checksum_format", "is not 0 with no checksums"));
-        }
+        let reshape = decode_reshape(b)?;
+        let ppl = decode_ppl(b);
+        let checksums = decode_checksums(b)?;
         check_zero(b, at::RESERVED_HEADER..at::SLOT_TABLE)?;
-        let scrub = ScrubRecord {
-            started_unix_seconds: get_u64(b, at::SCRUB_STARTED_UNIX_SECONDS),
-            cursor_stripes: get_u64(b, at::SCRUB_CURSOR_STRIPES),
-            found_stripes: get_u64(b, at::SCRUB_FOUND_STRIPES),
-            completed_unix_seconds: get_u64(b, at::SCRUB_COMPLETED_UNIX_SECONDS),
-            last_found_stripes: get_u64(b, at::SCRUB_LAST_FOUND_STRIPES),
-        };
-        // Canonical form: a label is written at the oldest version that
-        // holds it, so version 2 with no version-2 field in use is not one
-        // a writer produces.
-        if format_version == 2 && scrub.is_zero() {
-            return Err(field_error(
-                "format_version",
-                "is 2 with no version-2 field in use (a writer says 1)",
-            ));
-        }
-        if format_version == 3 && checksums.is_none() {
-            return Err(field_error(
-                "format_version",
-                "is 3 with no checksums (a writer says 1 or 2)",
-            ));
-        }
-        if format_version == 4 && ppl.is_none() {
-            return Err(field_error(
-                "format_version",
-                "is 4 with no partial parity log (a writer says 1, 2 or 3)",
-            ));
-        }
+        let scrub = ScrubRecord::decode(b);
+        let v = format_version;
+        version_in_use(
+            v,
+            2,
+            !scrub.is_zero(),
+            "is 2 with no version-2 field in use (a writer says 1)",
+        )?;
+        version_in_use(
+            v,
+            3,
+            checksums.is_some(),
+            "is 3 with no checksums (a writer says 1 or 2)",
+        )?;
+        version_in_use(
+            v,
+            4,
+            ppl.is_some(),
+            "is 4 with no partial parity log (a writer says 1, 2 or 3)",
+        )?;
         check_zero(b, at::RESERVED_TAIL..at::CHECKSUM)?;
-        if format_version == 6 && reshape.is_none() {
-            return Err(field_error(
-                "format_version",
-                "is 6 with no reshape in progress (a writer says 1 to 5)",
-            ));
-        }
-        if format_version == 7 && !checksums.is_some_and(|c| c.format.is_sealed()) {
-            return Err(field_error(
-                "format_version",
-                "is 7 with no sealed checksum pages (a writer says 1 to 6)",
-            ));
-        }
-
-        let mut label = Label {
-            layout_version,
-            volume_uuid: get_uuid(b, at::VOLUME_UUID),
-            member_uuid: get_uuid(b, at::MEMBER_UUID),
-            slot: get_u32(b, at::SLOT),
-            member_count: get_u32(b, at::MEMBER_COUNT),
-            level,
-            parity_layout,
-            copies: get_u32(b, at::COPIES),
-            interleave_bytes: get_u64(b, at::INTERLEAVE_BYTES),
-            data_offset_bytes: get_u64(b, at::DATA_OFFSET_BYTES),
-            data_size_bytes: get_u64(b, at::DATA_SIZE_BYTES),
-            volume_size_bytes: get_u64(b, at::VOLUME_SIZE_BYTES),
-            event_counter: get_u64(b, at::EVENT_COUNTER),
-            state,
-            rebuild_checkpoint_bytes: get_u64(b, at::REBUILD_CHECKPOINT_BYTES),
-            read_policy: b[at::READ_POLICY],
-            created_unix_seconds: get_u64(b, at::CREATED_UNIX_SECONDS),
-            updated_unix_seconds: get_u64(b, at::UPDATED_UNIX_SECONDS),
-            name,
-            intent_region_stripes: get_u64(b, at::INTENT_REGION_STRIPES),
-            read_policy_arg: get_u64(b, at::READ_POLICY_ARG),
+        version_in_use(
+            v,
+            6,
+            reshape.is_some(),
+            "is 6 with no reshape in progress (a writer says 1 to 5)",
+        )?;
+        version_in_use(
+            v,
+            7,
+            checksums.is_some_and(|c| c.format.is_sealed()),
+            "is 7 with no sealed checksum pages (a writer says 1 to 6)",
+        )?;
+        Ok(NewerFields {
             scrub,
             checksums,
             ppl,
             reshape,
-            slots: Vec::new(),
-        };
-        // The header first: a bad member_count explains a bad-looking table,
-        // and bounds the loop below.
-        label.validate_header()?;
-        let used_slots = label.member_count as usize;
-        label.slots.reserve_exact(used_slots);
-        for i in 0..MAX_MEMBERS as usize {
-            let e = at::SLOT_TABLE + i * at::SLOT_ENTRY_BYTES;
-            let entry = &b[e..e + at::SLOT_ENTRY_BYTES];
-            if i >= used_slots {
-                if entry.iter().any(|&x| x != 0) {
-                    return Err(field_error(
-                        "slots",
-                        format!("unused slot {i} (member_count {used_slots}) is not zero"),
-                    ));
-                }
-                continue;
-            }
-            let state_code = entry[at::ENTRY_STATE];
-            let state = SlotState::from_code(state_code).ok_or_else(|| {
-                field_error(
-                    "slots",
-                    format!("slot {i} has unknown state code {state_code}"),
-                )
-            })?;
-            check_zero(b, e + at::ENTRY_RESERVED..e + at::ENTRY_LEFT_AT_EVENTS)?;
-            if format_version < 5 {
-                check_zero(b, e + at::ENTRY_LEFT_AT_EVENTS..e + at::ENTRY_RESERVED_TAIL)?;
-            }
-            check_zero(b, e + at::ENTRY_RESERVED_TAIL..e + at::SLOT_ENTRY_BYTES)?;
-            label.slots.push(SlotEntry {
-                member_uuid: get_uuid(b, e + at::ENTRY_MEMBER_UUID),
-                data_size_bytes: get_u64(b, e + at::ENTRY_DATA_SIZE_BYTES),
-                state,
-                left_at_events: get_u64(b, e + at::ENTRY_LEFT_AT_EVENTS),
-            });
-        }
-        if format_version == 5 && label.slots.iter().all(|e| e.left_at_events == 0) {
+        })
+    }
+}
+
+/// Canonical form: a label is written at the oldest version that holds
+/// it, so `version` with none of its fields `in_use` is not one a writer
+/// produces.
+fn version_in_use(
+    format_version: u32,
+    version: u32,
+    in_use: bool,
+    detail: &'static str,
+) -> Result<(), LabelError> {
+    if format_version == version && !in_use {
+        return Err(field_error("format_version", detail));
+    }
+    Ok(())
+}
+
+/// Format version 6's reshape record (0x118-0x147): none when its id is
+/// 0, and then every byte of it is zero.
+fn decode_reshape(b: &[u8; LABEL_BYTES]) -> Result<Option<ReshapeRecord>, LabelError> {
+    check_zero(b, at::RESHAPE_RESERVED..at::RESHAPE_OLD_DATA_OFFSET_BYTES)?;
+    let id = get_u64(b, at::RESHAPE_ID);
+    if id == 0 {
+        check_zero(b, at::RESHAPE_ID..at::CHECKSUM_FORMAT)?;
+        return Ok(None);
+    }
+    let old_level = Level::from_code(b[at::RESHAPE_OLD_LEVEL]).ok_or_else(|| {
+        field_error(
+            "reshape",
+            format!("unknown old level code {}", b[at::RESHAPE_OLD_LEVEL]),
+        )
+    })?;
+    let old_parity_layout =
+        ParityLayout::from_code(b[at::RESHAPE_OLD_PARITY_LAYOUT]).ok_or_else(|| {
+            field_error(
+                "reshape",
+                format!(
+                    "unknown old parity layout code {}",
+                    b[at::RESHAPE_OLD_PARITY_LAYOUT]
+                ),
+            )
+        })?;
+    Ok(Some(ReshapeRecord {
+        id,
+        position_bytes: get_u64(b, at::RESHAPE_POSITION_BYTES),
+        old_level,
+        old_parity_layout,
+        old_copies: get_u32(b, at::RESHAPE_OLD_COPIES),
+        old_interleave_bytes: get_u64(b, at::RESHAPE_OLD_INTERLEAVE_BYTES),
+        old_member_count: get_u32(b, at::RESHAPE_OLD_MEMBER_COUNT),
+        old_data_offset_bytes: match get_u64(b, at::RESHAPE_OLD_DATA_OFFSET_BYTES) {
+            0 => get_u64(b, at::DATA_OFFSET_BYTES),
+            o => o,
+        },
+    }))
+}
+
+/// Format version 4's partial parity log (0x108-0x117): none when both
+/// fields are 0.
+fn decode_ppl(b: &[u8; LABEL_BYTES]) -> Option<crate::ppl::Layout> {
+    match (
+        get_u64(b, at::PPL_OFFSET_BYTES),
+        get_u64(b, at::PPL_LEN_BYTES),
+    ) {
+        (0, 0) => None,
+        (offset_bytes, len_bytes) => Some(crate::ppl::Layout {
+            offset_bytes,
+            len_bytes,
+        }),
+    }
+}
+
+/// Format version 3's checksums (0x0F8-0x107) and version 7's page format
+/// (0x148): none when the algorithm is 0, and then the other two are 0.
+fn decode_checksums(b: &[u8; LABEL_BYTES]) -> Result<Option<Checksums>, LabelError> {
+    let code = get_u64(b, at::CHECKSUM_ALGORITHM);
+    let checksums = match u8::try_from(code)
+        .map_err(|_| u8::MAX)
+        .and_then(crate::integrity::Algorithm::from_code)
+    {
+        Err(_) => {
             return Err(field_error(
-                "format_version",
-                "is 5 with no slot's leaving recorded (a writer says 1 to 4)",
+                "checksum_algorithm",
+                format!("unknown checksum algorithm code {code}"),
+            ))
+        }
+        Ok(None) => {
+            if get_u64(b, at::CHECKSUM_OFFSET_BYTES) != 0 {
+                return Err(field_error(
+                    "checksum_offset_bytes",
+                    "is not 0 with no checksums",
+                ));
+            }
+            None
+        }
+        Ok(Some(algorithm)) => {
+            let code = get_u64(b, at::CHECKSUM_FORMAT);
+            let format = u8::try_from(code)
+                .ok()
+                .and_then(crate::integrity::PageFormat::from_code)
+                .ok_or_else(|| {
+                    field_error(
+                        "checksum_format",
+                        format!("unknown checksum page format code {code}"),
+                    )
+                })?;
+            Some(Checksums {
+                algorithm,
+                format,
+                area_offset_bytes: get_u64(b, at::CHECKSUM_OFFSET_BYTES),
+            })
+        }
+    };
+    if checksums.is_none() && get_u64(b, at::CHECKSUM_FORMAT) != 0 {
+        return Err(field_error("checksum_format", "is not 0 with no checksums"));
+    }
+    Ok(checksums)
+}
+
+/// The slot table (0x200-0xDFF): `member_count` entries, the rest zero.
+fn decode_slot_table(
+    b: &[u8; LABEL_BYTES],
+    format_version: u32,
+    member_count: u32,
+) -> Result<Vec<SlotEntry>, LabelError> {
+    let used_slots = member_count as usize;
+    let mut slots = Vec::with_capacity(used_slots);
+    for i in 0..MAX_MEMBERS as usize {
+        let e = at::SLOT_TABLE + i * at::SLOT_ENTRY_BYTES;
+        if i < used_slots {
+            slots.push(decode_slot_entry(b, e, i, format_version)?);
+        } else if b[e..e + at::SLOT_ENTRY_BYTES].iter().any(|&x| x != 0) {
+            return Err(field_error(
+                "slots",
+                format!("unused slot {i} (member_count {used_slots}) is not zero"),
             ));
         }
-        label.validate_slots()?;
-        Ok(label)
     }
+    Ok(slots)
+}
+
+/// Slot `i`'s entry, at `e`; `left_at_events` is format version 5's.
+fn decode_slot_entry(
+    b: &[u8; LABEL_BYTES],
+    e: usize,
+    i: usize,
+    format_version: u32,
+) -> Result<SlotEntry, LabelError> {
+    let state_code = b[e + at::ENTRY_STATE];
+    let state = SlotState::from_code(state_code).ok_or_else(|| {
+        field_error(
+            "slots",
+            format!("slot {i} has unknown state code {state_code}"),
+        )
+    })?;
+    check_zero(b, e + at::ENTRY_RESERVED..e + at::ENTRY_LEFT_AT_EVENTS)?;
+    if format_version < 5 {
+        check_zero(b, e + at::ENTRY_LEFT_AT_EVENTS..e + at::ENTRY_RESERVED_TAIL)?;
+    }
+    check_zero(b, e + at::ENTRY_RESERVED_TAIL..e + at::SLOT_ENTRY_BYTES)?;
+    Ok(SlotEntry {
+        member_uuid: get_uuid(b, e + at::ENTRY_MEMBER_UUID),
+        data_size_bytes: get_u64(b, e + at::ENTRY_DATA_SIZE_BYTES),
+        state,
+        left_at_events: get_u64(b, e + at::ENTRY_LEFT_AT_EVENTS),
+    })
 }
 
 /// The name up to its first NUL. Everything after must be NUL too, or the

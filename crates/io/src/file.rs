@@ -41,6 +41,118 @@ impl Device {
     }
 }
 
+fn open_error(name: &str) -> impl Fn(io::Error) -> MemberError + '_ {
+    move |err| MemberError::from_io(err, name, Op::Open, 0, 0)
+}
+
+fn refuse(name: &str, kind: MemberErrorKind, message: String) -> MemberError {
+    MemberError::with_message(kind, name, Op::Open, 0, 0, message)
+}
+
+/// What `path` is, creating a missing regular file when the options say
+/// how big. Directories, FIFOs and character devices are refused before
+/// opening: opening a FIFO would block until someone opened its other end.
+fn device_at(path: &Path, name: &str, opts: OpenOptions) -> Result<Device, MemberError> {
+    let metadata = match fs::metadata(path) {
+        Ok(metadata) => metadata,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => {
+            create_missing(path, name, opts)?;
+            fs::metadata(path).map_err(open_error(name))?
+        }
+        Err(err) => return Err(open_error(name)(err)),
+    };
+    Device::of(metadata.file_type()).ok_or_else(|| {
+        refuse(
+            name,
+            MemberErrorKind::NotAMember,
+            format!(
+                "this is a {}, not a regular file or block device",
+                type_name(metadata.file_type())
+            ),
+        )
+    })
+}
+
+/// Opens the descriptor, a block device with the kernel's exclusive claim
+/// (`O_EXCL`) unless it is only looked at, waiting a moment for a claim
+/// that is being let go.
+fn open_claimed(
+    path: &Path,
+    name: &str,
+    device: Device,
+    opts: OpenOptions,
+) -> Result<File, MemberError> {
+    let mut flags = 0;
+    if opts.direct {
+        flags |= libc::O_DIRECT;
+    }
+    if device == Device::BlockDevice && (!opts.read_only || opts.claim) {
+        flags |= libc::O_EXCL;
+    }
+    let block_claimed =
+        |err: &io::Error| device == Device::BlockDevice && err.raw_os_error() == Some(libc::EBUSY);
+    while_claimed(block_claimed, || {
+        fs::OpenOptions::new()
+            .read(true)
+            .write(!opts.read_only)
+            .custom_flags(flags)
+            .open(path)
+    })
+    .map_err(|err| match err.raw_os_error() {
+        Some(libc::EINVAL) if opts.direct => MemberError {
+            source: Some(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("the file system does not support O_DIRECT ({err})"),
+            )),
+            ..open_error(name)(err)
+        },
+        Some(libc::EBUSY) if device == Device::BlockDevice => MemberError {
+            source: Some(io::Error::new(
+                err.kind(),
+                format!(
+                    "the device is in use: mounted, or claimed by md, LVM or \
+                         another program ({err})"
+                ),
+            )),
+            ..open_error(name)(err)
+        },
+        _ => open_error(name)(err),
+    })
+}
+
+/// A regular file written by two processes at once (two servers of one
+/// volume) would lose parity and copies; the exclusive lock makes the
+/// second one fail here. Block devices have O_EXCL for the same. A
+/// read-only server takes the lock shared: it cannot start beside a
+/// writer, nor a writer beside it (the writer would change what it serves
+/// underneath it), but read-only servers can share members.
+fn lock_file(file: &File, name: &str, opts: OpenOptions) -> Result<(), MemberError> {
+    let lock = match (opts.read_only, opts.claim) {
+        (false, _) => libc::LOCK_EX,
+        (true, true) => libc::LOCK_SH,
+        (true, false) => return Ok(()),
+    };
+    let locked = while_claimed(
+        |err| err.raw_os_error() == Some(libc::EWOULDBLOCK),
+        || {
+            // SAFETY: flock on a descriptor the member being opened owns.
+            match unsafe { libc::flock(file.as_raw_fd(), lock | libc::LOCK_NB) } {
+                0 => Ok(()),
+                _ => Err(io::Error::last_os_error()),
+            }
+        },
+    );
+    locked.map_err(|err| MemberError {
+        source: Some(io::Error::new(
+            err.kind(),
+            format!(
+                "the file is in use by another process, such as a running platter serve ({err})"
+            ),
+        )),
+        ..open_error(name)(err)
+    })
+}
+
 /// A member on a regular file or a block device.
 ///
 /// - Size: a file's length when opened; a block device's `BLKGETSIZE64`.
@@ -83,112 +195,23 @@ impl FileMember {
     pub fn open(path: impl AsRef<Path>, opts: OpenOptions) -> Result<FileMember, MemberError> {
         let path = path.as_ref();
         let name = path.display().to_string();
-        let open_error = |err: io::Error| MemberError::from_io(err, name.as_str(), Op::Open, 0, 0);
-        let refuse = |kind: MemberErrorKind, message: String| {
-            MemberError::with_message(kind, name.as_str(), Op::Open, 0, 0, message)
-        };
-
-        let metadata = match fs::metadata(path) {
-            Ok(metadata) => metadata,
-            Err(err) if err.kind() == io::ErrorKind::NotFound => {
-                create_missing(path, &name, opts)?;
-                fs::metadata(path).map_err(open_error)?
-            }
-            Err(err) => return Err(open_error(err)),
-        };
-        // Refuse directories, FIFOs and character devices before opening:
-        // opening a FIFO would block until someone opened its other end.
-        let device = Device::of(metadata.file_type()).ok_or_else(|| {
-            refuse(
-                MemberErrorKind::NotAMember,
-                format!(
-                    "this is a {}, not a regular file or block device",
-                    type_name(metadata.file_type())
-                ),
-            )
-        })?;
-
+        let device = device_at(path, &name, opts)?;
         let direct = opts.direct || (opts.direct_block_devices && device == Device::BlockDevice);
         let opts = OpenOptions { direct, ..opts };
-        let mut flags = 0;
-        if opts.direct {
-            flags |= libc::O_DIRECT;
-        }
-        if device == Device::BlockDevice && (!opts.read_only || opts.claim) {
-            flags |= libc::O_EXCL;
-        }
-        let block_claimed = |err: &io::Error| {
-            device == Device::BlockDevice && err.raw_os_error() == Some(libc::EBUSY)
-        };
-        let file = while_claimed(block_claimed, || {
-            fs::OpenOptions::new()
-                .read(true)
-                .write(!opts.read_only)
-                .custom_flags(flags)
-                .open(path)
-        })
-        .map_err(|err| match err.raw_os_error() {
-            Some(libc::EINVAL) if opts.direct => MemberError {
-                source: Some(io::Error::new(
-                    io::ErrorKind::Unsupported,
-                    format!("the file system does not support O_DIRECT ({err})"),
-                )),
-                ..open_error(err)
-            },
-            Some(libc::EBUSY) if device == Device::BlockDevice => MemberError {
-                source: Some(io::Error::new(
-                    err.kind(),
-                    format!(
-                        "the device is in use: mounted, or claimed by md, LVM or \
-                             another program ({err})"
-                    ),
-                )),
-                ..open_error(err)
-            },
-            _ => open_error(err),
-        })?;
+        let file = open_claimed(path, &name, device, opts)?;
 
         // The path may have been replaced between the stat and the open; what
         // counts is what the descriptor refers to.
-        let opened = file.metadata().map_err(open_error)?;
+        let opened = file.metadata().map_err(open_error(&name))?;
         if Device::of(opened.file_type()) != Some(device) {
             return Err(refuse(
+                &name,
                 MemberErrorKind::NotAMember,
                 "the path changed type while it was being opened".to_owned(),
             ));
         }
-
-        // A regular file written by two processes at once (two servers of
-        // one volume) would lose parity and copies; the exclusive lock makes
-        // the second one fail here. Block devices have O_EXCL for the same.
-        // A read-only server takes the lock shared: it cannot start beside a
-        // writer, nor a writer beside it (the writer would change what it
-        // serves underneath it), but read-only servers can share members.
-        let lock = match (opts.read_only, opts.claim) {
-            (false, _) => Some(libc::LOCK_EX),
-            (true, true) => Some(libc::LOCK_SH),
-            (true, false) => None,
-        };
-        if let (Device::RegularFile, Some(lock)) = (device, lock) {
-            let locked = while_claimed(
-                |err| err.raw_os_error() == Some(libc::EWOULDBLOCK),
-                || {
-                    // SAFETY: flock on a descriptor this function owns.
-                    match unsafe { libc::flock(file.as_raw_fd(), lock | libc::LOCK_NB) } {
-                        0 => Ok(()),
-                        _ => Err(io::Error::last_os_error()),
-                    }
-                },
-            );
-            if let Err(err) = locked {
-                return Err(MemberError {
-                    source: Some(io::Error::new(
-                        err.kind(),
-                        format!("the file is in use by another process, such as a running platter serve ({err})"),
-                    )),
-                    ..open_error(err)
-                });
-            }
+        if device == Device::RegularFile {
+            lock_file(&file, &name, opts)?;
         }
 
         let (size_bytes, logical_block_bytes, rotational) = match device {
@@ -206,6 +229,7 @@ impl FileMember {
         if let Some(direct) = &direct {
             if size_bytes % direct.block_bytes() != 0 {
                 return Err(refuse(
+                    &name,
                     MemberErrorKind::NotAMember,
                     format!(
                         "its size, {size_bytes} bytes, is not a multiple of {} bytes as \

@@ -180,11 +180,7 @@ pub struct Session {
 /// rules and their order.
 pub fn judge(header: &RequestHeader, session: &Session) -> Verdict {
     let kind = header.kind;
-    let name = command_name(kind);
-    let flags = header.flags;
     let length = header.length_bytes;
-    let offset = header.offset_bytes;
-    let advertised = |flag: u16| session.transmission_flags & flag != 0;
 
     // 1. Unknown command.
     let defined_flags = match kind {
@@ -209,134 +205,202 @@ pub fn judge(header: &RequestHeader, session: &Session) -> Verdict {
             ),
         };
     }
-    let discard = if is_write { length } else { 0 };
-
-    // 4. Read-only export.
-    let modifies = matches!(kind, NBD_CMD_WRITE | NBD_CMD_TRIM | NBD_CMD_WRITE_ZEROES);
-    if modifies && (session.read_only || advertised(NBD_FLAG_READ_ONLY)) {
-        return reject(NBD_EPERM, discard, format!("{name} on a read-only export"));
-    }
-
-    // 5. Flags.
-    if flags & !defined_flags != 0 {
-        return reject(
-            NBD_EINVAL,
-            discard,
-            format!("{name} with undefined flags {:#x}", flags & !defined_flags),
-        );
-    }
-    if flags & NBD_CMD_FLAG_FUA != 0 && !advertised(NBD_FLAG_SEND_FUA) {
-        return reject(
-            NBD_EINVAL,
-            discard,
-            format!("{name} with FUA, which was not advertised"),
-        );
-    }
-    if flags & NBD_CMD_FLAG_DF != 0 && !(advertised(NBD_FLAG_SEND_DF) && session.structured_replies)
-    {
-        return reject(
-            NBD_EINVAL,
-            discard,
-            format!("{name} with DF, which was not advertised"),
-        );
-    }
-    if flags & NBD_CMD_FLAG_FAST_ZERO != 0 && !advertised(NBD_FLAG_SEND_FAST_ZERO) {
-        return reject(
-            NBD_EINVAL,
-            discard,
-            format!("{name} with FAST_ZERO, which was not advertised"),
-        );
-    }
-
-    // 6. Command not advertised / not negotiated.
-    let needed = match kind {
-        NBD_CMD_FLUSH => Some(NBD_FLAG_SEND_FLUSH),
-        NBD_CMD_TRIM => Some(NBD_FLAG_SEND_TRIM),
-        NBD_CMD_WRITE_ZEROES => Some(NBD_FLAG_SEND_WRITE_ZEROES),
-        _ => None,
+    let judged = Judged {
+        header,
+        session,
+        name: command_name(kind),
+        discard: if is_write { length } else { 0 },
     };
-    if let Some(flag) = needed {
-        if !advertised(flag) {
-            return reject(NBD_EINVAL, discard, format!("{name} was not advertised"));
-        }
+    match judged.run(defined_flags) {
+        Ok(command) => Verdict::Run(command),
+        Err(verdict) => verdict,
     }
-    if kind == NBD_CMD_BLOCK_STATUS {
-        if !session.structured_replies {
-            return reject(NBD_EINVAL, 0, format!("{name} without structured replies"));
+}
+
+/// A request past rules 1 to 3: its payload, if any, will be read or
+/// discarded, so every verdict from here keeps the stream in sync.
+struct Judged<'a> {
+    header: &'a RequestHeader,
+    session: &'a Session,
+    name: &'static str,
+    /// Payload bytes to discard when the request is rejected.
+    discard: u32,
+}
+
+impl Judged<'_> {
+    /// Rules 4 to 10, in order; `Err` is the first that fails.
+    fn run(&self, defined_flags: u16) -> Result<Command, Verdict> {
+        self.writable()?;
+        self.flags_allowed(defined_flags)?;
+        self.negotiated()?;
+        if self.header.kind == NBD_CMD_FLUSH {
+            return self.flush();
         }
-        if session.meta_contexts.is_empty() {
-            return reject(
-                NBD_EINVAL,
-                0,
-                format!("{name} without a selected metadata context"),
-            );
-        }
+        self.length_allowed()?;
+        self.in_range()?;
+        Ok(self.command())
     }
 
-    // 7. Flush takes no range.
-    if kind == NBD_CMD_FLUSH {
-        if offset != 0 || length != 0 {
-            return reject(
-                NBD_EINVAL,
-                0,
-                format!("{name} with a nonzero offset or length"),
-            );
-        }
-        return Verdict::Run(Command::Flush);
+    fn advertised(&self, flag: u16) -> bool {
+        self.session.transmission_flags & flag != 0
     }
 
-    // 8. Zero length.
-    if length == 0 {
-        return reject(NBD_EINVAL, discard, format!("{name} of zero bytes"));
+    fn reject(&self, errno: u32, message: String) -> Result<(), Verdict> {
+        Err(reject(errno, self.discard, message))
     }
 
-    // 9. Reads the reply could not carry. (Writes: step 3 and here.)
-    if (kind == NBD_CMD_READ || is_write) && length > session.max_block_bytes {
-        return reject(
-            NBD_EINVAL,
-            discard,
-            format!(
-                "{name} of {length} bytes exceeds the maximum payload of {} bytes",
-                session.max_block_bytes
-            ),
+    /// 4. Read-only export.
+    fn writable(&self) -> Result<(), Verdict> {
+        let modifies = matches!(
+            self.header.kind,
+            NBD_CMD_WRITE | NBD_CMD_TRIM | NBD_CMD_WRITE_ZEROES
         );
+        if modifies && (self.session.read_only || self.advertised(NBD_FLAG_READ_ONLY)) {
+            return self.reject(NBD_EPERM, format!("{} on a read-only export", self.name));
+        }
+        Ok(())
     }
 
-    // 10. Range.
-    let in_range = offset
-        .checked_add(u64::from(length))
-        .is_some_and(|end| end <= session.size_bytes);
-    if !in_range {
-        let errno = if matches!(kind, NBD_CMD_WRITE | NBD_CMD_WRITE_ZEROES) {
-            NBD_ENOSPC
-        } else {
-            NBD_EINVAL
+    /// 5. Flags.
+    fn flags_allowed(&self, defined_flags: u16) -> Result<(), Verdict> {
+        let (name, flags) = (self.name, self.header.flags);
+        if flags & !defined_flags != 0 {
+            return self.reject(
+                NBD_EINVAL,
+                format!("{name} with undefined flags {:#x}", flags & !defined_flags),
+            );
+        }
+        if flags & NBD_CMD_FLAG_FUA != 0 && !self.advertised(NBD_FLAG_SEND_FUA) {
+            return self.reject(
+                NBD_EINVAL,
+                format!("{name} with FUA, which was not advertised"),
+            );
+        }
+        if flags & NBD_CMD_FLAG_DF != 0
+            && !(self.advertised(NBD_FLAG_SEND_DF) && self.session.structured_replies)
+        {
+            return self.reject(
+                NBD_EINVAL,
+                format!("{name} with DF, which was not advertised"),
+            );
+        }
+        if flags & NBD_CMD_FLAG_FAST_ZERO != 0 && !self.advertised(NBD_FLAG_SEND_FAST_ZERO) {
+            return self.reject(
+                NBD_EINVAL,
+                format!("{name} with FAST_ZERO, which was not advertised"),
+            );
+        }
+        Ok(())
+    }
+
+    /// 6. Command not advertised / not negotiated.
+    fn negotiated(&self) -> Result<(), Verdict> {
+        let (name, kind) = (self.name, self.header.kind);
+        let needed = match kind {
+            NBD_CMD_FLUSH => Some(NBD_FLAG_SEND_FLUSH),
+            NBD_CMD_TRIM => Some(NBD_FLAG_SEND_TRIM),
+            NBD_CMD_WRITE_ZEROES => Some(NBD_FLAG_SEND_WRITE_ZEROES),
+            _ => None,
         };
-        return reject(
-            errno,
-            discard,
-            format!(
-                "{name} of {length} bytes at offset {offset} is beyond the export size of {} bytes",
-                session.size_bytes
-            ),
-        );
+        if let Some(flag) = needed {
+            if !self.advertised(flag) {
+                return self.reject(NBD_EINVAL, format!("{name} was not advertised"));
+            }
+        }
+        if kind == NBD_CMD_BLOCK_STATUS {
+            if !self.session.structured_replies {
+                return Err(reject(
+                    NBD_EINVAL,
+                    0,
+                    format!("{name} without structured replies"),
+                ));
+            }
+            if self.session.meta_contexts.is_empty() {
+                return Err(reject(
+                    NBD_EINVAL,
+                    0,
+                    format!("{name} without a selected metadata context"),
+                ));
+            }
+        }
+        Ok(())
     }
 
-    let fua = flags & NBD_CMD_FLAG_FUA != 0;
-    Verdict::Run(match kind {
-        NBD_CMD_READ => Command::Read,
-        NBD_CMD_WRITE => Command::Write { fua },
-        NBD_CMD_TRIM => Command::Trim { fua },
-        NBD_CMD_WRITE_ZEROES => Command::WriteZeroes {
-            fua,
-            no_hole: flags & NBD_CMD_FLAG_NO_HOLE != 0,
-            fast_zero: flags & NBD_CMD_FLAG_FAST_ZERO != 0,
-        },
-        NBD_CMD_BLOCK_STATUS => Command::BlockStatus {
-            req_one: flags & NBD_CMD_FLAG_REQ_ONE != 0,
-        },
-        _ => Command::Cache,
-    })
+    /// 7. Flush takes no range.
+    fn flush(&self) -> Result<Command, Verdict> {
+        if self.header.offset_bytes != 0 || self.header.length_bytes != 0 {
+            return Err(reject(
+                NBD_EINVAL,
+                0,
+                format!("{} with a nonzero offset or length", self.name),
+            ));
+        }
+        Ok(Command::Flush)
+    }
+
+    /// Rules 8 (zero length) and 9 (reads the reply could not carry;
+    /// writes: rule 3 and here).
+    fn length_allowed(&self) -> Result<(), Verdict> {
+        let (name, kind, length) = (self.name, self.header.kind, self.header.length_bytes);
+        if length == 0 {
+            return self.reject(NBD_EINVAL, format!("{name} of zero bytes"));
+        }
+        if (kind == NBD_CMD_READ || kind == NBD_CMD_WRITE) && length > self.session.max_block_bytes
+        {
+            return self.reject(
+                NBD_EINVAL,
+                format!(
+                    "{name} of {length} bytes exceeds the maximum payload of {} bytes",
+                    self.session.max_block_bytes
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// 10. Range.
+    fn in_range(&self) -> Result<(), Verdict> {
+        let (name, kind) = (self.name, self.header.kind);
+        let (offset, length) = (self.header.offset_bytes, self.header.length_bytes);
+        let in_range = offset
+            .checked_add(u64::from(length))
+            .is_some_and(|end| end <= self.session.size_bytes);
+        if !in_range {
+            let errno = if matches!(kind, NBD_CMD_WRITE | NBD_CMD_WRITE_ZEROES) {
+                NBD_ENOSPC
+            } else {
+                NBD_EINVAL
+            };
+            return self.reject(
+                errno,
+                format!(
+                    "{name} of {length} bytes at offset {offset} is beyond the export size of {} bytes",
+                    self.session.size_bytes
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// The command, with the flags that matter to the server.
+    fn command(&self) -> Command {
+        let flags = self.header.flags;
+        let fua = flags & NBD_CMD_FLAG_FUA != 0;
+        match self.header.kind {
+            NBD_CMD_READ => Command::Read,
+            NBD_CMD_WRITE => Command::Write { fua },
+            NBD_CMD_TRIM => Command::Trim { fua },
+            NBD_CMD_WRITE_ZEROES => Command::WriteZeroes {
+                fua,
+                no_hole: flags & NBD_CMD_FLAG_NO_HOLE != 0,
+                fast_zero: flags & NBD_CMD_FLAG_FAST_ZERO != 0,
+            },
+            NBD_CMD_BLOCK_STATUS => Command::BlockStatus {
+                req_one: flags & NBD_CMD_FLAG_REQ_ONE != 0,
+            },
+            _ => Command::Cache,
+        }
+    }
 }
 
 fn reject(errno: u32, discard_bytes: u32, message: String) -> Verdict {

@@ -77,17 +77,7 @@ fn parse(uri: &str) -> Result<NbdUri, String> {
     let (scheme, rest) = uri
         .split_once("://")
         .ok_or("it does not start with nbd://, nbds://, nbd+unix:// or nbds+unix://")?;
-    let (tls, unix) = match scheme.to_ascii_lowercase().as_str() {
-        "nbd" => (false, false),
-        "nbds" => (true, false),
-        "nbd+unix" => (false, true),
-        "nbds+unix" => (true, true),
-        other => {
-            return Err(format!(
-                "scheme {other:?}: platter speaks nbd, nbds, nbd+unix and nbds+unix"
-            ))
-        }
-    };
+    let (tls, unix) = scheme_of(scheme)?;
     if rest.contains('#') {
         return Err("a fragment (#...) means nothing to NBD".into());
     }
@@ -121,7 +111,42 @@ fn parse(uri: &str) -> Result<NbdUri, String> {
             export_name.len()
         ));
     }
+    let mut u = NbdUri {
+        endpoint: Endpoint::Unix {
+            socket: String::new(),
+        },
+        export_name,
+        tls,
+        username,
+        tls_certificates: None,
+        tls_psk_file: None,
+        tls_hostname: None,
+        tls_verify_peer: true,
+    };
+    let socket = u.apply_query(query_params(query)?, unix)?;
+    u.endpoint = endpoint(unix, hostport, socket)?;
+    if u.tls_certificates.is_some() && u.tls_psk_file.is_some() {
+        return Err("both tls-certificates and tls-psk-file: choose one".into());
+    }
+    Ok(u)
+}
 
+/// Whether the scheme asks for TLS, and for a Unix socket.
+fn scheme_of(scheme: &str) -> Result<(bool, bool), String> {
+    match scheme.to_ascii_lowercase().as_str() {
+        "nbd" => Ok((false, false)),
+        "nbds" => Ok((true, false)),
+        "nbd+unix" => Ok((false, true)),
+        "nbds+unix" => Ok((true, true)),
+        other => Err(format!(
+            "scheme {other:?}: platter speaks nbd, nbds, nbd+unix and nbds+unix"
+        )),
+    }
+}
+
+/// The query's `key=value` pairs, percent-decoded; a key given twice is
+/// refused.
+fn query_params(query: Option<&str>) -> Result<Vec<(String, String)>, String> {
     let mut params: Vec<(String, String)> = Vec::new();
     for pair in query
         .into_iter()
@@ -139,58 +164,58 @@ fn parse(uri: &str) -> Result<NbdUri, String> {
         }
         params.push((k, v));
     }
-    let mut socket = None;
-    let mut u = NbdUri {
-        endpoint: Endpoint::Unix {
-            socket: String::new(),
-        },
-        export_name,
-        tls,
-        username,
-        tls_certificates: None,
-        tls_psk_file: None,
-        tls_hostname: None,
-        tls_verify_peer: true,
-    };
-    for (k, v) in params {
-        if k.starts_with("tls-") && !tls {
-            return Err(format!("{k} without TLS: use nbds:// or nbds+unix://"));
-        }
-        match k.as_str() {
-            "socket" if unix => socket = Some(v),
-            "socket" => return Err("socket= is for nbd+unix:// and nbds+unix://".into()),
-            "tls-certificates" => u.tls_certificates = Some(v),
-            "tls-psk-file" => u.tls_psk_file = Some(v),
-            "tls-hostname" => u.tls_hostname = Some(v),
-            "tls-verify-peer" => {
-                u.tls_verify_peer = match v.as_str() {
-                    "1" | "true" => true,
-                    "0" | "false" => false,
-                    _ => return Err(format!("tls-verify-peer={v:?}: 0 or 1")),
-                }
+    Ok(params)
+}
+
+impl NbdUri {
+    /// Takes the TLS keys from the query; returns `socket=`, which only a
+    /// `+unix` URI may give.
+    fn apply_query(
+        &mut self,
+        params: Vec<(String, String)>,
+        unix: bool,
+    ) -> Result<Option<String>, String> {
+        let mut socket = None;
+        for (k, v) in params {
+            if k.starts_with("tls-") && !self.tls {
+                return Err(format!("{k} without TLS: use nbds:// or nbds+unix://"));
             }
-            k if k.starts_with("x-") => {}
-            k => return Err(format!("unknown query parameter {k:?}")),
+            match k.as_str() {
+                "socket" if unix => socket = Some(v),
+                "socket" => return Err("socket= is for nbd+unix:// and nbds+unix://".into()),
+                "tls-certificates" => self.tls_certificates = Some(v),
+                "tls-psk-file" => self.tls_psk_file = Some(v),
+                "tls-hostname" => self.tls_hostname = Some(v),
+                "tls-verify-peer" => {
+                    self.tls_verify_peer = match v.as_str() {
+                        "1" | "true" => true,
+                        "0" | "false" => false,
+                        _ => return Err(format!("tls-verify-peer={v:?}: 0 or 1")),
+                    }
+                }
+                k if k.starts_with("x-") => {}
+                k => return Err(format!("unknown query parameter {k:?}")),
+            }
         }
+        Ok(socket)
     }
-    u.endpoint = if unix {
-        if !hostport.is_empty() {
-            return Err(format!(
-                "a host ({hostport:?}) in a Unix socket URI: write nbd+unix:///export?socket=PATH"
-            ));
-        }
-        match socket {
-            Some(s) if !s.is_empty() => Endpoint::Unix { socket: s },
-            _ => return Err("a Unix socket URI needs ?socket=PATH".into()),
-        }
-    } else {
+}
+
+/// A `+unix` URI's socket (and no host), or the host and port.
+fn endpoint(unix: bool, hostport: &str, socket: Option<String>) -> Result<Endpoint, String> {
+    if !unix {
         let (host, port) = split_host_port(hostport)?;
-        Endpoint::Tcp { host, port }
-    };
-    if u.tls_certificates.is_some() && u.tls_psk_file.is_some() {
-        return Err("both tls-certificates and tls-psk-file: choose one".into());
+        return Ok(Endpoint::Tcp { host, port });
     }
-    Ok(u)
+    if !hostport.is_empty() {
+        return Err(format!(
+            "a host ({hostport:?}) in a Unix socket URI: write nbd+unix:///export?socket=PATH"
+        ));
+    }
+    match socket {
+        Some(s) if !s.is_empty() => Ok(Endpoint::Unix { socket: s }),
+        _ => Err("a Unix socket URI needs ?socket=PATH".into()),
+    }
 }
 
 /// `host[:port]`, `[v6][:port]`, or empty (localhost, as libnbd).

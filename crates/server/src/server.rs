@@ -234,50 +234,11 @@ pub fn serve(
     config: ServeConfig,
     on_ready: impl FnOnce(&Ready),
 ) -> Result<(), ServeError> {
-    let server_tls = match (&config.tls_credentials, config.tls) {
-        (_, TlsPolicy::Off) => None,
-        (Some(creds), _) => Some(
-            platter_tls::ServerTls::new(creds).map_err(|e| ServeError::Refused(e.to_string()))?,
-        ),
-        (None, _) => {
-            return Err(ServeError::Refused(
-                "--tls on or require needs --tls-certificates DIR or --tls-psk FILE".into(),
-            ))
-        }
-    };
+    let server_tls = server_tls(&config)?;
     let mut opened = startup::open(volume, &config)?;
     let export = startup::export_info(&opened, config.read_only, &config.rotational);
     let (engine, resync_regions) = startup::engine(&mut opened, &config)?;
-    let buffered = Arc::new(Budget::new(flow::REQUESTS_MAX, config.buffer_limit_bytes));
-    let recorder = Arc::new(crate::manage::record::Recorder::default());
-    if let Some((path, limit_bytes)) = &config.record {
-        recorder
-            .start(path, *limit_bytes)
-            .map_err(ServeError::Refused)?;
-    }
-    let shared = Arc::new(Shared {
-        recorder: Arc::clone(&recorder),
-        engine: Arc::clone(&engine),
-        buffered: Arc::clone(&buffered),
-        handshake: HandshakeConfig {
-            exports: vec![export.clone()],
-            max_options: 64,
-            max_option_bytes: 64 * 1024,
-            tls: config.tls,
-        },
-        tls: server_tls,
-        threads: config.threads.max(1),
-        handshake_timeout: config.handshake_timeout,
-        idle_timeout: config.idle_timeout,
-        turned_away_at: Mutex::new(None),
-        describe: {
-            let geometry = opened.assembly.geometry.clone();
-            let name = export.name.clone();
-            Box::new(move |engine: &Engine| {
-                startup::describe_export(&geometry, &name, &engine.health())
-            })
-        },
-    });
+    let shared = connection_shared(&config, &opened, &export, &engine, server_tls)?;
     let bound = listen::bind(&config, &export.name)?;
     let control_path = bound
         .control
@@ -293,69 +254,15 @@ pub fn serve(
     let signals = Signals::watch(Arc::clone(&stop))?;
 
     // Labels follow the volume from here on: failures, rebuilds, checkpoints.
-    let meta = Arc::new(Meta::new(
-        opened.assembly.label.clone(),
-        Arc::clone(&engine),
-        config.read_only,
-    ));
-    let alerts = Arc::new(
-        crate::observe::alerts::Alerts::new(
-            &export.name,
-            &platter_core::assemble::uuid_string(&opened.assembly.label.volume_uuid),
-            config.on_event.clone(),
-        )
-        .map_err(ServeError::Refused)?,
-    );
-    engine.set_alerts(Arc::clone(&alerts));
-    {
-        let m = Arc::clone(&meta);
-        let weak = Arc::downgrade(&engine);
-        engine.on_event(Box::new(move |e| {
-            let recorded = m.on_event(e);
-            if let Some(engine) = weak.upgrade() {
-                crate::observe::alerts::raise_engine_event(&engine, e);
-            }
-            recorded
-        }));
-    }
+    let (meta, alerts) = watch_events(&config, &opened, &export.name, &engine)?;
     startup::alert_start(&engine, &config.forced_slots, &opened);
     startup::resume_rebuilds(&opened.assembly, &engine);
     startup::mark_in_use(&meta, &engine);
-    let upkeep = Arc::new(Upkeep::with_scrubber(Scrubber::new(
-        config.scrub_every.filter(|_| !config.read_only),
-        config.scrub_rate_bytes_per_sec,
-        meta.label().scrub,
-    )));
-    upkeep
-        .rate_bytes_per_sec
-        .store(config.rebuild_rate_bytes_per_sec, Ordering::Relaxed);
+    let upkeep = start_upkeep(&config, &meta);
     startup::start_resync(&opened, &engine, &upkeep, resync_regions, config.read_only);
-
-    let manager = Arc::new(Manager {
-        engine: Arc::clone(&engine),
-        meta: Arc::clone(&meta),
-        upkeep: Arc::clone(&upkeep),
-        spares: Mutex::new(Vec::new()),
-        removed: Mutex::new(std::mem::take(&mut opened.removed)),
-        slot_changes: Mutex::new(()),
-        rotational: config.rotational.clone(),
-        away: Mutex::new(Default::default()),
-        reconnect: config.reconnect,
-        member_timeout: config.member_timeout,
-        open_options: config.member_open_options(),
-        reconnecting: Mutex::new(None),
-        stopping: AtomicBool::new(false),
-        recorder: Arc::clone(&recorder),
-        left_out: Mutex::new(
-            std::mem::take(&mut opened.left_out)
-                .into_iter()
-                .map(|m| (m.slot, m))
-                .collect(),
-        ),
-        control_path,
-        superseded: std::mem::take(&mut opened.superseded),
-    });
+    let manager = manager(&config, &mut opened, &shared, &meta, &upkeep, control_path);
     manager.await_unreachable(&config.unreachable);
+
     let conns = Arc::new(Conns::new());
     let metrics_url = bound
         .metrics
@@ -368,7 +275,6 @@ pub fn serve(
     if config.stdio {
         listen::stdio_connection(&shared, &conns)?;
     }
-
     on_ready(&Ready {
         export_name: export.name.clone(),
         size_bytes: export.size_bytes,
@@ -380,46 +286,220 @@ pub fn serve(
         "READY=1\nSTATUS=serving '{}' ({} bytes)",
         export.name, export.size_bytes
     ));
+    serve_until_stopped(&config, &stop, &conns, &shared, &manager);
+    let own = Own {
+        notifier,
+        registration,
+        threads,
+        ours,
+        signals,
+        alerts,
+    };
+    shut_down(own, &manager, &conns)
+}
 
+/// The TLS the server offers, from its credentials; `--tls on` or
+/// `require` without them is refused.
+fn server_tls(config: &ServeConfig) -> Result<Option<platter_tls::ServerTls>, ServeError> {
+    match (&config.tls_credentials, config.tls) {
+        (_, TlsPolicy::Off) => Ok(None),
+        (Some(creds), _) => Ok(Some(
+            platter_tls::ServerTls::new(creds).map_err(|e| ServeError::Refused(e.to_string()))?,
+        )),
+        (None, _) => Err(ServeError::Refused(
+            "--tls on or require needs --tls-certificates DIR or --tls-psk FILE".into(),
+        )),
+    }
+}
+
+/// What every connection shares: the engine, the server's byte budget,
+/// the recording (started here with `--record`), the export offered.
+fn connection_shared(
+    config: &ServeConfig,
+    opened: &startup::Opened,
+    export: &platter_nbd::ExportInfo,
+    engine: &Arc<Engine>,
+    tls: Option<platter_tls::ServerTls>,
+) -> Result<Arc<Shared>, ServeError> {
+    let buffered = Arc::new(Budget::new(flow::REQUESTS_MAX, config.buffer_limit_bytes));
+    let recorder = Arc::new(crate::manage::record::Recorder::default());
+    if let Some((path, limit_bytes)) = &config.record {
+        recorder
+            .start(path, *limit_bytes)
+            .map_err(ServeError::Refused)?;
+    }
+    Ok(Arc::new(Shared {
+        recorder,
+        engine: Arc::clone(engine),
+        buffered,
+        handshake: HandshakeConfig {
+            exports: vec![export.clone()],
+            max_options: 64,
+            max_option_bytes: 64 * 1024,
+            tls: config.tls,
+        },
+        tls,
+        threads: config.threads.max(1),
+        handshake_timeout: config.handshake_timeout,
+        idle_timeout: config.idle_timeout,
+        turned_away_at: Mutex::new(None),
+        describe: {
+            let geometry = opened.assembly.geometry.clone();
+            let name = export.name.clone();
+            Box::new(move |engine: &Engine| {
+                startup::describe_export(&geometry, &name, &engine.health())
+            })
+        },
+    }))
+}
+
+/// The engine's events go to the labels first (`Meta`), then to the
+/// alerts.
+fn watch_events(
+    config: &ServeConfig,
+    opened: &startup::Opened,
+    name: &str,
+    engine: &Arc<Engine>,
+) -> Result<(Arc<Meta>, Arc<crate::observe::alerts::Alerts>), ServeError> {
+    let meta = Arc::new(Meta::new(
+        opened.assembly.label.clone(),
+        Arc::clone(engine),
+        config.read_only,
+    ));
+    let alerts = Arc::new(
+        crate::observe::alerts::Alerts::new(
+            name,
+            &platter_core::assemble::uuid_string(&opened.assembly.label.volume_uuid),
+            config.on_event.clone(),
+        )
+        .map_err(ServeError::Refused)?,
+    );
+    engine.set_alerts(Arc::clone(&alerts));
+    let m = Arc::clone(&meta);
+    let weak = Arc::downgrade(engine);
+    engine.on_event(Box::new(move |e| {
+        let recorded = m.on_event(e);
+        if let Some(engine) = weak.upgrade() {
+            crate::observe::alerts::raise_engine_event(&engine, e);
+        }
+        recorded
+    }));
+    Ok((meta, alerts))
+}
+
+/// The upkeep's schedule: the rebuild rate and the scheduled scrub,
+/// resumed from the labels' record.
+fn start_upkeep(config: &ServeConfig, meta: &Meta) -> Arc<Upkeep> {
+    let upkeep = Arc::new(Upkeep::with_scrubber(Scrubber::new(
+        config.scrub_every.filter(|_| !config.read_only),
+        config.scrub_rate_bytes_per_sec,
+        meta.label().scrub,
+    )));
+    upkeep
+        .rate_bytes_per_sec
+        .store(config.rebuild_rate_bytes_per_sec, Ordering::Relaxed);
+    upkeep
+}
+
+/// The control socket's manager, taking from `opened` what the start
+/// learnt of removed, left-out and superseded members.
+fn manager(
+    config: &ServeConfig,
+    opened: &mut startup::Opened,
+    shared: &Shared,
+    meta: &Arc<Meta>,
+    upkeep: &Arc<Upkeep>,
+    control_path: Option<String>,
+) -> Arc<Manager> {
+    Arc::new(Manager {
+        engine: Arc::clone(&shared.engine),
+        meta: Arc::clone(meta),
+        upkeep: Arc::clone(upkeep),
+        spares: Mutex::new(Vec::new()),
+        removed: Mutex::new(std::mem::take(&mut opened.removed)),
+        slot_changes: Mutex::new(()),
+        rotational: config.rotational.clone(),
+        away: Mutex::new(Default::default()),
+        reconnect: config.reconnect,
+        member_timeout: config.member_timeout,
+        open_options: config.member_open_options(),
+        reconnecting: Mutex::new(None),
+        stopping: AtomicBool::new(false),
+        recorder: Arc::clone(&shared.recorder),
+        left_out: Mutex::new(
+            std::mem::take(&mut opened.left_out)
+                .into_iter()
+                .map(|m| (m.slot, m))
+                .collect(),
+        ),
+        control_path,
+        superseded: std::mem::take(&mut opened.superseded),
+    })
+}
+
+/// The main loop, until the stop flag: connections reaped, idle memory
+/// returned, lost members failed or reconnected, spares taken in.
+fn serve_until_stopped(
+    config: &ServeConfig,
+    stop: &AtomicBool,
+    conns: &Conns,
+    shared: &Shared,
+    manager: &Arc<Manager>,
+) {
     let mut trimmer = crate::engine::memory::Trimmer::default();
     let mut unread = listen::UnreadWatch::default();
     while !stop.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(100));
-        let ended = listen::reap(&conns);
-        unread.tick(&conns, &shared);
+        let ended = listen::reap(conns);
+        unread.tick(conns, shared);
         // Under --stdio the server lives as long as its one client.
         if config.stdio && conns.open.lock().expect("connections lock").is_empty() {
             tracing::info!("the client on standard input left; stopping");
             stop.store(true, Ordering::SeqCst);
             break;
         }
-        trimmer.tick(ended > 0 || buffered.in_flight() != (0, 0));
+        trimmer.tick(ended > 0 || shared.buffered.in_flight() != (0, 0));
         manager.fail_quietly_lost();
         manager.close_failed_members();
         if config.reconnect {
             manager.reconnect_lost();
         }
-        engine.refresh_read_latencies();
+        manager.engine.refresh_read_latencies();
         manager.replace_from_spares();
     }
+}
 
-    // Shutdown: new requests get ESHUTDOWN, started ones finish.
-    notifier.notify("STOPPING=1\nSTATUS=finishing requests, flushing, marking the volume clean");
+/// What the server holds of its own that the stop takes down.
+struct Own {
+    notifier: crate::network::systemd::Notifier,
+    registration: Option<crate::observe::registry::Registration>,
+    threads: Threads,
+    /// Sockets the server made (not passed by systemd).
+    ours: Vec<PathBuf>,
+    signals: Signals,
+    alerts: Arc<crate::observe::alerts::Alerts>,
+}
+
+/// The stop: new requests get ESHUTDOWN, started ones finish.
+fn shut_down(own: Own, manager: &Manager, conns: &Conns) -> Result<(), ServeError> {
+    let (engine, meta, upkeep) = (&manager.engine, &manager.meta, &manager.upkeep);
+    own.notifier
+        .notify("STOPPING=1\nSTATUS=finishing requests, flushing, marking the volume clean");
     // A stopping volume is no longer listed as served.
-    drop(registration);
+    drop(own.registration);
     manager.stop_reconnecting();
     engine.close_to_clients();
-    threads.join(&upkeep);
+    own.threads.join(upkeep);
     // The recording ends with its closing line written out.
-    recorder.stop();
-    let flushed = flush_and_mark(&engine, &meta, &upkeep);
-    close_connections(&conns);
+    manager.recorder.stop();
+    let flushed = flush_and_mark(engine, meta, upkeep);
+    close_connections(conns);
     // Sockets systemd passed are its own to remove.
-    for path in &ours {
+    for path in &own.ours {
         listen::remove_socket(path);
     }
-    signals.close();
-    alerts.close();
+    own.signals.close();
+    own.alerts.close();
     flushed?;
     tracing::info!("volume flushed and marked {}", meta.label().state);
     Ok(())

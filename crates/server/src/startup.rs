@@ -12,7 +12,7 @@ use crate::server::{ServeConfig, ServeError, MAX_BLOCK_BYTES};
 use platter_core::assemble::{Absence, Assembly, SlotNote};
 use platter_core::geometry::Geometry;
 use platter_core::intent::{IntentLayout, RegionSet};
-use platter_core::label::{printable, Label, SlotState, VolumeState};
+use platter_core::label::{printable, Checksums, Label, SlotState, VolumeState};
 use platter_core::volume::{CacheLimits, Health, Limits, Volume};
 use platter_io::assembly::OpenVolume;
 use platter_io::Member;
@@ -341,35 +341,75 @@ pub(crate) fn engine(
             config.buffer_limit_bytes
         )));
     }
-    let geometry = opened.assembly.geometry.clone();
     // Each connection holds at most CONN_MAX_REQUESTS; the margin is for
     // flushes chained behind FUA trims and the server's own final flush.
     let max_requests =
         config.max_connections * 2 * crate::network::conn::CONN_MAX_REQUESTS as usize + 16;
     if let Some(old) = opened.assembly.old_geometry.clone() {
-        let mut r = crate::engine::resume::reshaping(opened, config, old, Limits { max_requests })?;
-        crate::engine::memory::keep_large_buffers(true);
-        // Neither a bitmap nor a cache while the layout changes (each is
-        // kept in one layout's terms): an unclean stop resyncs it all.
-        opened.intent = None;
-        crate::engine::read_policy::configure(
-            r.new_volume_mut(),
-            &opened.assembly.label,
-            &opened.members,
-            &config.rotational,
-            &config.write_mostly,
-        );
-        let io = io_layer(config)?;
-        let members = std::mem::take(&mut opened.members);
-        let engine = Engine::new(r, members, Arc::new(io));
-        engine.set_volume_setup(volume_setup(&opened.assembly.label, config));
-        return Ok((engine, 0));
+        return reshaping_engine(opened, config, old, Limits { max_requests });
     }
-    let mut vol = Volume::new(
-        geometry.clone(),
-        opened.assembly.health.clone(),
-        Limits { max_requests },
+    let (mut vol, resync_regions) = volume(opened, config, Limits { max_requests })?;
+    crate::engine::read_policy::configure(
+        &mut vol,
+        &opened.assembly.label,
+        &opened.members,
+        &config.rotational,
+        &config.write_mostly,
     );
+    if !config.read_only && config.stripe_cache_stripes > 0 {
+        // Partial-stripe writes gathered into full stripes; the upkeep
+        // thread's destage ticks and every FLUSH write them out.
+        vol.enable_stripe_cache(CacheLimits {
+            max_stripes: config.stripe_cache_stripes,
+            ..CacheLimits::DEFAULT
+        });
+    }
+    let io = io_layer(config)?;
+    // Moved, not cloned: a removed member's device closes when the engine
+    // lets it go.
+    let members = std::mem::take(&mut opened.members);
+    let engine = Engine::new(vol, members, Arc::new(io));
+    engine.set_volume_setup(volume_setup(&opened.assembly.label, config));
+    Ok((engine, resync_regions))
+}
+
+/// The engine over a volume whose labels say a reshape is in progress:
+/// both layouts, driven from where the labels stand.
+fn reshaping_engine(
+    opened: &mut Opened,
+    config: &ServeConfig,
+    old: Geometry,
+    limits: Limits,
+) -> Result<(Arc<Engine>, u64), ServeError> {
+    let mut r = crate::engine::resume::reshaping(opened, config, old, limits)?;
+    crate::engine::memory::keep_large_buffers(true);
+    // Neither a bitmap nor a cache while the layout changes (each is
+    // kept in one layout's terms): an unclean stop resyncs it all.
+    opened.intent = None;
+    crate::engine::read_policy::configure(
+        r.new_volume_mut(),
+        &opened.assembly.label,
+        &opened.members,
+        &config.rotational,
+        &config.write_mostly,
+    );
+    let io = io_layer(config)?;
+    let members = std::mem::take(&mut opened.members);
+    let engine = Engine::new(r, members, Arc::new(io));
+    engine.set_volume_setup(volume_setup(&opened.assembly.label, config));
+    Ok((engine, 0))
+}
+
+/// The volume with what its labels keep: the bitmap (and the regions it
+/// owes a resync after an unclean stop), the partial parity log, the
+/// checksums.
+fn volume(
+    opened: &mut Opened,
+    config: &ServeConfig,
+    limits: Limits,
+) -> Result<(Volume, u64), ServeError> {
+    let geometry = opened.assembly.geometry.clone();
+    let mut vol = Volume::new(geometry.clone(), opened.assembly.health.clone(), limits);
     let mut resync_regions = 0;
     if let Some((layout, bits)) = opened.intent.take() {
         let resync = opened.unclean && geometry.redundancy() > 0;
@@ -395,50 +435,35 @@ pub(crate) fn engine(
         }
     }
     if let Some(c) = opened.assembly.label.checksums {
-        let label = &opened.assembly.label;
-        let layout = platter_core::integrity::Layout {
-            algorithm: c.algorithm,
-            format: c.format,
-            volume_uuid: label.volume_uuid,
-            area_offset_bytes: c.area_offset_bytes,
-            data_offset_bytes: label.data_offset_bytes,
-            data_size_bytes: label
-                .slots
-                .iter()
-                .map(|s| s.data_size_bytes)
-                .max()
-                .unwrap_or(label.data_size_bytes),
-        };
-        layout.check().map_err(ServeError::Refused)?;
-        if vol.intent_status().is_none() && geometry.redundancy() > 0 {
-            return Err(ServeError::Refused(
-                "the volume keeps checksums but has no write-intent bitmap to say where a crash left them out of step".into(),
-            ));
-        }
-        vol.enable_checksums(layout, platter_core::integrity::Limits::default());
+        enable_checksums(&mut vol, &opened.assembly.label, c)?;
     }
-    crate::engine::read_policy::configure(
-        &mut vol,
-        &opened.assembly.label,
-        &opened.members,
-        &config.rotational,
-        &config.write_mostly,
-    );
-    if !config.read_only && config.stripe_cache_stripes > 0 {
-        // Partial-stripe writes gathered into full stripes; the upkeep
-        // thread's destage ticks and every FLUSH write them out.
-        vol.enable_stripe_cache(CacheLimits {
-            max_stripes: config.stripe_cache_stripes,
-            ..CacheLimits::DEFAULT
-        });
+    Ok((vol, resync_regions))
+}
+
+/// Checksums need the bitmap on a redundant volume: it says where a crash
+/// left them out of step.
+fn enable_checksums(vol: &mut Volume, label: &Label, c: Checksums) -> Result<(), ServeError> {
+    let layout = platter_core::integrity::Layout {
+        algorithm: c.algorithm,
+        format: c.format,
+        volume_uuid: label.volume_uuid,
+        area_offset_bytes: c.area_offset_bytes,
+        data_offset_bytes: label.data_offset_bytes,
+        data_size_bytes: label
+            .slots
+            .iter()
+            .map(|s| s.data_size_bytes)
+            .max()
+            .unwrap_or(label.data_size_bytes),
+    };
+    layout.check().map_err(ServeError::Refused)?;
+    if vol.intent_status().is_none() && vol.geometry().redundancy() > 0 {
+        return Err(ServeError::Refused(
+            "the volume keeps checksums but has no write-intent bitmap to say where a crash left them out of step".into(),
+        ));
     }
-    let io = io_layer(config)?;
-    // Moved, not cloned: a removed member's device closes when the engine
-    // lets it go.
-    let members = std::mem::take(&mut opened.members);
-    let engine = Engine::new(vol, members, Arc::new(io));
-    engine.set_volume_setup(volume_setup(&opened.assembly.label, config));
-    Ok((engine, resync_regions))
+    vol.enable_checksums(layout, platter_core::integrity::Limits::default());
+    Ok(())
 }
 
 /// How the volume a finished reshape hands over to is set up: as at

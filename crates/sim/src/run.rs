@@ -385,6 +385,61 @@ pub struct Report {
 }
 
 impl Report {
+    /// A run's report before it starts: every count zero, the bitmap's
+    /// size from `intent`.
+    fn new(seed: u64, beyond_budget: bool, intent: Option<IntentLayout>) -> Report {
+        Report {
+            seed,
+            trace_hash: 0,
+            beyond_budget,
+            steps: 0,
+            end_ns: 0,
+            submitted: 0,
+            completed: 0,
+            failed: 0,
+            lost: 0,
+            reads_checked: 0,
+            bytes_checked: 0,
+            member_ios: 0,
+            member_io_errors: 0,
+            faults_fired: 0,
+            crashes: 0,
+            writes_lost_in_crashes: 0,
+            resynced_regions: 0,
+            regions: intent.map_or(0, |l| l.regions),
+            bitmap_pages: intent.map_or(0, |l| l.pages()),
+            marked_pages_at_crashes: 0,
+            unflushed_writes_checked: 0,
+            deferred_faults: 0,
+            dropped_write_windows: 0,
+            members_discarded: 0,
+            restarts: 0,
+            checksum_pages_refused: 0,
+            checksum_pages_stale: 0,
+            rebuilds_started: 0,
+            rebuilds_done: 0,
+            rebuild_steps_failed: 0,
+            faulty_members: Vec::new(),
+            read_errors_corrected: 0,
+            violations: 0,
+            violation_messages: Vec::new(),
+            stats: Default::default(),
+            cache_peak_stripes: 0,
+            cached_stripes_lost_in_crashes: 0,
+            members_lost_at_crashes: 0,
+            ppl_records_applied: 0,
+            ppl_rows_skipped_bytes: 0,
+            ppl_parity_checked_at_rest_bytes: 0,
+            failures_unrecorded_at_crashes: 0,
+            wrong_reads: 0,
+            wrong_bytes: 0,
+            corrupted: Vec::new(),
+            stored_corruptions: 0,
+            scrub: None,
+            check_after_scrub: None,
+        }
+    }
+
     pub fn ok(&self) -> bool {
         self.violations == 0
     }
@@ -477,6 +532,34 @@ struct RequestGen {
 }
 
 impl RequestGen {
+    /// The workload's requests over its windows (each checked to lie in
+    /// the volume of `size` bytes), or over the whole volume.
+    fn new(config: &SimConfig, size: u64, seed: u64) -> RequestGen {
+        let w = &config.workload;
+        let windows = if w.windows.is_empty() {
+            vec![(0, size)]
+        } else {
+            w.windows.clone()
+        };
+        for &(start, len) in &windows {
+            assert!(
+                len > 0 && start.checked_add(len).is_some_and(|e| e <= size),
+                "seed {seed}: window {start}+{len} outside the volume of {size} bytes"
+            );
+        }
+        RequestGen {
+            rng: Rng::stream(seed, Stream::Workload),
+            remaining: w.requests,
+            // With silent corruption, the verify pass comes after the scrub.
+            verify_at: (w.verify_at_end && config.silent_corruption.is_none())
+                .then_some((0, windows[0].0)),
+            windows,
+            max_len_bytes: w.max_len_bytes.max(1),
+            mix: w.mix.clone(),
+            aligned_percent: w.aligned_percent,
+        }
+    }
+
     fn next(&mut self) -> Option<Request> {
         if self.remaining > 0 {
             self.remaining -= 1;
@@ -613,6 +696,56 @@ pub struct Simulation {
     stop_steps_failed: bool,
 }
 
+/// The volume as the configuration sets it up: its read policy, bitmap,
+/// checksums (their pages written on the members, as `platter create`
+/// writes them), stripe cache and log.
+fn new_volume(
+    config: &SimConfig,
+    geometry: &Geometry,
+    members: &mut [SimMember],
+    seed: u64,
+) -> (Volume, Option<IntentLayout>) {
+    let n = geometry.members();
+    let mut volume = Volume::new(
+        geometry.clone(),
+        vec![Health::Online; n as usize],
+        Limits {
+            max_requests: config.limits_max_requests,
+        },
+    );
+    volume
+        .set_read_policy(config.read_policy)
+        .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    let intent = IntentLayout::new(geometry, config.intent_region_stripes)
+        .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    if let Some(layout) = intent {
+        volume.enable_intent(layout, RegionSet::new(&layout), false);
+    }
+    if let Some(alg) = config.checksums {
+        let layout = checksum_layout(geometry, alg, config.checksum_format);
+        assert!(
+            layout.format.area_bytes(layout.data_size_bytes) <= 64 << 20,
+            "seed {seed}: checksum pages written at creation stay small"
+        );
+        for (m, member) in members.iter_mut().enumerate() {
+            let area = created_checksum_area(&layout, m as u32, n);
+            member.write_flushed(layout.area_offset_bytes, &area);
+        }
+        assert!(
+            layout.area_offset_bytes >= INTENT_OFFSET_BYTES + intent.map_or(0, |l| l.area_bytes()),
+            "seed {seed}: the checksums overlap the bitmap"
+        );
+        volume.enable_checksums(layout, checksum_limits(config));
+    }
+    if let Some(limits) = config.stripe_cache {
+        volume.enable_stripe_cache(limits);
+    }
+    if let Some(layout) = config.ppl {
+        volume.enable_ppl(layout, PPL_VOLUME_UUID);
+    }
+    (volume, intent)
+}
+
 impl Simulation {
     pub fn new(config: SimConfig, seed: u64) -> Simulation {
         let geometry = Geometry::new(config.geometry.clone())
@@ -640,118 +773,9 @@ impl Simulation {
             geometry.stripe_data_bytes(),
             geometry.level().is_parity(),
         );
-        let w = &config.workload;
-        let size = geometry.volume_size_bytes();
-        let windows = if w.windows.is_empty() {
-            vec![(0, size)]
-        } else {
-            w.windows.clone()
-        };
-        for &(start, len) in &windows {
-            assert!(
-                len > 0 && start.checked_add(len).is_some_and(|e| e <= size),
-                "seed {seed}: window {start}+{len} outside the volume of {size} bytes"
-            );
-        }
-        let gen = RequestGen {
-            rng: Rng::stream(seed, Stream::Workload),
-            remaining: w.requests,
-            // With silent corruption, the verify pass comes after the scrub.
-            verify_at: (w.verify_at_end && config.silent_corruption.is_none())
-                .then_some((0, windows[0].0)),
-            windows,
-            max_len_bytes: w.max_len_bytes.max(1),
-            mix: w.mix.clone(),
-            aligned_percent: w.aligned_percent,
-        };
-        let mut volume = Volume::new(
-            geometry.clone(),
-            vec![Health::Online; n as usize],
-            Limits {
-                max_requests: config.limits_max_requests,
-            },
-        );
-        volume
-            .set_read_policy(config.read_policy)
-            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-        let intent = IntentLayout::new(&geometry, config.intent_region_stripes)
-            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-        if let Some(layout) = intent {
-            volume.enable_intent(layout, RegionSet::new(&layout), false);
-        }
-        if let Some(alg) = config.checksums {
-            let layout = checksum_layout(&geometry, alg, config.checksum_format);
-            assert!(
-                layout.format.area_bytes(layout.data_size_bytes) <= 64 << 20,
-                "seed {seed}: checksum pages written at creation stay small"
-            );
-            for (m, member) in members.iter_mut().enumerate() {
-                let area = created_checksum_area(&layout, m as u32, n);
-                member.write_flushed(layout.area_offset_bytes, &area);
-            }
-            assert!(
-                layout.area_offset_bytes
-                    >= INTENT_OFFSET_BYTES + intent.map_or(0, |l| l.area_bytes()),
-                "seed {seed}: the checksums overlap the bitmap"
-            );
-            volume.enable_checksums(layout, checksum_limits(&config));
-        }
-        if let Some(limits) = config.stripe_cache {
-            volume.enable_stripe_cache(limits);
-        }
-        if let Some(layout) = config.ppl {
-            volume.enable_ppl(layout, PPL_VOLUME_UUID);
-        }
-        let report = Report {
-            seed,
-            trace_hash: 0,
-            beyond_budget: config.beyond_budget(&geometry),
-            steps: 0,
-            end_ns: 0,
-            submitted: 0,
-            completed: 0,
-            failed: 0,
-            lost: 0,
-            reads_checked: 0,
-            bytes_checked: 0,
-            member_ios: 0,
-            member_io_errors: 0,
-            faults_fired: 0,
-            crashes: 0,
-            writes_lost_in_crashes: 0,
-            resynced_regions: 0,
-            regions: intent.map_or(0, |l| l.regions),
-            bitmap_pages: intent.map_or(0, |l| l.pages()),
-            marked_pages_at_crashes: 0,
-            unflushed_writes_checked: 0,
-            deferred_faults: 0,
-            dropped_write_windows: 0,
-            members_discarded: 0,
-            restarts: 0,
-            checksum_pages_refused: 0,
-            checksum_pages_stale: 0,
-            rebuilds_started: 0,
-            rebuilds_done: 0,
-            rebuild_steps_failed: 0,
-            faulty_members: Vec::new(),
-            read_errors_corrected: 0,
-            violations: 0,
-            violation_messages: Vec::new(),
-            stats: Default::default(),
-            cache_peak_stripes: 0,
-            cached_stripes_lost_in_crashes: 0,
-            members_lost_at_crashes: 0,
-            ppl_records_applied: 0,
-            ppl_rows_skipped_bytes: 0,
-            ppl_parity_checked_at_rest_bytes: 0,
-            failures_unrecorded_at_crashes: 0,
-            wrong_reads: 0,
-            wrong_bytes: 0,
-            corrupted: Vec::new(),
-            stored_corruptions: 0,
-            scrub: None,
-            check_after_scrub: None,
-        };
+        let gen = RequestGen::new(&config, geometry.volume_size_bytes(), seed);
+        let (volume, intent) = new_volume(&config, &geometry, &mut members, seed);
+        let report = Report::new(seed, config.beyond_budget(&geometry), intent);
         Simulation {
             seed,
             queue: EventQueue::new(config.max_queue_len),
@@ -1571,6 +1595,40 @@ impl Simulation {
     /// member missed, not owed a resync.
     fn crash(&mut self, lose: Option<u32>, clean: bool) {
         let now = self.clock.now_ns();
+        let (lost, unflushed) = self.lose_host_state(now);
+        if let Some(m) = lose {
+            // The member's disk dies with the host: assembled as missing.
+            self.report.members_lost_at_crashes += 1;
+            self.injected[m as usize] = true;
+            self.labels_faulty[m as usize] = true;
+            self.members[m as usize].die_at(now);
+            if !self.known_faulty[m as usize] {
+                self.known_faulty[m as usize] = true;
+                self.report.faulty_members.push(m);
+            }
+        }
+        if let Some(layout) = self.config.ppl {
+            self.apply_ppl(layout);
+        }
+        let unknown = self.oracle.crash();
+        // Tag 12: a crash (9 is a corrected read error).
+        self.trace.fold(&[12, now, lost, unknown]);
+        self.restart_volume();
+        self.resync_after_crash(&unflushed, clean);
+        // Closed loop: the clients whose requests were lost start again.
+        if matches!(self.config.workload.arrival, Arrival::Closed { .. }) {
+            for _ in 0..lost {
+                self.queue.push(now + 1, SimEvent::Arrival);
+            }
+        }
+        // Open loop: the arrival chain is still in the queue.
+    }
+
+    /// What the host loses: I/O in flight, requests outstanding (their
+    /// count returned), the stripe cache, and on each member what a
+    /// flush did not cover (returned as (member, offset, length), from
+    /// the members the labels hold in use).
+    fn lose_host_state(&mut self, now: u64) -> (u64, Vec<(u32, u64, u64)>) {
         self.service.power_fail(now);
         self.inflight.clear();
         self.report.crashes += 1;
@@ -1602,23 +1660,12 @@ impl Simulation {
             self.report.writes_lost_in_crashes +=
                 m.crash(self.config.crash_undo, &mut self.fault_rng);
         }
-        if let Some(m) = lose {
-            // The member's disk dies with the host: assembled as missing.
-            self.report.members_lost_at_crashes += 1;
-            self.injected[m as usize] = true;
-            self.labels_faulty[m as usize] = true;
-            self.members[m as usize].die_at(now);
-            if !self.known_faulty[m as usize] {
-                self.known_faulty[m as usize] = true;
-                self.report.faulty_members.push(m);
-            }
-        }
-        if let Some(layout) = self.config.ppl {
-            self.apply_ppl(layout);
-        }
-        let unknown = self.oracle.crash();
-        // Tag 12: a crash (9 is a corrected read error).
-        self.trace.fold(&[12, now, lost, unknown]);
+        (lost, unflushed)
+    }
+
+    /// A new volume over the members, as assembly makes it: those the
+    /// labels hold failed are missing.
+    fn restart_volume(&mut self) {
         let health = self
             .labels_faulty
             .iter()
@@ -1640,60 +1687,59 @@ impl Simulation {
         if let Some(layout) = self.config.ppl {
             self.volume.enable_ppl(layout, PPL_VOLUME_UUID);
         }
-        // The bitmap as the members hold it now, OR-ed over those in use;
-        // the regions it marks are resynced before anything else.
-        if let Some(layout) = self.intent {
-            let mut bits = RegionSet::new(&layout);
-            for (m, member) in self.members.iter().enumerate() {
-                if !self.labels_faulty[m] {
-                    bits.union_with(&RegionSet::from_bytes(
-                        &layout,
-                        &member.read(INTENT_OFFSET_BYTES, layout.area_bytes()),
-                    ));
+    }
+
+    /// The bitmap as the members hold it now, OR-ed over those in use;
+    /// the regions it marks are resynced before anything else (unless
+    /// `clean`). Without a bitmap, every stripe of a redundant volume.
+    fn resync_after_crash(&mut self, unflushed: &[(u32, u64, u64)], clean: bool) {
+        let Some(layout) = self.intent else {
+            if self.geometry.redundancy() > 0 && !clean {
+                // No bitmap: every stripe, as md does without one.
+                let stripes = self.geometry.stripes();
+                for first_stripe in (0..stripes).step_by(RESYNC_STEP_STRIPES as usize) {
+                    self.submit_upkeep(
+                        Request::Maintain {
+                            first_stripe,
+                            stripe_count: RESYNC_STEP_STRIPES.min(stripes - first_stripe),
+                            action: Maintenance::Resync,
+                        },
+                        Some(None),
+                    );
                 }
             }
-            self.check_unflushed_marked(&layout, &bits, &unflushed);
-            let mut pages: Vec<u64> = bits.iter().map(|r| r / (INTENT_PAGE_BYTES * 8)).collect();
-            pages.dedup();
-            self.report.marked_pages_at_crashes += pages.len() as u64;
-            self.volume.enable_intent(layout, bits.clone(), !clean);
-            if let Some(alg) = self.config.checksums {
-                let layout = checksum_layout(&self.geometry, alg, self.config.checksum_format);
-                self.volume
-                    .enable_checksums(layout, checksum_limits(&self.config));
-            }
-            for region in bits.iter().filter(|_| !clean) {
-                let (first_stripe, stripe_count) = layout.stripes_of(region);
-                self.submit_upkeep(
-                    Request::Maintain {
-                        first_stripe,
-                        stripe_count,
-                        action: Maintenance::Resync,
-                    },
-                    Some(Some(region)),
-                );
-            }
-        } else if self.geometry.redundancy() > 0 && !clean {
-            // No bitmap: every stripe, as md does without one.
-            let stripes = self.geometry.stripes();
-            for first_stripe in (0..stripes).step_by(RESYNC_STEP_STRIPES as usize) {
-                self.submit_upkeep(
-                    Request::Maintain {
-                        first_stripe,
-                        stripe_count: RESYNC_STEP_STRIPES.min(stripes - first_stripe),
-                        action: Maintenance::Resync,
-                    },
-                    Some(None),
-                );
+            return;
+        };
+        let mut bits = RegionSet::new(&layout);
+        for (m, member) in self.members.iter().enumerate() {
+            if !self.labels_faulty[m] {
+                bits.union_with(&RegionSet::from_bytes(
+                    &layout,
+                    &member.read(INTENT_OFFSET_BYTES, layout.area_bytes()),
+                ));
             }
         }
-        // Closed loop: the clients whose requests were lost start again.
-        if matches!(self.config.workload.arrival, Arrival::Closed { .. }) {
-            for _ in 0..lost {
-                self.queue.push(now + 1, SimEvent::Arrival);
-            }
+        self.check_unflushed_marked(&layout, &bits, unflushed);
+        let mut pages: Vec<u64> = bits.iter().map(|r| r / (INTENT_PAGE_BYTES * 8)).collect();
+        pages.dedup();
+        self.report.marked_pages_at_crashes += pages.len() as u64;
+        self.volume.enable_intent(layout, bits.clone(), !clean);
+        if let Some(alg) = self.config.checksums {
+            let layout = checksum_layout(&self.geometry, alg, self.config.checksum_format);
+            self.volume
+                .enable_checksums(layout, checksum_limits(&self.config));
         }
-        // Open loop: the arrival chain is still in the queue.
+        for region in bits.iter().filter(|_| !clean) {
+            let (first_stripe, stripe_count) = layout.stripes_of(region);
+            self.submit_upkeep(
+                Request::Maintain {
+                    first_stripe,
+                    stripe_count,
+                    action: Maintenance::Resync,
+                },
+                Some(Some(region)),
+            );
+        }
     }
 }
 

@@ -66,119 +66,29 @@ impl ScenarioOptions {
 }
 
 /// The scenario for `seed`.
+///
+/// Every choice is drawn from one stream in a fixed order: a change to
+/// the order changes every seed's scenario.
 pub fn random_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
     let mut r = Rng::stream(seed, Stream::Scenario);
     let level = *r.pick(&opts.levels);
-    let members = r.range(u64::from(level.min_members()), 8) as u32;
-    let copies = match level {
-        Level::Mirror => members,
-        Level::Raid10 => r.range(2, u64::from(members)) as u32,
-        _ => 1,
-    };
-    let parity_layout = *r.pick(&ParityLayout::ALL);
-    let interleave_bytes = r.range(1, 256) * SECTOR_BYTES;
-    // Small members: about 256 KiB of data each, at least 2 rows.
-    let rows = (256 * 1024 / interleave_bytes).clamp(2, 16);
-    let member_data_bytes = (0..members)
-        .map(|_| {
-            // Unequal sizes: the volume cuts to the smallest (or, for
-            // concat, uses every whole interleave).
-            let extra = if r.chance(30) {
-                r.below(interleave_bytes / SECTOR_BYTES * 2) * SECTOR_BYTES
-            } else {
-                0
-            };
-            rows * interleave_bytes + extra
-        })
-        .collect();
-    let geometry = GeometrySpec {
-        level,
-        parity_layout,
-        copies,
-        interleave_bytes,
-        data_offset_bytes: DATA_OFFSET_BYTES,
-        member_data_bytes,
-    };
-    let stripe_bytes = interleave_bytes
+    let geometry = random_geometry(&mut r, level);
+    let (members, copies) = (geometry.member_data_bytes.len() as u32, geometry.copies);
+    let stripe_bytes = geometry.interleave_bytes
         * match level {
             Level::Concat | Level::Mirror => 1,
             Level::Stripe => u64::from(members),
             Level::Raid10 => u64::from(members), // close enough for lengths
             Level::Raid5 | Level::Raid6 => u64::from(members - level.parity_members()),
         };
-    let latency = SimpleLatency {
-        base_ns: r.range(20_000, 200_000),
-        ns_per_kib: r.range(500, 10_000),
-        jitter: Jitter::Uniform {
-            max_ns: r.range(0, 200_000),
-        },
-        flush_ns: r.range(50_000, 1_000_000),
-    };
-    let arrival = if r.chance(75) {
-        Arrival::Closed {
-            concurrency: r.range(1, 16) as u32,
-            think_ns: if r.chance(50) { 0 } else { r.range(1, 100_000) },
-        }
-    } else {
-        Arrival::Open {
-            mean_gap_ns: r.range(5_000, 300_000),
-        }
-    };
-    let requests = r.range(opts.requests_min, opts.requests_max);
-    let mix = Mix {
-        read: r.range(20, 60) as u32,
-        write: r.range(20, 60) as u32,
-        write_zeroes: r.range(0, 10) as u32,
-        trim: r.range(0, 10) as u32,
-        flush: r.range(0, 6) as u32,
-        fua_percent: r.range(0, 20) as u32,
-    };
-    let run_ns = run_estimate_ns(&latency, &arrival, requests);
-
+    let (latency, workload) = random_load(&mut r, opts, stripe_bytes);
+    let run_ns = run_estimate_ns(&latency, &workload.arrival, workload.requests);
     let redundancy = match level {
         Level::Concat | Level::Stripe => 0,
         Level::Mirror | Level::Raid10 => u64::from(copies - 1),
         Level::Raid5 | Level::Raid6 => u64::from(level.parity_members()),
     };
-    let n = u64::from(members);
-    let failures = if r.chance(opts.beyond_budget_percent) {
-        r.range(redundancy + 1, (redundancy + 2).min(n))
-    } else {
-        r.range(0, redundancy.min(n))
-    };
-    let mut victims: Vec<u32> = (0..members).collect();
-    let mut faults = Vec::new();
-    for _ in 0..failures {
-        let i = r.below(victims.len() as u64) as usize;
-        let member = victims.swap_remove(i);
-        let fault = if r.chance(70) {
-            Fault::Die { member }
-        } else {
-            Fault::FailOneIo { member }
-        };
-        faults.push(ScheduledFault {
-            at_ns: r.below(run_ns),
-            fault,
-        });
-    }
-    if opts.crash {
-        // A parity volume must not crash degraded (see Fault::Crash): the
-        // crash comes before its member failures.
-        let before = if level.is_parity() {
-            faults
-                .iter()
-                .map(|f| f.at_ns)
-                .min()
-                .unwrap_or(run_ns)
-                .max(1)
-        } else {
-            run_ns
-        };
-        faults.push(ScheduledFault {
-            at_ns: r.below(before),
-            fault: Fault::Crash,
-        });
-    }
+    let faults = random_faults(&mut r, opts, &geometry, redundancy, run_ns);
     let crash_undo = if r.chance(50) {
         CrashUndo::All
     } else {
@@ -189,15 +99,7 @@ pub fn random_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
     let (label_min_ns, flush_ns) = (latency.base_ns + 1, latency.flush_ns);
     let mut config = SimConfig {
         geometry,
-        workload: Workload {
-            requests,
-            arrival,
-            mix,
-            max_len_bytes: 2 * stripe_bytes + 1000,
-            aligned_percent: 50,
-            verify_at_end: true,
-            windows: Vec::new(),
-        },
+        workload,
         faults,
         latency,
         member_extra_ns: Vec::new(),
@@ -237,17 +139,157 @@ pub fn random_config(seed: u64, opts: &ScenarioOptions) -> SimConfig {
         crash_after_first_failure(&mut config, &mut r);
     }
     if opts.crash && opts.crash_loses_member {
-        assert!(
-            level.is_parity(),
-            "a crash losing a member is the parity levels' hole"
-        );
-        let member = r.below(u64::from(members)) as u32;
-        config.faults.retain(|f| f.fault == Fault::Crash);
-        for f in &mut config.faults {
-            f.fault = Fault::CrashLosingMember { member };
-        }
+        crash_losing_member(&mut config, &mut r);
     }
     config
+}
+
+/// Members, copies, parity layout and interleave for `level`, on small
+/// members of unequal sizes.
+fn random_geometry(r: &mut Rng, level: Level) -> GeometrySpec {
+    let members = r.range(u64::from(level.min_members()), 8) as u32;
+    let copies = match level {
+        Level::Mirror => members,
+        Level::Raid10 => r.range(2, u64::from(members)) as u32,
+        _ => 1,
+    };
+    let parity_layout = *r.pick(&ParityLayout::ALL);
+    let interleave_bytes = r.range(1, 256) * SECTOR_BYTES;
+    // Small members: about 256 KiB of data each, at least 2 rows.
+    let rows = (256 * 1024 / interleave_bytes).clamp(2, 16);
+    let member_data_bytes = (0..members)
+        .map(|_| {
+            // Unequal sizes: the volume cuts to the smallest (or, for
+            // concat, uses every whole interleave).
+            let extra = if r.chance(30) {
+                r.below(interleave_bytes / SECTOR_BYTES * 2) * SECTOR_BYTES
+            } else {
+                0
+            };
+            rows * interleave_bytes + extra
+        })
+        .collect();
+    GeometrySpec {
+        level,
+        parity_layout,
+        copies,
+        interleave_bytes,
+        data_offset_bytes: DATA_OFFSET_BYTES,
+        member_data_bytes,
+    }
+}
+
+/// The members' latency and the clients' requests: how they arrive, how
+/// many, of which kinds.
+fn random_load(
+    r: &mut Rng,
+    opts: &ScenarioOptions,
+    stripe_bytes: u64,
+) -> (SimpleLatency, Workload) {
+    let latency = SimpleLatency {
+        base_ns: r.range(20_000, 200_000),
+        ns_per_kib: r.range(500, 10_000),
+        jitter: Jitter::Uniform {
+            max_ns: r.range(0, 200_000),
+        },
+        flush_ns: r.range(50_000, 1_000_000),
+    };
+    let arrival = if r.chance(75) {
+        Arrival::Closed {
+            concurrency: r.range(1, 16) as u32,
+            think_ns: if r.chance(50) { 0 } else { r.range(1, 100_000) },
+        }
+    } else {
+        Arrival::Open {
+            mean_gap_ns: r.range(5_000, 300_000),
+        }
+    };
+    let requests = r.range(opts.requests_min, opts.requests_max);
+    let mix = Mix {
+        read: r.range(20, 60) as u32,
+        write: r.range(20, 60) as u32,
+        write_zeroes: r.range(0, 10) as u32,
+        trim: r.range(0, 10) as u32,
+        flush: r.range(0, 6) as u32,
+        fua_percent: r.range(0, 20) as u32,
+    };
+    let workload = Workload {
+        requests,
+        arrival,
+        mix,
+        max_len_bytes: 2 * stripe_bytes + 1000,
+        aligned_percent: 50,
+        verify_at_end: true,
+        windows: Vec::new(),
+    };
+    (latency, workload)
+}
+
+/// Member failures, within the redundancy or (`beyond_budget_percent` of
+/// the time) past it, at random times in the run; and the crash, if
+/// asked for.
+fn random_faults(
+    r: &mut Rng,
+    opts: &ScenarioOptions,
+    geometry: &GeometrySpec,
+    redundancy: u64,
+    run_ns: u64,
+) -> Vec<ScheduledFault> {
+    let members = geometry.member_data_bytes.len() as u32;
+    let n = u64::from(members);
+    let failures = if r.chance(opts.beyond_budget_percent) {
+        r.range(redundancy + 1, (redundancy + 2).min(n))
+    } else {
+        r.range(0, redundancy.min(n))
+    };
+    let mut victims: Vec<u32> = (0..members).collect();
+    let mut faults = Vec::new();
+    for _ in 0..failures {
+        let i = r.below(victims.len() as u64) as usize;
+        let member = victims.swap_remove(i);
+        let fault = if r.chance(70) {
+            Fault::Die { member }
+        } else {
+            Fault::FailOneIo { member }
+        };
+        faults.push(ScheduledFault {
+            at_ns: r.below(run_ns),
+            fault,
+        });
+    }
+    if opts.crash {
+        // A parity volume must not crash degraded (see Fault::Crash): the
+        // crash comes before its member failures.
+        let before = if geometry.level.is_parity() {
+            faults
+                .iter()
+                .map(|f| f.at_ns)
+                .min()
+                .unwrap_or(run_ns)
+                .max(1)
+        } else {
+            run_ns
+        };
+        faults.push(ScheduledFault {
+            at_ns: r.below(before),
+            fault: Fault::Crash,
+        });
+    }
+    faults
+}
+
+/// `crash_loses_member`: the crash takes a member with it, and no member
+/// fails otherwise.
+fn crash_losing_member(config: &mut SimConfig, r: &mut Rng) {
+    assert!(
+        config.geometry.level.is_parity(),
+        "a crash losing a member is the parity levels' hole"
+    );
+    let member = r.below(config.geometry.member_data_bytes.len() as u64) as u32;
+    config.faults.retain(|f| f.fault == Fault::Crash);
+    for f in &mut config.faults {
+        f.fault = Fault::CrashLosingMember { member };
+    }
 }
 
 /// A rough length of a run, to place faults inside it.

@@ -333,10 +333,6 @@ pub fn png(rows: &[Row], title: &str) -> Vec<u8> {
 
 /// The sweep's plot as shapes.
 pub fn plot(rows: &[Row], title: &str) -> Plot {
-    let (w, h) = (860.0, 520.0);
-    let (left, right, top, bottom) = (70.0, 230.0, 40.0, 60.0);
-    let pw = w - left - right;
-    let ph = h - top - bottom;
     let ok: Vec<(&Point, f64)> = rows
         .iter()
         .filter_map(|r| r.result.as_ref().ok().map(|b| (&r.point, b.mb_per_s())))
@@ -344,122 +340,172 @@ pub fn plot(rows: &[Row], title: &str) -> Plot {
     let mut xs: Vec<u64> = ok.iter().map(|(p, _)| p.interleave_bytes).collect();
     xs.sort_unstable();
     xs.dedup();
-    let (x0, x1) = match (xs.first(), xs.last()) {
-        (Some(&a), Some(&b)) => ((a as f64).log2(), (b as f64).log2()),
-        _ => (0.0, 1.0),
-    };
-    let span = if x1 > x0 { x1 - x0 } else { 1.0 };
-    let ymax = ok.iter().map(|(_, y)| *y).fold(0.0, f64::max);
-    let ymax = nice_ceiling(ymax.max(1e-9));
-    let px = |il: u64| left + ((il as f64).log2() - x0) / span * pw;
-    let py = |y: f64| top + ph - y / ymax * ph;
-    let text = |at: (f64, f64), t: &str, anchor: Anchor| Shape::Text {
-        at,
-        text: t.to_string(),
-        anchor,
-        size: 12.0,
-        upright: false,
-    };
-    let mut p = Plot::new(w, h);
+    let f = Frame::new(&xs, &ok);
+    let mut p = Plot::new(f.w, f.h);
     p.push(Shape::Rect {
         x: 0.0,
         y: 0.0,
-        w,
-        h,
+        w: f.w,
+        h: f.h,
         fill: Some(WHITE),
         stroke: None,
     });
     p.push(Shape::Text {
-        at: (left + pw / 2.0, 22.0),
+        at: (f.left + f.pw / 2.0, 22.0),
         text: title.to_string(),
         anchor: Anchor::Middle,
         size: 14.0,
         upright: false,
     });
-    // Axes and grid.
-    for i in 0..=5 {
-        let y = ymax * f64::from(i) / 5.0;
-        let yy = py(y);
-        p.push(Shape::Line {
-            from: (left, yy),
-            to: (left + pw, yy),
-            color: [0xdd; 3],
-            width: 1.0,
-        });
-        p.push(text((left - 6.0, yy + 4.0), &trim_float(y), Anchor::End));
-    }
-    let mut last_label = f64::NEG_INFINITY;
-    for &il in &xs {
-        let x = px(il);
-        p.push(Shape::Line {
-            from: (x, top),
-            to: (x, top + ph),
-            color: [0xee; 3],
-            width: 1.0,
-        });
-        if x - last_label >= 34.0 {
-            last_label = x;
-            p.push(text(
-                (x, top + ph + 16.0),
-                &format_interleave(il),
-                Anchor::Middle,
-            ));
-        }
-    }
-    p.push(Shape::Rect {
-        x: left,
-        y: top,
-        w: pw,
-        h: ph,
-        fill: None,
-        stroke: Some(BLACK),
-    });
-    p.push(text(
-        (left + pw / 2.0, h - 18.0),
-        "interleave (sectors, log scale)",
-        Anchor::Middle,
-    ));
-    p.push(Shape::Text {
-        at: (18.0, top + ph / 2.0),
-        text: "MB/s".into(),
-        anchor: Anchor::Middle,
-        size: 12.0,
-        upright: true,
-    });
-    // One line per series, in order of first appearance.
-    let mut series: Vec<String> = Vec::new();
-    for (pt, _) in &ok {
-        let name = pt.series();
-        if !series.contains(&name) {
-            series.push(name);
-        }
-    }
-    for (i, name) in series.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        let pts: Vec<(f64, f64)> = ok
-            .iter()
-            .filter(|(pt, _)| &pt.series() == name)
-            .map(|(pt, y)| (px(pt.interleave_bytes), py(*y)))
-            .collect();
-        p.push(Shape::Polyline {
-            points: pts.clone(),
-            color,
-            width: 2.0,
-        });
-        for at in pts {
-            p.push(Shape::Circle { at, r: 2.5, color });
-        }
-        let ly = top + 10.0 + 18.0 * i as f64;
-        let lx = left + pw + 16.0;
-        p.push(Shape::Line {
-            from: (lx, ly),
-            to: (lx + 20.0, ly),
-            color,
-            width: 2.0,
-        });
-        p.push(text((lx + 26.0, ly + 4.0), name, Anchor::Start));
-    }
+    f.axes(&mut p, &xs);
+    f.series(&mut p, &ok);
     p
+}
+
+/// The plot's size, where its area lies, and how interleaves (log scale)
+/// and throughputs map onto it.
+struct Frame {
+    w: f64,
+    h: f64,
+    left: f64,
+    top: f64,
+    pw: f64,
+    ph: f64,
+    x0: f64,
+    span: f64,
+    ymax: f64,
+}
+
+impl Frame {
+    fn new(xs: &[u64], ok: &[(&Point, f64)]) -> Frame {
+        let (w, h) = (860.0, 520.0);
+        let (left, right, top, bottom) = (70.0, 230.0, 40.0, 60.0);
+        let (x0, x1) = match (xs.first(), xs.last()) {
+            (Some(&a), Some(&b)) => ((a as f64).log2(), (b as f64).log2()),
+            _ => (0.0, 1.0),
+        };
+        let ymax = ok.iter().map(|(_, y)| *y).fold(0.0, f64::max);
+        Frame {
+            w,
+            h,
+            left,
+            top,
+            pw: w - left - right,
+            ph: h - top - bottom,
+            x0,
+            span: if x1 > x0 { x1 - x0 } else { 1.0 },
+            ymax: nice_ceiling(ymax.max(1e-9)),
+        }
+    }
+
+    fn px(&self, il: u64) -> f64 {
+        self.left + ((il as f64).log2() - self.x0) / self.span * self.pw
+    }
+
+    fn py(&self, y: f64) -> f64 {
+        self.top + self.ph - y / self.ymax * self.ph
+    }
+
+    /// The grid, its labels, the frame and the axes' names.
+    fn axes(&self, p: &mut Plot, xs: &[u64]) {
+        let (left, top, pw, ph) = (self.left, self.top, self.pw, self.ph);
+        for i in 0..=5 {
+            let y = self.ymax * f64::from(i) / 5.0;
+            let yy = self.py(y);
+            p.push(Shape::Line {
+                from: (left, yy),
+                to: (left + pw, yy),
+                color: [0xdd; 3],
+                width: 1.0,
+            });
+            p.push(text((left - 6.0, yy + 4.0), &trim_float(y), Anchor::End));
+        }
+        let mut last_label = f64::NEG_INFINITY;
+        for &il in xs {
+            let x = self.px(il);
+            p.push(Shape::Line {
+                from: (x, top),
+                to: (x, top + ph),
+                color: [0xee; 3],
+                width: 1.0,
+            });
+            if x - last_label >= 34.0 {
+                last_label = x;
+                p.push(text(
+                    (x, top + ph + 16.0),
+                    &format_interleave(il),
+                    Anchor::Middle,
+                ));
+            }
+        }
+        p.push(Shape::Rect {
+            x: left,
+            y: top,
+            w: pw,
+            h: ph,
+            fill: None,
+            stroke: Some(BLACK),
+        });
+        p.push(text(
+            (left + pw / 2.0, self.h - 18.0),
+            "interleave (sectors, log scale)",
+            Anchor::Middle,
+        ));
+        p.push(Shape::Text {
+            at: (18.0, top + ph / 2.0),
+            text: "MB/s".into(),
+            anchor: Anchor::Middle,
+            size: 12.0,
+            upright: true,
+        });
+    }
+
+    /// One line per series, in order of first appearance, with its key.
+    fn series(&self, p: &mut Plot, ok: &[(&Point, f64)]) {
+        let mut series: Vec<String> = Vec::new();
+        for (pt, _) in ok {
+            let name = pt.series();
+            if !series.contains(&name) {
+                series.push(name);
+            }
+        }
+        for (i, name) in series.iter().enumerate() {
+            let color = COLORS[i % COLORS.len()];
+            let pts: Vec<(f64, f64)> = ok
+                .iter()
+                .filter(|(pt, _)| &pt.series() == name)
+                .map(|(pt, y)| (self.px(pt.interleave_bytes), self.py(*y)))
+                .collect();
+            p.push(Shape::Polyline {
+                points: pts.clone(),
+                color,
+                width: 2.0,
+            });
+            for at in pts {
+                p.push(Shape::Circle { at, r: 2.5, color });
+            }
+            let ly = self.top + 10.0 + 18.0 * i as f64;
+            let lx = self.left + self.pw + 16.0;
+            p.push(Shape::Line {
+                from: (lx, ly),
+                to: (lx + 20.0, ly),
+                color,
+                width: 2.0,
+            });
+            p.push(text((lx + 26.0, ly + 4.0), name, Anchor::Start));
+        }
+    }
+}
+
+/// A label in the plot's text size.
+fn text(at: (f64, f64), t: &str, anchor: Anchor) -> Shape {
+    Shape::Text {
+        at,
+        text: t.to_string(),
+        anchor,
+        size: 12.0,
+        upright: false,
+    }
 }
 
 /// 1, 2 or 5 times a power of ten, at least `y`.

@@ -86,88 +86,159 @@ fn ssl_err(e: openssl::ssl::Error) -> io::Error {
     }
 }
 
-fn run<S: Socket>(mut ssl: SslStream<S>, mut plain: UnixStream) -> io::Result<()> {
-    let mut out = Pending::new(); // plain → TLS
-    let mut inn = Pending::new(); // TLS → plain
-    let (mut plain_eof, mut net_eof) = (false, false);
+fn run<S: Socket>(ssl: SslStream<S>, plain: UnixStream) -> io::Result<()> {
+    let mut p = Pump {
+        ssl,
+        plain,
+        out: Pending::new(),
+        inn: Pending::new(),
+        plain_eof: false,
+        net_eof: false,
+        write_wants_read: false,
+        read_wants_write: false,
+    };
+    loop {
+        // An interrupted read or write of the plain socket starts the
+        // round again.
+        let moved = match p.move_bytes() {
+            Ok(moved) => moved,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if p.close_if_done() {
+            return Ok(());
+        }
+        if !moved {
+            p.wait()?;
+        }
+    }
+}
+
+/// The session, the connection's socket, and what is in flight each way.
+struct Pump<S: Socket> {
+    ssl: SslStream<S>,
+    plain: UnixStream,
+    /// plain → TLS
+    out: Pending,
+    /// TLS → plain
+    inn: Pending,
+    plain_eof: bool,
+    net_eof: bool,
     // The session wants the socket readable (or writable) before a write
     // (or read) can go on.
-    let (mut write_wants_read, mut read_wants_write) = (false, false);
-    loop {
-        let mut moved = false;
-        if out.is_empty() && !plain_eof {
-            match out.fill(|b| plain.read(b)) {
-                Ok(None) => plain_eof = true,
-                Ok(Some(_)) => moved = true,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            }
+    write_wants_read: bool,
+    read_wants_write: bool,
+}
+
+impl<S: Socket> Pump<S> {
+    /// One round each way; whether any byte moved.
+    fn move_bytes(&mut self) -> io::Result<bool> {
+        let mut moved = self.read_plain()?;
+        moved |= self.write_tls()?;
+        moved |= self.read_tls()?;
+        moved |= self.write_plain()?;
+        Ok(moved)
+    }
+
+    fn read_plain(&mut self) -> io::Result<bool> {
+        if !self.out.is_empty() || self.plain_eof {
+            return Ok(false);
         }
-        if !out.is_empty() {
-            write_wants_read = false;
-            match ssl.ssl_write(&out.data[out.at..]) {
-                Ok(n) => {
-                    out.at += n;
-                    moved = true;
-                }
-                Err(e) if e.code() == ErrorCode::WANT_WRITE => {}
-                Err(e) if e.code() == ErrorCode::WANT_READ => write_wants_read = true,
-                Err(e) => return Err(ssl_err(e)),
-            }
+        let plain = &mut self.plain;
+        match self.out.fill(|b| plain.read(b)) {
+            Ok(None) => self.plain_eof = true,
+            Ok(Some(_)) => return Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
         }
-        if inn.is_empty() && !net_eof {
-            read_wants_write = false;
-            let mut code = None;
-            let r = inn.fill(|b| {
-                ssl.ssl_read(b).map_err(|e| {
-                    code = Some(e.code());
-                    ssl_err(e)
-                })
-            });
-            match (r, code) {
-                (Ok(None), _) => net_eof = true,
-                (Ok(Some(_)), _) => moved = true,
-                (Err(_), Some(ErrorCode::ZERO_RETURN | ErrorCode::SYSCALL)) => net_eof = true,
-                (Err(_), Some(ErrorCode::WANT_READ)) => {}
-                (Err(_), Some(ErrorCode::WANT_WRITE)) => read_wants_write = true,
-                (Err(e), _) => return Err(e),
-            }
+        Ok(false)
+    }
+
+    fn write_tls(&mut self) -> io::Result<bool> {
+        if self.out.is_empty() {
+            return Ok(false);
         }
-        if !inn.is_empty() {
-            match plain.write(&inn.data[inn.at..]) {
-                Ok(n) => {
-                    inn.at += n;
-                    moved = true;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
+        self.write_wants_read = false;
+        match self.ssl.ssl_write(&self.out.data[self.out.at..]) {
+            Ok(n) => {
+                self.out.at += n;
+                return Ok(true);
             }
+            Err(e) if e.code() == ErrorCode::WANT_WRITE => {}
+            Err(e) if e.code() == ErrorCode::WANT_READ => self.write_wants_read = true,
+            Err(e) => return Err(ssl_err(e)),
         }
-        if plain_eof && out.is_empty() {
+        Ok(false)
+    }
+
+    fn read_tls(&mut self) -> io::Result<bool> {
+        if !self.inn.is_empty() || self.net_eof {
+            return Ok(false);
+        }
+        self.read_wants_write = false;
+        let mut code = None;
+        let ssl = &mut self.ssl;
+        let r = self.inn.fill(|b| {
+            ssl.ssl_read(b).map_err(|e| {
+                code = Some(e.code());
+                ssl_err(e)
+            })
+        });
+        match (r, code) {
+            (Ok(None), _) => self.net_eof = true,
+            (Ok(Some(_)), _) => return Ok(true),
+            (Err(_), Some(ErrorCode::ZERO_RETURN | ErrorCode::SYSCALL)) => self.net_eof = true,
+            (Err(_), Some(ErrorCode::WANT_READ)) => {}
+            (Err(_), Some(ErrorCode::WANT_WRITE)) => self.read_wants_write = true,
+            (Err(e), _) => return Err(e),
+        }
+        Ok(false)
+    }
+
+    fn write_plain(&mut self) -> io::Result<bool> {
+        if self.inn.is_empty() {
+            return Ok(false);
+        }
+        match self.plain.write(&self.inn.data[self.inn.at..]) {
+            Ok(n) => {
+                self.inn.at += n;
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Once a side has closed and everything it sent is passed on, the
+    /// close is passed on too; true then.
+    fn close_if_done(&mut self) -> bool {
+        if self.plain_eof && self.out.is_empty() {
             // The connection is done: say so to the peer, then close.
-            let _ = ssl.shutdown();
-            ssl.get_ref().shutdown_both();
-            return Ok(());
+            let _ = self.ssl.shutdown();
+            self.ssl.get_ref().shutdown_both();
+            return true;
         }
-        if net_eof && inn.is_empty() {
-            let _ = plain.shutdown(std::net::Shutdown::Both);
-            ssl.get_ref().shutdown_both();
-            return Ok(());
+        if self.net_eof && self.inn.is_empty() {
+            let _ = self.plain.shutdown(std::net::Shutdown::Both);
+            self.ssl.get_ref().shutdown_both();
+            return true;
         }
-        if moved {
-            continue;
-        }
+        false
+    }
+
+    /// Waits (up to a second) for either socket to be ready for what the
+    /// pump wants of it next.
+    fn wait(&self) -> io::Result<()> {
+        let (out, inn) = (&self.out, &self.inn);
         let mut net_events = 0;
-        if (inn.is_empty() && !net_eof) || write_wants_read {
+        if (inn.is_empty() && !self.net_eof) || self.write_wants_read {
             net_events |= libc::POLLIN;
         }
-        if (!out.is_empty() && !write_wants_read) || read_wants_write {
+        if (!out.is_empty() && !self.write_wants_read) || self.read_wants_write {
             net_events |= libc::POLLOUT;
         }
         let mut plain_events = 0;
-        if out.is_empty() && !plain_eof {
+        if out.is_empty() && !self.plain_eof {
             plain_events |= libc::POLLIN;
         }
         if !inn.is_empty() {
@@ -175,12 +246,12 @@ fn run<S: Socket>(mut ssl: SslStream<S>, mut plain: UnixStream) -> io::Result<()
         }
         let mut fds = [
             libc::pollfd {
-                fd: ssl.get_ref().as_raw_fd(),
+                fd: self.ssl.get_ref().as_raw_fd(),
                 events: net_events,
                 revents: 0,
             },
             libc::pollfd {
-                fd: plain.as_raw_fd(),
+                fd: self.plain.as_raw_fd(),
                 events: plain_events,
                 revents: 0,
             },
@@ -194,5 +265,6 @@ fn run<S: Socket>(mut ssl: SslStream<S>, mut plain: UnixStream) -> io::Result<()
                 return Err(e);
             }
         }
+        Ok(())
     }
 }

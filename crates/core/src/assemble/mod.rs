@@ -157,8 +157,28 @@ pub fn assemble(found: &[Found]) -> Result<Assembly, AssembleError> {
             }
         }
     }
-    // The volume is the one most members belong to (the first on a tie);
-    // the others are named as intruders.
+    let reference = freshest(found, &labels)?;
+    let mut slots = Placed::new(reference.member_count as usize);
+    for (i, (f, l)) in found.iter().zip(&labels).enumerate() {
+        slots.place(found, i, f, l, reference)?;
+    }
+    let (geometry, old_geometry) = geometries(reference)?;
+    let health = slots.notes.iter().map(SlotNote::health).collect();
+    Ok(Assembly {
+        label: reference.clone(),
+        geometry,
+        old_geometry,
+        slot_device: slots.slot_device,
+        health,
+        notes: slots.notes,
+        superseded: slots.superseded,
+    })
+}
+
+/// The freshest label of the volume most members belong to (the first on
+/// a tie): it speaks for the volume. Members of another volume are named
+/// as intruders.
+fn freshest<'a>(found: &[Found], labels: &[&'a Label]) -> Result<&'a Label, AssembleError> {
     let volume = labels
         .iter()
         .map(|l| l.volume_uuid)
@@ -176,7 +196,7 @@ pub fn assemble(found: &[Found]) -> Result<Assembly, AssembleError> {
         .max_by_key(|(i, l)| (l.event_counter, std::cmp::Reverse(*i)))
         .map(|(_, l)| *l)
         .expect("at least one label of the volume");
-    for (f, l) in found.iter().zip(&labels) {
+    for (f, l) in found.iter().zip(labels) {
         if l.volume_uuid != volume {
             return Err(AssembleError::OtherVolume {
                 member: f.name.clone(),
@@ -187,44 +207,46 @@ pub fn assemble(found: &[Found]) -> Result<Assembly, AssembleError> {
             });
         }
     }
-    let n = reference.member_count as usize;
-    let mut slot_device: Vec<Option<usize>> = vec![None; n];
-    // Devices claiming each slot, used or not: two claims are refused.
-    let mut claimed: Vec<Option<usize>> = vec![None; n];
-    let mut notes = vec![SlotNote::NotFound; n];
-    let mut superseded = Vec::new();
-    for (i, (f, l)) in found.iter().zip(&labels).enumerate() {
+    Ok(reference)
+}
+
+/// The devices placed in the slots so far.
+struct Placed {
+    /// For each slot, the index into the input of the device filling it.
+    slot_device: Vec<Option<usize>>,
+    /// Devices claiming each slot, used or not: two claims are refused.
+    claimed: Vec<Option<usize>>,
+    notes: Vec<SlotNote>,
+    superseded: Vec<Superseded>,
+}
+
+impl Placed {
+    fn new(slots: usize) -> Placed {
+        Placed {
+            slot_device: vec![None; slots],
+            claimed: vec![None; slots],
+            notes: vec![SlotNote::NotFound; slots],
+            superseded: Vec::new(),
+        }
+    }
+
+    /// Device `i` (`f`, its label `l`) into the slot its label names,
+    /// unless the volume has given that slot away since (superseded).
+    fn place(
+        &mut self,
+        found: &[Found],
+        i: usize,
+        f: &Found,
+        l: &Label,
+        reference: &Label,
+    ) -> Result<(), AssembleError> {
         // Before its geometry is compared: the volume may have been grown
         // or reshaped since this device left it.
         if let Some(s) = superseded_by(reference, i, l) {
-            superseded.push(s);
-            continue;
+            self.superseded.push(s);
+            return Ok(());
         }
-        let inconsistent = |field| AssembleError::Inconsistent {
-            member: f.name.clone(),
-            field,
-        };
-        if l.member_count != reference.member_count {
-            return Err(inconsistent("member count"));
-        }
-        if l.level != reference.level {
-            return Err(inconsistent("level"));
-        }
-        if l.interleave_bytes != reference.interleave_bytes {
-            return Err(inconsistent("interleave"));
-        }
-        if l.parity_layout != reference.parity_layout || l.copies != reference.copies {
-            return Err(inconsistent("layout"));
-        }
-        if l.data_offset_bytes != reference.data_offset_bytes {
-            return Err(inconsistent("data offset"));
-        }
-        if l.checksums != reference.checksums {
-            return Err(inconsistent("checksums"));
-        }
-        if l.ppl != reference.ppl {
-            return Err(inconsistent("partial parity log"));
-        }
+        check_agrees(f, l, reference)?;
         let slot = l.slot as usize;
         let entry = &reference.slots[slot];
         if entry.member_uuid != l.member_uuid {
@@ -233,24 +255,65 @@ pub fn assemble(found: &[Found]) -> Result<Assembly, AssembleError> {
                 slot: l.slot,
             });
         }
-        if let Some(other) = claimed[slot] {
+        if let Some(other) = self.claimed[slot] {
             return Err(AssembleError::DuplicateSlot {
                 member: f.name.clone(),
                 other: found[other].name.clone(),
                 slot: l.slot,
             });
         }
-        claimed[slot] = Some(i);
+        self.claimed[slot] = Some(i);
         let needed_bytes = l.data_offset_bytes.saturating_add(l.data_size_bytes);
         if f.size_bytes < needed_bytes {
-            notes[slot] = SlotNote::TooSmall {
+            self.notes[slot] = SlotNote::TooSmall {
                 member: f.name.clone(),
                 size_bytes: f.size_bytes,
                 needed_bytes,
             };
-            continue;
+            return Ok(());
         }
-        slot_device[slot] = Some(i);
+        self.slot_device[slot] = Some(i);
+        self.notes[slot] = SlotNote::of_present(l, reference);
+        Ok(())
+    }
+}
+
+/// A member's label must describe the volume's layout as the freshest
+/// label does.
+fn check_agrees(f: &Found, l: &Label, reference: &Label) -> Result<(), AssembleError> {
+    let inconsistent = |field| AssembleError::Inconsistent {
+        member: f.name.clone(),
+        field,
+    };
+    if l.member_count != reference.member_count {
+        return Err(inconsistent("member count"));
+    }
+    if l.level != reference.level {
+        return Err(inconsistent("level"));
+    }
+    if l.interleave_bytes != reference.interleave_bytes {
+        return Err(inconsistent("interleave"));
+    }
+    if l.parity_layout != reference.parity_layout || l.copies != reference.copies {
+        return Err(inconsistent("layout"));
+    }
+    if l.data_offset_bytes != reference.data_offset_bytes {
+        return Err(inconsistent("data offset"));
+    }
+    if l.checksums != reference.checksums {
+        return Err(inconsistent("checksums"));
+    }
+    if l.ppl != reference.ppl {
+        return Err(inconsistent("partial parity log"));
+    }
+    Ok(())
+}
+
+impl SlotNote {
+    /// A device present in its slot, large enough: in use unless its label
+    /// is stale or the volume's table marks the slot out of use.
+    fn of_present(l: &Label, reference: &Label) -> SlotNote {
+        let entry = &reference.slots[l.slot as usize];
         // One change behind, in a slot the newest label still holds
         // active and never left: the labels are written member after
         // member, and a crash (or kill -9) between two writes leaves some
@@ -264,7 +327,7 @@ pub fn assemble(found: &[Found]) -> Result<Assembly, AssembleError> {
         let one_behind = l.event_counter.checked_add(1) == Some(reference.event_counter)
             && entry.state == SlotState::Active
             && entry.left_at_events == 0;
-        notes[slot] = if l.event_counter < reference.event_counter && !one_behind {
+        if l.event_counter < reference.event_counter && !one_behind {
             SlotNote::Stale {
                 event_counter: l.event_counter,
             }
@@ -275,8 +338,24 @@ pub fn assemble(found: &[Found]) -> Result<Assembly, AssembleError> {
             SlotNote::Marked(entry.state)
         } else {
             SlotNote::InUse
-        };
+        }
     }
+
+    fn health(&self) -> Health {
+        match self {
+            SlotNote::InUse => Health::Online,
+            SlotNote::NotFound | SlotNote::TooSmall { .. } => Health::Missing,
+            // A member part-way through a rebuild holds good data only below
+            // its checkpoint; the server resumes the rebuild from there.
+            SlotNote::Marked(SlotState::Rebuilding) => Health::Missing,
+            SlotNote::Stale { .. } | SlotNote::Marked(_) => Health::Faulty,
+        }
+    }
+}
+
+/// The volume's layout, and while a reshape runs the one it moves from.
+fn geometries(reference: &Label) -> Result<(Geometry, Option<Geometry>), AssembleError> {
+    let volume = uuid_string(&reference.volume_uuid);
     let geometry = Geometry::new(GeometrySpec {
         level: reference.level,
         parity_layout: reference.parity_layout,
@@ -285,36 +364,17 @@ pub fn assemble(found: &[Found]) -> Result<Assembly, AssembleError> {
         data_offset_bytes: reference.data_offset_bytes,
         member_data_bytes: reference.slots.iter().map(|s| s.data_size_bytes).collect(),
     })
-    .map_err(|e| AssembleError::Geometry(uuid_string(&volume), e.0))?;
+    .map_err(|e| AssembleError::Geometry(volume.clone(), e.0))?;
     let old_geometry = match reference.reshape {
         None => None,
         Some(r) => Some(Geometry::new(r.old_spec(reference)).map_err(|e| {
             AssembleError::Geometry(
-                uuid_string(&volume),
+                volume,
                 format!("the layout its reshape moves from: {}", e.0),
             )
         })?),
     };
-    let health = notes
-        .iter()
-        .map(|note| match note {
-            SlotNote::InUse => Health::Online,
-            SlotNote::NotFound | SlotNote::TooSmall { .. } => Health::Missing,
-            // A member part-way through a rebuild holds good data only below
-            // its checkpoint; the server resumes the rebuild from there.
-            SlotNote::Marked(SlotState::Rebuilding) => Health::Missing,
-            SlotNote::Stale { .. } | SlotNote::Marked(_) => Health::Faulty,
-        })
-        .collect();
-    Ok(Assembly {
-        label: reference.clone(),
-        geometry,
-        old_geometry,
-        slot_device,
-        health,
-        notes,
-        superseded,
-    })
+    Ok((geometry, old_geometry))
 }
 
 /// `label` (of device `device`) when the freshest label `reference` no

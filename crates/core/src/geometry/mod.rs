@@ -109,89 +109,112 @@ pub(crate) fn uncovered_rows(
     })
 }
 
+/// The member count, interleave, parity layout and copies the level
+/// allows; returns the copies each chunk has.
+fn check_spec(spec: &GeometrySpec) -> Result<u32, GeometryError> {
+    let err = |s: String| Err(GeometryError(s));
+    let n = spec.member_data_bytes.len() as u64;
+    let level = spec.level;
+    if n < u64::from(level.min_members()) {
+        return err(format!(
+            "{level} needs at least {} members, got {n}",
+            level.min_members()
+        ));
+    }
+    if n > 255 {
+        return err(format!("at most 255 members, got {n}"));
+    }
+    let il = spec.interleave_bytes;
+    if il == 0 || !il.is_multiple_of(SECTOR_BYTES) {
+        return err(format!(
+            "interleave must be a positive multiple of 512 bytes, got {il}"
+        ));
+    }
+    if spec.parity_layout.raid5_part().is_some() && level != Level::Raid6 {
+        return err(format!(
+            "the {} layout is RAID-6's (Q on the last member), not {level}'s",
+            spec.parity_layout
+        ));
+    }
+    match level {
+        Level::Mirror => Ok(n as u32),
+        Level::Raid10 => {
+            if spec.copies < 2 || u64::from(spec.copies) > n {
+                return err(format!(
+                    "raid10 needs 2 to {n} copies over {n} members, got {}",
+                    spec.copies
+                ));
+            }
+            Ok(spec.copies)
+        }
+        _ => Ok(1),
+    }
+}
+
+/// Data chunks per stripe and in the volume, from the chunks (`rows`)
+/// each member holds; refused when the volume holds none, or a byte count
+/// derived from these would pass 2^64.
+fn capacity(spec: &GeometrySpec, copies: u32, rows: &[u64]) -> Result<(u32, u64), GeometryError> {
+    let (level, il) = (spec.level, spec.interleave_bytes);
+    let n = rows.len() as u64;
+    let min_rows = *rows.iter().min().expect("at least one member");
+    let too_large = || {
+        GeometryError(format!(
+            "the volume would hold more than 2^64 bytes (interleave {il} bytes); \
+             use smaller members or a smaller interleave"
+        ))
+    };
+    let (data_per_stripe, volume_chunks) = match level {
+        Level::Concat => (
+            1,
+            rows.iter()
+                .try_fold(0u64, |acc, r| acc.checked_add(*r))
+                .ok_or_else(too_large)?,
+        ),
+        Level::Stripe => (n as u32, min_rows.checked_mul(n).ok_or_else(too_large)?),
+        Level::Mirror => (1, min_rows),
+        Level::Raid10 => {
+            // The layout repeats every lcm(n, copies) chunk slots, which
+            // holds lcm / copies data chunks: that is one stripe.
+            let c = u64::from(copies);
+            let lcm = n / gcd(n, c) * c;
+            let slots = min_rows.checked_mul(n).ok_or_else(too_large)?;
+            ((lcm / c) as u32, slots / c)
+        }
+        Level::Raid5 | Level::Raid6 => {
+            let k = n - u64::from(level.parity_members());
+            (k as u32, min_rows.checked_mul(k).ok_or_else(too_large)?)
+        }
+    };
+    if volume_chunks == 0 {
+        return Err(GeometryError(format!(
+            "members too small: each needs at least one interleave ({il} bytes) of data"
+        )));
+    }
+    // Every byte count derived later (volume, stripe, member offsets)
+    // is at most one of these two.
+    volume_chunks.checked_mul(il).ok_or_else(too_large)?;
+    u64::from(data_per_stripe).checked_mul(il).ok_or_else(|| {
+        GeometryError(format!(
+            "a stripe of {data_per_stripe} interleaves of {il} bytes is more than \
+                 2^64 bytes; use a smaller interleave"
+        ))
+    })?;
+    Ok((data_per_stripe, volume_chunks))
+}
+
 impl Geometry {
     pub fn new(spec: GeometrySpec) -> Result<Geometry, GeometryError> {
-        let err = |s: String| Err(GeometryError(s));
-        let n = spec.member_data_bytes.len() as u64;
+        let copies = check_spec(&spec)?;
         let level = spec.level;
-        if n < u64::from(level.min_members()) {
-            return err(format!(
-                "{level} needs at least {} members, got {n}",
-                level.min_members()
-            ));
-        }
-        if n > 255 {
-            return err(format!("at most 255 members, got {n}"));
-        }
-        let il = spec.interleave_bytes;
-        if il == 0 || !il.is_multiple_of(SECTOR_BYTES) {
-            return err(format!(
-                "interleave must be a positive multiple of 512 bytes, got {il}"
-            ));
-        }
-        if spec.parity_layout.raid5_part().is_some() && level != Level::Raid6 {
-            return err(format!(
-                "the {} layout is RAID-6's (Q on the last member), not {level}'s",
-                spec.parity_layout
-            ));
-        }
-        let copies = match level {
-            Level::Mirror => n as u32,
-            Level::Raid10 => {
-                if spec.copies < 2 || u64::from(spec.copies) > n {
-                    return err(format!(
-                        "raid10 needs 2 to {n} copies over {n} members, got {}",
-                        spec.copies
-                    ));
-                }
-                spec.copies
-            }
-            _ => 1,
-        };
-        let rows: Vec<u64> = spec.member_data_bytes.iter().map(|b| b / il).collect();
+        let n = spec.member_data_bytes.len() as u64;
+        let rows: Vec<u64> = spec
+            .member_data_bytes
+            .iter()
+            .map(|b| b / spec.interleave_bytes)
+            .collect();
         let min_rows = *rows.iter().min().expect("at least one member");
-        let too_large = || {
-            GeometryError(format!(
-                "the volume would hold more than 2^64 bytes (interleave {il} bytes); \
-                 use smaller members or a smaller interleave"
-            ))
-        };
-        let (data_per_stripe, volume_chunks) = match level {
-            Level::Concat => (
-                1,
-                rows.iter()
-                    .try_fold(0u64, |acc, r| acc.checked_add(*r))
-                    .ok_or_else(too_large)?,
-            ),
-            Level::Stripe => (n as u32, min_rows.checked_mul(n).ok_or_else(too_large)?),
-            Level::Mirror => (1, min_rows),
-            Level::Raid10 => {
-                // The layout repeats every lcm(n, copies) chunk slots, which
-                // holds lcm / copies data chunks: that is one stripe.
-                let c = u64::from(copies);
-                let lcm = n / gcd(n, c) * c;
-                let slots = min_rows.checked_mul(n).ok_or_else(too_large)?;
-                ((lcm / c) as u32, slots / c)
-            }
-            Level::Raid5 | Level::Raid6 => {
-                let k = n - u64::from(level.parity_members());
-                (k as u32, min_rows.checked_mul(k).ok_or_else(too_large)?)
-            }
-        };
-        if volume_chunks == 0 {
-            return err(format!(
-                "members too small: each needs at least one interleave ({il} bytes) of data"
-            ));
-        }
-        // Every byte count derived later (volume, stripe, member offsets)
-        // is at most one of these two.
-        volume_chunks.checked_mul(il).ok_or_else(too_large)?;
-        u64::from(data_per_stripe).checked_mul(il).ok_or_else(|| {
-            GeometryError(format!(
-                "a stripe of {data_per_stripe} interleaves of {il} bytes is more than \
-                     2^64 bytes; use a smaller interleave"
-            ))
-        })?;
+        let (data_per_stripe, volume_chunks) = capacity(&spec, copies, &rows)?;
         let mut concat_first_chunk = Vec::new();
         if level == Level::Concat {
             let mut acc = 0;

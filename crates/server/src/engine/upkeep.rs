@@ -14,6 +14,7 @@ use crate::manage::scrub::Scrubber;
 use platter_core::label::ScrubRecord;
 use platter_core::reshape::Action;
 use platter_core::volume::{ErrorKind, Health, Maintenance, Reply, Request};
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -141,63 +142,120 @@ fn destage_ticks(engine: &Engine, upkeep: &Upkeep) {
 }
 
 fn rebuild_and_sweep(engine: &Engine, meta: &Meta, upkeep: &Upkeep) {
-    let stripe_bytes = engine.with_volume(|v| v.geometry().stripe_data_bytes());
-    let step = (STEP_BYTES / stripe_bytes).max(1);
-    let mut last_checkpoint = Instant::now();
-    let mut last_sweep = Instant::now();
-    let mut last_size_check = Instant::now();
-    let mut step_failures: u64 = 0;
-    // (when, position) of the reshape's last rate sample.
-    let mut reshape_sample: Option<(Instant, u64)> = None;
-    // When the reshape was last let move on: it is let move on by the time
-    // passed, however often the loop comes round.
-    let mut reshape_allowed_at = Instant::now();
-    let mut last_failure_log: Option<Instant> = None;
+    let mut rounds = Rounds::new(engine, meta, upkeep);
     while !upkeep.stop.load(Ordering::SeqCst) {
-        if last_size_check.elapsed() >= SIZE_CHECK_INTERVAL {
-            fail_shrunk_members(engine);
-            last_size_check = Instant::now();
-        }
-        if last_sweep.elapsed() >= SWEEP_INTERVAL {
-            if let Err(e) = engine.run(Request::Sweep { all: false }) {
-                tracing::warn!(error = %e, "write-intent bitmap sweep failed");
-            }
-            last_sweep = Instant::now();
-        }
+        rounds.periodic();
         if engine.reshape_progress().is_some() {
-            // A resync after a crash runs beside the reshape (each byte
-            // through the layout it is in); no rebuild or scrub does.
-            let moved = reshape_tick(engine, meta, upkeep, &mut reshape_allowed_at);
-            if let Some(p) = engine.reshape_progress() {
-                match reshape_sample {
-                    Some((at, from)) if at.elapsed() >= Duration::from_secs(1) => {
-                        let rate = p.position_bytes.saturating_sub(from) as f64
-                            / at.elapsed().as_secs_f64();
-                        upkeep
-                            .reshape_rate_bytes_per_sec
-                            .store(rate as u64, Ordering::Relaxed);
-                        reshape_sample = Some((Instant::now(), p.position_bytes));
-                    }
-                    Some(_) => {}
-                    None => reshape_sample = Some((Instant::now(), p.position_bytes)),
-                }
-            }
-            if !resync_step(engine, upkeep, step) && !moved {
-                engine.wait_reshape_actions(RESHAPE_TICK);
-            }
+            rounds.reshape();
             continue;
         }
         if engine.with_volume(|v| v.rebuild_progress()).is_none() {
-            resync_refused_writes(engine, upkeep);
-            if !resync_step(engine, upkeep, step)
-                && !upkeep.scrubber.step(engine, meta, &upkeep.stop)
-            {
-                std::thread::sleep(Duration::from_millis(100));
-            }
+            rounds.resync_or_scrub();
             continue;
         }
+        if rounds.rebuild().is_break() {
+            return;
+        }
+    }
+}
+
+/// The upkeep loop's state from one round to the next.
+struct Rounds<'a> {
+    engine: &'a Engine,
+    meta: &'a Meta,
+    upkeep: &'a Upkeep,
+    stripe_bytes: u64,
+    /// Stripes per rebuild or resync step.
+    step: u64,
+    last_checkpoint: Instant,
+    last_sweep: Instant,
+    last_size_check: Instant,
+    step_failures: u64,
+    last_failure_log: Option<Instant>,
+    /// (when, position) of the reshape's last rate sample.
+    reshape_sample: Option<(Instant, u64)>,
+    /// When the reshape was last let move on: it is let move on by the
+    /// time passed, however often the loop comes round.
+    reshape_allowed_at: Instant,
+}
+
+impl<'a> Rounds<'a> {
+    fn new(engine: &'a Engine, meta: &'a Meta, upkeep: &'a Upkeep) -> Rounds<'a> {
+        let stripe_bytes = engine.with_volume(|v| v.geometry().stripe_data_bytes());
+        Rounds {
+            engine,
+            meta,
+            upkeep,
+            stripe_bytes,
+            step: (STEP_BYTES / stripe_bytes).max(1),
+            last_checkpoint: Instant::now(),
+            last_sweep: Instant::now(),
+            last_size_check: Instant::now(),
+            step_failures: 0,
+            last_failure_log: None,
+            reshape_sample: None,
+            reshape_allowed_at: Instant::now(),
+        }
+    }
+
+    /// Shrunk members failed, and the bitmap swept, each at its interval.
+    fn periodic(&mut self) {
+        if self.last_size_check.elapsed() >= SIZE_CHECK_INTERVAL {
+            fail_shrunk_members(self.engine);
+            self.last_size_check = Instant::now();
+        }
+        if self.last_sweep.elapsed() >= SWEEP_INTERVAL {
+            if let Err(e) = self.engine.run(Request::Sweep { all: false }) {
+                tracing::warn!(error = %e, "write-intent bitmap sweep failed");
+            }
+            self.last_sweep = Instant::now();
+        }
+    }
+
+    /// A resync after a crash runs beside the reshape (each byte through
+    /// the layout it is in); no rebuild or scrub does.
+    fn reshape(&mut self) {
+        let (engine, upkeep) = (self.engine, self.upkeep);
+        let moved = reshape_tick(engine, self.meta, upkeep, &mut self.reshape_allowed_at);
+        if let Some(p) = engine.reshape_progress() {
+            match self.reshape_sample {
+                Some((at, from)) if at.elapsed() >= Duration::from_secs(1) => {
+                    let rate =
+                        p.position_bytes.saturating_sub(from) as f64 / at.elapsed().as_secs_f64();
+                    upkeep
+                        .reshape_rate_bytes_per_sec
+                        .store(rate as u64, Ordering::Relaxed);
+                    self.reshape_sample = Some((Instant::now(), p.position_bytes));
+                }
+                Some(_) => {}
+                None => self.reshape_sample = Some((Instant::now(), p.position_bytes)),
+            }
+        }
+        if !resync_step(engine, upkeep, self.step) && !moved {
+            engine.wait_reshape_actions(RESHAPE_TICK);
+        }
+    }
+
+    /// With no rebuild: the resync owed, else the scheduled scrub, else a
+    /// nap.
+    fn resync_or_scrub(&mut self) {
+        let (engine, upkeep) = (self.engine, self.upkeep);
+        resync_refused_writes(engine, upkeep);
+        if !resync_step(engine, upkeep, self.step)
+            && !upkeep.scrubber.step(engine, self.meta, &upkeep.stop)
+        {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// One rebuild step, paced to the rate limit, with the cursor
+    /// checkpointed into the labels every second. Breaks when the engine
+    /// is gone.
+    fn rebuild(&mut self) -> ControlFlow<()> {
+        let engine = self.engine;
         let started = Instant::now();
         let (tx, rx) = mpsc::channel();
+        let step = self.step;
         let submitted = engine.submit_with(
             |s| match s {
                 Serving::Plain(v) => v.rebuild_step(step),
@@ -210,32 +268,21 @@ fn rebuild_and_sweep(engine: &Engine, meta: &Meta, upkeep: &Upkeep) {
         );
         if !submitted {
             std::thread::sleep(Duration::from_millis(10));
-            continue;
+            return ControlFlow::Continue(());
         }
         match rx.recv() {
             Ok(Ok(_)) => {
-                step_failures = 0;
-                last_failure_log = None;
+                self.step_failures = 0;
+                self.last_failure_log = None;
             }
             Ok(Err(e)) => {
-                // A rebuild that cannot proceed (its sources lost) retries
-                // every second for as long as it is stuck: say so once a
-                // minute, not every second.
-                step_failures += 1;
-                if last_failure_log.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
-                    tracing::error!(
-                        error = %e,
-                        failures = step_failures,
-                        "rebuild step failed; retrying every second"
-                    );
-                    last_failure_log = Some(Instant::now());
-                }
-                std::thread::sleep(Duration::from_secs(1));
-                continue;
+                self.step_failed(e);
+                return ControlFlow::Continue(());
             }
-            Err(_) => return,
+            Err(_) => return ControlFlow::Break(()),
         }
-        let done_bytes = step * stripe_bytes;
+        let done_bytes = step * self.stripe_bytes;
+        let upkeep = self.upkeep;
         pace(
             &upkeep.rate_bytes_per_sec,
             &upkeep.stop,
@@ -246,12 +293,32 @@ fn rebuild_and_sweep(engine: &Engine, meta: &Meta, upkeep: &Upkeep) {
             (done_bytes as f64 / started.elapsed().as_secs_f64().max(1e-6)) as u64,
             Ordering::Relaxed,
         );
-        if last_checkpoint.elapsed() >= Duration::from_secs(1) {
+        if self.last_checkpoint.elapsed() >= Duration::from_secs(1) {
             if let Some(p) = engine.with_volume(|v| v.rebuild_progress()) {
-                meta.checkpoint(p.cursor_stripe);
+                self.meta.checkpoint(p.cursor_stripe);
             }
-            last_checkpoint = Instant::now();
+            self.last_checkpoint = Instant::now();
         }
+        ControlFlow::Continue(())
+    }
+
+    /// A rebuild that cannot proceed (its sources lost) retries every
+    /// second for as long as it is stuck: say so once a minute, not every
+    /// second.
+    fn step_failed(&mut self, e: impl std::fmt::Display) {
+        self.step_failures += 1;
+        if self
+            .last_failure_log
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(60))
+        {
+            tracing::error!(
+                error = %e,
+                failures = self.step_failures,
+                "rebuild step failed; retrying every second"
+            );
+            self.last_failure_log = Some(Instant::now());
+        }
+        std::thread::sleep(Duration::from_secs(1));
     }
 }
 

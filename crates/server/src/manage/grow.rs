@@ -23,37 +23,13 @@ impl Manager {
     pub fn reshape(&self, req: &Value) -> Result<Value, String> {
         let _changing = self.slot_changes.lock().expect("slot changes");
         let label = self.meta.label();
-        if self.meta.read_only() {
-            return Err("the server is read-only".into());
-        }
-        refuse_to_begin(&label, &self.engine.health()).map_err(|e| e.0)?;
-        if self.engine.with_volume(|v| v.rebuild_progress()).is_some() {
-            return Err("a member is being rebuilt: reshape once it is done".into());
-        }
-        if self.upkeep.resync_progress().is_some() {
-            return Err("a resync runs: reshape once it is done".into());
-        }
+        self.refuse_busy(&label)?;
         let paths: Vec<&str> = req
             .get("add")
             .and_then(Value::as_array)
             .map(|a| a.iter().filter_map(Value::as_str).collect())
             .unwrap_or_default();
-        let asked = Asked {
-            added_members: u32::try_from(paths.len()).map_err(|_| "too many members")?,
-            level: req
-                .get("level")
-                .and_then(Value::as_str)
-                .map(str::parse)
-                .transpose()
-                .map_err(|e| format!("level: {e}"))?,
-            parity_layout: req
-                .get("layout")
-                .and_then(Value::as_str)
-                .map(str::parse)
-                .transpose()
-                .map_err(|e| format!("layout: {e}"))?,
-            interleave_bytes: req.get("interleave_bytes").and_then(Value::as_u64),
-        };
+        let asked = asked_of(req, paths.len())?;
         let old = self.engine.with_volume(|v| v.geometry().clone());
         if let Some(new) = q_on_added_member(&old, &asked) {
             return self.add_q_member(req, &label, old, new, paths[0]);
@@ -70,27 +46,9 @@ impl Manager {
                  the redundancy"
             ));
         }
-        if old.level() == platter_core::Level::Concat {
-            return Err(
-                "a concat grows at its end with nothing to move: stop the server and run \
-                 platter grow, which writes the labels"
-                    .into(),
-            );
-        }
-        let reserved = reserved_from_bytes(&old, &new, label.intent_region_stripes);
-        let plan = Plan::choose(old.clone(), new, reserved).map_err(|e| {
-            let mut msg = format!("cannot reshape in place: {e}");
-            if let Some(r) = remedies(&old, &asked, label.intent_region_stripes) {
-                msg += &format!("\n{r}");
-            }
-            msg
-        })?;
+        let plan = plan_move(&old, new, &asked, &label)?;
         // Its data offset may be lower than the old (Plan::choose).
         let new = plan.new_geometry().clone();
-        if label.intent_region_stripes > 0 && new.redundancy() > 0 {
-            platter_core::intent::IntentLayout::new(&new, label.intent_region_stripes)
-                .map_err(|e| format!("the write-intent bitmap for the new layout: {e}"))?;
-        }
         let summary = json!({
             "from": layout_json(&old),
             "to": layout_json(&new),
@@ -114,21 +72,7 @@ impl Manager {
                 force,
             })?);
         }
-        let limits = self.engine.with_volume(|v| v.limits().clone());
-        let id =
-            u64::from_le_bytes(uuid::Uuid::new_v4().as_bytes()[..8].try_into().expect("8")) | 1;
-        let added_uuids: Vec<[u8; 16]> = added
-            .iter()
-            .map(|_| *uuid::Uuid::new_v4().as_bytes())
-            .collect();
-        let new_label = reshaped_label(&label, &new, &added_uuids, Some(id));
-        self.engine.pause();
-        let started = self.swap_in(plan, new_label, added, id, limits);
-        self.engine.resume();
-        let failed = started?;
-        for (slot, why) in failed {
-            self.engine.mark_faulty(slot, why);
-        }
+        self.start_move(plan, &label, added)?;
         tracing::info!(
             from = %old.level(),
             to = %new.level(),
@@ -136,6 +80,49 @@ impl Manager {
             "reshape started"
         );
         Ok(summary)
+    }
+
+    /// A reshape begins on a writable volume with every member in use and
+    /// nothing being rebuilt or resynced.
+    fn refuse_busy(&self, label: &Label) -> Result<(), String> {
+        if self.meta.read_only() {
+            return Err("the server is read-only".into());
+        }
+        refuse_to_begin(label, &self.engine.health()).map_err(|e| e.0)?;
+        if self.engine.with_volume(|v| v.rebuild_progress()).is_some() {
+            return Err("a member is being rebuilt: reshape once it is done".into());
+        }
+        if self.upkeep.resync_progress().is_some() {
+            return Err("a resync runs: reshape once it is done".into());
+        }
+        Ok(())
+    }
+
+    /// The labels of the new layout written and the engine serving both
+    /// layouts; members whose label could not be written are failed once
+    /// it runs again.
+    fn start_move(
+        &self,
+        plan: Plan,
+        label: &Label,
+        added: Vec<Arc<dyn Member>>,
+    ) -> Result<(), String> {
+        let limits = self.engine.with_volume(|v| v.limits().clone());
+        let id =
+            u64::from_le_bytes(uuid::Uuid::new_v4().as_bytes()[..8].try_into().expect("8")) | 1;
+        let added_uuids: Vec<[u8; 16]> = added
+            .iter()
+            .map(|_| *uuid::Uuid::new_v4().as_bytes())
+            .collect();
+        let new_label = reshaped_label(label, plan.new_geometry(), &added_uuids, Some(id));
+        self.engine.pause();
+        let started = self.swap_in(plan, new_label, added, id, limits);
+        self.engine.resume();
+        let failed = started?;
+        for (slot, why) in failed {
+            self.engine.mark_faulty(slot, why);
+        }
+        Ok(())
     }
 
     /// RAID-5 to RAID-6 with Q on the added member (md's
@@ -233,4 +220,52 @@ impl Manager {
         self.engine.begin_reshape(reshaping, added);
         Ok(failed)
     }
+}
+
+/// The request's level, layout, interleave and number of added members.
+fn asked_of(req: &Value, added: usize) -> Result<Asked, String> {
+    Ok(Asked {
+        added_members: u32::try_from(added).map_err(|_| "too many members")?,
+        level: req
+            .get("level")
+            .and_then(Value::as_str)
+            .map(str::parse)
+            .transpose()
+            .map_err(|e| format!("level: {e}"))?,
+        parity_layout: req
+            .get("layout")
+            .and_then(Value::as_str)
+            .map(str::parse)
+            .transpose()
+            .map_err(|e| format!("layout: {e}"))?,
+        interleave_bytes: req.get("interleave_bytes").and_then(Value::as_u64),
+    })
+}
+
+/// The windows' plan for moving the data to `new` in place, refused when
+/// no plan fits the room before the data (with what would make one fit)
+/// or the volume's bitmap cannot cover the new layout. A concat has
+/// nothing to move: `platter grow` writes its labels.
+fn plan_move(old: &Geometry, new: Geometry, asked: &Asked, label: &Label) -> Result<Plan, String> {
+    if old.level() == platter_core::Level::Concat {
+        return Err(
+            "a concat grows at its end with nothing to move: stop the server and run \
+             platter grow, which writes the labels"
+                .into(),
+        );
+    }
+    let reserved = reserved_from_bytes(old, &new, label.intent_region_stripes);
+    let plan = Plan::choose(old.clone(), new, reserved).map_err(|e| {
+        let mut msg = format!("cannot reshape in place: {e}");
+        if let Some(r) = remedies(old, asked, label.intent_region_stripes) {
+            msg += &format!("\n{r}");
+        }
+        msg
+    })?;
+    let new = plan.new_geometry();
+    if label.intent_region_stripes > 0 && new.redundancy() > 0 {
+        platter_core::intent::IntentLayout::new(new, label.intent_region_stripes)
+            .map_err(|e| format!("the write-intent bitmap for the new layout: {e}"))?;
+    }
+    Ok(plan)
 }

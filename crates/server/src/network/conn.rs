@@ -19,7 +19,7 @@ use platter_core::volume::{ErrorKind, Reply, Request, VolumeError};
 use platter_nbd::consts::*;
 use platter_nbd::{
     judge, parse_request_header, Command, HandshakeConfig, HandshakeState, Negotiated,
-    ServerHandshake, Session, Verdict, REQUEST_HEADER_BYTES,
+    RequestHeader, ServerHandshake, Session, Verdict, REQUEST_HEADER_BYTES,
 };
 use smallvec::SmallVec;
 use std::io::{self, Read};
@@ -695,100 +695,136 @@ fn next_request(conn: &Conn, s: &mut Reader) -> io::Result<Option<Job>> {
             tracing::warn!("bad request magic; closing the connection");
             return Ok(None);
         };
-        let len = u64::from(h.length_bytes);
-        let cookie = h.cookie;
-        let verdict = judge(&h, &conn.session);
-        let cmd = match verdict {
-            Verdict::Disconnect { message } => {
-                tracing::warn!(%message, "closing the connection");
-                return Ok(None);
-            }
-            Verdict::Run(Command::Disconnect) => return Ok(None),
-            Verdict::Reject {
-                errno,
-                discard_bytes,
-                message,
-            } => {
-                discard(conn, s, u64::from(discard_bytes))?;
-                tracing::debug!(%message, errno, "request refused");
-                acquire(conn, 0);
-                conn.reply_error(cookie, errno, &message, 0);
-                continue;
-            }
-            Verdict::Run(cmd) => cmd,
-        };
-        let bytes = match cmd {
-            Command::Read | Command::Write { .. } => len,
-            _ => 0,
-        };
-        // Waits while this connection's replies are unsent: a client that
-        // stops reading stops being read.
-        acquire(conn, bytes);
-        let offset_bytes = h.offset_bytes;
-        let (req, then_flush) = match cmd {
-            Command::Cache => {
-                conn.reply(cookie, offset_bytes, Ok(Reply::Done), 0);
-                continue;
-            }
-            Command::BlockStatus { .. } => {
-                block_status(conn, cookie, offset_bytes, len);
-                continue;
-            }
-            Command::Read => (
-                Request::Read {
+        match take_request(conn, s, &h)? {
+            Taken::Stop => return Ok(None),
+            Taken::Answered => continue,
+            Taken::Job(job) => return Ok(Some(job)),
+        }
+    }
+}
+
+/// What became of one request.
+enum Taken {
+    /// The connection ends.
+    Stop,
+    /// Refused or answered without the engine.
+    Answered,
+    Job(Job),
+}
+
+/// One request, its header read: judged, its payload read (or discarded),
+/// its share of the budget taken.
+fn take_request(conn: &Conn, s: &mut Reader, h: &RequestHeader) -> io::Result<Taken> {
+    let len = u64::from(h.length_bytes);
+    let cookie = h.cookie;
+    let cmd = match judge(h, &conn.session) {
+        Verdict::Disconnect { message } => {
+            tracing::warn!(%message, "closing the connection");
+            return Ok(Taken::Stop);
+        }
+        Verdict::Run(Command::Disconnect) => return Ok(Taken::Stop),
+        Verdict::Reject {
+            errno,
+            discard_bytes,
+            message,
+        } => {
+            discard(conn, s, u64::from(discard_bytes))?;
+            tracing::debug!(%message, errno, "request refused");
+            acquire(conn, 0);
+            conn.reply_error(cookie, errno, &message, 0);
+            return Ok(Taken::Answered);
+        }
+        Verdict::Run(cmd) => cmd,
+    };
+    let bytes = match cmd {
+        Command::Read | Command::Write { .. } => len,
+        _ => 0,
+    };
+    // Waits while this connection's replies are unsent: a client that
+    // stops reading stops being read.
+    acquire(conn, bytes);
+    let offset_bytes = h.offset_bytes;
+    let (req, then_flush) = match cmd {
+        Command::Cache => {
+            conn.reply(cookie, offset_bytes, Ok(Reply::Done), 0);
+            return Ok(Taken::Answered);
+        }
+        Command::BlockStatus { .. } => {
+            block_status(conn, cookie, offset_bytes, len);
+            return Ok(Taken::Answered);
+        }
+        cmd => engine_request(conn, s, h, cmd, bytes)?,
+    };
+    conn.shared.recorder.note(&req);
+    if then_flush {
+        conn.shared.recorder.note(&Request::Flush);
+    }
+    Ok(Taken::Job(Job {
+        cookie,
+        offset_bytes,
+        req,
+        then_flush,
+        release_bytes: bytes,
+        more_buffered: s.buffered().len() >= REQUEST_HEADER_BYTES,
+    }))
+}
+
+/// The engine's request for a command, a write's payload read from the
+/// socket (its budget given back if that fails), and whether a flush must
+/// follow it (a FUA trim).
+fn engine_request(
+    conn: &Conn,
+    s: &mut Reader,
+    h: &RequestHeader,
+    cmd: Command,
+    bytes: u64,
+) -> io::Result<(Request, bool)> {
+    let (offset_bytes, len) = (h.offset_bytes, u64::from(h.length_bytes));
+    Ok(match cmd {
+        Command::Read => (
+            Request::Read {
+                offset_bytes,
+                len_bytes: len,
+            },
+            false,
+        ),
+        Command::Write { fua } => {
+            let data = match read_payload(conn, s, len as usize) {
+                Ok(data) => data,
+                Err(e) => {
+                    conn.budget.release(bytes);
+                    return Err(e);
+                }
+            };
+            (
+                Request::Write {
                     offset_bytes,
-                    len_bytes: len,
-                },
-                false,
-            ),
-            Command::Write { fua } => {
-                let data = match read_payload(conn, s, len as usize) {
-                    Ok(data) => data,
-                    Err(e) => {
-                        conn.budget.release(bytes);
-                        return Err(e);
-                    }
-                };
-                (
-                    Request::Write {
-                        offset_bytes,
-                        data,
-                        fua,
-                    },
-                    false,
-                )
-            }
-            Command::Flush => (Request::Flush, false),
-            Command::Trim { fua } => (
-                Request::Trim {
-                    offset_bytes,
-                    len_bytes: len,
-                },
-                fua,
-            ),
-            Command::WriteZeroes { fua, .. } => (
-                Request::WriteZeroes {
-                    offset_bytes,
-                    len_bytes: len,
+                    data,
                     fua,
                 },
                 false,
-            ),
-            Command::Disconnect => unreachable!("handled above"),
-        };
-        conn.shared.recorder.note(&req);
-        if then_flush {
-            conn.shared.recorder.note(&Request::Flush);
+            )
         }
-        return Ok(Some(Job {
-            cookie,
-            offset_bytes,
-            req,
-            then_flush,
-            release_bytes: bytes,
-            more_buffered: s.buffered().len() >= REQUEST_HEADER_BYTES,
-        }));
-    }
+        Command::Flush => (Request::Flush, false),
+        Command::Trim { fua } => (
+            Request::Trim {
+                offset_bytes,
+                len_bytes: len,
+            },
+            fua,
+        ),
+        Command::WriteZeroes { fua, .. } => (
+            Request::WriteZeroes {
+                offset_bytes,
+                len_bytes: len,
+                fua,
+            },
+            false,
+        ),
+        Command::Cache | Command::BlockStatus { .. } | Command::Disconnect => {
+            unreachable!("answered without the engine")
+        }
+    })
 }
 
 /// The reader lock, for this thread's turn at the socket.

@@ -270,6 +270,18 @@ pub fn render(history: &History, status: &Value) -> String {
         esc(status["state"].as_str().unwrap_or("?")),
     );
     progress(&mut s, status);
+    members_table(&mut s, history, status);
+    throughput_table(&mut s, history);
+    s.push_str(
+        "<p>Counters: <a href=\"/metrics\">/metrics</a> (Prometheus); \
+         definitions in docs/statistics.md.</p></body></html>",
+    );
+    s
+}
+
+/// Each member's state, how busy it is, its rates and latency, and its
+/// busy line over the history.
+fn members_table(s: &mut String, history: &History, status: &Value) {
     let series = history.member_series();
     let window_secs = series.first().map_or(0, Vec::len);
     let _ = write!(
@@ -311,6 +323,10 @@ pub fn render(history: &History, status: &Value) -> String {
         );
     }
     s.push_str("</table>");
+}
+
+/// The volume's and each plex's bytes per second, on one scale.
+fn throughput_table(s: &mut String, history: &History) {
     let (volume, plexes) = history.throughput_series();
     let top = volume
         .iter()
@@ -342,11 +358,7 @@ pub fn render(history: &History, status: &Value) -> String {
             sparkline(series, top, 300, 32, "#6a1b9a")
         );
     }
-    s.push_str(
-        "</table><p>Counters: <a href=\"/metrics\">/metrics</a> (Prometheus); \
-         definitions in docs/statistics.md.</p></body></html>",
-    );
-    s
+    s.push_str("</table>");
 }
 
 /// Rebuild, resync and scrub progress bars, from the status.

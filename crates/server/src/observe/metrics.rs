@@ -262,12 +262,53 @@ impl Snapshot {
 
 impl prometheus_client::collector::Collector for Snapshot {
     fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
+        self.encode_client_counters(&mut enc)?;
+        self.encode_client_load(&mut enc)?;
+        self.encode_members(&mut enc)?;
+        self.encode_scrub_counters(&mut enc)?;
+        self.encode_checksums(&mut enc)?;
+        self.encode_ppl(&mut enc)?;
+        self.encode_scrub_record(&mut enc)?;
+        self.encode_health(&mut enc)
+    }
+}
+
+impl Snapshot {
+    fn vol(&self) -> Labels {
+        vec![("volume", self.name.clone())]
+    }
+
+    fn plex(&self, p: usize) -> Labels {
+        vec![("volume", self.name.clone()), ("plex", p.to_string())]
+    }
+
+    fn member(&self, m: usize) -> Labels {
+        vec![("volume", self.name.clone()), ("member", m.to_string())]
+    }
+
+    /// One volume-wide counter per `(field, value, help)`, as
+    /// `platter_{prefix}_{field}`.
+    fn volume_counters(
+        &self,
+        enc: &mut DescriptorEncoder,
+        prefix: &str,
+        fields: &[(&str, u64, &str)],
+    ) -> std::fmt::Result {
+        for &(field, value, help) in fields {
+            Self::counter(
+                enc,
+                &format!("platter_{prefix}_{field}"),
+                help,
+                &[(self.vol(), value)],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The client requests' counters: each of the volume's with the
+    /// plexes' of the same name after it, then those only the volume keeps.
+    fn encode_client_counters(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
         let s = &self.stats;
-        let vol = || -> Labels { vec![("volume", self.name.clone())] };
-        let plex =
-            |p: usize| -> Labels { vec![("volume", self.name.clone()), ("plex", p.to_string())] };
-        let member =
-            |m: usize| -> Labels { vec![("volume", self.name.clone()), ("member", m.to_string())] };
         let v = counter_fields(&s.volume.counters);
         let plexes: Vec<_> = s
             .plexes
@@ -276,58 +317,61 @@ impl prometheus_client::collector::Collector for Snapshot {
             .collect();
         for (i, (field, value, help)) in v.iter().enumerate() {
             Self::counter(
-                &mut enc,
+                enc,
                 &format!("platter_volume_{field}"),
                 help,
-                &[(vol(), *value)],
+                &[(self.vol(), *value)],
             )?;
             let series: Vec<(Labels, u64)> = plexes
                 .iter()
                 .enumerate()
-                .map(|(p, f)| (plex(p), f[i].1))
+                .map(|(p, f)| (self.plex(p), f[i].1))
                 .collect();
-            Self::counter(&mut enc, &format!("platter_plex_{field}"), help, &series)?;
+            Self::counter(enc, &format!("platter_plex_{field}"), help, &series)?;
         }
         let vs = &s.volume;
-        for (field, value, help) in [
-            ("trims", vs.trims, "Client trims completed successfully"),
-            (
-                "trimmed_bytes",
-                vs.bytes_trimmed,
-                "Bytes of successful client trims",
-            ),
-            (
-                "flushes",
-                vs.flushes,
-                "Client flushes completed successfully",
-            ),
-            (
-                "errors",
-                vs.errors,
-                "Client requests that failed or were refused",
-            ),
-        ] {
-            Self::counter(
-                &mut enc,
-                &format!("platter_volume_{field}"),
-                help,
-                &[(vol(), value)],
-            )?;
-        }
+        self.volume_counters(
+            enc,
+            "volume",
+            &[
+                ("trims", vs.trims, "Client trims completed successfully"),
+                (
+                    "trimmed_bytes",
+                    vs.bytes_trimmed,
+                    "Bytes of successful client trims",
+                ),
+                (
+                    "flushes",
+                    vs.flushes,
+                    "Client flushes completed successfully",
+                ),
+                (
+                    "errors",
+                    vs.errors,
+                    "Client requests that failed or were refused",
+                ),
+            ],
+        )
+    }
+
+    /// Client requests in the volume now, and how long they took.
+    fn encode_client_load(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
+        let s = &self.stats;
+        let vs = &s.volume;
         Self::gauge(
-            &mut enc,
+            enc,
             "platter_volume_outstanding",
             "Client requests in the volume now",
-            &[(vol(), vs.outstanding)],
+            &[(self.vol(), vs.outstanding)],
         )?;
         let series: Vec<(Labels, u64)> = s
             .plexes
             .iter()
             .enumerate()
-            .map(|(p, x)| (plex(p), x.outstanding))
+            .map(|(p, x)| (self.plex(p), x.outstanding))
             .collect();
         Self::gauge(
-            &mut enc,
+            enc,
             "platter_plex_outstanding",
             "Client requests in the volume now with member I/O on the plex",
             &series,
@@ -342,12 +386,18 @@ impl prometheus_client::collector::Collector for Snapshot {
             ("other", "Client trim and flush latency", &vs.other_latency),
         ] {
             Self::histogram(
-                &mut enc,
+                enc,
                 &format!("platter_volume_{field}_latency_seconds"),
                 help,
-                &[(vol(), h)],
+                &[(self.vol(), h)],
             )?;
         }
+        Ok(())
+    }
+
+    /// Member I/O: counters, what is out now, and service time, by slot.
+    fn encode_members(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
+        let members = &self.stats.members;
         type Field = fn(&platter_core::stats::MemberStats) -> u64;
         let member_fields: [(&str, Field, &str); 9] = [
             ("reads", |m| m.reads, "Member reads issued"),
@@ -377,50 +427,58 @@ impl prometheus_client::collector::Collector for Snapshot {
             ),
         ];
         for (field, get, help) in member_fields {
-            let series: Vec<(Labels, u64)> = s
-                .members
+            let series: Vec<(Labels, u64)> = members
                 .iter()
                 .enumerate()
-                .map(|(i, m)| (member(i), get(m)))
+                .map(|(i, m)| (self.member(i), get(m)))
                 .collect();
-            Self::counter(&mut enc, &format!("platter_member_{field}"), help, &series)?;
+            Self::counter(enc, &format!("platter_member_{field}"), help, &series)?;
         }
-        let series: Vec<(Labels, u64)> = s
-            .members
+        let series: Vec<(Labels, u64)> = members
             .iter()
             .enumerate()
-            .map(|(i, m)| (member(i), m.outstanding))
+            .map(|(i, m)| (self.member(i), m.outstanding))
             .collect();
         Self::gauge(
-            &mut enc,
+            enc,
             "platter_member_outstanding",
             "Member I/Os issued and not yet done",
             &series,
         )?;
-        let series: Vec<(Labels, &Histogram)> = s
-            .members
+        let series: Vec<(Labels, &Histogram)> = members
             .iter()
             .enumerate()
-            .map(|(i, m)| (member(i), &m.latency))
+            .map(|(i, m)| (self.member(i), &m.latency))
             .collect();
         Self::histogram(
-            &mut enc,
+            enc,
             "platter_member_latency_seconds",
             "Member I/O service time",
             &series,
-        )?;
-        let sc = &s.scrub;
-        for (field, v, help) in [
+        )
+    }
+
+    /// What checks, repairs and the scheduled scrub compared and found.
+    fn encode_scrub_counters(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
+        let sc = &self.stats.scrub;
+        self.volume_counters(enc, "scrub", &[
             ("checked_stripes", sc.checked_stripes, "Stripes compared by checks, repairs and the scheduled scrub"),
             ("mismatched_stripes", sc.mismatched_stripes, "Stripes whose parity or copies disagreed"),
             ("wrong_members", sc.wrong_members, "Members named wrong in a mismatched stripe (RAID-6 syndromes, a majority of copies)"),
             ("unlocated_stripes", sc.unlocated_stripes, "Mismatched stripes where no member could be named"),
             ("repaired_stripes", sc.repaired_stripes, "Stripes a repair rewrote"),
-        ] {
-            Self::counter(&mut enc, &format!("platter_scrub_{field}"), help, &[(vol(), v)])?;
-        }
-        if let Some(c) = &s.checksums {
-            for (field, v, help) in [
+        ])
+    }
+
+    /// Only for a volume created with `--checksums`.
+    fn encode_checksums(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
+        let Some(c) = &self.stats.checksums else {
+            return Ok(());
+        };
+        self.volume_counters(
+            enc,
+            "checksum",
+            &[
                 (
                     "verified_blocks",
                     c.verified_blocks,
@@ -451,17 +509,19 @@ impl prometheus_client::collector::Collector for Snapshot {
                     c.pages_stale,
                     "Checksum pages read older than their write record (a lost write)",
                 ),
-            ] {
-                Self::counter(
-                    &mut enc,
-                    &format!("platter_checksum_{field}"),
-                    help,
-                    &[(vol(), v)],
-                )?;
-            }
-        }
-        if let Some(p) = &s.ppl {
-            for (field, v, help) in [
+            ],
+        )
+    }
+
+    /// Only for a volume that keeps a partial parity log.
+    fn encode_ppl(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
+        let Some(p) = &self.stats.ppl else {
+            return Ok(());
+        };
+        self.volume_counters(
+            enc,
+            "ppl",
+            &[
                 (
                     "records",
                     p.records,
@@ -482,15 +542,12 @@ impl prometheus_client::collector::Collector for Snapshot {
                     p.clearing_flushes,
                     "Flushes of every member a write waited for before logging",
                 ),
-            ] {
-                Self::counter(
-                    &mut enc,
-                    &format!("platter_ppl_{field}"),
-                    help,
-                    &[(vol(), v)],
-                )?;
-            }
-        }
+            ],
+        )
+    }
+
+    /// The labels' scrub record, as gauges.
+    fn encode_scrub_record(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
         let r = &self.scrub;
         for (field, v, help) in [
             (
@@ -515,26 +572,23 @@ impl prometheus_client::collector::Collector for Snapshot {
             ),
         ] {
             Self::gauge(
-                &mut enc,
+                enc,
                 &format!("platter_scrub_{field}"),
                 help,
-                &[(vol(), v)],
+                &[(self.vol(), v)],
             )?;
         }
-        self.encode_health(&mut enc)
+        Ok(())
     }
-}
 
-impl Snapshot {
     /// The gauges an alert on a degraded volume needs: its state, its
     /// members, and how far the work that restores it has come.
     fn encode_health(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
         let h = &self.health;
-        let vol = || -> Labels { vec![("volume", self.name.clone())] };
         let states: Vec<(Labels, u64)> = VOLUME_STATES
             .iter()
             .map(|&st| {
-                let mut l = vol();
+                let mut l = self.vol();
                 l.push(("state", st.to_string()));
                 (l, u64::from(h.state == st))
             })
@@ -549,13 +603,13 @@ impl Snapshot {
             enc,
             "platter_members_online",
             "Members in use (not missing, failed or being rebuilt)",
-            &[(vol(), h.members_online)],
+            &[(self.vol(), h.members_online)],
         )?;
         Self::gauge(
             enc,
             "platter_members_expected",
             "Members the volume has slots for",
-            &[(vol(), h.members_expected)],
+            &[(self.vol(), h.members_expected)],
         )?;
         self.encode_progress(enc)
     }
@@ -563,14 +617,13 @@ impl Snapshot {
     /// `platter_{rebuild,resync,reshape}_in_progress` (the scrub's is the
     /// record's, above) and `platter_*_progress_ratio`, 0 when idle.
     fn encode_progress(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
-        let vol = || -> Labels { vec![("volume", self.name.clone())] };
         for (what, share) in self.health.progress {
             if what != "scrub" {
                 Self::gauge(
                     enc,
                     &format!("platter_{what}_in_progress"),
                     &format!("1 while a {what} runs"),
-                    &[(vol(), u64::from(share.is_some()))],
+                    &[(self.vol(), u64::from(share.is_some()))],
                 )?;
             }
             let (name, help) = (
@@ -578,7 +631,7 @@ impl Snapshot {
                 format!("The share of the {what} in progress done, 0 to 1 (0: none runs)"),
             );
             let mut family = enc.encode_descriptor(&name, &help, None, MetricType::Gauge)?;
-            ConstGauge::new(share.unwrap_or(0.0)).encode(family.encode_family(&vol())?)?;
+            ConstGauge::new(share.unwrap_or(0.0)).encode(family.encode_family(&self.vol())?)?;
         }
         Ok(())
     }

@@ -284,6 +284,25 @@ struct MediaRun {
     seek_cyls: u32,
 }
 
+/// A read as the buffer meets it: how much of it is cached, and the
+/// overheads that apply to it.
+struct ReadAtCache {
+    /// After the per-request overhead.
+    t0: f64,
+    cmd: Command,
+    end: u64,
+    hit: Hit,
+    /// Sectors from the start that the buffer holds or read-ahead in
+    /// progress brings in, and their segment.
+    cached_prefix: u32,
+    prefix_seg: Option<usize>,
+    /// When each of them is in the buffer.
+    cached_at: Vec<f64>,
+    hit_ovh: f64,
+    miss_ovh: f64,
+    disc_ovh: f64,
+}
+
 pub struct Drive {
     spec: DriveSpec,
     period: f64,
@@ -793,18 +812,25 @@ impl Drive {
     }
 
     fn serve_read(&mut self, t0: f64, cmd: Command) -> Served {
-        let o = self.spec.overheads.clone();
-        let c = self.spec.cache.clone();
-        let n = cmd.count;
-        let end = cmd.lbn + u64::from(n);
-        let after_read = self.last_was_read;
-        let bus = self.spec.bus_read_ms;
+        let r = self.meet_cache(t0, cmd);
+        if r.hit == Hit::Whole {
+            self.serve_read_hit(&r)
+        } else {
+            self.serve_read_media(&r)
+        }
+    }
+
+    /// How much of a read the buffer holds (or read-ahead in progress is
+    /// bringing in), and the overheads that apply.
+    fn meet_cache(&self, t0: f64, cmd: Command) -> ReadAtCache {
+        let o = &self.spec.overheads;
+        let end = cmd.lbn + u64::from(cmd.count);
         let t0 = t0 + o.per_request;
         // Whole or partial hit?
         let mut hit = Hit::Miss;
         let mut cached_prefix = 0u32;
         let mut prefix_seg = None;
-        if c.enabled {
+        if self.spec.cache.enabled {
             for (i, s) in self.segments.iter().enumerate() {
                 if self.serves_reads(i) && s.start <= cmd.lbn && cmd.lbn < s.end {
                     let k = (s.end.min(end) - cmd.lbn) as u32;
@@ -814,13 +840,13 @@ impl Drive {
                     }
                 }
             }
-            if cached_prefix == n {
+            if cached_prefix == cmd.count {
                 hit = Hit::Whole;
             } else if cached_prefix > 0 {
                 hit = Hit::Partial;
             }
         }
-        let (hit_ovh, miss_ovh, disc_ovh) = if after_read {
+        let (hit_ovh, miss_ovh, disc_ovh) = if self.last_was_read {
             (
                 o.read_hit_after_read,
                 o.read_miss_after_read,
@@ -838,55 +864,74 @@ impl Drive {
         let cached_at: Vec<f64> = (0..cached_prefix)
             .map(|i| self.prefetch_ready(cmd.lbn + u64::from(i)).max(t0))
             .collect();
-        if hit == Hit::Whole {
-            let seg = prefix_seg.expect("a whole hit has its segment");
-            self.touch(seg);
-            let mut b = t0 + hit_ovh + o.data_prep;
-            for &r in &cached_at {
-                b = b.max(r) + bus;
-            }
-            let done = b + o.read_completion;
-            // A hit on read-ahead still running moves its end on, as a
-            // read that came from the media would have.
-            let active = self
-                .prefetch
-                .as_ref()
-                .is_some_and(|pf| pf.ready.last().is_some_and(|&r| r > t0));
-            if active && c.read_ahead != ReadAhead::None {
-                let to = self.read_ahead_end(self.segments[seg].start, cmd.lbn, end);
-                self.extend_prefetch(to);
-            }
-            if c.read_ahead_on_idle_hit
-                && c.read_ahead != ReadAhead::None
-                && self.prefetch.is_none()
-            {
-                let s_end = self.segments[seg].end;
-                let s_start = self.segments[seg].start;
-                let to = self.read_ahead_end(s_start, cmd.lbn, end);
-                if to > s_end {
-                    let at = (t0 + hit_ovh).max(self.mech_free);
-                    self.start_prefetch(seg, at, s_end, to);
-                }
-            }
-            return Served {
-                token: cmd.token,
-                start_ms: t0,
-                done_ms: done,
-                hit,
-                seek_cyls: 0,
-            };
+        ReadAtCache {
+            t0,
+            cmd,
+            end,
+            hit,
+            cached_prefix,
+            prefix_seg,
+            cached_at,
+            hit_ovh,
+            miss_ovh,
+            disc_ovh,
         }
-        // Miss (or a partial hit: the cached prefix goes out at once, the
-        // rest comes from the media).
-        let first_media = cmd.lbn + u64::from(cached_prefix);
+    }
+
+    /// A read the buffer holds whole: no media access, though a hit may
+    /// move read-ahead on.
+    fn serve_read_hit(&mut self, r: &ReadAtCache) -> Served {
+        let o = self.spec.overheads.clone();
+        let c = self.spec.cache.clone();
+        let (t0, cmd, end) = (r.t0, r.cmd, r.end);
+        let seg = r.prefix_seg.expect("a whole hit has its segment");
+        self.touch(seg);
+        let mut b = t0 + r.hit_ovh + o.data_prep;
+        for &at in &r.cached_at {
+            b = b.max(at) + self.spec.bus_read_ms;
+        }
+        let done = b + o.read_completion;
+        // A hit on read-ahead still running moves its end on, as a
+        // read that came from the media would have.
+        let active = self
+            .prefetch
+            .as_ref()
+            .is_some_and(|pf| pf.ready.last().is_some_and(|&at| at > t0));
+        if active && c.read_ahead != ReadAhead::None {
+            let to = self.read_ahead_end(self.segments[seg].start, cmd.lbn, end);
+            self.extend_prefetch(to);
+        }
+        if c.read_ahead_on_idle_hit && c.read_ahead != ReadAhead::None && self.prefetch.is_none() {
+            let s_end = self.segments[seg].end;
+            let s_start = self.segments[seg].start;
+            let to = self.read_ahead_end(s_start, cmd.lbn, end);
+            if to > s_end {
+                let at = (t0 + r.hit_ovh).max(self.mech_free);
+                self.start_prefetch(seg, at, s_end, to);
+            }
+        }
+        Served {
+            token: cmd.token,
+            start_ms: t0,
+            done_ms: done,
+            hit: r.hit,
+            seek_cyls: 0,
+        }
+    }
+
+    /// A miss, or a partial hit: the cached prefix goes out at once, the
+    /// rest comes from the media into a segment, and read-ahead follows.
+    fn serve_read_media(&mut self, r: &ReadAtCache) -> Served {
+        let (t0, cmd, end, hit) = (r.t0, r.cmd, r.end, r.hit);
+        let first_media = cmd.lbn + u64::from(r.cached_prefix);
         // A partial hit reads the rest into the segment holding the
         // start, as DiskSim ranks a partial hit above any free segment.
-        let seg = match prefix_seg {
+        let seg = match r.prefix_seg {
             Some(i) if hit == Hit::Partial => i,
             _ => self.read_segment(t0),
         };
         self.touch(seg);
-        let overhead_done = t0 + miss_ovh;
+        let overhead_done = t0 + r.miss_ovh;
         // A partial hit on read-ahead still running goes on reading from
         // where the read-ahead ends, as the same media access (DiskSim
         // moves to the next track at once); otherwise the mechanism
@@ -902,50 +947,22 @@ impl Drive {
         } else {
             overhead_done.max(self.mech_free)
         };
-        let media_n = n - cached_prefix;
         let run = self.media(
             Access {
                 start: mech_start,
                 lbn: first_media,
-                count: media_n,
+                count: cmd.count - r.cached_prefix,
                 write: false,
                 min_seek: 0.0,
             },
             &|_| f64::NEG_INFINITY,
         );
-        let ready = |i: u32| -> f64 {
-            if i < cached_prefix {
-                cached_at[i as usize]
-            } else {
-                run.done[(i - cached_prefix) as usize]
-            }
-        };
-        // Bus: a partial hit keeps the bus; a miss disconnects and
-        // reconnects once enough data are in the buffer.
-        let mut b;
-        if hit == Hit::Partial {
-            b = t0 + hit_ovh + o.data_prep;
-        } else {
-            let water = if c.water_by_request {
-                ((f64::from(n.min(c.segment_blocks)) * c.read_water) as u32).max(1)
-            } else {
-                ((f64::from(c.segment_blocks) * c.read_water + 0.9999999999) as u32).max(1)
-            }
-            .min(n);
-            b = (t0 + miss_ovh + disc_ovh).max(ready(water - 1)) + o.first_reselect + o.data_prep;
-        }
-        for i in 0..n {
-            let r = ready(i);
-            if r > b + EPS && !self.spec.hold_bus_read && hit == Hit::Miss && i > 0 {
-                b = r + o.other_reselect;
-            }
-            b = b.max(r) + bus;
-        }
-        let done = b + o.read_completion;
+        let done = self.read_bus_done(r, &run);
         // The segment now holds the request; read-ahead follows.
         let media_end = *run.done.last().unwrap();
         self.mech_free = media_end;
         self.arm = *run.arms.last().unwrap();
+        let c = self.spec.cache.clone();
         {
             let s = &mut self.segments[seg];
             if hit != Hit::Partial {
@@ -968,6 +985,45 @@ impl Drive {
             hit,
             seek_cyls: run.seek_cyls,
         }
+    }
+
+    /// When a read that went to the media is done: the bus carries each
+    /// sector once it is in the buffer. A partial hit keeps the bus; a
+    /// miss disconnects and reconnects once enough data are in the buffer.
+    fn read_bus_done(&self, r: &ReadAtCache, run: &MediaRun) -> f64 {
+        let o = &self.spec.overheads;
+        let c = &self.spec.cache;
+        let (t0, n, hit) = (r.t0, r.cmd.count, r.hit);
+        let bus = self.spec.bus_read_ms;
+        let ready = |i: u32| -> f64 {
+            if i < r.cached_prefix {
+                r.cached_at[i as usize]
+            } else {
+                run.done[(i - r.cached_prefix) as usize]
+            }
+        };
+        let mut b;
+        if hit == Hit::Partial {
+            b = t0 + r.hit_ovh + o.data_prep;
+        } else {
+            let water = if c.water_by_request {
+                ((f64::from(n.min(c.segment_blocks)) * c.read_water) as u32).max(1)
+            } else {
+                ((f64::from(c.segment_blocks) * c.read_water + 0.9999999999) as u32).max(1)
+            }
+            .min(n);
+            b = (t0 + r.miss_ovh + r.disc_ovh).max(ready(water - 1))
+                + o.first_reselect
+                + o.data_prep;
+        }
+        for i in 0..n {
+            let at = ready(i);
+            if at > b + EPS && !self.spec.hold_bus_read && hit == Hit::Miss && i > 0 {
+                b = at + o.other_reselect;
+            }
+            b = b.max(at) + bus;
+        }
+        b + o.read_completion
     }
 
     fn serve_write(&mut self, t0: f64, cmd: Command) -> Served {

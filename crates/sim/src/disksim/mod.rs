@@ -45,6 +45,53 @@ pub fn drive_from(file: &ParamFile, parv: &Path) -> Result<DriveSpec, ParamError
     if rpm <= 0.0 {
         return Err(err_at(mech, "Rotation speed (in rpms)", "must be positive"));
     }
+    let overheads = overheads_from(disk)?;
+    // Bus time per sector: the largest of the disk's, every bus's and
+    // every controller's (DiskSim takes the maximum along the path).
+    let disk_xfer = disk.num_or("Bulk sector transfer time", 0.0)?;
+    let (mut rd, mut wr) = (disk_xfer, disk_xfer);
+    for b in file.blocks_of("disksim_bus") {
+        rd = rd.max(b.num_or("Read block transfer time", 0.0)?);
+        wr = wr.max(b.num_or("Write block transfer time", 0.0)?);
+    }
+    for c in file.blocks_of("disksim_ctlr") {
+        let x = c.num_or("Bulk sector transfer time", 0.0)?;
+        rd = rd.max(x);
+        wr = wr.max(x);
+    }
+    let cache = cache_from(disk)?;
+    let scheduler = match disk.field("Scheduler") {
+        Some(_) => {
+            let s = disk.block("Scheduler")?;
+            match s.int_or("Scheduling policy", 1)? {
+                // DiskSim's positioning-time family: SPTF, SPCTF, SATF,
+                // their weighted and aged forms, and SPTF_ROT (8..=16,
+                // 20, 21, 24..=26). Everything else is served in order.
+                8..=16 | 20 | 21 | 24..=26 => Scheduler::Sptf,
+                _ => Scheduler::Fcfs,
+            }
+        }
+        None => Scheduler::Fcfs,
+    };
+    Ok(DriveSpec {
+        name: disk.name.clone().unwrap_or_else(|| "disk".into()),
+        layout,
+        seek,
+        rpm,
+        head_switch_ms: mech.num_or("Head switch time", 0.0)?,
+        write_settle_ms: mech.num_or("Add. write settling delay", 0.0)?,
+        overheads,
+        bus_read_ms: rd,
+        bus_write_ms: wr,
+        hold_bus_read: disk.int_or("Hold bus entire read xfer", 0)? != 0,
+        cache,
+        scheduler,
+    })
+}
+
+/// The controller's overheads, scaled by the disk's time scale (a table:
+/// each field and its DiskSim name).
+fn overheads_from(disk: &Block) -> Result<Overheads, ParamError> {
     let scale = disk.num_or("Time scale for overheads", 1.0)?;
     let ov = |k: &str| -> Result<f64, ParamError> { Ok(disk.num_or(k, 0.0)? * scale) };
     let extra = if disk.int_or("Extra write disconnect", 0)? != 0 {
@@ -58,7 +105,7 @@ pub fn drive_from(file: &ParamFile, parv: &Path) -> Result<DriveSpec, ParamError
     } else {
         None
     };
-    let overheads = Overheads {
+    Ok(Overheads {
         per_request: ov("Per-request overhead time")?,
         read_hit_after_read: ov("Read hit over. after read")?,
         read_hit_after_write: ov("Read hit over. after write")?,
@@ -78,20 +125,11 @@ pub fn drive_from(file: &ParamFile, parv: &Path) -> Result<DriveSpec, ParamError
         write_disconnect: ov("Write disconnect overhead")?,
         extra_write_disconnect: extra,
         min_seek_delay: disk.num_or("Minimum seek delay", 0.0)?,
-    };
-    // Bus time per sector: the largest of the disk's, every bus's and
-    // every controller's (DiskSim takes the maximum along the path).
-    let disk_xfer = disk.num_or("Bulk sector transfer time", 0.0)?;
-    let (mut rd, mut wr) = (disk_xfer, disk_xfer);
-    for b in file.blocks_of("disksim_bus") {
-        rd = rd.max(b.num_or("Read block transfer time", 0.0)?);
-        wr = wr.max(b.num_or("Write block transfer time", 0.0)?);
-    }
-    for c in file.blocks_of("disksim_ctlr") {
-        let x = c.num_or("Bulk sector transfer time", 0.0)?;
-        rd = rd.max(x);
-        wr = wr.max(x);
-    }
+    })
+}
+
+/// The disk's buffer: segments, read-ahead and write-back.
+fn cache_from(disk: &Block) -> Result<CacheSpec, ParamError> {
     let contread = disk.int_or("Buffer continuous read", 0)?;
     let read_ahead = match contread {
         0 => ReadAhead::None,
@@ -120,7 +158,7 @@ pub fn drive_from(file: &ParamFile, parv: &Path) -> Result<DriveSpec, ParamError
         }
     };
     let segments = disk.int("Number of buffer segments")?.max(1) as u32;
-    let cache = CacheSpec {
+    Ok(CacheSpec {
         enabled: disk.int_or("Enable caching in buffer", 1)? != 0,
         segments,
         segment_blocks: disk.int("Segment size (in blks)")?.max(1) as u32,
@@ -135,33 +173,6 @@ pub fn drive_from(file: &ParamFile, parv: &Path) -> Result<DriveSpec, ParamError
         write_back,
         read_hits_on_write_data: disk.int_or("Allow read hits on write data", 1)? != 0,
         stop_prefetch_in_sector: disk.int_or("Stop prefetch in sector", 0)? != 0,
-    };
-    let scheduler = match disk.field("Scheduler") {
-        Some(_) => {
-            let s = disk.block("Scheduler")?;
-            match s.int_or("Scheduling policy", 1)? {
-                // DiskSim's positioning-time family: SPTF, SPCTF, SATF,
-                // their weighted and aged forms, and SPTF_ROT (8..=16,
-                // 20, 21, 24..=26). Everything else is served in order.
-                8..=16 | 20 | 21 | 24..=26 => Scheduler::Sptf,
-                _ => Scheduler::Fcfs,
-            }
-        }
-        None => Scheduler::Fcfs,
-    };
-    Ok(DriveSpec {
-        name: disk.name.clone().unwrap_or_else(|| "disk".into()),
-        layout,
-        seek,
-        rpm,
-        head_switch_ms: mech.num_or("Head switch time", 0.0)?,
-        write_settle_ms: mech.num_or("Add. write settling delay", 0.0)?,
-        overheads,
-        bus_read_ms: rd,
-        bus_write_ms: wr,
-        hold_bus_read: disk.int_or("Hold bus entire read xfer", 0)? != 0,
-        cache,
-        scheduler,
     })
 }
 
@@ -218,76 +229,84 @@ pub fn layout_from(model: &Block) -> Result<Layout, ParamError> {
         let Value::Block(z) = v else {
             return Err(err_at(lb, "Zones", format!("zone {i} is not a block")));
         };
-        let units = z.word("Skew units").unwrap_or("sectors");
-        let bpt = z.int("Blocks per track")?;
-        if bpt <= 0 {
-            return Err(err_at(z, "Blocks per track", "must be positive"));
-        }
-        // Skews and the first block's offset in whole sectors (DiskSim
-        // truncates them), or revolutions.
-        let sectors = |k: &str| -> Result<u32, ParamError> {
-            let v = z.num_or(k, 0.0)?;
-            let s = if units == "revolutions" {
-                (v * bpt as f64) as i64
-            } else {
-                v as i64
-            };
-            Ok(s.rem_euclid(bpt) as u32)
-        };
-        let ints = |k: &str| -> Result<Vec<u64>, ParamError> {
-            let mut out = Vec::new();
-            if z.field(k).is_none() {
-                return Ok(out);
-            }
-            for v in z.list(k)? {
-                match v.as_f64() {
-                    Some(x) if x >= 0.0 && x.fract() == 0.0 => out.push(x as u64),
-                    _ => return Err(err_at(z, k, format!("{v:?} is not a block number"))),
-                }
-            }
-            Ok(out)
-        };
-        let flat = ints("defects")?;
-        if flat.len() % 2 != 0 {
-            return Err(err_at(
-                z,
-                "defects",
-                format!(
-                    "{} numbers: defects come in pairs (defective, spare)",
-                    flat.len()
-                ),
-            ));
-        }
-        let defects: Vec<(u64, u64)> = flat.chunks(2).map(|p| (p[0], p[1])).collect();
-        let slips = ints("slips")?;
-        let mut spares = z.int_or("Number of spares", 0)?.max(0) as u64;
-        if slips_to_end {
-            if spares > 0 {
-                return Err(err_at(
-                    z,
-                    "Number of spares",
-                    format!("{spares} with sparing scheme 7, which counts none of them; give 0"),
-                ));
-            }
-            spares = slips.len() as u64;
-        }
-        zones.push(Zone {
-            first_cyl: z.int("First cylinder number")? as u32,
-            last_cyl: z.int("Last cylinder number")? as u32,
-            blocks_per_track: bpt as u32,
-            first_block_offset: sectors("Offset of first block")?,
-            dead_space: z.int_or("Empty space at zone front", 0)?.max(0) as u64,
-            track_skew: sectors("Skew for track switch")?,
-            cyl_skew: sectors("Skew for cylinder switch")?,
-            spares,
-            slips,
-            defects,
-            first_lbn: 0,
-            lbns: 0,
-        });
+        zones.push(zone_from(z, slips_to_end)?);
     }
     Layout::new(surfaces as u32, sparing, mapping, zones)
         .map_err(|e| ParamError::at(&lb.origin, Some("Zones"), e))
+}
+
+/// One `dm_layout_g1_zone`. With `slips_to_end` (sparing scheme 7) its
+/// spares are its slips.
+fn zone_from(z: &Block, slips_to_end: bool) -> Result<Zone, ParamError> {
+    let units = z.word("Skew units").unwrap_or("sectors");
+    let bpt = z.int("Blocks per track")?;
+    if bpt <= 0 {
+        return Err(err_at(z, "Blocks per track", "must be positive"));
+    }
+    // Skews and the first block's offset in whole sectors (DiskSim
+    // truncates them), or revolutions.
+    let sectors = |k: &str| -> Result<u32, ParamError> {
+        let v = z.num_or(k, 0.0)?;
+        let s = if units == "revolutions" {
+            (v * bpt as f64) as i64
+        } else {
+            v as i64
+        };
+        Ok(s.rem_euclid(bpt) as u32)
+    };
+    let flat = block_numbers(z, "defects")?;
+    if flat.len() % 2 != 0 {
+        return Err(err_at(
+            z,
+            "defects",
+            format!(
+                "{} numbers: defects come in pairs (defective, spare)",
+                flat.len()
+            ),
+        ));
+    }
+    let defects: Vec<(u64, u64)> = flat.chunks(2).map(|p| (p[0], p[1])).collect();
+    let slips = block_numbers(z, "slips")?;
+    let mut spares = z.int_or("Number of spares", 0)?.max(0) as u64;
+    if slips_to_end {
+        if spares > 0 {
+            return Err(err_at(
+                z,
+                "Number of spares",
+                format!("{spares} with sparing scheme 7, which counts none of them; give 0"),
+            ));
+        }
+        spares = slips.len() as u64;
+    }
+    Ok(Zone {
+        first_cyl: z.int("First cylinder number")? as u32,
+        last_cyl: z.int("Last cylinder number")? as u32,
+        blocks_per_track: bpt as u32,
+        first_block_offset: sectors("Offset of first block")?,
+        dead_space: z.int_or("Empty space at zone front", 0)?.max(0) as u64,
+        track_skew: sectors("Skew for track switch")?,
+        cyl_skew: sectors("Skew for cylinder switch")?,
+        spares,
+        slips,
+        defects,
+        first_lbn: 0,
+        lbns: 0,
+    })
+}
+
+/// A zone's list of block numbers under `k`; none when it is absent.
+fn block_numbers(z: &Block, k: &str) -> Result<Vec<u64>, ParamError> {
+    let mut out = Vec::new();
+    if z.field(k).is_none() {
+        return Ok(out);
+    }
+    for v in z.list(k)? {
+        match v.as_f64() {
+            Some(x) if x >= 0.0 && x.fract() == 0.0 => out.push(x as u64),
+            _ => return Err(err_at(z, k, format!("{v:?} is not a block number"))),
+        }
+    }
+    Ok(out)
 }
 
 /// The seek curve of a `dm_mech_g1`.

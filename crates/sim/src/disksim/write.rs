@@ -3,8 +3,8 @@
 //! with its `dm_disk` model inline, and the seek table beside it as
 //! `<stem>.seek`, DiskSim's "extracted" curve.
 
-use crate::disk::drive::{DriveSpec, ReadAhead, Scheduler, WriteBack};
-use crate::disk::layout::Mapping;
+use crate::disk::drive::{DriveSpec, Overheads, ReadAhead, Scheduler, WriteBack};
+use crate::disk::layout::{Mapping, Zone};
 use crate::disk::seek::SeekCurve;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -30,6 +30,31 @@ fn name_of(s: &str) -> String {
 /// constant seek curve can be written (what calibration makes).
 pub fn render(spec: &DriveSpec, seek_file_name: &str) -> Result<(String, String), String> {
     let name = name_of(&spec.name);
+    let mut t = String::new();
+    let w = &mut t;
+    // `write!` to a String cannot fail.
+    let _ = writeln!(w, "# A drive model written by platter (sim calibrate).");
+    let _ = writeln!(w, "disksim_disk {name} {{");
+    let _ = writeln!(w, "   Model = dm_disk {name}_model {{");
+    render_layout(w, spec);
+    let seek_text = render_mechanics(w, spec, seek_file_name)?;
+    let _ = writeln!(w, "   }},");
+    render_disk_fields(w, spec)?;
+    let policy = match spec.scheduler {
+        Scheduler::Fcfs => 1,
+        Scheduler::Sptf => 8,
+    };
+    let _ = writeln!(w, "   Scheduler = disksim_ioqueue {{");
+    let _ = writeln!(w, "      Scheduling policy = {policy}");
+    let _ = writeln!(w, "   }}");
+    let _ = writeln!(w, "}}");
+    render_bus(w, spec)?;
+    Ok((t, seek_text))
+}
+
+/// The model's size and its `dm_layout_g1`: the mapping, sparing and
+/// zones.
+fn render_layout(w: &mut String, spec: &DriveSpec) {
     let l = &spec.layout;
     let (scheme, rangesize) = l.sparing.to_disksim();
     let mapping = match l.mapping {
@@ -37,12 +62,6 @@ pub fn render(spec: &DriveSpec, seek_file_name: &str) -> Result<(String, String)
         Mapping::SerpentineZone => 1,
         Mapping::SerpentineDisk => 2,
     };
-    let mut t = String::new();
-    let w = &mut t;
-    // `write!` to a String cannot fail.
-    let _ = writeln!(w, "# A drive model written by platter (sim calibrate).");
-    let _ = writeln!(w, "disksim_disk {name} {{");
-    let _ = writeln!(w, "   Model = dm_disk {name}_model {{");
     let _ = writeln!(w, "      Number of data surfaces = {},", l.surfaces);
     let _ = writeln!(w, "      Number of cylinders = {},", l.cylinders());
     let _ = writeln!(w, "      Block count = {},", l.blocks);
@@ -52,44 +71,58 @@ pub fn render(spec: &DriveSpec, seek_file_name: &str) -> Result<(String, String)
     let _ = writeln!(w, "         Rangesize for sparing = {rangesize},");
     let _ = writeln!(w, "         Zones = [");
     for (i, z) in l.zones.iter().enumerate() {
-        let list = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
-        let _ = writeln!(w, "            dm_layout_g1_zone {{");
-        let _ = writeln!(w, "               First cylinder number = {},", z.first_cyl);
-        let _ = writeln!(w, "               Last cylinder number = {},", z.last_cyl);
-        let _ = writeln!(
-            w,
-            "               Blocks per track = {},",
-            z.blocks_per_track
-        );
-        let _ = writeln!(
-            w,
-            "               Offset of first block = {},",
-            z.first_block_offset
-        );
-        let _ = writeln!(
-            w,
-            "               Empty space at zone front = {},",
-            z.dead_space
-        );
-        let _ = writeln!(
-            w,
-            "               Skew for track switch = {},",
-            z.track_skew
-        );
-        let _ = writeln!(
-            w,
-            "               Skew for cylinder switch = {},",
-            z.cyl_skew
-        );
-        let _ = writeln!(w, "               Number of spares = {},", z.spares);
-        let _ = writeln!(w, "               slips = [{}],", list(&z.slips));
-        let flat: Vec<u64> = z.defects.iter().flat_map(|&(d, r)| [d, r]).collect();
-        let _ = writeln!(w, "               defects = [{}]", list(&flat));
         let sep = if i + 1 < l.zones.len() { "," } else { "" };
-        let _ = writeln!(w, "            }}{sep}");
+        render_zone(w, z, sep);
     }
     let _ = writeln!(w, "         ]");
     let _ = writeln!(w, "      }},");
+}
+
+/// One `dm_layout_g1_zone`, `sep` after its closing brace.
+fn render_zone(w: &mut String, z: &Zone, sep: &str) {
+    let list = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(", ");
+    let _ = writeln!(w, "            dm_layout_g1_zone {{");
+    let _ = writeln!(w, "               First cylinder number = {},", z.first_cyl);
+    let _ = writeln!(w, "               Last cylinder number = {},", z.last_cyl);
+    let _ = writeln!(
+        w,
+        "               Blocks per track = {},",
+        z.blocks_per_track
+    );
+    let _ = writeln!(
+        w,
+        "               Offset of first block = {},",
+        z.first_block_offset
+    );
+    let _ = writeln!(
+        w,
+        "               Empty space at zone front = {},",
+        z.dead_space
+    );
+    let _ = writeln!(
+        w,
+        "               Skew for track switch = {},",
+        z.track_skew
+    );
+    let _ = writeln!(
+        w,
+        "               Skew for cylinder switch = {},",
+        z.cyl_skew
+    );
+    let _ = writeln!(w, "               Number of spares = {},", z.spares);
+    let _ = writeln!(w, "               slips = [{}],", list(&z.slips));
+    let flat: Vec<u64> = z.defects.iter().flat_map(|&(d, r)| [d, r]).collect();
+    let _ = writeln!(w, "               defects = [{}]", list(&flat));
+    let _ = writeln!(w, "            }}{sep}");
+}
+
+/// The `dm_mech_g1` block; returns the seek file's text (empty for a
+/// constant seek time).
+fn render_mechanics(
+    w: &mut String,
+    spec: &DriveSpec,
+    seek_file_name: &str,
+) -> Result<String, String> {
     let _ = writeln!(w, "      Mechanical Model = dm_mech_g1 {{");
     let mut seek_text = String::new();
     match &spec.seek {
@@ -115,8 +148,28 @@ pub fn render(spec: &DriveSpec, seek_file_name: &str) -> Result<(String, String)
     );
     let _ = writeln!(w, "         Rotation speed (in rpms) = {}", spec.rpm);
     let _ = writeln!(w, "      }}");
-    let _ = writeln!(w, "   }},");
+    Ok(seek_text)
+}
+
+/// The `disksim_disk`'s own fields: the bus, the cache and the
+/// controller's overheads, in the order DiskSim's own files give them.
+fn render_disk_fields(w: &mut String, spec: &DriveSpec) -> Result<(), String> {
     let o = &spec.overheads;
+    let mut fields = vec![("Per-request overhead time", o.per_request.to_string())];
+    fields.extend(cache_fields(spec));
+    fields.extend(overhead_fields(o));
+    if o.extra_write_disconnect.is_some() {
+        return Err("the extra write disconnect cannot be written".into());
+    }
+    for (k, v) in fields {
+        let _ = writeln!(w, "   {k} = {v},");
+    }
+    Ok(())
+}
+
+/// The bus transfer time and the buffer cache (a table: DiskSim's name for
+/// each field, and its value).
+fn cache_fields(spec: &DriveSpec) -> Vec<(&'static str, String)> {
     let c = &spec.cache;
     let contread = match c.read_ahead {
         ReadAhead::None => 0,
@@ -125,13 +178,8 @@ pub fn render(spec: &DriveSpec, seek_file_name: &str) -> Result<(String, String)
         ReadAhead::SegmentEnd => 3,
         ReadAhead::NextTrack => 4,
     };
-    let policy = match spec.scheduler {
-        Scheduler::Fcfs => 1,
-        Scheduler::Sptf => 8,
-    };
     let b = |x: bool| u8::from(x);
-    let fields: Vec<(&str, String)> = vec![
-        ("Per-request overhead time", o.per_request.to_string()),
+    vec![
         ("Bulk sector transfer time", spec.bus_read_ms.to_string()),
         (
             "Hold bus entire read xfer",
@@ -175,6 +223,12 @@ pub fn render(spec: &DriveSpec, seek_file_name: &str) -> Result<(String, String)
             "Fast write level",
             u8::from(c.write_back == WriteBack::On).to_string(),
         ),
+    ]
+}
+
+/// The controller's overheads, in milliseconds (a table, as above).
+fn overhead_fields(o: &Overheads) -> Vec<(&'static str, String)> {
+    vec![
         (
             "Read hit over. after read",
             o.read_hit_after_read.to_string(),
@@ -222,29 +276,23 @@ pub fn render(spec: &DriveSpec, seek_file_name: &str) -> Result<(String, String)
         ),
         ("Write disconnect overhead", o.write_disconnect.to_string()),
         ("Minimum seek delay", o.min_seek_delay.to_string()),
-    ];
-    if o.extra_write_disconnect.is_some() {
-        return Err("the extra write disconnect cannot be written".into());
+    ]
+}
+
+/// A separate bus carries the write time when it differs: the loader
+/// takes the largest of the disk's and the buses' figures.
+fn render_bus(w: &mut String, spec: &DriveSpec) -> Result<(), String> {
+    if spec.bus_write_ms == spec.bus_read_ms {
+        return Ok(());
     }
-    for (k, v) in fields {
-        let _ = writeln!(w, "   {k} = {v},");
+    if spec.bus_write_ms < spec.bus_read_ms {
+        return Err("a write bus faster than the read bus cannot be written".into());
     }
-    let _ = writeln!(w, "   Scheduler = disksim_ioqueue {{");
-    let _ = writeln!(w, "      Scheduling policy = {policy}");
-    let _ = writeln!(w, "   }}");
+    let _ = writeln!(w, "disksim_bus bus0 {{");
+    let _ = writeln!(w, "   Read block transfer time = {},", spec.bus_read_ms);
+    let _ = writeln!(w, "   Write block transfer time = {}", spec.bus_write_ms);
     let _ = writeln!(w, "}}");
-    // A separate bus carries the write time when it differs: the loader
-    // takes the largest of the disk's and the buses' figures.
-    if spec.bus_write_ms != spec.bus_read_ms {
-        if spec.bus_write_ms < spec.bus_read_ms {
-            return Err("a write bus faster than the read bus cannot be written".into());
-        }
-        let _ = writeln!(w, "disksim_bus bus0 {{");
-        let _ = writeln!(w, "   Read block transfer time = {},", spec.bus_read_ms);
-        let _ = writeln!(w, "   Write block transfer time = {}", spec.bus_write_ms);
-        let _ = writeln!(w, "}}");
-    }
-    Ok((t, seek_text))
+    Ok(())
 }
 
 /// Writes `parv` and, for a table seek curve, `<stem>.seek` beside it.
