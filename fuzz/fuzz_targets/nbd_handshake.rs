@@ -10,9 +10,9 @@
 
 use libfuzzer_sys::fuzz_target;
 use platter_nbd::consts::*;
-use platter_nbd::{ExportInfo, HandshakeConfig, HandshakeState, ServerHandshake};
+use platter_nbd::{ExportInfo, HandshakeConfig, HandshakeState, ServerHandshake, TlsPolicy};
 
-fn config(max_options: u32, max_option_bytes: u32) -> HandshakeConfig {
+fn config(max_options: u32, max_option_bytes: u32, tls: TlsPolicy) -> HandshakeConfig {
     let export =
         |name: &str, description: &str, size_bytes: u64, transmission_flags: u16| ExportInfo {
             name: name.to_string(),
@@ -41,6 +41,7 @@ fn config(max_options: u32, max_option_bytes: u32) -> HandshakeConfig {
         ],
         max_options,
         max_option_bytes,
+        tls,
     }
 }
 
@@ -53,7 +54,16 @@ fn run(
     let mut hs = ServerHandshake::new(cfg);
     let mut out = hs.take_output();
     let (mut pos, mut consumed) = (0, 0);
-    while pos < input.len() && *hs.state() == HandshakeState::Negotiating {
+    while pos < input.len() {
+        match hs.state() {
+            HandshakeState::Negotiating => {}
+            // The rest of the input stands for what TLS decrypts.
+            HandshakeState::StartTls => {
+                hs.tls_started();
+                continue;
+            }
+            _ => break,
+        }
         let end = pos.saturating_add(next().max(1)).min(input.len());
         let used = hs.feed(&input[pos..end]);
         assert!(used <= end - pos);
@@ -66,7 +76,7 @@ fn run(
         }
         consumed += used;
         out.extend(hs.take_output());
-        pos = end;
+        pos += used;
     }
     (out, hs.state().clone(), consumed)
 }
@@ -82,7 +92,13 @@ fuzz_target!(|data: &[u8]| {
         n => n,
     };
     let max_option_bytes = if params[0] & 0x80 != 0 { 64 } else { 64 * 1024 };
-    let cfg = config(max_options, max_option_bytes);
+    // Every TLS policy (`serve --tls`): the same options meet each.
+    let tls = match params[1] % 3 {
+        0 => TlsPolicy::Off,
+        1 => TlsPolicy::On,
+        _ => TlsPolicy::Require,
+    };
+    let cfg = config(max_options, max_option_bytes, tls);
 
     let whole = run(cfg.clone(), input, || usize::MAX);
     // A small xorshift drives chunk sizes of 1..=64 bytes.
