@@ -118,6 +118,7 @@ fn redundancy_floor<'a>(
         .iter()
         .map(|r| format!("{} x{}", r.point.level, r.point.members))
         .collect();
+    names.sort();
     names.dedup();
     let line = (!names.is_empty()).then(|| {
         format!(

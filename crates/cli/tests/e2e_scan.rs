@@ -473,6 +473,27 @@ fn a_replaced_disk_is_superseded_passed_over_and_wiped() {
     assert_eq!(out.status.code(), Some(1), "{}", out.describe("wipe m0"));
     assert!(out.stderr.contains("--force"), "{}", out.stderr);
     assert_eq!(fs::read(&m0).unwrap(), before, "a refused wipe wrote");
+    // A device that is not there is named as missing (it was blamed on a
+    // running volume before), and the devices beside it are not written:
+    // every one is checked before any is.
+    let missing = dir.join("nosuch").display().to_string();
+    let out = run(
+        &mut platter(&["wipe", "--force", &m0, &missing]),
+        CMD_TIMEOUT,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        out.describe("wipe a missing device")
+    );
+    assert!(
+        out.stderr.contains("no such file or device"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("running volume"), "{}", out.stderr);
+    assert_eq!(fs::read(&m0).unwrap(), before, "a refused wipe wrote");
     // The superseded one goes without it, once wipe sees the newer labels
     // (in its directory, or where --scan says); scan passes over it then.
     let away = dir.join("away");
