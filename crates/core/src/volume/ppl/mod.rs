@@ -34,64 +34,14 @@
 //!    end (the *tail*): the tail's records are zeroed, and that made
 //!    durable, before the records at the start are written over.
 
+mod state;
+
 use super::plan::WritePieces;
 use super::{MemberOp, Payload, Phase, RequestId, Stage, StripeJob, Volume};
 use crate::ppl::{Layout, Piece, Record};
 use bytes::Bytes;
-use std::collections::{BTreeMap, HashMap, VecDeque};
-
-/// The log's state in the volume.
-pub(super) struct LogState {
-    layout: Layout,
-    volume_uuid: [u8; 16],
-    next_seq: u64,
-    rings: Vec<Ring>,
-    /// Per stripe, records a recovery could find on some member (written
-    /// or being written, not yet overwritten durably): rule 4.
-    on_disk: BTreeMap<u64, u32>,
-    /// Stripes whose last partial write completed at this tick (rule 3);
-    /// pruned as flushes make them durable.
-    written: HashMap<u64, u64>,
-    /// Ticks count completed logged writes.
-    tick: u64,
-    /// Writes completed at or before this tick are durable.
-    durable_tick: u64,
-    /// Requests waiting (`Stage::Waiting`) for ring space that writes
-    /// still running hold, oldest first: the first is woken when a logged
-    /// request's writes complete, and every one that fits is placed after
-    /// its clearing flush.
-    waiters: VecDeque<RequestId>,
-    stats: LogStats,
-}
-
-pub use crate::stats::PplStats as LogStats;
-
-/// One member's ring of records.
-#[derive(Default)]
-struct Ring {
-    /// Where the next record goes.
-    head_bytes: u64,
-    /// Records on the member, oldest first.
-    entries: VecDeque<Entry>,
-    /// A tail a request zeroes (rule 6), `(owner, start, end)`: no record
-    /// goes there until the zeros are durable, or the zeros could land
-    /// over it.
-    zeroing: Option<(RequestId, u64, u64)>,
-}
-
-struct Entry {
-    start_bytes: u64,
-    len_bytes: u64,
-    /// A record with partial parity: its stripe, counted in `on_disk`.
-    /// Whole records are never stale (their parity is the data's), so
-    /// nothing needs to supersede them.
-    stripe: Option<u64>,
-    owner: RequestId,
-    /// The tick its writes completed at; none while they may still run.
-    done_tick: Option<u64>,
-    /// Its record's number (older entries have smaller ones).
-    seq: u64,
-}
+pub(super) use state::LogState;
+pub use state::LogStats;
 
 /// A request's part in the log, from its parity computed to its finish.
 #[derive(Default)]
@@ -170,42 +120,6 @@ impl OpLog {
     }
 }
 
-impl LogState {
-    fn ring_bytes(&self) -> u64 {
-        self.layout.len_bytes
-    }
-
-    /// Records whose writes completed but are not yet durable (a flush of
-    /// every member makes their space free), and records whose writes
-    /// are still running.
-    fn undurable(&self) -> (usize, usize) {
-        let mut out = (0, 0);
-        for e in self.rings.iter().flat_map(|r| &r.entries) {
-            match e.done_tick {
-                Some(t) if t > self.durable_tick => out.0 += 1,
-                None => out.1 += 1,
-                Some(_) => {}
-            }
-        }
-        out
-    }
-
-    /// The request's records, on the members it placed them on, are done
-    /// at tick `t` (if not already). They are the newest of their rings
-    /// when placed, so each ring is searched from its end back to them.
-    fn mark_done(&mut self, id: RequestId, ol: &OpLog, t: u64) {
-        for &(m, _, _) in &ol.placed {
-            for e in self.rings[m as usize].entries.iter_mut().rev() {
-                if e.owner == id {
-                    e.done_tick.get_or_insert(t);
-                } else if e.seq < ol.first_seq {
-                    break;
-                }
-            }
-        }
-    }
-}
-
 impl Volume {
     /// Logs partial parity for RAID-5/6 writes from now on, into each
     /// member's `layout` area, which the host has emptied (after applying
@@ -228,20 +142,7 @@ impl Volume {
                 && layout.offset_bytes + layout.len_bytes <= self.geometry.spec().data_offset_bytes,
             "the log area lies in whole blocks before the data"
         );
-        self.log = Some(LogState {
-            layout,
-            volume_uuid,
-            next_seq: 1,
-            rings: (0..self.geometry.members())
-                .map(|_| Ring::default())
-                .collect(),
-            on_disk: BTreeMap::new(),
-            written: HashMap::new(),
-            tick: 0,
-            durable_tick: 0,
-            waiters: VecDeque::new(),
-            stats: LogStats::default(),
-        });
+        self.log = Some(LogState::new(layout, volume_uuid, self.geometry.members()));
     }
 
     /// Test support: per stripe, the copies of partial records the volume
@@ -251,7 +152,7 @@ impl Volume {
     pub fn ppl_recorded_stripes_for_tests(&self) -> std::collections::BTreeMap<u64, u32> {
         self.log
             .as_ref()
-            .map_or_else(Default::default, |l| l.on_disk.clone())
+            .map_or_else(Default::default, |l| l.recorded_stripes())
     }
 
     /// Test support: claims a record past the end of the first member's
@@ -263,20 +164,12 @@ impl Volume {
         let Some(log) = self.log.as_mut() else {
             return false;
         };
-        let start_bytes = log.ring_bytes();
-        log.rings[0].entries.push_back(Entry {
-            start_bytes,
-            len_bytes: crate::ppl::BLOCK_BYTES,
-            stripe: None,
-            owner: super::intent::INTENT_OWNER,
-            done_tick: Some(0),
-            seq: 0,
-        });
+        log.break_for_tests(super::intent::INTENT_OWNER);
         true
     }
 
     pub fn ppl_stats(&self) -> Option<LogStats> {
-        self.log.as_ref().map(|l| l.stats)
+        self.log.as_ref().map(|l| l.stats())
     }
 
     /// Whole records for whole stripes a write-zeroes or trim releases
@@ -285,7 +178,7 @@ impl Volume {
         let Some(log) = &self.log else {
             return;
         };
-        out.extend(log.on_disk.range(first..end).map(|(&s, _)| s));
+        log.recorded_in(first, end, out);
     }
 
     /// A repair rewrites a member's chunk (data, on RAID-6, when the
@@ -301,7 +194,7 @@ impl Volume {
         let mut stripes: Vec<u64> = writes
             .iter()
             .map(|w| (w.offset_bytes - offset) / il)
-            .filter(|s| log.on_disk.contains_key(s))
+            .filter(|&s| log.has_record(s))
             .collect();
         if stripes.is_empty() {
             return;
@@ -347,7 +240,7 @@ impl Volume {
             covered == hi - lo
         });
         if whole {
-            if !log.on_disk.contains_key(&stripe) {
+            if !log.has_record(stripe) {
                 return JobLog::Nothing;
             }
             if lo == 0 && hi == self.geometry.interleave_bytes() {
@@ -455,10 +348,7 @@ impl Volume {
         if ol.records.is_empty() {
             return self.issue_writes(id, writes);
         }
-        ol.needs_clearing = ol
-            .partial_stripes
-            .iter()
-            .any(|s| log.written.get(s).is_some_and(|&t| t > log.durable_tick));
+        ol.needs_clearing = log.needs_clearing(&ol.partial_stripes);
         op.plan.planned = writes;
         self.log_next(id);
     }
@@ -471,16 +361,12 @@ impl Volume {
                 if self.log_place(id) {
                     return self.log_next(id);
                 }
-                let log = self.log.as_mut().expect("log on");
-                let (done, running) = log.undurable();
-                if done == 0 {
-                    // Only writes still running hold the space: wait for
-                    // one to complete (`log_wake`) rather than flush.
-                    assert!(running > 0, "a request's records fit an empty ring");
-                    log.stats.space_waits += 1;
+                // Only writes still running hold the space: wait for one
+                // to complete (`log_wake`) rather than flush.
+                if self.log.as_mut().expect("log on").wait_for_space(id) {
                     let op = self.ops.get_mut(&id).expect("live request");
                     op.stage = Stage::Waiting;
-                    return log.waiters.push_back(id);
+                    return;
                 }
             }
             return self.log_clear(id);
@@ -507,8 +393,7 @@ impl Volume {
                 .map(|(m, start, payload)| {
                     let op = match step {
                         LogStep::Writing => MemberOp::Write {
-                            offset_bytes: self.log.as_ref().expect("log on").layout.offset_bytes
-                                + start,
+                            offset_bytes: self.log.as_ref().expect("log on").offset_bytes() + start,
                             data: payload.clone(),
                         },
                         _ => MemberOp::Flush,
@@ -545,7 +430,7 @@ impl Volume {
     fn log_tails(&mut self, id: RequestId) {
         let op = self.ops.get_mut(&id).expect("live request");
         let ol = op.plan.log.as_mut().expect("logging");
-        let offset_bytes = self.log.as_ref().expect("log on").layout.offset_bytes;
+        let offset_bytes = self.log.as_ref().expect("log on").offset_bytes();
         let (step, ios) = if ol.tails_zeroed {
             let ios = ol
                 .tails
@@ -575,23 +460,10 @@ impl Volume {
         self.issue_log_ios(id, step, ios)
     }
 
-    /// The request's tails are zeroed and durable (or it ended): their
-    /// space takes records again.
-    fn log_tails_done(&mut self, id: RequestId) {
-        let log = self.log.as_mut().expect("log on");
-        for ring in &mut log.rings {
-            if ring.zeroing.is_some_and(|(owner, _, _)| owner == id) {
-                ring.zeroing = None;
-            }
-        }
-    }
-
     /// A flush of every member in use, before placing the request's
     /// records: rule 3, or to make space held by completed writes free.
     fn log_clear(&mut self, id: RequestId) {
-        let log = self.log.as_mut().expect("log on");
-        log.stats.clearing_flushes += 1;
-        let tick = log.tick;
+        let tick = self.log.as_mut().expect("log on").clearing();
         let op = self.ops.get_mut(&id).expect("live request");
         op.plan.log.as_mut().expect("logging").clearing_tick = tick;
         let flushes = (0..self.geometry.members())
@@ -603,7 +475,7 @@ impl Volume {
     /// A logged request's writes completed (or it ended): the first request
     /// waiting for space flushes every member and tries again.
     fn log_wake(&mut self) {
-        let Some(id) = self.log.as_mut().and_then(|l| l.waiters.pop_front()) else {
+        let Some(id) = self.log.as_mut().and_then(|l| l.pop_waiter()) else {
             return;
         };
         let op = self.ops.get_mut(&id).expect("a log waiter is live");
@@ -637,28 +509,25 @@ impl Volume {
                 self.log_durable(t);
                 // The flush freed space for the waiters too: each that fits
                 // now goes on, in order.
-                while let Some(&w) = self.log.as_ref().expect("log on").waiters.front() {
+                while let Some(w) = self.log.as_ref().expect("log on").first_waiter() {
                     if !self.log_place(w) {
                         break;
                     }
-                    self.log.as_mut().expect("log on").waiters.pop_front();
+                    self.log.as_mut().expect("log on").pop_waiter();
                     self.log_next(w);
                 }
             }
             LogStep::ZeroingTails => ol.tails_zeroed = true,
             LogStep::SyncingTails => {
                 ol.tails.clear();
-                self.log_tails_done(id);
+                self.log.as_mut().expect("log on").tails_done(id);
             }
             // Next: the same members flushed (their payloads are gone).
             LogStep::Writing => {}
             LogStep::Syncing => {
                 ol.synced = true;
                 let superseded = std::mem::take(&mut ol.superseded);
-                let log = self.log.as_mut().expect("log on");
-                for s in superseded {
-                    forget(&mut log.on_disk, s);
-                }
+                self.log.as_mut().expect("log on").forget(superseded);
             }
         }
         self.log_next(id)
@@ -667,7 +536,6 @@ impl Volume {
     /// Places the request's records in the rings of their stripes' parity
     /// members, all or none: false when some ring has no room yet.
     fn log_place(&mut self, id: RequestId) -> bool {
-        let members = self.geometry.members();
         let usable: Vec<Vec<u32>> = {
             let this: &Volume = self;
             let op = &this.ops[&id];
@@ -696,101 +564,7 @@ impl Volume {
         let log = self.log.as_mut().expect("log on");
         let op = self.ops.get_mut(&id).expect("live request");
         let ol = op.plan.log.as_mut().expect("logging");
-        let mut need = vec![0u64; members as usize];
-        for (r, ms) in ol.records.iter().zip(&usable) {
-            for &m in ms {
-                need[m as usize] += r.encoded_bytes();
-            }
-        }
-        let ring_bytes = log.ring_bytes();
-        ol.is_placed = true;
-        let mut starts = vec![None; members as usize];
-        let mut tails = vec![None; members as usize];
-        for m in 0..members as usize {
-            if need[m] == 0 {
-                continue;
-            }
-            // `area_bytes_for` sizes the ring so that this holds.
-            assert!(
-                need[m] <= ring_bytes,
-                "a request's records ({} bytes) outgrow the log ({ring_bytes} bytes)",
-                need[m]
-            );
-            match log.rings[m].find_room(need[m], ring_bytes, log.durable_tick) {
-                Some((start, tail)) => {
-                    starts[m] = Some(start);
-                    tails[m] = tail;
-                }
-                None => {
-                    ol.is_placed = false;
-                    return false;
-                }
-            }
-        }
-        // Room everywhere: number, encode and claim.
-        ol.first_seq = log.next_seq;
-        let mut payloads: Vec<Vec<Bytes>> = vec![Vec::new(); members as usize];
-        let mut at = starts.clone();
-        for (r, ms) in ol.records.iter_mut().zip(&usable) {
-            r.seq = log.next_seq;
-            log.next_seq += 1;
-            if r.whole {
-                log.stats.whole_records += ms.len() as u64;
-            }
-            let bytes = Bytes::from(r.encode(&log.volume_uuid));
-            for &m in ms {
-                let start = at[m as usize].expect("room found");
-                at[m as usize] = Some(start + bytes.len() as u64);
-                log.stats.records += 1;
-                log.stats.record_bytes += bytes.len() as u64;
-                let stripe = (!r.whole).then_some(r.stripes[0]);
-                if let Some(s) = stripe {
-                    *log.on_disk.entry(s).or_insert(0) += 1;
-                }
-                log.rings[m as usize].entries.push_back(Entry {
-                    start_bytes: start,
-                    len_bytes: bytes.len() as u64,
-                    stripe,
-                    owner: id,
-                    done_tick: None,
-                    seq: r.seq,
-                });
-                payloads[m as usize].push(bytes.clone());
-            }
-        }
-        let durable_tick = log.durable_tick;
-        for (m, start) in starts.iter().enumerate() {
-            let Some(start) = *start else {
-                continue;
-            };
-            let ring = &mut log.rings[m];
-            let end = start + need[m];
-            ring.head_bytes = if end == ring_bytes { 0 } else { end };
-            if let Some(tail) = tails[m] {
-                assert!(
-                    tail.0 < tail.1 && tail.1 <= ring_bytes,
-                    "the tail lies in the ring"
-                );
-                log.stats.tails_zeroed += 1;
-                ol.tails.push((m as u32, tail.0, tail.1 - tail.0));
-                assert!(ring.zeroing.is_none(), "one tail zeroed at a time");
-                ring.zeroing = Some((id, tail.0, tail.1));
-            }
-            let placed_now = payloads[m].len();
-            ring.retire(
-                (start, end),
-                tails[m],
-                placed_now,
-                durable_tick,
-                &mut ol.superseded,
-            );
-            let mut payload = Payload::default();
-            for b in std::mem::take(&mut payloads[m]) {
-                payload.push(b);
-            }
-            ol.placed.push((m as u32, start, payload));
-        }
-        true
+        log.place(id, ol, &usable)
     }
 
     /// The request's member writes completed: its records' writes are
@@ -805,12 +579,7 @@ impl Volume {
         if !ol.is_placed {
             return;
         }
-        log.tick += 1;
-        let t = log.tick;
-        for s in std::mem::take(&mut ol.partial_stripes) {
-            log.written.insert(s, t);
-        }
-        log.mark_done(id, ol, t);
+        log.writes_done(id, ol);
         self.log_wake();
     }
 
@@ -820,29 +589,20 @@ impl Volume {
         let (Some(log), Some(ol)) = (self.log.as_mut(), ol.filter(|l| l.is_placed)) else {
             return;
         };
-        log.tick += 1;
-        let t = log.tick;
-        log.mark_done(id, ol, t);
-        log.waiters.retain(|&w| w != id);
-        self.log_tails_done(id);
+        log.finished(id, ol);
         self.log_wake();
     }
 
     /// A flush of every member issued at tick `t` completed.
     pub(super) fn log_durable(&mut self, t: u64) {
-        let Some(log) = self.log.as_mut() else {
-            return;
-        };
-        if t > log.durable_tick {
-            log.durable_tick = t;
-            let d = log.durable_tick;
-            log.written.retain(|_, &mut w| w > d);
+        if let Some(log) = self.log.as_mut() {
+            log.durable(t);
         }
     }
 
     /// The tick a flush of every member issued now would make durable.
     pub(super) fn log_tick(&self) -> Option<u64> {
-        self.log.as_ref().map(|l| l.tick)
+        self.log.as_ref().map(|l| l.tick())
     }
 
     /// The log against the requests (`check_invariants`).
@@ -850,132 +610,14 @@ impl Volume {
         let Some(log) = &self.log else {
             return;
         };
-        for ring in &log.rings {
-            if let Some((owner, a, b)) = ring.zeroing {
-                assert!(
-                    self.ops.contains_key(&owner),
-                    "a tail zeroed for no request"
-                );
-                assert!(
-                    ring.entries.iter().all(|e| e.owner == owner
-                        || e.start_bytes + e.len_bytes <= a
-                        || b <= e.start_bytes),
-                    "another request's record in a tail being zeroed"
-                );
-            }
-            let mut spans: Vec<(u64, u64)> = Vec::new();
-            for e in &ring.entries {
-                assert!(
-                    e.start_bytes + e.len_bytes <= log.ring_bytes(),
-                    "a record past the ring"
-                );
-                assert!(
-                    e.stripe.is_none_or(|s| log.on_disk.contains_key(&s)),
-                    "a ringed record not on disk"
-                );
-                if e.done_tick.is_none() {
-                    assert!(
-                        self.ops.contains_key(&e.owner),
-                        "a live record of a finished request"
-                    );
-                }
-                spans.push((e.start_bytes, e.start_bytes + e.len_bytes));
-            }
-            spans.sort_unstable();
-            assert!(
-                spans.windows(2).all(|w| w[0].1 <= w[1].0),
-                "records overlap in a ring"
-            );
-        }
-        assert!(log.durable_tick <= log.tick);
-        for id in &log.waiters {
+        log.check(|id| self.ops.contains_key(&id));
+        for id in log.waiters() {
             let op = self.ops.get(id).expect("a log waiter is live");
             let ol = op.plan.log.as_ref().expect("a log waiter logs");
             assert!(
                 op.stage == Stage::Waiting && !ol.is_placed,
                 "{id:?} waits for log space"
             );
-        }
-        assert!(log
-            .written
-            .values()
-            .all(|&t| t > log.durable_tick && t <= log.tick));
-    }
-}
-
-impl Ring {
-    /// Drops the records that the `placed_now` just placed in `new` write
-    /// over, and those of `tail` (zeroed first, rule 6); the stripes of
-    /// those with partial parity go to `superseded`.
-    fn retire(
-        &mut self,
-        new: (u64, u64),
-        tail: Option<(u64, u64)>,
-        placed_now: usize,
-        durable_tick: u64,
-        superseded: &mut Vec<u64>,
-    ) {
-        let over =
-            |e: &Entry, (a, b): (u64, u64)| e.start_bytes < b && a < e.start_bytes + e.len_bytes;
-        let keep_from = self.entries.len() - placed_now;
-        let mut kept = VecDeque::new();
-        for (i, e) in self.entries.drain(..).enumerate() {
-            if i < keep_from && (over(&e, new) || tail.is_some_and(|t| over(&e, t))) {
-                // Rule 5: `find_room` chose space whose records are
-                // durable; a live one written over reopens the hole.
-                assert!(
-                    e.done_tick.is_some_and(|t| t <= durable_tick),
-                    "a record whose writes may not be durable written over"
-                );
-                superseded.extend(e.stripe);
-            } else {
-                kept.push_back(e);
-            }
-        }
-        self.entries = kept;
-    }
-
-    /// Where `len` bytes fit without overwriting a record whose writes may
-    /// not be durable: at the head, or (no room before the end) at 0. With
-    /// the second, the span of the tail's records, to be zeroed first
-    /// (rule 6): they too must be durable.
-    #[allow(clippy::type_complexity)]
-    fn find_room(
-        &self,
-        len: u64,
-        ring_bytes: u64,
-        durable_tick: u64,
-    ) -> Option<(u64, Option<(u64, u64)>)> {
-        let wraps = self.head_bytes + len > ring_bytes;
-        let start = if wraps { 0 } else { self.head_bytes };
-        let end = start + len;
-        let overlaps =
-            |e: &Entry, a: u64, b: u64| e.start_bytes < b && a < e.start_bytes + e.len_bytes;
-        let tail = wraps.then_some((self.head_bytes, ring_bytes));
-        let in_tail = |e: &Entry| tail.is_some_and(|(a, b)| overlaps(e, a, b));
-        let blocked = self.entries.iter().any(|e| {
-            (overlaps(e, start, end) || in_tail(e)) && e.done_tick.is_none_or(|t| t > durable_tick)
-        });
-        let zeroing = self.zeroing.is_some_and(|(_, a, b)| a < end && start < b);
-        if blocked || zeroing {
-            return None;
-        }
-        // The tail's records, from the first's start to the last's end.
-        let span = self
-            .entries
-            .iter()
-            .filter(|e| in_tail(e))
-            .map(|e| (e.start_bytes, e.start_bytes + e.len_bytes))
-            .reduce(|x, y| (x.0.min(y.0), x.1.max(y.1)));
-        Some((start, span))
-    }
-}
-
-fn forget(on_disk: &mut BTreeMap<u64, u32>, stripe: u64) {
-    if let Some(n) = on_disk.get_mut(&stripe) {
-        *n -= 1;
-        if *n == 0 {
-            on_disk.remove(&stripe);
         }
     }
 }
