@@ -7,6 +7,7 @@
 pub mod assemble;
 pub mod balance;
 pub mod buf;
+pub mod drive;
 pub mod format;
 pub mod fsalign;
 pub mod geometry;

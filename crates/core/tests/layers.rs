@@ -29,6 +29,7 @@ const LAYERS: &[&str] = &[
     "volume",
     "assemble",
     "reshape",
+    "drive",
 ];
 
 fn rank(module: &str) -> usize {

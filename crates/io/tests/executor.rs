@@ -17,10 +17,11 @@ use platter_core::geometry::{Geometry, GeometrySpec};
 use platter_core::volume::{ErrorKind, Event, Health, Limits, Volume};
 use platter_core::{Level, ParityLayout};
 use platter_io::{
-    open_member, Member, MemberError, MemberErrorKind, MemoryMember, Op, OpenOptions, SyncExecutor,
+    open_member, Member, MemberError, MemberErrorKind, MemoryMember, Op, OpenOptions,
 };
 use platter_testkit::check::assert_same;
 use platter_testkit::dirs::LoopDevice;
+use platter_testkit::executor::SyncExecutor;
 use platter_testkit::Rng;
 use tempfile::TempDir;
 

@@ -15,8 +15,8 @@ use platter_io::fault::{
 };
 use platter_io::{
     CrashMode, FaultSpec, FaultyMember, Member, MemberError, MemberErrorKind, MemoryMember, Op,
-    SyncExecutor,
 };
+use platter_testkit::executor::SyncExecutor;
 use platter_testkit::Rng;
 
 const SECTOR: u64 = 512;

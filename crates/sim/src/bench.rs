@@ -338,27 +338,7 @@ impl Bench {
     }
 
     fn pump(&mut self) {
-        loop {
-            let mut progressed = false;
-            while let Some(io) = self.volume.next_io() {
-                progressed = true;
-                self.issue(io.id, io.member, &io.op);
-            }
-            while let Some(c) = self.volume.next_completion() {
-                progressed = true;
-                self.completion(c);
-            }
-            while let Some(e) = self.volume.next_event() {
-                // Benchmarks never crash: labels are as good as written.
-                if let Event::MemberFaulty { member, .. } = e {
-                    self.volume.failure_recorded(member);
-                }
-                progressed = true;
-            }
-            if !progressed {
-                break;
-            }
-        }
+        platter_core::drive::pump(self);
         if let Some(t) = self.service.next_event_ns() {
             let t = t.max(self.clock.now_ns());
             if t < self.armed_ns {
@@ -447,6 +427,25 @@ impl Bench {
             for w in std::mem::take(&mut self.waiting) {
                 self.ask(w);
             }
+        }
+    }
+}
+
+impl platter_core::drive::Host for Bench {
+    type Engine = Volume;
+    fn engine(&mut self) -> &mut Volume {
+        &mut self.volume
+    }
+    fn issue(&mut self, io: platter_core::volume::MemberIo) {
+        Bench::issue(self, io.id, io.member, &io.op)
+    }
+    fn complete(&mut self, done: Completion) {
+        self.completion(done)
+    }
+    fn event(&mut self, event: Event) {
+        // Benchmarks never crash: labels are as good as written.
+        if let Event::MemberFaulty { member, .. } = event {
+            self.volume.failure_recorded(member);
         }
     }
 }

@@ -1120,24 +1120,7 @@ impl Simulation {
 
     /// Moves everything the volume has to say into the simulation.
     fn pump(&mut self) {
-        loop {
-            let mut progressed = false;
-            while let Some(io) = self.volume.next_io() {
-                progressed = true;
-                self.issue(io);
-            }
-            while let Some(c) = self.volume.next_completion() {
-                progressed = true;
-                self.completion(c);
-            }
-            while let Some(ev) = self.volume.next_event() {
-                progressed = true;
-                self.engine_event(ev);
-            }
-            if !progressed {
-                break;
-            }
-        }
+        platter_core::drive::pump(self);
     }
 
     fn issue(&mut self, io: MemberIo) {
@@ -2141,5 +2124,21 @@ fn op_words(op: &MemberOp) -> (u64, u64, u64) {
             len_bytes,
         } => (3, *offset_bytes, *len_bytes),
         MemberOp::Flush => (4, 0, 0),
+    }
+}
+
+impl platter_core::drive::Host for Simulation {
+    type Engine = Volume;
+    fn engine(&mut self) -> &mut Volume {
+        &mut self.volume
+    }
+    fn issue(&mut self, io: MemberIo) {
+        Simulation::issue(self, io)
+    }
+    fn complete(&mut self, done: Completion) {
+        self.completion(done)
+    }
+    fn event(&mut self, event: Event) {
+        self.engine_event(event)
     }
 }

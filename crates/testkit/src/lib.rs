@@ -9,6 +9,9 @@
 //!   requests with the simulator oracle's rule
 //!   ([`platter_sim::oracle::apply_to_bytes`]); the simulator's own
 //!   [`oracle::Oracle`] is re-exported for tests that need writer tracking.
+//! - [`executor::SyncExecutor`]: a volume over real members (files,
+//!   memory, faulty ones) run one request at a time through the engine's
+//!   one loop, `platter_core::drive::pump`.
 //! - [`member::MemMember`]: an in-memory member of the sans-I/O engine with
 //!   faults (dead, full, bad sectors).
 //! - [`temp_dir!`] and [`dirs`]: temporary directories under the target
@@ -28,6 +31,7 @@
 
 pub mod check;
 pub mod dirs;
+pub mod executor;
 pub mod member;
 pub mod nbdkit;
 pub mod netns;

@@ -243,7 +243,7 @@ impl Queue {
             let call = Instant::now();
             let done: crate::member::MemberDone = Box::new(move |r| {
                 let call_ns = u64::try_from(call.elapsed().as_nanos()).unwrap_or(u64::MAX);
-                q.slot_done(seq, at, r.map_err(crate::executor::io_error), Some(call_ns));
+                q.slot_done(seq, at, r.map_err(crate::perform::io_error), Some(call_ns));
             });
             if self.device.start(&op, done).is_err() {
                 let mut st = self.lock();
@@ -399,7 +399,7 @@ impl Queue {
             drop(st);
             let Started { seq, op, at } = started;
             let call = Instant::now();
-            let result = crate::executor::perform(self.device.as_ref(), &op);
+            let result = crate::perform::perform(self.device.as_ref(), &op);
             let call_ns = u64::try_from(call.elapsed().as_nanos()).unwrap_or(u64::MAX);
             drop(op);
             self.slot_done(seq, at, result, Some(call_ns));
@@ -492,7 +492,7 @@ impl MemberQueue for QueueHandle {
             };
             std::thread::sleep(delay.of(number));
         }
-        let result = crate::executor::perform(q.device.as_ref(), &op);
+        let result = crate::perform::perform(q.device.as_ref(), &op);
         let device_ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
         q.here_now.fetch_sub(1, Ordering::Relaxed);
         drop(op);

@@ -423,7 +423,7 @@ impl Ring {
         let flight = st.slots[index].take().expect("a slot in use");
         st.free.push(index);
         let result: IoResult = match (outcome, flight.io) {
-            (_, Io::Refused(e)) | (Err(e), _) => Err(crate::executor::io_error(e)),
+            (_, Io::Refused(e)) | (Err(e), _) => Err(crate::perform::io_error(e)),
             (Ok(_), Io::Read(buf)) => {
                 // SAFETY: the kernel wrote all `len_bytes` of it (moved ==
                 // len, checked above).
@@ -432,7 +432,7 @@ impl Ring {
             (Ok(_), Io::Write { .. }) => target
                 .check_after(op, offset_bytes, len_bytes)
                 .map(|()| None)
-                .map_err(crate::executor::io_error),
+                .map_err(crate::perform::io_error),
             (Ok(_), Io::Flush) => Ok(None),
         };
         Some((queue, flight.started_seq, flight.at, result))

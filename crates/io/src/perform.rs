@@ -1,102 +1,12 @@
-//! A synchronous executor: drives a [`Volume`] with real member I/O on the
-//! calling thread. Management commands and tests use it; the NBD server uses
-//! a concurrent one built on the same engine.
+//! From the engine's member I/O to a [`Member`] and back: the one place a
+//! [`MemberOp`] becomes a call on a member, and a member's error becomes
+//! the engine's kind. The server's queues and the test kit's synchronous
+//! executor both perform through it.
 
-use std::sync::Arc;
-
-use bytes::Bytes;
-use platter_core::volume::{
-    Completion, Event, IoError, IoErrorKind, IoResult, MemberIo, MemberOp, Reply, Request, Volume,
-    VolumeError,
-};
+use platter_core::volume::{IoError, IoErrorKind, IoResult, MemberOp};
 
 use crate::error::MemberErrorKind;
 use crate::member::Member;
-
-pub struct SyncExecutor {
-    volume: Volume,
-    /// By slot; `None` for a member that is not present.
-    members: Vec<Option<Arc<dyn Member>>>,
-    events: Vec<Event>,
-}
-
-impl SyncExecutor {
-    pub fn new(volume: Volume, members: Vec<Option<Arc<dyn Member>>>) -> SyncExecutor {
-        assert_eq!(members.len(), volume.geometry().members() as usize);
-        SyncExecutor {
-            volume,
-            members,
-            events: Vec::new(),
-        }
-    }
-
-    pub fn volume(&self) -> &Volume {
-        &self.volume
-    }
-
-    /// Events (members marked faulty) seen so far, oldest first.
-    pub fn take_events(&mut self) -> Vec<Event> {
-        std::mem::take(&mut self.events)
-    }
-
-    /// Runs one request to completion.
-    pub fn run(&mut self, req: Request) -> Result<Reply, VolumeError> {
-        let id = self.volume.submit(req);
-        let mut mine = None;
-        // Every I/O the engine emits for one request is bounded by its plan;
-        // the loop ends when the engine has nothing left to ask.
-        loop {
-            while let Some(Completion { id: done, result }) = self.volume.next_completion() {
-                assert_eq!(done, id, "only one request is in flight");
-                mine = Some(result);
-            }
-            while let Some(e) = self.volume.next_event() {
-                // This executor keeps no labels: a failure is as recorded
-                // as it will ever be once its event is seen.
-                if let Event::MemberFaulty { member, .. } = &e {
-                    self.volume.failure_recorded(*member);
-                }
-                self.events.push(e);
-            }
-            let Some(io) = self.volume.next_io() else {
-                break;
-            };
-            let result = self.perform(&io);
-            self.volume.io_done(io.id, result);
-        }
-        mine.expect("the engine completes every request it accepts")
-    }
-
-    pub fn read(&mut self, offset_bytes: u64, len_bytes: u64) -> Result<Bytes, VolumeError> {
-        match self.run(Request::Read {
-            offset_bytes,
-            len_bytes,
-        })? {
-            Reply::Data(d) => Ok(d.to_bytes()),
-            Reply::Done | Reply::Checked(_) => unreachable!("reads complete with data"),
-        }
-    }
-
-    pub fn write(&mut self, offset_bytes: u64, data: Bytes) -> Result<(), VolumeError> {
-        self.run(Request::Write {
-            offset_bytes,
-            data,
-            fua: false,
-        })
-        .map(|_| ())
-    }
-
-    pub fn flush(&mut self) -> Result<(), VolumeError> {
-        self.run(Request::Flush).map(|_| ())
-    }
-
-    fn perform(&self, io: &MemberIo) -> IoResult {
-        let member = self.members[io.member as usize]
-            .as_ref()
-            .expect("the engine never addresses a member that is not present");
-        perform(member.as_ref(), &io.op)
-    }
-}
 
 /// Performs one member I/O as the engine asked: the one place that turns a
 /// [`MemberOp`] into a call on a [`Member`].
