@@ -20,6 +20,7 @@ pub(crate) mod serving;
 pub(crate) mod upkeep;
 
 use crate::engine::serving::Serving;
+use platter_core::drive::{self, Engine as _};
 use platter_core::geometry::Geometry;
 use platter_core::reshape::{Action, Reshaping};
 use platter_core::stats::LatencyOf;
@@ -1012,76 +1013,21 @@ impl Engine {
         (ios, finished, std::mem::take(&mut s.events))
     }
 
-    /// Takes the engine's I/Os, completions and events. `now`: the time
-    /// it is, if the caller just read the clock (completions are timed to
-    /// it); otherwise the clock is read for the first timed completion.
+    /// Takes the engine's I/Os, completions, actions and events through
+    /// the engine's one loop ([`drive::pump`]). `now`: the time it is, if
+    /// the caller just read the clock (completions are timed to it);
+    /// otherwise the clock is read for the first timed completion.
     fn drain(&self, s: &mut State, ios: &mut Ios, finished: &mut Finished, now: Option<Instant>) {
-        let mut now = now;
-        while let Some(io) = s.serving.next_io() {
-            let queue = s.members[io.member as usize]
-                .as_ref()
-                .map(|d| Arc::clone(&d.queue));
-            ios.push((io, queue));
-        }
-        while let Some(c) = s.serving.next_completion() {
-            let route = s
-                .routes
-                .remove(&c.id)
-                .expect("every completion has a route");
-            if let Some((of, start)) = route.timed {
-                let end = *now.get_or_insert_with(Instant::now);
-                s.serving.record_latency(of, ns_between(start, end));
-            }
-            finished.push((route.done, c.result));
-        }
-        let mut asked = false;
-        while let Some(a) = s.serving.next_action() {
-            s.reshape_actions.push(a);
-            asked = true;
-        }
-        if asked {
+        let mut out = Drain {
+            s,
+            ios,
+            finished,
+            now,
+            asked: false,
+        };
+        drive::pump(&mut out);
+        if out.asked {
             self.reshape_asked.notify_all();
-        }
-        while let Some(e) = s.serving.next_event() {
-            match &e {
-                Event::MemberFaulty { member, reason } => {
-                    tracing::warn!(member, reason = %reason, "member marked faulty");
-                }
-                Event::NoSpace { member, reason } => {
-                    let now = Instant::now();
-                    if s.no_space_logged
-                        .is_none_or(|t| now.duration_since(t) >= NO_SPACE_LOG_INTERVAL)
-                    {
-                        tracing::warn!(
-                            member,
-                            reason = %reason,
-                            not_logged_since_last = s.no_space_unlogged,
-                            "write refused: no space left on the member; it stays in use, the \
-                             client gets ENOSPC, and the stripes are resynced once there is room"
-                        );
-                        s.no_space_logged = Some(now);
-                        s.no_space_unlogged = 0;
-                    } else {
-                        s.no_space_unlogged += 1;
-                    }
-                }
-                Event::RebuildDone { member } => {
-                    tracing::info!(member, "rebuild finished; member online");
-                }
-                Event::ReadErrorCorrected {
-                    member,
-                    offset_bytes,
-                    len_bytes,
-                } => {
-                    tracing::warn!(
-                        member,
-                        offset_bytes,
-                        len_bytes,
-                        "read error corrected from another copy; member stays online"
-                    );
-                }
-            }
-            s.events.push(e);
         }
     }
 
@@ -1089,6 +1035,93 @@ impl Engine {
         for (done, result) in finished {
             done(result);
         }
+    }
+}
+
+/// The host side of one drain under the engine lock: I/Os to issue and
+/// requests to answer once the lock is dropped, actions for the upkeep
+/// thread, events logged and kept for status.
+struct Drain<'a> {
+    s: &'a mut State,
+    ios: &'a mut Ios,
+    finished: &'a mut Finished,
+    now: Option<Instant>,
+    asked: bool,
+}
+
+impl drive::Host for Drain<'_> {
+    type Engine = Serving;
+    fn engine(&mut self) -> &mut Serving {
+        &mut self.s.serving
+    }
+
+    fn issue(&mut self, io: MemberIo) {
+        let queue = self.s.members[io.member as usize]
+            .as_ref()
+            .map(|d| Arc::clone(&d.queue));
+        self.ios.push((io, queue));
+    }
+
+    fn complete(&mut self, c: platter_core::volume::Completion) {
+        let route = self
+            .s
+            .routes
+            .remove(&c.id)
+            .expect("every completion has a route");
+        if let Some((of, start)) = route.timed {
+            let end = *self.now.get_or_insert_with(Instant::now);
+            self.s.serving.record_latency(of, ns_between(start, end));
+        }
+        self.finished.push((route.done, c.result));
+    }
+
+    fn action(&mut self, action: Action) {
+        self.s.reshape_actions.push(action);
+        self.asked = true;
+    }
+
+    fn event(&mut self, event: Event) {
+        match &event {
+            Event::MemberFaulty { member, reason } => {
+                tracing::warn!(member, reason = %reason, "member marked faulty");
+            }
+            Event::NoSpace { member, reason } => {
+                let now = Instant::now();
+                if self
+                    .s
+                    .no_space_logged
+                    .is_none_or(|t| now.duration_since(t) >= NO_SPACE_LOG_INTERVAL)
+                {
+                    tracing::warn!(
+                        member,
+                        reason = %reason,
+                        not_logged_since_last = self.s.no_space_unlogged,
+                        "write refused: no space left on the member; it stays in use, the \
+                         client gets ENOSPC, and the stripes are resynced once there is room"
+                    );
+                    self.s.no_space_logged = Some(now);
+                    self.s.no_space_unlogged = 0;
+                } else {
+                    self.s.no_space_unlogged += 1;
+                }
+            }
+            Event::RebuildDone { member } => {
+                tracing::info!(member, "rebuild finished; member online");
+            }
+            Event::ReadErrorCorrected {
+                member,
+                offset_bytes,
+                len_bytes,
+            } => {
+                tracing::warn!(
+                    member,
+                    offset_bytes,
+                    len_bytes,
+                    "read error corrected from another copy; member stays online"
+                );
+            }
+        }
+        self.s.events.push(event);
     }
 }
 

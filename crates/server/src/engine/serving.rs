@@ -3,6 +3,7 @@
 //! engine asks the same of both; only the upkeep thread and management
 //! see the difference.
 
+use platter_core::drive::Engine;
 use platter_core::geometry::Geometry;
 use platter_core::reshape::{Action, Reshaping};
 use platter_core::stats::{LatencyOf, Stats};
@@ -72,41 +73,6 @@ impl Serving {
         }
     }
 
-    pub fn submit(&mut self, req: Request) -> RequestId {
-        match self {
-            Serving::Plain(v) => v.submit(req),
-            Serving::Reshaping(r) => r.submit(req),
-        }
-    }
-
-    pub fn next_io(&mut self) -> Option<MemberIo> {
-        match self {
-            Serving::Plain(v) => v.next_io(),
-            Serving::Reshaping(r) => r.next_io(),
-        }
-    }
-
-    pub fn io_done(&mut self, io: IoId, result: IoResult) {
-        match self {
-            Serving::Plain(v) => v.io_done(io, result),
-            Serving::Reshaping(r) => r.io_done(io, result),
-        }
-    }
-
-    pub fn next_completion(&mut self) -> Option<Completion> {
-        match self {
-            Serving::Plain(v) => v.next_completion(),
-            Serving::Reshaping(r) => r.next_completion(),
-        }
-    }
-
-    pub fn next_event(&mut self) -> Option<Event> {
-        match self {
-            Serving::Plain(v) => v.next_event(),
-            Serving::Reshaping(r) => r.next_event(),
-        }
-    }
-
     /// Hands a finished reshape over to its new layout's volume, after
     /// `setup` (a bitmap, a cache). False, with nothing changed, unless a
     /// finished reshape with nothing in flight is served.
@@ -136,11 +102,6 @@ impl Serving {
         setup(&mut vol);
         *self = Serving::Plain(vol);
         true
-    }
-
-    /// What a reshape needs of the host (labels, its end); none without.
-    pub fn next_action(&mut self) -> Option<Action> {
-        self.reshaping_mut()?.next_action()
     }
 
     pub fn mark_faulty(&mut self, member: u32, reason: String) {
@@ -186,5 +147,37 @@ impl From<Volume> for Serving {
 impl From<Reshaping> for Serving {
     fn from(r: Reshaping) -> Serving {
         Serving::Reshaping(Box::new(r))
+    }
+}
+
+impl Serving {
+    fn engine(&mut self) -> &mut dyn Engine {
+        match self {
+            Serving::Plain(v) => v,
+            Serving::Reshaping(r) => r.as_mut(),
+        }
+    }
+}
+
+/// The engine behind the lock, whichever it is now.
+impl Engine for Serving {
+    fn submit(&mut self, req: Request) -> RequestId {
+        self.engine().submit(req)
+    }
+    fn io_done(&mut self, io: IoId, result: IoResult) {
+        self.engine().io_done(io, result)
+    }
+    fn next_io(&mut self) -> Option<MemberIo> {
+        self.engine().next_io()
+    }
+    fn next_completion(&mut self) -> Option<Completion> {
+        self.engine().next_completion()
+    }
+    fn next_event(&mut self) -> Option<Event> {
+        self.engine().next_event()
+    }
+    /// What a reshape needs of the host (labels, its end); none without.
+    fn next_action(&mut self) -> Option<Action> {
+        self.engine().next_action()
     }
 }
