@@ -166,3 +166,67 @@ fn the_check_sees_an_upward_import() {
     );
     fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Functions that break an engine's state on purpose (`*_for_tests`, and
+/// the simulator's `break_invariant_at_step`) shipped in the release API
+/// until they moved behind the `test-hooks` feature, which only the test
+/// kit turns on. Every such function in any crate's `src` must sit right
+/// under that `cfg`, or the binary carries a way to corrupt a volume.
+fn unguarded_hooks(crates: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    for entry in fs::read_dir(crates).unwrap() {
+        let src = entry.unwrap().path().join("src");
+        if src.is_dir() {
+            sources(&src, &mut files);
+        }
+    }
+    files.sort();
+    let mut bad = Vec::new();
+    for file in files {
+        let text = fs::read_to_string(&file).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for (n, line) in lines.iter().enumerate() {
+            let code = line.split("//").next().unwrap_or_default();
+            let is_hook = code.contains(" fn ")
+                && (code.contains("_for_tests(") || code.contains("fn break_invariant_at_step("));
+            let guarded = lines[..n]
+                .iter()
+                .rev()
+                .take_while(|l| l.trim_start().starts_with("#["))
+                .any(|l| l.contains("feature = \"test-hooks\""));
+            if is_hook && !guarded {
+                bad.push(format!("{}:{}", file.display(), n + 1));
+            }
+        }
+    }
+    bad
+}
+
+#[test]
+fn test_hooks_stay_out_of_the_release_api() {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let bad = unguarded_hooks(&crates);
+    assert!(
+        bad.is_empty(),
+        "test hooks without #[cfg(feature = \"test-hooks\")]:\n{}",
+        bad.join("\n")
+    );
+}
+
+/// The hook check sees a hook with no feature gate and passes a gated one.
+#[test]
+fn the_hook_check_sees_an_unguarded_hook() {
+    let dir = std::env::temp_dir().join(format!("platter-hooks-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(dir.join("a/src")).unwrap();
+    fs::write(
+        dir.join("a/src/lib.rs"),
+        "#[cfg(feature = \"test-hooks\")]\npub fn break_x_for_tests() {}\n\
+         #[doc(hidden)]\npub fn break_y_for_tests() {}\n",
+    )
+    .unwrap();
+    let bad = unguarded_hooks(&dir);
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert!(bad[0].ends_with("lib.rs:4"), "{bad:?}");
+    fs::remove_dir_all(&dir).unwrap();
+}

@@ -678,6 +678,7 @@ pub struct Simulation {
     /// Resync requests outstanding.
     resyncing: u64,
     /// Test support: the step from which to break an invariant on purpose.
+    #[cfg(feature = "test-hooks")]
     break_at_step: Option<u64>,
     /// The workload's random requests are done: scheduled faults no longer
     /// fire (they never did past this point before silent corruption ran
@@ -804,6 +805,7 @@ impl Simulation {
             intent,
             deferred: Vec::new(),
             resyncing: 0,
+            #[cfg(feature = "test-hooks")]
             break_at_step: None,
             quiesced: false,
             scrub_tally: None,
@@ -829,7 +831,7 @@ impl Simulation {
     /// flight, the volume's pending count is broken on purpose
     /// ([`Volume::break_pending_count_for_tests`]), so a test can show the
     /// invariant check run after every step fails the seed.
-    #[doc(hidden)]
+    #[cfg(feature = "test-hooks")]
     pub fn break_invariant_at_step(mut self, step: u64) -> Simulation {
         self.break_at_step = Some(step);
         self
@@ -931,6 +933,7 @@ impl Simulation {
             self.clock.advance_to(at_ns);
             self.step_event(at_ns, ev);
             self.pump();
+            #[cfg(feature = "test-hooks")]
             if self.break_at_step.is_some_and(|s| self.report.steps >= s)
                 && self.volume.break_pending_count_for_tests()
             {

@@ -237,7 +237,7 @@ impl Reshaping {
     /// the split at the position would, so a test can show that
     /// [`Reshaping::check_invariants`] catches it. False when no client
     /// request runs. Never call it outside a test.
-    #[doc(hidden)]
+    #[cfg(feature = "test-hooks")]
     pub fn break_parts_count_for_tests(&mut self) -> bool {
         let Some(c) = self.clients.values_mut().find(|c| c.started) else {
             return false;

@@ -271,7 +271,7 @@ impl Volume {
     /// test can show that [`Volume::check_invariants`] (and any harness
     /// that runs it every step) catches it. False when no request has I/O
     /// in flight. Never call it outside a test.
-    #[doc(hidden)]
+    #[cfg(feature = "test-hooks")]
     pub fn break_pending_count_for_tests(&mut self) -> bool {
         let Some(id) = self
             .inflight

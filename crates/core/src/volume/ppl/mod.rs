@@ -148,7 +148,7 @@ impl Volume {
     /// Test support: per stripe, the copies of partial records the volume
     /// counts as on the members (rule 4 logs a whole record before writing
     /// over such a stripe). The members' logs must hold no more.
-    #[doc(hidden)]
+    #[cfg(feature = "test-hooks")]
     pub fn ppl_recorded_stripes_for_tests(&self) -> std::collections::BTreeMap<u64, u32> {
         self.log
             .as_ref()
@@ -159,7 +159,7 @@ impl Volume {
     /// ring, as a bug in placing would, so a test can show that
     /// [`Volume::check_invariants`] looks at the log. False without a log.
     /// Never call it outside a test.
-    #[doc(hidden)]
+    #[cfg(feature = "test-hooks")]
     pub fn break_log_for_tests(&mut self) -> bool {
         let Some(log) = self.log.as_mut() else {
             return false;

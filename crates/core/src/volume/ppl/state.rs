@@ -102,6 +102,7 @@ impl LogState {
     }
 
     /// Per stripe, the copies of partial records counted on the members.
+    #[cfg(feature = "test-hooks")]
     pub(super) fn recorded_stripes(&self) -> BTreeMap<u64, u32> {
         self.on_disk.clone()
     }
@@ -378,6 +379,7 @@ impl LogState {
     /// Test support: claims a record past the end of the first member's
     /// ring, as a bug in placing would, so a test can show that the check
     /// looks at the log.
+    #[cfg(feature = "test-hooks")]
     pub(super) fn break_for_tests(&mut self, owner: RequestId) {
         let start_bytes = self.ring_bytes();
         self.rings[0].entries.push_back(Entry {
