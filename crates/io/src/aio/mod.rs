@@ -80,6 +80,13 @@ pub struct Completed {
     /// The I/O did not complete within the timeout; `result` is an error
     /// saying so, and the member must be taken out of use.
     pub timed_out: bool,
+    /// Whether the thread delivering this may send requests to a member
+    /// that starts them itself (a remote one): pass it on to
+    /// [`MemberQueue::submit`] for the I/Os this completion leads to. A
+    /// device's own completion thread (an NBD member's reader) may not: a
+    /// reader blocked sending to a server whose replies fill our receive
+    /// buffer would wait for itself until the send deadline.
+    pub may_send: bool,
 }
 
 /// Called once with the outcome of a submitted I/O.
@@ -128,7 +135,10 @@ pub fn average_step(avg_ns: u64, sample_ns: u64) -> u64 {
 /// One member device's queue.
 pub trait MemberQueue: Send + Sync {
     /// Starts `op` on the queue's device; `done` gets its outcome.
-    fn submit(&self, op: MemberOp, done: IoDone);
+    /// `may_send`: whether the calling thread may send the request itself
+    /// (see [`Completed::may_send`]); when not, the queue's own threads
+    /// send it.
+    fn submit(&self, op: MemberOp, done: IoDone, may_send: bool);
 
     /// Performs `op` on this thread and returns its outcome; `None` when
     /// it timed out first, in which case `done` got the timeout (on the

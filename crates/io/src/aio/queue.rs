@@ -243,7 +243,9 @@ impl Queue {
             let call = Instant::now();
             let done: crate::member::MemberDone = Box::new(move |r| {
                 let call_ns = u64::try_from(call.elapsed().as_nanos()).unwrap_or(u64::MAX);
-                q.slot_done(seq, at, r.map_err(crate::perform::io_error), Some(call_ns));
+                // On the device's own completion thread (an NBD reader).
+                let r = r.map_err(crate::perform::io_error);
+                q.slot_done(seq, at, r, Some(call_ns), false);
             });
             if self.device.start(&op, done).is_err() {
                 let mut st = self.lock();
@@ -316,6 +318,7 @@ impl Queue {
         at: Instant,
         result: IoResult,
         call_ns: Option<u64>,
+        may_send: bool,
     ) {
         let since_slot_ns = u64::try_from(at.elapsed().as_nanos()).unwrap_or(u64::MAX);
         // Injected latency is part of the device's time, as a slow disk's.
@@ -324,12 +327,12 @@ impl Queue {
             _ => since_slot_ns,
         };
         self.free_slot(&mut self.lock());
-        self.finish(seq, result, device_ns, call_ns.is_some());
+        self.finish(seq, result, device_ns, call_ns.is_some(), may_send);
     }
 
     /// Times the I/O into the recent average (if `sample`) and calls its
     /// `done`.
-    fn finish(&self, seq: u64, result: IoResult, device_ns: u64, sample: bool) {
+    fn finish(&self, seq: u64, result: IoResult, device_ns: u64, sample: bool, may_send: bool) {
         let Some(w) = self.take(seq) else {
             return;
         };
@@ -340,6 +343,7 @@ impl Queue {
             result,
             device_ns,
             timed_out: false,
+            may_send,
         });
     }
 
@@ -402,7 +406,7 @@ impl Queue {
             let result = crate::perform::perform(self.device.as_ref(), &op);
             let call_ns = u64::try_from(call.elapsed().as_nanos()).unwrap_or(u64::MAX);
             drop(op);
-            self.slot_done(seq, at, result, Some(call_ns));
+            self.slot_done(seq, at, result, Some(call_ns), true);
         }
     }
 
@@ -444,6 +448,7 @@ impl Queue {
                 result: Err(IoError::new(IoErrorKind::Timeout, message)),
                 device_ns: 0,
                 timed_out: true,
+                may_send: true,
             });
         }
     }
@@ -461,14 +466,14 @@ impl Drop for QueueHandle {
 }
 
 impl MemberQueue for QueueHandle {
-    fn submit(&self, op: MemberOp, done: IoDone) {
+    fn submit(&self, op: MemberOp, done: IoDone, may_send: bool) {
         let q = &self.0;
         // Counted before it can complete (on another thread, at once).
         q.layer.counted();
         let mut st = q.lock();
         let seq = Queue::register(&mut st, &op, done);
         st.pending.push_back((seq, op));
-        let direct = !crate::nbd::on_reader_thread();
+        let direct = may_send;
         q.fill_slots(&mut st, direct);
         drop(st);
         if direct {
@@ -504,6 +509,7 @@ impl MemberQueue for QueueHandle {
             result,
             device_ns,
             timed_out: false,
+            may_send: true,
         })
     }
 

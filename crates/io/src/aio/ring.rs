@@ -361,7 +361,7 @@ impl Ring {
                 exit
             };
             for (queue, seq, at, result) in finished {
-                queue.slot_done(seq, at, result, None);
+                queue.slot_done(seq, at, result, None, true);
             }
             if exit {
                 return;

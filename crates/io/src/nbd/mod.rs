@@ -33,7 +33,6 @@ use platter_nbd::{ClientConfig, ClientRequest, Endpoint, Export, NbdUri};
 
 use crate::error::{MemberError, MemberErrorKind, Op};
 use crate::member::{check_range, Member, MemberDone};
-pub(crate) use conn::on_reader_thread;
 use conn::{CallError, ConnectError, Connection};
 use platter_core::volume::MemberOp;
 

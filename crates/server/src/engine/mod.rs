@@ -93,6 +93,9 @@ struct InlineWork {
     /// another member's I/O would hold its own member's depth, and the
     /// watchdog must never wait for a device).
     inline: bool,
+    /// Whether this thread may send requests to remote members itself
+    /// ([`Completed::may_send`]).
+    may_send: bool,
     /// Of [`INLINE_WORK_NS_MAX`], what is left.
     budget_ns: u64,
 }
@@ -104,10 +107,11 @@ enum InlineStep {
 }
 
 impl InlineWork {
-    fn new(inline: bool) -> InlineWork {
+    fn new(inline: bool, may_send: bool) -> InlineWork {
         InlineWork {
             steps: VecDeque::new(),
             inline,
+            may_send,
             budget_ns: INLINE_WORK_NS_MAX,
         }
     }
@@ -156,7 +160,7 @@ impl InlineIos<'_> {
 impl Drop for InlineIos<'_> {
     fn drop(&mut self) {
         if !self.here.steps.is_empty() {
-            let here = std::mem::replace(&mut self.here, InlineWork::new(false));
+            let here = std::mem::replace(&mut self.here, InlineWork::new(false, true));
             self.engine.perform_inline(here);
         }
     }
@@ -510,7 +514,7 @@ impl Engine {
             );
             (out, events)
         };
-        let mut here = InlineWork::new(true);
+        let mut here = InlineWork::new(true, true);
         self.deliver_events(events, &mut here);
         self.perform_inline(here);
         out
@@ -524,7 +528,7 @@ impl Engine {
             f(&mut s.serving);
             self.take_out(&mut s, None)
         };
-        let mut here = InlineWork::new(true);
+        let mut here = InlineWork::new(true, true);
         self.issue(ios, &mut here);
         self.deliver_events(events, &mut here);
         Self::deliver(finished);
@@ -736,7 +740,7 @@ impl Engine {
             s.routes.insert(id, Route { done, timed });
             self.take_out(&mut s, None)
         };
-        let mut here = InlineWork::new(true);
+        let mut here = InlineWork::new(true, true);
         self.issue(ios, &mut here);
         self.deliver_events(events, &mut here);
         Self::deliver(finished);
@@ -843,7 +847,7 @@ impl Engine {
         let here = self.submit_leaving_work(|v| Some(v.submit(req)), done, timed, true)?;
         Ok(InlineIos {
             engine: self,
-            here: here.unwrap_or_else(|| InlineWork::new(true)),
+            here: here.unwrap_or_else(|| InlineWork::new(true, true)),
         })
     }
 
@@ -911,6 +915,7 @@ impl Engine {
                         result: Err(format!("member {member} was removed").into()),
                         device_ns: 0,
                         timed_out: false,
+                        may_send: here.may_send,
                     },
                 ));
                 continue;
@@ -921,7 +926,8 @@ impl Engine {
             }
             let MemberIo { id, member, op } = io;
             let engine = self.me.upgrade().expect("the engine outlives its I/Os");
-            queue.submit(op, Box::new(move |c| engine.complete(id, member, c)));
+            let done = Box::new(move |c| engine.complete(id, member, c));
+            queue.submit(op, done, here.may_send);
         }
     }
 
@@ -951,7 +957,7 @@ impl Engine {
 
     /// One member I/O ended on a thread of the I/O layer.
     fn complete(&self, id: IoId, member: u32, c: Completed) {
-        let mut here = InlineWork::new(false);
+        let mut here = InlineWork::new(false, c.may_send);
         self.settle(id, member, c, &mut here);
         self.perform_inline(here);
     }

@@ -36,6 +36,7 @@ fn submit_reads(q: &dyn MemberQueue, n: u64) -> mpsc::Receiver<(u64, Completed, 
             Box::new(move |c| {
                 let _ = tx.send((i, c, Instant::now()));
             }),
+            true,
         );
     }
     rx
@@ -199,4 +200,75 @@ fn the_recent_average_shrugs_off_one_stretched_io_and_follows_a_slowed_device() 
         })
         .expect("within 20 I/Os");
     assert!(steps >= 5, "{steps}");
+}
+
+/// A member that starts requests itself (as a remote one does), noting the
+/// thread each start ran on and answering at once from it.
+struct Starter {
+    inner: MemoryMember,
+    started_on: std::sync::Mutex<Vec<std::thread::ThreadId>>,
+}
+
+impl Member for Starter {
+    fn describe(&self) -> &str {
+        self.inner.describe()
+    }
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn read_at(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), crate::MemberError> {
+        self.inner.read_at(offset_bytes, buf)
+    }
+    fn write_at(&self, offset_bytes: u64, data: &[u8]) -> Result<(), crate::MemberError> {
+        self.inner.write_at(offset_bytes, data)
+    }
+    fn flush(&self) -> Result<(), crate::MemberError> {
+        self.inner.flush()
+    }
+    fn trim(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), crate::MemberError> {
+        self.inner.trim(offset_bytes, len_bytes)
+    }
+    fn starts_requests(&self) -> bool {
+        true
+    }
+    fn start(&self, op: &MemberOp, done: crate::MemberDone) -> Result<(), crate::MemberDone> {
+        let MemberOp::Read { len_bytes, .. } = op else {
+            return Err(done);
+        };
+        self.started_on
+            .lock()
+            .unwrap()
+            .push(std::thread::current().id());
+        done(Ok(Some(bytes::Bytes::from(vec![0u8; *len_bytes as usize]))));
+        Ok(())
+    }
+}
+
+/// The queue once asked a thread-local whether its caller was an NBD
+/// reader thread (a generic layer knowing one member type); now the caller
+/// says. A caller that may not send (a completion on a remote member's
+/// reader) must never have the request started on its own thread: there
+/// it could block sending to a server whose replies wait for that thread.
+#[test]
+fn a_caller_that_may_not_send_never_starts_a_request_itself() {
+    let pool = Layer::threads(LayerConfig::default());
+    let device = Arc::new(Starter {
+        inner: MemoryMember::new("starter", 1 << 20),
+        started_on: std::sync::Mutex::new(Vec::new()),
+    });
+    let q = pool.queue(Arc::clone(&device) as Arc<dyn Member>);
+    let me = std::thread::current().id();
+    for may_send in [true, false] {
+        let (tx, rx) = mpsc::channel();
+        q.submit(read(0), Box::new(move |c| drop(tx.send(c))), may_send);
+        let c = rx.recv_timeout(Duration::from_secs(10)).expect("completes");
+        assert!(c.result.is_ok());
+        let on = device.started_on.lock().unwrap().pop();
+        if may_send {
+            assert_eq!(on, Some(me), "a caller that may send starts it itself");
+            assert!(!c.may_send, "answered on the device's own thread");
+        } else {
+            assert_ne!(on, Some(me), "started on the caller's thread");
+        }
+    }
 }

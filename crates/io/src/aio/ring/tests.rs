@@ -56,6 +56,7 @@ fn run(q: &dyn MemberQueue, op: MemberOp) -> (Completed, Option<String>) {
             let name = std::thread::current().name().map(str::to_string);
             let _ = tx.send((c, name));
         }),
+        true,
     );
     rx.recv_timeout(Duration::from_secs(10))
         .expect("completes in time")
@@ -248,6 +249,7 @@ fn thousands_of_delayed_ios_wait_on_a_timer_not_on_threads() {
             Box::new(move |c| {
                 let _ = tx.send((c, Instant::now()));
             }),
+            true,
         );
     }
     std::thread::sleep(Duration::from_millis(150));
@@ -288,7 +290,11 @@ fn a_delayed_io_past_the_timeout_fails_and_never_reaches_the_device() {
     let start = Instant::now();
     for i in 0..2 {
         let tx = tx.clone();
-        q.submit(read(i * 4096, 4096), Box::new(move |c| drop(tx.send(c))));
+        q.submit(
+            read(i * 4096, 4096),
+            Box::new(move |c| drop(tx.send(c))),
+            true,
+        );
     }
     for _ in 0..2 {
         let c = rx
@@ -334,6 +340,7 @@ fn a_fast_member_served_by_the_ring_is_seen_as_fast() {
                     let name = std::thread::current().name().map(str::to_string);
                     let _ = tx.send((c, name));
                 }),
+                true,
             );
         }
         for _ in 0..32 {
