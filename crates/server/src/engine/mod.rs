@@ -9,8 +9,13 @@
 //! that of its slowest member I/O per phase. docs/architecture.md tells the
 //! whole path.
 //!
-//! The engine is the same state machine the simulator drives; only this file
-//! knows that members are real devices.
+//! The engine is the same state machine the simulator drives; only this module
+//! knows that members are real devices. Its rooms: `inline` (the I/O path:
+//! issuing, performing fast members' I/O on the submitting thread,
+//! settling completions), `drain` (what the volume says after each change),
+//! `reshape_control` (pausing, swapping and the reshape's requests),
+//! `busy` (each member's busy time); this file holds the lock and the
+//! submission paths.
 
 pub(crate) mod memory;
 pub(crate) mod meta;
@@ -18,6 +23,16 @@ pub(crate) mod read_policy;
 pub mod resume;
 pub(crate) mod serving;
 pub(crate) mod upkeep;
+
+mod busy;
+mod drain;
+mod inline;
+mod reshape_control;
+
+use busy::BusyClock;
+pub use inline::InlineIos;
+use inline::InlineWork;
+pub use reshape_control::ReshapeProgress;
 
 use crate::engine::serving::Serving;
 use platter_core::drive::{self, Engine as _};
@@ -50,121 +65,6 @@ pub type EventHook = Box<dyn FnMut(&Event) -> Vec<(u32, String)> + Send>;
 /// blank bytes to a client).
 type Ios = SmallVec<[(MemberIo, Option<Arc<dyn MemberQueue>>); 4]>;
 type Finished = SmallVec<[(Done, Result<Reply, VolumeError>); 2]>;
-
-/// A member I/O on a device this fast lately ([`platter_io::aio::Pace`]:
-/// its recent I/Os took at most this, plus [`INLINE_NS_PER_KIB`] for each
-/// KiB they moved) is performed on the thread that has it, not handed to
-/// the member's queue threads. Handing it over and back costs two thread
-/// wake-ups, more than memory-speed members (tmpfs, a page cache) take for
-/// a small I/O; and a large one on them is a memory copy, which keeps a
-/// CPU busy wherever it runs: another thread only adds the hand-off (on
-/// tmpfs a RAID-5 volume's 330 KiB member writes, handed over, cost 15%
-/// of its sequential write speed). Disks, SSDs and remote members take
-/// far longer than their bytes' copy, and their I/Os overlap in the
-/// queue's threads.
-const INLINE_IO_NS_MAX: u64 = 40_000;
-/// About a memory copy at 2 GB/s, on a busy machine.
-const INLINE_NS_PER_KIB: u64 = 500;
-/// ... unless one of the member's I/Os has been out this long: the device
-/// may have stopped answering, and no more threads should wait in it.
-/// Well above a fast I/O, so that one preempted by the scheduler on a busy
-/// machine rarely trips it.
-const INLINE_STALL_NS: u64 = 1_000_000;
-/// ... or this many of its I/Os are being performed on callers' threads
-/// already: a device that stops answering holds at most about this many
-/// of the threads that read requests (each until `--member-timeout` fails
-/// the member and the device answers). The check and the count are not
-/// one atomic step, so threads deciding at the same instant may pass it
-/// together; on a 2-core machine more than 2 at once gain nothing anyway.
-const INLINE_PER_MEMBER_MAX: u32 = 4;
-/// What one thread takes on performing itself, at most, per submission or
-/// completion (expected times summed): a request with many I/Os on fast
-/// members runs them one after another while that stays short, and hands
-/// the rest over so they run beside it.
-const INLINE_WORK_NS_MAX: u64 = 1_000_000;
-
-/// What the thread driving the engine does itself: fast members' I/Os,
-/// performed in a loop ([`Engine::perform_inline`]) rather than by recursion
-/// as each one's completion makes the next.
-struct InlineWork {
-    steps: VecDeque<InlineStep>,
-    /// Whether this thread may perform member I/O: a submitting thread
-    /// may, the I/O layer's threads do not (a member I/O thread stuck in
-    /// another member's I/O would hold its own member's depth, and the
-    /// watchdog must never wait for a device).
-    inline: bool,
-    /// Whether this thread may send requests to remote members itself
-    /// ([`Completed::may_send`]).
-    may_send: bool,
-    /// Of [`INLINE_WORK_NS_MAX`], what is left.
-    budget_ns: u64,
-}
-
-enum InlineStep {
-    Perform(MemberIo, Arc<dyn MemberQueue>),
-    /// An I/O that ended without reaching a device.
-    Ended(IoId, u32, Completed),
-}
-
-impl InlineWork {
-    fn new(inline: bool, may_send: bool) -> InlineWork {
-        InlineWork {
-            steps: VecDeque::new(),
-            inline,
-            may_send,
-            budget_ns: INLINE_WORK_NS_MAX,
-        }
-    }
-
-    /// Whether this thread takes on an I/O on `queue` itself.
-    fn takes(&mut self, queue: &dyn MemberQueue) -> bool {
-        if !self.inline {
-            return false;
-        }
-        let pace = queue.pace();
-        let fast_ns = INLINE_IO_NS_MAX
-            .saturating_add(pace.recent_bytes.saturating_mul(INLINE_NS_PER_KIB) / 1024);
-        if pace.recent_ns > fast_ns
-            || pace.recent_ns > self.budget_ns
-            || pace.oldest_out_ns >= INLINE_STALL_NS
-            || pace.here_now >= INLINE_PER_MEMBER_MAX
-        {
-            return false;
-        }
-        self.budget_ns -= pace.recent_ns;
-        true
-    }
-}
-
-/// Member I/Os a submission left for the submitting thread to perform
-/// ([`Engine::submit_client`]); performed by [`InlineIos::run`], or when
-/// dropped, so none is ever lost.
-#[must_use = "the I/Os are performed when this runs or is dropped"]
-pub struct InlineIos<'a> {
-    engine: &'a Engine,
-    here: InlineWork,
-}
-
-impl InlineIos<'_> {
-    /// No I/O is left to perform here.
-    pub fn is_empty(&self) -> bool {
-        self.here.steps.is_empty()
-    }
-
-    /// Performs the I/Os, and those their completions make.
-    pub fn run(self) {
-        drop(self);
-    }
-}
-
-impl Drop for InlineIos<'_> {
-    fn drop(&mut self) {
-        if !self.here.steps.is_empty() {
-            let here = std::mem::replace(&mut self.here, InlineWork::new(false, true));
-            self.engine.perform_inline(here);
-        }
-    }
-}
 
 /// Where a completion goes, and (client requests) when it was submitted.
 struct Route {
@@ -199,41 +99,6 @@ struct State {
     /// device (the live page's busy share, iostat's %util).
     busy: Vec<BusyClock>,
 }
-
-/// The union of a member's I/O intervals, summed: each completed I/O
-/// covers `[end - device time, end]`; only what lies past the last end
-/// counted adds. Completions that arrive out of order undercount a
-/// little, never overcount.
-#[derive(Clone, Copy, Debug, Default)]
-struct BusyClock {
-    last_end: Option<Instant>,
-    busy_ns: u64,
-}
-
-impl BusyClock {
-    fn add(&mut self, end: Instant, device_ns: u64) {
-        let start = end
-            .checked_sub(std::time::Duration::from_nanos(device_ns))
-            .unwrap_or(end);
-        let from = match self.last_end {
-            Some(last) if last > start => last,
-            _ => start,
-        };
-        if end > from {
-            self.busy_ns = self.busy_ns.saturating_add(ns_between(from, end));
-        }
-        if self.last_end.is_none_or(|last| end > last) {
-            self.last_end = Some(end);
-        }
-    }
-}
-
-/// Rounds of writing the stripe cache out before [`Engine::empty_paused`]
-/// gives up (its write-outs can fail and leave entries).
-const EMPTY_ROUNDS_MAX: u32 = 8;
-
-/// At most one log line per this long for writes refused for space.
-const NO_SPACE_LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A member device and its queue in the I/O layer. A replacement gets a
 /// queue of its own: threads stuck in the device it replaced must not
@@ -277,21 +142,6 @@ pub struct Engine {
     /// Where events that need a person go (`alerts.rs`); set once at start,
     /// only logged before.
     alerts: std::sync::OnceLock<Arc<crate::observe::alerts::Alerts>>,
-}
-
-/// Where a reshape stands, for status and the upkeep thread.
-#[derive(Clone, Debug)]
-pub struct ReshapeProgress {
-    /// Volume bytes moved to the new layout.
-    pub position_bytes: u64,
-    /// ... of which the labels hold as moved for good.
-    pub durable_bytes: u64,
-    pub total_bytes: u64,
-    pub finished: bool,
-    /// Why it stopped for good, if it did: nothing moves until a restart.
-    pub stuck: Option<String>,
-    /// The layout it moves from.
-    pub old: Geometry,
 }
 
 /// The engine lock's use since the start, for `stats --json`.
@@ -541,146 +391,6 @@ impl Engine {
         self.drive(|s| s.mark_faulty(member, reason));
     }
 
-    /// Holds every other thread's submissions until [`Engine::resume`];
-    /// those in flight go on. The caller's own submissions pass.
-    pub fn pause(&self) {
-        self.lock().paused_by = Some(std::thread::current().id());
-    }
-
-    pub fn resume(&self) {
-        self.lock().paused_by = None;
-        self.resumed.notify_all();
-    }
-
-    /// With the engine paused (by the caller): waits for what is in
-    /// flight, writes the stripe cache out, and flushes every member, so
-    /// that every write acknowledged so far is on the members before a
-    /// layout changes hands.
-    pub fn empty_paused(&self) -> Result<(), String> {
-        for round in 0.. {
-            self.wait_idle();
-            if self.with_volume(|v| v.cached_stripes()) == 0 {
-                break;
-            }
-            if round == EMPTY_ROUNDS_MAX {
-                return Err("the stripe cache would not empty; try again".into());
-            }
-            self.run(Request::CacheTick { all: true })
-                .map_err(|e| format!("emptying the stripe cache: {e}"))?;
-        }
-        self.run(Request::Flush)
-            .map_err(|e| format!("flushing the members: {e}"))?;
-        self.wait_idle();
-        Ok(())
-    }
-
-    /// Starts serving `reshaping` in place of the volume, with `added`
-    /// devices in the slots after the members'. The caller has paused the
-    /// engine and waited for it to be idle: the volume's state (its
-    /// requests, its cache) goes with it.
-    pub fn begin_reshape(&self, reshaping: Reshaping, added: Vec<Arc<dyn Member>>) {
-        crate::engine::memory::keep_large_buffers(true);
-        self.swap_serving(Serving::Reshaping(Box::new(reshaping)), added);
-    }
-
-    /// Serves `serving` (a volume of a new layout over the same members
-    /// and `added` after them) in place of the volume, under the same
-    /// conditions as [`Engine::begin_reshape`].
-    pub fn swap_serving(&self, serving: Serving, added: Vec<Arc<dyn Member>>) {
-        let mut s = self.lock();
-        assert!(s.serving.is_idle(), "a layout changes on an idle volume");
-        assert!(matches!(s.serving, Serving::Plain(_)));
-        for device in added {
-            let queue = self.io.queue(Arc::clone(&device));
-            s.members.push(Some(Device { device, queue }));
-            s.busy.push(BusyClock::default());
-        }
-        assert_eq!(s.members.len(), serving.health().len());
-        s.serving = serving;
-        self.note_devices(&s);
-    }
-
-    /// Sets how a volume is set up when a finished reshape hands over.
-    pub fn set_volume_setup(&self, setup: VolumeSetup) {
-        *self.volume_setup.lock().expect("volume setup") = Some(setup);
-    }
-
-    /// A finished reshape hands over to its new layout's volume, set up
-    /// as the server sets up any (bitmap, cache, balancing): the engine
-    /// is paused, emptied and flushed first, so that the bitmap starts
-    /// with nothing owed. False when no finished reshape is served.
-    pub fn finish_reshape(&self) -> bool {
-        if !self.reshape_progress().is_some_and(|p| p.finished) {
-            return false;
-        }
-        self.pause();
-        let flushed = self.empty_paused().is_ok();
-        let members = self.members();
-        let setup = self.volume_setup.lock().expect("volume setup");
-        let handed = flushed
-            && self.lock().serving.hand_over(|v| {
-                if let Some(setup) = setup.as_ref() {
-                    setup(v, &members);
-                }
-            });
-        drop(setup);
-        if handed {
-            crate::engine::memory::keep_large_buffers(false);
-        }
-        self.resume();
-        handed
-    }
-
-    /// Where the reshape in progress stands; `None` without one.
-    pub fn reshape_progress(&self) -> Option<ReshapeProgress> {
-        let s = self.lock();
-        let r = s.serving.reshaping()?;
-        Some(ReshapeProgress {
-            position_bytes: r.reshape().position_bytes(),
-            durable_bytes: r.reshape().durable_bytes(),
-            total_bytes: r.reshape().plan().total_bytes(),
-            finished: r.is_finished(),
-            stuck: r.stuck_reason().map(str::to_string),
-            old: r.old_geometry().clone(),
-        })
-    }
-
-    /// Waits until the reshape has asked something of the host, at most
-    /// `timeout`.
-    pub fn wait_reshape_actions(&self, timeout: std::time::Duration) {
-        let s = self.lock();
-        let _unused = self
-            .reshape_asked
-            .wait_timeout_while(s, timeout, |s| s.reshape_actions.is_empty())
-            .expect("engine lock poisoned");
-    }
-
-    /// What the reshape asked of the host since the last call.
-    pub fn take_reshape_actions(&self) -> Vec<Action> {
-        std::mem::take(&mut self.lock().reshape_actions)
-    }
-
-    /// Lets the reshape move `bytes` more, when it has fewer than
-    /// `unless_above` bytes allowed still (the rate limit's tick).
-    pub fn reshape_allow(&self, bytes: u64, unless_above: u64) {
-        self.drive(|s| {
-            if let Some(r) = s.reshaping_mut() {
-                if r.allowed_bytes() <= unless_above {
-                    r.allow_bytes(bytes);
-                }
-            }
-        });
-    }
-
-    /// The labels now hold the reshape's position `position_bytes`.
-    pub fn reshape_persisted(&self, position_bytes: u64) {
-        self.drive(|s| {
-            if let Some(r) = s.reshaping_mut() {
-                r.persisted(position_bytes);
-            }
-        });
-    }
-
     /// Submits what `f` submits (a maintenance step, say) with `done` as its
     /// completion, like [`Engine::submit`]. False when `f` submitted
     /// nothing.
@@ -895,262 +605,8 @@ impl Engine {
             s.idle_waiters -= 1;
         }
     }
-
-    /// Hands each I/O to its member's queue, or leaves it in `here` when
-    /// its member is fast enough for this thread to perform it. Outside
-    /// the engine lock: a queue may complete an I/O on another thread at
-    /// once.
-    fn issue(&self, ios: Ios, here: &mut InlineWork) {
-        for (io, queue) in ios {
-            let Some(queue) = queue else {
-                // The engine addresses only members in use, but an I/O
-                // taken from it just before its member failed can be
-                // started after the operator removed the device: it fails
-                // like the member did.
-                let member = io.member;
-                here.steps.push_back(InlineStep::Ended(
-                    io.id,
-                    member,
-                    Completed {
-                        result: Err(format!("member {member} was removed").into()),
-                        device_ns: 0,
-                        timed_out: false,
-                        may_send: here.may_send,
-                    },
-                ));
-                continue;
-            };
-            if here.takes(queue.as_ref()) {
-                here.steps.push_back(InlineStep::Perform(io, queue));
-                continue;
-            }
-            let MemberIo { id, member, op } = io;
-            let engine = self.me.upgrade().expect("the engine outlives its I/Os");
-            let done = Box::new(move |c| engine.complete(id, member, c));
-            queue.submit(op, done, here.may_send);
-        }
-    }
-
-    /// Performs the I/Os left in `here`, and those their completions make
-    /// (the next phase of a request), until none is left. Each I/O is
-    /// still one of its queue's: it counts in `stats`, and one that
-    /// outlives `--member-timeout` is completed as timed out by the
-    /// watchdog (failing the member) while this thread stays in the
-    /// device, as a member I/O thread would; other threads see the member
-    /// as slow meanwhile ([`MemberQueue::pace`]) and hand its I/Os
-    /// over.
-    fn perform_inline(&self, mut here: InlineWork) {
-        while let Some(step) = here.steps.pop_front() {
-            match step {
-                InlineStep::Perform(io, queue) => {
-                    let MemberIo { id, member, op } = io;
-                    let engine = self.me.upgrade().expect("the engine outlives its I/Os");
-                    let timed_out = Box::new(move |c| engine.complete(id, member, c));
-                    if let Some(c) = queue.perform_here(op, timed_out) {
-                        self.settle(id, member, c, &mut here);
-                    }
-                }
-                InlineStep::Ended(id, member, c) => self.settle(id, member, c, &mut here),
-            }
-        }
-    }
-
-    /// One member I/O ended on a thread of the I/O layer.
-    fn complete(&self, id: IoId, member: u32, c: Completed) {
-        let mut here = InlineWork::new(false, c.may_send);
-        self.settle(id, member, c, &mut here);
-        self.perform_inline(here);
-    }
-
-    /// One member I/O ended: the volume hears of it, and whatever that lets
-    /// it do next is started (or left in `here`), delivered and told.
-    fn settle(&self, id: IoId, member: u32, c: Completed, here: &mut InlineWork) {
-        let now = Instant::now();
-        if !c.timed_out {
-            self.note_member_io(c.device_ns);
-        }
-        let (ios, finished, events) = {
-            let mut s = self.lock();
-            match &c.result {
-                Err(e) if c.timed_out => {
-                    // Once per member: the I/Os queued behind the first
-                    // one time out with it.
-                    if matches!(
-                        s.serving.health()[member as usize],
-                        Health::Online | Health::Rebuilding
-                    ) {
-                        tracing::error!(
-                            member,
-                            reason = %e.message,
-                            "member I/O timed out; failing the member"
-                        );
-                    }
-                    // Not left to the volume's read-error handling, which
-                    // would try to correct the range on the same member and
-                    // wait for it again.
-                    s.serving
-                        .mark_faulty(member, format!("I/O timed out: {}", e.message));
-                }
-                _ => {
-                    s.serving
-                        .record_latency(LatencyOf::Member(member), c.device_ns);
-                    if let Some(b) = s.busy.get_mut(member as usize) {
-                        b.add(now, c.device_ns);
-                    }
-                }
-            }
-            s.serving.io_done(id, c.result);
-            self.take_out(&mut s, Some(now))
-        };
-        self.issue(ios, here);
-        self.deliver_events(events, here);
-        Self::deliver(finished);
-    }
-
-    /// Everything the volume has for the host after a change (its I/Os,
-    /// finished requests and events), waking `wait_idle` once it is idle.
-    fn take_out(&self, s: &mut State, now: Option<Instant>) -> (Ios, Finished, Vec<Event>) {
-        let mut ios = Ios::new();
-        let mut finished = Finished::new();
-        self.drain(s, &mut ios, &mut finished, now);
-        if s.idle_waiters > 0 && s.serving.is_idle() {
-            self.idle.notify_all();
-        }
-        (ios, finished, std::mem::take(&mut s.events))
-    }
-
-    /// Takes the engine's I/Os, completions, actions and events through
-    /// the engine's one loop ([`drive::pump`]). `now`: the time it is, if
-    /// the caller just read the clock (completions are timed to it);
-    /// otherwise the clock is read for the first timed completion.
-    fn drain(&self, s: &mut State, ios: &mut Ios, finished: &mut Finished, now: Option<Instant>) {
-        let mut out = Drain {
-            s,
-            ios,
-            finished,
-            now,
-            asked: false,
-        };
-        drive::pump(&mut out);
-        if out.asked {
-            self.reshape_asked.notify_all();
-        }
-    }
-
-    fn deliver(finished: Finished) {
-        for (done, result) in finished {
-            done(result);
-        }
-    }
-}
-
-/// The host side of one drain under the engine lock: I/Os to issue and
-/// requests to answer once the lock is dropped, actions for the upkeep
-/// thread, events logged and kept for status.
-struct Drain<'a> {
-    s: &'a mut State,
-    ios: &'a mut Ios,
-    finished: &'a mut Finished,
-    now: Option<Instant>,
-    asked: bool,
-}
-
-impl drive::Host for Drain<'_> {
-    type Engine = Serving;
-    fn engine(&mut self) -> &mut Serving {
-        &mut self.s.serving
-    }
-
-    fn issue(&mut self, io: MemberIo) {
-        let queue = self.s.members[io.member as usize]
-            .as_ref()
-            .map(|d| Arc::clone(&d.queue));
-        self.ios.push((io, queue));
-    }
-
-    fn complete(&mut self, c: platter_core::volume::Completion) {
-        let route = self
-            .s
-            .routes
-            .remove(&c.id)
-            .expect("every completion has a route");
-        if let Some((of, start)) = route.timed {
-            let end = *self.now.get_or_insert_with(Instant::now);
-            self.s.serving.record_latency(of, ns_between(start, end));
-        }
-        self.finished.push((route.done, c.result));
-    }
-
-    fn action(&mut self, action: Action) {
-        self.s.reshape_actions.push(action);
-        self.asked = true;
-    }
-
-    fn event(&mut self, event: Event) {
-        match &event {
-            Event::MemberFaulty { member, reason } => {
-                tracing::warn!(member, reason = %reason, "member marked faulty");
-            }
-            Event::NoSpace { member, reason } => {
-                let now = Instant::now();
-                if self
-                    .s
-                    .no_space_logged
-                    .is_none_or(|t| now.duration_since(t) >= NO_SPACE_LOG_INTERVAL)
-                {
-                    tracing::warn!(
-                        member,
-                        reason = %reason,
-                        not_logged_since_last = self.s.no_space_unlogged,
-                        "write refused: no space left on the member; it stays in use, the \
-                         client gets ENOSPC, and the stripes are resynced once there is room"
-                    );
-                    self.s.no_space_logged = Some(now);
-                    self.s.no_space_unlogged = 0;
-                } else {
-                    self.s.no_space_unlogged += 1;
-                }
-            }
-            Event::RebuildDone { member } => {
-                tracing::info!(member, "rebuild finished; member online");
-            }
-            Event::ReadErrorCorrected {
-                member,
-                offset_bytes,
-                len_bytes,
-            } => {
-                tracing::warn!(
-                    member,
-                    offset_bytes,
-                    len_bytes,
-                    "read error corrected from another copy; member stays online"
-                );
-            }
-        }
-        self.s.events.push(event);
-    }
 }
 
 fn ns_between(start: Instant, end: Instant) -> u64 {
     u64::try_from(end.saturating_duration_since(start).as_nanos()).unwrap_or(u64::MAX)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::BusyClock;
-    use std::time::{Duration, Instant};
-
-    /// Overlapping I/Os count once; a gap counts nothing.
-    #[test]
-    fn busy_time_is_the_union_of_io_intervals() {
-        let t0 = Instant::now();
-        let at = |ms: u64| t0 + Duration::from_millis(ms);
-        let ms = |n: u64| n * 1_000_000;
-        let mut b = BusyClock::default();
-        b.add(at(10), ms(10)); // [0, 10]
-        b.add(at(15), ms(10)); // [5, 15]: 5 more
-        b.add(at(30), ms(5)); // [25, 30]: 5 more, the gap 15..25 not
-        b.add(at(28), ms(20)); // [8, 28], arriving late: nothing more
-        assert_eq!(b.busy_ns, ms(20));
-    }
 }
