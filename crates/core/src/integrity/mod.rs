@@ -314,6 +314,14 @@ pub struct Integrity {
     /// Per member, checksum pages whose writes completed since its last
     /// flush was sent, at the generation written.
     unflushed_pages: Vec<BTreeMap<u64, u64>>,
+    /// Per member, the generation this layer last wrote of each checksum
+    /// page whose write record does not say so yet (until a flush makes
+    /// the page durable and the record on the next member is raised): a
+    /// page read back older than this lost a write, whatever its record
+    /// says. Without it, a page written (and dropped by the device) to
+    /// make room in the cache and read back before its record rose
+    /// vouched for the old bytes of a write the device also dropped.
+    written_gens: Vec<BTreeMap<u64, u64>>,
     /// Checksum pages read and waiting for their record page:
     /// (member, page) -> (bytes, what they were found to be, their
     /// generation).
@@ -344,6 +352,7 @@ impl Integrity {
             parked: VecDeque::new(),
             in_use: vec![true; members as usize],
             unflushed_pages: (0..members).map(|_| BTreeMap::new()).collect(),
+            written_gens: (0..members).map(|_| BTreeMap::new()).collect(),
             unchecked: BTreeMap::new(),
             record_waits: BTreeMap::new(),
             zeros: ZeroEntries::new(layout.algorithm),
@@ -396,6 +405,11 @@ impl Integrity {
                 match slot {
                     Slot::Resident(page) => {
                         assert_eq!(page.pins, held, "checksums: member {m} page {p} pins");
+                        let written = self.written_gens[m].get(p).copied().unwrap_or(0);
+                        assert!(
+                            page.written >= written,
+                            "checksums: member {m} page {p} cached older than written"
+                        );
                         assert!(
                             page.written <= page.gen,
                             "checksums: page {p} written ahead"
@@ -1050,6 +1064,11 @@ impl Integrity {
         gen: u64,
         record: u64,
     ) {
+        let written = self.written_gens[member as usize]
+            .get(&p)
+            .copied()
+            .unwrap_or(0);
+        let record = record.max(written);
         if vouch == Vouch::Valid && record > gen {
             bytes[SEALED_HEADER_BYTES as usize..].fill(0);
             vouch = Vouch::Stale;
@@ -1159,7 +1178,8 @@ impl Integrity {
                 RecordWait::Durable { page, gen } if readable => {
                     self.set_record(holder, q, page, gen);
                 }
-                RecordWait::Durable { .. } => {}
+                // The record page cannot be read: no record is kept.
+                RecordWait::Durable { page, gen } => self.forget_written(slot, page, gen),
             }
         }
     }
@@ -1169,6 +1189,12 @@ impl Integrity {
     /// now on, written by that member's next flush.
     fn record_durable(&mut self, member: u32, durable: Vec<(u64, u64)>) {
         let Some(holder) = self.record_holder(member) else {
+            // No record will say so: what the member holds durably is all
+            // there is to compare with (a write it dropped is not caught
+            // once it says it is durable; docs/failures.md).
+            for (p, gen) in durable {
+                self.forget_written(member, p, gen);
+            }
             return;
         };
         for (p, gen) in durable {
@@ -1191,6 +1217,17 @@ impl Integrity {
         if gen > old {
             page.bytes[at..at + 8].copy_from_slice(&gen.to_le_bytes());
             page.gen += 1;
+        }
+        let described = self.described_by(holder);
+        self.forget_written(described, p, gen);
+    }
+
+    /// Page `p` of `member` is known durable at `gen` elsewhere (its
+    /// record, or no record can be kept): `written_gens` need not hold it.
+    fn forget_written(&mut self, member: u32, p: u64, gen: u64) {
+        let gens = &mut self.written_gens[member as usize];
+        if gens.get(&p).is_some_and(|&w| w <= gen) {
+            gens.remove(&p);
         }
     }
 
@@ -1454,6 +1491,8 @@ impl Integrity {
                 if !is_record(p) {
                     let g = self.unflushed_pages[m].entry(p).or_insert(gen);
                     *g = (*g).max(gen);
+                    let g = self.written_gens[m].entry(p).or_insert(gen);
+                    *g = (*g).max(gen);
                 }
                 let again = page.gen > page.written
                     && flushes.iter().any(|id| match &self.tasks[id].kind {
@@ -1667,5 +1706,108 @@ mod tests {
         assert_eq!(done.len(), 2);
         assert!(done.iter().all(|(_, r)| r.is_ok()));
         assert!(l.is_idle());
+    }
+
+    /// A member that drops writes (acknowledged, never kept) while its
+    /// one-page cache turns over: a block's new entry is in cached page 0,
+    /// the page is written out (dropped) to make room and dropped from the
+    /// cache, then read back before any flush has raised its write record.
+    /// The page read back is the old one, whose entry matches the block's
+    /// old bytes (dropped too), and nothing said the page was older than
+    /// the one written: the read served the old bytes. How it showed: seed
+    /// 403611 of `with_checksums_lost_bytes_are_never_served` (a RAID-6 of
+    /// 7 whose member 4 dropped writes for 1 ms, then member 1 died): a
+    /// stale parity chunk passed its checksums and rebuilt member 1's data
+    /// wrong, 3,567 bytes served that no client wrote.
+    #[test]
+    fn a_page_read_back_older_than_the_one_written_vouches_for_nothing() {
+        let format = PageFormat::Sealed { records: true };
+        let entries = format.entries_per_page();
+        let data_size_bytes = 2 * entries * BLOCK_BYTES;
+        let data_offset_bytes = 4096 + format.area_bytes(data_size_bytes);
+        let layout = Layout {
+            algorithm: Algorithm::Crc32c,
+            format,
+            volume_uuid: [3; 16],
+            area_offset_bytes: 4096,
+            data_offset_bytes,
+            data_size_bytes,
+        };
+        let limits = Limits {
+            pages_per_member: 1,
+        };
+        let mut l = Integrity::new(layout, 2, limits);
+        let member_bytes = (data_offset_bytes + data_size_bytes) as usize;
+        let mut disks = vec![vec![0u8; member_bytes]; 2];
+        let mut dropping = false;
+        let mut next_id = 0u64;
+        let mut run = |l: &mut Integrity, disks: &mut Vec<Vec<u8>>, dropping: bool, op| {
+            next_id += 1;
+            l.submit(
+                MemberIo {
+                    id: IoId(next_id),
+                    member: 0,
+                    op,
+                },
+                false,
+            );
+            while let Some(io) = l.next_io() {
+                let disk = &mut disks[io.member as usize];
+                let data = match &io.op {
+                    MemberOp::Read {
+                        offset_bytes,
+                        len_bytes,
+                    } => {
+                        let at = *offset_bytes as usize;
+                        Some(Bytes::copy_from_slice(&disk[at..at + *len_bytes as usize]))
+                    }
+                    MemberOp::Write { offset_bytes, data } if !(dropping && io.member == 0) => {
+                        let at = *offset_bytes as usize;
+                        disk[at..at + data.len()].copy_from_slice(&data.to_bytes());
+                        None
+                    }
+                    _ => None,
+                };
+                l.done(io.id, Ok(data));
+            }
+            let done: Vec<(IoId, IoResult)> = std::iter::from_fn(|| l.next_done()).collect();
+            assert_eq!(done.len(), 1, "one completion");
+            done.into_iter().next().expect("one").1
+        };
+        let block0 = MemberOp::Read {
+            offset_bytes: data_offset_bytes,
+            len_bytes: 512,
+        };
+        let write = |b: u8| MemberOp::Write {
+            offset_bytes: data_offset_bytes,
+            data: vec![b; 512].into(),
+        };
+        run(&mut l, &mut disks, dropping, write(0x11)).expect("written");
+        run(&mut l, &mut disks, dropping, MemberOp::Flush).expect("flushed");
+        let got = run(&mut l, &mut disks, dropping, block0.clone()).expect("read");
+        assert_eq!(got.expect("data")[0], 0x11);
+        dropping = true;
+        run(&mut l, &mut disks, dropping, write(0x22)).expect("acknowledged");
+        // Page 1 in, page 0 written out to make room (dropped) and let go.
+        let in_page1 = MemberOp::Read {
+            offset_bytes: data_offset_bytes + entries * BLOCK_BYTES,
+            len_bytes: 512,
+        };
+        let reads_before = l.stats(0).page_reads;
+        for _ in 0..2 {
+            let _ = run(&mut l, &mut disks, dropping, in_page1.clone());
+        }
+        let got = run(&mut l, &mut disks, dropping, block0);
+        assert!(
+            l.stats(0).page_reads >= reads_before + 2,
+            "page 0 was read back from the member"
+        );
+        match got {
+            Err(e) => assert_eq!(e.kind, IoErrorKind::Checksum, "{e:?}"),
+            Ok(d) => panic!(
+                "served {:#x}, a lost write's old bytes",
+                d.expect("data")[0]
+            ),
+        }
     }
 }
