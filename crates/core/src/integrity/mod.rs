@@ -1172,7 +1172,11 @@ impl Integrity {
                         .unchecked
                         .remove(&(slot, page))
                         .expect("a page waits for its record");
-                    let record = gens[(page % RECORDS_PER_PAGE) as usize];
+                    // As it stands in memory: a durability wait ahead of
+                    // this one may have raised it past what the member
+                    // holds, and forgotten the generation it stood for.
+                    let on_disk = gens[(page % RECORDS_PER_PAGE) as usize];
+                    let record = self.record_of(holder, q, page).unwrap_or(on_disk);
                     self.resident(slot, page, bytes, vouch, gen, record);
                 }
                 RecordWait::Durable { page, gen } if readable => {
