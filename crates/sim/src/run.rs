@@ -478,6 +478,8 @@ struct Inflight {
     io: MemberIo,
     flush_mark: u64,
     issued_ns: u64,
+    /// The member's device when issued ([`Simulation::devices`]).
+    device: u64,
 }
 
 struct Outstanding {
@@ -653,6 +655,12 @@ pub struct Simulation {
     queue: EventQueue<SimEvent>,
     volume: Volume,
     members: Vec<SimMember>,
+    /// Per slot, which device is in it: raised when a member comes back
+    /// (a fresh device, or its own revived). The server sends an I/O to
+    /// the device it was issued to, so one issued before a replacement
+    /// never reaches the new device; here an I/O takes effect when it
+    /// completes, and one whose device went away meanwhile fails.
+    devices: Vec<u64>,
     service: Box<dyn ServiceModel>,
     latency_rng: Rng,
     fault_rng: Rng,
@@ -788,6 +796,7 @@ impl Simulation {
             geometry,
             clock: Clock::new(),
             volume,
+            devices: vec![0; n as usize],
             members,
             latency_rng: Rng::stream(seed, Stream::Latency),
             fault_rng: Rng::stream(seed, Stream::Faults),
@@ -1140,6 +1149,7 @@ impl Simulation {
         self.inflight.insert(
             token,
             Inflight {
+                device: self.devices[io.member as usize],
                 io,
                 flush_mark,
                 issued_ns: now,
@@ -1166,16 +1176,22 @@ impl Simulation {
             if let Some(f) = self.inflight.remove(&token) {
                 self.volume
                     .record_latency(LatencyOf::Member(f.io.member), now - f.issued_ns);
-                self.io_done(f.io, f.flush_mark);
+                self.io_done(f.io, f.flush_mark, f.device);
             }
         }
         self.arm_wake();
     }
 
-    fn io_done(&mut self, io: MemberIo, flush_mark: u64) {
+    fn io_done(&mut self, io: MemberIo, flush_mark: u64, device: u64) {
         let now = self.clock.now_ns();
-        let result =
-            self.members[io.member as usize].perform(now, &io.op, flush_mark, &mut self.fault_rng);
+        let result = if device == self.devices[io.member as usize] {
+            self.members[io.member as usize].perform(now, &io.op, flush_mark, &mut self.fault_rng)
+        } else {
+            Err(platter_core::member_io::IoError::new(
+                platter_core::member_io::IoErrorKind::Gone,
+                "the device went away while the I/O was out",
+            ))
+        };
         let (kind, off, len) = op_words(&io.op);
         self.trace.fold(&[
             3,
@@ -1493,6 +1509,7 @@ impl Simulation {
         self.trace
             .fold(&[15, now, u64::from(member), u64::from(fresh)]);
         let partial = !fresh && self.intent.is_some();
+        self.devices[m] += 1;
         if fresh {
             let spec = self.geometry.spec();
             self.members[m] = SimMember::new(

@@ -890,6 +890,18 @@ fn crashes_with_checksums_keep_flushed_writes_and_fail_no_read() {
 /// Seeds of the rebuild test in CI (`scripts/soak-sim` runs 10,000).
 const REBUILD_SEEDS: u64 = 600;
 
+/// Seeds of the rebuild suite that once failed, run in CI with the range;
+/// all three found by `scripts/soak-sim --from 400000`. 403701 and 407922
+/// served a replacement's blank bytes (zeros): a read issued to a member
+/// before it died completed after a fresh device took its slot, and the
+/// simulator performed it on the new device, which the server never does
+/// (it sends an I/O to the device it was issued to); it now fails such an
+/// I/O, as the dead device would. 407749 tripped an assert that a destage
+/// never writes a whole stripe: a write-out of a whole stripe failed when
+/// a member died under it, its bytes went back into the cache whole, and
+/// a destage wrote them.
+const REBUILD_REGRESSION_SEEDS: &[u64] = &[403701, 407749, 407922];
+
 /// A member fails and is replaced by a fresh device or re-added, and while
 /// its rebuild runs under load, members fail at random: the one being
 /// rebuilt (reads below its cursor, writes at it), a source, or both.
@@ -912,7 +924,8 @@ fn failures_during_rebuilds_serve_no_wrong_byte() {
         return;
     }
     let n = env_u64("PLATTER_SIM_SEEDS").unwrap_or(REBUILD_SEEDS);
-    let seeds = seed_range(n);
+    let mut seeds = seed_range(n);
+    seeds.extend_from_slice(REBUILD_REGRESSION_SEEDS);
     let (reports, failures) = run_seeds_of(rebuild_config, test, &seeds, &opts);
     assert!(
         failures.is_empty(),
