@@ -719,13 +719,14 @@ impl Volume {
         }
     }
 
-    /// Members that receive writes at all (for flushes).
     /// Whether every member holds good data for every stripe: none
     /// faulty, missing or being rebuilt.
     fn all_in_use(&self) -> bool {
         self.health.iter().all(|h| *h == Health::Online)
     }
 
+    /// Whether `member` receives writes and flushes at all: online, or
+    /// being rebuilt (its stripes past the cursor are written too).
     fn in_use(&self, member: u32) -> bool {
         matches!(
             self.health[member as usize],
