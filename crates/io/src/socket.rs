@@ -7,10 +7,9 @@
 //! replies on a socket other threads write requests to is then woken for
 //! each request the peer reads, and many times over while the peer reads a
 //! large write, to find nothing and sleep again. `poll` wakes only for the
-//! events it asks for: on a mirror of two NBD exports over Unix sockets
-//! (`bench/remote.sh`, which prints platter's thread switches per unit),
-//! waiting here took platter from 25 switches per 1 MiB write to 16.5,
-//! and from 2.7 per 4k read to 2.05 (bench/README.md, "Ninth session").
+//! events it asks for, which saves about a third of the thread switches
+//! per request on a remote mirror (`bench/remote.sh` prints them; the
+//! measurement is in bench/README.md, "Ninth session").
 
 use std::io;
 use std::mem::MaybeUninit;
