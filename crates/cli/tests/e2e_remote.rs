@@ -555,6 +555,10 @@ fn a_stall_longer_than_the_member_timeout_fails_the_member() {
 /// How it showed: nbdkit offers multi-conn, platter opens two connections
 /// over a Unix socket, and the one idle through the stall stayed open
 /// until `platter remove`; the nbdkit, holding it, did not exit on SIGTERM.
+/// It showed a second bug once (CI, 2026-12-02): a reconnect try running
+/// when the timeout failed the member then re-added it ("member re-added"
+/// right after "away longer than --member-timeout: failed"), and the
+/// member logged as failed was back, then "disconnected" again.
 #[test]
 fn a_member_failed_for_a_stall_keeps_no_connection_to_its_host() {
     let test = "a_member_failed_for_a_stall_keeps_no_connection_to_its_host";

@@ -172,7 +172,11 @@ impl Manager {
         drop(members);
         let now = Instant::now();
         for (uri, a) in away.iter_mut() {
-            if !a.failed && now.duration_since(a.since) >= self.member_timeout {
+            // Not while a try runs (it ends within the connect timeout):
+            // a try that found the host answering would otherwise re-add a
+            // member this loop had just failed for good, and the member
+            // the log and the alert call failed would be back in use.
+            if !a.failed && !a.trying && now.duration_since(a.since) >= self.member_timeout {
                 a.failed = true;
                 tracing::error!(
                     slot = ?a.slot,
