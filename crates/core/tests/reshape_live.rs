@@ -736,8 +736,12 @@ fn a_reshape_under_client_load_survives_crashes_and_a_failed_member() {
         t.in_place_undos,
         t.moved_down
     );
+    // A floor on what the seeds exercise, not a check of any one: about
+    // 6% of runs move the data down (4.4% to 7.8% over ten 1,000-seed
+    // chunks of the soak from 420000); at 5% the chunk 427000..428000
+    // failed with 39 of 892 though every seed in it passed.
     assert!(
-        t.moved_down >= t.ran / 20,
+        t.moved_down >= t.ran / 40,
         "only {} runs moved the data down into the room before it",
         t.moved_down
     );
