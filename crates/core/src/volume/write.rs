@@ -323,6 +323,7 @@ impl Volume {
                 self.reconstruct(job);
             }
             if let Some(log) = log {
+                log.wrote(stripe);
                 log.add(self.log_record(job));
             }
             match job.strategy {

@@ -12,10 +12,13 @@
 //!    its partial parity is what recovery needs for those cells.
 //! 2. **The record is durable before any write it speaks for is issued**:
 //!    a write that landed with no record would leave the hole open.
-//! 3. **A partial write to a stripe with an earlier partial write not yet
-//!    flushed flushes every member first**: its partial parity includes
-//!    the earlier write's new bytes, which a crash could still undo, and
-//!    recovery would then make parity from bytes no member holds.
+//! 3. **A partial write to a stripe with an earlier write not yet flushed
+//!    flushes every member first**: its partial parity (and, when it
+//!    reconstructs, its parity) includes the earlier write's new bytes,
+//!    which a crash could still undo on their member, and recovery, or a
+//!    read rebuilding a lost member from that parity, would then use bytes
+//!    no member holds. The earlier write may be a whole-stripe one (a
+//!    stripe cache destage) that logged nothing.
 //! 4. **Every write to a stripe that still has a record on a member logs,
 //!    whole-row writes and trims included** (a *whole* record, no partial
 //!    parity): recovery applies every record it finds, oldest first, and an
@@ -62,8 +65,11 @@ pub(super) struct OpLog {
     /// `on_disk` once those writes are flushed.
     superseded: Vec<u64>,
     synced: bool,
-    /// Stripes written partially (rule 3's bookkeeping, at completion).
+    /// Stripes written partially (rule 3: whether to clear first).
     partial_stripes: Vec<u64>,
+    /// Every stripe the request writes with parity, whole or partial,
+    /// logged or not (rule 3's bookkeeping, at completion).
+    written_stripes: Vec<u64>,
     /// Whole stripes written or released that have records on disk: one
     /// whole record lists them all.
     whole_stripes: Vec<u64>,
@@ -102,6 +108,11 @@ pub(super) enum LogStep {
 }
 
 impl OpLog {
+    /// A stripe job of the request writes `stripe` with its parity.
+    pub(super) fn wrote(&mut self, stripe: u64) {
+        self.written_stripes.push(stripe);
+    }
+
     pub(super) fn whole_stripes_mut(&mut self) -> &mut Vec<u64> {
         &mut self.whole_stripes
     }
@@ -576,11 +587,10 @@ impl Volume {
         let Some(ol) = self.ops.get_mut(&id).and_then(|op| op.plan.log.as_mut()) else {
             return;
         };
-        if !ol.is_placed {
-            return;
-        }
         log.writes_done(id, ol);
-        self.log_wake();
+        if ol.is_placed {
+            self.log_wake();
+        }
     }
 
     /// A request ends: whatever it logged counts as done from now (its

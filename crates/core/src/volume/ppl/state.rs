@@ -199,15 +199,23 @@ impl LogState {
         }
     }
 
-    /// The request's member writes completed: its records' writes are
-    /// done, to be durable after the next flush of every member.
+    /// The request's member writes completed: what it wrote, and its
+    /// records' writes if it placed any, are durable after the next flush
+    /// of every member (rule 3 waits for that flush).
     pub(super) fn writes_done(&mut self, id: RequestId, ol: &mut OpLog) {
+        let written = std::mem::take(&mut ol.written_stripes);
+        if !ol.is_placed && written.is_empty() {
+            return;
+        }
         self.tick += 1;
         let t = self.tick;
-        for s in std::mem::take(&mut ol.partial_stripes) {
+        ol.partial_stripes.clear();
+        for s in written {
             self.written.insert(s, t);
         }
-        self.mark_done(id, ol, t);
+        if ol.is_placed {
+            self.mark_done(id, ol, t);
+        }
     }
 
     /// A request ends: whatever it logged counts as done from now.
