@@ -162,6 +162,40 @@ impl Plan {
         new: Geometry,
         reserved_from_bytes: u64,
     ) -> Result<Plan, ReshapeError> {
+        let lead_bytes = Self::check_shapes(&old, &new, reserved_from_bytes)?;
+        let used = (0..new.members()).map(|m| new.member_used_bytes(m)).max();
+        let data = new.spec().member_data_bytes.iter().copied().min();
+        let mut plan = Plan {
+            new_rows_end_bytes: used.unwrap_or(0).min(data.unwrap_or(0)),
+            old,
+            new,
+            undo: None,
+            lead_bytes,
+        };
+        let critical = plan.critical_stripes()?;
+        if critical.most == 0 {
+            return Ok(plan);
+        }
+        let span = plan.new_span(0);
+        let image = (span.end_bytes - span.start_bytes) * critical.most;
+        plan.undo = Some(
+            if critical.pulls_ahead && plan.new.members() > plan.old.members() {
+                plan.undo_on_added(&critical, image)?
+            } else {
+                plan.undo_in_reserved(&critical, image, reserved_from_bytes)?
+            },
+        );
+        Ok(plan)
+    }
+
+    /// The refusals that need no plan: a concat, members taken away, a
+    /// data offset moved up or into the label, members moved or resized,
+    /// a smaller volume. Returns the bytes the data offset moves down.
+    fn check_shapes(
+        old: &Geometry,
+        new: &Geometry,
+        reserved_from_bytes: u64,
+    ) -> Result<u64, ReshapeError> {
         let err = |s: String| Err(ReshapeError(s));
         if old.level() == Level::Concat || new.level() == Level::Concat {
             return err(
@@ -203,48 +237,51 @@ impl Plan {
                 old.volume_size_bytes()
             ));
         }
-        let used = (0..n_new).map(|m| new.member_used_bytes(m)).max();
-        let data = new.spec().member_data_bytes.iter().copied().min();
-        let mut plan = Plan {
-            new_rows_end_bytes: used.unwrap_or(0).min(data.unwrap_or(0)),
-            old,
-            new,
-            undo: None,
-            lead_bytes,
-        };
-        let critical = plan.critical_stripes()?;
-        if critical.most == 0 {
-            return Ok(plan);
-        }
-        let span = plan.new_span(0);
-        let image = (span.end_bytes - span.start_bytes) * critical.most;
-        if critical.pulls_ahead && n_new > n_old {
-            let bytes = (UNDO_HEADER_BYTES + image * u64::from(n_old)).div_ceil(4096) * 4096;
-            let used = plan.new.member_used_bytes(n_old);
-            if bytes > used / 2 {
-                return err(format!(
-                    "the added member's {used} bytes of data are too few for a backup of \
+        Ok(lead_bytes)
+    }
+
+    /// The backup goes at the end of the added member's data, when that
+    /// holds it clear of the critical windows' new stripes.
+    fn undo_on_added(&self, critical: &Critical, image: u64) -> Result<UndoArea, ReshapeError> {
+        let err = |s: String| Err(ReshapeError(s));
+        let n_old = self.old.members();
+        debug_assert!(self.new.members() > n_old && critical.pulls_ahead);
+        let bytes = (UNDO_HEADER_BYTES + image * u64::from(n_old)).div_ceil(4096) * 4096;
+        let used = self.new.member_used_bytes(n_old);
+        if bytes > used / 2 {
+            return err(format!(
+                "the added member's {used} bytes of data are too few for a backup of \
                      {bytes} bytes: add one of at least {} bytes of data",
-                    bytes * 2
-                ));
-            }
-            let start = (used - bytes) / 4096 * 4096;
-            if plan.new_span(critical.end - 1).end_bytes > start {
-                return err(format!(
-                    "the added member is too small to hold a backup of {bytes} bytes beside \
+                bytes * 2
+            ));
+        }
+        let start = (used - bytes) / 4096 * 4096;
+        if self.new_span(critical.end - 1).end_bytes > start {
+            return err(format!(
+                "the added member is too small to hold a backup of {bytes} bytes beside \
                      the first {} stripes of the new layout: add a larger one, or ask for a \
                      smaller interleave",
-                    critical.end
-                ));
-            }
-            plan.undo = Some(UndoArea::Added {
-                slot: n_old,
-                offset_bytes: plan.new.spec().data_offset_bytes + start,
-                bytes,
-            });
-            return Ok(plan);
+                critical.end
+            ));
         }
-        let data_offset = plan.new.spec().data_offset_bytes;
+        Ok(UndoArea::Added {
+            slot: n_old,
+            offset_bytes: self.new.spec().data_offset_bytes + start,
+            bytes,
+        })
+    }
+
+    /// The backup goes in the room every member has before its data, past
+    /// the label and bitmap.
+    fn undo_in_reserved(
+        &self,
+        critical: &Critical,
+        image: u64,
+        reserved_from_bytes: u64,
+    ) -> Result<UndoArea, ReshapeError> {
+        let err = |s: String| Err(ReshapeError(s));
+        let (n_old, n_new) = (self.old.members(), self.new.members());
+        let data_offset = self.new.spec().data_offset_bytes;
         let from = reserved_from_bytes.div_ceil(4096) * 4096;
         let room = data_offset.saturating_sub(from);
         let need = UNDO_HEADER_BYTES + image;
@@ -271,11 +308,10 @@ impl Plan {
                 }
             ));
         }
-        plan.undo = Some(UndoArea::Reserved {
+        Ok(UndoArea::Reserved {
             offset_bytes: from,
             bytes: room,
-        });
-        Ok(plan)
+        })
     }
 
     /// The plan for moving `old` to `new` (which has `old`'s data offset)

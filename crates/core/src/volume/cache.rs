@@ -181,98 +181,10 @@ impl Volume {
             plan.cache = Some(work);
             return;
         }
-        let sb = self.geometry.stripe_data_bytes();
-        let (offset_bytes, len_bytes) = req.range();
-        let stripes = if len_bytes == 0 {
-            0..0
-        } else {
-            offset_bytes / sb..(offset_bytes + len_bytes - 1) / sb + 1
-        };
-        // The part `[a, b)` of stripe `s` that the request covers.
-        let part = |s: u64| {
-            let a = offset_bytes.max(s * sb) - s * sb;
-            let b = (offset_bytes + len_bytes).min((s + 1) * sb) - s * sb;
-            (a, b)
-        };
         match req {
-            Request::Write { data, fua, .. } => {
-                let fua = *fua;
-                for s in stripes {
-                    let (a, b) = part(s);
-                    let slen = self.stripe_len(s);
-                    let src = &data[(s * sb + a - offset_bytes) as usize
-                        ..(s * sb + b - offset_bytes) as usize];
-                    let writable = self.stripe_lost_members(s) <= self.geometry.redundancy();
-                    let c = self.cache.as_mut().expect("cache on");
-                    let whole = a == 0 && b == slen;
-                    if whole {
-                        // Every byte is new: the entry is superseded, and
-                        // the stripe goes out from the request's own data.
-                        if let Some(t) = c.take(s) {
-                            work.taken.push(t.seq);
-                        }
-                        continue;
-                    }
-                    if let Some(covers) = c.merge(s, a, b, src, slen) {
-                        work.skip.push(s);
-                        if fua || covers {
-                            let t = c.take(s).expect("just merged");
-                            work.taken.push(t.seq);
-                            work.outgoing.push(Outgoing {
-                                stripe: s,
-                                data: t.buf.into_bytes(),
-                                ranges: t.valid.into_vec(),
-                            });
-                        }
-                        continue;
-                    }
-                    if fua || !writable {
-                        continue;
-                    }
-                    if !c.has_room() {
-                        // Full: this stripe is written by the request
-                        // itself, and the oldest entry goes out.
-                        c.evict_oldest();
-                        continue;
-                    }
-                    // The new bytes, zeros around them: one pass.
-                    let (a_at, b_at) = (a as usize, b as usize);
-                    // SAFETY: the closure writes every byte of `dst`.
-                    let buf = unsafe {
-                        AlignedBuf::filled(slen as usize, |dst| {
-                            dst[..a_at].fill(MaybeUninit::new(0));
-                            std::ptr::copy_nonoverlapping(
-                                src.as_ptr(),
-                                dst[a_at..b_at].as_mut_ptr().cast::<u8>(),
-                                b_at - a_at,
-                            );
-                            dst[b_at..].fill(MaybeUninit::new(0));
-                            Ok::<(), std::convert::Infallible>(())
-                        })
-                    }
-                    .unwrap_or_else(|e| match e {});
-                    let mut valid = Ranges::default();
-                    valid.insert(a, b);
-                    c.insert(s, buf, valid, true, false);
-                    work.skip.push(s);
-                }
-            }
+            Request::Write { data, fua, .. } => self.cache_absorb_write(req, data, *fua, &mut work),
             Request::WriteZeroes { .. } | Request::Trim { .. } => {
-                let zeroes = matches!(req, Request::WriteZeroes { .. });
-                for s in stripes {
-                    let (a, b) = part(s);
-                    let whole = a == 0 && b == self.stripe_len(s);
-                    // Write-zeroes drop the bytes they cover; a trim only
-                    // whole stripes. An entry left empty is superseded:
-                    // settled when this request's own writes are done.
-                    if !(zeroes || whole) {
-                        continue;
-                    }
-                    let c = self.cache.as_mut().expect("cache on");
-                    if let Some(seq) = c.forget(s, a, b) {
-                        work.taken.push(seq);
-                    }
-                }
+                self.cache_absorb_release(req, &mut work)
             }
             Request::Maintain {
                 first_stripe,
@@ -301,6 +213,91 @@ impl Volume {
                 .all(|o| work.skip.binary_search(&o.stripe).is_ok()));
         }
         plan.cache = Some(work);
+    }
+
+    /// The stripes `req` touches, each with the part `[a, b)` of its data
+    /// bytes that the request covers.
+    fn stripe_parts(&self, req: &Request) -> impl Iterator<Item = (u64, u64, u64)> {
+        let sb = self.geometry.stripe_data_bytes();
+        let (offset_bytes, len_bytes) = req.range();
+        let stripes = if len_bytes == 0 {
+            0..0
+        } else {
+            offset_bytes / sb..(offset_bytes + len_bytes - 1) / sb + 1
+        };
+        stripes.map(move |s| {
+            let a = offset_bytes.max(s * sb) - s * sb;
+            let b = (offset_bytes + len_bytes).min((s + 1) * sb) - s * sb;
+            debug_assert!(a < b && b <= sb);
+            (s, a, b)
+        })
+    }
+
+    /// A write meets the cache: whole stripes supersede their entries,
+    /// partial ones merge into an entry, or become one while there is
+    /// room (FUA writes and stripes past their redundancy go straight
+    /// out), or, when the cache is full, evict the oldest.
+    fn cache_absorb_write(&mut self, req: &Request, data: &Bytes, fua: bool, work: &mut CacheWork) {
+        let sb = self.geometry.stripe_data_bytes();
+        let offset_bytes = req.range().0;
+        for (s, a, b) in self.stripe_parts(req).collect::<SmallVec<[_; 4]>>() {
+            let slen = self.stripe_len(s);
+            let src =
+                &data[(s * sb + a - offset_bytes) as usize..(s * sb + b - offset_bytes) as usize];
+            let writable = self.stripe_lost_members(s) <= self.geometry.redundancy();
+            let c = self.cache.as_mut().expect("cache on");
+            if a == 0 && b == slen {
+                // Every byte is new: the entry is superseded, and the
+                // stripe goes out from the request's own data.
+                if let Some(t) = c.take(s) {
+                    work.taken.push(t.seq);
+                }
+                continue;
+            }
+            if let Some(covers) = c.merge(s, a, b, src, slen) {
+                work.skip.push(s);
+                if fua || covers {
+                    let t = c.take(s).expect("just merged");
+                    work.taken.push(t.seq);
+                    work.outgoing.push(Outgoing {
+                        stripe: s,
+                        data: t.buf.into_bytes(),
+                        ranges: t.valid.into_vec(),
+                    });
+                }
+                continue;
+            }
+            if fua || !writable {
+                continue;
+            }
+            if !c.has_room() {
+                // Full: this stripe is written by the request itself, and
+                // the oldest entry goes out.
+                c.evict_oldest();
+                continue;
+            }
+            let mut valid = Ranges::default();
+            valid.insert(a, b);
+            c.insert(s, entry_buf(slen, a, src), valid, true, false);
+            work.skip.push(s);
+        }
+    }
+
+    /// Write-zeroes drop the bytes they cover from the cache; a trim only
+    /// whole stripes. An entry left empty is superseded: settled when this
+    /// request's own writes are done.
+    fn cache_absorb_release(&mut self, req: &Request, work: &mut CacheWork) {
+        let zeroes = matches!(req, Request::WriteZeroes { .. });
+        for (s, a, b) in self.stripe_parts(req).collect::<SmallVec<[_; 4]>>() {
+            let whole = a == 0 && b == self.stripe_len(s);
+            if !(zeroes || whole) {
+                continue;
+            }
+            let c = self.cache.as_mut().expect("cache on");
+            if let Some(seq) = c.forget(s, a, b) {
+                work.taken.push(seq);
+            }
+        }
     }
 
     /// Submits a destage request for `stripe`'s entry, unless one is owed
@@ -459,4 +456,28 @@ impl Volume {
         }
         Some(out)
     }
+}
+
+/// A new entry's stripe buffer of `slen` bytes: `src` at `a`, zeros around
+/// it, in one pass.
+fn entry_buf(slen: u64, a: u64, src: &[u8]) -> AlignedBuf {
+    let (a_at, b_at) = (a as usize, a as usize + src.len());
+    assert!(
+        b_at as u64 <= slen,
+        "a cache entry's bytes lie in its stripe"
+    );
+    // SAFETY: the closure writes every byte of `dst`.
+    unsafe {
+        AlignedBuf::filled(slen as usize, |dst| {
+            dst[..a_at].fill(MaybeUninit::new(0));
+            std::ptr::copy_nonoverlapping(
+                src.as_ptr(),
+                dst[a_at..b_at].as_mut_ptr().cast::<u8>(),
+                b_at - a_at,
+            );
+            dst[b_at..].fill(MaybeUninit::new(0));
+            Ok::<(), std::convert::Infallible>(())
+        })
+    }
+    .unwrap_or_else(|e| match e {})
 }

@@ -43,10 +43,28 @@ impl Volume {
     ///   are held back only while a failure is unrecorded; a rebuild's
     ///   member is rebuilding.
     pub fn check_invariants(&self) {
-        let members = self.geometry.members();
-        assert_eq!(self.health.len(), members as usize);
+        assert_eq!(self.health.len(), self.geometry.members() as usize);
+        let ios_of = self.check_member_ios();
+        self.check_intent(ios_of.get(&intent::INTENT_OWNER).copied().unwrap_or(0));
+        if let Some(i) = self.integrity.as_ref() {
+            assert!(
+                self.io_queue.is_empty(),
+                "checksums on: I/O bypassed the layer"
+            );
+            i.check(|io, member| self.inflight.get(&io).is_some_and(|f| f.member == member));
+        }
+        self.check_requests(&ios_of);
+        self.check_locks();
+        self.check_cache();
+        self.check_health();
+        self.read_repair.check(|id| self.ops.contains_key(&id));
+        self.check_log();
+    }
 
-        // Member I/O in flight, per owner.
+    /// Member I/O in flight: counted per owner, each owned by a live
+    /// request (or the bitmap's round); every queued I/O is in flight.
+    fn check_member_ios(&self) -> IdMap<RequestId, u32> {
+        let members = self.geometry.members();
         let mut ios_of: IdMap<RequestId, u32> = IdMap::default();
         for (io, f) in &self.inflight {
             assert!(io.0 < self.next_io, "{io:?} was never issued");
@@ -65,16 +83,12 @@ impl Volume {
                 .unwrap_or_else(|| panic!("{:?} queued and not in flight", io.id));
             assert_eq!(f.member, io.member);
         }
-        self.check_intent(ios_of.get(&intent::INTENT_OWNER).copied().unwrap_or(0));
-        if let Some(i) = self.integrity.as_ref() {
-            assert!(
-                self.io_queue.is_empty(),
-                "checksums on: I/O bypassed the layer"
-            );
-            i.check(|io, member| self.inflight.get(&io).is_some_and(|f| f.member == member));
-        }
+        ios_of
+    }
 
-        // Requests.
+    /// Each request against its I/Os in flight, its stage and what it holds.
+    fn check_requests(&self, ios_of: &IdMap<RequestId, u32>) {
+        let members = self.geometry.members();
         let mut internal = 0;
         for (&id, op) in &self.ops {
             assert!(id.0 < self.next_request, "{id:?} was never submitted");
@@ -123,11 +137,10 @@ impl Volume {
         }
         assert_eq!(internal, self.internal_ops, "internal requests");
         assert!(self.ops.len() - self.internal_ops <= self.limits.max_requests);
+    }
 
-        self.check_locks();
-        self.check_cache();
-
-        // Health.
+    /// Health against failures, held completions and the rebuild.
+    fn check_health(&self) {
         // A failure is unrecorded only for a member that was in use (a
         // missing one never fails); the slot may be rebuilding by now.
         for (m, &u) in self.unrecorded_failures.iter().enumerate() {
@@ -166,8 +179,6 @@ impl Volume {
             self.rebuild.is_some(),
             "a member is rebuilding exactly while a rebuild runs"
         );
-        self.read_repair.check(|id| self.ops.contains_key(&id));
-        self.check_log();
     }
 
     /// Locks against requests: see [`Volume::check_invariants`].

@@ -189,54 +189,20 @@ impl Volume {
         // Naming a wrong member is for silent corruption; after a crash a
         // mismatch is a write cut short, and the data as it stands wins.
         let locate = action != Maintenance::Resync;
-        let g = self.geometry.clone();
         let mut report = op.plan.report.take().expect("planned with its report");
         let mut writes = WritePieces::new();
         for job in &mut jobs {
             if job.refresh_only {
                 continue;
             }
-            // Members whose reads failed their checksums are wrong here:
-            // their chunks are rebuilt from the rest before comparing.
-            let mended = if job.suspects.is_empty() {
-                None
-            } else if g.level().is_parity() {
-                if job.suspects.len() as u32 > g.redundancy() {
-                    // Too many to rebuild: nothing here can be trusted to
-                    // write from.
-                    report.mismatched_stripes.push(job.stripe);
-                    report.unlocated_stripes.push(job.stripe);
-                    continue;
-                }
-                for &m in &job.suspects {
-                    job.present[m as usize] = false;
-                }
-                self.reconstruct(job);
-                Some(Verdict {
-                    rewrite: job
-                        .suspects
-                        .iter()
-                        .map(|&m| Rewrite {
-                            member: m,
-                            row: job.stripe,
-                            bytes: Bytes::copy_from_slice(&job.bufs[m as usize]),
-                        })
-                        .collect(),
-                    located: true,
-                })
-            } else {
-                mend_copies(job, g.interleave_bytes() as usize)
+            let Ok(mended) = self.mend_suspects(job) else {
+                // Too many to rebuild: nothing here can be trusted to
+                // write from.
+                report.mismatched_stripes.push(job.stripe);
+                report.unlocated_stripes.push(job.stripe);
+                continue;
             };
-            let verdict = if g.level().is_parity() {
-                scrub_parity(job, locate)
-            } else {
-                scrub_copies(
-                    job,
-                    g.data_per_stripe(),
-                    g.interleave_bytes() as usize,
-                    locate,
-                )
-            };
+            let verdict = self.compare(job, locate);
             let verdict = match (mended, verdict) {
                 (None, v) => v,
                 (Some(m), None) => Some(m),
@@ -247,36 +213,110 @@ impl Volume {
                 }
             };
             let Some(verdict) = verdict else { continue };
-            report.mismatched_stripes.push(job.stripe);
-            if verdict.located {
-                let mut wrong: Vec<u32> = verdict.rewrite.iter().map(|r| r.member).collect();
-                wrong.sort_unstable();
-                wrong.dedup();
-                report
-                    .wrong_members
-                    .extend(wrong.into_iter().map(|m| (job.stripe, m)));
-            } else {
-                report.unlocated_stripes.push(job.stripe);
-            }
-            if repair {
-                writes.extend(verdict.rewrite.into_iter().map(|r| WritePiece {
-                    member: r.member,
-                    offset_bytes: g.member_offset_bytes(r.row, 0),
-                    kind: WriteKind::Data(r.bytes),
-                }));
-            }
+            self.record_verdict(
+                &mut report,
+                job.stripe,
+                verdict,
+                repair.then_some(&mut writes),
+            );
         }
         if action != Maintenance::Resync {
-            let s = &mut self.stats.scrub;
-            s.checked_stripes += report.stripe_count - report.unchecked_stripes;
-            s.mismatched_stripes += report.mismatched_stripes.len() as u64;
-            s.wrong_members += report.wrong_members.len() as u64;
-            s.unlocated_stripes += report.unlocated_stripes.len() as u64;
-            if repair {
-                s.repaired_stripes += report.mismatched_stripes.len() as u64;
-            }
+            self.count_scrub(&report, repair);
         }
         (report, writes)
+    }
+
+    /// Members whose reads failed their checksums are wrong here: their
+    /// chunks are rebuilt from the rest before comparing, and rewritten.
+    /// `Err` when there are more than the redundancy rebuilds.
+    fn mend_suspects(&self, job: &mut StripeJob) -> Result<Option<Verdict>, ()> {
+        let g = &self.geometry;
+        if job.suspects.is_empty() {
+            return Ok(None);
+        }
+        if !g.level().is_parity() {
+            return Ok(mend_copies(job, g.interleave_bytes() as usize));
+        }
+        if job.suspects.len() as u32 > g.redundancy() {
+            return Err(());
+        }
+        for &m in &job.suspects {
+            job.present[m as usize] = false;
+        }
+        self.reconstruct(job);
+        Ok(Some(Verdict {
+            rewrite: job
+                .suspects
+                .iter()
+                .map(|&m| Rewrite {
+                    member: m,
+                    row: job.stripe,
+                    bytes: Bytes::copy_from_slice(&job.bufs[m as usize]),
+                })
+                .collect(),
+            located: true,
+        }))
+    }
+
+    /// The stripe's copies or parity compared: `None` when they agree.
+    fn compare(&self, job: &mut StripeJob, locate: bool) -> Option<Verdict> {
+        let g = &self.geometry;
+        if g.level().is_parity() {
+            scrub_parity(job, locate)
+        } else {
+            scrub_copies(
+                job,
+                g.data_per_stripe(),
+                g.interleave_bytes() as usize,
+                locate,
+            )
+        }
+    }
+
+    /// A mismatched stripe in the report (its wrong members, or unlocated),
+    /// and its rewrites in `writes` when the scrub repairs.
+    fn record_verdict(
+        &self,
+        report: &mut CheckReport,
+        stripe: u64,
+        verdict: Verdict,
+        writes: Option<&mut WritePieces>,
+    ) {
+        assert!(
+            !verdict.located || !verdict.rewrite.is_empty(),
+            "stripe {stripe}: located, yet no member named wrong"
+        );
+        report.mismatched_stripes.push(stripe);
+        if verdict.located {
+            let mut wrong: Vec<u32> = verdict.rewrite.iter().map(|r| r.member).collect();
+            wrong.sort_unstable();
+            wrong.dedup();
+            report
+                .wrong_members
+                .extend(wrong.into_iter().map(|m| (stripe, m)));
+        } else {
+            report.unlocated_stripes.push(stripe);
+        }
+        if let Some(writes) = writes {
+            let g = &self.geometry;
+            writes.extend(verdict.rewrite.into_iter().map(|r| WritePiece {
+                member: r.member,
+                offset_bytes: g.member_offset_bytes(r.row, 0),
+                kind: WriteKind::Data(r.bytes),
+            }));
+        }
+    }
+
+    /// A check or repair's findings in the volume's scrub counters.
+    fn count_scrub(&mut self, report: &CheckReport, repair: bool) {
+        let s = &mut self.stats.scrub;
+        s.checked_stripes += report.stripe_count - report.unchecked_stripes;
+        s.mismatched_stripes += report.mismatched_stripes.len() as u64;
+        s.wrong_members += report.wrong_members.len() as u64;
+        s.unlocated_stripes += report.unlocated_stripes.len() as u64;
+        if repair {
+            s.repaired_stripes += report.mismatched_stripes.len() as u64;
+        }
     }
 }
 

@@ -35,138 +35,22 @@ impl Volume {
     ) -> Result<ReadPieces, VolumeError> {
         plan.planned.clear();
         plan.log = self.log.as_ref().map(|_| super::ppl::OpLog::default());
-        if self.geometry.level().is_parity() {
-            self.cache_absorb(req, plan);
-        }
-        let (offset_bytes, len_bytes) = req.range();
-        let g = &self.geometry;
-        let il = g.interleave_bytes();
         let data = match req {
             Request::Write { data, .. } => Some(data.clone()),
             _ => None,
         };
-        let zeros = matches!(req, Request::WriteZeroes { .. });
-        if !g.level().is_parity() {
-            for e in g.extents(offset_bytes, len_bytes) {
-                let at = (e.volume_offset_bytes - offset_bytes) as usize;
-                let mut any = false;
-                for loc in g.data_locations(e.stripe, e.data_index) {
-                    if !self.usable(loc.member, e.stripe) {
-                        continue;
-                    }
-                    any = true;
-                    let kind = match &data {
-                        Some(d) => WriteKind::Data(d.slice(at..at + e.len_bytes as usize)),
-                        None => WriteKind::Trim(e.len_bytes),
-                    };
-                    plan.planned.push(WritePiece {
-                        member: loc.member,
-                        offset_bytes: g.member_offset_bytes(loc.row, e.within_bytes),
-                        kind,
-                    });
-                }
-                if !any {
-                    return Err(self.lost_error(req.name(), e.volume_offset_bytes, e.len_bytes));
-                }
-            }
+        if !self.geometry.level().is_parity() {
+            self.plan_copies_write(req, data.as_ref(), plan)?;
             return Ok(ReadPieces::new());
         }
-
-        // Parity levels: whole stripes of zeros are trims on every member.
-        let stripe_bytes = g.stripe_data_bytes();
-        let end_bytes = offset_bytes + len_bytes;
-        let mut partial: Vec<(u64, u64)> = vec![(offset_bytes, len_bytes)];
-        if data.is_none() {
-            let first_full = offset_bytes.div_ceil(stripe_bytes);
-            let end_full = end_bytes / stripe_bytes;
-            partial.clear();
-            if first_full < end_full {
-                for m in 0..g.members() {
-                    // A member being rebuilt is trimmed only below its
-                    // cursor; the rebuild brings the zeros past it.
-                    let end = self.usable_until(m, end_full);
-                    if end > first_full {
-                        plan.planned.push(WritePiece {
-                            member: m,
-                            offset_bytes: g.member_offset_bytes(first_full, 0),
-                            kind: WriteKind::Trim((end - first_full) * il),
-                        });
-                    }
-                }
-                if let Some(ol) = plan.log.as_mut() {
-                    self.log_released(first_full, end_full, ol.whole_stripes_mut());
-                }
-                if zeros {
-                    partial.push((offset_bytes, first_full * stripe_bytes - offset_bytes));
-                    partial.push((end_full * stripe_bytes, end_bytes - end_full * stripe_bytes));
-                }
-            } else if zeros {
-                partial.push((offset_bytes, len_bytes));
-            }
-            // An empty part (the range began or ended on a stripe) has no
-            // extents: nothing is planned for it.
-        }
-        let zero_chunk = Bytes::from(vec![0u8; if data.is_none() { il as usize } else { 0 }]);
-        // Stripes the cache took (cached, or merged into its write-outs).
-        let skip: &[u64] = plan.cache.as_ref().map_or(&[], |w| &w.skip);
-        let mut jobs: Vec<StripeJob> = Vec::new();
-        let add = |jobs: &mut Vec<StripeJob>, stripe: u64, d: u32, within: u64, new: Bytes| {
-            if jobs.last().is_none_or(|j| j.stripe != stripe) {
-                let roles = g.parity_roles(stripe).expect("parity level");
-                jobs.push(StripeJob::new(
-                    stripe,
-                    within,
-                    within + new.len() as u64,
-                    Some(roles),
-                    Strategy::ReconstructWrite,
-                ));
-            }
-            let job = jobs.last_mut().expect("just pushed");
-            job.lo_bytes = job.lo_bytes.min(within);
-            job.hi_bytes = job.hi_bytes.max(within + new.len() as u64);
-            job.new_data.push((d, within, new));
+        self.cache_absorb(req, plan);
+        let partial = match data {
+            Some(_) => vec![req.range()],
+            None => self.plan_release(req, plan),
         };
-        for (start, len) in partial {
-            for e in g.extents(start, len) {
-                if skip.binary_search(&e.stripe).is_ok() {
-                    continue;
-                }
-                let new = match &data {
-                    Some(d) => {
-                        let at = (e.volume_offset_bytes - offset_bytes) as usize;
-                        d.slice(at..at + e.len_bytes as usize)
-                    }
-                    None => zero_chunk.slice(..e.len_bytes as usize),
-                };
-                add(&mut jobs, e.stripe, e.data_index, e.within_bytes, new);
-            }
-        }
-        // Cached data going out: each range split at chunk boundaries.
-        for out in plan.cache.as_ref().map_or(&[][..], |w| &w.outgoing) {
-            for &(a, b) in &out.ranges {
-                let mut at = a;
-                while at < b {
-                    let d = at / il;
-                    let end = b.min((d + 1) * il);
-                    let new = out.data.slice(at as usize..end as usize);
-                    add(&mut jobs, out.stripe, d as u32, at - d * il, new);
-                    at = end;
-                }
-            }
-        }
-        // Each job covers a non-empty part of its chunks, and its pieces
-        // lie in it: the parity kernels and member offsets rely on both.
-        for job in &jobs {
-            assert!(
-                job.lo_bytes < job.hi_bytes && job.hi_bytes <= il,
-                "a stripe job's hull"
-            );
-            assert!(job.new_data.iter().all(|(d, w, b)| {
-                (*d as usize) < job.roles.data.len()
-                    && job.lo_bytes <= *w
-                    && w + b.len() as u64 <= job.hi_bytes
-            }));
-        }
+        let mut jobs = self.stripe_jobs(req, data.as_ref(), &partial, plan);
+        self.check_stripe_jobs(&jobs);
+        let stripe_bytes = self.geometry.stripe_data_bytes();
         let mut reads = ReadPieces::new();
         for (j, job) in jobs.iter_mut().enumerate() {
             self.plan_stripe_write(j as u32, job, &mut reads)
@@ -177,6 +61,168 @@ impl Volume {
         }
         plan.jobs = jobs;
         Ok(reads)
+    }
+
+    /// Mirrors, stripes and concats: each chunk goes to every usable copy
+    /// (`data` is `None` for write-zeroes and trim, which trim the copies).
+    fn plan_copies_write(
+        &self,
+        req: &Request,
+        data: Option<&Bytes>,
+        plan: &mut Plan,
+    ) -> Result<(), VolumeError> {
+        let (offset_bytes, len_bytes) = req.range();
+        let g = &self.geometry;
+        debug_assert!(!g.level().is_parity());
+        for e in g.extents(offset_bytes, len_bytes) {
+            let at = (e.volume_offset_bytes - offset_bytes) as usize;
+            let mut any = false;
+            for loc in g.data_locations(e.stripe, e.data_index) {
+                if !self.usable(loc.member, e.stripe) {
+                    continue;
+                }
+                any = true;
+                let kind = match data {
+                    Some(d) => WriteKind::Data(d.slice(at..at + e.len_bytes as usize)),
+                    None => WriteKind::Trim(e.len_bytes),
+                };
+                plan.planned.push(WritePiece {
+                    member: loc.member,
+                    offset_bytes: g.member_offset_bytes(loc.row, e.within_bytes),
+                    kind,
+                });
+            }
+            if !any {
+                return Err(self.lost_error(req.name(), e.volume_offset_bytes, e.len_bytes));
+            }
+        }
+        Ok(())
+    }
+
+    /// Write-zeroes and trim on a parity level: whole stripes of zeros are
+    /// trims on every member. Returns the partial ranges left to write as
+    /// stripe jobs (write-zeroes' ends; trim leaves partial stripes alone).
+    fn plan_release(&mut self, req: &Request, plan: &mut Plan) -> Vec<(u64, u64)> {
+        let (offset_bytes, len_bytes) = req.range();
+        let zeros = matches!(req, Request::WriteZeroes { .. });
+        let g = &self.geometry;
+        let il = g.interleave_bytes();
+        let stripe_bytes = g.stripe_data_bytes();
+        let end_bytes = offset_bytes + len_bytes;
+        let first_full = offset_bytes.div_ceil(stripe_bytes);
+        let end_full = end_bytes / stripe_bytes;
+        let mut partial = Vec::new();
+        if first_full >= end_full {
+            if zeros {
+                partial.push((offset_bytes, len_bytes));
+            }
+            return partial;
+        }
+        for m in 0..g.members() {
+            // A member being rebuilt is trimmed only below its cursor; the
+            // rebuild brings the zeros past it.
+            let end = self.usable_until(m, end_full);
+            if end > first_full {
+                plan.planned.push(WritePiece {
+                    member: m,
+                    offset_bytes: g.member_offset_bytes(first_full, 0),
+                    kind: WriteKind::Trim((end - first_full) * il),
+                });
+            }
+        }
+        if let Some(ol) = plan.log.as_mut() {
+            self.log_released(first_full, end_full, ol.whole_stripes_mut());
+        }
+        if zeros {
+            // An empty end (the range began or ended on a stripe) has no
+            // extents: nothing is planned for it.
+            partial.push((offset_bytes, first_full * stripe_bytes - offset_bytes));
+            partial.push((end_full * stripe_bytes, end_bytes - end_full * stripe_bytes));
+        }
+        partial
+    }
+
+    /// One job per stripe touched: the request's `partial` ranges (less the
+    /// stripes the cache took) and the cache's outgoing data, in order.
+    fn stripe_jobs(
+        &self,
+        req: &Request,
+        data: Option<&Bytes>,
+        partial: &[(u64, u64)],
+        plan: &Plan,
+    ) -> Vec<StripeJob> {
+        let g = &self.geometry;
+        let il = g.interleave_bytes();
+        let offset_bytes = req.range().0;
+        let zero_chunk = Bytes::from(vec![0u8; if data.is_none() { il as usize } else { 0 }]);
+        // Stripes the cache took (cached, or merged into its write-outs).
+        let skip: &[u64] = plan.cache.as_ref().map_or(&[], |w| &w.skip);
+        let mut jobs: Vec<StripeJob> = Vec::new();
+        for &(start, len) in partial {
+            for e in g.extents(start, len) {
+                if skip.binary_search(&e.stripe).is_ok() {
+                    continue;
+                }
+                let new = match data {
+                    Some(d) => {
+                        let at = (e.volume_offset_bytes - offset_bytes) as usize;
+                        d.slice(at..at + e.len_bytes as usize)
+                    }
+                    None => zero_chunk.slice(..e.len_bytes as usize),
+                };
+                self.add_to_job(&mut jobs, e.stripe, e.data_index, e.within_bytes, new);
+            }
+        }
+        // Cached data going out: each range split at chunk boundaries.
+        for out in plan.cache.as_ref().map_or(&[][..], |w| &w.outgoing) {
+            for &(a, b) in &out.ranges {
+                let mut at = a;
+                while at < b {
+                    let d = at / il;
+                    let end = b.min((d + 1) * il);
+                    let new = out.data.slice(at as usize..end as usize);
+                    self.add_to_job(&mut jobs, out.stripe, d as u32, at - d * il, new);
+                    at = end;
+                }
+            }
+        }
+        jobs
+    }
+
+    /// Adds new bytes for data cell `d` of `stripe` at `within` bytes into
+    /// its chunk: to the last job if it is that stripe's, else to a new one.
+    fn add_to_job(&self, jobs: &mut Vec<StripeJob>, stripe: u64, d: u32, within: u64, new: Bytes) {
+        if jobs.last().is_none_or(|j| j.stripe != stripe) {
+            let roles = self.geometry.parity_roles(stripe).expect("parity level");
+            jobs.push(StripeJob::new(
+                stripe,
+                within,
+                within + new.len() as u64,
+                Some(roles),
+                Strategy::ReconstructWrite,
+            ));
+        }
+        let job = jobs.last_mut().expect("just pushed");
+        job.lo_bytes = job.lo_bytes.min(within);
+        job.hi_bytes = job.hi_bytes.max(within + new.len() as u64);
+        job.new_data.push((d, within, new));
+    }
+
+    /// Each job covers a non-empty part of its chunks, and its pieces lie
+    /// in it: the parity kernels and member offsets rely on both.
+    fn check_stripe_jobs(&self, jobs: &[StripeJob]) {
+        let il = self.geometry.interleave_bytes();
+        for job in jobs {
+            assert!(
+                job.lo_bytes < job.hi_bytes && job.hi_bytes <= il,
+                "a stripe job's hull"
+            );
+            assert!(job.new_data.iter().all(|(d, w, b)| {
+                (*d as usize) < job.roles.data.len()
+                    && job.lo_bytes <= *w
+                    && w + b.len() as u64 <= job.hi_bytes
+            }));
+        }
     }
 
     /// Chooses how to keep one stripe's parity right and plans its reads.
