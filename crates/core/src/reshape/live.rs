@@ -385,6 +385,8 @@ impl Reshaping {
         let paid = bytes.min(self.overdrawn_bytes);
         self.overdrawn_bytes -= paid;
         self.allowed_bytes = self.allowed_bytes.saturating_add(bytes - paid);
+        // Credit pays off a debt first: never both at once.
+        assert!(self.overdrawn_bytes == 0 || self.allowed_bytes == 0);
         self.pump();
     }
 
@@ -459,6 +461,11 @@ impl Reshaping {
             }
             _ => req.range(),
         };
+        assert!(
+            span.0.checked_add(span.1).is_some_and(|end| end <= size),
+            "an admitted request lies in the volume"
+        );
+        assert!(!self.clients.contains_key(&id));
         self.clients.insert(
             id,
             Client {
@@ -484,6 +491,7 @@ impl Reshaping {
             Some(io) => (io, TAG_OLD),
             None => (self.new.next_io()?, TAG_NEW),
         };
+        assert_eq!(io.id.0 >> (64 - TAG_BITS), 0, "an I/O id leaves room for its tag");
         io.id = IoId(io.id.0 << TAG_BITS | tag);
         Some(io)
     }
@@ -518,6 +526,7 @@ impl Reshaping {
             Work::Persisting { position_bytes: p } if p == position_bytes => {}
             ref w => panic!("persisted {position_bytes} while {w:?}"),
         }
+        assert!(position_bytes <= self.rs.position_bytes(), "persisted past the copy");
         self.rs.persist_done(position_bytes);
         self.moved_since_persist_bytes = 0;
         self.work = Work::Idle;
@@ -532,6 +541,7 @@ impl Reshaping {
 
     /// The labels record `member`'s failure ([`Volume::failure_recorded`]).
     pub fn failure_recorded(&mut self, member: u32) {
+        assert!(member < self.new.geometry().members(), "no member {member}");
         if member < self.old.geometry().members() {
             self.old.failure_recorded(member);
         }
@@ -571,6 +581,7 @@ impl Reshaping {
 
     fn volume_event(&mut self, side: Side, e: Event) {
         if let Event::MemberFaulty { member, reason } = &e {
+            assert!((*member as usize) < self.failure_reported.len());
             // Out of both layouts: one copy of its bytes is as stale as
             // the other.
             let other = match side {
@@ -623,6 +634,7 @@ impl Reshaping {
 
     fn must_wait(&mut self, id: RequestId) -> bool {
         let c = &self.clients[&id];
+        assert!(!c.started, "{id:?} waits after it started");
         let (range, writes) = (c.range(), c.writes());
         if self.window().is_some_and(|w| overlaps(range, w)) {
             return true;
@@ -648,6 +660,8 @@ impl Reshaping {
                 started = true;
             }
         }
+        // Each waiter started or waits still, in the order it came.
+        assert!(still.iter().all(|id| !self.clients[id].started));
         self.waiting = still;
         started
     }
@@ -656,6 +670,7 @@ impl Reshaping {
     /// volume of its layout.
     fn start_client(&mut self, id: RequestId) {
         let c = self.clients.get_mut(&id).expect("a waiting client");
+        assert!(!c.started, "{id:?} starts once");
         c.started = true;
         let req = c.req.clone();
         let mut parts: SmallVec<[(Side, Request, u64); 2]> = SmallVec::new();
@@ -676,6 +691,14 @@ impl Reshaping {
                 }
             }
         }
+        assert!(!parts.is_empty(), "{id:?} runs in at least one layout");
+        if matches!(
+            self.clients[&id].req,
+            Request::Read { .. } | Request::Write { .. }
+        ) {
+            let parted: u64 = parts.iter().map(|p| p.1.range().1).sum();
+            assert_eq!(parted, self.clients[&id].span.1, "{id:?}'s parts cover it once");
+        }
         self.clients.get_mut(&id).expect("started").parts_left = parts.len() as u32;
         for (side, part, at_bytes) in parts {
             self.submit_to(side, part, Owner::Client { id, at_bytes });
@@ -686,10 +709,13 @@ impl Reshaping {
     /// the position, the old layout's stripes holding the rest.
     fn resync_parts(&self, a: u64, b: u64, parts: &mut SmallVec<[(Side, Request, u64); 2]>) {
         let position = self.rs.position_bytes();
-        let resync = |first_stripe: u64, end_stripe: u64| Request::Maintain {
-            first_stripe,
-            stripe_count: end_stripe - first_stripe,
-            action: Maintenance::Resync,
+        let resync = |first_stripe: u64, end_stripe: u64| {
+            assert!(first_stripe < end_stripe, "a resync part has stripes");
+            Request::Maintain {
+                first_stripe,
+                stripe_count: end_stripe - first_stripe,
+                action: Maintenance::Resync,
+            }
         };
         let sb_new = self.new.geometry().stripe_data_bytes();
         let sb_old = self.old.geometry().stripe_data_bytes();
@@ -710,7 +736,8 @@ impl Reshaping {
 
     fn submit_to(&mut self, side: Side, req: Request, owner: Owner) {
         let inner = self.volume(side).submit(req);
-        self.owners.insert(key(inner, side), owner);
+        let before = self.owners.insert(key(inner, side), owner);
+        assert!(before.is_none(), "{inner:?} of {side:?} has one owner");
     }
 
     fn part_done(&mut self, side: Side, c: Completion) {
@@ -744,6 +771,7 @@ impl Reshaping {
                         client.error.get_or_insert(e);
                     }
                 }
+                assert!(client.parts_left > 0, "{id:?}: a part done past its last");
                 client.parts_left -= 1;
                 if client.parts_left == 0 {
                     let client = self.clients.remove(&id).expect("a live client");
@@ -818,6 +846,10 @@ impl Reshaping {
     }
 
     fn begin(&mut self, step: Step) {
+        assert!(
+            matches!(self.work, Work::Draining(s) if s == step),
+            "a step begins once drained"
+        );
         match step {
             Step::Copy {
                 position_bytes,
@@ -857,6 +889,8 @@ impl Reshaping {
     }
 
     fn copy_write(&mut self, position_bytes: u64, data: Bytes) {
+        assert!(!data.is_empty());
+        assert_eq!(position_bytes, self.rs.position_bytes(), "windows copy in order");
         let write = Request::Write {
             offset_bytes: position_bytes,
             data,
@@ -875,6 +909,7 @@ impl Reshaping {
                 },
                 Ok(Reply::Data(data)),
             ) => {
+                assert!(data.len() <= len_bytes, "read no more than the window");
                 let mut bytes = Vec::with_capacity(len_bytes as usize);
                 for s in data.segments() {
                     bytes.extend_from_slice(s);
@@ -932,9 +967,11 @@ impl Reshaping {
     }
 
     fn own_io(&mut self, member: u32, op: MemberOp, what: OwnIo) {
+        assert!(member < self.new.geometry().members());
         let inner = self.next_own_io;
         self.next_own_io += 1;
-        self.own_ios.insert(inner, what);
+        let before = self.own_ios.insert(inner, what);
+        assert!(before.is_none());
         self.own_queue.push_back(MemberIo {
             id: IoId(inner << TAG_BITS | TAG_OWN),
             member,
@@ -946,6 +983,8 @@ impl Reshaping {
     /// none worth keeping: its image is zeros).
     fn read_images(&mut self, position_bytes: u64, span: Span) {
         let n_old = self.old.geometry().members();
+        assert!(span.start_bytes < span.end_bytes, "an image has bytes");
+        assert!(self.own_ios.is_empty(), "one undo phase at a time");
         let len = span.end_bytes - span.start_bytes;
         // The span is the new layout's rows, from its data offset.
         let data_offset = self.new.geometry().spec().data_offset_bytes;
@@ -982,6 +1021,7 @@ impl Reshaping {
             unreachable!("the record is written after its images are read");
         };
         let images = std::mem::take(images);
+        assert_eq!(images.len(), self.old.geometry().members() as usize);
         let record = |first_slot: u32, images: Vec<Vec<u8>>| UndoRecord {
             volume_uuid: self.setup.volume_uuid,
             reshape_id: self.setup.reshape_id,
@@ -1073,6 +1113,7 @@ impl Reshaping {
                     images, left, span, ..
                 },
             ) => {
+                assert!(*left > 0, "an image read past the last");
                 *left -= 1;
                 match result {
                     Ok(Some(data)) if data.len() as u64 == span.end_bytes - span.start_bytes => {
@@ -1094,6 +1135,7 @@ impl Reshaping {
                     ..
                 },
             ) => {
+                assert!(*left > 0, "a record I/O past the last");
                 *left -= 1;
                 let last = *left == 0;
                 if let Err(e) = result {
@@ -1118,6 +1160,7 @@ impl Reshaping {
     /// Out of both layouts, without pumping (our own I/O's completion
     /// pumps after it; the pump reports the failure once).
     fn mark_faulty_quietly(&mut self, member: u32, reason: String) {
+        assert!(member < self.new.geometry().members(), "no member {member}");
         if member < self.old.geometry().members() {
             self.old.mark_faulty(member, reason.clone());
         }
@@ -1127,6 +1170,7 @@ impl Reshaping {
 
 /// The part of `req` (which starts at `offset`) over volume bytes `[a, b)`.
 fn piece(req: &Request, offset: u64, a: u64, b: u64) -> Request {
+    assert!(offset <= a && a <= b, "a part lies in its request");
     match req {
         Request::Read { .. } => Request::Read {
             offset_bytes: a,

@@ -16,6 +16,13 @@ impl Volume {
         plan: &mut Plan,
     ) -> Result<ReadPieces, VolumeError> {
         let (offset_bytes, len_bytes) = req.range();
+        assert!(matches!(req, Request::Read { .. }));
+        assert!(
+            offset_bytes + len_bytes <= self.size_bytes(),
+            "a read past the end was admitted"
+        );
+        // A replan starts from nothing: `begin` and `advance` cleared both.
+        assert!(plan.jobs.is_empty() && plan.segments.is_empty());
         let parity = self.geometry.level().is_parity();
         // Copy levels: the read balancer chooses (`read_placement.rs`).
         let mut choice = (!parity).then(|| self.begin_read_choice(offset_bytes, len_bytes));
@@ -98,6 +105,11 @@ impl Volume {
                 return Err(self.read_lost(id, job.stripe * stripe_bytes, stripe_bytes));
             }
         }
+        assert_eq!(
+            planned_read_bytes(&pieces, plan),
+            len_bytes,
+            "a read's plan covers its bytes exactly once"
+        );
         Ok(pieces)
     }
 
@@ -119,6 +131,10 @@ impl Volume {
         if lost > g.redundancy() {
             return Err(());
         }
+        assert!(
+            job.lo_bytes < job.hi_bytes && job.hi_bytes <= g.interleave_bytes(),
+            "a hull lies in one chunk"
+        );
         let hull = job.hi_bytes - job.lo_bytes;
         job.bufs = (0..n).map(|_| AlignedBuf::zeroed(hull as usize)).collect();
         job.present = present;
@@ -159,6 +175,13 @@ impl Volume {
         if missing.is_empty() {
             return;
         }
+        assert!(
+            missing.len() <= 1 + usize::from(roles.q.is_some()),
+            "stripe {}: {} lost, more than parity covers",
+            job.stripe,
+            missing.len()
+        );
+        assert_eq!(job.bufs.len(), order.len(), "one buffer per member");
         let mut bufs = std::mem::take(&mut job.bufs);
         {
             let mut by_member: Vec<Option<&mut [u8]>> =
@@ -180,6 +203,7 @@ impl Volume {
         let op = self.ops.get_mut(&id).expect("live request");
         let segments = std::mem::take(&mut op.plan.segments);
         let len_bytes = op.req.range().1;
+        assert!(op.plan.jobs.is_empty(), "settled jobs are consumed");
         Ok(Reply::Data(ReadData::assemble(segments, len_bytes)))
     }
 
@@ -197,11 +221,17 @@ impl Volume {
                 .collect();
             for &(d, within, len, at) in &job.wants {
                 let m = job.roles.data[d as usize] as usize;
+                assert!(
+                    job.lo_bytes <= within && within + len <= job.hi_bytes,
+                    "a wanted range lies in its job's hull"
+                );
                 let from = (within - job.lo_bytes) as usize;
                 segments.push((at, bufs[m].slice(from..from + len as usize)));
             }
         }
-        self.ops.get_mut(&id).expect("live request").plan.segments = segments;
+        let op = self.ops.get_mut(&id).expect("live request");
+        assert!(op.plan.segments.is_empty(), "nothing added while settling");
+        op.plan.segments = segments;
     }
 
     pub(super) fn lost_error(&self, what: &str, offset_bytes: u64, len_bytes: u64) -> VolumeError {
@@ -221,4 +251,22 @@ impl Volume {
             ),
         )
     }
+}
+
+/// Bytes a read's plan delivers: member pieces read straight into the
+/// reply, cached segments, and the bytes its degraded stripes rebuild.
+fn planned_read_bytes(pieces: &ReadPieces, plan: &Plan) -> u64 {
+    let direct: u64 = pieces
+        .iter()
+        .filter(|p| matches!(p.target, Target::Out { .. }))
+        .map(|p| p.len_bytes)
+        .sum();
+    let cached: u64 = plan.segments.iter().map(|(_, b)| b.len() as u64).sum();
+    let rebuilt: u64 = plan
+        .jobs
+        .iter()
+        .flat_map(|j| j.wants.iter())
+        .map(|w| w.2)
+        .sum();
+    direct + cached + rebuilt
 }

@@ -67,6 +67,14 @@ impl Volume {
         else {
             unreachable!("planning a scrub of another request")
         };
+        assert!(matches!(
+            action,
+            Maintenance::Check | Maintenance::Repair | Maintenance::Resync
+        ));
+        assert!(
+            stripe_count > 0 && first_stripe + stripe_count <= self.geometry.stripes(),
+            "a scrub step of stripes {first_stripe}+{stripe_count} lies in the volume"
+        );
         // The resync after a crash, with checksums: a stripe it cannot make
         // agree (a member missing) is still read on the members present,
         // so that their checksums are set from what they hold (the data
@@ -127,6 +135,13 @@ impl Volume {
             }
             plan.jobs.push(job);
         }
+        // One job per stripe compared or refreshed, in stripe order: the
+        // report and `compute_scrub` walk them together.
+        assert_eq!(
+            plan.jobs.len() as u64,
+            stripe_count - if refresh { 0 } else { report.unchecked_stripes }
+        );
+        assert!(plan.jobs.windows(2).all(|w| w[0].stripe < w[1].stripe));
         plan.report = Some(report);
         pieces
     }
@@ -144,6 +159,10 @@ impl Volume {
         job.bufs = (0..n)
             .map(|_| AlignedBuf::zeroed((k * il) as usize))
             .collect();
+        assert!(
+            (0..n).any(|m| !self.usable(m, stripe)),
+            "a stripe with every member usable is compared, not refreshed"
+        );
         let mut rows: Vec<(u32, u64, u64)> = Vec::new();
         if g.level().is_parity() {
             rows.extend((0..n).map(|m| (m, stripe, 0)));
@@ -223,6 +242,8 @@ impl Volume {
         if action != Maintenance::Resync {
             self.count_scrub(&report, repair);
         }
+        assert!(repair || writes.is_empty(), "a check writes nothing");
+        assert!(report.unlocated_stripes.len() <= report.mismatched_stripes.len());
         (report, writes)
     }
 
@@ -240,6 +261,7 @@ impl Volume {
         if job.suspects.len() as u32 > g.redundancy() {
             return Err(());
         }
+        assert!(job.suspects.iter().all(|&m| job.present[m as usize]));
         for &m in &job.suspects {
             job.present[m as usize] = false;
         }
@@ -340,6 +362,7 @@ struct Rewrite {
 /// parity recomputed from the data.
 fn scrub_parity(job: &mut StripeJob, locate: bool) -> Option<Verdict> {
     let roles = job.roles.clone();
+    assert_eq!(job.bufs.len(), job.present.len(), "one buffer per member");
     let mut fresh = StripeJob::new(
         job.stripe,
         job.lo_bytes,
@@ -418,6 +441,7 @@ fn scrub_parity(job: &mut StripeJob, locate: bool) -> Option<Verdict> {
             }
         }
     }
+    assert!(touched.iter().any(|&t| t), "a mismatch rewrites something");
     let rewrite = (0..n)
         .filter(|&m| touched[m])
         .map(|m| Rewrite {
@@ -435,6 +459,7 @@ fn scrub_parity(job: &mut StripeJob, locate: bool) -> Option<Verdict> {
 /// content a strict majority of its copies hold; with no majority (two
 /// copies, or a tie) from its first copy, unlocated.
 fn scrub_copies(job: &StripeJob, k: u32, il: usize, locate: bool) -> Option<Verdict> {
+    assert!(job.bufs.iter().all(|b| b.len() >= k as usize * il));
     let mut rewrite = Vec::new();
     let mut located = true;
     let mut bad = false;
@@ -474,6 +499,7 @@ fn scrub_copies(job: &StripeJob, k: u32, il: usize, locate: bool) -> Option<Verd
             }
         }
     }
+    assert!(bad || rewrite.is_empty());
     bad.then_some(Verdict { rewrite, located })
 }
 
@@ -516,6 +542,7 @@ pub(super) fn suspect(
             }
         }
         if let Target::Job { job, member, .. } = d.target {
+            assert!(scrubbing(op), "only a scrub's reads name suspects");
             let s = &mut op.plan.jobs[job as usize].suspects;
             if !s.contains(&member) {
                 s.push(member);
@@ -528,6 +555,7 @@ pub(super) fn suspect(
 /// copy that read clean; each replaced copy is a rewrite. Chunks with no
 /// clean copy are left as read.
 fn mend_copies(job: &mut StripeJob, il: usize) -> Option<Verdict> {
+    assert!(!job.suspects.is_empty());
     let mut rewrite = Vec::new();
     let suspects = job.suspects.clone();
     for &(d, row, member, at) in &job.wants.clone() {
@@ -542,6 +570,7 @@ fn mend_copies(job: &mut StripeJob, il: usize) -> Option<Verdict> {
         else {
             continue;
         };
+        assert_ne!(good, member as u64, "a suspect copy mends from another");
         let (at, good_at) = (at as usize, good_at as usize);
         let bytes = Bytes::copy_from_slice(&job.bufs[good as usize][good_at..good_at + il]);
         job.bufs[member as usize][at..at + il].copy_from_slice(&bytes);
