@@ -404,6 +404,7 @@ impl Plan {
     pub fn new_span(&self, stripe: u64) -> Span {
         let rows = rows_per_stripe(&self.new);
         let il = self.new.interleave_bytes();
+        assert!(stripe < self.new.stripes(), "new stripe {stripe} past the end");
         Span {
             start_bytes: stripe * rows * il,
             end_bytes: ((stripe + 1) * rows * il).min(self.new_rows_end_bytes),
@@ -456,6 +457,7 @@ impl Plan {
     /// old layout of nothing past the window itself: bytes past it stay in
     /// the old layout, and must stay readable there.
     pub fn window_holds_what_it_overwrites(&self, first: u64, count: u64) -> bool {
+        assert!(count > 0, "a window has stripes");
         let end = self
             .new_span(first + count - 1)
             .end_bytes
@@ -469,6 +471,7 @@ impl Plan {
     /// destroy the old layout of nothing past them. `None` if no window
     /// of up to [`CRITICAL_STRIPES_MAX`] does.
     pub fn critical_window(&self, first: u64) -> Option<u64> {
+        assert!(first < self.new.stripes());
         let left = self.new.stripes() - first;
         (1..=CRITICAL_STRIPES_MAX.min(left))
             .find(|&k| self.window_holds_what_it_overwrites(first, k))
@@ -664,6 +667,8 @@ impl Reshape {
         if self.position_bytes >= total {
             return Step::Done;
         }
+        // Windows are whole new stripes: the position stays on one.
+        assert_eq!(self.position_bytes % sb, 0, "the position is on a stripe");
         let first = self.position_bytes / sb;
         let safe = self
             .plan
@@ -722,6 +727,7 @@ impl Reshape {
             }
         }
         let span = span_of(k);
+        assert!(span.start_bytes < span.end_bytes, "a backup has bytes");
         if !self.undo_saved {
             let Step::Copy { len_bytes, .. } = self.copy(first, k) else {
                 unreachable!("copy() is a copy");
@@ -738,6 +744,7 @@ impl Reshape {
     fn copy(&self, first: u64, stripes: u64) -> Step {
         let sb = self.plan.stripe_bytes();
         let position_bytes = first * sb;
+        assert!(stripes > 0 && position_bytes < self.plan.total_bytes());
         let len_bytes = (stripes * sb).min(self.plan.total_bytes() - position_bytes);
         Step::Copy {
             position_bytes,
@@ -747,6 +754,7 @@ impl Reshape {
 
     pub fn persist_done(&mut self, position_bytes: u64) {
         assert!(position_bytes <= self.position_bytes);
+        assert!(position_bytes >= self.durable_bytes, "the restart point moves up");
         self.durable_bytes = position_bytes;
         self.persist_wanted = false;
         self.undo_saved = false;
@@ -762,6 +770,7 @@ impl Reshape {
 
     pub fn copy_done(&mut self, position_bytes: u64, len_bytes: u64) {
         assert_eq!(position_bytes, self.position_bytes, "windows copy in order");
+        assert!(len_bytes > 0 && position_bytes + len_bytes <= self.plan.total_bytes());
         self.position_bytes += len_bytes;
         // The undo record stays good only for the window it was made for.
         self.persist_wanted |= self.undo_saved;

@@ -470,6 +470,10 @@ impl Volume {
     fn submit_internal(&mut self, req: Request) {
         let id = RequestId(self.next_request);
         self.next_request += 1;
+        assert!(
+            matches!(req, Request::Maintain { action: Maintenance::Destage, .. }),
+            "only a destage is the volume's own request"
+        );
         let mut op = Op::new(req);
         op.internal = true;
         self.internal_ops += 1;
@@ -479,7 +483,13 @@ impl Volume {
     /// Puts a request in the table and starts it once it holds its locks.
     fn enter(&mut self, id: RequestId, op: Box<Op>) {
         let span = self.span_of(&op.req);
-        self.ops.insert(id, op);
+        assert!(
+            span.is_none_or(|s| s.first_stripe <= s.last_stripe
+                && s.last_stripe < self.geometry.stripes()),
+            "{id:?} locks stripes outside the volume"
+        );
+        let before = self.ops.insert(id, op);
+        assert!(before.is_none(), "{id:?} entered twice");
         match span {
             None => self.begin(id),
             Some(span) => {
@@ -598,6 +608,7 @@ impl Volume {
     /// data. md blocks writes the same way until its superblock update
     /// lands (`MD_SB_CHANGE_PENDING`).
     pub fn mark_faulty(&mut self, member: u32, reason: String) {
+        assert!(member < self.geometry.members(), "no member {member}");
         let h = &mut self.health[member as usize];
         if matches!(*h, Health::Online | Health::Rebuilding) {
             // A member being rebuilt serves the stripes below its cursor:
@@ -613,6 +624,10 @@ impl Volume {
             self.events
                 .push_back(Event::MemberFaulty { member, reason });
         }
+        assert!(!matches!(
+            self.health[member as usize],
+            Health::Online | Health::Rebuilding
+        ));
     }
 
     /// Members marked faulty whose failure is not yet recorded in the
@@ -630,6 +645,7 @@ impl Volume {
     /// those members too). Once no failure is unrecorded, the completions
     /// held back are released.
     pub fn failure_recorded(&mut self, member: u32) {
+        assert!(member < self.geometry.members(), "no member {member}");
         self.unrecorded_failures[member as usize] = false;
         if !self.any_failure_unrecorded() {
             // Members may have failed while these waited: a write whose
@@ -650,6 +666,7 @@ impl Volume {
                 self.completions.push_back(c);
             }
         }
+        assert!(self.held.is_empty() || self.any_failure_unrecorded());
     }
 
     fn any_failure_unrecorded(&self) -> bool {
@@ -663,6 +680,7 @@ impl Volume {
             ..
         } = req
         {
+            assert!(*stripe_count > 0, "upkeep of no stripes was admitted");
             return Some(Span {
                 first_stripe: *first_stripe,
                 last_stripe: first_stripe + stripe_count - 1,
@@ -810,6 +828,7 @@ impl Volume {
         while end > first && cached_only(end - 1) {
             end -= 1;
         }
+        assert!(span.first_stripe <= first && end <= span.last_stripe + 1);
         let granted = if first == end {
             self.ops
                 .get_mut(&id)
@@ -826,6 +845,11 @@ impl Volume {
     }
 
     fn new_io(&mut self, request: RequestId, member: u32, op: MemberOp, dests: Dests) {
+        assert!(member < self.geometry.members(), "I/O for no member {member}");
+        assert!(
+            request == intent::INTENT_OWNER || self.ops[&request].stage.pending() > 0,
+            "{request:?} issues I/O its phase does not count"
+        );
         let id = IoId(self.next_io);
         self.next_io += 1;
         self.account_issue(member, &op);
@@ -850,6 +874,7 @@ impl Volume {
             return self.advance(id);
         }
         let merged = plan::merge_reads(reads);
+        assert!(merged.iter().all(|(m, _, _)| *m < self.geometry.members()));
         let op = self.ops.get_mut(&id).expect("live request");
         op.stage = Stage::Reading(Phase::issued(merged.len()));
         if merged.is_empty() {
@@ -862,6 +887,7 @@ impl Volume {
 
     fn issue_writes(&mut self, id: RequestId, writes: WritePieces) {
         let merged = plan::merge_writes(writes);
+        assert!(merged.iter().all(|(m, _)| *m < self.geometry.members()));
         let op = self.ops.get_mut(&id).expect("live request");
         op.stage = Stage::Writing(Phase::issued(merged.len()));
         for (member, _) in &merged {
@@ -1061,6 +1087,7 @@ impl Volume {
     /// Whether every byte of the range is still held by online members.
     fn intact(&self, offset_bytes: u64, len_bytes: u64) -> bool {
         let g = &self.geometry;
+        assert!(offset_bytes + len_bytes <= self.size_bytes());
         match g.level() {
             Level::Raid5 | Level::Raid6 => {
                 let lost = self.health.iter().filter(|h| **h != Health::Online).count();

@@ -234,6 +234,10 @@ impl Volume {
             return JobLog::Nothing;
         }
         let (lo, hi) = (job.lo_bytes, job.hi_bytes);
+        assert!(
+            lo < hi && hi <= self.geometry.interleave_bytes(),
+            "a logged hull lies in one chunk"
+        );
         let hull = (hi - lo) as usize;
         let pieces = crate::ppl::merged_pieces(
             lo,
@@ -268,6 +272,9 @@ impl Volume {
                 whole: true,
             });
         }
+        // Rule 1: a partial record speaks for cells being written; its
+        // parity is for the rest, which recovery keeps.
+        assert!(!pieces.is_empty(), "stripe {stripe}: a partial record writes something");
         let zeros = vec![0u8; hull];
         let cells = |m: u32| -> &[u8] {
             let b = &job.bufs[m as usize];
@@ -359,6 +366,8 @@ impl Volume {
         if ol.records.is_empty() {
             return self.issue_writes(id, writes);
         }
+        assert!(!ol.is_placed, "{id:?} logs once per write phase");
+        assert!(ol.records.iter().all(|r| r.stripes.len() <= crate::ppl::MAX_STRIPES));
         ol.needs_clearing = log.needs_clearing(&ol.partial_stripes);
         op.plan.planned = writes;
         self.log_next(id);
@@ -427,6 +436,8 @@ impl Volume {
                 .collect();
             return self.issue_log_ios(id, step, ios);
         }
+        // Rule 2: the records are durable before a write they speak for.
+        assert!(ol.is_placed && ol.synced && ol.tails.is_empty());
         let writes = std::mem::take(&mut op.plan.planned);
         // A member lost while the log was written takes no writes.
         let writes = writes
@@ -441,6 +452,7 @@ impl Volume {
     fn log_tails(&mut self, id: RequestId) {
         let op = self.ops.get_mut(&id).expect("live request");
         let ol = op.plan.log.as_mut().expect("logging");
+        assert!(ol.is_placed && !ol.synced, "tails are zeroed before records go out");
         let offset_bytes = self.log.as_ref().expect("log on").offset_bytes();
         let (step, ios) = if ol.tails_zeroed {
             let ios = ol
@@ -476,7 +488,9 @@ impl Volume {
     fn log_clear(&mut self, id: RequestId) {
         let tick = self.log.as_mut().expect("log on").clearing();
         let op = self.ops.get_mut(&id).expect("live request");
-        op.plan.log.as_mut().expect("logging").clearing_tick = tick;
+        let ol = op.plan.log.as_mut().expect("logging");
+        assert!(!ol.is_placed, "a clearing flush comes before placing");
+        ol.clearing_tick = tick;
         let flushes = (0..self.geometry.members())
             .map(|m| (m, MemberOp::Flush))
             .collect();
@@ -490,7 +504,9 @@ impl Volume {
             return;
         };
         let op = self.ops.get_mut(&id).expect("a log waiter is live");
+        assert_eq!(op.stage, Stage::Waiting, "{id:?} waits for log space");
         let ol = op.plan.log.as_mut().expect("logging");
+        assert!(!ol.is_placed);
         ol.needs_clearing = true;
         self.log_clear(id)
     }
@@ -512,6 +528,10 @@ impl Volume {
     /// A log step's I/O is done (failed members are out of use already).
     pub(super) fn log_advance(&mut self, id: RequestId, step: LogStep) {
         let op = self.ops.get_mut(&id).expect("live request");
+        assert!(
+            matches!(op.stage, Stage::Logging(phase, s) if s == step && phase.pending == 0),
+            "{id:?}: {step:?} advances once its I/O is done"
+        );
         let ol = op.plan.log.as_mut().expect("logging");
         match step {
             LogStep::Clearing => {
