@@ -491,7 +491,11 @@ impl Reshaping {
             Some(io) => (io, TAG_OLD),
             None => (self.new.next_io()?, TAG_NEW),
         };
-        assert_eq!(io.id.0 >> (64 - TAG_BITS), 0, "an I/O id leaves room for its tag");
+        assert_eq!(
+            io.id.0 >> (64 - TAG_BITS),
+            0,
+            "an I/O id leaves room for its tag"
+        );
         io.id = IoId(io.id.0 << TAG_BITS | tag);
         Some(io)
     }
@@ -526,7 +530,10 @@ impl Reshaping {
             Work::Persisting { position_bytes: p } if p == position_bytes => {}
             ref w => panic!("persisted {position_bytes} while {w:?}"),
         }
-        assert!(position_bytes <= self.rs.position_bytes(), "persisted past the copy");
+        assert!(
+            position_bytes <= self.rs.position_bytes(),
+            "persisted past the copy"
+        );
         self.rs.persist_done(position_bytes);
         self.moved_since_persist_bytes = 0;
         self.work = Work::Idle;
@@ -697,7 +704,10 @@ impl Reshaping {
             Request::Read { .. } | Request::Write { .. }
         ) {
             let parted: u64 = parts.iter().map(|p| p.1.range().1).sum();
-            assert_eq!(parted, self.clients[&id].span.1, "{id:?}'s parts cover it once");
+            assert_eq!(
+                parted, self.clients[&id].span.1,
+                "{id:?}'s parts cover it once"
+            );
         }
         self.clients.get_mut(&id).expect("started").parts_left = parts.len() as u32;
         for (side, part, at_bytes) in parts {
@@ -890,7 +900,11 @@ impl Reshaping {
 
     fn copy_write(&mut self, position_bytes: u64, data: Bytes) {
         assert!(!data.is_empty());
-        assert_eq!(position_bytes, self.rs.position_bytes(), "windows copy in order");
+        assert_eq!(
+            position_bytes,
+            self.rs.position_bytes(),
+            "windows copy in order"
+        );
         let write = Request::Write {
             offset_bytes: position_bytes,
             data,

@@ -404,7 +404,10 @@ impl Plan {
     pub fn new_span(&self, stripe: u64) -> Span {
         let rows = rows_per_stripe(&self.new);
         let il = self.new.interleave_bytes();
-        assert!(stripe < self.new.stripes(), "new stripe {stripe} past the end");
+        assert!(
+            stripe < self.new.stripes(),
+            "new stripe {stripe} past the end"
+        );
         Span {
             start_bytes: stripe * rows * il,
             end_bytes: ((stripe + 1) * rows * il).min(self.new_rows_end_bytes),
@@ -754,7 +757,10 @@ impl Reshape {
 
     pub fn persist_done(&mut self, position_bytes: u64) {
         assert!(position_bytes <= self.position_bytes);
-        assert!(position_bytes >= self.durable_bytes, "the restart point moves up");
+        assert!(
+            position_bytes >= self.durable_bytes,
+            "the restart point moves up"
+        );
         self.durable_bytes = position_bytes;
         self.persist_wanted = false;
         self.undo_saved = false;

@@ -471,7 +471,13 @@ impl Volume {
         let id = RequestId(self.next_request);
         self.next_request += 1;
         assert!(
-            matches!(req, Request::Maintain { action: Maintenance::Destage, .. }),
+            matches!(
+                req,
+                Request::Maintain {
+                    action: Maintenance::Destage,
+                    ..
+                }
+            ),
             "only a destage is the volume's own request"
         );
         let mut op = Op::new(req);
@@ -484,8 +490,9 @@ impl Volume {
     fn enter(&mut self, id: RequestId, op: Box<Op>) {
         let span = self.span_of(&op.req);
         assert!(
-            span.is_none_or(|s| s.first_stripe <= s.last_stripe
-                && s.last_stripe < self.geometry.stripes()),
+            span.is_none_or(
+                |s| s.first_stripe <= s.last_stripe && s.last_stripe < self.geometry.stripes()
+            ),
             "{id:?} locks stripes outside the volume"
         );
         let before = self.ops.insert(id, op);
@@ -845,7 +852,10 @@ impl Volume {
     }
 
     fn new_io(&mut self, request: RequestId, member: u32, op: MemberOp, dests: Dests) {
-        assert!(member < self.geometry.members(), "I/O for no member {member}");
+        assert!(
+            member < self.geometry.members(),
+            "I/O for no member {member}"
+        );
         assert!(
             request == intent::INTENT_OWNER || self.ops[&request].stage.pending() > 0,
             "{request:?} issues I/O its phase does not count"

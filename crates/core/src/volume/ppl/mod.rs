@@ -274,7 +274,10 @@ impl Volume {
         }
         // Rule 1: a partial record speaks for cells being written; its
         // parity is for the rest, which recovery keeps.
-        assert!(!pieces.is_empty(), "stripe {stripe}: a partial record writes something");
+        assert!(
+            !pieces.is_empty(),
+            "stripe {stripe}: a partial record writes something"
+        );
         let zeros = vec![0u8; hull];
         let cells = |m: u32| -> &[u8] {
             let b = &job.bufs[m as usize];
@@ -367,7 +370,10 @@ impl Volume {
             return self.issue_writes(id, writes);
         }
         assert!(!ol.is_placed, "{id:?} logs once per write phase");
-        assert!(ol.records.iter().all(|r| r.stripes.len() <= crate::ppl::MAX_STRIPES));
+        assert!(ol
+            .records
+            .iter()
+            .all(|r| r.stripes.len() <= crate::ppl::MAX_STRIPES));
         ol.needs_clearing = log.needs_clearing(&ol.partial_stripes);
         op.plan.planned = writes;
         self.log_next(id);
@@ -452,7 +458,10 @@ impl Volume {
     fn log_tails(&mut self, id: RequestId) {
         let op = self.ops.get_mut(&id).expect("live request");
         let ol = op.plan.log.as_mut().expect("logging");
-        assert!(ol.is_placed && !ol.synced, "tails are zeroed before records go out");
+        assert!(
+            ol.is_placed && !ol.synced,
+            "tails are zeroed before records go out"
+        );
         let offset_bytes = self.log.as_ref().expect("log on").offset_bytes();
         let (step, ios) = if ol.tails_zeroed {
             let ios = ol
