@@ -56,6 +56,13 @@ impl IntentLayout {
                 layout.area_bytes()
             ));
         }
+        assert!(
+            layout
+                .regions
+                .checked_mul(region_stripes)
+                .is_none_or(|covered| covered >= stripes),
+            "every stripe has a bit"
+        );
         Ok(Some(layout))
     }
 
@@ -78,17 +85,19 @@ impl IntentLayout {
             if geometry.stripes().div_ceil(region_stripes) <= bits_max {
                 return region_stripes;
             }
-            region_stripes *= 2;
+            region_stripes = region_stripes.saturating_mul(2);
         }
         unreachable!("one region always fits")
     }
 
     pub fn region_of(&self, stripe: u64) -> u64 {
+        assert!(stripe < self.stripes, "stripe {stripe} past the end");
         stripe / self.region_stripes
     }
 
     /// The stripes of `region`, clipped to the volume: `(first, count)`.
     pub fn stripes_of(&self, region: u64) -> (u64, u64) {
+        assert!(region < self.regions, "region {region} past the last");
         let first = region * self.region_stripes;
         (first, self.region_stripes.min(self.stripes - first))
     }
@@ -136,6 +145,7 @@ impl RegionSet {
         for r in layout.regions..total {
             set.remove(r);
         }
+        debug_assert!(set.iter().all(|r| r < layout.regions));
         set
     }
 
@@ -152,6 +162,7 @@ impl RegionSet {
     }
 
     pub fn union_with(&mut self, other: &RegionSet) {
+        assert_eq!(self.words.len(), other.words.len(), "sets of one layout");
         for (a, b) in self.words.iter_mut().zip(&other.words) {
             *a |= b;
         }
@@ -190,6 +201,7 @@ impl RegionSet {
 
     /// The first member of `self` that `other` lacks, if any.
     pub fn first_not_in(&self, other: &RegionSet) -> Option<u64> {
+        assert_eq!(self.words.len(), other.words.len(), "sets of one layout");
         self.words
             .iter()
             .zip(&other.words)
@@ -215,6 +227,7 @@ impl RegionSet {
 
     /// Pages whose bits differ between `self` and `other`.
     pub fn pages_differing(&self, other: &RegionSet) -> Vec<u64> {
+        assert_eq!(self.words.len(), other.words.len(), "sets of one layout");
         let mut pages = Vec::new();
         for (p, (a, b)) in self
             .words
@@ -232,6 +245,7 @@ impl RegionSet {
     /// The bytes of `page` as written on a member.
     pub fn page_bytes(&self, page: u64) -> Vec<u8> {
         let p = page as usize * PAGE_WORDS;
+        assert!(p < self.words.len(), "page {page} past the bitmap");
         self.words[p..p + PAGE_WORDS]
             .iter()
             .flat_map(|w| w.to_le_bytes())

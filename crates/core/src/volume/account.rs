@@ -43,6 +43,7 @@ fn plex_of(g: &Geometry, member: u32, member_offset_bytes: u64) -> usize {
     match g.level() {
         Level::Mirror => member as usize,
         Level::Raid10 => {
+            assert!(member_offset_bytes >= g.spec().data_offset_bytes, "a data byte");
             let row = (member_offset_bytes - g.spec().data_offset_bytes) / g.interleave_bytes();
             let slot = row * u64::from(g.members()) + u64::from(member);
             (slot % u64::from(g.copies())) as usize
@@ -57,6 +58,7 @@ pub fn transfer_shape(g: &Geometry, offset_bytes: u64, len_bytes: u64) -> (bool,
         return (false, false);
     }
     let last = offset_bytes + len_bytes - 1;
+    assert!(last < g.volume_size_bytes(), "a transfer in the volume");
     let il = g.interleave_bytes();
     match g.level() {
         // Every copy is one contiguous run on one member.
@@ -101,6 +103,7 @@ impl Volume {
                 }
             }
         }
+        assert!(s.plexes.iter().all(|p| p.outstanding <= outstanding));
         s.volume.outstanding = outstanding;
         for m in &mut s.members {
             m.outstanding = 0;
@@ -153,6 +156,7 @@ impl Volume {
 
     /// A member I/O was issued.
     pub(super) fn account_issue(&mut self, member: u32, op: &MemberOp) {
+        assert!((member as usize) < self.stats.members.len(), "no member {member}");
         let m = &mut self.stats.members[member as usize];
         match op {
             MemberOp::Read { len_bytes, .. } => {
@@ -173,6 +177,7 @@ impl Volume {
 
     /// A member I/O's result came back.
     pub(super) fn account_io_result(&mut self, member: u32, result: &IoResult) {
+        assert!((member as usize) < self.stats.members.len(), "no member {member}");
         if result.is_err() {
             self.stats.members[member as usize].errors += 1;
         }
@@ -199,6 +204,9 @@ impl Volume {
                     op.tally.plex_bytes[plex_of(g, p.member, p.offset_bytes)] += p.len_bytes;
                 }
             }
+            // A read phase delivers at most the request's bytes.
+            let planned: u64 = op.tally.plex_bytes.iter().sum();
+            assert!(planned <= op.req.range().1);
         }
     }
 
@@ -220,6 +228,7 @@ impl Volume {
                 super::write::Strategy::ReadModifyWrite => 1,
                 super::write::Strategy::ReconstructWrite | super::write::Strategy::Reconstruct => 2,
             };
+            assert!(new_bytes <= stripe_bytes, "a job writes within its stripe");
             counts[i] += 1;
         }
         let op = self.ops.get_mut(&id).expect("live request");
@@ -298,6 +307,7 @@ impl Volume {
         } else {
             self.write_reach(offset_bytes, len_bytes, &mut per_plex, &mut missed);
         }
+        assert!(per_plex.iter().all(|&b| b <= len_bytes), "a plex gets at most the request");
         let degraded = missed.contains(&true);
         let add = |c: &mut Counters, bytes: u64| {
             if read {
@@ -337,6 +347,7 @@ impl Volume {
         missed: &mut [bool],
     ) {
         let g = &self.geometry;
+        assert_eq!(per_plex.len(), missed.len());
         if self.health.iter().all(|h| *h == super::Health::Online) {
             // Every copy of every chunk is one per plex.
             per_plex.fill(len_bytes);
