@@ -183,10 +183,27 @@ struct HostAway {
     pause: Option<PauseControl>,
 }
 
+/// What stands between host 1's nbdkit and its file.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Host1 {
+    Plain,
+    /// nbdkit's pause filter, driven through `HostAway::pause`.
+    Pausable,
+    /// nbdkit's error filter: every write fails with EIO while the file
+    /// `fail-writes` exists in the volume's directory.
+    FailingWrites,
+}
+
 impl HostAway {
     /// Host 1 killed (SIGKILL) under a server given `serve_args`.
     fn start(test: &str, serve_args: &[&str]) -> Option<HostAway> {
-        let mut h = HostAway::filled(test, serve_args, false)?;
+        HostAway::killed(test, serve_args, Host1::Plain)
+    }
+
+    /// Host 1, set up as `host1`, killed (SIGKILL) under a server given
+    /// `serve_args`.
+    fn killed(test: &str, serve_args: &[&str], host1: Host1) -> Option<HostAway> {
+        let mut h = HostAway::filled(test, serve_args, host1)?;
         h.kits[1].kill();
         let expected = if serve_args.contains(&"--no-reconnect") {
             "faulty"
@@ -199,25 +216,37 @@ impl HostAway {
 
     /// Host 1 stalled: its requests held by the pause filter, not answered.
     fn stalled(test: &str, serve_args: &[&str]) -> Option<HostAway> {
-        let h = HostAway::filled(test, serve_args, true)?;
+        let h = HostAway::filled(test, serve_args, Host1::Pausable)?;
         h.pause.as_ref().expect("a pause filter").pause();
         h.write_while_away(test, "disconnected");
         Some(h)
     }
 
-    fn filled(test: &str, serve_args: &[&str], pausable: bool) -> Option<HostAway> {
+    fn filled(test: &str, serve_args: &[&str], host1: Host1) -> Option<HostAway> {
         let t = required_tools(test, &["qemu-io"])?;
         let dir = temp_dir();
         let files = member_paths(dir.path(), 2);
-        let pause = pausable.then(|| PauseControl::new(&dir.path().join("pause.sock")));
+        let pause =
+            (host1 == Host1::Pausable).then(|| PauseControl::new(&dir.path().join("pause.sock")));
+        let fail_writes = dir.path().join("fail-writes");
         let mut kits = Vec::new();
         for (i, path) in files.iter().enumerate() {
             std::fs::File::create(path)
                 .and_then(|f| f.set_len(40 * MIB))
                 .expect("a member file");
             let file = format!("file={path}");
-            let (filters, mut plugin) = match (&pause, i) {
-                (Some(p), 1) => (vec!["pause"], vec!["file".to_owned(), file, p.param()]),
+            let (filters, mut plugin) = match (&pause, i, host1) {
+                (Some(p), 1, _) => (vec!["pause"], vec!["file".to_owned(), file, p.param()]),
+                (_, 1, Host1::FailingWrites) => (
+                    vec!["error"],
+                    vec![
+                        "file".to_owned(),
+                        file,
+                        "error-pwrite=EIO".to_owned(),
+                        "error-pwrite-rate=100%".to_owned(),
+                        format!("error-pwrite-file={}", fail_writes.display()),
+                    ],
+                ),
                 _ => (vec![], vec!["file".to_owned(), file]),
             };
             plugin.shrink_to_fit();
@@ -315,7 +344,13 @@ impl HostAway {
 
     /// With member 0 failed, every byte reads back right from member 1;
     /// then a clean stop.
-    fn member_1_alone_holds_the_volume(mut self) {
+    fn member_1_alone_holds_the_volume(self) {
+        self.member_1_alone_holds_the_volume_expecting(&[]);
+    }
+
+    /// [`HostAway::member_1_alone_holds_the_volume`], with more errors the
+    /// test expects the server to have logged.
+    fn member_1_alone_holds_the_volume_expecting(mut self, expected: &[&str]) {
         run_ok(
             &mut platter(&["fail", "--force", "--control", &self.s.control(), "0"]),
             CMD_TIMEOUT,
@@ -329,8 +364,8 @@ impl HostAway {
             ],
             "read from the returned member alone",
         );
-        self.s
-            .stop_expecting_errors("TERM", &["nbd+unix", "member"]);
+        let expected = [&["nbd+unix", "member"][..], expected].concat();
+        self.s.stop_expecting_errors("TERM", &expected);
     }
 }
 
@@ -380,6 +415,58 @@ fn a_host_that_comes_back_is_re_added_and_gets_only_what_it_missed() {
         refused.stderr
     );
     h.member_1_alone_holds_the_volume();
+}
+
+/// A host that comes back unable to write: the re-add reads the member's
+/// label (good) but cannot write the new one. Before the fix the server
+/// logged "cannot write the label ... ESHUTDOWN", then "member re-added",
+/// answered success and put the member in use with a label that still
+/// said it had left. Now the re-add is refused naming the label write, the
+/// member stays out of use and the volume reads as written.
+#[test]
+fn a_returning_member_that_cannot_take_its_label_is_not_re_added() {
+    let test = "a_returning_member_that_cannot_take_its_label_is_not_re_added";
+    let Some(mut h) = HostAway::killed(test, &["--no-reconnect"], Host1::FailingWrites) else {
+        return;
+    };
+    let fail_writes = h.s.volume.path().join("fail-writes");
+    std::fs::write(&fail_writes, b"").expect("the error filter's switch");
+    h.kits[1].restart();
+    let readd = |h: &HostAway| {
+        run(
+            &mut platter(&["re-add", "--control", &h.s.control(), &h.uris[1]]),
+            CMD_TIMEOUT,
+        )
+    };
+    let refused = readd(&h);
+    assert!(
+        !refused.status.success() && refused.stderr.contains("could not take its label"),
+        "{test}: re-add with the host failing writes: {} {}",
+        refused.stdout,
+        refused.stderr
+    );
+    assert_eq!(h.state(1), "faulty", "{test}: {}", live_status(&h.s));
+    h.io(
+        &[
+            "read -P 0x5a 0 4M",
+            "read -P 0x77 4M 1M",
+            "read -P 0x5a 5M 27M",
+        ],
+        "read with member 1 refused",
+    );
+
+    // The failed try was recorded as the member leaving again, after the
+    // last label it holds: once the host takes writes, re-add cannot vouch
+    // for it any more, and says to replace it (a whole rebuild).
+    std::fs::remove_file(&fail_writes).expect("the switch off");
+    let out = readd(&h);
+    assert!(
+        !out.status.success() && out.stderr.contains("platter replace"),
+        "{test}: the second re-add: {}",
+        out.stderr
+    );
+    assert_eq!(h.state(1), "faulty", "{test}");
+    h.s.stop_expecting_errors("TERM", &["nbd+unix", "member", "label"]);
 }
 
 /// The same host death and return without the operator: the server tries
@@ -605,7 +692,11 @@ fn an_outage_under_fio_verify(test: &str, outage: Outage) {
         return;
     };
     let args = ["--remote-timeout", "1", "--member-timeout", "60"];
-    let Some(mut h) = HostAway::filled(test, &args, matches!(outage, Outage::Stall)) else {
+    let host1 = match outage {
+        Outage::Stall => Host1::Pausable,
+        _ => Host1::Plain,
+    };
+    let Some(mut h) = HostAway::filled(test, &args, host1) else {
         return;
     };
     let mut fio = t.cmd("fio");
@@ -957,7 +1048,7 @@ fn platter_serves_the_members_of_a_platter_mirror() {
 #[test]
 fn a_host_down_when_the_server_starts_is_taken_back_when_it_answers() {
     let test = "a_host_down_when_the_server_starts_is_taken_back_when_it_answers";
-    let Some(mut h) = HostAway::filled(test, &[], false) else {
+    let Some(mut h) = HostAway::filled(test, &[], Host1::Plain) else {
         return;
     };
     h.s.stop();

@@ -43,7 +43,10 @@ fn plex_of(g: &Geometry, member: u32, member_offset_bytes: u64) -> usize {
     match g.level() {
         Level::Mirror => member as usize,
         Level::Raid10 => {
-            assert!(member_offset_bytes >= g.spec().data_offset_bytes, "a data byte");
+            assert!(
+                member_offset_bytes >= g.spec().data_offset_bytes,
+                "a data byte"
+            );
             let row = (member_offset_bytes - g.spec().data_offset_bytes) / g.interleave_bytes();
             let slot = row * u64::from(g.members()) + u64::from(member);
             (slot % u64::from(g.copies())) as usize
@@ -156,7 +159,10 @@ impl Volume {
 
     /// A member I/O was issued.
     pub(super) fn account_issue(&mut self, member: u32, op: &MemberOp) {
-        assert!((member as usize) < self.stats.members.len(), "no member {member}");
+        assert!(
+            (member as usize) < self.stats.members.len(),
+            "no member {member}"
+        );
         let m = &mut self.stats.members[member as usize];
         match op {
             MemberOp::Read { len_bytes, .. } => {
@@ -177,7 +183,10 @@ impl Volume {
 
     /// A member I/O's result came back.
     pub(super) fn account_io_result(&mut self, member: u32, result: &IoResult) {
-        assert!((member as usize) < self.stats.members.len(), "no member {member}");
+        assert!(
+            (member as usize) < self.stats.members.len(),
+            "no member {member}"
+        );
         if result.is_err() {
             self.stats.members[member as usize].errors += 1;
         }
@@ -307,7 +316,10 @@ impl Volume {
         } else {
             self.write_reach(offset_bytes, len_bytes, &mut per_plex, &mut missed);
         }
-        assert!(per_plex.iter().all(|&b| b <= len_bytes), "a plex gets at most the request");
+        assert!(
+            per_plex.iter().all(|&b| b <= len_bytes),
+            "a plex gets at most the request"
+        );
         let degraded = missed.contains(&true);
         let add = |c: &mut Counters, bytes: u64| {
             if read {

@@ -82,13 +82,20 @@ impl Manager {
         let missed = self
             .engine
             .with_volume(|v| v.intent_status().map_or(0, |b| b.missed_regions));
-        self.meta.record(|l| {
+        let refused = self.meta.record_on_members(|l| {
             let entry = &mut l.slots[slot as usize];
             // Kept while it rebuilds: a restart resumes the partial rebuild.
             entry.state = SlotState::Rebuilding;
             l.state = VolumeState::Rebuilding;
             l.rebuild_checkpoint_bytes = 0;
         });
+        if let Some((_, why)) = refused.iter().find(|(m, _)| *m == slot) {
+            // Its label still says it left: a restart would not take it as
+            // current, so it is not current now either.
+            let reason = format!("{path} could not take its label on re-add: {why}");
+            self.engine.mark_faulty(slot, reason.clone());
+            return Err(format!("{reason}; member {slot} stays out of use"));
+        }
         tracing::info!(
             slot,
             missed_regions = missed,
