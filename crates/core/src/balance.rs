@@ -458,6 +458,7 @@ impl Balancer {
     /// A member I/O was issued.
     pub(crate) fn issued(&mut self, member: u32, op: &MemberOp) {
         let m = member as usize;
+        assert!(m < self.outstanding.len(), "no member {member}");
         self.outstanding[m] += 1;
         match *op {
             MemberOp::Read {
@@ -504,6 +505,9 @@ impl Balancer {
                 if cuts.len() < 2 {
                     cuts.clear();
                 }
+                // Cuts rise strictly, one piece per copy at most.
+                debug_assert!(cuts.windows(2).all(|w| w[0] < w[1]));
+                assert!(cuts.len() <= copies as usize);
             }
         }
         ReadChoice {
@@ -548,12 +552,14 @@ impl Balancer {
                 let piece_end = choice.cuts.get(piece + 1).copied().unwrap_or(u64::MAX);
                 let stop = piece_end.min(end);
                 let which = piece % cands.len();
+                assert!(stop > at, "a split piece has bytes");
                 out.push((at - volume_offset_bytes, stop - at, which));
                 at = stop;
             }
             return out;
         }
         let which = self.pick(choice, cands, copies);
+        assert!(which < cands.len(), "picked a copy that is not offered");
         let c = cands[which];
         let member_end = c.offset_bytes + len_bytes;
         match choice.ends.iter_mut().find(|(m, _)| *m == c.member) {
@@ -569,6 +575,10 @@ impl Balancer {
         if cands.len() == 1 {
             return 0;
         }
+        assert!(
+            cands.len() <= copies as usize,
+            "more copies offered than a chunk has"
+        );
         // Load and proximity: a read continuing on a member it already
         // uses stays there (one member I/O, and the head is there). Round-
         // robin keeps to its turn, so that every copy gets read.

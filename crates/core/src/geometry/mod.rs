@@ -215,6 +215,7 @@ impl Geometry {
             .collect();
         let min_rows = *rows.iter().min().expect("at least one member");
         let (data_per_stripe, volume_chunks) = capacity(&spec, copies, &rows)?;
+        assert!(data_per_stripe >= 1 && volume_chunks >= 1);
         let mut concat_first_chunk = Vec::new();
         if level == Level::Concat {
             let mut acc = 0;
@@ -223,6 +224,7 @@ impl Geometry {
                 acc += r;
             }
             concat_first_chunk.push(acc);
+            assert_eq!(acc, volume_chunks, "a concat holds every member's chunks");
         }
         let rows = match level {
             Level::Concat => rows,
@@ -267,6 +269,7 @@ impl Geometry {
     }
     /// Data bytes of `member` that the volume uses.
     pub fn member_used_bytes(&self, member: u32) -> u64 {
+        assert!(member < self.members(), "no member {member}");
         self.rows[member as usize] * self.spec.interleave_bytes
     }
     /// How many member failures the level survives in every stripe.
@@ -311,7 +314,20 @@ impl Geometry {
             "{within_bytes} bytes into a chunk of {}",
             self.spec.interleave_bytes
         );
-        self.spec.data_offset_bytes + row * self.spec.interleave_bytes + within_bytes
+        let offset_bytes =
+            self.spec.data_offset_bytes + row * self.spec.interleave_bytes + within_bytes;
+        // Within the member's data (its last row ends where it does).
+        debug_assert!(
+            offset_bytes - self.spec.data_offset_bytes
+                <= self
+                    .spec
+                    .member_data_bytes
+                    .iter()
+                    .copied()
+                    .max()
+                    .unwrap_or(0)
+        );
+        offset_bytes
     }
 
     /// Splits `[offset, offset + len)` into per-chunk extents, in order.
@@ -333,6 +349,7 @@ impl Geometry {
 
     /// The stripe and data index of volume chunk `chunk`.
     pub fn chunk_position(&self, chunk: u64) -> (u64, u32) {
+        debug_assert!(chunk < self.volume_chunks, "chunk {chunk} past the volume");
         let k = u64::from(self.data_per_stripe);
         (chunk / k, (chunk % k) as u32)
     }
@@ -393,12 +410,14 @@ impl Geometry {
     }
 
     fn stripe_roles(&self, stripe: u64) -> StripeRoles {
-        parity::stripe_roles(
+        let roles = parity::stripe_roles(
             self.spec.level,
             self.spec.parity_layout,
             self.members(),
             stripe,
-        )
+        );
+        debug_assert_eq!(roles.data.len() as u32, self.data_per_stripe);
+        roles
     }
 }
 
@@ -422,6 +441,7 @@ impl Iterator for CopyIter {
         }
         self.next += 1;
         if let Some(loc) = self.fixed {
+            debug_assert_eq!(self.copies, 1, "a fixed location is the one copy");
             return Some(loc);
         }
         let slot = self.first_slot + u64::from(self.next - 1);
@@ -449,6 +469,7 @@ impl Iterator for Extents<'_> {
         let within_bytes = self.offset_bytes % il;
         let len_bytes = (il - within_bytes).min(self.end_bytes - self.offset_bytes);
         let (stripe, data_index) = self.geometry.chunk_position(chunk);
+        debug_assert!(len_bytes > 0 && within_bytes + len_bytes <= il);
         let e = Extent {
             volume_offset_bytes: self.offset_bytes,
             stripe,

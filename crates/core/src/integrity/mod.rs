@@ -753,6 +753,10 @@ impl Integrity {
         let mut checked = Vec::with_capacity(edges.len());
         for (at, bytes) in edges {
             let bytes = bytes.expect("an edge read in");
+            assert!(
+                at >= self.layout.data_offset_bytes && bytes.len() as u64 == BLOCK_BYTES,
+                "an edge is one data block"
+            );
             let block = (at - self.layout.data_offset_bytes) / BLOCK_BYTES;
             if !self.check_block(m, block, &bytes, trust) {
                 let err = IoError::new(
@@ -888,6 +892,7 @@ impl Integrity {
 
     /// Holds page `p` of `member` for task `id`, loading it if need be.
     fn pin(&mut self, id: IoId, member: u32, p: u64) {
+        assert!((member as usize) < self.pages.len(), "no member {member}");
         self.clock += 1;
         let clock = self.clock;
         let task = self.tasks.get_mut(&id).expect("live task");
@@ -921,16 +926,25 @@ impl Integrity {
     }
 
     fn layer_id(&mut self) -> IoId {
+        // The layer's own ids stay clear of the volume's.
+        assert_eq!(self.next_layer_io & LAYER_IO, 0, "layer I/O ids ran out");
         let id = IoId(LAYER_IO | self.next_layer_io);
         self.next_layer_io += 1;
         id
     }
 
     fn page_offset(&self, p: u64) -> u64 {
-        if is_record(p) {
-            return self.layout.records_offset_bytes() + (p - RECORD_KEY) * PAGE_BYTES;
-        }
-        self.layout.area_offset_bytes + p * PAGE_BYTES
+        let offset_bytes = if is_record(p) {
+            self.layout.records_offset_bytes() + (p - RECORD_KEY) * PAGE_BYTES
+        } else {
+            self.layout.area_offset_bytes + p * PAGE_BYTES
+        };
+        // Checksum and record pages lie before the data they vouch for.
+        assert!(
+            offset_bytes + PAGE_BYTES <= self.layout.data_offset_bytes,
+            "page {p} at {offset_bytes} runs into the data"
+        );
+        offset_bytes
     }
 
     /// Puts a sealed page's header on `bytes`, page `key` of `member`,
@@ -939,6 +953,7 @@ impl Integrity {
         if !self.layout.format.is_sealed() {
             return;
         }
+        assert_eq!(bytes.len() as u64, PAGE_BYTES, "a page is sealed whole");
         let volume_uuid = self.layout.volume_uuid;
         if is_record(key) {
             let slot = self.described_by(member);
@@ -961,6 +976,7 @@ impl Integrity {
     /// The member whose pages `holder` keeps the write records of.
     fn described_by(&self, holder: u32) -> u32 {
         let n = self.pages.len() as u32;
+        assert!(holder < n, "no member {holder}");
         (holder + n - 1) % n
     }
 
