@@ -16,6 +16,7 @@ pub mod intent;
 pub mod label;
 pub mod level;
 pub mod member_io;
+pub mod pool;
 pub mod ppl;
 pub mod reshape;
 pub mod stats;

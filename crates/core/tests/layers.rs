@@ -26,6 +26,7 @@ const LAYERS: &[&str] = &[
     "ppl",
     "integrity",
     "label",
+    "pool",
     "volume",
     "assemble",
     "reshape",

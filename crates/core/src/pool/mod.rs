@@ -1,0 +1,375 @@
+//! Pools: drives carved into subdisks, subdisks organised into plexes,
+//! plexes holding volumes, in FreeBSD vinum's words (LVM's: physical
+//! volumes, extents, logical volumes).
+//!
+//! A *drive* is a device that belongs to one pool. A *subdisk* is a
+//! contiguous extent of one drive. A *plex* organises subdisks as one of
+//! the levels (concat, stripe, mirror, raid10, raid5, raid6), md-exact: each
+//! subdisk is a member of an ordinary platter array and carries that
+//! array's label at its start. A *volume* is served as one NBD export.
+//!
+//! The pool's configuration (every object, its size and place) is kept on
+//! every drive, twice, in the pool area at the drive's start
+//! ([`area`], docs/on-disk-format.md "The pool area"), as text
+//! ([`text`]) a person can read and `pool create --config` takes back.
+//! [`alloc`] finds room for new subdisks. This module holds the model and
+//! the rules every configuration keeps ([`Pool::check`]).
+
+pub mod alloc;
+pub mod area;
+pub mod text;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::format::MAX_MEMBERS;
+use crate::level::{Level, ParityLayout};
+use crate::units::SECTOR_BYTES;
+
+/// Bytes at the start of every drive that hold the pool's configuration
+/// (two slots); subdisks start after it.
+pub const POOL_AREA_BYTES: u64 = 1 << 20;
+
+/// The longest name of a pool, drive or volume.
+pub const NAME_MAX_BYTES: usize = 64;
+
+/// A pool: its drives and the volumes carved from them, at one
+/// generation of its configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pool {
+    pub name: String,
+    pub uuid: [u8; 16],
+    /// Raised by one at every change; the newest valid one on the drives
+    /// present is the pool's configuration.
+    pub generation: u64,
+    pub drives: Vec<Drive>,
+    pub volumes: Vec<PoolVolume>,
+}
+
+/// A device of the pool.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Drive {
+    pub name: String,
+    /// Written in the drive's own pool area: what tells which drive a
+    /// device is, whatever its path today.
+    pub uuid: [u8; 16],
+    pub size_bytes: u64,
+    /// Where the drive was when the configuration was last written: a hint
+    /// for people and for `pool create --config`, never trusted to find it.
+    pub device: String,
+}
+
+/// A volume: one plex today. (vinum's volumes mirror several plexes, which
+/// need not be alike; a volume here mirrors inside its plex, md-exact.)
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolVolume {
+    pub name: String,
+    pub plexes: Vec<Plex>,
+}
+
+/// An organisation of subdisks: the array that holds a volume's data.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plex {
+    pub org: Level,
+    pub interleave_bytes: u64,
+    pub parity_layout: ParityLayout,
+    /// raid10's copies of each chunk; the subdisk count for a mirror; 1
+    /// otherwise.
+    pub copies: u32,
+    /// In the array's slot order.
+    pub subdisks: Vec<Subdisk>,
+}
+
+/// A contiguous extent of one drive.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Subdisk {
+    pub drive: String,
+    pub offset_bytes: u64,
+    pub len_bytes: u64,
+}
+
+impl Subdisk {
+    pub fn end_bytes(&self) -> u64 {
+        self.offset_bytes.saturating_add(self.len_bytes)
+    }
+}
+
+impl PoolVolume {
+    /// The name of plex `p`, as vinum names it.
+    pub fn plex_name(&self, p: usize) -> String {
+        format!("{}.p{p}", self.name)
+    }
+
+    /// The name of subdisk `s` of plex `p`.
+    pub fn subdisk_name(&self, p: usize, s: usize) -> String {
+        format!("{}.p{p}.s{s}", self.name)
+    }
+
+    /// The plex that holds the data (the only one today).
+    pub fn plex(&self) -> &Plex {
+        assert_eq!(self.plexes.len(), 1, "a volume has one plex");
+        &self.plexes[0]
+    }
+}
+
+impl Pool {
+    pub fn drive(&self, name: &str) -> Option<&Drive> {
+        self.drives.iter().find(|d| d.name == name)
+    }
+
+    pub fn drive_by_uuid(&self, uuid: &[u8; 16]) -> Option<&Drive> {
+        self.drives.iter().find(|d| &d.uuid == uuid)
+    }
+
+    pub fn volume(&self, name: &str) -> Option<&PoolVolume> {
+        self.volumes.iter().find(|v| v.name == name)
+    }
+
+    /// Every subdisk of the pool with the volume it belongs to.
+    pub fn subdisks(&self) -> impl Iterator<Item = (&PoolVolume, &Subdisk)> {
+        self.volumes.iter().flat_map(|v| {
+            v.plexes
+                .iter()
+                .flat_map(move |p| p.subdisks.iter().map(move |s| (v, s)))
+        })
+    }
+
+    /// Checks every rule a configuration keeps; the error is one line
+    /// naming the object at fault.
+    pub fn check(&self) -> Result<(), String> {
+        check_name("pool", &self.name)?;
+        if self.generation == 0 {
+            return Err("the generation is 0; the first is 1".into());
+        }
+        self.check_drives()?;
+        let mut volumes = BTreeSet::new();
+        for v in &self.volumes {
+            check_name("volume", &v.name)?;
+            if !volumes.insert(v.name.as_str()) {
+                return Err(format!("volume {:?} is named twice", v.name));
+            }
+            self.check_volume(v)?;
+        }
+        self.check_overlaps()
+    }
+
+    fn check_drives(&self) -> Result<(), String> {
+        if self.drives.is_empty() {
+            return Err(format!("pool {:?} has no drive", self.name));
+        }
+        let mut names = BTreeSet::new();
+        let mut uuids = BTreeSet::new();
+        for d in &self.drives {
+            check_name("drive", &d.name)?;
+            if !names.insert(d.name.as_str()) {
+                return Err(format!("drive {:?} is named twice", d.name));
+            }
+            if !uuids.insert(d.uuid) {
+                return Err(format!("drive {:?} has the uuid of another drive", d.name));
+            }
+            if d.size_bytes <= POOL_AREA_BYTES {
+                return Err(format!(
+                    "drive {:?} of {} bytes has no room after its {POOL_AREA_BYTES}-byte pool area",
+                    d.name, d.size_bytes
+                ));
+            }
+            check_device(&d.device).map_err(|e| format!("drive {:?}: {e}", d.name))?;
+        }
+        Ok(())
+    }
+
+    fn check_volume(&self, v: &PoolVolume) -> Result<(), String> {
+        if v.plexes.len() != 1 {
+            return Err(format!(
+                "volume {:?} has {} plexes; a volume has one plex (it mirrors inside it)",
+                v.name,
+                v.plexes.len()
+            ));
+        }
+        let p = &v.plexes[0];
+        let n = p.subdisks.len() as u32;
+        let name = v.plex_name(0);
+        if n < p.org.min_members() || n > MAX_MEMBERS {
+            return Err(format!(
+                "plex {name}: {} needs {} to {MAX_MEMBERS} subdisks, it has {n}",
+                p.org,
+                p.org.min_members()
+            ));
+        }
+        if p.interleave_bytes == 0 || !p.interleave_bytes.is_multiple_of(SECTOR_BYTES) {
+            return Err(format!(
+                "plex {name}: the interleave {} is not a positive multiple of 512 bytes",
+                p.interleave_bytes
+            ));
+        }
+        self.check_copies(&name, p)?;
+        for (s, sd) in p.subdisks.iter().enumerate() {
+            self.check_subdisk(&v.subdisk_name(0, s), sd)?;
+        }
+        check_spread(&name, p)
+    }
+
+    fn check_copies(&self, name: &str, p: &Plex) -> Result<(), String> {
+        let n = p.subdisks.len() as u32;
+        let ok = match p.org {
+            Level::Mirror => p.copies == n,
+            Level::Raid10 => (2..=n).contains(&p.copies),
+            _ => p.copies == 1,
+        };
+        if !ok {
+            return Err(format!(
+                "plex {name}: {} copies do not fit a {} of {n} subdisks",
+                p.copies, p.org
+            ));
+        }
+        let layout_ok = match p.org {
+            Level::Raid5 => ParityLayout::ALL.contains(&p.parity_layout),
+            Level::Raid6 => {
+                ParityLayout::ALL.contains(&p.parity_layout)
+                    || ParityLayout::RAID6_ONLY.contains(&p.parity_layout)
+            }
+            _ => p.parity_layout == ParityLayout::DEFAULT,
+        };
+        if !layout_ok {
+            return Err(format!(
+                "plex {name}: layout {} does not apply to {}",
+                p.parity_layout, p.org
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_subdisk(&self, name: &str, sd: &Subdisk) -> Result<(), String> {
+        let Some(d) = self.drive(&sd.drive) else {
+            return Err(format!(
+                "subdisk {name} is on drive {:?}, which the pool does not have",
+                sd.drive
+            ));
+        };
+        if sd.len_bytes == 0
+            || !sd.offset_bytes.is_multiple_of(SECTOR_BYTES)
+            || !sd.len_bytes.is_multiple_of(SECTOR_BYTES)
+        {
+            return Err(format!(
+                "subdisk {name}: offset {} and length {} must be whole sectors, the length not 0",
+                sd.offset_bytes, sd.len_bytes
+            ));
+        }
+        let end = sd.offset_bytes.checked_add(sd.len_bytes);
+        if sd.offset_bytes < POOL_AREA_BYTES || end.is_none_or(|e| e > d.size_bytes) {
+            return Err(format!(
+                "subdisk {name} ({}+{}) is not inside drive {:?} between its pool area and its \
+                 end ({POOL_AREA_BYTES}..{})",
+                sd.offset_bytes, sd.len_bytes, d.name, d.size_bytes
+            ));
+        }
+        Ok(())
+    }
+
+    /// No two subdisks share a byte of a drive.
+    fn check_overlaps(&self) -> Result<(), String> {
+        let mut by_drive: BTreeMap<&str, Vec<(u64, u64, String)>> = BTreeMap::new();
+        for v in &self.volumes {
+            for (p, plex) in v.plexes.iter().enumerate() {
+                for (s, sd) in plex.subdisks.iter().enumerate() {
+                    by_drive.entry(sd.drive.as_str()).or_default().push((
+                        sd.offset_bytes,
+                        sd.end_bytes(),
+                        v.subdisk_name(p, s),
+                    ));
+                }
+            }
+        }
+        for (drive, mut extents) in by_drive {
+            extents.sort();
+            for w in extents.windows(2) {
+                if w[1].0 < w[0].1 {
+                    return Err(format!(
+                        "subdisks {} and {} overlap on drive {drive:?} (bytes {}..{})",
+                        w[0].2, w[1].2, w[1].0, w[0].1
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A redundant plex keeps each subdisk on a drive of its own: two on one
+/// drive would be lost together, which its redundancy does not cover.
+fn check_spread(name: &str, p: &Plex) -> Result<(), String> {
+    if !matches!(
+        p.org,
+        Level::Mirror | Level::Raid10 | Level::Raid5 | Level::Raid6
+    ) {
+        return Ok(());
+    }
+    let mut seen = BTreeSet::new();
+    for sd in &p.subdisks {
+        if !seen.insert(sd.drive.as_str()) {
+            return Err(format!(
+                "plex {name} ({}) has two subdisks on drive {:?}: losing it would lose both",
+                p.org, sd.drive
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Names are what the text form and the exports can carry: letters,
+/// digits, `-`, `_` and `.`, not starting with `.` or `-`.
+pub fn check_name(what: &str, name: &str) -> Result<(), String> {
+    let ok_chars = name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if name.is_empty() || name.len() > NAME_MAX_BYTES || !ok_chars || name.starts_with(['.', '-']) {
+        return Err(format!(
+            "{what} name {name:?}: use 1 to {NAME_MAX_BYTES} letters, digits, '-', '_' or '.', \
+             not starting with '.' or '-'"
+        ));
+    }
+    Ok(())
+}
+
+/// A device hint is one word of the text form.
+fn check_device(device: &str) -> Result<(), String> {
+    if device.is_empty()
+        || device
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || c == '#')
+    {
+        return Err(format!(
+            "device {device:?}: a path in the pool configuration holds no spaces, '#' or \
+             control characters"
+        ));
+    }
+    Ok(())
+}
+
+/// A uuid as people read it: 8-4-4-4-12 hex digits.
+pub fn uuid_text(u: &[u8; 16]) -> String {
+    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
+}
+
+/// Reads a uuid written by [`uuid_text`] (dashes optional).
+pub fn parse_uuid(text: &str) -> Result<[u8; 16], String> {
+    let hex: String = text.chars().filter(|&c| c != '-').collect();
+    if hex.len() != 32 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(format!("uuid {text:?} is not 32 hex digits"));
+    }
+    let mut out = [0u8; 16];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("hex checked");
+    }
+    Ok(out)
+}
