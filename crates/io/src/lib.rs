@@ -32,6 +32,7 @@ pub mod open;
 pub mod perform;
 mod positioned;
 pub mod socket;
+pub mod subdisk;
 
 pub use error::{MemberError, MemberErrorKind, Op};
 pub use fault::{CrashMode, FaultControls, FaultSpec, FaultyMember};

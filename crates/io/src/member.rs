@@ -195,6 +195,14 @@ pub trait RingTarget: Send + Sync {
     /// Stays open, and the same file, for the life of the member.
     fn fd(&self) -> RawFd;
 
+    /// Where the member's byte 0 lies in the descriptor: 0, except for a
+    /// window of a device (a pool's subdisk). The layer adds it to every
+    /// offset it gives the kernel; every other call takes the member's own
+    /// offsets.
+    fn base_offset_bytes(&self) -> u64 {
+        0
+    }
+
     /// `Some(alignment)` when opened with `O_DIRECT`: offsets, lengths and
     /// memory must be multiples of it (memory: of at least 4096). I/Os that
     /// are not go through the member's own calls, which bounce them.

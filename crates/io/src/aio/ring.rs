@@ -242,15 +242,13 @@ impl Ring {
     /// and submits it.
     fn enter(&self, st: &mut RingState, index: usize) {
         let flight = st.slots[index].as_mut().expect("a slot in use");
-        let fd = types::Fd(
-            flight
-                .queue
-                .device
-                .ring_target()
-                .expect("a member that offered its descriptor keeps offering it")
-                .fd(),
-        );
-        let at_bytes = flight.offset_bytes + flight.moved_bytes;
+        let target = flight
+            .queue
+            .device
+            .ring_target()
+            .expect("a member that offered its descriptor keeps offering it");
+        let fd = types::Fd(target.fd());
+        let at_bytes = target.base_offset_bytes() + flight.offset_bytes + flight.moved_bytes;
         let rest = (flight.len_bytes - flight.moved_bytes) as u32;
         let moved = flight.moved_bytes as usize;
         let entry: squeue::Entry = match &mut flight.io {

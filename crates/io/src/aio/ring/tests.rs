@@ -357,3 +357,43 @@ fn a_fast_member_served_by_the_ring_is_seen_as_fast() {
     // counts for at most 4 times the average).
     assert!(recent_ns < 20_000, "recent average {recent_ns} ns");
 }
+
+/// A pool's subdisk is a window of a drive: the ring must add the
+/// window's offset for every I/O it gives the kernel, or a volume's reads
+/// and writes would land on the pool area or on another volume's
+/// subdisk, and refuse what lies past the window even though the drive
+/// goes on.
+#[test]
+fn a_subdisk_through_the_ring_reads_and_writes_its_own_window() {
+    let Some(layer) = uring_layer(LayerConfig::default()) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let device = file(&dir, 1 << 20, false).unwrap();
+    let sd = |offset, name: &str| -> Arc<dyn Member> {
+        Arc::new(
+            crate::subdisk::SubdiskMember::new(Arc::clone(&device), offset, 256 << 10, name.into())
+                .unwrap(),
+        )
+    };
+    let (a, b) = (sd(256 << 10, "a"), sd(512 << 10, "b"));
+    let (qa, qb) = (layer.queue(Arc::clone(&a)), layer.queue(Arc::clone(&b)));
+    let data = pattern(8192, 9);
+    assert!(run(qa.as_ref(), write(4096, &[&data])).0.result.is_ok());
+    let (r, thread) = run(qa.as_ref(), read(4096, 8192));
+    assert_eq!(thread.as_deref(), Some("platter-io-ring"));
+    assert_eq!(&r.result.unwrap().unwrap()[..], &data[..]);
+    // On the drive, at the window's offset; nothing in b's window.
+    let mut on_drive = vec![0; 8192];
+    device.read_at((256 << 10) + 4096, &mut on_drive).unwrap();
+    assert_eq!(on_drive, data);
+    let (r, _) = run(qb.as_ref(), read(4096, 8192));
+    assert!(r.result.unwrap().unwrap().iter().all(|&x| x == 0));
+    // Past the window: refused, named for the subdisk, the drive untouched.
+    let (w, _) = run(qb.as_ref(), write((256 << 10) - 512, &[&[1; 1024]]));
+    let err = w.result.expect_err("past the window");
+    assert!(err.message.contains("past the end"), "{}", err.message);
+    let mut after = vec![0; 1024];
+    device.read_at((768 << 10) - 512, &mut after).unwrap();
+    assert!(after.iter().all(|&x| x == 0));
+}
