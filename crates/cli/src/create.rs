@@ -696,3 +696,77 @@ fn zero_data(m: &Arc<dyn Member>, data_offset_bytes: u64, data_bytes: u64) -> Re
     m.trim(data_offset_bytes, data_bytes)?;
     Ok(())
 }
+
+/// What a pool volume's array is made with (`platter volume create`):
+/// `create`'s own choices, on subdisks.
+pub(crate) struct ArraySpec {
+    pub level: Level,
+    pub interleave_bytes: u64,
+    pub layout: Option<String>,
+    pub copies: u32,
+    pub name: String,
+}
+
+impl ArraySpec {
+    /// The parity layout and copies `create` would take from these.
+    pub(crate) fn settle(&self, members: u32) -> Result<(ParityLayout, u32)> {
+        let parity_layout = layout_for(self.level, self.layout.as_deref())?;
+        let copies = match self.level {
+            Level::Mirror => members,
+            Level::Raid10 => raid10_copies(self.layout.as_deref(), self.copies),
+            _ => 1,
+        };
+        if self.level == Level::Raid10 && !(2..=members).contains(&copies) {
+            return Err(CliError(format!(
+                "raid10 needs 2 to {members} copies over {members} subdisks, got {copies}"
+            )));
+        }
+        Ok((parity_layout, copies))
+    }
+
+    fn args(&self, members: usize, reserve: u64) -> CreateArgs {
+        CreateArgs {
+            level: self.level,
+            interleave: self.interleave_bytes,
+            layout: self.layout.clone(),
+            copies: self.copies,
+            read_policy: ReadPolicy::default(),
+            name: self.name.clone(),
+            member_size: None,
+            bitmap_region: 4 * MIB,
+            // The pool's configuration, not a label, says the extent is free.
+            force: true,
+            assume_clean: false,
+            checksums: ChecksumChoice(None),
+            checksum_records: true,
+            checksum_pages: "sealed".into(),
+            consistency_policy: ConsistencyPolicy::Resync,
+            members: vec![String::new(); members],
+            reserve_asked: Some(reserve),
+            reserve,
+        }
+    }
+}
+
+/// The room a pool volume's subdisks keep before their data: md's rule
+/// for a subdisk of about `member_bytes`.
+pub(crate) fn subdisk_reserve_bytes(member_bytes: u64) -> u64 {
+    md_reserve_bytes(member_bytes)
+}
+
+/// Writes a new array's labels on a pool volume's subdisks (their data
+/// zeroed, the bitmap emptied), as `create` does on whole members.
+pub(crate) fn label_subdisks(
+    spec: &ArraySpec,
+    members: Vec<Arc<dyn Member>>,
+    reserve: u64,
+) -> Result<()> {
+    check_new_name(&spec.name).map_err(|e| CliError(format!("volume name {e}")))?;
+    let (parity_layout, copies) = spec.settle(members.len() as u32)?;
+    label_members(
+        &spec.args(members.len(), reserve),
+        members,
+        parity_layout,
+        copies,
+    )
+}

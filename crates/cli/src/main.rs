@@ -12,6 +12,7 @@ mod manual;
 mod members;
 mod out;
 mod partial;
+mod pool;
 mod progress;
 mod reshape;
 mod scan;
@@ -47,6 +48,20 @@ struct Cli {
 enum Command {
     /// Write labels on members to make a new volume.
     Create(create::CreateArgs),
+    /// Pools of drives, carved into volumes (vinum's drives, LVM's volume
+    /// groups): `pool create POOL DEVICE...`, `pool add-drive`.
+    #[command(subcommand)]
+    Pool(pool::PoolCommand),
+    /// A pool's volumes: `volume create POOL NAME --level L --size S
+    /// DEVICE...`, `volume remove`.
+    #[command(subcommand)]
+    Volume(pool::VolumeCommand),
+    /// List pools found on devices: drives, volumes, plexes and subdisks,
+    /// with states and sizes (vinum's list, LVM's lvs). Reads only.
+    List(pool::ListArgs),
+    /// Print a pool's configuration as text, which `pool create --config`
+    /// takes back (vinum's printconfig). Reads only.
+    Printconfig(pool::PrintconfigArgs),
     /// Read the members' labels and show the volume they make (or ask a
     /// running server with --control, and follow its rebuild with --watch);
     /// with no argument, list every volume served on this host.
@@ -220,6 +235,10 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Create(args) => create::run(args),
+        Command::Pool(c) => pool::run_pool(c),
+        Command::Volume(c) => pool::run_volume(c),
+        Command::List(a) => pool::list(a),
+        Command::Printconfig(a) => pool::printconfig(a),
         Command::Status(args) => return exit(status::run(args), error_code),
         Command::Serve(args) => serve::run(args),
         Command::Scan(args) => return exit(scan::run(args), error_code),
@@ -263,7 +282,12 @@ fn on_closed(command: &Command) -> out::OnClosed {
         // Labels written member by member after the plan is printed
         // (reshape), the listing printed after them (create): never half
         // a volume's labels. serve goes on serving without its banner.
-        Command::Create(_) | Command::Reshape(_) | Command::Serve(_) | Command::Wipe(_) => Finish,
+        Command::Create(_)
+        | Command::Pool(_)
+        | Command::Volume(_)
+        | Command::Reshape(_)
+        | Command::Serve(_)
+        | Command::Wipe(_) => Finish,
         // Files written after the table (sweep's plot), or beside the
         // output (sim's iologs, calibrate's model).
         Command::Sweep(_) | Command::Sim(_) => Finish,
@@ -271,6 +295,8 @@ fn on_closed(command: &Command) -> out::OnClosed {
         // the change (fail, replace, read-policy POLICY, ...) before its
         // answer is printed, and --wait / --watch only follow it.
         Command::Status(_)
+        | Command::List(_)
+        | Command::Printconfig(_)
         | Command::Scan(_)
         | Command::Examine(_)
         | Command::Fail(_)

@@ -204,7 +204,7 @@ pub fn discover(paths: &[String]) -> Result<Discovery> {
 
 /// The candidates a path names: itself, or a directory's files and block
 /// devices (symbolic links followed, subdirectories not entered), sorted.
-fn candidates_of(path: &str, out: &mut Vec<String>) -> Result<()> {
+pub(crate) fn candidates_of(path: &str, out: &mut Vec<String>) -> Result<()> {
     if path.contains("://") {
         out.push(path.to_string());
         return Ok(());

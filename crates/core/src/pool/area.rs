@@ -214,10 +214,13 @@ pub fn decode(bytes: &[u8], slot: u32) -> Result<(Header, Pool), SlotFault> {
     Ok((header, pool))
 }
 
+/// What one slot holds.
+pub type SlotRead = Result<(Header, Pool), SlotFault>;
+
 /// What one drive's two slots hold.
 #[derive(Clone, Debug)]
 pub struct DriveSlots {
-    pub slots: [Result<(Header, Pool), SlotFault>; 2],
+    pub slots: [SlotRead; 2],
 }
 
 impl DriveSlots {
@@ -309,7 +312,22 @@ pub struct Gathered {
 /// claim one drive or two hold different configurations of one
 /// generation.
 pub fn gather(seen: &[Seen], name: Option<&str>) -> Result<Gathered, String> {
-    let uuid = pick_pool(seen, name)?;
+    gather_uuid(seen, pick_pool(seen, name)?)
+}
+
+/// The pools whose drives are among `seen`, each once.
+pub fn pools_in(seen: &[Seen]) -> Vec<[u8; 16]> {
+    let mut out: Vec<[u8; 16]> = Vec::new();
+    for (_, h, _) in seen.iter().filter_map(|s| s.slots.newest()) {
+        if !out.contains(&h.pool_uuid) {
+            out.push(h.pool_uuid);
+        }
+    }
+    out
+}
+
+/// [`gather`] for the pool of `uuid`, which some device of `seen` holds.
+pub fn gather_uuid(seen: &[Seen], uuid: [u8; 16]) -> Result<Gathered, String> {
     fn valid(s: &Seen, uuid: [u8; 16]) -> Option<(u32, &Header, &Pool)> {
         s.slots.newest().filter(|(_, h, _)| h.pool_uuid == uuid)
     }

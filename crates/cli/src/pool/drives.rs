@@ -1,0 +1,198 @@
+//! A pool's drives on this host: finding them among devices, reading and
+//! writing their pool areas, and each volume's subdisks as members.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use platter_core::pool::area::{self, DriveSlots, Gathered, Seen, HEADER_BYTES, SLOT_BYTES};
+use platter_core::pool::{Pool, PoolVolume};
+use platter_io::subdisk::SubdiskMember;
+use platter_io::{open_member, Member, OpenOptions};
+
+use crate::error::{CliError, Result};
+
+/// A pool as found on the devices given, with the drives open.
+pub struct OpenPool {
+    pub gathered: Gathered,
+    /// By the pool's drive order: the open drive, or `None` when missing.
+    pub drives: Vec<Option<Arc<dyn Member>>>,
+    /// The slot each open drive's next change writes.
+    next_slots: Vec<u32>,
+}
+
+/// Reads a device's two slots.
+pub fn read_slots(m: &dyn Member) -> std::result::Result<DriveSlots, String> {
+    let read = |slot: u32| -> std::result::Result<area::SlotRead, String> {
+        let at = area::slot_offset_bytes(slot);
+        if m.size_bytes() < at + SLOT_BYTES {
+            return Ok(Err(area::SlotFault::Blank));
+        }
+        let mut head = vec![0u8; HEADER_BYTES];
+        m.read_at(at, &mut head).map_err(|e| e.to_string())?;
+        let header = match area::decode_header(&head, slot) {
+            Ok(h) => h,
+            Err(f) => return Ok(Err(f)),
+        };
+        let mut text = vec![0u8; header.text_bytes as usize];
+        m.read_at(at + HEADER_BYTES as u64, &mut text)
+            .map_err(|e| e.to_string())?;
+        Ok(area::decode_text(&header, &text).map(|p| (header, p)))
+    };
+    Ok(DriveSlots {
+        slots: [read(0)?, read(1)?],
+    })
+}
+
+/// The devices `paths` name (directories: their files and block devices),
+/// each once.
+pub fn candidates(paths: &[String]) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for p in paths {
+        crate::scan::candidates_of(p, &mut out)?;
+    }
+    let mut seen = Vec::new();
+    out.retain(|c| match platter_io::assembly::path_identity(c) {
+        Some(id) if seen.contains(&id) => false,
+        Some(id) => {
+            seen.push(id);
+            true
+        }
+        None => true,
+    });
+    Ok(out)
+}
+
+/// Every device under `paths` that holds a pool slot (valid or not), read
+/// without a claim: a served pool's drives are read, not refused.
+pub fn look(paths: &[String]) -> Result<Vec<Seen>> {
+    let opts = OpenOptions {
+        read_only: true,
+        ..OpenOptions::default()
+    };
+    let mut seen = Vec::new();
+    for c in candidates(paths)? {
+        let Ok(m) = open_member(&c, opts) else {
+            continue;
+        };
+        let slots = read_slots(m.as_ref()).map_err(|e| CliError(format!("{c}: {e}")))?;
+        if slots.newest().is_some() || slots.has_pool_slot() {
+            seen.push(Seen { device: c, slots });
+        }
+    }
+    Ok(seen)
+}
+
+/// Opens pool `name` from the devices under `paths` (`area::gather`),
+/// each of its drives found opened with `opts`. A drive that cannot be
+/// opened so (a server holds it) is an error naming it.
+pub fn open_pool(name: Option<&str>, paths: &[String], opts: OpenOptions) -> Result<OpenPool> {
+    let seen = look(paths)?;
+    let gathered = area::gather(&seen, name).map_err(CliError)?;
+    let mut drives = vec![None; gathered.pool.drives.len()];
+    let mut next_slots = vec![0; gathered.pool.drives.len()];
+    for (i, drive_name) in &gathered.present {
+        let d = gathered
+            .pool
+            .drives
+            .iter()
+            .position(|d| d.name == *drive_name)
+            .expect("present");
+        let device = &seen[*i].device;
+        let m = open_member(device, opts).map_err(|e| {
+            CliError(format!(
+                "{device} (drive {drive_name} of pool {}): {e}; is the pool being served? \
+                 Stop its server first",
+                gathered.pool.name
+            ))
+        })?;
+        drives[d] = Some(Arc::<dyn Member>::from(m));
+        next_slots[d] = seen[*i].slots.next_slot();
+    }
+    Ok(OpenPool {
+        gathered,
+        drives,
+        next_slots,
+    })
+}
+
+impl OpenPool {
+    pub fn pool(&self) -> &Pool {
+        &self.gathered.pool
+    }
+
+    /// Writes `pool` (the next generation) to every drive present: each
+    /// the slot not holding its newest, then a flush. Drives missing get
+    /// it at a later change, when they are back.
+    pub fn write(&mut self, mut pool: Pool) -> Result<()> {
+        pool.generation = self.gathered.pool.generation + 1;
+        for (d, m) in self.drives.iter().enumerate() {
+            if let Some(m) = m {
+                pool.drives[d].device = m.describe().to_string();
+            }
+        }
+        pool.check().map_err(CliError)?;
+        area::fits(&pool).map_err(CliError)?;
+        for (d, m) in self.drives.iter().enumerate() {
+            let Some(m) = m else { continue };
+            write_slot(m.as_ref(), &pool, d, self.next_slots[d])?;
+            self.next_slots[d] = 1 - self.next_slots[d];
+        }
+        self.gathered.pool = pool;
+        Ok(())
+    }
+
+    /// Adds a drive opened by the caller; its slot 0 is written first.
+    pub fn add(&mut self, m: Arc<dyn Member>) {
+        self.drives.push(Some(m));
+        self.next_slots.push(0);
+    }
+
+    /// Volume `name`'s subdisks as members, in slot order; a subdisk on a
+    /// missing drive is left out.
+    pub fn subdisks(&self, v: &PoolVolume) -> Result<Vec<Arc<dyn Member>>> {
+        subdisk_members(self.pool(), v, &self.drives)
+    }
+}
+
+/// Writes slot `slot` of drive `d` and flushes it.
+pub fn write_slot(m: &dyn Member, pool: &Pool, d: usize, slot: u32) -> Result<()> {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|t| t.as_secs())
+        .unwrap_or(0);
+    let bytes = area::encode(pool, pool.drives[d].uuid, slot, now);
+    m.write_at(area::slot_offset_bytes(slot), &bytes)?;
+    m.flush()?;
+    Ok(())
+}
+
+/// `v`'s subdisks over the open drives, in slot order.
+pub fn subdisk_members(
+    pool: &Pool,
+    v: &PoolVolume,
+    drives: &[Option<Arc<dyn Member>>],
+) -> Result<Vec<Arc<dyn Member>>> {
+    let mut out: Vec<Arc<dyn Member>> = Vec::new();
+    for (s, sd) in v.plex().subdisks.iter().enumerate() {
+        let d = pool
+            .drives
+            .iter()
+            .position(|d| d.name == sd.drive)
+            .expect("checked pool");
+        let Some(drive) = &drives[d] else { continue };
+        let name = format!(
+            "{}/{} ({} of {})",
+            pool.name,
+            v.subdisk_name(0, s),
+            sd.drive,
+            drive.describe()
+        );
+        out.push(Arc::new(SubdiskMember::new(
+            Arc::clone(drive),
+            sd.offset_bytes,
+            sd.len_bytes,
+            name,
+        )?));
+    }
+    Ok(out)
+}

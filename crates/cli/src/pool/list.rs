@@ -1,0 +1,272 @@
+//! `platter list` (vinum's `list`, LVM's `lvs`): pools, their drives,
+//! volumes, plexes and subdisks with states and sizes, read from the
+//! drives; `platter printconfig`: a pool's configuration as text.
+
+use clap::Args;
+use platter_core::pool::alloc::free_by_drive;
+use platter_core::pool::area::{gather_uuid, pools_in, Gathered};
+use platter_core::pool::{text, uuid_text, Pool, PoolVolume};
+use platter_core::units::format_size;
+use platter_core::volume::Health;
+use serde::Serialize;
+
+use super::drives::{look, subdisk_members};
+use super::DeviceArgs;
+use crate::error::{CliError, Result};
+use crate::out::{out, outln};
+
+#[derive(Args)]
+pub struct ListArgs {
+    /// Print JSON for programs instead of text for people.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    devices: DeviceArgs,
+}
+
+#[derive(Args)]
+pub struct PrintconfigArgs {
+    #[arg(value_name = "POOL")]
+    pool: String,
+    #[command(flatten)]
+    devices: DeviceArgs,
+}
+
+#[derive(Serialize)]
+struct PoolJson {
+    name: String,
+    uuid: String,
+    generation: u64,
+    drives: Vec<DriveJson>,
+    volumes: Vec<VolumeJson>,
+    /// Devices with a pool slot that none of whose is valid, and why.
+    damaged: Vec<(String, String)>,
+}
+
+#[derive(Serialize)]
+struct DriveJson {
+    name: String,
+    uuid: String,
+    /// Where it was found now, or null when missing.
+    device: Option<String>,
+    size_bytes: u64,
+    free_bytes: u64,
+    state: String,
+}
+
+#[derive(Serialize)]
+struct VolumeJson {
+    name: String,
+    state: String,
+    size_bytes: u64,
+    plexes: Vec<PlexJson>,
+}
+
+#[derive(Serialize)]
+struct PlexJson {
+    name: String,
+    org: String,
+    interleave_bytes: u64,
+    layout: String,
+    copies: u32,
+    subdisks: Vec<SubdiskJson>,
+}
+
+#[derive(Serialize)]
+struct SubdiskJson {
+    name: String,
+    drive: String,
+    offset_bytes: u64,
+    len_bytes: u64,
+    state: String,
+}
+
+pub fn list(args: ListArgs) -> Result<()> {
+    let seen = look(&args.devices.devices)?;
+    let mut pools = Vec::new();
+    for uuid in pools_in(&seen) {
+        let g = gather_uuid(&seen, uuid).map_err(CliError)?;
+        pools.push(describe(&g, &seen)?);
+    }
+    if args.json {
+        let text = serde_json::to_string_pretty(&pools).expect("plain data");
+        outln!("{text}");
+        return Ok(());
+    }
+    if pools.is_empty() {
+        outln!("no pool drive found");
+    }
+    for p in &pools {
+        out!("{}", render(p));
+    }
+    Ok(())
+}
+
+fn describe(g: &Gathered, seen: &[platter_core::pool::area::Seen]) -> Result<PoolJson> {
+    let pool = &g.pool;
+    let free = free_by_drive(pool);
+    let opts = platter_io::OpenOptions {
+        read_only: true,
+        ..Default::default()
+    };
+    let mut open = vec![None; pool.drives.len()];
+    let mut drives = Vec::new();
+    for (d, drive) in pool.drives.iter().enumerate() {
+        let found = g.present.iter().find(|(_, n)| *n == drive.name);
+        let device = found.map(|(i, _)| seen[*i].device.clone());
+        if let Some(dev) = &device {
+            open[d] = platter_io::open_member(dev, opts)
+                .ok()
+                .map(std::sync::Arc::from);
+        }
+        let behind = g.behind.iter().find(|(n, _)| *n == drive.name);
+        drives.push(DriveJson {
+            name: drive.name.clone(),
+            uuid: uuid_text(&drive.uuid),
+            state: match (&device, behind) {
+                (None, _) => "missing".into(),
+                (Some(_), Some((_, gen))) => format!("up (configuration behind: generation {gen})"),
+                (Some(_), None) => "up".into(),
+            },
+            device,
+            size_bytes: drive.size_bytes,
+            free_bytes: free[&drive.name],
+        });
+    }
+    let volumes = pool
+        .volumes
+        .iter()
+        .map(|v| volume_json(pool, v, &open))
+        .collect::<Result<_>>()?;
+    Ok(PoolJson {
+        name: pool.name.clone(),
+        uuid: uuid_text(&pool.uuid),
+        generation: pool.generation,
+        drives,
+        volumes,
+        damaged: g.damaged.clone(),
+    })
+}
+
+/// A volume's state from its subdisks' labels: up, degraded (serves on
+/// its redundancy), or down with the reason.
+fn volume_json(
+    pool: &Pool,
+    v: &PoolVolume,
+    open: &[Option<std::sync::Arc<dyn platter_io::Member>>],
+) -> Result<VolumeJson> {
+    let plex = v.plex();
+    let members = subdisk_members(pool, v, open)?;
+    let assembled = platter_io::assembly::assemble_devices(members);
+    let (state, size_bytes, health) = match &assembled {
+        Ok(a) => {
+            let online = a
+                .assembly
+                .health
+                .iter()
+                .filter(|h| **h == Health::Online)
+                .count();
+            let state = if online == plex.subdisks.len() {
+                "up"
+            } else {
+                "degraded"
+            };
+            (
+                state.to_string(),
+                a.assembly.geometry.volume_size_bytes(),
+                a.assembly.health.clone(),
+            )
+        }
+        Err(e) => (format!("down: {e}"), 0, Vec::new()),
+    };
+    let subdisks = plex
+        .subdisks
+        .iter()
+        .enumerate()
+        .map(|(s, sd)| SubdiskJson {
+            name: v.subdisk_name(0, s),
+            drive: sd.drive.clone(),
+            offset_bytes: sd.offset_bytes,
+            len_bytes: sd.len_bytes,
+            state: match health.get(s) {
+                Some(Health::Online) => "up".into(),
+                Some(h) => format!("{h:?}").to_lowercase(),
+                None => "down".into(),
+            },
+        })
+        .collect();
+    Ok(VolumeJson {
+        name: v.name.clone(),
+        state,
+        size_bytes,
+        plexes: vec![PlexJson {
+            name: v.plex_name(0),
+            org: plex.org.to_string(),
+            interleave_bytes: plex.interleave_bytes,
+            layout: plex.parity_layout.to_string(),
+            copies: plex.copies,
+            subdisks,
+        }],
+    })
+}
+
+/// vinum's `list` shape: a line per object, its kind's letter first.
+fn render(p: &PoolJson) -> String {
+    let mut s = format!(
+        "pool {} ({}), generation {}: {} drives, {} volumes\n",
+        p.name,
+        p.uuid,
+        p.generation,
+        p.drives.len(),
+        p.volumes.len()
+    );
+    for d in &p.drives {
+        s += &format!(
+            "D {:<12} State: {:<10} Device: {:<28} Size: {:>8} Free: {:>8}\n",
+            d.name,
+            d.state,
+            d.device.as_deref().unwrap_or("-"),
+            format_size(d.size_bytes),
+            format_size(d.free_bytes)
+        );
+    }
+    for v in &p.volumes {
+        s += &format!(
+            "V {:<12} State: {:<10} Plexes: {:<3} Size: {:>8}\n",
+            v.name,
+            v.state,
+            v.plexes.len(),
+            format_size(v.size_bytes)
+        );
+        for pl in &v.plexes {
+            s += &format!(
+                "P {:<12} {:<8} Interleave: {:<6} Subdisks: {:<3}\n",
+                pl.name,
+                pl.org,
+                format_size(pl.interleave_bytes),
+                pl.subdisks.len()
+            );
+            for sd in &pl.subdisks {
+                s += &format!(
+                    "S {:<12} State: {:<10} Drive: {:<8} Offset: {:>8} Size: {:>8}\n",
+                    sd.name,
+                    sd.state,
+                    sd.drive,
+                    format_size(sd.offset_bytes),
+                    format_size(sd.len_bytes)
+                );
+            }
+        }
+    }
+    for (dev, why) in &p.damaged {
+        s += &format!("! {dev}: pool slots unusable ({why}); left out\n");
+    }
+    s
+}
+
+pub fn printconfig(args: PrintconfigArgs) -> Result<()> {
+    let seen = look(&args.devices.devices)?;
+    let g = platter_core::pool::area::gather(&seen, Some(&args.pool)).map_err(CliError)?;
+    out!("{}", text::render(&g.pool));
+    Ok(())
+}

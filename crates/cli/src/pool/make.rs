@@ -1,0 +1,518 @@
+//! Making and changing pools: `pool create`, `pool add-drive`, `volume
+//! create`, `volume remove`.
+//!
+//! Order on the devices, so that a crash at any step leaves the pool as it
+//! was or as it is meant to be, never a configuration naming what is not
+//! there: a new volume's subdisks are labelled before the configuration
+//! that gives them out is written; a removed volume leaves the
+//! configuration before its subdisks' labels are erased.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::Args;
+use platter_core::label::LABEL_BYTES;
+use platter_core::pool::alloc::{place_concat, place_spread, ALIGN_BYTES};
+use platter_core::pool::area::{self, HEADER_BYTES};
+use platter_core::pool::text::{self, Strictness};
+use platter_core::pool::{check_name, Drive, Plex, Pool, PoolVolume};
+use platter_core::units::{format_size, parse_size};
+use platter_core::{Level, ParityLayout};
+use platter_io::assembly::foreign_label;
+use platter_io::{open_member, Member, OpenOptions};
+
+use super::drives::{self, open_pool, OpenPool};
+use super::DeviceArgs;
+use crate::create::{label_subdisks, subdisk_reserve_bytes, ArraySpec};
+use crate::error::{CliError, Result};
+use crate::out::outln;
+
+#[derive(Args)]
+pub struct PoolCreateArgs {
+    /// The pool's name (letters, digits, '-', '_', '.').
+    #[arg(value_name = "POOL")]
+    pool: String,
+    /// Devices to make its drives, named d0, d1, ... in order, or
+    /// NAME=DEVICE. With --config, the configuration's drives in its
+    /// order (without any, the devices the configuration names).
+    #[arg(value_name = "DEVICE")]
+    drives: Vec<String>,
+    /// Create drive files that do not exist, of this size (sparse).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    drive_size: Option<u64>,
+    /// Make the pool and its volumes from a configuration file (what
+    /// `platter printconfig` prints; uuids, drive sizes and the generation
+    /// may be left out). Its pool name must be POOL.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Take devices that hold a platter label or another pool's drive.
+    #[arg(long)]
+    force: bool,
+}
+
+#[derive(Args)]
+pub struct AddDriveArgs {
+    #[arg(value_name = "POOL")]
+    pool: String,
+    /// The new drives, NAME=DEVICE (or DEVICE: named after the last
+    /// drive's number).
+    #[arg(long = "drive", value_name = "[NAME=]DEVICE", required = true)]
+    new: Vec<String>,
+    /// Create new drive files of this size (sparse).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    drive_size: Option<u64>,
+    /// Take devices that hold a platter label or another pool's drive.
+    #[arg(long)]
+    force: bool,
+    #[command(flatten)]
+    devices: DeviceArgs,
+}
+
+#[derive(Args)]
+pub struct VolumeCreateArgs {
+    #[arg(value_name = "POOL")]
+    pool: String,
+    /// The volume's name: its NBD export's name.
+    #[arg(value_name = "NAME")]
+    name: String,
+    /// How its plex organises the subdisks: concat, stripe, mirror,
+    /// raid10, raid5, raid6 (md-exact, as `platter create`).
+    #[arg(long, value_name = "LEVEL", value_parser = crate::values::level())]
+    level: Level,
+    /// The volume's size (at least; whole interleaves of every subdisk).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    size: u64,
+    /// Bytes on one subdisk before the next: any multiple of 512.
+    #[arg(long, value_name = "SIZE", default_value = "64k", value_parser = parse_size)]
+    interleave: u64,
+    /// raid5/raid6 parity placement (left-symmetric by default).
+    #[arg(long, value_name = "NAME", value_parser = crate::values::layout())]
+    layout: Option<String>,
+    /// raid10: copies of each chunk.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    copies: u32,
+    /// Subdisks of the plex (default: a mirror 2, a concat as few as fit,
+    /// the others one on every drive allowed).
+    #[arg(long, value_name = "N")]
+    subdisks: Option<u32>,
+    /// Only these drives (comma-separated names).
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    drives: Vec<String>,
+    #[command(flatten)]
+    devices: DeviceArgs,
+}
+
+#[derive(Args)]
+pub struct VolumeRemoveArgs {
+    #[arg(value_name = "POOL")]
+    pool: String,
+    #[arg(value_name = "NAME")]
+    name: String,
+    #[command(flatten)]
+    devices: DeviceArgs,
+}
+
+fn random_uuid() -> [u8; 16] {
+    *uuid::Uuid::new_v4().as_bytes()
+}
+
+fn writable() -> OpenOptions {
+    OpenOptions {
+        claim: true,
+        ..OpenOptions::default()
+    }
+}
+
+/// `NAME=DEVICE` or `DEVICE` (named `d{index}`).
+fn drive_spec(spec: &str, index: usize) -> (String, String) {
+    match spec.split_once('=') {
+        Some((n, d)) if !n.contains('/') => (n.to_string(), d.to_string()),
+        _ => (format!("d{index}"), spec.to_string()),
+    }
+}
+
+/// Opens a device to become a drive: refused when it holds a platter
+/// label or a pool's slot, unless `force`.
+fn open_new_drive(device: &str, size: Option<u64>, force: bool) -> Result<Arc<dyn Member>> {
+    let opts = OpenOptions {
+        create_size_bytes: size,
+        ..writable()
+    };
+    let m: Arc<dyn Member> = open_member(device, opts)?.into();
+    if m.size_bytes() <= platter_core::pool::POOL_AREA_BYTES + ALIGN_BYTES {
+        return Err(CliError(format!(
+            "{device}: {} is too small for a drive (its pool area is 1 MiB, then whole MiBs)",
+            format_size(m.size_bytes())
+        )));
+    }
+    if force {
+        return Ok(m);
+    }
+    let slots = drives::read_slots(m.as_ref()).map_err(|e| CliError(format!("{device}: {e}")))?;
+    if let Some((_, h, p)) = slots.newest() {
+        let d = p
+            .drive_by_uuid(&h.drive_uuid)
+            .map(|d| d.name.as_str())
+            .unwrap_or("?");
+        return Err(CliError(format!(
+            "{device} is drive {d} of pool {} (generation {}); use --force to take it",
+            p.name, h.generation
+        )));
+    }
+    if let Some(what) = foreign_label(m.as_ref(), None)? {
+        return Err(CliError(format!(
+            "{device}: {what}; use --force to overwrite it"
+        )));
+    }
+    Ok(m)
+}
+
+/// A new drive's pool area: slot 0 this configuration, slot 1 cleared (an
+/// older pool's slot there would otherwise outrank it).
+fn first_write(m: &dyn Member, pool: &Pool, d: usize) -> Result<()> {
+    m.write_at(area::slot_offset_bytes(1), &[0u8; HEADER_BYTES])?;
+    drives::write_slot(m, pool, d, 0)
+}
+
+pub fn pool_create(args: PoolCreateArgs) -> Result<()> {
+    check_name("pool", &args.pool).map_err(CliError)?;
+    let template = match &args.config {
+        Some(path) => Some(read_template(path, &args.pool)?),
+        None => None,
+    };
+    let specs = drive_specs(&args, template.as_ref())?;
+    let mut devices = Vec::new();
+    for (_, device) in &specs {
+        devices.push(open_new_drive(device, args.drive_size, args.force)?);
+    }
+    let mut pool = Pool {
+        name: args.pool.clone(),
+        uuid: random_uuid(),
+        generation: 1,
+        drives: Vec::new(),
+        volumes: template.map(|t| t.volumes).unwrap_or_default(),
+    };
+    for ((name, _), m) in specs.iter().zip(&devices) {
+        pool.drives.push(Drive {
+            name: name.clone(),
+            uuid: random_uuid(),
+            size_bytes: m.size_bytes(),
+            device: m.describe().to_string(),
+        });
+    }
+    pool.check().map_err(CliError)?;
+    area::fits(&pool).map_err(CliError)?;
+    let open: Vec<Option<Arc<dyn Member>>> = devices.iter().cloned().map(Some).collect();
+    for v in &pool.volumes {
+        label_volume(&pool, v, &open)?;
+    }
+    for (d, m) in devices.iter().enumerate() {
+        first_write(m.as_ref(), &pool, d)?;
+    }
+    outln!(
+        "pool {} made: {} drives, {} volumes (generation 1)",
+        pool.name,
+        pool.drives.len(),
+        pool.volumes.len()
+    );
+    Ok(())
+}
+
+fn read_template(path: &PathBuf, name: &str) -> Result<Pool> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| CliError(format!("{}: {e}", path.display())))?;
+    let t = text::parse(&text, Strictness::Template)
+        .map_err(|e| CliError(format!("{}: {e}", path.display())))?;
+    if t.name != name {
+        return Err(CliError(format!(
+            "{}: the configuration is of pool {}, not {name}",
+            path.display(),
+            t.name
+        )));
+    }
+    Ok(t)
+}
+
+/// The drives to make: (name, device).
+fn drive_specs(args: &PoolCreateArgs, template: Option<&Pool>) -> Result<Vec<(String, String)>> {
+    let Some(t) = template else {
+        if args.drives.is_empty() {
+            return Err(CliError(
+                "name the devices to make the pool's drives".into(),
+            ));
+        }
+        return Ok(args
+            .drives
+            .iter()
+            .enumerate()
+            .map(|(i, s)| drive_spec(s, i))
+            .collect());
+    };
+    if args.drives.is_empty() {
+        if let Some(d) = t.drives.iter().find(|d| d.device.is_empty()) {
+            return Err(CliError(format!(
+                "drive {} of the configuration names no device; give the devices in its order",
+                d.name
+            )));
+        }
+        return Ok(t
+            .drives
+            .iter()
+            .map(|d| (d.name.clone(), d.device.clone()))
+            .collect());
+    }
+    if args.drives.len() != t.drives.len() {
+        return Err(CliError(format!(
+            "the configuration has {} drives, {} devices given",
+            t.drives.len(),
+            args.drives.len()
+        )));
+    }
+    Ok(t.drives
+        .iter()
+        .zip(&args.drives)
+        .map(|(d, dev)| (d.name.clone(), dev.clone()))
+        .collect())
+}
+
+/// Labels volume `v`'s subdisks as a new array.
+fn label_volume(pool: &Pool, v: &PoolVolume, open: &[Option<Arc<dyn Member>>]) -> Result<()> {
+    let plex = v.plex();
+    let members = drives::subdisk_members(pool, v, open)?;
+    if members.len() != plex.subdisks.len() {
+        return Err(CliError(format!(
+            "volume {}: a drive of its subdisks is missing; it cannot be made now",
+            v.name
+        )));
+    }
+    let smallest = plex.subdisks.iter().map(|s| s.len_bytes).min().unwrap_or(0);
+    label_subdisks(&spec_of(v, plex), members, subdisk_reserve_bytes(smallest))
+        .map_err(|e| CliError(format!("volume {}: {}", v.name, e.0)))
+}
+
+fn spec_of(v: &PoolVolume, plex: &Plex) -> ArraySpec {
+    ArraySpec {
+        level: plex.org,
+        interleave_bytes: plex.interleave_bytes,
+        layout: matches!(plex.org, Level::Raid5 | Level::Raid6)
+            .then(|| plex.parity_layout.to_string()),
+        copies: plex.copies,
+        name: v.name.clone(),
+    }
+}
+
+pub fn add_drive(args: AddDriveArgs) -> Result<()> {
+    let mut open = open_pool(Some(&args.pool), &args.devices.devices, writable())?;
+    let mut pool = open.pool().clone();
+    for spec in &args.new {
+        let (name, device) = drive_spec(spec, pool.drives.len());
+        let m = open_new_drive(&device, args.drive_size, args.force)?;
+        pool.drives.push(Drive {
+            name,
+            uuid: random_uuid(),
+            size_bytes: m.size_bytes(),
+            device,
+        });
+        m.write_at(area::slot_offset_bytes(1), &[0u8; HEADER_BYTES])?;
+        open.add(m);
+    }
+    open.write(pool)?;
+    outln!(
+        "pool {}: {} drives (generation {})",
+        open.pool().name,
+        open.pool().drives.len(),
+        open.pool().generation
+    );
+    Ok(())
+}
+
+pub fn volume_create(args: VolumeCreateArgs) -> Result<()> {
+    check_name("volume", &args.name).map_err(CliError)?;
+    let mut open = open_pool(Some(&args.pool), &args.devices.devices, writable())?;
+    if open.pool().volume(&args.name).is_some() {
+        return Err(CliError(format!(
+            "pool {} already has a volume {}",
+            args.pool, args.name
+        )));
+    }
+    let allowed = allowed_drives(&open, &args.drives)?;
+    let plex = place(&open, &args, &allowed)?;
+    let v = PoolVolume {
+        name: args.name.clone(),
+        plexes: vec![plex],
+    };
+    let mut pool = open.pool().clone();
+    pool.volumes.push(v.clone());
+    pool.check().map_err(CliError)?;
+    area::fits(&pool).map_err(CliError)?;
+    label_volume(&pool, &v, &open.drives)?;
+    open.write(pool)?;
+    say_missing(&open);
+    outln!(
+        "volume {} of pool {}: {} of {} subdisks (generation {})",
+        v.name,
+        open.pool().name,
+        v.plex().org,
+        v.plex().subdisks.len(),
+        open.pool().generation
+    );
+    Ok(())
+}
+
+fn say_missing(open: &OpenPool) {
+    for d in &open.gathered.missing {
+        tracing::warn!(drive = %d, "drive missing: it keeps the configuration before this change until it is back");
+    }
+}
+
+/// The drives a new volume may use: those named (each present), or every
+/// drive present.
+fn allowed_drives(open: &OpenPool, named: &[String]) -> Result<Vec<String>> {
+    let present: Vec<String> = open
+        .gathered
+        .present
+        .iter()
+        .map(|(_, n)| n.clone())
+        .collect();
+    if named.is_empty() {
+        return Ok(present);
+    }
+    for n in named {
+        if open.pool().drive(n).is_none() {
+            return Err(CliError(format!(
+                "pool {} has no drive {n}",
+                open.pool().name
+            )));
+        }
+        if !present.contains(n) {
+            return Err(CliError(format!(
+                "drive {n} is missing: its device was not found"
+            )));
+        }
+    }
+    Ok(named.to_vec())
+}
+
+/// The new volume's plex: its subdisks placed.
+fn place(open: &OpenPool, args: &VolumeCreateArgs, allowed: &[String]) -> Result<Plex> {
+    let level = args.level;
+    let count = match (args.subdisks, level) {
+        (Some(n), _) => n,
+        (None, Level::Mirror) => 2,
+        (None, Level::Concat) => 64,
+        (None, _) => allowed.len() as u32,
+    };
+    if level != Level::Concat && count < level.min_members() {
+        return Err(CliError(format!(
+            "{level} needs at least {} subdisks on distinct drives; {count} {}",
+            level.min_members(),
+            if args.subdisks.is_some() {
+                "asked"
+            } else {
+                "drives allowed"
+            }
+        )));
+    }
+    let spec = ArraySpec {
+        level,
+        interleave_bytes: args.interleave,
+        layout: args.layout.clone(),
+        copies: args.copies,
+        name: args.name.clone(),
+    };
+    let (parity_layout, copies) = if level == Level::Concat {
+        (ParityLayout::DEFAULT, 1)
+    } else {
+        spec.settle(count)?
+    };
+    let short = |e: String| {
+        CliError(format!(
+            "volume {} of {}: {e}",
+            args.name,
+            format_size(args.size)
+        ))
+    };
+    let subdisks = if level == Level::Concat {
+        let reserve = subdisk_reserve_bytes(args.size);
+        place_concat(open.pool(), allowed, args.size, reserve, count).map_err(short)?
+    } else {
+        let data = data_per_subdisk(level, count, copies, args.interleave, args.size)?;
+        place_spread(open.pool(), allowed, count, subdisk_bytes(data)).map_err(short)?
+    };
+    Ok(Plex {
+        org: level,
+        interleave_bytes: args.interleave,
+        parity_layout,
+        copies,
+        subdisks,
+    })
+}
+
+/// Each subdisk's data for a volume of at least `size` bytes.
+fn data_per_subdisk(level: Level, n: u32, copies: u32, il: u64, size: u64) -> Result<u64> {
+    if il == 0 || !il.is_multiple_of(512) {
+        return Err(CliError(format!(
+            "--interleave {il}: give a positive multiple of 512 bytes"
+        )));
+    }
+    let n = u64::from(n);
+    let data = match level {
+        Level::Mirror => size,
+        Level::Stripe | Level::Concat => size.div_ceil(n),
+        Level::Raid10 => size.saturating_mul(u64::from(copies)).div_ceil(n),
+        Level::Raid5 | Level::Raid6 => size.div_ceil(n - u64::from(level.parity_members())),
+    };
+    // Whole interleaves, and one more for raid10's rows that wrap.
+    let chunks = data.div_ceil(il) + u64::from(level == Level::Raid10);
+    chunks
+        .checked_mul(il)
+        .ok_or_else(|| CliError(format!("--size {size} is too large")))
+}
+
+/// A subdisk holding `data` bytes after the room `create` keeps before
+/// it (md's rule for the subdisk's own size, which the subdisk's size
+/// decides): settled in a few rounds, whole MiBs.
+fn subdisk_bytes(data: u64) -> u64 {
+    let mut len = data
+        .saturating_add(ALIGN_BYTES)
+        .next_multiple_of(ALIGN_BYTES);
+    for _ in 0..8 {
+        let want = data
+            .saturating_add(subdisk_reserve_bytes(len))
+            .next_multiple_of(ALIGN_BYTES);
+        if want <= len {
+            break;
+        }
+        len = want;
+    }
+    len
+}
+
+pub fn volume_remove(args: VolumeRemoveArgs) -> Result<()> {
+    let mut open = open_pool(Some(&args.pool), &args.devices.devices, writable())?;
+    let Some(v) = open.pool().volume(&args.name).cloned() else {
+        return Err(CliError(format!(
+            "pool {} has no volume {}",
+            args.pool, args.name
+        )));
+    };
+    let members = open.subdisks(&v)?;
+    let mut pool = open.pool().clone();
+    pool.volumes.retain(|x| x.name != args.name);
+    open.write(pool)?;
+    // The configuration no longer gives the extents out; their labels
+    // would only make `scan` find a volume that is gone.
+    for m in &members {
+        m.write_at(0, &[0u8; LABEL_BYTES])?;
+        m.flush()?;
+    }
+    say_missing(&open);
+    outln!(
+        "volume {} removed from pool {}; its {} subdisks are free (generation {})",
+        v.name,
+        args.pool,
+        v.plex().subdisks.len(),
+        open.pool().generation
+    );
+    Ok(())
+}

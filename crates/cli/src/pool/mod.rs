@@ -1,0 +1,58 @@
+//! `platter pool` and `platter volume`: pools of drives carved into
+//! subdisks, plexes and volumes (vinum's objects; docs/pools.md), and
+//! `platter list` / `printconfig`, which show them.
+
+pub mod drives;
+mod list;
+mod make;
+
+use clap::{Args, Subcommand};
+
+pub use list::{list, printconfig, ListArgs, PrintconfigArgs};
+
+use crate::error::Result;
+
+#[derive(Subcommand)]
+pub enum PoolCommand {
+    /// Make a pool of drives: each device's first MiB becomes its pool
+    /// area, which holds the whole configuration (twice). With --config,
+    /// also the volumes a configuration file describes (`printconfig`'s
+    /// output).
+    Create(make::PoolCreateArgs),
+    /// Add drives to a pool.
+    AddDrive(make::AddDriveArgs),
+}
+
+#[derive(Subcommand)]
+pub enum VolumeCommand {
+    /// Carve a volume out of a pool's free space: one plex of LEVEL whose
+    /// subdisks lie on distinct drives (the roomiest first), labelled as
+    /// `platter create` labels members.
+    Create(make::VolumeCreateArgs),
+    /// Remove a volume from its pool; its subdisks become free space.
+    Remove(make::VolumeRemoveArgs),
+}
+
+pub fn run_pool(c: PoolCommand) -> Result<()> {
+    match c {
+        PoolCommand::Create(a) => make::pool_create(a),
+        PoolCommand::AddDrive(a) => make::add_drive(a),
+    }
+}
+
+pub fn run_volume(c: VolumeCommand) -> Result<()> {
+    match c {
+        VolumeCommand::Create(a) => make::volume_create(a),
+        VolumeCommand::Remove(a) => make::volume_remove(a),
+    }
+}
+
+/// Where a command looks for the pool's drives.
+#[derive(Args, Clone)]
+pub struct DeviceArgs {
+    /// The pool's drives: devices, files, or directories holding them
+    /// (their files and block devices). Without any, every block device
+    /// in /dev.
+    #[arg(value_name = "DEVICE")]
+    pub devices: Vec<String>,
+}
