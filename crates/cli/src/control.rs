@@ -37,9 +37,12 @@ pub fn ask(control: &PathBuf, request: Value) -> Result<Value> {
 pub fn exchange(
     mut s: UnixStream,
     control: &std::path::Path,
-    request: Value,
+    mut request: Value,
     timeout: Duration,
 ) -> Result<Value> {
+    if let (Some(name), Some(fields)) = (ABOUT_VOLUME.get().and_then(Option::as_ref), request.as_object_mut()) {
+        fields.insert("volume".into(), Value::String(name.clone()));
+    }
     let _ = s.set_read_timeout(Some(timeout));
     writeln!(s, "{request}").map_err(|e| CliError(format!("control socket: {e}")))?;
     let mut line = Vec::new();
@@ -52,6 +55,15 @@ pub fn exchange(
         return Err(CliError(e.as_str().unwrap_or("error").to_string()));
     }
     Ok(answer.get("ok").cloned().unwrap_or(Value::Null))
+}
+
+/// The volume `--volume` names, for every request this process sends: a
+/// pool's server answers for the volume a request names.
+static ABOUT_VOLUME: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+
+/// Sets what `--volume` named, once, before any request.
+pub fn about_volume(name: Option<String>) {
+    let _ = ABOUT_VOLUME.set(name);
 }
 
 /// An answer longer than this is not a control socket's.

@@ -42,6 +42,10 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// With a pool's server (`serve --pool`): which of its volumes a
+    /// control command (status, stats, fail, replace, ...) is about.
+    #[arg(long, global = true, value_name = "NAME")]
+    volume: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -225,6 +229,7 @@ fn main() -> ExitCode {
         }
     };
     out::on_closed(on_closed(&cli.command));
+    control::about_volume(cli.volume.clone());
     init_logging();
     // check and repair keep 1 for "mismatches found"; their failures are 2.
     let error_code = match &cli.command {

@@ -280,8 +280,15 @@ pub struct ServeArgs {
     /// The volume's members, in any order: files, block devices or NBD
     /// exports (nbd:// and nbd+unix:// URIs). With --config, the volume's
     /// name in the file instead.
-    #[arg(value_name = "MEMBER", required_unless_present = "scan")]
+    #[arg(value_name = "MEMBER", required_unless_present_any = ["scan", "pool"])]
     members: Vec<String>,
+    /// Serve every volume of this pool (`platter pool create`), each as
+    /// the NBD export of its name, through one socket and one control
+    /// socket (`--volume NAME` picks one for the control commands). The
+    /// MEMBERs are then the pool's drives, or directories holding them;
+    /// without any, every block device in /dev.
+    #[arg(long, value_name = "POOL", conflicts_with_all = ["scan", "metrics", "inject", "rotational", "write_mostly"])]
+    pool: Option<String>,
 }
 
 /// `--on-event PROGRAM` must be runnable now: a typo found at the first
@@ -380,6 +387,9 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
     if args.stdio {
         platter_server::check_stdio().map_err(CliError)?;
     }
+    if let Some(pool) = args.pool.clone() {
+        return serve_pool(args, &pool, activated);
+    }
     let mut superseded = Vec::new();
     if let Some(paths) = &args.scan {
         (args.members, superseded) =
@@ -406,6 +416,54 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
     .map_err(|e| CliError(e.to_string()))
 }
 
+/// `serve --pool`: every volume of the pool through one server. A volume
+/// with subdisks on missing drives needs --run, as a volume with missing
+/// members does; one that cannot serve at all is then left out, said why.
+fn serve_pool(
+    args: ServeArgs,
+    pool: &str,
+    activated: Option<platter_server::network::systemd::Activated>,
+) -> Result<()> {
+    let io_backend = io_backend(args.io_backend.as_deref())?;
+    let open = crate::pool::drives::open_pool(Some(pool), &args.members, member_options(&args))?;
+    let mut volumes = Vec::new();
+    for v in &open.pool().volumes {
+        let members = open.subdisks(v)?;
+        let names: Vec<String> = members.iter().map(|m| m.describe().to_string()).collect();
+        let checked = assemble_devices(members).map_err(CliError::from).and_then(|vol| {
+            crate::partial::check(&vol.assembly, crate::partial::Given::Named(&names), 0, args.run)
+                .map(|_| vol)
+        });
+        match checked {
+            Ok(vol) => volumes.push(vol),
+            Err(e) if args.run && !open.gathered.missing.is_empty() => {
+                tracing::warn!(volume = %v.name, error = %e.0, "not served: it cannot be assembled without the missing drives");
+            }
+            Err(e) => return Err(CliError(format!("volume {} of pool {pool}: {}", v.name, e.0))),
+        }
+    }
+    if volumes.is_empty() {
+        return Err(CliError(format!("pool {pool} has no volume to serve (`platter volume create`)")));
+    }
+    let found = Found {
+        unreachable: Vec::new(),
+        member_delays: Default::default(),
+        last_seen: BTreeMap::new(),
+        forced_slots: Vec::new(),
+        rotational: BTreeMap::new(),
+        write_mostly: BTreeSet::new(),
+        superseded: Vec::new(),
+    };
+    let config = serve_config(args, found, activated, io_backend)?;
+    let stdio = config.stdio;
+    platter_server::serve_volumes(volumes, config, move |r| {
+        if !stdio {
+            print_ready(r);
+        }
+    })
+    .map_err(|e| CliError(e.to_string()))
+}
+
 /// A stalled remote member is disconnected before it could be failed.
 fn remote_timeout(args: &ServeArgs) -> Duration {
     Duration::from_secs(args.remote_timeout.min(args.member_timeout))
@@ -422,14 +480,9 @@ struct Found {
     superseded: Vec<SupersededDevice>,
 }
 
-/// The members opened (faults injected where asked) and assembled, with
-/// the refusals that come before the server: too few members without
-/// --run, `--rotational` and `--write-mostly` naming no member.
-fn open_volume(
-    args: &ServeArgs,
-    superseded: Vec<SupersededDevice>,
-) -> Result<(platter_io::assembly::OpenVolume, Found)> {
-    let opts = OpenOptions {
+/// How `serve` opens the members (or a pool's drives) it starts with.
+fn member_options(args: &ServeArgs) -> OpenOptions {
+    OpenOptions {
         read_only: args.read_only,
         claim: true,
         direct: args.direct,
@@ -438,7 +491,17 @@ fn open_volume(
         // At most 16 (the parser's range); 0: the member's default.
         connections: args.member_connections.unwrap_or(0) as u32,
         ..OpenOptions::default()
-    };
+    }
+}
+
+/// The members opened (faults injected where asked) and assembled, with
+/// the refusals that come before the server: too few members without
+/// --run, `--rotational` and `--write-mostly` naming no member.
+fn open_volume(
+    args: &ServeArgs,
+    superseded: Vec<SupersededDevice>,
+) -> Result<(platter_io::assembly::OpenVolume, Found)> {
+    let opts = member_options(args);
     // A remote member whose host does not answer is left out (the volume
     // starts degraded if it can) and tried in the background.
     let (mut devices, unreachable) = open_reachable(&args.members, opts)?;
@@ -791,6 +854,14 @@ fn ready_text(r: &Ready) -> String {
     );
     for uri in &r.uris {
         let _ = writeln!(s, "  {}", printable(uri));
+    }
+    for (name, size_bytes) in &r.others {
+        let _ = writeln!(
+            s,
+            "and '{}' ({}, {size_bytes} bytes), the export of that name at the same place",
+            printable(name),
+            format_size(*size_bytes)
+        );
     }
     if let Some(m) = &r.metrics {
         let _ = writeln!(s, "metrics: {m}");

@@ -26,4 +26,4 @@ pub use engine::upkeep::UNLIMITED as UNLIMITED_RATE;
 pub use manage::{filesystem_json, layout_json};
 pub use network::conn::{CONN_MAX_BYTES, CONN_MAX_REQUESTS};
 pub use network::listen::check_stdio;
-pub use server::{serve, Ready, ServeConfig, ServeError, MAX_BLOCK_BYTES};
+pub use server::{serve, serve_volumes, Ready, ServeConfig, ServeError, MAX_BLOCK_BYTES};

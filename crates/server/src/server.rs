@@ -216,6 +216,8 @@ pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> Serve
 pub struct Ready {
     pub export_name: String,
     pub size_bytes: u64,
+    /// A pool's other volumes, each an export of its name: (name, size).
+    pub others: Vec<(String, u64)>,
     pub uris: Vec<String>,
     /// `http://HOST:PORT/metrics` when serving metrics.
     pub metrics: Option<String>,
@@ -234,68 +236,159 @@ pub fn serve(
     config: ServeConfig,
     on_ready: impl FnOnce(&Ready),
 ) -> Result<(), ServeError> {
+    serve_volumes(vec![volume], config, on_ready)
+}
+
+/// One volume's part of a server: its engine and what keeps it (labels,
+/// alerts, upkeep, the control socket's manager). A pool's server has one
+/// for each of its volumes, all served through the same sockets.
+struct Served {
+    export: platter_nbd::ExportInfo,
+    manager: Arc<Manager>,
+    alerts: Arc<crate::observe::alerts::Alerts>,
+}
+
+/// What a volume has before the sockets are bound.
+struct Starting {
+    opened: startup::Opened,
+    export: platter_nbd::ExportInfo,
+    engine: Arc<Engine>,
+    resync_regions: u64,
+}
+
+/// Serves every volume in `volumes` as an NBD export of its name (a
+/// pool's volumes; one volume for `platter serve`), through one set of
+/// sockets and one control socket, until SIGINT or SIGTERM; then each is
+/// finished, flushed and marked clean.
+pub fn serve_volumes(
+    volumes: Vec<OpenVolume>,
+    config: ServeConfig,
+    on_ready: impl FnOnce(&Ready),
+) -> Result<(), ServeError> {
+    assert!(!volumes.is_empty(), "a server serves a volume");
     let server_tls = server_tls(&config)?;
-    let mut opened = startup::open(volume, &config)?;
-    let export = startup::export_info(&opened, config.read_only, &config.rotational);
-    let (engine, resync_regions) = startup::engine(&mut opened, &config)?;
-    let shared = connection_shared(&config, &opened, &export, &engine, server_tls)?;
-    let bound = listen::bind(&config, &export.name)?;
+    let mut starting = Vec::new();
+    for volume in volumes {
+        starting.push(start_volume(volume, &config)?);
+    }
+    check_export_names(&starting)?;
+    let shared = connection_shared(&config, &starting, server_tls)?;
+    let bound = listen::bind(&config, &starting[0].export.name)?;
     let control_path = bound
         .control
         .as_ref()
         .and_then(|l| l.local_addr().ok())
         .and_then(|a| a.as_pathname().map(|p| p.display().to_string()));
-    crate::manage::leftout::log_at_start(
-        &opened.left_out,
-        opened.assembly.label.event_counter,
-        control_path.as_deref(),
-    );
     let stop = Arc::new(AtomicBool::new(false));
     let signals = Signals::watch(Arc::clone(&stop))?;
-
-    // Labels follow the volume from here on: failures, rebuilds, checkpoints.
-    let (meta, alerts) = watch_events(&config, &opened, &export.name, &engine)?;
-    startup::alert_start(&engine, &config.forced_slots, &opened);
-    startup::resume_rebuilds(&opened.assembly, &engine);
-    startup::mark_in_use(&meta, &engine);
-    let upkeep = start_upkeep(&config, &meta);
-    startup::start_resync(&opened, &engine, &upkeep, resync_regions, config.read_only);
-    let manager = manager(&config, &mut opened, &shared, &meta, &upkeep, control_path);
-    manager.await_unreachable(&config.unreachable);
-
+    let mut served = Vec::new();
+    for (s, recorder) in starting.into_iter().zip(&shared.volumes) {
+        served.push(keep_volume(s, &config, &recorder.recorder, control_path.clone())?);
+    }
     let conns = Arc::new(Conns::new());
-    let metrics_url = bound
-        .metrics
-        .as_ref()
-        .map(|(_, local)| format!("http://{local}/metrics"));
-    let uris = bound.uris.clone();
+    let ready = ready(&bound, &served);
     let ours = bound.ours.clone();
-    let registration = register(&config, bound.control_path.as_deref(), &export.name);
-    let threads = Threads::start(bound, &config, &shared, &conns, &manager, &stop);
+    let registration = register(&config, bound.control_path.as_deref(), &served[0].export.name);
+    let managers: Vec<Arc<Manager>> = served.iter().map(|s| Arc::clone(&s.manager)).collect();
+    let threads = Threads::start(bound, &config, &shared, &conns, &managers, &stop);
     if config.stdio {
         listen::stdio_connection(&shared, &conns)?;
     }
-    on_ready(&Ready {
-        export_name: export.name.clone(),
-        size_bytes: export.size_bytes,
-        uris,
-        metrics: metrics_url,
-    });
+    on_ready(&ready);
     let notifier = crate::network::systemd::Notifier::from_env();
     notifier.notify(&format!(
         "READY=1\nSTATUS=serving '{}' ({} bytes)",
-        export.name, export.size_bytes
+        ready.export_name, ready.size_bytes
     ));
-    serve_until_stopped(&config, &stop, &conns, &shared, &manager);
+    serve_until_stopped(&config, &stop, &conns, &shared, &managers);
     let own = Own {
         notifier,
         registration,
         threads,
         ours,
         signals,
-        alerts,
     };
-    shut_down(own, &manager, &conns)
+    shut_down(own, &served, &conns)
+}
+
+/// A volume's members opened, its export and its engine.
+fn start_volume(volume: OpenVolume, config: &ServeConfig) -> Result<Starting, ServeError> {
+    let mut opened = startup::open(volume, config)?;
+    let export = startup::export_info(&opened, config.read_only, &config.rotational);
+    let (engine, resync_regions) = startup::engine(&mut opened, config)?;
+    Ok(Starting {
+        opened,
+        export,
+        engine,
+        resync_regions,
+    })
+}
+
+/// Export names pick the volume a client gets: two alike would hide one.
+fn check_export_names(starting: &[Starting]) -> Result<(), ServeError> {
+    let mut names = std::collections::BTreeSet::new();
+    for s in starting {
+        if !names.insert(s.export.name.as_str()) {
+            return Err(ServeError::Refused(format!(
+                "two volumes are named '{}': an export name must pick one",
+                s.export.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// From a volume's engine to a volume kept: labels follow it, alerts are
+/// raised, rebuilds resume, the resync owed starts, its manager answers.
+fn keep_volume(
+    s: Starting,
+    config: &ServeConfig,
+    recorder: &Arc<crate::manage::record::Recorder>,
+    control_path: Option<String>,
+) -> Result<Served, ServeError> {
+    let Starting {
+        mut opened,
+        export,
+        engine,
+        resync_regions,
+    } = s;
+    crate::manage::leftout::log_at_start(
+        &opened.left_out,
+        opened.assembly.label.event_counter,
+        control_path.as_deref(),
+    );
+    // Labels follow the volume from here on: failures, rebuilds, checkpoints.
+    let (meta, alerts) = watch_events(config, &opened, &export.name, &engine)?;
+    startup::alert_start(&engine, &config.forced_slots, &opened);
+    startup::resume_rebuilds(&opened.assembly, &engine);
+    startup::mark_in_use(&meta, &engine);
+    let upkeep = start_upkeep(config, &meta);
+    startup::start_resync(&opened, &engine, &upkeep, resync_regions, config.read_only);
+    let parts = (&engine, recorder, &meta, &upkeep);
+    let manager = manager(config, &mut opened, parts, control_path);
+    manager.await_unreachable(&config.unreachable);
+    Ok(Served {
+        export,
+        manager,
+        alerts,
+    })
+}
+
+/// What the banner says: the first export, and the others after it.
+fn ready(bound: &listen::Bound, served: &[Served]) -> Ready {
+    Ready {
+        export_name: served[0].export.name.clone(),
+        size_bytes: served[0].export.size_bytes,
+        others: served[1..]
+            .iter()
+            .map(|s| (s.export.name.clone(), s.export.size_bytes))
+            .collect(),
+        uris: bound.uris.clone(),
+        metrics: bound
+            .metrics
+            .as_ref()
+            .map(|(_, local)| format!("http://{local}/metrics")),
+    }
 }
 
 /// The TLS the server offers, from its credentials; `--tls on` or
@@ -312,28 +405,37 @@ fn server_tls(config: &ServeConfig) -> Result<Option<platter_tls::ServerTls>, Se
     }
 }
 
-/// What every connection shares: the engine, the server's byte budget,
-/// the recording (started here with `--record`), the export offered.
+/// What every connection shares: each volume's engine and recording, the
+/// server's byte budget, the exports offered.
 fn connection_shared(
     config: &ServeConfig,
-    opened: &startup::Opened,
-    export: &platter_nbd::ExportInfo,
-    engine: &Arc<Engine>,
+    starting: &[Starting],
     tls: Option<platter_tls::ServerTls>,
 ) -> Result<Arc<Shared>, ServeError> {
     let buffered = Arc::new(Budget::new(flow::REQUESTS_MAX, config.buffer_limit_bytes));
-    let recorder = Arc::new(crate::manage::record::Recorder::default());
-    if let Some((path, limit_bytes)) = &config.record {
-        recorder
-            .start(path, *limit_bytes)
-            .map_err(ServeError::Refused)?;
+    let mut volumes = Vec::new();
+    for s in starting {
+        let recorder = Arc::new(crate::manage::record::Recorder::default());
+        if let Some((path, limit_bytes)) = &config.record {
+            recorder
+                .start(path, *limit_bytes)
+                .map_err(ServeError::Refused)?;
+        }
+        let geometry = s.opened.assembly.geometry.clone();
+        let name = s.export.name.clone();
+        volumes.push(crate::network::conn::ExportVolume {
+            engine: Arc::clone(&s.engine),
+            recorder,
+            describe: Box::new(move |engine: &Engine| {
+                startup::describe_export(&geometry, &name, &engine.health())
+            }),
+        });
     }
     Ok(Arc::new(Shared {
-        recorder,
-        engine: Arc::clone(engine),
+        volumes,
         buffered,
         handshake: HandshakeConfig {
-            exports: vec![export.clone()],
+            exports: starting.iter().map(|s| s.export.clone()).collect(),
             max_options: 64,
             max_option_bytes: 64 * 1024,
             tls: config.tls,
@@ -343,13 +445,6 @@ fn connection_shared(
         handshake_timeout: config.handshake_timeout,
         idle_timeout: config.idle_timeout,
         turned_away_at: Mutex::new(None),
-        describe: {
-            let geometry = opened.assembly.geometry.clone();
-            let name = export.name.clone();
-            Box::new(move |engine: &Engine| {
-                startup::describe_export(&geometry, &name, &engine.health())
-            })
-        },
     }))
 }
 
@@ -401,18 +496,21 @@ fn start_upkeep(config: &ServeConfig, meta: &Meta) -> Arc<Upkeep> {
     upkeep
 }
 
-/// The control socket's manager, taking from `opened` what the start
-/// learnt of removed, left-out and superseded members.
+/// The control socket's manager of one volume, taking from `opened` what
+/// the start learnt of removed, left-out and superseded members.
 fn manager(
     config: &ServeConfig,
     opened: &mut startup::Opened,
-    shared: &Shared,
-    meta: &Arc<Meta>,
-    upkeep: &Arc<Upkeep>,
+    (engine, recorder, meta, upkeep): (
+        &Arc<Engine>,
+        &Arc<crate::manage::record::Recorder>,
+        &Arc<Meta>,
+        &Arc<Upkeep>,
+    ),
     control_path: Option<String>,
 ) -> Arc<Manager> {
     Arc::new(Manager {
-        engine: Arc::clone(&shared.engine),
+        engine: Arc::clone(engine),
         meta: Arc::clone(meta),
         upkeep: Arc::clone(upkeep),
         spares: Mutex::new(Vec::new()),
@@ -425,7 +523,7 @@ fn manager(
         open_options: config.member_open_options(),
         reconnecting: Mutex::new(None),
         stopping: AtomicBool::new(false),
-        recorder: Arc::clone(&shared.recorder),
+        recorder: Arc::clone(recorder),
         left_out: Mutex::new(
             std::mem::take(&mut opened.left_out)
                 .into_iter()
@@ -444,7 +542,7 @@ fn serve_until_stopped(
     stop: &AtomicBool,
     conns: &Conns,
     shared: &Shared,
-    manager: &Arc<Manager>,
+    managers: &[Arc<Manager>],
 ) {
     let mut trimmer = crate::engine::memory::Trimmer::default();
     let mut unread = listen::UnreadWatch::default();
@@ -459,13 +557,15 @@ fn serve_until_stopped(
             break;
         }
         trimmer.tick(ended > 0 || shared.buffered.in_flight() != (0, 0));
-        manager.fail_quietly_lost();
-        manager.close_failed_members();
-        if config.reconnect {
-            manager.reconnect_lost();
+        for manager in managers {
+            manager.fail_quietly_lost();
+            manager.close_failed_members();
+            if config.reconnect {
+                manager.reconnect_lost();
+            }
+            manager.engine.refresh_read_latencies();
+            manager.replace_from_spares();
         }
-        manager.engine.refresh_read_latencies();
-        manager.replace_from_spares();
     }
 }
 
@@ -477,32 +577,44 @@ struct Own {
     /// Sockets the server made (not passed by systemd).
     ours: Vec<PathBuf>,
     signals: Signals,
-    alerts: Arc<crate::observe::alerts::Alerts>,
 }
 
-/// The stop: new requests get ESHUTDOWN, started ones finish.
-fn shut_down(own: Own, manager: &Manager, conns: &Conns) -> Result<(), ServeError> {
-    let (engine, meta, upkeep) = (&manager.engine, &manager.meta, &manager.upkeep);
+/// The stop: new requests get ESHUTDOWN, started ones finish; then each
+/// volume is flushed and marked clean. The first failure is the answer,
+/// after every volume has had its turn.
+fn shut_down(own: Own, served: &[Served], conns: &Conns) -> Result<(), ServeError> {
     own.notifier
         .notify("STOPPING=1\nSTATUS=finishing requests, flushing, marking the volume clean");
     // A stopping volume is no longer listed as served.
     drop(own.registration);
-    manager.stop_reconnecting();
-    engine.close_to_clients();
-    own.threads.join(upkeep);
-    // The recording ends with its closing line written out.
-    manager.recorder.stop();
-    let flushed = flush_and_mark(engine, meta, upkeep);
+    for s in served {
+        s.manager.stop_reconnecting();
+        s.manager.engine.close_to_clients();
+    }
+    let upkeeps: Vec<&Upkeep> = served.iter().map(|s| &*s.manager.upkeep).collect();
+    own.threads.join(&upkeeps);
+    let mut result = Ok(());
+    for s in served {
+        let m = &s.manager;
+        // The recording ends with its closing line written out.
+        m.recorder.stop();
+        let flushed = flush_and_mark(&m.engine, &m.meta, &m.upkeep);
+        match flushed {
+            Ok(()) => tracing::info!(volume = %s.export.name, "volume flushed and marked {}", m.meta.label().state),
+            Err(e) if result.is_ok() => result = Err(e),
+            Err(e) => tracing::error!(volume = %s.export.name, error = %e, "stop"),
+        }
+    }
     close_connections(conns);
     // Sockets systemd passed are its own to remove.
     for path in &own.ours {
         listen::remove_socket(path);
     }
     own.signals.close();
-    own.alerts.close();
-    flushed?;
-    tracing::info!("volume flushed and marked {}", meta.label().state);
-    Ok(())
+    for s in served {
+        s.alerts.close();
+    }
+    result
 }
 
 /// Links the control socket into the run directory, so that `platter
@@ -563,7 +675,7 @@ impl Signals {
 /// upkeep, control, metrics.
 struct Threads {
     accept: Vec<JoinHandle<()>>,
-    upkeep: JoinHandle<()>,
+    upkeep: Vec<JoinHandle<()>>,
     control: Option<JoinHandle<()>>,
     metrics: Option<JoinHandle<()>>,
 }
@@ -574,7 +686,7 @@ impl Threads {
         config: &ServeConfig,
         shared: &Arc<Shared>,
         conns: &Arc<Conns>,
-        manager: &Arc<Manager>,
+        managers: &[Arc<Manager>],
         stop: &Arc<AtomicBool>,
     ) -> Threads {
         let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
@@ -583,23 +695,28 @@ impl Threads {
                 .spawn(f)
                 .unwrap_or_else(|e| panic!("spawn {name} thread: {e}"))
         };
-        let upkeep = {
-            let (e, m, u) = (
-                Arc::clone(&manager.engine),
-                Arc::clone(&manager.meta),
-                Arc::clone(&manager.upkeep),
-            );
-            spawn("platter-upkeep", Box::new(move || upkeep::run(e, m, u)))
-        };
+        let upkeep = managers
+            .iter()
+            .map(|manager| {
+                let (e, m, u) = (
+                    Arc::clone(&manager.engine),
+                    Arc::clone(&manager.meta),
+                    Arc::clone(&manager.upkeep),
+                );
+                spawn("platter-upkeep", Box::new(move || upkeep::run(e, m, u)))
+            })
+            .collect();
         let control = bound.control.map(|l| {
-            let (m, stop) = (Arc::clone(manager), Arc::clone(stop));
+            let (m, stop) = (managers.to_vec(), Arc::clone(stop));
             spawn(
                 "platter-control",
                 Box::new(move || manage::serve_control(l, m, stop)),
             )
         });
+        // One volume's statistics (the first's): a pool's server refuses
+        // --metrics until the page names the volume of each series.
         let metrics = bound.metrics.map(|(l, _)| {
-            let (m, stop) = (Arc::clone(manager), Arc::clone(stop));
+            let (m, stop) = (Arc::clone(&managers[0]), Arc::clone(stop));
             spawn(
                 "platter-metrics",
                 Box::new(move || crate::observe::metrics::serve_metrics(l, m, stop)),
@@ -627,12 +744,16 @@ impl Threads {
     }
 
     /// Waits for every one of them; the stop flag must be set.
-    fn join(self, upkeep: &Upkeep) {
+    fn join(self, upkeeps: &[&Upkeep]) {
         for t in self.accept {
             let _ = t.join();
         }
-        upkeep.stop.store(true, Ordering::SeqCst);
-        let _ = self.upkeep.join();
+        for upkeep in upkeeps {
+            upkeep.stop.store(true, Ordering::SeqCst);
+        }
+        for t in self.upkeep {
+            let _ = t.join();
+        }
         if let Some(t) = self.control {
             let _ = t.join();
         }

@@ -731,23 +731,7 @@ impl Manager {
         }
     }
 
-    fn serve_one(&self, stream: UnixStream) {
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-        let mut line = String::new();
-        let mut reader = BufReader::new(std::io::Read::take(&stream, REQUEST_MAX_BYTES));
-        let answer = match reader.read_line(&mut line) {
-            Ok(_) => match serde_json::from_str::<Value>(&line) {
-                Ok(req) => match self.handle(&req) {
-                    Ok(v) => json!({ "ok": v }),
-                    Err(e) => json!({ "error": e }),
-                },
-                Err(e) => json!({ "error": format!("not a JSON request: {e}") }),
-            },
-            Err(e) => json!({ "error": format!("cannot read the request: {e}") }),
-        };
-        let mut out = &stream;
-        let _ = writeln!(out, "{answer}");
-    }
+
 }
 
 /// `rebuild-rate`'s `bytes_per_sec`: a number of bytes per second above 0,
@@ -764,24 +748,72 @@ fn parse_rate_request(v: Option<&Value>) -> Result<u64, String> {
     }
 }
 
-/// Serves the control socket until `stop`; one request per connection.
+/// Serves the control socket until `stop`; one request per connection,
+/// answered by the manager of the volume it names (`"volume"`), or of the
+/// only volume.
 pub fn serve_control(
     listener: UnixListener,
-    manager: Arc<Manager>,
+    managers: Vec<Arc<Manager>>,
     stop: Arc<std::sync::atomic::AtomicBool>,
 ) {
+    let managers = Arc::new(managers);
     let _ = listener.set_nonblocking(true);
     while !stop.load(Ordering::SeqCst) {
         match listener.accept() {
             Ok((s, _)) => {
                 let _ = s.set_nonblocking(false);
-                let m = Arc::clone(&manager);
+                let m = Arc::clone(&managers);
                 // Check and repair take time; do not hold up the next caller.
                 let _ = std::thread::Builder::new()
                     .name("platter-control".into())
-                    .spawn(move || m.serve_one(s));
+                    .spawn(move || serve_one(&m, s));
             }
             Err(_) => std::thread::sleep(Duration::from_millis(50)),
         }
     }
+}
+
+/// Answers one control request.
+fn serve_one(managers: &[Arc<Manager>], stream: UnixStream) {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut line = String::new();
+    let mut reader = BufReader::new(std::io::Read::take(&stream, REQUEST_MAX_BYTES));
+    let answer = match reader.read_line(&mut line) {
+        Ok(_) => match serde_json::from_str::<Value>(&line) {
+            Ok(req) => match answer(managers, &req) {
+                Ok(v) => json!({ "ok": v }),
+                Err(e) => json!({ "error": e }),
+            },
+            Err(e) => json!({ "error": format!("not a JSON request: {e}") }),
+        },
+        Err(e) => json!({ "error": format!("cannot read the request: {e}") }),
+    };
+    let mut out = &stream;
+    let _ = writeln!(out, "{answer}");
+}
+
+/// `{"cmd": "volumes"}` lists the volumes served; any other request goes
+/// to the volume it names, which may be left out when there is one.
+fn answer(managers: &[Arc<Manager>], req: &Value) -> Result<Value, String> {
+    let names: Vec<String> = managers.iter().map(|m| m.meta.label().name.clone()).collect();
+    if req.get("cmd").and_then(Value::as_str) == Some("volumes") {
+        return Ok(json!(names));
+    }
+    let m = match (req.get("volume").and_then(Value::as_str), managers) {
+        (Some(name), _) => {
+            let at = names.iter().position(|n| n == name).ok_or_else(|| {
+                format!("no volume named '{name}' is served here (served: {})", names.join(", "))
+            })?;
+            &managers[at]
+        }
+        (None, [only]) => only,
+        (None, _) => {
+            return Err(format!(
+                "this server serves {} volumes ({}): name one with --volume",
+                names.len(),
+                names.join(", ")
+            ))
+        }
+    };
+    m.handle(req)
 }

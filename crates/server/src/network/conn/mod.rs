@@ -45,19 +45,14 @@ pub const CONN_MAX_BYTES: u64 = 64 << 20;
 
 /// What every connection shares.
 pub struct Shared {
-    pub engine: Arc<Engine>,
-    /// Notes each request while a recording runs (`record.rs`).
-    pub recorder: Arc<crate::manage::record::Recorder>,
+    /// Each export's volume, in the order of `handshake.exports`.
+    pub volumes: Vec<ExportVolume>,
     /// Request and reply bytes across every connection (`--buffer-limit`):
     /// each connection's budget is part of it.
     pub buffered: Arc<Budget>,
-    /// The export as offered; its description is rewritten for each
-    /// handshake by `describe`.
+    /// The exports as offered (a pool's server offers one per volume);
+    /// their descriptions and sizes are rewritten for each handshake.
     pub handshake: HandshakeConfig,
-    /// The export's description as things stand (members online, whether
-    /// the volume still holds all of its data): a client connecting after
-    /// a failure must not read the description of the start.
-    pub describe: Box<dyn Fn(&Engine) -> String + Send + Sync>,
     /// Workers per connection.
     pub threads: usize,
     /// The whole handshake must end within this (`--handshake-timeout`).
@@ -70,6 +65,17 @@ pub struct Shared {
     pub turned_away_at: Mutex<Option<Instant>>,
     /// What TLS the server offers (`--tls`); with `handshake.tls` not off.
     pub tls: Option<platter_tls::ServerTls>,
+}
+
+/// What a connection to one export uses: its volume's engine.
+pub struct ExportVolume {
+    pub engine: Arc<Engine>,
+    /// Notes each request while a recording runs (`record.rs`).
+    pub recorder: Arc<crate::manage::record::Recorder>,
+    /// The export's description as things stand (members online, whether
+    /// the volume still holds all of its data): a client connecting after
+    /// a failure must not read the description of the start.
+    pub describe: Box<dyn Fn(&Engine) -> String + Send + Sync>,
 }
 
 impl Shared {
@@ -93,6 +99,8 @@ impl Shared {
 
 struct Conn {
     shared: Arc<Shared>,
+    /// Which of `shared.volumes` the client chose in the handshake.
+    volume: usize,
     peer: String,
     session: Session,
     structured: bool,
@@ -104,6 +112,11 @@ struct Conn {
 }
 
 impl Conn {
+    /// The volume of the export this connection chose.
+    pub(super) fn volume(&self) -> &ExportVolume {
+        &self.shared.volumes[self.volume]
+    }
+
     /// Whether this thread is one of this connection's workers running a
     /// request with more requests buffered behind it: its replies can wait
     /// for theirs and leave in one `sendmsg`.
@@ -120,17 +133,16 @@ thread_local! {
 /// Serves one connection until the client leaves or the server shuts down.
 pub fn serve(stream: Stream, shared: Arc<Shared>, peer: String) {
     let mut config = shared.handshake.clone();
-    let description = (shared.describe)(&shared.engine);
     // The size now: a reshape that ended since the start has grown it,
     // and a connection made after sees the new size (one made before
     // keeps the size it was told; NBD has no resize notice).
-    let size_bytes = shared.engine.size_bytes();
-    let (stripe_bytes, spins) = shared.engine.shape();
-    for export in &mut config.exports {
-        export.description.clone_from(&description);
-        export.size_bytes = size_bytes;
+    for (export, v) in config.exports.iter_mut().zip(&shared.volumes) {
+        export.description = (v.describe)(&v.engine);
+        export.size_bytes = v.engine.size_bytes();
+        let (stripe_bytes, spins) = v.engine.shape();
         crate::startup::export_hints(export, stripe_bytes, &spins);
     }
+    let sizes: Vec<u64> = config.exports.iter().map(|e| e.size_bytes).collect();
     let hs = ServerHandshake::new(config);
     let mut stream = stream;
     let negotiated = match handshake(
@@ -158,6 +170,7 @@ pub fn serve(stream: Stream, shared: Arc<Shared>, peer: String) {
         }
     };
     tracing::debug!(%peer, structured = negotiated.structured_replies, "client connected");
+    let size_bytes = sizes[negotiated.export_index];
     if let Err(e) = transmission(&stream, &shared, negotiated, size_bytes, &peer) {
         tracing::debug!(%peer, error = %e, "connection ended");
     }
@@ -275,6 +288,7 @@ fn transmission(
     ));
     let conn = Arc::new(Conn {
         shared: Arc::clone(shared),
+        volume: n.export_index,
         peer: peer.to_string(),
         session,
         structured: n.structured_replies,
@@ -329,7 +343,7 @@ fn work(conn: &Arc<Conn>) -> io::Result<()> {
             let Some(job) = next_request(conn, &mut reader)? else {
                 break;
             };
-            let fast_members = conn.shared.engine.member_io_ns_avg() < CORK_MEMBER_IO_NS_MAX;
+            let fast_members = conn.volume().engine.member_io_ns_avg() < CORK_MEMBER_IO_NS_MAX;
             let cork = job.more_buffered && corked_run < CORK_REQUESTS_MAX && fast_members;
             let corked_run_before = corked_run;
             corked_run = if cork { corked_run + 1 } else { 0 };
@@ -348,7 +362,7 @@ fn work(conn: &Arc<Conn>) -> io::Result<()> {
             // any I/O the engine did leave for this thread.
             let keep = !fast_members
                 && job.payload_bytes() <= KEEP_READER_PAYLOAD_BYTES_MAX
-                && !conn.shared.engine.sends_on_submit();
+                && !conn.volume().engine.sends_on_submit();
             let mut reader = keep.then_some(reader);
             if !cork && corked_run_before > 0 {
                 // Replies corked for earlier requests leave before this
@@ -451,7 +465,7 @@ fn run(conn: &Arc<Conn>, job: Job) -> Option<InlineIos<'_>> {
     let finish = move |result: Result<Reply, VolumeError>| {
         c.reply(cookie, offset_bytes, result, release_bytes)
     };
-    let engine: &Arc<Engine> = &conn.shared.engine;
+    let engine: &Arc<Engine> = &conn.volume().engine;
     let submitted = if then_flush {
         let e2 = Arc::clone(engine);
         engine.submit_client(

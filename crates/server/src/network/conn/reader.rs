@@ -288,9 +288,9 @@ fn take_request(conn: &Conn, s: &mut Reader, h: &RequestHeader) -> io::Result<Ta
         }
         cmd => engine_request(conn, s, h, cmd, bytes)?,
     };
-    conn.shared.recorder.note(&req);
+    conn.volume().recorder.note(&req);
     if then_flush {
-        conn.shared.recorder.note(&Request::Flush);
+        conn.volume().recorder.note(&Request::Flush);
     }
     Ok(Taken::Job(Job {
         cookie,
