@@ -40,7 +40,10 @@ pub fn exchange(
     mut request: Value,
     timeout: Duration,
 ) -> Result<Value> {
-    if let (Some(name), Some(fields)) = (ABOUT_VOLUME.get().and_then(Option::as_ref), request.as_object_mut()) {
+    if let (Some(name), Some(fields)) = (
+        ABOUT_VOLUME.get().and_then(Option::as_ref),
+        request.as_object_mut(),
+    ) {
         fields.insert("volume".into(), Value::String(name.clone()));
     }
     let _ = s.set_read_timeout(Some(timeout));

@@ -430,20 +430,34 @@ fn serve_pool(
     for v in &open.pool().volumes {
         let members = open.subdisks(v)?;
         let names: Vec<String> = members.iter().map(|m| m.describe().to_string()).collect();
-        let checked = assemble_devices(members).map_err(CliError::from).and_then(|vol| {
-            crate::partial::check(&vol.assembly, crate::partial::Given::Named(&names), 0, args.run)
+        let checked = assemble_devices(members)
+            .map_err(CliError::from)
+            .and_then(|vol| {
+                crate::partial::check(
+                    &vol.assembly,
+                    crate::partial::Given::Named(&names),
+                    0,
+                    args.run,
+                )
                 .map(|_| vol)
-        });
+            });
         match checked {
             Ok(vol) => volumes.push(vol),
             Err(e) if args.run && !open.gathered.missing.is_empty() => {
                 tracing::warn!(volume = %v.name, error = %e.0, "not served: it cannot be assembled without the missing drives");
             }
-            Err(e) => return Err(CliError(format!("volume {} of pool {pool}: {}", v.name, e.0))),
+            Err(e) => {
+                return Err(CliError(format!(
+                    "volume {} of pool {pool}: {}",
+                    v.name, e.0
+                )))
+            }
         }
     }
     if volumes.is_empty() {
-        return Err(CliError(format!("pool {pool} has no volume to serve (`platter volume create`)")));
+        return Err(CliError(format!(
+            "pool {pool} has no volume to serve (`platter volume create`)"
+        )));
     }
     let found = Found {
         unreachable: Vec::new(),

@@ -283,12 +283,21 @@ pub fn serve_volumes(
     let signals = Signals::watch(Arc::clone(&stop))?;
     let mut served = Vec::new();
     for (s, recorder) in starting.into_iter().zip(&shared.volumes) {
-        served.push(keep_volume(s, &config, &recorder.recorder, control_path.clone())?);
+        served.push(keep_volume(
+            s,
+            &config,
+            &recorder.recorder,
+            control_path.clone(),
+        )?);
     }
     let conns = Arc::new(Conns::new());
     let ready = ready(&bound, &served);
     let ours = bound.ours.clone();
-    let registration = register(&config, bound.control_path.as_deref(), &served[0].export.name);
+    let registration = register(
+        &config,
+        bound.control_path.as_deref(),
+        &served[0].export.name,
+    );
     let managers: Vec<Arc<Manager>> = served.iter().map(|s| Arc::clone(&s.manager)).collect();
     let threads = Threads::start(bound, &config, &shared, &conns, &managers, &stop);
     if config.stdio {
@@ -600,7 +609,9 @@ fn shut_down(own: Own, served: &[Served], conns: &Conns) -> Result<(), ServeErro
         m.recorder.stop();
         let flushed = flush_and_mark(&m.engine, &m.meta, &m.upkeep);
         match flushed {
-            Ok(()) => tracing::info!(volume = %s.export.name, "volume flushed and marked {}", m.meta.label().state),
+            Ok(()) => {
+                tracing::info!(volume = %s.export.name, "volume flushed and marked {}", m.meta.label().state)
+            }
             Err(e) if result.is_ok() => result = Err(e),
             Err(e) => tracing::error!(volume = %s.export.name, error = %e, "stop"),
         }

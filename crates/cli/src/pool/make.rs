@@ -181,8 +181,28 @@ pub fn pool_create(args: PoolCreateArgs) -> Result<()> {
         None => None,
     };
     let specs = drive_specs(&args, template.as_ref())?;
+    // Files this command creates are removed again if it fails.
+    let created: Vec<String> = specs
+        .iter()
+        .map(|(_, d)| d.clone())
+        .filter(|d| !d.contains("://") && std::fs::symlink_metadata(d).is_err())
+        .collect();
+    let result = make_pool(&args, template, &specs);
+    if result.is_err() {
+        for path in created {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    result
+}
+
+fn make_pool(
+    args: &PoolCreateArgs,
+    template: Option<Pool>,
+    specs: &[(String, String)],
+) -> Result<()> {
     let mut devices = Vec::new();
-    for (_, device) in &specs {
+    for (_, device) in specs {
         devices.push(open_new_drive(device, args.drive_size, args.force)?);
     }
     let mut pool = Pool {

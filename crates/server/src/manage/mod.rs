@@ -730,8 +730,6 @@ impl Manager {
             None => Err("missing \"cmd\"".into()),
         }
     }
-
-
 }
 
 /// `rebuild-rate`'s `bytes_per_sec`: a number of bytes per second above 0,
@@ -795,14 +793,20 @@ fn serve_one(managers: &[Arc<Manager>], stream: UnixStream) {
 /// `{"cmd": "volumes"}` lists the volumes served; any other request goes
 /// to the volume it names, which may be left out when there is one.
 fn answer(managers: &[Arc<Manager>], req: &Value) -> Result<Value, String> {
-    let names: Vec<String> = managers.iter().map(|m| m.meta.label().name.clone()).collect();
+    let names: Vec<String> = managers
+        .iter()
+        .map(|m| m.meta.label().name.clone())
+        .collect();
     if req.get("cmd").and_then(Value::as_str) == Some("volumes") {
         return Ok(json!(names));
     }
     let m = match (req.get("volume").and_then(Value::as_str), managers) {
         (Some(name), _) => {
             let at = names.iter().position(|n| n == name).ok_or_else(|| {
-                format!("no volume named '{name}' is served here (served: {})", names.join(", "))
+                format!(
+                    "no volume named '{name}' is served here (served: {})",
+                    names.join(", ")
+                )
             })?;
             &managers[at]
         }

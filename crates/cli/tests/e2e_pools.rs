@@ -1,0 +1,446 @@
+//! Issue 43 on the real binary: a pool of file drives carved into a
+//! raid10, a raid5 and a concat volume, served by one server (every
+//! volume an export of its name, `nbdinfo --list` naming them), each
+//! written and verified by its own fio at the same time; a drive lost
+//! under them; `printconfig` taken back by `pool create --config` on fresh
+//! drives, byte for byte; and bad input refused with one line, nothing
+//! written.
+
+mod e2e_support;
+
+use e2e_support::*;
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+
+const DRIVES: usize = 4;
+const DRIVE_BYTES: u64 = 160 * MIB;
+
+fn drive_paths(dir: &Path) -> Vec<String> {
+    (0..DRIVES)
+        .map(|i| dir.join(format!("d{i}")).display().to_string())
+        .collect()
+}
+
+fn ok(args: &[&str], what: &str) -> Out {
+    run_ok(&mut platter(args), CMD_TIMEOUT, what)
+}
+
+/// `platter ARGS`, expected to fail with one line on stderr saying `says`.
+fn refused(args: &[&str], says: &str) {
+    let out = run(&mut platter(args), CMD_TIMEOUT);
+    let what = format!("platter {}", args.join(" "));
+    assert_eq!(out.status.code(), Some(1), "{}", out.describe(&what));
+    assert!(
+        out.stderr.contains(says),
+        "expected {says:?}: {}",
+        out.describe(&what)
+    );
+    assert_eq!(
+        out.stderr.trim_end().lines().count(),
+        1,
+        "{}",
+        out.describe(&what)
+    );
+}
+
+/// A pool `tank` of four drives in `dir/d` with three volumes.
+fn make_pool(dir: &Path) -> String {
+    let d = dir.join("d");
+    std::fs::create_dir(&d).unwrap();
+    let drives = drive_paths(&d);
+    let mut args = vec!["pool", "create", "tank", "--drive-size", "160M"];
+    args.extend(drives.iter().map(String::as_str));
+    ok(&args, "pool create");
+    let dev = d.display().to_string();
+    for (name, level, size) in [
+        ("db", "raid10", "48M"),
+        ("bulk", "raid5", "60M"),
+        ("scratch", "concat", "24M"),
+    ] {
+        ok(
+            &[
+                "volume", "create", "tank", name, "--level", level, "--size", size, &dev,
+            ],
+            &format!("volume create {name}"),
+        );
+    }
+    dev
+}
+
+fn list_json(dev: &str) -> Value {
+    let out = ok(&["list", "--json", dev], "list --json");
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 1, "one pool: {v}");
+    v[0].clone()
+}
+
+/// The server of the pool: its first volume's export is the banner's.
+fn serve_pool(dir: &Path, dev: &str) -> Server {
+    let volume = Volume {
+        spec: Spec::new("raid10", 4, "64k"),
+        name: "db".into(),
+        members: Vec::new(),
+        size_bytes: 0,
+        member_size_bytes: DRIVE_BYTES,
+        interleave_bytes: 64 * KIB,
+        stripe_data_bytes: 128 * KIB,
+        member_used_bytes: Vec::new(),
+        dir: tempfile::tempdir_in(dir).unwrap(),
+    };
+    let options = ServeOptions {
+        instead_of_members: Some(vec!["--pool".into(), "tank".into(), dev.into()]),
+        ..ServeOptions::default()
+    };
+    Server::start_with(volume, options)
+}
+
+fn uri(s: &Server, export: &str) -> String {
+    format!("nbd+unix:///{export}?socket={}", s.socket().display())
+}
+
+fn fio(t: &Tools, uri: &str, size_bytes: u64, verify_only: bool) -> Command {
+    let mut c = t.cmd("fio");
+    c.args([
+        "--name=pool",
+        "--thread",
+        "--ioengine=nbd",
+        "--rw=randwrite",
+        "--bs=16k",
+        "--iodepth=8",
+        "--randrepeat=1",
+        "--verify=crc32c",
+        "--verify_fatal=1",
+        "--verify_state_save=0",
+    ])
+    .arg(format!("--uri={uri}"))
+    .arg(format!("--size={}", size_bytes / 4096 * 4096));
+    if verify_only {
+        c.arg("--verify_only=1");
+    }
+    c
+}
+
+/// fio on every export at once; each must finish with no error.
+fn fio_all(t: &Tools, s: &Server, volumes: &[(&str, u64)], verify_only: bool) {
+    let mut running: Vec<(String, Background)> = volumes
+        .iter()
+        .map(|(name, size)| {
+            let what = format!("fio on {name}");
+            (
+                what.clone(),
+                Background::spawn(&mut fio(t, &uri(s, name), *size, verify_only), &what),
+            )
+        })
+        .collect();
+    for (what, b) in &mut running {
+        let status = b.wait(CMD_TIMEOUT);
+        assert!(
+            status.success(),
+            "{what}: {status}\n{}\n{}",
+            b.stdout(),
+            b.stderr()
+        );
+        assert!(b.stdout().contains("err= 0"), "{what}: {}", b.stdout());
+    }
+}
+
+fn sizes(pool: &Value) -> Vec<(String, u64)> {
+    pool["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            (
+                v["name"].as_str().unwrap().to_string(),
+                v["size_bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_pool_serves_its_volumes_through_one_server_and_a_lost_drive_costs_each_its_own() {
+    let test = "a_pool_serves_its_volumes_through_one_server_and_a_lost_drive_costs_each_its_own";
+    let Some(t) = tools_with_fio_nbd(test, &["fio", "nbdinfo", "qemu-io"]) else {
+        return;
+    };
+    let dir = temp_dir();
+    let dev = make_pool(dir.path());
+    let pool = list_json(&dev);
+    assert_eq!(pool["drives"].as_array().unwrap().len(), DRIVES, "{pool}");
+    for v in pool["volumes"].as_array().unwrap() {
+        assert_eq!(v["state"], "up", "{v}");
+    }
+    let mut s = serve_pool(dir.path(), &dev);
+    let listed = run_ok(
+        t.cmd("nbdinfo").arg("--list").arg(uri(&s, "")),
+        CMD_TIMEOUT,
+        "nbdinfo --list",
+    );
+    for name in ["db", "bulk", "scratch"] {
+        assert!(
+            listed.stdout.contains(&format!("export=\"{name}\"")),
+            "{}",
+            listed.stdout
+        );
+    }
+    let volumes = sizes(&pool);
+    let v: Vec<(&str, u64)> = volumes.iter().map(|(n, b)| (n.as_str(), *b)).collect();
+    fio_all(&t, &s, &v, false);
+
+    // The drive holding the concat's only subdisk is lost: truncated
+    // under the running server, as a pulled disk would be.
+    let scratch = &pool["volumes"][2]["plexes"][0]["subdisks"][0];
+    let lost = scratch["drive"].as_str().unwrap().to_string();
+    let file = Path::new(&dev).join(&lost);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    let redundant: Vec<(&str, u64)> = v.iter().copied().filter(|(n, _)| *n != "scratch").collect();
+    // The redundant volumes serve on, every byte as written.
+    fio_all(&t, &s, &redundant, true);
+    let read = run(
+        t.cmd("qemu-io")
+            .args(["-f", "raw", "-c", "read 0 64k"])
+            .arg(uri(&s, "scratch")),
+        CMD_TIMEOUT,
+    );
+    assert!(
+        read.stdout.contains("Input/output error") || read.stderr.contains("Input/output error"),
+        "the concat's lost range answers EIO: {}",
+        read.describe("qemu-io read scratch")
+    );
+    for name in ["db", "bulk"] {
+        let out = ok(
+            &[
+                "--volume",
+                name,
+                "status",
+                "--json",
+                "--control",
+                &s.control(),
+            ],
+            "status",
+        );
+        let st: Value = serde_json::from_str(&out.stdout).unwrap();
+        let faulty = st["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["state"] != "active")
+            .count();
+        assert_eq!(faulty, 1, "{name} lost the one subdisk on {lost}: {st}");
+    }
+    s.stop_expecting_errors("TERM", &["faulty", "Shrunk", "shrank", "smaller"]);
+}
+
+/// `printconfig` is a configuration `pool create --config` takes back:
+/// on fresh drives it gives the same subdisks, and the same data written
+/// to both pools' volumes lies in the same bytes of their drives (md's
+/// layouts, interleave 126s included).
+#[test]
+fn printconfig_made_again_on_fresh_drives_lays_out_the_same_bytes() {
+    let test = "printconfig_made_again_on_fresh_drives_lays_out_the_same_bytes";
+    let Some(t) = required_tools(test, &["qemu-io"]) else {
+        return;
+    };
+    let dir = temp_dir();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::create_dir(&a).unwrap();
+    std::fs::create_dir(&b).unwrap();
+    let da = drive_paths(&a);
+    let mut args = vec!["pool", "create", "tank", "--drive-size", "64M"];
+    args.extend(da.iter().map(String::as_str));
+    ok(&args, "pool create a");
+    let adev = a.display().to_string();
+    ok(
+        &[
+            "volume",
+            "create",
+            "tank",
+            "p",
+            "--level",
+            "raid5",
+            "--interleave",
+            "126s",
+            "--size",
+            "40M",
+            &adev,
+        ],
+        "raid5",
+    );
+    ok(
+        &[
+            "volume", "create", "tank", "s", "--level", "stripe", "--size", "20M", &adev,
+        ],
+        "stripe",
+    );
+    let config = ok(&["printconfig", "tank", &adev], "printconfig").stdout;
+    let file = dir.path().join("tank.conf");
+    std::fs::write(&file, &config).unwrap();
+    let db = drive_paths(&b);
+    let mut args = vec![
+        "pool",
+        "create",
+        "tank",
+        "--drive-size",
+        "64M",
+        "--config",
+        file.to_str().unwrap(),
+    ];
+    args.extend(db.iter().map(String::as_str));
+    ok(&args, "pool create --config");
+    let bdev = b.display().to_string();
+    let again = ok(&["printconfig", "tank", &bdev], "printconfig b").stdout;
+    let layout = |c: &str| -> Vec<String> {
+        c.lines()
+            .filter(|l| l.starts_with("plex") || l.starts_with("sd"))
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(
+        layout(&config),
+        layout(&again),
+        "the same plexes and subdisks"
+    );
+
+    for dev in [&adev, &bdev] {
+        let volume = Volume {
+            spec: Spec::new("raid5", 4, "126s"),
+            name: "p".into(),
+            members: Vec::new(),
+            size_bytes: 0,
+            member_size_bytes: 64 * MIB,
+            interleave_bytes: 126 * 512,
+            stripe_data_bytes: 0,
+            member_used_bytes: Vec::new(),
+            dir: tempfile::tempdir_in(dir.path()).unwrap(),
+        };
+        let options = ServeOptions {
+            instead_of_members: Some(vec!["--pool".into(), "tank".into(), dev.clone()]),
+            ..ServeOptions::default()
+        };
+        let mut s = Server::start_with(volume, options);
+        for (export, len) in [("p", 40 * MIB), ("s", 20 * MIB)] {
+            let cmds = vec![
+                format!("write -P 0x3c 0 {}", len / 2),
+                format!("write -P 0xa7 {} {}", len / 2 + 512 * 7, 3 * MIB),
+            ];
+            qemu_io(&t, &uri(&s, export), &cmds, export);
+        }
+        s.stop_with("TERM");
+    }
+    // Each drive from its pool area on: the same bytes but each
+    // subdisk's label area (its uuids differ), which md's rule sizes.
+    let pool = list_json(&adev);
+    for (fa, fb) in da.iter().zip(&db) {
+        let (ba, bb) = (std::fs::read(fa).unwrap(), std::fs::read(fb).unwrap());
+        let name = Path::new(fa).file_name().unwrap().to_str().unwrap();
+        for v in pool["volumes"].as_array().unwrap() {
+            for sd in v["plexes"][0]["subdisks"].as_array().unwrap() {
+                if sd["drive"] != name {
+                    continue;
+                }
+                let off = sd["offset_bytes"].as_u64().unwrap();
+                let len = sd["len_bytes"].as_u64().unwrap();
+                let data = (off + md_reserve_bytes(len)) as usize..(off + len) as usize;
+                assert!(
+                    ba[data.clone()] == bb[data.clone()],
+                    "{name}: subdisk {} differs",
+                    sd["name"]
+                );
+                assert!(
+                    ba[data].iter().any(|&x| x != 0),
+                    "{name}: something was written"
+                );
+            }
+        }
+    }
+}
+
+fn pool_areas(drives: &[String]) -> Vec<Vec<u8>> {
+    drives
+        .iter()
+        .map(|d| {
+            let mut b = std::fs::read(d).unwrap();
+            b.truncate(MIB as usize);
+            b
+        })
+        .collect()
+}
+
+#[test]
+fn bad_input_gets_one_clear_line_and_writes_nothing() {
+    let dir = temp_dir();
+    let dev = make_pool(dir.path());
+    let drives = drive_paths(Path::new(&dev));
+    let before = pool_areas(&drives);
+    refused(
+        &[
+            "volume", "create", "tank", "big", "--level", "raid5", "--size", "1G", &dev,
+        ],
+        "needs 4 drives with",
+    );
+    refused(
+        &[
+            "volume", "create", "tank", "db", "--level", "stripe", "--size", "1M", &dev,
+        ],
+        "already has a volume db",
+    );
+    refused(
+        &[
+            "volume", "create", "tank", "x", "--level", "mirror", "--size", "1M", "--drives",
+            "d0,d9", &dev,
+        ],
+        "has no drive d9",
+    );
+    refused(
+        &[
+            "volume", "create", "nope", "x", "--level", "stripe", "--size", "1M", &dev,
+        ],
+        "no drive of a pool named \"nope\"",
+    );
+    refused(&["volume", "remove", "tank", "x", &dev], "has no volume x");
+    // A drive of this pool taken for another.
+    let other = dir.path().join("other");
+    refused(
+        &[
+            "pool",
+            "create",
+            "other",
+            "--drive-size",
+            "64M",
+            &drives[1],
+            other.to_str().unwrap(),
+        ],
+        "is drive d1 of pool tank",
+    );
+    assert!(!other.exists(), "a refused create leaves no new file");
+    // A configuration with a typo, and one with overlapping subdisks.
+    let fresh: Vec<String> = (0..2)
+        .map(|i| dir.path().join(format!("f{i}")).display().to_string())
+        .collect();
+    let conf = dir.path().join("bad.conf");
+    for (text, says) in [
+        ("pool t\ndrive a\ndrive b\nvolume v\nplex org stripe vol v\nsd drive a driveofset 1M len 4M plex v.p0\n", "line 6: a subdisk: unknown word 'driveofset' (did you mean 'driveoffset'?"),
+        ("pool t\ndrive a\ndrive b\nvolume v\nplex org stripe vol v\nsd drive a driveoffset 1M len 4M plex v.p0\nsd drive a driveoffset 4M len 4M plex v.p0\n", "overlap on drive \"a\""),
+        ("pool t\ndrive a\ndrive b\nvolume v\nplex org raid5 vol v\nsd drive a driveoffset 1M len 4M plex v.p0\nsd drive b driveoffset 1M len 4M plex v.p0\n", "raid5 needs 3 to 64 subdisks"),
+    ] {
+        std::fs::write(&conf, text).unwrap();
+        let mut args = vec!["pool", "create", "t", "--drive-size", "64M", "--config", conf.to_str().unwrap()];
+        args.extend(fresh.iter().map(String::as_str));
+        refused(&args, says);
+        for f in &fresh {
+            let written = std::fs::read(f).map(|b| b.iter().any(|&x| x != 0)).unwrap_or(false);
+            assert!(!written, "{says}: {f} was written");
+        }
+    }
+    assert!(
+        before == pool_areas(&drives),
+        "no refusal wrote a pool area"
+    );
+}
