@@ -287,7 +287,7 @@ pub struct ServeArgs {
     /// socket (`--volume NAME` picks one for the control commands). The
     /// MEMBERs are then the pool's drives, or directories holding them;
     /// without any, every block device in /dev.
-    #[arg(long, value_name = "POOL", conflicts_with_all = ["scan", "metrics", "inject", "rotational", "write_mostly"])]
+    #[arg(long, value_name = "POOL", conflicts_with_all = ["scan", "metrics", "rotational", "write_mostly"])]
     pool: Option<String>,
 }
 
@@ -425,11 +425,22 @@ fn serve_pool(
     activated: Option<platter_server::network::systemd::Activated>,
 ) -> Result<()> {
     let io_backend = io_backend(args.io_backend.as_deref())?;
-    let open = crate::pool::drives::open_pool(Some(pool), &args.members, member_options(&args))?;
+    let mut open =
+        crate::pool::drives::open_pool(Some(pool), &args.members, member_options(&args))?;
+    let drive_names: Vec<String> = open.pool().drives.iter().map(|d| d.name.clone()).collect();
+    let latency = inject_drive_faults(&args.inject, &drive_names, &mut open.drives)?;
+    let mut member_delays = std::collections::HashMap::new();
     let mut volumes = Vec::new();
     for v in &open.pool().volumes {
         let members = open.subdisks(v)?;
         let names: Vec<String> = members.iter().map(|m| m.describe().to_string()).collect();
+        // A drive's latency is every one of its subdisks' (the I/O layer
+        // delays by the member's name).
+        for (sd, name) in v.plex().subdisks.iter().zip(&names) {
+            if let Some(delay) = latency.get(&sd.drive) {
+                member_delays.insert(name.clone(), delay.clone());
+            }
+        }
         let checked = assemble_devices(members)
             .map_err(CliError::from)
             .and_then(|vol| {
@@ -461,7 +472,7 @@ fn serve_pool(
     }
     let found = Found {
         unreachable: Vec::new(),
-        member_delays: Default::default(),
+        member_delays,
         last_seen: BTreeMap::new(),
         forced_slots: Vec::new(),
         rotational: BTreeMap::new(),
@@ -476,6 +487,34 @@ fn serve_pool(
         }
     })
     .map_err(|e| CliError(e.to_string()))
+}
+
+/// `serve --pool --inject DRIVE=SPEC`: faults wrap the drive, so that
+/// every volume with a subdisk there meets them; latency is returned by
+/// the drive's name in the pool, for its subdisks.
+fn inject_drive_faults(
+    injects: &[String],
+    drive_names: &[String],
+    drives: &mut [Option<Arc<dyn Member>>],
+) -> Result<std::collections::HashMap<String, Delay>> {
+    let present: Vec<usize> = (0..drives.len()).filter(|&d| drives[d].is_some()).collect();
+    let paths: Vec<String> = present
+        .iter()
+        .map(|&d| drives[d].as_ref().expect("present").describe().to_string())
+        .collect();
+    let mut handles: Vec<Arc<dyn Member>> = present
+        .iter()
+        .map(|&d| Arc::clone(drives[d].as_ref().expect("present")))
+        .collect();
+    let delays = inject_faults(injects, &paths, &mut handles)?;
+    let mut by_drive = std::collections::HashMap::new();
+    for (i, &d) in present.iter().enumerate() {
+        if let Some(delay) = delays.get(&paths[i]) {
+            by_drive.insert(drive_names[d].clone(), delay.clone());
+        }
+        drives[d] = Some(Arc::clone(&handles[i]));
+    }
+    Ok(by_drive)
 }
 
 /// A stalled remote member is disconnected before it could be failed.

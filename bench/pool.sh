@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# One pool server against two array servers: two volumes (raid5 and
+# raid10, 4 subdisks each at 64k) carved from one pool of 4 drives and
+# served by one `platter serve --pool`, against the same two arrays made
+# by `platter create` on separate members and served by two servers.
+# Both volumes are driven at once; every figure is the pool's over the
+# separate servers' (1.00 = the same), measured in the same run. Also
+# `platter list` on a pool of 100 volumes over 8 drives: its CPU seconds.
+# See bench/README.md and docs/performance.md ("Pools").
+#
+#   bench/pool.sh [--runs N] [--runtime SECS] [--latency T|none]
+#                 [--platter BIN] [--out DIR] [--dir DIR]
+#
+# Drives and members on tmpfs (or --dir); --latency T gives every drive
+# (pool) and every member (arrays) --inject latency=T (default none: tmpfs
+# speed; 2ms models a disk). Jobs (fio nbd engine, 32 MiB span, iodepth
+# 8, one fio per volume, both at once): 4k random read and write, 1M
+# sequential read and write. The table shows per volume and job the median
+# over the runs of pool / separate IOPS, and of the servers' CPU seconds
+# per GiB moved (pool: its one process; separate: the two summed).
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+RUNS=3
+RUNTIME=5
+LATENCY=none
+OUT=""
+PLATTER=""
+MEMBER_DIR=""
+
+bench_options "$@"
+bench_setup pool
+
+inject=none
+[ "$LATENCY" = none ] || inject="latency=$LATENCY"
+
+# The pool: 4 drives of 160 MiB, volumes a (raid5) and b (raid10).
+mkdir "$WORK/pool"
+drives=("$WORK/pool/d0" "$WORK/pool/d1" "$WORK/pool/d2" "$WORK/pool/d3")
+"$PLATTER" pool create tank --drive-size 160M "${drives[@]}" >"$OUT/pool-create.txt"
+"$PLATTER" volume create tank a --level raid5 --size 48M "$WORK/pool" >>"$OUT/pool-create.txt"
+"$PLATTER" volume create tank b --level raid10 --size 48M "$WORK/pool" >>"$OUT/pool-create.txt"
+pool_inject=()
+[ "$inject" = none ] || for d in "${drives[@]}"; do pool_inject+=(--inject "$d=$inject"); done
+NO_COLOR=1 "$PLATTER" serve --pool tank --socket "$WORK/pool.sock" ${pool_inject[@]+"${pool_inject[@]}"} \
+    "$WORK/pool" >"$OUT/pool.out" 2>"$OUT/pool.log" &
+PID[pool]=$!
+wait_ready pool
+URI[pool-a]="nbd+unix:///a?socket=$WORK/pool.sock"
+URI[pool-b]="nbd+unix:///b?socket=$WORK/pool.sock"
+
+# The arrays: the same levels on members of their own.
+SERVE_ARGS=()
+serve sep-a raid5 4 64k "$inject"
+serve sep-b raid10 4 64k "$inject"
+
+# name: rw bs
+declare -A JOB=(
+    [rand-read]="randread 4k"
+    [rand-write]="randwrite 4k"
+    [seq-read]="read 1M"
+    [seq-write]="write 1M"
+)
+ORDER=(rand-write rand-read seq-write seq-read)
+
+{
+    bench_machine
+    echo "drives:    latency $LATENCY; $RUNS runs of ${RUNTIME} s per job"
+} | tee "$OUT/environment.txt"
+
+# cpu_ticks PID...: user + system ticks of the processes, summed.
+cpu_ticks() {
+    local p sum=0
+    for p in "$@"; do
+        sum=$((sum + $(awk '{print $14 + $15}' "/proc/$p/stat")))
+    done
+    echo "$sum"
+}
+
+# both SETUP JOB RUN: fio on volumes a and b of SETUP (pool or sep) at once.
+both() {
+    local setup="$1" job="$2" run="$3" rw bs v pids=()
+    read -r rw bs <<<"${JOB[$job]}"
+    for v in a b; do
+        fio --name=job --ioengine=nbd "--uri=${URI[$setup-$v]}" "--rw=$rw" "--bs=$bs" \
+            --iodepth=8 --numjobs=1 --size=32M --time_based "--runtime=$RUNTIME" \
+            --randrepeat=0 --output-format=json \
+            "--output=$OUT/$setup-$v-$job-$run.json" >/dev/null &
+        pids+=($!)
+    done
+    wait "${pids[@]}"
+}
+
+for run in $(seq 1 "$RUNS"); do
+    for job in "${ORDER[@]}"; do
+        for setup in pool sep; do
+            servers=("${PID[pool]}")
+            [ "$setup" = pool ] || servers=("${PID[sep-a]}" "${PID[sep-b]}")
+            for p in "${servers[@]}"; do kill -0 "$p" 2>/dev/null || die "a server died: see $OUT"; done
+            echo "== run $run/$RUNS: $job on $setup"
+            before=$(cpu_ticks "${servers[@]}")
+            both "$setup" "$job" "$run"
+            echo $(($(cpu_ticks "${servers[@]}") - before)) >"$OUT/$setup-$job-$run.ticks"
+        done
+    done
+done
+
+# platter list on a pool of 100 volumes over 8 drives.
+mkdir "$WORK/big"
+big=()
+for i in $(seq 0 7); do big+=("$WORK/big/d$i"); done
+"$PLATTER" pool create big --drive-size 512M "${big[@]}" >/dev/null
+for i in $(seq 1 100); do
+    "$PLATTER" volume create big "v$i" --level raid5 --size 4M --subdisks 4 "$WORK/big" >/dev/null
+done
+TIMEFORMAT='%U %S'
+{ time "$PLATTER" list "$WORK/big" >"$OUT/list-100.txt"; } 2>"$OUT/list-100.time"
+list_cpu=$(tail -n 1 "$OUT/list-100.time")
+
+python3 - "$OUT" "$RUNS" "$list_cpu" <<'EOF' | tee "$OUT/summary.txt"
+import json, statistics, sys
+out, runs, list_cpu = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+def result(setup, v, job, run):
+    j = json.load(open(f"{out}/{setup}-{v}-{job}-{run}.json"))["jobs"][0]
+    side = j["read"] if j["read"]["io_bytes"] else j["write"]
+    return side["iops"], side["io_bytes"]
+def cpu_per_gib(setup, job, run):
+    ticks = int(open(f"{out}/{setup}-{job}-{run}.ticks").read())
+    moved = sum(result(setup, v, job, run)[1] for v in "ab")
+    return ticks / 100 / (moved / 2**30)
+print()
+print("| job | volume | separate IOPS (median) | pool / separate (runs) | CPU s/GiB: pool / separate (runs) |")
+print("|---|---|---|---|---|")
+for job in ("rand-write", "rand-read", "seq-write", "seq-read"):
+    cpu = [cpu_per_gib("pool", job, k) / cpu_per_gib("sep", job, k) for k in range(1, runs + 1)]
+    for v, name in (("a", "raid5"), ("b", "raid10")):
+        sep = [result("sep", v, job, k)[0] for k in range(1, runs + 1)]
+        rs = [result("pool", v, job, k)[0] / result("sep", v, job, k)[0] for k in range(1, runs + 1)]
+        print(f"| {job} | {name} | {statistics.median(sep):,.0f} | {statistics.median(rs):.2f} ("
+              + ", ".join(f"{r:.2f}" for r in rs) + f") | {statistics.median(cpu):.2f} ("
+              + ", ".join(f"{r:.2f}" for r in cpu) + ") |")
+user, system = (float(x) for x in list_cpu.split())
+print()
+print(f"platter list, 100 volumes over 8 drives: {user + system:.2f} CPU seconds "
+      f"(user {user:.2f}, system {system:.2f})")
+EOF
+echo "results in $OUT"
