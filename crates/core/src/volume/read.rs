@@ -39,50 +39,7 @@ impl Volume {
                     roles_cache = Some((e.stripe, roles));
                 }
                 let roles = &roles_cache.as_ref().expect("just set").1;
-                let m = roles.data[e.data_index as usize];
-                // Bytes in the stripe cache come from there; the rest from
-                // the members (which hold no part of a cached write).
-                let runs = self
-                    .cached_runs(e.stripe, e.data_index, e.within_bytes, e.len_bytes)
-                    .unwrap_or_else(|| {
-                        vec![ChunkRun::Members {
-                            within_bytes: e.within_bytes,
-                            len_bytes: e.len_bytes,
-                        }]
-                    });
-                for run in runs {
-                    let within = run.within_bytes();
-                    let at_bytes = at_bytes + (within - e.within_bytes);
-                    let len = match run {
-                        ChunkRun::Cached { bytes, .. } => {
-                            plan.segments.push((at_bytes, bytes));
-                            continue;
-                        }
-                        ChunkRun::Members { len_bytes, .. } => len_bytes,
-                    };
-                    if self.usable(m, e.stripe) && !Self::read_failed_on(failed, m, at_bytes, len) {
-                        pieces.push(ReadPiece {
-                            member: m,
-                            offset_bytes: g.member_offset_bytes(e.stripe, within),
-                            len_bytes: len,
-                            target: Target::Out { at_bytes },
-                        });
-                        continue;
-                    }
-                    if plan.jobs.last().is_none_or(|j| j.stripe != e.stripe) {
-                        plan.jobs.push(StripeJob::new(
-                            e.stripe,
-                            within,
-                            within + len,
-                            Some(roles.clone()),
-                            Strategy::Reconstruct,
-                        ));
-                    }
-                    let job = plan.jobs.last_mut().expect("just pushed");
-                    job.lo_bytes = job.lo_bytes.min(within);
-                    job.hi_bytes = job.hi_bytes.max(within + len);
-                    job.wants.push((e.data_index, within, len, at_bytes));
-                }
+                self.plan_parity_extent(&e, at_bytes, roles, failed, plan, &mut pieces);
             } else {
                 let choice = choice.as_mut().expect("begun for copy levels");
                 if !self.place_read_extent(choice, &e, at_bytes, failed, &mut pieces) {
@@ -90,27 +47,103 @@ impl Volume {
                 }
             }
         }
-        // Degraded stripes: read the hull from every surviving member
-        // (but one whose bytes of the stripe failed this read already).
-        let stripe_bytes = g.stripe_data_bytes();
-        for (j, job) in plan.jobs.iter_mut().enumerate() {
-            let lo = (job.stripe * stripe_bytes).saturating_sub(offset_bytes);
-            let failed_here = |m: u32| Self::read_failed_on(failed, m, lo, stripe_bytes);
-            if self
-                .plan_hull_reads(j as u32, job, &mut pieces, failed_here)
-                .is_err()
-            {
-                // As on copy levels: the members whose reads failed could
-                // not be corrected, and are failed.
-                return Err(self.read_lost(id, job.stripe * stripe_bytes, stripe_bytes));
-            }
-        }
+        self.plan_degraded_stripes(id, offset_bytes, plan, &mut pieces)?;
         assert_eq!(
             planned_read_bytes(&pieces, plan),
             len_bytes,
             "a read's plan covers its bytes exactly once"
         );
         Ok(pieces)
+    }
+
+    /// One extent of a parity level's read: bytes the stripe cache holds
+    /// from there, the rest from the extent's member, or, where the member
+    /// cannot serve them (out of use, or its read failed already), a
+    /// reconstruction job for the stripe.
+    fn plan_parity_extent(
+        &self,
+        e: &crate::geometry::Extent,
+        at_bytes: u64,
+        roles: &crate::geometry::StripeRoles,
+        failed: Option<&[super::repair::Failure]>,
+        plan: &mut Plan,
+        pieces: &mut ReadPieces,
+    ) {
+        let m = roles.data[e.data_index as usize];
+        // Bytes in the stripe cache come from there; the rest from
+        // the members (which hold no part of a cached write).
+        let runs = self
+            .cached_runs(e.stripe, e.data_index, e.within_bytes, e.len_bytes)
+            .unwrap_or_else(|| {
+                vec![ChunkRun::Members {
+                    within_bytes: e.within_bytes,
+                    len_bytes: e.len_bytes,
+                }]
+            });
+        for run in runs {
+            let within = run.within_bytes();
+            let at_bytes = at_bytes + (within - e.within_bytes);
+            let len = match run {
+                ChunkRun::Cached { bytes, .. } => {
+                    plan.segments.push((at_bytes, bytes));
+                    continue;
+                }
+                ChunkRun::Members { len_bytes, .. } => len_bytes,
+            };
+            if self.usable(m, e.stripe) && !Self::read_failed_on(failed, m, at_bytes, len) {
+                pieces.push(ReadPiece {
+                    member: m,
+                    offset_bytes: self.geometry.member_offset_bytes(e.stripe, within),
+                    len_bytes: len,
+                    target: Target::Out { at_bytes },
+                });
+                continue;
+            }
+            if plan.jobs.last().is_none_or(|j| j.stripe != e.stripe) {
+                plan.jobs.push(StripeJob::new(
+                    e.stripe,
+                    within,
+                    within + len,
+                    Some(roles.clone()),
+                    Strategy::Reconstruct,
+                ));
+            }
+            let job = plan.jobs.last_mut().expect("just pushed");
+            job.lo_bytes = job.lo_bytes.min(within);
+            job.hi_bytes = job.hi_bytes.max(within + len);
+            job.wants.push((e.data_index, within, len, at_bytes));
+        }
+    }
+
+    /// Degraded stripes: the hull read from every surviving member (but
+    /// one whose bytes of the stripe failed this read already). A stripe
+    /// that cannot be reconstructed fails the read, as on copy levels: the
+    /// members whose reads failed could not be corrected, and are failed.
+    fn plan_degraded_stripes(
+        &mut self,
+        id: RequestId,
+        offset_bytes: u64,
+        plan: &mut Plan,
+        pieces: &mut ReadPieces,
+    ) -> Result<(), VolumeError> {
+        let stripe_bytes = self.geometry.stripe_data_bytes();
+        let failed = self.read_failures(id);
+        let mut lost = None;
+        for (j, job) in plan.jobs.iter_mut().enumerate() {
+            let lo = (job.stripe * stripe_bytes).saturating_sub(offset_bytes);
+            let failed_here = |m: u32| Self::read_failed_on(failed, m, lo, stripe_bytes);
+            if self
+                .plan_hull_reads(j as u32, job, pieces, failed_here)
+                .is_err()
+            {
+                lost = Some(job.stripe);
+                break;
+            }
+        }
+        match lost {
+            Some(stripe) => Err(self.read_lost(id, stripe * stripe_bytes, stripe_bytes)),
+            None => Ok(()),
+        }
     }
 
     /// Plans reads of `[lo, hi)` of every online member of a parity stripe,

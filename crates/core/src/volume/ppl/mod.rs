@@ -246,15 +246,7 @@ impl Volume {
                 .iter()
                 .map(|(d, w, b)| (*d, *w, b.len() as u64)),
         );
-        let whole = (0..roles.data.len() as u32).all(|d| {
-            let covered: u64 = pieces
-                .iter()
-                .filter(|p| p.data_index == d)
-                .map(|p| p.len_bytes)
-                .sum();
-            covered == hi - lo
-        });
-        if whole {
+        if covers_every_cell(roles.data.len() as u32, &pieces, hi - lo) {
             if !log.has_record(stripe) {
                 return JobLog::Nothing;
             }
@@ -278,49 +270,7 @@ impl Volume {
             !pieces.is_empty(),
             "stripe {stripe}: a partial record writes something"
         );
-        let zeros = vec![0u8; hull];
-        let cells = |m: u32| -> &[u8] {
-            let b = &job.bufs[m as usize];
-            if b.is_empty() {
-                &zeros
-            } else {
-                b
-            }
-        };
-        let (mut pp, mut pq) = match job.strategy {
-            super::write::Strategy::ReadModifyWrite => (
-                p_live.then(|| cells(roles.p).to_vec()),
-                roles.q.filter(|_| q_live).map(|q| cells(q).to_vec()),
-            ),
-            _ => {
-                let k = roles.data.len();
-                let mut data: Vec<&[u8]> = vec![&[]; k];
-                for (d, &m) in roles.data.iter().enumerate() {
-                    data[roles.q_slot[d] as usize] = cells(m);
-                }
-                let mut p = vec![0u8; hull];
-                let mut q = vec![0u8; hull];
-                if roles.q.is_some() {
-                    platter_parity::gen_pq(&data, &mut p, &mut q);
-                } else {
-                    platter_parity::gen_p(&data, &mut p);
-                }
-                (p_live.then_some(p), q_live.then_some(q))
-            }
-        };
-        // Out with the modified cells' old bytes (zeros where never read).
-        for piece in &pieces {
-            let m = roles.data[piece.data_index as usize];
-            let at = (piece.within_bytes - lo) as usize;
-            let old = &cells(m)[at..at + piece.len_bytes as usize];
-            if let Some(p) = pp.as_mut() {
-                platter_parity::xor_into(&mut p[at..at + old.len()], old);
-            }
-            if let Some(q) = pq.as_mut() {
-                let coef = platter_parity::gf_exp2(roles.q_slot[piece.data_index as usize]);
-                platter_parity::mul_xor_into(coef, old, &mut q[at..at + old.len()]);
-            }
-        }
+        let (pp, pq) = partial_parity(job, &pieces, hull, (p_live, q_live));
         JobLog::Partial(Record {
             seq: 0,
             stripes: vec![stripe],
@@ -659,4 +609,74 @@ impl Volume {
             );
         }
     }
+}
+
+/// Whether the pieces being written cover every data cell of the hull
+/// (`hull_bytes` of each): then no old bytes need keeping.
+fn covers_every_cell(data_cells: u32, pieces: &[crate::ppl::Piece], hull_bytes: u64) -> bool {
+    (0..data_cells).all(|d| {
+        let covered: u64 = pieces
+            .iter()
+            .filter(|p| p.data_index == d)
+            .map(|p| p.len_bytes)
+            .sum();
+        covered == hull_bytes
+    })
+}
+
+/// Rule 1's partial parity of `job`'s hull: the parity of the cells not
+/// being written (the new parity with the written cells' old bytes taken
+/// out), for each of P and Q still live.
+fn partial_parity(
+    job: &StripeJob,
+    pieces: &[crate::ppl::Piece],
+    hull: usize,
+    (p_live, q_live): (bool, bool),
+) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
+    let roles = &job.roles;
+    let lo = job.lo_bytes;
+    let zeros = vec![0u8; hull];
+    let cells = |m: u32| -> &[u8] {
+        let b = &job.bufs[m as usize];
+        if b.is_empty() {
+            &zeros
+        } else {
+            b
+        }
+    };
+    let (mut pp, mut pq) = match job.strategy {
+        super::write::Strategy::ReadModifyWrite => (
+            p_live.then(|| cells(roles.p).to_vec()),
+            roles.q.filter(|_| q_live).map(|q| cells(q).to_vec()),
+        ),
+        _ => {
+            let k = roles.data.len();
+            let mut data: Vec<&[u8]> = vec![&[]; k];
+            for (d, &m) in roles.data.iter().enumerate() {
+                data[roles.q_slot[d] as usize] = cells(m);
+            }
+            let mut p = vec![0u8; hull];
+            let mut q = vec![0u8; hull];
+            if roles.q.is_some() {
+                platter_parity::gen_pq(&data, &mut p, &mut q);
+            } else {
+                platter_parity::gen_p(&data, &mut p);
+            }
+            (p_live.then_some(p), q_live.then_some(q))
+        }
+    };
+    // Out with the modified cells' old bytes (zeros where never read).
+    for piece in pieces {
+        let m = roles.data[piece.data_index as usize];
+        let at = (piece.within_bytes - lo) as usize;
+        let old = &cells(m)[at..at + piece.len_bytes as usize];
+        if let Some(p) = pp.as_mut() {
+            platter_parity::xor_into(&mut p[at..at + old.len()], old);
+        }
+        if let Some(q) = pq.as_mut() {
+            let coef = platter_parity::gf_exp2(roles.q_slot[piece.data_index as usize]);
+            platter_parity::mul_xor_into(coef, old, &mut q[at..at + old.len()]);
+        }
+    }
+    (pp, pq)
 }
