@@ -432,28 +432,30 @@ fn serve_pool(
     let mut member_delays = std::collections::HashMap::new();
     let mut volumes = Vec::new();
     for v in &open.pool().volumes {
-        let members = open.subdisks(v)?;
+        let (members, blank) = blank_apart(open.subdisks(v)?)?;
         let names: Vec<String> = members.iter().map(|m| m.describe().to_string()).collect();
         // A drive's latency is every one of its subdisks' (the I/O layer
         // delays by the member's name).
-        for (sd, name) in v.plex().subdisks.iter().zip(&names) {
-            if let Some(delay) = latency.get(&sd.drive) {
-                member_delays.insert(name.clone(), delay.clone());
+        for (s, sd) in v.plex().subdisks.iter().enumerate() {
+            let prefix = format!("{pool}/{} (", v.subdisk_name(0, s));
+            let delay = latency.get(&sd.drive);
+            let all = members.iter().chain(&blank).map(|m| m.describe());
+            for name in all.filter(|n| n.starts_with(&prefix)) {
+                if let Some(delay) = delay {
+                    member_delays.insert(name.to_string(), delay.clone());
+                }
             }
         }
+        // A blank subdisk (its drive replaced) stands for a missing one:
+        // it becomes the volume's spare and is rebuilt.
+        let given = crate::partial::Given::Named(&names);
         let checked = assemble_devices(members)
             .map_err(CliError::from)
             .and_then(|vol| {
-                crate::partial::check(
-                    &vol.assembly,
-                    crate::partial::Given::Named(&names),
-                    0,
-                    args.run,
-                )
-                .map(|_| vol)
+                crate::partial::check(&vol.assembly, given, blank.len(), args.run).map(|_| vol)
             });
         match checked {
-            Ok(vol) => volumes.push(vol),
+            Ok(vol) => volumes.push((vol, blank)),
             Err(e) if args.run && !open.gathered.missing.is_empty() => {
                 tracing::warn!(volume = %v.name, error = %e.0, "not served: it cannot be assembled without the missing drives");
             }
@@ -487,6 +489,24 @@ fn serve_pool(
         }
     })
     .map_err(|e| CliError(e.to_string()))
+}
+
+/// A volume's subdisks split: those with a label, and the blank ones (on
+/// a drive put in place of a lost one) that its spares will be.
+fn blank_apart(
+    members: Vec<Arc<dyn Member>>,
+) -> Result<(Vec<Arc<dyn Member>>, Vec<Arc<dyn Member>>)> {
+    let mut labelled = Vec::new();
+    let mut blank = Vec::new();
+    for m in members {
+        let area = platter_io::assembly::read_label_area(m.as_ref())?;
+        if area.iter().all(|&b| b == 0) {
+            blank.push(m);
+        } else {
+            labelled.push(m);
+        }
+    }
+    Ok((labelled, blank))
 }
 
 /// `serve --pool --inject DRIVE=SPEC`: faults wrap the drive, so that

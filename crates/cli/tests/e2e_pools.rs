@@ -242,7 +242,77 @@ fn a_pool_serves_its_volumes_through_one_server_and_a_lost_drive_costs_each_its_
             .count();
         assert_eq!(faulty, 1, "{name} lost the one subdisk on {lost}: {st}");
     }
-    s.stop_expecting_errors("TERM", &["faulty", "Shrunk", "shrank", "smaller"]);
+    s.stop_expecting_errors("TERM", &["faulty", "Shrunk", "shrank", "smaller", "label"]);
+
+    // A new drive in the lost one's place; the concat, whose data was all
+    // there, is removed. Served again, each redundant volume rebuilds its
+    // subdisk on the new drive, and every byte fio wrote reads back.
+    std::fs::remove_file(&file).unwrap();
+    ok(
+        &["volume", "remove", "tank", "scratch", &dev],
+        "volume remove scratch",
+    );
+    let new = Path::new(&dev).join("new");
+    let new = new.to_str().unwrap();
+    ok(
+        &[
+            "pool",
+            "replace-drive",
+            "tank",
+            &lost,
+            new,
+            "--drive-size",
+            "160M",
+            &dev,
+        ],
+        "replace-drive",
+    );
+    let s = serve_pool(dir.path(), &dev);
+    for name in ["db", "bulk"] {
+        wait_rebuilt(&s, name);
+    }
+    fio_all(&t, &s, &redundant, true);
+    for name in ["db", "bulk"] {
+        ok(
+            &["--volume", name, "check", "--control", &s.control()],
+            &format!("check {name}"),
+        );
+    }
+    let pool = list_json(&dev);
+    assert!(
+        pool["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|v| v["state"] == "up"),
+        "{pool}"
+    );
+}
+
+/// Waits (2 minutes at most) until volume `name` of the pool server has
+/// no rebuild under way and every member active.
+fn wait_rebuilt(s: &Server, name: &str) {
+    let start = std::time::Instant::now();
+    loop {
+        let out = ok(
+            &[
+                "--volume",
+                name,
+                "status",
+                "--json",
+                "--control",
+                &s.control(),
+            ],
+            "status",
+        );
+        let st: Value = serde_json::from_str(&out.stdout).unwrap();
+        let members = st["members"].as_array().unwrap();
+        if st["rebuild"].is_null() && members.iter().all(|m| m["state"] == "active") {
+            return;
+        }
+        assert!(start.elapsed().as_secs() < 120, "{name}: not rebuilt: {st}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
 }
 
 /// `printconfig` is a configuration `pool create --config` takes back:

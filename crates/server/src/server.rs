@@ -236,7 +236,7 @@ pub fn serve(
     config: ServeConfig,
     on_ready: impl FnOnce(&Ready),
 ) -> Result<(), ServeError> {
-    serve_volumes(vec![volume], config, on_ready)
+    serve_volumes(vec![(volume, Vec::new())], config, on_ready)
 }
 
 /// One volume's part of a server: its engine and what keeps it (labels,
@@ -251,6 +251,9 @@ struct Served {
 /// What a volume has before the sockets are bound.
 struct Starting {
     opened: startup::Opened,
+    /// Devices that take a missing or failed member's place as soon as
+    /// the volume serves (a pool's blank subdisks on a replaced drive).
+    spares: Vec<Arc<dyn platter_io::Member>>,
     export: platter_nbd::ExportInfo,
     engine: Arc<Engine>,
     resync_regions: u64,
@@ -259,17 +262,18 @@ struct Starting {
 /// Serves every volume in `volumes` as an NBD export of its name (a
 /// pool's volumes; one volume for `platter serve`), through one set of
 /// sockets and one control socket, until SIGINT or SIGTERM; then each is
-/// finished, flushed and marked clean.
+/// finished, flushed and marked clean. Each volume comes with the spares
+/// it starts with.
 pub fn serve_volumes(
-    volumes: Vec<OpenVolume>,
+    volumes: Vec<(OpenVolume, Vec<Arc<dyn platter_io::Member>>)>,
     config: ServeConfig,
     on_ready: impl FnOnce(&Ready),
 ) -> Result<(), ServeError> {
     assert!(!volumes.is_empty(), "a server serves a volume");
     let server_tls = server_tls(&config)?;
     let mut starting = Vec::new();
-    for volume in volumes {
-        starting.push(start_volume(volume, &config)?);
+    for (volume, spares) in volumes {
+        starting.push(start_volume(volume, spares, &config)?);
     }
     check_export_names(&starting)?;
     let shared = connection_shared(&config, &starting, server_tls)?;
@@ -321,12 +325,17 @@ pub fn serve_volumes(
 }
 
 /// A volume's members opened, its export and its engine.
-fn start_volume(volume: OpenVolume, config: &ServeConfig) -> Result<Starting, ServeError> {
+fn start_volume(
+    volume: OpenVolume,
+    spares: Vec<Arc<dyn platter_io::Member>>,
+    config: &ServeConfig,
+) -> Result<Starting, ServeError> {
     let mut opened = startup::open(volume, config)?;
     let export = startup::export_info(&opened, config.read_only, &config.rotational);
     let (engine, resync_regions) = startup::engine(&mut opened, config)?;
     Ok(Starting {
         opened,
+        spares,
         export,
         engine,
         resync_regions,
@@ -357,6 +366,7 @@ fn keep_volume(
 ) -> Result<Served, ServeError> {
     let Starting {
         mut opened,
+        spares,
         export,
         engine,
         resync_regions,
@@ -376,6 +386,10 @@ fn keep_volume(
     let parts = (&engine, recorder, &meta, &upkeep);
     let manager = manager(config, &mut opened, parts, control_path);
     manager.await_unreachable(&config.unreachable);
+    if !spares.is_empty() && !config.read_only {
+        tracing::info!(volume = %export.name, spares = spares.len(), "spares ready to take the members' places");
+        manager.spares.lock().expect("spares").extend(spares);
+    }
     Ok(Served {
         export,
         manager,

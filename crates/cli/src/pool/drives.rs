@@ -141,6 +141,13 @@ impl OpenPool {
         Ok(())
     }
 
+    /// Puts a drive opened by the caller in place `d` (a missing drive's
+    /// replacement); its slot 0 is written first.
+    pub fn put(&mut self, d: usize, m: Arc<dyn Member>) {
+        self.drives[d] = Some(m);
+        self.next_slots[d] = 0;
+    }
+
     /// Adds a drive opened by the caller; its slot 0 is written first.
     pub fn add(&mut self, m: Arc<dyn Member>) {
         self.drives.push(Some(m));

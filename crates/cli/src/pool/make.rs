@@ -69,6 +69,28 @@ pub struct AddDriveArgs {
 }
 
 #[derive(Args)]
+pub struct ReplaceDriveArgs {
+    #[arg(value_name = "POOL")]
+    pool: String,
+    /// The drive lost (its name in the pool: d1).
+    #[arg(value_name = "DRIVE")]
+    old: String,
+    /// The device that takes its place: its subdisks are put at the same
+    /// offsets, blank, and each volume rebuilds its subdisk there when
+    /// next served (`serve --pool`).
+    #[arg(value_name = "NEW")]
+    new: String,
+    /// Create the new drive file if missing, of this size (sparse).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    drive_size: Option<u64>,
+    /// Take a device that holds a platter label or another pool's drive.
+    #[arg(long)]
+    force: bool,
+    #[command(flatten)]
+    devices: DeviceArgs,
+}
+
+#[derive(Args)]
 pub struct VolumeCreateArgs {
     #[arg(value_name = "POOL")]
     pool: String,
@@ -532,6 +554,65 @@ pub fn volume_remove(args: VolumeRemoveArgs) -> Result<()> {
         v.name,
         args.pool,
         v.plex().subdisks.len(),
+        open.pool().generation
+    );
+    Ok(())
+}
+
+pub fn replace_drive(args: ReplaceDriveArgs) -> Result<()> {
+    let mut open = open_pool(Some(&args.pool), &args.devices.devices, writable())?;
+    let pool = open.pool().clone();
+    let Some(d) = pool.drives.iter().position(|x| x.name == args.old) else {
+        return Err(CliError(format!(
+            "pool {} has no drive {}",
+            pool.name, args.old
+        )));
+    };
+    if open.drives[d].is_some() {
+        return Err(CliError(format!(
+            "drive {} of pool {} is present; a drive is replaced once it is gone (take its \
+             device away first)",
+            args.old, pool.name
+        )));
+    }
+    let m = open_new_drive(&args.new, args.drive_size, args.force)?;
+    let on_it: Vec<(u64, u64)> = pool
+        .subdisks()
+        .filter(|(_, sd)| sd.drive == args.old)
+        .map(|(_, sd)| (sd.offset_bytes, sd.len_bytes))
+        .collect();
+    let end = on_it.iter().map(|(o, l)| o + l).max().unwrap_or(0);
+    if m.size_bytes() < end {
+        return Err(CliError(format!(
+            "{}: {} is smaller than the {} its subdisks reach on {}",
+            args.new,
+            format_size(m.size_bytes()),
+            format_size(end),
+            args.old
+        )));
+    }
+    // Blank where each subdisk's label goes: a stale one would be taken
+    // for a member.
+    for (offset, _) in &on_it {
+        m.write_at(*offset, &[0u8; LABEL_BYTES])?;
+    }
+    m.write_at(area::slot_offset_bytes(1), &[0u8; HEADER_BYTES])?;
+    let mut new_pool = pool.clone();
+    new_pool.drives[d] = Drive {
+        name: args.old.clone(),
+        uuid: random_uuid(),
+        size_bytes: m.size_bytes(),
+        device: args.new.clone(),
+    };
+    open.put(d, m);
+    open.write(new_pool)?;
+    outln!(
+        "drive {} of pool {} is now {}: {} subdisks there, rebuilt by their volumes when served \
+         (generation {})",
+        args.old,
+        args.pool,
+        args.new,
+        on_it.len(),
         open.pool().generation
     );
     Ok(())

@@ -21,6 +21,11 @@ pub enum PoolCommand {
     Create(make::PoolCreateArgs),
     /// Add drives to a pool.
     AddDrive(make::AddDriveArgs),
+    /// Put a new device in the place of a drive that is gone: its
+    /// subdisks are laid out there again, blank, and `serve --pool`
+    /// rebuilds each volume's subdisk on it (as a spare takes a failed
+    /// member's place).
+    ReplaceDrive(make::ReplaceDriveArgs),
 }
 
 #[derive(Subcommand)]
@@ -37,6 +42,7 @@ pub fn run_pool(c: PoolCommand) -> Result<()> {
     match c {
         PoolCommand::Create(a) => make::pool_create(a),
         PoolCommand::AddDrive(a) => make::add_drive(a),
+        PoolCommand::ReplaceDrive(a) => make::replace_drive(a),
     }
 }
 
