@@ -491,11 +491,11 @@ fn serve_pool(
     .map_err(|e| CliError(e.to_string()))
 }
 
+type Members = Vec<Arc<dyn Member>>;
+
 /// A volume's subdisks split: those with a label, and the blank ones (on
 /// a drive put in place of a lost one) that its spares will be.
-fn blank_apart(
-    members: Vec<Arc<dyn Member>>,
-) -> Result<(Vec<Arc<dyn Member>>, Vec<Arc<dyn Member>>)> {
+fn blank_apart(members: Vec<Arc<dyn Member>>) -> Result<(Members, Members)> {
     let mut labelled = Vec::new();
     let mut blank = Vec::new();
     for m in members {
