@@ -13,6 +13,7 @@ use crate::out::{out, outln};
 use clap::Args;
 use platter_core::assemble::{assemble, uuid_string, AssembleError, Assembly, Found, Superseded};
 use platter_core::label::{is_blank, printable, Label, LabelError, LABEL_BYTES};
+use platter_core::pool::area::POOL_MAGIC;
 use platter_io::assembly::path_identity;
 use platter_io::{open_member, OpenOptions};
 use serde::Serialize;
@@ -79,6 +80,21 @@ pub struct Discovery {
     pub unreadable: Vec<(String, String)>,
     /// Devices and files looked at (each once, whatever its names).
     pub looked_at: usize,
+    /// Pools whose drives were found (`platter pool`).
+    pub pools: Vec<FoundPool>,
+}
+
+/// A pool some of whose drives were found.
+#[derive(Serialize)]
+pub struct FoundPool {
+    pub name: String,
+    pub uuid: String,
+    pub generation: u64,
+    /// (drive, where it was found), in the pool's drive order.
+    pub drives: Vec<(String, String)>,
+    /// Drives of the pool not found.
+    pub missing: Vec<String>,
+    pub volumes: Vec<String>,
 }
 
 impl Discovery {
@@ -110,8 +126,11 @@ pub fn run(args: ScanArgs) -> Result<u8> {
 }
 
 fn exit_status(d: &Discovery) -> u8 {
-    if d.volumes.is_empty() && d.damaged.is_empty() {
+    if d.volumes.is_empty() && d.damaged.is_empty() && d.pools.is_empty() {
         return EXIT_NOTHING;
+    }
+    if d.pools.iter().any(|p| !p.missing.is_empty()) {
+        return EXIT_INCOMPLETE;
     }
     let whole = d.volumes.iter().all(|v| {
         v.assembly.as_ref().is_ok_and(|a| {
@@ -145,6 +164,7 @@ pub fn discover(paths: &[String]) -> Result<Discovery> {
     let mut d = Discovery::default();
     let mut seen: Vec<(u64, u64)> = Vec::new();
     let mut by_volume: BTreeMap<[u8; 16], Vec<(String, u64, Label)>> = BTreeMap::new();
+    let mut pool_paths = Vec::new();
     for c in candidates {
         // The same device under two names (/dev/sdb and a /dev/disk/by-id
         // link) is looked at once, under the first name.
@@ -163,6 +183,10 @@ pub fn discover(paths: &[String]) -> Result<Discovery> {
                 continue;
             }
         };
+        if area.starts_with(&POOL_MAGIC) {
+            pool_paths.push(c);
+            continue;
+        }
         if is_blank(&area) {
             continue;
         }
@@ -199,7 +223,39 @@ pub fn discover(paths: &[String]) -> Result<Discovery> {
     }
     d.volumes
         .sort_by(|a, b| (&a.name, a.uuid).cmp(&(&b.name, b.uuid)));
+    d.pools = found_pools(&pool_paths, &mut d.damaged)?;
     Ok(d)
+}
+
+/// The pools whose drives are among `paths` (devices whose first bytes
+/// are a pool slot's); a device whose slots are both unusable is listed as
+/// damaged, as a damaged label is.
+fn found_pools(paths: &[String], damaged: &mut Vec<(String, String)>) -> Result<Vec<FoundPool>> {
+    use platter_core::pool::area::{gather_uuid, pools_in};
+    let seen = crate::pool::drives::look(paths)?;
+    let mut out = Vec::new();
+    for uuid in pools_in(&seen) {
+        let g = gather_uuid(&seen, uuid).map_err(CliError)?;
+        let drives = g
+            .present
+            .iter()
+            .map(|(i, name)| (name.clone(), seen[*i].device.clone()))
+            .collect();
+        out.push(FoundPool {
+            name: g.pool.name.clone(),
+            uuid: platter_core::pool::uuid_text(&g.pool.uuid),
+            generation: g.pool.generation,
+            drives,
+            missing: g.missing.clone(),
+            volumes: g.pool.volumes.iter().map(|v| v.name.clone()).collect(),
+        });
+        for (device, why) in g.damaged {
+            if !damaged.iter().any(|(p, _)| *p == device) {
+                damaged.push((device, format!("pool slots: {why}")));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The candidates a path names: itself, or a directory's files and block
@@ -388,6 +444,25 @@ pub fn render(d: &Discovery) -> String {
             }
         }
     }
+    for p in &d.pools {
+        let _ = writeln!(
+            s,
+            "pool '{}' {}: {} of {} drives, generation {}, volumes: {} (platter list; serve --pool {})",
+            p.name,
+            p.uuid,
+            p.drives.len(),
+            p.drives.len() + p.missing.len(),
+            p.generation,
+            if p.volumes.is_empty() { "none".to_string() } else { p.volumes.join(", ") },
+            p.name
+        );
+        for (drive, path) in &p.drives {
+            let _ = writeln!(s, "  drive {drive:<8} {path}");
+        }
+        for drive in &p.missing {
+            let _ = writeln!(s, "  drive {drive:<8} missing");
+        }
+    }
     for name in d.shared_names() {
         let _ = writeln!(
             s,
@@ -444,8 +519,9 @@ fn slot_path_left_out<'p>(a: &Assembly, slot: usize, paths: &'p [String]) -> Opt
 }
 
 #[derive(Serialize)]
-struct DiscoveryJson {
+struct DiscoveryJson<'a> {
     volumes: Vec<FoundJson>,
+    pools: &'a [FoundPool],
     /// Names carried by more than one volume.
     shared_names: Vec<String>,
     damaged: Vec<PathReason>,
@@ -520,7 +596,7 @@ fn member_json(v: &FoundVolume, a: Option<&Assembly>, i: usize) -> FoundMemberJs
     }
 }
 
-fn json(d: &Discovery) -> DiscoveryJson {
+fn json(d: &Discovery) -> DiscoveryJson<'_> {
     let volumes = d
         .volumes
         .iter()
@@ -555,6 +631,7 @@ fn json(d: &Discovery) -> DiscoveryJson {
     };
     DiscoveryJson {
         volumes,
+        pools: &d.pools,
         shared_names: d.shared_names().into_iter().map(str::to_string).collect(),
         damaged: pr(&d.damaged),
         unreadable: pr(&d.unreadable),

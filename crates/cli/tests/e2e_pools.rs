@@ -172,6 +172,14 @@ fn a_pool_serves_its_volumes_through_one_server_and_a_lost_drive_costs_each_its_
     for v in pool["volumes"].as_array().unwrap() {
         assert_eq!(v["state"], "up", "{v}");
     }
+    // `scan` finds the pool by its drives, and says how to serve it.
+    let scan = ok(&["scan", &dev], "scan");
+    assert!(
+        scan.stdout.contains("pool 'tank'") && scan.stdout.contains("4 of 4 drives"),
+        "{}",
+        scan.stdout
+    );
+    assert!(scan.stdout.contains("serve --pool tank"), "{}", scan.stdout);
     let mut s = serve_pool(dir.path(), &dev);
     let listed = run_ok(
         t.cmd("nbdinfo").arg("--list").arg(uri(&s, "")),
@@ -248,6 +256,18 @@ fn a_pool_serves_its_volumes_through_one_server_and_a_lost_drive_costs_each_its_
     // there, is removed. Served again, each redundant volume rebuilds its
     // subdisk on the new drive, and every byte fio wrote reads back.
     std::fs::remove_file(&file).unwrap();
+    let scan = run(&mut platter(&["scan", &dev]), CMD_TIMEOUT);
+    assert_eq!(
+        scan.status.code(),
+        Some(4),
+        "a drive missing: {}",
+        scan.describe("scan")
+    );
+    assert!(
+        scan.stdout.contains(&format!("drive {lost:<8} missing")),
+        "{}",
+        scan.stdout
+    );
     ok(
         &["volume", "remove", "tank", "scratch", &dev],
         "volume remove scratch",
