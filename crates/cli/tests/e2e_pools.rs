@@ -77,6 +77,10 @@ fn list_json(dev: &str) -> Value {
 
 /// The server of the pool: its first volume's export is the banner's.
 fn serve_pool(dir: &Path, dev: &str) -> Server {
+    serve_pool_with(dir, dev, &[])
+}
+
+fn serve_pool_with(dir: &Path, dev: &str, extra: &[&str]) -> Server {
     let volume = Volume {
         spec: Spec::new("raid10", 4, "64k"),
         name: "db".into(),
@@ -90,6 +94,7 @@ fn serve_pool(dir: &Path, dev: &str) -> Server {
     };
     let options = ServeOptions {
         instead_of_members: Some(vec!["--pool".into(), "tank".into(), dev.into()]),
+        extra_args: extra.iter().map(|a| a.to_string()).collect(),
         ..ServeOptions::default()
     };
     Server::start_with(volume, options)
@@ -287,6 +292,25 @@ fn a_pool_serves_its_volumes_through_one_server_and_a_lost_drive_costs_each_its_
         ],
         "replace-drive",
     );
+    // Both rebuilds slowed to be under way, then the server killed: the
+    // next start resumes them both.
+    let mut slow = serve_pool_with(dir.path(), &dev, &["--rebuild-rate", "4M"]);
+    for name in ["db", "bulk"] {
+        let out = ok(
+            &[
+                "--volume",
+                name,
+                "status",
+                "--json",
+                "--control",
+                &slow.control(),
+            ],
+            "status",
+        );
+        let st: Value = serde_json::from_str(&out.stdout).unwrap();
+        wait_rebuilding(&slow, name, &st);
+    }
+    slow.crash();
     let s = serve_pool(dir.path(), &dev);
     for name in ["db", "bulk"] {
         wait_rebuilt(&s, name);
@@ -307,6 +331,32 @@ fn a_pool_serves_its_volumes_through_one_server_and_a_lost_drive_costs_each_its_
             .all(|v| v["state"] == "up"),
         "{pool}"
     );
+}
+
+/// Waits (20 s at most) until volume `name` of the pool server has a
+/// rebuild under way (a spare took the lost subdisk's place).
+fn wait_rebuilding(s: &Server, name: &str, first: &Value) {
+    let start = std::time::Instant::now();
+    let mut st = first.clone();
+    while st["rebuild"].is_null() {
+        assert!(
+            start.elapsed().as_secs() < 20,
+            "{name}: no rebuild began: {st}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let out = ok(
+            &[
+                "--volume",
+                name,
+                "status",
+                "--json",
+                "--control",
+                &s.control(),
+            ],
+            "status",
+        );
+        st = serde_json::from_str(&out.stdout).unwrap();
+    }
 }
 
 /// Waits (2 minutes at most) until volume `name` of the pool server has
