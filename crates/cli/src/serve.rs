@@ -287,7 +287,7 @@ pub struct ServeArgs {
     /// socket (`--volume NAME` picks one for the control commands). The
     /// MEMBERs are then the pool's drives, or directories holding them;
     /// without any, every block device in /dev.
-    #[arg(long, value_name = "POOL", conflicts_with_all = ["scan", "metrics", "rotational", "write_mostly"])]
+    #[arg(long, value_name = "POOL", conflicts_with_all = ["scan", "rotational", "write_mostly"])]
     pool: Option<String>,
 }
 

@@ -185,7 +185,7 @@ fn a_pool_serves_its_volumes_through_one_server_and_a_lost_drive_costs_each_its_
         scan.stdout
     );
     assert!(scan.stdout.contains("serve --pool tank"), "{}", scan.stdout);
-    let mut s = serve_pool(dir.path(), &dev);
+    let mut s = serve_pool_with(dir.path(), &dev, &["--metrics", "127.0.0.1:0"]);
     let listed = run_ok(
         t.cmd("nbdinfo").arg("--list").arg(uri(&s, "")),
         CMD_TIMEOUT,
@@ -201,6 +201,27 @@ fn a_pool_serves_its_volumes_through_one_server_and_a_lost_drive_costs_each_its_
     let volumes = sizes(&pool);
     let v: Vec<(&str, u64)> = volumes.iter().map(|(n, b)| (n.as_str(), *b)).collect();
     fio_all(&t, &s, &v, false);
+    // One scrape holds every volume's series, each family once.
+    let url = s
+        .stdout_lines()
+        .iter()
+        .find_map(|l| l.strip_prefix("metrics: ").map(str::to_string))
+        .expect("a metrics line");
+    let metrics = http_get(&url);
+    for name in ["db", "bulk", "scratch"] {
+        let series = format!("platter_volume_state{{volume=\"{name}\"");
+        assert!(metrics.contains(&series), "{series} in {metrics}");
+    }
+    assert_eq!(
+        metrics.matches("# TYPE platter_volume_state ").count(),
+        1,
+        "{metrics}"
+    );
+    let page = http_get(&url.replace("/metrics", "/?volume=bulk"));
+    assert!(
+        page.contains("<a href=\"/?volume=scratch\">scratch</a>"),
+        "{page}"
+    );
     // Each redundant volume's copies and parity agree after the load.
     for name in ["db", "bulk"] {
         ok(
@@ -331,6 +352,26 @@ fn a_pool_serves_its_volumes_through_one_server_and_a_lost_drive_costs_each_its_
             .all(|v| v["state"] == "up"),
         "{pool}"
     );
+}
+
+/// The body of `GET URL` (a plain HTTP/1.1 request).
+fn http_get(url: &str) -> String {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://").expect("an http URL");
+    let (addr, path) = rest.split_once('/').expect("a path");
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        s,
+        "GET /{path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP answer");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_string()
 }
 
 /// Waits (20 s at most) until volume `name` of the pool server has a

@@ -738,10 +738,8 @@ impl Threads {
                 Box::new(move || manage::serve_control(l, m, stop)),
             )
         });
-        // One volume's statistics (the first's): a pool's server refuses
-        // --metrics until the page names the volume of each series.
         let metrics = bound.metrics.map(|(l, _)| {
-            let (m, stop) = (Arc::clone(&managers[0]), Arc::clone(stop));
+            let (m, stop) = (managers.to_vec(), Arc::clone(stop));
             spawn(
                 "platter-metrics",
                 Box::new(move || crate::observe::metrics::serve_metrics(l, m, stop)),

@@ -192,7 +192,7 @@ fn recent(series: &[MemberRates]) -> MemberRates {
 
 /// Text for HTML: `&`, `<`, `>`, `"` escaped (member paths and volume
 /// names are the operator's, and may hold anything).
-fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

@@ -664,15 +664,18 @@ const ANSWERING_MAX: usize = 8;
 /// Serves `GET /metrics` and the live page at `/` until `stop`: one short
 /// request per connection, answered and closed (a scraper or a browser
 /// needs nothing more). Samples the counters for the page once a second.
-pub fn serve_metrics(listener: TcpListener, manager: Arc<Manager>, stop: Arc<AtomicBool>) {
+pub fn serve_metrics(listener: TcpListener, managers: Vec<Arc<Manager>>, stop: Arc<AtomicBool>) {
     let _ = listener.set_nonblocking(true);
-    let history = Arc::new(Mutex::new(History::default()));
+    let served = Arc::new(Served {
+        histories: managers
+            .iter()
+            .map(|_| Mutex::new(History::default()))
+            .collect(),
+        managers,
+    });
     let answering = Arc::new(AtomicUsize::new(0));
     while !stop.load(Ordering::SeqCst) {
-        history
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .tick(&manager.engine);
+        served.tick();
         match listener.accept() {
             Ok((s, _)) => {
                 if answering.fetch_add(1, Ordering::SeqCst) >= ANSWERING_MAX {
@@ -680,15 +683,11 @@ pub fn serve_metrics(listener: TcpListener, manager: Arc<Manager>, stop: Arc<Ato
                     continue;
                 }
                 let _ = s.set_nonblocking(false);
-                let (manager, history, done) = (
-                    Arc::clone(&manager),
-                    Arc::clone(&history),
-                    Arc::clone(&answering),
-                );
+                let (served, done) = (Arc::clone(&served), Arc::clone(&answering));
                 let spawned = std::thread::Builder::new()
                     .name("platter-metrics".into())
                     .spawn(move || {
-                        answer(s, &manager, &history);
+                        answer(s, &served);
                         done.fetch_sub(1, Ordering::SeqCst);
                     });
                 if spawned.is_err() {
@@ -702,9 +701,117 @@ pub fn serve_metrics(listener: TcpListener, manager: Arc<Manager>, stop: Arc<Ato
     }
 }
 
+/// The volumes a metrics port serves (a pool's server serves several),
+/// each with its live page's history.
+struct Served {
+    managers: Vec<Arc<Manager>>,
+    histories: Vec<Mutex<History>>,
+}
+
+impl Served {
+    fn tick(&self) {
+        for (m, h) in self.managers.iter().zip(&self.histories) {
+            h.lock().unwrap_or_else(|e| e.into_inner()).tick(&m.engine);
+        }
+    }
+
+    /// Every volume's families, each family once (the series carry the
+    /// volume's name).
+    fn metrics(&self) -> String {
+        let texts: Vec<String> = self
+            .managers
+            .iter()
+            .map(|m| {
+                let health = VolumeHealth::of(&m.status());
+                let scrub = m.upkeep.scrubber.record();
+                encode_prometheus(&m.meta.label().name, &m.engine.stats(), &scrub, &health)
+            })
+            .collect();
+        merge_families(&texts)
+    }
+
+    /// The live page of the volume `?volume=NAME` names (the first by
+    /// default), with links to the others.
+    fn page(&self, query: &str) -> String {
+        let names: Vec<String> = self
+            .managers
+            .iter()
+            .map(|m| m.meta.label().name.clone())
+            .collect();
+        let wanted = query
+            .split('&')
+            .find_map(|kv| kv.strip_prefix("volume="))
+            .and_then(|n| names.iter().position(|x| x == n))
+            .unwrap_or(0);
+        let status = self.managers[wanted].status();
+        let h = self.histories[wanted]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let page = crate::observe::livepage::render(&h, &status);
+        if names.len() < 2 {
+            return page;
+        }
+        let links: Vec<String> = names
+            .iter()
+            .map(|n| {
+                let n = crate::observe::livepage::esc(n);
+                format!("<a href=\"/?volume={n}\">{n}</a>")
+            })
+            .collect();
+        page.replacen(
+            "<body>",
+            &format!("<body><p>volumes: {}</p>", links.join(" ")),
+            1,
+        )
+    }
+}
+
+/// Several OpenMetrics texts as one: each family once, its descriptor
+/// lines from the first text that has it, then every text's samples of
+/// it, in the order families first appear; one `# EOF`.
+fn merge_families(texts: &[String]) -> String {
+    let mut order: Vec<String> = Vec::new();
+    let mut head: std::collections::HashMap<String, Vec<String>> = Default::default();
+    let mut samples: std::collections::HashMap<String, Vec<String>> = Default::default();
+    for text in texts {
+        let mut family = String::new();
+        for line in text.lines().filter(|l| *l != "# EOF") {
+            if let Some(rest) = line.strip_prefix("# ") {
+                let name = rest.split(' ').nth(1).unwrap_or("").to_string();
+                if !order.contains(&name) {
+                    order.push(name.clone());
+                }
+                let lines = head.entry(name.clone()).or_default();
+                if !lines.iter().any(|l| l == line) {
+                    lines.push(line.to_string());
+                }
+                family = name;
+            } else {
+                samples
+                    .entry(family.clone())
+                    .or_default()
+                    .push(line.to_string());
+            }
+        }
+    }
+    let mut out = String::new();
+    for f in &order {
+        for l in head
+            .get(f)
+            .into_iter()
+            .flatten()
+            .chain(samples.get(f).into_iter().flatten())
+        {
+            out.push_str(l);
+            out.push('\n');
+        }
+    }
+    out.push_str("# EOF\n");
+    out
+}
+
 /// Reads one HTTP request and answers it.
-fn answer(stream: TcpStream, manager: &Manager, history: &Mutex<History>) {
-    let (engine, meta) = (&manager.engine, &manager.meta);
+fn answer(stream: TcpStream, served: &Served) {
     let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
     let _ = stream.set_write_timeout(Some(Duration::from_secs(10)));
     let mut reader = BufReader::new((&stream).take(16 * 1024));
@@ -724,22 +831,14 @@ fn answer(stream: TcpStream, manager: &Manager, history: &Mutex<History>) {
     }
     let mut parts = request_line.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let path = path.split('?').next().unwrap_or("");
+    let (path, query) = path.split_once('?').unwrap_or((path, ""));
     let (status, content_type, body) = match (method, path) {
         ("GET", "/metrics") | ("HEAD", "/metrics") => (
             "200 OK",
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            {
-                let health = VolumeHealth::of(&manager.status());
-                let scrub = manager.upkeep.scrubber.record();
-                encode_prometheus(&meta.label().name, &engine.stats(), &scrub, &health)
-            },
+            served.metrics(),
         ),
-        ("GET", "/") | ("HEAD", "/") => ("200 OK", "text/html; charset=utf-8", {
-            let status = manager.status();
-            let h = history.lock().unwrap_or_else(|e| e.into_inner());
-            crate::observe::livepage::render(&h, &status)
-        }),
+        ("GET", "/") | ("HEAD", "/") => ("200 OK", "text/html; charset=utf-8", served.page(query)),
         ("GET", _) | ("HEAD", _) => (
             "404 Not Found",
             "text/plain; charset=utf-8",
@@ -767,6 +866,45 @@ fn answer(stream: TcpStream, manager: &Manager, history: &Mutex<History>) {
 mod tests {
     use super::*;
     use platter_core::stats::Stats;
+
+    /// A pool's server scrapes as one text: a family named twice (its
+    /// HELP and TYPE once per volume) is not valid OpenMetrics, and
+    /// Prometheus refuses the whole scrape.
+    #[test]
+    fn volumes_merge_into_one_family_each_with_every_volumes_series() {
+        let health = VolumeHealth::of(&json!({
+            "state": "clean", "members_online": 2, "member_count": 2,
+            "rebuild": null, "reshape": null, "resync": null, "scrub": { "in_progress": null },
+        }));
+        let texts: Vec<String> = ["a", "b"]
+            .iter()
+            .map(|v| encode_prometheus(v, &Stats::new(2, 2), &ScrubRecord::default(), &health))
+            .collect();
+        let merged = merge_families(&texts);
+        let types = |t: &str| t.lines().filter(|l| l.starts_with("# TYPE")).count();
+        assert_eq!(types(&merged), types(&texts[0]), "each family once");
+        assert_eq!(merged.matches("# EOF").count(), 1);
+        assert!(merged.trim_end().ends_with("# EOF"));
+        let samples = |t: &str, v: &str| {
+            t.lines()
+                .filter(|l| l.contains(&format!("volume=\"{v}\"")))
+                .count()
+        };
+        assert_eq!(samples(&merged, "a"), samples(&texts[0], "a"));
+        assert_eq!(samples(&merged, "b"), samples(&texts[1], "b"));
+        assert!(samples(&merged, "a") > 10, "{merged}");
+        // Every sample follows its own family's descriptor.
+        let mut family = String::new();
+        for line in merged.lines() {
+            match line.strip_prefix("# TYPE ") {
+                Some(rest) => family = rest.split(' ').next().unwrap().to_string(),
+                None if !line.starts_with('#') => {
+                    assert!(line.starts_with(&family), "{line} under {family}")
+                }
+                None => {}
+            }
+        }
+    }
 
     #[test]
     fn encodes_every_family() {
