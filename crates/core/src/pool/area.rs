@@ -7,6 +7,7 @@
 
 use super::text::{self, Strictness};
 use super::{uuid_text, Pool, POOL_AREA_BYTES};
+use crate::format::{get_u32, get_u64, put_u32, put_u64};
 
 /// Bytes of one of a drive's two configuration slots.
 pub const SLOT_BYTES: u64 = POOL_AREA_BYTES / 2;
@@ -264,22 +265,6 @@ impl DriveSlots {
         };
         format!("{}; {}", say(0), say(1))
     }
-}
-
-fn put_u32(b: &mut [u8], at: usize, v: u32) {
-    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
-}
-
-fn put_u64(b: &mut [u8], at: usize, v: u64) {
-    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
-}
-
-fn get_u32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-
-fn get_u64(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
 /// One device's slots, as read by whoever looks for pools.

@@ -27,6 +27,7 @@ mod recover;
 pub(crate) use pieces::merged_pieces;
 pub use recover::{recover, Fix, Recovered};
 
+use crate::format::{get_u32, get_u64, put_u32, put_u64};
 use bytes::Bytes;
 
 /// The unit of the log area: records start on, and are padded to, it.
@@ -367,22 +368,6 @@ pub fn max_record_bytes(interleave_bytes: u64) -> u64 {
         .div_ceil(BLOCK_BYTES)
         .saturating_mul(BLOCK_BYTES);
     (header.div_ceil(BLOCK_BYTES) * BLOCK_BYTES).saturating_add(parity)
-}
-
-fn put_u32(b: &mut [u8], at: usize, v: u32) {
-    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
-}
-
-fn put_u64(b: &mut [u8], at: usize, v: u64) {
-    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
-}
-
-fn get_u32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-
-fn get_u64(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
 #[cfg(test)]
