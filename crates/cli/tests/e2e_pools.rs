@@ -81,9 +81,14 @@ fn serve_pool(dir: &Path, dev: &str) -> Server {
 }
 
 fn serve_pool_with(dir: &Path, dev: &str, extra: &[&str]) -> Server {
+    serve_pool_first(dir, dev, "db", extra)
+}
+
+/// `serve --pool tank DEV EXTRA...`, whose banner names `first`.
+fn serve_pool_first(dir: &Path, dev: &str, first: &str, extra: &[&str]) -> Server {
     let volume = Volume {
         spec: Spec::new("raid10", 4, "64k"),
-        name: "db".into(),
+        name: first.into(),
         members: Vec::new(),
         size_bytes: 0,
         member_size_bytes: DRIVE_BYTES,
@@ -497,22 +502,7 @@ fn printconfig_made_again_on_fresh_drives_lays_out_the_same_bytes() {
     );
 
     for dev in [&adev, &bdev] {
-        let volume = Volume {
-            spec: Spec::new("raid5", 4, "126s"),
-            name: "p".into(),
-            members: Vec::new(),
-            size_bytes: 0,
-            member_size_bytes: 64 * MIB,
-            interleave_bytes: 126 * 512,
-            stripe_data_bytes: 0,
-            member_used_bytes: Vec::new(),
-            dir: tempfile::tempdir_in(dir.path()).unwrap(),
-        };
-        let options = ServeOptions {
-            instead_of_members: Some(vec!["--pool".into(), "tank".into(), dev.clone()]),
-            ..ServeOptions::default()
-        };
-        let mut s = Server::start_with(volume, options);
+        let mut s = serve_pool_first(dir.path(), dev, "p", &[]);
         for (export, len) in [("p", 40 * MIB), ("s", 20 * MIB)] {
             let cmds = vec![
                 format!("write -P 0x3c 0 {}", len / 2),

@@ -37,14 +37,21 @@ pub struct PoolCreateArgs {
     /// order (without any, the devices the configuration names).
     #[arg(value_name = "DEVICE")]
     drives: Vec<String>,
-    /// Create drive files that do not exist, of this size (sparse).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
-    drive_size: Option<u64>,
     /// Make the pool and its volumes from a configuration file (what
     /// `platter printconfig` prints; uuids, drive sizes and the generation
     /// may be left out). Its pool name must be POOL.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    #[command(flatten)]
+    taking: NewDrives,
+}
+
+/// How new drives are taken.
+#[derive(Args)]
+pub struct NewDrives {
+    /// Create drive files that do not exist, of this size (sparse).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    drive_size: Option<u64>,
     /// Take devices that hold a platter label or another pool's drive.
     #[arg(long)]
     force: bool,
@@ -58,12 +65,8 @@ pub struct AddDriveArgs {
     /// drive's number).
     #[arg(long = "drive", value_name = "[NAME=]DEVICE", required = true)]
     new: Vec<String>,
-    /// Create new drive files of this size (sparse).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
-    drive_size: Option<u64>,
-    /// Take devices that hold a platter label or another pool's drive.
-    #[arg(long)]
-    force: bool,
+    #[command(flatten)]
+    taking: NewDrives,
     #[command(flatten)]
     devices: DeviceArgs,
 }
@@ -80,12 +83,8 @@ pub struct ReplaceDriveArgs {
     /// next served (`serve --pool`).
     #[arg(value_name = "NEW")]
     new: String,
-    /// Create the new drive file if missing, of this size (sparse).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
-    drive_size: Option<u64>,
-    /// Take a device that holds a platter label or another pool's drive.
-    #[arg(long)]
-    force: bool,
+    #[command(flatten)]
+    taking: NewDrives,
     #[command(flatten)]
     devices: DeviceArgs,
 }
@@ -155,9 +154,9 @@ fn drive_spec(spec: &str, index: usize) -> (String, String) {
 
 /// Opens a device to become a drive: refused when it holds a platter
 /// label or a pool's slot, unless `force`.
-fn open_new_drive(device: &str, size: Option<u64>, force: bool) -> Result<Arc<dyn Member>> {
+fn open_new_drive(device: &str, taking: &NewDrives) -> Result<Arc<dyn Member>> {
     let opts = OpenOptions {
-        create_size_bytes: size,
+        create_size_bytes: taking.drive_size,
         ..writable()
     };
     let m: Arc<dyn Member> = open_member(device, opts)?.into();
@@ -167,7 +166,7 @@ fn open_new_drive(device: &str, size: Option<u64>, force: bool) -> Result<Arc<dy
             format_size(m.size_bytes())
         )));
     }
-    if force {
+    if taking.force {
         return Ok(m);
     }
     let slots = drives::read_slots(m.as_ref()).map_err(|e| CliError(format!("{device}: {e}")))?;
@@ -225,7 +224,7 @@ fn make_pool(
 ) -> Result<()> {
     let mut devices = Vec::new();
     for (_, device) in specs {
-        devices.push(open_new_drive(device, args.drive_size, args.force)?);
+        devices.push(open_new_drive(device, &args.taking)?);
     }
     let mut pool = Pool {
         name: args.pool.clone(),
@@ -348,7 +347,7 @@ pub fn add_drive(args: AddDriveArgs) -> Result<()> {
     let mut pool = open.pool().clone();
     for spec in &args.new {
         let (name, device) = drive_spec(spec, pool.drives.len());
-        let m = open_new_drive(&device, args.drive_size, args.force)?;
+        let m = open_new_drive(&device, &args.taking)?;
         pool.drives.push(Drive {
             name,
             uuid: random_uuid(),
@@ -575,7 +574,7 @@ pub fn replace_drive(args: ReplaceDriveArgs) -> Result<()> {
             args.old, pool.name
         )));
     }
-    let m = open_new_drive(&args.new, args.drive_size, args.force)?;
+    let m = open_new_drive(&args.new, &args.taking)?;
     let on_it: Vec<(u64, u64)> = pool
         .subdisks()
         .filter(|(_, sd)| sd.drive == args.old)
