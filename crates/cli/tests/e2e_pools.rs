@@ -261,18 +261,7 @@ fn a_pool_serves_its_volumes_through_one_server_and_a_lost_drive_costs_each_its_
         read.describe("qemu-io read scratch")
     );
     for name in ["db", "bulk"] {
-        let out = ok(
-            &[
-                "--volume",
-                name,
-                "status",
-                "--json",
-                "--control",
-                &s.control(),
-            ],
-            "status",
-        );
-        let st: Value = serde_json::from_str(&out.stdout).unwrap();
+        let st = live(&s, name);
         let faulty = st["members"]
             .as_array()
             .unwrap()
@@ -322,19 +311,7 @@ fn a_pool_serves_its_volumes_through_one_server_and_a_lost_drive_costs_each_its_
     // next start resumes them both.
     let mut slow = serve_pool_with(dir.path(), &dev, &["--rebuild-rate", "4M"]);
     for name in ["db", "bulk"] {
-        let out = ok(
-            &[
-                "--volume",
-                name,
-                "status",
-                "--json",
-                "--control",
-                &slow.control(),
-            ],
-            "status",
-        );
-        let st: Value = serde_json::from_str(&out.stdout).unwrap();
-        wait_rebuilding(&slow, name, &st);
+        wait_rebuilding(&slow, name);
     }
     slow.crash();
     let s = serve_pool(dir.path(), &dev);
@@ -359,6 +336,19 @@ fn a_pool_serves_its_volumes_through_one_server_and_a_lost_drive_costs_each_its_
     );
 }
 
+/// `platter --volume NAME status --json` of the pool server, parsed.
+fn live(s: &Server, name: &str) -> Value {
+    let args = [
+        "--volume",
+        name,
+        "status",
+        "--json",
+        "--control",
+        &s.control(),
+    ];
+    serde_json::from_str(&ok(&args, "status").stdout).unwrap()
+}
+
 /// The body of `GET URL` (a plain HTTP/1.1 request).
 fn http_get(url: &str) -> String {
     use std::io::{Read, Write};
@@ -381,27 +371,18 @@ fn http_get(url: &str) -> String {
 
 /// Waits (20 s at most) until volume `name` of the pool server has a
 /// rebuild under way (a spare took the lost subdisk's place).
-fn wait_rebuilding(s: &Server, name: &str, first: &Value) {
+fn wait_rebuilding(s: &Server, name: &str) {
     let start = std::time::Instant::now();
-    let mut st = first.clone();
-    while st["rebuild"].is_null() {
+    loop {
+        let st = live(s, name);
+        if !st["rebuild"].is_null() {
+            return;
+        }
         assert!(
             start.elapsed().as_secs() < 20,
             "{name}: no rebuild began: {st}"
         );
         std::thread::sleep(std::time::Duration::from_millis(100));
-        let out = ok(
-            &[
-                "--volume",
-                name,
-                "status",
-                "--json",
-                "--control",
-                &s.control(),
-            ],
-            "status",
-        );
-        st = serde_json::from_str(&out.stdout).unwrap();
     }
 }
 
@@ -410,18 +391,7 @@ fn wait_rebuilding(s: &Server, name: &str, first: &Value) {
 fn wait_rebuilt(s: &Server, name: &str) {
     let start = std::time::Instant::now();
     loop {
-        let out = ok(
-            &[
-                "--volume",
-                name,
-                "status",
-                "--json",
-                "--control",
-                &s.control(),
-            ],
-            "status",
-        );
-        let st: Value = serde_json::from_str(&out.stdout).unwrap();
+        let st = live(s, name);
         let members = st["members"].as_array().unwrap();
         if st["rebuild"].is_null() && members.iter().all(|m| m["state"] == "active") {
             return;
