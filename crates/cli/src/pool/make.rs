@@ -474,7 +474,10 @@ fn place(open: &OpenPool, args: &VolumeCreateArgs, allowed: &[String]) -> Result
         ))
     };
     let subdisks = if level == Level::Concat {
-        let reserve = subdisk_reserve_bytes(args.size);
+        // The room each subdisk keeps goes by its own size (md's rule,
+        // which only grows with it); no subdisk is larger than this.
+        let largest = args.size.saturating_add(subdisk_reserve_bytes(args.size)) + ALIGN_BYTES;
+        let reserve = subdisk_reserve_bytes(largest);
         place_concat(open.pool(), allowed, args.size, reserve, count).map_err(short)?
     } else {
         let data = data_per_subdisk(level, count, copies, args.interleave, args.size)?;
