@@ -73,23 +73,55 @@ pub fn gather(run_dir: &Path) -> Result<Listing> {
         if !seen.insert(socket.clone()) {
             continue;
         }
-        let stream = match UnixStream::connect(&socket) {
-            Ok(s) => s,
-            Err(e) if matches!(e.kind(), ErrorKind::ConnectionRefused | ErrorKind::NotFound) => {
+        let names = match ask(&socket, json!({ "cmd": "volumes" })) {
+            Ok(Some(v)) => v.as_array().map(|a| {
+                a.iter()
+                    .filter_map(|n| n.as_str().map(str::to_string))
+                    .collect::<Vec<String>>()
+            }),
+            // A server from before pools knows no "volumes": it has one.
+            Ok(None) => None,
+            Err(Gone) => {
                 entry.remove_link();
                 continue;
             }
-            Err(e) => {
-                listing.not_answering.push((socket, e.to_string()));
-                continue;
-            }
         };
-        match exchange(stream, &socket, json!({ "cmd": "status" }), ANSWER_TIMEOUT) {
-            Ok(v) => listing.volumes.push((socket, v)),
-            Err(e) => listing.not_answering.push((socket, e.0)),
+        // A pool's server answers for each of its volumes.
+        let asks: Vec<Value> = match names {
+            Some(names) if names.len() > 1 => names
+                .into_iter()
+                .map(|n| json!({ "cmd": "status", "volume": n }))
+                .collect(),
+            _ => vec![json!({ "cmd": "status" })],
+        };
+        for request in asks {
+            let answer = UnixStream::connect(&socket)
+                .map_err(|e| CliError(e.to_string()))
+                .and_then(|stream| exchange(stream, &socket, request, ANSWER_TIMEOUT));
+            match answer {
+                Ok(v) => listing.volumes.push((socket.clone(), v)),
+                Err(e) => listing.not_answering.push((socket.clone(), e.0)),
+            }
         }
     }
     Ok(listing)
+}
+
+/// The socket's server is gone: its link goes.
+struct Gone;
+
+/// One request to `socket`: its answer, `None` when the server answers
+/// with an error (it does not know the request), `Gone` when nobody
+/// listens there.
+fn ask(socket: &Path, request: Value) -> std::result::Result<Option<Value>, Gone> {
+    let stream = match UnixStream::connect(socket) {
+        Ok(s) => s,
+        Err(e) if matches!(e.kind(), ErrorKind::ConnectionRefused | ErrorKind::NotFound) => {
+            return Err(Gone)
+        }
+        Err(_) => return Ok(None),
+    };
+    Ok(exchange(stream, socket, request, ANSWER_TIMEOUT).ok())
 }
 
 /// What runs on a volume, from its status: "rebuild of member 2 43.1%",

@@ -206,6 +206,16 @@ fn a_pool_serves_its_volumes_through_one_server_and_a_lost_drive_costs_each_its_
     let volumes = sizes(&pool);
     let v: Vec<(&str, u64)> = volumes.iter().map(|(n, b)| (n.as_str(), *b)).collect();
     fio_all(&t, &s, &v, false);
+    // The host's list names each of the pool's volumes at its socket.
+    let host: Value = serde_json::from_str(&ok(&["status", "--json"], "status").stdout).unwrap();
+    let ours: Vec<&str> = host["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["control"].as_str() == Some(s.control().as_str()))
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(ours, ["db", "bulk", "scratch"], "{host}");
     // One scrape holds every volume's series, each family once.
     let url = s
         .stdout_lines()
