@@ -144,7 +144,37 @@ pub struct ServerArgs {
     /// Print the server's answer as JSON for programs.
     #[arg(long)]
     json: bool,
+    /// With a pool's server (`serve --pool`): which of its volumes.
+    #[arg(long, value_name = "NAME")]
+    volume: Option<String>,
 }
+
+/// Which of a pool server's volumes a command asks about (`--volume`).
+pub trait AboutVolume {
+    fn about(&self) -> Option<&str>;
+}
+
+macro_rules! about_volume_of_server_args {
+    ($($t:ty),*) => {
+        $(impl AboutVolume for $t {
+            fn about(&self) -> Option<&str> {
+                self.server.volume.as_deref()
+            }
+        })*
+    };
+}
+
+about_volume_of_server_args!(
+    MemberArgs,
+    FailArgs,
+    ReplaceArgs,
+    ReAddArgs,
+    DeviceArgs,
+    ScrubArgs,
+    RateArgs,
+    RecordArgs,
+    PolicyArgs
+);
 
 #[derive(Args)]
 pub struct MemberArgs {

@@ -42,10 +42,6 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     command: Command,
-    /// With a pool's server (`serve --pool`): which of its volumes a
-    /// control command (status, stats, fail, replace, ...) is about.
-    #[arg(long, global = true, value_name = "NAME")]
-    volume: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -229,7 +225,7 @@ fn main() -> ExitCode {
         }
     };
     out::on_closed(on_closed(&cli.command));
-    control::about_volume(cli.volume.clone());
+    control::about_volume(about_volume(&cli.command).map(str::to_string));
     init_logging();
     // check and repair keep 1 for "mismatches found"; their failures are 2.
     let error_code = match &cli.command {
@@ -276,6 +272,25 @@ fn main() -> ExitCode {
         Command::Man(a) => manual::run(a, <Cli as clap::CommandFactory>::command()),
     };
     exit(result.map(|()| 0), error_code)
+}
+
+/// The volume of a pool's server the command asks about (`--volume`).
+fn about_volume(command: &Command) -> Option<&str> {
+    use control::AboutVolume;
+    match command {
+        Command::Status(a) => a.about(),
+        Command::Stats(a) => a.about(),
+        Command::Fail(a) => a.about(),
+        Command::Remove(a) => a.about(),
+        Command::Replace(a) => a.about(),
+        Command::AddSpare(a) => a.about(),
+        Command::ReAdd(a) => a.about(),
+        Command::Check(a) | Command::Repair(a) => a.about(),
+        Command::RebuildRate(a) => a.about(),
+        Command::Record(a) => a.about(),
+        Command::ReadPolicy(a) => a.about(),
+        _ => None,
+    }
 }
 
 /// What a closed stdout does to `command` (out.rs): commands that change

@@ -18,6 +18,9 @@ pub struct StatsArgs {
     /// unless serve was given --control).
     #[arg(long, value_name = "PATH")]
     control: PathBuf,
+    /// With a pool's server (`serve --pool`): which of its volumes.
+    #[arg(long, value_name = "NAME")]
+    volume: Option<String>,
     /// Print the numbers as JSON for programs (with --watch: one JSON
     /// object per line and refresh, with rates).
     #[arg(long)]
@@ -372,6 +375,12 @@ fn aligned(cells: &[[String; 14]]) -> String {
         out += &line(row);
     }
     out
+}
+
+impl crate::control::AboutVolume for StatsArgs {
+    fn about(&self) -> Option<&str> {
+        self.volume.as_deref()
+    }
 }
 
 #[cfg(test)]

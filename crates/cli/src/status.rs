@@ -29,6 +29,10 @@ pub struct StatusArgs {
     /// Ask a running server instead of reading labels (its control socket).
     #[arg(long, value_name = "PATH", conflicts_with = "members")]
     control: Option<std::path::PathBuf>,
+    /// With --control on a pool's server (`serve --pool`): which of its
+    /// volumes.
+    #[arg(long, value_name = "NAME", requires = "control")]
+    volume: Option<String>,
     /// With --control: follow the rebuild or resync until it ends, with a
     /// progress bar on a terminal and one line per interval otherwise
     /// ("rebuild slot 2: 43.1% at 120M/s, ETA 12 s"; with --json, the
@@ -131,4 +135,10 @@ fn offline(specs: &[String]) -> Result<Value> {
     }
     let volume = assemble_devices(members)?;
     Ok(crate::listing::json(&volume, &unreadable))
+}
+
+impl crate::control::AboutVolume for StatusArgs {
+    fn about(&self) -> Option<&str> {
+        self.volume.as_deref()
+    }
 }

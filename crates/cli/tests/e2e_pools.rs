@@ -240,7 +240,7 @@ fn a_pool_serves_its_volumes_through_one_server_and_a_lost_drive_costs_each_its_
     // Each redundant volume's copies and parity agree after the load.
     for name in ["db", "bulk"] {
         ok(
-            &["--volume", name, "check", "--control", &s.control()],
+            &["check", "--volume", name, "--control", &s.control()],
             &format!("check {name}"),
         );
     }
@@ -331,7 +331,7 @@ fn a_pool_serves_its_volumes_through_one_server_and_a_lost_drive_costs_each_its_
     fio_all(&t, &s, &redundant, true);
     for name in ["db", "bulk"] {
         ok(
-            &["--volume", name, "check", "--control", &s.control()],
+            &["check", "--volume", name, "--control", &s.control()],
             &format!("check {name}"),
         );
     }
@@ -346,12 +346,12 @@ fn a_pool_serves_its_volumes_through_one_server_and_a_lost_drive_costs_each_its_
     );
 }
 
-/// `platter --volume NAME status --json` of the pool server, parsed.
+/// `platter status --volume NAME --json` of the pool server, parsed.
 fn live(s: &Server, name: &str) -> Value {
     let args = [
+        "status",
         "--volume",
         name,
-        "status",
         "--json",
         "--control",
         &s.control(),
