@@ -199,32 +199,38 @@ pub fn discover(paths: &[String]) -> Result<Discovery> {
             Err(e) => d.damaged.push((c, e.to_string())),
         }
     }
-    for (uuid, members) in by_volume {
-        let found: Vec<Found> = members
-            .iter()
-            .map(|(path, size_bytes, l)| Found {
-                name: path.clone(),
-                size_bytes: *size_bytes,
-                label: Ok(l.clone()),
-            })
-            .collect();
-        let freshest = members
-            .iter()
-            .max_by_key(|(_, _, l)| l.event_counter)
-            .map(|(_, _, l)| l.name.clone())
-            .unwrap_or_default();
-        d.volumes.push(FoundVolume {
-            uuid,
-            name: freshest,
-            labels: members.iter().map(|(_, _, l)| l.clone()).collect(),
-            paths: members.into_iter().map(|(p, _, _)| p).collect(),
-            assembly: assemble(&found),
-        });
-    }
+    d.volumes = by_volume
+        .into_iter()
+        .map(|(uuid, members)| found_volume(uuid, members))
+        .collect();
     d.volumes
         .sort_by(|a, b| (&a.name, a.uuid).cmp(&(&b.name, b.uuid)));
     d.pools = found_pools(&pool_paths, &mut d.damaged)?;
     Ok(d)
+}
+
+/// A volume some of whose members were found: (path, size, label) each.
+fn found_volume(uuid: [u8; 16], members: Vec<(String, u64, Label)>) -> FoundVolume {
+    let found: Vec<Found> = members
+        .iter()
+        .map(|(path, size_bytes, l)| Found {
+            name: path.clone(),
+            size_bytes: *size_bytes,
+            label: Ok(l.clone()),
+        })
+        .collect();
+    let freshest = members
+        .iter()
+        .max_by_key(|(_, _, l)| l.event_counter)
+        .map(|(_, _, l)| l.name.clone())
+        .unwrap_or_default();
+    FoundVolume {
+        uuid,
+        name: freshest,
+        labels: members.iter().map(|(_, _, l)| l.clone()).collect(),
+        paths: members.into_iter().map(|(p, _, _)| p).collect(),
+        assembly: assemble(&found),
+    }
 }
 
 /// The pools whose drives are among `paths` (devices whose first bytes
@@ -444,25 +450,7 @@ pub fn render(d: &Discovery) -> String {
             }
         }
     }
-    for p in &d.pools {
-        let _ = writeln!(
-            s,
-            "pool '{}' {}: {} of {} drives, generation {}, volumes: {} (platter list; serve --pool {})",
-            p.name,
-            p.uuid,
-            p.drives.len(),
-            p.drives.len() + p.missing.len(),
-            p.generation,
-            if p.volumes.is_empty() { "none".to_string() } else { p.volumes.join(", ") },
-            p.name
-        );
-        for (drive, path) in &p.drives {
-            let _ = writeln!(s, "  drive {drive:<8} {path}");
-        }
-        for drive in &p.missing {
-            let _ = writeln!(s, "  drive {drive:<8} missing");
-        }
-    }
+    render_pools(&mut s, &d.pools);
     for name in d.shared_names() {
         let _ = writeln!(
             s,
@@ -487,6 +475,29 @@ pub fn render(d: &Discovery) -> String {
         d.unreadable.len()
     );
     s
+}
+
+/// Each pool found: its drives found and missing, and how to serve it.
+fn render_pools(s: &mut String, pools: &[FoundPool]) {
+    for p in pools {
+        let _ = writeln!(
+            s,
+            "pool '{}' {}: {} of {} drives, generation {}, volumes: {} (platter list; serve --pool {})",
+            p.name,
+            p.uuid,
+            p.drives.len(),
+            p.drives.len() + p.missing.len(),
+            p.generation,
+            if p.volumes.is_empty() { "none".to_string() } else { p.volumes.join(", ") },
+            p.name
+        );
+        for (drive, path) in &p.drives {
+            let _ = writeln!(s, "  drive {drive:<8} {path}");
+        }
+        for drive in &p.missing {
+            let _ = writeln!(s, "  drive {drive:<8} missing");
+        }
+    }
 }
 
 /// What took a superseded device's slot, for people.

@@ -434,18 +434,12 @@ fn serve_pool(
     for v in &open.pool().volumes {
         let (members, blank) = blank_apart(open.subdisks(v)?)?;
         let names: Vec<String> = members.iter().map(|m| m.describe().to_string()).collect();
-        // A drive's latency is every one of its subdisks' (the I/O layer
-        // delays by the member's name).
-        for (s, sd) in v.plex().subdisks.iter().enumerate() {
-            let prefix = format!("{pool}/{} (", v.subdisk_name(0, s));
-            let delay = latency.get(&sd.drive);
-            let all = members.iter().chain(&blank).map(|m| m.describe());
-            for name in all.filter(|n| n.starts_with(&prefix)) {
-                if let Some(delay) = delay {
-                    member_delays.insert(name.to_string(), delay.clone());
-                }
-            }
-        }
+        let all: Vec<String> = members
+            .iter()
+            .chain(&blank)
+            .map(|m| m.describe().to_string())
+            .collect();
+        subdisk_delays(pool, v, &all, &latency, &mut member_delays);
         // A blank subdisk (its drive replaced) stands for a missing one:
         // it becomes the volume's spare and is rebuilt.
         let given = crate::partial::Given::Named(&names);
@@ -492,6 +486,26 @@ fn serve_pool(
 }
 
 type Members = Vec<Arc<dyn Member>>;
+
+/// A drive's latency is every one of its subdisks' (the I/O layer delays
+/// by the member's name): `names` are volume `v`'s subdisks as opened.
+fn subdisk_delays(
+    pool: &str,
+    v: &platter_core::pool::PoolVolume,
+    names: &[String],
+    latency: &std::collections::HashMap<String, Delay>,
+    member_delays: &mut std::collections::HashMap<String, Delay>,
+) {
+    for (s, sd) in v.plex().subdisks.iter().enumerate() {
+        let Some(delay) = latency.get(&sd.drive) else {
+            continue;
+        };
+        let prefix = format!("{pool}/{} (", v.subdisk_name(0, s));
+        for name in names.iter().filter(|n| n.starts_with(&prefix)) {
+            member_delays.insert(name.clone(), delay.clone());
+        }
+    }
+}
 
 /// A volume's subdisks split: those with a label, and the blank ones (on
 /// a drive put in place of a lost one) that its spares will be.
