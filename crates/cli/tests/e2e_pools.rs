@@ -563,6 +563,28 @@ fn bad_input_gets_one_clear_line_and_writes_nothing() {
         "no drive of a pool named \"nope\"",
     );
     refused(&["volume", "remove", "tank", "x", &dev], "has no volume x");
+    refused(
+        &[
+            "volume", "create", "tank", "x", "--level", "raid5", "--size", "0", &dev,
+        ],
+        "--size 0: a volume holds at least one sector",
+    );
+    refused(
+        &[
+            "volume",
+            "create",
+            "tank",
+            "x",
+            "--level",
+            "raid5",
+            "--size",
+            "8M",
+            "--subdisks",
+            "2",
+            &dev,
+        ],
+        "raid5 needs at least 3 subdisks on distinct drives; 2 asked",
+    );
     // A drive of this pool taken for another.
     let other = dir.path().join("other");
     refused(

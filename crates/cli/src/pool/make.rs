@@ -369,6 +369,11 @@ pub fn add_drive(args: AddDriveArgs) -> Result<()> {
 
 pub fn volume_create(args: VolumeCreateArgs) -> Result<()> {
     check_name("volume", &args.name).map_err(CliError)?;
+    if args.size == 0 {
+        return Err(CliError(
+            "--size 0: a volume holds at least one sector".into(),
+        ));
+    }
     let mut open = open_pool(Some(&args.pool), &args.devices.devices, writable())?;
     if open.pool().volume(&args.name).is_some() {
         return Err(CliError(format!(
