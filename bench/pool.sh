@@ -9,7 +9,11 @@
 # See bench/README.md and docs/performance.md ("Pools").
 #
 #   bench/pool.sh [--runs N] [--runtime SECS] [--latency T|none]
-#                 [--platter BIN] [--out DIR] [--dir DIR]
+#                 [--drives 4|8] [--platter BIN] [--out DIR] [--dir DIR]
+#
+# --drives 8: the pool has 8 drives and each volume keeps to 4 of its own
+# (`volume create --drives`), so that the pool's volumes share no file, as
+# the arrays' members do not: what is left is the server's own cost.
 #
 # Drives and members on tmpfs (or --dir); --latency T gives every drive
 # (pool) and every member (arrays) --inject latency=T (default none: tmpfs
@@ -27,8 +31,17 @@ LATENCY=none
 OUT=""
 PLATTER=""
 MEMBER_DIR=""
+DRIVES=4
+
+bench_option() {
+    case "$1" in
+        --drives) DRIVES="$2" ;;
+        *) return 1 ;;
+    esac
+}
 
 bench_options "$@"
+case "$DRIVES" in 4 | 8) ;; *) die "--drives wants 4 or 8" ;; esac
 bench_setup pool
 
 inject=none
@@ -36,10 +49,15 @@ inject=none
 
 # The pool: 4 drives of 160 MiB, volumes a (raid5) and b (raid10).
 mkdir "$WORK/pool"
-drives=("$WORK/pool/d0" "$WORK/pool/d1" "$WORK/pool/d2" "$WORK/pool/d3")
+drives=()
+for i in $(seq 0 $((DRIVES - 1))); do drives+=("$WORK/pool/d$i"); done
+on_a=() on_b=()
+[ "$DRIVES" = 4 ] || on_a=(--drives d0,d1,d2,d3) on_b=(--drives d4,d5,d6,d7)
 "$PLATTER" pool create tank --drive-size 160M "${drives[@]}" >"$OUT/pool-create.txt"
-"$PLATTER" volume create tank a --level raid5 --size 48M "$WORK/pool" >>"$OUT/pool-create.txt"
-"$PLATTER" volume create tank b --level raid10 --size 48M "$WORK/pool" >>"$OUT/pool-create.txt"
+"$PLATTER" volume create tank a --level raid5 --size 48M ${on_a[@]+"${on_a[@]}"} \
+    --subdisks 4 "$WORK/pool" >>"$OUT/pool-create.txt"
+"$PLATTER" volume create tank b --level raid10 --size 48M ${on_b[@]+"${on_b[@]}"} \
+    --subdisks 4 "$WORK/pool" >>"$OUT/pool-create.txt"
 pool_inject=()
 [ "$inject" = none ] || for d in "${drives[@]}"; do pool_inject+=(--inject "$d=$inject"); done
 NO_COLOR=1 "$PLATTER" serve --pool tank --socket "$WORK/pool.sock" ${pool_inject[@]+"${pool_inject[@]}"} \
@@ -65,7 +83,7 @@ ORDER=(rand-write rand-read seq-write seq-read)
 
 {
     bench_machine
-    echo "drives:    latency $LATENCY; $RUNS runs of ${RUNTIME} s per job"
+    echo "drives:    $DRIVES in the pool; latency $LATENCY; $RUNS runs of ${RUNTIME} s per job"
 } | tee "$OUT/environment.txt"
 
 # cpu_ticks PID...: user + system ticks of the processes, summed.
