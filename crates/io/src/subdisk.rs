@@ -144,43 +144,38 @@ impl Member for SubdiskMember {
     fn close_connections(&self) {}
 
     fn start(&self, op: &MemberOp, done: MemberDone) -> Result<(), MemberDone> {
+        let at =
+            |kind, offset_bytes: u64, len_bytes| self.check(kind, offset_bytes, len_bytes).ok();
         let moved = match op {
             MemberOp::Read {
                 offset_bytes,
                 len_bytes,
-            } => MemberOp::Read {
-                offset_bytes: offset_bytes + self.offset_bytes,
+            } => at(Op::Read, *offset_bytes, *len_bytes).map(|offset_bytes| MemberOp::Read {
+                offset_bytes,
                 len_bytes: *len_bytes,
-            },
-            MemberOp::Write { offset_bytes, data } => MemberOp::Write {
-                offset_bytes: offset_bytes + self.offset_bytes,
-                data: data.clone(),
-            },
+            }),
+            MemberOp::Write { offset_bytes, data } => {
+                at(Op::Write, *offset_bytes, data.len() as u64).map(|offset_bytes| {
+                    MemberOp::Write {
+                        offset_bytes,
+                        data: data.clone(),
+                    }
+                })
+            }
             MemberOp::Trim {
                 offset_bytes,
                 len_bytes,
-            } => MemberOp::Trim {
-                offset_bytes: offset_bytes + self.offset_bytes,
+            } => at(Op::Trim, *offset_bytes, *len_bytes).map(|offset_bytes| MemberOp::Trim {
+                offset_bytes,
                 len_bytes: *len_bytes,
-            },
-            MemberOp::Flush => MemberOp::Flush,
+            }),
+            MemberOp::Flush => Some(MemberOp::Flush),
         };
-        let (op_kind, offset, len) = match op {
-            MemberOp::Read {
-                offset_bytes,
-                len_bytes,
-            } => (Op::Read, *offset_bytes, *len_bytes),
-            MemberOp::Write { offset_bytes, data } => (Op::Write, *offset_bytes, data.len() as u64),
-            MemberOp::Trim {
-                offset_bytes,
-                len_bytes,
-            } => (Op::Trim, *offset_bytes, *len_bytes),
-            MemberOp::Flush => (Op::Flush, 0, 0),
+        // Outside the window: handed back, so that the blocking call
+        // refuses it (`done` is never called from inside `start`).
+        let Some(moved) = moved else {
+            return Err(done);
         };
-        if let Err(e) = self.check(op_kind, offset, len) {
-            done(Err(e));
-            return Ok(());
-        }
         let name = self.name.clone();
         let base = self.offset_bytes;
         self.drive.start(
