@@ -206,62 +206,13 @@ pub fn subdisk_members(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::AtomicUsize;
 
     use platter_core::pool::{Drive, Subdisk};
-    use platter_io::error::{MemberError, MemberErrorKind, Op};
     use platter_io::memory::MemoryMember;
 
+    use super::super::crash_kit::Crashing;
     use super::*;
-
-    /// A drive that a crash cuts off: the write numbered `torn_at` (of
-    /// every drive's writes, counted together) lands only its first
-    /// `keep_bytes`, and nothing after it lands at all.
-    struct Crashing {
-        inner: Arc<MemoryMember>,
-        writes: Arc<AtomicUsize>,
-        torn_at: usize,
-        keep_bytes: usize,
-    }
-
-    impl Member for Crashing {
-        fn describe(&self) -> &str {
-            self.inner.describe()
-        }
-        fn size_bytes(&self) -> u64 {
-            self.inner.size_bytes()
-        }
-        fn read_at(
-            &self,
-            offset_bytes: u64,
-            buf: &mut [u8],
-        ) -> std::result::Result<(), MemberError> {
-            self.inner.read_at(offset_bytes, buf)
-        }
-        fn write_at(&self, offset_bytes: u64, data: &[u8]) -> std::result::Result<(), MemberError> {
-            let n = self.writes.fetch_add(1, Ordering::SeqCst);
-            if n == self.torn_at {
-                let keep = self.keep_bytes.min(data.len());
-                self.inner.write_at(offset_bytes, &data[..keep])?;
-            }
-            if n >= self.torn_at {
-                return Err(MemberError::new(
-                    MemberErrorKind::Gone,
-                    "crashed",
-                    Op::Write,
-                    offset_bytes,
-                    0,
-                ));
-            }
-            self.inner.write_at(offset_bytes, data)
-        }
-        fn flush(&self) -> std::result::Result<(), MemberError> {
-            Ok(())
-        }
-        fn trim(&self, offset_bytes: u64, len_bytes: u64) -> std::result::Result<(), MemberError> {
-            self.inner.trim(offset_bytes, len_bytes)
-        }
-    }
 
     fn pool(generation: u64, volumes: usize) -> Pool {
         let drives = (0..3u8)

@@ -2,7 +2,10 @@
 //! subdisks, plexes and volumes (vinum's objects; docs/pools.md), and
 //! `platter list` / `printconfig`, which show them.
 
+#[cfg(test)]
+mod crash_kit;
 pub mod drives;
+mod import;
 mod list;
 mod make;
 
@@ -26,6 +29,13 @@ pub enum PoolCommand {
     /// rebuilds each volume's subdisk on it (as a spare takes a failed
     /// member's place).
     ReplaceDrive(make::ReplaceDriveArgs),
+    /// Make a pool of one volume from the members of a volume made by
+    /// `platter create`, its data where it is: each member's label and
+    /// bitmap move up by 1 MiB into the room before its data, and its
+    /// first MiB becomes its pool area. Needs the volume clean and whole,
+    /// and that room (members of 1 GiB and more, or made with `--reserve
+    /// 2M`). Run it again to finish an import a crash cut short.
+    Import(import::ImportArgs),
 }
 
 #[derive(Subcommand)]
@@ -43,6 +53,7 @@ pub fn run_pool(c: PoolCommand) -> Result<()> {
         PoolCommand::Create(a) => make::pool_create(a),
         PoolCommand::AddDrive(a) => make::add_drive(a),
         PoolCommand::ReplaceDrive(a) => make::replace_drive(a),
+        PoolCommand::Import(a) => import::import(a),
     }
 }
 

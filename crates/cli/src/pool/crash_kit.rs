@@ -1,0 +1,54 @@
+//! For tests: a drive that a crash cuts off, to write the order of a
+//! change's writes against.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use platter_io::error::{MemberError, MemberErrorKind, Op};
+use platter_io::memory::MemoryMember;
+use platter_io::Member;
+
+/// A drive that a crash cuts off: the write numbered `torn_at` (of
+/// every drive's writes, counted together) lands only its first
+/// `keep_bytes`, and nothing after it lands at all.
+pub struct Crashing {
+    pub inner: Arc<MemoryMember>,
+    pub writes: Arc<AtomicUsize>,
+    pub torn_at: usize,
+    pub keep_bytes: usize,
+}
+
+impl Member for Crashing {
+    fn describe(&self) -> &str {
+        self.inner.describe()
+    }
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn read_at(&self, offset_bytes: u64, buf: &mut [u8]) -> std::result::Result<(), MemberError> {
+        self.inner.read_at(offset_bytes, buf)
+    }
+    fn write_at(&self, offset_bytes: u64, data: &[u8]) -> std::result::Result<(), MemberError> {
+        let n = self.writes.fetch_add(1, Ordering::SeqCst);
+        if n == self.torn_at {
+            let keep = self.keep_bytes.min(data.len());
+            self.inner.write_at(offset_bytes, &data[..keep])?;
+        }
+        if n >= self.torn_at {
+            return Err(MemberError::new(
+                MemberErrorKind::Gone,
+                "crashed",
+                Op::Write,
+                offset_bytes,
+                0,
+            ));
+        }
+        self.inner.write_at(offset_bytes, data)
+    }
+    fn flush(&self) -> std::result::Result<(), MemberError> {
+        Ok(())
+    }
+    fn trim(&self, offset_bytes: u64, len_bytes: u64) -> std::result::Result<(), MemberError> {
+        self.inner.trim(offset_bytes, len_bytes)
+    }
+}
