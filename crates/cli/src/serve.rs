@@ -432,7 +432,11 @@ fn serve_pool(
     let mut member_delays = std::collections::HashMap::new();
     let mut volumes = Vec::new();
     for v in &open.pool().volumes {
-        let (members, blank) = blank_apart(open.subdisks(v)?)?;
+        let subdisks = open.subdisks(v)?;
+        // An extend a crash cut short: its labels brought up to the size
+        // the pool records, before they are read for the volume.
+        crate::pool::extend::bring_labels_up(open.pool(), v, &subdisks)?;
+        let (members, blank) = blank_apart(subdisks)?;
         let names: Vec<String> = members.iter().map(|m| m.describe().to_string()).collect();
         let all: Vec<String> = members
             .iter()

@@ -116,6 +116,24 @@ pub fn open_pool(name: Option<&str>, paths: &[String], opts: OpenOptions) -> Res
 }
 
 impl OpenPool {
+    /// For tests: a pool over drives opened by the caller (any
+    /// [`Member`]), each writing next the slot its newest is not in.
+    #[cfg(test)]
+    pub fn over(gathered: Gathered, drives: Vec<Option<Arc<dyn Member>>>) -> OpenPool {
+        let next_slots = drives
+            .iter()
+            .map(|m| {
+                m.as_ref()
+                    .map_or(0, |m| read_slots(m.as_ref()).unwrap().next_slot())
+            })
+            .collect();
+        OpenPool {
+            gathered,
+            drives,
+            next_slots,
+        }
+    }
+
     pub fn pool(&self) -> &Pool {
         &self.gathered.pool
     }
@@ -226,6 +244,7 @@ mod tests {
         let volumes = (0..volumes)
             .map(|v| PoolVolume {
                 name: format!("v{v}"),
+                size_bytes: None,
                 plexes: vec![platter_core::pool::Plex {
                     org: platter_core::Level::Raid5,
                     interleave_bytes: 65536,

@@ -392,6 +392,7 @@ fn pool_of(
         drives,
         volumes: vec![PoolVolume {
             name: volume,
+            size_bytes: None,
             plexes: vec![Plex {
                 org: l.level,
                 interleave_bytes: l.interleave_bytes,

@@ -137,7 +137,7 @@ fn random_uuid() -> [u8; 16] {
     *uuid::Uuid::new_v4().as_bytes()
 }
 
-fn writable() -> OpenOptions {
+pub(super) fn writable() -> OpenOptions {
     OpenOptions {
         claim: true,
         ..OpenOptions::default()
@@ -231,7 +231,17 @@ fn make_pool(
         uuid: random_uuid(),
         generation: 1,
         drives: Vec::new(),
-        volumes: template.map(|t| t.volumes).unwrap_or_default(),
+        // Labels made now say each volume's size: an extend's record of
+        // it is not carried over.
+        volumes: template
+            .map(|t| t.volumes)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|v| PoolVolume {
+                size_bytes: None,
+                ..v
+            })
+            .collect(),
     };
     for ((name, _), m) in specs.iter().zip(&devices) {
         pool.drives.push(Drive {
@@ -385,6 +395,7 @@ pub fn volume_create(args: VolumeCreateArgs) -> Result<()> {
     let plex = place(&open, &args, &allowed)?;
     let v = PoolVolume {
         name: args.name.clone(),
+        size_bytes: None,
         plexes: vec![plex],
     };
     let mut pool = open.pool().clone();
@@ -498,7 +509,13 @@ fn place(open: &OpenPool, args: &VolumeCreateArgs, allowed: &[String]) -> Result
 }
 
 /// Each subdisk's data for a volume of at least `size` bytes.
-fn data_per_subdisk(level: Level, n: u32, copies: u32, il: u64, size: u64) -> Result<u64> {
+pub(super) fn data_per_subdisk(
+    level: Level,
+    n: u32,
+    copies: u32,
+    il: u64,
+    size: u64,
+) -> Result<u64> {
     if il == 0 || !il.is_multiple_of(512) {
         return Err(CliError(format!(
             "--interleave {il}: give a positive multiple of 512 bytes"

@@ -5,6 +5,7 @@
 #[cfg(test)]
 mod crash_kit;
 pub mod drives;
+pub mod extend;
 mod import;
 mod list;
 mod make;
@@ -46,6 +47,13 @@ pub enum VolumeCommand {
     Create(make::VolumeCreateArgs),
     /// Remove a volume from its pool; its subdisks become free space.
     Remove(make::VolumeRemoveArgs),
+    /// Make a volume larger in place: each of its subdisks grows into the
+    /// free space after it on its drive (a concat: its last subdisk), the
+    /// growth zeroed first, so that no byte moves and the new stripes
+    /// need no resync. With the pool's server stopped; clients see the
+    /// new size when they next connect. A crash part way is finished by
+    /// running it again, or by the next `serve --pool`.
+    Extend(extend::VolumeExtendArgs),
 }
 
 pub fn run_pool(c: PoolCommand) -> Result<()> {
@@ -61,6 +69,7 @@ pub fn run_volume(c: VolumeCommand) -> Result<()> {
     match c {
         VolumeCommand::Create(a) => make::volume_create(a),
         VolumeCommand::Remove(a) => make::volume_remove(a),
+        VolumeCommand::Extend(a) => extend::volume_extend(a),
     }
 }
 

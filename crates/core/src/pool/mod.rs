@@ -66,6 +66,11 @@ pub struct Drive {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PoolVolume {
     pub name: String,
+    /// The size `volume extend` made it: its subdisks' labels that still
+    /// say less were cut off by a crash before they were all rewritten,
+    /// and are brought up to it (`volume extend`, `serve --pool`). `None`
+    /// for a volume never extended: its labels say its size.
+    pub size_bytes: Option<u64>,
     pub plexes: Vec<Plex>,
 }
 
@@ -181,6 +186,14 @@ impl Pool {
     }
 
     fn check_volume(&self, v: &PoolVolume) -> Result<(), String> {
+        if v.size_bytes
+            .is_some_and(|s| s == 0 || !s.is_multiple_of(SECTOR_BYTES))
+        {
+            return Err(format!(
+                "volume {:?}: its size is not a positive multiple of 512 bytes",
+                v.name
+            ));
+        }
         if v.plexes.len() != 1 {
             return Err(format!(
                 "volume {:?} has {} plexes; a volume has one plex (it mirrors inside it)",

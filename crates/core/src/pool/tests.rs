@@ -28,6 +28,7 @@ fn volume(name: &str, org: Level, subdisks: Vec<Subdisk>) -> PoolVolume {
     let copies = text::default_copies(org, subdisks.len() as u32);
     PoolVolume {
         name: name.into(),
+        size_bytes: None,
         plexes: vec![Plex {
             org,
             interleave_bytes: 64 * 1024,
@@ -75,8 +76,10 @@ fn the_sample_is_a_valid_pool() {
 
 #[test]
 fn text_gives_the_pool_back() {
-    let pool = sample();
+    let mut pool = sample();
+    pool.volumes[1].size_bytes = Some(84 * MIB);
     let text = text::render(&pool);
+    assert!(text.contains("volume bulk size 172032s\n"), "{text}");
     assert!(
         text.contains("sd name bulk.p0.s3 drive d3 driveoffset 43008s len 61440s plex bulk.p0"),
         "{text}"

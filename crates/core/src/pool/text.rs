@@ -40,7 +40,10 @@ pub fn render(pool: &Pool) -> String {
         );
     }
     for v in &pool.volumes {
-        out += &format!("volume {}\n", v.name);
+        match v.size_bytes {
+            Some(s) => out += &format!("volume {} size {}\n", v.name, sectors(s)),
+            None => out += &format!("volume {}\n", v.name),
+        }
         for (p, plex) in v.plexes.iter().enumerate() {
             render_plex(&mut out, v, p, plex);
         }
@@ -255,9 +258,10 @@ impl Builder {
 
     fn volume_line(&mut self, words: &[&str]) -> Result<(), String> {
         let name = *words.get(1).ok_or("'volume' needs a name")?;
-        Pairs::new("a volume", &words[2..], &[])?;
+        let pairs = Pairs::new("a volume", &words[2..], &["size"])?;
         self.volumes.push(PoolVolume {
             name: name.to_string(),
+            size_bytes: pairs.size("size")?,
             plexes: Vec::new(),
         });
         Ok(())

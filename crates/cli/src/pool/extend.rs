@@ -1,0 +1,345 @@
+//! `platter volume extend`: a volume grown in place, each subdisk into
+//! the free space that follows it on its drive (LVM's `lvextend` where
+//! the extents are contiguous; vinum grows a concat plex the same way).
+//!
+//! The layouts that keep every byte where it is when members grow at
+//! their ends grow this way: a stripe, mirror, raid10 (near), raid5 and
+//! raid6 stripe by stripe index, so larger members only add stripes after
+//! the last; a concat maps by its members' sizes, so only its last
+//! subdisk grows. Order, so that a crash at any write loses nothing:
+//! 1. the growth (each subdisk's new data bytes) and the bitmap are
+//!    zeroed and flushed, while the configuration still gives that space
+//!    out to nobody: zeros on every member are a stripe whose parity and
+//!    copies agree, so the new stripes need no resync;
+//! 2. the configuration (the next generation) gives each subdisk its new
+//!    length and records the volume's new size;
+//! 3. each subdisk's label is rewritten with its new data size and the
+//!    volume's. A crash between labels leaves some saying the old size:
+//!    [`bring_labels_up`], run by `volume extend` and by `serve --pool`
+//!    before the volume is assembled, rewrites them from the pool's
+//!    record, the same way every time.
+
+use std::sync::Arc;
+
+use clap::Args;
+use platter_core::assemble::Assembly;
+use platter_core::geometry::{Geometry, GeometrySpec};
+use platter_core::intent::{IntentLayout, INTENT_OFFSET_BYTES};
+use platter_core::label::{Label, SlotState, VolumeState, LABEL_BYTES};
+use platter_core::pool::alloc::ALIGN_BYTES;
+use platter_core::pool::{Pool, PoolVolume};
+use platter_core::units::{format_size, parse_size, SECTOR_BYTES};
+use platter_core::volume::Health;
+use platter_core::Level;
+use platter_io::assembly::assemble_devices;
+use platter_io::Member;
+
+use super::drives::{open_pool, OpenPool};
+use super::DeviceArgs;
+use crate::error::{CliError, Result};
+use crate::out::outln;
+
+#[derive(Args)]
+pub struct VolumeExtendArgs {
+    #[arg(value_name = "POOL")]
+    pool: String,
+    #[arg(value_name = "NAME")]
+    name: String,
+    /// The volume's new size (at least; whole interleaves of every
+    /// subdisk). Larger than today's: a volume does not shrink.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    size: u64,
+    #[command(flatten)]
+    devices: DeviceArgs,
+}
+
+pub fn volume_extend(args: VolumeExtendArgs) -> Result<()> {
+    let mut open = open_pool(
+        Some(&args.pool),
+        &args.devices.devices,
+        super::make::writable(),
+    )?;
+    let Some(v) = open.pool().volume(&args.name).cloned() else {
+        return Err(CliError(format!(
+            "pool {} has no volume {}",
+            args.pool, args.name
+        )));
+    };
+    let old_bytes = extend_volume(&mut open, &v, args.size)?;
+    let v = open.pool().volume(&args.name).expect("still there");
+    outln!(
+        "volume {} of pool {}: {} -> {} (generation {}); clients see the new size when they \
+         next connect",
+        v.name,
+        args.pool,
+        format_size(old_bytes),
+        format_size(v.size_bytes.expect("recorded")),
+        open.pool().generation
+    );
+    Ok(())
+}
+
+/// Grows `v` to at least `size_bytes`; returns its size before.
+pub fn extend_volume(open: &mut OpenPool, v: &PoolVolume, size_bytes: u64) -> Result<u64> {
+    let members = open.subdisks(v)?;
+    if members.len() != v.plex().subdisks.len() {
+        return Err(CliError(format!(
+            "volume {}: a drive of its subdisks is missing; it is extended with every one \
+             present",
+            v.name
+        )));
+    }
+    bring_labels_up(open.pool(), v, &members)?;
+    let a = assemble_devices(members.clone())
+        .map_err(|e| CliError(format!("volume {}: {e}", v.name)))?
+        .assembly;
+    extendable(v, &a)?;
+    let old_bytes = a.label.volume_size_bytes;
+    if size_bytes <= old_bytes {
+        return Err(CliError(format!(
+            "volume {} is {} already; extend makes a volume larger (it does not shrink)",
+            v.name,
+            format_size(old_bytes)
+        )));
+    }
+    let lens = new_lengths(open.pool(), v, &a, size_bytes)?;
+    let grown = grown_label(v, &a.label, &lens)?;
+    let mut pv = v.clone();
+    for (sd, len) in pv.plexes[0].subdisks.iter_mut().zip(&lens) {
+        sd.len_bytes = *len;
+    }
+    pv.size_bytes = Some(grown.volume_size_bytes);
+    let mut pool = open.pool().clone();
+    for x in pool.volumes.iter_mut().filter(|x| x.name == v.name) {
+        *x = pv.clone();
+    }
+    pool.check().map_err(CliError)?;
+    let wide = open.subdisks(&pv)?;
+    zero_growth(&wide, &a.label, &grown)?;
+    open.write(pool)?;
+    bring_labels_up(open.pool(), &pv, &wide)?;
+    Ok(old_bytes)
+}
+
+/// A clean, whole volume of a layout that grows at its end.
+fn extendable(v: &PoolVolume, a: &Assembly) -> Result<()> {
+    let name = &v.name;
+    if a.health.iter().any(|h| *h != Health::Online) {
+        return Err(CliError(format!(
+            "volume {name} is not whole: let it rebuild first"
+        )));
+    }
+    if a.label.state != VolumeState::Clean {
+        return Err(CliError(format!(
+            "volume {name} is {}: serve it and stop it cleanly first (is it being served?)",
+            a.label.state.name()
+        )));
+    }
+    if a.label.reshape.is_some() {
+        return Err(CliError(format!(
+            "volume {name} is being reshaped: let the reshape finish first"
+        )));
+    }
+    if a.label.checksums.is_some() {
+        return Err(CliError(format!(
+            "volume {name} keeps checksums, whose area is sized for its data: it cannot grow \
+             in place"
+        )));
+    }
+    Ok(())
+}
+
+/// Each subdisk's new length: room for the data `size_bytes` needs, in
+/// whole MiBs, inside the free space after it on its drive.
+fn new_lengths(pool: &Pool, v: &PoolVolume, a: &Assembly, size_bytes: u64) -> Result<Vec<u64>> {
+    let l = &a.label;
+    let plex = v.plex();
+    let n = plex.subdisks.len() as u32;
+    let mut data: Vec<u64> = l.slots.iter().map(|s| s.data_size_bytes).collect();
+    if plex.org == Level::Concat {
+        let extra = (size_bytes - l.volume_size_bytes).next_multiple_of(plex.interleave_bytes);
+        let last = data.last_mut().expect("a plex has subdisks");
+        *last = last.checked_add(extra).ok_or_else(too_large)?;
+    } else {
+        let want = super::make::data_per_subdisk(
+            plex.org,
+            n,
+            plex.copies,
+            plex.interleave_bytes,
+            size_bytes,
+        )?;
+        data.iter_mut().for_each(|d| *d = (*d).max(want));
+    }
+    let mut lens = Vec::new();
+    for (s, (sd, d)) in plex.subdisks.iter().zip(&data).enumerate() {
+        let len = l
+            .data_offset_bytes
+            .checked_add(*d)
+            .ok_or_else(too_large)?
+            .next_multiple_of(ALIGN_BYTES)
+            .max(sd.len_bytes);
+        let room = free_after(pool, &sd.drive, sd.offset_bytes) - sd.offset_bytes;
+        if len > room {
+            return Err(CliError(format!(
+                "drive {} has {} from subdisk {} to the next subdisk or its end; the extend \
+                 needs {} there (a volume grows in place, each subdisk into the space after it)",
+                sd.drive,
+                format_size(room),
+                v.subdisk_name(0, s),
+                format_size(len)
+            )));
+        }
+        lens.push(len);
+    }
+    Ok(lens)
+}
+
+fn too_large() -> CliError {
+    CliError("--size is too large".into())
+}
+
+/// Where the next subdisk after `offset_bytes` on `drive` starts, or the
+/// drive's end.
+fn free_after(pool: &Pool, drive: &str, offset_bytes: u64) -> u64 {
+    let end = pool.drive(drive).map_or(0, |d| d.size_bytes);
+    pool.subdisks()
+        .map(|(_, sd)| sd)
+        .filter(|sd| sd.drive == drive && sd.offset_bytes > offset_bytes)
+        .map(|sd| sd.offset_bytes)
+        .fold(end, u64::min)
+}
+
+/// `label` with each member's data as its subdisk of `lens` holds it (as
+/// `create` sizes a member's data: all of it after the data offset, in
+/// whole sectors) and the volume's size from that; the bitmap's regions
+/// grown if its old ones no longer fit before the data.
+fn grown_label(v: &PoolVolume, label: &Label, lens: &[u64]) -> Result<Label> {
+    let mut g = label.clone();
+    let last = g.slots.len() - 1;
+    for (s, (slot, len)) in g.slots.iter_mut().zip(lens).enumerate() {
+        let data = (len - label.data_offset_bytes) / SECTOR_BYTES * SECTOR_BYTES;
+        assert!(
+            data >= slot.data_size_bytes,
+            "a member's data never shrinks"
+        );
+        assert!(
+            v.plex().org != Level::Concat || s == last || data == slot.data_size_bytes,
+            "only a concat's last member grows"
+        );
+        slot.data_size_bytes = data;
+    }
+    g.data_size_bytes = g.slots[g.slot as usize].data_size_bytes;
+    let geometry = Geometry::new(spec_of(&g))
+        .map_err(|e| CliError(format!("volume {}: grown: {e}", v.name)))?;
+    g.volume_size_bytes = geometry.volume_size_bytes();
+    if g.intent_region_stripes > 0 && IntentLayout::new(&geometry, g.intent_region_stripes).is_err()
+    {
+        g.intent_region_stripes =
+            IntentLayout::choose_region_stripes(&geometry, g.intent_region_stripes);
+    }
+    IntentLayout::new(&geometry, g.intent_region_stripes)
+        .map_err(|e| CliError(format!("volume {}: grown: {e}", v.name)))?;
+    g.validate()
+        .map_err(|e| CliError(format!("volume {}: grown: {e}", v.name)))?;
+    Ok(g)
+}
+
+/// Zeros, on every member, the data bytes the growth adds and the bitmap
+/// the grown label has, then flushes: the space is nobody's yet, and the
+/// volume is clean, so neither write can lose anything.
+fn zero_growth(members: &[Arc<dyn Member>], old: &Label, grown: &Label) -> Result<()> {
+    let geometry = Geometry::new(spec_of(grown)).map_err(|e| CliError(e.to_string()))?;
+    let bitmap_bytes = IntentLayout::new(&geometry, grown.intent_region_stripes)
+        .map_err(CliError)?
+        .map_or(0, |l| l.area_bytes());
+    for (m, (was, now)) in members.iter().zip(old.slots.iter().zip(&grown.slots)) {
+        let from = old.data_offset_bytes + was.data_size_bytes;
+        zero(m.as_ref(), from, now.data_size_bytes - was.data_size_bytes)?;
+        zero(m.as_ref(), INTENT_OFFSET_BYTES, bitmap_bytes)?;
+        m.flush()?;
+    }
+    Ok(())
+}
+
+/// The layout a label (not being reshaped) describes.
+fn spec_of(l: &Label) -> GeometrySpec {
+    GeometrySpec {
+        level: l.level,
+        parity_layout: l.parity_layout,
+        copies: l.copies,
+        interleave_bytes: l.interleave_bytes,
+        data_offset_bytes: l.data_offset_bytes,
+        member_data_bytes: l.slots.iter().map(|s| s.data_size_bytes).collect(),
+    }
+}
+
+fn zero(m: &dyn Member, offset_bytes: u64, len_bytes: u64) -> Result<()> {
+    const CHUNK_BYTES: u64 = 1 << 20;
+    let zeros = vec![0u8; CHUNK_BYTES as usize];
+    let mut at = 0;
+    while at < len_bytes {
+        let n = CHUNK_BYTES.min(len_bytes - at);
+        m.write_at(offset_bytes + at, &zeros[..n as usize])?;
+        at += n;
+    }
+    Ok(())
+}
+
+/// Rewrites the labels of `v`'s subdisks (`members`, by slot) that say
+/// less than the size the pool records for it, or that a torn write
+/// damaged: what a crash during an extend left. Each is the volume's label
+/// grown to its subdisk's length, at the event count it had. Nothing to
+/// do for a volume never extended, or whose labels all say its size.
+pub fn bring_labels_up(pool: &Pool, v: &PoolVolume, members: &[Arc<dyn Member>]) -> Result<()> {
+    let Some(size_bytes) = v.size_bytes else {
+        return Ok(());
+    };
+    let mut labels = Vec::new();
+    for m in members {
+        let mut buf = vec![0u8; LABEL_BYTES];
+        m.read_at(0, &mut buf)?;
+        labels.push(Label::decode(&buf).ok());
+    }
+    let Some(newest) = labels.iter().flatten().max_by_key(|l| l.event_counter) else {
+        return Ok(());
+    };
+    // With every subdisk present, members[i] is slot i.
+    let whole = members.len() == v.plex().subdisks.len();
+    let torn = whole && labels.iter().any(Option::is_none);
+    if !torn
+        && labels
+            .iter()
+            .flatten()
+            .all(|l| l.volume_size_bytes >= size_bytes)
+    {
+        return Ok(());
+    }
+    let lens: Vec<u64> = v.plex().subdisks.iter().map(|sd| sd.len_bytes).collect();
+    let grown = grown_label(v, newest, &lens)?;
+    if grown.volume_size_bytes != size_bytes {
+        return Err(CliError(format!(
+            "volume {} of pool {}: the pool records {} bytes, and its subdisks hold {}",
+            v.name, pool.name, size_bytes, grown.volume_size_bytes
+        )));
+    }
+    for (i, (m, l)) in members.iter().zip(&labels).enumerate() {
+        let mine = match l {
+            Some(l) if l.volume_uuid == grown.volume_uuid && l.volume_size_bytes < size_bytes => {
+                Label {
+                    event_counter: l.event_counter,
+                    ..grown.for_slot(l.slot)
+                }
+            }
+            // Torn in the rewrite: its slot, if the volume still counts
+            // it in, as the newest label has it.
+            None if whole && grown.slots[i].state == SlotState::Active => grown.for_slot(i as u32),
+            _ => continue,
+        };
+        m.write_at(0, &mine.encode())?;
+        m.flush()?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

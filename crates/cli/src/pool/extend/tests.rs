@@ -1,0 +1,253 @@
+use std::sync::atomic::AtomicUsize;
+
+use platter_core::pool::area::{gather, Gathered, Seen as SeenDrive};
+use platter_core::pool::{Drive, Plex, Subdisk};
+use platter_io::memory::MemoryMember;
+
+use super::super::crash_kit::Crashing;
+use super::super::drives;
+use super::*;
+use crate::create::{label_subdisks, subdisk_reserve_bytes, ArraySpec};
+
+const MIB: u64 = 1 << 20;
+const DRIVE_BYTES: u64 = 48 * MIB;
+
+fn volume(name: &str, org: Level, at_mib: u64, len_mib: u64, drives: &[&str]) -> PoolVolume {
+    let n = drives.len() as u32;
+    PoolVolume {
+        name: name.into(),
+        size_bytes: None,
+        plexes: vec![Plex {
+            org,
+            interleave_bytes: 64 << 10,
+            parity_layout: platter_core::ParityLayout::DEFAULT,
+            copies: if org == Level::Mirror { n } else { 1 },
+            subdisks: drives
+                .iter()
+                .map(|d| Subdisk {
+                    drive: d.to_string(),
+                    offset_bytes: at_mib * MIB,
+                    len_bytes: len_mib * MIB,
+                })
+                .collect(),
+        }],
+    }
+}
+
+/// Pool `tank` of three drives: raid5 `r` (8 MiB subdisks at 1 MiB),
+/// concat `c` (d0 at 20 MiB, then d1 at 20 MiB), and `block` on d2 at
+/// 30 MiB, which leaves `r`'s subdisk on d2 room up to 30 MiB only.
+/// Every volume labelled, its data areas filled with a pattern.
+fn pool_on(disks: &[Arc<MemoryMember>]) -> Pool {
+    let pool = Pool {
+        name: "tank".into(),
+        uuid: [3; 16],
+        generation: 1,
+        drives: (0..3u8)
+            .map(|i| Drive {
+                name: format!("d{i}"),
+                uuid: [i + 1; 16],
+                size_bytes: DRIVE_BYTES,
+                device: format!("mem{i}"),
+            })
+            .collect(),
+        volumes: vec![
+            volume("r", Level::Raid5, 1, 8, &["d0", "d1", "d2"]),
+            volume("c", Level::Concat, 20, 4, &["d0", "d1"]),
+            volume("block", Level::Concat, 30, 4, &["d2"]),
+        ],
+    };
+    pool.check().unwrap();
+    let open = opened(disks);
+    for v in &pool.volumes {
+        let members = drives::subdisk_members(&pool, v, &open).unwrap();
+        let spec = ArraySpec {
+            level: v.plex().org,
+            interleave_bytes: 64 << 10,
+            layout: None,
+            copies: 2,
+            name: v.name.clone(),
+        };
+        let reserve = subdisk_reserve_bytes(v.plex().subdisks[0].len_bytes);
+        label_subdisks(&spec, members.clone(), reserve).unwrap();
+        for (s, m) in members.iter().enumerate() {
+            let l = label_of(m.as_ref());
+            m.write_at(l.data_offset_bytes, &pattern(s, l.data_size_bytes))
+                .unwrap();
+        }
+    }
+    for (d, m) in disks.iter().enumerate() {
+        drives::write_slot(m.as_ref(), &pool, d, 0).unwrap();
+    }
+    pool
+}
+
+fn pattern(s: usize, len: u64) -> Vec<u8> {
+    (0..len)
+        .map(|b| (b as usize * 31 + s * 7 + (b as usize >> 9)) as u8)
+        .collect()
+}
+
+fn label_of(m: &dyn Member) -> Label {
+    let mut buf = vec![0u8; LABEL_BYTES];
+    m.read_at(0, &mut buf).unwrap();
+    Label::decode(&buf).unwrap()
+}
+
+fn opened(disks: &[Arc<MemoryMember>]) -> Vec<Option<Arc<dyn Member>>> {
+    disks
+        .iter()
+        .map(|d| Some(Arc::clone(d) as Arc<dyn Member>))
+        .collect()
+}
+
+fn disks() -> Vec<Arc<MemoryMember>> {
+    (0..3)
+        .map(|i| Arc::new(MemoryMember::new(format!("mem{i}"), DRIVE_BYTES)))
+        .collect()
+}
+
+/// The pool on `disks` opened as a command opens it, over `drives`.
+fn open_over(disks: &[Arc<MemoryMember>], drives: Vec<Option<Arc<dyn Member>>>) -> OpenPool {
+    let seen: Vec<SeenDrive> = disks
+        .iter()
+        .map(|m| SeenDrive {
+            device: m.describe().to_string(),
+            slots: drives::read_slots(m.as_ref()).unwrap(),
+        })
+        .collect();
+    let g: Gathered = gather(&seen, Some("tank")).unwrap();
+    OpenPool::over(g, drives)
+}
+
+/// Volume `name` as `serve --pool` finds it: labels brought up, then
+/// assembled. Checks it is whole and clean, that every member's old data
+/// is where it was, and that what it gained reads as zeros.
+fn assert_volume(disks: &[Arc<MemoryMember>], name: &str, old: &[Label]) -> u64 {
+    let open = open_over(disks, opened(disks));
+    let v = open.pool().volume(name).unwrap().clone();
+    let members = open.subdisks(&v).unwrap();
+    bring_labels_up(open.pool(), &v, &members).unwrap();
+    let a = assemble_devices(members.clone()).unwrap().assembly;
+    assert!(a.health.iter().all(|h| *h == Health::Online), "{name}");
+    assert_eq!(a.label.state, VolumeState::Clean);
+    if let Some(s) = v.size_bytes {
+        assert_eq!(a.label.volume_size_bytes, s, "{name}: the size recorded");
+    }
+    for (s, (m, was)) in members.iter().zip(old).enumerate() {
+        let now = label_of(m.as_ref());
+        assert_eq!(now.data_offset_bytes, was.data_offset_bytes);
+        let mut data = vec![0u8; was.data_size_bytes as usize];
+        m.read_at(was.data_offset_bytes, &mut data).unwrap();
+        assert!(
+            data == pattern(s, was.data_size_bytes),
+            "{name}: data moved"
+        );
+        let gained = now.data_size_bytes - was.data_size_bytes;
+        let mut new = vec![1u8; gained as usize];
+        m.read_at(was.data_offset_bytes + was.data_size_bytes, &mut new)
+            .unwrap();
+        assert!(new.iter().all(|&b| b == 0), "{name}: growth not zeroed");
+    }
+    a.label.volume_size_bytes
+}
+
+fn labels(disks: &[Arc<MemoryMember>], name: &str) -> Vec<Label> {
+    let open = open_over(disks, opened(disks));
+    let v = open.pool().volume(name).unwrap().clone();
+    open.subdisks(&v)
+        .unwrap()
+        .iter()
+        .map(|m| label_of(m.as_ref()))
+        .collect()
+}
+
+#[test]
+fn a_raid5_and_a_concat_grow_in_place() {
+    let disks = disks();
+    pool_on(&disks);
+    let r_before = labels(&disks, "r");
+    let c_before = labels(&disks, "c");
+    let r_size = r_before[0].volume_size_bytes;
+    let mut open = open_over(&disks, opened(&disks));
+    let v = open.pool().volume("r").unwrap().clone();
+    extend_volume(&mut open, &v, r_size + 20 * MIB).unwrap();
+    let grown = assert_volume(&disks, "r", &r_before);
+    assert!(grown >= r_size + 20 * MIB, "{grown}");
+    let v = open.pool().volume("c").unwrap().clone();
+    let c_size = c_before[0].volume_size_bytes;
+    extend_volume(&mut open, &v, c_size + 10 * MIB).unwrap();
+    assert!(assert_volume(&disks, "c", &c_before) >= c_size + 10 * MIB);
+    let c_after = labels(&disks, "c");
+    assert_eq!(
+        c_after[0].slots[0].data_size_bytes, c_before[0].slots[0].data_size_bytes,
+        "a concat's first subdisk keeps its size: its bytes map by it"
+    );
+}
+
+#[test]
+fn an_extend_without_the_room_or_smaller_is_refused_untouched() {
+    let disks = disks();
+    pool_on(&disks);
+    let before: Vec<Vec<u8>> = disks.iter().map(|d| d.snapshot()).collect();
+    let size = labels(&disks, "r")[0].volume_size_bytes;
+    let mut open = open_over(&disks, opened(&disks));
+    let v = open.pool().volume("r").unwrap().clone();
+    let e = extend_volume(&mut open, &v, size + 60 * MIB).unwrap_err();
+    assert!(e.0.contains("drive d0 has"), "{}", e.0);
+    let e = extend_volume(&mut open, &v, size).unwrap_err();
+    assert!(e.0.contains("does not shrink"), "{}", e.0);
+    for (d, b) in disks.iter().zip(&before) {
+        assert!(d.snapshot() == *b, "a refused extend wrote");
+    }
+}
+
+/// The story this guards: an extend zeroes the growth, writes the
+/// configuration on every drive, then rewrites every label, and a crash
+/// can cut any of those writes short. After a crash at any write, at any
+/// length, the pool gathers, the volume assembles whole and clean at its
+/// old size or its new one (labels a crash left behind brought up, as
+/// `serve --pool` brings them), its old bytes in place, and running the
+/// extend again reaches the new size.
+#[test]
+fn a_crash_at_any_write_of_an_extend_leaves_the_old_size_or_the_new() {
+    let mut sizes = std::collections::BTreeSet::new();
+    for torn_at in 0..40 {
+        for keep_bytes in [0, 512, 4096] {
+            let disks = disks();
+            pool_on(&disks);
+            let before = labels(&disks, "r");
+            let old_size = before[0].volume_size_bytes;
+            let writes = Arc::new(AtomicUsize::new(0));
+            let crashing = disks
+                .iter()
+                .map(|d| {
+                    Some(Arc::new(Crashing {
+                        inner: Arc::clone(d),
+                        writes: Arc::clone(&writes),
+                        torn_at,
+                        keep_bytes,
+                    }) as Arc<dyn Member>)
+                })
+                .collect();
+            let mut open = open_over(&disks, crashing);
+            let v = open.pool().volume("r").unwrap().clone();
+            let target = old_size + 16 * MIB;
+            let done = extend_volume(&mut open, &v, target).is_ok();
+            let size = assert_volume(&disks, "r", &before);
+            assert!(
+                size == old_size || size >= target,
+                "write {torn_at} cut at {keep_bytes}: {size}"
+            );
+            assert!(!done || size >= target);
+            sizes.insert(size == old_size);
+            let mut open = open_over(&disks, opened(&disks));
+            let v = open.pool().volume("r").unwrap().clone();
+            if size == old_size {
+                extend_volume(&mut open, &v, target).unwrap();
+            }
+            assert!(assert_volume(&disks, "r", &before) >= target);
+        }
+    }
+    assert_eq!(sizes.len(), 2, "crashes left the old size and the new");
+}
