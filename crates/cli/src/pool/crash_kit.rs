@@ -1,9 +1,11 @@
 //! For tests: a drive that a crash cuts off, to write the order of a
-//! change's writes against.
+//! change's writes against, and pool `tank` gathered from drives in
+//! memory.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use platter_core::pool::area::{gather, Gathered, Seen};
 use platter_io::error::{MemberError, MemberErrorKind, Op};
 use platter_io::memory::MemoryMember;
 use platter_io::Member;
@@ -51,4 +53,37 @@ impl Member for Crashing {
     fn trim(&self, offset_bytes: u64, len_bytes: u64) -> std::result::Result<(), MemberError> {
         self.inner.trim(offset_bytes, len_bytes)
     }
+}
+
+/// Pool `tank` as the commands gather it from `disks`.
+pub fn gathered(disks: &[Arc<MemoryMember>]) -> Result<Gathered, String> {
+    let seen: Vec<Seen> = disks
+        .iter()
+        .map(|m| Seen {
+            device: m.describe().to_string(),
+            slots: super::drives::read_slots(m.as_ref()).unwrap(),
+        })
+        .collect();
+    gather(&seen, Some("tank"))
+}
+
+/// `disks` cut off together: the write numbered `torn_at` of all their
+/// writes lands its first `keep_bytes`, and none after it lands.
+pub fn crashing(
+    disks: &[Arc<MemoryMember>],
+    torn_at: usize,
+    keep_bytes: usize,
+) -> Vec<Arc<dyn Member>> {
+    let writes = Arc::new(AtomicUsize::new(0));
+    disks
+        .iter()
+        .map(|d| {
+            Arc::new(Crashing {
+                inner: Arc::clone(d),
+                writes: Arc::clone(&writes),
+                torn_at,
+                keep_bytes,
+            }) as Arc<dyn Member>
+        })
+        .collect()
 }

@@ -224,12 +224,10 @@ pub fn subdisk_members(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::AtomicUsize;
-
     use platter_core::pool::{Drive, Subdisk};
     use platter_io::memory::MemoryMember;
 
-    use super::super::crash_kit::Crashing;
+    use super::super::crash_kit::crashing;
     use super::*;
 
     fn pool(generation: u64, volumes: usize) -> Pool {
@@ -270,14 +268,7 @@ mod tests {
     }
 
     fn gathered(disks: &[Arc<MemoryMember>]) -> std::result::Result<Pool, String> {
-        let seen: Vec<Seen> = disks
-            .iter()
-            .map(|m| Seen {
-                device: m.describe().to_string(),
-                slots: read_slots(m.as_ref()).unwrap(),
-            })
-            .collect();
-        area::gather(&seen, Some("tank")).map(|g| g.pool)
+        super::super::crash_kit::gathered(disks).map(|g| g.pool)
     }
 
     /// The story this guards: a configuration change is one write per
@@ -299,17 +290,9 @@ mod tests {
                         write_slot(m.as_ref(), &pool(g, g as usize), d, (g - 1) as u32).unwrap();
                     }
                 }
-                let writes = Arc::new(AtomicUsize::new(0));
-                let drives: Vec<Option<Arc<dyn Member>>> = disks
-                    .iter()
-                    .map(|m| {
-                        Some(Arc::new(Crashing {
-                            inner: Arc::clone(m),
-                            writes: Arc::clone(&writes),
-                            torn_at,
-                            keep_bytes,
-                        }) as Arc<dyn Member>)
-                    })
+                let drives = crashing(&disks, torn_at, keep_bytes)
+                    .into_iter()
+                    .map(Some)
                     .collect();
                 let seen_before = gathered(&disks).unwrap();
                 assert_eq!(seen_before.generation, 2);

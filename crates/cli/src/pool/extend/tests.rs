@@ -1,10 +1,7 @@
-use std::sync::atomic::AtomicUsize;
-
-use platter_core::pool::area::{gather, Gathered, Seen as SeenDrive};
 use platter_core::pool::{Drive, Plex, Subdisk};
 use platter_io::memory::MemoryMember;
 
-use super::super::crash_kit::Crashing;
+use super::super::crash_kit::crashing;
 use super::super::drives;
 use super::*;
 use crate::create::{label_subdisks, subdisk_reserve_bytes, ArraySpec};
@@ -109,15 +106,7 @@ fn disks() -> Vec<Arc<MemoryMember>> {
 
 /// The pool on `disks` opened as a command opens it, over `drives`.
 fn open_over(disks: &[Arc<MemoryMember>], drives: Vec<Option<Arc<dyn Member>>>) -> OpenPool {
-    let seen: Vec<SeenDrive> = disks
-        .iter()
-        .map(|m| SeenDrive {
-            device: m.describe().to_string(),
-            slots: drives::read_slots(m.as_ref()).unwrap(),
-        })
-        .collect();
-    let g: Gathered = gather(&seen, Some("tank")).unwrap();
-    OpenPool::over(g, drives)
+    OpenPool::over(super::super::crash_kit::gathered(disks).unwrap(), drives)
 }
 
 /// Volume `name` as `serve --pool` finds it: labels brought up, then
@@ -218,19 +207,8 @@ fn a_crash_at_any_write_of_an_extend_leaves_the_old_size_or_the_new() {
             pool_on(&disks);
             let before = labels(&disks, "r");
             let old_size = before[0].volume_size_bytes;
-            let writes = Arc::new(AtomicUsize::new(0));
-            let crashing = disks
-                .iter()
-                .map(|d| {
-                    Some(Arc::new(Crashing {
-                        inner: Arc::clone(d),
-                        writes: Arc::clone(&writes),
-                        torn_at,
-                        keep_bytes,
-                    }) as Arc<dyn Member>)
-                })
-                .collect();
-            let mut open = open_over(&disks, crashing);
+            let cut = crashing(&disks, torn_at, keep_bytes);
+            let mut open = open_over(&disks, cut.into_iter().map(Some).collect());
             let v = open.pool().volume("r").unwrap().clone();
             let target = old_size + 16 * MIB;
             let done = extend_volume(&mut open, &v, target).is_ok();

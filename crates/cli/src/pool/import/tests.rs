@@ -1,11 +1,8 @@
-use std::sync::atomic::AtomicUsize;
-
-use platter_core::pool::area::{gather, Seen as SeenDrive};
 use platter_io::assembly::assemble_devices;
 use platter_io::memory::MemoryMember;
 use platter_io::subdisk::SubdiskMember;
 
-use super::super::crash_kit::Crashing;
+use super::super::crash_kit::crashing;
 use super::*;
 use crate::create::{label_subdisks, ArraySpec};
 
@@ -52,14 +49,7 @@ fn dyn_members(disks: &[Arc<MemoryMember>]) -> Vec<Arc<dyn Member>> {
 
 /// The pool on `disks`, gathered as `serve --pool` gathers it.
 fn gathered(disks: &[Arc<MemoryMember>]) -> std::result::Result<Pool, String> {
-    let seen: Vec<SeenDrive> = disks
-        .iter()
-        .map(|m| SeenDrive {
-            device: m.describe().to_string(),
-            slots: drives::read_slots(m.as_ref()).unwrap(),
-        })
-        .collect();
-    gather(&seen, Some("tank")).map(|g| g.pool)
+    super::super::crash_kit::gathered(disks).map(|g| g.pool)
 }
 
 /// Checks `disks` hold pool `tank` of the imported volume: its subdisks
@@ -131,18 +121,7 @@ fn a_crash_at_any_write_of_an_import_leaves_the_array_or_an_import_to_finish() {
         for keep_bytes in [0, 512, 4096, 1 << 20] {
             let disks = array(2 << 20);
             let before = read_label(disks[0].as_ref(), 0).unwrap().unwrap();
-            let writes = Arc::new(AtomicUsize::new(0));
-            let crashing: Vec<Arc<dyn Member>> = disks
-                .iter()
-                .map(|d| {
-                    Arc::new(Crashing {
-                        inner: Arc::clone(d),
-                        writes: Arc::clone(&writes),
-                        torn_at,
-                        keep_bytes,
-                    }) as Arc<dyn Member>
-                })
-                .collect();
+            let crashing = crashing(&disks, torn_at, keep_bytes);
             if import_devices("tank", None, &crashing).is_ok() {
                 kinds.insert("finished");
                 assert_imported(&disks, &before);
