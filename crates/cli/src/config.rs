@@ -30,8 +30,11 @@ struct ConfigFile {
 struct VolumeConfig {
     /// The members by path or URI.
     members: Option<Spanned<Vec<Spanned<String>>>>,
-    /// Or where to find them by label (`serve --scan`).
+    /// Or where to find them by label (`serve --scan`); with `pool`,
+    /// where to find the pool's drives.
     scan: Option<Spanned<Vec<String>>>,
+    /// Or a pool, every volume of it served (`serve --pool`).
+    pool: Option<Spanned<String>>,
     /// With `scan`: the volume's uuid, when its name is not enough.
     uuid: Option<String>,
     socket: Option<Spanned<String>>,
@@ -43,7 +46,9 @@ struct VolumeConfig {
 
 /// Options a volume's table sets by their own keys, or that make no sense
 /// in a file.
-const NOT_OPTIONS: &[&str] = &["socket", "listen", "scan", "name", "uuid", "config", "help"];
+const NOT_OPTIONS: &[&str] = &[
+    "socket", "listen", "scan", "pool", "name", "uuid", "config", "help",
+];
 
 /// Options for one start, given on the command line when needed: in a file
 /// they would act at every start (`discard-log` would throw away the log
@@ -99,10 +104,14 @@ pub fn serve_argv(
     for (key, value) in &v.options {
         option_args(key, value, serve_options, &at, &mut argv)?;
     }
+    if let Some(pool) = &v.pool {
+        pool_args(name, v, pool, &at, given, &mut argv)?;
+        return Ok(argv);
+    }
     match (&v.members, &v.scan) {
         (Some(_), Some(_)) | (None, None) => {
             return Err(CliError(format!(
-                "{here}: volume '{name}' needs `members` or `scan`, one of the two"
+                "{here}: volume '{name}' needs `members`, `scan` or `pool`, one of them"
             )))
         }
         (Some(members), None) => {
@@ -145,6 +154,30 @@ pub fn serve_argv(
         )));
     }
     Ok(argv)
+}
+
+/// A pool's table: `--pool POOL`, then the paths its drives are found
+/// under (every block device in /dev without `scan`).
+fn pool_args(
+    name: &str,
+    v: &VolumeConfig,
+    pool: &Spanned<String>,
+    at: &dyn Fn(std::ops::Range<usize>) -> String,
+    given: Vec<OsString>,
+    argv: &mut Vec<OsString>,
+) -> Result<()> {
+    if v.members.is_some() || v.uuid.is_some() {
+        return Err(CliError(format!(
+            "{}: volume '{name}': `pool` serves the pool's volumes from its drives;              `members` and `uuid` do not go with it (`scan` says where the drives are)",
+            at(pool.span())
+        )));
+    }
+    argv.extend(["--pool".into(), pool.get_ref().into()]);
+    argv.extend(given);
+    if let Some(paths) = &v.scan {
+        argv.extend(paths.get_ref().iter().map(OsString::from));
+    }
+    Ok(())
 }
 
 /// `--key VALUE` for one entry of `options`: `true` is the bare flag,

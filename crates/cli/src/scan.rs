@@ -356,6 +356,13 @@ pub fn select<'d>(
     };
     match matching.as_slice() {
         [v] => Ok(v),
+        [] if name.is_some_and(|n| d.pools.iter().any(|p| p.name == n)) => {
+            let n = name.expect("named");
+            Err(CliError(format!(
+                "'{n}' is a pool, not a volume: serve every volume of it with `platter serve \
+                 --pool {n} PATH...`"
+            )))
+        }
         [] => {
             let seen: Vec<String> = d
                 .volumes

@@ -86,6 +86,12 @@ fn serve_pool_with(dir: &Path, dev: &str, extra: &[&str]) -> Server {
 
 /// `serve --pool tank DEV EXTRA...`, whose banner names `first`.
 fn serve_pool_first(dir: &Path, dev: &str, first: &str, extra: &[&str]) -> Server {
+    let args = ["--pool", "tank", dev];
+    serve_pool_args(dir, first, &args, extra)
+}
+
+/// `serve ARGS EXTRA...` of a pool, whose banner names `first`.
+fn serve_pool_args(dir: &Path, first: &str, args: &[&str], extra: &[&str]) -> Server {
     let volume = Volume {
         spec: Spec::new("raid10", 4, "64k"),
         name: first.into(),
@@ -98,7 +104,7 @@ fn serve_pool_first(dir: &Path, dev: &str, first: &str, extra: &[&str]) -> Serve
         dir: tempfile::tempdir_in(dir).unwrap(),
     };
     let options = ServeOptions {
-        instead_of_members: Some(vec!["--pool".into(), "tank".into(), dev.into()]),
+        instead_of_members: Some(args.iter().map(|a| a.to_string()).collect()),
         extra_args: extra.iter().map(|a| a.to_string()).collect(),
         ..ServeOptions::default()
     };
@@ -811,4 +817,43 @@ fn volume_extend_grows_a_raid5_in_place_under_its_data() {
         "fio on all of r",
     );
     assert!(out.stdout.contains("err= 0"), "{}", out.stdout);
+}
+
+/// The volumes file serves a pool as one of its entries (`pool`, its
+/// drives found under `scan`), so that `platter@tank.service` serves
+/// every volume of pool tank; `pool` with `members` is refused naming
+/// the line.
+#[test]
+fn the_volumes_file_serves_a_pool() {
+    let dir = temp_dir();
+    let dev = make_pool(dir.path());
+    let config = dir.path().join("volumes.toml");
+    std::fs::write(
+        &config,
+        format!("[volumes.tank]\npool = \"tank\"\nscan = [\"{dev}\"]\n"),
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    let s = serve_pool_args(dir.path(), "db", &["--config", &config, "tank"], &[]);
+    for name in ["db", "bulk", "scratch"] {
+        let status = live(&s, name);
+        assert_eq!(status["name"], name, "{status}");
+    }
+    drop(s);
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        format!("[volumes.tank]\nmembers = [\"{dev}/d0\"]\npool = \"tank\"\n"),
+    )
+    .unwrap();
+    refused(
+        &["serve", "--config", &bad.display().to_string(), "tank"],
+        "bad.toml:3: volume 'tank': `pool` serves",
+    );
+    // `serve --scan --name` of a pool's name points at --pool.
+    let sock = dir.path().join("scan.sock").display().to_string();
+    refused(
+        &["serve", "--socket", &sock, "--scan", &dev, "--name", "tank"],
+        "'tank' is a pool, not a volume: serve every volume of it with `platter serve --pool tank",
+    );
 }
