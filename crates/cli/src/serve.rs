@@ -430,6 +430,7 @@ fn serve_pool(
     let drive_names: Vec<String> = open.pool().drives.iter().map(|d| d.name.clone()).collect();
     let latency = inject_drive_faults(&args.inject, &drive_names, &mut open.drives)?;
     let mut member_delays = std::collections::HashMap::new();
+    let mut member_drives = std::collections::HashMap::new();
     let mut volumes = Vec::new();
     for v in &open.pool().volumes {
         let subdisks = open.subdisks(v)?;
@@ -443,7 +444,8 @@ fn serve_pool(
             .chain(&blank)
             .map(|m| m.describe().to_string())
             .collect();
-        subdisk_delays(pool, v, &all, &latency, &mut member_delays);
+        let places = (&mut member_delays, &mut member_drives);
+        subdisk_places(pool, v, &all, &latency, places);
         // A blank subdisk (its drive replaced) stands for a missing one:
         // it becomes the volume's spare and is rebuilt.
         let given = crate::partial::Given::Named(&names);
@@ -479,7 +481,8 @@ fn serve_pool(
         write_mostly: BTreeSet::new(),
         superseded: Vec::new(),
     };
-    let config = serve_config(args, found, activated, io_backend)?;
+    let mut config = serve_config(args, found, activated, io_backend)?;
+    config.member_drives = member_drives;
     let stdio = config.stdio;
     platter_server::serve_volumes(volumes, config, move |r| {
         if !stdio {
@@ -491,22 +494,26 @@ fn serve_pool(
 
 type Members = Vec<Arc<dyn Member>>;
 
-/// A drive's latency is every one of its subdisks' (the I/O layer delays
-/// by the member's name): `names` are volume `v`'s subdisks as opened.
-fn subdisk_delays(
+/// Each of volume `v`'s subdisks (`names`, as opened) by its drive: the
+/// drive's latency is every one of its subdisks' (the I/O layer delays
+/// by the member's name), and the counters per drive sum them.
+fn subdisk_places(
     pool: &str,
     v: &platter_core::pool::PoolVolume,
     names: &[String],
     latency: &std::collections::HashMap<String, Delay>,
-    member_delays: &mut std::collections::HashMap<String, Delay>,
+    (member_delays, member_drives): (
+        &mut std::collections::HashMap<String, Delay>,
+        &mut std::collections::HashMap<String, String>,
+    ),
 ) {
     for (s, sd) in v.plex().subdisks.iter().enumerate() {
-        let Some(delay) = latency.get(&sd.drive) else {
-            continue;
-        };
         let prefix = format!("{pool}/{} (", v.subdisk_name(0, s));
         for name in names.iter().filter(|n| n.starts_with(&prefix)) {
-            member_delays.insert(name.clone(), delay.clone());
+            member_drives.insert(name.clone(), sd.drive.clone());
+            if let Some(delay) = latency.get(&sd.drive) {
+                member_delays.insert(name.clone(), delay.clone());
+            }
         }
     }
 }
@@ -724,6 +731,8 @@ fn serve_config(
         reconnect: !args.no_reconnect,
         io_backend,
         member_delays: found.member_delays,
+        // `serve_pool` sets it: an array's members are no pool's subdisks.
+        member_drives: std::collections::HashMap::new(),
         scrub_every: (!args.scrub_every.is_zero()).then_some(args.scrub_every),
         scrub_rate_bytes_per_sec: args.scrub_rate,
         inherited: platter_server::network::systemd::Inherited::new(activated),

@@ -33,6 +33,10 @@ pub struct StatsArgs {
     /// Zero the counters and histograms first.
     #[arg(long)]
     reset: bool,
+    /// With a pool's server: the I/O of each drive, its subdisks' summed
+    /// over every volume (vinum's counters per drive).
+    #[arg(long, conflicts_with_all = ["volume", "watch", "reset"])]
+    drives: bool,
 }
 
 /// One answer of the server: the numbers and what names them.
@@ -70,6 +74,9 @@ impl Snapshot {
 }
 
 pub fn run(a: StatsArgs) -> Result<()> {
+    if a.drives {
+        return drives(&a);
+    }
     if let Some(secs) = a.watch {
         if !(secs.is_finite() && secs > 0.0) {
             return Err(CliError(format!(
@@ -381,6 +388,49 @@ impl crate::control::AboutVolume for StatsArgs {
     fn about(&self) -> Option<&str> {
         self.volume.as_deref()
     }
+}
+
+/// `stats --drives`: a line per drive of the pool served.
+fn drives(a: &StatsArgs) -> Result<()> {
+    let answer = ask(&a.control, json!({ "cmd": "drives" }))?;
+    if a.json {
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&answer).expect("JSON of plain data")
+        );
+        return Ok(());
+    }
+    let Some(drives) = answer["drives"].as_object().filter(|d| !d.is_empty()) else {
+        return Err(CliError(
+            "this server serves no pool: its members are counted by `platter stats`".into(),
+        ));
+    };
+    outln!(
+        "{:<12} {:>8} {:>10} {:>10} {:>10} {:>10} {:>8} {:>7}",
+        "drive",
+        "subdisks",
+        "reads",
+        "read",
+        "writes",
+        "written",
+        "flushes",
+        "errors"
+    );
+    let n = |d: &Value, k: &str| d[k].as_u64().unwrap_or(0);
+    for (name, d) in drives {
+        outln!(
+            "{:<12} {:>8} {:>10} {:>10} {:>10} {:>10} {:>8} {:>7}",
+            name,
+            n(d, "subdisks"),
+            n(d, "reads"),
+            format_size(n(d, "read_bytes")),
+            n(d, "writes"),
+            format_size(n(d, "written_bytes")),
+            n(d, "flushes"),
+            n(d, "errors")
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]

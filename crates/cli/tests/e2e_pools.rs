@@ -238,6 +238,7 @@ fn a_pool_serves_its_volumes_through_one_server_and_a_lost_drive_costs_each_its_
         1,
         "{metrics}"
     );
+    assert_drives_sum_the_volumes(&s, &metrics);
     let page = http_get(&url.replace("/metrics", "/?volume=bulk"));
     assert!(
         page.contains("<a href=\"/?volume=scratch\">scratch</a>"),
@@ -855,5 +856,56 @@ fn the_volumes_file_serves_a_pool() {
     refused(
         &["serve", "--socket", &sock, "--scan", &dev, "--name", "tank"],
         "'tank' is a pool, not a volume: serve every volume of it with `platter serve --pool tank",
+    );
+}
+
+/// Counters per drive (`stats --drives`, `platter_drive_*` in /metrics)
+/// are the drive's subdisks' member counters summed over the volumes:
+/// every drive holds a subdisk of each volume laid on it, and the bytes
+/// written to the drives are the bytes the volumes wrote to their members.
+fn assert_drives_sum_the_volumes(s: &Server, metrics: &str) {
+    let control = s.control();
+    let drives: Value = serde_json::from_str(
+        &ok(
+            &["stats", "--drives", "--json", "--control", &control],
+            "stats --drives",
+        )
+        .stdout,
+    )
+    .unwrap();
+    let drives = drives["drives"].as_object().unwrap();
+    assert_eq!(drives.len(), DRIVES, "{drives:?}");
+    let mut by_volumes = 0;
+    for name in ["db", "bulk", "scratch"] {
+        let args = ["stats", "--volume", name, "--json", "--control", &control];
+        let st: Value = serde_json::from_str(&ok(&args, "stats").stdout).unwrap();
+        for m in st["members"].as_array().unwrap() {
+            by_volumes += m["bytes_written"].as_u64().unwrap();
+        }
+    }
+    let by_drives: u64 = drives
+        .values()
+        .map(|d| d["written_bytes"].as_u64().unwrap())
+        .sum();
+    // The servers' own writes (bitmap pages) go on between the asks.
+    assert!(by_volumes > 0, "{drives:?}");
+    let apart = by_drives.abs_diff(by_volumes);
+    assert!(
+        apart <= by_volumes / 100,
+        "drives {by_drives}, volumes {by_volumes}"
+    );
+    for (name, d) in drives {
+        assert!(d["writes"].as_u64().unwrap() > 0, "{name}: {d}");
+        let series = format!("platter_drive_written_bytes_total{{drive=\"{name}\"}}");
+        assert!(metrics.contains(&series), "{series} in {metrics}");
+    }
+    let table = ok(
+        &["stats", "--drives", "--control", &control],
+        "stats --drives",
+    );
+    assert!(
+        table.stdout.lines().count() == DRIVES + 1,
+        "{}",
+        table.stdout
     );
 }

@@ -94,6 +94,9 @@ pub struct ServeConfig {
     /// Latency injected into members' I/O by the I/O layer, by member as
     /// its device describes itself (`--inject latency=`).
     pub member_delays: std::collections::HashMap<String, platter_io::aio::Delay>,
+    /// A pool's drive of each subdisk, by the member's name as its device
+    /// describes itself: what the counters per drive sum (`serve --pool`).
+    pub member_drives: std::collections::HashMap<String, String>,
     /// A scheduled scrub every this long (`--scrub-every`; `scrub.rs`).
     pub scrub_every: Option<Duration>,
     /// Its pace (`--scrub-rate`).
@@ -168,6 +171,7 @@ impl Default for ServeConfig {
             member_connections: 0,
             io_backend: platter_io::aio::layer::Backend::default(),
             member_delays: std::collections::HashMap::new(),
+            member_drives: std::collections::HashMap::new(),
             scrub_every: None,
             scrub_rate_bytes_per_sec: defaults::SCRUB_BYTES_PER_SEC,
             stdio: false,
@@ -555,6 +559,7 @@ fn manager(
         ),
         control_path,
         superseded: std::mem::take(&mut opened.superseded),
+        member_drives: config.member_drives.clone(),
     })
 }
 

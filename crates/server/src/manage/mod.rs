@@ -75,6 +75,8 @@ pub struct Manager {
     pub control_path: Option<String>,
     /// Devices set aside at start: their slot went to another member.
     pub superseded: Vec<crate::manage::leftout::SupersededDevice>,
+    /// A pool's drive of each subdisk, by member name (`observe::drives`).
+    pub member_drives: std::collections::HashMap<String, String>,
 }
 
 /// Why no member is rebuilt while the volume is reshaped: a rebuild
@@ -790,15 +792,18 @@ fn serve_one(managers: &[Arc<Manager>], stream: UnixStream) {
     let _ = writeln!(out, "{answer}");
 }
 
-/// `{"cmd": "volumes"}` lists the volumes served; any other request goes
-/// to the volume it names, which may be left out when there is one.
+/// `{"cmd": "volumes"}` lists the volumes served, `{"cmd": "drives"}`
+/// a pool's counters per drive; any other request goes to the volume it
+/// names, which may be left out when there is one.
 fn answer(managers: &[Arc<Manager>], req: &Value) -> Result<Value, String> {
     let names: Vec<String> = managers
         .iter()
         .map(|m| m.meta.label().name.clone())
         .collect();
-    if req.get("cmd").and_then(Value::as_str) == Some("volumes") {
-        return Ok(json!(names));
+    match req.get("cmd").and_then(Value::as_str) {
+        Some("volumes") => return Ok(json!(names)),
+        Some("drives") => return Ok(crate::observe::drives::drives_json(managers)),
+        _ => {}
     }
     let m = match (req.get("volume").and_then(Value::as_str), managers) {
         (Some(name), _) => {

@@ -718,7 +718,7 @@ impl Served {
     /// Every volume's families, each family once (the series carry the
     /// volume's name).
     fn metrics(&self) -> String {
-        let texts: Vec<String> = self
+        let mut texts: Vec<String> = self
             .managers
             .iter()
             .map(|m| {
@@ -727,6 +727,9 @@ impl Served {
                 encode_prometheus(&m.meta.label().name, &m.engine.stats(), &scrub, &health)
             })
             .collect();
+        texts.push(crate::observe::drives::encode(
+            &crate::observe::drives::drive_counters(&self.managers),
+        ));
         merge_families(&texts)
     }
 

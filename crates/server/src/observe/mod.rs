@@ -4,6 +4,7 @@
 
 pub mod alerts;
 pub mod describe;
+pub mod drives;
 pub(crate) mod livepage;
 pub mod metrics;
 pub mod registry;
