@@ -111,6 +111,10 @@ fn calibrate_reads_only_and_refuses_what_it_must() {
         CMD_TIMEOUT,
     );
     assert!(!r.status.success(), "{test}: {}", r.stdout);
+    // Every refusal says what calibrate is for. Regression: on a loaded CI
+    // machine the file's noisy timings passed for a revolution, the zones
+    // refused it ("took no longer: not a disk's sequential rate"), and
+    // that message alone did not say it.
     assert!(
         r.stderr.contains("calibrate models"),
         "{test}: {}",

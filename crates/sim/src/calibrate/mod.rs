@@ -397,7 +397,7 @@ impl Cal<'_> {
             if dt <= 0.0 {
                 return Err(CalibrateError::NotADisk(format!(
                     "reading {} more sectors at sector {lbn} took no longer: not a disk's \
-                     sequential rate",
+                     sequential rate; calibrate models rotating disks",
                     long - short
                 )));
             }
@@ -580,7 +580,9 @@ impl Cal<'_> {
         }
         if out.is_empty() {
             return Err(CalibrateError::NotADisk(
-                "every read at every distance hit the cache: no seek times to measure".into(),
+                "every read at every distance hit the cache: no seek times to measure; calibrate \
+                 models rotating disks"
+                    .into(),
             ));
         }
         Ok(out)
