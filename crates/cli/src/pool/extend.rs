@@ -41,8 +41,10 @@ use crate::out::outln;
 
 #[derive(Args)]
 pub struct VolumeExtendArgs {
+    /// The pool the volume is in.
     #[arg(value_name = "POOL")]
     pool: String,
+    /// The volume to make larger.
     #[arg(value_name = "NAME")]
     name: String,
     /// The volume's new size (at least; whole interleaves of every
