@@ -287,6 +287,27 @@ fn a_pool_serves_its_volumes_through_one_server_and_a_lost_drive_costs_each_its_
             .count();
         assert_eq!(faulty, 1, "{name} lost the one subdisk on {lost}: {st}");
     }
+    // `list --control` says what the server sees: each redundant volume
+    // degraded, its subdisk on the lost drive faulty.
+    let listed = ok(
+        &["list", "--json", "--control", &s.control(), &dev],
+        "list --control",
+    );
+    let listed: Value = serde_json::from_str(&listed.stdout).unwrap();
+    for v in listed[0]["volumes"].as_array().unwrap() {
+        if v["name"] == "scratch" {
+            continue;
+        }
+        assert_eq!(v["state"], "degraded", "{v}");
+        for sd in v["plexes"][0]["subdisks"].as_array().unwrap() {
+            let want = if sd["drive"] == lost.as_str() {
+                "faulty"
+            } else {
+                "up"
+            };
+            assert_eq!(sd["state"], want, "{v}");
+        }
+    }
     s.stop_expecting_errors("TERM", &["faulty", "Shrunk", "shrank", "smaller", "label"]);
 
     // A new drive in the lost one's place; the concat, whose data was all

@@ -20,6 +20,11 @@ pub struct ListArgs {
     /// Print JSON for programs instead of text for people.
     #[arg(long)]
     json: bool,
+    /// The pool's server's control socket: the states shown are the
+    /// server's (a subdisk faulty or rebuilding, a volume degraded) for
+    /// the volumes it serves, instead of what the labels on the drives say.
+    #[arg(long, value_name = "PATH")]
+    control: Option<std::path::PathBuf>,
     #[command(flatten)]
     devices: DeviceArgs,
 }
@@ -87,6 +92,9 @@ pub fn list(args: ListArgs) -> Result<()> {
     for uuid in pools_in(&seen) {
         let g = gather_uuid(&seen, uuid).map_err(CliError)?;
         pools.push(describe(&g, &seen)?);
+    }
+    if let Some(control) = &args.control {
+        live_states(&mut pools, control)?;
     }
     if args.json {
         let text = serde_json::to_string_pretty(&pools).expect("plain data");
@@ -208,6 +216,51 @@ fn volume_json(
             subdisks,
         }],
     })
+}
+
+/// The states of the volumes the server at `control` serves, as it sees
+/// them, over what the drives' labels say: in the pool holding them all.
+fn live_states(pools: &mut [PoolJson], control: &std::path::PathBuf) -> Result<()> {
+    let served = crate::control::ask(control, serde_json::json!({ "cmd": "volumes" }))?;
+    let served: Vec<&str> = served
+        .as_array()
+        .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
+        .unwrap_or_default();
+    let holds_all = |p: &PoolJson| {
+        served
+            .iter()
+            .all(|n| p.volumes.iter().any(|v| v.name == *n))
+    };
+    let Some(pool) = pools.iter_mut().find(|p| holds_all(p)) else {
+        return Err(CliError(format!(
+            "{}: the server serves {}, which no pool found here holds (give the pool's drives)",
+            control.display(),
+            served.join(", ")
+        )));
+    };
+    for v in &mut pool.volumes {
+        if !served.contains(&v.name.as_str()) {
+            v.state = format!("{} (not served)", v.state);
+            continue;
+        }
+        let req = serde_json::json!({ "cmd": "status", "volume": v.name });
+        let st = crate::control::ask(control, req)?;
+        v.state = match st["state"].as_str() {
+            Some("clean") => "up".into(),
+            Some(s) => s.to_string(),
+            None => "?".into(),
+        };
+        v.size_bytes = st["size_bytes"].as_u64().unwrap_or(v.size_bytes);
+        let members = st["members"].as_array().cloned().unwrap_or_default();
+        for (sd, m) in v.plexes[0].subdisks.iter_mut().zip(&members) {
+            sd.state = match m["state"].as_str() {
+                Some("active") => "up".into(),
+                Some(s) => s.to_string(),
+                None => "?".into(),
+            };
+        }
+    }
+    Ok(())
 }
 
 /// vinum's `list` shape: a line per object, its kind's letter first.
