@@ -435,8 +435,11 @@ fn serve_pool(
     for v in &open.pool().volumes {
         let subdisks = open.subdisks(v)?;
         // An extend a crash cut short: its labels brought up to the size
-        // the pool records, before they are read for the volume.
-        crate::pool::extend::bring_labels_up(open.pool(), v, &subdisks)?;
+        // the pool records, before they are read for the volume (not by a
+        // read-only server, which writes nothing).
+        if !args.read_only {
+            crate::pool::extend::bring_labels_up(open.pool(), v, &subdisks)?;
+        }
         let (members, blank) = blank_apart(subdisks)?;
         let names: Vec<String> = members.iter().map(|m| m.describe().to_string()).collect();
         let all: Vec<String> = members
