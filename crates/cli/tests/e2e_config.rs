@@ -174,7 +174,7 @@ fn mistakes_in_the_file_name_their_line_and_serve_nothing() {
         (
             "[volumes.v]\nsocket = \"/tmp/s\"\n".to_string(),
             ":1:",
-            "needs `members` or `scan`",
+            "needs `members`, `scan` or `pool`, one of them",
         ),
         (
             format!("[volumes.v]\nmembers = [{members}\n"),
