@@ -123,6 +123,28 @@ pub struct VolumeCreateArgs {
     devices: DeviceArgs,
 }
 
+#[cfg(test)]
+impl VolumeCreateArgs {
+    /// `volume create POOL NAME --level LEVEL --size SIZE`, the rest left
+    /// at their defaults.
+    pub(super) fn new(pool: &str, name: &str, level: Level, size: u64) -> VolumeCreateArgs {
+        VolumeCreateArgs {
+            pool: pool.into(),
+            name: name.into(),
+            level,
+            size,
+            interleave: 64 << 10,
+            layout: None,
+            copies: 2,
+            subdisks: None,
+            drives: Vec::new(),
+            devices: DeviceArgs {
+                devices: Vec::new(),
+            },
+        }
+    }
+}
+
 #[derive(Args)]
 pub struct VolumeRemoveArgs {
     #[arg(value_name = "POOL")]
@@ -385,14 +407,31 @@ pub fn volume_create(args: VolumeCreateArgs) -> Result<()> {
         ));
     }
     let mut open = open_pool(Some(&args.pool), &args.devices.devices, writable())?;
+    let v = create_in(&mut open, &args)?;
+    say_missing(&open);
+    outln!(
+        "volume {} of pool {}: {} of {} subdisks (generation {})",
+        v.name,
+        open.pool().name,
+        v.plex().org,
+        v.plex().subdisks.len(),
+        open.pool().generation
+    );
+    Ok(())
+}
+
+/// Makes volume `args.name` in the open pool: placed, labelled, then
+/// given out by the next configuration.
+pub(super) fn create_in(open: &mut OpenPool, args: &VolumeCreateArgs) -> Result<PoolVolume> {
     if open.pool().volume(&args.name).is_some() {
         return Err(CliError(format!(
             "pool {} already has a volume {}",
-            args.pool, args.name
+            open.pool().name,
+            args.name
         )));
     }
-    let allowed = allowed_drives(&open, &args.drives)?;
-    let plex = place(&open, &args, &allowed)?;
+    let allowed = allowed_drives(open, &args.drives)?;
+    let plex = place(open, args, &allowed)?;
     let v = PoolVolume {
         name: args.name.clone(),
         size_bytes: None,
@@ -404,16 +443,7 @@ pub fn volume_create(args: VolumeCreateArgs) -> Result<()> {
     area::fits(&pool).map_err(CliError)?;
     label_volume(&pool, &v, &open.drives)?;
     open.write(pool)?;
-    say_missing(&open);
-    outln!(
-        "volume {} of pool {}: {} of {} subdisks (generation {})",
-        v.name,
-        open.pool().name,
-        v.plex().org,
-        v.plex().subdisks.len(),
-        open.pool().generation
-    );
-    Ok(())
+    Ok(v)
 }
 
 fn say_missing(open: &OpenPool) {
@@ -556,22 +586,7 @@ fn subdisk_bytes(data: u64) -> u64 {
 
 pub fn volume_remove(args: VolumeRemoveArgs) -> Result<()> {
     let mut open = open_pool(Some(&args.pool), &args.devices.devices, writable())?;
-    let Some(v) = open.pool().volume(&args.name).cloned() else {
-        return Err(CliError(format!(
-            "pool {} has no volume {}",
-            args.pool, args.name
-        )));
-    };
-    let members = open.subdisks(&v)?;
-    let mut pool = open.pool().clone();
-    pool.volumes.retain(|x| x.name != args.name);
-    open.write(pool)?;
-    // The configuration no longer gives the extents out; their labels
-    // would only make `scan` find a volume that is gone.
-    for m in &members {
-        m.write_at(0, &[0u8; LABEL_BYTES])?;
-        m.flush()?;
-    }
+    let v = remove_in(&mut open, &args.name)?;
     say_missing(&open);
     outln!(
         "volume {} removed from pool {}; its {} subdisks are free (generation {})",
@@ -581,6 +596,28 @@ pub fn volume_remove(args: VolumeRemoveArgs) -> Result<()> {
         open.pool().generation
     );
     Ok(())
+}
+
+/// Takes volume `name` out of the open pool's configuration, then erases
+/// its subdisks' labels.
+pub(super) fn remove_in(open: &mut OpenPool, name: &str) -> Result<PoolVolume> {
+    let Some(v) = open.pool().volume(name).cloned() else {
+        return Err(CliError(format!(
+            "pool {} has no volume {name}",
+            open.pool().name
+        )));
+    };
+    let members = open.subdisks(&v)?;
+    let mut pool = open.pool().clone();
+    pool.volumes.retain(|x| x.name != name);
+    open.write(pool)?;
+    // The configuration no longer gives the extents out; their labels
+    // would only make `scan` find a volume that is gone.
+    for m in &members {
+        m.write_at(0, &[0u8; LABEL_BYTES])?;
+        m.flush()?;
+    }
+    Ok(v)
 }
 
 pub fn replace_drive(args: ReplaceDriveArgs) -> Result<()> {

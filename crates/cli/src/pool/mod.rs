@@ -9,6 +9,8 @@ pub mod extend;
 mod import;
 mod list;
 mod make;
+#[cfg(test)]
+mod seeded;
 
 use clap::{Args, Subcommand};
 
