@@ -241,7 +241,8 @@ fn a_pool_serves_its_volumes_through_one_server_and_a_lost_drive_costs_each_its_
     assert_drives_sum_the_volumes(&s, &metrics);
     let page = http_get(&url.replace("/metrics", "/?volume=bulk"));
     assert!(
-        page.contains("<a href=\"/?volume=scratch\">scratch</a>"),
+        page.contains("<a href=\"/?volume=scratch\">scratch</a>")
+            && page.contains("<tr><td>d3</td><td>"),
         "{page}"
     );
     // Each redundant volume's copies and parity agree after the load.

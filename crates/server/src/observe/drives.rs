@@ -124,6 +124,34 @@ pub fn encode(drives: &BTreeMap<String, DriveCounters>) -> String {
     out
 }
 
+/// The live page's table of the drives (every volume's I/O on each), or
+/// nothing without drives.
+pub fn html_table(drives: &BTreeMap<String, DriveCounters>) -> String {
+    if drives.is_empty() {
+        return String::new();
+    }
+    let size = platter_core::units::format_size;
+    let mut t = String::from(
+        "<table class=\"drives\"><tr><th>drive</th><th>subdisks</th><th>reads</th>\
+         <th>read</th><th>writes</th><th>written</th><th>errors</th><th>outstanding</th></tr>",
+    );
+    for (name, d) in drives {
+        t += &format!(
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td></tr>",
+            crate::observe::livepage::esc(name),
+            d.subdisks,
+            d.reads,
+            size(d.read_bytes),
+            d.writes,
+            size(d.written_bytes),
+            d.errors,
+            d.outstanding
+        );
+    }
+    t + "</table>"
+}
+
 /// A label value as OpenMetrics quotes it (drive names are plain, but a
 /// name is never trusted to be).
 fn escape(v: &str) -> String {

@@ -761,9 +761,14 @@ impl Served {
                 format!("<a href=\"/?volume={n}\">{n}</a>")
             })
             .collect();
+        let drives = crate::observe::drives::drive_counters(&self.managers);
         page.replacen(
             "<body>",
-            &format!("<body><p>volumes: {}</p>", links.join(" ")),
+            &format!(
+                "<body><p>volumes: {}</p>{}",
+                links.join(" "),
+                crate::observe::drives::html_table(&drives)
+            ),
             1,
         )
     }
