@@ -298,11 +298,15 @@ pub fn bring_labels_up(pool: &Pool, v: &PoolVolume, members: &[Arc<dyn Member>])
     };
     let mut labels = Vec::new();
     for m in members {
-        let mut buf = vec![0u8; LABEL_BYTES];
-        m.read_at(0, &mut buf)?;
-        labels.push(Label::decode(&buf).ok());
+        labels.push(read_label(m.as_ref(), 0)?);
     }
-    let Some(newest) = labels.iter().flatten().max_by_key(|l| l.event_counter) else {
+    let lone = lone_copy(v, members, size_bytes)?;
+    let Some(newest) = labels
+        .iter()
+        .flatten()
+        .chain(&lone)
+        .max_by_key(|l| l.event_counter)
+    else {
         return Ok(());
     };
     // With every subdisk present, members[i] is slot i.
@@ -337,10 +341,48 @@ pub fn bring_labels_up(pool: &Pool, v: &PoolVolume, members: &[Arc<dyn Member>])
             None if whole && grown.slots[i].state == SlotState::Active => grown.for_slot(i as u32),
             _ => continue,
         };
+        if members.len() == 1 {
+            // A lone subdisk has no other label to be rebuilt from if
+            // this write is torn: its copy goes first.
+            m.write_at(LONE_COPY_OFFSET_BYTES, &mine.encode())?;
+            m.flush()?;
+        }
         m.write_at(0, &mine.encode())?;
         m.flush()?;
     }
     Ok(())
+}
+
+/// Where the label of a volume of one subdisk (a concat: no bitmap, no
+/// checksums, no log before its data) is written before it is rewritten
+/// at byte 0 by an extend: the 4 KiB after it, which nothing else uses.
+pub const LONE_COPY_OFFSET_BYTES: u64 = LABEL_BYTES as u64;
+
+/// The copy of a lone subdisk's grown label, when its own label is torn
+/// and the copy is whole and of the size the pool records.
+fn lone_copy(
+    v: &PoolVolume,
+    members: &[Arc<dyn Member>],
+    size_bytes: u64,
+) -> Result<Option<Label>> {
+    if members.len() != 1 || v.plex().subdisks.len() != 1 {
+        return Ok(None);
+    }
+    if read_label(members[0].as_ref(), 0)?.is_some() {
+        return Ok(None);
+    }
+    let copy = read_label(members[0].as_ref(), LONE_COPY_OFFSET_BYTES)?
+        .filter(|l| l.volume_size_bytes == size_bytes && l.member_count == 1);
+    if copy.is_some() {
+        tracing::warn!(volume = %v.name, "its one label is damaged: written again from the copy its last extend left");
+    }
+    Ok(copy)
+}
+
+fn read_label(m: &dyn Member, offset_bytes: u64) -> Result<Option<Label>> {
+    let mut buf = vec![0u8; LABEL_BYTES];
+    m.read_at(offset_bytes, &mut buf)?;
+    Ok(Label::decode(&buf).ok())
 }
 
 #[cfg(test)]
