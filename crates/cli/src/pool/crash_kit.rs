@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use platter_core::pool::area::{gather, Gathered, Seen};
+use platter_core::pool::{Drive, Pool};
 use platter_io::error::{MemberError, MemberErrorKind, Op};
 use platter_io::memory::MemoryMember;
 use platter_io::Member;
@@ -86,4 +87,23 @@ pub fn crashing(
             }) as Arc<dyn Member>
         })
         .collect()
+}
+
+/// Pool `tank` (generation 1) of `drives` drives `d0`, `d1`, ... of
+/// `drive_bytes` each, on devices `mem0`, `mem1`, ..., with no volume.
+pub fn empty_pool(drives: u8, drive_bytes: u64) -> Pool {
+    Pool {
+        name: "tank".into(),
+        uuid: [5; 16],
+        generation: 1,
+        drives: (0..drives)
+            .map(|i| Drive {
+                name: format!("d{i}"),
+                uuid: [i + 1; 16],
+                size_bytes: drive_bytes,
+                device: format!("mem{i}"),
+            })
+            .collect(),
+        volumes: Vec::new(),
+    }
 }

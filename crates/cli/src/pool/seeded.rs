@@ -21,25 +21,17 @@ use platter_io::assembly::assemble_devices;
 use platter_io::memory::MemoryMember;
 use platter_io::Member;
 
-use super::crash_kit::{crashing, gathered};
+use super::crash_kit::{crashing, empty_pool, gathered};
 use super::drives::{self, OpenPool};
 use super::extend::{bring_labels_up, extend_volume};
 use super::make::{create_in, remove_in, VolumeCreateArgs};
-use platter_core::pool::{Drive, Pool};
+use platter_core::pool::Pool;
 
 const MIB: u64 = 1 << 20;
 const DRIVES: u8 = 4;
 const DRIVE_BYTES: u64 = 48 * MIB;
 /// Bytes of each subdisk's data area a volume's pattern covers.
 const PATTERN_BYTES: u64 = 128 << 10;
-const LEVELS: [Level; 6] = [
-    Level::Concat,
-    Level::Stripe,
-    Level::Mirror,
-    Level::Raid10,
-    Level::Raid5,
-    Level::Raid6,
-];
 
 /// splitmix64: the test's own, so that a seed means the same run always.
 struct Rng(u64);
@@ -66,20 +58,7 @@ enum Change {
 }
 
 fn new_pool(disks: &[Arc<MemoryMember>]) {
-    let pool = Pool {
-        name: "tank".into(),
-        uuid: [5; 16],
-        generation: 1,
-        drives: (0..DRIVES)
-            .map(|i| Drive {
-                name: format!("d{i}"),
-                uuid: [i + 1; 16],
-                size_bytes: DRIVE_BYTES,
-                device: format!("mem{i}"),
-            })
-            .collect(),
-        volumes: Vec::new(),
-    };
+    let pool = empty_pool(DRIVES, DRIVE_BYTES);
     for (d, m) in disks.iter().enumerate() {
         drives::write_slot(m.as_ref(), &pool, d, 0).unwrap();
     }
@@ -109,7 +88,7 @@ fn pick_change(rng: &mut Rng, pool: &Pool, n: &mut u32) -> Change {
         (2, false) => Change::Remove(names[rng.below(names.len() as u64) as usize].clone()),
         _ => {
             *n += 1;
-            let level = LEVELS[rng.below(LEVELS.len() as u64) as usize];
+            let level = Level::ALL[rng.below(Level::ALL.len() as u64) as usize];
             Change::Create(format!("v{n}"), level, (1 + rng.below(10)) * MIB)
         }
     }

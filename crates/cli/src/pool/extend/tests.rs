@@ -1,4 +1,4 @@
-use platter_core::pool::{Drive, Plex, Subdisk};
+use platter_core::pool::{Plex, Subdisk};
 use platter_io::memory::MemoryMember;
 
 use super::super::crash_kit::crashing;
@@ -37,22 +37,12 @@ fn volume(name: &str, org: Level, at_mib: u64, len_mib: u64, drives: &[&str]) ->
 /// Every volume labelled, its data areas filled with a pattern.
 fn pool_on(disks: &[Arc<MemoryMember>]) -> Pool {
     let pool = Pool {
-        name: "tank".into(),
-        uuid: [3; 16],
-        generation: 1,
-        drives: (0..3u8)
-            .map(|i| Drive {
-                name: format!("d{i}"),
-                uuid: [i + 1; 16],
-                size_bytes: DRIVE_BYTES,
-                device: format!("mem{i}"),
-            })
-            .collect(),
         volumes: vec![
             volume("r", Level::Raid5, 1, 8, &["d0", "d1", "d2"]),
             volume("c", Level::Concat, 20, 4, &["d0", "d1"]),
             volume("block", Level::Concat, 30, 4, &["d2"]),
         ],
+        ..super::super::crash_kit::empty_pool(3, DRIVE_BYTES)
     };
     pool.check().unwrap();
     let open = opened(disks);
