@@ -106,8 +106,22 @@ pub fn serve_argv(
     }
     if let Some(pool) = &v.pool {
         pool_args(name, v, pool, &at, given, &mut argv)?;
-        return Ok(argv);
+    } else {
+        member_args(name, v, &here, &at, given, &mut argv)?;
     }
+    Ok(argv)
+}
+
+/// A volume's table: its members by path, or `--scan` and where, with
+/// the volume's name or uuid.
+fn member_args(
+    name: &str,
+    v: &VolumeConfig,
+    here: &str,
+    at: &dyn Fn(std::ops::Range<usize>) -> String,
+    given: Vec<OsString>,
+    argv: &mut Vec<OsString>,
+) -> Result<()> {
     match (&v.members, &v.scan) {
         (Some(_), Some(_)) | (None, None) => {
             return Err(CliError(format!(
@@ -153,7 +167,7 @@ pub fn serve_argv(
              `members` the labels say which volume it is"
         )));
     }
-    Ok(argv)
+    Ok(())
 }
 
 /// A pool's table: `--pool POOL`, then the paths its drives are found

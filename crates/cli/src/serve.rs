@@ -433,15 +433,7 @@ fn serve_pool(
     let mut member_drives = std::collections::HashMap::new();
     let mut volumes = Vec::new();
     for v in &open.pool().volumes {
-        let subdisks = open.subdisks(v)?;
-        // An extend a crash cut short: its labels brought up to the size
-        // the pool records, before they are read for the volume (not by a
-        // read-only server, which writes nothing).
-        if !args.read_only {
-            crate::pool::extend::bring_labels_up(open.pool(), v, &subdisks)?;
-        }
-        let (members, blank) = blank_apart(subdisks)?;
-        let names: Vec<String> = members.iter().map(|m| m.describe().to_string()).collect();
+        let (members, blank) = pool_volume_members(&open, v, args.read_only)?;
         let all: Vec<String> = members
             .iter()
             .chain(&blank)
@@ -449,9 +441,10 @@ fn serve_pool(
             .collect();
         let places = (&mut member_delays, &mut member_drives);
         subdisk_places(pool, v, &all, &latency, places);
+        let names = &all[..members.len()];
         // A blank subdisk (its drive replaced) stands for a missing one:
         // it becomes the volume's spare and is rebuilt.
-        let given = crate::partial::Given::Named(&names);
+        let given = crate::partial::Given::Named(names);
         let checked = assemble_devices(members)
             .map_err(CliError::from)
             .and_then(|vol| {
@@ -496,6 +489,22 @@ fn serve_pool(
 }
 
 type Members = Vec<Arc<dyn Member>>;
+
+/// Volume `v`'s subdisks on the open drives: those labelled, and the
+/// blank ones. An extend a crash cut short has its labels brought up to
+/// the size the pool records first (not by a read-only server, which
+/// writes nothing).
+fn pool_volume_members(
+    open: &crate::pool::drives::OpenPool,
+    v: &platter_core::pool::PoolVolume,
+    read_only: bool,
+) -> Result<(Members, Members)> {
+    let subdisks = open.subdisks(v)?;
+    if !read_only {
+        crate::pool::extend::bring_labels_up(open.pool(), v, &subdisks)?;
+    }
+    blank_apart(subdisks)
+}
 
 /// Each of volume `v`'s subdisks (`names`, as opened) by its drive: the
 /// drive's latency is every one of its subdisks' (the I/O layer delays
