@@ -243,7 +243,7 @@ fn pool_changes_cut_at_any_write_leave_every_volume_whole() {
     for seed in first..first + seeds {
         run_seed(seed, &mut tally);
     }
-    eprintln!(
+    crate::out::errln!(
         "{seeds} seeds from {first}: {} changes made whole; the cut change failed or was refused {} times, finished {} \
          times",
         tally.made, tally.cut_short, tally.cut_finished
