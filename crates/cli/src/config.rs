@@ -182,7 +182,8 @@ fn pool_args(
 ) -> Result<()> {
     if v.members.is_some() || v.uuid.is_some() {
         return Err(CliError(format!(
-            "{}: volume '{name}': `pool` serves the pool's volumes from its drives;              `members` and `uuid` do not go with it (`scan` says where the drives are)",
+            "{}: volume '{name}': `pool` serves the pool's volumes from its drives; \
+             `members` and `uuid` do not go with it (`scan` says where the drives are)",
             at(pool.span())
         )));
     }

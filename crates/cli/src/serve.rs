@@ -478,7 +478,7 @@ fn serve_pool(
         superseded: Vec::new(),
     };
     let mut config = serve_config(args, found, activated, io_backend)?;
-    config.member_drives = member_drives;
+    config.member_drives = Arc::new(member_drives);
     let stdio = config.stdio;
     platter_server::serve_volumes(volumes, config, move |r| {
         if !stdio {
@@ -744,7 +744,7 @@ fn serve_config(
         io_backend,
         member_delays: found.member_delays,
         // `serve_pool` sets it: an array's members are no pool's subdisks.
-        member_drives: std::collections::HashMap::new(),
+        member_drives: Arc::default(),
         scrub_every: (!args.scrub_every.is_zero()).then_some(args.scrub_every),
         scrub_rate_bytes_per_sec: args.scrub_rate,
         inherited: platter_server::network::systemd::Inherited::new(activated),

@@ -96,7 +96,7 @@ pub struct ServeConfig {
     pub member_delays: std::collections::HashMap<String, platter_io::aio::Delay>,
     /// A pool's drive of each subdisk, by the member's name as its device
     /// describes itself: what the counters per drive sum (`serve --pool`).
-    pub member_drives: std::collections::HashMap<String, String>,
+    pub member_drives: Arc<std::collections::HashMap<String, String>>,
     /// A scheduled scrub every this long (`--scrub-every`; `scrub.rs`).
     pub scrub_every: Option<Duration>,
     /// Its pace (`--scrub-rate`).
@@ -171,7 +171,7 @@ impl Default for ServeConfig {
             member_connections: 0,
             io_backend: platter_io::aio::layer::Backend::default(),
             member_delays: std::collections::HashMap::new(),
-            member_drives: std::collections::HashMap::new(),
+            member_drives: Arc::default(),
             scrub_every: None,
             scrub_rate_bytes_per_sec: defaults::SCRUB_BYTES_PER_SEC,
             stdio: false,
@@ -559,7 +559,7 @@ fn manager(
         ),
         control_path,
         superseded: std::mem::take(&mut opened.superseded),
-        member_drives: config.member_drives.clone(),
+        member_drives: Arc::clone(&config.member_drives),
     })
 }
 

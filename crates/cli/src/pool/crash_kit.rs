@@ -51,7 +51,18 @@ impl Member for Crashing {
     fn flush(&self) -> std::result::Result<(), MemberError> {
         Ok(())
     }
+    /// Counted with the writes: it lands whole before the cut, not at all
+    /// from it.
     fn trim(&self, offset_bytes: u64, len_bytes: u64) -> std::result::Result<(), MemberError> {
+        if self.writes.fetch_add(1, Ordering::SeqCst) >= self.torn_at {
+            return Err(MemberError::new(
+                MemberErrorKind::Gone,
+                "crashed",
+                Op::Trim,
+                offset_bytes,
+                0,
+            ));
+        }
         self.inner.trim(offset_bytes, len_bytes)
     }
 }

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use platter_core::label::{Label, LABEL_BYTES};
 use platter_core::pool::area::{self, DriveSlots, Gathered, Seen, HEADER_BYTES, SLOT_BYTES};
 use platter_core::pool::{Pool, PoolVolume};
 use platter_io::subdisk::SubdiskMember;
@@ -177,6 +178,17 @@ impl OpenPool {
     pub fn subdisks(&self, v: &PoolVolume) -> Result<Vec<Arc<dyn Member>>> {
         subdisk_members(self.pool(), v, &self.drives)
     }
+}
+
+/// The platter label at `offset_bytes` of `m` (a member's at 0, a moved
+/// or copied one further in), if one is there and whole.
+pub fn read_label_at(m: &dyn Member, offset_bytes: u64) -> Result<Option<Label>> {
+    if m.size_bytes() < offset_bytes + LABEL_BYTES as u64 {
+        return Ok(None);
+    }
+    let mut buf = vec![0u8; LABEL_BYTES];
+    m.read_at(offset_bytes, &mut buf)?;
+    Ok(Label::decode(&buf).ok())
 }
 
 /// Writes slot `slot` of drive `d` and flushes it.

@@ -34,7 +34,7 @@ use platter_core::Level;
 use platter_io::assembly::assemble_devices;
 use platter_io::Member;
 
-use super::drives::{open_pool, OpenPool};
+use super::drives::{self, open_pool, OpenPool};
 use super::DeviceArgs;
 use crate::error::{CliError, Result};
 use crate::out::outln;
@@ -256,8 +256,10 @@ fn zero_growth(members: &[Arc<dyn Member>], old: &Label, grown: &Label) -> Resul
         .map_or(0, |l| l.area_bytes());
     for (m, (was, now)) in members.iter().zip(old.slots.iter().zip(&grown.slots)) {
         let from = old.data_offset_bytes + was.data_size_bytes;
-        zero(m.as_ref(), from, now.data_size_bytes - was.data_size_bytes)?;
-        zero(m.as_ref(), INTENT_OFFSET_BYTES, bitmap_bytes)?;
+        // `trim` reads back as zeros (the member contract), as `create`
+        // zeroes a new volume's data.
+        m.trim(from, now.data_size_bytes - was.data_size_bytes)?;
+        m.trim(INTENT_OFFSET_BYTES, bitmap_bytes)?;
         m.flush()?;
     }
     Ok(())
@@ -275,18 +277,6 @@ fn spec_of(l: &Label) -> GeometrySpec {
     }
 }
 
-fn zero(m: &dyn Member, offset_bytes: u64, len_bytes: u64) -> Result<()> {
-    const CHUNK_BYTES: u64 = 1 << 20;
-    let zeros = vec![0u8; CHUNK_BYTES as usize];
-    let mut at = 0;
-    while at < len_bytes {
-        let n = CHUNK_BYTES.min(len_bytes - at);
-        m.write_at(offset_bytes + at, &zeros[..n as usize])?;
-        at += n;
-    }
-    Ok(())
-}
-
 /// Rewrites the labels of `v`'s subdisks (`members`, by slot) that say
 /// less than the size the pool records for it, or that a torn write
 /// damaged: what a crash during an extend left. Each is the volume's label
@@ -298,7 +288,7 @@ pub fn bring_labels_up(pool: &Pool, v: &PoolVolume, members: &[Arc<dyn Member>])
     };
     let mut labels = Vec::new();
     for m in members {
-        labels.push(read_label(m.as_ref(), 0)?);
+        labels.push(drives::read_label_at(m.as_ref(), 0)?);
     }
     let lone = lone_copy(v, members, size_bytes)?;
     let Some(newest) = labels
@@ -368,21 +358,15 @@ fn lone_copy(
     if members.len() != 1 || v.plex().subdisks.len() != 1 {
         return Ok(None);
     }
-    if read_label(members[0].as_ref(), 0)?.is_some() {
+    if drives::read_label_at(members[0].as_ref(), 0)?.is_some() {
         return Ok(None);
     }
-    let copy = read_label(members[0].as_ref(), LONE_COPY_OFFSET_BYTES)?
+    let copy = drives::read_label_at(members[0].as_ref(), LONE_COPY_OFFSET_BYTES)?
         .filter(|l| l.volume_size_bytes == size_bytes && l.member_count == 1);
     if copy.is_some() {
         tracing::warn!(volume = %v.name, "its one label is damaged: written again from the copy its last extend left");
     }
     Ok(copy)
-}
-
-fn read_label(m: &dyn Member, offset_bytes: u64) -> Result<Option<Label>> {
-    let mut buf = vec![0u8; LABEL_BYTES];
-    m.read_at(offset_bytes, &mut buf)?;
-    Ok(Label::decode(&buf).ok())
 }
 
 #[cfg(test)]

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use clap::Args;
 use platter_core::assemble::{assemble, Assembly, Found};
 use platter_core::intent::{IntentLayout, INTENT_OFFSET_BYTES};
-use platter_core::label::{Label, VolumeState, LABEL_BYTES};
+use platter_core::label::{Label, VolumeState};
 use platter_core::pool::area::{self, HEADER_BYTES};
 use platter_core::pool::{check_name, Drive, Plex, Pool, PoolVolume, Subdisk, POOL_AREA_BYTES};
 use platter_core::units::format_size;
@@ -153,7 +153,7 @@ pub fn import_devices(
 fn seen(m: &dyn Member, pool_name: &str) -> Result<Seen> {
     let name = m.describe();
     let slots = drives::read_slots(m).map_err(|e| CliError(format!("{name}: {e}")))?;
-    let moved = read_label(m, SHIFT_BYTES)?.map(|l| unmoved(&l));
+    let moved = drives::read_label_at(m, SHIFT_BYTES)?.map(|l| unmoved(&l));
     if let Some((_, _, p)) = slots.newest() {
         if p.name != pool_name {
             return Err(CliError(format!(
@@ -172,7 +172,7 @@ fn seen(m: &dyn Member, pool_name: &str) -> Result<Seen> {
             label,
         });
     }
-    let Some(at_zero) = read_label(m, 0)? else {
+    let Some(at_zero) = drives::read_label_at(m, 0)? else {
         // The pool area's write over the old label was cut short: the
         // moved label, flushed before it began, is the member's.
         if let Some(label) = moved {
@@ -203,16 +203,6 @@ fn seen(m: &dyn Member, pool_name: &str) -> Result<Seen> {
             label: at_zero,
         }),
     }
-}
-
-/// The label at `offset_bytes` of `m`, if one is there and whole.
-fn read_label(m: &dyn Member, offset_bytes: u64) -> Result<Option<Label>> {
-    if m.size_bytes() < offset_bytes + LABEL_BYTES as u64 {
-        return Ok(None);
-    }
-    let mut buf = vec![0u8; LABEL_BYTES];
-    m.read_at(offset_bytes, &mut buf)?;
-    Ok(Label::decode(&buf).ok())
 }
 
 /// The member's labels assembled as the volume they describe.
@@ -262,7 +252,8 @@ fn moved_label(a: &Assembly, volume_name: &str) -> Result<Label> {
     let bitmap = bitmap_bytes(a)?;
     if INTENT_OFFSET_BYTES + bitmap > SHIFT_BYTES {
         return Err(CliError(format!(
-            "volume {}: its bitmap of {} would overlap its own new place; import takes              bitmaps up to 1020 KiB",
+            "volume {}: its bitmap of {} would overlap its own new place; import takes \
+             bitmaps up to 1020 KiB",
             l.name,
             format_size(bitmap)
         )));

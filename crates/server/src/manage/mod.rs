@@ -75,8 +75,9 @@ pub struct Manager {
     pub control_path: Option<String>,
     /// Devices set aside at start: their slot went to another member.
     pub superseded: Vec<crate::manage::leftout::SupersededDevice>,
-    /// A pool's drive of each subdisk, by member name (`observe::drives`).
-    pub member_drives: std::collections::HashMap<String, String>,
+    /// A pool's drive of each subdisk, by member name (`observe::drives`):
+    /// the server's one map, shared by its volumes.
+    pub member_drives: Arc<std::collections::HashMap<String, String>>,
 }
 
 /// Why no member is rebuilt while the volume is reshaped: a rebuild

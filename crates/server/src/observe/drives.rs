@@ -10,7 +10,11 @@ use platter_core::stats::MemberStats;
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::registry::Registry;
+
 use crate::manage::Manager;
+use crate::observe::metrics::{counter, gauge, Labels};
 
 /// One drive's I/O, summed over its subdisks.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -67,61 +71,77 @@ pub fn drives_json(managers: &[Arc<Manager>]) -> Value {
 }
 
 /// The counters as OpenMetrics families `platter_drive_*{drive="NAME"}`,
-/// to merge with the volumes' (no `# EOF`); empty without drives.
+/// to merge with the volumes'; empty without drives.
 pub fn encode(drives: &BTreeMap<String, DriveCounters>) -> String {
-    type Field = fn(&DriveCounters) -> u64;
-    let fields: [(&str, Field, &str); 7] = [
-        ("reads", |d| d.reads, "Reads issued to the drive's subdisks"),
-        (
-            "read_bytes",
-            |d| d.read_bytes,
-            "Bytes read from the drive's subdisks",
-        ),
-        (
-            "writes",
-            |d| d.writes,
-            "Writes issued to the drive's subdisks",
-        ),
-        (
-            "written_bytes",
-            |d| d.written_bytes,
-            "Bytes written to the drive's subdisks",
-        ),
-        ("trims", |d| d.trims, "Trims issued to the drive's subdisks"),
-        (
-            "flushes",
-            |d| d.flushes,
-            "Flushes issued to the drive's subdisks",
-        ),
-        (
-            "errors",
-            |d| d.errors,
-            "I/Os on the drive's subdisks that failed",
-        ),
-    ];
-    let mut out = String::new();
     if drives.is_empty() {
-        return out;
+        return String::new();
     }
-    for (field, get, help) in fields {
-        let family = format!("platter_drive_{field}");
-        out += &format!("# HELP {family} {help}, summed over every volume served.\n");
-        out += &format!("# TYPE {family} counter\n");
-        for (name, d) in drives {
-            out += &format!("{family}_total{{drive=\"{}\"}} {}\n", escape(name), get(d));
-        }
-    }
-    out +=
-        "# HELP platter_drive_outstanding I/Os on the drive's subdisks issued and not yet done.\n";
-    out += "# TYPE platter_drive_outstanding gauge\n";
-    for (name, d) in drives {
-        out += &format!(
-            "platter_drive_outstanding{{drive=\"{}\"}} {}\n",
-            escape(name),
-            d.outstanding
-        );
-    }
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Families(drives.clone())));
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, &registry)
+        .expect("writing to a String cannot fail");
     out
+}
+
+/// The drives' counters, for the registry to encode.
+#[derive(Debug)]
+struct Families(BTreeMap<String, DriveCounters>);
+
+impl prometheus_client::collector::Collector for Families {
+    fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
+        type Field = fn(&DriveCounters) -> u64;
+        let fields: [(&str, Field, &str); 7] = [
+            ("reads", |d| d.reads, "Reads issued to the drive's subdisks"),
+            (
+                "read_bytes",
+                |d| d.read_bytes,
+                "Bytes read from the drive's subdisks",
+            ),
+            (
+                "writes",
+                |d| d.writes,
+                "Writes issued to the drive's subdisks",
+            ),
+            (
+                "written_bytes",
+                |d| d.written_bytes,
+                "Bytes written to the drive's subdisks",
+            ),
+            ("trims", |d| d.trims, "Trims issued to the drive's subdisks"),
+            (
+                "flushes",
+                |d| d.flushes,
+                "Flushes issued to the drive's subdisks",
+            ),
+            (
+                "errors",
+                |d| d.errors,
+                "I/Os on the drive's subdisks that failed",
+            ),
+        ];
+        let series = |get: Field| -> Vec<(Labels, u64)> {
+            self.0
+                .iter()
+                .map(|(name, d)| (vec![("drive", name.clone())], get(d)))
+                .collect()
+        };
+        for (field, get, help) in fields {
+            let help = format!("{help}, summed over every volume served");
+            counter(
+                &mut enc,
+                &format!("platter_drive_{field}"),
+                &help,
+                &series(get),
+            )?;
+        }
+        gauge(
+            &mut enc,
+            "platter_drive_outstanding",
+            "I/Os on the drive's subdisks issued and not yet done",
+            &series(|d| d.outstanding),
+        )
+    }
 }
 
 /// The live page's table of the drives (every volume's I/O on each), or
@@ -150,14 +170,6 @@ pub fn html_table(drives: &BTreeMap<String, DriveCounters>) -> String {
         );
     }
     t + "</table>"
-}
-
-/// A label value as OpenMetrics quotes it (drive names are plain, but a
-/// name is never trusted to be).
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 #[cfg(test)]

@@ -196,35 +196,37 @@ struct Snapshot {
     health: VolumeHealth,
 }
 
-type Labels = Vec<(&'static str, String)>;
+pub(crate) type Labels = Vec<(&'static str, String)>;
+
+/// One counter family: `name` (`_total` added), one sample per series.
+pub(crate) fn counter(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: &[(Labels, u64)],
+) -> std::fmt::Result {
+    let mut family = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, v) in series {
+        ConstCounter::new(*v).encode(family.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+/// One gauge family, one sample per series.
+pub(crate) fn gauge(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: &[(Labels, u64)],
+) -> std::fmt::Result {
+    let mut family = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, v) in series {
+        ConstGauge::new(*v as i64).encode(family.encode_family(labels)?)?;
+    }
+    Ok(())
+}
 
 impl Snapshot {
-    fn counter(
-        enc: &mut DescriptorEncoder,
-        name: &str,
-        help: &str,
-        series: &[(Labels, u64)],
-    ) -> std::fmt::Result {
-        let mut family = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
-        for (labels, v) in series {
-            ConstCounter::new(*v).encode(family.encode_family(labels)?)?;
-        }
-        Ok(())
-    }
-
-    fn gauge(
-        enc: &mut DescriptorEncoder,
-        name: &str,
-        help: &str,
-        series: &[(Labels, u64)],
-    ) -> std::fmt::Result {
-        let mut family = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
-        for (labels, v) in series {
-            ConstGauge::new(*v as i64).encode(family.encode_family(labels)?)?;
-        }
-        Ok(())
-    }
-
     fn histogram(
         enc: &mut DescriptorEncoder,
         name: &str,
@@ -295,7 +297,7 @@ impl Snapshot {
         fields: &[(&str, u64, &str)],
     ) -> std::fmt::Result {
         for &(field, value, help) in fields {
-            Self::counter(
+            counter(
                 enc,
                 &format!("platter_{prefix}_{field}"),
                 help,
@@ -316,7 +318,7 @@ impl Snapshot {
             .map(|p| counter_fields(&p.counters))
             .collect();
         for (i, (field, value, help)) in v.iter().enumerate() {
-            Self::counter(
+            counter(
                 enc,
                 &format!("platter_volume_{field}"),
                 help,
@@ -327,7 +329,7 @@ impl Snapshot {
                 .enumerate()
                 .map(|(p, f)| (self.plex(p), f[i].1))
                 .collect();
-            Self::counter(enc, &format!("platter_plex_{field}"), help, &series)?;
+            counter(enc, &format!("platter_plex_{field}"), help, &series)?;
         }
         let vs = &s.volume;
         self.volume_counters(
@@ -358,7 +360,7 @@ impl Snapshot {
     fn encode_client_load(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
         let s = &self.stats;
         let vs = &s.volume;
-        Self::gauge(
+        gauge(
             enc,
             "platter_volume_outstanding",
             "Client requests in the volume now",
@@ -370,7 +372,7 @@ impl Snapshot {
             .enumerate()
             .map(|(p, x)| (self.plex(p), x.outstanding))
             .collect();
-        Self::gauge(
+        gauge(
             enc,
             "platter_plex_outstanding",
             "Client requests in the volume now with member I/O on the plex",
@@ -432,14 +434,14 @@ impl Snapshot {
                 .enumerate()
                 .map(|(i, m)| (self.member(i), get(m)))
                 .collect();
-            Self::counter(enc, &format!("platter_member_{field}"), help, &series)?;
+            counter(enc, &format!("platter_member_{field}"), help, &series)?;
         }
         let series: Vec<(Labels, u64)> = members
             .iter()
             .enumerate()
             .map(|(i, m)| (self.member(i), m.outstanding))
             .collect();
-        Self::gauge(
+        gauge(
             enc,
             "platter_member_outstanding",
             "Member I/Os issued and not yet done",
@@ -571,7 +573,7 @@ impl Snapshot {
                 "The next stripe of the pass in progress",
             ),
         ] {
-            Self::gauge(
+            gauge(
                 enc,
                 &format!("platter_scrub_{field}"),
                 help,
@@ -593,19 +595,19 @@ impl Snapshot {
                 (l, u64::from(h.state == st))
             })
             .collect();
-        Self::gauge(
+        gauge(
             enc,
             "platter_volume_state",
             "1 for the volume's state (clean, degraded, rebuilding, failed), 0 for the others",
             &states,
         )?;
-        Self::gauge(
+        gauge(
             enc,
             "platter_members_online",
             "Members in use (not missing, failed or being rebuilt)",
             &[(self.vol(), h.members_online)],
         )?;
-        Self::gauge(
+        gauge(
             enc,
             "platter_members_expected",
             "Members the volume has slots for",
@@ -619,7 +621,7 @@ impl Snapshot {
     fn encode_progress(&self, enc: &mut DescriptorEncoder) -> std::fmt::Result {
         for (what, share) in self.health.progress {
             if what != "scrub" {
-                Self::gauge(
+                gauge(
                     enc,
                     &format!("platter_{what}_in_progress"),
                     &format!("1 while a {what} runs"),

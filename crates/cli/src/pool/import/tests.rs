@@ -24,7 +24,9 @@ fn array(reserve_bytes: u64) -> Vec<Arc<MemoryMember>> {
     };
     let members = disks.iter().map(|d| Arc::clone(d) as Arc<dyn Member>);
     label_subdisks(&spec, members.collect(), reserve_bytes).unwrap();
-    let label = read_label(disks[0].as_ref(), 0).unwrap().unwrap();
+    let label = drives::read_label_at(disks[0].as_ref(), 0)
+        .unwrap()
+        .unwrap();
     for (i, d) in disks.iter().enumerate() {
         let data = data_bytes(i, &label);
         d.write_at(label.data_offset_bytes, &data).unwrap();
@@ -100,7 +102,9 @@ fn assert_imported(disks: &[Arc<MemoryMember>], before: &Label) {
 #[test]
 fn an_import_keeps_the_data_where_it_is() {
     let disks = array(2 << 20);
-    let before = read_label(disks[0].as_ref(), 0).unwrap().unwrap();
+    let before = drives::read_label_at(disks[0].as_ref(), 0)
+        .unwrap()
+        .unwrap();
     let pool = import_devices("tank", None, &dyn_members(&disks)).unwrap();
     assert_eq!(pool.volumes.len(), 1);
     assert_imported(&disks, &before);
@@ -120,7 +124,9 @@ fn a_crash_at_any_write_of_an_import_leaves_the_array_or_an_import_to_finish() {
     for torn_at in 0..20 {
         for keep_bytes in [0, 512, 4096, 1 << 20] {
             let disks = array(2 << 20);
-            let before = read_label(disks[0].as_ref(), 0).unwrap().unwrap();
+            let before = drives::read_label_at(disks[0].as_ref(), 0)
+                .unwrap()
+                .unwrap();
             let crashing = crashing(&disks, torn_at, keep_bytes);
             if import_devices("tank", None, &crashing).is_ok() {
                 kinds.insert("finished");
@@ -131,7 +137,7 @@ fn a_crash_at_any_write_of_an_import_leaves_the_array_or_an_import_to_finish() {
             // for the one member whose old label a torn pool area cut.
             let labelled: Vec<Arc<MemoryMember>> = disks
                 .iter()
-                .filter(|d| read_label(d.as_ref(), 0).unwrap().is_some())
+                .filter(|d| drives::read_label_at(d.as_ref(), 0).unwrap().is_some())
                 .cloned()
                 .collect();
             let old = assemble_devices(dyn_members(&labelled));
@@ -181,7 +187,9 @@ fn a_partial_or_unclean_volume_is_refused() {
     let three = dyn_members(&disks[..3]);
     let e = import_devices("tank", None, &three).unwrap_err();
     assert!(e.0.contains("every member"), "{}", e.0);
-    let mut dirty = read_label(disks[0].as_ref(), 0).unwrap().unwrap();
+    let mut dirty = drives::read_label_at(disks[0].as_ref(), 0)
+        .unwrap()
+        .unwrap();
     dirty.state = VolumeState::Dirty;
     for (i, d) in disks.iter().enumerate() {
         d.write_at(0, &dirty.for_slot(i as u32).encode()).unwrap();
