@@ -416,9 +416,11 @@ pub fn run(mut args: ServeArgs) -> Result<()> {
     .map_err(|e| CliError(e.to_string()))
 }
 
-/// `serve --pool`: every volume of the pool through one server. A volume
-/// with subdisks on missing drives needs --run, as a volume with missing
-/// members does; one that cannot serve at all is then left out, said why.
+/// `serve --pool`: every volume of the pool through one server, which
+/// makes, extends and removes volumes as the control socket asks. A
+/// volume with subdisks on missing drives needs --run, as a volume with
+/// missing members does; one that cannot serve at all is then left out,
+/// said why.
 fn serve_pool(
     args: ServeArgs,
     pool: &str,
@@ -429,18 +431,19 @@ fn serve_pool(
         crate::pool::drives::open_pool(Some(pool), &args.members, member_options(&args))?;
     let drive_names: Vec<String> = open.pool().drives.iter().map(|d| d.name.clone()).collect();
     let latency = inject_drive_faults(&args.inject, &drive_names, &mut open.drives)?;
+    let missing = !open.gathered.missing.is_empty();
+    let host = crate::pool::host::ServedPool::new(open, latency);
     let mut member_delays = std::collections::HashMap::new();
     let mut member_drives = std::collections::HashMap::new();
     let mut volumes = Vec::new();
-    for v in &open.pool().volumes {
-        let (members, blank) = pool_volume_members(&open, v, args.read_only)?;
+    for v in &host.pool().volumes {
+        let (members, blank) = host.open_volume(v, args.read_only)?;
         let all: Vec<String> = members
             .iter()
             .chain(&blank)
             .map(|m| m.describe().to_string())
             .collect();
-        let places = (&mut member_delays, &mut member_drives);
-        subdisk_places(pool, v, &all, &latency, places);
+        host.places(v, &all, &mut member_drives, &mut member_delays);
         let names = &all[..members.len()];
         // A blank subdisk (its drive replaced) stands for a missing one:
         // it becomes the volume's spare and is rebuilt.
@@ -452,7 +455,7 @@ fn serve_pool(
             });
         match checked {
             Ok(vol) => volumes.push((vol, blank)),
-            Err(e) if args.run && !open.gathered.missing.is_empty() => {
+            Err(e) if args.run && missing => {
                 tracing::warn!(volume = %v.name, error = %e.0, "not served: it cannot be assembled without the missing drives");
             }
             Err(e) => {
@@ -480,70 +483,12 @@ fn serve_pool(
     let mut config = serve_config(args, found, activated, io_backend)?;
     config.member_drives = Arc::new(member_drives);
     let stdio = config.stdio;
-    platter_server::serve_volumes(volumes, config, move |r| {
+    platter_server::serve_pool(volumes, config, Some(Arc::new(host)), move |r| {
         if !stdio {
             print_ready(r);
         }
     })
     .map_err(|e| CliError(e.to_string()))
-}
-
-type Members = Vec<Arc<dyn Member>>;
-
-/// Volume `v`'s subdisks on the open drives: those labelled, and the
-/// blank ones. An extend a crash cut short has its labels brought up to
-/// the size the pool records first (not by a read-only server, which
-/// writes nothing).
-fn pool_volume_members(
-    open: &crate::pool::drives::OpenPool,
-    v: &platter_core::pool::PoolVolume,
-    read_only: bool,
-) -> Result<(Members, Members)> {
-    let subdisks = open.subdisks(v)?;
-    if !read_only {
-        crate::pool::extend::bring_labels_up(open.pool(), v, &subdisks)?;
-    }
-    blank_apart(subdisks)
-}
-
-/// Each of volume `v`'s subdisks (`names`, as opened) by its drive: the
-/// drive's latency is every one of its subdisks' (the I/O layer delays
-/// by the member's name), and the counters per drive sum them.
-fn subdisk_places(
-    pool: &str,
-    v: &platter_core::pool::PoolVolume,
-    names: &[String],
-    latency: &std::collections::HashMap<String, Delay>,
-    (member_delays, member_drives): (
-        &mut std::collections::HashMap<String, Delay>,
-        &mut std::collections::HashMap<String, String>,
-    ),
-) {
-    for (s, sd) in v.plex().subdisks.iter().enumerate() {
-        let prefix = format!("{pool}/{} (", v.subdisk_name(0, s));
-        for name in names.iter().filter(|n| n.starts_with(&prefix)) {
-            member_drives.insert(name.clone(), sd.drive.clone());
-            if let Some(delay) = latency.get(&sd.drive) {
-                member_delays.insert(name.clone(), delay.clone());
-            }
-        }
-    }
-}
-
-/// A volume's subdisks split: those with a label, and the blank ones (on
-/// a drive put in place of a lost one) that its spares will be.
-fn blank_apart(members: Vec<Arc<dyn Member>>) -> Result<(Members, Members)> {
-    let mut labelled = Vec::new();
-    let mut blank = Vec::new();
-    for m in members {
-        let area = platter_io::assembly::read_label_area(m.as_ref())?;
-        if area.iter().all(|&b| b == 0) {
-            blank.push(m);
-        } else {
-            labelled.push(m);
-        }
-    }
-    Ok((labelled, blank))
 }
 
 /// `serve --pool --inject DRIVE=SPEC`: faults wrap the drive, so that

@@ -931,3 +931,247 @@ fn assert_drives_sum_the_volumes(s: &Server, metrics: &str) {
         table.stdout
     );
 }
+
+/// A client that holds a connection to `uri` (and reads from it now and
+/// then) until it is killed, or the server cuts it off.
+fn hold_connection(t: &Tools, uri: &str) -> Background {
+    let script = "import time\nfor _ in range(600):\n    h.pread(4096, 0)\n    time.sleep(0.1)\n";
+    let mut c = t.cmd("nbdsh");
+    // nbdsh runs `python3 -m nbd`: Debian's python3-libnbd is installed
+    // for Debian's python3, which a python3 earlier on PATH may not be.
+    let path_var = std::env::var("PATH").unwrap_or_default();
+    c.env("PATH", format!("/usr/bin:{path_var}"))
+        .args(["-u", uri, "-c", script]);
+    Background::spawn(&mut c, "nbdsh holding a connection")
+}
+
+/// The volumes the pool on `dev` holds and the server serves, by `list
+/// --control` (which says a volume of the pool not served is not).
+fn served_volumes(s: &Server, dev: &str) -> Vec<String> {
+    let out = ok(
+        &["list", "--json", "--control", &s.control(), dev],
+        "list --control",
+    );
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    let served = v[0]["volumes"].as_array().unwrap().iter();
+    served
+        .filter(|v| !v["state"].as_str().unwrap().contains("not served"))
+        .map(|v| v["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn export_list(t: &Tools, s: &Server) -> String {
+    let list = format!("nbd+unix://?socket={}", s.socket().display());
+    run_ok(
+        t.cmd("nbdinfo").args(["--list", "--json", &list]),
+        CMD_TIMEOUT,
+        "nbdinfo --list",
+    )
+    .stdout
+}
+
+/// A volume created, extended and removed through the pool's server
+/// (`--control`) appears, grows and goes without a restart: the new one
+/// in `nbdinfo --list` and written by fio; the extend made while fio
+/// writes the volume, a new connection seeing the new size and every byte
+/// fio wrote still there; the remove refused while a client holds a
+/// connection, then forced; and after a restart the server serves what
+/// the pool now says.
+#[test]
+fn volumes_change_while_the_pool_is_served() {
+    let test = "volumes_change_while_the_pool_is_served";
+    let Some(t) = tools_with_fio_nbd(test, &["fio", "nbdinfo", "nbdsh"]) else {
+        return;
+    };
+    let dir = temp_dir();
+    let d = dir.path().join("d");
+    std::fs::create_dir(&d).unwrap();
+    let drives = drive_paths(&d);
+    let mut args = vec!["pool", "create", "tank", "--drive-size", "64M"];
+    args.extend(drives.iter().map(String::as_str));
+    ok(&args, "pool create");
+    let dev = d.display().to_string();
+    ok(
+        &[
+            "volume", "create", "tank", "r", "--level", "raid5", "--size", "12M", &dev,
+        ],
+        "volume create r",
+    );
+    let mut s = serve_pool_first(dir.path(), &dev, "r", &[]);
+    let ctl = s.control();
+
+    // The extend while fio writes r and verifies it.
+    let small = 12 * MIB;
+    let mut writing = Background::spawn(&mut fio(&t, &uri(&s, "r"), small, false), "fio on r");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    ok(
+        &[
+            "volume",
+            "extend",
+            "tank",
+            "r",
+            "--size",
+            "30M",
+            "--control",
+            &ctl,
+        ],
+        "volume extend r --control",
+    );
+    let status = writing.wait(CMD_TIMEOUT);
+    assert!(
+        status.success(),
+        "fio across the extend: {}",
+        writing.stdout()
+    );
+    assert!(writing.stdout().contains("err= 0"), "{}", writing.stdout());
+    let info = run_ok(
+        t.cmd("nbdinfo").args(["--size", &uri(&s, "r")]),
+        CMD_TIMEOUT,
+        "nbdinfo --size",
+    );
+    let big: u64 = info.stdout.trim().parse().unwrap();
+    assert!(big >= 30 * MIB, "a new connection sees the new size: {big}");
+    ok(
+        &["check", "--volume", "r", "--control", &ctl],
+        "check after the extend",
+    );
+    let out = run_ok(
+        &mut fio(&t, &uri(&s, "r"), big, false),
+        CMD_TIMEOUT,
+        "fio on all of r",
+    );
+    assert!(out.stdout.contains("err= 0"), "{}", out.stdout);
+
+    ok(
+        &[
+            "volume",
+            "create",
+            "tank",
+            "m",
+            "--level",
+            "raid10",
+            "--size",
+            "8M",
+            "--control",
+            &ctl,
+        ],
+        "volume create m --control",
+    );
+    ok(
+        &[
+            "volume",
+            "create",
+            "tank",
+            "c",
+            "--level",
+            "concat",
+            "--size",
+            "4M",
+            "--drives",
+            "d3",
+            "--control",
+            &ctl,
+        ],
+        "volume create c --control",
+    );
+    let listed = export_list(&t, &s);
+    for name in ["\"r\"", "\"m\"", "\"c\""] {
+        assert!(listed.contains(name), "{name} not listed: {listed}");
+    }
+    assert_eq!(served_volumes(&s, &dev), ["r", "m", "c"]);
+    fio_all(&t, &s, &[("m", 8 * MIB), ("c", 4 * MIB)], false);
+    refused(
+        &[
+            "volume",
+            "create",
+            "tank",
+            "m",
+            "--level",
+            "concat",
+            "--size",
+            "1M",
+            "--control",
+            &ctl,
+        ],
+        "already has a volume m",
+    );
+    // Refused by the host with the volume paused: it serves on.
+    refused(
+        &[
+            "volume",
+            "extend",
+            "tank",
+            "r",
+            "--size",
+            "40M",
+            "--control",
+            &ctl,
+        ],
+        "the extend needs",
+    );
+    let out = run_ok(
+        &mut fio(&t, &uri(&s, "r"), big, true),
+        CMD_TIMEOUT,
+        "fio verify after a refused extend",
+    );
+    assert!(out.stdout.contains("err= 0"), "{}", out.stdout);
+
+    // The remove: refused with a client, then forced.
+    let mut holder = hold_connection(&t, &uri(&s, "m"));
+    wait_for_client(&s, "m");
+    refused(
+        &["volume", "remove", "tank", "m", "--control", &ctl],
+        "client(s) connected",
+    );
+    assert_eq!(
+        served_volumes(&s, &dev),
+        ["r", "m", "c"],
+        "a refused remove took it"
+    );
+    let out = ok(
+        &[
+            "volume",
+            "remove",
+            "tank",
+            "m",
+            "--force",
+            "--control",
+            &ctl,
+        ],
+        "volume remove m --force",
+    );
+    assert!(out.stdout.contains("1 client(s) cut off"), "{}", out.stdout);
+    let status = holder.wait(CMD_TIMEOUT);
+    assert!(!status.success(), "the cut-off client saw no error");
+    assert_eq!(served_volumes(&s, &dev), ["r", "c"]);
+    assert!(!export_list(&t, &s).contains("\"m\""));
+    s.stop_with("TERM");
+
+    // The pool says what the server did.
+    let pool = list_json(&dev);
+    let names: Vec<String> = sizes(&pool).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["r", "c"]);
+    assert_eq!(sizes(&pool)[0].1, big);
+    let s = serve_pool_first(dir.path(), &dev, "r", &[]);
+    fio_all(&t, &s, &[("r", big), ("c", 4 * MIB)], true);
+    ok(
+        &["check", "--volume", "r", "--control", &s.control()],
+        "check after the restart",
+    );
+}
+
+/// Waits until the server counts a client on volume `name`.
+fn wait_for_client(s: &Server, name: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let st = live(s, name);
+        if st["clients"].as_u64().unwrap_or(0) > 0 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no client on {name}: {st}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}

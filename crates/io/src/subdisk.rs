@@ -6,6 +6,7 @@
 //! subdisks share one drive handle (and its one descriptor or connection).
 
 use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use platter_core::volume::MemberOp;
@@ -17,7 +18,9 @@ use crate::member::{check_range, Member, MemberDone, RingTarget};
 pub struct SubdiskMember {
     drive: Arc<dyn Member>,
     offset_bytes: u64,
-    len_bytes: u64,
+    /// Grows when its volume is extended while served ([`Self::widen`]);
+    /// never shrinks, so an I/O checked against it stays inside.
+    len_bytes: AtomicU64,
     name: String,
 }
 
@@ -40,9 +43,27 @@ impl SubdiskMember {
         Ok(SubdiskMember {
             drive,
             offset_bytes,
-            len_bytes,
+            len_bytes: AtomicU64::new(len_bytes),
             name,
         })
+    }
+
+    /// Makes the window `len_bytes` long (at least its length now), still
+    /// inside the drive: the pool gave it the space after it.
+    pub fn widen(&self, len_bytes: u64) -> Result<(), MemberError> {
+        assert!(
+            len_bytes >= self.len_bytes.load(Ordering::Acquire),
+            "a subdisk never shrinks while served"
+        );
+        check_range(
+            self.drive.describe(),
+            self.drive.size_bytes(),
+            Op::Open,
+            self.offset_bytes,
+            len_bytes,
+        )?;
+        self.len_bytes.store(len_bytes, Ordering::Release);
+        Ok(())
     }
 
     /// The drive's error, told of the subdisk and at the subdisk's offset.
@@ -53,7 +74,13 @@ impl SubdiskMember {
     }
 
     fn check(&self, op: Op, offset_bytes: u64, len_bytes: u64) -> Result<u64, MemberError> {
-        check_range(&self.name, self.len_bytes, op, offset_bytes, len_bytes)?;
+        check_range(
+            &self.name,
+            self.len_bytes.load(Ordering::Acquire),
+            op,
+            offset_bytes,
+            len_bytes,
+        )?;
         Ok(self.offset_bytes + offset_bytes)
     }
 }
@@ -64,7 +91,7 @@ impl Member for SubdiskMember {
     }
 
     fn size_bytes(&self) -> u64 {
-        self.len_bytes
+        self.len_bytes.load(Ordering::Acquire)
     }
 
     fn logical_block_bytes(&self) -> u32 {

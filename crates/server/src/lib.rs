@@ -19,11 +19,15 @@ pub mod engine;
 pub mod manage;
 pub mod network;
 pub mod observe;
+mod served;
 mod server;
 mod startup;
 
 pub use engine::upkeep::UNLIMITED as UNLIMITED_RATE;
+pub use manage::pool::{NewVolume, PoolHost};
 pub use manage::{filesystem_json, layout_json};
 pub use network::conn::{CONN_MAX_BYTES, CONN_MAX_REQUESTS};
 pub use network::listen::check_stdio;
-pub use server::{serve, serve_volumes, Ready, ServeConfig, ServeError, MAX_BLOCK_BYTES};
+pub use server::{
+    serve, serve_pool, serve_volumes, Ready, ServeConfig, ServeError, MAX_BLOCK_BYTES,
+};

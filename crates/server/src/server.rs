@@ -243,22 +243,13 @@ pub fn serve(
     serve_volumes(vec![(volume, Vec::new())], config, on_ready)
 }
 
-/// One volume's part of a server: its engine and what keeps it (labels,
-/// alerts, upkeep, the control socket's manager). A pool's server has one
-/// for each of its volumes, all served through the same sockets.
-struct Served {
-    export: platter_nbd::ExportInfo,
-    manager: Arc<Manager>,
-    alerts: Arc<crate::observe::alerts::Alerts>,
-}
-
 /// What a volume has before the sockets are bound.
-struct Starting {
+pub(crate) struct Starting {
     opened: startup::Opened,
     /// Devices that take a missing or failed member's place as soon as
     /// the volume serves (a pool's blank subdisks on a replaced drive).
     spares: Vec<Arc<dyn platter_io::Member>>,
-    export: platter_nbd::ExportInfo,
+    pub(crate) export: platter_nbd::ExportInfo,
     engine: Arc<Engine>,
     resync_regions: u64,
 }
@@ -273,6 +264,18 @@ pub fn serve_volumes(
     config: ServeConfig,
     on_ready: impl FnOnce(&Ready),
 ) -> Result<(), ServeError> {
+    serve_pool(volumes, config, None, on_ready)
+}
+
+/// [`serve_volumes`] for a pool's volumes: `host` writes the pool's
+/// configuration when the control socket creates, extends or removes a
+/// volume, which the server starts, grows or stops as it runs.
+pub fn serve_pool(
+    volumes: Vec<(OpenVolume, Vec<Arc<dyn platter_io::Member>>)>,
+    config: ServeConfig,
+    host: Option<Arc<dyn crate::manage::pool::PoolHost>>,
+    on_ready: impl FnOnce(&Ready),
+) -> Result<(), ServeError> {
     assert!(!volumes.is_empty(), "a server serves a volume");
     let server_tls = server_tls(&config)?;
     let mut starting = Vec::new();
@@ -280,7 +283,6 @@ pub fn serve_volumes(
         starting.push(start_volume(volume, spares, &config)?);
     }
     check_export_names(&starting)?;
-    let shared = connection_shared(&config, &starting, server_tls)?;
     let bound = listen::bind(&config, &starting[0].export.name)?;
     let control_path = bound
         .control
@@ -289,25 +291,25 @@ pub fn serve_volumes(
         .and_then(|a| a.as_pathname().map(|p| p.display().to_string()));
     let stop = Arc::new(AtomicBool::new(false));
     let signals = Signals::watch(Arc::clone(&stop))?;
-    let mut served = Vec::new();
-    for (s, recorder) in starting.into_iter().zip(&shared.volumes) {
-        served.push(keep_volume(
-            s,
-            &config,
-            &recorder.recorder,
-            control_path.clone(),
-        )?);
+    let served = Arc::new(crate::served::Volumes::default());
+    for s in starting {
+        let v = keep_volume(s, &config, control_path.clone())?;
+        served.add(v).map_err(ServeError::Refused)?;
     }
+    let shared = connection_shared(&config, &served, server_tls);
     let conns = Arc::new(Conns::new());
-    let ready = ready(&bound, &served);
+    let ready = ready(&bound, &served.all());
     let ours = bound.ours.clone();
-    let registration = register(
-        &config,
-        bound.control_path.as_deref(),
-        &served[0].export.name,
-    );
-    let managers: Vec<Arc<Manager>> = served.iter().map(|s| Arc::clone(&s.manager)).collect();
-    let threads = Threads::start(bound, &config, &shared, &conns, &managers, &stop);
+    let registration = register(&config, bound.control_path.as_deref(), &ready.export_name);
+    let pool = host.map(|host| {
+        Arc::new(crate::manage::pool::PoolServer::new(
+            config.clone(),
+            control_path.clone(),
+            Arc::clone(&served),
+            host,
+        ))
+    });
+    let threads = Threads::start(bound, &config, &shared, &conns, pool, &stop);
     if config.stdio {
         listen::stdio_connection(&shared, &conns)?;
     }
@@ -317,7 +319,7 @@ pub fn serve_volumes(
         "READY=1\nSTATUS=serving '{}' ({} bytes)",
         ready.export_name, ready.size_bytes
     ));
-    serve_until_stopped(&config, &stop, &conns, &shared, &managers);
+    serve_until_stopped(&config, &stop, &conns, &shared);
     let own = Own {
         notifier,
         registration,
@@ -329,7 +331,7 @@ pub fn serve_volumes(
 }
 
 /// A volume's members opened, its export and its engine.
-fn start_volume(
+pub(crate) fn start_volume(
     volume: OpenVolume,
     spares: Vec<Arc<dyn platter_io::Member>>,
     config: &ServeConfig,
@@ -361,13 +363,13 @@ fn check_export_names(starting: &[Starting]) -> Result<(), ServeError> {
 }
 
 /// From a volume's engine to a volume kept: labels follow it, alerts are
-/// raised, rebuilds resume, the resync owed starts, its manager answers.
-fn keep_volume(
+/// raised, rebuilds resume, the resync owed starts, its manager answers,
+/// its upkeep thread runs.
+pub(crate) fn keep_volume(
     s: Starting,
     config: &ServeConfig,
-    recorder: &Arc<crate::manage::record::Recorder>,
     control_path: Option<String>,
-) -> Result<Served, ServeError> {
+) -> Result<Arc<crate::served::Served>, ServeError> {
     let Starting {
         mut opened,
         spares,
@@ -387,28 +389,51 @@ fn keep_volume(
     startup::mark_in_use(&meta, &engine);
     let upkeep = start_upkeep(config, &meta);
     startup::start_resync(&opened, &engine, &upkeep, resync_regions, config.read_only);
-    let parts = (&engine, recorder, &meta, &upkeep);
+    let recorder = Arc::new(crate::manage::record::Recorder::default());
+    if let Some((path, limit_bytes)) = &config.record {
+        recorder
+            .start(path, *limit_bytes)
+            .map_err(ServeError::Refused)?;
+    }
+    let parts = (&engine, &recorder, &meta, &upkeep);
     let manager = manager(config, &mut opened, parts, control_path);
     manager.await_unreachable(&config.unreachable);
     if !spares.is_empty() && !config.read_only {
         tracing::info!(volume = %export.name, spares = spares.len(), "spares ready to take the members' places");
         manager.spares.lock().expect("spares").extend(spares);
     }
-    Ok(Served {
-        export,
+    let name = export.name.clone();
+    let describe = Box::new(move |engine: &Engine| {
+        // A pool's volume grows while served: its layout is the engine's.
+        let geometry = engine.with_volume(|v| v.geometry().clone());
+        startup::describe_export(&geometry, &name, &engine.health())
+    });
+    let io = crate::network::conn::ExportVolume::new(export, engine, recorder, describe);
+    let (e, m, u) = (
+        Arc::clone(&manager.engine),
+        Arc::clone(&manager.meta),
+        Arc::clone(&manager.upkeep),
+    );
+    let upkeep_thread = std::thread::Builder::new()
+        .name("platter-upkeep".into())
+        .spawn(move || upkeep::run(e, m, u))
+        .map_err(io_err("cannot start the upkeep thread"))?;
+    Ok(Arc::new(crate::served::Served {
+        io: Arc::new(io),
         manager,
         alerts,
-    })
+        upkeep_thread: Mutex::new(Some(upkeep_thread)),
+    }))
 }
 
 /// What the banner says: the first export, and the others after it.
-fn ready(bound: &listen::Bound, served: &[Served]) -> Ready {
+fn ready(bound: &listen::Bound, served: &[Arc<crate::served::Served>]) -> Ready {
     Ready {
-        export_name: served[0].export.name.clone(),
-        size_bytes: served[0].export.size_bytes,
+        export_name: served[0].io.export.name.clone(),
+        size_bytes: served[0].io.export.size_bytes,
         others: served[1..]
             .iter()
-            .map(|s| (s.export.name.clone(), s.export.size_bytes))
+            .map(|s| (s.io.export.name.clone(), s.io.export.size_bytes))
             .collect(),
         uris: bound.uris.clone(),
         metrics: bound
@@ -432,37 +457,19 @@ fn server_tls(config: &ServeConfig) -> Result<Option<platter_tls::ServerTls>, Se
     }
 }
 
-/// What every connection shares: each volume's engine and recording, the
-/// server's byte budget, the exports offered.
+/// What every connection shares: the volumes, the server's byte budget,
+/// the handshake's limits.
 fn connection_shared(
     config: &ServeConfig,
-    starting: &[Starting],
+    volumes: &Arc<crate::served::Volumes>,
     tls: Option<platter_tls::ServerTls>,
-) -> Result<Arc<Shared>, ServeError> {
+) -> Arc<Shared> {
     let buffered = Arc::new(Budget::new(flow::REQUESTS_MAX, config.buffer_limit_bytes));
-    let mut volumes = Vec::new();
-    for s in starting {
-        let recorder = Arc::new(crate::manage::record::Recorder::default());
-        if let Some((path, limit_bytes)) = &config.record {
-            recorder
-                .start(path, *limit_bytes)
-                .map_err(ServeError::Refused)?;
-        }
-        let geometry = s.opened.assembly.geometry.clone();
-        let name = s.export.name.clone();
-        volumes.push(crate::network::conn::ExportVolume {
-            engine: Arc::clone(&s.engine),
-            recorder,
-            describe: Box::new(move |engine: &Engine| {
-                startup::describe_export(&geometry, &name, &engine.health())
-            }),
-        });
-    }
-    Ok(Arc::new(Shared {
-        volumes,
+    Arc::new(Shared {
+        volumes: Arc::clone(volumes),
         buffered,
         handshake: HandshakeConfig {
-            exports: starting.iter().map(|s| s.export.clone()).collect(),
+            exports: Vec::new(),
             max_options: 64,
             max_option_bytes: 64 * 1024,
             tls: config.tls,
@@ -472,7 +479,7 @@ fn connection_shared(
         handshake_timeout: config.handshake_timeout,
         idle_timeout: config.idle_timeout,
         turned_away_at: Mutex::new(None),
-    }))
+    })
 }
 
 /// The engine's events go to the labels first (`Meta`), then to the
@@ -565,13 +572,7 @@ fn manager(
 
 /// The main loop, until the stop flag: connections reaped, idle memory
 /// returned, lost members failed or reconnected, spares taken in.
-fn serve_until_stopped(
-    config: &ServeConfig,
-    stop: &AtomicBool,
-    conns: &Conns,
-    shared: &Shared,
-    managers: &[Arc<Manager>],
-) {
+fn serve_until_stopped(config: &ServeConfig, stop: &AtomicBool, conns: &Conns, shared: &Shared) {
     let mut trimmer = crate::engine::memory::Trimmer::default();
     let mut unread = listen::UnreadWatch::default();
     while !stop.load(Ordering::SeqCst) {
@@ -585,7 +586,7 @@ fn serve_until_stopped(
             break;
         }
         trimmer.tick(ended > 0 || shared.buffered.in_flight() != (0, 0));
-        for manager in managers {
+        for manager in shared.volumes.managers() {
             manager.fail_quietly_lost();
             manager.close_failed_members();
             if config.reconnect {
@@ -610,29 +611,29 @@ struct Own {
 /// The stop: new requests get ESHUTDOWN, started ones finish; then each
 /// volume is flushed and marked clean. The first failure is the answer,
 /// after every volume has had its turn.
-fn shut_down(own: Own, served: &[Served], conns: &Conns) -> Result<(), ServeError> {
+fn shut_down(own: Own, volumes: &crate::served::Volumes, conns: &Conns) -> Result<(), ServeError> {
     own.notifier
         .notify("STOPPING=1\nSTATUS=finishing requests, flushing, marking the volume clean");
     // A stopping volume is no longer listed as served.
     drop(own.registration);
-    for s in served {
+    // No volume is added or taken away from here on.
+    own.threads.join();
+    let served = volumes.all();
+    for s in &served {
         s.manager.stop_reconnecting();
         s.manager.engine.close_to_clients();
     }
-    let upkeeps: Vec<&Upkeep> = served.iter().map(|s| &*s.manager.upkeep).collect();
-    own.threads.join(&upkeeps);
+    for s in &served {
+        stop_upkeep(s);
+    }
     let mut result = Ok(());
-    for s in served {
-        let m = &s.manager;
-        // The recording ends with its closing line written out.
-        m.recorder.stop();
-        let flushed = flush_and_mark(&m.engine, &m.meta, &m.upkeep);
-        match flushed {
-            Ok(()) => {
-                tracing::info!(volume = %s.export.name, "volume flushed and marked {}", m.meta.label().state)
+    for s in &served {
+        if let Err(e) = finish_volume(s) {
+            if result.is_ok() {
+                result = Err(e);
+            } else {
+                tracing::error!(volume = %s.name(), error = %e, "stop");
             }
-            Err(e) if result.is_ok() => result = Err(e),
-            Err(e) => tracing::error!(volume = %s.export.name, error = %e, "stop"),
         }
     }
     close_connections(conns);
@@ -641,10 +642,30 @@ fn shut_down(own: Own, served: &[Served], conns: &Conns) -> Result<(), ServeErro
         listen::remove_socket(path);
     }
     own.signals.close();
-    for s in served {
+    for s in &served {
         s.alerts.close();
     }
     result
+}
+
+/// Stops a volume's upkeep thread (the rebuild or scrub step it runs
+/// ends first).
+pub(crate) fn stop_upkeep(s: &crate::served::Served) {
+    s.manager.upkeep.stop.store(true, Ordering::SeqCst);
+    let thread = s.upkeep_thread.lock().expect("upkeep thread").take();
+    if let Some(t) = thread {
+        let _ = t.join();
+    }
+}
+
+/// A stopped volume's last flush, and its labels marked clean if it held.
+pub(crate) fn finish_volume(s: &crate::served::Served) -> Result<(), ServeError> {
+    let m = &s.manager;
+    // The recording ends with its closing line written out.
+    m.recorder.stop();
+    flush_and_mark(&m.engine, &m.meta, &m.upkeep)?;
+    tracing::info!(volume = %s.name(), "volume flushed and marked {}", m.meta.label().state);
+    Ok(())
 }
 
 /// Links the control socket into the run directory, so that `platter
@@ -701,13 +722,14 @@ impl Signals {
     }
 }
 
-/// The server's own threads besides the connections': accept loops,
-/// upkeep, control, metrics.
+/// The server's own threads besides the connections' and the volumes'
+/// upkeep: accept loops, control, metrics.
 struct Threads {
     accept: Vec<JoinHandle<()>>,
-    upkeep: Vec<JoinHandle<()>>,
     control: Option<JoinHandle<()>>,
     metrics: Option<JoinHandle<()>>,
+    /// A pool's changes, closed at the stop.
+    pool: Option<Arc<crate::manage::pool::PoolServer>>,
 }
 
 impl Threads {
@@ -716,7 +738,7 @@ impl Threads {
         config: &ServeConfig,
         shared: &Arc<Shared>,
         conns: &Arc<Conns>,
-        managers: &[Arc<Manager>],
+        pool: Option<Arc<crate::manage::pool::PoolServer>>,
         stop: &Arc<AtomicBool>,
     ) -> Threads {
         let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
@@ -725,29 +747,22 @@ impl Threads {
                 .spawn(f)
                 .unwrap_or_else(|e| panic!("spawn {name} thread: {e}"))
         };
-        let upkeep = managers
-            .iter()
-            .map(|manager| {
-                let (e, m, u) = (
-                    Arc::clone(&manager.engine),
-                    Arc::clone(&manager.meta),
-                    Arc::clone(&manager.upkeep),
-                );
-                spawn("platter-upkeep", Box::new(move || upkeep::run(e, m, u)))
-            })
-            .collect();
         let control = bound.control.map(|l| {
-            let (m, stop) = (managers.to_vec(), Arc::clone(stop));
+            let answers = manage::Control {
+                volumes: Arc::clone(&shared.volumes),
+                pool: pool.clone(),
+            };
+            let stop = Arc::clone(stop);
             spawn(
                 "platter-control",
-                Box::new(move || manage::serve_control(l, m, stop)),
+                Box::new(move || manage::serve_control(l, answers, stop)),
             )
         });
         let metrics = bound.metrics.map(|(l, _)| {
-            let (m, stop) = (managers.to_vec(), Arc::clone(stop));
+            let (v, stop) = (Arc::clone(&shared.volumes), Arc::clone(stop));
             spawn(
                 "platter-metrics",
-                Box::new(move || crate::observe::metrics::serve_metrics(l, m, stop)),
+                Box::new(move || crate::observe::metrics::serve_metrics(l, v, stop)),
             )
         });
         let accept = bound
@@ -765,21 +780,16 @@ impl Threads {
             .collect();
         Threads {
             accept,
-            upkeep,
             control,
             metrics,
+            pool,
         }
     }
 
-    /// Waits for every one of them; the stop flag must be set.
-    fn join(self, upkeeps: &[&Upkeep]) {
+    /// Waits for every one of them, and for a pool change under way; the
+    /// stop flag must be set.
+    fn join(self) {
         for t in self.accept {
-            let _ = t.join();
-        }
-        for upkeep in upkeeps {
-            upkeep.stop.store(true, Ordering::SeqCst);
-        }
-        for t in self.upkeep {
             let _ = t.join();
         }
         if let Some(t) = self.control {
@@ -787,6 +797,9 @@ impl Threads {
         }
         if let Some(t) = self.metrics {
             let _ = t.join();
+        }
+        if let Some(p) = self.pool {
+            p.close();
         }
     }
 }

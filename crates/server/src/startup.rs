@@ -469,7 +469,7 @@ fn enable_checksums(vol: &mut Volume, label: &Label, c: Checksums) -> Result<(),
 /// How the volume a finished reshape hands over to is set up: as at
 /// start, with a bitmap that owes nothing (the engine was emptied and
 /// flushed before the hand-over), a stripe cache, and read balancing.
-fn volume_setup(label: &Label, config: &ServeConfig) -> crate::engine::VolumeSetup {
+pub(crate) fn volume_setup(label: &Label, config: &ServeConfig) -> crate::engine::VolumeSetup {
     let label = label.clone();
     let read_only = config.read_only;
     let cache_stripes = config.stripe_cache_stripes;

@@ -209,7 +209,17 @@ pub fn subdisk_members(
     v: &PoolVolume,
     drives: &[Option<Arc<dyn Member>>],
 ) -> Result<Vec<Arc<dyn Member>>> {
-    let mut out: Vec<Arc<dyn Member>> = Vec::new();
+    let windows = subdisk_windows(pool, v, drives)?;
+    Ok(windows.into_iter().map(|w| w as Arc<dyn Member>).collect())
+}
+
+/// [`subdisk_members`] as windows a server can widen.
+pub fn subdisk_windows(
+    pool: &Pool,
+    v: &PoolVolume,
+    drives: &[Option<Arc<dyn Member>>],
+) -> Result<Vec<Arc<SubdiskMember>>> {
+    let mut out = Vec::new();
     for (s, sd) in v.plex().subdisks.iter().enumerate() {
         let d = pool
             .drives

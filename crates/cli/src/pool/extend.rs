@@ -35,7 +35,7 @@ use platter_io::assembly::assemble_devices;
 use platter_io::Member;
 
 use super::drives::{self, open_pool, OpenPool};
-use super::DeviceArgs;
+use super::{ControlArgs, DeviceArgs};
 use crate::error::{CliError, Result};
 use crate::out::outln;
 
@@ -53,9 +53,29 @@ pub struct VolumeExtendArgs {
     size: u64,
     #[command(flatten)]
     devices: DeviceArgs,
+    #[command(flatten)]
+    control: ControlArgs,
 }
 
 pub fn volume_extend(args: VolumeExtendArgs) -> Result<()> {
+    if let Some(control) = &args.control.control {
+        let req = serde_json::json!({
+            "cmd": "volume-extend",
+            "pool": args.pool,
+            "name": args.name,
+            "size_bytes": args.size,
+        });
+        let done = crate::control::ask(control, req)?;
+        let size = |k: &str| format_size(done[k].as_u64().unwrap_or(0));
+        outln!(
+            "volume {} of pool {}: {} -> {}; clients see the new size when they next connect",
+            args.name,
+            args.pool,
+            size("old_size_bytes"),
+            size("size_bytes")
+        );
+        return Ok(());
+    }
     let mut open = open_pool(
         Some(&args.pool),
         &args.devices.devices,
@@ -104,8 +124,26 @@ pub fn extend_volume(open: &mut OpenPool, v: &PoolVolume, size_bytes: u64) -> Re
             format_size(old_bytes)
         )));
     }
-    let lens = new_lengths(open.pool(), v, &a, size_bytes)?;
-    let grown = grown_label(v, &a.label, &lens)?;
+    let grown = grow(open, v, &a.label, size_bytes)?;
+    bring_labels_up(open.pool(), &grown.volume, &grown.members)?;
+    Ok(old_bytes)
+}
+
+/// A volume's growth made, the labels excepted: its subdisks' new lengths
+/// (`volume`), the label that says them, and the wide subdisks.
+pub struct Grown {
+    pub volume: PoolVolume,
+    pub label: Label,
+    pub members: Vec<Arc<dyn Member>>,
+}
+
+/// Steps 1 and 2 of an extend of `v`, whose labels say `label`, to at
+/// least `size_bytes`: the growth and the bitmap zeroed, then the
+/// configuration written. Step 3, the labels, is the caller's (offline
+/// [`bring_labels_up`], a server its own label writes).
+pub fn grow(open: &mut OpenPool, v: &PoolVolume, label: &Label, size_bytes: u64) -> Result<Grown> {
+    let lens = new_lengths(open.pool(), v, label, size_bytes)?;
+    let grown = grown_label(v, label, &lens)?;
     let mut pv = v.clone();
     for (sd, len) in pv.plexes[0].subdisks.iter_mut().zip(&lens) {
         sd.len_bytes = *len;
@@ -117,10 +155,13 @@ pub fn extend_volume(open: &mut OpenPool, v: &PoolVolume, size_bytes: u64) -> Re
     }
     pool.check().map_err(CliError)?;
     let wide = open.subdisks(&pv)?;
-    zero_growth(&wide, &a.label, &grown)?;
+    zero_growth(&wide, label, &grown)?;
     open.write(pool)?;
-    bring_labels_up(open.pool(), &pv, &wide)?;
-    Ok(old_bytes)
+    Ok(Grown {
+        volume: pv,
+        label: grown,
+        members: wide,
+    })
 }
 
 /// A clean, whole volume of a layout that grows at its end.
@@ -153,8 +194,7 @@ fn extendable(v: &PoolVolume, a: &Assembly) -> Result<()> {
 
 /// Each subdisk's new length: room for the data `size_bytes` needs, in
 /// whole MiBs, inside the free space after it on its drive.
-fn new_lengths(pool: &Pool, v: &PoolVolume, a: &Assembly, size_bytes: u64) -> Result<Vec<u64>> {
-    let l = &a.label;
+fn new_lengths(pool: &Pool, v: &PoolVolume, l: &Label, size_bytes: u64) -> Result<Vec<u64>> {
     let plex = v.plex();
     let n = plex.subdisks.len() as u32;
     let mut data: Vec<u64> = l.slots.iter().map(|s| s.data_size_bytes).collect();

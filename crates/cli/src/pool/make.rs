@@ -22,10 +22,11 @@ use platter_io::assembly::foreign_label;
 use platter_io::{open_member, Member, OpenOptions};
 
 use super::drives::{self, open_pool, OpenPool};
-use super::DeviceArgs;
+use super::{ControlArgs, DeviceArgs};
 use crate::create::{label_subdisks, subdisk_reserve_bytes, ArraySpec};
 use crate::error::{CliError, Result};
 use crate::out::outln;
+use serde_json::{json, Value};
 
 #[derive(Args)]
 pub struct PoolCreateArgs {
@@ -121,6 +122,8 @@ pub struct VolumeCreateArgs {
     drives: Vec<String>,
     #[command(flatten)]
     devices: DeviceArgs,
+    #[command(flatten)]
+    control: ControlArgs,
 }
 
 #[cfg(test)]
@@ -141,7 +144,67 @@ impl VolumeCreateArgs {
             devices: DeviceArgs {
                 devices: Vec::new(),
             },
+            control: ControlArgs { control: None },
         }
+    }
+}
+
+impl VolumeCreateArgs {
+    /// The request `volume create --control` sends the pool's server.
+    fn to_request(&self) -> Value {
+        json!({
+            "cmd": "volume-create",
+            "pool": self.pool,
+            "name": self.name,
+            "level": self.level.name(),
+            "size_bytes": self.size,
+            "interleave_bytes": self.interleave,
+            "layout": self.layout,
+            "copies": self.copies,
+            "subdisks": self.subdisks,
+            "drives": self.drives,
+        })
+    }
+
+    /// The server's reading of [`Self::to_request`], for pool `pool`.
+    pub(super) fn from_request(pool: &str, req: &Value) -> std::result::Result<Self, String> {
+        let text = |k: &str| req.get(k).and_then(Value::as_str);
+        let number = |k: &str| req.get(k).and_then(Value::as_u64);
+        if let Some(asked) = text("pool").filter(|p| *p != pool) {
+            return Err(format!("this server serves pool {pool}, not {asked}"));
+        }
+        let name = text("name").ok_or("missing \"name\"")?;
+        check_name("volume", name)?;
+        let level: Level = text("level").ok_or("missing \"level\"")?.parse()?;
+        let size = number("size_bytes").ok_or("missing \"size_bytes\"")?;
+        if size == 0 {
+            return Err("--size 0: a volume holds at least one sector".into());
+        }
+        let small = |n: u64| u32::try_from(n).map_err(|_| format!("{n} is too large"));
+        Ok(VolumeCreateArgs {
+            pool: pool.into(),
+            name: name.into(),
+            level,
+            size,
+            interleave: number("interleave_bytes").unwrap_or(64 << 10),
+            layout: text("layout").map(str::to_string),
+            copies: small(number("copies").unwrap_or(2))?,
+            subdisks: number("subdisks").map(small).transpose()?,
+            drives: req
+                .get("drives")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_string)
+                        .collect()
+                })
+                .unwrap_or_default(),
+            devices: DeviceArgs {
+                devices: Vec::new(),
+            },
+            control: ControlArgs { control: None },
+        })
     }
 }
 
@@ -151,8 +214,14 @@ pub struct VolumeRemoveArgs {
     pool: String,
     #[arg(value_name = "NAME")]
     name: String,
+    /// With --control: remove it even with clients connected, who are
+    /// cut off (their requests from then on fail).
+    #[arg(long)]
+    force: bool,
     #[command(flatten)]
     devices: DeviceArgs,
+    #[command(flatten)]
+    control: ControlArgs,
 }
 
 fn random_uuid() -> [u8; 16] {
@@ -406,6 +475,17 @@ pub fn volume_create(args: VolumeCreateArgs) -> Result<()> {
             "--size 0: a volume holds at least one sector".into(),
         ));
     }
+    if let Some(control) = &args.control.control {
+        let done = crate::control::ask(control, args.to_request())?;
+        outln!(
+            "volume {} of pool {}: {} bytes, served now as export '{}'",
+            args.name,
+            args.pool,
+            done["size_bytes"],
+            args.name
+        );
+        return Ok(());
+    }
     let mut open = open_pool(Some(&args.pool), &args.devices.devices, writable())?;
     let v = create_in(&mut open, &args)?;
     say_missing(&open);
@@ -585,6 +665,28 @@ fn subdisk_bytes(data: u64) -> u64 {
 }
 
 pub fn volume_remove(args: VolumeRemoveArgs) -> Result<()> {
+    if let Some(control) = &args.control.control {
+        let req = json!({
+            "cmd": "volume-remove",
+            "pool": args.pool,
+            "name": args.name,
+            "force": args.force,
+        });
+        let done = crate::control::ask(control, req)?;
+        outln!(
+            "volume {} removed from pool {} and no longer served ({} client(s) cut off); its \
+             subdisks are free",
+            args.name,
+            args.pool,
+            done["clients_cut"]
+        );
+        return Ok(());
+    }
+    if args.force {
+        return Err(CliError(
+            "--force goes with --control: offline, no client is connected".into(),
+        ));
+    }
     let mut open = open_pool(Some(&args.pool), &args.devices.devices, writable())?;
     let v = remove_in(&mut open, &args.name)?;
     say_missing(&open);

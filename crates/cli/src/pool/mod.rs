@@ -6,6 +6,7 @@
 mod crash_kit;
 pub mod drives;
 pub mod extend;
+pub mod host;
 mod import;
 mod list;
 mod make;
@@ -48,13 +49,16 @@ pub enum VolumeCommand {
     /// `platter create` labels members.
     Create(make::VolumeCreateArgs),
     /// Remove a volume from its pool; its subdisks become free space.
+    /// With --control, the server stops serving it first, refusing while
+    /// a client is connected unless --force.
     Remove(make::VolumeRemoveArgs),
     /// Make a volume larger in place: each of its subdisks grows into the
     /// free space after it on its drive (a concat: its last subdisk), the
     /// growth zeroed first, so that no byte moves and the new stripes
-    /// need no resync. With the pool's server stopped; clients see the
-    /// new size when they next connect. A crash part way is finished by
-    /// running it again, or by the next `serve --pool`.
+    /// need no resync. Offline, or through the pool's server with
+    /// --control (the volume paused for the moment of the change);
+    /// clients see the new size when they next connect. A crash part way
+    /// is finished by running it again, or by the next `serve --pool`.
     Extend(extend::VolumeExtendArgs),
 }
 
@@ -83,4 +87,15 @@ pub struct DeviceArgs {
     /// in /dev.
     #[arg(value_name = "DEVICE")]
     pub devices: Vec<String>,
+}
+
+/// Where a volume command goes when the pool is served.
+#[derive(Args, Clone)]
+pub struct ControlArgs {
+    /// The pool's server's control socket (`serve --pool`): the server
+    /// makes the change and serves the volume as changed, without a
+    /// restart. Without it the pool must not be served (its drives are
+    /// opened here).
+    #[arg(long, value_name = "PATH", conflicts_with = "devices")]
+    pub control: Option<std::path::PathBuf>,
 }

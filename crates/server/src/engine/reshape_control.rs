@@ -84,6 +84,34 @@ impl Engine {
         self.note_devices(&s);
     }
 
+    /// With the engine paused and emptied (by the caller): serves
+    /// `geometry`, the same members' layout with more data on each (a
+    /// pool's volume extended in place, whose layout keeps every byte
+    /// where it was and grows at its end), set up as the server sets up
+    /// any volume (`set_volume_setup`).
+    pub fn serve_grown(&self, geometry: Geometry) {
+        let members = self.members();
+        let health = self.health();
+        let setup = self.volume_setup.lock().expect("volume setup");
+        let mut s = self.lock();
+        assert!(s.serving.is_idle(), "a layout grows on an idle volume");
+        let Serving::Plain(old) = &s.serving else {
+            panic!("a volume being reshaped does not grow");
+        };
+        assert!(
+            geometry.volume_size_bytes() >= old.size_bytes(),
+            "a volume grows"
+        );
+        assert_eq!(geometry.members(), old.geometry().members());
+        assert_eq!(geometry.level(), old.geometry().level());
+        let mut vol = Volume::new(geometry, health, old.limits().clone());
+        if let Some(setup) = setup.as_ref() {
+            setup(&mut vol, &members);
+        }
+        s.serving = Serving::Plain(vol);
+        self.note_devices(&s);
+    }
+
     /// Sets how a volume is set up when a finished reshape hands over.
     pub fn set_volume_setup(&self, setup: VolumeSetup) {
         *self.volume_setup.lock().expect("volume setup") = Some(setup);

@@ -6,6 +6,7 @@
 pub(crate) mod grow;
 pub mod leftout;
 pub(crate) mod newdevice;
+pub mod pool;
 pub(crate) mod readd;
 pub(crate) mod reconnect;
 pub mod record;
@@ -749,25 +750,32 @@ fn parse_rate_request(v: Option<&Value>) -> Result<u64, String> {
     }
 }
 
+/// What the control socket answers for: the volumes served, and a
+/// pool's changes when the server serves a pool.
+pub(crate) struct Control {
+    pub volumes: Arc<crate::served::Volumes>,
+    pub pool: Option<Arc<pool::PoolServer>>,
+}
+
 /// Serves the control socket until `stop`; one request per connection,
 /// answered by the manager of the volume it names (`"volume"`), or of the
 /// only volume.
-pub fn serve_control(
+pub(crate) fn serve_control(
     listener: UnixListener,
-    managers: Vec<Arc<Manager>>,
+    control: Control,
     stop: Arc<std::sync::atomic::AtomicBool>,
 ) {
-    let managers = Arc::new(managers);
+    let control = Arc::new(control);
     let _ = listener.set_nonblocking(true);
     while !stop.load(Ordering::SeqCst) {
         match listener.accept() {
             Ok((s, _)) => {
                 let _ = s.set_nonblocking(false);
-                let m = Arc::clone(&managers);
+                let c = Arc::clone(&control);
                 // Check and repair take time; do not hold up the next caller.
                 let _ = std::thread::Builder::new()
                     .name("platter-control".into())
-                    .spawn(move || serve_one(&m, s));
+                    .spawn(move || serve_one(&c, s));
             }
             Err(_) => std::thread::sleep(Duration::from_millis(50)),
         }
@@ -775,13 +783,13 @@ pub fn serve_control(
 }
 
 /// Answers one control request.
-fn serve_one(managers: &[Arc<Manager>], stream: UnixStream) {
+fn serve_one(control: &Control, stream: UnixStream) {
     let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
     let mut line = String::new();
     let mut reader = BufReader::new(std::io::Read::take(&stream, REQUEST_MAX_BYTES));
     let answer = match reader.read_line(&mut line) {
         Ok(_) => match serde_json::from_str::<Value>(&line) {
-            Ok(req) => match answer(managers, &req) {
+            Ok(req) => match answer(control, &req) {
                 Ok(v) => json!({ "ok": v }),
                 Err(e) => json!({ "error": e }),
             },
@@ -794,19 +802,24 @@ fn serve_one(managers: &[Arc<Manager>], stream: UnixStream) {
 }
 
 /// `{"cmd": "volumes"}` lists the volumes served, `{"cmd": "drives"}`
-/// a pool's counters per drive; any other request goes to the volume it
-/// names, which may be left out when there is one.
-fn answer(managers: &[Arc<Manager>], req: &Value) -> Result<Value, String> {
-    let names: Vec<String> = managers
-        .iter()
-        .map(|m| m.meta.label().name.clone())
-        .collect();
+/// a pool's counters per drive, `volume-create|extend|remove` change a
+/// pool's volumes; any other request goes to the volume it names, which
+/// may be left out when there is one.
+fn answer(control: &Control, req: &Value) -> Result<Value, String> {
+    let managers = control.volumes.managers();
+    let names = control.volumes.names();
     match req.get("cmd").and_then(Value::as_str) {
         Some("volumes") => return Ok(json!(names)),
-        Some("drives") => return Ok(crate::observe::drives::drives_json(managers)),
+        Some("drives") => return Ok(crate::observe::drives::drives_json(&managers)),
+        Some(cmd @ ("volume-create" | "volume-extend" | "volume-remove")) => {
+            let pool = control.pool.as_ref().ok_or_else(|| {
+                format!("{cmd}: this server serves no pool (`platter serve --pool`)")
+            })?;
+            return pool.answer(cmd, req);
+        }
         _ => {}
     }
-    let m = match (req.get("volume").and_then(Value::as_str), managers) {
+    let m = match (req.get("volume").and_then(Value::as_str), &managers[..]) {
         (Some(name), _) => {
             let at = names.iter().position(|n| n == name).ok_or_else(|| {
                 format!(
@@ -825,5 +838,12 @@ fn answer(managers: &[Arc<Manager>], req: &Value) -> Result<Value, String> {
             ))
         }
     };
-    m.handle(req)
+    let mut answer = m.handle(req)?;
+    if req.get("cmd").and_then(Value::as_str) == Some("status") {
+        // The clients are the connections' to know, not the manager's.
+        let name = m.meta.label().name;
+        let clients = control.volumes.named(&name).map(|s| s.io.client_count());
+        answer["clients"] = json!(clients.unwrap_or(0));
+    }
+    Ok(answer)
 }

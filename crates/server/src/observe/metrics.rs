@@ -5,7 +5,6 @@
 
 use crate::engine::meta::Meta;
 use crate::engine::Engine;
-use crate::manage::Manager;
 use crate::observe::livepage::History;
 use platter_core::label::ScrubRecord;
 use platter_core::stats::{Counters, Histogram, Stats};
@@ -666,14 +665,15 @@ const ANSWERING_MAX: usize = 8;
 /// Serves `GET /metrics` and the live page at `/` until `stop`: one short
 /// request per connection, answered and closed (a scraper or a browser
 /// needs nothing more). Samples the counters for the page once a second.
-pub fn serve_metrics(listener: TcpListener, managers: Vec<Arc<Manager>>, stop: Arc<AtomicBool>) {
+pub(crate) fn serve_metrics(
+    listener: TcpListener,
+    volumes: Arc<crate::served::Volumes>,
+    stop: Arc<AtomicBool>,
+) {
     let _ = listener.set_nonblocking(true);
     let served = Arc::new(Served {
-        histories: managers
-            .iter()
-            .map(|_| Mutex::new(History::default()))
-            .collect(),
-        managers,
+        volumes,
+        histories: Mutex::new(Default::default()),
     });
     let answering = Arc::new(AtomicUsize::new(0));
     while !stop.load(Ordering::SeqCst) {
@@ -703,25 +703,32 @@ pub fn serve_metrics(listener: TcpListener, managers: Vec<Arc<Manager>>, stop: A
     }
 }
 
-/// The volumes a metrics port serves (a pool's server serves several),
-/// each with its live page's history.
+/// The volumes a metrics port serves (a pool's server serves several,
+/// and starts and stops them), each with its live page's history.
 struct Served {
-    managers: Vec<Arc<Manager>>,
-    histories: Vec<Mutex<History>>,
+    volumes: Arc<crate::served::Volumes>,
+    /// By volume name; a volume's goes with it.
+    histories: Mutex<std::collections::BTreeMap<String, History>>,
 }
 
 impl Served {
     fn tick(&self) {
-        for (m, h) in self.managers.iter().zip(&self.histories) {
-            h.lock().unwrap_or_else(|e| e.into_inner()).tick(&m.engine);
+        let managers = self.volumes.managers();
+        let mut histories = self.histories.lock().unwrap_or_else(|e| e.into_inner());
+        histories.retain(|name, _| managers.iter().any(|m| m.meta.label().name == *name));
+        for m in &managers {
+            histories
+                .entry(m.meta.label().name.clone())
+                .or_default()
+                .tick(&m.engine);
         }
     }
 
     /// Every volume's families, each family once (the series carry the
     /// volume's name).
     fn metrics(&self) -> String {
-        let mut texts: Vec<String> = self
-            .managers
+        let managers = self.volumes.managers();
+        let mut texts: Vec<String> = managers
             .iter()
             .map(|m| {
                 let health = VolumeHealth::of(&m.status());
@@ -730,7 +737,7 @@ impl Served {
             })
             .collect();
         texts.push(crate::observe::drives::encode(
-            &crate::observe::drives::drive_counters(&self.managers),
+            &crate::observe::drives::drive_counters(&managers),
         ));
         merge_families(&texts)
     }
@@ -738,8 +745,8 @@ impl Served {
     /// The live page of the volume `?volume=NAME` names (the first by
     /// default), with links to the others.
     fn page(&self, query: &str) -> String {
-        let names: Vec<String> = self
-            .managers
+        let managers = self.volumes.managers();
+        let names: Vec<String> = managers
             .iter()
             .map(|m| m.meta.label().name.clone())
             .collect();
@@ -748,11 +755,14 @@ impl Served {
             .find_map(|kv| kv.strip_prefix("volume="))
             .and_then(|n| names.iter().position(|x| x == n))
             .unwrap_or(0);
-        let status = self.managers[wanted].status();
-        let h = self.histories[wanted]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let page = crate::observe::livepage::render(&h, &status);
+        let Some(m) = managers.get(wanted) else {
+            return "<!DOCTYPE html><html><body><p>no volume is served</p></body></html>".into();
+        };
+        let status = m.status();
+        let histories = self.histories.lock().unwrap_or_else(|e| e.into_inner());
+        let empty = History::default();
+        let h = histories.get(&names[wanted]).unwrap_or(&empty);
+        let page = crate::observe::livepage::render(h, &status);
         if names.len() < 2 {
             return page;
         }
@@ -763,7 +773,7 @@ impl Served {
                 format!("<a href=\"/?volume={n}\">{n}</a>")
             })
             .collect();
-        let drives = crate::observe::drives::drive_counters(&self.managers);
+        let drives = crate::observe::drives::drive_counters(&managers);
         page.replacen(
             "<body>",
             &format!(

@@ -45,13 +45,13 @@ pub const CONN_MAX_BYTES: u64 = 64 << 20;
 
 /// What every connection shares.
 pub struct Shared {
-    /// Each export's volume, in the order of `handshake.exports`.
-    pub volumes: Vec<ExportVolume>,
+    /// The volumes served: each handshake offers them as they are then.
+    pub volumes: Arc<crate::served::Volumes>,
     /// Request and reply bytes across every connection (`--buffer-limit`):
     /// each connection's budget is part of it.
     pub buffered: Arc<Budget>,
-    /// The exports as offered (a pool's server offers one per volume);
-    /// their descriptions and sizes are rewritten for each handshake.
+    /// The handshake's limits and TLS; its exports are the volumes'
+    /// (`volumes`), described as they stand, for each handshake.
     pub handshake: HandshakeConfig,
     /// Workers per connection.
     pub threads: usize,
@@ -69,6 +69,9 @@ pub struct Shared {
 
 /// What a connection to one export uses: its volume's engine.
 pub struct ExportVolume {
+    /// The export as offered at the start; its description, size and
+    /// hints are the engine's at each handshake.
+    pub export: platter_nbd::ExportInfo,
     pub engine: Arc<Engine>,
     /// Notes each request while a recording runs (`record.rs`).
     pub recorder: Arc<crate::manage::record::Recorder>,
@@ -76,7 +79,70 @@ pub struct ExportVolume {
     /// the volume still holds all of its data): a client connecting after
     /// a failure must not read the description of the start.
     pub describe: Box<dyn Fn(&Engine) -> String + Send + Sync>,
+    /// The connections in transmission on this volume, by connection: a
+    /// volume removed with `--force` shuts them.
+    pub clients: Mutex<std::collections::BTreeMap<u64, Stream>>,
 }
+
+impl ExportVolume {
+    pub fn new(
+        export: platter_nbd::ExportInfo,
+        engine: Arc<Engine>,
+        recorder: Arc<crate::manage::record::Recorder>,
+        describe: Box<dyn Fn(&Engine) -> String + Send + Sync>,
+    ) -> ExportVolume {
+        ExportVolume {
+            export,
+            engine,
+            recorder,
+            describe,
+            clients: Mutex::new(Default::default()),
+        }
+    }
+
+    /// How many clients use the volume now.
+    pub fn client_count(&self) -> usize {
+        self.clients.lock().expect("clients lock").len()
+    }
+
+    /// Shuts every client's socket: their connections end at their next
+    /// read.
+    pub fn disconnect_clients(&self) {
+        for stream in self.clients.lock().expect("clients lock").values() {
+            stream.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// The export as it stands: the size now (a reshape or an extend
+    /// since the start has grown it; a connection made before keeps the
+    /// size it was told, NBD has no resize notice), its members' health.
+    fn export_now(&self) -> platter_nbd::ExportInfo {
+        let mut export = self.export.clone();
+        export.description = (self.describe)(&self.engine);
+        export.size_bytes = self.engine.size_bytes();
+        let (stripe_bytes, spins) = self.engine.shape();
+        crate::startup::export_hints(&mut export, stripe_bytes, &spins);
+        export
+    }
+}
+
+/// A connection's place in its volume's client list, while it lasts.
+struct Client<'a> {
+    volume: &'a ExportVolume,
+    id: u64,
+}
+
+impl Drop for Client<'_> {
+    fn drop(&mut self) {
+        self.volume
+            .clients
+            .lock()
+            .expect("clients lock")
+            .remove(&self.id);
+    }
+}
+
+static NEXT_CLIENT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl Shared {
     /// Whether a client was turned away for want of a slot within `window`:
@@ -99,8 +165,8 @@ impl Shared {
 
 struct Conn {
     shared: Arc<Shared>,
-    /// Which of `shared.volumes` the client chose in the handshake.
-    volume: usize,
+    /// The volume the client chose in the handshake.
+    volume: Arc<ExportVolume>,
     peer: String,
     session: Session,
     structured: bool,
@@ -114,7 +180,7 @@ struct Conn {
 impl Conn {
     /// The volume of the export this connection chose.
     pub(super) fn volume(&self) -> &ExportVolume {
-        &self.shared.volumes[self.volume]
+        &self.volume
     }
 
     /// Whether this thread is one of this connection's workers running a
@@ -133,16 +199,9 @@ thread_local! {
 /// Serves one connection until the client leaves or the server shuts down.
 pub fn serve(stream: Stream, shared: Arc<Shared>, peer: String) {
     let mut config = shared.handshake.clone();
-    // The size now: a reshape that ended since the start has grown it,
-    // and a connection made after sees the new size (one made before
-    // keeps the size it was told; NBD has no resize notice).
-    for (export, v) in config.exports.iter_mut().zip(&shared.volumes) {
-        export.description = (v.describe)(&v.engine);
-        export.size_bytes = v.engine.size_bytes();
-        let (stripe_bytes, spins) = v.engine.shape();
-        crate::startup::export_hints(export, stripe_bytes, &spins);
-    }
-    let sizes: Vec<u64> = config.exports.iter().map(|e| e.size_bytes).collect();
+    let volumes = shared.volumes.exports();
+    config.exports = volumes.iter().map(|v| v.export_now()).collect();
+    let exports = config.exports.clone();
     let hs = ServerHandshake::new(config);
     let mut stream = stream;
     let negotiated = match handshake(
@@ -170,8 +229,11 @@ pub fn serve(stream: Stream, shared: Arc<Shared>, peer: String) {
         }
     };
     tracing::debug!(%peer, structured = negotiated.structured_replies, "client connected");
-    let size_bytes = sizes[negotiated.export_index];
-    if let Err(e) = transmission(&stream, &shared, negotiated, size_bytes, &peer) {
+    let chosen = (
+        Arc::clone(&volumes[negotiated.export_index]),
+        &exports[negotiated.export_index],
+    );
+    if let Err(e) = transmission(&stream, &shared, negotiated, chosen, &peer) {
         tracing::debug!(%peer, error = %e, "connection ended");
     }
     stream.shutdown(Shutdown::Both);
@@ -181,7 +243,14 @@ pub fn serve(stream: Stream, shared: Arc<Shared>, peer: String) {
 /// Tells a client the server cannot take it, in the handshake (`message`
 /// goes with an error reply to each option it sends), then closes.
 pub fn refuse(stream: Stream, shared: &Shared, peer: &str, message: String) {
-    let hs = ServerHandshake::refusing(shared.handshake.clone(), message);
+    let mut config = shared.handshake.clone();
+    config.exports = shared
+        .volumes
+        .exports()
+        .iter()
+        .map(|v| v.export_now())
+        .collect();
+    let hs = ServerHandshake::refusing(config, message);
     let timeout = shared.handshake_timeout.min(REFUSAL_TIMEOUT);
     let mut stream = stream;
     if let Err(e) = handshake(&mut stream, hs, timeout, None) {
@@ -274,13 +343,21 @@ fn transmission(
     stream: &Stream,
     shared: &Arc<Shared>,
     n: Negotiated,
-    size_bytes: u64,
+    (volume, export): (Arc<ExportVolume>, &platter_nbd::ExportInfo),
     peer: &str,
 ) -> io::Result<()> {
-    let export = &shared.handshake.exports[n.export_index];
-    let mut session = n.session(export);
-    session.size_bytes = size_bytes;
+    let session = n.session(export);
     stream.set_read_timeout(Some(READ_TICK))?;
+    let id = NEXT_CLIENT.fetch_add(1, Ordering::Relaxed);
+    volume
+        .clients
+        .lock()
+        .expect("clients lock")
+        .insert(id, stream.try_clone()?);
+    let _client = Client {
+        volume: &volume,
+        id,
+    };
     let budget = Arc::new(Budget::within(
         CONN_MAX_REQUESTS,
         CONN_MAX_BYTES,
@@ -288,7 +365,7 @@ fn transmission(
     ));
     let conn = Arc::new(Conn {
         shared: Arc::clone(shared),
-        volume: n.export_index,
+        volume: Arc::clone(&volume),
         peer: peer.to_string(),
         session,
         structured: n.structured_replies,

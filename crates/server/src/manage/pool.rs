@@ -1,0 +1,286 @@
+//! A pool's volumes changed while its server runs (`platter volume
+//! create|extend|remove --control`). The host, the command line's pool
+//! code holding the pool's drives open, writes the configuration and the
+//! subdisks' labels as the offline commands do; the server starts, grows
+//! or stops the volume around those writes, so that a crash at any point
+//! leaves what a crash of the offline command leaves (docs/pools.md).
+
+use crate::served::{Served, Volumes};
+use crate::server::{finish_volume, keep_volume, start_volume, stop_upkeep, ServeConfig};
+use platter_core::geometry::{Geometry, GeometrySpec};
+use platter_core::label::Label;
+use platter_core::volume::Health;
+use platter_io::assembly::OpenVolume;
+use platter_io::Member;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// What owns a pool's drives for its server: every write of the pool's
+/// configuration and of its volumes' labels outside the engine's.
+///
+/// Contract: each call either makes its change whole, in the order the
+/// offline command makes it (labels before the configuration that gives
+/// the extents out; the configuration before the labels of a removal
+/// are erased), or returns why and leaves the pool as a crash at that
+/// point of the offline command would. Calls come one at a time.
+pub trait PoolHost: Send + Sync {
+    /// The pool's name: a request naming another is refused.
+    fn pool_name(&self) -> String;
+    /// Places, labels and records the volume `req` describes (the fields
+    /// of `platter volume create`); returns it opened over the drives.
+    fn create(&self, req: &Value) -> Result<NewVolume, String>;
+    /// Grows volume `name`, whose server has paused and emptied it and
+    /// whose labels say `label`, to at least `size_bytes`: zeroes the
+    /// growth, records the subdisks' new lengths, and widens the subdisks
+    /// the server holds. Returns the grown label, which the server writes
+    /// to the members.
+    fn extend(&self, name: &str, label: &Label, size_bytes: u64) -> Result<Label, String>;
+    /// Takes volume `name` out of the configuration, then erases its
+    /// subdisks' labels; its server has stopped it.
+    fn remove(&self, name: &str) -> Result<(), String>;
+}
+
+/// A volume the host made, for the server to start.
+pub struct NewVolume {
+    pub volume: OpenVolume,
+    /// Blank subdisks it starts with as spares (none for a new volume).
+    pub spares: Vec<Arc<dyn Member>>,
+    /// Each subdisk's drive, by member name (`observe::drives`).
+    pub member_drives: HashMap<String, String>,
+    /// Latency injected into its subdisks (`serve --inject`), by member.
+    pub member_delays: HashMap<String, platter_io::aio::Delay>,
+}
+
+/// The pool side of a pool's server.
+pub struct PoolServer {
+    config: ServeConfig,
+    control_path: Option<String>,
+    volumes: Arc<Volumes>,
+    host: Arc<dyn PoolHost>,
+    /// Held through a change, so that changes come one at a time; true
+    /// once the server stops, after which none starts.
+    closed: Mutex<bool>,
+}
+
+impl PoolServer {
+    pub(crate) fn new(
+        config: ServeConfig,
+        control_path: Option<String>,
+        volumes: Arc<Volumes>,
+        host: Arc<dyn PoolHost>,
+    ) -> PoolServer {
+        PoolServer {
+            config,
+            control_path,
+            volumes,
+            host,
+            closed: Mutex::new(false),
+        }
+    }
+
+    /// Waits for a change under way; none starts after.
+    pub(crate) fn close(&self) {
+        *self.closed.lock().expect("pool changes") = true;
+    }
+
+    pub(crate) fn answer(&self, cmd: &str, req: &Value) -> Result<Value, String> {
+        let closed = self.closed.lock().expect("pool changes");
+        if *closed {
+            return Err("the server is stopping".into());
+        }
+        if self.config.read_only {
+            return Err(format!("{cmd}: the server is read-only"));
+        }
+        let pool = self.host.pool_name();
+        if let Some(asked) = req.get("pool").and_then(Value::as_str) {
+            if asked != pool {
+                return Err(format!("this server serves pool {pool}, not {asked}"));
+            }
+        }
+        let name = req
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or("missing \"name\"")?;
+        match cmd {
+            "volume-create" => self.create(name, req),
+            "volume-extend" => self.extend(name, req),
+            _ => self.remove(name, req),
+        }
+    }
+
+    /// The host makes the volume; the server starts it and lists it.
+    fn create(&self, name: &str, req: &Value) -> Result<Value, String> {
+        // The host refuses a name the pool has; every volume served is
+        // the pool's.
+        let new = self.host.create(req)?;
+        let mut config = self.config.clone();
+        config.member_drives = Arc::new(new.member_drives);
+        config.member_delays.extend(new.member_delays);
+        // A recording asked for at the start is of the volumes then.
+        config.record = None;
+        let later = |e: String| {
+            format!(
+                "volume {name} is made and in the pool, but cannot be served now: {e}; the \
+                 server's next start serves it"
+            )
+        };
+        let starting =
+            start_volume(new.volume, new.spares, &config).map_err(|e| later(e.to_string()))?;
+        let size_bytes = starting.export.size_bytes;
+        let served = keep_volume(starting, &config, self.control_path.clone())
+            .map_err(|e| later(e.to_string()))?;
+        self.volumes.add(served).map_err(later)?;
+        tracing::info!(volume = %name, size_bytes, "volume created and served");
+        Ok(json!({ "volume": name, "size_bytes": size_bytes }))
+    }
+
+    /// Refused while clients use the volume, unless `force`, which cuts
+    /// them off; then the volume stops (its last writes flushed) and the
+    /// host takes it out of the pool.
+    fn remove(&self, name: &str, req: &Value) -> Result<Value, String> {
+        let force = req.get("force").and_then(Value::as_bool).unwrap_or(false);
+        let Some(served) = self.volumes.named(name) else {
+            // In the pool but not served (it could not start): nothing
+            // to stop.
+            self.host.remove(name)?;
+            return Ok(json!({ "volume": name, "clients_cut": 0 }));
+        };
+        refuse_with_clients(&served, force)?;
+        let served = self.volumes.take(name).expect("listed above");
+        // A client that connected between the look and the take.
+        if let Err(e) = refuse_with_clients(&served, force) {
+            self.volumes.add(served).expect("its name was free");
+            return Err(e);
+        }
+        let clients = served.io.client_count();
+        stop_served(&served);
+        self.host.remove(name)?;
+        tracing::info!(volume = %name, clients_cut = clients, "volume removed");
+        Ok(json!({ "volume": name, "clients_cut": clients }))
+    }
+
+    /// The engine paused and emptied, the host grows the subdisks and
+    /// records them, the labels say the new size, and the engine serves
+    /// the grown layout. Connections made from then on see the new size.
+    fn extend(&self, name: &str, req: &Value) -> Result<Value, String> {
+        let size_bytes = req
+            .get("size_bytes")
+            .and_then(Value::as_u64)
+            .ok_or("missing \"size_bytes\"")?;
+        let served = self
+            .volumes
+            .named(name)
+            .ok_or_else(|| format!("no volume named {name} is served here"))?;
+        let m = &served.manager;
+        let _changing = m.slot_changes.lock().expect("slot changes");
+        let old_bytes = m.engine.size_bytes();
+        refuse_to_extend(&served, size_bytes)?;
+        m.engine.pause();
+        let grown = m.engine.empty_paused().and_then(|()| {
+            let grown = self.host.extend(name, &m.meta.label(), size_bytes)?;
+            let geometry = Geometry::new(spec_of(&grown)).map_err(|e| e.to_string())?;
+            m.meta.record(|l| take_sizes(l, &grown));
+            m.engine
+                .set_volume_setup(crate::startup::volume_setup(&grown, &self.config));
+            m.engine.serve_grown(geometry);
+            Ok(grown)
+        });
+        m.engine.resume();
+        let grown = grown?;
+        tracing::info!(volume = %name, old_bytes, size_bytes = grown.volume_size_bytes, "volume extended");
+        Ok(json!({
+            "volume": name,
+            "old_size_bytes": old_bytes,
+            "size_bytes": grown.volume_size_bytes,
+        }))
+    }
+}
+
+/// A volume stopped for good: no new request, clients cut off, upkeep
+/// ended, its last writes flushed and its labels marked.
+fn stop_served(served: &Served) {
+    served.manager.stop_reconnecting();
+    served.manager.engine.close_to_clients();
+    served.io.disconnect_clients();
+    stop_upkeep(served);
+    if let Err(e) = finish_volume(served) {
+        // Its data is given up: only the erase that follows matters.
+        tracing::warn!(volume = %served.name(), error = %e, "the removed volume's last flush failed");
+    }
+    served.alerts.close();
+}
+
+fn refuse_with_clients(served: &Served, force: bool) -> Result<(), String> {
+    let clients = served.io.client_count();
+    if clients > 0 && !force {
+        return Err(format!(
+            "volume {} has {clients} client(s) connected: disconnect them first, or give \
+             --force to cut them off and remove it",
+            served.name()
+        ));
+    }
+    Ok(())
+}
+
+/// An extend grows a whole, quiet volume of a layout that grows at its
+/// end, to a size larger than today's.
+fn refuse_to_extend(served: &Served, size_bytes: u64) -> Result<(), String> {
+    let (name, m) = (served.name(), &served.manager);
+    let label = m.meta.label();
+    if m.engine.health().iter().any(|h| *h != Health::Online) {
+        return Err(format!("volume {name} is not whole: let it rebuild first"));
+    }
+    if m.engine.reshape_progress().is_some() {
+        return Err(format!(
+            "volume {name} is being reshaped: let the reshape finish first"
+        ));
+    }
+    if m.upkeep.resync_progress().is_some() {
+        return Err(format!(
+            "volume {name} is being resynced: extend it once that is done"
+        ));
+    }
+    if label.checksums.is_some() || label.ppl.is_some() {
+        return Err(format!(
+            "volume {name} keeps checksums or a partial parity log, whose areas are sized for \
+             its data: it cannot grow in place"
+        ));
+    }
+    let now = m.engine.size_bytes();
+    if size_bytes <= now {
+        return Err(format!(
+            "volume {name} is {now} bytes already; extend makes a volume larger (it does not \
+             shrink)"
+        ));
+    }
+    Ok(())
+}
+
+/// The sizes of `grown` in the served label, which keeps its own state
+/// and event count.
+fn take_sizes(l: &mut Label, grown: &Label) {
+    assert_eq!(l.slots.len(), grown.slots.len());
+    for (slot, g) in l.slots.iter_mut().zip(&grown.slots) {
+        assert!(
+            g.data_size_bytes >= slot.data_size_bytes,
+            "data never shrinks"
+        );
+        slot.data_size_bytes = g.data_size_bytes;
+    }
+    l.data_size_bytes = grown.data_size_bytes;
+    l.volume_size_bytes = grown.volume_size_bytes;
+    l.intent_region_stripes = grown.intent_region_stripes;
+}
+
+/// The layout a label (not being reshaped) describes.
+pub fn spec_of(l: &Label) -> GeometrySpec {
+    GeometrySpec {
+        level: l.level,
+        parity_layout: l.parity_layout,
+        copies: l.copies,
+        interleave_bytes: l.interleave_bytes,
+        data_offset_bytes: l.data_offset_bytes,
+        member_data_bytes: l.slots.iter().map(|s| s.data_size_bytes).collect(),
+    }
+}

@@ -1,0 +1,79 @@
+//! The volumes one server serves. A pool's server starts and stops them
+//! while it runs (`platter volume create|extend|remove --control`), so no
+//! one holds the list: a connection keeps the volume it chose in its
+//! handshake for its life, and the control socket, the metrics and the
+//! main loop take the list as it is each time they look.
+
+use crate::manage::Manager;
+use crate::network::conn::ExportVolume;
+use crate::observe::alerts::Alerts;
+use std::sync::{Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
+
+/// One volume a server serves: what its connections use and what keeps it.
+pub struct Served {
+    pub io: Arc<ExportVolume>,
+    pub manager: Arc<Manager>,
+    pub alerts: Arc<Alerts>,
+    /// Its upkeep thread (rebuilds, resyncs, scrubs, the cache's destage),
+    /// joined when the volume stops.
+    pub upkeep_thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Served {
+    pub fn name(&self) -> &str {
+        &self.io.export.name
+    }
+}
+
+/// Every volume served, in the order they started.
+#[derive(Default)]
+pub struct Volumes {
+    list: RwLock<Vec<Arc<Served>>>,
+}
+
+impl Volumes {
+    /// The volumes now.
+    pub fn all(&self) -> Vec<Arc<Served>> {
+        self.list.read().expect("volumes lock").clone()
+    }
+
+    pub fn managers(&self) -> Vec<Arc<Manager>> {
+        self.all().iter().map(|s| Arc::clone(&s.manager)).collect()
+    }
+
+    /// What connections choose from, in the order exports are listed.
+    pub fn exports(&self) -> Vec<Arc<ExportVolume>> {
+        self.all().iter().map(|s| Arc::clone(&s.io)).collect()
+    }
+
+    pub fn named(&self, name: &str) -> Option<Arc<Served>> {
+        self.all().into_iter().find(|s| s.name() == name)
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.all().iter().map(|s| s.name().to_string()).collect()
+    }
+
+    /// Adds `s`; refused when a volume of its name is served (an export
+    /// name must pick one volume).
+    pub fn add(&self, s: Arc<Served>) -> Result<(), String> {
+        let mut list = self.list.write().expect("volumes lock");
+        if list.iter().any(|x| x.name() == s.name()) {
+            return Err(format!(
+                "two volumes are named '{}': an export name must pick one",
+                s.name()
+            ));
+        }
+        list.push(s);
+        Ok(())
+    }
+
+    /// Takes volume `name` out of the list: no new connection can choose
+    /// it; those that did keep it until they end.
+    pub fn take(&self, name: &str) -> Option<Arc<Served>> {
+        let mut list = self.list.write().expect("volumes lock");
+        let at = list.iter().position(|s| s.name() == name)?;
+        Some(list.remove(at))
+    }
+}
