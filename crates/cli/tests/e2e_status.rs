@@ -190,7 +190,8 @@ fn status_test_exits_as_mdadm_detail_test_offline_and_live() {
 
 /// The fields only a running server has: work in progress and members
 /// beside the slots. Everything else is in both.
-const LIVE_ONLY: [&str; 6] = [
+const LIVE_ONLY: [&str; 7] = [
+    "clients",
     "member_timeout_seconds",
     "rebuild",
     "recording",

@@ -713,14 +713,14 @@ struct Served {
 
 impl Served {
     fn tick(&self) {
-        let managers = self.volumes.managers();
+        let served = self.volumes.all();
         let mut histories = self.histories.lock().unwrap_or_else(|e| e.into_inner());
-        histories.retain(|name, _| managers.iter().any(|m| m.meta.label().name == *name));
-        for m in &managers {
+        histories.retain(|name, _| served.iter().any(|s| s.name() == name));
+        for s in &served {
             histories
-                .entry(m.meta.label().name.clone())
+                .entry(s.name().to_string())
                 .or_default()
-                .tick(&m.engine);
+                .tick(&s.manager.engine);
         }
     }
 
