@@ -1175,3 +1175,97 @@ fn wait_for_client(s: &Server, name: &str) {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
+
+/// A drive that fails under a served pool is replaced through the server
+/// (`pool replace-drive --control`): refused while the drive's subdisks
+/// are in use, then, once the server has failed them, every redundant
+/// volume with a subdisk there takes its new one and rebuilds at once;
+/// a kill -9 during those rebuilds is resumed by the next start, and
+/// every byte fio wrote reads back, the concat on another drive untouched.
+#[test]
+fn a_drive_replaced_while_the_pool_is_served_rebuilds_every_volume_on_it() {
+    let test = "a_drive_replaced_while_the_pool_is_served_rebuilds_every_volume_on_it";
+    let Some(t) = tools_with_fio_nbd(test, &["fio", "nbdinfo"]) else {
+        return;
+    };
+    let dir = temp_dir();
+    let d = dir.path().join("d");
+    std::fs::create_dir(&d).unwrap();
+    let drives = drive_paths(&d);
+    let mut args = vec!["pool", "create", "tank", "--drive-size", "64M"];
+    args.extend(drives.iter().map(String::as_str));
+    ok(&args, "pool create");
+    let dev = d.display().to_string();
+    for (name, level, size, only) in [
+        ("db", "raid10", "16M", "d0,d1,d2,d3"),
+        ("bulk", "raid5", "24M", "d0,d1,d2,d3"),
+        ("scratch", "concat", "4M", "d3"),
+    ] {
+        let args = [
+            "volume", "create", "tank", name, "--level", level, "--size", size, "--drives", only,
+            &dev,
+        ];
+        ok(&args, &format!("volume create {name}"));
+    }
+    let volumes = sizes(&list_json(&dev));
+    let v: Vec<(&str, u64)> = volumes.iter().map(|(n, b)| (n.as_str(), *b)).collect();
+    let mut s = serve_pool_with(dir.path(), &dev, &["--rebuild-rate", "2M"]);
+    let ctl = s.control();
+    fio_all(&t, &s, &v, false);
+
+    let new = d.join("new").display().to_string();
+    let replace = [
+        "pool", "replace-drive", "tank", "d1", &new, "--drive-size", "64M", "--control", &ctl,
+    ];
+    refused(&replace, "still serves volume db");
+    assert!(!Path::new(&new).exists(), "a refused replace made its drive");
+
+    // d1 lost under the server, as a pulled disk: truncated. The next
+    // I/O of each volume there fails its subdisk.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(d.join("d1"))
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    fio_all(&t, &s, &v, true);
+    for name in ["db", "bulk"] {
+        let st = live(&s, name);
+        assert_eq!(st["members"][1]["state"], "faulty", "{name}: {st}");
+    }
+    let out = ok(&replace, "pool replace-drive --control");
+    assert!(out.stdout.contains("rebuilding: db, bulk"), "{}", out.stdout);
+    for name in ["db", "bulk"] {
+        wait_rebuilding(&s, name);
+    }
+    s.crash();
+
+    let s = serve_pool(dir.path(), &dev);
+    for name in ["db", "bulk"] {
+        wait_rebuilt(&s, name);
+    }
+    fio_all(&t, &s, &v, true);
+    for name in ["db", "bulk"] {
+        ok(
+            &["check", "--volume", name, "--control", &s.control()],
+            &format!("check {name}"),
+        );
+    }
+    let pool = list_json(&dev);
+    let drive = pool["drives"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == "d1")
+        .unwrap()
+        .clone();
+    assert_eq!(drive["device"].as_str(), Some(new.as_str()), "{pool}");
+    assert!(
+        pool["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|v| v["state"] == "up"),
+        "{pool}"
+    );
+}

@@ -227,21 +227,33 @@ pub fn subdisk_windows(
             .position(|d| d.name == sd.drive)
             .expect("checked pool");
         let Some(drive) = &drives[d] else { continue };
-        let name = format!(
-            "{}/{} ({} of {})",
-            pool.name,
-            v.subdisk_name(0, s),
-            sd.drive,
-            drive.describe()
-        );
-        out.push(Arc::new(SubdiskMember::new(
-            Arc::clone(drive),
-            sd.offset_bytes,
-            sd.len_bytes,
-            name,
-        )?));
+        out.push(subdisk_window(pool, v, s, drive)?);
     }
     Ok(out)
+}
+
+/// Subdisk `s` of `v` on its open `drive`, named for messages by the
+/// subdisk, its drive and the drive's device.
+pub fn subdisk_window(
+    pool: &Pool,
+    v: &PoolVolume,
+    s: usize,
+    drive: &Arc<dyn Member>,
+) -> Result<Arc<SubdiskMember>> {
+    let sd = &v.plex().subdisks[s];
+    let name = format!(
+        "{}/{} ({} of {})",
+        pool.name,
+        v.subdisk_name(0, s),
+        sd.drive,
+        drive.describe()
+    );
+    Ok(Arc::new(SubdiskMember::new(
+        Arc::clone(drive),
+        sd.offset_bytes,
+        sd.len_bytes,
+        name,
+    )?))
 }
 
 #[cfg(test)]

@@ -12,11 +12,11 @@ use platter_io::aio::Delay;
 use platter_io::assembly::assemble_devices;
 use platter_io::subdisk::SubdiskMember;
 use platter_io::Member;
-use platter_server::{NewVolume, PoolHost};
+use platter_server::{NewSubdisks, NewVolume, PoolHost};
 use serde_json::Value;
 
-use super::drives::{subdisk_windows, OpenPool};
-use super::make::{create_in, remove_in, VolumeCreateArgs};
+use super::drives::{subdisk_window, subdisk_windows, OpenPool};
+use super::make::{create_in, drive_index, remove_in, replace_in, NewDrives, VolumeCreateArgs};
 use crate::error::{CliError, Result};
 
 type Members = Vec<Arc<dyn Member>>;
@@ -144,6 +144,61 @@ impl ServedPool {
         Ok(grown.label)
     }
 
+    /// The volumes with a subdisk on `drive`, and its slot in each.
+    fn users_of(&self, drive: &str) -> Result<Vec<(String, u32)>> {
+        let state = self.lock();
+        let pool = state.open.pool();
+        if pool.drive(drive).is_none() {
+            return Err(CliError(format!("pool {} has no drive {drive}", pool.name)));
+        }
+        Ok(pool
+            .volumes
+            .iter()
+            .flat_map(|v| {
+                let on = v.plex().subdisks.iter().enumerate();
+                on.filter(|(_, sd)| sd.drive == drive)
+                    .map(|(s, _)| (v.name.clone(), s as u32))
+            })
+            .collect())
+    }
+
+    /// Device `device` in `drive`'s place (`pool replace-drive`'s writes),
+    /// and each volume's new, blank subdisk there with its slot.
+    fn replace(&self, req: &Value) -> Result<NewSubdisks> {
+        let text = |k: &str| {
+            req.get(k)
+                .and_then(Value::as_str)
+                .ok_or_else(|| CliError(format!("missing \"{k}\"")))
+        };
+        let (drive, device) = (text("drive")?, text("device")?);
+        let taking = NewDrives::new(
+            req.get("size_bytes").and_then(Value::as_u64),
+            req.get("force").and_then(Value::as_bool).unwrap_or(false),
+        );
+        let mut state = self.lock();
+        let d = drive_index(&state.open, drive)?;
+        replace_in(&mut state.open, d, device, &taking)?;
+        let pool = state.open.pool().clone();
+        let handle = state.open.drives[d].clone().expect("put in place");
+        let mut out = Vec::new();
+        for v in &pool.volumes {
+            for (s, sd) in v.plex().subdisks.iter().enumerate() {
+                if sd.drive != drive {
+                    continue;
+                }
+                let window = subdisk_window(&pool, v, s, &handle)?;
+                if let Some(w) = state.windows.get_mut(&v.name) {
+                    // Kept by slot when every subdisk was there.
+                    if w.len() == v.plex().subdisks.len() {
+                        w[s] = Arc::clone(&window);
+                    }
+                }
+                out.push((v.name.clone(), s as u32, window as Arc<dyn Member>));
+            }
+        }
+        Ok(out)
+    }
+
     fn remove_volume(&self, name: &str) -> Result<()> {
         let mut state = self.lock();
         remove_in(&mut state.open, name)?;
@@ -172,6 +227,14 @@ impl PoolHost for ServedPool {
 
     fn remove(&self, name: &str) -> std::result::Result<(), String> {
         self.remove_volume(name).map_err(|e| e.0)
+    }
+
+    fn drive_users(&self, drive: &str) -> std::result::Result<Vec<(String, u32)>, String> {
+        self.users_of(drive).map_err(|e| e.0)
+    }
+
+    fn replace_drive(&self, req: &Value) -> std::result::Result<NewSubdisks, String> {
+        self.replace(req).map_err(|e| e.0)
     }
 }
 

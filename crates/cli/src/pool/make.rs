@@ -58,6 +58,12 @@ pub struct NewDrives {
     force: bool,
 }
 
+impl NewDrives {
+    pub(super) fn new(drive_size: Option<u64>, force: bool) -> NewDrives {
+        NewDrives { drive_size, force }
+    }
+}
+
 #[derive(Args)]
 pub struct AddDriveArgs {
     #[arg(value_name = "POOL")]
@@ -88,6 +94,8 @@ pub struct ReplaceDriveArgs {
     taking: NewDrives,
     #[command(flatten)]
     devices: DeviceArgs,
+    #[command(flatten)]
+    control: ControlArgs,
 }
 
 #[derive(Args)]
@@ -723,35 +731,116 @@ pub(super) fn remove_in(open: &mut OpenPool, name: &str) -> Result<PoolVolume> {
 }
 
 pub fn replace_drive(args: ReplaceDriveArgs) -> Result<()> {
+    if let Some(control) = &args.control.control {
+        return replace_served(&args, control);
+    }
     let mut open = open_pool(Some(&args.pool), &args.devices.devices, writable())?;
-    let pool = open.pool().clone();
-    let Some(d) = pool.drives.iter().position(|x| x.name == args.old) else {
-        return Err(CliError(format!(
-            "pool {} has no drive {}",
-            pool.name, args.old
-        )));
-    };
+    let d = drive_index(&open, &args.old)?;
     if open.drives[d].is_some() {
         return Err(CliError(format!(
             "drive {} of pool {} is present; a drive is replaced once it is gone (take its \
              device away first)",
-            args.old, pool.name
+            args.old,
+            open.pool().name
         )));
     }
-    let m = open_new_drive(&args.new, &args.taking)?;
+    let subdisks = replace_in(&mut open, d, &args.new, &args.taking)?;
+    outln!(
+        "drive {} of pool {} is now {}: {} subdisks there, rebuilt by their volumes when served \
+         (generation {})",
+        args.old,
+        args.pool,
+        args.new,
+        subdisks,
+        open.pool().generation
+    );
+    Ok(())
+}
+
+/// `pool replace-drive --control`: the pool's server puts the device in
+/// place and each volume served rebuilds its subdisk there at once.
+fn replace_served(args: &ReplaceDriveArgs, control: &std::path::PathBuf) -> Result<()> {
+    let req = json!({
+        "cmd": "pool-replace-drive",
+        "pool": args.pool,
+        "drive": args.old,
+        "device": args.new,
+        "size_bytes": args.taking.drive_size,
+        "force": args.taking.force,
+    });
+    let done = crate::control::ask(control, req)?;
+    let names = |k: &str| -> Vec<String> {
+        done[k]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    outln!(
+        "drive {} of pool {} is now {}; rebuilding: {}",
+        args.old,
+        args.pool,
+        args.new,
+        none_if_empty(&names("rebuilding"))
+    );
+    for v in names("lost") {
+        outln!(
+            "volume {v} has no redundancy: its data on {} is gone (`platter volume remove {} \
+             {v} --control ...`)",
+            args.old,
+            args.pool
+        );
+    }
+    for e in names("failed") {
+        crate::out::errln!("{e}");
+    }
+    Ok(())
+}
+
+fn none_if_empty(names: &[String]) -> String {
+    if names.is_empty() {
+        "none".into()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// Where drive `name` is in the open pool's order.
+pub(super) fn drive_index(open: &OpenPool, name: &str) -> Result<usize> {
+    let pool = open.pool();
+    pool.drives
+        .iter()
+        .position(|x| x.name == name)
+        .ok_or_else(|| CliError(format!("pool {} has no drive {name}", pool.name)))
+}
+
+/// Puts device `new` in drive `d`'s place: its subdisks laid out again at
+/// the same offsets, blank, for their volumes to rebuild; returns how many
+/// there are.
+pub(super) fn replace_in(
+    open: &mut OpenPool,
+    d: usize,
+    new: &str,
+    taking: &NewDrives,
+) -> Result<usize> {
+    let pool = open.pool().clone();
+    let old = pool.drives[d].name.clone();
+    let m = open_new_drive(new, taking)?;
     let on_it: Vec<(u64, u64)> = pool
         .subdisks()
-        .filter(|(_, sd)| sd.drive == args.old)
+        .filter(|(_, sd)| sd.drive == old)
         .map(|(_, sd)| (sd.offset_bytes, sd.len_bytes))
         .collect();
     let end = on_it.iter().map(|(o, l)| o + l).max().unwrap_or(0);
     if m.size_bytes() < end {
         return Err(CliError(format!(
-            "{}: {} is smaller than the {} its subdisks reach on {}",
-            args.new,
+            "{new}: {} is smaller than the {} its subdisks reach on {old}",
             format_size(m.size_bytes()),
             format_size(end),
-            args.old
         )));
     }
     // Blank where each subdisk's label goes: a stale one would be taken
@@ -762,21 +851,12 @@ pub fn replace_drive(args: ReplaceDriveArgs) -> Result<()> {
     m.write_at(area::slot_offset_bytes(1), &[0u8; HEADER_BYTES])?;
     let mut new_pool = pool.clone();
     new_pool.drives[d] = Drive {
-        name: args.old.clone(),
+        name: old,
         uuid: random_uuid(),
         size_bytes: m.size_bytes(),
-        device: args.new.clone(),
+        device: new.to_string(),
     };
     open.put(d, m);
     open.write(new_pool)?;
-    outln!(
-        "drive {} of pool {} is now {}: {} subdisks there, rebuilt by their volumes when served \
-         (generation {})",
-        args.old,
-        args.pool,
-        args.new,
-        on_it.len(),
-        open.pool().generation
-    );
-    Ok(())
+    Ok(on_it.len())
 }

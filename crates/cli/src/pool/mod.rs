@@ -29,9 +29,10 @@ pub enum PoolCommand {
     /// Add drives to a pool.
     AddDrive(make::AddDriveArgs),
     /// Put a new device in the place of a drive that is gone: its
-    /// subdisks are laid out there again, blank, and `serve --pool`
-    /// rebuilds each volume's subdisk on it (as a spare takes a failed
-    /// member's place).
+    /// subdisks are laid out there again, blank, and each volume rebuilds
+    /// its subdisk on it (as a spare takes a failed member's place): at
+    /// once with --control (the pool's server, the drive failed there),
+    /// else when `serve --pool` next serves the pool.
     ReplaceDrive(make::ReplaceDriveArgs),
     /// Make a pool of one volume from the members of a volume made by
     /// `platter create`, its data where it is: each member's label and

@@ -494,7 +494,7 @@ impl Manager {
         Ok(json!({ "replaced": slot, "device": new.path }))
     }
 
-    fn replace_slot(&self, slot: u32, device: Arc<dyn Member>) -> Result<(), String> {
+    pub(crate) fn replace_slot(&self, slot: u32, device: Arc<dyn Member>) -> Result<(), String> {
         let _changing = self.slot_changes.lock().expect("slot changes");
         let health = self.engine.health()[slot as usize];
         if health == Health::Rebuilding {
@@ -811,7 +811,9 @@ fn answer(control: &Control, req: &Value) -> Result<Value, String> {
     match req.get("cmd").and_then(Value::as_str) {
         Some("volumes") => return Ok(json!(names)),
         Some("drives") => return Ok(crate::observe::drives::drives_json(&managers)),
-        Some(cmd @ ("volume-create" | "volume-extend" | "volume-remove")) => {
+        Some(
+            cmd @ ("volume-create" | "volume-extend" | "volume-remove" | "pool-replace-drive"),
+        ) => {
             let pool = control.pool.as_ref().ok_or_else(|| {
                 format!("{cmd}: this server serves no pool (`platter serve --pool`)")
             })?;

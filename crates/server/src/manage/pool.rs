@@ -39,7 +39,17 @@ pub trait PoolHost: Send + Sync {
     /// Takes volume `name` out of the configuration, then erases its
     /// subdisks' labels; its server has stopped it.
     fn remove(&self, name: &str) -> Result<(), String>;
+    /// The volumes with a subdisk on drive `drive`, and its slot in each.
+    fn drive_users(&self, drive: &str) -> Result<Vec<(String, u32)>, String>;
+    /// Puts device `req["device"]` in drive `req["drive"]`'s place, as
+    /// `pool replace-drive` does (each subdisk laid out again, blank), the
+    /// server having found every volume's subdisk there failed. Returns
+    /// each volume's new subdisk with its slot, for the volume to rebuild.
+    fn replace_drive(&self, req: &Value) -> Result<NewSubdisks, String>;
 }
+
+/// Subdisks laid out again on a new drive: (volume, slot, subdisk).
+pub type NewSubdisks = Vec<(String, u32, Arc<dyn Member>)>;
 
 /// A volume the host made, for the server to start.
 pub struct NewVolume {
@@ -97,6 +107,9 @@ impl PoolServer {
             if asked != pool {
                 return Err(format!("this server serves pool {pool}, not {asked}"));
             }
+        }
+        if cmd == "pool-replace-drive" {
+            return self.replace_drive(req);
         }
         let name = req
             .get("name")
@@ -158,6 +171,47 @@ impl PoolServer {
         self.host.remove(name)?;
         tracing::info!(volume = %name, clients_cut = clients, "volume removed");
         Ok(json!({ "volume": name, "clients_cut": clients }))
+    }
+
+    /// A failed drive's place taken by a new device: refused while a
+    /// volume served still uses its subdisk there; then each volume served
+    /// takes its new, blank subdisk into the slot and rebuilds it, one
+    /// without redundancy is named as lost, and a volume not served
+    /// rebuilds when it next is.
+    fn replace_drive(&self, req: &Value) -> Result<Value, String> {
+        let drive = req
+            .get("drive")
+            .and_then(Value::as_str)
+            .ok_or("missing \"drive\"")?;
+        for (volume, slot) in self.host.drive_users(drive)? {
+            let Some(served) = self.volumes.named(&volume) else {
+                continue;
+            };
+            if served.manager.engine.health()[slot as usize] == Health::Online {
+                return Err(format!(
+                    "drive {drive} still serves volume {volume} (its subdisk, member {slot}, \
+                     is active): a drive is replaced once it has failed (`platter fail \
+                     --volume {volume} {slot} --control ...` fails it)"
+                ));
+            }
+        }
+        let (mut rebuilding, mut lost, mut failed) = (Vec::new(), Vec::new(), Vec::new());
+        for (volume, slot, member) in self.host.replace_drive(req)? {
+            let Some(served) = self.volumes.named(&volume) else {
+                continue;
+            };
+            let m = &served.manager;
+            if m.engine.with_volume(|v| v.geometry().redundancy()) == 0 {
+                lost.push(volume);
+                continue;
+            }
+            match m.replace_slot(slot, member) {
+                Ok(()) => rebuilding.push(volume),
+                Err(e) => failed.push(format!("volume {volume}: {e}")),
+            }
+        }
+        tracing::info!(drive, ?rebuilding, ?lost, ?failed, "drive replaced");
+        Ok(json!({ "drive": drive, "rebuilding": rebuilding, "lost": lost, "failed": failed }))
     }
 
     /// The engine paused and emptied, the host grows the subdisks and
