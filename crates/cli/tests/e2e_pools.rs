@@ -1238,6 +1238,13 @@ fn a_drive_replaced_while_the_pool_is_served_rebuilds_every_volume_on_it() {
     for name in ["db", "bulk"] {
         wait_rebuilding(&s, name);
     }
+    // The new subdisks count as d1's.
+    let drives = ok(
+        &["stats", "--drives", "--json", "--control", &ctl],
+        "stats --drives",
+    );
+    let drives: Value = serde_json::from_str(&drives.stdout).unwrap();
+    assert_eq!(drives["drives"]["d1"]["subdisks"], 2, "{drives}");
     s.crash();
 
     let s = serve_pool(dir.path(), &dev);

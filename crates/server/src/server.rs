@@ -566,7 +566,7 @@ fn manager(
         ),
         control_path,
         superseded: std::mem::take(&mut opened.superseded),
-        member_drives: Arc::clone(&config.member_drives),
+        member_drives: Mutex::new(Arc::clone(&config.member_drives)),
     })
 }
 

@@ -77,8 +77,9 @@ pub struct Manager {
     /// Devices set aside at start: their slot went to another member.
     pub superseded: Vec<crate::manage::leftout::SupersededDevice>,
     /// A pool's drive of each subdisk, by member name (`observe::drives`):
-    /// the server's one map, shared by its volumes.
-    pub member_drives: Arc<std::collections::HashMap<String, String>>,
+    /// the server's map at the start, shared by its volumes until a
+    /// replaced drive's subdisks join one (`note_drive`).
+    pub member_drives: Mutex<Arc<std::collections::HashMap<String, String>>>,
 }
 
 /// Why no member is rebuilt while the volume is reshaped: a rebuild
@@ -492,6 +493,12 @@ impl Manager {
         let device = self.open_new_device(new)?;
         self.replace_slot(slot, device)?;
         Ok(json!({ "replaced": slot, "device": new.path }))
+    }
+
+    /// Counts member `name`'s I/O as drive `drive`'s from now on.
+    pub(crate) fn note_drive(&self, name: &str, drive: &str) {
+        let mut map = self.member_drives.lock().expect("member drives");
+        Arc::make_mut(&mut map).insert(name.to_string(), drive.to_string());
     }
 
     pub(crate) fn replace_slot(&self, slot: u32, device: Arc<dyn Member>) -> Result<(), String> {

@@ -205,6 +205,7 @@ impl PoolServer {
                 lost.push(volume);
                 continue;
             }
+            m.note_drive(member.describe(), drive);
             match m.replace_slot(slot, member) {
                 Ok(()) => rebuilding.push(volume),
                 Err(e) => failed.push(format!("volume {volume}: {e}")),

@@ -49,14 +49,15 @@ impl DriveCounters {
 pub fn drive_counters(managers: &[Arc<Manager>]) -> BTreeMap<String, DriveCounters> {
     let mut out: BTreeMap<String, DriveCounters> = BTreeMap::new();
     for m in managers {
-        if m.member_drives.is_empty() {
+        let member_drives = Arc::clone(&m.member_drives.lock().expect("member drives"));
+        if member_drives.is_empty() {
             continue;
         }
         let stats = m.engine.stats();
         for (slot, member) in m.engine.members().iter().enumerate() {
             let drive = member
                 .as_ref()
-                .and_then(|d| m.member_drives.get(d.describe()));
+                .and_then(|d| member_drives.get(d.describe()));
             if let (Some(drive), Some(s)) = (drive, stats.members.get(slot)) {
                 out.entry(drive.clone()).or_default().add(s);
             }
