@@ -1215,10 +1215,21 @@ fn a_drive_replaced_while_the_pool_is_served_rebuilds_every_volume_on_it() {
 
     let new = d.join("new").display().to_string();
     let replace = [
-        "pool", "replace-drive", "tank", "d1", &new, "--drive-size", "64M", "--control", &ctl,
+        "pool",
+        "replace-drive",
+        "tank",
+        "d1",
+        &new,
+        "--drive-size",
+        "64M",
+        "--control",
+        &ctl,
     ];
     refused(&replace, "still serves volume db");
-    assert!(!Path::new(&new).exists(), "a refused replace made its drive");
+    assert!(
+        !Path::new(&new).exists(),
+        "a refused replace made its drive"
+    );
 
     // d1 lost under the server, as a pulled disk: truncated. The next
     // I/O of each volume there fails its subdisk.
@@ -1234,7 +1245,11 @@ fn a_drive_replaced_while_the_pool_is_served_rebuilds_every_volume_on_it() {
         assert_eq!(st["members"][1]["state"], "faulty", "{name}: {st}");
     }
     let out = ok(&replace, "pool replace-drive --control");
-    assert!(out.stdout.contains("rebuilding: db, bulk"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("rebuilding: db, bulk"),
+        "{}",
+        out.stdout
+    );
     for name in ["db", "bulk"] {
         wait_rebuilding(&s, name);
     }
@@ -1275,4 +1290,163 @@ fn a_drive_replaced_while_the_pool_is_served_rebuilds_every_volume_on_it() {
             .all(|v| v["state"] == "up"),
         "{pool}"
     );
+}
+
+/// How many seeded kills `pool_server_killed_mid_change_keeps_every_volume`
+/// makes (`PLATTER_POOL_KILLS` for more).
+const POOL_KILLS: u64 = 9;
+
+/// The pool's server killed with SIGKILL at a seeded moment of a change
+/// it makes: an extend of raid5 `r` (every byte fio wrote on it checked
+/// after), a create of a raid10, or a drive replaced under `r` and its
+/// rebuild. After each kill the pool lists, the next server serves every
+/// volume its configuration gives, `r` is its old size or its new one
+/// with its data in place, a rebuild cut off finishes, and each redundant
+/// volume's parity and copies agree.
+#[test]
+fn pool_server_killed_mid_change_keeps_every_volume() {
+    let test = "pool_server_killed_mid_change_keeps_every_volume";
+    let Some(t) = tools_with_fio_nbd(test, &["fio"]) else {
+        return;
+    };
+    let kills = std::env::var("PLATTER_POOL_KILLS")
+        .ok()
+        .and_then(|k| k.parse().ok())
+        .unwrap_or(POOL_KILLS);
+    let dir = temp_dir();
+    let d = dir.path().join("d");
+    std::fs::create_dir(&d).unwrap();
+    let drives = drive_paths(&d);
+    let mut args = vec!["pool", "create", "tank", "--drive-size", "96M"];
+    args.extend(drives.iter().map(String::as_str));
+    ok(&args, "pool create");
+    let dev = d.display().to_string();
+    let args = [
+        "volume", "create", "tank", "r", "--level", "raid5", "--size", "6M", &dev,
+    ];
+    ok(&args, "volume create r");
+    let written = 6 * MIB;
+    let s = serve_pool_first(dir.path(), &dev, "r", &[]);
+    fio_all(&t, &s, &[("r", written)], false);
+    drop(s);
+    // How often the kill came before the change was recorded, and after.
+    let mut before_after = [0u32; 2];
+    for seed in 0..kills {
+        let mut rng = platter_testkit::rng::Rng::new(0x9001 + seed);
+        let delay = std::time::Duration::from_millis(rng.below(120));
+        let was = sizes(&list_json(&dev));
+        let story = kill_mid_change(dir.path(), &dev, seed, delay);
+        let pool = list_json(&dev);
+        let volumes = sizes(&pool);
+        if seed % 3 != 2 {
+            before_after[usize::from(volumes != was)] += 1;
+        }
+        let s = serve_pool_first(dir.path(), &dev, "r", &[]);
+        for (name, _) in &volumes {
+            wait_rebuilt(&s, name);
+            ok(
+                &["check", "--volume", name, "--control", &s.control()],
+                &format!("{story}: check {name}"),
+            );
+        }
+        let out = run_ok(
+            &mut fio(&t, &uri(&s, "r"), written, true),
+            CMD_TIMEOUT,
+            &format!("{story}: fio verify of r"),
+        );
+        assert!(out.stdout.contains("err= 0"), "{story}: {}", out.stdout);
+    }
+    println!(
+        "{test}: {kills} kills; of the extends and creates, {} left the pool as it was and {} \
+         as changed",
+        before_after[0], before_after[1]
+    );
+}
+
+/// Starts change `seed % 3` through a fresh server, kills the server
+/// `delay` after, and says what it did.
+fn kill_mid_change(dir: &Path, dev: &str, seed: u64, delay: std::time::Duration) -> String {
+    let mut s = serve_pool_first(dir, dev, "r", &["--rebuild-rate", "8M"]);
+    let ctl = s.control();
+    let now = sizes(&list_json(dev))[0].1;
+    let story = match seed % 3 {
+        0 => {
+            let size = format!("{}", now + 2 * MIB);
+            let args = [
+                "volume",
+                "extend",
+                "tank",
+                "r",
+                "--size",
+                &size,
+                "--control",
+                &ctl,
+            ];
+            let mut change = Background::spawn(&mut platter(&args), "volume extend");
+            std::thread::sleep(delay);
+            s.crash();
+            change.wait(CMD_TIMEOUT);
+            format!("seed {seed}: r extended from {now} to {size}, killed after {delay:?}")
+        }
+        1 => {
+            let name = format!("n{seed}");
+            let args = [
+                "volume",
+                "create",
+                "tank",
+                &name,
+                "--level",
+                "raid10",
+                "--size",
+                "2M",
+                "--drives",
+                "d0,d2,d3",
+                "--control",
+                &ctl,
+            ];
+            let mut change = Background::spawn(&mut platter(&args), "volume create");
+            std::thread::sleep(delay);
+            s.crash();
+            change.wait(CMD_TIMEOUT);
+            format!("seed {seed}: {name} created, killed after {delay:?}")
+        }
+        _ => {
+            ok(
+                &["fail", "--volume", "r", "1", "--control", &ctl],
+                "fail r's member 1",
+            );
+            let new = Path::new(dev).join(format!("d1-{seed}"));
+            let new = new.to_str().unwrap();
+            let args = [
+                "pool",
+                "replace-drive",
+                "tank",
+                "d1",
+                new,
+                "--drive-size",
+                "96M",
+                "--control",
+                &ctl,
+            ];
+            ok(&args, "pool replace-drive");
+            let old = list_json(dev)["drives"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x["device"].as_str().unwrap().to_string())
+                .collect::<Vec<_>>();
+            std::thread::sleep(delay);
+            s.crash();
+            // The drive replaced is no longer the pool's: out of the way
+            // of the next scan.
+            for f in std::fs::read_dir(dev).unwrap() {
+                let f = f.unwrap().path();
+                if !old.iter().any(|o| Path::new(o) == f) {
+                    std::fs::remove_file(&f).unwrap();
+                }
+            }
+            format!("seed {seed}: d1 replaced, r rebuilding, killed after {delay:?}")
+        }
+    };
+    story
 }
