@@ -135,6 +135,8 @@ pub struct Bench {
     /// The volume's own requests (destage ticks) not yet completed.
     upkeep: IdMap<RequestId, ()>,
     last_done_ns: u64,
+    /// The first client request's arrival.
+    first_ns: Option<u64>,
     link: Link,
     channels: Channels,
 }
@@ -179,6 +181,7 @@ impl Bench {
             destage_interval_ns: 0,
             upkeep: IdMap::default(),
             last_done_ns: 0,
+            first_ns: None,
             link: Link::default(),
             channels: Channels::default(),
         })
@@ -210,6 +213,14 @@ impl Bench {
 
     /// Runs every process to its end.
     pub fn run(mut self) -> BenchReport {
+        self.start();
+        while self.step() {}
+        self.finish_run()
+    }
+
+    /// Every process asks its first request; the stripe cache's clock
+    /// starts.
+    pub(crate) fn start(&mut self) {
         assert!(!self.started);
         self.started = true;
         let procs = self.gen.processes();
@@ -219,54 +230,69 @@ impl Bench {
         if self.destage_interval_ns > 0 {
             self.queue.push(self.destage_interval_ns, Ev::Destage);
         }
-        let mut first_ns = None;
-        while let Some((at_ns, ev)) = self.queue.pop() {
-            self.clock.advance_to(at_ns);
-            match ev {
-                Ev::Arrival(p, op) => {
-                    first_ns.get_or_insert(at_ns);
-                    if self.link.is_some() && Link::direction(op.kind) == Direction::ToServer {
-                        let hold = self.link.hold_ns(op.kind, op.len_bytes);
-                        let end = self.channels.reserve(at_ns, Direction::ToServer, hold);
-                        self.queue.push(end, Ev::Submit(p, op, at_ns));
-                    } else {
-                        self.submit(p, op, at_ns);
-                    }
-                    if self.open_loop {
-                        self.ask(p);
-                    }
+    }
+
+    /// When the next event of this run is due, if it has one.
+    pub(crate) fn next_ns(&self) -> Option<u64> {
+        self.queue.peek_time_ns()
+    }
+
+    /// Takes the next event; false when there is none.
+    pub(crate) fn step(&mut self) -> bool {
+        let Some((at_ns, ev)) = self.queue.pop() else {
+            return false;
+        };
+        self.clock.advance_to(at_ns);
+        match ev {
+            Ev::Arrival(p, op) => {
+                self.first_ns.get_or_insert(at_ns);
+                if self.link.is_some() && Link::direction(op.kind) == Direction::ToServer {
+                    let hold = self.link.hold_ns(op.kind, op.len_bytes);
+                    let end = self.channels.reserve(at_ns, Direction::ToServer, hold);
+                    self.queue.push(end, Ev::Submit(p, op, at_ns));
+                } else {
+                    self.submit(p, op, at_ns);
                 }
-                Ev::Submit(p, op, arrived_ns) => self.submit(p, op, arrived_ns),
-                Ev::Reply(p, failed) => self.finish(p, failed),
-                Ev::Wake => {
-                    if at_ns == self.armed_ns {
-                        self.armed_ns = u64::MAX;
-                    }
-                    self.wake();
-                }
-                Ev::Destage => {
-                    let id = self.volume.submit(Request::CacheTick { all: false });
-                    self.upkeep.insert(id, ());
-                    // Only while the clients have something left to do: the
-                    // cached ends of the run are not written out (the
-                    // served side's runs end the same way, without a flush).
-                    if !self.pending.is_empty() || !self.queue.is_empty() {
-                        self.queue
-                            .push(at_ns + self.destage_interval_ns, Ev::Destage);
-                    }
+                if self.open_loop {
+                    self.ask(p);
                 }
             }
-            self.pump();
-            // Every step: the volume's invariants hold between calls.
-            self.volume.check_invariants();
+            Ev::Submit(p, op, arrived_ns) => self.submit(p, op, arrived_ns),
+            Ev::Reply(p, failed) => self.finish(p, failed),
+            Ev::Wake => {
+                if at_ns == self.armed_ns {
+                    self.armed_ns = u64::MAX;
+                }
+                self.wake();
+            }
+            Ev::Destage => {
+                let id = self.volume.submit(Request::CacheTick { all: false });
+                self.upkeep.insert(id, ());
+                // Only while the clients have something left to do: the
+                // cached ends of the run are not written out (the
+                // served side's runs end the same way, without a flush).
+                if !self.pending.is_empty() || !self.queue.is_empty() {
+                    self.queue
+                        .push(at_ns + self.destage_interval_ns, Ev::Destage);
+                }
+            }
         }
+        self.pump();
+        // Every step: the volume's invariants hold between calls.
+        self.volume.check_invariants();
+        true
+    }
+
+    /// The report, once no event is left.
+    pub(crate) fn finish_run(mut self) -> BenchReport {
+        assert!(self.queue.is_empty(), "a run ends with no event left");
         assert!(
             self.pending.is_empty(),
             "stalled: {} requests outstanding and nothing left to happen",
             self.pending.len()
         );
         let r = &mut self.report;
-        r.elapsed_ns = self.last_done_ns.saturating_sub(first_ns.unwrap_or(0));
+        r.elapsed_ns = self.last_done_ns.saturating_sub(self.first_ns.unwrap_or(0));
         if !self.latencies.is_empty() {
             let n = self.latencies.len();
             r.mean_latency_ns =
@@ -278,6 +304,19 @@ impl Bench {
         }
         r.trace_hash = self.trace.finish();
         self.report
+    }
+
+    /// Queues a wake for the service model's next completion, if it comes
+    /// before the one queued: the model may be shared with other runs
+    /// ([`crate::shared`]), whose I/Os move it.
+    pub(crate) fn arm_wake(&mut self) {
+        if let Some(t) = self.service.next_event_ns() {
+            let t = t.max(self.clock.now_ns());
+            if t < self.armed_ns {
+                self.armed_ns = t;
+                self.queue.push(t, Ev::Wake);
+            }
+        }
     }
 
     /// Asks process `p` for its next request.
@@ -339,13 +378,7 @@ impl Bench {
 
     fn pump(&mut self) {
         platter_core::drive::pump(self);
-        if let Some(t) = self.service.next_event_ns() {
-            let t = t.max(self.clock.now_ns());
-            if t < self.armed_ns {
-                self.armed_ns = t;
-                self.queue.push(t, Ev::Wake);
-            }
-        }
+        self.arm_wake();
     }
 
     fn issue(&mut self, io: IoId, member: u32, op: &MemberOp) {

@@ -57,6 +57,7 @@ pub mod plot;
 pub mod rng;
 pub mod run;
 pub mod scenario;
+pub mod shared;
 pub mod sparse;
 pub mod sweep;
 pub mod trace;
