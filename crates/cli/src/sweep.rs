@@ -15,7 +15,7 @@ use platter_sim::disk::parametric::Parametric;
 use platter_sim::disk::HostModel;
 use platter_sim::members::parse_time_ns;
 use platter_sim::sweep::{
-    default_interleaves, parse_interleaves, png, svg, table, Members, Row, Sweep,
+    default_interleaves, parse_interleaves, png, svg, table, Beside, Members, Row, Sweep,
 };
 use platter_sim::workload::WorkloadSpec;
 use platter_sim::{Jitter, Link, SimpleLatency};
@@ -110,6 +110,14 @@ pub struct SweepArgs {
     /// when the name ends in .png.
     #[arg(long, value_name = "FILE.svg|FILE.png")]
     pub(crate) out: Option<PathBuf>,
+    /// A second volume on the same drives, with its own load, at once:
+    /// LEVEL:INTERLEAVE:WORKLOAD (stripe:128k:dd:total=64M). Each drive's
+    /// first half holds the swept volume's subdisk, its second half this
+    /// one's (as a pool carves two volumes from its drives); the table adds
+    /// the swept volume's mean latency with it running, how many times its
+    /// latency alone that is, and this volume's MB/s. Modelled drives only.
+    #[arg(long, value_name = "LEVEL:INTERLEAVE:WORKLOAD")]
+    pub(crate) beside: Option<String>,
     /// Print the results as JSON lines instead of a table.
     #[arg(long)]
     pub(crate) json: bool,
@@ -237,7 +245,10 @@ pub fn run(mut a: SweepArgs) -> Result<()> {
         std::fs::write(out, bytes).map_err(|e| format!("{}: {e}", out.display()))?;
         errln!("sweep: plot written to {}", out.display());
     }
-    if rows.iter().any(|r| r.result.is_err()) {
+    if rows
+        .iter()
+        .any(|r| r.result.is_err() || matches!(r.together, Some(Err(_))))
+    {
         return Err("some configurations failed (see the table)".into());
     }
     Ok(())
@@ -263,6 +274,18 @@ pub(crate) fn row_json(r: &Row) -> serde_json::Value {
             j["elapsed_ns"] = b.elapsed_ns.into();
         }
         Err(e) => j["error"] = e.clone().into(),
+    }
+    match &r.together {
+        Some(Ok(t)) => {
+            j["beside"] = serde_json::json!({
+                "mean_latency_ms": t.volume.mean_latency_ns as f64 / 1e6,
+                "mb_per_s": t.volume.mb_per_s(),
+                "beside_mb_per_s": t.beside.mb_per_s(),
+                "beside_mean_latency_ms": t.beside.mean_latency_ns as f64 / 1e6,
+            })
+        }
+        Some(Err(e)) => j["beside"] = serde_json::json!({ "error": e }),
+        None => {}
     }
     j
 }
@@ -306,7 +329,18 @@ pub(crate) fn prepare(a: &mut SweepArgs) -> Result<(Sweep, String)> {
             Some(t) => Link::parse(t).map_err(|e| format!("--link: {e}"))?,
             None => Link::default(),
         },
+        beside: a
+            .beside
+            .as_deref()
+            .map(Beside::parse)
+            .transpose()
+            .map_err(|e| format!("--beside: {e}"))?,
     };
+    if sweep.beside.is_some() && matches!(sweep.members_model, Members::Simple { .. }) {
+        return Err(
+            "--beside needs modelled drives (--drive), whose heads the volumes share".into(),
+        );
+    }
     Ok((sweep, drive_name))
 }
 

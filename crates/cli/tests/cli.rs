@@ -720,6 +720,69 @@ fn sweep_prints_a_table_writes_a_plot_and_repeats_itself() {
     assert!(msg.contains("no-such-drive"), "{msg}");
 }
 
+/// `sweep --beside`: a second volume on the same drives, with a load of
+/// its own, slows each swept volume (vinum's experiment of plexes side by
+/// side); the JSON says the same; simple members, which have no heads to
+/// share, and a malformed volume are refused.
+#[test]
+fn sweep_beside_says_what_a_second_volume_on_the_drives_costs() {
+    let base = [
+        "sweep",
+        "--workload",
+        "raidtest:n=200,p=4,read=100",
+        "--levels",
+        "raid5",
+        "--interleaves",
+        "32s,512s",
+        "--beside",
+        "stripe:128k:dd:total=32M,qd=2",
+    ];
+    let out = platter(&base);
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        table.lines().next().unwrap().contains("ms beside"),
+        "{table}"
+    );
+    for line in table.lines().skip(1) {
+        let slower: f64 = line
+            .split_whitespace()
+            .find_map(|w| w.strip_suffix('x'))
+            .and_then(|x| x.parse().ok())
+            .unwrap_or_else(|| panic!("no slowdown in {line}"));
+        assert!(slower > 1.1, "the second volume cost nothing: {line}");
+    }
+    let mut json = base.to_vec();
+    json.push("--json");
+    let out = platter(&json);
+    let text = String::from_utf8(out.stdout).unwrap();
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let with = v["beside"]["mean_latency_ms"].as_f64().unwrap();
+        assert!(with > v["mean_latency_ms"].as_f64().unwrap(), "{v}");
+        assert!(
+            v["beside"]["beside_mb_per_s"].as_f64().unwrap() > 0.0,
+            "{v}"
+        );
+    }
+    let out = platter(&[
+        "sweep",
+        "--drive",
+        "simple",
+        "--member-size",
+        "64M",
+        "--beside",
+        "stripe:64k:dd",
+    ]);
+    assert_refused(&out, "modelled drives");
+    let out = platter(&["sweep", "--beside", "stripe"]);
+    assert_refused(&out, "LEVEL:INTERLEAVE:WORKLOAD");
+}
+
 #[test]
 fn sweep_simple_members_model_a_served_volume() {
     // The members `serve --inject mN=latency=2ms` makes, behind a link:

@@ -12,6 +12,8 @@ use crate::disk::{DiskModel, HostModel};
 use crate::link::Link;
 use crate::members::{ServiceModel, SimpleLatency, SimpleService};
 use crate::plot::{Anchor, Plot, Rgb, Shape, BLACK, WHITE};
+use crate::rng::mix64;
+use crate::shared::{run_shared, SharedDrives, Window};
 use crate::workload::WorkloadSpec;
 use platter_core::balance::ReadPolicy;
 use platter_core::geometry::{Geometry, GeometrySpec};
@@ -61,7 +63,55 @@ pub struct Sweep {
     pub stripe_cache: Option<CacheLimits>,
     /// The client's connection ([`Link`]; the default costs nothing).
     pub link: Link,
+    /// A second volume on every point's drives, with a load of its own
+    /// (`sweep --beside`): what it costs each point.
+    pub beside: Option<Beside>,
 }
+
+/// A second volume on the same drives as every point's volume, as a pool
+/// carves two volumes from its drives: each drive's first half holds the
+/// point's subdisk, its second half this volume's, and both volumes run
+/// their workloads at once ([`crate::shared`]). vinum's own benchmarks ran
+/// plexes of different interleaves side by side like this.
+#[derive(Clone, Debug)]
+pub struct Beside {
+    pub level: Level,
+    pub interleave_bytes: u64,
+    pub workload: WorkloadSpec,
+}
+
+impl Beside {
+    /// `LEVEL:INTERLEAVE:WORKLOAD` (`stripe:128k:dd:total=64M`).
+    pub fn parse(text: &str) -> Result<Beside, String> {
+        let mut parts = text.splitn(3, ':');
+        let (Some(level), Some(il), Some(w)) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(format!(
+                "`{text}`: expected LEVEL:INTERLEAVE:WORKLOAD (stripe:128k:dd:total=64M)"
+            ));
+        };
+        let interleave_bytes = parse_size(il)?;
+        if interleave_bytes == 0 || !interleave_bytes.is_multiple_of(SECTOR_BYTES) {
+            return Err(format!("interleave {il}: a positive multiple of 512 bytes"));
+        }
+        Ok(Beside {
+            level: level.parse()?,
+            interleave_bytes,
+            workload: WorkloadSpec::parse(w)?,
+        })
+    }
+}
+
+/// What a point's volume did with the volume beside it running, and what
+/// that one did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Together {
+    pub volume: BenchReport,
+    pub beside: BenchReport,
+}
+
+/// Mixed into the seed of the volume beside (`sweep --beside`).
+const BESIDE_SEED_SALT: u64 = 0xB351_DE00;
+const MIB: u64 = 1 << 20;
 
 /// The served side's destage tick (`platter-server`'s `DESTAGE_INTERVAL`).
 pub const DESTAGE_INTERVAL_NS: u64 = 20_000_000;
@@ -88,7 +138,11 @@ impl Point {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Row {
     pub point: Point,
+    /// The point's volume alone on its drives.
     pub result: Result<BenchReport, String>,
+    /// ... and with the volume [`Sweep::beside`] running on the same
+    /// drives, when there is one.
+    pub together: Option<Result<Together, String>>,
 }
 
 /// Interleaves as the command line takes them: sizes separated by commas,
@@ -168,7 +222,7 @@ impl Sweep {
     fn member_data_bytes(&self, il: u64) -> Result<u64, String> {
         let b = match &self.members_model {
             Members::Disk { spec, .. } => {
-                let disk = spec.layout.blocks * SECTOR_BYTES - DATA_OFFSET_BYTES;
+                let disk = self.window_bytes(spec) - DATA_OFFSET_BYTES;
                 self.member_bytes.map_or(disk, |m| m.min(disk))
             }
             Members::Simple { .. } => self
@@ -180,6 +234,16 @@ impl Sweep {
             return Err(format!("interleave {} exceeds the member", format_size(il)));
         }
         Ok(b)
+    }
+
+    /// Each volume's part of a drive: all of it, or half with a volume
+    /// beside (in whole MiBs).
+    fn window_bytes(&self, spec: &DriveSpec) -> u64 {
+        let disk = spec.layout.blocks * SECTOR_BYTES;
+        match self.beside {
+            None => disk,
+            Some(_) => disk / 2 / MIB * MIB,
+        }
     }
 
     /// The geometry of a point.
@@ -214,23 +278,92 @@ impl Sweep {
     /// Runs one configuration.
     pub fn run_point(&self, p: &Point) -> Result<BenchReport, String> {
         let g = self.geometry(p)?;
+        let service = self.service(p.members);
+        Ok(self
+            .bench(g, p.policy, service, &self.workload, self.seed)?
+            .run())
+    }
+
+    /// A volume of geometry `g` on `service`, its requests `workload`'s.
+    fn bench(
+        &self,
+        g: GeometrySpec,
+        policy: Option<ReadPolicy>,
+        service: Box<dyn ServiceModel>,
+        workload: &WorkloadSpec,
+        seed: u64,
+    ) -> Result<Bench, String> {
         let size = Geometry::new(g.clone())
             .map_err(|e| e.to_string())?
             .volume_size_bytes();
-        let gen = self.workload.build(size, self.seed);
-        let bench = Bench::new(
-            g,
-            p.policy.unwrap_or_default(),
-            self.service(p.members),
-            gen,
-            self.seed,
-        )?;
+        let gen = workload.build(size, seed);
+        let bench = Bench::new(g, policy.unwrap_or_default(), service, gen, seed)?;
         let bench = match self.stripe_cache {
             Some(limits) => bench.with_stripe_cache(limits, DESTAGE_INTERVAL_NS),
             None => bench,
+        };
+        Ok(bench.with_link(self.link))
+    }
+
+    /// A point's volume and the volume beside it, at once on the same
+    /// drives (the point's subdisks on each drive's first half).
+    pub fn run_together(&self, p: &Point, beside: &Beside) -> Result<Together, String> {
+        let Members::Disk { spec, host } = &self.members_model else {
+            return Err(
+                "--beside needs modelled drives (--drive), whose heads the volumes \
+                        share"
+                    .into(),
+            );
+        };
+        if p.members < beside.level.min_members() {
+            return Err(format!(
+                "{} beside needs {} members",
+                beside.level,
+                beside.level.min_members()
+            ));
         }
-        .with_link(self.link);
-        Ok(bench.run())
+        let half = self.window_bytes(spec);
+        let il = beside.interleave_bytes;
+        let b = GeometrySpec {
+            level: beside.level,
+            parity_layout: self.parity_layout,
+            copies: if beside.level == Level::Raid10 { 2 } else { 1 },
+            interleave_bytes: il,
+            data_offset_bytes: DATA_OFFSET_BYTES,
+            member_data_bytes: vec![(half - DATA_OFFSET_BYTES) / il * il; p.members as usize],
+        };
+        let windows = |offset_bytes| -> Vec<Window> {
+            (0..p.members)
+                .map(|drive| Window {
+                    drive,
+                    offset_bytes,
+                    len_bytes: half,
+                })
+                .collect()
+        };
+        let drives = SharedDrives::new(Box::new(DiskModel::new(spec, p.members, host.clone())));
+        let a = self.geometry(p)?;
+        let a = self.bench(
+            a,
+            p.policy,
+            drives.volume(0, windows(0)),
+            &self.workload,
+            self.seed,
+        )?;
+        // Its own requests, the same whatever the point.
+        let seed = mix64(self.seed ^ BESIDE_SEED_SALT);
+        let b = self.bench(
+            b,
+            None,
+            drives.volume(1, windows(half)),
+            &beside.workload,
+            seed,
+        )?;
+        let mut r = run_shared(vec![a, b]).into_iter();
+        Ok(Together {
+            volume: r.next().expect("two reports"),
+            beside: r.next().expect("two reports"),
+        })
     }
 
     /// Runs every point on `threads` threads; `done(finished, total, row)`
@@ -250,6 +383,7 @@ impl Sweep {
                     let row = Row {
                         point: *p,
                         result: self.run_point(p),
+                        together: self.beside.as_ref().map(|b| self.run_together(p, b)),
                     };
                     let n = finished.fetch_add(1, Ordering::Relaxed) + 1;
                     done(n, total, &row);
@@ -268,14 +402,25 @@ impl Sweep {
     }
 }
 
-/// The results as a table: one line per configuration.
+/// The results as a table: one line per configuration; with a volume
+/// beside, the point's mean latency with it running, how many times
+/// alone's that is, and the beside volume's throughput.
 pub fn table(rows: &[Row]) -> String {
+    let beside = rows.iter().any(|r| r.together.is_some());
     let mut s = String::new();
-    let _ = writeln!(
+    let _ = write!(
         s,
         "{:<7} {:>3} {:>10} {:<14} {:>9} {:>9} {:>9} {:>9} {:>11}",
         "level", "n", "interleave", "policy", "MB/s", "IOPS", "mean ms", "p99 ms", "member I/O"
     );
+    if beside {
+        let _ = write!(
+            s,
+            " {:>12} {:>9} {:>11}",
+            "ms beside", "slower", "beside MB/s"
+        );
+    }
+    s.push('\n');
     for r in rows {
         let p = &r.point;
         let policy = p.policy.map_or_else(|| "-".to_string(), |p| p.to_string());
@@ -289,7 +434,7 @@ pub fn table(rows: &[Row]) -> String {
         );
         match &r.result {
             Ok(b) => {
-                let _ = writeln!(
+                let _ = write!(
                     s,
                     "{:>9.2} {:>9.1} {:>9.2} {:>9.2} {:>11}",
                     b.mb_per_s(),
@@ -298,6 +443,22 @@ pub fn table(rows: &[Row]) -> String {
                     b.p99_latency_ns as f64 / 1e6,
                     b.member_ios
                 );
+                match &r.together {
+                    Some(Ok(t)) => {
+                        let _ = write!(
+                            s,
+                            " {:>12.2} {:>8.2}x {:>11.2}",
+                            t.volume.mean_latency_ns as f64 / 1e6,
+                            t.volume.mean_latency_ns as f64 / b.mean_latency_ns.max(1) as f64,
+                            t.beside.mb_per_s()
+                        );
+                    }
+                    Some(Err(e)) => {
+                        let _ = write!(s, " beside: {e}");
+                    }
+                    None => {}
+                }
+                s.push('\n');
             }
             Err(e) => {
                 let _ = writeln!(s, "error: {e}");

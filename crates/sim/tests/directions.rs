@@ -30,6 +30,7 @@ fn sweep(workload: &str, host: HostModel, drive: &Parametric) -> Sweep {
         parity_layout: ParityLayout::LeftSymmetric,
         stripe_cache: None,
         link: Default::default(),
+        beside: None,
     }
 }
 

@@ -28,6 +28,7 @@ fn sweep(workload: &str, latency: SimpleLatency, queue_depth: u32) -> Sweep {
         parity_layout: ParityLayout::LeftSymmetric,
         stripe_cache: Some(CacheLimits::DEFAULT),
         link: Link::default(),
+        beside: None,
     }
 }
 

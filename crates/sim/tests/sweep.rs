@@ -27,6 +27,7 @@ fn sweep(seed: u64, workload: &str) -> Sweep {
         parity_layout: ParityLayout::LeftSymmetric,
         stripe_cache: None,
         link: Default::default(),
+        beside: None,
     }
 }
 
