@@ -1116,6 +1116,59 @@ fn volumes_change_while_the_pool_is_served() {
     );
     assert!(out.stdout.contains("err= 0"), "{}", out.stdout);
 
+    // Bad input through the server: one line each, the pool unchanged.
+    let before = pool_areas(&drives);
+    for (args, says) in [
+        (
+            vec![
+                "volume", "create", "tank", "x", "--level", "raid5", "--size", "1G",
+            ],
+            "needs",
+        ),
+        (
+            vec![
+                "volume", "create", "other", "x", "--level", "raid5", "--size", "1M",
+            ],
+            "serves pool tank, not other",
+        ),
+        (
+            vec![
+                "volume", "create", "tank", "a b", "--level", "raid5", "--size", "1M",
+            ],
+            "a b",
+        ),
+        (
+            vec!["volume", "extend", "tank", "nosuch", "--size", "1M"],
+            "no volume named nosuch",
+        ),
+        (
+            vec!["volume", "extend", "tank", "r", "--size", "1M"],
+            "does not shrink",
+        ),
+        (
+            vec!["volume", "remove", "tank", "nosuch"],
+            "has no volume nosuch",
+        ),
+        (
+            vec!["pool", "replace-drive", "tank", "d9", "/nonexistent/x"],
+            "has no drive d9",
+        ),
+    ] {
+        let mut args = args.clone();
+        args.extend(["--control", &ctl]);
+        refused(&args, says);
+    }
+    // The drives are the server's: the offline commands are refused.
+    let offline = [
+        "volume", "create", "tank", "y", "--level", "concat", "--size", "1M", &dev,
+    ];
+    refused(&offline, "go through its server (--control PATH)");
+    refused(
+        &["volume", "remove", "tank", "c", "--force", &dev],
+        "--force goes with --control",
+    );
+    assert!(pool_areas(&drives) == before, "a refused change wrote");
+
     // The remove: refused with a client, then forced.
     let mut holder = hold_connection(&t, &uri(&s, "m"));
     wait_for_client(&s, "m");

@@ -102,7 +102,8 @@ pub fn open_pool(name: Option<&str>, paths: &[String], opts: OpenOptions) -> Res
         let m = open_member(device, opts).map_err(|e| {
             CliError(format!(
                 "{device} (drive {drive_name} of pool {}): {e}; is the pool being served? \
-                 Stop its server first",
+                 Then volume create, extend and remove and pool replace-drive go through its \
+                 server (--control PATH); the other changes wait until it stops",
                 gathered.pool.name
             ))
         })?;
