@@ -1347,12 +1347,12 @@ fn a_drive_replaced_while_the_pool_is_served_rebuilds_every_volume_on_it() {
 
 /// How many seeded kills `pool_server_killed_mid_change_keeps_every_volume`
 /// makes (`PLATTER_POOL_KILLS` for more).
-const POOL_KILLS: u64 = 9;
+const POOL_KILLS: u64 = 12;
 
 /// The pool's server killed with SIGKILL at a seeded moment of a change
 /// it makes: an extend of raid5 `r` (every byte fio wrote on it checked
-/// after), a create of a raid10, or a drive replaced under `r` and its
-/// rebuild. After each kill the pool lists, the next server serves every
+/// after), a create of a raid10, a remove of one, or a drive replaced
+/// under `r` and its rebuild. After each kill the pool lists, the next server serves every
 /// volume its configuration gives, `r` is its old size or its new one
 /// with its data in place, a rebuild cut off finishes, and each redundant
 /// volume's parity and copies agree.
@@ -1391,7 +1391,7 @@ fn pool_server_killed_mid_change_keeps_every_volume() {
         let story = kill_mid_change(dir.path(), &dev, seed, delay);
         let pool = list_json(&dev);
         let volumes = sizes(&pool);
-        if seed % 3 != 2 {
+        if seed % 4 != 2 {
             before_after[usize::from(volumes != was)] += 1;
         }
         let s = serve_pool_first(dir.path(), &dev, "r", &[]);
@@ -1410,19 +1410,33 @@ fn pool_server_killed_mid_change_keeps_every_volume() {
         assert!(out.stdout.contains("err= 0"), "{story}: {}", out.stdout);
     }
     println!(
-        "{test}: {kills} kills; of the extends and creates, {} left the pool as it was and {} \
+        "{test}: {kills} kills; of the extends, creates and removes, {} left the pool as it was and {} \
          as changed",
         before_after[0], before_after[1]
     );
 }
 
-/// Starts change `seed % 3` through a fresh server, kills the server
+/// Starts change `seed % 4` through a fresh server, kills the server
 /// `delay` after, and says what it did.
 fn kill_mid_change(dir: &Path, dev: &str, seed: u64, delay: std::time::Duration) -> String {
     let mut s = serve_pool_first(dir, dev, "r", &["--rebuild-rate", "8M"]);
     let ctl = s.control();
     let now = sizes(&list_json(dev))[0].1;
-    let story = match seed % 3 {
+    let made: Vec<String> = sizes(&list_json(dev))
+        .into_iter()
+        .map(|(n, _)| n)
+        .filter(|n| n != "r")
+        .collect();
+    let story = match seed % 4 {
+        3 if !made.is_empty() => {
+            let name = made.last().expect("one made");
+            let args = ["volume", "remove", "tank", name, "--control", &ctl];
+            let mut change = Background::spawn(&mut platter(&args), "volume remove");
+            std::thread::sleep(delay);
+            s.crash();
+            change.wait(CMD_TIMEOUT);
+            format!("seed {seed}: {name} removed, killed after {delay:?}")
+        }
         0 => {
             let size = format!("{}", now + 2 * MIB);
             let args = [
@@ -1441,7 +1455,7 @@ fn kill_mid_change(dir: &Path, dev: &str, seed: u64, delay: std::time::Duration)
             change.wait(CMD_TIMEOUT);
             format!("seed {seed}: r extended from {now} to {size}, killed after {delay:?}")
         }
-        1 => {
+        1 | 3 => {
             let name = format!("n{seed}");
             let args = [
                 "volume",
