@@ -466,9 +466,11 @@ fn serve_pool(
             }
         }
     }
-    if volumes.is_empty() {
+    // A pool with no volume yet is served, to make them through the
+    // server; one whose volumes all failed to assemble is not.
+    if volumes.is_empty() && !host.pool().volumes.is_empty() {
         return Err(CliError(format!(
-            "pool {pool} has no volume to serve (`platter volume create`)"
+            "pool {pool}: none of its volumes can be served (each said why above)"
         )));
     }
     let found = Found {
@@ -902,6 +904,9 @@ fn print_ready(r: &Ready) {
 fn ready_text(r: &Ready) -> String {
     use std::fmt::Write;
     let mut s = String::new();
+    if let (Some(pool), "") = (&r.pool, r.export_name.as_str()) {
+        return empty_pool_text(pool, r);
+    }
     let _ = writeln!(
         s,
         "serving '{}' ({}, {} bytes); stop with Ctrl-C or SIGTERM",
@@ -935,6 +940,30 @@ fn ready_text(r: &Ready) -> String {
             "  mkdir -p /tmp/platter-fuse && nbdfuse /tmp/platter-fuse/disk '{uri}' &"
         );
     }
+    s
+}
+
+/// The banner of a pool's server with no volume yet: where it listens,
+/// and how to make the first.
+fn empty_pool_text(pool: &str, r: &Ready) -> String {
+    use std::fmt::Write;
+    let mut s = format!(
+        "serving pool '{}', no volume yet; stop with Ctrl-C or SIGTERM\n",
+        printable(pool)
+    );
+    for uri in &r.uris {
+        let _ = writeln!(s, "  {}", printable(uri));
+    }
+    if let Some(m) = &r.metrics {
+        let _ = writeln!(s, "metrics: {m}");
+    }
+    let control = r.control.as_deref().unwrap_or("CONTROL-SOCKET");
+    let _ = writeln!(
+        s,
+        "make one: platter volume create {} NAME --level LEVEL --size SIZE --control {}",
+        printable(pool),
+        printable(control)
+    );
     s
 }
 

@@ -1517,3 +1517,90 @@ fn kill_mid_change(dir: &Path, dev: &str, seed: u64, delay: std::time::Duration)
     };
     story
 }
+
+/// A pool made with no volume is served (`serve --pool`), its banner says
+/// how to make the first, and a volume made through its control socket is
+/// listed and written at once; the next start serves it as any.
+#[test]
+fn a_pool_with_no_volume_is_served_and_takes_its_first_through_the_server() {
+    let test = "a_pool_with_no_volume_is_served_and_takes_its_first_through_the_server";
+    let Some(t) = tools_with_fio_nbd(test, &["fio", "nbdinfo"]) else {
+        return;
+    };
+    let dir = temp_dir();
+    let d = dir.path().join("d");
+    std::fs::create_dir(&d).unwrap();
+    let drives = drive_paths(&d);
+    let mut args = vec!["pool", "create", "tank", "--drive-size", "64M"];
+    args.extend(drives.iter().map(String::as_str));
+    ok(&args, "pool create");
+    let dev = d.display().to_string();
+    let socket = dir.path().join("tank.sock");
+    let socket = socket.to_str().unwrap();
+    let ctl = format!("{socket}.ctl");
+    let mut server = Background::spawn(
+        &mut platter(&["serve", "--pool", "tank", "--socket", socket, &dev]),
+        "serve --pool tank (empty)",
+    );
+    let deadline = std::time::Instant::now() + CMD_TIMEOUT;
+    while !server.stdout().contains("make one:") {
+        assert!(
+            server.is_running() && std::time::Instant::now() < deadline,
+            "no banner: {}\n{}",
+            server.stdout(),
+            server.stderr()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let banner = server.stdout();
+    assert!(
+        banner.starts_with("serving pool 'tank', no volume yet"),
+        "{banner}"
+    );
+    assert!(banner.contains(&format!("--control {ctl}")), "{banner}");
+    let out = ok(
+        &[
+            "volume",
+            "create",
+            "tank",
+            "v1",
+            "--level",
+            "raid5",
+            "--size",
+            "12M",
+            "--control",
+            &ctl,
+        ],
+        "volume create --control",
+    );
+    assert!(
+        out.stdout.contains("served now as export 'v1'"),
+        "{}",
+        out.stdout
+    );
+    let list = format!("nbd+unix://?socket={socket}");
+    let listed = run_ok(
+        t.cmd("nbdinfo").args(["--list", &list]),
+        CMD_TIMEOUT,
+        "nbdinfo --list",
+    );
+    assert!(listed.stdout.contains("export=\"v1\""), "{}", listed.stdout);
+    let v1 = format!("nbd+unix:///v1?socket={socket}");
+    let size = 12 * MIB;
+    let out = run_ok(&mut fio(&t, &v1, size, false), CMD_TIMEOUT, "fio on v1");
+    assert!(out.stdout.contains("err= 0"), "{}", out.stdout);
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &server.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    assert!(server.wait(CMD_TIMEOUT).success(), "{}", server.stderr());
+
+    let s = serve_pool_first(dir.path(), &dev, "v1", &[]);
+    let out = run_ok(
+        &mut fio(&t, &uri(&s, "v1"), size, true),
+        CMD_TIMEOUT,
+        "fio verify after the restart",
+    );
+    assert!(out.stdout.contains("err= 0"), "{}", out.stdout);
+}

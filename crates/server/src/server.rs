@@ -218,6 +218,8 @@ pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> Serve
 
 /// What the server prints once it listens, for the operator to connect.
 pub struct Ready {
+    /// The first volume's export; empty when a pool's server starts with
+    /// no volume.
     pub export_name: String,
     pub size_bytes: u64,
     /// A pool's other volumes, each an export of its name: (name, size).
@@ -225,6 +227,10 @@ pub struct Ready {
     pub uris: Vec<String>,
     /// `http://HOST:PORT/metrics` when serving metrics.
     pub metrics: Option<String>,
+    /// The pool served, for `serve --pool`.
+    pub pool: Option<String>,
+    /// The control socket's path, if it has one.
+    pub control: Option<String>,
 }
 
 /// How long a stop waits for connection threads once their sockets are
@@ -276,14 +282,19 @@ pub fn serve_pool(
     host: Option<Arc<dyn crate::manage::pool::PoolHost>>,
     on_ready: impl FnOnce(&Ready),
 ) -> Result<(), ServeError> {
-    assert!(!volumes.is_empty(), "a server serves a volume");
+    // A pool's server may start with none, to make them as it runs.
+    assert!(
+        !volumes.is_empty() || host.is_some(),
+        "a server serves a volume"
+    );
     let server_tls = server_tls(&config)?;
     let mut starting = Vec::new();
     for (volume, spares) in volumes {
         starting.push(start_volume(volume, spares, &config)?);
     }
     check_export_names(&starting)?;
-    let bound = listen::bind(&config, &starting[0].export.name)?;
+    let first = starting.first().map_or("", |s| s.export.name.as_str());
+    let bound = listen::bind(&config, first)?;
     let control_path = bound
         .control
         .as_ref()
@@ -298,9 +309,18 @@ pub fn serve_pool(
     }
     let shared = connection_shared(&config, &served, server_tls);
     let conns = Arc::new(Conns::new());
-    let ready = ready(&bound, &served.all());
+    let pool_name = host.as_ref().map(|h| h.pool_name());
+    let ready = ready(
+        &bound,
+        &served.all(),
+        (pool_name.clone(), control_path.clone()),
+    );
     let ours = bound.ours.clone();
-    let registration = register(&config, bound.control_path.as_deref(), &ready.export_name);
+    let listed_as = match (&pool_name, ready.export_name.as_str()) {
+        (Some(pool), "") => pool.as_str(),
+        _ => ready.export_name.as_str(),
+    };
+    let registration = register(&config, bound.control_path.as_deref(), listed_as);
     let pool = host.map(|host| {
         Arc::new(crate::manage::pool::PoolServer::new(
             config.clone(),
@@ -427,14 +447,22 @@ pub(crate) fn keep_volume(
 }
 
 /// What the banner says: the first export, and the others after it.
-fn ready(bound: &listen::Bound, served: &[Arc<crate::served::Served>]) -> Ready {
+fn ready(
+    bound: &listen::Bound,
+    served: &[Arc<crate::served::Served>],
+    (pool, control): (Option<String>, Option<String>),
+) -> Ready {
+    let first = served.first();
     Ready {
-        export_name: served[0].io.export.name.clone(),
-        size_bytes: served[0].io.export.size_bytes,
-        others: served[1..]
+        export_name: first.map_or_else(String::new, |s| s.io.export.name.clone()),
+        size_bytes: first.map_or(0, |s| s.io.export.size_bytes),
+        others: served
             .iter()
+            .skip(1)
             .map(|s| (s.io.export.name.clone(), s.io.export.size_bytes))
             .collect(),
+        pool,
+        control,
         uris: bound.uris.clone(),
         metrics: bound
             .metrics

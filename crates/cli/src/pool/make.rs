@@ -485,11 +485,12 @@ pub fn volume_create(args: VolumeCreateArgs) -> Result<()> {
     }
     if let Some(control) = &args.control.control {
         let done = crate::control::ask(control, args.to_request())?;
+        let size_bytes = done["size_bytes"].as_u64().unwrap_or(0);
         outln!(
-            "volume {} of pool {}: {} bytes, served now as export '{}'",
+            "volume {} of pool {}: {} ({size_bytes} bytes), served now as export '{}'",
             args.name,
             args.pool,
-            done["size_bytes"],
+            format_size(size_bytes),
             args.name
         );
         return Ok(());
