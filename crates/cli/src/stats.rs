@@ -406,7 +406,7 @@ fn drives(a: &StatsArgs) -> Result<()> {
         ));
     };
     outln!(
-        "{:<12} {:>8} {:>10} {:>10} {:>10} {:>10} {:>8} {:>7}",
+        "{:<12} {:>8} {:>10} {:>10} {:>10} {:>10} {:>8} {:>7} {:>9} {:>9}",
         "drive",
         "subdisks",
         "reads",
@@ -414,12 +414,17 @@ fn drives(a: &StatsArgs) -> Result<()> {
         "writes",
         "written",
         "flushes",
-        "errors"
+        "errors",
+        "mean ms",
+        "p99 ms"
     );
     let n = |d: &Value, k: &str| d[k].as_u64().unwrap_or(0);
     for (name, d) in drives {
+        let latency: platter_core::stats::Histogram =
+            serde_json::from_value(d["latency"].clone()).unwrap_or_default();
+        let mean_ms = latency.sum() as f64 / latency.count().max(1) as f64 / 1e6;
         outln!(
-            "{:<12} {:>8} {:>10} {:>10} {:>10} {:>10} {:>8} {:>7}",
+            "{:<12} {:>8} {:>10} {:>10} {:>10} {:>10} {:>8} {:>7} {:>9.3} {:>9.3}",
             name,
             n(d, "subdisks"),
             n(d, "reads"),
@@ -427,7 +432,9 @@ fn drives(a: &StatsArgs) -> Result<()> {
             n(d, "writes"),
             format_size(n(d, "written_bytes")),
             n(d, "flushes"),
-            n(d, "errors")
+            n(d, "errors"),
+            mean_ms,
+            latency.p99() as f64 / 1e6
         );
     }
     Ok(())

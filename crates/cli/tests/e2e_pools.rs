@@ -920,6 +920,18 @@ fn assert_drives_sum_the_volumes(s: &Server, metrics: &str) {
         assert!(d["writes"].as_u64().unwrap() > 0, "{name}: {d}");
         let series = format!("platter_drive_written_bytes_total{{drive=\"{name}\"}}");
         assert!(metrics.contains(&series), "{series} in {metrics}");
+        // Its latencies are its subdisks' I/Os, every one timed.
+        let timed = d["latency"]["count"].as_u64().unwrap();
+        let ios = ["reads", "writes", "trims", "flushes"]
+            .iter()
+            .map(|k| d[*k].as_u64().unwrap())
+            .sum::<u64>();
+        assert!(
+            timed > 0 && timed <= ios,
+            "{name}: {timed} timed of {ios}: {d}"
+        );
+        let series = format!("platter_drive_latency_seconds_count{{drive=\"{name}\"}}");
+        assert!(metrics.contains(&series), "{series} in {metrics}");
     }
     let table = ok(
         &["stats", "--drives", "--control", &control],

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use platter_core::stats::MemberStats;
+use platter_core::stats::{Histogram, MemberStats};
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -14,7 +14,7 @@ use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Registry;
 
 use crate::manage::Manager;
-use crate::observe::metrics::{counter, gauge, Labels};
+use crate::observe::metrics::{counter, gauge, histogram, Labels};
 
 /// One drive's I/O, summed over its subdisks.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -28,6 +28,9 @@ pub struct DriveCounters {
     pub flushes: u64,
     pub errors: u64,
     pub outstanding: u64,
+    /// Every subdisk's member I/O service times, merged: how long the
+    /// drive takes, whichever volume asks.
+    pub latency: Histogram,
 }
 
 impl DriveCounters {
@@ -41,6 +44,7 @@ impl DriveCounters {
         self.flushes += m.flushes;
         self.errors += m.errors;
         self.outstanding += m.outstanding;
+        self.latency.merge(&m.latency);
     }
 }
 
@@ -141,6 +145,17 @@ impl prometheus_client::collector::Collector for Families {
             "platter_drive_outstanding",
             "I/Os on the drive's subdisks issued and not yet done",
             &series(|d| d.outstanding),
+        )?;
+        let latencies: Vec<(Labels, &Histogram)> = self
+            .0
+            .iter()
+            .map(|(name, d)| (vec![("drive", name.clone())], &d.latency))
+            .collect();
+        histogram(
+            &mut enc,
+            "platter_drive_latency_seconds",
+            "I/O service time on the drive's subdisks, every volume served",
+            &latencies,
         )
     }
 }
@@ -154,12 +169,13 @@ pub fn html_table(drives: &BTreeMap<String, DriveCounters>) -> String {
     let size = platter_core::units::format_size;
     let mut t = String::from(
         "<table class=\"drives\"><tr><th>drive</th><th>subdisks</th><th>reads</th>\
-         <th>read</th><th>writes</th><th>written</th><th>errors</th><th>outstanding</th></tr>",
+         <th>read</th><th>writes</th><th>written</th><th>errors</th><th>outstanding</th>\
+         <th>mean ms</th><th>p99 ms</th></tr>",
     );
     for (name, d) in drives {
         t += &format!(
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
-             <td>{}</td></tr>",
+             <td>{}</td><td>{:.3}</td><td>{:.3}</td></tr>",
             crate::observe::livepage::esc(name),
             d.subdisks,
             d.reads,
@@ -167,7 +183,9 @@ pub fn html_table(drives: &BTreeMap<String, DriveCounters>) -> String {
             d.writes,
             size(d.written_bytes),
             d.errors,
-            d.outstanding
+            d.outstanding,
+            d.latency.sum() as f64 / d.latency.count().max(1) as f64 / 1e6,
+            d.latency.p99() as f64 / 1e6
         );
     }
     t + "</table>"

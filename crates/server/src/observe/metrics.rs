@@ -225,41 +225,43 @@ pub(crate) fn gauge(
     Ok(())
 }
 
-impl Snapshot {
-    fn histogram(
-        enc: &mut DescriptorEncoder,
-        name: &str,
-        help: &str,
-        series: &[(Labels, &Histogram)],
-    ) -> std::fmt::Result {
-        let mut family = enc.encode_descriptor(name, help, None, MetricType::Histogram)?;
-        for (labels, h) in series {
-            // Counts per log2 bound from 1 µs to 64 s, then +Inf (the
-            // encoder makes them cumulative): the first bound takes every
-            // smaller bucket too, +Inf every larger one.
-            let mut buckets: Vec<(f64, u64)> = Vec::new();
-            let mut pending = 0;
-            for (b, n) in h.buckets().iter().enumerate() {
-                pending += n;
-                if (10..=36).contains(&b) {
-                    buckets.push((Histogram::bucket_upper(b) as f64 / 1e9, pending));
-                    pending = 0;
-                }
+/// A histogram family, one series per label set: log2 buckets of
+/// nanoseconds as seconds.
+pub(crate) fn histogram(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: &[(Labels, &Histogram)],
+) -> std::fmt::Result {
+    let mut family = enc.encode_descriptor(name, help, None, MetricType::Histogram)?;
+    for (labels, h) in series {
+        // Counts per log2 bound from 1 µs to 64 s, then +Inf (the
+        // encoder makes them cumulative): the first bound takes every
+        // smaller bucket too, +Inf every larger one.
+        let mut buckets: Vec<(f64, u64)> = Vec::new();
+        let mut pending = 0;
+        for (b, n) in h.buckets().iter().enumerate() {
+            pending += n;
+            if (10..=36).contains(&b) {
+                buckets.push((Histogram::bucket_upper(b) as f64 / 1e9, pending));
+                pending = 0;
             }
-            buckets.push((f64::INFINITY, pending));
-            let sum = h.sum() as f64 / 1e9;
-            family
-                .encode_family(labels)?
-                .encode_histogram::<prometheus_client::encoding::NoLabelSet>(
-                    sum,
-                    h.count(),
-                    &buckets,
-                    None,
-                )?;
         }
-        Ok(())
+        buckets.push((f64::INFINITY, pending));
+        let sum = h.sum() as f64 / 1e9;
+        family
+            .encode_family(labels)?
+            .encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                sum,
+                h.count(),
+                &buckets,
+                None,
+            )?;
     }
+    Ok(())
 }
+
+impl Snapshot {}
 
 impl prometheus_client::collector::Collector for Snapshot {
     fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
@@ -386,7 +388,7 @@ impl Snapshot {
             ),
             ("other", "Client trim and flush latency", &vs.other_latency),
         ] {
-            Self::histogram(
+            histogram(
                 enc,
                 &format!("platter_volume_{field}_latency_seconds"),
                 help,
@@ -451,7 +453,7 @@ impl Snapshot {
             .enumerate()
             .map(|(i, m)| (self.member(i), &m.latency))
             .collect();
-        Self::histogram(
+        histogram(
             enc,
             "platter_member_latency_seconds",
             "Member I/O service time",
