@@ -1092,6 +1092,63 @@ fn volumes_change_while_the_pool_is_served() {
     }
     assert_eq!(served_volumes(&s, &dev), ["r", "m", "c"]);
     fio_all(&t, &s, &[("m", 8 * MIB), ("c", 4 * MIB)], false);
+    // A concat boxed in on its drive (`b` right after it) grows by a new
+    // subdisk elsewhere, while served: its bytes stay, the rest is new.
+    ok(
+        &[
+            "volume",
+            "create",
+            "tank",
+            "b",
+            "--level",
+            "concat",
+            "--size",
+            "1M",
+            "--drives",
+            "d3",
+            "--control",
+            &ctl,
+        ],
+        "volume create b --control",
+    );
+    ok(
+        &[
+            "volume",
+            "extend",
+            "tank",
+            "c",
+            "--size",
+            "12M",
+            "--control",
+            &ctl,
+        ],
+        "volume extend c --control (a new subdisk)",
+    );
+    let c = list_json(&dev)["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "c")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        c["plexes"][0]["subdisks"].as_array().unwrap().len(),
+        2,
+        "{c}"
+    );
+    fio_all(&t, &s, &[("c", 4 * MIB)], true);
+    let c_bytes = run_ok(
+        t.cmd("nbdinfo").args(["--size", &uri(&s, "c")]),
+        CMD_TIMEOUT,
+        "nbdinfo --size c",
+    );
+    let c_bytes: u64 = c_bytes.stdout.trim().parse().unwrap();
+    assert!(c_bytes >= 12 * MIB, "{c_bytes}");
+    fio_all(&t, &s, &[("c", c_bytes)], false);
+    ok(
+        &["volume", "remove", "tank", "b", "--control", &ctl],
+        "volume remove b",
+    );
     refused(
         &[
             "volume",

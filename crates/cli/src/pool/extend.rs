@@ -25,8 +25,8 @@ use clap::Args;
 use platter_core::assemble::Assembly;
 use platter_core::geometry::{Geometry, GeometrySpec};
 use platter_core::intent::{IntentLayout, INTENT_OFFSET_BYTES};
-use platter_core::label::{Label, SlotState, VolumeState, LABEL_BYTES};
-use platter_core::pool::alloc::ALIGN_BYTES;
+use platter_core::label::{Label, SlotEntry, SlotState, VolumeState, LABEL_BYTES};
+use platter_core::pool::alloc::{place_spread, ALIGN_BYTES};
 use platter_core::pool::{Pool, PoolVolume};
 use platter_core::units::{format_size, parse_size, SECTOR_BYTES};
 use platter_core::volume::Health;
@@ -142,7 +142,14 @@ pub struct Grown {
 /// configuration written. Step 3, the labels, is the caller's (offline
 /// [`bring_labels_up`], a server its own label writes).
 pub fn grow(open: &mut OpenPool, v: &PoolVolume, label: &Label, size_bytes: u64) -> Result<Grown> {
-    let lens = new_lengths(open.pool(), v, label, size_bytes)?;
+    let lens = match new_lengths(open.pool(), v, label, size_bytes) {
+        Ok(lens) => lens,
+        // A concat without room after its last subdisk takes another.
+        Err(_) if v.plex().org == Level::Concat => {
+            return add_subdisk(open, v, label, size_bytes);
+        }
+        Err(e) => return Err(e),
+    };
     let grown = grown_label(v, label, &lens)?;
     let mut pv = v.clone();
     for (sd, len) in pv.plexes[0].subdisks.iter_mut().zip(&lens) {
@@ -162,6 +169,75 @@ pub fn grow(open: &mut OpenPool, v: &PoolVolume, label: &Label, size_bytes: u64)
         label: grown,
         members: wide,
     })
+}
+
+/// Steps 1 and 2 of an extend of concat `v` whose last subdisk has no
+/// room after it: a new subdisk, its last member, wherever a drive has
+/// room (the roomiest, at the lowest offset that fits), as vinum and LVM
+/// grow a concat. Its bytes are zeroed and its label written (the volume
+/// grown, at the others' event count) before the configuration gives it
+/// out; until the other labels are brought up (step 3), the new label is
+/// the one that says the volume's shape.
+fn add_subdisk(
+    open: &mut OpenPool,
+    v: &PoolVolume,
+    label: &Label,
+    size_bytes: u64,
+) -> Result<Grown> {
+    let extra = (size_bytes - label.volume_size_bytes).next_multiple_of(v.plex().interleave_bytes);
+    let len = label
+        .data_offset_bytes
+        .checked_add(extra)
+        .ok_or_else(too_large)?
+        .next_multiple_of(ALIGN_BYTES);
+    let present: Vec<String> = open
+        .gathered
+        .present
+        .iter()
+        .map(|(_, n)| n.clone())
+        .collect();
+    let placed = place_spread(open.pool(), &present, 1, len).map_err(|e| {
+        CliError(format!(
+            "volume {}: no room after its last subdisk, and {e}",
+            v.name
+        ))
+    })?;
+    let mut pv = v.clone();
+    pv.plexes[0].subdisks.extend(placed);
+    let grown = added_label(v, label, len)?;
+    pv.size_bytes = Some(grown.volume_size_bytes);
+    let mut pool = open.pool().clone();
+    for x in pool.volumes.iter_mut().filter(|x| x.name == v.name) {
+        *x = pv.clone();
+    }
+    pool.check().map_err(CliError)?;
+    let wide = open.subdisks(&pv)?;
+    assert_eq!(wide.len(), pv.plex().subdisks.len(), "every drive present");
+    let new = wide.last().expect("the new subdisk");
+    // Zeros, as create gives a new volume's space: then its label.
+    new.trim(0, len)?;
+    new.write_at(0, &grown.for_slot(grown.member_count - 1).encode())?;
+    new.flush()?;
+    open.write(pool)?;
+    Ok(Grown {
+        volume: pv,
+        label: grown,
+        members: wide,
+    })
+}
+
+/// `label` with one more member, of `len` bytes of subdisk (all of it
+/// after the data offset), at the end.
+fn added_label(v: &PoolVolume, label: &Label, len: u64) -> Result<Label> {
+    let mut g = label.clone();
+    g.slots.push(SlotEntry {
+        member_uuid: *uuid::Uuid::new_v4().as_bytes(),
+        data_size_bytes: (len - label.data_offset_bytes) / SECTOR_BYTES * SECTOR_BYTES,
+        state: SlotState::Active,
+        left_at_events: 0,
+    });
+    g.member_count = u32::try_from(g.slots.len()).map_err(|_| too_large())?;
+    finish_label(v, g)
 }
 
 /// A clean, whole volume of a layout that grows at its end.
@@ -270,6 +346,13 @@ fn grown_label(v: &PoolVolume, label: &Label, lens: &[u64]) -> Result<Label> {
         );
         slot.data_size_bytes = data;
     }
+    finish_label(v, g)
+}
+
+/// A grown label's sizes made whole: its member's data, the volume's size
+/// from its layout, the bitmap's regions re-chosen if the old ones no
+/// longer fit before the data; then checked.
+fn finish_label(v: &PoolVolume, mut g: Label) -> Result<Label> {
     g.data_size_bytes = g.slots[g.slot as usize].data_size_bytes;
     let geometry = Geometry::new(spec_of(&g))
         .map_err(|e| CliError(format!("volume {}: grown: {e}", v.name)))?;
@@ -335,7 +418,9 @@ pub fn bring_labels_up(pool: &Pool, v: &PoolVolume, members: &[Arc<dyn Member>])
         .iter()
         .flatten()
         .chain(&lone)
-        .max_by_key(|l| l.event_counter)
+        // At one event count, a concat's added member's label (one slot
+        // more) says the shape the pool records.
+        .max_by_key(|l| (l.event_counter, l.member_count))
     else {
         return Ok(());
     };

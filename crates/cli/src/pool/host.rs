@@ -12,7 +12,7 @@ use platter_io::aio::Delay;
 use platter_io::assembly::assemble_devices;
 use platter_io::subdisk::SubdiskMember;
 use platter_io::Member;
-use platter_server::{NewSubdisks, NewVolume, PoolHost};
+use platter_server::{Extended, NewSubdisks, NewVolume, PoolHost};
 use serde_json::Value;
 
 use super::drives::{subdisk_window, subdisk_windows, OpenPool};
@@ -111,7 +111,7 @@ impl ServedPool {
         })
     }
 
-    fn extend_volume(&self, name: &str, label: &Label, size_bytes: u64) -> Result<Label> {
+    fn extend_volume(&self, name: &str, label: &Label, size_bytes: u64) -> Result<Extended> {
         let mut state = self.lock();
         let v = state
             .open
@@ -141,7 +141,27 @@ impl ServedPool {
         for (w, sd) in windows.iter().zip(&grown.volume.plex().subdisks) {
             w.widen(sd.len_bytes)?;
         }
-        Ok(grown.label)
+        // A concat's added subdisks, after the last.
+        let pool = state.open.pool().clone();
+        let mut added = Vec::new();
+        let subdisks = grown.volume.plex().subdisks.iter().enumerate();
+        for (s, sd) in subdisks.skip(windows.len()) {
+            let d = drive_index(&state.open, &sd.drive)?;
+            let drive = state.open.drives[d]
+                .clone()
+                .expect("placed on a drive present");
+            let window = subdisk_window(&pool, &grown.volume, s, &drive)?;
+            state
+                .windows
+                .entry(name.to_string())
+                .or_default()
+                .push(Arc::clone(&window));
+            added.push((window as Arc<dyn Member>, sd.drive.clone()));
+        }
+        Ok(Extended {
+            label: grown.label,
+            added,
+        })
     }
 
     /// The volumes with a subdisk on `drive`, and its slot in each.
@@ -221,7 +241,7 @@ impl PoolHost for ServedPool {
         name: &str,
         label: &Label,
         size_bytes: u64,
-    ) -> std::result::Result<Label, String> {
+    ) -> std::result::Result<Extended, String> {
         self.extend_volume(name, label, size_bytes).map_err(|e| e.0)
     }
 

@@ -89,9 +89,11 @@ impl Engine {
     /// pool's volume extended in place, whose layout keeps every byte
     /// where it was and grows at its end), set up as the server sets up
     /// any volume (`set_volume_setup`).
-    pub fn serve_grown(&self, geometry: Geometry) {
-        let members = self.members();
-        let health = self.health();
+    /// `added` are members after the last (a concat's added subdisk),
+    /// online from the start: their bytes were zeroed.
+    pub fn serve_grown(&self, geometry: Geometry, added: Vec<Arc<dyn Member>>) {
+        let mut health = self.health();
+        health.extend(added.iter().map(|_| Health::Online));
         let setup = self.volume_setup.lock().expect("volume setup");
         let mut s = self.lock();
         assert!(s.serving.is_idle(), "a layout grows on an idle volume");
@@ -102,9 +104,21 @@ impl Engine {
             geometry.volume_size_bytes() >= old.size_bytes(),
             "a volume grows"
         );
-        assert_eq!(geometry.members(), old.geometry().members());
+        assert_eq!(geometry.members() as usize, health.len());
         assert_eq!(geometry.level(), old.geometry().level());
-        let mut vol = Volume::new(geometry, health, old.limits().clone());
+        assert!(added.is_empty() || geometry.level() == platter_core::Level::Concat);
+        let limits = old.limits().clone();
+        for device in added {
+            let queue = self.io.queue(Arc::clone(&device));
+            s.members.push(Some(Device { device, queue }));
+            s.busy.push(BusyClock::default());
+        }
+        let members: Vec<Option<Arc<dyn Member>>> = s
+            .members
+            .iter()
+            .map(|m| m.as_ref().map(|d| Arc::clone(&d.device)))
+            .collect();
+        let mut vol = Volume::new(geometry, health, limits);
         if let Some(setup) = setup.as_ref() {
             setup(&mut vol, &members);
         }

@@ -32,10 +32,11 @@ pub trait PoolHost: Send + Sync {
     fn create(&self, req: &Value) -> Result<NewVolume, String>;
     /// Grows volume `name`, whose server has paused and emptied it and
     /// whose labels say `label`, to at least `size_bytes`: zeroes the
-    /// growth, records the subdisks' new lengths, and widens the subdisks
-    /// the server holds. Returns the grown label, which the server writes
-    /// to the members.
-    fn extend(&self, name: &str, label: &Label, size_bytes: u64) -> Result<Label, String>;
+    /// growth, records the subdisks' new lengths (or a concat's added
+    /// subdisk, labelled), and widens the subdisks the server holds.
+    /// Returns the grown label, which the server writes to the members,
+    /// and the members added.
+    fn extend(&self, name: &str, label: &Label, size_bytes: u64) -> Result<Extended, String>;
     /// Takes volume `name` out of the configuration, then erases its
     /// subdisks' labels; its server has stopped it.
     fn remove(&self, name: &str) -> Result<(), String>;
@@ -50,6 +51,13 @@ pub trait PoolHost: Send + Sync {
 
 /// Subdisks laid out again on a new drive: (volume, slot, subdisk).
 pub type NewSubdisks = Vec<(String, u32, Arc<dyn Member>)>;
+
+/// What an extend made: the volume's label as grown, and the subdisks it
+/// added (a concat's new last member), each with its drive's name.
+pub struct Extended {
+    pub label: Label,
+    pub added: Vec<(Arc<dyn Member>, String)>,
+}
 
 /// A volume the host made, for the server to start.
 pub struct NewVolume {
@@ -233,12 +241,21 @@ impl PoolServer {
         refuse_to_extend(&served, size_bytes)?;
         m.engine.pause();
         let grown = m.engine.empty_paused().and_then(|()| {
-            let grown = self.host.extend(name, &m.meta.label(), size_bytes)?;
+            let Extended {
+                label: grown,
+                added,
+            } = self.host.extend(name, &m.meta.label(), size_bytes)?;
             let geometry = Geometry::new(spec_of(&grown)).map_err(|e| e.to_string())?;
-            m.meta.record(|l| take_sizes(l, &grown));
             m.engine
                 .set_volume_setup(crate::startup::volume_setup(&grown, &self.config));
-            m.engine.serve_grown(geometry);
+            let mut devices = Vec::new();
+            for (device, drive) in added {
+                m.note_drive(device.describe(), &drive);
+                devices.push(device);
+            }
+            m.engine.serve_grown(geometry, devices);
+            // Every member, an added one too, takes the grown label.
+            m.meta.record(|l| take_shape(l, &grown));
             Ok(grown)
         });
         m.engine.resume();
@@ -312,10 +329,13 @@ fn refuse_to_extend(served: &Served, size_bytes: u64) -> Result<(), String> {
     Ok(())
 }
 
-/// The sizes of `grown` in the served label, which keeps its own state
-/// and event count.
-fn take_sizes(l: &mut Label, grown: &Label) {
-    assert_eq!(l.slots.len(), grown.slots.len());
+/// The sizes and members of `grown` in the served label, which keeps its
+/// own state and event count.
+fn take_shape(l: &mut Label, grown: &Label) {
+    assert!(
+        grown.slots.len() >= l.slots.len(),
+        "an extend adds, never takes"
+    );
     for (slot, g) in l.slots.iter_mut().zip(&grown.slots) {
         assert!(
             g.data_size_bytes >= slot.data_size_bytes,
@@ -323,6 +343,9 @@ fn take_sizes(l: &mut Label, grown: &Label) {
         );
         slot.data_size_bytes = g.data_size_bytes;
     }
+    let added = grown.slots[l.slots.len()..].to_vec();
+    l.slots.extend(added);
+    l.member_count = grown.member_count;
     l.data_size_bytes = grown.data_size_bytes;
     l.volume_size_bytes = grown.volume_size_bytes;
     l.intent_region_stripes = grown.intent_region_stripes;

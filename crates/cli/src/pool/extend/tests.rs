@@ -36,12 +36,21 @@ fn volume(name: &str, org: Level, at_mib: u64, len_mib: u64, drives: &[&str]) ->
 /// 30 MiB, which leaves `r`'s subdisk on d2 room up to 30 MiB only.
 /// Every volume labelled, its data areas filled with a pattern.
 fn pool_on(disks: &[Arc<MemoryMember>]) -> Pool {
-    let pool = Pool {
-        volumes: vec![
+    pool_with(
+        disks,
+        vec![
             volume("r", Level::Raid5, 1, 8, &["d0", "d1", "d2"]),
             volume("c", Level::Concat, 20, 4, &["d0", "d1"]),
             volume("block", Level::Concat, 30, 4, &["d2"]),
         ],
+    )
+}
+
+/// Pool `tank` of three drives holding `volumes`, each labelled, its
+/// data areas filled with a pattern.
+fn pool_with(disks: &[Arc<MemoryMember>], volumes: Vec<PoolVolume>) -> Pool {
+    let pool = Pool {
+        volumes,
         ..super::super::crash_kit::empty_pool(3, DRIVE_BYTES)
     };
     pool.check().unwrap();
@@ -215,6 +224,81 @@ fn a_crash_at_any_write_of_an_extend_leaves_the_old_size_or_the_new() {
                 extend_volume(&mut open, &v, target).unwrap();
             }
             assert!(assert_volume(&disks, "r", &before) >= target);
+        }
+    }
+    assert_eq!(sizes.len(), 2, "crashes left the old size and the new");
+}
+
+/// Concat `c` (d0 at 20 MiB, d1 at 20 MiB) with `block` right after its
+/// last subdisk: no room to grow in place.
+fn boxed_in(disks: &[Arc<MemoryMember>]) -> Pool {
+    pool_with(
+        disks,
+        vec![
+            volume("r", Level::Raid5, 1, 8, &["d0", "d1", "d2"]),
+            volume("c", Level::Concat, 20, 4, &["d0", "d1"]),
+            volume("block", Level::Concat, 24, 4, &["d1"]),
+        ],
+    )
+}
+
+/// A concat whose last subdisk has no room after it takes a new subdisk
+/// where a drive has room (vinum's and LVM's way), zeroed; its bytes
+/// before stay where they were.
+#[test]
+fn a_concat_boxed_in_grows_by_a_new_subdisk() {
+    let disks = disks();
+    boxed_in(&disks);
+    let before = labels(&disks, "c");
+    let size = before[0].volume_size_bytes;
+    let mut open = open_over(&disks, opened(&disks));
+    let v = open.pool().volume("c").unwrap().clone();
+    extend_volume(&mut open, &v, size + 10 * MIB).unwrap();
+    let grown = open.pool().volume("c").unwrap().clone();
+    assert_eq!(grown.plex().subdisks.len(), 3, "{grown:?}");
+    assert!(assert_volume(&disks, "c", &before) >= size + 10 * MIB);
+    let after = labels(&disks, "c");
+    assert_eq!(after.len(), 3);
+    assert!(after.iter().all(|l| l.member_count == 3), "{after:?}");
+    let new = &after[2];
+    let members = open.subdisks(&grown).unwrap();
+    let mut data = vec![1u8; new.slots[2].data_size_bytes as usize];
+    members[2]
+        .read_at(new.data_offset_bytes, &mut data)
+        .unwrap();
+    assert!(data.iter().all(|&b| b == 0), "the new subdisk reads zeros");
+}
+
+/// A crash at any write of a concat's growth by a new subdisk (its zeros,
+/// its label, the configuration, the other labels) leaves the old size or
+/// the new one, whole and clean, the old bytes in place.
+#[test]
+fn a_crash_at_any_write_of_a_concat_taking_a_subdisk_leaves_the_old_size_or_the_new() {
+    let mut sizes = std::collections::BTreeSet::new();
+    for torn_at in 0..16 {
+        for keep_bytes in [0, 512, 4096] {
+            let disks = disks();
+            boxed_in(&disks);
+            let before = labels(&disks, "c");
+            let old_size = before[0].volume_size_bytes;
+            let cut = crashing(&disks, torn_at, keep_bytes);
+            let mut open = open_over(&disks, cut.into_iter().map(Some).collect());
+            let v = open.pool().volume("c").unwrap().clone();
+            let target = old_size + 10 * MIB;
+            let done = extend_volume(&mut open, &v, target).is_ok();
+            let size = assert_volume(&disks, "c", &before);
+            assert!(
+                size == old_size || size >= target,
+                "write {torn_at} cut at {keep_bytes}: {size}"
+            );
+            assert!(!done || size >= target);
+            sizes.insert(size == old_size);
+            let mut open = open_over(&disks, opened(&disks));
+            let v = open.pool().volume("c").unwrap().clone();
+            if size == old_size {
+                extend_volume(&mut open, &v, target).unwrap();
+            }
+            assert!(assert_volume(&disks, "c", &before) >= target);
         }
     }
     assert_eq!(sizes.len(), 2, "crashes left the old size and the new");
