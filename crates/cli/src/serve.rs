@@ -433,39 +433,7 @@ fn serve_pool(
     let latency = inject_drive_faults(&args.inject, &drive_names, &mut open.drives)?;
     let missing = !open.gathered.missing.is_empty();
     let host = crate::pool::host::ServedPool::new(open, latency);
-    let mut member_delays = std::collections::HashMap::new();
-    let mut member_drives = std::collections::HashMap::new();
-    let mut volumes = Vec::new();
-    for v in &host.pool().volumes {
-        let (members, blank) = host.open_volume(v, args.read_only)?;
-        let all: Vec<String> = members
-            .iter()
-            .chain(&blank)
-            .map(|m| m.describe().to_string())
-            .collect();
-        host.places(v, &all, &mut member_drives, &mut member_delays);
-        let names = &all[..members.len()];
-        // A blank subdisk (its drive replaced) stands for a missing one:
-        // it becomes the volume's spare and is rebuilt.
-        let given = crate::partial::Given::Named(names);
-        let checked = assemble_devices(members)
-            .map_err(CliError::from)
-            .and_then(|vol| {
-                crate::partial::check(&vol.assembly, given, blank.len(), args.run).map(|_| vol)
-            });
-        match checked {
-            Ok(vol) => volumes.push((vol, blank)),
-            Err(e) if args.run && missing => {
-                tracing::warn!(volume = %v.name, error = %e.0, "not served: it cannot be assembled without the missing drives");
-            }
-            Err(e) => {
-                return Err(CliError(format!(
-                    "volume {} of pool {pool}: {}",
-                    v.name, e.0
-                )))
-            }
-        }
-    }
+    let (volumes, member_delays, member_drives) = pool_volumes(&host, &args, missing)?;
     // A pool with no volume yet is served, to make them through the
     // server; one whose volumes all failed to assemble is not.
     if volumes.is_empty() && !host.pool().volumes.is_empty() {
@@ -491,6 +459,54 @@ fn serve_pool(
         }
     })
     .map_err(|e| CliError(e.to_string()))
+}
+
+type StartingVolumes = Vec<(platter_io::assembly::OpenVolume, Vec<Arc<dyn Member>>)>;
+type ByMember<T> = std::collections::HashMap<String, T>;
+
+/// Every volume of the served pool assembled from its subdisks, with the
+/// latency and the drive of each subdisk. A volume with subdisks on
+/// missing drives needs --run, as a volume with missing members does; one
+/// that cannot serve at all is then left out, said why.
+fn pool_volumes(
+    host: &crate::pool::host::ServedPool,
+    args: &ServeArgs,
+    missing: bool,
+) -> Result<(StartingVolumes, ByMember<Delay>, ByMember<String>)> {
+    let pool = host.pool();
+    let (mut member_delays, mut member_drives) = (ByMember::new(), ByMember::new());
+    let mut volumes = Vec::new();
+    for v in &pool.volumes {
+        let (members, blank) = host.open_volume(v, args.read_only)?;
+        let all: Vec<String> = members
+            .iter()
+            .chain(&blank)
+            .map(|m| m.describe().to_string())
+            .collect();
+        host.places(v, &all, &mut member_drives, &mut member_delays);
+        let names = &all[..members.len()];
+        // A blank subdisk (its drive replaced) stands for a missing one:
+        // it becomes the volume's spare and is rebuilt.
+        let given = crate::partial::Given::Named(names);
+        let checked = assemble_devices(members)
+            .map_err(CliError::from)
+            .and_then(|vol| {
+                crate::partial::check(&vol.assembly, given, blank.len(), args.run).map(|_| vol)
+            });
+        match checked {
+            Ok(vol) => volumes.push((vol, blank)),
+            Err(e) if args.run && missing => {
+                tracing::warn!(volume = %v.name, error = %e.0, "not served: it cannot be assembled without the missing drives");
+            }
+            Err(e) => {
+                return Err(CliError(format!(
+                    "volume {} of pool {}: {}",
+                    v.name, pool.name, e.0
+                )))
+            }
+        }
+    }
+    Ok((volumes, member_delays, member_drives))
 }
 
 /// `serve --pool --inject DRIVE=SPEC`: faults wrap the drive, so that

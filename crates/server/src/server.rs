@@ -288,11 +288,7 @@ pub fn serve_pool(
         "a server serves a volume"
     );
     let server_tls = server_tls(&config)?;
-    let mut starting = Vec::new();
-    for (volume, spares) in volumes {
-        starting.push(start_volume(volume, spares, &config)?);
-    }
-    check_export_names(&starting)?;
+    let starting = start_volumes(volumes, &config)?;
     let first = starting.first().map_or("", |s| s.export.name.as_str());
     let bound = listen::bind(&config, first)?;
     let control_path = bound
@@ -316,18 +312,15 @@ pub fn serve_pool(
         (pool_name.clone(), control_path.clone()),
     );
     let ours = bound.ours.clone();
+    // An empty pool's server is listed by the pool's name.
     let listed_as = match (&pool_name, ready.export_name.as_str()) {
         (Some(pool), "") => pool.as_str(),
         _ => ready.export_name.as_str(),
     };
     let registration = register(&config, bound.control_path.as_deref(), listed_as);
     let pool = host.map(|host| {
-        Arc::new(crate::manage::pool::PoolServer::new(
-            config.clone(),
-            control_path.clone(),
-            Arc::clone(&served),
-            host,
-        ))
+        let parts = (config.clone(), control_path.clone(), Arc::clone(&served));
+        Arc::new(crate::manage::pool::PoolServer::new(parts, host))
     });
     let threads = Threads::start(bound, &config, &shared, &conns, pool, &stop);
     if config.stdio {
@@ -348,6 +341,20 @@ pub fn serve_pool(
         signals,
     };
     shut_down(own, &served, &conns)
+}
+
+/// Every volume's members opened and its engine made, their export
+/// names apart.
+fn start_volumes(
+    volumes: Vec<(OpenVolume, Vec<Arc<dyn platter_io::Member>>)>,
+    config: &ServeConfig,
+) -> Result<Vec<Starting>, ServeError> {
+    let mut starting = Vec::new();
+    for (volume, spares) in volumes {
+        starting.push(start_volume(volume, spares, config)?);
+    }
+    check_export_names(&starting)?;
+    Ok(starting)
 }
 
 /// A volume's members opened, its export and its engine.

@@ -82,10 +82,10 @@ pub struct PoolServer {
 }
 
 impl PoolServer {
+    /// The server's configuration, its control socket and its volumes,
+    /// with the pool's host.
     pub(crate) fn new(
-        config: ServeConfig,
-        control_path: Option<String>,
-        volumes: Arc<Volumes>,
+        (config, control_path, volumes): (ServeConfig, Option<String>, Arc<Volumes>),
         host: Arc<dyn PoolHost>,
     ) -> PoolServer {
         PoolServer {
