@@ -1222,6 +1222,14 @@ fn volumes_change_while_the_pool_is_served() {
             vec!["pool", "replace-drive", "tank", "d9", "/nonexistent/x"],
             "has no drive d9",
         ),
+        (
+            vec!["pool", "add-drive", "tank", "--drive", "d0=/nonexistent/x"],
+            "has a drive d0 already",
+        ),
+        (
+            vec!["pool", "add-drive", "tank", "--drive", "/nonexistent/x"],
+            "/nonexistent/x",
+        ),
     ] {
         let mut args = args.clone();
         args.extend(["--control", &ctl]);
@@ -1237,6 +1245,46 @@ fn volumes_change_while_the_pool_is_served() {
         "--force goes with --control",
     );
     assert!(pool_areas(&drives) == before, "a refused change wrote");
+
+    // A drive added through the server takes the next volume.
+    let d4 = d.join("d4").display().to_string();
+    let out = ok(
+        &[
+            "pool",
+            "add-drive",
+            "tank",
+            "--drive",
+            &d4,
+            "--drive-size",
+            "64M",
+            "--control",
+            &ctl,
+        ],
+        "pool add-drive --control",
+    );
+    assert!(out.stdout.contains("5 drives"), "{}", out.stdout);
+    ok(
+        &[
+            "volume",
+            "create",
+            "tank",
+            "on4",
+            "--level",
+            "concat",
+            "--size",
+            "8M",
+            "--drives",
+            "d4",
+            "--control",
+            &ctl,
+        ],
+        "volume create on the added drive",
+    );
+    fio_all(&t, &s, &[("on4", 8 * MIB)], false);
+    ok(
+        &["volume", "remove", "tank", "on4", "--control", &ctl],
+        "volume remove on4",
+    );
 
     // The remove: refused with a client, then forced.
     let mut holder = hold_connection(&t, &uri(&s, "m"));

@@ -102,8 +102,8 @@ pub fn open_pool(name: Option<&str>, paths: &[String], opts: OpenOptions) -> Res
         let m = open_member(device, opts).map_err(|e| {
             CliError(format!(
                 "{device} (drive {drive_name} of pool {}): {e}; is the pool being served? \
-                 Then volume create, extend and remove and pool replace-drive go through its \
-                 server (--control PATH); the other changes wait until it stops",
+                 Then volume create, extend and remove and pool add-drive and replace-drive go \
+                 through its server (--control PATH); the other changes wait until it stops",
                 gathered.pool.name
             ))
         })?;
@@ -162,16 +162,46 @@ impl OpenPool {
     }
 
     /// Puts a drive opened by the caller in place `d` (a missing drive's
-    /// replacement); its slot 0 is written first.
+    /// replacement); its slot 0 is written first. It is present from now
+    /// on, to the changes that follow (a server's).
     pub fn put(&mut self, d: usize, m: Arc<dyn Member>) {
         self.drives[d] = Some(m);
         self.next_slots[d] = 0;
+        let name = self.gathered.pool.drives[d].name.clone();
+        self.gathered.missing.retain(|x| *x != name);
+        self.gathered.present.retain(|(_, x)| *x != name);
+        self.gathered.present.push((d, name));
     }
 
-    /// Adds a drive opened by the caller; its slot 0 is written first.
-    pub fn add(&mut self, m: Arc<dyn Member>) {
+    /// Forgets the drives added after the first `keep` (a change that
+    /// failed before its configuration named them).
+    pub fn forget_added(&mut self, keep: usize) {
+        assert!(
+            keep >= self.gathered.pool.drives.len(),
+            "only drives not yet recorded"
+        );
+        self.drives.truncate(keep);
+        self.next_slots.truncate(keep);
+        let names: Vec<&str> = self
+            .gathered
+            .pool
+            .drives
+            .iter()
+            .map(|d| d.name.as_str())
+            .collect();
+        self.gathered
+            .present
+            .retain(|(_, n)| names.contains(&n.as_str()));
+    }
+
+    /// Adds drive `name`, opened by the caller; its slot 0 is written
+    /// first. It is present from now on.
+    pub fn add(&mut self, name: &str, m: Arc<dyn Member>) {
         self.drives.push(Some(m));
         self.next_slots.push(0);
+        self.gathered
+            .present
+            .push((self.drives.len() - 1, name.to_string()));
     }
 
     /// Volume `name`'s subdisks as members, in slot order; a subdisk on a

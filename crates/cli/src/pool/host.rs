@@ -16,7 +16,9 @@ use platter_server::{Extended, NewSubdisks, NewVolume, PoolHost};
 use serde_json::Value;
 
 use super::drives::{subdisk_window, subdisk_windows, OpenPool};
-use super::make::{create_in, drive_index, remove_in, replace_in, NewDrives, VolumeCreateArgs};
+use super::make::{
+    add_in, create_in, drive_index, remove_in, replace_in, NewDrives, VolumeCreateArgs,
+};
 use crate::error::{CliError, Result};
 
 type Members = Vec<Arc<dyn Member>>;
@@ -219,6 +221,31 @@ impl ServedPool {
         Ok(out)
     }
 
+    /// `pool add-drive`'s writes, for the drives `req["drives"]` names.
+    fn add_to_pool(&self, req: &Value) -> Result<Value> {
+        let specs: Vec<String> = req
+            .get("drives")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default();
+        if specs.is_empty() {
+            return Err(CliError("missing \"drives\"".into()));
+        }
+        let taking = NewDrives::new(
+            req.get("size_bytes").and_then(Value::as_u64),
+            req.get("force").and_then(Value::as_bool).unwrap_or(false),
+        );
+        let mut state = self.lock();
+        add_in(&mut state.open, &specs, &taking)?;
+        let pool = state.open.pool();
+        Ok(serde_json::json!({ "drives": pool.drives.len(), "generation": pool.generation }))
+    }
+
     fn remove_volume(&self, name: &str) -> Result<()> {
         let mut state = self.lock();
         remove_in(&mut state.open, name)?;
@@ -247,6 +274,10 @@ impl PoolHost for ServedPool {
 
     fn remove(&self, name: &str) -> std::result::Result<(), String> {
         self.remove_volume(name).map_err(|e| e.0)
+    }
+
+    fn add_drives(&self, req: &Value) -> std::result::Result<Value, String> {
+        self.add_to_pool(req).map_err(|e| e.0)
     }
 
     fn drive_users(&self, drive: &str) -> std::result::Result<Vec<(String, u32)>, String> {

@@ -76,6 +76,8 @@ pub struct AddDriveArgs {
     taking: NewDrives,
     #[command(flatten)]
     devices: DeviceArgs,
+    #[command(flatten)]
+    control: ControlArgs,
 }
 
 #[derive(Args)]
@@ -452,21 +454,25 @@ fn spec_of(v: &PoolVolume, plex: &Plex) -> ArraySpec {
 }
 
 pub fn add_drive(args: AddDriveArgs) -> Result<()> {
-    let mut open = open_pool(Some(&args.pool), &args.devices.devices, writable())?;
-    let mut pool = open.pool().clone();
-    for spec in &args.new {
-        let (name, device) = drive_spec(spec, pool.drives.len());
-        let m = open_new_drive(&device, &args.taking)?;
-        pool.drives.push(Drive {
-            name,
-            uuid: random_uuid(),
-            size_bytes: m.size_bytes(),
-            device,
+    if let Some(control) = &args.control.control {
+        let req = json!({
+            "cmd": "pool-add-drive",
+            "pool": args.pool,
+            "drives": args.new,
+            "size_bytes": args.taking.drive_size,
+            "force": args.taking.force,
         });
-        m.write_at(area::slot_offset_bytes(1), &[0u8; HEADER_BYTES])?;
-        open.add(m);
+        let done = crate::control::ask(control, req)?;
+        outln!(
+            "pool {}: {} drives (generation {}), through its server",
+            args.pool,
+            done["drives"],
+            done["generation"]
+        );
+        return Ok(());
     }
-    open.write(pool)?;
+    let mut open = open_pool(Some(&args.pool), &args.devices.devices, writable())?;
+    add_in(&mut open, &args.new, &args.taking)?;
     outln!(
         "pool {}: {} drives (generation {})",
         open.pool().name,
@@ -474,6 +480,46 @@ pub fn add_drive(args: AddDriveArgs) -> Result<()> {
         open.pool().generation
     );
     Ok(())
+}
+
+/// Adds the drives `specs` name ([NAME=]DEVICE) to the open pool: each
+/// opened (created when `taking` says a size) and its second slot
+/// blanked, then the next configuration, which names them, written to
+/// every drive.
+pub(super) fn add_in(open: &mut OpenPool, specs: &[String], taking: &NewDrives) -> Result<()> {
+    let mut pool = open.pool().clone();
+    // Every new drive opened before any joins: one that cannot be leaves
+    // the open pool as it was.
+    let mut opened = Vec::new();
+    for spec in specs {
+        let (name, device) = drive_spec(spec, pool.drives.len() + opened.len());
+        if pool.drive(&name).is_some() || opened.iter().any(|(n, _, _)| *n == name) {
+            return Err(CliError(format!(
+                "pool {} has a drive {name} already",
+                pool.name
+            )));
+        }
+        let m = open_new_drive(&device, taking)?;
+        opened.push((name, device, m));
+    }
+    let keep = open.drives.len();
+    let joined = (|| {
+        for (name, device, m) in opened {
+            m.write_at(area::slot_offset_bytes(1), &[0u8; HEADER_BYTES])?;
+            open.add(&name, Arc::clone(&m));
+            pool.drives.push(Drive {
+                name,
+                uuid: random_uuid(),
+                size_bytes: m.size_bytes(),
+                device,
+            });
+        }
+        open.write(pool)
+    })();
+    if joined.is_err() {
+        open.forget_added(keep);
+    }
+    joined
 }
 
 pub fn volume_create(args: VolumeCreateArgs) -> Result<()> {

@@ -26,7 +26,8 @@ pub enum PoolCommand {
     /// also the volumes a configuration file describes (`printconfig`'s
     /// output).
     Create(make::PoolCreateArgs),
-    /// Add drives to a pool.
+    /// Add drives to a pool (through its server with --control, while it
+    /// serves).
     AddDrive(make::AddDriveArgs),
     /// Put a new device in the place of a drive that is gone: its
     /// subdisks are laid out there again, blank, and each volume rebuilds

@@ -280,7 +280,9 @@ pub struct Seen {
 pub struct Gathered {
     /// The newest valid configuration on the devices present.
     pub pool: Pool,
-    /// The drives found: (index in the devices given, drive name).
+    /// The drives found: (index in the devices given, drive name); a
+    /// drive put in or added since by the same command or server: (its
+    /// place in the pool's drives, name).
     pub present: Vec<(usize, String)>,
     /// Drives whose newest configuration is older than the pool's: (drive
     /// name, their generation). Their data is theirs still; the next change

@@ -40,6 +40,10 @@ pub trait PoolHost: Send + Sync {
     /// Takes volume `name` out of the configuration, then erases its
     /// subdisks' labels; its server has stopped it.
     fn remove(&self, name: &str) -> Result<(), String>;
+    /// Adds the drives `req["drives"]` names to the pool, as `pool
+    /// add-drive` does; returns what the pool is then (`drives`,
+    /// `generation`).
+    fn add_drives(&self, req: &Value) -> Result<Value, String>;
     /// The volumes with a subdisk on drive `drive`, and its slot in each.
     fn drive_users(&self, drive: &str) -> Result<Vec<(String, u32)>, String>;
     /// Puts device `req["device"]` in drive `req["drive"]`'s place, as
@@ -118,6 +122,11 @@ impl PoolServer {
         }
         if cmd == "pool-replace-drive" {
             return self.replace_drive(req);
+        }
+        if cmd == "pool-add-drive" {
+            let added = self.host.add_drives(req)?;
+            tracing::info!(drives = %added["drives"], "drives added to the pool");
+            return Ok(added);
         }
         let name = req
             .get("name")
