@@ -1469,7 +1469,7 @@ const POOL_KILLS: u64 = 12;
 /// The pool's server killed with SIGKILL at a seeded moment of a change
 /// it makes: an extend of raid5 `r` (every byte fio wrote on it checked
 /// after), a create of a raid10, a remove of one, or a drive replaced
-/// under `r` and its rebuild. After each kill the pool lists, the next server serves every
+/// under every volume with a subdisk there, and their rebuilds. After each kill the pool lists, the next server serves every
 /// volume its configuration gives, `r` is its old size or its new one
 /// with its data in place, a rebuild cut off finishes, and each redundant
 /// volume's parity and copies agree.
@@ -1506,6 +1506,7 @@ fn pool_server_killed_mid_change_keeps_every_volume() {
         let delay = std::time::Duration::from_millis(rng.below(120));
         let was = sizes(&list_json(&dev));
         let story = kill_mid_change(dir.path(), &dev, seed, delay);
+        println!("{story}");
         let pool = list_json(&dev);
         let volumes = sizes(&pool);
         if seed % 4 != 2 {
@@ -1531,6 +1532,25 @@ fn pool_server_killed_mid_change_keeps_every_volume() {
          as changed",
         before_after[0], before_after[1]
     );
+}
+
+/// Fails, through the server at `ctl`, every volume's subdisk on `drive`;
+/// returns how many volumes had one.
+fn fail_on_drive(ctl: &str, dev: &str, drive: &str) -> usize {
+    let mut failed = 0;
+    for v in list_json(dev)["volumes"].as_array().unwrap() {
+        let name = v["name"].as_str().unwrap();
+        let subdisks = v["plexes"][0]["subdisks"].as_array().unwrap();
+        for (slot, sd) in subdisks.iter().enumerate() {
+            if sd["drive"] == drive {
+                let slot = slot.to_string();
+                let args = ["fail", "--volume", name, &slot, "--control", ctl];
+                ok(&args, &format!("fail {name}'s subdisk on {drive}"));
+                failed += 1;
+            }
+        }
+    }
+    failed
 }
 
 /// Starts change `seed % 4` through a fresh server, kills the server
@@ -1583,8 +1603,6 @@ fn kill_mid_change(dir: &Path, dev: &str, seed: u64, delay: std::time::Duration)
                 "raid10",
                 "--size",
                 "2M",
-                "--drives",
-                "d0,d2,d3",
                 "--control",
                 &ctl,
             ];
@@ -1595,10 +1613,8 @@ fn kill_mid_change(dir: &Path, dev: &str, seed: u64, delay: std::time::Duration)
             format!("seed {seed}: {name} created, killed after {delay:?}")
         }
         _ => {
-            ok(
-                &["fail", "--volume", "r", "1", "--control", &ctl],
-                "fail r's member 1",
-            );
+            // Every volume's subdisk on d1 failed: each rebuilds.
+            let rebuilding = fail_on_drive(&ctl, dev, "d1");
             let new = Path::new(dev).join(format!("d1-{seed}"));
             let new = new.to_str().unwrap();
             let args = [
@@ -1629,7 +1645,9 @@ fn kill_mid_change(dir: &Path, dev: &str, seed: u64, delay: std::time::Duration)
                     std::fs::remove_file(&f).unwrap();
                 }
             }
-            format!("seed {seed}: d1 replaced, r rebuilding, killed after {delay:?}")
+            format!(
+                "seed {seed}: d1 replaced, {rebuilding} volumes rebuilding, killed after {delay:?}"
+            )
         }
     };
     story
