@@ -207,6 +207,10 @@ fn work(s: &mut String, v: &Value) {
         );
     }
     recording(s, &v["recording"]);
+    // Live only: the connections on the volume now.
+    if let Some(n) = v["clients"].as_u64() {
+        let _ = writeln!(s, "  Clients:    {n} connected");
+    }
 }
 
 fn reshape(s: &mut String, r: &Value, size: &Value, limit: impl Fn(&Value) -> String) {

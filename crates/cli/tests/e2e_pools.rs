@@ -1289,6 +1289,15 @@ fn volumes_change_while_the_pool_is_served() {
     // The remove: refused with a client, then forced.
     let mut holder = hold_connection(&t, &uri(&s, "m"));
     wait_for_client(&s, "m");
+    let text = ok(
+        &["status", "--volume", "m", "--control", &ctl],
+        "status of m",
+    );
+    assert!(
+        text.stdout.contains("Clients:    1 connected"),
+        "{}",
+        text.stdout
+    );
     refused(
         &["volume", "remove", "tank", "m", "--control", &ctl],
         "client(s) connected",
