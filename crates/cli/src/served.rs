@@ -40,6 +40,8 @@ pub struct Listing {
     pub volumes: Vec<(PathBuf, Value)>,
     /// Sockets that accepted a connection and gave no status, with why.
     pub not_answering: Vec<(PathBuf, String)>,
+    /// Pools' servers that serve no volume yet, by control socket.
+    pub no_volume_yet: Vec<PathBuf>,
 }
 
 /// Asks every control socket in `run_dir` for its status. A link whose
@@ -57,6 +59,7 @@ pub fn gather(run_dir: &Path) -> Result<Listing> {
         run_dir: run_dir.to_path_buf(),
         volumes: Vec::new(),
         not_answering: Vec::new(),
+        no_volume_yet: Vec::new(),
     };
     let mut seen = std::collections::HashSet::new();
     for entry in entries {
@@ -86,8 +89,12 @@ pub fn gather(run_dir: &Path) -> Result<Listing> {
                 continue;
             }
         };
-        // A pool's server answers for each of its volumes.
+        // A pool's server answers for each of its volumes, if it has any.
         let asks: Vec<Value> = match names {
+            Some(names) if names.is_empty() => {
+                listing.no_volume_yet.push(socket.clone());
+                Vec::new()
+            }
             Some(names) if names.len() > 1 => names
                 .into_iter()
                 .map(|n| json!({ "cmd": "status", "volume": n }))
@@ -191,11 +198,23 @@ pub fn print(listing: &Listing, json_out: bool) {
             .map(|(c, why)| json!({ "control": c, "error": why }))
             .collect();
         let all = json!({ "run_dir": listing.run_dir, "volumes": rows,
-                          "not_answering": not_answering });
+                          "not_answering": not_answering,
+                          "no_volume_yet": listing.no_volume_yet });
         outln!(
             "{}",
             serde_json::to_string_pretty(&all).expect("JSON of plain data")
         );
+        return;
+    }
+    for control in &listing.no_volume_yet {
+        outln!(
+            "a pool's server with no volume yet: {} (`platter volume create POOL NAME --level \
+             LEVEL --size SIZE --control {}`)",
+            control.display(),
+            control.display()
+        );
+    }
+    if rows.is_empty() && !listing.no_volume_yet.is_empty() {
         return;
     }
     if rows.is_empty() {

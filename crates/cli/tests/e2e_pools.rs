@@ -1702,6 +1702,17 @@ fn a_pool_with_no_volume_is_served_and_takes_its_first_through_the_server() {
         "{banner}"
     );
     assert!(banner.contains(&format!("--control {ctl}")), "{banner}");
+    // The host's list names it; a volume command says there is none yet.
+    let host: Value = serde_json::from_str(&ok(&["status", "--json"], "status").stdout).unwrap();
+    let empty = host["no_volume_yet"].as_array().unwrap();
+    assert!(
+        empty.iter().any(|c| c.as_str() == Some(ctl.as_str())),
+        "{host}"
+    );
+    refused(
+        &["status", "--control", &ctl],
+        "serves no volume yet: make one with `platter volume create tank",
+    );
     let out = ok(
         &[
             "volume",

@@ -840,6 +840,14 @@ fn answer(control: &Control, req: &Value) -> Result<Value, String> {
             &managers[at]
         }
         (None, [only]) => only,
+        (None, []) => {
+            let pool = control.pool.as_ref().map(|p| p.pool_name());
+            return Err(format!(
+                "this server serves no volume yet: make one with `platter volume create {} \
+                 NAME --level LEVEL --size SIZE --control PATH`",
+                pool.as_deref().unwrap_or("POOL")
+            ));
+        }
         (None, _) => {
             return Err(format!(
                 "this server serves {} volumes ({}): name one with --volume",

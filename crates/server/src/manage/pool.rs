@@ -101,6 +101,11 @@ impl PoolServer {
         }
     }
 
+    /// The pool's name.
+    pub(crate) fn pool_name(&self) -> String {
+        self.host.pool_name()
+    }
+
     /// Waits for a change under way; none starts after.
     pub(crate) fn close(&self) {
         *self.closed.lock().expect("pool changes") = true;
