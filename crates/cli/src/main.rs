@@ -19,6 +19,7 @@ mod scan;
 mod serve;
 mod served;
 mod sim;
+mod simpool;
 mod stats;
 mod status;
 mod status_text;

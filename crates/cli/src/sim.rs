@@ -50,6 +50,14 @@ Example: platter sim iolog --workload raidtest:p=4,n=500 --size 192M --out /tmp/
     /// Measure a hard disk (or a modelled drive) and write a drive model
     /// the simulator loads (DiskSim parameters).
     Calibrate(crate::calibrate::CalibrateArgs),
+    /// Run a pool's volumes on modelled drives, each with its own load,
+    /// alone and then all at once, and say how much slower each is for
+    /// the others (their subdisks share the drives' heads).
+    #[command(
+        after_help = "Example: platter printconfig tank /dev/disk/by-id > tank.conf; \
+platter sim pool tank.conf --workload db=raidtest:p=8,n=2000 --workload bulk=dd:total=256M,qd=2"
+    )]
+    Pool(crate::simpool::PoolSimArgs),
 }
 
 #[derive(Args)]
@@ -98,6 +106,7 @@ pub fn run(c: SimCommand) -> Result<()> {
         SimCommand::Validate(a) => run_validate(a),
         SimCommand::Iolog(a) => run_iolog(a),
         SimCommand::Calibrate(a) => crate::calibrate::run(a),
+        SimCommand::Pool(a) => crate::simpool::run(a),
     }
 }
 

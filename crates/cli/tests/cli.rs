@@ -783,6 +783,101 @@ fn sweep_beside_says_what_a_second_volume_on_the_drives_costs() {
     assert_refused(&out, "LEVEL:INTERLEAVE:WORKLOAD");
 }
 
+/// `sim pool`: a pool's configuration (printconfig's) on modelled drives,
+/// each volume with its own load: both run slower together than alone,
+/// the same seed gives the same numbers, and bad input is refused.
+#[test]
+fn sim_pool_says_what_volumes_on_the_same_drives_cost_each_other() {
+    let dir = temp_dir();
+    let d = dir.path().join("d");
+    fs::create_dir(&d).unwrap();
+    let drives: Vec<String> = (0..4)
+        .map(|i| d.join(format!("d{i}")).display().to_string())
+        .collect();
+    let mut args = vec!["pool", "create", "tank", "--drive-size", "8G"];
+    args.extend(drives.iter().map(String::as_str));
+    let ok = |args: &[&str]| {
+        let out = platter(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    ok(&args);
+    let dev = d.display().to_string();
+    ok(&[
+        "volume", "create", "tank", "db", "--level", "raid10", "--size", "2G", &dev,
+    ]);
+    ok(&[
+        "volume",
+        "create",
+        "tank",
+        "bulk",
+        "--level",
+        "raid5",
+        "--interleave",
+        "128k",
+        "--size",
+        "3G",
+        &dev,
+    ]);
+    let conf = dir.path().join("tank.conf");
+    fs::write(&conf, ok(&["printconfig", "tank", &dev])).unwrap();
+    let conf = conf.to_str().unwrap();
+    let run = || {
+        ok(&[
+            "sim",
+            "pool",
+            conf,
+            "--workload",
+            "db=raidtest:p=4,n=300,read=70",
+            "--workload",
+            "bulk=dd:total=32M,qd=2",
+            "--json",
+        ])
+    };
+    let text = run();
+    assert_eq!(text, run(), "the same seed gives the same numbers");
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    for v in &lines {
+        let (alone, together) = (&v["alone"], &v["together"]);
+        let slower = together["mean_latency_ms"].as_f64().unwrap()
+            / alone["mean_latency_ms"].as_f64().unwrap();
+        assert!(slower > 1.05, "{v}");
+        assert!(
+            together["mb_per_s"].as_f64() < alone["mb_per_s"].as_f64(),
+            "{v}"
+        );
+    }
+    let refused = |args: &[&str], says: &str| assert_refused(&platter(args), says);
+    refused(
+        &["sim", "pool", conf, "--workload", "db"],
+        "expected VOLUME=WORKLOAD",
+    );
+    refused(
+        &["sim", "pool", conf, "--workload", "nosuch=dd"],
+        "pool tank has no volume nosuch",
+    );
+    refused(
+        &[
+            "sim",
+            "pool",
+            conf,
+            "--drive",
+            "simple",
+            "--workload",
+            "db=dd",
+        ],
+        "not simple",
+    );
+}
+
 #[test]
 fn sweep_simple_members_model_a_served_volume() {
     // The members `serve --inject mN=latency=2ms` makes, behind a link:

@@ -297,3 +297,73 @@ mod tests {
         assert_eq!(go(), go());
     }
 }
+
+/// One volume of a pool for [`run_pool`]: its layout, where its members
+/// lie on the pool's drives, and its load.
+#[derive(Clone, Debug)]
+pub struct VolumeRun {
+    pub name: String,
+    pub geometry: platter_core::geometry::GeometrySpec,
+    pub windows: Vec<Window>,
+    pub workload: crate::workload::WorkloadSpec,
+}
+
+/// What a volume of a pool did alone on its drives, and with every other
+/// loaded volume running at once.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Contention {
+    pub name: String,
+    pub alone: BenchReport,
+    pub together: BenchReport,
+}
+
+/// Each volume's seed: the run's, mixed with its name (not its place in
+/// the list), so that it issues the same requests alone and together.
+fn volume_seed(seed: u64, name: &str) -> u64 {
+    let named = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    crate::rng::mix64(seed ^ named)
+}
+
+/// Runs every volume alone on fresh drives (`drives` makes them), then
+/// all of them at once on one set: what each costs the others.
+pub fn run_pool(
+    drives: &dyn Fn() -> Box<dyn ServiceModel>,
+    volumes: &[VolumeRun],
+    seed: u64,
+) -> Result<Vec<Contention>, String> {
+    if volumes.len() as u64 > VOLUMES_MAX {
+        return Err(format!("at most {VOLUMES_MAX} volumes run at once"));
+    }
+    let bench = |v: &VolumeRun, shared: &SharedDrives, i: u32| -> Result<Bench, String> {
+        let size = platter_core::geometry::Geometry::new(v.geometry.clone())
+            .map_err(|e| format!("volume {}: {e}", v.name))?
+            .volume_size_bytes();
+        let seed = volume_seed(seed, &v.name);
+        let gen = v.workload.build(size, seed);
+        let service = shared.volume(i, v.windows.clone());
+        Bench::new(v.geometry.clone(), Default::default(), service, gen, seed)
+            .map_err(|e| format!("volume {}: {e}", v.name))
+    };
+    let mut alone = Vec::new();
+    for v in volumes {
+        let shared = SharedDrives::new(drives());
+        alone.extend(run_shared(vec![bench(v, &shared, 0)?]));
+    }
+    let shared = SharedDrives::new(drives());
+    let mut all = Vec::new();
+    for (i, v) in volumes.iter().enumerate() {
+        all.push(bench(v, &shared, i as u32)?);
+    }
+    let together = run_shared(all);
+    Ok(volumes
+        .iter()
+        .zip(alone.into_iter().zip(together))
+        .map(|(v, (alone, together))| Contention {
+            name: v.name.clone(),
+            alone,
+            together,
+        })
+        .collect())
+}

@@ -1,0 +1,182 @@
+//! `platter sim pool`: a pool's volumes on modelled drives, each with a
+//! load of its own, alone and all at once: what each costs the others
+//! (vinum's experiment of plexes side by side on the same drives).
+
+use crate::error::{CliError, Result};
+use crate::out::outln;
+use clap::Args;
+use platter_core::geometry::GeometrySpec;
+use platter_core::pool::text::{self, Strictness};
+use platter_core::pool::{Pool, PoolVolume};
+use platter_core::units::SECTOR_BYTES;
+use platter_core::Level;
+use platter_sim::disk::{DiskModel, HostModel};
+use platter_sim::shared::{run_pool, Contention, VolumeRun, Window};
+use platter_sim::sweep::DATA_OFFSET_BYTES;
+use platter_sim::workload::WorkloadSpec;
+use serde_json::json;
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct PoolSimArgs {
+    /// The pool's configuration: what `platter printconfig` prints, or a
+    /// file `pool create --config` takes. Its drives are modelled drives
+    /// (--drive), each subdisk where the configuration puts it.
+    #[arg(value_name = "FILE")]
+    config: PathBuf,
+    /// What every drive of the pool is (as `sweep --drive`: a .parv file,
+    /// a DiskSim validation drive's name, or parametric-7200).
+    #[arg(long, value_name = "DRIVE", default_value = "parametric-7200")]
+    drive: String,
+    /// A volume's load, VOLUME=WORKLOAD (NAME[:key=value,...], as `sweep
+    /// --workload`); repeat for each volume that works. The others stay
+    /// idle.
+    #[arg(long = "workload", value_name = "VOLUME=WORKLOAD", required = true)]
+    workloads: Vec<String>,
+    /// The seed: the same seed gives the same numbers.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print a JSON line per volume instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: PoolSimArgs) -> Result<()> {
+    let text = std::fs::read_to_string(&a.config)
+        .map_err(|e| CliError(format!("{}: {e}", a.config.display())))?;
+    let pool = text::parse(&text, Strictness::Template)
+        .and_then(|p| p.check().map(|()| p))
+        .map_err(|e| CliError(format!("{}: {e}", a.config.display())))?;
+    let Some(spec) = crate::sweep::resolve_drive(&a.drive)? else {
+        return Err(CliError(
+            "sim pool models the heads the volumes share: --drive names a modelled drive, not \
+             simple"
+                .into(),
+        ));
+    };
+    let disk_bytes = spec.layout.blocks * SECTOR_BYTES;
+    let mut runs = Vec::new();
+    for w in &a.workloads {
+        let (name, spec_text) = w.split_once('=').ok_or_else(|| {
+            CliError(format!(
+                "--workload {w}: expected VOLUME=WORKLOAD (db=raidtest:p=8)"
+            ))
+        })?;
+        let v = pool.volume(name).ok_or_else(|| {
+            CliError(format!(
+                "--workload {w}: pool {} has no volume {name}",
+                pool.name
+            ))
+        })?;
+        let workload =
+            WorkloadSpec::parse(spec_text).map_err(|e| format!("--workload {w}: {e}"))?;
+        runs.push(volume_run(&pool, v, workload, disk_bytes)?);
+    }
+    let n = pool.drives.len() as u32;
+    let drives = || -> Box<dyn platter_sim::members::ServiceModel> {
+        Box::new(DiskModel::new(&spec, n, HostModel::default()))
+    };
+    let results = run_pool(&drives, &runs, a.seed).map_err(CliError)?;
+    print(&results, &runs, a.json);
+    Ok(())
+}
+
+/// Volume `v` of `pool` as the simulator runs it: its plex's layout over
+/// its subdisks' windows of the drives (in the pool's drive order).
+fn volume_run(
+    pool: &Pool,
+    v: &PoolVolume,
+    workload: WorkloadSpec,
+    disk_bytes: u64,
+) -> Result<VolumeRun> {
+    let plex = v.plex();
+    let mut windows = Vec::new();
+    for sd in &plex.subdisks {
+        let drive = pool
+            .drives
+            .iter()
+            .position(|d| d.name == sd.drive)
+            .expect("checked pool");
+        if sd.end_bytes() > disk_bytes {
+            return Err(CliError(format!(
+                "volume {}: its subdisk on {} ends at byte {}, past the modelled drive's {}",
+                v.name,
+                sd.drive,
+                sd.end_bytes(),
+                disk_bytes
+            )));
+        }
+        windows.push(Window {
+            drive: drive as u32,
+            offset_bytes: sd.offset_bytes,
+            len_bytes: sd.len_bytes,
+        });
+    }
+    let il = plex.interleave_bytes;
+    let data = |len: u64| len.saturating_sub(DATA_OFFSET_BYTES) / il * il;
+    let member_data_bytes: Vec<u64> = if plex.org == Level::Concat {
+        plex.subdisks.iter().map(|sd| data(sd.len_bytes)).collect()
+    } else {
+        let least = plex
+            .subdisks
+            .iter()
+            .map(|sd| data(sd.len_bytes))
+            .min()
+            .unwrap_or(0);
+        vec![least; plex.subdisks.len()]
+    };
+    Ok(VolumeRun {
+        name: v.name.clone(),
+        geometry: GeometrySpec {
+            level: plex.org,
+            parity_layout: plex.parity_layout,
+            copies: plex.copies,
+            interleave_bytes: il,
+            data_offset_bytes: DATA_OFFSET_BYTES,
+            member_data_bytes,
+        },
+        windows,
+        workload,
+    })
+}
+
+fn print(results: &[Contention], runs: &[VolumeRun], json_out: bool) {
+    let ms = |ns: u64| ns as f64 / 1e6;
+    if json_out {
+        for c in results {
+            outln!(
+                "{}",
+                json!({
+                    "volume": c.name,
+                    "alone": { "mb_per_s": c.alone.mb_per_s(), "mean_latency_ms": ms(c.alone.mean_latency_ns), "p99_latency_ms": ms(c.alone.p99_latency_ns) },
+                    "together": { "mb_per_s": c.together.mb_per_s(), "mean_latency_ms": ms(c.together.mean_latency_ns), "p99_latency_ms": ms(c.together.p99_latency_ns) },
+                })
+            );
+        }
+        return;
+    }
+    outln!(
+        "{:<16} {:<7} {:>10} {:>11} {:>9} {:>14} {:>12} {:>8}",
+        "volume",
+        "level",
+        "interleave",
+        "alone MB/s",
+        "alone ms",
+        "together MB/s",
+        "together ms",
+        "slower"
+    );
+    for (c, r) in results.iter().zip(runs) {
+        outln!(
+            "{:<16} {:<7} {:>10} {:>11.2} {:>9.2} {:>14.2} {:>12.2} {:>7.2}x",
+            c.name,
+            r.geometry.level.to_string(),
+            platter_sim::sweep::format_interleave(r.geometry.interleave_bytes),
+            c.alone.mb_per_s(),
+            ms(c.alone.mean_latency_ns),
+            c.together.mb_per_s(),
+            ms(c.together.mean_latency_ns),
+            c.together.mean_latency_ns as f64 / c.alone.mean_latency_ns.max(1) as f64
+        );
+    }
+}
