@@ -51,10 +51,6 @@ impl Volumes {
         self.all().into_iter().find(|s| s.name() == name)
     }
 
-    pub fn names(&self) -> Vec<String> {
-        self.all().iter().map(|s| s.name().to_string()).collect()
-    }
-
     /// Adds `s`; refused when a volume of its name is served (an export
     /// name must pick one volume).
     pub fn add(&self, s: Arc<Served>) -> Result<(), String> {

@@ -154,7 +154,13 @@ impl OpenPool {
         area::fits(&pool).map_err(CliError)?;
         for (d, m) in self.drives.iter().enumerate() {
             let Some(m) = m else { continue };
-            write_slot(m.as_ref(), &pool, d, self.next_slots[d])?;
+            if let Err(e) = write_slot(m.as_ref(), &pool, d, self.next_slots[d]) {
+                // Drives written before this one hold the generation now:
+                // the next change must not write another at it (two
+                // configurations of one generation do not gather).
+                self.gathered.pool.generation = pool.generation;
+                return Err(e);
+            }
             self.next_slots[d] = 1 - self.next_slots[d];
         }
         self.gathered.pool = pool;

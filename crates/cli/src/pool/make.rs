@@ -234,6 +234,10 @@ pub struct VolumeRemoveArgs {
     control: ControlArgs,
 }
 
+/// The largest volume a pool makes: far beyond any drive, and far enough
+/// below 2^64 that no sum of sizes on the way overflows.
+const MAX_VOLUME_BYTES: u64 = 1 << 60;
+
 fn random_uuid() -> [u8; 16] {
     *uuid::Uuid::new_v4().as_bytes()
 }
@@ -558,6 +562,13 @@ pub fn volume_create(args: VolumeCreateArgs) -> Result<()> {
 /// Makes volume `args.name` in the open pool: placed, labelled, then
 /// given out by the next configuration.
 pub(super) fn create_in(open: &mut OpenPool, args: &VolumeCreateArgs) -> Result<PoolVolume> {
+    if args.size > MAX_VOLUME_BYTES {
+        return Err(CliError(format!(
+            "--size {}: a volume holds at most {}",
+            args.size,
+            format_size(MAX_VOLUME_BYTES)
+        )));
+    }
     if open.pool().volume(&args.name).is_some() {
         return Err(CliError(format!(
             "pool {} already has a volume {}",

@@ -529,6 +529,12 @@ impl Engine {
     }
 
     /// Sets the hook that sees every event (label keeping).
+    /// Drops the event hook (the labels' and alerts'): a volume taken
+    /// out of a server.
+    pub fn clear_event_hook(&self) {
+        *self.on_event.lock().expect("event hook") = None;
+    }
+
     pub fn on_event(&self, hook: EventHook) {
         *self.on_event.lock().expect("event hook") = Some(hook);
     }

@@ -813,8 +813,11 @@ fn serve_one(control: &Control, stream: UnixStream) {
 /// pool's volumes; any other request goes to the volume it names, which
 /// may be left out when there is one.
 fn answer(control: &Control, req: &Value) -> Result<Value, String> {
-    let managers = control.volumes.managers();
-    let names = control.volumes.names();
+    // One look at the list: a volume made or removed meanwhile must not
+    // move a name onto another's manager.
+    let served = control.volumes.all();
+    let managers: Vec<Arc<Manager>> = served.iter().map(|s| Arc::clone(&s.manager)).collect();
+    let names: Vec<String> = served.iter().map(|s| s.name().to_string()).collect();
     match req.get("cmd").and_then(Value::as_str) {
         Some("volumes") => return Ok(json!(names)),
         Some("drives") => return Ok(crate::observe::drives::drives_json(&managers)),
@@ -859,9 +862,9 @@ fn answer(control: &Control, req: &Value) -> Result<Value, String> {
     let mut answer = m.handle(req)?;
     if req.get("cmd").and_then(Value::as_str) == Some("status") {
         // The clients are the connections' to know, not the manager's.
-        let name = m.meta.label().name;
-        let clients = control.volumes.named(&name).map(|s| s.io.client_count());
-        answer["clients"] = json!(clients.unwrap_or(0));
+        let at = managers.iter().position(|x| Arc::ptr_eq(x, m));
+        let clients = at.map_or(0, |i| served[i].io.client_count());
+        answer["clients"] = json!(clients);
     }
     Ok(answer)
 }

@@ -108,11 +108,12 @@ impl PoolServer {
 
     /// Waits for a change under way; none starts after.
     pub(crate) fn close(&self) {
-        *self.closed.lock().expect("pool changes") = true;
+        // A change that panicked leaves the lock poisoned: the stop goes on.
+        *self.closed.lock().unwrap_or_else(|e| e.into_inner()) = true;
     }
 
     pub(crate) fn answer(&self, cmd: &str, req: &Value) -> Result<Value, String> {
-        let closed = self.closed.lock().expect("pool changes");
+        let closed = self.closed.lock().unwrap_or_else(|e| e.into_inner());
         if *closed {
             return Err("the server is stopping".into());
         }
@@ -182,7 +183,9 @@ impl PoolServer {
             return Ok(json!({ "volume": name, "clients_cut": 0 }));
         };
         refuse_with_clients(&served, force)?;
-        let served = self.volumes.take(name).expect("listed above");
+        let Some(served) = self.volumes.take(name) else {
+            return Err(format!("volume {name} was removed meanwhile"));
+        };
         // A client that connected between the look and the take.
         if let Err(e) = refuse_with_clients(&served, force) {
             self.volumes.add(served).expect("its name was free");
@@ -190,7 +193,12 @@ impl PoolServer {
         }
         let clients = served.io.client_count();
         stop_served(&served);
-        self.host.remove(name)?;
+        self.host.remove(name).map_err(|e| {
+            format!(
+                "volume {name} is no longer served, but taking it out of the pool failed: {e}; \
+                 the pool still holds it (the next start serves it; remove it again then)"
+            )
+        })?;
         tracing::info!(volume = %name, clients_cut = clients, "volume removed");
         Ok(json!({ "volume": name, "clients_cut": clients }))
     }
@@ -209,7 +217,14 @@ impl PoolServer {
             let Some(served) = self.volumes.named(&volume) else {
                 continue;
             };
-            if served.manager.engine.health()[slot as usize] == Health::Online {
+            let health = served.manager.engine.health()[slot as usize];
+            if health == Health::Rebuilding {
+                return Err(format!(
+                    "volume {volume} is rebuilding its subdisk on {drive} (member {slot}) \
+                     already: let it finish, or fail it first"
+                ));
+            }
+            if health == Health::Online {
                 return Err(format!(
                     "drive {drive} still serves volume {volume} (its subdisk, member {slot}, \
                      is active): a drive is replaced once it has failed (`platter fail \
@@ -228,9 +243,17 @@ impl PoolServer {
                 continue;
             }
             m.note_drive(member.describe(), drive);
-            match m.replace_slot(slot, member) {
+            match m.replace_slot(slot, Arc::clone(&member)) {
                 Ok(()) => rebuilding.push(volume),
-                Err(e) => failed.push(format!("volume {volume}: {e}")),
+                Err(e) => {
+                    // A spare then: the main loop puts it in the failed
+                    // member's place as soon as it can (one rebuild at a
+                    // time).
+                    m.spares.lock().expect("spares").push(member);
+                    failed.push(format!(
+                        "volume {volume}: {e}; its new subdisk waits as a spare"
+                    ));
+                }
             }
         }
         tracing::info!(drive, ?rebuilding, ?lost, ?failed, "drive replaced");
@@ -255,6 +278,12 @@ impl PoolServer {
         refuse_to_extend(&served, size_bytes)?;
         m.engine.pause();
         let grown = m.engine.empty_paused().and_then(|()| {
+            // Owed since the look above, by a write refused meanwhile.
+            if m.engine.with_volume(|v| v.resync_owed()) {
+                return Err(format!(
+                    "volume {name} owes a resync: extend it once it has run"
+                ));
+            }
             let Extended {
                 label: grown,
                 added,
@@ -286,6 +315,9 @@ impl PoolServer {
 /// A volume stopped for good: no new request, clients cut off, upkeep
 /// ended, its last writes flushed and its labels marked.
 fn stop_served(served: &Served) {
+    // The labels' hook holds the engine: the volume's memory and threads
+    // go once its last connection does.
+    served.manager.engine.clear_event_hook();
     served.manager.stop_reconnecting();
     served.manager.engine.close_to_clients();
     served.io.disconnect_clients();
@@ -322,9 +354,12 @@ fn refuse_to_extend(served: &Served, size_bytes: u64) -> Result<(), String> {
             "volume {name} is being reshaped: let the reshape finish first"
         ));
     }
-    if m.upkeep.resync_progress().is_some() {
+    if m.upkeep.resync_progress().is_some() || m.engine.with_volume(|v| v.resync_owed()) {
+        // The grown volume starts with nothing owed: stripes a crash or a
+        // write refused for space left unsynced would be forgotten.
         return Err(format!(
-            "volume {name} is being resynced: extend it once that is done"
+            "volume {name} owes a resync (a crash, or a write refused for space): extend it \
+             once it has run"
         ));
     }
     if label.checksums.is_some() || label.ppl.is_some() {

@@ -303,3 +303,106 @@ fn a_crash_at_any_write_of_a_concat_taking_a_subdisk_leaves_the_old_size_or_the_
     }
     assert_eq!(sizes.len(), 2, "crashes left the old size and the new");
 }
+
+/// A drive whose writes fail while `failing` is set.
+struct Flaky {
+    inner: Arc<MemoryMember>,
+    failing: std::sync::atomic::AtomicBool,
+}
+
+impl Member for Flaky {
+    fn describe(&self) -> &str {
+        self.inner.describe()
+    }
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn read_at(&self, o: u64, b: &mut [u8]) -> std::result::Result<(), platter_io::MemberError> {
+        self.inner.read_at(o, b)
+    }
+    fn write_at(&self, o: u64, d: &[u8]) -> std::result::Result<(), platter_io::MemberError> {
+        if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(platter_io::MemberError::new(
+                platter_io::error::MemberErrorKind::Gone,
+                "flaky",
+                platter_io::error::Op::Write,
+                o,
+                0,
+            ));
+        }
+        self.inner.write_at(o, d)
+    }
+    fn flush(&self) -> std::result::Result<(), platter_io::MemberError> {
+        Ok(())
+    }
+    fn trim(&self, o: u64, l: u64) -> std::result::Result<(), platter_io::MemberError> {
+        self.inner.trim(o, l)
+    }
+}
+
+/// How it showed (a review of the pool's server): the server keeps one
+/// open pool across requests. A change whose configuration write failed
+/// on d2 left d0 and d1 at generation G+1 while the open pool still said
+/// G; the next change was written at G+1 too, with other content, and
+/// the pool no longer gathered ("a different configuration at the same
+/// generation"). A failed write now uses its generation up.
+#[test]
+fn a_configuration_write_that_failed_part_way_does_not_reuse_its_generation() {
+    let disks = disks();
+    pool_on(&disks);
+    let flaky = Arc::new(Flaky {
+        inner: Arc::clone(&disks[2]),
+        failing: std::sync::atomic::AtomicBool::new(true),
+    });
+    let drives: Vec<Option<Arc<dyn Member>>> = vec![
+        Some(Arc::clone(&disks[0]) as Arc<dyn Member>),
+        Some(Arc::clone(&disks[1]) as Arc<dyn Member>),
+        Some(flaky.clone() as Arc<dyn Member>),
+    ];
+    let mut open = open_over(&disks, drives);
+    assert!(super::super::make::remove_in(&mut open, "c").is_err());
+    flaky
+        .failing
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    super::super::make::remove_in(&mut open, "block").unwrap();
+    let g = super::super::crash_kit::gathered(&disks);
+    assert!(
+        g.is_ok(),
+        "the pool no longer gathers: {}",
+        g.err().unwrap()
+    );
+    let pool = g.unwrap().pool;
+    assert!(pool.volume("block").is_none() && pool.volume("c").is_some());
+}
+
+/// How it showed (a review): `{"cmd": "volume-create", "size_bytes":
+/// 18446744073709486080, ...}` to a pool's server overflowed in the
+/// placement's arithmetic and panicked with the pool's change lock held,
+/// after which every change and the stop panicked too. Sizes near 2^64,
+/// created or extended, are refused now, nothing written.
+#[test]
+fn sizes_near_2_to_the_64_are_refused_not_panicked_on() {
+    let disks = disks();
+    pool_on(&disks);
+    let before: Vec<Vec<u8>> = disks.iter().map(|d| d.snapshot()).collect();
+    let mut open = open_over(&disks, opened(&disks));
+    for level in ["mirror", "concat", "raid5", "raid10"] {
+        for size in [u64::MAX, u64::MAX - 65535, 1 << 62] {
+            let req = serde_json::json!({"cmd": "volume-create", "name": "big", "level": level,
+                "size_bytes": size});
+            let args = super::super::make::VolumeCreateArgs::from_request("tank", &req).unwrap();
+            let e = super::super::make::create_in(&mut open, &args).unwrap_err();
+            assert!(e.0.contains("at most"), "{level} {size}: {}", e.0);
+        }
+    }
+    for name in ["c", "r"] {
+        let label = labels(&disks, name)[0].clone();
+        let v = open.pool().volume(name).unwrap().clone();
+        for size in [u64::MAX, u64::MAX - 4096, u64::MAX - (4 << 20)] {
+            assert!(grow(&mut open, &v, &label, size).is_err(), "{name} {size}");
+        }
+    }
+    for (d, b) in disks.iter().zip(&before) {
+        assert!(d.snapshot() == *b, "a refused change wrote");
+    }
+}
