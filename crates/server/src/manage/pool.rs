@@ -186,12 +186,15 @@ impl PoolServer {
         let Some(served) = self.volumes.take(name) else {
             return Err(format!("volume {name} was removed meanwhile"));
         };
-        // A client that connected between the look and the take.
+        // No client attaches from here on (one whose handshake chose the
+        // volume before is turned away); one that did since the look
+        // above is counted.
+        let clients = served.io.close_to_new_clients();
         if let Err(e) = refuse_with_clients(&served, force) {
+            served.io.reopen_to_clients();
             self.volumes.add(served).expect("its name was free");
             return Err(e);
         }
-        let clients = served.io.client_count();
         stop_served(&served);
         self.host.remove(name).map_err(|e| {
             format!(

@@ -82,6 +82,9 @@ pub struct ExportVolume {
     /// The connections in transmission on this volume, by connection: a
     /// volume removed with `--force` shuts them.
     pub clients: Mutex<std::collections::BTreeMap<u64, Stream>>,
+    /// Set (under the `clients` lock) when the volume is being removed: a
+    /// connection whose handshake chose it before then is turned away.
+    closed: AtomicBool,
 }
 
 impl ExportVolume {
@@ -97,7 +100,34 @@ impl ExportVolume {
             recorder,
             describe,
             clients: Mutex::new(Default::default()),
+            closed: AtomicBool::new(false),
         }
+    }
+
+    /// Takes no more clients; returns how many it has.
+    pub fn close_to_new_clients(&self) -> usize {
+        let clients = self.clients.lock().expect("clients lock");
+        self.closed.store(true, Ordering::SeqCst);
+        clients.len()
+    }
+
+    /// Takes clients again (a remove refused after all).
+    pub fn reopen_to_clients(&self) {
+        let _clients = self.clients.lock().expect("clients lock");
+        self.closed.store(false, Ordering::SeqCst);
+    }
+
+    /// Counts `stream` as a client, unless the volume is being removed.
+    fn attach(&self, id: u64, stream: &Stream) -> io::Result<()> {
+        let mut clients = self.clients.lock().expect("clients lock");
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                "the volume chosen was removed during the handshake",
+            ));
+        }
+        clients.insert(id, stream.try_clone()?);
+        Ok(())
     }
 
     /// How many clients use the volume now.
@@ -349,11 +379,7 @@ fn transmission(
     let session = n.session(export);
     stream.set_read_timeout(Some(READ_TICK))?;
     let id = NEXT_CLIENT.fetch_add(1, Ordering::Relaxed);
-    volume
-        .clients
-        .lock()
-        .expect("clients lock")
-        .insert(id, stream.try_clone()?);
+    volume.attach(id, stream)?;
     let _client = Client {
         volume: &volume,
         id,
