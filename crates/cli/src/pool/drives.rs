@@ -140,6 +140,15 @@ impl OpenPool {
         &self.gathered.pool
     }
 
+    /// The names of the drives present.
+    pub fn present_names(&self) -> Vec<String> {
+        self.gathered
+            .present
+            .iter()
+            .map(|(_, n)| n.clone())
+            .collect()
+    }
+
     /// Writes `pool` (the next generation) to every drive present: each
     /// the slot not holding its newest, then a flush. Drives missing get
     /// it at a later change, when they are back.

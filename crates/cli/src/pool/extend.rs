@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use clap::Args;
 use platter_core::assemble::Assembly;
-use platter_core::geometry::{Geometry, GeometrySpec};
+use platter_core::geometry::Geometry;
 use platter_core::intent::{IntentLayout, INTENT_OFFSET_BYTES};
 use platter_core::label::{Label, SlotEntry, SlotState, VolumeState, LABEL_BYTES};
 use platter_core::pool::alloc::{place_spread, ALIGN_BYTES};
@@ -38,6 +38,7 @@ use super::drives::{self, open_pool, OpenPool};
 use super::{ControlArgs, DeviceArgs};
 use crate::error::{CliError, Result};
 use crate::out::outln;
+use platter_server::manage::pool::spec_of;
 
 #[derive(Args)]
 pub struct VolumeExtendArgs {
@@ -190,12 +191,7 @@ fn add_subdisk(
         .checked_add(extra)
         .ok_or_else(too_large)?
         .next_multiple_of(ALIGN_BYTES);
-    let present: Vec<String> = open
-        .gathered
-        .present
-        .iter()
-        .map(|(_, n)| n.clone())
-        .collect();
+    let present = open.present_names();
     let placed = place_spread(open.pool(), &present, 1, len).map_err(|e| {
         CliError(format!(
             "volume {}: no room after its last subdisk, and {e}",
@@ -386,18 +382,6 @@ fn zero_growth(members: &[Arc<dyn Member>], old: &Label, grown: &Label) -> Resul
         m.flush()?;
     }
     Ok(())
-}
-
-/// The layout a label (not being reshaped) describes.
-fn spec_of(l: &Label) -> GeometrySpec {
-    GeometrySpec {
-        level: l.level,
-        parity_layout: l.parity_layout,
-        copies: l.copies,
-        interleave_bytes: l.interleave_bytes,
-        data_offset_bytes: l.data_offset_bytes,
-        member_data_bytes: l.slots.iter().map(|s| s.data_size_bytes).collect(),
-    }
 }
 
 /// Rewrites the labels of `v`'s subdisks (`members`, by slot) that say

@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use super::drives::{subdisk_window, subdisk_windows, OpenPool};
 use super::make::{
-    add_in, create_in, drive_index, remove_in, replace_in, NewDrives, VolumeCreateArgs,
+    add_in, create_in, drive_index, remove_in, replace_in, strings, NewDrives, VolumeCreateArgs,
 };
 use crate::error::{CliError, Result};
 
@@ -223,16 +223,7 @@ impl ServedPool {
 
     /// `pool add-drive`'s writes, for the drives `req["drives"]` names.
     fn add_to_pool(&self, req: &Value) -> Result<Value> {
-        let specs: Vec<String> = req
-            .get("drives")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_string)
-                    .collect()
-            })
-            .unwrap_or_default();
+        let specs = strings(req, "drives");
         if specs.is_empty() {
             return Err(CliError("missing \"drives\"".into()));
         }

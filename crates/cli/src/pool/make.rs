@@ -200,16 +200,7 @@ impl VolumeCreateArgs {
             layout: text("layout").map(str::to_string),
             copies: small(number("copies").unwrap_or(2))?,
             subdisks: number("subdisks").map(small).transpose()?,
-            drives: req
-                .get("drives")
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_string)
-                        .collect()
-                })
-                .unwrap_or_default(),
+            drives: strings(req, "drives"),
             devices: DeviceArgs {
                 devices: Vec::new(),
             },
@@ -232,6 +223,19 @@ pub struct VolumeRemoveArgs {
     devices: DeviceArgs,
     #[command(flatten)]
     control: ControlArgs,
+}
+
+/// A request's list of strings at `key` (none when absent).
+pub(super) fn strings(req: &Value, key: &str) -> Vec<String> {
+    req.get(key)
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The largest volume a pool makes: far beyond any drive, and far enough
@@ -601,12 +605,7 @@ fn say_missing(open: &OpenPool) {
 /// The drives a new volume may use: those named (each present), or every
 /// drive present.
 fn allowed_drives(open: &OpenPool, named: &[String]) -> Result<Vec<String>> {
-    let present: Vec<String> = open
-        .gathered
-        .present
-        .iter()
-        .map(|(_, n)| n.clone())
-        .collect();
+    let present = open.present_names();
     if named.is_empty() {
         return Ok(present);
     }
@@ -827,17 +826,7 @@ fn replace_served(args: &ReplaceDriveArgs, control: &std::path::PathBuf) -> Resu
         "force": args.taking.force,
     });
     let done = crate::control::ask(control, req)?;
-    let names = |k: &str| -> Vec<String> {
-        done[k]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_string)
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+    let names = |k: &str| strings(&done, k);
     outln!(
         "drive {} of pool {} is now {}; rebuilding: {}",
         args.old,
