@@ -199,19 +199,28 @@ fn an_extend_without_the_room_or_smaller_is_refused_untouched() {
 /// extend again reaches the new size.
 #[test]
 fn a_crash_at_any_write_of_an_extend_leaves_the_old_size_or_the_new() {
+    crash_every_write(pool_on, "r", 16 * MIB, 40);
+}
+
+/// Extends `name` of the pool `make` lays out by `more` bytes, cut at
+/// each of the first `writes` writes at several lengths: after each, the
+/// volume is whole at its old size or the new one, its old bytes in
+/// place, and the extend run again reaches the new size. Both outcomes
+/// must occur.
+fn crash_every_write(make: fn(&[Arc<MemoryMember>]) -> Pool, name: &str, more: u64, writes: usize) {
     let mut sizes = std::collections::BTreeSet::new();
-    for torn_at in 0..40 {
+    for torn_at in 0..writes {
         for keep_bytes in [0, 512, 4096] {
             let disks = disks();
-            pool_on(&disks);
-            let before = labels(&disks, "r");
+            make(&disks);
+            let before = labels(&disks, name);
             let old_size = before[0].volume_size_bytes;
             let cut = crashing(&disks, torn_at, keep_bytes);
             let mut open = open_over(&disks, cut.into_iter().map(Some).collect());
-            let v = open.pool().volume("r").unwrap().clone();
-            let target = old_size + 16 * MIB;
+            let v = open.pool().volume(name).unwrap().clone();
+            let target = old_size + more;
             let done = extend_volume(&mut open, &v, target).is_ok();
-            let size = assert_volume(&disks, "r", &before);
+            let size = assert_volume(&disks, name, &before);
             assert!(
                 size == old_size || size >= target,
                 "write {torn_at} cut at {keep_bytes}: {size}"
@@ -219,11 +228,11 @@ fn a_crash_at_any_write_of_an_extend_leaves_the_old_size_or_the_new() {
             assert!(!done || size >= target);
             sizes.insert(size == old_size);
             let mut open = open_over(&disks, opened(&disks));
-            let v = open.pool().volume("r").unwrap().clone();
+            let v = open.pool().volume(name).unwrap().clone();
             if size == old_size {
                 extend_volume(&mut open, &v, target).unwrap();
             }
-            assert!(assert_volume(&disks, "r", &before) >= target);
+            assert!(assert_volume(&disks, name, &before) >= target);
         }
     }
     assert_eq!(sizes.len(), 2, "crashes left the old size and the new");
@@ -274,34 +283,7 @@ fn a_concat_boxed_in_grows_by_a_new_subdisk() {
 /// the new one, whole and clean, the old bytes in place.
 #[test]
 fn a_crash_at_any_write_of_a_concat_taking_a_subdisk_leaves_the_old_size_or_the_new() {
-    let mut sizes = std::collections::BTreeSet::new();
-    for torn_at in 0..16 {
-        for keep_bytes in [0, 512, 4096] {
-            let disks = disks();
-            boxed_in(&disks);
-            let before = labels(&disks, "c");
-            let old_size = before[0].volume_size_bytes;
-            let cut = crashing(&disks, torn_at, keep_bytes);
-            let mut open = open_over(&disks, cut.into_iter().map(Some).collect());
-            let v = open.pool().volume("c").unwrap().clone();
-            let target = old_size + 10 * MIB;
-            let done = extend_volume(&mut open, &v, target).is_ok();
-            let size = assert_volume(&disks, "c", &before);
-            assert!(
-                size == old_size || size >= target,
-                "write {torn_at} cut at {keep_bytes}: {size}"
-            );
-            assert!(!done || size >= target);
-            sizes.insert(size == old_size);
-            let mut open = open_over(&disks, opened(&disks));
-            let v = open.pool().volume("c").unwrap().clone();
-            if size == old_size {
-                extend_volume(&mut open, &v, target).unwrap();
-            }
-            assert!(assert_volume(&disks, "c", &before) >= target);
-        }
-    }
-    assert_eq!(sizes.len(), 2, "crashes left the old size and the new");
+    crash_every_write(boxed_in, "c", 10 * MIB, 16);
 }
 
 /// A drive whose writes fail while `failing` is set.
