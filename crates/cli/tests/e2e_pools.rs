@@ -309,51 +309,57 @@ fn a_pool_serves_its_volumes_through_one_server_and_a_lost_drive_costs_each_its_
             assert_eq!(sd["state"], want, "{v}");
         }
     }
-    s.stop_expecting_errors("TERM", &["faulty", "Shrunk", "shrank", "smaller", "label"]);
-
-    // A new drive in the lost one's place; the concat, whose data was all
-    // there, is removed. Served again, each redundant volume rebuilds its
-    // subdisk on the new drive, and every byte fio wrote reads back.
-    std::fs::remove_file(&file).unwrap();
-    let scan = run(&mut platter(&["scan", &dev]), CMD_TIMEOUT);
-    assert_eq!(
-        scan.status.code(),
-        Some(4),
-        "a drive missing: {}",
-        scan.describe("scan")
-    );
-    assert!(
-        scan.stdout.contains(&format!("drive {lost:<8} missing")),
-        "{}",
-        scan.stdout
-    );
-    ok(
-        &["volume", "remove", "tank", "scratch", &dev],
-        "volume remove scratch",
-    );
-    let new = Path::new(&dev).join("new");
-    let new = new.to_str().unwrap();
-    ok(
+    // A spare drive added through the server takes the lost subdisk of
+    // each redundant volume at once; both rebuild (slowed to be under way
+    // together), the server is killed, and the next start resumes both.
+    for name in ["db", "bulk"] {
+        let args = [
+            "rebuild-rate",
+            "4M",
+            "--volume",
+            name,
+            "--control",
+            &s.control(),
+        ];
+        ok(&args, "rebuild-rate");
+    }
+    let spare = Path::new(&dev).join("spare");
+    let spare_arg = format!("spare={}", spare.display());
+    let added = ok(
         &[
             "pool",
-            "replace-drive",
+            "add-drive",
             "tank",
-            &lost,
-            new,
+            "--drive",
+            &spare_arg,
+            "--spare",
             "--drive-size",
             "160M",
-            &dev,
+            "--control",
+            &s.control(),
         ],
-        "replace-drive",
+        "pool add-drive --spare",
     );
-    // Both rebuilds slowed to be under way, then the server killed: the
-    // next start resumes them both.
-    let mut slow = serve_pool_with(dir.path(), &dev, &["--rebuild-rate", "4M"]);
     for name in ["db", "bulk"] {
-        wait_rebuilding(&slow, name);
+        let says = format!("volume {name} rebuilds its subdisk");
+        assert!(
+            added.stdout.contains(&says) && added.stdout.contains("on spare (it was on"),
+            "{}",
+            added.stdout
+        );
     }
-    slow.crash();
-    let s = serve_pool(dir.path(), &dev);
+    assert!(
+        added.stderr.contains("scratch"),
+        "the concat is named: {}",
+        added.stderr
+    );
+    for name in ["db", "bulk"] {
+        wait_rebuilding(&s, name);
+    }
+    s.crash();
+    // The lost drive is still gone: the pool is served with --run, the
+    // concat, with nothing left, not at all.
+    let mut s = serve_pool_with(dir.path(), &dev, &["--run"]);
     for name in ["db", "bulk"] {
         wait_rebuilt(&s, name);
     }
@@ -364,7 +370,75 @@ fn a_pool_serves_its_volumes_through_one_server_and_a_lost_drive_costs_each_its_
             &format!("check {name}"),
         );
     }
+    // The lost drive is failed now, the spare up and holding a subdisk of
+    // each; only the concat is left on the lost drive.
     let pool = list_json(&dev);
+    let state = |d: &str| {
+        pool["drives"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["name"] == d)
+            .unwrap()["state"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(state(&lost), "failed, missing", "{pool}");
+    assert_eq!(state("spare"), "up", "{pool}");
+    for v in pool["volumes"].as_array().unwrap() {
+        let on: Vec<&str> = v["plexes"][0]["subdisks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|sd| sd["drive"].as_str().unwrap())
+            .collect();
+        let want = if v["name"] == "scratch" { "down" } else { "up" };
+        assert!(v["state"].as_str().unwrap().starts_with(want), "{v}");
+        assert_eq!(on.contains(&lost.as_str()), v["name"] == "scratch", "{v}");
+    }
+    // The concat, whose data was all on the lost drive, is removed; a new
+    // device in the failed drive's place is up and empty.
+    ok(
+        &[
+            "volume",
+            "remove",
+            "tank",
+            "scratch",
+            "--control",
+            &s.control(),
+        ],
+        "volume remove scratch",
+    );
+    s.stop_expecting_errors("TERM", &["scratch", "missing"]);
+    std::fs::remove_file(&file).unwrap();
+    let new = Path::new(&dev).join("new");
+    let new = new.to_str().unwrap();
+    let args = [
+        "pool",
+        "replace-drive",
+        "tank",
+        &lost,
+        new,
+        "--drive-size",
+        "160M",
+        &dev,
+    ];
+    let replaced = ok(&args, "replace-drive");
+    assert!(
+        replaced.stdout.contains("0 subdisks there"),
+        "{}",
+        replaced.stdout
+    );
+    let pool = list_json(&dev);
+    assert!(
+        pool["drives"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|d| d["state"] == "up"),
+        "{pool}"
+    );
     assert!(
         pool["volumes"]
             .as_array()

@@ -765,6 +765,8 @@ struct Threads {
     metrics: Option<JoinHandle<()>>,
     /// A pool's changes, closed at the stop.
     pool: Option<Arc<crate::manage::pool::PoolServer>>,
+    /// A pool's spares taking failed subdisks (`PoolServer::heal_onto_spares`).
+    heal: Option<JoinHandle<()>>,
 }
 
 impl Threads {
@@ -813,11 +815,16 @@ impl Threads {
                 )
             })
             .collect();
+        let heal = pool.clone().map(|p| {
+            let stop = Arc::clone(stop);
+            spawn("platter-heal", Box::new(move || heal_loop(&p, &stop)))
+        });
         Threads {
             accept,
             control,
             metrics,
             pool,
+            heal,
         }
     }
 
@@ -833,8 +840,28 @@ impl Threads {
         if let Some(t) = self.metrics {
             let _ = t.join();
         }
+        if let Some(t) = self.heal {
+            let _ = t.join();
+        }
         if let Some(p) = self.pool {
             p.close();
+        }
+    }
+}
+
+/// How often a pool's server looks for failed subdisks a spare can take.
+const HEAL_EVERY: Duration = Duration::from_secs(1);
+
+/// The pool's spares take failed subdisks until the server stops.
+fn heal_loop(pool: &crate::manage::pool::PoolServer, stop: &AtomicBool) {
+    let tick = Duration::from_millis(100);
+    let mut waited = Duration::ZERO;
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(tick);
+        waited += tick;
+        if waited >= HEAL_EVERY {
+            waited = Duration::ZERO;
+            pool.heal_onto_spares();
         }
     }
 }

@@ -113,6 +113,7 @@ pub fn empty_pool(drives: u8, drive_bytes: u64) -> Pool {
                 uuid: [i + 1; 16],
                 size_bytes: drive_bytes,
                 device: format!("mem{i}"),
+                state: platter_core::pool::DriveState::Up,
             })
             .collect(),
         volumes: Vec::new(),

@@ -149,9 +149,22 @@ impl OpenPool {
             .collect()
     }
 
+    /// The drives present that new subdisks may go on: not spares, kept
+    /// for failed subdisks, nor failed ones.
+    pub fn placeable_names(&self) -> Vec<String> {
+        let pool = self.pool();
+        self.present_names()
+            .into_iter()
+            .filter(|n| pool.drive(n).is_some_and(|d| d.state.takes_new_subdisks()))
+            .collect()
+    }
+
     /// Writes `pool` (the next generation) to every drive present: each
     /// the slot not holding its newest, then a flush. Drives missing get
-    /// it at a later change, when they are back.
+    /// it at a later change, when they are back. A drive whose write fails
+    /// (it failed under a server) is left out from then on, as a missing
+    /// one, and the change stands on the others; it fails only when no
+    /// drive took it.
     pub fn write(&mut self, mut pool: Pool) -> Result<()> {
         pool.generation = self.gathered.pool.generation + 1;
         for (d, m) in self.drives.iter().enumerate() {
@@ -161,19 +174,44 @@ impl OpenPool {
         }
         pool.check().map_err(CliError)?;
         area::fits(&pool).map_err(CliError)?;
+        let mut failed = Vec::new();
+        let mut landed = 0;
         for (d, m) in self.drives.iter().enumerate() {
             let Some(m) = m else { continue };
-            if let Err(e) = write_slot(m.as_ref(), &pool, d, self.next_slots[d]) {
-                // Drives written before this one hold the generation now:
-                // the next change must not write another at it (two
-                // configurations of one generation do not gather).
-                self.gathered.pool.generation = pool.generation;
-                return Err(e);
+            match write_slot(m.as_ref(), &pool, d, self.next_slots[d]) {
+                Ok(()) => {
+                    landed += 1;
+                    self.next_slots[d] = 1 - self.next_slots[d];
+                }
+                // Its next write goes to the same slot: the other still
+                // holds its newest whole.
+                Err(e) => failed.push((d, e)),
             }
-            self.next_slots[d] = 1 - self.next_slots[d];
+        }
+        if landed == 0 {
+            // A drive whose write failed may hold the generation now: the
+            // next change must not write another at it (two
+            // configurations of one generation do not gather).
+            self.gathered.pool.generation = pool.generation;
+            let (_, e) = failed.into_iter().next().expect("a drive is present");
+            return Err(e);
+        }
+        for (d, e) in failed {
+            tracing::warn!(drive = %pool.drives[d].name, error = %e, "drive failed the configuration's write: left out of the pool's changes until it is found again");
+            self.leave_out(d);
         }
         self.gathered.pool = pool;
         Ok(())
+    }
+
+    /// Drive `d` as if missing: no change writes it again.
+    fn leave_out(&mut self, d: usize) {
+        self.drives[d] = None;
+        let name = self.gathered.pool.drives[d].name.clone();
+        self.gathered.present.retain(|(_, x)| *x != name);
+        if !self.gathered.missing.contains(&name) {
+            self.gathered.missing.push(name);
+        }
     }
 
     /// Puts a drive opened by the caller in place `d` (a missing drive's
@@ -317,6 +355,7 @@ mod tests {
                 uuid: [i + 1; 16],
                 size_bytes: 8 << 20,
                 device: format!("mem{i}"),
+                state: platter_core::pool::DriveState::Up,
             })
             .collect();
         let volumes = (0..volumes)
@@ -387,8 +426,8 @@ mod tests {
                     drives,
                     next_slots: vec![0; 3],
                 };
-                let changed = open.write(pool(2, 3));
-                assert!(changed.is_err(), "the crash cut the change short");
+                // Err when the crash came before any drive took it whole.
+                let _ = open.write(pool(2, 3));
                 let after = gathered(&disks)
                     .unwrap_or_else(|e| panic!("write {torn_at} torn at {keep_bytes}: {e}"));
                 let expect_new = after.generation == 3;

@@ -191,8 +191,8 @@ fn add_subdisk(
         .checked_add(extra)
         .ok_or_else(too_large)?
         .next_multiple_of(ALIGN_BYTES);
-    let present = open.present_names();
-    let placed = place_spread(open.pool(), &present, 1, len).map_err(|e| {
+    let placeable = open.placeable_names();
+    let placed = place_spread(open.pool(), &placeable, 1, len).map_err(|e| {
         CliError(format!(
             "volume {}: no room after its last subdisk, and {e}",
             v.name

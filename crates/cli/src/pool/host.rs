@@ -7,15 +7,17 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use platter_core::label::Label;
+use platter_core::pool::DriveState;
 use platter_core::pool::PoolVolume;
 use platter_io::aio::Delay;
 use platter_io::assembly::assemble_devices;
 use platter_io::subdisk::SubdiskMember;
 use platter_io::Member;
-use platter_server::{Extended, NewSubdisks, NewVolume, PoolHost};
+use platter_server::{Extended, NewSubdisks, NewVolume, PoolHost, Relocated, RelocatedSubdisk};
 use serde_json::Value;
 
 use super::drives::{subdisk_window, subdisk_windows, OpenPool};
+use super::heal::{heal_in, Room};
 use super::make::{
     add_in, create_in, drive_index, remove_in, replace_in, strings, NewDrives, VolumeCreateArgs,
 };
@@ -231,10 +233,52 @@ impl ServedPool {
             req.get("size_bytes").and_then(Value::as_u64),
             req.get("force").and_then(Value::as_bool).unwrap_or(false),
         );
+        let spare = req.get("spare").and_then(Value::as_bool).unwrap_or(false);
+        let drive_state = if spare {
+            DriveState::Spare
+        } else {
+            DriveState::Up
+        };
         let mut state = self.lock();
-        add_in(&mut state.open, &specs, &taking)?;
+        add_in(&mut state.open, &specs, &taking, drive_state)?;
         let pool = state.open.pool();
         Ok(serde_json::json!({ "drives": pool.drives.len(), "generation": pool.generation }))
+    }
+
+    /// `pool heal`'s writes for the failed subdisks `lost` names, and
+    /// each subdisk placed as the server holds it from now on.
+    fn heal_subdisks(&self, lost: &[(String, u32)], room: Room) -> Result<Relocated> {
+        let lost: Vec<(String, usize)> =
+            lost.iter().map(|(v, s)| (v.clone(), *s as usize)).collect();
+        let mut state = self.lock();
+        let healed = heal_in(&mut state.open, &lost, room)?;
+        let pool = state.open.pool().clone();
+        let mut placed = Vec::new();
+        for p in &healed.placed {
+            let v = pool.volume(&p.volume).expect("healed in the pool");
+            let d = drive_index(&state.open, &p.to.drive)?;
+            let drive = state.open.drives[d]
+                .clone()
+                .expect("placed on a drive present");
+            let window = subdisk_window(&pool, v, p.slot, &drive)?;
+            if let Some(w) = state.windows.get_mut(&p.volume) {
+                // Kept by slot when every subdisk was there.
+                if w.len() == v.plex().subdisks.len() {
+                    w[p.slot] = Arc::clone(&window);
+                }
+            }
+            placed.push(RelocatedSubdisk {
+                volume: p.volume.clone(),
+                slot: p.slot as u32,
+                member: window as Arc<dyn Member>,
+                drive: p.to.drive.clone(),
+                from: p.from.clone(),
+            });
+        }
+        Ok(Relocated {
+            placed,
+            unplaced: healed.unplaced,
+        })
     }
 
     fn remove_volume(&self, name: &str) -> Result<()> {
@@ -277,6 +321,29 @@ impl PoolHost for ServedPool {
 
     fn replace_drive(&self, req: &Value) -> std::result::Result<NewSubdisks, String> {
         self.replace(req).map_err(|e| e.0)
+    }
+
+    fn has_spare(&self) -> bool {
+        let state = self.lock();
+        let pool = state.open.pool();
+        state
+            .open
+            .present_names()
+            .iter()
+            .any(|n| pool.drive(n).is_some_and(|d| d.state == DriveState::Spare))
+    }
+
+    fn relocate(
+        &self,
+        lost: &[(String, u32)],
+        free_space: bool,
+    ) -> std::result::Result<Relocated, String> {
+        let room = if free_space {
+            Room::FreeSpace
+        } else {
+            Room::Spares
+        };
+        self.heal_subdisks(lost, room).map_err(|e| e.0)
     }
 }
 

@@ -368,6 +368,7 @@ fn pool_of(
             uuid: turned(&l.slots[slot].member_uuid),
             size_bytes: m.size_bytes(),
             device: m.describe().to_string(),
+            state: platter_core::pool::DriveState::Up,
         });
         subdisks.push(Subdisk {
             drive: name,

@@ -5,7 +5,7 @@
 use clap::Args;
 use platter_core::pool::alloc::free_by_drive;
 use platter_core::pool::area::{gather_uuid, pools_in, Gathered};
-use platter_core::pool::{text, uuid_text, Pool, PoolVolume};
+use platter_core::pool::{text, uuid_text, DriveState, Pool, PoolVolume};
 use platter_core::units::format_size;
 use platter_core::volume::Health;
 use serde::Serialize;
@@ -131,11 +131,7 @@ fn describe(g: &Gathered, seen: &[platter_core::pool::area::Seen]) -> Result<Poo
         drives.push(DriveJson {
             name: drive.name.clone(),
             uuid: uuid_text(&drive.uuid),
-            state: match (&device, behind) {
-                (None, _) => "missing".into(),
-                (Some(_), Some((_, gen))) => format!("up (configuration behind: generation {gen})"),
-                (Some(_), None) => "up".into(),
-            },
+            state: drive_state(drive.state, device.is_some(), behind.map(|(_, g)| *g)),
             device,
             size_bytes: drive.size_bytes,
             free_bytes: free[&drive.name],
@@ -154,6 +150,19 @@ fn describe(g: &Gathered, seen: &[platter_core::pool::area::Seen]) -> Result<Poo
         volumes,
         damaged: g.damaged.clone(),
     })
+}
+
+/// A drive's state as `list` says it: what the configuration made it (up,
+/// spare, failed), and whether it is found and current.
+fn drive_state(state: DriveState, found: bool, behind: Option<u64>) -> String {
+    match (state, found, behind) {
+        (DriveState::Up, false, _) => "missing".into(),
+        (_, false, _) => format!("{}, missing", state.name()),
+        (_, true, Some(gen)) => {
+            format!("{} (configuration behind: generation {gen})", state.name())
+        }
+        (_, true, None) => state.name().into(),
+    }
 }
 
 /// A volume's state from its subdisks' labels: up, degraded (serves on

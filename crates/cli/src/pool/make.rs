@@ -15,7 +15,7 @@ use platter_core::label::LABEL_BYTES;
 use platter_core::pool::alloc::{place_concat, place_spread, ALIGN_BYTES};
 use platter_core::pool::area::{self, HEADER_BYTES};
 use platter_core::pool::text::{self, Strictness};
-use platter_core::pool::{check_name, Drive, Plex, Pool, PoolVolume};
+use platter_core::pool::{check_name, Drive, DriveState, Plex, Pool, PoolVolume};
 use platter_core::units::{format_size, parse_size};
 use platter_core::{Level, ParityLayout};
 use platter_io::assembly::foreign_label;
@@ -72,6 +72,13 @@ pub struct AddDriveArgs {
     /// drive's number).
     #[arg(long = "drive", value_name = "[NAME=]DEVICE", required = true)]
     new: Vec<String>,
+    /// Keep the new drives as spares (md's hot spares): no volume is
+    /// placed on them; when a subdisk of a redundant volume fails, its
+    /// server puts it on a spare and the volume rebuilds it there
+    /// (`pool heal`). Through --control, subdisks failed already are put
+    /// on them at once.
+    #[arg(long)]
+    spare: bool,
     #[command(flatten)]
     taking: NewDrives,
     #[command(flatten)]
@@ -335,6 +342,20 @@ fn make_pool(
     for (_, device) in specs {
         devices.push(open_new_drive(device, &args.taking)?);
     }
+    // A spare stays one; a new device is not failed.
+    let states: Vec<DriveState> = specs
+        .iter()
+        .map(|(name, _)| {
+            let listed = template
+                .as_ref()
+                .and_then(|t| t.drive(name))
+                .map(|d| d.state);
+            match listed {
+                Some(DriveState::Spare) => DriveState::Spare,
+                _ => DriveState::Up,
+            }
+        })
+        .collect();
     let mut pool = Pool {
         name: args.pool.clone(),
         uuid: random_uuid(),
@@ -352,12 +373,13 @@ fn make_pool(
             })
             .collect(),
     };
-    for ((name, _), m) in specs.iter().zip(&devices) {
+    for (((name, _), m), state) in specs.iter().zip(&devices).zip(states) {
         pool.drives.push(Drive {
             name: name.clone(),
             uuid: random_uuid(),
             size_bytes: m.size_bytes(),
             device: m.describe().to_string(),
+            state,
         });
     }
     pool.check().map_err(CliError)?;
@@ -467,6 +489,7 @@ pub fn add_drive(args: AddDriveArgs) -> Result<()> {
             "cmd": "pool-add-drive",
             "pool": args.pool,
             "drives": args.new,
+            "spare": args.spare,
             "size_bytes": args.taking.drive_size,
             "force": args.taking.force,
         });
@@ -477,10 +500,16 @@ pub fn add_drive(args: AddDriveArgs) -> Result<()> {
             done["drives"],
             done["generation"]
         );
+        super::heal::say_healed(&args.pool, &done["healed"]);
         return Ok(());
     }
     let mut open = open_pool(Some(&args.pool), &args.devices.devices, writable())?;
-    add_in(&mut open, &args.new, &args.taking)?;
+    let state = if args.spare {
+        DriveState::Spare
+    } else {
+        DriveState::Up
+    };
+    add_in(&mut open, &args.new, &args.taking, state)?;
     outln!(
         "pool {}: {} drives (generation {})",
         open.pool().name,
@@ -494,7 +523,12 @@ pub fn add_drive(args: AddDriveArgs) -> Result<()> {
 /// opened (created when `taking` says a size) and its second slot
 /// blanked, then the next configuration, which names them, written to
 /// every drive.
-pub(super) fn add_in(open: &mut OpenPool, specs: &[String], taking: &NewDrives) -> Result<()> {
+pub(super) fn add_in(
+    open: &mut OpenPool,
+    specs: &[String],
+    taking: &NewDrives,
+    state: DriveState,
+) -> Result<()> {
     let mut pool = open.pool().clone();
     // Every new drive opened before any joins: one that cannot be leaves
     // the open pool as it was.
@@ -520,6 +554,7 @@ pub(super) fn add_in(open: &mut OpenPool, specs: &[String], taking: &NewDrives) 
                 uuid: random_uuid(),
                 size_bytes: m.size_bytes(),
                 device,
+                state,
             });
         }
         open.write(pool)
@@ -602,24 +637,38 @@ fn say_missing(open: &OpenPool) {
     }
 }
 
-/// The drives a new volume may use: those named (each present), or every
-/// drive present.
+/// The drives a new volume may use: those named (each present and up),
+/// or every drive present and up.
 fn allowed_drives(open: &OpenPool, named: &[String]) -> Result<Vec<String>> {
     let present = open.present_names();
     if named.is_empty() {
-        return Ok(present);
+        return Ok(open.placeable_names());
     }
     for n in named {
-        if open.pool().drive(n).is_none() {
+        let Some(d) = open.pool().drive(n) else {
             return Err(CliError(format!(
                 "pool {} has no drive {n}",
                 open.pool().name
             )));
-        }
+        };
         if !present.contains(n) {
             return Err(CliError(format!(
                 "drive {n} is missing: its device was not found"
             )));
+        }
+        match d.state {
+            DriveState::Up => {}
+            DriveState::Spare => {
+                return Err(CliError(format!(
+                    "drive {n} is a spare, kept for the subdisks of a drive that fails"
+                )))
+            }
+            DriveState::Failed => {
+                return Err(CliError(format!(
+                    "drive {n} has failed (its subdisks were placed elsewhere); `pool \
+                     replace-drive` puts a new device in its place"
+                )))
+            }
         }
     }
     Ok(named.to_vec())
@@ -902,6 +951,7 @@ pub(super) fn replace_in(
         uuid: random_uuid(),
         size_bytes: m.size_bytes(),
         device: new.to_string(),
+        state: DriveState::Up,
     };
     open.put(d, m);
     open.write(new_pool)?;

@@ -6,6 +6,7 @@
 mod crash_kit;
 pub mod drives;
 pub mod extend;
+pub mod heal;
 pub mod host;
 mod import;
 mod list;
@@ -35,6 +36,14 @@ pub enum PoolCommand {
     /// once with --control (the pool's server, the drive failed there),
     /// else when `serve --pool` next serves the pool.
     ReplaceDrive(make::ReplaceDriveArgs),
+    /// Place each failed subdisk of a redundant volume again, blank, on a
+    /// spare drive (`add-drive --spare`) or in free space on another drive
+    /// that holds none of its plex, for the volume to rebuild there: at
+    /// once with --control (the subdisks the server found failed; it does
+    /// this by itself with spares), else (the subdisks on drives not
+    /// found) when `serve --pool` next serves the pool. The drive left is
+    /// marked failed: nothing new is placed on it.
+    Heal(heal::HealArgs),
     /// Make a pool of one volume from the members of a volume made by
     /// `platter create`, its data where it is: each member's label and
     /// bitmap move up by 1 MiB into the room before its data, and its
@@ -69,6 +78,7 @@ pub fn run_pool(c: PoolCommand) -> Result<()> {
         PoolCommand::Create(a) => make::pool_create(a),
         PoolCommand::AddDrive(a) => make::add_drive(a),
         PoolCommand::ReplaceDrive(a) => make::replace_drive(a),
+        PoolCommand::Heal(a) => heal::heal(a),
         PoolCommand::Import(a) => import::import(a),
     }
 }

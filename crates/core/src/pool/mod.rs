@@ -59,6 +59,50 @@ pub struct Drive {
     /// Where the drive was when the configuration was last written: a hint
     /// for people and for `pool create --config`, never trusted to find it.
     pub device: String,
+    pub state: DriveState,
+}
+
+/// What the pool does with a drive's free space.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DriveState {
+    /// In use: new volumes and extends are placed on it.
+    #[default]
+    Up,
+    /// Kept empty for the subdisks of a drive that fails (`pool add-drive
+    /// --spare`, md's hot spare): nothing else is placed on it, and it is
+    /// up once it takes one.
+    Spare,
+    /// A subdisk of it failed and was placed elsewhere (`pool heal`):
+    /// nothing new is placed on it; `pool replace-drive` puts a new
+    /// device in its place, up.
+    Failed,
+}
+
+impl DriveState {
+    /// The word of the text form (`drive ... state spare`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DriveState::Up => "up",
+            DriveState::Spare => "spare",
+            DriveState::Failed => "failed",
+        }
+    }
+
+    pub fn parse(word: &str) -> Result<DriveState, String> {
+        match word {
+            "up" => Ok(DriveState::Up),
+            "spare" => Ok(DriveState::Spare),
+            "failed" => Ok(DriveState::Failed),
+            _ => Err(format!(
+                "drive state '{word}' is not one of up, spare, failed"
+            )),
+        }
+    }
+
+    /// Whether new volumes and extends may be placed on the drive.
+    pub fn takes_new_subdisks(self) -> bool {
+        self == DriveState::Up
+    }
 }
 
 /// A volume: one plex today. (vinum's volumes mirror several plexes, which
@@ -149,6 +193,7 @@ impl Pool {
             return Err("the generation is 0; the first is 1".into());
         }
         self.check_drives()?;
+        self.check_spares()?;
         let mut volumes = BTreeSet::new();
         for v in &self.volumes {
             check_name("volume", &v.name)?;
@@ -181,6 +226,20 @@ impl Pool {
                 ));
             }
             check_device(&d.device).map_err(|e| format!("drive {:?}: {e}", d.name))?;
+        }
+        Ok(())
+    }
+
+    /// A spare holds no subdisk: the change that places one on it makes
+    /// it up.
+    fn check_spares(&self) -> Result<(), String> {
+        for (v, sd) in self.subdisks() {
+            if self.drive(&sd.drive).map(|d| d.state) == Some(DriveState::Spare) {
+                return Err(format!(
+                    "drive {:?} is a spare but holds a subdisk of volume {:?}",
+                    sd.drive, v.name
+                ));
+            }
         }
         Ok(())
     }

@@ -13,6 +13,7 @@ fn drive(name: &str, n: u8, size_bytes: u64) -> Drive {
         uuid: [n; 16],
         size_bytes,
         device: format!("/tmp/pool/{name}"),
+        state: DriveState::Up,
     }
 }
 
@@ -85,6 +86,36 @@ fn text_gives_the_pool_back() {
         "{text}"
     );
     assert_eq!(text::parse(&text, Strictness::Stored).unwrap(), pool);
+}
+
+/// A spare and a failed drive say so in the text (`state`), an up drive
+/// says nothing (its line reads as before drives had a state); a spare
+/// that holds a subdisk, or a state misspelt, is refused by name.
+#[test]
+fn a_drive_state_round_trips_and_a_spare_holds_nothing() {
+    let mut pool = sample();
+    pool.drives.push(Drive {
+        state: DriveState::Spare,
+        ..drive("d4", 5, 100 * MIB)
+    });
+    pool.drives[0].state = DriveState::Failed;
+    let text = text::render(&pool);
+    assert!(text.contains("device /tmp/pool/d4 state spare\n"), "{text}");
+    assert!(
+        text.contains("device /tmp/pool/d0 state failed\n"),
+        "{text}"
+    );
+    assert!(text.contains("device /tmp/pool/d1\n"), "{text}");
+    assert_eq!(text::parse(&text, Strictness::Stored).unwrap(), pool);
+    let typo = text.replace("state spare", "state spar");
+    let e = text::parse(&typo, Strictness::Stored).unwrap_err();
+    assert!(
+        e.contains("drive d4") && e.contains("up, spare, failed"),
+        "{e}"
+    );
+    pool.volumes[2].plexes[0].subdisks[1].drive = "d4".into();
+    let e = pool.check().unwrap_err();
+    assert!(e.contains("d4") && e.contains("spare"), "{e}");
 }
 
 #[test]
@@ -425,6 +456,15 @@ fn arb_pool() -> impl Strategy<Value = Pool> {
                 }
                 if let Ok(subdisks) = place_spread(&pool, &names, count, len_mib * MIB) {
                     pool.volumes.push(volume(&format!("v{i}"), org, subdisks));
+                }
+            }
+            // Drives with nothing on them are spares, one in three.
+            let holding: Vec<String> = pool.subdisks().map(|(_, sd)| sd.drive.clone()).collect();
+            for d in pool.drives.iter_mut() {
+                if !holding.contains(&d.name) && d.uuid[0] % 3 == 0 {
+                    d.state = DriveState::Spare;
+                } else if d.uuid[0] % 4 == 1 {
+                    d.state = DriveState::Failed;
                 }
             }
             pool

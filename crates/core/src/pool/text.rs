@@ -6,6 +6,7 @@
 //! ```text
 //! pool tank uuid 6f1c…-… generation 3
 //! drive d0 uuid 0a2b…-… size 209715200s device /dev/sdb
+//! drive d4 uuid 5c9e…-… size 209715200s device /dev/sdf state spare
 //! volume db
 //! plex name db.p0 org raid10 interleave 128s layout left-symmetric copies 2 vol db
 //! sd name db.p0.s0 drive d0 driveoffset 2048s len 204800s plex db.p0
@@ -16,7 +17,7 @@
 //! subdisk its plex; subdisks take the plex's slots in the order written.
 //! `#` starts a comment.
 
-use super::{parse_uuid, uuid_text, Drive, Plex, Pool, PoolVolume, Subdisk};
+use super::{parse_uuid, uuid_text, Drive, DriveState, Plex, Pool, PoolVolume, Subdisk};
 use crate::level::{Level, ParityLayout};
 use crate::units::{parse_size, SECTOR_BYTES};
 
@@ -32,12 +33,18 @@ pub fn render(pool: &Pool) -> String {
     );
     for d in &pool.drives {
         out += &format!(
-            "drive {} uuid {} size {} device {}\n",
+            "drive {} uuid {} size {} device {}",
             d.name,
             uuid_text(&d.uuid),
             sectors(d.size_bytes),
             d.device
         );
+        // Written only when not up: a pool without spares or failed
+        // drives reads the same as before drives had a state.
+        if d.state != DriveState::Up {
+            out += &format!(" state {}", d.state.name());
+        }
+        out.push('\n');
     }
     for v in &pool.volumes {
         match v.size_bytes {
@@ -240,7 +247,12 @@ impl Builder {
 
     fn drive_line(&mut self, words: &[&str], strictness: Strictness) -> Result<(), String> {
         let name = *words.get(1).ok_or("'drive' needs a name")?;
-        let pairs = Pairs::new("a drive", &words[2..], &["uuid", "size", "device"])?;
+        let known = ["uuid", "size", "device", "state"];
+        let pairs = Pairs::new("a drive", &words[2..], &known)?;
+        let state = match pairs.get("state") {
+            Some(w) => DriveState::parse(w).map_err(|e| format!("drive {name}: {e}"))?,
+            None => DriveState::Up,
+        };
         let size_bytes = match (pairs.size("size")?, strictness) {
             (Some(s), _) => s,
             // Taken from the device when the pool is made.
@@ -252,6 +264,7 @@ impl Builder {
             uuid: pairs.uuid(strictness)?,
             size_bytes,
             device: pairs.get("device").unwrap_or("").to_string(),
+            state,
         });
         Ok(())
     }

@@ -51,6 +51,30 @@ pub trait PoolHost: Send + Sync {
     /// server having found every volume's subdisk there failed. Returns
     /// each volume's new subdisk with its slot, for the volume to rebuild.
     fn replace_drive(&self, req: &Value) -> Result<NewSubdisks, String>;
+    /// Whether a spare drive of the pool is present: the server heals by
+    /// itself only then.
+    fn has_spare(&self) -> bool;
+    /// Places each failed subdisk `lost` names (volume, slot) again,
+    /// blank, as `pool heal` does: on a spare drive, or with `free_space`
+    /// also in another drive's free space. Returns each subdisk placed,
+    /// for its volume to rebuild, and why each other was not.
+    fn relocate(&self, lost: &[(String, u32)], free_space: bool) -> Result<Relocated, String>;
+}
+
+/// What [`PoolHost::relocate`] placed.
+pub struct Relocated {
+    pub placed: Vec<RelocatedSubdisk>,
+    pub unplaced: Vec<String>,
+}
+
+/// A failed subdisk on its new extent, blank.
+pub struct RelocatedSubdisk {
+    pub volume: String,
+    pub slot: u32,
+    pub member: Arc<dyn Member>,
+    /// The drive it is on now, and the one it left.
+    pub drive: String,
+    pub from: String,
 }
 
 /// Subdisks laid out again on a new drive: (volume, slot, subdisk).
@@ -130,9 +154,18 @@ impl PoolServer {
             return self.replace_drive(req);
         }
         if cmd == "pool-add-drive" {
-            let added = self.host.add_drives(req)?;
+            let mut added = self.host.add_drives(req)?;
             tracing::info!(drives = %added["drives"], "drives added to the pool");
+            // A spare added while subdisks are failed takes them at once.
+            added["healed"] = self.heal(false);
             return Ok(added);
+        }
+        if cmd == "pool-heal" {
+            let free_space = req
+                .get("free_space")
+                .and_then(Value::as_bool)
+                .unwrap_or(true);
+            return Ok(json!({ "healed": self.heal(free_space) }));
         }
         let name = req
             .get("name")
@@ -143,6 +176,109 @@ impl PoolServer {
             "volume-extend" => self.extend(name, req),
             _ => self.remove(name, req),
         }
+    }
+
+    /// The automatic heal (the heal thread's, each second): when a spare
+    /// drive is present and a volume served has a failed subdisk, the
+    /// spare takes it. Nothing when the server is stopping or a change
+    /// is under way (the next look finds it).
+    pub(crate) fn heal_onto_spares(&self) {
+        if self.config.read_only || !self.host.has_spare() || self.lost_subdisks().0.is_empty() {
+            return;
+        }
+        let Ok(closed) = self.closed.try_lock() else {
+            return;
+        };
+        if *closed {
+            return;
+        }
+        let healed = self.heal(false);
+        drop(closed);
+        tracing::info!(%healed, "failed subdisks placed on a spare");
+    }
+
+    /// Each redundant volume served with a failed subdisk and no rebuild
+    /// under way: its first such slot (a volume rebuilds one member at a
+    /// time; the next heal finds the next). Then each volume whose loss
+    /// no rebuild can mend, and why.
+    fn lost_subdisks(&self) -> (Vec<(String, u32)>, Vec<String>) {
+        let (mut lost, mut beyond) = (Vec::new(), Vec::new());
+        for served in self.volumes.all() {
+            let m = &served.manager;
+            let health = m.engine.health();
+            let Some(slot) = (0..health.len() as u32).find(|&s| {
+                matches!(health[s as usize], Health::Faulty | Health::Missing)
+                    && m.spare_may_take(s)
+            }) else {
+                continue;
+            };
+            let name = served.name().to_string();
+            let (redundancy, serves_all) = m.engine.with_volume(|v| {
+                let g = v.geometry();
+                // A member rebuilding holds nothing above its cursor.
+                let serves = g.serves_all(|s| health[s as usize] == Health::Online);
+                (g.redundancy(), serves)
+            });
+            if redundancy == 0 || !serves_all {
+                beyond.push(format!(
+                    "volume {name} lost more than its redundancy covers: nothing rebuilds it"
+                ));
+                continue;
+            }
+            let busy = m.engine.with_volume(|v| v.rebuild_progress()).is_some()
+                || m.engine.reshape_progress().is_some()
+                || !m.spares.lock().expect("spares").is_empty();
+            if !busy {
+                lost.push((name, slot));
+            }
+        }
+        (lost, beyond)
+    }
+
+    /// Places the failed subdisks of the volumes served again (the host's
+    /// writes) and has each volume rebuild its new one. Called with the
+    /// `closed` lock held. The answer lists what was placed and why
+    /// anything was not.
+    fn heal(&self, free_space: bool) -> Value {
+        let (lost, mut unplaced) = self.lost_subdisks();
+        let relocated = if lost.is_empty() {
+            Relocated {
+                placed: Vec::new(),
+                unplaced: Vec::new(),
+            }
+        } else {
+            match self.host.relocate(&lost, free_space) {
+                Ok(r) => r,
+                Err(e) => Relocated {
+                    placed: Vec::new(),
+                    unplaced: vec![e],
+                },
+            }
+        };
+        unplaced.extend(relocated.unplaced);
+        let mut placed = Vec::new();
+        for r in relocated.placed {
+            let Some(served) = self.volumes.named(&r.volume) else {
+                continue;
+            };
+            let m = &served.manager;
+            m.note_drive(r.member.describe(), &r.drive);
+            if let Err(e) = m.replace_slot(r.slot, Arc::clone(&r.member)) {
+                // Blank in the configuration's place for the slot: a
+                // spare of the volume's, as a server started now would
+                // take it.
+                m.spares.lock().expect("spares").push(r.member);
+                unplaced.push(format!(
+                    "volume {}: {e}; its new subdisk on {} waits as a spare",
+                    r.volume, r.drive
+                ));
+                continue;
+            }
+            placed.push(json!({
+                "volume": r.volume, "slot": r.slot, "drive": r.drive, "from": r.from,
+            }));
+        }
+        json!({ "placed": placed, "unplaced": unplaced })
     }
 
     /// The host makes the volume; the server starts it and lists it.

@@ -286,10 +286,12 @@ fn a_crash_at_any_write_of_a_concat_taking_a_subdisk_leaves_the_old_size_or_the_
     crash_every_write(boxed_in, "c", 10 * MIB, 16);
 }
 
-/// A drive whose writes fail while `failing` is set.
+/// A drive whose writes fail while `failing` is set; with `lands` set,
+/// a write lands before it fails (as one whose flush then fails).
 struct Flaky {
     inner: Arc<MemoryMember>,
     failing: std::sync::atomic::AtomicBool,
+    lands: bool,
 }
 
 impl Member for Flaky {
@@ -304,6 +306,9 @@ impl Member for Flaky {
     }
     fn write_at(&self, o: u64, d: &[u8]) -> std::result::Result<(), platter_io::MemberError> {
         if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+            if self.lands {
+                self.inner.write_at(o, d)?;
+            }
             return Err(platter_io::MemberError::new(
                 platter_io::error::MemberErrorKind::Gone,
                 "flaky",
@@ -322,30 +327,32 @@ impl Member for Flaky {
     }
 }
 
+fn flaky(disk: &Arc<MemoryMember>, lands: bool) -> Arc<Flaky> {
+    Arc::new(Flaky {
+        inner: Arc::clone(disk),
+        failing: std::sync::atomic::AtomicBool::new(true),
+        lands,
+    })
+}
+
 /// How it showed (a review of the pool's server): the server keeps one
 /// open pool across requests. A change whose configuration write failed
 /// on d2 left d0 and d1 at generation G+1 while the open pool still said
 /// G; the next change was written at G+1 too, with other content, and
 /// the pool no longer gathered ("a different configuration at the same
-/// generation"). A failed write now uses its generation up.
+/// generation"). A write that no drive took uses its generation up.
 #[test]
 fn a_configuration_write_that_failed_part_way_does_not_reuse_its_generation() {
     let disks = disks();
     pool_on(&disks);
-    let flaky = Arc::new(Flaky {
-        inner: Arc::clone(&disks[2]),
-        failing: std::sync::atomic::AtomicBool::new(true),
-    });
-    let drives: Vec<Option<Arc<dyn Member>>> = vec![
-        Some(Arc::clone(&disks[0]) as Arc<dyn Member>),
-        Some(Arc::clone(&disks[1]) as Arc<dyn Member>),
-        Some(flaky.clone() as Arc<dyn Member>),
-    ];
+    // d0 takes the write but fails it; d1 and d2 refuse it.
+    let all: Vec<Arc<Flaky>> = (0..3).map(|d| flaky(&disks[d], d == 0)).collect();
+    let drives = all.iter().map(|f| Some(f.clone() as Arc<dyn Member>)).collect();
     let mut open = open_over(&disks, drives);
     assert!(super::super::make::remove_in(&mut open, "c").is_err());
-    flaky
-        .failing
-        .store(false, std::sync::atomic::Ordering::SeqCst);
+    for f in &all {
+        f.failing.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
     super::super::make::remove_in(&mut open, "block").unwrap();
     let g = super::super::crash_kit::gathered(&disks);
     assert!(
@@ -355,6 +362,32 @@ fn a_configuration_write_that_failed_part_way_does_not_reuse_its_generation() {
     );
     let pool = g.unwrap().pool;
     assert!(pool.volume("block").is_none() && pool.volume("c").is_some());
+}
+
+/// How it showed (a pool served, one drive truncated under it): every
+/// change through the server then failed, `pool add-drive --spare` too,
+/// because the configuration's write to the dead drive failed. A drive
+/// that fails the write is left out now, as a missing one, and the change
+/// stands on the others; the drive is behind when it is found again.
+#[test]
+fn a_drive_failing_the_configuration_write_is_left_out_and_the_change_stands() {
+    let disks = disks();
+    pool_on(&disks);
+    let bad = flaky(&disks[2], false);
+    let drives: Vec<Option<Arc<dyn Member>>> = vec![
+        Some(Arc::clone(&disks[0]) as Arc<dyn Member>),
+        Some(Arc::clone(&disks[1]) as Arc<dyn Member>),
+        Some(bad.clone() as Arc<dyn Member>),
+    ];
+    let mut open = open_over(&disks, drives);
+    super::super::make::remove_in(&mut open, "c").unwrap();
+    assert!(open.drives[2].is_none() && open.gathered.missing == ["d2"]);
+    bad.failing.store(false, std::sync::atomic::Ordering::SeqCst);
+    super::super::make::remove_in(&mut open, "block").unwrap();
+    let g = super::super::crash_kit::gathered(&disks).unwrap();
+    assert!(g.pool.volume("block").is_none() && g.pool.volume("c").is_none());
+    assert_eq!(g.behind.len(), 1, "d2 is behind: {:?}", g.behind);
+    assert_eq!(g.behind[0].0, "d2");
 }
 
 /// How it showed (a review): `{"cmd": "volume-create", "size_bytes":
