@@ -1833,3 +1833,178 @@ fn a_pool_with_no_volume_is_served_and_takes_its_first_through_the_server() {
     );
     assert!(out.stdout.contains("err= 0"), "{}", out.stdout);
 }
+
+/// A drive's file cut to nothing under a running server, as a pulled
+/// disk.
+fn truncate(dev: &str, drive: &str) {
+    let file = Path::new(dev).join(drive);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(file)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+}
+
+/// The drive of each subdisk of volume `name`, in slot order.
+fn subdisk_drives(dev: &str, name: &str) -> Vec<String> {
+    let pool = list_json(dev);
+    let v = pool["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == name)
+        .unwrap()
+        .clone();
+    v["plexes"][0]["subdisks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|sd| sd["drive"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn drive_state(dev: &str, drive: &str) -> String {
+    let pool = list_json(dev);
+    let d = pool["drives"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == drive);
+    d.unwrap_or_else(|| panic!("no drive {drive}: {pool}"))["state"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// md's hot spare and LVM's `lvconvert --repair`: a spare drive kept in
+/// the pool takes a failed subdisk by itself, the volume rebuilds on it
+/// under fio; with no spare left, `pool heal --control` takes free space
+/// on a drive outside the plex; and offline, `pool heal` places the
+/// subdisk of a drive not found, which the next `serve --pool --run`
+/// rebuilds. Every byte fio wrote reads back after each, and checks are
+/// clean.
+#[test]
+fn a_spare_takes_a_failed_subdisk_by_itself_and_pool_heal_takes_free_space() {
+    let test = "a_spare_takes_a_failed_subdisk_by_itself_and_pool_heal_takes_free_space";
+    let Some(t) = tools_with_fio_nbd(test, &["fio"]) else {
+        return;
+    };
+    let dir = temp_dir();
+    let d = dir.path().join("d");
+    std::fs::create_dir(&d).unwrap();
+    let drives: Vec<String> = (0..5)
+        .map(|i| d.join(format!("d{i}")).display().to_string())
+        .collect();
+    let mut args = vec!["pool", "create", "tank", "--drive-size", "64M"];
+    args.extend(drives.iter().map(String::as_str));
+    ok(&args, "pool create");
+    let dev = d.display().to_string();
+    let spare = format!("s0={}", d.join("s0").display());
+    ok(
+        &[
+            "pool",
+            "add-drive",
+            "tank",
+            "--drive",
+            &spare,
+            "--spare",
+            "--drive-size",
+            "64M",
+            &dev,
+        ],
+        "pool add-drive --spare",
+    );
+    assert_eq!(drive_state(&dev, "s0"), "spare");
+    // A spare is kept empty: no volume is placed on it, even when named.
+    refused(
+        &[
+            "volume", "create", "tank", "x", "--level", "mirror", "--size", "4M", "--drives",
+            "d0,s0", &dev,
+        ],
+        "drive s0 is a spare",
+    );
+    let make = [
+        "volume", "create", "tank", "r", "--level", "raid5", "--size", "40M", "--drives",
+        "d0,d1,d2", &dev,
+    ];
+    ok(&make, "volume create r");
+    let size = sizes(&list_json(&dev))[0].1;
+    let mut s = serve_pool_first(dir.path(), &dev, "r", &[]);
+    fio_all(&t, &s, &[("r", size)], false);
+
+    truncate(&dev, "d0");
+    // Under fio, d0's subdisk fails; the server puts it on the spare.
+    fio_all(&t, &s, &[("r", size)], false);
+    wait_rebuilt(&s, "r");
+    assert_eq!(subdisk_drives(&dev, "r"), ["s0", "d1", "d2"]);
+    assert_eq!(drive_state(&dev, "s0"), "up");
+    assert!(
+        drive_state(&dev, "d0").starts_with("failed"),
+        "{}",
+        drive_state(&dev, "d0")
+    );
+    fio_all(&t, &s, &[("r", size)], true);
+    ok(
+        &["check", "--volume", "r", "--control", &s.control()],
+        "check r",
+    );
+
+    // No spare left: the server leaves d1's subdisk failed; asked, `pool
+    // heal` takes free space on d3 (d4 as roomy, d3 first by name).
+    truncate(&dev, "d1");
+    fio_all(&t, &s, &[("r", size)], false);
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert_eq!(live(&s, "r")["members"][1]["state"], "faulty");
+    let spares_only = [
+        "pool",
+        "heal",
+        "tank",
+        "--spares-only",
+        "--control",
+        &s.control(),
+    ];
+    let out = run(&mut platter(&spares_only), CMD_TIMEOUT);
+    assert!(
+        out.status.code() == Some(1) && out.stderr.contains("no spare drive present"),
+        "{}",
+        out.describe("heal --spares-only")
+    );
+    let healed = ok(
+        &["pool", "heal", "tank", "--control", &s.control()],
+        "pool heal",
+    );
+    assert!(
+        healed
+            .stdout
+            .contains("volume r rebuilds its subdisk 1 on d3"),
+        "{}",
+        healed.stdout
+    );
+    wait_rebuilt(&s, "r");
+    assert_eq!(subdisk_drives(&dev, "r"), ["s0", "d3", "d2"]);
+    fio_all(&t, &s, &[("r", size)], true);
+    ok(
+        &["check", "--volume", "r", "--control", &s.control()],
+        "check r",
+    );
+    s.stop_expecting_errors("TERM", &["faulty", "shrank", "label", "d0", "d1"]);
+
+    // Offline: d2's device gone; `pool heal` places its subdisk on d4,
+    // blank, and the next start rebuilds it there.
+    std::fs::remove_file(d.join("d2")).unwrap();
+    let healed = ok(&["pool", "heal", "tank", &dev], "pool heal (offline)");
+    assert!(
+        healed.stdout.contains("r.p0.s2: on d4"),
+        "{}",
+        healed.stdout
+    );
+    let s = serve_pool_first(dir.path(), &dev, "r", &["--run"]);
+    wait_rebuilt(&s, "r");
+    assert_eq!(subdisk_drives(&dev, "r"), ["s0", "d3", "d4"]);
+    fio_all(&t, &s, &[("r", size)], true);
+    ok(
+        &["check", "--volume", "r", "--control", &s.control()],
+        "check r",
+    );
+}

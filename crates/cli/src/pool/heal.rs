@@ -81,8 +81,20 @@ pub fn heal(args: HealArgs) -> Result<()> {
             "free_space": room == Room::FreeSpace,
         });
         let done = crate::control::ask(control, req)?;
-        say_healed(&args.pool, &done["healed"]);
-        return Ok(());
+        let healed = &done["healed"];
+        say_healed(&args.pool, healed);
+        let count = |k: &str| healed[k].as_array().map_or(0, Vec::len);
+        return match (count("placed"), count("unplaced")) {
+            (0, 0) => {
+                outln!("pool {}: no failed subdisk to place", args.pool);
+                Ok(())
+            }
+            (0, _) => Err(CliError(format!(
+                "pool {}: no failed subdisk could be placed",
+                args.pool
+            ))),
+            _ => Ok(()),
+        };
     }
     let mut open = open_pool(Some(&args.pool), &args.devices.devices, writable())?;
     let lost = on_missing_drives(&open);

@@ -347,7 +347,10 @@ fn a_configuration_write_that_failed_part_way_does_not_reuse_its_generation() {
     pool_on(&disks);
     // d0 takes the write but fails it; d1 and d2 refuse it.
     let all: Vec<Arc<Flaky>> = (0..3).map(|d| flaky(&disks[d], d == 0)).collect();
-    let drives = all.iter().map(|f| Some(f.clone() as Arc<dyn Member>)).collect();
+    let drives = all
+        .iter()
+        .map(|f| Some(f.clone() as Arc<dyn Member>))
+        .collect();
     let mut open = open_over(&disks, drives);
     assert!(super::super::make::remove_in(&mut open, "c").is_err());
     for f in &all {
@@ -382,7 +385,8 @@ fn a_drive_failing_the_configuration_write_is_left_out_and_the_change_stands() {
     let mut open = open_over(&disks, drives);
     super::super::make::remove_in(&mut open, "c").unwrap();
     assert!(open.drives[2].is_none() && open.gathered.missing == ["d2"]);
-    bad.failing.store(false, std::sync::atomic::Ordering::SeqCst);
+    bad.failing
+        .store(false, std::sync::atomic::Ordering::SeqCst);
     super::super::make::remove_in(&mut open, "block").unwrap();
     let g = super::super::crash_kit::gathered(&disks).unwrap();
     assert!(g.pool.volume("block").is_none() && g.pool.volume("c").is_none());
