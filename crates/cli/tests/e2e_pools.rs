@@ -2008,3 +2008,105 @@ fn a_spare_takes_a_failed_subdisk_by_itself_and_pool_heal_takes_free_space() {
         "check r",
     );
 }
+
+/// How many seeded kills `pool_server_killed_while_a_spare_takes_a_subdisk`
+/// makes (`PLATTER_HEAL_KILLS` for more).
+const HEAL_KILLS: u64 = 6;
+
+/// The pool's server killed with SIGKILL at a seeded moment after a
+/// subdisk of raid5 `r` failed with a spare in the pool: before the heal,
+/// during its writes, or during the rebuild on the spare. Each time the
+/// next server (`--run`) finishes what was cut off: `r` has its subdisks
+/// on distinct drives, none failed, rebuilt, its parity agrees, and every
+/// byte fio wrote reads back.
+#[test]
+fn pool_server_killed_while_a_spare_takes_a_subdisk() {
+    let test = "pool_server_killed_while_a_spare_takes_a_subdisk";
+    let Some(t) = tools_with_fio_nbd(test, &["fio"]) else {
+        return;
+    };
+    let kills = std::env::var("PLATTER_HEAL_KILLS")
+        .ok()
+        .and_then(|k| k.parse().ok())
+        .unwrap_or(HEAL_KILLS);
+    let dir = temp_dir();
+    let d = dir.path().join("d");
+    std::fs::create_dir(&d).unwrap();
+    let drives = drive_paths(&d);
+    let mut args = vec!["pool", "create", "tank", "--drive-size", "48M"];
+    args.extend(drives.iter().map(String::as_str));
+    ok(&args, "pool create");
+    let dev = d.display().to_string();
+    let make = [
+        "volume", "create", "tank", "r", "--level", "raid5", "--size", "12M", &dev,
+    ];
+    ok(&make, "volume create r");
+    let written = 12 * MIB;
+    let s = serve_pool_first(dir.path(), &dev, "r", &[]);
+    fio_all(&t, &s, &[("r", written)], false);
+    drop(s);
+    let mut moved = 0;
+    for seed in 0..kills {
+        let mut rng = platter_testkit::rng::Rng::new(0x4ea1 + seed);
+        let delay = std::time::Duration::from_millis(rng.below(1500));
+        let spare = format!("s{seed}={}", d.join(format!("s{seed}")).display());
+        let add = [
+            "pool",
+            "add-drive",
+            "tank",
+            "--drive",
+            &spare,
+            "--spare",
+            "--drive-size",
+            "48M",
+            &dev,
+        ];
+        ok(&add, "pool add-drive --spare");
+        let before = subdisk_drives(&dev, "r");
+        let slot = rng.below(before.len() as u64) as usize;
+        let mut s = serve_pool_first(dir.path(), &dev, "r", &["--rebuild-rate", "4M"]);
+        let slot_arg = slot.to_string();
+        ok(
+            &[
+                "fail",
+                "--volume",
+                "r",
+                &slot_arg,
+                "--control",
+                &s.control(),
+            ],
+            "fail",
+        );
+        std::thread::sleep(delay);
+        s.crash();
+        moved += usize::from(subdisk_drives(&dev, "r") != before);
+        let story = format!(
+            "seed {seed}: r's subdisk {slot} on {} failed, killed after {delay:?}",
+            before[slot]
+        );
+        println!("{story}");
+        let s = serve_pool_first(dir.path(), &dev, "r", &["--run"]);
+        wait_rebuilt(&s, "r");
+        let after = subdisk_drives(&dev, "r");
+        let distinct: std::collections::BTreeSet<&String> = after.iter().collect();
+        assert_eq!(distinct.len(), after.len(), "{story}: {after:?}");
+        assert_eq!(
+            after[slot],
+            format!("s{seed}"),
+            "{story}: the spare took it: {after:?}"
+        );
+        ok(
+            &["check", "--volume", "r", "--control", &s.control()],
+            &format!("{story}: check"),
+        );
+        let out = run_ok(
+            &mut fio(&t, &uri(&s, "r"), written, true),
+            CMD_TIMEOUT,
+            &format!("{story}: fio verify of r"),
+        );
+        assert!(out.stdout.contains("err= 0"), "{story}: {}", out.stdout);
+    }
+    println!(
+        "{test}: {kills} kills; the configuration had moved the subdisk before {moved} of them"
+    );
+}
