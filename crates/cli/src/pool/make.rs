@@ -133,7 +133,7 @@ pub struct VolumeCreateArgs {
     /// Subdisks of the plex (default: a mirror 2, a concat as few as fit,
     /// the others one on every drive allowed).
     #[arg(long, value_name = "N")]
-    subdisks: Option<u32>,
+    pub(super) subdisks: Option<u32>,
     /// Only these drives (comma-separated names).
     #[arg(long, value_name = "NAMES", value_delimiter = ',')]
     drives: Vec<String>,
