@@ -1956,6 +1956,24 @@ fn a_spare_takes_a_failed_subdisk_by_itself_and_pool_heal_takes_free_space() {
     fio_all(&t, &s, &[("r", size)], false);
     std::thread::sleep(std::time::Duration::from_secs(2));
     assert_eq!(live(&s, "r")["members"][1]["state"], "faulty");
+    // Nothing new goes on a drive whose subdisk failed under the server
+    // (d1 has as much room as d2, and comes first by name).
+    let args = [
+        "volume",
+        "create",
+        "tank",
+        "w",
+        "--level",
+        "raid5",
+        "--size",
+        "4M",
+        "--subdisks",
+        "3",
+        "--control",
+        &s.control(),
+    ];
+    ok(&args, "volume create w");
+    assert_eq!(subdisk_drives(&dev, "w"), ["d3", "d4", "d2"]);
     let spares_only = [
         "pool",
         "heal",
@@ -2001,6 +2019,7 @@ fn a_spare_takes_a_failed_subdisk_by_itself_and_pool_heal_takes_free_space() {
     );
     let s = serve_pool_first(dir.path(), &dev, "r", &["--run"]);
     wait_rebuilt(&s, "r");
+    wait_rebuilt(&s, "w");
     assert_eq!(subdisk_drives(&dev, "r"), ["s0", "d3", "d4"]);
     fio_all(&t, &s, &[("r", size)], true);
     ok(

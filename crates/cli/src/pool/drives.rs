@@ -19,6 +19,9 @@ pub struct OpenPool {
     pub drives: Vec<Option<Arc<dyn Member>>>,
     /// The slot each open drive's next change writes.
     next_slots: Vec<u32>,
+    /// Drives present whose subdisks a server found failed: nothing new
+    /// is placed on them (`placeable_names`).
+    pub failing: Vec<String>,
 }
 
 /// Reads a device's two slots.
@@ -114,6 +117,7 @@ pub fn open_pool(name: Option<&str>, paths: &[String], opts: OpenOptions) -> Res
         gathered,
         drives,
         next_slots,
+        failing: Vec::new(),
     })
 }
 
@@ -133,6 +137,7 @@ impl OpenPool {
             gathered,
             drives,
             next_slots,
+            failing: Vec::new(),
         }
     }
 
@@ -150,12 +155,14 @@ impl OpenPool {
     }
 
     /// The drives present that new subdisks may go on: not spares, kept
-    /// for failed subdisks, nor failed ones.
+    /// for failed subdisks, nor failed ones, nor those failing under a
+    /// server.
     pub fn placeable_names(&self) -> Vec<String> {
         let pool = self.pool();
         self.present_names()
             .into_iter()
             .filter(|n| pool.drive(n).is_some_and(|d| d.state.takes_new_subdisks()))
+            .filter(|n| !self.failing.contains(n))
             .collect()
     }
 
@@ -425,6 +432,7 @@ mod tests {
                     },
                     drives,
                     next_slots: vec![0; 3],
+                    failing: Vec::new(),
                 };
                 // Err when the crash came before any drive took it whole.
                 let _ = open.write(pool(2, 3));

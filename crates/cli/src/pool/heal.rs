@@ -171,7 +171,11 @@ fn on_missing_drives(open: &OpenPool) -> Vec<(String, usize)> {
 /// redundancy to rebuild it from, is named in `unplaced`.
 pub fn heal_in(open: &mut OpenPool, lost: &[(String, usize)], room: Room) -> Result<Healed> {
     let mut pool = open.pool().clone();
-    let present = open.present_names();
+    let present: Vec<String> = open
+        .present_names()
+        .into_iter()
+        .filter(|n| !open.failing.contains(n))
+        .collect();
     // A spare stays one to this heal after it takes its first subdisk.
     let spares: BTreeSet<String> = pool
         .drives

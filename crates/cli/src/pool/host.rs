@@ -323,6 +323,10 @@ impl PoolHost for ServedPool {
         self.replace(req).map_err(|e| e.0)
     }
 
+    fn set_failing(&self, drives: &[String]) {
+        self.lock().open.failing = drives.to_vec();
+    }
+
     fn has_spare(&self) -> bool {
         let state = self.lock();
         let pool = state.open.pool();

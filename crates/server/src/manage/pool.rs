@@ -51,6 +51,9 @@ pub trait PoolHost: Send + Sync {
     /// server having found every volume's subdisk there failed. Returns
     /// each volume's new subdisk with its slot, for the volume to rebuild.
     fn replace_drive(&self, req: &Value) -> Result<NewSubdisks, String>;
+    /// The drives on which a volume served has a failed subdisk: no new
+    /// subdisk goes there (said before each change that places some).
+    fn set_failing(&self, drives: &[String]);
     /// Whether a spare drive of the pool is present: the server heals by
     /// itself only then.
     fn has_spare(&self) -> bool;
@@ -153,6 +156,7 @@ impl PoolServer {
         if cmd == "pool-replace-drive" {
             return self.replace_drive(req);
         }
+        self.host.set_failing(&self.failing_drives());
         if cmd == "pool-add-drive" {
             let mut added = self.host.add_drives(req)?;
             tracing::info!(drives = %added["drives"], "drives added to the pool");
@@ -192,9 +196,29 @@ impl PoolServer {
         if *closed {
             return;
         }
+        self.host.set_failing(&self.failing_drives());
         let healed = self.heal(false);
         drop(closed);
         tracing::info!(%healed, "failed subdisks placed on a spare");
+    }
+
+    /// The drives of the subdisks the volumes served found failed.
+    fn failing_drives(&self) -> Vec<String> {
+        let mut drives = Vec::new();
+        for served in self.volumes.all() {
+            let m = &served.manager;
+            let names = Arc::clone(&m.member_drives.lock().expect("member drives"));
+            let health = m.engine.health();
+            for (slot, member) in m.engine.members().iter().enumerate() {
+                let drive = member.as_ref().and_then(|d| names.get(d.describe()));
+                if let (Some(drive), Health::Faulty) = (drive, health[slot]) {
+                    if !drives.contains(drive) {
+                        drives.push(drive.clone());
+                    }
+                }
+            }
+        }
+        drives
     }
 
     /// Each redundant volume served with a failed subdisk and no rebuild
