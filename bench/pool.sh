@@ -21,7 +21,10 @@
 # 8, one fio per volume, both at once): 4k random read and write, 1M
 # sequential read and write. The table shows per volume and job the median
 # over the runs of pool / separate IOPS, and of the servers' CPU seconds
-# per GiB moved (pool: its one process; separate: the two summed).
+# per GiB moved (pool: its one process; separate: the two summed). Then
+# the kernel's part, measured in the same run without platter: two
+# writers in one file over each in its own (tmpfs locks a file per write,
+# and the pool's volumes share their drives' files).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -130,6 +133,33 @@ for run in $(seq 1 "$RUNS"); do
     done
 done
 
+# The kernel's share: two writers of 64 KiB blocks (psync) in two halves
+# of one file against each in a file of its own, on the same filesystem
+# (tmpfs takes a file's lock for each write: the pool's volumes share
+# their drives' files, the arrays' members do not). No platter here.
+control_bw() {
+    local one="$1" run="$2" a b
+    rm -f "$WORK/ctl1" "$WORK/ctl2"
+    if [ "$one" = one ]; then
+        truncate -s 128M "$WORK/ctl1"
+        a=(--filename="$WORK/ctl1" --offset=0) b=(--filename="$WORK/ctl1" --offset=64M)
+    else
+        truncate -s 64M "$WORK/ctl1" "$WORK/ctl2"
+        a=(--filename="$WORK/ctl1" --offset=0) b=(--filename="$WORK/ctl2" --offset=0)
+    fi
+    fio --output-format=json "--output=$OUT/control-$one-$run.json" \
+        --name=a "${a[@]}" --size=64M --rw=write --bs=64k --ioengine=psync --time_based \
+        "--runtime=$RUNTIME" \
+        --name=b "${b[@]}" --size=64M --rw=write --bs=64k --ioengine=psync --time_based \
+        "--runtime=$RUNTIME" >/dev/null
+}
+for run in $(seq 1 "$RUNS"); do
+    echo "== run $run/$RUNS: kernel control, one file and two"
+    control_bw one "$run"
+    control_bw two "$run"
+done
+rm -f "$WORK/ctl1" "$WORK/ctl2"
+
 # platter list on a pool of 100 volumes over 8 drives.
 mkdir "$WORK/big"
 big=()
@@ -164,6 +194,13 @@ for job in ("rand-write", "rand-read", "seq-write", "seq-read"):
         print(f"| {job} | {name} | {statistics.median(sep):,.0f} | {statistics.median(rs):.2f} ("
               + ", ".join(f"{r:.2f}" for r in rs) + f") | {statistics.median(cpu):.2f} ("
               + ", ".join(f"{r:.2f}" for r in cpu) + ") |")
+def control_bw(one, run):
+    jobs = json.load(open(f"{out}/control-{one}-{run}.json"))["jobs"]
+    return sum(j["write"]["bw_bytes"] for j in jobs)
+ctl = [control_bw("one", k) / control_bw("two", k) for k in range(1, runs + 1)]
+print()
+print(f"kernel control, two writers in one file / in two files: {statistics.median(ctl):.2f} ("
+      + ", ".join(f"{r:.2f}" for r in ctl) + ")")
 user, system = (float(x) for x in list_cpu.split())
 print()
 print(f"platter list, 100 volumes over 8 drives: {user + system:.2f} CPU seconds "
