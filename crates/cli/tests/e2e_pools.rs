@@ -2026,6 +2026,48 @@ fn a_spare_takes_a_failed_subdisk_by_itself_and_pool_heal_takes_free_space() {
         &["check", "--volume", "r", "--control", &s.control()],
         "check r",
     );
+
+    // The failed drives, empty now, leave the pool (LVM's vgreduce); one
+    // holding a subdisk does not.
+    refused(
+        &[
+            "pool",
+            "remove-drive",
+            "tank",
+            "d3",
+            "--control",
+            &s.control(),
+        ],
+        "drive d3 holds subdisks r.p0.s1, w.p0.s0",
+    );
+    for gone in ["d0", "d1", "d2"] {
+        let args = [
+            "pool",
+            "remove-drive",
+            "tank",
+            gone,
+            "--control",
+            &s.control(),
+        ];
+        ok(&args, &format!("pool remove-drive {gone}"));
+    }
+    let pool = list_json(&dev);
+    let names: Vec<&str> = pool["drives"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["d3", "d4", "s0"], "{pool}");
+    assert!(
+        pool["drives"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|d| d["state"] == "up"),
+        "{pool}"
+    );
+    fio_all(&t, &s, &[("r", size)], true);
 }
 
 /// How many seeded kills `pool_server_killed_while_a_spare_takes_a_subdisk`

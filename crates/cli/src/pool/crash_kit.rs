@@ -72,6 +72,7 @@ pub fn gathered(disks: &[Arc<MemoryMember>]) -> Result<Gathered, String> {
     let seen: Vec<Seen> = disks
         .iter()
         .map(|m| Seen {
+            size_bytes: m.size_bytes(),
             device: m.describe().to_string(),
             slots: super::drives::read_slots(m.as_ref()).unwrap(),
         })

@@ -13,6 +13,7 @@ use platter_io::{open_member, Member, OpenOptions};
 use crate::error::{CliError, Result};
 
 /// A pool as found on the devices given, with the drives open.
+#[derive(Clone)]
 pub struct OpenPool {
     pub gathered: Gathered,
     /// By the pool's drive order: the open drive, or `None` when missing.
@@ -80,7 +81,11 @@ pub fn look(paths: &[String]) -> Result<Vec<Seen>> {
         };
         let slots = read_slots(m.as_ref()).map_err(|e| CliError(format!("{c}: {e}")))?;
         if slots.newest().is_some() || slots.has_pool_slot() {
-            seen.push(Seen { device: c, slots });
+            seen.push(Seen {
+                device: c,
+                slots,
+                size_bytes: m.size_bytes(),
+            });
         }
     }
     Ok(seen)
@@ -209,6 +214,19 @@ impl OpenPool {
         }
         self.gathered.pool = pool;
         Ok(())
+    }
+
+    /// Drive `d` out of the open pool (`pool remove-drive`, before the
+    /// configuration without it is written); its device, if present.
+    pub fn forget_drive(&mut self, d: usize) -> Option<Arc<dyn Member>> {
+        let name = self.gathered.pool.drives[d].name.clone();
+        self.gathered.present.retain(|(_, x)| *x != name);
+        self.gathered.missing.retain(|x| *x != name);
+        self.gathered.behind.retain(|(x, _)| *x != name);
+        self.failing.retain(|x| *x != name);
+        self.gathered.pool.drives.remove(d);
+        self.next_slots.remove(d);
+        self.drives.remove(d)
     }
 
     /// Drive `d` as if missing: no change writes it again.

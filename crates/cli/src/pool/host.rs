@@ -323,6 +323,13 @@ impl PoolHost for ServedPool {
         self.replace(req).map_err(|e| e.0)
     }
 
+    fn remove_drive(&self, drive: &str) -> std::result::Result<Value, String> {
+        let mut state = self.lock();
+        super::retire::remove_drive_in(&mut state.open, drive).map_err(|e| e.0)?;
+        let pool = state.open.pool();
+        Ok(serde_json::json!({ "drives": pool.drives.len(), "generation": pool.generation }))
+    }
+
     fn set_failing(&self, drives: &[String]) {
         self.lock().open.failing = drives.to_vec();
     }

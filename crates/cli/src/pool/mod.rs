@@ -11,6 +11,7 @@ pub mod host;
 mod import;
 mod list;
 mod make;
+mod retire;
 #[cfg(test)]
 mod seeded;
 
@@ -44,6 +45,11 @@ pub enum PoolCommand {
     /// found) when `serve --pool` next serves the pool. The drive left is
     /// marked failed: nothing new is placed on it.
     Heal(heal::HealArgs),
+    /// Take a drive that holds no subdisk out of the pool (LVM's
+    /// `vgreduce`): the other drives' configuration no longer names it,
+    /// and its pool area is erased if it is present (through the pool's
+    /// server with --control, while it serves).
+    RemoveDrive(retire::RemoveDriveArgs),
     /// Make a pool of one volume from the members of a volume made by
     /// `platter create`, its data where it is: each member's label and
     /// bitmap move up by 1 MiB into the room before its data, and its
@@ -79,6 +85,7 @@ pub fn run_pool(c: PoolCommand) -> Result<()> {
         PoolCommand::AddDrive(a) => make::add_drive(a),
         PoolCommand::ReplaceDrive(a) => make::replace_drive(a),
         PoolCommand::Heal(a) => heal::heal(a),
+        PoolCommand::RemoveDrive(a) => retire::remove_drive(a),
         PoolCommand::Import(a) => import::import(a),
     }
 }

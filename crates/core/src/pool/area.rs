@@ -273,6 +273,9 @@ pub struct Seen {
     /// The path or URI it was read from.
     pub device: String,
     pub slots: DriveSlots,
+    /// The device's size now: one smaller than its drive (a file cut
+    /// short under a server) is left out, said why.
+    pub size_bytes: u64,
 }
 
 /// A pool gathered from the devices that hold its drives.
@@ -370,6 +373,17 @@ impl Gathered {
             ));
             return Ok(());
         };
+        if seen[i].size_bytes < drive.size_bytes {
+            self.damaged.push((
+                seen[i].device.clone(),
+                format!(
+                    "drive {} of pool {} is {} bytes, its configuration says {}: cut short \
+                     (truncated or resized?); left out",
+                    drive.name, self.pool.name, seen[i].size_bytes, drive.size_bytes
+                ),
+            ));
+            return Ok(());
+        }
         if let Some((j, _)) = self.present.iter().find(|(_, n)| *n == drive.name) {
             return Err(format!(
                 "{} and {} both say they are drive {} of pool {}: a copied drive? Name one",

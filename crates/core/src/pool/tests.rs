@@ -316,6 +316,7 @@ fn seen(pool: &Pool, drive: usize, device: &str) -> Seen {
     Seen {
         device: device.into(),
         slots: slots_of(pool, drive, 0),
+        size_bytes: pool.drives[drive].size_bytes,
     }
 }
 
@@ -326,6 +327,7 @@ fn the_newest_generation_present_wins_and_every_odd_drive_is_named() {
     new.generation = 4;
     new.volumes.pop();
     let damaged = Seen {
+        size_bytes: 100 * MIB,
         device: "/dev/x".into(),
         slots: DriveSlots {
             slots: [
@@ -353,6 +355,33 @@ fn the_newest_generation_present_wins_and_every_odd_drive_is_named() {
     assert!(area::gather(&devices, Some("other"))
         .unwrap_err()
         .contains("no drive of a pool named"));
+}
+
+/// How it showed (a pool served, a drive's file truncated under it): the
+/// server's next configuration write landed on the short file before its
+/// size was checked, so the device held the newest configuration, and
+/// `list` then failed outright opening a subdisk past the file's end. A
+/// device smaller than its drive is named and left out now, the drive
+/// missing, and the others gather.
+#[test]
+fn a_device_cut_shorter_than_its_drive_is_named_and_left_out() {
+    let pool = sample();
+    let mut short = seen(&pool, 2, "c");
+    short.size_bytes = 3 * MIB;
+    let devices = vec![
+        seen(&pool, 0, "a"),
+        seen(&pool, 1, "b"),
+        short,
+        seen(&pool, 3, "d"),
+    ];
+    let g = area::gather(&devices, Some("tank")).unwrap();
+    assert_eq!(g.missing, vec!["d2".to_string()]);
+    assert_eq!(g.damaged.len(), 1);
+    assert!(
+        g.damaged[0].0 == "c" && g.damaged[0].1.contains("cut short"),
+        "{:?}",
+        g.damaged
+    );
 }
 
 #[test]

@@ -823,7 +823,7 @@ fn answer(control: &Control, req: &Value) -> Result<Value, String> {
         Some("drives") => return Ok(crate::observe::drives::drives_json(&managers)),
         Some(
             cmd @ ("volume-create" | "volume-extend" | "volume-remove" | "pool-replace-drive"
-            | "pool-add-drive" | "pool-heal"),
+            | "pool-add-drive" | "pool-heal" | "pool-remove-drive"),
         ) => {
             let pool = control.pool.as_ref().ok_or_else(|| {
                 format!("{cmd}: this server serves no pool (`platter serve --pool`)")

@@ -51,6 +51,10 @@ pub trait PoolHost: Send + Sync {
     /// server having found every volume's subdisk there failed. Returns
     /// each volume's new subdisk with its slot, for the volume to rebuild.
     fn replace_drive(&self, req: &Value) -> Result<NewSubdisks, String>;
+    /// Takes drive `drive`, which holds no subdisk, out of the pool, as
+    /// `pool remove-drive` does; returns what the pool is then (`drives`,
+    /// `generation`).
+    fn remove_drive(&self, drive: &str) -> Result<Value, String>;
     /// The drives on which a volume served has a failed subdisk: no new
     /// subdisk goes there (said before each change that places some).
     fn set_failing(&self, drives: &[String]);
@@ -163,6 +167,15 @@ impl PoolServer {
             // A spare added while subdisks are failed takes them at once.
             added["healed"] = self.heal(false);
             return Ok(added);
+        }
+        if cmd == "pool-remove-drive" {
+            let drive = req
+                .get("drive")
+                .and_then(Value::as_str)
+                .ok_or("missing \"drive\"")?;
+            let left = self.host.remove_drive(drive)?;
+            tracing::info!(drive, "drive taken out of the pool");
+            return Ok(left);
         }
         if cmd == "pool-heal" {
             let free_space = req

@@ -247,3 +247,63 @@ fn a_crash_at_any_write_of_a_heal_leaves_the_old_places_or_the_new() {
     }
     assert_eq!(outcomes.len(), 2, "crashes left the old places and the new");
 }
+
+/// After a heal, the failed drive leaves the pool (`pool remove-drive`)
+/// once nothing is on it: refused while the concat's subdisk is there,
+/// naming it; then the others no longer name it and its slots are
+/// erased. A crash at any write leaves the drive in the pool or out of
+/// it, and a device left holding the old configuration is named, never
+/// taken for a drive.
+#[test]
+fn a_failed_drive_leaves_the_pool_once_empty_and_a_crash_leaves_it_in_or_out() {
+    let mut outcomes = std::collections::BTreeSet::new();
+    for torn_at in 0..8 {
+        let disks = disks();
+        pool_on(&disks, DriveState::Spare);
+        let mut open = without_d1(&disks, all(&disks));
+        heal_in(&mut open, &lost_on_d1(), Room::Spares).unwrap();
+        let mut open = OpenPool::over(gathered(&disks).unwrap(), all(&disks));
+        let e = super::super::retire::remove_drive_in(&mut open, "d1").unwrap_err();
+        assert!(
+            e.0.contains("c.p0.s0") && e.0.contains("volume remove"),
+            "{}",
+            e.0
+        );
+        super::super::make::remove_in(&mut open, "c").unwrap();
+        let cut = crashing(&disks, torn_at, 512);
+        let mut open = OpenPool::over(
+            gathered(&disks).unwrap(),
+            cut.into_iter().map(Some).collect(),
+        );
+        let done = super::super::retire::remove_drive_in(&mut open, "d1").is_ok();
+        let g = gathered(&disks).unwrap();
+        let out = g.pool.drive("d1").is_none();
+        assert!(!done || out, "write {torn_at}");
+        g.pool.check().unwrap();
+        if out {
+            assert_eq!(g.pool.drives.len(), 4);
+            assert!(g.present.iter().all(|(_, n)| n != "d1"));
+            let slots = drives::read_slots(disks[1].as_ref()).unwrap();
+            if slots.newest().is_some() {
+                assert!(
+                    g.damaged
+                        .iter()
+                        .any(|(dev, why)| dev == "mem1" && why.contains("not a drive")),
+                    "write {torn_at}: {:?}",
+                    g.damaged
+                );
+            }
+        } else {
+            assert_eq!(g.pool.drives.len(), 5);
+        }
+        if done {
+            let slots = drives::read_slots(disks[1].as_ref()).unwrap();
+            assert!(
+                slots.newest().is_none() && !slots.has_pool_slot(),
+                "write {torn_at}: not erased"
+            );
+        }
+        outcomes.insert(out);
+    }
+    assert_eq!(outcomes.len(), 2, "crashes left the drive in and out");
+}
