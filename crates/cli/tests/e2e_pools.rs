@@ -2171,3 +2171,114 @@ fn pool_server_killed_while_a_spare_takes_a_subdisk() {
         "{test}: {kills} kills; the configuration had moved the subdisk before {moved} of them"
     );
 }
+
+/// Waits (2 minutes at most) until volume `name`'s reshape has moved
+/// everything and any resync a kill left owed is done.
+fn wait_reshaped(s: &Server, name: &str) {
+    let start = std::time::Instant::now();
+    loop {
+        let st = live(s, name);
+        let r = &st["reshape"];
+        if (r.is_null() || r["finished"].as_bool() == Some(true)) && st["resync"].is_null() {
+            return;
+        }
+        assert!(
+            start.elapsed().as_secs() < 120,
+            "{name}: not reshaped: {st}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// A raid5 volume boxed in on a drive (another volume right after its
+/// subdisk there) cannot grow in place; `volume extend --add-subdisks`
+/// through the server lays out new subdisks on drives that hold none of
+/// it and reshapes it onto them while it serves (md's `--grow
+/// --raid-devices`). The server is killed mid-reshape; the next start
+/// resumes it; every byte fio wrote before reads back, the new size is
+/// served to a new connection and written through, and the parity agrees.
+#[test]
+fn a_boxed_in_raid5_grows_onto_new_subdisks_by_a_reshape_while_served() {
+    let test = "a_boxed_in_raid5_grows_onto_new_subdisks_by_a_reshape_while_served";
+    let Some(t) = tools_with_fio_nbd(test, &["fio", "nbdinfo"]) else {
+        return;
+    };
+    let dir = temp_dir();
+    let d = dir.path().join("d");
+    std::fs::create_dir(&d).unwrap();
+    let drives: Vec<String> = (0..5)
+        .map(|i| d.join(format!("d{i}")).display().to_string())
+        .collect();
+    let mut args = vec!["pool", "create", "tank", "--drive-size", "64M"];
+    args.extend(drives.iter().map(String::as_str));
+    ok(&args, "pool create");
+    let dev = d.display().to_string();
+    for (name, level, size, on) in [
+        ("r", "raid5", "24M", "d0,d1,d2"),
+        ("block", "concat", "8M", "d0"),
+    ] {
+        let args = [
+            "volume", "create", "tank", name, "--level", level, "--size", size, "--drives", on,
+            &dev,
+        ];
+        ok(&args, &format!("volume create {name}"));
+    }
+    let written = sizes(&list_json(&dev))[0].1;
+    let mut s = serve_pool_first(dir.path(), &dev, "r", &["--rebuild-rate", "4M"]);
+    fio_all(&t, &s, &[("r", written)], false);
+    refused(
+        &[
+            "volume",
+            "extend",
+            "tank",
+            "r",
+            "--size",
+            "40M",
+            "--control",
+            &s.control(),
+        ],
+        "--add-subdisks",
+    );
+    let grown = ok(
+        &[
+            "volume",
+            "extend",
+            "tank",
+            "r",
+            "--size",
+            "40M",
+            "--add-subdisks",
+            "--control",
+            &s.control(),
+        ],
+        "volume extend --add-subdisks",
+    );
+    assert!(
+        grown
+            .stdout
+            .contains("2 subdisks added, reshaping from 3 to 5 members"),
+        "{}",
+        grown.stdout
+    );
+    assert_eq!(subdisk_drives(&dev, "r"), ["d0", "d1", "d2", "d3", "d4"]);
+    // Reads while the data moves, then a kill mid-reshape.
+    fio_all(&t, &s, &[("r", written)], true);
+    assert!(!live(&s, "r")["reshape"].is_null());
+    s.crash();
+    let s = serve_pool_first(dir.path(), &dev, "r", &[]);
+    wait_reshaped(&s, "r");
+    fio_all(&t, &s, &[("r", written)], true);
+    let size = live(&s, "r")["size_bytes"].as_u64().unwrap();
+    assert!(size >= 40 * MIB, "{size}");
+    let info = run_ok(
+        t.cmd("nbdinfo").arg("--size").arg(uri(&s, "r")),
+        CMD_TIMEOUT,
+        "nbdinfo --size",
+    );
+    assert_eq!(info.stdout.trim(), size.to_string());
+    fio_all(&t, &s, &[("r", size)], false);
+    ok(
+        &["check", "--volume", "r", "--control", &s.control()],
+        "check r",
+    );
+}

@@ -24,7 +24,9 @@ mod server;
 mod startup;
 
 pub use engine::upkeep::UNLIMITED as UNLIMITED_RATE;
-pub use manage::pool::{Extended, NewSubdisks, NewVolume, PoolHost, Relocated, RelocatedSubdisk};
+pub use manage::pool::{
+    Extended, NewSubdisks, NewVolume, OnDrives, PoolHost, Relocated, RelocatedSubdisk,
+};
 pub use manage::{filesystem_json, layout_json};
 pub use network::conn::{CONN_MAX_BYTES, CONN_MAX_REQUESTS};
 pub use network::listen::check_stdio;

@@ -52,6 +52,14 @@ pub struct VolumeExtendArgs {
     /// subdisk). Larger than today's: a volume does not shrink.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     size: u64,
+    /// A striped or redundant volume with no room after its subdisks:
+    /// grow it by new subdisks, as long as its others, on drives that hold
+    /// none of it, and reshape it onto them while it serves (md's `--grow
+    /// --raid-devices`; every byte moves, at the rebuild rate). Through
+    /// the pool's server only (--control); clients see the new size once
+    /// the reshape is done.
+    #[arg(long, requires = "control")]
+    add_subdisks: bool,
     #[command(flatten)]
     devices: DeviceArgs,
     #[command(flatten)]
@@ -65,8 +73,24 @@ pub fn volume_extend(args: VolumeExtendArgs) -> Result<()> {
             "pool": args.pool,
             "name": args.name,
             "size_bytes": args.size,
+            "add_subdisks": args.add_subdisks,
         });
         let done = crate::control::ask(control, req)?;
+        if let Some(r) = done.get("reshape") {
+            outln!(
+                "volume {} of pool {}: {} subdisks added, reshaping from {} to {} members \
+                 ({} to move); `platter status --volume {} --control ...` shows it; clients \
+                 see the new size when it is done and they next connect",
+                args.name,
+                args.pool,
+                done["subdisks_added"],
+                r["from"]["members"],
+                r["to"]["members"],
+                format_size(r["moves_bytes"].as_u64().unwrap_or(0)),
+                args.name
+            );
+            return Ok(());
+        }
         let size = |k: &str| format_size(done[k].as_u64().unwrap_or(0));
         outln!(
             "volume {} of pool {}: {} -> {}; clients see the new size when they next connect",
@@ -170,6 +194,88 @@ pub fn grow(open: &mut OpenPool, v: &PoolVolume, label: &Label, size_bytes: u64)
         label: grown,
         members: wide,
     })
+}
+
+/// `volume extend --add-subdisks`'s writes: `count` new subdisks for
+/// `v`'s plex, as long as its longest, on drives up that hold none of it
+/// (the roomiest first), their label areas zeroed, then the configuration
+/// naming them as the plex's next slots (the labels say the size from
+/// then on: the reshape onto them writes them).
+pub fn add_plex_subdisks(open: &mut OpenPool, v: &PoolVolume, count: u32) -> Result<PoolVolume> {
+    let plex = v.plex();
+    let len = plex
+        .subdisks
+        .iter()
+        .map(|sd| sd.len_bytes)
+        .max()
+        .unwrap_or(0);
+    let candidates: Vec<String> = open
+        .placeable_names()
+        .into_iter()
+        .filter(|d| !plex.subdisks.iter().any(|sd| sd.drive == *d))
+        .collect();
+    let placed = place_spread(open.pool(), &candidates, count, len).map_err(|e| {
+        CliError(format!(
+            "volume {}: {count} new subdisks on drives that hold none of it: {e}",
+            v.name
+        ))
+    })?;
+    let mut grown = v.clone();
+    grown.plexes[0].subdisks.extend(placed.iter().cloned());
+    grown.size_bytes = None;
+    let mut pool = open.pool().clone();
+    for x in pool.volumes.iter_mut().filter(|x| x.name == v.name) {
+        *x = grown.clone();
+    }
+    pool.check().map_err(CliError)?;
+    for sd in &placed {
+        let d = super::make::drive_index(open, &sd.drive)?;
+        let m = open.drives[d].as_ref().expect("placed on a drive present");
+        m.write_at(sd.offset_bytes, &[0u8; LABEL_BYTES])?;
+        m.flush()?;
+    }
+    open.write(pool)?;
+    Ok(grown)
+}
+
+/// The last `count` subdisks of `v` out of the configuration again: a
+/// reshape onto them did not begin, or a crash came first (they are
+/// blank and no label counts them).
+pub fn drop_plex_subdisks(open: &mut OpenPool, v: &PoolVolume, count: usize) -> Result<PoolVolume> {
+    let mut kept = v.clone();
+    let n = kept.plexes[0].subdisks.len();
+    kept.plexes[0].subdisks.truncate(n.saturating_sub(count));
+    let mut pool = open.pool().clone();
+    for x in pool.volumes.iter_mut().filter(|x| x.name == v.name) {
+        *x = kept.clone();
+    }
+    open.write(pool)?;
+    Ok(kept)
+}
+
+/// How many of `v`'s last subdisks were added for a reshape that never
+/// began: blank, beyond the member count any of its labels says
+/// (`members` in slot order, every subdisk present).
+pub fn unbegun_subdisks(v: &PoolVolume, members: &[Arc<dyn Member>]) -> Result<usize> {
+    if members.len() != v.plex().subdisks.len() || v.plex().org == Level::Concat {
+        return Ok(0);
+    }
+    let mut labels = Vec::new();
+    for m in members {
+        labels.push(drives::read_label_at(m.as_ref(), 0)?);
+    }
+    let Some(counted) = labels
+        .iter()
+        .flatten()
+        .map(|l| l.member_count as usize)
+        .max()
+    else {
+        return Ok(0);
+    };
+    if counted >= members.len() || labels[counted..].iter().any(Option::is_some) {
+        return Ok(0);
+    }
+    Ok(members.len() - counted)
 }
 
 /// Steps 1 and 2 of an extend of concat `v` whose last subdisk has no
@@ -296,11 +402,17 @@ fn new_lengths(pool: &Pool, v: &PoolVolume, l: &Label, size_bytes: u64) -> Resul
         if len > room {
             return Err(CliError(format!(
                 "drive {} has {} from subdisk {} to the next subdisk or its end; the extend \
-                 needs {} there (a volume grows in place, each subdisk into the space after it)",
+                 needs {} there (a volume grows in place, each subdisk into the space after it{})",
                 sd.drive,
                 format_size(room),
                 v.subdisk_name(0, s),
-                format_size(len)
+                format_size(len),
+                if matches!(plex.org, Level::Concat | Level::Mirror) {
+                    ""
+                } else {
+                    "; or, while the pool is served, onto new subdisks: `volume extend \
+                     --add-subdisks --control ...`"
+                }
             )));
         }
         lens.push(len);

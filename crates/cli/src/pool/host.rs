@@ -13,7 +13,9 @@ use platter_io::aio::Delay;
 use platter_io::assembly::assemble_devices;
 use platter_io::subdisk::SubdiskMember;
 use platter_io::Member;
-use platter_server::{Extended, NewSubdisks, NewVolume, PoolHost, Relocated, RelocatedSubdisk};
+use platter_server::{
+    Extended, NewSubdisks, NewVolume, OnDrives, PoolHost, Relocated, RelocatedSubdisk,
+};
 use serde_json::Value;
 
 use super::drives::{subdisk_window, subdisk_windows, OpenPool};
@@ -64,13 +66,22 @@ impl ServedPool {
     /// has its labels brought up first (not by a read-only server).
     pub fn open_volume(&self, v: &PoolVolume, read_only: bool) -> Result<(Members, Members)> {
         let mut state = self.lock();
-        let windows = subdisk_windows(state.open.pool(), v, &state.open.drives)?;
-        let members: Members = windows
+        let mut v = v.clone();
+        let mut windows = subdisk_windows(state.open.pool(), &v, &state.open.drives)?;
+        let mut members: Members = windows
             .iter()
             .map(|w| Arc::clone(w) as Arc<dyn Member>)
             .collect();
+        let unbegun = super::extend::unbegun_subdisks(&v, &members)?;
+        if unbegun > 0 && !read_only {
+            // Added for a reshape a crash stopped before it began.
+            tracing::warn!(volume = %v.name, subdisks = unbegun, "subdisks added for a reshape that never began: taken out of the pool again");
+            v = super::extend::drop_plex_subdisks(&mut state.open, &v, unbegun)?;
+            windows.truncate(windows.len() - unbegun);
+            members.truncate(members.len() - unbegun);
+        }
         if !read_only {
-            super::extend::bring_labels_up(state.open.pool(), v, &members)?;
+            super::extend::bring_labels_up(state.open.pool(), &v, &members)?;
         }
         state.windows.insert(v.name.clone(), windows);
         blank_apart(members)
@@ -166,6 +177,41 @@ impl ServedPool {
             label: grown.label,
             added,
         })
+    }
+
+    /// `volume extend --add-subdisks`'s writes, and the new subdisks as
+    /// the server holds them from now on, with their drives.
+    fn add_to_plex(&self, name: &str, count: u32) -> Result<OnDrives> {
+        let mut state = self.lock();
+        let v = state
+            .open
+            .pool()
+            .volume(name)
+            .cloned()
+            .ok_or_else(|| CliError(format!("the pool has no volume {name}")))?;
+        let n = v.plex().subdisks.len();
+        if state.windows.get(name).map_or(0, Vec::len) != n {
+            return Err(CliError(format!(
+                "volume {name}: a drive of its subdisks is missing; it grows with every one present"
+            )));
+        }
+        let grown = super::extend::add_plex_subdisks(&mut state.open, &v, count)?;
+        let pool = state.open.pool().clone();
+        let mut added = Vec::new();
+        for (s, sd) in grown.plex().subdisks.iter().enumerate().skip(n) {
+            let d = drive_index(&state.open, &sd.drive)?;
+            let drive = state.open.drives[d]
+                .clone()
+                .expect("placed on a drive present");
+            let window = subdisk_window(&pool, &grown, s, &drive)?;
+            state
+                .windows
+                .entry(name.to_string())
+                .or_default()
+                .push(Arc::clone(&window));
+            added.push((window as Arc<dyn Member>, sd.drive.clone()));
+        }
+        Ok(added)
     }
 
     /// The volumes with a subdisk on `drive`, and its slot in each.
@@ -321,6 +367,25 @@ impl PoolHost for ServedPool {
 
     fn replace_drive(&self, req: &Value) -> std::result::Result<NewSubdisks, String> {
         self.replace(req).map_err(|e| e.0)
+    }
+
+    fn add_subdisks(&self, name: &str, count: u32) -> std::result::Result<OnDrives, String> {
+        self.add_to_plex(name, count).map_err(|e| e.0)
+    }
+
+    fn drop_subdisks(&self, name: &str, count: u32) -> std::result::Result<(), String> {
+        let mut state = self.lock();
+        let v = state
+            .open
+            .pool()
+            .volume(name)
+            .cloned()
+            .ok_or_else(|| format!("the pool has no volume {name}"))?;
+        super::extend::drop_plex_subdisks(&mut state.open, &v, count as usize).map_err(|e| e.0)?;
+        if let Some(w) = state.windows.get_mut(name) {
+            w.truncate(w.len().saturating_sub(count as usize));
+        }
+        Ok(())
     }
 
     fn remove_drive(&self, drive: &str) -> std::result::Result<Value, String> {

@@ -82,6 +82,67 @@ impl Manager {
         Ok(summary)
     }
 
+    /// How many members to add to this volume, its level kept, for it to
+    /// hold at least `size_bytes`, and the plan that moves its data so
+    /// (`volume extend --add-subdisks` of a pool's volume). Refused as a
+    /// reshape would be, or when no count up to a label's limit is enough.
+    pub(crate) fn plan_growth(&self, size_bytes: u64) -> Result<(u32, Plan), String> {
+        let label = self.meta.label();
+        self.refuse_busy(&label)?;
+        let old = self.engine.with_volume(|v| v.geometry().clone());
+        if old.level() == platter_core::Level::Mirror {
+            return Err("a mirror's subdisks are copies: more of them hold no more".into());
+        }
+        let mut last = String::new();
+        for added in 1..=platter_core::format::MAX_MEMBERS.saturating_sub(old.members()) {
+            let asked = Asked {
+                added_members: added,
+                level: None,
+                parity_layout: None,
+                interleave_bytes: None,
+            };
+            let new = target(&old, &asked).map_err(|e| e.0)?;
+            if new.volume_size_bytes() < size_bytes {
+                continue;
+            }
+            match plan_move(&old, new, &asked, &label) {
+                Ok(plan) => return Ok((added, plan)),
+                Err(e) => last = e,
+            }
+            break;
+        }
+        Err(if last.is_empty() {
+            format!("no number of subdisks a label holds makes it {size_bytes} bytes")
+        } else {
+            last
+        })
+    }
+
+    /// Starts the move `plan_growth` planned, onto the members `added`
+    /// (a pool's new subdisks, laid out blank and recorded by its host).
+    pub(crate) fn grow_onto(
+        &self,
+        plan: Plan,
+        added: Vec<Arc<dyn Member>>,
+    ) -> Result<Value, String> {
+        let _changing = self.slot_changes.lock().expect("slot changes");
+        let label = self.meta.label();
+        self.refuse_busy(&label)?;
+        let old = self.engine.with_volume(|v| v.geometry().clone());
+        let summary = json!({
+            "from": layout_json(&old),
+            "to": layout_json(plan.new_geometry()),
+            "moves_bytes": plan.total_bytes(),
+            "seconds_at_rate_limit": self.seconds_at_rate_limit(plan.total_bytes()),
+        });
+        self.start_move(plan, &label, added)?;
+        tracing::info!(
+            members = old.members(),
+            "reshape started to grow the volume onto new subdisks"
+        );
+        Ok(summary)
+    }
+
     /// A reshape begins on a writable volume with every member in use and
     /// nothing being rebuilt or resynced.
     fn refuse_busy(&self, label: &Label) -> Result<(), String> {

@@ -51,6 +51,15 @@ pub trait PoolHost: Send + Sync {
     /// server having found every volume's subdisk there failed. Returns
     /// each volume's new subdisk with its slot, for the volume to rebuild.
     fn replace_drive(&self, req: &Value) -> Result<NewSubdisks, String>;
+    /// Lays out `count` new subdisks for volume `name`'s plex, each as long
+    /// as its others, on drives up that hold none of it, blank, and
+    /// records them as the plex's next slots (`volume extend
+    /// --add-subdisks`, before the reshape onto them begins). Returns
+    /// them with their drives.
+    fn add_subdisks(&self, name: &str, count: u32) -> Result<OnDrives, String>;
+    /// Takes the last `count` subdisks of volume `name` out of the
+    /// configuration again (a reshape onto them that could not begin).
+    fn drop_subdisks(&self, name: &str, count: u32) -> Result<(), String>;
     /// Takes drive `drive`, which holds no subdisk, out of the pool, as
     /// `pool remove-drive` does; returns what the pool is then (`drives`,
     /// `generation`).
@@ -83,6 +92,9 @@ pub struct RelocatedSubdisk {
     pub drive: String,
     pub from: String,
 }
+
+/// New subdisks, each with the name of its drive.
+pub type OnDrives = Vec<(Arc<dyn Member>, String)>;
 
 /// Subdisks laid out again on a new drive: (volume, slot, subdisk).
 pub type NewSubdisks = Vec<(String, u32, Arc<dyn Member>)>;
@@ -444,6 +456,9 @@ impl PoolServer {
             .get("size_bytes")
             .and_then(Value::as_u64)
             .ok_or("missing \"size_bytes\"")?;
+        if req.get("add_subdisks").and_then(Value::as_bool) == Some(true) {
+            return self.extend_adding(name, size_bytes);
+        }
         let served = self
             .volumes
             .named(name)
@@ -485,6 +500,42 @@ impl PoolServer {
             "old_size_bytes": old_bytes,
             "size_bytes": grown.volume_size_bytes,
         }))
+    }
+}
+
+impl PoolServer {
+    /// `volume extend --add-subdisks`: as many new subdisks as make the
+    /// volume `size_bytes`, laid out and recorded by the host, then a
+    /// reshape onto them (the labels say the new layout; the upkeep moves
+    /// the data). A reshape that cannot begin takes them out again; a
+    /// server killed between the two finds them blank and unlabelled at
+    /// its next start, and the host takes them out then.
+    fn extend_adding(&self, name: &str, size_bytes: u64) -> Result<Value, String> {
+        let served = self
+            .volumes
+            .named(name)
+            .ok_or_else(|| format!("no volume named {name} is served here"))?;
+        let m = &served.manager;
+        refuse_to_extend(&served, size_bytes)?;
+        let (count, plan) = m.plan_growth(size_bytes)?;
+        let added = self.host.add_subdisks(name, count)?;
+        let mut members = Vec::new();
+        for (device, drive) in added {
+            m.note_drive(device.describe(), &drive);
+            members.push(device);
+        }
+        match m.grow_onto(plan, members) {
+            Ok(summary) => {
+                tracing::info!(volume = %name, count, "volume growing onto new subdisks");
+                Ok(json!({ "volume": name, "subdisks_added": count, "reshape": summary }))
+            }
+            Err(e) => {
+                if let Err(undo) = self.host.drop_subdisks(name, count) {
+                    tracing::warn!(volume = %name, error = %undo, "the new subdisks stay recorded; the next start takes them out");
+                }
+                Err(e)
+            }
+        }
     }
 }
 

@@ -425,3 +425,35 @@ fn sizes_near_2_to_the_64_are_refused_not_panicked_on() {
         assert!(d.snapshot() == *b, "a refused change wrote");
     }
 }
+
+/// `volume extend --add-subdisks` records the new subdisks before the
+/// reshape onto them writes their labels. A crash between the two leaves
+/// them blank, beyond the member count every label says: the next start
+/// finds exactly those (`unbegun_subdisks`) and takes them out again, the
+/// volume as it was. Once labelled, or with one missing, none is taken.
+#[test]
+fn subdisks_added_for_a_reshape_that_never_began_are_taken_out_again() {
+    let disks = disks();
+    pool_with(
+        &disks,
+        vec![volume("s", Level::Stripe, 1, 8, &["d0", "d1"])],
+    );
+    let mut open = open_over(&disks, opened(&disks));
+    let v = open.pool().volume("s").unwrap().clone();
+    let grown = add_plex_subdisks(&mut open, &v, 1).unwrap();
+    assert_eq!(grown.plex().subdisks[2].drive, "d2");
+    let members = open.subdisks(&grown).unwrap();
+    assert_eq!(unbegun_subdisks(&grown, &members).unwrap(), 1);
+    // With a subdisk missing, nothing is judged.
+    assert_eq!(unbegun_subdisks(&grown, &members[..2]).unwrap(), 0);
+    let kept = drop_plex_subdisks(&mut open, &grown, 1).unwrap();
+    assert_eq!(kept, v);
+    let again = open_over(&disks, opened(&disks));
+    assert_eq!(again.pool().volume("s").unwrap(), &v);
+    // Labelled (the reshape began), the added one is the volume's.
+    let grown = add_plex_subdisks(&mut open, &v, 1).unwrap();
+    let members = open.subdisks(&grown).unwrap();
+    let l = label_of(members[0].as_ref());
+    members[2].write_at(0, &l.encode()).unwrap();
+    assert_eq!(unbegun_subdisks(&grown, &members).unwrap(), 0);
+}
