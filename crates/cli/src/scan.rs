@@ -95,6 +95,9 @@ pub struct FoundPool {
     /// Drives of the pool not found.
     pub missing: Vec<String>,
     pub volumes: Vec<String>,
+    /// The drives a spare or failed (`pool add-drive --spare`, `pool
+    /// heal`), with that state.
+    pub not_up: Vec<(String, &'static str)>,
 }
 
 impl Discovery {
@@ -254,6 +257,13 @@ fn found_pools(paths: &[String], damaged: &mut Vec<(String, String)>) -> Result<
             drives,
             missing: g.missing.clone(),
             volumes: g.pool.volumes.iter().map(|v| v.name.clone()).collect(),
+            not_up: g
+                .pool
+                .drives
+                .iter()
+                .filter(|d| d.state != platter_core::pool::DriveState::Up)
+                .map(|d| (d.name.clone(), d.state.name()))
+                .collect(),
         });
         for (device, why) in g.damaged {
             if !damaged.iter().any(|(p, _)| *p == device) {
@@ -498,11 +508,17 @@ fn render_pools(s: &mut String, pools: &[FoundPool]) {
             if p.volumes.is_empty() { "none".to_string() } else { p.volumes.join(", ") },
             p.name
         );
+        let state = |drive: &str| {
+            p.not_up
+                .iter()
+                .find(|(d, _)| d == drive)
+                .map_or(String::new(), |(_, st)| format!(" ({st})"))
+        };
         for (drive, path) in &p.drives {
-            let _ = writeln!(s, "  drive {drive:<8} {path}");
+            let _ = writeln!(s, "  drive {drive:<8} {path}{}", state(drive));
         }
         for drive in &p.missing {
-            let _ = writeln!(s, "  drive {drive:<8} missing");
+            let _ = writeln!(s, "  drive {drive:<8} missing{}", state(drive));
         }
     }
 }

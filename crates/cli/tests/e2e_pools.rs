@@ -2017,6 +2017,24 @@ fn a_spare_takes_a_failed_subdisk_by_itself_and_pool_heal_takes_free_space() {
         "{}",
         healed.stdout
     );
+    // Until served, `list` says the new subdisk is blank and the volume
+    // degraded (it once said the volume was down, size 0), and `scan`
+    // says which drives failed.
+    let pool = list_json(&dev);
+    let r = pool["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "r")
+        .unwrap();
+    assert_eq!(r["state"], "degraded", "{r}");
+    assert_eq!(r["plexes"][0]["subdisks"][2]["state"], "blank", "{r}");
+    let scan = run(&mut platter(&["scan", &dev]), CMD_TIMEOUT);
+    assert!(
+        scan.stdout.contains("drive d2       missing (failed)"),
+        "{}",
+        scan.stdout
+    );
     let s = serve_pool_first(dir.path(), &dev, "r", &["--run"]);
     wait_rebuilt(&s, "r");
     wait_rebuilt(&s, "w");

@@ -10,7 +10,7 @@ use platter_core::units::format_size;
 use platter_core::volume::Health;
 use serde::Serialize;
 
-use super::drives::{look, subdisk_members};
+use super::drives::{look, subdisk_window};
 use super::DeviceArgs;
 use crate::error::{CliError, Result};
 use crate::out::{out, outln};
@@ -173,7 +173,7 @@ fn volume_json(
     open: &[Option<std::sync::Arc<dyn platter_io::Member>>],
 ) -> Result<VolumeJson> {
     let plex = v.plex();
-    let members = subdisk_members(pool, v, open)?;
+    let (members, blank) = labelled_and_blank(pool, v, open)?;
     let assembled = platter_io::assembly::assemble_devices(members);
     let (state, size_bytes, health) = match &assembled {
         Ok(a) => {
@@ -206,6 +206,7 @@ fn volume_json(
             offset_bytes: sd.offset_bytes,
             len_bytes: sd.len_bytes,
             state: match health.get(s) {
+                _ if blank.contains(&s) => "blank".into(),
                 Some(Health::Online) => "up".into(),
                 Some(h) => format!("{h:?}").to_lowercase(),
                 None => "down".into(),
@@ -225,6 +226,31 @@ fn volume_json(
             subdisks,
         }],
     })
+}
+
+/// `v`'s subdisks on the drives present: those labelled, and the slots
+/// of the blank ones (laid out again by `pool replace-drive` or `pool
+/// heal`), which its server takes as spares and rebuilds.
+fn labelled_and_blank(
+    pool: &Pool,
+    v: &PoolVolume,
+    open: &[Option<std::sync::Arc<dyn platter_io::Member>>],
+) -> Result<(Vec<std::sync::Arc<dyn platter_io::Member>>, Vec<usize>)> {
+    let (mut labelled, mut blank) = (Vec::new(), Vec::new());
+    for (s, sd) in v.plex().subdisks.iter().enumerate() {
+        let d = pool.drives.iter().position(|d| d.name == sd.drive);
+        let Some(drive) = d.and_then(|d| open[d].as_ref()) else {
+            continue;
+        };
+        let m = subdisk_window(pool, v, s, drive)?;
+        let area = platter_io::assembly::read_label_area(m.as_ref())?;
+        if area.iter().all(|&b| b == 0) {
+            blank.push(s);
+        } else {
+            labelled.push(m as std::sync::Arc<dyn platter_io::Member>);
+        }
+    }
+    Ok((labelled, blank))
 }
 
 /// The states of the volumes the server at `control` serves, as it sees
@@ -284,7 +310,7 @@ fn render(p: &PoolJson) -> String {
     );
     for d in &p.drives {
         s += &format!(
-            "D {:<12} State: {:<10} Device: {:<28} Size: {:>8} Free: {:>8}\n",
+            "D {:<12} State: {:<15} Device: {:<28} Size: {:>8} Free: {:>8}\n",
             d.name,
             d.state,
             d.device.as_deref().unwrap_or("-"),
