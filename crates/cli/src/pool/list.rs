@@ -15,6 +15,8 @@ use super::DeviceArgs;
 use crate::error::{CliError, Result};
 use crate::out::{out, outln};
 
+type Handle = std::sync::Arc<dyn platter_io::Member>;
+
 #[derive(Args)]
 pub struct ListArgs {
     /// Print JSON for programs instead of text for people.
@@ -234,8 +236,8 @@ fn volume_json(
 fn labelled_and_blank(
     pool: &Pool,
     v: &PoolVolume,
-    open: &[Option<std::sync::Arc<dyn platter_io::Member>>],
-) -> Result<(Vec<std::sync::Arc<dyn platter_io::Member>>, Vec<usize>)> {
+    open: &[Option<Handle>],
+) -> Result<(Vec<Handle>, Vec<usize>)> {
     let (mut labelled, mut blank) = (Vec::new(), Vec::new());
     for (s, sd) in v.plex().subdisks.iter().enumerate() {
         let d = pool.drives.iter().position(|d| d.name == sd.drive);
@@ -247,7 +249,7 @@ fn labelled_and_blank(
         if area.iter().all(|&b| b == 0) {
             blank.push(s);
         } else {
-            labelled.push(m as std::sync::Arc<dyn platter_io::Member>);
+            labelled.push(m as Handle);
         }
     }
     Ok((labelled, blank))
