@@ -253,6 +253,52 @@ pub fn drop_plex_subdisks(open: &mut OpenPool, v: &PoolVolume, count: usize) -> 
     Ok(kept)
 }
 
+/// A reshape onto new subdisks writes its label to the old members
+/// first, then to the added ones (`Meta::begin_reshape`): a crash between
+/// leaves the added subdisks blank while every other label counts them,
+/// and a raid5 missing two would not assemble. Nothing has moved then
+/// (the labels say position 0, and the move starts after every label is
+/// written): the added subdisks hold nothing, and their labels are
+/// written as the start would have. Returns how many.
+pub fn finish_reshape_labels(v: &PoolVolume, members: &[Arc<dyn Member>]) -> Result<usize> {
+    if members.len() != v.plex().subdisks.len() {
+        return Ok(0);
+    }
+    let mut labels = Vec::new();
+    for m in members {
+        labels.push(drives::read_label_at(m.as_ref(), 0)?);
+    }
+    let Some(newest) = labels
+        .iter()
+        .flatten()
+        .max_by_key(|l| l.event_counter)
+        .cloned()
+    else {
+        return Ok(0);
+    };
+    let Some(r) = newest.reshape else {
+        return Ok(0);
+    };
+    let old = r.old_member_count as usize;
+    if r.position_bytes != 0
+        || newest.member_count as usize != members.len()
+        || old >= members.len()
+    {
+        return Ok(0);
+    }
+    let mut written = 0;
+    for (slot, m) in members.iter().enumerate().skip(old) {
+        let area = platter_io::assembly::read_label_area(m.as_ref())?;
+        if labels[slot].is_some() || area.iter().any(|&b| b != 0) {
+            continue;
+        }
+        m.write_at(0, &newest.for_slot(slot as u32).encode())?;
+        m.flush()?;
+        written += 1;
+    }
+    Ok(written)
+}
+
 /// How many of `v`'s last subdisks were added for a reshape that never
 /// began: blank, beyond the member count any of its labels says
 /// (`members` in slot order, every subdisk present).

@@ -72,6 +72,12 @@ impl ServedPool {
             .iter()
             .map(|w| Arc::clone(w) as Arc<dyn Member>)
             .collect();
+        if !read_only {
+            let finished = super::extend::finish_reshape_labels(&v, &members)?;
+            if finished > 0 {
+                tracing::warn!(volume = %v.name, subdisks = finished, "a reshape onto new subdisks was cut off while its labels were written: the added subdisks' labels written now");
+            }
+        }
         let unbegun = super::extend::unbegun_subdisks(&v, &members)?;
         if unbegun > 0 && !read_only {
             // Added for a reshape a crash stopped before it began.
