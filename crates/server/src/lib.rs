@@ -19,6 +19,7 @@ pub mod engine;
 pub mod manage;
 pub mod network;
 pub mod observe;
+pub mod plex;
 mod served;
 mod server;
 mod startup;
