@@ -461,7 +461,7 @@ fn serve_pool(
     .map_err(|e| CliError(e.to_string()))
 }
 
-type StartingVolumes = Vec<(platter_io::assembly::OpenVolume, Vec<Arc<dyn Member>>)>;
+type StartingVolumes = Vec<platter_server::PoolStart>;
 type ByMember<T> = std::collections::HashMap<String, T>;
 
 /// Every volume of the served pool assembled from its subdisks, with the
@@ -477,6 +477,47 @@ fn pool_volumes(
     let (mut member_delays, mut member_drives) = (ByMember::new(), ByMember::new());
     let mut volumes = Vec::new();
     for v in &pool.volumes {
+        if v.has_plexes() {
+            let plexes = host.open_plexes(v, args.read_only)?;
+            let mut tried = Vec::new();
+            for (members, blank) in plexes {
+                let all: Vec<String> = members
+                    .iter()
+                    .chain(&blank)
+                    .map(|m| m.describe().to_string())
+                    .collect();
+                host.places(v, &all, &mut member_drives, &mut member_delays);
+                tried.push(assemble_checked(members, blank, args.run));
+            }
+            let serving = tried.iter().filter(|t| t.is_ok()).count();
+            let mut starts = Vec::new();
+            for (p, t) in tried.into_iter().enumerate() {
+                let t = match t {
+                    // Made anew only while another plex holds the data.
+                    Err(_) if serving > 0 && !args.read_only => match host.remake_plex(v, p)? {
+                        Some((members, blank)) => assemble_checked(members, blank, args.run),
+                        None => t,
+                    },
+                    t => t,
+                };
+                match t {
+                    Ok((vol, spares)) => starts.push((v.plex_name(p), vol, spares)),
+                    Err(e) => {
+                        tracing::warn!(plex = %v.plex_name(p), error = %e.0, "plex not served: the volume serves without it");
+                    }
+                }
+            }
+            let run = args.run;
+            let assemble: platter_server::AssemblePlexes = Box::new(move |members| {
+                let (labelled, blank) = blank_apart(members).map_err(|e| e.0)?;
+                assemble_checked(labelled, blank, run).map_err(|e| e.0)
+            });
+            volumes.push(platter_server::PoolStart::Plexes {
+                plexes: starts,
+                assemble,
+            });
+            continue;
+        }
         let (members, blank) = host.open_volume(v, args.read_only)?;
         let all: Vec<String> = members
             .iter()
@@ -494,7 +535,7 @@ fn pool_volumes(
                 crate::partial::check(&vol.assembly, given, blank.len(), args.run).map(|_| vol)
             });
         match checked {
-            Ok(vol) => volumes.push((vol, blank)),
+            Ok(vol) => volumes.push(platter_server::PoolStart::Array(Box::new(vol), blank)),
             Err(e) if args.run && missing => {
                 tracing::warn!(volume = %v.name, error = %e.0, "not served: it cannot be assembled without the missing drives");
             }
@@ -507,6 +548,37 @@ fn pool_volumes(
         }
     }
     Ok((volumes, member_delays, member_drives))
+}
+
+/// An array over `members` (a blank one, a replaced drive's subdisk or a
+/// plex made anew, stands for a missing one: it becomes a spare and is
+/// rebuilt), as `serve` checks a partial member list (`--run`).
+fn assemble_checked(
+    members: Vec<Arc<dyn Member>>,
+    blank: Vec<Arc<dyn Member>>,
+    run: bool,
+) -> Result<(platter_io::assembly::OpenVolume, Vec<Arc<dyn Member>>)> {
+    let names: Vec<String> = members.iter().map(|m| m.describe().to_string()).collect();
+    let given = crate::partial::Given::Named(&names);
+    let vol = assemble_devices(members).map_err(CliError::from)?;
+    crate::partial::check(&vol.assembly, given, blank.len(), run)?;
+    Ok((vol, blank))
+}
+
+/// Members split: those with a label, and the blank ones.
+fn blank_apart(
+    members: Vec<Arc<dyn Member>>,
+) -> Result<(Vec<Arc<dyn Member>>, Vec<Arc<dyn Member>>)> {
+    let (mut labelled, mut blank) = (Vec::new(), Vec::new());
+    for m in members {
+        let area = platter_io::assembly::read_label_area(m.as_ref())?;
+        if area.iter().all(|&b| b == 0) {
+            blank.push(m);
+        } else {
+            labelled.push(m);
+        }
+    }
+    Ok((labelled, blank))
 }
 
 /// `serve --pool --inject DRIVE=SPEC`: faults wrap the drive, so that

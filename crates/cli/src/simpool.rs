@@ -89,7 +89,7 @@ fn volume_run(
     workload: WorkloadSpec,
     disk_bytes: u64,
 ) -> Result<VolumeRun> {
-    let plex = v.plex();
+    let plex = v.one_plex_only("sim pool").map_err(CliError)?;
     let mut windows = Vec::new();
     for sd in &plex.subdisks {
         let drive = pool

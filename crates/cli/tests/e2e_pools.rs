@@ -2351,3 +2351,162 @@ fn a_boxed_in_raid5_grows_onto_new_subdisks_by_a_reshape_while_served() {
         "check r",
     );
 }
+
+/// Reads each member (each plex, for a volume of plexes) served of volume
+/// `name`, from `stats --json`.
+fn member_reads(s: &Server, name: &str) -> Vec<u64> {
+    let args = [
+        "stats",
+        "--volume",
+        name,
+        "--json",
+        "--control",
+        &s.control(),
+    ];
+    let st: Value = serde_json::from_str(&ok(&args, "stats").stdout).unwrap();
+    st["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["reads"].as_u64().unwrap())
+        .collect()
+}
+
+/// vinum's volume of plexes that need not be alike: a raid5 plex
+/// mirrored by a concat plex on other drives, one NBD export. fio writes
+/// and verifies it, the reads go to both plexes, their copies agree
+/// (`check`); the concat plex's drive is truncated under fio and the
+/// raid5 plex serves every byte; with the drive replaced, the next start
+/// makes the concat plex anew and the volume rebuilds it from the other
+/// (killed with SIGKILL mid-rebuild, resumed); `printconfig` makes the
+/// same layout on fresh drives.
+#[test]
+fn a_volume_of_two_unlike_plexes_serves_through_the_loss_of_one_and_rebuilds_it() {
+    let test = "a_volume_of_two_unlike_plexes_serves_through_the_loss_of_one_and_rebuilds_it";
+    let Some(t) = tools_with_fio_nbd(test, &["fio", "nbdinfo"]) else {
+        return;
+    };
+    let dir = temp_dir();
+    let d = dir.path().join("d");
+    std::fs::create_dir(&d).unwrap();
+    let drives: Vec<String> = (0..5)
+        .map(|i| d.join(format!("d{i}")).display().to_string())
+        .collect();
+    let mut args = vec!["pool", "create", "tank", "--drive-size", "64M"];
+    args.extend(drives.iter().map(String::as_str));
+    ok(&args, "pool create");
+    let dev = d.display().to_string();
+    // Plexes keep to drives of their own: three drives hold no second.
+    refused(
+        &[
+            "volume", "create", "tank", "x", "--plex", "raid5:3", "--plex", "concat", "--size",
+            "8M", "--drives", "d0,d1,d2", &dev,
+        ],
+        "volume x.p1",
+    );
+    let made = ok(
+        &[
+            "volume", "create", "tank", "v", "--plex", "raid5:3", "--plex", "concat", "--size",
+            "20M", &dev,
+        ],
+        "volume create --plex",
+    );
+    assert!(
+        made.stdout
+            .contains("raid5 of 3 subdisks mirrored by concat of 1 subdisks"),
+        "{}",
+        made.stdout
+    );
+    let pool = list_json(&dev);
+    let v = &pool["volumes"][0];
+    assert_eq!(v["state"], "up", "{v}");
+    assert_eq!(v["plexes"].as_array().unwrap().len(), 2, "{v}");
+    let size = v["size_bytes"].as_u64().unwrap();
+    assert!(size >= 20 * MIB, "{v}");
+    let concat_drive = v["plexes"][1]["subdisks"][0]["drive"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut s = serve_pool_first(dir.path(), &dev, "v", &[]);
+    let listed = run_ok(
+        t.cmd("nbdinfo").arg("--list").arg(uri(&s, "")),
+        CMD_TIMEOUT,
+        "nbdinfo --list",
+    );
+    assert!(
+        listed.stdout.contains("export=\"v\"") && !listed.stdout.contains("v.p0"),
+        "{}",
+        listed.stdout
+    );
+    fio_all(&t, &s, &[("v", size)], false);
+    let before = member_reads(&s, "v");
+    fio_all(&t, &s, &[("v", size)], true);
+    let after = member_reads(&s, "v");
+    assert!(
+        after[0] > before[0] && after[1] > before[1],
+        "the reads go to both plexes: {before:?} -> {after:?}"
+    );
+    ok(
+        &["check", "--volume", "v", "--control", &s.control()],
+        "check v",
+    );
+
+    truncate(&dev, &concat_drive);
+    fio_all(&t, &s, &[("v", size)], true);
+    let st = live(&s, "v");
+    assert_eq!(st["members"][1]["state"], "faulty", "{st}");
+    s.stop_expecting_errors("TERM", &["faulty", "shrank", "label", "v.p1"]);
+
+    std::fs::remove_file(Path::new(&dev).join(&concat_drive)).unwrap();
+    let new = Path::new(&dev).join("new");
+    let args = [
+        "pool",
+        "replace-drive",
+        "tank",
+        &concat_drive,
+        new.to_str().unwrap(),
+        "--drive-size",
+        "64M",
+        &dev,
+    ];
+    ok(&args, "pool replace-drive");
+    let mut slow = serve_pool_first(dir.path(), &dev, "v", &["--rebuild-rate", "2M"]);
+    wait_rebuilding(&slow, "v");
+    slow.crash();
+    let s = serve_pool_first(dir.path(), &dev, "v", &[]);
+    wait_rebuilt(&s, "v");
+    fio_all(&t, &s, &[("v", size)], true);
+    ok(
+        &["check", "--volume", "v", "--control", &s.control()],
+        "check v",
+    );
+    let pool = list_json(&dev);
+    assert_eq!(pool["volumes"][0]["state"], "up", "{pool}");
+
+    // The configuration makes the same plexes on fresh drives.
+    let config = ok(&["printconfig", "tank", &dev], "printconfig").stdout;
+    let file = dir.path().join("tank.conf");
+    std::fs::write(&file, &config).unwrap();
+    let e = dir.path().join("e");
+    std::fs::create_dir(&e).unwrap();
+    let fresh: Vec<String> = (0..5)
+        .map(|i| e.join(format!("f{i}")).display().to_string())
+        .collect();
+    let mut args = vec![
+        "pool",
+        "create",
+        "tank",
+        "--config",
+        file.to_str().unwrap(),
+        "--drive-size",
+        "64M",
+    ];
+    args.extend(fresh.iter().map(String::as_str));
+    ok(&args, "pool create --config");
+    let again = list_json(&e.display().to_string());
+    assert_eq!(again["volumes"][0]["plexes"], pool["volumes"][0]["plexes"]);
+    assert_eq!(
+        again["volumes"][0]["size_bytes"],
+        pool["volumes"][0]["size_bytes"]
+    );
+}

@@ -32,5 +32,6 @@ pub use manage::{filesystem_json, layout_json};
 pub use network::conn::{CONN_MAX_BYTES, CONN_MAX_REQUESTS};
 pub use network::listen::check_stdio;
 pub use server::{
-    serve, serve_pool, serve_volumes, Ready, ServeConfig, ServeError, MAX_BLOCK_BYTES,
+    serve, serve_pool, serve_volumes, AssemblePlexes, Members, PoolStart, Ready, ServeConfig,
+    ServeError, MAX_BLOCK_BYTES,
 };

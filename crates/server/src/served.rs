@@ -18,6 +18,9 @@ pub struct Served {
     /// Its upkeep thread (rebuilds, resyncs, scrubs, the cache's destage),
     /// joined when the volume stops.
     pub upkeep_thread: Mutex<Option<JoinHandle<()>>>,
+    /// A volume of several plexes: the plexes' arrays it mirrors, served
+    /// under it (no export of their own), stopped after it.
+    pub plexes: Vec<Arc<Served>>,
 }
 
 impl Served {

@@ -258,6 +258,28 @@ pub(crate) struct Starting {
     pub(crate) export: platter_nbd::ExportInfo,
     engine: Arc<Engine>,
     resync_regions: u64,
+    /// A volume of several plexes: each plex's array, served under it.
+    plexes: Vec<Arc<crate::served::Served>>,
+}
+
+/// A members' list and the spares a volume starts with.
+pub type Members = Vec<Arc<dyn platter_io::Member>>;
+
+/// Assembles a volume of plexes over its plexes as members (the host's
+/// rules: which are blank and become spares, what a missing one needs).
+pub type AssemblePlexes = Box<dyn FnOnce(Members) -> Result<(OpenVolume, Members), String> + Send>;
+
+/// A volume a pool's server starts.
+pub enum PoolStart {
+    /// An array over its subdisks, and its spares.
+    Array(Box<OpenVolume>, Members),
+    /// A mirror of plexes (`plex::PlexMember`): each plex's array is
+    /// started first, by the name given, then the mirror assembled over
+    /// them by `assemble`.
+    Plexes {
+        plexes: Vec<(String, OpenVolume, Members)>,
+        assemble: AssemblePlexes,
+    },
 }
 
 /// Serves every volume in `volumes` as an NBD export of its name (a
@@ -270,6 +292,10 @@ pub fn serve_volumes(
     config: ServeConfig,
     on_ready: impl FnOnce(&Ready),
 ) -> Result<(), ServeError> {
+    let volumes = volumes
+        .into_iter()
+        .map(|(v, spares)| PoolStart::Array(Box::new(v), spares))
+        .collect();
     serve_pool(volumes, config, None, on_ready)
 }
 
@@ -277,7 +303,7 @@ pub fn serve_volumes(
 /// configuration when the control socket creates, extends or removes a
 /// volume, which the server starts, grows or stops as it runs.
 pub fn serve_pool(
-    volumes: Vec<(OpenVolume, Vec<Arc<dyn platter_io::Member>>)>,
+    volumes: Vec<PoolStart>,
     config: ServeConfig,
     host: Option<Arc<dyn crate::manage::pool::PoolHost>>,
     on_ready: impl FnOnce(&Ready),
@@ -346,14 +372,38 @@ pub fn serve_pool(
 /// Every volume's members opened and its engine made, their export
 /// names apart.
 fn start_volumes(
-    volumes: Vec<(OpenVolume, Vec<Arc<dyn platter_io::Member>>)>,
+    volumes: Vec<PoolStart>,
     config: &ServeConfig,
 ) -> Result<Vec<Starting>, ServeError> {
     let mut starting = Vec::new();
-    for (volume, spares) in volumes {
-        starting.push(start_volume(volume, spares, config)?);
+    for start in volumes {
+        starting.push(match start {
+            PoolStart::Array(volume, spares) => start_volume(*volume, spares, config)?,
+            PoolStart::Plexes { plexes, assemble } => start_plexes(plexes, assemble, config)?,
+        });
     }
     check_export_names(&starting)?;
+    Ok(starting)
+}
+
+/// A volume of plexes: each plex's array started and kept (not an export
+/// of its own), then the mirror over them.
+fn start_plexes(
+    plexes: Vec<(String, OpenVolume, Members)>,
+    assemble: AssemblePlexes,
+    config: &ServeConfig,
+) -> Result<Starting, ServeError> {
+    let mut kept = Vec::new();
+    let mut members: Members = Vec::new();
+    for (name, volume, spares) in plexes {
+        let plex = keep_volume(start_volume(volume, spares, config)?, config, None)?;
+        let member = crate::plex::PlexMember::new(Arc::clone(&plex.manager.engine), name);
+        members.push(Arc::new(member));
+        kept.push(plex);
+    }
+    let (volume, spares) = assemble(members).map_err(ServeError::Refused)?;
+    let mut starting = start_volume(volume, spares, config)?;
+    starting.plexes = kept;
     Ok(starting)
 }
 
@@ -372,6 +422,7 @@ pub(crate) fn start_volume(
         export,
         engine,
         resync_regions,
+        plexes: Vec::new(),
     })
 }
 
@@ -403,6 +454,7 @@ pub(crate) fn keep_volume(
         export,
         engine,
         resync_regions,
+        plexes,
     } = s;
     crate::manage::leftout::log_at_start(
         &opened.left_out,
@@ -450,6 +502,7 @@ pub(crate) fn keep_volume(
         manager,
         alerts,
         upkeep_thread: Mutex::new(Some(upkeep_thread)),
+        plexes,
     }))
 }
 
@@ -662,7 +715,17 @@ fn shut_down(own: Own, volumes: &crate::served::Volumes, conns: &Conns) -> Resul
         stop_upkeep(s);
     }
     let mut result = Ok(());
-    for s in &served {
+    // A volume of plexes first, then its plexes: its last flush goes
+    // through them.
+    let plexes: Vec<Arc<crate::served::Served>> =
+        served.iter().flat_map(|s| s.plexes.clone()).collect();
+    for s in &plexes {
+        s.manager.engine.close_to_clients();
+    }
+    for s in served.iter().chain(&plexes) {
+        if plexes.iter().any(|p| Arc::ptr_eq(p, s)) {
+            stop_upkeep(s);
+        }
         if let Err(e) = finish_volume(s) {
             if result.is_ok() {
                 result = Err(e);
@@ -677,7 +740,7 @@ fn shut_down(own: Own, volumes: &crate::served::Volumes, conns: &Conns) -> Resul
         listen::remove_socket(path);
     }
     own.signals.close();
-    for s in &served {
+    for s in served.iter().chain(&plexes) {
         s.alerts.close();
     }
     result

@@ -328,15 +328,26 @@ pub fn subdisk_windows(
     v: &PoolVolume,
     drives: &[Option<Arc<dyn Member>>],
 ) -> Result<Vec<Arc<SubdiskMember>>> {
+    plex_windows(pool, v, 0, drives)
+}
+
+/// Plex `p` of `v`: its subdisks over the open drives, in slot order (a
+/// subdisk on a missing drive left out).
+pub fn plex_windows(
+    pool: &Pool,
+    v: &PoolVolume,
+    p: usize,
+    drives: &[Option<Arc<dyn Member>>],
+) -> Result<Vec<Arc<SubdiskMember>>> {
     let mut out = Vec::new();
-    for (s, sd) in v.plex().subdisks.iter().enumerate() {
+    for (s, sd) in v.plexes[p].subdisks.iter().enumerate() {
         let d = pool
             .drives
             .iter()
             .position(|d| d.name == sd.drive)
             .expect("checked pool");
         let Some(drive) = &drives[d] else { continue };
-        out.push(subdisk_window(pool, v, s, drive)?);
+        out.push(plex_window(pool, v, p, s, drive)?);
     }
     Ok(out)
 }
@@ -349,11 +360,22 @@ pub fn subdisk_window(
     s: usize,
     drive: &Arc<dyn Member>,
 ) -> Result<Arc<SubdiskMember>> {
-    let sd = &v.plex().subdisks[s];
+    plex_window(pool, v, 0, s, drive)
+}
+
+/// Subdisk `s` of plex `p` of `v` on its open `drive`.
+pub fn plex_window(
+    pool: &Pool,
+    v: &PoolVolume,
+    p: usize,
+    s: usize,
+    drive: &Arc<dyn Member>,
+) -> Result<Arc<SubdiskMember>> {
+    let sd = &v.plexes[p].subdisks[s];
     let name = format!(
         "{}/{} ({} of {})",
         pool.name,
-        v.subdisk_name(0, s),
+        v.subdisk_name(p, s),
         sd.drive,
         drive.describe()
     );

@@ -128,6 +128,7 @@ pub fn volume_extend(args: VolumeExtendArgs) -> Result<()> {
 
 /// Grows `v` to at least `size_bytes`; returns its size before.
 pub fn extend_volume(open: &mut OpenPool, v: &PoolVolume, size_bytes: u64) -> Result<u64> {
+    v.one_plex_only("volume extend").map_err(CliError)?;
     let members = open.subdisks(v)?;
     if members.len() != v.plex().subdisks.len() {
         return Err(CliError(format!(

@@ -97,6 +97,21 @@ pub fn heal(args: HealArgs) -> Result<()> {
         };
     }
     let mut open = open_pool(Some(&args.pool), &args.devices.devices, writable())?;
+    for v in open.pool().volumes.iter().filter(|v| v.has_plexes()) {
+        let on_missing = v.plexes.iter().flat_map(|p| &p.subdisks);
+        if on_missing
+            .into_iter()
+            .any(|sd| open.gathered.missing.contains(&sd.drive))
+        {
+            crate::out::errln!(
+                "volume {} mirrors {} plexes: pool heal does not place their subdisks yet; \
+                 `platter pool replace-drive` puts a device in the lost drive's place, and the \
+                 next start makes the plex there anew",
+                v.name,
+                v.plexes.len()
+            );
+        }
+    }
     let lost = on_missing_drives(&open);
     if lost.is_empty() {
         outln!(
@@ -155,7 +170,7 @@ fn on_missing_drives(open: &OpenPool) -> Vec<(String, usize)> {
     let pool = open.pool();
     let missing: BTreeSet<&str> = open.gathered.missing.iter().map(String::as_str).collect();
     let mut lost = Vec::new();
-    for v in &pool.volumes {
+    for v in pool.volumes.iter().filter(|v| !v.has_plexes()) {
         for (s, sd) in v.plex().subdisks.iter().enumerate() {
             if missing.contains(sd.drive.as_str()) {
                 lost.push((v.name.clone(), s));
@@ -240,7 +255,7 @@ fn place_one(
     let v = pool
         .volume(volume)
         .ok_or_else(|| format!("{name}: the pool has no volume {volume}"))?;
-    let plex = v.plex();
+    let plex = v.one_plex_only("pool heal")?;
     if !matches!(
         plex.org,
         Level::Mirror | Level::Raid10 | Level::Raid5 | Level::Raid6

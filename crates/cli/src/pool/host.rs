@@ -93,6 +93,40 @@ impl ServedPool {
         blank_apart(members)
     }
 
+    /// A volume of several plexes: each plex's subdisks on the drives
+    /// present, labelled and blank apart.
+    pub fn open_plexes(&self, v: &PoolVolume, _read_only: bool) -> Result<Vec<(Members, Members)>> {
+        let state = self.lock();
+        let mut out = Vec::new();
+        for p in 0..v.plexes.len() {
+            let windows = super::drives::plex_windows(state.open.pool(), v, p, &state.open.drives)?;
+            let members: Members = windows.into_iter().map(|w| w as Arc<dyn Member>).collect();
+            out.push(blank_apart(members)?);
+        }
+        Ok(out)
+    }
+
+    /// Plex `p` of `v`, which does not assemble, made anew when every
+    /// subdisk of it is present and one at least is blank (a replaced or
+    /// healed drive's): a new array, its data zeroed, which the volume's
+    /// mirror takes as a spare and rebuilds from its other plexes. Returns
+    /// it as `open_plexes` does, or `None` when it is not to be made anew.
+    pub fn remake_plex(&self, v: &PoolVolume, p: usize) -> Result<Option<(Members, Members)>> {
+        let state = self.lock();
+        let windows = super::drives::plex_windows(state.open.pool(), v, p, &state.open.drives)?;
+        if windows.len() != v.plexes[p].subdisks.len() {
+            return Ok(None);
+        }
+        let members: Members = windows.into_iter().map(|w| w as Arc<dyn Member>).collect();
+        let (_, blank) = blank_apart(members)?;
+        if blank.is_empty() {
+            return Ok(None);
+        }
+        let made = super::plexes::label_plex(state.open.pool(), v, p, &state.open.drives)?;
+        tracing::warn!(plex = %v.plex_name(p), "plex made anew: the volume rebuilds it from its other plexes");
+        Ok(Some(blank_apart(made)?))
+    }
+
     /// Where each of `v`'s subdisks (`names`, as opened) lies: its drive,
     /// and that drive's injected latency.
     pub fn places(
@@ -103,8 +137,14 @@ impl ServedPool {
         member_delays: &mut HashMap<String, Delay>,
     ) {
         let pool = self.lock().open.pool().name.clone();
-        for (s, sd) in v.plex().subdisks.iter().enumerate() {
-            let prefix = format!("{pool}/{} (", v.subdisk_name(0, s));
+        let subdisks = v.plexes.iter().enumerate().flat_map(|(p, plex)| {
+            plex.subdisks
+                .iter()
+                .enumerate()
+                .map(move |(s, sd)| (p, s, sd))
+        });
+        for (p, s, sd) in subdisks {
+            let prefix = format!("{pool}/{} (", v.subdisk_name(p, s));
             for name in names.iter().filter(|n| n.starts_with(&prefix)) {
                 member_drives.insert(name.clone(), sd.drive.clone());
                 if let Some(delay) = self.latency.get(&sd.drive) {
@@ -140,6 +180,7 @@ impl ServedPool {
             .volume(name)
             .cloned()
             .ok_or_else(|| CliError(format!("the pool has no volume {name}")))?;
+        v.one_plex_only("volume extend").map_err(CliError)?;
         let windows = state.windows.get(name).cloned().unwrap_or_default();
         if windows.len() != v.plex().subdisks.len() {
             return Err(CliError(format!(
@@ -195,7 +236,11 @@ impl ServedPool {
             .volume(name)
             .cloned()
             .ok_or_else(|| CliError(format!("the pool has no volume {name}")))?;
-        let n = v.plex().subdisks.len();
+        let n = v
+            .one_plex_only("volume extend --add-subdisks")
+            .map_err(CliError)?
+            .subdisks
+            .len();
         if state.windows.get(name).map_or(0, Vec::len) != n {
             return Err(CliError(format!(
                 "volume {name}: a drive of its subdisks is missing; it grows with every one present"
@@ -227,9 +272,20 @@ impl ServedPool {
         if pool.drive(drive).is_none() {
             return Err(CliError(format!("pool {} has no drive {drive}", pool.name)));
         }
+        for v in pool.volumes.iter().filter(|v| v.has_plexes()) {
+            if v.plexes
+                .iter()
+                .flat_map(|p| &p.subdisks)
+                .any(|sd| sd.drive == drive)
+            {
+                v.one_plex_only("pool replace-drive --control")
+                    .map_err(CliError)?;
+            }
+        }
         Ok(pool
             .volumes
             .iter()
+            .filter(|v| !v.has_plexes())
             .flat_map(|v| {
                 let on = v.plex().subdisks.iter().enumerate();
                 on.filter(|(_, sd)| sd.drive == drive)
@@ -257,7 +313,9 @@ impl ServedPool {
         let pool = state.open.pool().clone();
         let handle = state.open.drives[d].clone().expect("put in place");
         let mut out = Vec::new();
-        for v in &pool.volumes {
+        // A volume of several plexes with a subdisk there was refused
+        // (`users_of`).
+        for v in pool.volumes.iter().filter(|v| !v.has_plexes()) {
             for (s, sd) in v.plex().subdisks.iter().enumerate() {
                 if sd.drive != drive {
                     continue;

@@ -10,7 +10,7 @@ use platter_core::units::format_size;
 use platter_core::volume::Health;
 use serde::Serialize;
 
-use super::drives::{look, subdisk_window};
+use super::drives::{look, plex_window};
 use super::DeviceArgs;
 use crate::error::{CliError, Result};
 use crate::out::{out, outln};
@@ -72,6 +72,7 @@ struct VolumeJson {
 #[derive(Serialize)]
 struct PlexJson {
     name: String,
+    state: String,
     org: String,
     interleave_bytes: u64,
     layout: String,
@@ -168,42 +169,75 @@ fn drive_state(state: DriveState, found: bool, behind: Option<u64>) -> String {
 }
 
 /// A volume's state from its subdisks' labels: up, degraded (serves on
-/// its redundancy), or down with the reason.
-fn volume_json(
+/// its redundancy), or down with the reason. A volume of several plexes
+/// is up when every plex is, degraded while one serves, and its size is
+/// what its own label, at the start of a plex's data, says.
+fn volume_json(pool: &Pool, v: &PoolVolume, open: &[Option<Handle>]) -> Result<VolumeJson> {
+    let mut plexes = Vec::new();
+    let mut states = Vec::new();
+    let mut size_bytes = 0;
+    for p in 0..v.plexes.len() {
+        let (json, state, assembled) = plex_json(pool, v, p, open)?;
+        if let Some((size, a)) = &assembled {
+            size_bytes = if v.has_plexes() {
+                size_bytes.max(volume_label_size(a).unwrap_or(0))
+            } else {
+                *size
+            };
+        }
+        plexes.push(json);
+        states.push(state);
+    }
+    let state = if !v.has_plexes() {
+        states.pop().expect("a plex")
+    } else if states.iter().all(|s| s == "up") {
+        "up".to_string()
+    } else if states.iter().any(|s| s == "up" || s == "degraded") {
+        "degraded".to_string()
+    } else {
+        format!("down: no plex serves ({})", states.join("; "))
+    };
+    Ok(VolumeJson {
+        name: v.name.clone(),
+        state,
+        size_bytes,
+        plexes,
+    })
+}
+
+/// Plex `p` of `v` from its subdisks' labels: its JSON, its state, and
+/// its array's size and assembly when it assembles.
+fn plex_json(
     pool: &Pool,
     v: &PoolVolume,
-    open: &[Option<std::sync::Arc<dyn platter_io::Member>>],
-) -> Result<VolumeJson> {
-    let plex = v.plex();
-    let (members, blank) = labelled_and_blank(pool, v, open)?;
+    p: usize,
+    open: &[Option<Handle>],
+) -> Result<(
+    PlexJson,
+    String,
+    Option<(u64, platter_io::assembly::OpenVolume)>,
+)> {
+    let plex = &v.plexes[p];
+    let (members, blank) = labelled_and_blank(pool, v, p, open)?;
     let assembled = platter_io::assembly::assemble_devices(members);
-    let (state, size_bytes, health) = match &assembled {
+    let (state, health) = match &assembled {
         Ok(a) => {
-            let online = a
-                .assembly
-                .health
-                .iter()
-                .filter(|h| **h == Health::Online)
-                .count();
-            let state = if online == plex.subdisks.len() {
+            let online = a.assembly.health.iter().filter(|h| **h == Health::Online);
+            let state = if online.count() == plex.subdisks.len() {
                 "up"
             } else {
                 "degraded"
             };
-            (
-                state.to_string(),
-                a.assembly.geometry.volume_size_bytes(),
-                a.assembly.health.clone(),
-            )
+            (state.to_string(), a.assembly.health.clone())
         }
-        Err(e) => (format!("down: {e}"), 0, Vec::new()),
+        Err(e) => (format!("down: {e}"), Vec::new()),
     };
     let subdisks = plex
         .subdisks
         .iter()
         .enumerate()
         .map(|(s, sd)| SubdiskJson {
-            name: v.subdisk_name(0, s),
+            name: v.subdisk_name(p, s),
             drive: sd.drive.clone(),
             offset_bytes: sd.offset_bytes,
             len_bytes: sd.len_bytes,
@@ -215,19 +249,37 @@ fn volume_json(
             },
         })
         .collect();
-    Ok(VolumeJson {
-        name: v.name.clone(),
-        state,
-        size_bytes,
-        plexes: vec![PlexJson {
-            name: v.plex_name(0),
-            org: plex.org.to_string(),
-            interleave_bytes: plex.interleave_bytes,
-            layout: plex.parity_layout.to_string(),
-            copies: plex.copies,
-            subdisks,
-        }],
-    })
+    let json = PlexJson {
+        name: v.plex_name(p),
+        state: state.clone(),
+        org: plex.org.to_string(),
+        interleave_bytes: plex.interleave_bytes,
+        layout: plex.parity_layout.to_string(),
+        copies: plex.copies,
+        subdisks,
+    };
+    let assembled = assembled
+        .ok()
+        .map(|a| (a.assembly.geometry.volume_size_bytes(), a));
+    Ok((json, state, assembled))
+}
+
+/// The size a volume of plexes' own label says, read where it lies: the
+/// first bytes of the plex's array (its first chunk's first copy).
+fn volume_label_size(a: &platter_io::assembly::OpenVolume) -> Option<u64> {
+    let g = &a.assembly.geometry;
+    let (stripe, index) = g.chunk_position(0);
+    let at = g.data_locations(stripe, index).next()?;
+    let device = a
+        .assembly
+        .slot_device
+        .get(at.member as usize)
+        .copied()
+        .flatten()?;
+    let m = &a.devices[device];
+    let label =
+        super::drives::read_label_at(m.as_ref(), g.member_offset_bytes(at.row, 0)).ok()??;
+    Some(label.volume_size_bytes)
 }
 
 /// `v`'s subdisks on the drives present: those labelled, and the slots
@@ -236,15 +288,16 @@ fn volume_json(
 fn labelled_and_blank(
     pool: &Pool,
     v: &PoolVolume,
+    p: usize,
     open: &[Option<Handle>],
 ) -> Result<(Vec<Handle>, Vec<usize>)> {
     let (mut labelled, mut blank) = (Vec::new(), Vec::new());
-    for (s, sd) in v.plex().subdisks.iter().enumerate() {
+    for (s, sd) in v.plexes[p].subdisks.iter().enumerate() {
         let d = pool.drives.iter().position(|d| d.name == sd.drive);
         let Some(drive) = d.and_then(|d| open[d].as_ref()) else {
             continue;
         };
-        let m = subdisk_window(pool, v, s, drive)?;
+        let m = plex_window(pool, v, p, s, drive)?;
         let area = platter_io::assembly::read_label_area(m.as_ref())?;
         if area.iter().all(|&b| b == 0) {
             blank.push(s);
@@ -330,11 +383,12 @@ fn render(p: &PoolJson) -> String {
         );
         for pl in &v.plexes {
             s += &format!(
-                "P {:<12} {:<8} Interleave: {:<6} Subdisks: {:<3}\n",
+                "P {:<12} {:<8} Interleave: {:<6} Subdisks: {:<3} State: {}\n",
                 pl.name,
                 pl.org,
                 format_size(pl.interleave_bytes),
-                pl.subdisks.len()
+                pl.subdisks.len(),
+                pl.state
             );
             for sd in &pl.subdisks {
                 s += &format!(

@@ -107,40 +107,56 @@ pub struct ReplaceDriveArgs {
     control: ControlArgs,
 }
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 pub struct VolumeCreateArgs {
     #[arg(value_name = "POOL")]
-    pool: String,
+    pub(super) pool: String,
     /// The volume's name: its NBD export's name.
     #[arg(value_name = "NAME")]
-    name: String,
+    pub(super) name: String,
     /// How its plex organises the subdisks: concat, stripe, mirror,
     /// raid10, raid5, raid6 (md-exact, as `platter create`).
-    #[arg(long, value_name = "LEVEL", value_parser = crate::values::level())]
-    level: Level,
+    #[arg(
+        long,
+        value_name = "LEVEL",
+        value_parser = crate::values::level(),
+        required_unless_present = "plexes"
+    )]
+    pub(super) level: Option<Level>,
+    /// Make the volume a mirror of plexes that need not be alike (vinum's
+    /// volume of plexes): one plex per --plex, LEVEL or LEVEL:SUBDISKS
+    /// (`--plex stripe:2 --plex concat`), each an md-exact array of its
+    /// own on drives the others do not use, the volume an md-exact RAID-1
+    /// over them; reads are balanced over the plexes. Offline only.
+    #[arg(
+        long = "plex",
+        value_name = "LEVEL[:N]",
+        conflicts_with_all = ["level", "subdisks", "control"]
+    )]
+    pub(super) plexes: Vec<String>,
     /// The volume's size (at least; whole interleaves of every subdisk).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
-    size: u64,
+    pub(super) size: u64,
     /// Bytes on one subdisk before the next: any multiple of 512.
     #[arg(long, value_name = "SIZE", default_value = "64k", value_parser = parse_size)]
-    interleave: u64,
+    pub(super) interleave: u64,
     /// raid5/raid6 parity placement (left-symmetric by default).
     #[arg(long, value_name = "NAME", value_parser = crate::values::layout())]
-    layout: Option<String>,
+    pub(super) layout: Option<String>,
     /// raid10: copies of each chunk.
     #[arg(long, value_name = "N", default_value_t = 2)]
-    copies: u32,
+    pub(super) copies: u32,
     /// Subdisks of the plex (default: a mirror 2, a concat as few as fit,
     /// the others one on every drive allowed).
     #[arg(long, value_name = "N")]
     pub(super) subdisks: Option<u32>,
     /// Only these drives (comma-separated names).
     #[arg(long, value_name = "NAMES", value_delimiter = ',')]
-    drives: Vec<String>,
+    pub(super) drives: Vec<String>,
     #[command(flatten)]
-    devices: DeviceArgs,
+    pub(super) devices: DeviceArgs,
     #[command(flatten)]
-    control: ControlArgs,
+    pub(super) control: ControlArgs,
 }
 
 #[cfg(test)]
@@ -151,7 +167,8 @@ impl VolumeCreateArgs {
         VolumeCreateArgs {
             pool: pool.into(),
             name: name.into(),
-            level,
+            level: Some(level),
+            plexes: Vec::new(),
             size,
             interleave: 64 << 10,
             layout: None,
@@ -173,7 +190,7 @@ impl VolumeCreateArgs {
             "cmd": "volume-create",
             "pool": self.pool,
             "name": self.name,
-            "level": self.level.name(),
+            "level": self.level.map(Level::name),
             "size_bytes": self.size,
             "interleave_bytes": self.interleave,
             "layout": self.layout,
@@ -201,7 +218,8 @@ impl VolumeCreateArgs {
         Ok(VolumeCreateArgs {
             pool: pool.into(),
             name: name.into(),
-            level,
+            level: Some(level),
+            plexes: Vec::new(),
             size,
             interleave: number("interleave_bytes").unwrap_or(64 << 10),
             layout: text("layout").map(str::to_string),
@@ -386,7 +404,11 @@ fn make_pool(
     area::fits(&pool).map_err(CliError)?;
     let open: Vec<Option<Arc<dyn Member>>> = devices.iter().cloned().map(Some).collect();
     for v in &pool.volumes {
-        label_volume(&pool, v, &open)?;
+        if v.has_plexes() {
+            super::plexes::label_plexes(&pool, v, &open)?;
+        } else {
+            label_volume(&pool, v, &open)?;
+        }
     }
     for (d, m) in devices.iter().enumerate() {
         first_write(m.as_ref(), &pool, d)?;
@@ -472,7 +494,7 @@ fn label_volume(pool: &Pool, v: &PoolVolume, open: &[Option<Arc<dyn Member>>]) -
         .map_err(|e| CliError(format!("volume {}: {}", v.name, e.0)))
 }
 
-fn spec_of(v: &PoolVolume, plex: &Plex) -> ArraySpec {
+pub(super) fn spec_of(v: &PoolVolume, plex: &Plex) -> ArraySpec {
     ArraySpec {
         level: plex.org,
         interleave_bytes: plex.interleave_bytes,
@@ -587,12 +609,16 @@ pub fn volume_create(args: VolumeCreateArgs) -> Result<()> {
     let mut open = open_pool(Some(&args.pool), &args.devices.devices, writable())?;
     let v = create_in(&mut open, &args)?;
     say_missing(&open);
+    let plexes: Vec<String> = v
+        .plexes
+        .iter()
+        .map(|p| format!("{} of {} subdisks", p.org, p.subdisks.len()))
+        .collect();
     outln!(
-        "volume {} of pool {}: {} of {} subdisks (generation {})",
+        "volume {} of pool {}: {} (generation {})",
         v.name,
         open.pool().name,
-        v.plex().org,
-        v.plex().subdisks.len(),
+        plexes.join(" mirrored by "),
         open.pool().generation
     );
     Ok(())
@@ -616,17 +642,25 @@ pub(super) fn create_in(open: &mut OpenPool, args: &VolumeCreateArgs) -> Result<
         )));
     }
     let allowed = allowed_drives(open, &args.drives)?;
-    let plex = place(open, args, &allowed)?;
+    let plexes = if args.plexes.is_empty() {
+        vec![place(open, args, &allowed)?]
+    } else {
+        super::plexes::place_plexes(open, args, &allowed)?
+    };
     let v = PoolVolume {
         name: args.name.clone(),
         size_bytes: None,
-        plexes: vec![plex],
+        plexes,
     };
     let mut pool = open.pool().clone();
     pool.volumes.push(v.clone());
     pool.check().map_err(CliError)?;
     area::fits(&pool).map_err(CliError)?;
-    label_volume(&pool, &v, &open.drives)?;
+    if v.has_plexes() {
+        super::plexes::label_plexes(&pool, &v, &open.drives)?;
+    } else {
+        label_volume(&pool, &v, &open.drives)?;
+    }
     open.write(pool)?;
     Ok(v)
 }
@@ -675,8 +709,8 @@ fn allowed_drives(open: &OpenPool, named: &[String]) -> Result<Vec<String>> {
 }
 
 /// The new volume's plex: its subdisks placed.
-fn place(open: &OpenPool, args: &VolumeCreateArgs, allowed: &[String]) -> Result<Plex> {
-    let level = args.level;
+pub(super) fn place(open: &OpenPool, args: &VolumeCreateArgs, allowed: &[String]) -> Result<Plex> {
+    let level = args.level.expect("a level or plexes");
     let count = match (args.subdisks, level) {
         (Some(n), _) => n,
         (None, Level::Mirror) => 2,
@@ -823,7 +857,11 @@ pub(super) fn remove_in(open: &mut OpenPool, name: &str) -> Result<PoolVolume> {
             open.pool().name
         )));
     };
-    let members = open.subdisks(&v)?;
+    let mut members = Vec::new();
+    for p in 0..v.plexes.len() {
+        let windows = drives::plex_windows(open.pool(), &v, p, &open.drives)?;
+        members.extend(windows.into_iter().map(|w| w as Arc<dyn Member>));
+    }
     let mut pool = open.pool().clone();
     pool.volumes.retain(|x| x.name != name);
     open.write(pool)?;

@@ -11,6 +11,7 @@ pub mod host;
 mod import;
 mod list;
 mod make;
+mod plexes;
 mod retire;
 #[cfg(test)]
 mod seeded;

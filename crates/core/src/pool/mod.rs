@@ -32,6 +32,9 @@ use crate::units::SECTOR_BYTES;
 /// (two slots); subdisks start after it.
 pub const POOL_AREA_BYTES: u64 = 1 << 20;
 
+/// The most plexes a volume mirrors (vinum's limit).
+pub const MAX_PLEXES: usize = 8;
+
 /// The longest name of a pool, drive or volume.
 pub const NAME_MAX_BYTES: usize = 64;
 
@@ -105,8 +108,10 @@ impl DriveState {
     }
 }
 
-/// A volume: one plex today. (vinum's volumes mirror several plexes, which
-/// need not be alike; a volume here mirrors inside its plex, md-exact.)
+/// A volume: one plex, or a mirror of several that need not be alike
+/// (vinum's volume of plexes): then each plex is an md-exact array over
+/// its subdisks, and the volume an md-exact RAID-1 whose members are the
+/// plexes' arrays, its label at the start of each plex's data.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PoolVolume {
     pub name: String,
@@ -156,10 +161,29 @@ impl PoolVolume {
         format!("{}.p{p}.s{s}", self.name)
     }
 
-    /// The plex that holds the data (the only one today).
+    /// The plex of a volume of one plex.
     pub fn plex(&self) -> &Plex {
-        assert_eq!(self.plexes.len(), 1, "a volume has one plex");
+        assert_eq!(self.plexes.len(), 1, "a volume of one plex");
         &self.plexes[0]
+    }
+
+    /// Whether the volume mirrors several plexes.
+    pub fn has_plexes(&self) -> bool {
+        self.plexes.len() > 1
+    }
+
+    /// What a command that handles volumes of one plex only says of this
+    /// one.
+    pub fn one_plex_only(&self, what: &str) -> Result<&Plex, String> {
+        if self.has_plexes() {
+            return Err(format!(
+                "volume {} mirrors {} plexes: {what} handles volumes of one plex (not yet \
+                 volumes of several)",
+                self.name,
+                self.plexes.len()
+            ));
+        }
+        Ok(&self.plexes[0])
     }
 }
 
@@ -253,16 +277,23 @@ impl Pool {
                 v.name
             ));
         }
-        if v.plexes.len() != 1 {
+        if v.plexes.is_empty() || v.plexes.len() > MAX_PLEXES {
             return Err(format!(
-                "volume {:?} has {} plexes; a volume has one plex (it mirrors inside it)",
+                "volume {:?} has {} plexes; a volume has 1 to {MAX_PLEXES}",
                 v.name,
                 v.plexes.len()
             ));
         }
-        let p = &v.plexes[0];
+        for p in 0..v.plexes.len() {
+            self.check_plex(v, p)?;
+        }
+        check_plexes_apart(v)
+    }
+
+    fn check_plex(&self, v: &PoolVolume, plex: usize) -> Result<(), String> {
+        let p = &v.plexes[plex];
         let n = p.subdisks.len() as u32;
-        let name = v.plex_name(0);
+        let name = v.plex_name(plex);
         if n < p.org.min_members() || n > MAX_MEMBERS {
             return Err(format!(
                 "plex {name}: {} needs {} to {MAX_MEMBERS} subdisks, it has {n}",
@@ -278,7 +309,7 @@ impl Pool {
         }
         self.check_copies(&name, p)?;
         for (s, sd) in p.subdisks.iter().enumerate() {
-            self.check_subdisk(&v.subdisk_name(0, s), sd)?;
+            self.check_subdisk(&v.subdisk_name(plex, s), sd)?;
         }
         check_spread(&name, p)
     }
@@ -367,6 +398,32 @@ impl Pool {
         }
         Ok(())
     }
+}
+
+/// The plexes of a volume lie on drives apart: one drive's loss costs
+/// the volume one plex at most, which its others cover.
+fn check_plexes_apart(v: &PoolVolume) -> Result<(), String> {
+    let mut owner: BTreeMap<&str, usize> = BTreeMap::new();
+    for (p, plex) in v.plexes.iter().enumerate() {
+        for sd in &plex.subdisks {
+            match owner.get(sd.drive.as_str()) {
+                Some(&q) if q != p => {
+                    return Err(format!(
+                        "plexes {} and {} of volume {:?} both have subdisks on drive {:?}: \
+                         losing it would lose both",
+                        v.plex_name(q),
+                        v.plex_name(p),
+                        v.name,
+                        sd.drive
+                    ))
+                }
+                _ => {
+                    owner.insert(sd.drive.as_str(), p);
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A redundant plex keeps each subdisk on a drive of its own: two on one

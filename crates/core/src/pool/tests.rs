@@ -118,6 +118,42 @@ fn a_drive_state_round_trips_and_a_spare_holds_nothing() {
     assert!(e.contains("d4") && e.contains("spare"), "{e}");
 }
 
+/// A volume of several plexes keeps each plex's rules, and its plexes
+/// apart: two plexes with subdisks on one drive would be lost together.
+#[test]
+fn a_volume_of_plexes_keeps_them_on_drives_apart() {
+    let mut pool = sample();
+    pool.drives.push(drive("d4", 5, 100 * MIB));
+    let mut v = volume(
+        "mirrored",
+        Level::Raid5,
+        (0..3).map(|i| sd(&format!("d{i}"), 70, 10)).collect(),
+    );
+    v.plexes.push(
+        volume("x", Level::Concat, vec![sd("d4", 1, 20)])
+            .plexes
+            .remove(0),
+    );
+    pool.volumes.push(v);
+    pool.check().unwrap();
+    let text = text::render(&pool);
+    assert!(text.contains("plex name mirrored.p1 org concat"), "{text}");
+    assert_eq!(text::parse(&text, Strictness::Stored).unwrap(), pool);
+    let mut both = pool.clone();
+    both.volumes[3].plexes[1].subdisks[0] = sd("d2", 85, 10);
+    let e = both.check().unwrap_err();
+    assert!(
+        e.contains("mirrored.p0") && e.contains("mirrored.p1") && e.contains("d2"),
+        "{e}"
+    );
+    let mut many = pool.clone();
+    let extra = many.volumes[3].plexes[1].clone();
+    many.volumes[3]
+        .plexes
+        .extend(std::iter::repeat_n(extra, MAX_PLEXES));
+    assert!(many.check().unwrap_err().contains("1 to 8"));
+}
+
 #[test]
 fn a_hand_written_template_takes_units_and_defaults() {
     let t = "pool tank\n\

@@ -224,7 +224,10 @@ impl PoolServer {
         self.host.set_failing(&self.failing_drives());
         let healed = self.heal(false);
         drop(closed);
-        tracing::info!(%healed, "failed subdisks placed on a spare");
+        // Looked at each second: said only when it did something.
+        if healed["placed"].as_array().is_some_and(|p| !p.is_empty()) {
+            tracing::info!(%healed, "failed subdisks placed on a spare");
+        }
     }
 
     /// The drives of the subdisks the volumes served found failed.
@@ -554,6 +557,9 @@ fn stop_served(served: &Served) {
         tracing::warn!(volume = %served.name(), error = %e, "the removed volume's last flush failed");
     }
     served.alerts.close();
+    for plex in &served.plexes {
+        stop_served(plex);
+    }
 }
 
 fn refuse_with_clients(served: &Served, force: bool) -> Result<(), String> {

@@ -1,0 +1,169 @@
+//! Volumes of several plexes (`volume create --plex L[:N] --plex ...`):
+//! vinum's volume of plexes that need not be alike. Each plex is an
+//! md-exact array over its own subdisks (labelled as a volume of one plex
+//! is, named `VOLUME.pN`), on drives no other plex of the volume uses;
+//! the volume is an md-exact RAID-1 whose members are the plexes' arrays,
+//! its label at the start of each plex's data, written through the
+//! plexes' engines (`platter_server::plex::PlexMember`) as a server
+//! would write it.
+
+use std::sync::Arc;
+
+use platter_core::pool::{Plex, Pool, PoolVolume, MAX_PLEXES};
+use platter_core::volume::{Limits, Volume};
+use platter_core::Level;
+use platter_io::aio::layer::{Layer, LayerConfig};
+use platter_io::assembly::assemble_devices;
+use platter_io::Member;
+use platter_server::engine::Engine;
+use platter_server::plex::PlexMember;
+
+use super::drives;
+use super::make::{place, spec_of, VolumeCreateArgs};
+use crate::create::{label_subdisks, subdisk_reserve_bytes, ArraySpec};
+use crate::error::{CliError, Result};
+
+/// One `--plex LEVEL[:N]`.
+fn parse_plex(spec: &str) -> Result<(Level, Option<u32>)> {
+    let (level, count) = match spec.split_once(':') {
+        Some((l, n)) => {
+            let n = n.parse::<u32>().map_err(|_| {
+                CliError(format!("--plex {spec}: '{n}' is not a number of subdisks"))
+            })?;
+            (l, Some(n))
+        }
+        None => (spec, None),
+    };
+    let level: Level = level
+        .parse()
+        .map_err(|e| CliError(format!("--plex {spec}: {e}")))?;
+    Ok((level, count))
+}
+
+/// The room the volume's own label and bitmap take at the start of each
+/// plex (md's rule for a member of that size), and the size each plex
+/// must hold for the volume to be `size_bytes`.
+fn plex_bytes(size_bytes: u64) -> (u64, u64) {
+    let mut reserve = subdisk_reserve_bytes(size_bytes);
+    // The rule grows with the member: settle it for the plex's own size.
+    for _ in 0..4 {
+        let next = subdisk_reserve_bytes(size_bytes.saturating_add(reserve));
+        if next == reserve {
+            break;
+        }
+        reserve = next;
+    }
+    (reserve, size_bytes.saturating_add(reserve))
+}
+
+/// Each plex placed, on drives among `allowed` that the plexes before it
+/// do not use.
+pub fn place_plexes(
+    open: &drives::OpenPool,
+    args: &VolumeCreateArgs,
+    allowed: &[String],
+) -> Result<Vec<Plex>> {
+    if args.plexes.len() < 2 || args.plexes.len() > MAX_PLEXES {
+        return Err(CliError(format!(
+            "--plex: a volume of plexes has 2 to {MAX_PLEXES} of them ({} given; one plex is \
+             --level)",
+            args.plexes.len()
+        )));
+    }
+    let (_, each_bytes) = plex_bytes(args.size);
+    let mut plexes = Vec::new();
+    let mut left: Vec<String> = allowed.to_vec();
+    for (p, spec) in args.plexes.iter().enumerate() {
+        let (level, subdisks) = parse_plex(spec)?;
+        let one = VolumeCreateArgs {
+            level: Some(level),
+            plexes: Vec::new(),
+            subdisks,
+            size: each_bytes,
+            name: format!("{}.p{p}", args.name),
+            ..args.clone()
+        };
+        let plex = place(open, &one, &left)?;
+        left.retain(|d| !plex.subdisks.iter().any(|sd| sd.drive == *d));
+        plexes.push(plex);
+    }
+    Ok(plexes)
+}
+
+/// Labels each plex's subdisks as a new array, then the volume's own
+/// labels over the plexes, through an engine per plex.
+pub fn label_plexes(pool: &Pool, v: &PoolVolume, open: &[Option<Arc<dyn Member>>]) -> Result<()> {
+    let mut members: Vec<Arc<dyn Member>> = Vec::new();
+    let mut engines = Vec::new();
+    for p in 0..v.plexes.len() {
+        let subdisks = label_plex(pool, v, p, open)?;
+        let engine = plex_engine(subdisks)?;
+        members.push(Arc::new(PlexMember::new(
+            Arc::clone(&engine),
+            v.plex_name(p),
+        )));
+        engines.push(engine);
+    }
+    let smallest = members.iter().map(|m| m.size_bytes()).min().unwrap_or(0);
+    let spec = ArraySpec {
+        level: Level::Mirror,
+        interleave_bytes: 64 << 10,
+        layout: None,
+        copies: members.len() as u32,
+        name: v.name.clone(),
+    };
+    label_subdisks(&spec, members.clone(), subdisk_reserve_bytes(smallest))
+        .map_err(|e| CliError(format!("volume {}: {}", v.name, e.0)))?;
+    for m in &members {
+        m.flush()?;
+    }
+    Ok(())
+}
+
+/// Labels plex `p`'s subdisks as a new array, its data zeroed (so that
+/// the volume's mirror finds it blank: a spare it rebuilds); returns them.
+pub fn label_plex(
+    pool: &Pool,
+    v: &PoolVolume,
+    p: usize,
+    open: &[Option<Arc<dyn Member>>],
+) -> Result<Vec<Arc<dyn Member>>> {
+    let plex = &v.plexes[p];
+    let subdisks: Vec<Arc<dyn Member>> = drives::plex_windows(pool, v, p, open)?
+        .into_iter()
+        .map(|w| w as Arc<dyn Member>)
+        .collect();
+    if subdisks.len() != plex.subdisks.len() {
+        return Err(CliError(format!(
+            "volume {}: a drive of plex {} is missing; it cannot be made now",
+            v.name,
+            v.plex_name(p)
+        )));
+    }
+    let smallest = plex.subdisks.iter().map(|s| s.len_bytes).min().unwrap_or(0);
+    let spec = ArraySpec {
+        name: v.plex_name(p),
+        ..spec_of(v, plex)
+    };
+    label_subdisks(&spec, subdisks.clone(), subdisk_reserve_bytes(smallest))
+        .map_err(|e| CliError(format!("plex {}: {}", v.plex_name(p), e.0)))?;
+    Ok(subdisks)
+}
+
+/// A plex's array, just labelled, served in this process for the
+/// volume's labels to be written through it.
+fn plex_engine(subdisks: Vec<Arc<dyn Member>>) -> Result<Arc<Engine>> {
+    let opened = assemble_devices(subdisks).map_err(CliError::from)?;
+    let a = &opened.assembly;
+    let by_slot = a
+        .slot_device
+        .iter()
+        .map(|d| d.map(|i| Arc::clone(&opened.devices[i])))
+        .collect();
+    let volume = Volume::new(a.geometry.clone(), a.health.clone(), Limits::default());
+    Ok(Engine::new(
+        volume,
+        by_slot,
+        Arc::new(Layer::threads(LayerConfig::default())),
+    ))
+}
