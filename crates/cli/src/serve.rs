@@ -462,6 +462,7 @@ fn serve_pool(
 }
 
 type StartingVolumes = Vec<platter_server::PoolStart>;
+type Members = Vec<Arc<dyn Member>>;
 type ByMember<T> = std::collections::HashMap<String, T>;
 
 /// Every volume of the served pool assembled from its subdisks, with the
@@ -566,9 +567,7 @@ fn assemble_checked(
 }
 
 /// Members split: those with a label, and the blank ones.
-fn blank_apart(
-    members: Vec<Arc<dyn Member>>,
-) -> Result<(Vec<Arc<dyn Member>>, Vec<Arc<dyn Member>>)> {
+fn blank_apart(members: Members) -> Result<(Members, Members)> {
     let (mut labelled, mut blank) = (Vec::new(), Vec::new());
     for m in members {
         let area = platter_io::assembly::read_label_area(m.as_ref())?;

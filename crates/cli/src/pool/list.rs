@@ -16,6 +16,8 @@ use crate::error::{CliError, Result};
 use crate::out::{out, outln};
 
 type Handle = std::sync::Arc<dyn platter_io::Member>;
+/// A plex's array as its labels assemble it, and its size.
+type Assembled = (u64, platter_io::assembly::OpenVolume);
 
 #[derive(Args)]
 pub struct ListArgs {
@@ -212,11 +214,7 @@ fn plex_json(
     v: &PoolVolume,
     p: usize,
     open: &[Option<Handle>],
-) -> Result<(
-    PlexJson,
-    String,
-    Option<(u64, platter_io::assembly::OpenVolume)>,
-)> {
+) -> Result<(PlexJson, String, Option<Assembled>)> {
     let plex = &v.plexes[p];
     let (members, blank) = labelled_and_blank(pool, v, p, open)?;
     let assembled = platter_io::assembly::assemble_devices(members);
