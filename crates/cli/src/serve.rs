@@ -488,16 +488,19 @@ fn pool_volumes(
                     .map(|m| m.describe().to_string())
                     .collect();
                 host.places(v, &all, &mut member_drives, &mut member_delays);
-                tried.push(assemble_checked(members, blank, args.run));
+                tried.push(assemble_checked(members, blank, args.run).and_then(serving_plex));
             }
             let serving = tried.iter().filter(|t| t.is_ok()).count();
             let mut starts = Vec::new();
             for (p, t) in tried.into_iter().enumerate() {
                 let t = match t {
                     // Made anew only while another plex holds the data.
-                    Err(_) if serving > 0 && !args.read_only => match host.remake_plex(v, p)? {
-                        Some((members, blank)) => assemble_checked(members, blank, args.run),
-                        None => t,
+                    Err(_) if serving > 0 && !args.read_only => match host.remake_plex(v, p) {
+                        Ok(Some((members, blank))) => {
+                            assemble_checked(members, blank, args.run).and_then(serving_plex)
+                        }
+                        Ok(None) => t,
+                        Err(e) => Err(CliError(format!("made anew, it failed: {}", e.0))),
                     },
                     t => t,
                 };
@@ -564,6 +567,26 @@ fn assemble_checked(
     let vol = assemble_devices(members).map_err(CliError::from)?;
     crate::partial::check(&vol.assembly, given, blank.len(), run)?;
     Ok((vol, blank))
+}
+
+/// A plex's array that serves all of its data from the members in use: one
+/// that does not (a stripe or concat plex that lost a subdisk) is made
+/// anew and rebuilt by the volume's mirror instead.
+fn serving_plex(
+    (vol, spares): (platter_io::assembly::OpenVolume, Members),
+) -> Result<(platter_io::assembly::OpenVolume, Members)> {
+    let a = &vol.assembly;
+    use platter_core::volume::Health;
+    if !a
+        .geometry
+        .serves_all(|m| a.health[m as usize] == Health::Online)
+    {
+        return Err(CliError(format!(
+            "plex {} cannot serve all of its data without its missing or failed subdisks",
+            a.label.name
+        )));
+    }
+    Ok((vol, spares))
 }
 
 /// Members split: those with a label, and the blank ones.

@@ -2404,10 +2404,30 @@ fn a_volume_of_two_unlike_plexes_serves_through_the_loss_of_one_and_rebuilds_it(
         ],
         "volume x.p1",
     );
+    // First a stripe (d0, d1) mirrored by a mirror (d2, d3); v's concat
+    // plex then goes to d0, so that the lost drive costs u its stripe
+    // plex too, which keeps one labelled subdisk and is made anew (a plex
+    // like it once stopped the whole server at the start).
+    let args = [
+        "volume", "create", "tank", "u", "--plex", "stripe:2", "--plex", "mirror:2", "--size",
+        "8M", &dev,
+    ];
+    ok(&args, "volume create u");
     let made = ok(
         &[
-            "volume", "create", "tank", "v", "--plex", "raid5:3", "--plex", "concat", "--size",
-            "20M", &dev,
+            "volume",
+            "create",
+            "tank",
+            "v",
+            "--plex",
+            "raid5:3",
+            "--plex",
+            "concat",
+            "--size",
+            "20M",
+            "--drives",
+            "d2,d3,d4,d0",
+            &dev,
         ],
         "volume create --plex",
     );
@@ -2418,7 +2438,8 @@ fn a_volume_of_two_unlike_plexes_serves_through_the_loss_of_one_and_rebuilds_it(
         made.stdout
     );
     let pool = list_json(&dev);
-    let v = &pool["volumes"][0];
+    let u_size = pool["volumes"][0]["size_bytes"].as_u64().unwrap();
+    let v = &pool["volumes"][1];
     assert_eq!(v["state"], "up", "{v}");
     assert_eq!(v["plexes"].as_array().unwrap().len(), 2, "{v}");
     let size = v["size_bytes"].as_u64().unwrap();
@@ -2427,7 +2448,15 @@ fn a_volume_of_two_unlike_plexes_serves_through_the_loss_of_one_and_rebuilds_it(
         .as_str()
         .unwrap()
         .to_string();
-    let mut s = serve_pool_first(dir.path(), &dev, "v", &[]);
+    // d0 holds a subdisk of u's stripe plex and of v's raid5 plex: lost
+    // with the concat's drive, it fails u's stripe plex (which keeps one
+    // labelled subdisk, and is made anew), and v's raid5 plex serves on
+    // inside, degraded.
+    let u_stripe = &pool["volumes"][0]["plexes"][0]["subdisks"];
+    assert_eq!(u_stripe[0]["drive"], "d0", "{pool}");
+    assert_ne!(concat_drive, "d0", "{pool}");
+    let lost = [concat_drive.clone(), "d0".to_string()];
+    let mut s = serve_pool_first(dir.path(), &dev, "u", &[]);
     let listed = run_ok(
         t.cmd("nbdinfo").arg("--list").arg(uri(&s, "")),
         CMD_TIMEOUT,
@@ -2438,7 +2467,7 @@ fn a_volume_of_two_unlike_plexes_serves_through_the_loss_of_one_and_rebuilds_it(
         "{}",
         listed.stdout
     );
-    fio_all(&t, &s, &[("v", size)], false);
+    fio_all(&t, &s, &[("v", size), ("u", u_size)], false);
     let before = member_reads(&s, "v");
     fio_all(&t, &s, &[("v", size)], true);
     let after = member_reads(&s, "v");
@@ -2451,37 +2480,54 @@ fn a_volume_of_two_unlike_plexes_serves_through_the_loss_of_one_and_rebuilds_it(
         "check v",
     );
 
-    truncate(&dev, &concat_drive);
-    fio_all(&t, &s, &[("v", size)], true);
+    for drive in &lost {
+        truncate(&dev, drive);
+    }
+    fio_all(&t, &s, &[("v", size), ("u", u_size)], true);
     let st = live(&s, "v");
     assert_eq!(st["members"][1]["state"], "faulty", "{st}");
-    s.stop_expecting_errors("TERM", &["faulty", "shrank", "label", "v.p1"]);
+    let st = live(&s, "u");
+    assert_eq!(st["members"][0]["state"], "faulty", "{st}");
+    s.stop_expecting_errors("TERM", &["faulty", "shrank", "label", "v.p1", "u.p"]);
 
-    std::fs::remove_file(Path::new(&dev).join(&concat_drive)).unwrap();
-    let new = Path::new(&dev).join("new");
-    let args = [
-        "pool",
-        "replace-drive",
-        "tank",
-        &concat_drive,
-        new.to_str().unwrap(),
-        "--drive-size",
-        "64M",
-        &dev,
-    ];
-    ok(&args, "pool replace-drive");
-    let mut slow = serve_pool_first(dir.path(), &dev, "v", &["--rebuild-rate", "2M"]);
+    for drive in &lost {
+        std::fs::remove_file(Path::new(&dev).join(drive)).unwrap();
+        let new = Path::new(&dev).join(format!("new-{drive}"));
+        let args = [
+            "pool",
+            "replace-drive",
+            "tank",
+            drive,
+            new.to_str().unwrap(),
+            "--drive-size",
+            "64M",
+            &dev,
+        ];
+        ok(&args, "pool replace-drive");
+    }
+    let mut slow = serve_pool_first(dir.path(), &dev, "u", &["--rebuild-rate", "2M"]);
     wait_rebuilding(&slow, "v");
+    let log = slow.log();
+    for plex in ["plex=u.p0", "plex=v.p1"] {
+        let made = log
+            .lines()
+            .any(|l| l.contains("plex made anew") && l.contains(plex));
+        assert!(made, "{plex} made anew: {log}");
+    }
     slow.crash();
-    let s = serve_pool_first(dir.path(), &dev, "v", &[]);
-    wait_rebuilt(&s, "v");
-    fio_all(&t, &s, &[("v", size)], true);
-    ok(
-        &["check", "--volume", "v", "--control", &s.control()],
-        "check v",
-    );
+    let s = serve_pool_first(dir.path(), &dev, "u", &[]);
+    for name in ["v", "u"] {
+        wait_rebuilt(&s, name);
+    }
+    fio_all(&t, &s, &[("v", size), ("u", u_size)], true);
+    for name in ["v", "u"] {
+        let args = ["check", "--volume", name, "--control", &s.control()];
+        ok(&args, &format!("check {name}"));
+    }
     let pool = list_json(&dev);
-    assert_eq!(pool["volumes"][0]["state"], "up", "{pool}");
+    for v in pool["volumes"].as_array().unwrap() {
+        assert_eq!(v["state"], "up", "{pool}");
+    }
 
     // The configuration makes the same plexes on fresh drives.
     let config = ok(&["printconfig", "tank", &dev], "printconfig").stdout;
@@ -2504,9 +2550,10 @@ fn a_volume_of_two_unlike_plexes_serves_through_the_loss_of_one_and_rebuilds_it(
     args.extend(fresh.iter().map(String::as_str));
     ok(&args, "pool create --config");
     let again = list_json(&e.display().to_string());
-    assert_eq!(again["volumes"][0]["plexes"], pool["volumes"][0]["plexes"]);
-    assert_eq!(
-        again["volumes"][0]["size_bytes"],
-        pool["volumes"][0]["size_bytes"]
-    );
+    for i in 0..2 {
+        let (a, b) = (&again["volumes"][i], &pool["volumes"][i]);
+        assert_eq!(a["name"], b["name"]);
+        assert_eq!(a["size_bytes"], b["size_bytes"]);
+        assert_eq!(a["plexes"], b["plexes"]);
+    }
 }

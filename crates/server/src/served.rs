@@ -45,6 +45,17 @@ impl Volumes {
         self.all().iter().map(|s| Arc::clone(&s.manager)).collect()
     }
 
+    /// Every volume's manager and, after each volume of plexes', its
+    /// plexes' (their spares, lost members and counters are looked after
+    /// as any volume's; they have no export).
+    pub fn managers_with_plexes(&self) -> Vec<Arc<Manager>> {
+        self.all()
+            .iter()
+            .flat_map(|s| std::iter::once(s).chain(&s.plexes))
+            .map(|s| Arc::clone(&s.manager))
+            .collect()
+    }
+
     /// What connections choose from, in the order exports are listed.
     pub fn exports(&self) -> Vec<Arc<ExportVolume>> {
         self.all().iter().map(|s| Arc::clone(&s.io)).collect()

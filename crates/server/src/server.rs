@@ -396,7 +396,16 @@ fn start_plexes(
     let mut kept = Vec::new();
     let mut members: Members = Vec::new();
     for (name, volume, spares) in plexes {
-        let plex = keep_volume(start_volume(volume, spares, config)?, config, None)?;
+        // A plex that cannot start is one the mirror serves without.
+        let plex = match start_volume(volume, spares, config)
+            .and_then(|s| keep_volume(s, config, None))
+        {
+            Ok(plex) => plex,
+            Err(e) => {
+                tracing::warn!(plex = %name, error = %e, "plex not served: the volume serves without it");
+                continue;
+            }
+        };
         let member = crate::plex::PlexMember::new(Arc::clone(&plex.manager.engine), name);
         members.push(Arc::new(member));
         kept.push(plex);
@@ -674,7 +683,7 @@ fn serve_until_stopped(config: &ServeConfig, stop: &AtomicBool, conns: &Conns, s
             break;
         }
         trimmer.tick(ended > 0 || shared.buffered.in_flight() != (0, 0));
-        for manager in shared.volumes.managers() {
+        for manager in shared.volumes.managers_with_plexes() {
             manager.fail_quietly_lost();
             manager.close_failed_members();
             if config.reconnect {

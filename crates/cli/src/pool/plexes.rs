@@ -9,6 +9,7 @@
 
 use std::sync::Arc;
 
+use platter_core::label::LABEL_BYTES;
 use platter_core::pool::{Plex, Pool, PoolVolume, MAX_PLEXES};
 use platter_core::volume::{Limits, Volume};
 use platter_core::Level;
@@ -139,6 +140,12 @@ pub fn label_plex(
             v.name,
             v.plex_name(p)
         )));
+    }
+    // A plex made anew keeps nothing of the old array: a subdisk that
+    // survived holds its old label, which would be refused as another
+    // volume's.
+    for m in &subdisks {
+        m.write_at(0, &[0u8; LABEL_BYTES])?;
     }
     let smallest = plex.subdisks.iter().map(|s| s.len_bytes).min().unwrap_or(0);
     let spec = ArraySpec {

@@ -820,7 +820,10 @@ fn answer(control: &Control, req: &Value) -> Result<Value, String> {
     let names: Vec<String> = served.iter().map(|s| s.name().to_string()).collect();
     match req.get("cmd").and_then(Value::as_str) {
         Some("volumes") => return Ok(json!(names)),
-        Some("drives") => return Ok(crate::observe::drives::drives_json(&managers)),
+        Some("drives") => {
+            let all = control.volumes.managers_with_plexes();
+            return Ok(crate::observe::drives::drives_json(&all));
+        }
         Some(
             cmd @ ("volume-create" | "volume-extend" | "volume-remove" | "pool-replace-drive"
             | "pool-add-drive" | "pool-heal" | "pool-remove-drive"),

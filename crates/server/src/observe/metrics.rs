@@ -729,7 +729,9 @@ impl Served {
     /// Every volume's families, each family once (the series carry the
     /// volume's name).
     fn metrics(&self) -> String {
-        let managers = self.volumes.managers();
+        // A plex's series are its own (`volume="v.p0"`), as vinum counts
+        // each plex.
+        let managers = self.volumes.managers_with_plexes();
         let mut texts: Vec<String> = managers
             .iter()
             .map(|m| {
