@@ -462,7 +462,6 @@ fn serve_pool(
 }
 
 type StartingVolumes = Vec<platter_server::PoolStart>;
-type Members = Vec<Arc<dyn Member>>;
 type ByMember<T> = std::collections::HashMap<String, T>;
 
 /// Every volume of the served pool assembled from its subdisks, with the
@@ -479,47 +478,8 @@ fn pool_volumes(
     let mut volumes = Vec::new();
     for v in &pool.volumes {
         if v.has_plexes() {
-            let plexes = host.open_plexes(v, args.read_only)?;
-            let mut tried = Vec::new();
-            for (members, blank) in plexes {
-                let all: Vec<String> = members
-                    .iter()
-                    .chain(&blank)
-                    .map(|m| m.describe().to_string())
-                    .collect();
-                host.places(v, &all, &mut member_drives, &mut member_delays);
-                tried.push(assemble_checked(members, blank, args.run).and_then(serving_plex));
-            }
-            let serving = tried.iter().filter(|t| t.is_ok()).count();
-            let mut starts = Vec::new();
-            for (p, t) in tried.into_iter().enumerate() {
-                let t = match t {
-                    // Made anew only while another plex holds the data.
-                    Err(_) if serving > 0 && !args.read_only => match host.remake_plex(v, p) {
-                        Ok(Some((members, blank))) => {
-                            assemble_checked(members, blank, args.run).and_then(serving_plex)
-                        }
-                        Ok(None) => t,
-                        Err(e) => Err(CliError(format!("made anew, it failed: {}", e.0))),
-                    },
-                    t => t,
-                };
-                match t {
-                    Ok((vol, spares)) => starts.push((v.plex_name(p), vol, spares)),
-                    Err(e) => {
-                        tracing::warn!(plex = %v.plex_name(p), error = %e.0, "plex not served: the volume serves without it");
-                    }
-                }
-            }
-            let run = args.run;
-            let assemble: platter_server::AssemblePlexes = Box::new(move |members| {
-                let (labelled, blank) = blank_apart(members).map_err(|e| e.0)?;
-                assemble_checked(labelled, blank, run).map_err(|e| e.0)
-            });
-            volumes.push(platter_server::PoolStart::Plexes {
-                plexes: starts,
-                assemble,
-            });
+            let maps = (&mut member_drives, &mut member_delays);
+            volumes.push(host.start_of_plexes(v, (args.read_only, args.run), maps)?);
             continue;
         }
         let (members, blank) = host.open_volume(v, args.read_only)?;
@@ -552,55 +512,6 @@ fn pool_volumes(
         }
     }
     Ok((volumes, member_delays, member_drives))
-}
-
-/// An array over `members` (a blank one, a replaced drive's subdisk or a
-/// plex made anew, stands for a missing one: it becomes a spare and is
-/// rebuilt), as `serve` checks a partial member list (`--run`).
-fn assemble_checked(
-    members: Vec<Arc<dyn Member>>,
-    blank: Vec<Arc<dyn Member>>,
-    run: bool,
-) -> Result<(platter_io::assembly::OpenVolume, Vec<Arc<dyn Member>>)> {
-    let names: Vec<String> = members.iter().map(|m| m.describe().to_string()).collect();
-    let given = crate::partial::Given::Named(&names);
-    let vol = assemble_devices(members).map_err(CliError::from)?;
-    crate::partial::check(&vol.assembly, given, blank.len(), run)?;
-    Ok((vol, blank))
-}
-
-/// A plex's array that serves all of its data from the members in use: one
-/// that does not (a stripe or concat plex that lost a subdisk) is made
-/// anew and rebuilt by the volume's mirror instead.
-fn serving_plex(
-    (vol, spares): (platter_io::assembly::OpenVolume, Members),
-) -> Result<(platter_io::assembly::OpenVolume, Members)> {
-    let a = &vol.assembly;
-    use platter_core::volume::Health;
-    if !a
-        .geometry
-        .serves_all(|m| a.health[m as usize] == Health::Online)
-    {
-        return Err(CliError(format!(
-            "plex {} cannot serve all of its data without its missing or failed subdisks",
-            a.label.name
-        )));
-    }
-    Ok((vol, spares))
-}
-
-/// Members split: those with a label, and the blank ones.
-fn blank_apart(members: Members) -> Result<(Members, Members)> {
-    let (mut labelled, mut blank) = (Vec::new(), Vec::new());
-    for m in members {
-        let area = platter_io::assembly::read_label_area(m.as_ref())?;
-        if area.iter().all(|&b| b == 0) {
-            blank.push(m);
-        } else {
-            labelled.push(m);
-        }
-    }
-    Ok((labelled, blank))
 }
 
 /// `serve --pool --inject DRIVE=SPEC`: faults wrap the drive, so that

@@ -2529,6 +2529,37 @@ fn a_volume_of_two_unlike_plexes_serves_through_the_loss_of_one_and_rebuilds_it(
         assert_eq!(v["state"], "up", "{pool}");
     }
 
+    // Made through the server, a volume of plexes serves at once.
+    let args = [
+        "volume",
+        "create",
+        "tank",
+        "w",
+        "--plex",
+        "mirror:2",
+        "--plex",
+        "concat",
+        "--size",
+        "4M",
+        "--control",
+        &s.control(),
+    ];
+    let made = ok(&args, "volume create --plex --control");
+    assert!(made.stdout.contains("served now"), "{}", made.stdout);
+    let w_size = live(&s, "w")["size_bytes"].as_u64().unwrap();
+    assert!(w_size >= 4 * MIB);
+    fio_all(&t, &s, &[("w", w_size)], false);
+    ok(
+        &["check", "--volume", "w", "--control", &s.control()],
+        "check w",
+    );
+    let pool = list_json(&dev);
+    assert_eq!(
+        pool["volumes"][2]["plexes"].as_array().unwrap().len(),
+        2,
+        "{pool}"
+    );
+
     // The configuration makes the same plexes on fresh drives.
     let config = ok(&["printconfig", "tank", &dev], "printconfig").stdout;
     let file = dir.path().join("tank.conf");

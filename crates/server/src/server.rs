@@ -388,7 +388,7 @@ fn start_volumes(
 
 /// A volume of plexes: each plex's array started and kept (not an export
 /// of its own), then the mirror over them.
-fn start_plexes(
+pub(crate) fn start_plexes(
     plexes: Vec<(String, OpenVolume, Members)>,
     assemble: AssemblePlexes,
     config: &ServeConfig,

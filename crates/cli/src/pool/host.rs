@@ -11,10 +11,11 @@ use platter_core::pool::DriveState;
 use platter_core::pool::PoolVolume;
 use platter_io::aio::Delay;
 use platter_io::assembly::assemble_devices;
+use platter_io::assembly::OpenVolume;
 use platter_io::subdisk::SubdiskMember;
 use platter_io::Member;
 use platter_server::{
-    Extended, NewSubdisks, NewVolume, OnDrives, PoolHost, Relocated, RelocatedSubdisk,
+    Extended, NewSubdisks, NewVolume, OnDrives, PoolHost, PoolStart, Relocated, RelocatedSubdisk,
 };
 use serde_json::Value;
 
@@ -106,6 +107,57 @@ impl ServedPool {
         Ok(out)
     }
 
+    /// How a server starts volume `v` of several plexes: each plex's array
+    /// assembled from its subdisks (a blank one its spare; `--run` as a
+    /// partial member list needs), one that cannot serve all of its data
+    /// made anew while another plex holds it (not by a read-only server),
+    /// and the mirror's assembly over them; the subdisks' drives and
+    /// latencies noted in `maps`.
+    pub fn start_of_plexes(
+        &self,
+        v: &PoolVolume,
+        (read_only, run): (bool, bool),
+        maps: (&mut HashMap<String, String>, &mut HashMap<String, Delay>),
+    ) -> Result<PoolStart> {
+        let (member_drives, member_delays) = maps;
+        let mut tried = Vec::new();
+        for (members, blank) in self.open_plexes(v, read_only)? {
+            let all: Vec<String> = members
+                .iter()
+                .chain(&blank)
+                .map(|m| m.describe().to_string())
+                .collect();
+            self.places(v, &all, member_drives, member_delays);
+            tried.push(assemble_checked(members, blank, run).and_then(serving_plex));
+        }
+        let serving = tried.iter().filter(|t| t.is_ok()).count();
+        let mut plexes = Vec::new();
+        for (p, t) in tried.into_iter().enumerate() {
+            let t = match t {
+                // Made anew only while another plex holds the data.
+                Err(_) if serving > 0 && !read_only => match self.remake_plex(v, p) {
+                    Ok(Some((members, blank))) => {
+                        assemble_checked(members, blank, run).and_then(serving_plex)
+                    }
+                    Ok(None) => t,
+                    Err(e) => Err(CliError(format!("made anew, it failed: {}", e.0))),
+                },
+                t => t,
+            };
+            match t {
+                Ok((vol, spares)) => plexes.push((v.plex_name(p), vol, spares)),
+                Err(e) => {
+                    tracing::warn!(plex = %v.plex_name(p), error = %e.0, "plex not served: the volume serves without it");
+                }
+            }
+        }
+        let assemble: platter_server::AssemblePlexes = Box::new(move |members| {
+            let (labelled, blank) = blank_apart(members).map_err(|e| e.0)?;
+            assemble_checked(labelled, blank, run).map_err(|e| e.0)
+        });
+        Ok(PoolStart::Plexes { plexes, assemble })
+    }
+
     /// Plex `p` of `v`, which does not assemble, made anew when every
     /// subdisk of it is present and one at least is blank (a replaced or
     /// healed drive's): a new array, its data zeroed, which the volume's
@@ -158,15 +210,23 @@ impl ServedPool {
         let pool = self.lock().open.pool().name.clone();
         let args = VolumeCreateArgs::from_request(&pool, req).map_err(CliError)?;
         let v = create_in(&mut self.lock().open, &args)?;
+        let (mut member_drives, mut member_delays) = (HashMap::new(), HashMap::new());
+        if v.has_plexes() {
+            let maps = (&mut member_drives, &mut member_delays);
+            let start = self.start_of_plexes(&v, (false, false), maps)?;
+            return Ok(NewVolume {
+                start,
+                member_drives,
+                member_delays,
+            });
+        }
         let (members, spares) = self.open_volume(&v, false)?;
         let names: Vec<String> = members.iter().map(|m| m.describe().to_string()).collect();
-        let (mut member_drives, mut member_delays) = (HashMap::new(), HashMap::new());
         self.places(&v, &names, &mut member_drives, &mut member_delays);
         let volume =
             assemble_devices(members).map_err(|e| CliError(format!("volume {}: {e}", v.name)))?;
         Ok(NewVolume {
-            volume,
-            spares,
+            start: PoolStart::Array(Box::new(volume), spares),
             member_drives,
             member_delays,
         })
@@ -500,4 +560,33 @@ fn blank_apart(members: Members) -> Result<(Members, Members)> {
         }
     }
     Ok((labelled, blank))
+}
+
+/// An array over `members` (a blank one, a replaced drive's subdisk or a
+/// plex made anew, stands for a missing one: it becomes a spare and is
+/// rebuilt), as `serve` checks a partial member list (`--run`).
+fn assemble_checked(members: Members, blank: Members, run: bool) -> Result<(OpenVolume, Members)> {
+    let names: Vec<String> = members.iter().map(|m| m.describe().to_string()).collect();
+    let given = crate::partial::Given::Named(&names);
+    let vol = assemble_devices(members).map_err(CliError::from)?;
+    crate::partial::check(&vol.assembly, given, blank.len(), run)?;
+    Ok((vol, blank))
+}
+
+/// A plex's array that serves all of its data from the members in use: one
+/// that does not (a stripe or concat plex that lost a subdisk) is made
+/// anew and rebuilt by the volume's mirror instead.
+fn serving_plex((vol, spares): (OpenVolume, Members)) -> Result<(OpenVolume, Members)> {
+    let a = &vol.assembly;
+    use platter_core::volume::Health;
+    if !a
+        .geometry
+        .serves_all(|m| a.health[m as usize] == Health::Online)
+    {
+        return Err(CliError(format!(
+            "plex {} cannot serve all of its data without its missing or failed subdisks",
+            a.label.name
+        )));
+    }
+    Ok((vol, spares))
 }

@@ -127,11 +127,11 @@ pub struct VolumeCreateArgs {
     /// volume of plexes): one plex per --plex, LEVEL or LEVEL:SUBDISKS
     /// (`--plex stripe:2 --plex concat`), each an md-exact array of its
     /// own on drives the others do not use, the volume an md-exact RAID-1
-    /// over them; reads are balanced over the plexes. Offline only.
+    /// over them; reads are balanced over the plexes.
     #[arg(
         long = "plex",
         value_name = "LEVEL[:N]",
-        conflicts_with_all = ["level", "subdisks", "control"]
+        conflicts_with_all = ["level", "subdisks"]
     )]
     pub(super) plexes: Vec<String>,
     /// The volume's size (at least; whole interleaves of every subdisk).
@@ -196,6 +196,7 @@ impl VolumeCreateArgs {
             "layout": self.layout,
             "copies": self.copies,
             "subdisks": self.subdisks,
+            "plexes": self.plexes,
             "drives": self.drives,
         })
     }
@@ -209,7 +210,15 @@ impl VolumeCreateArgs {
         }
         let name = text("name").ok_or("missing \"name\"")?;
         check_name("volume", name)?;
-        let level: Level = text("level").ok_or("missing \"level\"")?.parse()?;
+        let plexes = strings(req, "plexes");
+        if text("level").is_some() && !plexes.is_empty() {
+            return Err("\"level\" and \"plexes\" both given: a volume is one or the other".into());
+        }
+        let level: Option<Level> = match text("level") {
+            Some(l) => Some(l.parse()?),
+            None if !plexes.is_empty() => None,
+            None => return Err("missing \"level\"".into()),
+        };
         let size = number("size_bytes").ok_or("missing \"size_bytes\"")?;
         if size == 0 {
             return Err("--size 0: a volume holds at least one sector".into());
@@ -218,8 +227,8 @@ impl VolumeCreateArgs {
         Ok(VolumeCreateArgs {
             pool: pool.into(),
             name: name.into(),
-            level: Some(level),
-            plexes: Vec::new(),
+            level,
+            plexes,
             size,
             interleave: number("interleave_bytes").unwrap_or(64 << 10),
             layout: text("layout").map(str::to_string),

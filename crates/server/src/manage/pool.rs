@@ -6,11 +6,12 @@
 //! leaves what a crash of the offline command leaves (docs/pools.md).
 
 use crate::served::{Served, Volumes};
-use crate::server::{finish_volume, keep_volume, start_volume, stop_upkeep, ServeConfig};
+use crate::server::{
+    finish_volume, keep_volume, start_plexes, start_volume, stop_upkeep, PoolStart, ServeConfig,
+};
 use platter_core::geometry::{Geometry, GeometrySpec};
 use platter_core::label::Label;
 use platter_core::volume::Health;
-use platter_io::assembly::OpenVolume;
 use platter_io::Member;
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -108,9 +109,9 @@ pub struct Extended {
 
 /// A volume the host made, for the server to start.
 pub struct NewVolume {
-    pub volume: OpenVolume,
-    /// Blank subdisks it starts with as spares (none for a new volume).
-    pub spares: Vec<Arc<dyn Member>>,
+    /// Its array (with the blank subdisks it starts with as spares: none
+    /// for a new volume), or its plexes and their mirror.
+    pub start: crate::server::PoolStart,
     /// Each subdisk's drive, by member name (`observe::drives`).
     pub member_drives: HashMap<String, String>,
     /// Latency injected into its subdisks (`serve --inject`), by member.
@@ -349,8 +350,11 @@ impl PoolServer {
                  server's next start serves it"
             )
         };
-        let starting =
-            start_volume(new.volume, new.spares, &config).map_err(|e| later(e.to_string()))?;
+        let starting = match new.start {
+            PoolStart::Array(volume, spares) => start_volume(*volume, spares, &config),
+            PoolStart::Plexes { plexes, assemble } => start_plexes(plexes, assemble, &config),
+        }
+        .map_err(|e| later(e.to_string()))?;
         let size_bytes = starting.export.size_bytes;
         let served = keep_volume(starting, &config, self.control_path.clone())
             .map_err(|e| later(e.to_string()))?;
