@@ -2588,3 +2588,115 @@ fn a_volume_of_two_unlike_plexes_serves_through_the_loss_of_one_and_rebuilds_it(
         assert_eq!(a["plexes"], b["plexes"]);
     }
 }
+
+/// `pool replace-drive --control` under a volume of plexes: a plex that
+/// lost what its redundancy covers (one subdisk of a mirror plex) rebuilds
+/// inside at once, its volume serving throughout; a plex that cannot (a
+/// stripe plex) is named, served without, and made anew and rebuilt at
+/// the server's next start. fio's bytes read back after each, and the
+/// plexes' copies agree.
+#[test]
+fn a_drive_under_a_volume_of_plexes_is_replaced_through_the_server() {
+    let test = "a_drive_under_a_volume_of_plexes_is_replaced_through_the_server";
+    let Some(t) = tools_with_fio_nbd(test, &["fio"]) else {
+        return;
+    };
+    let dir = temp_dir();
+    let d = dir.path().join("d");
+    std::fs::create_dir(&d).unwrap();
+    let drives: Vec<String> = (0..4)
+        .map(|i| d.join(format!("d{i}")).display().to_string())
+        .collect();
+    let mut args = vec!["pool", "create", "tank", "--drive-size", "48M"];
+    args.extend(drives.iter().map(String::as_str));
+    ok(&args, "pool create");
+    let dev = d.display().to_string();
+    let args = [
+        "volume", "create", "tank", "u", "--plex", "stripe:2", "--plex", "mirror:2", "--size",
+        "8M", &dev,
+    ];
+    ok(&args, "volume create u");
+    assert_eq!(subdisk_drives_of(&dev, "u", 0), ["d0", "d1"]);
+    assert_eq!(subdisk_drives_of(&dev, "u", 1), ["d2", "d3"]);
+    let mut s = serve_pool_first(dir.path(), &dev, "u", &[]);
+    let size = live(&s, "u")["size_bytes"].as_u64().unwrap();
+    fio_all(&t, &s, &[("u", size)], false);
+
+    // The mirror plex loses d3: it serves on inside; replaced, it rebuilds.
+    truncate(&dev, "d3");
+    fio_all(&t, &s, &[("u", size)], true);
+    assert_eq!(live(&s, "u.p1")["members"][1]["state"], "faulty");
+    let new = d.join("n3").display().to_string();
+    let args = [
+        "pool",
+        "replace-drive",
+        "tank",
+        "d3",
+        &new,
+        "--drive-size",
+        "48M",
+        "--control",
+        &s.control(),
+    ];
+    let out = ok(&args, "replace-drive d3");
+    assert!(out.stdout.contains("rebuilding: u.p1"), "{}", out.stdout);
+    wait_rebuilt(&s, "u.p1");
+    fio_all(&t, &s, &[("u", size)], true);
+    ok(
+        &["check", "--volume", "u.p1", "--control", &s.control()],
+        "check u.p1",
+    );
+
+    // The stripe plex loses d0: the volume fails it and serves from the
+    // mirror plex; replaced, the plex is named, and made anew next start.
+    truncate(&dev, "d0");
+    fio_all(&t, &s, &[("u", size)], true);
+    assert_eq!(live(&s, "u")["members"][0]["state"], "faulty");
+    let new = d.join("n0").display().to_string();
+    let args = [
+        "pool",
+        "replace-drive",
+        "tank",
+        "d0",
+        &new,
+        "--drive-size",
+        "48M",
+        "--control",
+        &s.control(),
+    ];
+    let out = ok(&args, "replace-drive d0");
+    assert!(
+        out.stdout.contains("plex u.p0 cannot rebuild inside"),
+        "{}",
+        out.stdout
+    );
+    s.stop_expecting_errors("TERM", &["faulty", "shrank", "label", "u.p0", "u.p1"]);
+    std::fs::remove_file(d.join("d0")).unwrap();
+    std::fs::remove_file(d.join("d3")).unwrap();
+    let s = serve_pool_first(dir.path(), &dev, "u", &[]);
+    wait_rebuilt(&s, "u");
+    fio_all(&t, &s, &[("u", size)], true);
+    ok(
+        &["check", "--volume", "u", "--control", &s.control()],
+        "check u",
+    );
+    assert_eq!(list_json(&dev)["volumes"][0]["state"], "up");
+}
+
+/// The drives of plex `p` of volume `name`, in slot order.
+fn subdisk_drives_of(dev: &str, name: &str, p: usize) -> Vec<String> {
+    let pool = list_json(dev);
+    let v = pool["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == name)
+        .unwrap()
+        .clone();
+    v["plexes"][p]["subdisks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|sd| sd["drive"].as_str().unwrap().to_string())
+        .collect()
+}

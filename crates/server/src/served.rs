@@ -45,6 +45,18 @@ impl Volumes {
         self.all().iter().map(|s| Arc::clone(&s.manager)).collect()
     }
 
+    /// The volume named `name` served here, or the plex of that name
+    /// (`v.p1`) of a volume of plexes.
+    pub fn named_or_plex(&self, name: &str) -> Option<Arc<Served>> {
+        self.named(name).or_else(|| {
+            self.all()
+                .iter()
+                .flat_map(|s| s.plexes.iter())
+                .find(|p| p.name() == name)
+                .cloned()
+        })
+    }
+
     /// Every volume's manager and, after each volume of plexes', its
     /// plexes' (their spares, lost members and counters are looked after
     /// as any volume's; they have no export).

@@ -332,26 +332,23 @@ impl ServedPool {
         if pool.drive(drive).is_none() {
             return Err(CliError(format!("pool {} has no drive {drive}", pool.name)));
         }
-        for v in pool.volumes.iter().filter(|v| v.has_plexes()) {
-            if v.plexes
-                .iter()
-                .flat_map(|p| &p.subdisks)
-                .any(|sd| sd.drive == drive)
-            {
-                v.one_plex_only("pool replace-drive --control")
-                    .map_err(CliError)?;
+        // A plex of a volume of plexes is named as its array is (`v.p1`).
+        let mut users = Vec::new();
+        for v in &pool.volumes {
+            for (p, plex) in v.plexes.iter().enumerate() {
+                let name = if v.has_plexes() {
+                    v.plex_name(p)
+                } else {
+                    v.name.clone()
+                };
+                for (s, sd) in plex.subdisks.iter().enumerate() {
+                    if sd.drive == drive {
+                        users.push((name.clone(), s as u32));
+                    }
+                }
             }
         }
-        Ok(pool
-            .volumes
-            .iter()
-            .filter(|v| !v.has_plexes())
-            .flat_map(|v| {
-                let on = v.plex().subdisks.iter().enumerate();
-                on.filter(|(_, sd)| sd.drive == drive)
-                    .map(|(s, _)| (v.name.clone(), s as u32))
-            })
-            .collect())
+        Ok(users)
     }
 
     /// Device `device` in `drive`'s place (`pool replace-drive`'s writes),
@@ -373,8 +370,16 @@ impl ServedPool {
         let pool = state.open.pool().clone();
         let handle = state.open.drives[d].clone().expect("put in place");
         let mut out = Vec::new();
-        // A volume of several plexes with a subdisk there was refused
-        // (`users_of`).
+        for v in pool.volumes.iter().filter(|v| v.has_plexes()) {
+            for (p, plex) in v.plexes.iter().enumerate() {
+                for (s, sd) in plex.subdisks.iter().enumerate() {
+                    if sd.drive == drive {
+                        let window = super::drives::plex_window(&pool, v, p, s, &handle)?;
+                        out.push((v.plex_name(p), s as u32, window as Arc<dyn Member>));
+                    }
+                }
+            }
+        }
         for v in pool.volumes.iter().filter(|v| !v.has_plexes()) {
             for (s, sd) in v.plex().subdisks.iter().enumerate() {
                 if sd.drive != drive {

@@ -938,6 +938,12 @@ fn replace_served(args: &ReplaceDriveArgs, control: &std::path::PathBuf) -> Resu
             args.pool
         );
     }
+    for plex in names("remade_at_next_start") {
+        outln!(
+            "plex {plex} cannot rebuild inside: its volume serves from its other plexes, and the \
+             server's next start makes it anew and rebuilds it"
+        );
+    }
     for e in names("failed") {
         crate::out::errln!("{e}");
     }

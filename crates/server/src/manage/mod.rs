@@ -835,16 +835,25 @@ fn answer(control: &Control, req: &Value) -> Result<Value, String> {
         }
         _ => {}
     }
+    let plex;
     let m = match (req.get("volume").and_then(Value::as_str), &managers[..]) {
-        (Some(name), _) => {
-            let at = names.iter().position(|n| n == name).ok_or_else(|| {
-                format!(
-                    "no volume named '{name}' is served here (served: {})",
-                    names.join(", ")
-                )
-            })?;
-            &managers[at]
-        }
+        (Some(name), _) => match names.iter().position(|n| n == name) {
+            Some(at) => &managers[at],
+            // A plex of a volume of plexes answers by its array's name.
+            None => {
+                plex = control
+                    .volumes
+                    .named_or_plex(name)
+                    .map(|s| Arc::clone(&s.manager))
+                    .ok_or_else(|| {
+                        format!(
+                            "no volume named '{name}' is served here (served: {})",
+                            names.join(", ")
+                        )
+                    })?;
+                &plex
+            }
+        },
         (None, [only]) => only,
         (None, []) => {
             let pool = control.pool.as_ref().map(|p| p.pool_name());

@@ -409,7 +409,7 @@ impl PoolServer {
             .and_then(Value::as_str)
             .ok_or("missing \"drive\"")?;
         for (volume, slot) in self.host.drive_users(drive)? {
-            let Some(served) = self.volumes.named(&volume) else {
+            let Some(served) = self.volumes.named_or_plex(&volume) else {
                 continue;
             };
             let health = served.manager.engine.health()[slot as usize];
@@ -428,13 +428,21 @@ impl PoolServer {
             }
         }
         let (mut rebuilding, mut lost, mut failed) = (Vec::new(), Vec::new(), Vec::new());
+        let mut remade_later = Vec::new();
         for (volume, slot, member) in self.host.replace_drive(req)? {
-            let Some(served) = self.volumes.named(&volume) else {
+            let plex = self.volumes.named(&volume).is_none();
+            let Some(served) = self.volumes.named_or_plex(&volume) else {
                 continue;
             };
             let m = &served.manager;
             if m.engine.with_volume(|v| v.geometry().redundancy()) == 0 {
-                lost.push(volume);
+                // A plex of a volume of plexes: its volume serves from the
+                // others, and the next start makes it anew.
+                if plex {
+                    remade_later.push(volume);
+                } else {
+                    lost.push(volume);
+                }
                 continue;
             }
             m.note_drive(member.describe(), drive);
@@ -451,8 +459,18 @@ impl PoolServer {
                 }
             }
         }
-        tracing::info!(drive, ?rebuilding, ?lost, ?failed, "drive replaced");
-        Ok(json!({ "drive": drive, "rebuilding": rebuilding, "lost": lost, "failed": failed }))
+        tracing::info!(
+            drive,
+            ?rebuilding,
+            ?lost,
+            ?failed,
+            ?remade_later,
+            "drive replaced"
+        );
+        Ok(json!({
+            "drive": drive, "rebuilding": rebuilding, "lost": lost, "failed": failed,
+            "remade_at_next_start": remade_later,
+        }))
     }
 
     /// The engine paused and emptied, the host grows the subdisks and
