@@ -395,10 +395,14 @@ pub(crate) fn start_plexes(
 ) -> Result<Starting, ServeError> {
     let mut kept = Vec::new();
     let mut members: Members = Vec::new();
+    // A recording asked for is of the clients' requests: the volume's.
+    let mut inner = config.clone();
+    inner.record = None;
+    let config_of_plexes = &inner;
     for (name, volume, spares) in plexes {
         // A plex that cannot start is one the mirror serves without.
-        let plex = match start_volume(volume, spares, config)
-            .and_then(|s| keep_volume(s, config, None))
+        let plex = match start_volume(volume, spares, config_of_plexes)
+            .and_then(|s| keep_volume(s, config_of_plexes, None))
         {
             Ok(plex) => plex,
             Err(e) => {
