@@ -68,6 +68,29 @@ fn make_pool(dir: &Path) -> String {
     dev
 }
 
+/// Pool `tank` of `n` drives `d0`, `d1`, ... of `drive_size` each, made
+/// in `dir/d`: that folder, and it as the devices' argument.
+fn pool_of(dir: &Path, n: usize, drive_size: &str) -> (std::path::PathBuf, String) {
+    let d = dir.join("d");
+    std::fs::create_dir(&d).unwrap();
+    let drives: Vec<String> = (0..n)
+        .map(|i| d.join(format!("d{i}")).display().to_string())
+        .collect();
+    let mut args = vec!["pool", "create", "tank", "--drive-size", drive_size];
+    args.extend(drives.iter().map(String::as_str));
+    ok(&args, "pool create");
+    let dev = d.display().to_string();
+    (d, dev)
+}
+
+/// A count from environment variable `var`, or `default`.
+fn env_count(var: &str, default: u64) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|k| k.parse().ok())
+        .unwrap_or(default)
+}
+
 fn list_json(dev: &str) -> Value {
     let out = ok(&["list", "--json", dev], "list --json");
     let v: Value = serde_json::from_str(&out.stdout).unwrap();
@@ -372,20 +395,9 @@ fn a_pool_serves_its_volumes_through_one_server_and_a_lost_drive_costs_each_its_
     }
     // The lost drive is failed now, the spare up and holding a subdisk of
     // each; only the concat is left on the lost drive.
+    assert_eq!(drive_state(&dev, &lost), "failed, missing");
+    assert_eq!(drive_state(&dev, "spare"), "up");
     let pool = list_json(&dev);
-    let state = |d: &str| {
-        pool["drives"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|x| x["name"] == d)
-            .unwrap()["state"]
-            .as_str()
-            .unwrap()
-            .to_string()
-    };
-    assert_eq!(state(&lost), "failed, missing", "{pool}");
-    assert_eq!(state("spare"), "up", "{pool}");
     for v in pool["volumes"].as_array().unwrap() {
         let on: Vec<&str> = v["plexes"][0]["subdisks"]
             .as_array()
@@ -844,13 +856,8 @@ fn volume_extend_grows_a_raid5_in_place_under_its_data() {
         return;
     };
     let dir = temp_dir();
-    let d = dir.path().join("d");
-    std::fs::create_dir(&d).unwrap();
+    let (d, dev) = pool_of(dir.path(), DRIVES, "64M");
     let drives = drive_paths(&d);
-    let mut args = vec!["pool", "create", "tank", "--drive-size", "64M"];
-    args.extend(drives.iter().map(String::as_str));
-    ok(&args, "pool create");
-    let dev = d.display().to_string();
     ok(
         &[
             "volume", "create", "tank", "r", "--level", "raid5", "--size", "12M", &dev,
@@ -1070,13 +1077,8 @@ fn volumes_change_while_the_pool_is_served() {
         return;
     };
     let dir = temp_dir();
-    let d = dir.path().join("d");
-    std::fs::create_dir(&d).unwrap();
+    let (d, dev) = pool_of(dir.path(), DRIVES, "64M");
     let drives = drive_paths(&d);
-    let mut args = vec!["pool", "create", "tank", "--drive-size", "64M"];
-    args.extend(drives.iter().map(String::as_str));
-    ok(&args, "pool create");
-    let dev = d.display().to_string();
     ok(
         &[
             "volume", "create", "tank", "r", "--level", "raid5", "--size", "12M", &dev,
@@ -1442,13 +1444,7 @@ fn a_drive_replaced_while_the_pool_is_served_rebuilds_every_volume_on_it() {
         return;
     };
     let dir = temp_dir();
-    let d = dir.path().join("d");
-    std::fs::create_dir(&d).unwrap();
-    let drives = drive_paths(&d);
-    let mut args = vec!["pool", "create", "tank", "--drive-size", "64M"];
-    args.extend(drives.iter().map(String::as_str));
-    ok(&args, "pool create");
-    let dev = d.display().to_string();
+    let (d, dev) = pool_of(dir.path(), DRIVES, "64M");
     for (name, level, size, only) in [
         ("db", "raid10", "16M", "d0,d1,d2,d3"),
         ("bulk", "raid5", "24M", "d0,d1,d2,d3"),
@@ -1562,18 +1558,9 @@ fn pool_server_killed_mid_change_keeps_every_volume() {
     let Some(t) = tools_with_fio_nbd(test, &["fio"]) else {
         return;
     };
-    let kills = std::env::var("PLATTER_POOL_KILLS")
-        .ok()
-        .and_then(|k| k.parse().ok())
-        .unwrap_or(POOL_KILLS);
+    let kills = env_count("PLATTER_POOL_KILLS", POOL_KILLS);
     let dir = temp_dir();
-    let d = dir.path().join("d");
-    std::fs::create_dir(&d).unwrap();
-    let drives = drive_paths(&d);
-    let mut args = vec!["pool", "create", "tank", "--drive-size", "96M"];
-    args.extend(drives.iter().map(String::as_str));
-    ok(&args, "pool create");
-    let dev = d.display().to_string();
+    let (_, dev) = pool_of(dir.path(), DRIVES, "96M");
     let args = [
         "volume", "create", "tank", "r", "--level", "raid5", "--size", "6M", &dev,
     ];
@@ -1746,13 +1733,7 @@ fn a_pool_with_no_volume_is_served_and_takes_its_first_through_the_server() {
         return;
     };
     let dir = temp_dir();
-    let d = dir.path().join("d");
-    std::fs::create_dir(&d).unwrap();
-    let drives = drive_paths(&d);
-    let mut args = vec!["pool", "create", "tank", "--drive-size", "64M"];
-    args.extend(drives.iter().map(String::as_str));
-    ok(&args, "pool create");
-    let dev = d.display().to_string();
+    let (_, dev) = pool_of(dir.path(), DRIVES, "64M");
     let socket = dir.path().join("tank.sock");
     let socket = socket.to_str().unwrap();
     let ctl = format!("{socket}.ctl");
@@ -1846,22 +1827,10 @@ fn truncate(dev: &str, drive: &str) {
         .unwrap();
 }
 
-/// The drive of each subdisk of volume `name`, in slot order.
+/// The drive of each subdisk of volume `name` (of one plex), in slot
+/// order.
 fn subdisk_drives(dev: &str, name: &str) -> Vec<String> {
-    let pool = list_json(dev);
-    let v = pool["volumes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["name"] == name)
-        .unwrap()
-        .clone();
-    v["plexes"][0]["subdisks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|sd| sd["drive"].as_str().unwrap().to_string())
-        .collect()
+    subdisk_drives_of(dev, name, 0)
 }
 
 fn drive_state(dev: &str, drive: &str) -> String {
@@ -1891,15 +1860,7 @@ fn a_spare_takes_a_failed_subdisk_by_itself_and_pool_heal_takes_free_space() {
         return;
     };
     let dir = temp_dir();
-    let d = dir.path().join("d");
-    std::fs::create_dir(&d).unwrap();
-    let drives: Vec<String> = (0..5)
-        .map(|i| d.join(format!("d{i}")).display().to_string())
-        .collect();
-    let mut args = vec!["pool", "create", "tank", "--drive-size", "64M"];
-    args.extend(drives.iter().map(String::as_str));
-    ok(&args, "pool create");
-    let dev = d.display().to_string();
+    let (d, dev) = pool_of(dir.path(), 5, "64M");
     let spare = format!("s0={}", d.join("s0").display());
     ok(
         &[
@@ -2104,18 +2065,9 @@ fn pool_server_killed_while_a_spare_takes_a_subdisk() {
     let Some(t) = tools_with_fio_nbd(test, &["fio"]) else {
         return;
     };
-    let kills = std::env::var("PLATTER_HEAL_KILLS")
-        .ok()
-        .and_then(|k| k.parse().ok())
-        .unwrap_or(HEAL_KILLS);
+    let kills = env_count("PLATTER_HEAL_KILLS", HEAL_KILLS);
     let dir = temp_dir();
-    let d = dir.path().join("d");
-    std::fs::create_dir(&d).unwrap();
-    let drives = drive_paths(&d);
-    let mut args = vec!["pool", "create", "tank", "--drive-size", "48M"];
-    args.extend(drives.iter().map(String::as_str));
-    ok(&args, "pool create");
-    let dev = d.display().to_string();
+    let (d, dev) = pool_of(dir.path(), DRIVES, "48M");
     let make = [
         "volume", "create", "tank", "r", "--level", "raid5", "--size", "12M", &dev,
     ];
@@ -2222,15 +2174,7 @@ fn a_boxed_in_raid5_grows_onto_new_subdisks_by_a_reshape_while_served() {
         return;
     };
     let dir = temp_dir();
-    let d = dir.path().join("d");
-    std::fs::create_dir(&d).unwrap();
-    let drives: Vec<String> = (0..7)
-        .map(|i| d.join(format!("d{i}")).display().to_string())
-        .collect();
-    let mut args = vec!["pool", "create", "tank", "--drive-size", "64M"];
-    args.extend(drives.iter().map(String::as_str));
-    ok(&args, "pool create");
-    let dev = d.display().to_string();
+    let (_, dev) = pool_of(dir.path(), 7, "64M");
     for (name, level, size, on) in [
         ("r", "raid5", "24M", "d0,d1,d2"),
         ("block", "concat", "8M", "d0"),
@@ -2387,15 +2331,7 @@ fn a_volume_of_two_unlike_plexes_serves_through_the_loss_of_one_and_rebuilds_it(
         return;
     };
     let dir = temp_dir();
-    let d = dir.path().join("d");
-    std::fs::create_dir(&d).unwrap();
-    let drives: Vec<String> = (0..5)
-        .map(|i| d.join(format!("d{i}")).display().to_string())
-        .collect();
-    let mut args = vec!["pool", "create", "tank", "--drive-size", "64M"];
-    args.extend(drives.iter().map(String::as_str));
-    ok(&args, "pool create");
-    let dev = d.display().to_string();
+    let (_, dev) = pool_of(dir.path(), 5, "64M");
     // Plexes keep to drives of their own: three drives hold no second.
     refused(
         &[
@@ -2602,15 +2538,7 @@ fn a_drive_under_a_volume_of_plexes_is_replaced_through_the_server() {
         return;
     };
     let dir = temp_dir();
-    let d = dir.path().join("d");
-    std::fs::create_dir(&d).unwrap();
-    let drives: Vec<String> = (0..4)
-        .map(|i| d.join(format!("d{i}")).display().to_string())
-        .collect();
-    let mut args = vec!["pool", "create", "tank", "--drive-size", "48M"];
-    args.extend(drives.iter().map(String::as_str));
-    ok(&args, "pool create");
-    let dev = d.display().to_string();
+    let (d, dev) = pool_of(dir.path(), 4, "48M");
     let args = [
         "volume", "create", "tank", "u", "--plex", "stripe:2", "--plex", "mirror:2", "--size",
         "8M", &dev,

@@ -1,12 +1,13 @@
 //! For tests: a drive that a crash cuts off, to write the order of a
 //! change's writes against, and pool `tank` gathered from drives in
-//! memory.
+//! memory, and volumes to lay out on them.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use platter_core::pool::area::{gather, Gathered, Seen};
-use platter_core::pool::{Drive, Pool};
+use platter_core::pool::{Drive, Plex, Pool, PoolVolume, Subdisk};
+use platter_core::Level;
 use platter_io::error::{MemberError, MemberErrorKind, Op};
 use platter_io::memory::MemoryMember;
 use platter_io::Member;
@@ -118,5 +119,29 @@ pub fn empty_pool(drives: u8, drive_bytes: u64) -> Pool {
             })
             .collect(),
         volumes: Vec::new(),
+    }
+}
+
+/// Volume `name`: one plex of `org` (64 KiB interleave) with a subdisk
+/// of `len_mib` MiB at `at_mib` MiB on each of `drives`.
+pub fn volume(name: &str, org: Level, at_mib: u64, len_mib: u64, drives: &[&str]) -> PoolVolume {
+    let n = drives.len() as u32;
+    PoolVolume {
+        name: name.into(),
+        size_bytes: None,
+        plexes: vec![Plex {
+            org,
+            interleave_bytes: 64 << 10,
+            parity_layout: platter_core::ParityLayout::DEFAULT,
+            copies: if org == Level::Mirror { n } else { 1 },
+            subdisks: drives
+                .iter()
+                .map(|d| Subdisk {
+                    drive: d.to_string(),
+                    offset_bytes: at_mib << 20,
+                    len_bytes: len_mib << 20,
+                })
+                .collect(),
+        }],
     }
 }

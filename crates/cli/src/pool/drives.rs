@@ -300,6 +300,23 @@ pub fn read_label_at(m: &dyn Member, offset_bytes: u64) -> Result<Option<Label>>
     Ok(Label::decode(&buf).ok())
 }
 
+/// Each of `members`' labels at its start, in their order; `None` where
+/// none is whole.
+pub fn labels_of(members: &[Arc<dyn Member>]) -> Result<Vec<Option<Label>>> {
+    members
+        .iter()
+        .map(|m| read_label_at(m.as_ref(), 0))
+        .collect()
+}
+
+/// Whether `m`'s label area is all zeros: a subdisk laid out anew (by
+/// `replace-drive`, `heal` or an extend), which its volume takes as a
+/// spare. A damaged label is not blank.
+pub fn is_blank(m: &dyn Member) -> Result<bool> {
+    let area = platter_io::assembly::read_label_area(m)?;
+    Ok(area.iter().all(|&b| b == 0))
+}
+
 /// Writes slot `slot` of drive `d` and flushes it.
 pub fn write_slot(m: &dyn Member, pool: &Pool, d: usize, slot: u32) -> Result<()> {
     let now = SystemTime::now()

@@ -265,10 +265,7 @@ pub fn finish_reshape_labels(v: &PoolVolume, members: &[Arc<dyn Member>]) -> Res
     if members.len() != v.plex().subdisks.len() {
         return Ok(0);
     }
-    let mut labels = Vec::new();
-    for m in members {
-        labels.push(drives::read_label_at(m.as_ref(), 0)?);
-    }
+    let labels = drives::labels_of(members)?;
     let Some(newest) = labels
         .iter()
         .flatten()
@@ -289,8 +286,7 @@ pub fn finish_reshape_labels(v: &PoolVolume, members: &[Arc<dyn Member>]) -> Res
     }
     let mut written = 0;
     for (slot, m) in members.iter().enumerate().skip(old) {
-        let area = platter_io::assembly::read_label_area(m.as_ref())?;
-        if labels[slot].is_some() || area.iter().any(|&b| b != 0) {
+        if !drives::is_blank(m.as_ref())? {
             continue;
         }
         m.write_at(0, &newest.for_slot(slot as u32).encode())?;
@@ -307,10 +303,7 @@ pub fn unbegun_subdisks(v: &PoolVolume, members: &[Arc<dyn Member>]) -> Result<u
     if members.len() != v.plex().subdisks.len() || v.plex().org == Level::Concat {
         return Ok(0);
     }
-    let mut labels = Vec::new();
-    for m in members {
-        labels.push(drives::read_label_at(m.as_ref(), 0)?);
-    }
+    let labels = drives::labels_of(members)?;
     let Some(counted) = labels
         .iter()
         .flatten()
@@ -552,10 +545,7 @@ pub fn bring_labels_up(pool: &Pool, v: &PoolVolume, members: &[Arc<dyn Member>])
     let Some(size_bytes) = v.size_bytes else {
         return Ok(());
     };
-    let mut labels = Vec::new();
-    for m in members {
-        labels.push(drives::read_label_at(m.as_ref(), 0)?);
-    }
+    let labels = drives::labels_of(members)?;
     let lone = lone_copy(v, members, size_bytes)?;
     let Some(newest) = labels
         .iter()

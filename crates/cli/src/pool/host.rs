@@ -42,6 +42,17 @@ struct State {
     windows: HashMap<String, Vec<Arc<SubdiskMember>>>,
 }
 
+impl State {
+    /// Volume `name` of the pool as it is now.
+    fn volume(&self, name: &str) -> Result<PoolVolume> {
+        self.open
+            .pool()
+            .volume(name)
+            .cloned()
+            .ok_or_else(|| CliError(format!("the pool has no volume {name}")))
+    }
+}
+
 impl ServedPool {
     pub fn new(open: OpenPool, latency: HashMap<String, Delay>) -> ServedPool {
         ServedPool {
@@ -234,12 +245,7 @@ impl ServedPool {
 
     fn extend_volume(&self, name: &str, label: &Label, size_bytes: u64) -> Result<Extended> {
         let mut state = self.lock();
-        let v = state
-            .open
-            .pool()
-            .volume(name)
-            .cloned()
-            .ok_or_else(|| CliError(format!("the pool has no volume {name}")))?;
+        let v = state.volume(name)?;
         v.one_plex_only("volume extend").map_err(CliError)?;
         let windows = state.windows.get(name).cloned().unwrap_or_default();
         if windows.len() != v.plex().subdisks.len() {
@@ -290,12 +296,7 @@ impl ServedPool {
     /// the server holds them from now on, with their drives.
     fn add_to_plex(&self, name: &str, count: u32) -> Result<OnDrives> {
         let mut state = self.lock();
-        let v = state
-            .open
-            .pool()
-            .volume(name)
-            .cloned()
-            .ok_or_else(|| CliError(format!("the pool has no volume {name}")))?;
+        let v = state.volume(name)?;
         let n = v
             .one_plex_only("volume extend --add-subdisks")
             .map_err(CliError)?
@@ -504,12 +505,7 @@ impl PoolHost for ServedPool {
 
     fn drop_subdisks(&self, name: &str, count: u32) -> std::result::Result<(), String> {
         let mut state = self.lock();
-        let v = state
-            .open
-            .pool()
-            .volume(name)
-            .cloned()
-            .ok_or_else(|| format!("the pool has no volume {name}"))?;
+        let v = state.volume(name).map_err(|e| e.0)?;
         super::extend::drop_plex_subdisks(&mut state.open, &v, count as usize).map_err(|e| e.0)?;
         if let Some(w) = state.windows.get_mut(name) {
             w.truncate(w.len().saturating_sub(count as usize));
@@ -557,8 +553,7 @@ fn blank_apart(members: Members) -> Result<(Members, Members)> {
     let mut labelled = Vec::new();
     let mut blank = Vec::new();
     for m in members {
-        let area = platter_io::assembly::read_label_area(m.as_ref())?;
-        if area.iter().all(|&b| b == 0) {
+        if super::drives::is_blank(m.as_ref())? {
             blank.push(m);
         } else {
             labelled.push(m);

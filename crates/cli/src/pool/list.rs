@@ -296,8 +296,7 @@ fn labelled_and_blank(
             continue;
         };
         let m = plex_window(pool, v, p, s, drive)?;
-        let area = platter_io::assembly::read_label_area(m.as_ref())?;
-        if area.iter().all(|&b| b == 0) {
+        if super::drives::is_blank(m.as_ref())? {
             blank.push(s);
         } else {
             labelled.push(m as Handle);

@@ -1,35 +1,12 @@
-use platter_core::pool::{Plex, Subdisk};
 use platter_io::memory::MemoryMember;
 
-use super::super::crash_kit::crashing;
+use super::super::crash_kit::{crashing, volume};
 use super::super::drives;
 use super::*;
 use crate::create::{label_subdisks, subdisk_reserve_bytes, ArraySpec};
 
 const MIB: u64 = 1 << 20;
 const DRIVE_BYTES: u64 = 48 * MIB;
-
-fn volume(name: &str, org: Level, at_mib: u64, len_mib: u64, drives: &[&str]) -> PoolVolume {
-    let n = drives.len() as u32;
-    PoolVolume {
-        name: name.into(),
-        size_bytes: None,
-        plexes: vec![Plex {
-            org,
-            interleave_bytes: 64 << 10,
-            parity_layout: platter_core::ParityLayout::DEFAULT,
-            copies: if org == Level::Mirror { n } else { 1 },
-            subdisks: drives
-                .iter()
-                .map(|d| Subdisk {
-                    drive: d.to_string(),
-                    offset_bytes: at_mib * MIB,
-                    len_bytes: len_mib * MIB,
-                })
-                .collect(),
-        }],
-    }
-}
 
 /// Pool `tank` of three drives: raid5 `r` (8 MiB subdisks at 1 MiB),
 /// concat `c` (d0 at 20 MiB, then d1 at 20 MiB), and `block` on d2 at

@@ -1,40 +1,17 @@
 use std::sync::Arc;
 
-use platter_core::pool::{Plex, PoolVolume, Subdisk};
 use platter_core::volume::Health;
 use platter_io::assembly::assemble_devices;
 use platter_io::memory::MemoryMember;
 use platter_io::Member;
 
-use super::super::crash_kit::{crashing, empty_pool, gathered};
+use super::super::crash_kit::{crashing, empty_pool, gathered, volume};
 use super::super::drives::{self, OpenPool};
 use super::*;
 use crate::create::{label_subdisks, subdisk_reserve_bytes, ArraySpec};
 
 const MIB: u64 = 1 << 20;
 const DRIVE_BYTES: u64 = 40 * MIB;
-
-fn volume(name: &str, org: Level, at_mib: u64, drives: &[&str]) -> PoolVolume {
-    let n = drives.len() as u32;
-    PoolVolume {
-        name: name.into(),
-        size_bytes: None,
-        plexes: vec![Plex {
-            org,
-            interleave_bytes: 64 << 10,
-            parity_layout: platter_core::ParityLayout::DEFAULT,
-            copies: if org == Level::Mirror { n } else { 1 },
-            subdisks: drives
-                .iter()
-                .map(|d| Subdisk {
-                    drive: d.to_string(),
-                    offset_bytes: at_mib * MIB,
-                    len_bytes: 8 * MIB,
-                })
-                .collect(),
-        }],
-    }
-}
 
 fn disks() -> Vec<Arc<MemoryMember>> {
     (0..5)
@@ -49,9 +26,9 @@ fn disks() -> Vec<Arc<MemoryMember>> {
 fn pool_on(disks: &[Arc<MemoryMember>], d4_state: DriveState) -> Pool {
     let mut pool = Pool {
         volumes: vec![
-            volume("r", Level::Raid5, 1, &["d0", "d1", "d2"]),
-            volume("m", Level::Mirror, 10, &["d1", "d3"]),
-            volume("c", Level::Concat, 20, &["d1"]),
+            volume("r", Level::Raid5, 1, 8, &["d0", "d1", "d2"]),
+            volume("m", Level::Mirror, 10, 8, &["d1", "d3"]),
+            volume("c", Level::Concat, 20, 8, &["d1"]),
         ],
         ..empty_pool(5, DRIVE_BYTES)
     };
