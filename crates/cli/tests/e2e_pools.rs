@@ -2528,9 +2528,11 @@ fn a_volume_of_two_unlike_plexes_serves_through_the_loss_of_one_and_rebuilds_it(
 /// `pool replace-drive --control` under a volume of plexes: a plex that
 /// lost what its redundancy covers (one subdisk of a mirror plex) rebuilds
 /// inside at once, its volume serving throughout; a plex that cannot (a
-/// stripe plex) is named, served without, and made anew and rebuilt at
-/// the server's next start. fio's bytes read back after each, and the
-/// plexes' copies agree.
+/// stripe plex) is made anew at once and rebuilt by its volume from the
+/// other plex. Then spare drives take a failed subdisk of each plex by
+/// themselves (the server killed with SIGKILL while the volume rebuilds
+/// a plex made anew). fio's bytes read back after each, and the copies
+/// agree.
 #[test]
 fn a_drive_under_a_volume_of_plexes_is_replaced_through_the_server() {
     let test = "a_drive_under_a_volume_of_plexes_is_replaced_through_the_server";
@@ -2546,7 +2548,7 @@ fn a_drive_under_a_volume_of_plexes_is_replaced_through_the_server() {
     ok(&args, "volume create u");
     assert_eq!(subdisk_drives_of(&dev, "u", 0), ["d0", "d1"]);
     assert_eq!(subdisk_drives_of(&dev, "u", 1), ["d2", "d3"]);
-    let mut s = serve_pool_first(dir.path(), &dev, "u", &[]);
+    let mut s = serve_pool_first(dir.path(), &dev, "u", &["--rebuild-rate", "2M"]);
     let size = live(&s, "u")["size_bytes"].as_u64().unwrap();
     fio_all(&t, &s, &[("u", size)], false);
 
@@ -2576,7 +2578,8 @@ fn a_drive_under_a_volume_of_plexes_is_replaced_through_the_server() {
     );
 
     // The stripe plex loses d0: the volume fails it and serves from the
-    // mirror plex; replaced, the plex is named, and made anew next start.
+    // mirror plex; replaced, the plex is made anew at once and the volume
+    // rebuilds it, still served.
     truncate(&dev, "d0");
     fio_all(&t, &s, &[("u", size)], true);
     assert_eq!(live(&s, "u")["members"][0]["state"], "faulty");
@@ -2594,21 +2597,80 @@ fn a_drive_under_a_volume_of_plexes_is_replaced_through_the_server() {
     ];
     let out = ok(&args, "replace-drive d0");
     assert!(
-        out.stdout.contains("plex u.p0 cannot rebuild inside"),
+        out.stdout
+            .contains("plex u.p0 cannot rebuild inside: it is made anew"),
         "{}",
         out.stdout
     );
-    s.stop_expecting_errors("TERM", &["faulty", "shrank", "label", "u.p0", "u.p1"]);
-    std::fs::remove_file(d.join("d0")).unwrap();
-    std::fs::remove_file(d.join("d3")).unwrap();
-    let s = serve_pool_first(dir.path(), &dev, "u", &[]);
     wait_rebuilt(&s, "u");
     fio_all(&t, &s, &[("u", size)], true);
     ok(
         &["check", "--volume", "u", "--control", &s.control()],
         "check u",
     );
+
+    // A spare takes a plex's failed subdisk by itself: the stripe plex's
+    // (made anew, rebuilt by the volume) and then the mirror plex's
+    // (rebuilt inside), each while the volume serves.
+    for (spare, lost, array) in [("s0", "d1", "u"), ("s1", "d2", "u.p1")] {
+        let spare_arg = format!("{spare}={}", d.join(spare).display());
+        let args = [
+            "pool",
+            "add-drive",
+            "tank",
+            "--drive",
+            &spare_arg,
+            "--spare",
+            "--drive-size",
+            "48M",
+            "--control",
+            &s.control(),
+        ];
+        ok(&args, "pool add-drive --spare");
+        truncate(&dev, lost);
+        // Writes reach both plexes: the lost subdisk is found failed.
+        fio_all(&t, &s, &[("u", size)], false);
+        wait_placed(&dev, spare);
+        if array == "u" {
+            // Killed while the volume rebuilds the plex made anew (2 MB/s
+            // over 8 MiB): the next start resumes it.
+            let st = live(&s, "u");
+            assert!(!st["rebuild"].is_null(), "not rebuilding the plex: {st}");
+            s.crash();
+            s = serve_pool_first(dir.path(), &dev, "u", &["--run"]);
+        }
+        wait_rebuilt(&s, array);
+        // The truncated drive is named failed, and missing (too short).
+        assert!(drive_state(&dev, lost).starts_with("failed"), "{lost}");
+        fio_all(&t, &s, &[("u", size)], true);
+        ok(
+            &["check", "--volume", array, "--control", &s.control()],
+            "check after the spare",
+        );
+    }
+    // Drives replaced keep their names (d0, d3); the spares took d1's and
+    // d2's subdisks.
+    assert_eq!(subdisk_drives_of(&dev, "u", 0), ["d0", "s0"]);
+    assert_eq!(subdisk_drives_of(&dev, "u", 1), ["s1", "d3"]);
+    s.stop_expecting_errors("TERM", &["faulty", "shrank", "label", "u.p0", "u.p1"]);
+    for gone in ["d0", "d1", "d2", "d3"] {
+        std::fs::remove_file(d.join(gone)).unwrap();
+    }
+    // Nothing is left for the next start to make anew or rebuild.
+    let s = serve_pool_first(dir.path(), &dev, "u", &[]);
+    let st = live(&s, "u");
+    assert!(st["rebuild"].is_null(), "{st}");
+    fio_all(&t, &s, &[("u", size)], true);
     assert_eq!(list_json(&dev)["volumes"][0]["state"], "up");
+}
+
+/// Waits until spare drive `spare` has taken a subdisk (it is up).
+fn wait_placed(dev: &str, spare: &str) {
+    let start = std::time::Instant::now();
+    while drive_state(dev, spare) != "up" {
+        assert!(start.elapsed().as_secs() < 60, "{spare}: took no subdisk");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
 }
 
 /// The drives of plex `p` of volume `name`, in slot order.

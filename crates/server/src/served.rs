@@ -19,13 +19,33 @@ pub struct Served {
     /// joined when the volume stops.
     pub upkeep_thread: Mutex<Option<JoinHandle<()>>>,
     /// A volume of several plexes: the plexes' arrays it mirrors, served
-    /// under it (no export of their own), stopped after it.
-    pub plexes: Vec<Arc<Served>>,
+    /// under it (no export of their own), stopped after it. A plex made
+    /// anew while the volume serves takes its old one's place here.
+    pub plexes: RwLock<Vec<Arc<Served>>>,
 }
 
 impl Served {
     pub fn name(&self) -> &str {
         &self.io.export.name
+    }
+
+    /// The plexes' arrays now.
+    pub fn plexes(&self) -> Vec<Arc<Served>> {
+        self.plexes.read().expect("plexes lock").clone()
+    }
+
+    /// Plex `new` in the place of the one of its name (added when none
+    /// is served: a plex that could not start); returns the one it took
+    /// the place of.
+    pub fn swap_plex(&self, new: Arc<Served>) -> Option<Arc<Served>> {
+        let mut plexes = self.plexes.write().expect("plexes lock");
+        match plexes.iter().position(|p| p.name() == new.name()) {
+            Some(at) => Some(std::mem::replace(&mut plexes[at], new)),
+            None => {
+                plexes.push(new);
+                None
+            }
+        }
     }
 }
 
@@ -51,20 +71,41 @@ impl Volumes {
         self.named(name).or_else(|| {
             self.all()
                 .iter()
-                .flat_map(|s| s.plexes.iter())
+                .flat_map(|s| s.plexes())
                 .find(|p| p.name() == name)
-                .cloned()
         })
+    }
+
+    /// The volume served whose plex is named `plex` (`v.p1`), and the
+    /// plex's index: its slot in the volume's mirror.
+    pub fn plex_of(&self, plex: &str) -> Option<(Arc<Served>, usize)> {
+        let (volume, p) = plex.rsplit_once(".p")?;
+        let p: usize = p.parse().ok()?;
+        let served = self.named(volume)?;
+        // A volume of plexes serves one of them at least.
+        let is_plex = !served.plexes().is_empty() && p < served.manager.engine.health().len();
+        is_plex.then_some((served, p))
     }
 
     /// Every volume's manager and, after each volume of plexes', its
     /// plexes' (their spares, lost members and counters are looked after
     /// as any volume's; they have no export).
     pub fn managers_with_plexes(&self) -> Vec<Arc<Manager>> {
-        self.all()
+        self.arrays()
             .iter()
-            .flat_map(|s| std::iter::once(s).chain(&s.plexes))
             .map(|s| Arc::clone(&s.manager))
+            .collect()
+    }
+
+    /// Every array served: each volume and, after a volume of plexes,
+    /// its plexes' arrays.
+    pub fn arrays(&self) -> Vec<Arc<Served>> {
+        self.all()
+            .into_iter()
+            .flat_map(|s| {
+                let plexes = s.plexes();
+                std::iter::once(s).chain(plexes)
+            })
             .collect()
     }
 

@@ -515,7 +515,7 @@ pub(crate) fn keep_volume(
         manager,
         alerts,
         upkeep_thread: Mutex::new(Some(upkeep_thread)),
-        plexes,
+        plexes: std::sync::RwLock::new(plexes),
     }))
 }
 
@@ -730,8 +730,7 @@ fn shut_down(own: Own, volumes: &crate::served::Volumes, conns: &Conns) -> Resul
     let mut result = Ok(());
     // A volume of plexes first, then its plexes: its last flush goes
     // through them.
-    let plexes: Vec<Arc<crate::served::Served>> =
-        served.iter().flat_map(|s| s.plexes.clone()).collect();
+    let plexes: Vec<Arc<crate::served::Served>> = served.iter().flat_map(|s| s.plexes()).collect();
     for s in &plexes {
         s.manager.engine.close_to_clients();
     }

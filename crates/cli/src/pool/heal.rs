@@ -17,7 +17,7 @@ use std::collections::BTreeSet;
 use clap::Args;
 use platter_core::label::LABEL_BYTES;
 use platter_core::pool::alloc::free_extents;
-use platter_core::pool::{DriveState, Pool, Subdisk};
+use platter_core::pool::{DriveState, Pool, PoolVolume, Subdisk};
 use platter_core::Level;
 use serde_json::{json, Value};
 
@@ -97,21 +97,6 @@ pub fn heal(args: HealArgs) -> Result<()> {
         };
     }
     let mut open = open_pool(Some(&args.pool), &args.devices.devices, writable())?;
-    for v in open.pool().volumes.iter().filter(|v| v.has_plexes()) {
-        let on_missing = v.plexes.iter().flat_map(|p| &p.subdisks);
-        if on_missing
-            .into_iter()
-            .any(|sd| open.gathered.missing.contains(&sd.drive))
-        {
-            crate::out::errln!(
-                "volume {} mirrors {} plexes: pool heal does not place their subdisks yet; \
-                 `platter pool replace-drive` puts a device in the lost drive's place, and the \
-                 next start makes the plex there anew",
-                v.name,
-                v.plexes.len()
-            );
-        }
-    }
     let lost = on_missing_drives(&open);
     if lost.is_empty() {
         outln!(
@@ -124,7 +109,7 @@ pub fn heal(args: HealArgs) -> Result<()> {
     for p in &healed.placed {
         outln!(
             "{}: on {} at {} (was on {}); rebuilt when the pool is next served (generation {})",
-            subdisk_name(&p.volume, p.slot),
+            subdisk_name(open.pool(), &p.volume, p.slot),
             p.to.drive,
             p.to.offset_bytes,
             p.from,
@@ -160,30 +145,48 @@ pub fn say_healed(pool: &str, healed: &Value) {
     }
 }
 
-fn subdisk_name(volume: &str, slot: usize) -> String {
-    format!("{volume}.p0.s{slot}")
+/// Subdisk `slot` of array `array` (a volume of one plex, or a plex of a
+/// volume of several, `v.p1`), as vinum names it.
+fn subdisk_name(pool: &Pool, array: &str, slot: usize) -> String {
+    match pool.array(array) {
+        Some((v, p)) => v.subdisk_name(p, slot),
+        None => format!("{array}.s{slot}"),
+    }
 }
 
-/// Offline, a failed subdisk is one on a drive not found: each redundant
-/// volume's, in slot order.
+/// The name of plex `p` of `v` as an array: the volume's own for a
+/// volume of one plex.
+fn array_name(v: &PoolVolume, p: usize) -> String {
+    if v.has_plexes() {
+        v.plex_name(p)
+    } else {
+        v.name.clone()
+    }
+}
+
+/// Offline, a failed subdisk is one on a drive not found: each array's,
+/// in slot order.
 fn on_missing_drives(open: &OpenPool) -> Vec<(String, usize)> {
     let pool = open.pool();
     let missing: BTreeSet<&str> = open.gathered.missing.iter().map(String::as_str).collect();
     let mut lost = Vec::new();
-    for v in pool.volumes.iter().filter(|v| !v.has_plexes()) {
-        for (s, sd) in v.plex().subdisks.iter().enumerate() {
-            if missing.contains(sd.drive.as_str()) {
-                lost.push((v.name.clone(), s));
+    for v in &pool.volumes {
+        for (p, plex) in v.plexes.iter().enumerate() {
+            for (s, sd) in plex.subdisks.iter().enumerate() {
+                if missing.contains(sd.drive.as_str()) {
+                    lost.push((array_name(v, p), s));
+                }
             }
         }
     }
     lost
 }
 
-/// Places each of `lost` (volume, slot) again, as [`Room`] allows, and
+/// Places each of `lost` (array, slot) again, as [`Room`] allows, and
 /// writes the configuration that says so; the new extents' labels are
-/// zeroed first. A subdisk that finds no room, or whose volume has no
-/// redundancy to rebuild it from, is named in `unplaced`.
+/// zeroed first. A subdisk that finds no room, or whose array has no
+/// redundancy to rebuild it from (nor other plexes to make it anew
+/// from), is named in `unplaced`.
 pub fn heal_in(open: &mut OpenPool, lost: &[(String, usize)], room: Room) -> Result<Healed> {
     let mut pool = open.pool().clone();
     let present: Vec<String> = open
@@ -225,12 +228,16 @@ pub fn heal_in(open: &mut OpenPool, lost: &[(String, usize)], room: Room) -> Res
 /// The configuration with `p`'s subdisk on its new extent: the spare
 /// that took it is up, the drive it left failed.
 fn moved(pool: &mut Pool, p: &Placed) {
+    let (v, plex) = pool
+        .array(&p.volume)
+        .expect("placed in an array of the pool");
+    let (v, plex) = (v.name.clone(), plex);
     let v = pool
         .volumes
         .iter_mut()
-        .find(|v| v.name == p.volume)
+        .find(|x| x.name == v)
         .expect("placed in a volume of the pool");
-    v.plexes[0].subdisks[p.slot] = p.to.clone();
+    v.plexes[plex].subdisks[p.slot] = p.to.clone();
     for d in pool.drives.iter_mut() {
         if d.name == p.to.drive {
             d.state = DriveState::Up;
@@ -251,15 +258,17 @@ fn place_one(
     slot: usize,
     (room, spares): (Room, &BTreeSet<String>),
 ) -> std::result::Result<Placed, String> {
-    let name = subdisk_name(volume, slot);
-    let v = pool
-        .volume(volume)
-        .ok_or_else(|| format!("{name}: the pool has no volume {volume}"))?;
-    let plex = v.one_plex_only("pool heal")?;
-    if !matches!(
+    let name = subdisk_name(pool, volume, slot);
+    let (v, p) = pool
+        .array(volume)
+        .ok_or_else(|| format!("{name}: the pool has no volume or plex {volume}"))?;
+    let plex = &v.plexes[p];
+    let redundant = matches!(
         plex.org,
         Level::Mirror | Level::Raid10 | Level::Raid5 | Level::Raid6
-    ) {
+    );
+    // A plex without redundancy is made anew from the volume's others.
+    if !redundant && !v.has_plexes() {
         return Err(format!(
             "{name}: volume {volume} ({}) has no redundancy to rebuild it from; its data there \
              is lost",
@@ -269,8 +278,14 @@ fn place_one(
     let sd = plex
         .subdisks
         .get(slot)
-        .ok_or_else(|| format!("{name}: volume {volume} has no subdisk {slot}"))?;
-    let used: BTreeSet<&str> = plex.subdisks.iter().map(|s| s.drive.as_str()).collect();
+        .ok_or_else(|| format!("{name}: {volume} has no subdisk {slot}"))?;
+    // The volume's plexes keep to drives apart (`Pool::check`).
+    let used: BTreeSet<&str> = v
+        .plexes
+        .iter()
+        .flat_map(|x| &x.subdisks)
+        .map(|s| s.drive.as_str())
+        .collect();
     let fits = |d: &str| {
         free_extents(pool, d)
             .into_iter()
@@ -307,7 +322,7 @@ fn place_one(
     }
     let whence = match room {
         Room::Spares => "no spare drive present has",
-        Room::FreeSpace => "no spare or other drive present, outside the plex, has",
+        Room::FreeSpace => "no spare or other drive present, outside the volume's plexes, has",
     };
     Err(format!(
         "{name}: {whence} {} free in one piece (`platter pool add-drive {} --spare --drive ...` \

@@ -175,19 +175,59 @@ impl ServedPool {
     /// mirror takes as a spare and rebuilds from its other plexes. Returns
     /// it as `open_plexes` does, or `None` when it is not to be made anew.
     pub fn remake_plex(&self, v: &PoolVolume, p: usize) -> Result<Option<(Members, Members)>> {
+        if !self.plex_whole(v, p)? {
+            return Ok(None);
+        }
         let state = self.lock();
-        let windows = super::drives::plex_windows(state.open.pool(), v, p, &state.open.drives)?;
-        if windows.len() != v.plexes[p].subdisks.len() {
-            return Ok(None);
-        }
-        let members: Members = windows.into_iter().map(|w| w as Arc<dyn Member>).collect();
-        let (_, blank) = blank_apart(members)?;
-        if blank.is_empty() {
-            return Ok(None);
-        }
         let made = super::plexes::label_plex(state.open.pool(), v, p, &state.open.drives)?;
         tracing::warn!(plex = %v.plex_name(p), "plex made anew: the volume rebuilds it from its other plexes");
         Ok(Some(blank_apart(made)?))
+    }
+
+    /// Whether plex `p` of `v` is to be made anew: every subdisk of it
+    /// present, one at least blank (a replaced or healed drive's).
+    fn plex_whole(&self, v: &PoolVolume, p: usize) -> Result<bool> {
+        let state = self.lock();
+        let windows = super::drives::plex_windows(state.open.pool(), v, p, &state.open.drives)?;
+        if windows.len() != v.plexes[p].subdisks.len() {
+            return Ok(false);
+        }
+        let members: Members = windows.into_iter().map(|w| w as Arc<dyn Member>).collect();
+        Ok(!blank_apart(members)?.1.is_empty())
+    }
+
+    /// The volume of plexes and the plex a plex's name (`v.p1`) picks.
+    fn plex_named(&self, plex: &str) -> Result<(PoolVolume, usize)> {
+        let state = self.lock();
+        let pool = state.open.pool();
+        pool.array(plex)
+            .filter(|(v, _)| v.has_plexes())
+            .map(|(v, p)| (v.clone(), p))
+            .ok_or_else(|| CliError(format!("pool {} has no plex {plex}", pool.name)))
+    }
+
+    /// Plex `plex` made anew while its volume serves: its array, for the
+    /// server to serve and the volume's mirror to rebuild.
+    fn remake_served(&self, plex: &str) -> Result<NewVolume> {
+        let (v, p) = self.plex_named(plex)?;
+        let (members, blank) = self.remake_plex(&v, p)?.ok_or_else(|| {
+            CliError(format!(
+                "plex {plex}: a subdisk of it is still lost, or none of them is blank"
+            ))
+        })?;
+        let names: Vec<String> = members
+            .iter()
+            .chain(&blank)
+            .map(|m| m.describe().to_string())
+            .collect();
+        let (mut member_drives, mut member_delays) = (HashMap::new(), HashMap::new());
+        self.places(&v, &names, &mut member_drives, &mut member_delays);
+        let (volume, spares) = assemble_checked(members, blank, false).and_then(serving_plex)?;
+        Ok(NewVolume {
+            start: PoolStart::Array(Box::new(volume), spares),
+            member_drives,
+            member_delays,
+        })
     }
 
     /// Where each of `v`'s subdisks (`names`, as opened) lies: its drive,
@@ -431,11 +471,22 @@ impl ServedPool {
         let pool = state.open.pool().clone();
         let mut placed = Vec::new();
         for p in &healed.placed {
-            let v = pool.volume(&p.volume).expect("healed in the pool");
+            let (v, plex) = pool.array(&p.volume).expect("healed in the pool");
             let d = drive_index(&state.open, &p.to.drive)?;
             let drive = state.open.drives[d]
                 .clone()
                 .expect("placed on a drive present");
+            if v.has_plexes() {
+                let window = super::drives::plex_window(&pool, v, plex, p.slot, &drive)?;
+                placed.push(RelocatedSubdisk {
+                    volume: p.volume.clone(),
+                    slot: p.slot as u32,
+                    member: window as Arc<dyn Member>,
+                    drive: p.to.drive.clone(),
+                    from: p.from.clone(),
+                });
+                continue;
+            }
             let window = subdisk_window(&pool, v, p.slot, &drive)?;
             if let Some(w) = state.windows.get_mut(&p.volume) {
                 // Kept by slot when every subdisk was there.
@@ -532,6 +583,15 @@ impl PoolHost for ServedPool {
             .present_names()
             .iter()
             .any(|n| pool.drive(n).is_some_and(|d| d.state == DriveState::Spare))
+    }
+
+    fn plex_whole(&self, plex: &str) -> std::result::Result<bool, String> {
+        let (v, p) = self.plex_named(plex).map_err(|e| e.0)?;
+        ServedPool::plex_whole(self, &v, p).map_err(|e| e.0)
+    }
+
+    fn remake_plex(&self, plex: &str) -> std::result::Result<NewVolume, String> {
+        self.remake_served(plex).map_err(|e| e.0)
     }
 
     fn relocate(

@@ -938,10 +938,16 @@ fn replace_served(args: &ReplaceDriveArgs, control: &std::path::PathBuf) -> Resu
             args.pool
         );
     }
-    for plex in names("remade_at_next_start") {
+    for plex in names("remade") {
         outln!(
-            "plex {plex} cannot rebuild inside: its volume serves from its other plexes, and the \
-             server's next start makes it anew and rebuilds it"
+            "plex {plex} cannot rebuild inside: it is made anew, and its volume rebuilds it from \
+             its other plexes"
+        );
+    }
+    for plex in names("waiting") {
+        outln!(
+            "plex {plex} cannot rebuild inside and has another subdisk lost: it is made anew once \
+             that one is placed again (`platter pool heal` or `pool replace-drive`)"
         );
     }
     for e in names("failed") {

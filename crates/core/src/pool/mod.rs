@@ -200,6 +200,19 @@ impl Pool {
         self.volumes.iter().find(|v| v.name == name)
     }
 
+    /// The volume and plex an array of the pool is named by: a volume of
+    /// one plex by its own name, a plex of a volume of several as vinum
+    /// names it (`v.p1`). Each array a server runs is one of these.
+    pub fn array(&self, name: &str) -> Option<(&PoolVolume, usize)> {
+        if let Some(v) = self.volume(name).filter(|v| !v.has_plexes()) {
+            return Some((v, 0));
+        }
+        let (volume, plex) = name.rsplit_once(".p")?;
+        let p: usize = plex.parse().ok()?;
+        let v = self.volume(volume).filter(|v| v.has_plexes())?;
+        (p < v.plexes.len() && v.plex_name(p) == name).then_some((v, p))
+    }
+
     /// Every subdisk of the pool with the volume it belongs to.
     pub fn subdisks(&self) -> impl Iterator<Item = (&PoolVolume, &Subdisk)> {
         self.volumes.iter().flat_map(|v| {
@@ -223,6 +236,16 @@ impl Pool {
             check_name("volume", &v.name)?;
             if !volumes.insert(v.name.as_str()) {
                 return Err(format!("volume {:?} is named twice", v.name));
+            }
+            // An array's name picks one plex (`Pool::array`).
+            if let Some(p) = (0..v.plexes.len())
+                .find(|&p| v.has_plexes() && self.volume(&v.plex_name(p)).is_some())
+            {
+                return Err(format!(
+                    "volume {:?} is named as plex {p} of volume {:?}",
+                    v.plex_name(p),
+                    v.name
+                ));
             }
             self.check_volume(v)?;
         }

@@ -152,6 +152,28 @@ fn a_volume_of_plexes_keeps_them_on_drives_apart() {
         .plexes
         .extend(std::iter::repeat_n(extra, MAX_PLEXES));
     assert!(many.check().unwrap_err().contains("1 to 8"));
+    // An array's name picks one plex, or one volume of one plex.
+    assert_eq!(
+        pool.array("mirrored.p1").map(|(v, p)| (&*v.name, p)),
+        Some(("mirrored", 1))
+    );
+    assert_eq!(pool.array(&pool.volumes[0].name).map(|(_, p)| p), Some(0));
+    for none in [
+        "mirrored",
+        "mirrored.p2",
+        "mirrored.p01",
+        "mirrored.px",
+        "x.p0",
+    ] {
+        assert!(pool.array(none).is_none(), "{none}");
+    }
+    let mut alike = pool.clone();
+    let mut named = alike.volumes[0].clone();
+    named.name = "mirrored.p0".into();
+    named.plexes[0].subdisks = vec![sd("d4", 30, 10)];
+    alike.volumes.push(named);
+    let e = alike.check().unwrap_err();
+    assert!(e.contains("named as plex 0 of volume \"mirrored\""), "{e}");
 }
 
 #[test]

@@ -14,7 +14,7 @@ use platter_core::label::Label;
 use platter_core::volume::Health;
 use platter_io::Member;
 use serde_json::{json, Value};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 /// What owns a pool's drives for its server: every write of the pool's
@@ -76,6 +76,15 @@ pub trait PoolHost: Send + Sync {
     /// also in another drive's free space. Returns each subdisk placed,
     /// for its volume to rebuild, and why each other was not.
     fn relocate(&self, lost: &[(String, u32)], free_space: bool) -> Result<Relocated, String>;
+    /// Whether plex `plex` (`v.p1`) of a volume of plexes can be made
+    /// anew: every subdisk of it on a drive present, one at least blank
+    /// (a replaced or healed drive's).
+    fn plex_whole(&self, plex: &str) -> Result<bool, String>;
+    /// Makes plex `plex` anew, as a server's start makes one that cannot
+    /// serve all of its data: its subdisks labelled as a new array, its
+    /// data zeroed; the server has stopped the old one. Returns the array
+    /// to serve, which the volume's mirror takes and rebuilds.
+    fn remake_plex(&self, plex: &str) -> Result<NewVolume, String>;
 }
 
 /// What [`PoolHost::relocate`] placed.
@@ -118,6 +127,9 @@ pub struct NewVolume {
     pub member_delays: HashMap<String, platter_io::aio::Delay>,
 }
 
+mod heal;
+mod remake;
+
 /// The pool side of a pool's server.
 pub struct PoolServer {
     config: ServeConfig,
@@ -127,6 +139,10 @@ pub struct PoolServer {
     /// Held through a change, so that changes come one at a time; true
     /// once the server stops, after which none starts.
     closed: Mutex<bool>,
+    /// Plexes that cannot rebuild inside, by name, with the failed slots
+    /// already placed again: each waits for its others before the plex
+    /// is made anew.
+    awaiting: Mutex<BTreeMap<String, BTreeSet<u32>>>,
 }
 
 impl PoolServer {
@@ -142,6 +158,7 @@ impl PoolServer {
             volumes,
             host,
             closed: Mutex::new(false),
+            awaiting: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -206,132 +223,6 @@ impl PoolServer {
             "volume-extend" => self.extend(name, req),
             _ => self.remove(name, req),
         }
-    }
-
-    /// The automatic heal (the heal thread's, each second): when a spare
-    /// drive is present and a volume served has a failed subdisk, the
-    /// spare takes it. Nothing when the server is stopping or a change
-    /// is under way (the next look finds it).
-    pub(crate) fn heal_onto_spares(&self) {
-        if self.config.read_only || !self.host.has_spare() || self.lost_subdisks().0.is_empty() {
-            return;
-        }
-        let Ok(closed) = self.closed.try_lock() else {
-            return;
-        };
-        if *closed {
-            return;
-        }
-        self.host.set_failing(&self.failing_drives());
-        let healed = self.heal(false);
-        drop(closed);
-        // Looked at each second: said only when it did something.
-        if healed["placed"].as_array().is_some_and(|p| !p.is_empty()) {
-            tracing::info!(%healed, "failed subdisks placed on a spare");
-        }
-    }
-
-    /// The drives of the subdisks the volumes served found failed.
-    fn failing_drives(&self) -> Vec<String> {
-        let mut drives = Vec::new();
-        for served in self.volumes.all() {
-            let m = &served.manager;
-            let names = Arc::clone(&m.member_drives.lock().expect("member drives"));
-            let health = m.engine.health();
-            for (slot, member) in m.engine.members().iter().enumerate() {
-                let drive = member.as_ref().and_then(|d| names.get(d.describe()));
-                if let (Some(drive), Health::Faulty) = (drive, health[slot]) {
-                    if !drives.contains(drive) {
-                        drives.push(drive.clone());
-                    }
-                }
-            }
-        }
-        drives
-    }
-
-    /// Each redundant volume served with a failed subdisk and no rebuild
-    /// under way: its first such slot (a volume rebuilds one member at a
-    /// time; the next heal finds the next). Then each volume whose loss
-    /// no rebuild can mend, and why.
-    fn lost_subdisks(&self) -> (Vec<(String, u32)>, Vec<String>) {
-        let (mut lost, mut beyond) = (Vec::new(), Vec::new());
-        for served in self.volumes.all() {
-            let m = &served.manager;
-            let health = m.engine.health();
-            let Some(slot) = (0..health.len() as u32).find(|&s| {
-                matches!(health[s as usize], Health::Faulty | Health::Missing)
-                    && m.spare_may_take(s)
-            }) else {
-                continue;
-            };
-            let name = served.name().to_string();
-            let (redundancy, serves_all) = m.engine.with_volume(|v| {
-                let g = v.geometry();
-                // A member rebuilding holds nothing above its cursor.
-                let serves = g.serves_all(|s| health[s as usize] == Health::Online);
-                (g.redundancy(), serves)
-            });
-            if redundancy == 0 || !serves_all {
-                beyond.push(format!(
-                    "volume {name} lost more than its redundancy covers: nothing rebuilds it"
-                ));
-                continue;
-            }
-            let busy = m.engine.with_volume(|v| v.rebuild_progress()).is_some()
-                || m.engine.reshape_progress().is_some()
-                || !m.spares.lock().expect("spares").is_empty();
-            if !busy {
-                lost.push((name, slot));
-            }
-        }
-        (lost, beyond)
-    }
-
-    /// Places the failed subdisks of the volumes served again (the host's
-    /// writes) and has each volume rebuild its new one. Called with the
-    /// `closed` lock held. The answer lists what was placed and why
-    /// anything was not.
-    fn heal(&self, free_space: bool) -> Value {
-        let (lost, mut unplaced) = self.lost_subdisks();
-        let relocated = if lost.is_empty() {
-            Relocated {
-                placed: Vec::new(),
-                unplaced: Vec::new(),
-            }
-        } else {
-            match self.host.relocate(&lost, free_space) {
-                Ok(r) => r,
-                Err(e) => Relocated {
-                    placed: Vec::new(),
-                    unplaced: vec![e],
-                },
-            }
-        };
-        unplaced.extend(relocated.unplaced);
-        let mut placed = Vec::new();
-        for r in relocated.placed {
-            let Some(served) = self.volumes.named(&r.volume) else {
-                continue;
-            };
-            let m = &served.manager;
-            m.note_drive(r.member.describe(), &r.drive);
-            if let Err(e) = m.replace_slot(r.slot, Arc::clone(&r.member)) {
-                // Blank in the configuration's place for the slot: a
-                // spare of the volume's, as a server started now would
-                // take it.
-                m.spares.lock().expect("spares").push(r.member);
-                unplaced.push(format!(
-                    "volume {}: {e}; its new subdisk on {} waits as a spare",
-                    r.volume, r.drive
-                ));
-                continue;
-            }
-            placed.push(json!({
-                "volume": r.volume, "slot": r.slot, "drive": r.drive, "from": r.from,
-            }));
-        }
-        json!({ "placed": placed, "unplaced": unplaced })
     }
 
     /// The host makes the volume; the server starts it and lists it.
@@ -428,20 +319,24 @@ impl PoolServer {
             }
         }
         let (mut rebuilding, mut lost, mut failed) = (Vec::new(), Vec::new(), Vec::new());
-        let mut remade_later = Vec::new();
+        let (mut remade, mut waiting) = (Vec::new(), Vec::new());
         for (volume, slot, member) in self.host.replace_drive(req)? {
-            let plex = self.volumes.named(&volume).is_none();
             let Some(served) = self.volumes.named_or_plex(&volume) else {
                 continue;
             };
             let m = &served.manager;
-            if m.engine.with_volume(|v| v.geometry().redundancy()) == 0 {
+            if !heal::rebuilds_inside(m) {
                 // A plex of a volume of plexes: its volume serves from the
-                // others, and the next start makes it anew.
-                if plex {
-                    remade_later.push(volume);
-                } else {
+                // others while it is made anew.
+                let Some((under, p)) = self.volumes.plex_of(&volume) else {
                     lost.push(volume);
+                    continue;
+                };
+                self.await_remake(&volume, slot);
+                match self.remake_plex(&under, p) {
+                    Ok(true) => remade.push(volume),
+                    Ok(false) => waiting.push(volume),
+                    Err(e) => failed.push(format!("plex {volume}: cannot be made anew now: {e}")),
                 }
                 continue;
             }
@@ -464,12 +359,13 @@ impl PoolServer {
             ?rebuilding,
             ?lost,
             ?failed,
-            ?remade_later,
+            ?remade,
+            ?waiting,
             "drive replaced"
         );
         Ok(json!({
             "drive": drive, "rebuilding": rebuilding, "lost": lost, "failed": failed,
-            "remade_at_next_start": remade_later,
+            "remade": remade, "waiting": waiting,
         }))
     }
 
@@ -579,8 +475,8 @@ fn stop_served(served: &Served) {
         tracing::warn!(volume = %served.name(), error = %e, "the removed volume's last flush failed");
     }
     served.alerts.close();
-    for plex in &served.plexes {
-        stop_served(plex);
+    for plex in served.plexes() {
+        stop_served(&plex);
     }
 }
 

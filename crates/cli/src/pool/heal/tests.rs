@@ -284,3 +284,53 @@ fn a_failed_drive_leaves_the_pool_once_empty_and_a_crash_leaves_it_in_or_out() {
     }
     assert_eq!(outcomes.len(), 2, "crashes left the drive in and out");
 }
+
+/// A volume of plexes: a failed subdisk of its concat plex, which has no
+/// redundancy, is placed all the same (the plex is made anew from the
+/// other plex); and a subdisk of either plex goes to no drive any plex
+/// of the volume uses, whose loss would cost the volume both copies.
+#[test]
+fn a_plex_s_lost_subdisk_goes_outside_every_plex_of_its_volume() {
+    let disks = disks();
+    let mut v = volume("v", Level::Concat, 1, 8, &["d0"]);
+    v.plexes.push(
+        volume("x", Level::Mirror, 1, 8, &["d1", "d2"])
+            .plexes
+            .remove(0),
+    );
+    let mut pool = Pool {
+        volumes: vec![v, volume("c", Level::Concat, 20, 8, &["d1"])],
+        ..empty_pool(5, DRIVE_BYTES)
+    };
+    pool.drives[4].state = DriveState::Spare;
+    pool.check().unwrap();
+    for (d, m) in disks.iter().enumerate() {
+        drives::write_slot(m.as_ref(), &pool, d, 0).unwrap();
+    }
+    let mut open = without_d1(&disks, all(&disks));
+    let lost = [("v.p1".to_string(), 0), ("c".to_string(), 0)];
+    let healed = heal_in(&mut open, &lost, Room::FreeSpace).unwrap();
+    let to: Vec<(&str, &str)> = healed
+        .placed
+        .iter()
+        .map(|p| (p.volume.as_str(), p.to.drive.as_str()))
+        .collect();
+    // The spare first; never d0 or d2, where the volume's plexes are.
+    assert_eq!(to, [("v.p1", "d4")]);
+    assert!(
+        healed.unplaced[0].contains("c.p0.s0"),
+        "{:?}",
+        healed.unplaced
+    );
+    let healed = heal_in(&mut open, &[("v.p0".into(), 0)], Room::FreeSpace).unwrap();
+    assert_eq!(healed.placed[0].to.drive, "d3", "{:?}", healed.placed);
+    let pool = open.pool().clone();
+    pool.check().unwrap();
+    let v = pool.volume("v").unwrap();
+    assert_eq!(v.plexes[0].subdisks[0].drive, "d3");
+    assert_eq!(v.plexes[1].subdisks[0].drive, "d4");
+    // No room outside the volume's plexes: named, nothing placed.
+    let e = heal_in(&mut open, &[("v.p0".into(), 0)], Room::Spares).unwrap();
+    assert!(e.placed.is_empty());
+    assert!(e.unplaced[0].contains("v.p0.s0"), "{:?}", e.unplaced);
+}
