@@ -24,7 +24,8 @@
 # per GiB moved (pool: its one process; separate: the two summed). Then
 # the kernel's part, measured in the same run without platter: two
 # writers in one file over each in its own (tmpfs locks a file per write,
-# and the pool's volumes share their drives' files).
+# and the pool's volumes share their drives' files), and the same bytes
+# read from the pool's drive files over the arrays' member files.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -160,6 +161,48 @@ for run in $(seq 1 "$RUNS"); do
 done
 rm -f "$WORK/ctl1" "$WORK/ctl2"
 
+# The files' part in reads, measured in the same run without platter: the
+# bytes the volumes' sequential jobs read (each subdisk's or member's
+# first MiB, its label area, and the 32 MiB span's share of it: a third
+# for raid5, a half for raid10), read straight from the pool's drive files
+# and from the arrays' member files (fio psync, 64 KiB, all at once). The
+# same bytes on the same tmpfs; the pool's were written by two volumes in
+# one file, the arrays' each in its own.
+"$PLATTER" list "$WORK/pool" --json >"$OUT/pool-list.json"
+read_jobs() {
+    local setup="$1"
+    python3 - "$OUT/pool-list.json" "$WORK" "$setup" <<'PY'
+import json, sys
+pools, work, setup = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3]
+MIB, SPAN = 1 << 20, 32 << 20
+share = {"raid5": SPAN // 3, "raid10": SPAN // 2}
+drives = {d["name"]: d["device"] for d in pools[0]["drives"]}
+for v, sep in (("a", "sep-a"), ("b", "sep-b")):
+    vol = next(x for x in pools[0]["volumes"] if x["name"] == v)
+    plex = vol["plexes"][0]
+    length = MIB + share[plex["org"]]
+    for i, sd in enumerate(plex["subdisks"]):
+        if setup == "pool":
+            path, offset = drives[sd["drive"]], sd["offset_bytes"]
+        else:
+            path, offset = f"{work}/{sep}/m{i}", 0
+        print(f"--name=r{v}{i} --filename={path} --offset={offset} --size={length}")
+PY
+}
+read_control() {
+    local setup="$1" run="$2" jobs
+    mapfile -t jobs < <(read_jobs "$setup")
+    # shellcheck disable=SC2068
+    fio --output-format=json "--output=$OUT/readctl-$setup-$run.json" --rw=read --bs=64k \
+        --ioengine=psync --time_based "--runtime=$RUNTIME" --group_reporting \
+        ${jobs[@]} >/dev/null
+}
+for run in $(seq 1 "$RUNS"); do
+    echo "== run $run/$RUNS: files' read control, pool drives and array members"
+    read_control pool "$run"
+    read_control sep "$run"
+done
+
 # platter list on a pool of 100 volumes over 8 drives.
 mkdir "$WORK/big"
 big=()
@@ -201,6 +244,11 @@ ctl = [control_bw("one", k) / control_bw("two", k) for k in range(1, runs + 1)]
 print()
 print(f"kernel control, two writers in one file / in two files: {statistics.median(ctl):.2f} ("
       + ", ".join(f"{r:.2f}" for r in ctl) + ")")
+def read_bw(setup, run):
+    return json.load(open(f"{out}/readctl-{setup}-{run}.json"))["jobs"][0]["read"]["bw_bytes"]
+rctl = [read_bw("pool", k) / read_bw("sep", k) for k in range(1, runs + 1)]
+print(f"files' read control, the same bytes from the pool's drives / the arrays' members: "
+      f"{statistics.median(rctl):.2f} (" + ", ".join(f"{r:.2f}" for r in rctl) + ")")
 user, system = (float(x) for x in list_cpu.split())
 print()
 print(f"platter list, 100 volumes over 8 drives: {user + system:.2f} CPU seconds "
