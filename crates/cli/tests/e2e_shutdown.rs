@@ -776,7 +776,17 @@ fn a_member_failing_during_the_stop_is_reported_and_loses_no_data() {
         let status = server.wait(STOP_WITHIN);
         let err = server.stderr();
         assert!(!err.contains("panicked"), "{what}\n{err}");
-        let last = err.lines().last().unwrap_or("");
+        // The error line is the main thread's last word. The story this
+        // guards against misreading: a run failed once with "exit 1
+        // without saying which step failed" because the I/O thread's
+        // `member-failed` WARN reached stderr just after the main thread's
+        // "final flush failed" line; the two threads share stderr, so the
+        // error is looked for as the last error line, not the last line.
+        let last = err
+            .lines()
+            .rev()
+            .find(|l| l.starts_with("platter: error:"))
+            .unwrap_or("");
         if status.success() {
             clean += 1;
             // A label write that fails while serving fails its member
