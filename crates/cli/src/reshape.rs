@@ -4,6 +4,8 @@
 //! `platter serve` moves the data while it serves, resuming after a
 //! crash from the labels.
 
+pub mod added;
+
 use crate::error::{CliError, Result};
 use crate::members::{assemble_devices, foreign_label, open_all};
 use crate::out::outln;

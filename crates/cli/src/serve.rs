@@ -590,6 +590,16 @@ fn open_volume(
         .cloned()
         .collect();
     let member_delays = inject_faults(&args.inject, &members, &mut devices)?;
+    if !args.read_only {
+        for (device, slot) in crate::reshape::added::finish_added_labels(&devices)? {
+            tracing::warn!(
+                member = %device,
+                slot,
+                "added member of a reshape that had not begun was blank (its label write cut \
+                 off): labelled as the reshape would have"
+            );
+        }
+    }
     let mut volume = assemble_devices(devices)?;
     let given = match &args.scan {
         Some(paths) => crate::partial::Given::Scanned(paths),
