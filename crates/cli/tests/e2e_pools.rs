@@ -2531,7 +2531,8 @@ fn a_volume_of_two_unlike_plexes_serves_through_the_loss_of_one_and_rebuilds_it(
 /// stripe plex) is made anew at once and rebuilt by its volume from the
 /// other plex. Then spare drives take a failed subdisk of each plex by
 /// themselves (the server killed with SIGKILL while the volume rebuilds
-/// a plex made anew). fio's bytes read back after each, and the copies
+/// a plex made anew). Last, the volume is extended offline, both plexes
+/// growing in place. fio's bytes read back after each, and the copies
 /// agree.
 #[test]
 fn a_drive_under_a_volume_of_plexes_is_replaced_through_the_server() {
@@ -2634,8 +2635,17 @@ fn a_drive_under_a_volume_of_plexes_is_replaced_through_the_server() {
         if array == "u" {
             // Killed while the volume rebuilds the plex made anew (2 MB/s
             // over 8 MiB): the next start resumes it.
-            let st = live(&s, "u");
-            assert!(!st["rebuild"].is_null(), "not rebuilding the plex: {st}");
+            // The configuration names the spare before the plex is made
+            // anew and its rebuild begins.
+            let start = std::time::Instant::now();
+            while live(&s, "u")["rebuild"].is_null() {
+                let st = live(&s, "u");
+                assert!(
+                    start.elapsed().as_secs() < 20,
+                    "not rebuilding the plex: {st}"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
             s.crash();
             s = serve_pool_first(dir.path(), &dev, "u", &["--run"]);
         }
@@ -2657,11 +2667,45 @@ fn a_drive_under_a_volume_of_plexes_is_replaced_through_the_server() {
         std::fs::remove_file(d.join(gone)).unwrap();
     }
     // Nothing is left for the next start to make anew or rebuild.
-    let s = serve_pool_first(dir.path(), &dev, "u", &[]);
+    let mut s = serve_pool_first(dir.path(), &dev, "u", &[]);
     let st = live(&s, "u");
     assert!(st["rebuild"].is_null(), "{st}");
     fio_all(&t, &s, &[("u", size)], true);
     assert_eq!(list_json(&dev)["volumes"][0]["state"], "up");
+
+    // Extended: through the server not yet (one clear line, nothing
+    // changed); stopped, both plexes grow in place and the mirror with
+    // them, fio's bytes stay and the growth takes new ones.
+    refused(
+        &[
+            "volume",
+            "extend",
+            "tank",
+            "u",
+            "--size",
+            "16M",
+            "--control",
+            &s.control(),
+        ],
+        "not yet volumes of several",
+    );
+    assert_eq!(live(&s, "u")["size_bytes"].as_u64(), Some(size));
+    s.stop_expecting_errors("TERM", &[]);
+    ok(
+        &["volume", "extend", "tank", "u", "--size", "16M", &dev],
+        "volume extend u",
+    );
+    let s = serve_pool_first(dir.path(), &dev, "u", &[]);
+    let grown = live(&s, "u")["size_bytes"].as_u64().unwrap();
+    assert!(grown >= 16 << 20, "{grown}");
+    fio_all(&t, &s, &[("u", size)], true);
+    fio_all(&t, &s, &[("u", grown)], false);
+    for array in ["u", "u.p0", "u.p1"] {
+        ok(
+            &["check", "--volume", array, "--control", &s.control()],
+            &format!("check {array} after the extend"),
+        );
+    }
 }
 
 /// Waits until spare drive `spare` has taken a subdisk (it is up).

@@ -128,7 +128,9 @@ pub fn volume_extend(args: VolumeExtendArgs) -> Result<()> {
 
 /// Grows `v` to at least `size_bytes`; returns its size before.
 pub fn extend_volume(open: &mut OpenPool, v: &PoolVolume, size_bytes: u64) -> Result<u64> {
-    v.one_plex_only("volume extend").map_err(CliError)?;
+    if v.has_plexes() {
+        return plexes::extend_plexes(open, v, size_bytes);
+    }
     let members = open.subdisks(v)?;
     if members.len() != v.plex().subdisks.len() {
         return Err(CliError(format!(
@@ -521,15 +523,30 @@ fn finish_label(v: &PoolVolume, mut g: Label) -> Result<Label> {
 /// the grown label has, then flushes: the space is nobody's yet, and the
 /// volume is clean, so neither write can lose anything.
 fn zero_growth(members: &[Arc<dyn Member>], old: &Label, grown: &Label) -> Result<()> {
-    let geometry = Geometry::new(spec_of(grown)).map_err(|e| CliError(e.to_string()))?;
-    let bitmap_bytes = IntentLayout::new(&geometry, grown.intent_region_stripes)
-        .map_err(CliError)?
-        .map_or(0, |l| l.area_bytes());
+    zero_data_growth(members, old, grown)?;
+    zero_bitmap(members, grown)
+}
+
+/// Each member's data between its old end and its grown one zeroed.
+fn zero_data_growth(members: &[Arc<dyn Member>], old: &Label, grown: &Label) -> Result<()> {
     for (m, (was, now)) in members.iter().zip(old.slots.iter().zip(&grown.slots)) {
         let from = old.data_offset_bytes + was.data_size_bytes;
         // `trim` reads back as zeros (the member contract), as `create`
         // zeroes a new volume's data.
         m.trim(from, now.data_size_bytes - was.data_size_bytes)?;
+        m.flush()?;
+    }
+    Ok(())
+}
+
+/// Each member's bitmap zeroed, as the grown layout sizes it: its regions
+/// may mean other stripes now, and a clean volume owes no resync.
+fn zero_bitmap(members: &[Arc<dyn Member>], grown: &Label) -> Result<()> {
+    let geometry = Geometry::new(spec_of(grown)).map_err(|e| CliError(e.to_string()))?;
+    let bitmap_bytes = IntentLayout::new(&geometry, grown.intent_region_stripes)
+        .map_err(CliError)?
+        .map_or(0, |l| l.area_bytes());
+    for m in members {
         m.trim(INTENT_OFFSET_BYTES, bitmap_bytes)?;
         m.flush()?;
     }
@@ -626,6 +643,8 @@ fn lone_copy(
     }
     Ok(copy)
 }
+
+pub mod plexes;
 
 #[cfg(test)]
 mod tests;

@@ -107,12 +107,16 @@ impl ServedPool {
 
     /// A volume of several plexes: each plex's subdisks on the drives
     /// present, labelled and blank apart.
-    pub fn open_plexes(&self, v: &PoolVolume, _read_only: bool) -> Result<Vec<(Members, Members)>> {
+    pub fn open_plexes(&self, v: &PoolVolume, read_only: bool) -> Result<Vec<(Members, Members)>> {
         let state = self.lock();
         let mut out = Vec::new();
         for p in 0..v.plexes.len() {
             let windows = super::drives::plex_windows(state.open.pool(), v, p, &state.open.drives)?;
             let members: Members = windows.into_iter().map(|w| w as Arc<dyn Member>).collect();
+            if !read_only {
+                // What an extend cut short left: the labels it owed.
+                super::extend::plexes::bring_plex_labels_up(state.open.pool(), v, p, &members)?;
+            }
             out.push(blank_apart(members)?);
         }
         Ok(out)
@@ -162,7 +166,12 @@ impl ServedPool {
                 }
             }
         }
+        let (pool, volume) = (self.lock().open.pool().clone(), v.clone());
         let assemble: platter_server::AssemblePlexes = Box::new(move |members| {
+            if !read_only {
+                super::extend::plexes::bring_mirror_labels_up(&pool, &volume, &members)
+                    .map_err(|e| e.0)?;
+            }
             let (labelled, blank) = blank_apart(members).map_err(|e| e.0)?;
             assemble_checked(labelled, blank, run).map_err(|e| e.0)
         });
@@ -286,7 +295,12 @@ impl ServedPool {
     fn extend_volume(&self, name: &str, label: &Label, size_bytes: u64) -> Result<Extended> {
         let mut state = self.lock();
         let v = state.volume(name)?;
-        v.one_plex_only("volume extend").map_err(CliError)?;
+        if v.has_plexes() {
+            return Err(CliError(format!(
+                "volume {name} mirrors {} plexes: through the server, volume extend grows                  volumes of one plex (not yet volumes of several); stop the server and run                  `platter volume extend` without --control",
+                v.plexes.len()
+            )));
+        }
         let windows = state.windows.get(name).cloned().unwrap_or_default();
         if windows.len() != v.plex().subdisks.len() {
             return Err(CliError(format!(

@@ -159,7 +159,7 @@ pub fn label_plex(
 
 /// A plex's array, just labelled, served in this process for the
 /// volume's labels to be written through it.
-fn plex_engine(subdisks: Vec<Arc<dyn Member>>) -> Result<Arc<Engine>> {
+pub(super) fn plex_engine(subdisks: Vec<Arc<dyn Member>>) -> Result<Arc<Engine>> {
     let opened = assemble_devices(subdisks).map_err(CliError::from)?;
     let a = &opened.assembly;
     let by_slot = a
