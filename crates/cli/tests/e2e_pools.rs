@@ -2531,8 +2531,8 @@ fn a_volume_of_two_unlike_plexes_serves_through_the_loss_of_one_and_rebuilds_it(
 /// stripe plex) is made anew at once and rebuilt by its volume from the
 /// other plex. Then spare drives take a failed subdisk of each plex by
 /// themselves (the server killed with SIGKILL while the volume rebuilds
-/// a plex made anew). Last, the volume is extended offline, both plexes
-/// growing in place. fio's bytes read back after each, and the copies
+/// a plex made anew). Last, the volume is extended through the server
+/// and then offline, both plexes growing in place and the mirror with them. fio's bytes read back after each, and the copies
 /// agree.
 #[test]
 fn a_drive_under_a_volume_of_plexes_is_replaced_through_the_server() {
@@ -2673,10 +2673,10 @@ fn a_drive_under_a_volume_of_plexes_is_replaced_through_the_server() {
     fio_all(&t, &s, &[("u", size)], true);
     assert_eq!(list_json(&dev)["volumes"][0]["state"], "up");
 
-    // Extended: through the server not yet (one clear line, nothing
-    // changed); stopped, both plexes grow in place and the mirror with
-    // them, fio's bytes stay and the growth takes new ones.
-    refused(
+    // Extended through the server while served: each plex grows, then
+    // the mirror; fio's bytes stay, a new connection sees the new size and
+    // writes there; every array checks clean.
+    ok(
         &[
             "volume",
             "extend",
@@ -2687,15 +2687,8 @@ fn a_drive_under_a_volume_of_plexes_is_replaced_through_the_server() {
             "--control",
             &s.control(),
         ],
-        "not yet volumes of several",
+        "volume extend u --control",
     );
-    assert_eq!(live(&s, "u")["size_bytes"].as_u64(), Some(size));
-    s.stop_expecting_errors("TERM", &[]);
-    ok(
-        &["volume", "extend", "tank", "u", "--size", "16M", &dev],
-        "volume extend u",
-    );
-    let s = serve_pool_first(dir.path(), &dev, "u", &[]);
     let grown = live(&s, "u")["size_bytes"].as_u64().unwrap();
     assert!(grown >= 16 << 20, "{grown}");
     fio_all(&t, &s, &[("u", size)], true);
@@ -2704,6 +2697,23 @@ fn a_drive_under_a_volume_of_plexes_is_replaced_through_the_server() {
         ok(
             &["check", "--volume", array, "--control", &s.control()],
             &format!("check {array} after the extend"),
+        );
+    }
+    // Stopped, offline, again: the bytes stay, and a start serves it.
+    s.stop_expecting_errors("TERM", &[]);
+    ok(
+        &["volume", "extend", "tank", "u", "--size", "24M", &dev],
+        "volume extend u",
+    );
+    let s = serve_pool_first(dir.path(), &dev, "u", &[]);
+    let again = live(&s, "u")["size_bytes"].as_u64().unwrap();
+    assert!(again >= 24 << 20, "{again}");
+    fio_all(&t, &s, &[("u", grown)], true);
+    fio_all(&t, &s, &[("u", again)], false);
+    for array in ["u", "u.p0", "u.p1"] {
+        ok(
+            &["check", "--volume", array, "--control", &s.control()],
+            &format!("check {array} after the offline extend"),
         );
     }
 }

@@ -13,6 +13,7 @@
 //! the range read zeros (a write of zeros in the plex, which releases
 //! whole chunks where it can).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,14 +31,16 @@ const BUSY_RETRY: Duration = Duration::from_millis(1);
 pub struct PlexMember {
     engine: Arc<Engine>,
     name: String,
-    size_bytes: u64,
+    /// The plex's size as last seen: a request past it asks the engine
+    /// again (the plex grows, before its mirror, when the volume is
+    /// extended).
+    size_bytes: AtomicU64,
 }
 
 impl PlexMember {
-    /// Plex `name` served by `engine`; its size is the engine's now (a
-    /// plex under a mirror does not grow while the mirror serves).
+    /// Plex `name` served by `engine`.
     pub fn new(engine: Arc<Engine>, name: impl Into<String>) -> PlexMember {
-        let size_bytes = engine.size_bytes();
+        let size_bytes = AtomicU64::new(engine.size_bytes());
         PlexMember {
             engine,
             name: name.into(),
@@ -75,10 +78,9 @@ impl PlexMember {
     }
 
     fn check_range(&self, op: Op, offset: u64, len: u64) -> Result<(), MemberError> {
-        if offset
-            .checked_add(len)
-            .is_none_or(|end| end > self.size_bytes)
-        {
+        if offset.checked_add(len).is_none_or(|end| {
+            end > self.size_bytes.load(Ordering::Relaxed) && end > self.size_bytes()
+        }) {
             return Err(MemberError::new(
                 MemberErrorKind::OutOfRange,
                 self.name.clone(),
@@ -97,7 +99,9 @@ impl Member for PlexMember {
     }
 
     fn size_bytes(&self) -> u64 {
-        self.size_bytes
+        let now = self.engine.size_bytes();
+        self.size_bytes.store(now, Ordering::Relaxed);
+        now
     }
 
     fn read_at(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), MemberError> {

@@ -43,6 +43,16 @@ struct State {
 }
 
 impl State {
+    /// Subdisk `slot` of array `array` (of `count` subdisks) as its
+    /// engine holds it from now on, when every one of them is kept.
+    fn keep_window(&mut self, array: &str, count: usize, slot: usize, w: &Arc<SubdiskMember>) {
+        if let Some(kept) = self.windows.get_mut(array) {
+            if kept.len() == count {
+                kept[slot] = Arc::clone(w);
+            }
+        }
+    }
+
     /// Volume `name` of the pool as it is now.
     fn volume(&self, name: &str) -> Result<PoolVolume> {
         self.open
@@ -108,10 +118,14 @@ impl ServedPool {
     /// A volume of several plexes: each plex's subdisks on the drives
     /// present, labelled and blank apart.
     pub fn open_plexes(&self, v: &PoolVolume, read_only: bool) -> Result<Vec<(Members, Members)>> {
-        let state = self.lock();
+        let mut state = self.lock();
         let mut out = Vec::new();
         for p in 0..v.plexes.len() {
             let windows = super::drives::plex_windows(state.open.pool(), v, p, &state.open.drives)?;
+            // Kept by slot when every subdisk is there: an extend widens them.
+            if windows.len() == v.plexes[p].subdisks.len() {
+                state.windows.insert(v.plex_name(p), windows.clone());
+            }
             let members: Members = windows.into_iter().map(|w| w as Arc<dyn Member>).collect();
             if !read_only {
                 // What an extend cut short left: the labels it owed.
@@ -187,8 +201,10 @@ impl ServedPool {
         if !self.plex_whole(v, p)? {
             return Ok(None);
         }
-        let state = self.lock();
-        let made = super::plexes::label_plex(state.open.pool(), v, p, &state.open.drives)?;
+        let mut state = self.lock();
+        let windows = super::plexes::label_plex(state.open.pool(), v, p, &state.open.drives)?;
+        state.windows.insert(v.plex_name(p), windows.clone());
+        let made = windows.into_iter().map(|w| w as Arc<dyn Member>).collect();
         tracing::warn!(plex = %v.plex_name(p), "plex made anew: the volume rebuilds it from its other plexes");
         Ok(Some(blank_apart(made)?))
     }
@@ -237,6 +253,42 @@ impl ServedPool {
             member_drives,
             member_delays,
         })
+    }
+
+    /// A volume of plexes' extend through the server: the plan, the
+    /// plexes' zeros and the configuration, then the plexes' subdisks the
+    /// server holds widened; returns each plex's grown label.
+    fn extend_served_plexes(
+        &self,
+        name: &str,
+        mirror: &Label,
+        plexes: &[Label],
+        size_bytes: u64,
+    ) -> Result<Vec<Label>> {
+        let mut state = self.lock();
+        let v = state.volume(name)?;
+        let mut held = Vec::new();
+        for (p, plex) in v.plexes.iter().enumerate() {
+            match state.windows.get(&v.plex_name(p)) {
+                Some(w) if w.len() == plex.subdisks.len() => held.push(w.clone()),
+                _ => {
+                    return Err(CliError(format!(
+                        "plex {}: the server does not hold every subdisk of it (one was lost \
+                         since it started); stop the server and extend the volume offline",
+                        v.plex_name(p)
+                    )))
+                }
+            }
+        }
+        let growth =
+            super::extend::plexes::plan_plexes(state.open.pool(), &v, plexes, mirror, size_bytes)?;
+        super::extend::plexes::grow_plexes(&mut state.open, &v, plexes, &growth)?;
+        for (windows, plex) in held.iter().zip(&growth.volume.plexes) {
+            for (w, sd) in windows.iter().zip(&plex.subdisks) {
+                w.widen(sd.len_bytes)?;
+            }
+        }
+        Ok(growth.plexes)
     }
 
     /// Where each of `v`'s subdisks (`names`, as opened) lies: its drive,
@@ -430,6 +482,7 @@ impl ServedPool {
                 for (s, sd) in plex.subdisks.iter().enumerate() {
                     if sd.drive == drive {
                         let window = super::drives::plex_window(&pool, v, p, s, &handle)?;
+                        state.keep_window(&v.plex_name(p), plex.subdisks.len(), s, &window);
                         out.push((v.plex_name(p), s as u32, window as Arc<dyn Member>));
                     }
                 }
@@ -492,6 +545,8 @@ impl ServedPool {
                 .expect("placed on a drive present");
             if v.has_plexes() {
                 let window = super::drives::plex_window(&pool, v, plex, p.slot, &drive)?;
+                let count = v.plexes[plex].subdisks.len();
+                state.keep_window(&p.volume, count, p.slot, &window);
                 placed.push(RelocatedSubdisk {
                     volume: p.volume.clone(),
                     slot: p.slot as u32,
@@ -606,6 +661,32 @@ impl PoolHost for ServedPool {
 
     fn remake_plex(&self, plex: &str) -> std::result::Result<NewVolume, String> {
         self.remake_served(plex).map_err(|e| e.0)
+    }
+
+    fn plan_plexes_extend(
+        &self,
+        name: &str,
+        mirror: &Label,
+        plexes: &[Label],
+        size_bytes: u64,
+    ) -> std::result::Result<(Vec<Label>, Label), String> {
+        let state = self.lock();
+        let v = state.volume(name).map_err(|e| e.0)?;
+        let g =
+            super::extend::plexes::plan_plexes(state.open.pool(), &v, plexes, mirror, size_bytes)
+                .map_err(|e| e.0)?;
+        Ok((g.plexes, g.mirror))
+    }
+
+    fn extend_plexes(
+        &self,
+        name: &str,
+        mirror: &Label,
+        plexes: &[Label],
+        size_bytes: u64,
+    ) -> std::result::Result<Vec<Label>, String> {
+        self.extend_served_plexes(name, mirror, plexes, size_bytes)
+            .map_err(|e| e.0)
     }
 
     fn relocate(

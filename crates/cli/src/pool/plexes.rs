@@ -15,6 +15,7 @@ use platter_core::volume::{Limits, Volume};
 use platter_core::Level;
 use platter_io::aio::layer::{Layer, LayerConfig};
 use platter_io::assembly::assemble_devices;
+use platter_io::subdisk::SubdiskMember;
 use platter_io::Member;
 use platter_server::engine::Engine;
 use platter_server::plex::PlexMember;
@@ -97,7 +98,10 @@ pub fn label_plexes(pool: &Pool, v: &PoolVolume, open: &[Option<Arc<dyn Member>>
     let mut members: Vec<Arc<dyn Member>> = Vec::new();
     let mut engines = Vec::new();
     for p in 0..v.plexes.len() {
-        let subdisks = label_plex(pool, v, p, open)?;
+        let subdisks = label_plex(pool, v, p, open)?
+            .into_iter()
+            .map(|w| w as Arc<dyn Member>)
+            .collect();
         let engine = plex_engine(subdisks)?;
         members.push(Arc::new(PlexMember::new(
             Arc::clone(&engine),
@@ -128,11 +132,12 @@ pub fn label_plex(
     v: &PoolVolume,
     p: usize,
     open: &[Option<Arc<dyn Member>>],
-) -> Result<Vec<Arc<dyn Member>>> {
+) -> Result<Vec<Arc<SubdiskMember>>> {
     let plex = &v.plexes[p];
-    let subdisks: Vec<Arc<dyn Member>> = drives::plex_windows(pool, v, p, open)?
-        .into_iter()
-        .map(|w| w as Arc<dyn Member>)
+    let windows = drives::plex_windows(pool, v, p, open)?;
+    let subdisks: Vec<Arc<dyn Member>> = windows
+        .iter()
+        .map(|w| Arc::clone(w) as Arc<dyn Member>)
         .collect();
     if subdisks.len() != plex.subdisks.len() {
         return Err(CliError(format!(
@@ -152,9 +157,9 @@ pub fn label_plex(
         name: v.plex_name(p),
         ..spec_of(v, plex)
     };
-    label_subdisks(&spec, subdisks.clone(), subdisk_reserve_bytes(smallest))
+    label_subdisks(&spec, subdisks, subdisk_reserve_bytes(smallest))
         .map_err(|e| CliError(format!("plex {}: {}", v.plex_name(p), e.0)))?;
-    Ok(subdisks)
+    Ok(windows)
 }
 
 /// A plex's array, just labelled, served in this process for the

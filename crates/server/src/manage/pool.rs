@@ -85,6 +85,28 @@ pub trait PoolHost: Send + Sync {
     /// data zeroed; the server has stopped the old one. Returns the array
     /// to serve, which the volume's mirror takes and rebuilds.
     fn remake_plex(&self, plex: &str) -> Result<NewVolume, String>;
+    /// Works out, writing nothing, an extend of volume of plexes `name`
+    /// to at least `size_bytes`: each plex's grown label (`plexes`, by
+    /// plex index, are their labels now) and the mirror's (`mirror` now).
+    fn plan_plexes_extend(
+        &self,
+        name: &str,
+        mirror: &Label,
+        plexes: &[Label],
+        size_bytes: u64,
+    ) -> Result<(Vec<Label>, Label), String>;
+    /// Makes that extend, the server having paused and emptied the volume
+    /// and each plex and zeroed the mirror's bitmap: each plex's growth
+    /// and bitmap zeroed, then the configuration, then the plexes'
+    /// subdisks it holds widened. Returns each plex's grown label, which
+    /// the server writes (each plex's, then the mirror's).
+    fn extend_plexes(
+        &self,
+        name: &str,
+        mirror: &Label,
+        plexes: &[Label],
+        size_bytes: u64,
+    ) -> Result<Vec<Label>, String>;
 }
 
 /// What [`PoolHost::relocate`] placed.
@@ -127,6 +149,7 @@ pub struct NewVolume {
     pub member_delays: HashMap<String, platter_io::aio::Delay>,
 }
 
+mod extend_plexes;
 mod heal;
 mod remake;
 
@@ -384,6 +407,9 @@ impl PoolServer {
             .volumes
             .named(name)
             .ok_or_else(|| format!("no volume named {name} is served here"))?;
+        if !served.plexes().is_empty() {
+            return self.extend_plexes(&served, size_bytes);
+        }
         let m = &served.manager;
         let _changing = m.slot_changes.lock().expect("slot changes");
         let old_bytes = m.engine.size_bytes();
@@ -495,6 +521,21 @@ fn refuse_with_clients(served: &Served, force: bool) -> Result<(), String> {
 /// An extend grows a whole, quiet volume of a layout that grows at its
 /// end, to a size larger than today's.
 fn refuse_to_extend(served: &Served, size_bytes: u64) -> Result<(), String> {
+    refuse_unsteady(served)?;
+    let (name, m) = (served.name(), &served.manager);
+    let now = m.engine.size_bytes();
+    if size_bytes <= now {
+        return Err(format!(
+            "volume {name} is {now} bytes already; extend makes a volume larger (it does not \
+             shrink)"
+        ));
+    }
+    Ok(())
+}
+
+/// An array that cannot grow now: not whole, reshaping, owing a resync,
+/// or keeping areas sized for its data.
+fn refuse_unsteady(served: &Served) -> Result<(), String> {
     let (name, m) = (served.name(), &served.manager);
     let label = m.meta.label();
     if m.engine.health().iter().any(|h| *h != Health::Online) {
@@ -517,13 +558,6 @@ fn refuse_to_extend(served: &Served, size_bytes: u64) -> Result<(), String> {
         return Err(format!(
             "volume {name} keeps checksums or a partial parity log, whose areas are sized for \
              its data: it cannot grow in place"
-        ));
-    }
-    let now = m.engine.size_bytes();
-    if size_bytes <= now {
-        return Err(format!(
-            "volume {name} is {now} bytes already; extend makes a volume larger (it does not \
-             shrink)"
         ));
     }
     Ok(())

@@ -63,51 +63,51 @@ pub fn extend_plexes(open: &mut OpenPool, v: &PoolVolume, size_bytes: u64) -> Re
             platter_core::units::format_size(old_bytes)
         )));
     }
-    let (grown, labels) = grown_plexes(open.pool(), v, &arrays, &mirror.label, size_bytes)?;
-    let mut pool = open.pool().clone();
-    for x in pool.volumes.iter_mut().filter(|x| x.name == v.name) {
-        *x = grown.clone();
-    }
-    pool.check().map_err(CliError)?;
-    // 1: zeros, while nothing gives the growth out.
-    for (p, ((_, old), new)) in arrays.iter().zip(&labels).enumerate() {
-        let wide = whole_plex(open, &grown, p)?;
-        zero_data_growth(&wide, old, new)?;
-        zero_bitmap(&wide, new)?;
-    }
-    let sizes: Vec<u64> = labels.iter().map(|l| l.volume_size_bytes).collect();
-    let grown_mirror = grown_label(&mirror_view(v, &sizes), &mirror.label, &sizes)?;
-    zero_bitmap(&plexes, &grown_mirror)?;
+    let old: Vec<Label> = arrays.iter().map(|(_, l)| l.clone()).collect();
+    let growth = plan_plexes(open.pool(), v, &old, &mirror.label, size_bytes)?;
+    // 1: zeros, while nothing gives the growth out: the mirror's bitmap
+    // through the plexes as they are, then each plex's.
+    zero_bitmap(&plexes, &growth.mirror)?;
     drop(plexes);
-    // 2: the configuration; 3 and 4: the labels.
-    open.write(pool)?;
+    grow_plexes(open, v, &old, &growth)?;
+    // 3 and 4: the labels.
+    let grown = &growth.volume;
     let mut wide_plexes = Vec::new();
     for p in 0..grown.plexes.len() {
-        let wide = whole_plex(open, &grown, p)?;
-        bring_plex_labels_up(open.pool(), &grown, p, &wide)?;
+        let wide = whole_plex(open, grown, p)?;
+        bring_plex_labels_up(open.pool(), grown, p, &wide)?;
         wide_plexes.push(wide);
     }
-    let plexes = plex_members(&grown, wide_plexes.into_iter())?;
-    bring_mirror_labels_up(open.pool(), &grown, &plexes)?;
+    let plexes = plex_members(grown, wide_plexes.into_iter())?;
+    bring_mirror_labels_up(open.pool(), grown, &plexes)?;
     Ok(old_bytes)
 }
 
-/// `v` grown: each plex's subdisks as long as a mirror of `size_bytes`
-/// needs (its data after the mirror's reserve), with each plex's grown
-/// label, and the volume's size as the mirror over them holds it.
-fn grown_plexes(
+/// An extend of a volume of plexes worked out, nothing written: the
+/// volume as the configuration will record it, each plex's grown label
+/// and the mirror's.
+pub struct PlexesGrowth {
+    pub volume: PoolVolume,
+    pub plexes: Vec<Label>,
+    pub mirror: Label,
+}
+
+/// `v` grown: each plex's subdisks (whose labels say `plexes`) as long as
+/// a mirror of `size_bytes` needs after its reserve, and the mirror (whose
+/// labels say `mirror`) over them.
+pub fn plan_plexes(
     pool: &Pool,
     v: &PoolVolume,
-    arrays: &[(Vec<Arc<dyn Member>>, Label)],
+    plexes: &[Label],
     mirror: &Label,
     size_bytes: u64,
-) -> Result<(PoolVolume, Vec<Label>)> {
+) -> Result<PlexesGrowth> {
     let plex_bytes = size_bytes
         .checked_add(mirror.data_offset_bytes)
         .ok_or_else(|| CliError("--size is too large".into()))?;
     let mut grown = v.clone();
     let mut labels = Vec::new();
-    for (p, (_, label)) in arrays.iter().enumerate() {
+    for (p, label) in plexes.iter().enumerate() {
         let view = plex_view(v, p);
         let want = plex_bytes.max(label.volume_size_bytes);
         let lens = new_lengths(pool, &view, label, want)?;
@@ -117,9 +117,35 @@ fn grown_plexes(
         labels.push(grown_label(&view, label, &lens)?);
     }
     let sizes: Vec<u64> = labels.iter().map(|l| l.volume_size_bytes).collect();
-    let held = grown_label(&mirror_view(v, &sizes), mirror, &sizes)?.volume_size_bytes;
-    grown.size_bytes = Some(held);
-    Ok((grown, labels))
+    let grown_mirror = grown_label(&mirror_view(v, &sizes), mirror, &sizes)?;
+    grown.size_bytes = Some(grown_mirror.volume_size_bytes);
+    Ok(PlexesGrowth {
+        volume: grown,
+        plexes: labels,
+        mirror: grown_mirror,
+    })
+}
+
+/// Steps 1 (each plex's growth and bitmap zeroed; the mirror's bitmap is
+/// the caller's, before) and 2 (the configuration) of `growth`, the plexes'
+/// labels saying `old`.
+pub fn grow_plexes(
+    open: &mut OpenPool,
+    v: &PoolVolume,
+    old: &[Label],
+    growth: &PlexesGrowth,
+) -> Result<()> {
+    let mut pool = open.pool().clone();
+    for x in pool.volumes.iter_mut().filter(|x| x.name == v.name) {
+        *x = growth.volume.clone();
+    }
+    pool.check().map_err(CliError)?;
+    for (p, (was, now)) in old.iter().zip(&growth.plexes).enumerate() {
+        let wide = whole_plex(open, &growth.volume, p)?;
+        zero_data_growth(&wide, was, now)?;
+        zero_bitmap(&wide, now)?;
+    }
+    open.write(pool)
 }
 
 /// Plex `p` of `v` as a volume of one plex, named as its array (`v.p1`):

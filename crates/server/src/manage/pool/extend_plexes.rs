@@ -1,0 +1,129 @@
+//! `volume extend --control` of a volume of several plexes: each plex's
+//! array grows in place, then the volume's mirror over them, while the
+//! volume stays served (clients wait while it is paused; those that
+//! connect after see the new size).
+//!
+//! The writes come in the order the offline extend makes them
+//! (`pool/extend/plexes.rs` in the command line, whose start-up code
+//! brings either level's labels up after a crash): the mirror's bitmap
+//! zeroed through the plexes, each plex's growth and bitmap zeroed and the
+//! configuration written (the host), each plex's labels (its own engine's
+//! label writer), then the mirror's through the grown plexes.
+
+use super::{refuse_to_extend, refuse_unsteady, spec_of, take_shape, PoolServer};
+use crate::served::Served;
+use platter_core::geometry::Geometry;
+use platter_core::intent::{IntentLayout, INTENT_OFFSET_BYTES};
+use platter_core::label::Label;
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+impl PoolServer {
+    pub(super) fn extend_plexes(
+        &self,
+        served: &Arc<Served>,
+        size_bytes: u64,
+    ) -> Result<Value, String> {
+        let name = served.name().to_string();
+        let m = &served.manager;
+        let _changing = m.slot_changes.lock().expect("slot changes");
+        let plexes = plexes_in_order(served)?;
+        refuse_to_extend(served, size_bytes)?;
+        for p in &plexes {
+            refuse_unsteady(p)?;
+        }
+        let old_bytes = m.engine.size_bytes();
+        let labels: Vec<Label> = plexes.iter().map(|p| p.manager.meta.label()).collect();
+        let mirror = m.meta.label();
+        let (_, grown_mirror) = self
+            .host
+            .plan_plexes_extend(&name, &mirror, &labels, size_bytes)?;
+        m.engine.pause();
+        let grown = m.engine.empty_paused().and_then(|()| {
+            zero_mirror_bitmap(served, &grown_mirror)?;
+            self.grow_each_plex(&name, &plexes, (&mirror, &labels), size_bytes)?;
+            let geometry = Geometry::new(spec_of(&grown_mirror)).map_err(|e| e.to_string())?;
+            m.engine
+                .set_volume_setup(crate::startup::volume_setup(&grown_mirror, &self.config));
+            m.engine.serve_grown(geometry, Vec::new());
+            m.meta.record(|l| take_shape(l, &grown_mirror));
+            Ok(grown_mirror)
+        });
+        m.engine.resume();
+        let grown = grown?;
+        tracing::info!(volume = %name, old_bytes, size_bytes = grown.volume_size_bytes, "volume of plexes extended");
+        Ok(json!({
+            "volume": name,
+            "old_size_bytes": old_bytes,
+            "size_bytes": grown.volume_size_bytes,
+        }))
+    }
+
+    /// Every plex paused and emptied, the host's writes, then each plex
+    /// served grown with its labels written; the plexes go on after.
+    fn grow_each_plex(
+        &self,
+        name: &str,
+        plexes: &[Arc<Served>],
+        (mirror, labels): (&Label, &[Label]),
+        size_bytes: u64,
+    ) -> Result<(), String> {
+        for p in plexes {
+            p.manager.engine.pause();
+        }
+        let grown = (|| {
+            for p in plexes {
+                p.manager.engine.empty_paused()?;
+            }
+            let grown = self.host.extend_plexes(name, mirror, labels, size_bytes)?;
+            for (p, g) in plexes.iter().zip(&grown) {
+                let pm = &p.manager;
+                let geometry = Geometry::new(spec_of(g)).map_err(|e| e.to_string())?;
+                pm.engine
+                    .set_volume_setup(crate::startup::volume_setup(g, &self.config));
+                pm.engine.serve_grown(geometry, Vec::new());
+                pm.meta.record(|l| take_shape(l, g));
+            }
+            Ok(())
+        })();
+        for p in plexes {
+            p.manager.engine.resume();
+        }
+        grown
+    }
+}
+
+/// The plexes' arrays of `served` by plex index (the mirror's slots);
+/// refused when one of them is not served.
+fn plexes_in_order(served: &Served) -> Result<Vec<Arc<Served>>, String> {
+    let count = served.manager.engine.health().len();
+    let mut plexes = served.plexes();
+    plexes.sort_by_key(|p| super::heal::plex_index(p.name()));
+    let indexes: Vec<Option<usize>> = plexes
+        .iter()
+        .map(|p| super::heal::plex_index(p.name()))
+        .collect();
+    if indexes != (0..count).map(Some).collect::<Vec<_>>() {
+        return Err(format!(
+            "volume {}: a plex of it is not served (it could not start): extend it once every \
+             plex serves",
+            served.name()
+        ));
+    }
+    Ok(plexes)
+}
+
+/// The mirror's bitmap, as its grown layout sizes it, zeroed on every
+/// plex (the volume is paused and empty: nothing is owed).
+fn zero_mirror_bitmap(served: &Served, grown: &Label) -> Result<(), String> {
+    let geometry = Geometry::new(spec_of(grown)).map_err(|e| e.to_string())?;
+    let bitmap_bytes =
+        IntentLayout::new(&geometry, grown.intent_region_stripes)?.map_or(0, |l| l.area_bytes());
+    for member in served.manager.engine.members().into_iter().flatten() {
+        member
+            .trim(INTENT_OFFSET_BYTES, bitmap_bytes)
+            .and_then(|()| member.flush())
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
