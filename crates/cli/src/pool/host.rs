@@ -349,7 +349,7 @@ impl ServedPool {
         let v = state.volume(name)?;
         if v.has_plexes() {
             return Err(CliError(format!(
-                "volume {name} mirrors {} plexes: through the server, volume extend grows                  volumes of one plex (not yet volumes of several); stop the server and run                  `platter volume extend` without --control",
+                "volume {name} mirrors {} plexes: its server grows each plex, then the mirror",
                 v.plexes.len()
             )));
         }
