@@ -2744,3 +2744,95 @@ fn subdisk_drives_of(dev: &str, name: &str, p: usize) -> Vec<String> {
         .map(|sd| sd["drive"].as_str().unwrap().to_string())
         .collect()
 }
+
+/// How many times `a_volume_of_plexes_killed_mid_extend_keeps_its_bytes`
+/// kills its server (`PLATTER_PLEX_EXTEND_KILLS` for more).
+const PLEX_EXTEND_KILLS: u64 = 4;
+
+/// The pool's server killed with SIGKILL at a seeded moment of a `volume
+/// extend --control` of a volume of plexes (a raid5 plex and a concat
+/// plex; every drive 1 ms away, so the extend's writes take a while):
+/// after each kill the next start serves the volume whole at its old size
+/// or its new one, fio's bytes read back, and the mirror and each plex
+/// check clean.
+#[test]
+fn a_volume_of_plexes_killed_mid_extend_keeps_its_bytes() {
+    let test = "a_volume_of_plexes_killed_mid_extend_keeps_its_bytes";
+    let Some(t) = tools_with_fio_nbd(test, &["fio"]) else {
+        return;
+    };
+    let kills = env_count("PLATTER_PLEX_EXTEND_KILLS", PLEX_EXTEND_KILLS);
+    let dir = temp_dir();
+    let (d, dev) = pool_of(dir.path(), 4, "64M");
+    let args = [
+        "volume", "create", "tank", "u", "--plex", "raid5:3", "--plex", "concat", "--size", "6M",
+        &dev,
+    ];
+    ok(&args, "volume create u");
+    let slow: Vec<String> = (0..4)
+        .map(|i| format!("{}=latency=1ms", d.join(format!("d{i}")).display()))
+        .collect();
+    let mut extra = Vec::new();
+    for s in &slow {
+        extra.extend(["--inject", s.as_str()]);
+    }
+    let written = 6 * MIB;
+    let s = serve_pool_first(dir.path(), &dev, "u", &extra);
+    fio_all(&t, &s, &[("u", written)], false);
+    drop(s);
+    let mut outcomes = [0u32; 2];
+    for seed in 0..kills {
+        let mut rng = platter_testkit::rng::Rng::new(0x91e0 + seed);
+        let delay = std::time::Duration::from_millis(rng.below(150));
+        let now = sizes(&list_json(&dev))[0].1;
+        let target = now + 2 * MIB;
+        let mut s = serve_pool_first(dir.path(), &dev, "u", &extra);
+        let size = target.to_string();
+        let args = [
+            "volume",
+            "extend",
+            "tank",
+            "u",
+            "--size",
+            &size,
+            "--control",
+            &s.control(),
+        ];
+        let mut change = Background::spawn(&mut platter(&args), "volume extend");
+        std::thread::sleep(delay);
+        s.crash();
+        change.wait(CMD_TIMEOUT);
+        let story =
+            format!("seed {seed}: u extended from {now} to {target}, killed after {delay:?}");
+        println!("{story}");
+        let s = serve_pool_first(dir.path(), &dev, "u", &[]);
+        let served = live(&s, "u")["size_bytes"].as_u64().unwrap();
+        assert!(
+            served == now || served >= target,
+            "{story}: served {served}"
+        );
+        assert_eq!(
+            sizes(&list_json(&dev))[0].1,
+            served,
+            "{story}: list and server agree"
+        );
+        outcomes[usize::from(served >= target)] += 1;
+        for array in ["u", "u.p0", "u.p1"] {
+            wait_rebuilt(&s, array);
+            ok(
+                &["check", "--volume", array, "--control", &s.control()],
+                &format!("{story}: check {array}"),
+            );
+        }
+        let out = run_ok(
+            &mut fio(&t, &uri(&s, "u"), written, true),
+            CMD_TIMEOUT,
+            &format!("{story}: fio verify of u"),
+        );
+        assert!(out.stdout.contains("err= 0"), "{story}: {}", out.stdout);
+    }
+    println!(
+        "{test}: {kills} kills; {} left u its old size, {} the new",
+        outcomes[0], outcomes[1]
+    );
+}
