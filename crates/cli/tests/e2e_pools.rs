@@ -2836,3 +2836,89 @@ fn a_volume_of_plexes_killed_mid_extend_keeps_its_bytes() {
         outcomes[0], outcomes[1]
     );
 }
+
+/// A stripe plex that lost both of its subdisks (two drives truncated)
+/// while its volume serves from a mirror plex: `pool heal --control`
+/// places one subdisk and says the plex waits (it cannot be made anew
+/// with the other still lost, nor rebuilt inside); a drive added, the next
+/// heal places the other, and the plex is made anew and rebuilt, the
+/// volume serving fio's bytes throughout.
+#[test]
+fn a_plex_that_lost_two_subdisks_is_made_anew_once_both_are_placed() {
+    let test = "a_plex_that_lost_two_subdisks_is_made_anew_once_both_are_placed";
+    let Some(t) = tools_with_fio_nbd(test, &["fio"]) else {
+        return;
+    };
+    let dir = temp_dir();
+    let (d, dev) = pool_of(dir.path(), 5, "48M");
+    let args = [
+        "volume",
+        "create",
+        "tank",
+        "w",
+        "--plex",
+        "mirror:2",
+        "--plex",
+        "stripe:2",
+        "--size",
+        "8M",
+        "--drives",
+        "d0,d1,d2,d3",
+        &dev,
+    ];
+    ok(&args, "volume create w");
+    assert_eq!(subdisk_drives_of(&dev, "w", 1), ["d2", "d3"]);
+    let s = serve_pool_first(dir.path(), &dev, "w", &[]);
+    let size = live(&s, "w")["size_bytes"].as_u64().unwrap();
+    fio_all(&t, &s, &[("w", size)], false);
+    truncate(&dev, "d2");
+    truncate(&dev, "d3");
+    // Writes reach both plexes: the stripe plex's subdisks are found lost.
+    fio_all(&t, &s, &[("w", size)], false);
+    let heal = ["pool", "heal", "tank", "--control", &s.control()];
+    let first = ok(&heal, "pool heal (one drive with room)");
+    assert!(
+        first.stdout.contains("plex w.p1 has its subdisk")
+            && first.stdout.contains("once its other"),
+        "{}",
+        first.stdout
+    );
+    let placed = subdisk_drives_of(&dev, "w", 1);
+    assert!(placed.contains(&"d4".to_string()), "{placed:?}");
+    assert_eq!(live(&s, "w")["members"][1]["state"], "faulty");
+    // No other drive outside the volume's plexes: nothing more now.
+    let none = run(&mut platter(&heal), CMD_TIMEOUT);
+    assert!(!none.status.success(), "{}", none.stdout);
+    let d5 = format!("d5={}", d.join("d5").display());
+    let args = [
+        "pool",
+        "add-drive",
+        "tank",
+        "--drive",
+        &d5,
+        "--drive-size",
+        "48M",
+        "--control",
+        &s.control(),
+    ];
+    ok(&args, "pool add-drive d5");
+    let second = ok(&heal, "pool heal (the drive added)");
+    assert!(
+        second.stdout.contains("volume w.p1 rebuilds"),
+        "{}",
+        second.stdout
+    );
+    wait_rebuilt(&s, "w");
+    let placed = subdisk_drives_of(&dev, "w", 1);
+    assert!(
+        placed.contains(&"d4".to_string()) && placed.contains(&"d5".to_string()),
+        "{placed:?}"
+    );
+    fio_all(&t, &s, &[("w", size)], true);
+    for array in ["w", "w.p0", "w.p1"] {
+        ok(
+            &["check", "--volume", array, "--control", &s.control()],
+            &format!("check {array}"),
+        );
+    }
+}

@@ -132,6 +132,17 @@ pub fn heal(args: HealArgs) -> Result<()> {
 pub fn say_healed(pool: &str, healed: &Value) {
     let list = |k: &str| healed[k].as_array().cloned().unwrap_or_default();
     for p in list("placed") {
+        if p["remade"] == json!(false) {
+            outln!(
+                "pool {pool}: plex {} has its subdisk {} on {} (it was on {}); it is made anew \
+                 and rebuilt once its other lost subdisks are placed too",
+                p["volume"].as_str().unwrap_or("?"),
+                p["slot"],
+                p["drive"].as_str().unwrap_or("?"),
+                p["from"].as_str().unwrap_or("?"),
+            );
+            continue;
+        }
         outln!(
             "pool {pool}: volume {} rebuilds its subdisk {} on {} (it was on {})",
             p["volume"].as_str().unwrap_or("?"),

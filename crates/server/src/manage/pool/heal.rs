@@ -157,7 +157,11 @@ impl PoolServer {
             if let Some((volume, p)) = self.volumes.plex_of(&r.volume) {
                 if !rebuilds_inside(&served.manager) {
                     match self.remake_after(&volume, p, &r.volume, r.slot) {
-                        Ok(()) => placed.push(said),
+                        Ok(remade) => {
+                            let mut said = said;
+                            said["remade"] = json!(remade);
+                            placed.push(said);
+                        }
                         Err(e) => unplaced.push(e),
                     }
                     continue;
@@ -183,16 +187,17 @@ impl PoolServer {
 
     /// Plex `name` (plex `p` of `volume`) has its failed subdisk `slot`
     /// placed again: made anew once no other subdisk of it is lost.
+    /// Whether it was made anew now.
     fn remake_after(
         &self,
         volume: &Arc<Served>,
         p: usize,
         name: &str,
         slot: u32,
-    ) -> Result<(), String> {
+    ) -> Result<bool, String> {
         self.await_remake(name, slot);
         match self.remake_plex(volume, p) {
-            Ok(true) | Ok(false) => Ok(()),
+            Ok(remade) => Ok(remade),
             Err(e) => Err(format!(
                 "plex {name}: its subdisk {slot} is placed again, but making the plex anew \
                  failed: {e}; the server's next start makes it"
