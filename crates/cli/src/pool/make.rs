@@ -125,7 +125,8 @@ pub struct VolumeCreateArgs {
     pub(super) level: Option<Level>,
     /// Make the volume a mirror of plexes that need not be alike (vinum's
     /// volume of plexes): one plex per --plex, LEVEL or LEVEL:SUBDISKS
-    /// (`--plex stripe:2 --plex concat`), each an md-exact array of its
+    /// (`--plex stripe:2 --plex concat`; a concat's N is at most, as few
+    /// as fit, as `--subdisks` says), each an md-exact array of its
     /// own on drives the others do not use, the volume an md-exact RAID-1
     /// over them; reads are balanced over the plexes.
     #[arg(
