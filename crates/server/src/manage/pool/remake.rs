@@ -60,7 +60,7 @@ impl PoolServer {
             tracing::info!(plex = %name, reason = %e, "plex made anew waits as a spare");
             mirror.spares.lock().expect("spares").push(member);
         }
-        tracing::warn!(plex = %name, "plex made anew: the volume rebuilds it from its other plexes");
+        tracing::info!(plex = %name, "plex made anew is served: its volume rebuilds it");
         Ok(true)
     }
 
