@@ -79,8 +79,7 @@ impl Volumes {
     /// The volume served whose plex is named `plex` (`v.p1`), and the
     /// plex's index: its slot in the volume's mirror.
     pub fn plex_of(&self, plex: &str) -> Option<(Arc<Served>, usize)> {
-        let (volume, p) = plex.rsplit_once(".p")?;
-        let p: usize = p.parse().ok()?;
+        let (volume, p) = platter_core::pool::split_plex_name(plex)?;
         let served = self.named(volume)?;
         // A volume of plexes serves one of them at least.
         let is_plex = !served.plexes().is_empty() && p < served.manager.engine.health().len();

@@ -309,6 +309,16 @@ pub fn labels_of(members: &[Arc<dyn Member>]) -> Result<Vec<Option<Label>>> {
         .collect()
 }
 
+/// The label with the highest event count among `labels`: the one a
+/// volume's assembly trusts.
+pub fn newest_label(labels: &[Option<Label>]) -> Option<Label> {
+    labels
+        .iter()
+        .flatten()
+        .max_by_key(|l| l.event_counter)
+        .cloned()
+}
+
 /// Whether `m`'s label area is all zeros: a subdisk laid out anew (by
 /// `replace-drive`, `heal` or an extend), which its volume takes as a
 /// spare. A damaged label is not blank.

@@ -268,12 +268,7 @@ pub fn finish_reshape_labels(v: &PoolVolume, members: &[Arc<dyn Member>]) -> Res
         return Ok(0);
     }
     let labels = drives::labels_of(members)?;
-    let Some(newest) = labels
-        .iter()
-        .flatten()
-        .max_by_key(|l| l.event_counter)
-        .cloned()
-    else {
+    let Some(newest) = drives::newest_label(&labels) else {
         return Ok(0);
     };
     let Some(r) = newest.reshape else {
@@ -542,10 +537,7 @@ fn zero_data_growth(members: &[Arc<dyn Member>], old: &Label, grown: &Label) -> 
 /// Each member's bitmap zeroed, as the grown layout sizes it: its regions
 /// may mean other stripes now, and a clean volume owes no resync.
 fn zero_bitmap(members: &[Arc<dyn Member>], grown: &Label) -> Result<()> {
-    let geometry = Geometry::new(spec_of(grown)).map_err(|e| CliError(e.to_string()))?;
-    let bitmap_bytes = IntentLayout::new(&geometry, grown.intent_region_stripes)
-        .map_err(CliError)?
-        .map_or(0, |l| l.area_bytes());
+    let bitmap_bytes = platter_server::manage::pool::bitmap_bytes(grown).map_err(CliError)?;
     for m in members {
         m.trim(INTENT_OFFSET_BYTES, bitmap_bytes)?;
         m.flush()?;

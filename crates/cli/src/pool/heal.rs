@@ -17,7 +17,7 @@ use std::collections::BTreeSet;
 use clap::Args;
 use platter_core::label::LABEL_BYTES;
 use platter_core::pool::alloc::free_extents;
-use platter_core::pool::{DriveState, Pool, PoolVolume, Subdisk};
+use platter_core::pool::{DriveState, Pool, Subdisk};
 use platter_core::Level;
 use serde_json::{json, Value};
 
@@ -165,16 +165,6 @@ fn subdisk_name(pool: &Pool, array: &str, slot: usize) -> String {
     }
 }
 
-/// The name of plex `p` of `v` as an array: the volume's own for a
-/// volume of one plex.
-fn array_name(v: &PoolVolume, p: usize) -> String {
-    if v.has_plexes() {
-        v.plex_name(p)
-    } else {
-        v.name.clone()
-    }
-}
-
 /// Offline, a failed subdisk is one on a drive not found: each array's,
 /// in slot order.
 fn on_missing_drives(open: &OpenPool) -> Vec<(String, usize)> {
@@ -185,7 +175,7 @@ fn on_missing_drives(open: &OpenPool) -> Vec<(String, usize)> {
         for (p, plex) in v.plexes.iter().enumerate() {
             for (s, sd) in plex.subdisks.iter().enumerate() {
                 if missing.contains(sd.drive.as_str()) {
-                    lost.push((array_name(v, p), s));
+                    lost.push((v.array_name(p), s));
                 }
             }
         }

@@ -443,11 +443,7 @@ impl ServedPool {
         let mut users = Vec::new();
         for v in &pool.volumes {
             for (p, plex) in v.plexes.iter().enumerate() {
-                let name = if v.has_plexes() {
-                    v.plex_name(p)
-                } else {
-                    v.name.clone()
-                };
+                let name = v.array_name(p);
                 for (s, sd) in plex.subdisks.iter().enumerate() {
                     if sd.drive == drive {
                         users.push((name.clone(), s as u32));
@@ -477,30 +473,17 @@ impl ServedPool {
         let pool = state.open.pool().clone();
         let handle = state.open.drives[d].clone().expect("put in place");
         let mut out = Vec::new();
-        for v in pool.volumes.iter().filter(|v| v.has_plexes()) {
+        for v in &pool.volumes {
             for (p, plex) in v.plexes.iter().enumerate() {
                 for (s, sd) in plex.subdisks.iter().enumerate() {
-                    if sd.drive == drive {
-                        let window = super::drives::plex_window(&pool, v, p, s, &handle)?;
-                        state.keep_window(&v.plex_name(p), plex.subdisks.len(), s, &window);
-                        out.push((v.plex_name(p), s as u32, window as Arc<dyn Member>));
+                    if sd.drive != drive {
+                        continue;
                     }
+                    let array = v.array_name(p);
+                    let window = super::drives::plex_window(&pool, v, p, s, &handle)?;
+                    state.keep_window(&array, plex.subdisks.len(), s, &window);
+                    out.push((array, s as u32, window as Arc<dyn Member>));
                 }
-            }
-        }
-        for v in pool.volumes.iter().filter(|v| !v.has_plexes()) {
-            for (s, sd) in v.plex().subdisks.iter().enumerate() {
-                if sd.drive != drive {
-                    continue;
-                }
-                let window = subdisk_window(&pool, v, s, &handle)?;
-                if let Some(w) = state.windows.get_mut(&v.name) {
-                    // Kept by slot when every subdisk was there.
-                    if w.len() == v.plex().subdisks.len() {
-                        w[s] = Arc::clone(&window);
-                    }
-                }
-                out.push((v.name.clone(), s as u32, window as Arc<dyn Member>));
             }
         }
         Ok(out)
@@ -543,26 +526,9 @@ impl ServedPool {
             let drive = state.open.drives[d]
                 .clone()
                 .expect("placed on a drive present");
-            if v.has_plexes() {
-                let window = super::drives::plex_window(&pool, v, plex, p.slot, &drive)?;
-                let count = v.plexes[plex].subdisks.len();
-                state.keep_window(&p.volume, count, p.slot, &window);
-                placed.push(RelocatedSubdisk {
-                    volume: p.volume.clone(),
-                    slot: p.slot as u32,
-                    member: window as Arc<dyn Member>,
-                    drive: p.to.drive.clone(),
-                    from: p.from.clone(),
-                });
-                continue;
-            }
-            let window = subdisk_window(&pool, v, p.slot, &drive)?;
-            if let Some(w) = state.windows.get_mut(&p.volume) {
-                // Kept by slot when every subdisk was there.
-                if w.len() == v.plex().subdisks.len() {
-                    w[p.slot] = Arc::clone(&window);
-                }
-            }
+            let window = super::drives::plex_window(&pool, v, plex, p.slot, &drive)?;
+            let count = v.plexes[plex].subdisks.len();
+            state.keep_window(&p.volume, count, p.slot, &window);
             placed.push(RelocatedSubdisk {
                 volume: p.volume.clone(),
                 slot: p.slot as u32,

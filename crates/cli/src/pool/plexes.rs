@@ -95,20 +95,12 @@ pub fn place_plexes(
 /// Labels each plex's subdisks as a new array, then the volume's own
 /// labels over the plexes, through an engine per plex.
 pub fn label_plexes(pool: &Pool, v: &PoolVolume, open: &[Option<Arc<dyn Member>>]) -> Result<()> {
-    let mut members: Vec<Arc<dyn Member>> = Vec::new();
-    let mut engines = Vec::new();
+    let mut arrays = Vec::new();
     for p in 0..v.plexes.len() {
-        let subdisks = label_plex(pool, v, p, open)?
-            .into_iter()
-            .map(|w| w as Arc<dyn Member>)
-            .collect();
-        let engine = plex_engine(subdisks)?;
-        members.push(Arc::new(PlexMember::new(
-            Arc::clone(&engine),
-            v.plex_name(p),
-        )));
-        engines.push(engine);
+        let subdisks = label_plex(pool, v, p, open)?;
+        arrays.push(subdisks.into_iter().map(|w| w as Arc<dyn Member>).collect());
     }
+    let members = plex_members(v, arrays.into_iter())?;
     let smallest = members.iter().map(|m| m.size_bytes()).min().unwrap_or(0);
     let spec = ArraySpec {
         level: Level::Mirror,
@@ -162,9 +154,23 @@ pub fn label_plex(
     Ok(windows)
 }
 
+/// Each plex's array (its subdisks, by plex) served by an engine in this
+/// process, as the volume's mirror's members.
+pub(super) fn plex_members(
+    v: &PoolVolume,
+    arrays: impl Iterator<Item = Vec<Arc<dyn Member>>>,
+) -> Result<Vec<Arc<dyn Member>>> {
+    let mut out: Vec<Arc<dyn Member>> = Vec::new();
+    for (p, members) in arrays.enumerate() {
+        let engine = plex_engine(members)?;
+        out.push(Arc::new(PlexMember::new(engine, v.plex_name(p))));
+    }
+    Ok(out)
+}
+
 /// A plex's array, just labelled, served in this process for the
 /// volume's labels to be written through it.
-pub(super) fn plex_engine(subdisks: Vec<Arc<dyn Member>>) -> Result<Arc<Engine>> {
+fn plex_engine(subdisks: Vec<Arc<dyn Member>>) -> Result<Arc<Engine>> {
     let opened = assemble_devices(subdisks).map_err(CliError::from)?;
     let a = &opened.assembly;
     let by_slot = a

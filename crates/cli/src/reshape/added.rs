@@ -22,7 +22,7 @@ use platter_core::label::{Label, VolumeState};
 use platter_io::Member;
 
 use crate::error::Result;
-use crate::pool::drives::{is_blank, labels_of};
+use crate::pool::drives::{is_blank, labels_of, newest_label};
 
 /// Writes the labels of the blank devices among `devices` when the newest
 /// label of the others says a reshape at position 0, of a volume not
@@ -42,12 +42,7 @@ pub fn finish_added_labels(devices: &[Arc<dyn Member>]) -> Result<Vec<(String, u
         return Ok(Vec::new());
     }
     let labels = labels_of(devices)?;
-    let Some(newest) = labels
-        .iter()
-        .flatten()
-        .max_by_key(|l| l.event_counter)
-        .cloned()
-    else {
+    let Some(newest) = newest_label(&labels) else {
         return Ok(Vec::new());
     };
     let Some(missing) = added_slots_without_device(&newest, &labels) else {

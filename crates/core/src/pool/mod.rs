@@ -156,6 +156,17 @@ impl PoolVolume {
         format!("{}.p{p}", self.name)
     }
 
+    /// The name of plex `p`'s array as a server runs it: the volume's own
+    /// for a volume of one plex, the plex's (`v.p1`) in a volume of
+    /// several ([`Pool::array`] reads it back).
+    pub fn array_name(&self, p: usize) -> String {
+        if self.has_plexes() {
+            self.plex_name(p)
+        } else {
+            self.name.clone()
+        }
+    }
+
     /// The name of subdisk `s` of plex `p`.
     pub fn subdisk_name(&self, p: usize, s: usize) -> String {
         format!("{}.p{p}.s{s}", self.name)
@@ -207,8 +218,7 @@ impl Pool {
         if let Some(v) = self.volume(name).filter(|v| !v.has_plexes()) {
             return Some((v, 0));
         }
-        let (volume, plex) = name.rsplit_once(".p")?;
-        let p: usize = plex.parse().ok()?;
+        let (volume, p) = split_plex_name(name)?;
         let v = self.volume(volume).filter(|v| v.has_plexes())?;
         (p < v.plexes.len() && v.plex_name(p) == name).then_some((v, p))
     }
@@ -472,6 +482,13 @@ fn check_spread(name: &str, p: &Plex) -> Result<(), String> {
 
 /// Names are what the text form and the exports can carry: letters,
 /// digits, `-`, `_` and `.`, not starting with `.` or `-`.
+/// A plex's name (`v.p1`, [`PoolVolume::plex_name`]) as its volume's
+/// name and the plex's index, if it has that shape.
+pub fn split_plex_name(name: &str) -> Option<(&str, usize)> {
+    let (volume, p) = name.rsplit_once(".p")?;
+    Some((volume, p.parse().ok()?))
+}
+
 pub fn check_name(what: &str, name: &str) -> Result<(), String> {
     let ok_chars = name
         .chars()

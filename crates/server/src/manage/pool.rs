@@ -5,6 +5,7 @@
 //! or stops the volume around those writes, so that a crash at any point
 //! leaves what a crash of the offline command leaves (docs/pools.md).
 
+use crate::manage::Manager;
 use crate::served::{Served, Volumes};
 use crate::server::{
     finish_volume, keep_volume, start_plexes, start_volume, stop_upkeep, PoolStart, ServeConfig,
@@ -253,11 +254,7 @@ impl PoolServer {
         // The host refuses a name the pool has; every volume served is
         // the pool's.
         let new = self.host.create(req)?;
-        let mut config = self.config.clone();
-        config.member_drives = Arc::new(new.member_drives);
-        config.member_delays.extend(new.member_delays);
-        // A recording asked for at the start is of the volumes then.
-        config.record = None;
+        let config = self.config_for(new.member_drives, new.member_delays);
         let later = |e: String| {
             format!(
                 "volume {name} is made and in the pool, but cannot be served now: {e}; the \
@@ -426,17 +423,12 @@ impl PoolServer {
                 label: grown,
                 added,
             } = self.host.extend(name, &m.meta.label(), size_bytes)?;
-            let geometry = Geometry::new(spec_of(&grown)).map_err(|e| e.to_string())?;
-            m.engine
-                .set_volume_setup(crate::startup::volume_setup(&grown, &self.config));
             let mut devices = Vec::new();
             for (device, drive) in added {
                 m.note_drive(device.describe(), &drive);
                 devices.push(device);
             }
-            m.engine.serve_grown(geometry, devices);
-            // Every member, an added one too, takes the grown label.
-            m.meta.record(|l| take_shape(l, &grown));
+            self.serve_grown(m, &grown, devices)?;
             Ok(grown)
         });
         m.engine.resume();
@@ -451,6 +443,38 @@ impl PoolServer {
 }
 
 impl PoolServer {
+    /// The server's configuration for a volume (or plex) the host has
+    /// just made: its subdisks' drives and latencies; a recording asked
+    /// for at the start is of the volumes then, not of this one.
+    fn config_for(
+        &self,
+        member_drives: HashMap<String, String>,
+        member_delays: HashMap<String, platter_io::aio::Delay>,
+    ) -> ServeConfig {
+        let mut config = self.config.clone();
+        config.member_drives = Arc::new(member_drives);
+        config.member_delays.extend(member_delays);
+        config.record = None;
+        config
+    }
+
+    /// Array `m`, paused and empty, serves the grown layout `grown` says
+    /// (with `added` members after its others), and every member, an
+    /// added one too, takes the grown label.
+    fn serve_grown(
+        &self,
+        m: &Manager,
+        grown: &Label,
+        added: Vec<Arc<dyn Member>>,
+    ) -> Result<(), String> {
+        let geometry = Geometry::new(spec_of(grown)).map_err(|e| e.to_string())?;
+        m.engine
+            .set_volume_setup(crate::startup::volume_setup(grown, &self.config));
+        m.engine.serve_grown(geometry, added);
+        m.meta.record(|l| take_shape(l, grown));
+        Ok(())
+    }
+
     /// `volume extend --add-subdisks`: as many new subdisks as make the
     /// volume `size_bytes`, laid out and recorded by the host, then a
     /// reshape onto them (the labels say the new layout; the upkeep moves
@@ -583,6 +607,17 @@ fn take_shape(l: &mut Label, grown: &Label) {
     l.data_size_bytes = grown.data_size_bytes;
     l.volume_size_bytes = grown.volume_size_bytes;
     l.intent_region_stripes = grown.intent_region_stripes;
+}
+
+/// The bytes of the write-intent bitmap a volume whose labels say `l`
+/// keeps after its label (0 without one): what an extend zeroes, since
+/// its regions may mean other stripes once the volume grows.
+pub fn bitmap_bytes(l: &Label) -> Result<u64, String> {
+    let geometry = Geometry::new(spec_of(l)).map_err(|e| e.to_string())?;
+    Ok(
+        platter_core::intent::IntentLayout::new(&geometry, l.intent_region_stripes)?
+            .map_or(0, |layout| layout.area_bytes()),
+    )
 }
 
 /// The layout a label (not being reshaped) describes.

@@ -26,10 +26,9 @@ use platter_core::pool::{Plex, Pool, PoolVolume};
 use platter_core::Level;
 use platter_io::assembly::assemble_devices;
 use platter_io::Member;
-use platter_server::plex::PlexMember;
 
 use super::super::drives::{self, OpenPool};
-use super::super::plexes::plex_engine;
+use super::super::plexes::plex_members;
 use super::{
     bring_labels_up, extendable, grown_label, new_lengths, zero_bitmap, zero_data_growth,
     LONE_COPY_OFFSET_BYTES,
@@ -219,8 +218,8 @@ pub fn bring_plex_labels_up(
     bring_labels_up(pool, &view, members)
 }
 
-/// The mirror's labels (on `plexes`, its members in slot order when all
-/// are there) brought up to the size the pool records for `v`.
+/// The mirror's labels (on `plexes`, its members in slot order) brought
+/// up to the size the pool records for `v`.
 pub fn bring_mirror_labels_up(
     pool: &Pool,
     v: &PoolVolume,
@@ -236,19 +235,6 @@ pub fn bring_mirror_labels_up(
     }
     let sizes: Vec<u64> = plexes.iter().map(|m| m.size_bytes()).collect();
     bring_labels_up(pool, &mirror_view(v, &sizes), plexes)
-}
-
-/// Each plex's array served by an engine here, as the mirror's members.
-fn plex_members(
-    v: &PoolVolume,
-    arrays: impl Iterator<Item = Vec<Arc<dyn Member>>>,
-) -> Result<Vec<Arc<dyn Member>>> {
-    let mut out: Vec<Arc<dyn Member>> = Vec::new();
-    for (p, members) in arrays.enumerate() {
-        let engine = plex_engine(members)?;
-        out.push(Arc::new(PlexMember::new(engine, v.plex_name(p))));
-    }
-    Ok(out)
 }
 
 /// Plex `p`'s subdisks, every one present.

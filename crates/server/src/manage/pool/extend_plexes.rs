@@ -10,10 +10,10 @@
 //! configuration written (the host), each plex's labels (its own engine's
 //! label writer), then the mirror's through the grown plexes.
 
-use super::{refuse_to_extend, refuse_unsteady, spec_of, take_shape, PoolServer};
+use super::heal::plex_index;
+use super::{bitmap_bytes, refuse_to_extend, refuse_unsteady, PoolServer};
 use crate::served::Served;
-use platter_core::geometry::Geometry;
-use platter_core::intent::{IntentLayout, INTENT_OFFSET_BYTES};
+use platter_core::intent::INTENT_OFFSET_BYTES;
 use platter_core::label::Label;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -42,11 +42,7 @@ impl PoolServer {
         let grown = m.engine.empty_paused().and_then(|()| {
             zero_mirror_bitmap(served, &grown_mirror)?;
             self.grow_each_plex(&name, &plexes, (&mirror, &labels), size_bytes)?;
-            let geometry = Geometry::new(spec_of(&grown_mirror)).map_err(|e| e.to_string())?;
-            m.engine
-                .set_volume_setup(crate::startup::volume_setup(&grown_mirror, &self.config));
-            m.engine.serve_grown(geometry, Vec::new());
-            m.meta.record(|l| take_shape(l, &grown_mirror));
+            self.serve_grown(m, &grown_mirror, Vec::new())?;
             Ok(grown_mirror)
         });
         m.engine.resume();
@@ -77,12 +73,7 @@ impl PoolServer {
             }
             let grown = self.host.extend_plexes(name, mirror, labels, size_bytes)?;
             for (p, g) in plexes.iter().zip(&grown) {
-                let pm = &p.manager;
-                let geometry = Geometry::new(spec_of(g)).map_err(|e| e.to_string())?;
-                pm.engine
-                    .set_volume_setup(crate::startup::volume_setup(g, &self.config));
-                pm.engine.serve_grown(geometry, Vec::new());
-                pm.meta.record(|l| take_shape(l, g));
+                self.serve_grown(&p.manager, g, Vec::new())?;
             }
             Ok(())
         })();
@@ -98,12 +89,12 @@ impl PoolServer {
 fn plexes_in_order(served: &Served) -> Result<Vec<Arc<Served>>, String> {
     let count = served.manager.engine.health().len();
     let mut plexes = served.plexes();
-    plexes.sort_by_key(|p| super::heal::plex_index(p.name()));
-    let indexes: Vec<Option<usize>> = plexes
+    plexes.sort_by_key(|p| plex_index(p.name()));
+    if !plexes
         .iter()
-        .map(|p| super::heal::plex_index(p.name()))
-        .collect();
-    if indexes != (0..count).map(Some).collect::<Vec<_>>() {
+        .map(|p| plex_index(p.name()))
+        .eq((0..count).map(Some))
+    {
         return Err(format!(
             "volume {}: a plex of it is not served (it could not start): extend it once every \
              plex serves",
@@ -116,9 +107,7 @@ fn plexes_in_order(served: &Served) -> Result<Vec<Arc<Served>>, String> {
 /// The mirror's bitmap, as its grown layout sizes it, zeroed on every
 /// plex (the volume is paused and empty: nothing is owed).
 fn zero_mirror_bitmap(served: &Served, grown: &Label) -> Result<(), String> {
-    let geometry = Geometry::new(spec_of(grown)).map_err(|e| e.to_string())?;
-    let bitmap_bytes =
-        IntentLayout::new(&geometry, grown.intent_region_stripes)?.map_or(0, |l| l.area_bytes());
+    let bitmap_bytes = bitmap_bytes(grown)?;
     for member in served.manager.engine.members().into_iter().flatten() {
         member
             .trim(INTENT_OFFSET_BYTES, bitmap_bytes)

@@ -103,13 +103,7 @@ impl PoolServer {
                 && m.spare_may_take(s)
                 && !awaiting.contains(&s)
         })?;
-        let (redundancy, serves_all) = m.engine.with_volume(|v| {
-            let g = v.geometry();
-            // A member rebuilding holds nothing above its cursor.
-            let serves = g.serves_all(|s| health[s as usize] == Health::Online);
-            (g.redundancy(), serves)
-        });
-        if redundancy == 0 || !serves_all {
+        if !rebuilds_inside(m) {
             return match under {
                 // Made anew once its subdisks are placed: the volume's
                 // other plexes hold its data.
@@ -126,9 +120,9 @@ impl PoolServer {
     }
 
     /// Places the failed subdisks of the arrays served again (the host's
-    /// writes) and has each array rebuild its new one, or a plex that
-    /// cannot be made anew. Called with the `closed` lock held. The answer lists
-    /// what was placed and why anything was not.
+    /// writes) and has each array rebuild its new one, or makes anew a
+    /// plex that cannot rebuild inside. Called with the `closed` lock
+    /// held. The answer lists what was placed and why anything was not.
     pub(super) fn heal(&self, free_space: bool) -> Value {
         let (lost, mut unplaced) = self.lost_subdisks();
         let relocated = if lost.is_empty() {
@@ -207,7 +201,8 @@ impl PoolServer {
 }
 
 /// Whether an array rebuilds a lost subdisk from its own redundancy:
-/// it has some, and its members in use hold all of its data.
+/// it has some, and its members in use hold all of its data (a member
+/// rebuilding holds nothing above its cursor).
 pub(super) fn rebuilds_inside(m: &Manager) -> bool {
     let health = m.engine.health();
     m.engine.with_volume(|v| {
@@ -228,5 +223,5 @@ pub(super) fn another_plex_serves(volume: &Served, plex: &str) -> bool {
 
 /// The index `p` in a plex's name (`v.p1`): its slot in the mirror.
 pub(super) fn plex_index(plex: &str) -> Option<usize> {
-    plex.rsplit_once(".p")?.1.parse().ok()
+    platter_core::pool::split_plex_name(plex).map(|(_, p)| p)
 }

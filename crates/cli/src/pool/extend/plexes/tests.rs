@@ -37,6 +37,18 @@ fn pool_on(disks: &[Arc<MemoryMember>]) -> Pool {
     pool
 }
 
+/// Four fresh drives with `u` laid out and written (`pool_on`), checked
+/// whole; its size.
+fn fresh() -> (Vec<Arc<MemoryMember>>, u64) {
+    let disks: Vec<Arc<MemoryMember>> = (0..4)
+        .map(|i| Arc::new(MemoryMember::new(format!("mem{i}"), 48 * MIB)))
+        .collect();
+    pool_on(&disks);
+    let old = served(&disks).1.volume_size_bytes;
+    assert_eq!(assert_volume(&disks, old), old);
+    (disks, old)
+}
+
 fn pattern(len: u64) -> Vec<u8> {
     (0..len).map(|b| (b * 13 + (b >> 11)) as u8).collect()
 }
@@ -100,12 +112,7 @@ fn assert_volume(disks: &[Arc<MemoryMember>], old_bytes: u64) -> u64 {
 /// the volume whole at the new size.
 #[test]
 fn a_volume_of_a_raid5_and_a_concat_plex_grows_in_place() {
-    let disks: Vec<Arc<MemoryMember>> = (0..4)
-        .map(|i| Arc::new(MemoryMember::new(format!("mem{i}"), 48 * MIB)))
-        .collect();
-    pool_on(&disks);
-    let old = served(&disks).1.volume_size_bytes;
-    assert_eq!(assert_volume(&disks, old), old);
+    let (disks, old) = fresh();
     let mut open = open_over(&disks, opened(&disks));
     let v = open.pool().volume("u").unwrap().clone();
     assert_eq!(extend_plexes(&mut open, &v, old + 10 * MIB).unwrap(), old);
@@ -139,12 +146,7 @@ fn a_crash_at_any_write_of_a_plexes_extend_leaves_the_old_size_or_the_new() {
     loop {
         let mut finished = false;
         for keep_bytes in [0, 512, 4096] {
-            let disks: Vec<Arc<MemoryMember>> = (0..4)
-                .map(|i| Arc::new(MemoryMember::new(format!("mem{i}"), 48 * MIB)))
-                .collect();
-            pool_on(&disks);
-            let old = served(&disks).1.volume_size_bytes;
-            assert_eq!(assert_volume(&disks, old), old);
+            let (disks, old) = fresh();
             let target = old + 10 * MIB;
             let cut = crashing(&disks, torn_at, keep_bytes);
             let mut open = open_over(&disks, cut.into_iter().map(Some).collect());
