@@ -457,6 +457,7 @@ mod tests {
             generation,
             drives,
             volumes,
+            moves: Vec::new(),
         }
     }
 

@@ -397,6 +397,7 @@ fn pool_of(
                 subdisks,
             }],
         }],
+        moves: Vec::new(),
     })
 }
 

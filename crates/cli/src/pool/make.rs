@@ -400,6 +400,9 @@ fn make_pool(
                 ..v
             })
             .collect(),
+        // A move is the state of a pool's copying, not its layout: the
+        // new pool has each subdisk where its `sd` line puts it.
+        moves: Vec::new(),
     };
     for (((name, _), m), state) in specs.iter().zip(&devices).zip(states) {
         pool.drives.push(Drive {

@@ -16,6 +16,7 @@ use crate::units::format_size;
 pub const ALIGN_BYTES: u64 = 1 << 20;
 
 /// The unused extents of drive `name`, lowest first: (offset, length).
+/// A move's new place is used.
 pub fn free_extents(pool: &Pool, name: &str) -> Vec<(u64, u64)> {
     let Some(drive) = pool.drive(name) else {
         return Vec::new();
@@ -24,6 +25,11 @@ pub fn free_extents(pool: &Pool, name: &str) -> Vec<(u64, u64)> {
         .subdisks()
         .filter(|(_, sd)| sd.drive == name)
         .map(|(_, sd)| (sd.offset_bytes, sd.end_bytes()))
+        .chain(
+            pool.move_targets()
+                .filter(|(_, to)| to.drive == name)
+                .map(|(_, to)| (to.offset_bytes, to.end_bytes())),
+        )
         .collect();
     used.sort_unstable();
     let end = drive.size_bytes / ALIGN_BYTES * ALIGN_BYTES;

@@ -49,6 +49,43 @@ pub struct Pool {
     pub generation: u64,
     pub drives: Vec<Drive>,
     pub volumes: Vec<PoolVolume>,
+    /// Subdisks being copied to another place (`platter subdisk move`):
+    /// each still serves from where its `sd` line puts it until the
+    /// change that finishes the move puts it at its new place.
+    pub moves: Vec<SubdiskMove>,
+}
+
+/// A subdisk on its way to another extent (LVM's `pvmove`): writes go to
+/// both places while the copy runs; the configuration that ends it names
+/// the new place and drops this, in one generation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SubdiskMove {
+    pub volume: String,
+    pub plex: usize,
+    pub slot: usize,
+    /// Where the subdisk goes: as long as it is.
+    pub drive: String,
+    pub offset_bytes: u64,
+    /// How far the copy had come when this generation was written: it
+    /// goes on from here (after checking what lies below, see
+    /// docs/pools.md "Moving a subdisk").
+    pub copied_bytes: u64,
+}
+
+impl SubdiskMove {
+    /// The name of the subdisk that moves (`v.p0.s1`).
+    pub fn subdisk_name(&self) -> String {
+        format!("{}.p{}.s{}", self.volume, self.plex, self.slot)
+    }
+
+    /// The extent it goes to, given the subdisk's length.
+    pub fn target(&self, len_bytes: u64) -> Subdisk {
+        Subdisk {
+            drive: self.drive.clone(),
+            offset_bytes: self.offset_bytes,
+            len_bytes,
+        }
+    }
 }
 
 /// A device of the pool.
@@ -223,6 +260,31 @@ impl Pool {
         (p < v.plexes.len() && v.plex_name(p) == name).then_some((v, p))
     }
 
+    /// The subdisk `m` moves, if the pool has it.
+    pub fn moving(&self, m: &SubdiskMove) -> Option<&Subdisk> {
+        self.volume(&m.volume)?
+            .plexes
+            .get(m.plex)?
+            .subdisks
+            .get(m.slot)
+    }
+
+    /// The move of subdisk `slot` of plex `plex` of volume `volume`, if it
+    /// moves.
+    pub fn move_of(&self, volume: &str, plex: usize, slot: usize) -> Option<&SubdiskMove> {
+        self.moves
+            .iter()
+            .find(|m| m.volume == volume && m.plex == plex && m.slot == slot)
+    }
+
+    /// Every extent a move copies to, with the move.
+    pub fn move_targets(&self) -> impl Iterator<Item = (&SubdiskMove, Subdisk)> {
+        self.moves.iter().filter_map(|m| {
+            let sd = self.moving(m)?;
+            Some((m, m.target(sd.len_bytes)))
+        })
+    }
+
     /// Every subdisk of the pool with the volume it belongs to.
     pub fn subdisks(&self) -> impl Iterator<Item = (&PoolVolume, &Subdisk)> {
         self.volumes.iter().flat_map(|v| {
@@ -259,7 +321,53 @@ impl Pool {
             }
             self.check_volume(v)?;
         }
+        self.check_moves()?;
         self.check_overlaps()
+    }
+
+    /// A move names a subdisk of the pool once, and goes to an extent of
+    /// a drive up where the subdisk's plex and volume keep their rules.
+    fn check_moves(&self) -> Result<(), String> {
+        let mut seen = BTreeSet::new();
+        for m in &self.moves {
+            let name = m.subdisk_name();
+            let Some(sd) = self.moving(m) else {
+                return Err(format!("a move names subdisk {name}, which the pool does not have"));
+            };
+            if !seen.insert(name.clone()) {
+                return Err(format!("subdisk {name} moves twice"));
+            }
+            let to = m.target(sd.len_bytes);
+            self.check_subdisk(&format!("{name}'s new place"), &to)?;
+            if self.drive(&m.drive).map(|d| d.state) != Some(DriveState::Up) {
+                return Err(format!(
+                    "subdisk {name} moves to drive {:?}, which is not up",
+                    m.drive
+                ));
+            }
+            if m.copied_bytes > sd.len_bytes || !m.copied_bytes.is_multiple_of(SECTOR_BYTES) {
+                return Err(format!(
+                    "subdisk {name}: {} bytes copied of {} is not whole sectors inside it",
+                    m.copied_bytes, sd.len_bytes
+                ));
+            }
+            let v = self.volume(&m.volume).expect("moving() found it");
+            let beside = self.moves.iter().find(|o| {
+                o.volume == m.volume && o.drive == m.drive && (o.plex, o.slot) != (m.plex, m.slot)
+            });
+            if let Some(o) = beside {
+                return Err(format!(
+                    "subdisks {name} and {} of volume {:?} both move to drive {:?}",
+                    o.subdisk_name(),
+                    v.name,
+                    m.drive
+                ));
+            }
+            if let Some(why) = move_shares_a_drive(v, m) {
+                return Err(format!("subdisk {name} cannot move to drive {:?}: {why}", m.drive));
+            }
+        }
+        Ok(())
     }
 
     fn check_drives(&self) -> Result<(), String> {
@@ -406,17 +514,24 @@ impl Pool {
 
     /// No two subdisks share a byte of a drive.
     fn check_overlaps(&self) -> Result<(), String> {
-        let mut by_drive: BTreeMap<&str, Vec<(u64, u64, String)>> = BTreeMap::new();
+        let mut by_drive: BTreeMap<String, Vec<(u64, u64, String)>> = BTreeMap::new();
         for v in &self.volumes {
             for (p, plex) in v.plexes.iter().enumerate() {
                 for (s, sd) in plex.subdisks.iter().enumerate() {
-                    by_drive.entry(sd.drive.as_str()).or_default().push((
+                    by_drive.entry(sd.drive.clone()).or_default().push((
                         sd.offset_bytes,
                         sd.end_bytes(),
                         v.subdisk_name(p, s),
                     ));
                 }
             }
+        }
+        for (m, to) in self.move_targets() {
+            by_drive.entry(to.drive.clone()).or_default().push((
+                to.offset_bytes,
+                to.end_bytes(),
+                format!("{}'s new place", m.subdisk_name()),
+            ));
         }
         for (drive, mut extents) in by_drive {
             extents.sort();
@@ -457,6 +572,26 @@ fn check_plexes_apart(v: &PoolVolume) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Why subdisk move `m` would put two subdisks of its plex, or two plexes
+/// of its volume, on drive `m.drive`, if it would: a move never makes a
+/// drive's loss cost what the layout did not (vinum and LVM refuse the
+/// same), whatever the plex's organisation.
+pub fn move_shares_a_drive(v: &PoolVolume, m: &SubdiskMove) -> Option<String> {
+    for (p, plex) in v.plexes.iter().enumerate() {
+        for (s, sd) in plex.subdisks.iter().enumerate() {
+            if sd.drive != m.drive || (p, s) == (m.plex, m.slot) {
+                continue;
+            }
+            return Some(if p == m.plex {
+                format!("subdisk {} of its plex is there", v.subdisk_name(p, s))
+            } else {
+                format!("plex {} of its volume is there", v.plex_name(p))
+            });
+        }
+    }
+    None
 }
 
 /// A redundant plex keeps each subdisk on a drive of its own: two on one

@@ -67,6 +67,7 @@ fn sample() -> Pool {
                 vec![sd("d2", 51, 10), sd("d0", 60, 5)],
             ),
         ],
+        moves: Vec::new(),
     }
 }
 
@@ -116,6 +117,74 @@ fn a_drive_state_round_trips_and_a_spare_holds_nothing() {
     pool.volumes[2].plexes[0].subdisks[1].drive = "d4".into();
     let e = pool.check().unwrap_err();
     assert!(e.contains("d4") && e.contains("spare"), "{e}");
+}
+
+/// A subdisk on its way elsewhere (`subdisk move`): the move round trips
+/// in the text, its new place is not free space, and a move that would put
+/// two subdisks of a plex (of any organisation) or two plexes of a volume
+/// on one drive, overlap another extent, go to a drive not up, or claim
+/// more copied than the subdisk holds is refused by name.
+#[test]
+fn a_move_round_trips_holds_its_new_place_and_keeps_the_layout_s_rules() {
+    let mut pool = sample();
+    pool.drives.push(drive("d4", 5, 100 * MIB));
+    pool.moves.push(SubdiskMove {
+        volume: "bulk".into(),
+        plex: 0,
+        slot: 1,
+        drive: "d4".into(),
+        offset_bytes: MIB,
+        copied_bytes: 8 * MIB,
+    });
+    pool.check().unwrap();
+    let text = text::render(&pool);
+    assert!(
+        text.contains("move sd bulk.p0.s1 drive d4 driveoffset 2048s copied 16384s\n"),
+        "{text}"
+    );
+    assert_eq!(text::parse(&text, Strictness::Stored).unwrap(), pool);
+    assert_eq!(free_extents(&pool, "d4"), vec![(31 * MIB, 69 * MIB)]);
+    let refused = |f: &dyn Fn(&mut Pool), words: &[&str]| {
+        let mut p = pool.clone();
+        f(&mut p);
+        let e = p.check().unwrap_err();
+        assert!(words.iter().all(|w| e.contains(w)), "{e}");
+    };
+    refused(&|p| p.moves[0].drive = "d2".into(), &["bulk.p0.s2 of its plex", "d2"]);
+    refused(
+        &|p| {
+            p.moves[0] = SubdiskMove {
+                volume: "scratch".into(),
+                slot: 0,
+                drive: "d0".into(),
+                offset_bytes: 70 * MIB,
+                ..p.moves[0].clone()
+            }
+        },
+        &["scratch.p0.s1 of its plex"],
+    );
+    refused(
+        &|p| {
+            p.moves[0].drive = "d1".into();
+            p.moves[0].offset_bytes = MIB;
+        },
+        &["overlap", "bulk.p0.s1's new place"],
+    );
+    refused(&|p| p.moves[0].copied_bytes = 31 * MIB, &["bytes copied"]);
+    refused(&|p| p.drives[4].state = DriveState::Spare, &["not up"]);
+    refused(&|p| p.moves[0].slot = 4, &["bulk.p0.s4", "does not have"]);
+    refused(
+        &|p| {
+            let mut second = p.moves[0].clone();
+            second.slot = 2;
+            second.offset_bytes = 40 * MIB;
+            p.moves.push(second);
+        },
+        &["both move to drive"],
+    );
+    let typo = text.replace("driveoffset 2048s copied", "driveofset 2048s copied");
+    let e = text::parse(&typo, Strictness::Stored).unwrap_err();
+    assert!(e.contains("did you mean 'driveoffset'"), "{e}");
 }
 
 /// A volume of several plexes keeps each plex's rules, and its plexes
@@ -529,6 +598,7 @@ fn arb_pool() -> impl Strategy<Value = Pool> {
                     .map(|i| drive(&format!("d{i}"), i as u8 + 1, (64 + seed % 512) * MIB))
                     .collect(),
                 volumes: Vec::new(),
+                moves: Vec::new(),
             };
             let orgs = proptest::collection::vec((0usize..6, 1u64..16, 1u32..5), nvols);
             (Just(pool), orgs)
@@ -554,8 +624,35 @@ fn arb_pool() -> impl Strategy<Value = Pool> {
                     d.state = DriveState::Failed;
                 }
             }
+            add_a_move(&mut pool);
             pool
         })
+}
+
+/// The first subdisk that fits on an up drive its volume does not use
+/// moves there, part copied.
+fn add_a_move(pool: &mut Pool) {
+    for v in &pool.volumes {
+        let sd = &v.plexes[0].subdisks[0];
+        for d in pool.drives.iter().filter(|d| d.state == DriveState::Up) {
+            let used = v.plexes[0].subdisks.iter().any(|s| s.drive == d.name);
+            let room = free_extents(pool, &d.name)
+                .into_iter()
+                .find(|&(_, len)| len >= sd.len_bytes);
+            if let (false, Some((offset_bytes, _))) = (used, room) {
+                let m = SubdiskMove {
+                    volume: v.name.clone(),
+                    plex: 0,
+                    slot: 0,
+                    drive: d.name.clone(),
+                    offset_bytes,
+                    copied_bytes: sd.len_bytes / 2 / SECTOR_BYTES * SECTOR_BYTES,
+                };
+                pool.moves.push(m);
+                return;
+            }
+        }
+    }
 }
 
 proptest! {

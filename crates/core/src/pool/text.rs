@@ -10,6 +10,7 @@
 //! volume db
 //! plex name db.p0 org raid10 interleave 128s layout left-symmetric copies 2 vol db
 //! sd name db.p0.s0 drive d0 driveoffset 2048s len 204800s plex db.p0
+//! move sd db.p0.s0 drive d4 driveoffset 2048s copied 65536s
 //! ```
 //!
 //! Sizes are written in sectors (`s`), as vinum's `printconfig` does, and
@@ -17,7 +18,10 @@
 //! subdisk its plex; subdisks take the plex's slots in the order written.
 //! `#` starts a comment.
 
-use super::{parse_uuid, uuid_text, Drive, DriveState, Plex, Pool, PoolVolume, Subdisk};
+use super::{
+    parse_uuid, split_plex_name, uuid_text, Drive, DriveState, Plex, Pool, PoolVolume, Subdisk,
+    SubdiskMove,
+};
 use crate::level::{Level, ParityLayout};
 use crate::units::{parse_size, SECTOR_BYTES};
 
@@ -54,6 +58,15 @@ pub fn render(pool: &Pool) -> String {
         for (p, plex) in v.plexes.iter().enumerate() {
             render_plex(&mut out, v, p, plex);
         }
+    }
+    for m in &pool.moves {
+        out += &format!(
+            "move sd {} drive {} driveoffset {} copied {}\n",
+            m.subdisk_name(),
+            m.drive,
+            sectors(m.offset_bytes),
+            sectors(m.copied_bytes)
+        );
     }
     out
 }
@@ -121,6 +134,7 @@ struct Builder {
     pool: Option<Pool>,
     drives: Vec<Drive>,
     volumes: Vec<PoolVolume>,
+    moves: Vec<SubdiskMove>,
 }
 
 /// The `key value` pairs after a line's leading words, each key once and
@@ -214,10 +228,11 @@ impl Builder {
             "volume" => self.volume_line(words),
             "plex" => self.plex_line(words),
             "sd" => self.sd_line(words),
+            "move" => self.move_line(words),
             other => Err(unknown_word(
                 "a line",
                 other,
-                &["pool", "drive", "volume", "plex", "sd"],
+                &["pool", "drive", "volume", "plex", "sd", "move"],
             )),
         }
     }
@@ -241,6 +256,7 @@ impl Builder {
             generation,
             drives: Vec::new(),
             volumes: Vec::new(),
+            moves: Vec::new(),
         });
         Ok(())
     }
@@ -351,6 +367,31 @@ impl Builder {
         Ok(())
     }
 
+    /// `move sd V.pN.sM drive D driveoffset S copied S`: whether the
+    /// subdisk is there is `Pool::check`'s to say.
+    fn move_line(&mut self, words: &[&str]) -> Result<(), String> {
+        let known = ["sd", "drive", "driveoffset", "copied"];
+        let pairs = Pairs::new("a move", &words[1..], &known)?;
+        let name = pairs.need("sd")?;
+        let (plex, slot) = name
+            .rsplit_once(".s")
+            .and_then(|(plex, s)| Some((plex, s.parse::<usize>().ok()?)))
+            .ok_or_else(|| format!("move: subdisk '{name}' is not named VOLUME.pN.sM"))?;
+        let (volume, plex) = split_plex_name(plex)
+            .ok_or_else(|| format!("move: subdisk '{name}' is not named VOLUME.pN.sM"))?;
+        self.moves.push(SubdiskMove {
+            volume: volume.to_string(),
+            plex,
+            slot,
+            drive: pairs.need("drive")?.to_string(),
+            offset_bytes: pairs
+                .size("driveoffset")?
+                .ok_or_else(|| format!("move of {name} has no 'driveoffset'"))?,
+            copied_bytes: pairs.size("copied")?.unwrap_or(0),
+        });
+        Ok(())
+    }
+
     fn volume_named(&mut self, name: &str, what: &str) -> Result<&mut PoolVolume, String> {
         self.volumes
             .iter_mut()
@@ -363,6 +404,7 @@ impl Builder {
         let mut pool = self.pool.ok_or("no 'pool' line")?;
         pool.drives = self.drives;
         pool.volumes = self.volumes;
+        pool.moves = self.moves;
         for plex in pool.volumes.iter_mut().flat_map(|v| v.plexes.iter_mut()) {
             if plex.copies == 0 {
                 plex.copies = default_copies(plex.org, plex.subdisks.len() as u32);
