@@ -27,6 +27,7 @@ pub mod fault;
 pub mod file;
 pub mod member;
 pub mod memory;
+pub mod moving;
 pub mod nbd;
 pub mod open;
 pub mod perform;

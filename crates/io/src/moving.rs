@@ -1,0 +1,300 @@
+//! A subdisk being moved (`platter subdisk move`, LVM's `pvmove`): a
+//! [`Member`] over its old place and its new one while a copy runs.
+//!
+//! The old place stays the member: every read comes from it, every write
+//! and trim lands there first and its errors are the member's. Each write
+//! and trim is then made at the new place too, so that a region copied
+//! stays equal behind the copy, and flushes flush both. The copy
+//! ([`MovingMember::copy`]) takes one range at a time, waiting for the
+//! writes in flight over it and holding back new ones until it is done:
+//! a copy that read old bytes can never land after a write of new ones.
+//!
+//! A new place that fails a write, flush or reserve gives the move up
+//! ([`MovingMember::given_up`]): from then on only the old place is used,
+//! and the volume never sees the new place's error.
+
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use crate::error::MemberError;
+use crate::member::Member;
+
+/// The ranges in use: the one the copy holds, and the writes in flight
+/// (as many as the member's queue lets in, a bounded few).
+#[derive(Default)]
+struct Ranges {
+    copying: Option<(u64, u64)>,
+    writing: Vec<(u64, u64)>,
+}
+
+fn overlap(a: (u64, u64), b: (u64, u64)) -> bool {
+    a.0 < b.1 && b.0 < a.1
+}
+
+/// Subdisk `from` on its way to `to` (at least as long).
+pub struct MovingMember {
+    from: Arc<dyn Member>,
+    to: Arc<dyn Member>,
+    ranges: Mutex<Ranges>,
+    changed: Condvar,
+    given_up: AtomicBool,
+    why: Mutex<Option<String>>,
+}
+
+/// What [`MovingMember::check_copy`] found of a range below the copy's
+/// checkpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Checked {
+    Same,
+    /// The new place differed and was written again.
+    Mended,
+}
+
+impl MovingMember {
+    pub fn new(from: Arc<dyn Member>, to: Arc<dyn Member>) -> MovingMember {
+        assert!(
+            to.size_bytes() >= from.size_bytes(),
+            "a subdisk moves to a place at least as long"
+        );
+        MovingMember {
+            from,
+            to,
+            ranges: Mutex::new(Ranges::default()),
+            changed: Condvar::new(),
+            given_up: AtomicBool::new(false),
+            why: Mutex::new(None),
+        }
+    }
+
+    /// The new place.
+    pub fn to(&self) -> &Arc<dyn Member> {
+        &self.to
+    }
+
+    /// The old place.
+    pub fn from(&self) -> &Arc<dyn Member> {
+        &self.from
+    }
+
+    /// Why the move was given up (the new place's error), if it was.
+    pub fn given_up(&self) -> Option<String> {
+        if !self.given_up.load(Ordering::Acquire) {
+            return None;
+        }
+        self.why.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn give_up(&self, e: &MemberError) {
+        let mut why = self.why.lock().unwrap_or_else(|e| e.into_inner());
+        why.get_or_insert_with(|| e.to_string());
+        self.given_up.store(true, Ordering::Release);
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Ranges> {
+        self.ranges.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Copies `buf.len()` bytes at `offset_bytes` from the old place to
+    /// the new. Err: the old place's read failed. A failed write to the
+    /// new place gives the move up (Ok, and [`Self::given_up`] says so).
+    pub fn copy(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), MemberError> {
+        let _held = self.hold(offset_bytes, buf.len() as u64);
+        self.from.read_at(offset_bytes, buf)?;
+        if !self.given_up.load(Ordering::Acquire) {
+            if let Err(e) = self.to.write_at(offset_bytes, buf) {
+                self.give_up(&e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Compares a range already copied (below a checkpoint a crash may
+    /// have left unequal: a write that reached one place and not the
+    /// other) and copies it again where it differs. `spare` is a buffer
+    /// as long as `buf`.
+    pub fn check_copy(
+        &self,
+        offset_bytes: u64,
+        buf: &mut [u8],
+        spare: &mut [u8],
+    ) -> Result<Checked, MemberError> {
+        assert_eq!(buf.len(), spare.len());
+        let _held = self.hold(offset_bytes, buf.len() as u64);
+        self.from.read_at(offset_bytes, buf)?;
+        if self.given_up.load(Ordering::Acquire) {
+            return Ok(Checked::Same);
+        }
+        if let Err(e) = self.to.read_at(offset_bytes, spare) {
+            self.give_up(&e);
+            return Ok(Checked::Same);
+        }
+        if buf == spare {
+            return Ok(Checked::Same);
+        }
+        if let Err(e) = self.to.write_at(offset_bytes, buf) {
+            self.give_up(&e);
+        }
+        Ok(Checked::Mended)
+    }
+
+    /// Flushes the new place (before a checkpoint is recorded); a failure
+    /// gives the move up.
+    pub fn flush_new_place(&self) {
+        if self.given_up.load(Ordering::Acquire) {
+            return;
+        }
+        if let Err(e) = self.to.flush() {
+            self.give_up(&e);
+        }
+    }
+
+    /// Holds `len` bytes at `offset` for the copy: waits for the writes
+    /// in flight over them; new ones wait until the guard drops.
+    fn hold(&self, offset: u64, len: u64) -> CopyHold<'_> {
+        let range = (offset, offset.saturating_add(len));
+        let mut r = self.lock();
+        assert!(r.copying.is_none(), "one copy at a time");
+        r.copying = Some(range);
+        while r.writing.iter().any(|&w| overlap(w, range)) {
+            r = self.changed.wait(r).unwrap_or_else(|e| e.into_inner());
+        }
+        CopyHold { m: self }
+    }
+
+    /// Runs a write or trim of `len` bytes at `offset`: on the old place,
+    /// then (unless given up) on the new, never while the copy holds them.
+    fn both(
+        &self,
+        offset: u64,
+        len: u64,
+        op: impl Fn(&dyn Member) -> Result<(), MemberError>,
+    ) -> Result<(), MemberError> {
+        let range = (offset, offset.saturating_add(len));
+        {
+            let mut r = self.lock();
+            while r.copying.is_some_and(|c| overlap(c, range)) {
+                r = self.changed.wait(r).unwrap_or_else(|e| e.into_inner());
+            }
+            r.writing.push(range);
+        }
+        let out = op(self.from.as_ref()).map(|()| {
+            if !self.given_up.load(Ordering::Acquire) {
+                if let Err(e) = op(self.to.as_ref()) {
+                    self.give_up(&e);
+                }
+            }
+        });
+        let mut r = self.lock();
+        let at = r
+            .writing
+            .iter()
+            .position(|&w| w == range)
+            .expect("registered above");
+        r.writing.swap_remove(at);
+        drop(r);
+        self.changed.notify_all();
+        out
+    }
+}
+
+/// The copy's hold on a range, let go on drop.
+struct CopyHold<'a> {
+    m: &'a MovingMember,
+}
+
+impl Drop for CopyHold<'_> {
+    fn drop(&mut self) {
+        self.m.lock().copying = None;
+        self.m.changed.notify_all();
+    }
+}
+
+impl Member for MovingMember {
+    fn describe(&self) -> &str {
+        self.from.describe()
+    }
+
+    fn size_bytes(&self) -> u64 {
+        self.from.size_bytes()
+    }
+
+    fn logical_block_bytes(&self) -> u32 {
+        self.from
+            .logical_block_bytes()
+            .max(self.to.logical_block_bytes())
+    }
+
+    fn rotational(&self) -> Option<bool> {
+        self.from.rotational()
+    }
+
+    fn read_at(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), MemberError> {
+        self.from.read_at(offset_bytes, buf)
+    }
+
+    fn read_uninit_at<'a>(
+        &self,
+        offset_bytes: u64,
+        buf: &'a mut [MaybeUninit<u8>],
+    ) -> Result<&'a mut [u8], MemberError> {
+        self.from.read_uninit_at(offset_bytes, buf)
+    }
+
+    fn write_at(&self, offset_bytes: u64, data: &[u8]) -> Result<(), MemberError> {
+        self.both(offset_bytes, data.len() as u64, |m| {
+            m.write_at(offset_bytes, data)
+        })
+    }
+
+    fn write_parts_at(&self, offset_bytes: u64, parts: &[&[u8]]) -> Result<(), MemberError> {
+        let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
+        self.both(offset_bytes, len, |m| m.write_parts_at(offset_bytes, parts))
+    }
+
+    fn flush(&self) -> Result<(), MemberError> {
+        self.from.flush()?;
+        self.flush_new_place();
+        Ok(())
+    }
+
+    fn trim(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), MemberError> {
+        self.both(offset_bytes, len_bytes, |m| m.trim(offset_bytes, len_bytes))
+    }
+
+    fn check_size(&self) -> Result<(), MemberError> {
+        self.from.check_size()?;
+        if !self.given_up.load(Ordering::Acquire) {
+            if let Err(e) = self.to.check_size() {
+                self.give_up(&e);
+            }
+        }
+        Ok(())
+    }
+
+    fn reserve(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), MemberError> {
+        self.from.reserve(offset_bytes, len_bytes)?;
+        if !self.given_up.load(Ordering::Acquire) {
+            if let Err(e) = self.to.reserve(offset_bytes, len_bytes) {
+                self.give_up(&e);
+            }
+        }
+        Ok(())
+    }
+
+    fn connection_lost(&self) -> bool {
+        self.from.connection_lost()
+    }
+
+    fn abandon(&self, why: &str) {
+        self.from.abandon(why);
+    }
+
+    fn close_connections(&self) {
+        self.from.close_connections();
+        self.to.close_connections();
+    }
+}
+
+#[cfg(test)]
+mod tests;
