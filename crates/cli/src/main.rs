@@ -57,6 +57,9 @@ enum Command {
     /// DEVICE...`, `volume remove`.
     #[command(subcommand)]
     Volume(pool::VolumeCommand),
+    /// A pool's subdisks: `subdisk move POOL V.pN.sM --to DRIVE`.
+    #[command(subcommand)]
+    Subdisk(pool::SubdiskCommand),
     /// List pools found on devices: drives, volumes, plexes and subdisks,
     /// with states and sizes (vinum's list, LVM's lvs). Reads only.
     List(pool::ListArgs),
@@ -239,6 +242,7 @@ fn main() -> ExitCode {
         Command::Create(args) => create::run(args),
         Command::Pool(c) => pool::run_pool(c),
         Command::Volume(c) => pool::run_volume(c),
+        Command::Subdisk(c) => pool::run_subdisk(c),
         Command::List(a) => pool::list(a),
         Command::Printconfig(a) => pool::printconfig(a),
         Command::Status(args) => return exit(status::run(args), error_code),
@@ -306,6 +310,7 @@ fn on_closed(command: &Command) -> out::OnClosed {
         Command::Create(_)
         | Command::Pool(_)
         | Command::Volume(_)
+        | Command::Subdisk(_)
         | Command::Reshape(_)
         | Command::Serve(_)
         | Command::Wipe(_) => Finish,

@@ -150,6 +150,11 @@ impl OpenPool {
         &self.gathered.pool
     }
 
+    /// Drive `d`'s device, if present.
+    pub fn drive(&self, d: usize) -> Option<Arc<dyn Member>> {
+        self.drives[d].clone()
+    }
+
     /// The names of the drives present.
     pub fn present_names(&self) -> Vec<String> {
         self.gathered

@@ -12,6 +12,7 @@ mod import;
 mod list;
 mod make;
 mod plexes;
+pub mod relocate;
 mod retire;
 #[cfg(test)]
 mod seeded;
@@ -78,6 +79,24 @@ pub enum VolumeCommand {
     /// clients see the new size when they next connect. A crash part way
     /// is finished by running it again, or by the next `serve --pool`.
     Extend(extend::VolumeExtendArgs),
+}
+
+#[derive(Subcommand)]
+pub enum SubdiskCommand {
+    /// Copy a subdisk to free space on another drive while its volume
+    /// serves (vinum's `move`, LVM's `pvmove`), then point the volume at
+    /// the copy: writes go to both places until then. Through the pool's
+    /// server with --control; offline, the pool must not be served. A
+    /// move a crash or a stop cut short goes on from its last checkpoint
+    /// when run again without --to, or when `serve --pool` next serves
+    /// the pool.
+    Move(relocate::SubdiskMoveArgs),
+}
+
+pub fn run_subdisk(c: SubdiskCommand) -> Result<()> {
+    match c {
+        SubdiskCommand::Move(a) => relocate::subdisk_move(a),
+    }
 }
 
 pub fn run_pool(c: PoolCommand) -> Result<()> {

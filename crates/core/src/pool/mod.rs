@@ -332,7 +332,9 @@ impl Pool {
         for m in &self.moves {
             let name = m.subdisk_name();
             let Some(sd) = self.moving(m) else {
-                return Err(format!("a move names subdisk {name}, which the pool does not have"));
+                return Err(format!(
+                    "a move names subdisk {name}, which the pool does not have"
+                ));
             };
             if !seen.insert(name.clone()) {
                 return Err(format!("subdisk {name} moves twice"));
@@ -364,7 +366,10 @@ impl Pool {
                 ));
             }
             if let Some(why) = move_shares_a_drive(v, m) {
-                return Err(format!("subdisk {name} cannot move to drive {:?}: {why}", m.drive));
+                return Err(format!(
+                    "subdisk {name} cannot move to drive {:?}: {why}",
+                    m.drive
+                ));
             }
         }
         Ok(())

@@ -150,7 +150,10 @@ fn a_move_round_trips_holds_its_new_place_and_keeps_the_layout_s_rules() {
         let e = p.check().unwrap_err();
         assert!(words.iter().all(|w| e.contains(w)), "{e}");
     };
-    refused(&|p| p.moves[0].drive = "d2".into(), &["bulk.p0.s2 of its plex", "d2"]);
+    refused(
+        &|p| p.moves[0].drive = "d2".into(),
+        &["bulk.p0.s2 of its plex", "d2"],
+    );
     refused(
         &|p| {
             p.moves[0] = SubdiskMove {

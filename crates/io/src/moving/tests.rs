@@ -95,7 +95,9 @@ fn writes_racing_the_copy_leave_both_places_equal() {
                 std::thread::spawn(move || {
                     let mut x = u64::from(w) * 7919 + u64::from(round);
                     while !stop.load(Ordering::Acquire) {
-                        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                        x = x
+                            .wrapping_mul(6364136223846793005)
+                            .wrapping_add(1442695040888963407);
                         let offset = (x >> 20) % (BYTES - 8192) / 512 * 512;
                         let len = 512 * (1 + (x >> 50) % 16);
                         let data = vec![(x >> 8) as u8 | 1; len as usize];
@@ -113,8 +115,14 @@ fn writes_racing_the_copy_leave_both_places_equal() {
             w.join().unwrap();
         }
         assert!(m.given_up().is_none());
-        assert!(bytes_of(from.as_ref()) == bytes_of(to.as_ref()), "round {round}: the places differ");
-        assert!(bytes_of(from.as_ref()).iter().any(|&b| b != 0), "the writers wrote");
+        assert!(
+            bytes_of(from.as_ref()) == bytes_of(to.as_ref()),
+            "round {round}: the places differ"
+        );
+        assert!(
+            bytes_of(from.as_ref()).iter().any(|&b| b != 0),
+            "the writers wrote"
+        );
     }
 }
 

@@ -1,0 +1,406 @@
+//! `platter subdisk move` (vinum's `move`, LVM's `pvmove`): a subdisk
+//! copied to free space on another drive, then its volume's configuration
+//! points at the copy.
+//!
+//! Order on the devices, so that a crash at any step leaves the old place
+//! or the new one authoritative, never a mix: one configuration records
+//! the move (`move sd ...`, copied 0); the copy runs front to back, every
+//! write of the volume landing on both places meanwhile
+//! ([`MovingMember`]); every [`checkpoint_bytes`] the new place is flushed
+//! and a configuration records how far it came; once all is copied both
+//! places are flushed and one configuration puts the subdisk at its new
+//! place and drops the move. A move taken up again (by this command or by
+//! `serve --pool`) first compares what lies below its checkpoint and
+//! copies again what differs: a crash can leave a write on one place and
+//! not the other, which no checkpoint saw. Then the old place's label is
+//! zeroed, so that nothing takes the stale copy for a member.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use platter_core::label::LABEL_BYTES;
+use platter_core::pool::alloc::{free_extents, ALIGN_BYTES};
+use platter_core::pool::{move_shares_a_drive, Pool, Subdisk, SubdiskMove};
+use platter_io::moving::{Checked, MovingMember};
+use platter_io::Member;
+use serde_json::{json, Value};
+
+use super::drives::{open_pool, plex_window, OpenPool};
+use super::make::writable;
+use super::{ControlArgs, DeviceArgs};
+use crate::error::{CliError, Result};
+use crate::out::outln;
+
+/// Bytes copied at a time: the range a client's write may wait for.
+pub const COPY_CHUNK_BYTES: u64 = 1 << 20;
+
+#[derive(Args)]
+pub struct SubdiskMoveArgs {
+    #[arg(value_name = "POOL")]
+    pool: String,
+    /// The subdisk, as `list` names it: VOLUME.pN.sM (db.p0.s1).
+    #[arg(value_name = "SUBDISK")]
+    subdisk: String,
+    /// Where it goes: a drive of the pool, and optionally the byte offset
+    /// there (d4 or d4:64M; default: the lowest free extent that fits).
+    /// A drive that holds another subdisk of its plex, or a subdisk of
+    /// another plex of its volume, is refused. Leave it out to take up a
+    /// move a crash or a stop cut short.
+    #[arg(long, value_name = "DRIVE[:OFFSET]")]
+    to: Option<String>,
+    /// The most bytes a second the copy moves (as `serve --rebuild-rate`;
+    /// unlimited: no limit), so that clients keep a share of the drives.
+    #[arg(long, default_value = platter_server::defaults::REBUILD_RATE,
+          value_parser = crate::control::parse_rebuild_rate)]
+    rate: u64,
+    #[command(flatten)]
+    devices: DeviceArgs,
+    #[command(flatten)]
+    control: ControlArgs,
+}
+
+/// How often a move records how far it came: an eighth of the subdisk,
+/// at most 64 MiB, in whole chunks.
+pub fn checkpoint_bytes(len_bytes: u64) -> u64 {
+    (len_bytes / 8)
+        .min(64 << 20)
+        .div_ceil(COPY_CHUNK_BYTES)
+        .max(1)
+        * COPY_CHUNK_BYTES
+}
+
+pub fn subdisk_move(args: SubdiskMoveArgs) -> Result<()> {
+    if let Some(control) = &args.control.control {
+        let req = json!({
+            "cmd": "subdisk-move",
+            "pool": args.pool,
+            "subdisk": args.subdisk,
+            "to": args.to,
+            "rate": args.rate,
+        });
+        let done = crate::control::ask(control, req)?;
+        say_begun(&args.subdisk, &done);
+        return Ok(());
+    }
+    let mut open = open_pool(Some(&args.pool), &args.devices.devices, writable())?;
+    let m = plan_or_resume(&open, &args.subdisk, args.to.as_deref())?;
+    let moved = move_in(&mut open, m, args.rate, &AtomicBool::new(false))?;
+    outln!(
+        "{}: on {} at {} now (was on {} at {}; generation {})",
+        args.subdisk,
+        moved.to.drive,
+        moved.to.offset_bytes,
+        moved.from.drive,
+        moved.from.offset_bytes,
+        open.pool().generation
+    );
+    Ok(())
+}
+
+fn say_begun(subdisk: &str, done: &Value) {
+    outln!(
+        "{subdisk}: moving to {} at {} through the pool's server, from {} copied; `platter \
+         list --control` follows it",
+        done["drive"].as_str().unwrap_or("?"),
+        done["offset_bytes"],
+        done["copied_bytes"]
+    );
+}
+
+/// The move of `name` the pool records, or a new one to `to`.
+pub fn plan_or_resume(open: &OpenPool, name: &str, to: Option<&str>) -> Result<SubdiskMove> {
+    let pool = open.pool();
+    let (volume, plex, slot) = parse_subdisk_name(pool, name)?;
+    if let Some(m) = pool.move_of(&volume, plex, slot) {
+        let same =
+            to.is_none_or(|t| t == m.drive || t == format!("{}:{}", m.drive, m.offset_bytes));
+        if !same {
+            return Err(CliError(format!(
+                "{name} is already moving to {} at {}: run `subdisk move` without --to to \
+                 finish that move first",
+                m.drive, m.offset_bytes
+            )));
+        }
+        return Ok(m.clone());
+    }
+    let to = to.ok_or_else(|| {
+        CliError(format!(
+            "{name} is not moving: say where it goes with --to DRIVE[:OFFSET]"
+        ))
+    })?;
+    let m = plan_move(pool, &volume, plex, slot, to)?;
+    for d in [&pool.moving(&m).expect("planned").drive, &m.drive] {
+        if !open.present_names().contains(d) {
+            return Err(CliError(format!(
+                "drive {d} of pool {} is not present",
+                pool.name
+            )));
+        }
+    }
+    Ok(m)
+}
+
+/// `v.pN.sM` as (volume, plex, slot) of a subdisk `pool` has.
+pub fn parse_subdisk_name(pool: &Pool, name: &str) -> Result<(String, usize, usize)> {
+    let bad = || {
+        CliError(format!(
+            "pool {} has no subdisk {name} (`platter list` names them VOLUME.pN.sM)",
+            pool.name
+        ))
+    };
+    let (plex_name, slot) = name.rsplit_once(".s").ok_or_else(bad)?;
+    let slot: usize = slot.parse().map_err(|_| bad())?;
+    let (volume, plex) = platter_core::pool::split_plex_name(plex_name).ok_or_else(bad)?;
+    let exists = pool
+        .volume(volume)
+        .and_then(|v| v.plexes.get(plex))
+        .is_some_and(|p| slot < p.subdisks.len());
+    if !exists {
+        return Err(bad());
+    }
+    Ok((volume.to_string(), plex, slot))
+}
+
+/// A new move of subdisk (volume, plex, slot) to `to` (DRIVE[:OFFSET]),
+/// checked against every rule of the pool; nothing written.
+pub fn plan_move(
+    pool: &Pool,
+    volume: &str,
+    plex: usize,
+    slot: usize,
+    to: &str,
+) -> Result<SubdiskMove> {
+    let v = pool.volume(volume).expect("parsed");
+    let sd = &v.plexes[plex].subdisks[slot];
+    let name = v.subdisk_name(plex, slot);
+    let (drive, offset) = match to.split_once(':') {
+        Some((d, o)) => (
+            d,
+            Some(platter_core::units::parse_size(o).map_err(CliError)?),
+        ),
+        None => (to, None),
+    };
+    if pool.drive(drive).is_none() {
+        return Err(CliError(format!("pool {} has no drive {drive}", pool.name)));
+    }
+    let mut m = SubdiskMove {
+        volume: volume.to_string(),
+        plex,
+        slot,
+        drive: drive.to_string(),
+        offset_bytes: 0,
+        copied_bytes: 0,
+    };
+    if let Some(why) = move_shares_a_drive(v, &m) {
+        return Err(CliError(format!(
+            "{name} cannot move to drive {drive}: {why}, and one drive's loss would cost the \
+             volume what its layout does not cover"
+        )));
+    }
+    m.offset_bytes = match offset {
+        Some(o) => o,
+        None => room_on(pool, drive, sd.len_bytes).ok_or_else(|| {
+            let largest = free_extents(pool, drive)
+                .iter()
+                .map(|e| e.1)
+                .max()
+                .unwrap_or(0);
+            CliError(format!(
+                "{name} cannot move to drive {drive}: it needs {} bytes free in one extent, the \
+                 largest there is {largest}",
+                sd.len_bytes
+            ))
+        })?,
+    };
+    let mut planned = pool.clone();
+    planned.moves.push(m.clone());
+    planned
+        .check()
+        .map_err(|e| CliError(format!("{name} cannot move to {to}: {e}")))?;
+    Ok(m)
+}
+
+/// The lowest free offset of `drive` where `len_bytes` fit.
+fn room_on(pool: &Pool, drive: &str, len_bytes: u64) -> Option<u64> {
+    free_extents(pool, drive)
+        .into_iter()
+        .find(|&(_, len)| len >= len_bytes.next_multiple_of(ALIGN_BYTES))
+        .map(|(offset, _)| offset)
+}
+
+/// Where a finished move took a subdisk from and to.
+pub struct Moved {
+    pub from: Subdisk,
+    pub to: Subdisk,
+}
+
+/// Runs move `m` on the open pool to its end: recorded (if new), copied
+/// with checkpoints, finished. Offline: nothing else writes the volume.
+pub fn move_in(open: &mut OpenPool, m: SubdiskMove, rate: u64, stop: &AtomicBool) -> Result<Moved> {
+    let resumed = open.pool().moves.contains(&m);
+    if !resumed {
+        let mut pool = open.pool().clone();
+        pool.moves.push(m.clone());
+        open.write(pool)?;
+    }
+    let member = moving_member(open, &m)?;
+    copy_move(open, &m, &member, resumed, rate, stop)?;
+    finish_move(open, &m, &member)
+}
+
+/// The subdisk of `m` over its old place and its new one, as open.
+pub fn moving_member(open: &OpenPool, m: &SubdiskMove) -> Result<Arc<MovingMember>> {
+    let pool = open.pool();
+    let v = pool.volume(&m.volume).expect("checked pool");
+    let sd = pool.moving(m).expect("checked pool");
+    let drive = |name: &str| -> Result<Arc<dyn Member>> {
+        let d = super::make::drive_index(open, name)?;
+        open.drive(d)
+            .ok_or_else(|| CliError(format!("drive {name} of pool {} is not present", pool.name)))
+    };
+    let from = plex_window(pool, v, m.plex, m.slot, &drive(&sd.drive)?)?;
+    let mut moved = v.clone();
+    moved.plexes[m.plex].subdisks[m.slot] = m.target(sd.len_bytes);
+    let to = plex_window(pool, &moved, m.plex, m.slot, &drive(&m.drive)?)?;
+    Ok(Arc::new(MovingMember::new(from, to)))
+}
+
+/// Copies `m`'s subdisk through `member`, recording a checkpoint in the
+/// configuration as it goes; `resumed`: what lies below the recorded
+/// checkpoint is compared first. Stops early (Ok) when `stop` is set.
+pub fn copy_move(
+    open: &mut OpenPool,
+    m: &SubdiskMove,
+    member: &MovingMember,
+    resumed: bool,
+    rate: u64,
+    stop: &AtomicBool,
+) -> Result<()> {
+    let len = member.size_bytes();
+    let every = checkpoint_bytes(len);
+    let mut pace = Pace::new(rate);
+    let mut buf = vec![0u8; COPY_CHUNK_BYTES as usize];
+    let mut spare = vec![0u8; COPY_CHUNK_BYTES as usize];
+    let mut mended = 0u64;
+    let mut at = 0;
+    while at < len && !stop.load(Ordering::Acquire) {
+        let n = COPY_CHUNK_BYTES.min(len - at) as usize;
+        if resumed && at < m.copied_bytes {
+            let checked = member.check_copy(at, &mut buf[..n], &mut spare[..n])?;
+            mended += u64::from(checked == Checked::Mended);
+        } else {
+            member.copy(at, &mut buf[..n])?;
+        }
+        at += n as u64;
+        if let Some(why) = member.given_up() {
+            return Err(give_up(open, m, &why));
+        }
+        if at > m.copied_bytes && (at.is_multiple_of(every) || at == len) {
+            member.flush_new_place();
+            record_copied(open, m, at)?;
+        }
+        pace.after(n as u64);
+    }
+    if mended > 0 {
+        tracing::warn!(subdisk = %m.subdisk_name(), chunks = mended, "a move taken up again found chunks below its checkpoint unequal (writes a crash cut short) and copied them again");
+    }
+    Ok(())
+}
+
+/// The configuration's checkpoint of `m`, raised to `copied_bytes`.
+fn record_copied(open: &mut OpenPool, m: &SubdiskMove, copied_bytes: u64) -> Result<()> {
+    let mut pool = open.pool().clone();
+    let rec = pool
+        .moves
+        .iter_mut()
+        .find(|x| x.subdisk_name() == m.subdisk_name())
+        .ok_or_else(|| {
+            CliError(format!(
+                "the move of {} is no longer recorded",
+                m.subdisk_name()
+            ))
+        })?;
+    rec.copied_bytes = rec.copied_bytes.max(copied_bytes);
+    open.write(pool)
+}
+
+/// The new place failed: the move is dropped, the subdisk stays.
+fn give_up(open: &mut OpenPool, m: &SubdiskMove, why: &str) -> CliError {
+    let mut pool = open.pool().clone();
+    pool.moves.retain(|x| x.subdisk_name() != m.subdisk_name());
+    let dropped = open.write(pool);
+    CliError(format!(
+        "{}: the move to {} was given up, its new place failed ({why}); the subdisk stays \
+         where it was{}",
+        m.subdisk_name(),
+        m.drive,
+        dropped.map_or_else(
+            |e| format!(" (and the record of the move stays: {e})"),
+            |()| String::new()
+        )
+    ))
+}
+
+/// Both places flushed, then one configuration puts the subdisk at its
+/// new place; then its old place's label is zeroed.
+pub fn finish_move(open: &mut OpenPool, m: &SubdiskMove, member: &MovingMember) -> Result<Moved> {
+    member.from().flush()?;
+    member.flush_new_place();
+    if let Some(why) = member.given_up() {
+        return Err(give_up(open, m, &why));
+    }
+    let mut pool = open.pool().clone();
+    let from = pool.moving(m).expect("recorded").clone();
+    let to = m.target(from.len_bytes);
+    pool.moves.retain(|x| x.subdisk_name() != m.subdisk_name());
+    let v = pool
+        .volumes
+        .iter_mut()
+        .find(|v| v.name == m.volume)
+        .expect("recorded");
+    v.plexes[m.plex].subdisks[m.slot] = to.clone();
+    open.write(pool)?;
+    // The old place is free space now: its stale label must not be taken
+    // for the member's (a failure here costs nothing but that).
+    let zeroed = member
+        .from()
+        .write_at(0, &[0u8; LABEL_BYTES])
+        .and_then(|()| member.from().flush());
+    if let Err(e) = zeroed {
+        tracing::warn!(subdisk = %m.subdisk_name(), error = %e, "the moved subdisk's old place kept its label");
+    }
+    Ok(Moved { from, to })
+}
+
+/// Holds a copy to `rate` bytes a second.
+struct Pace {
+    rate: u64,
+    began: Instant,
+    bytes: u64,
+}
+
+impl Pace {
+    fn new(rate: u64) -> Pace {
+        Pace {
+            rate,
+            began: Instant::now(),
+            bytes: 0,
+        }
+    }
+
+    fn after(&mut self, bytes: u64) {
+        self.bytes += bytes;
+        if self.rate == 0 || self.rate == platter_server::UNLIMITED_RATE {
+            return;
+        }
+        let due = Duration::from_secs_f64(self.bytes as f64 / self.rate as f64);
+        if let Some(wait) = due.checked_sub(self.began.elapsed()) {
+            std::thread::sleep(wait);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
