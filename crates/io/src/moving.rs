@@ -11,7 +11,9 @@
 //!
 //! A new place that fails a write, flush or reserve gives the move up
 //! ([`MovingMember::given_up`]): from then on only the old place is used,
-//! and the volume never sees the new place's error.
+//! and the volume never sees the new place's error. Once the pool's
+//! configuration names the new place, [`MovingMember::switch_to_new`]
+//! makes the new place the member: the old one is not touched again.
 
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,6 +42,7 @@ pub struct MovingMember {
     changed: Condvar,
     given_up: AtomicBool,
     why: Mutex<Option<String>>,
+    switched: AtomicBool,
 }
 
 /// What [`MovingMember::check_copy`] found of a range below the copy's
@@ -64,6 +67,26 @@ impl MovingMember {
             changed: Condvar::new(),
             given_up: AtomicBool::new(false),
             why: Mutex::new(None),
+            switched: AtomicBool::new(false),
+        }
+    }
+
+    /// From now on every I/O goes to the new place alone: the pool's
+    /// configuration names it (the copy is done and both were flushed).
+    pub fn switch_to_new(&self) {
+        assert!(
+            !self.given_up.load(Ordering::Acquire),
+            "a move given up stays"
+        );
+        self.switched.store(true, Ordering::Release);
+    }
+
+    /// The place reads come from and writes land on first.
+    fn place(&self) -> &Arc<dyn Member> {
+        if self.switched.load(Ordering::Acquire) {
+            &self.to
+        } else {
+            &self.from
         }
     }
 
@@ -170,6 +193,9 @@ impl MovingMember {
         len: u64,
         op: impl Fn(&dyn Member) -> Result<(), MemberError>,
     ) -> Result<(), MemberError> {
+        if self.switched.load(Ordering::Acquire) {
+            return op(self.to.as_ref());
+        }
         let range = (offset, offset.saturating_add(len));
         {
             let mut r = self.lock();
@@ -212,7 +238,7 @@ impl Drop for CopyHold<'_> {
 
 impl Member for MovingMember {
     fn describe(&self) -> &str {
-        self.from.describe()
+        self.place().describe()
     }
 
     fn size_bytes(&self) -> u64 {
@@ -226,11 +252,11 @@ impl Member for MovingMember {
     }
 
     fn rotational(&self) -> Option<bool> {
-        self.from.rotational()
+        self.place().rotational()
     }
 
     fn read_at(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), MemberError> {
-        self.from.read_at(offset_bytes, buf)
+        self.place().read_at(offset_bytes, buf)
     }
 
     fn read_uninit_at<'a>(
@@ -238,7 +264,7 @@ impl Member for MovingMember {
         offset_bytes: u64,
         buf: &'a mut [MaybeUninit<u8>],
     ) -> Result<&'a mut [u8], MemberError> {
-        self.from.read_uninit_at(offset_bytes, buf)
+        self.place().read_uninit_at(offset_bytes, buf)
     }
 
     fn write_at(&self, offset_bytes: u64, data: &[u8]) -> Result<(), MemberError> {
@@ -253,6 +279,9 @@ impl Member for MovingMember {
     }
 
     fn flush(&self) -> Result<(), MemberError> {
+        if self.switched.load(Ordering::Acquire) {
+            return self.to.flush();
+        }
         self.from.flush()?;
         self.flush_new_place();
         Ok(())
@@ -263,6 +292,9 @@ impl Member for MovingMember {
     }
 
     fn check_size(&self) -> Result<(), MemberError> {
+        if self.switched.load(Ordering::Acquire) {
+            return self.to.check_size();
+        }
         self.from.check_size()?;
         if !self.given_up.load(Ordering::Acquire) {
             if let Err(e) = self.to.check_size() {
@@ -273,6 +305,9 @@ impl Member for MovingMember {
     }
 
     fn reserve(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), MemberError> {
+        if self.switched.load(Ordering::Acquire) {
+            return self.to.reserve(offset_bytes, len_bytes);
+        }
         self.from.reserve(offset_bytes, len_bytes)?;
         if !self.given_up.load(Ordering::Acquire) {
             if let Err(e) = self.to.reserve(offset_bytes, len_bytes) {
@@ -283,11 +318,11 @@ impl Member for MovingMember {
     }
 
     fn connection_lost(&self) -> bool {
-        self.from.connection_lost()
+        self.place().connection_lost()
     }
 
     fn abandon(&self, why: &str) {
-        self.from.abandon(why);
+        self.place().abandon(why);
     }
 
     fn close_connections(&self) {

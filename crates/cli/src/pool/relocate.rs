@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use platter_core::label::LABEL_BYTES;
 use platter_core::pool::alloc::{free_extents, ALIGN_BYTES};
-use platter_core::pool::{move_shares_a_drive, Pool, Subdisk, SubdiskMove};
+use platter_core::pool::{move_shares_a_drive, Pool, PoolVolume, Subdisk, SubdiskMove};
 use platter_io::moving::{Checked, MovingMember};
 use platter_io::Member;
 use serde_json::{json, Value};
@@ -241,13 +241,27 @@ pub struct Moved {
 pub fn move_in(open: &mut OpenPool, m: SubdiskMove, rate: u64, stop: &AtomicBool) -> Result<Moved> {
     let resumed = open.pool().moves.contains(&m);
     if !resumed {
-        let mut pool = open.pool().clone();
-        pool.moves.push(m.clone());
-        open.write(pool)?;
+        record_move(open, &m)?;
     }
     let member = moving_member(open, &m)?;
-    copy_move(open, &m, &member, resumed, rate, stop)?;
-    finish_move(open, &m, &member)
+    let copy = copy_move(&m, &member, resumed, rate, stop, &mut |at| {
+        record_copied(open, &m, at)
+    })?;
+    match copy {
+        Copy::Done => finish_move(open, &m, &member),
+        Copy::Stopped(at) => Err(CliError(format!(
+            "{}: the move stopped at {at} bytes; run it again to go on",
+            m.subdisk_name()
+        ))),
+        Copy::GivenUp(why) => Err(give_up(open, &m, &why)),
+    }
+}
+
+/// One configuration records move `m` (copied 0).
+pub fn record_move(open: &mut OpenPool, m: &SubdiskMove) -> Result<()> {
+    let mut pool = open.pool().clone();
+    pool.moves.push(m.clone());
+    open.write(pool)
 }
 
 /// The subdisk of `m` over its old place and its new one, as open.
@@ -261,31 +275,59 @@ pub fn moving_member(open: &OpenPool, m: &SubdiskMove) -> Result<Arc<MovingMembe
             .ok_or_else(|| CliError(format!("drive {name} of pool {} is not present", pool.name)))
     };
     let from = plex_window(pool, v, m.plex, m.slot, &drive(&sd.drive)?)?;
-    let mut moved = v.clone();
-    moved.plexes[m.plex].subdisks[m.slot] = m.target(sd.len_bytes);
-    let to = plex_window(pool, &moved, m.plex, m.slot, &drive(&m.drive)?)?;
+    let to = plex_window(
+        pool,
+        &moved_volume(pool, m),
+        m.plex,
+        m.slot,
+        &drive(&m.drive)?,
+    )?;
     Ok(Arc::new(MovingMember::new(from, to)))
 }
 
-/// Copies `m`'s subdisk through `member`, recording a checkpoint in the
-/// configuration as it goes; `resumed`: what lies below the recorded
-/// checkpoint is compared first. Stops early (Ok) when `stop` is set.
+/// `m`'s volume with the subdisk at its new place.
+pub fn moved_volume(pool: &Pool, m: &SubdiskMove) -> PoolVolume {
+    let mut v = pool.volume(&m.volume).expect("checked pool").clone();
+    let len_bytes = v.plexes[m.plex].subdisks[m.slot].len_bytes;
+    v.plexes[m.plex].subdisks[m.slot] = m.target(len_bytes);
+    v
+}
+
+/// How a copy ended.
+pub enum Copy {
+    Done,
+    /// Asked to stop, this far copied (and recorded).
+    Stopped(u64),
+    /// The new place failed: why.
+    GivenUp(String),
+}
+
+/// Copies `m`'s subdisk through `member`, calling `record` with how far
+/// it came at each checkpoint (the new place flushed first); `resumed`:
+/// what lies below the recorded checkpoint is compared first. Err: the
+/// old place's read failed, or a checkpoint could not be recorded.
 pub fn copy_move(
-    open: &mut OpenPool,
     m: &SubdiskMove,
     member: &MovingMember,
     resumed: bool,
     rate: u64,
     stop: &AtomicBool,
-) -> Result<()> {
+    record: &mut dyn FnMut(u64) -> Result<()>,
+) -> Result<Copy> {
     let len = member.size_bytes();
     let every = checkpoint_bytes(len);
     let mut pace = Pace::new(rate);
     let mut buf = vec![0u8; COPY_CHUNK_BYTES as usize];
     let mut spare = vec![0u8; COPY_CHUNK_BYTES as usize];
-    let mut mended = 0u64;
-    let mut at = 0;
-    while at < len && !stop.load(Ordering::Acquire) {
+    let (mut mended, mut at, mut recorded) = (0u64, 0, m.copied_bytes);
+    while at < len {
+        if stop.load(Ordering::Acquire) {
+            member.flush_new_place();
+            if at > recorded && member.given_up().is_none() {
+                record(at)?;
+            }
+            return Ok(Copy::Stopped(at.max(recorded)));
+        }
         let n = COPY_CHUNK_BYTES.min(len - at) as usize;
         if resumed && at < m.copied_bytes {
             let checked = member.check_copy(at, &mut buf[..n], &mut spare[..n])?;
@@ -295,22 +337,23 @@ pub fn copy_move(
         }
         at += n as u64;
         if let Some(why) = member.given_up() {
-            return Err(give_up(open, m, &why));
+            return Ok(Copy::GivenUp(why));
         }
-        if at > m.copied_bytes && (at.is_multiple_of(every) || at == len) {
+        if at > recorded && (at.is_multiple_of(every) || at == len) {
             member.flush_new_place();
-            record_copied(open, m, at)?;
+            record(at)?;
+            recorded = at;
         }
         pace.after(n as u64);
     }
     if mended > 0 {
         tracing::warn!(subdisk = %m.subdisk_name(), chunks = mended, "a move taken up again found chunks below its checkpoint unequal (writes a crash cut short) and copied them again");
     }
-    Ok(())
+    Ok(Copy::Done)
 }
 
 /// The configuration's checkpoint of `m`, raised to `copied_bytes`.
-fn record_copied(open: &mut OpenPool, m: &SubdiskMove, copied_bytes: u64) -> Result<()> {
+pub fn record_copied(open: &mut OpenPool, m: &SubdiskMove, copied_bytes: u64) -> Result<()> {
     let mut pool = open.pool().clone();
     let rec = pool
         .moves
@@ -327,7 +370,7 @@ fn record_copied(open: &mut OpenPool, m: &SubdiskMove, copied_bytes: u64) -> Res
 }
 
 /// The new place failed: the move is dropped, the subdisk stays.
-fn give_up(open: &mut OpenPool, m: &SubdiskMove, why: &str) -> CliError {
+pub fn give_up(open: &mut OpenPool, m: &SubdiskMove, why: &str) -> CliError {
     let mut pool = open.pool().clone();
     pool.moves.retain(|x| x.subdisk_name() != m.subdisk_name());
     let dropped = open.write(pool);
@@ -344,7 +387,8 @@ fn give_up(open: &mut OpenPool, m: &SubdiskMove, why: &str) -> CliError {
 }
 
 /// Both places flushed, then one configuration puts the subdisk at its
-/// new place; then its old place's label is zeroed.
+/// new place; from then on `member` uses only that, and the old place's
+/// label is zeroed.
 pub fn finish_move(open: &mut OpenPool, m: &SubdiskMove, member: &MovingMember) -> Result<Moved> {
     member.from().flush()?;
     member.flush_new_place();
@@ -362,6 +406,7 @@ pub fn finish_move(open: &mut OpenPool, m: &SubdiskMove, member: &MovingMember) 
         .expect("recorded");
     v.plexes[m.plex].subdisks[m.slot] = to.clone();
     open.write(pool)?;
+    member.switch_to_new();
     // The old place is free space now: its stale label must not be taken
     // for the member's (a failure here costs nothing but that).
     let zeroed = member

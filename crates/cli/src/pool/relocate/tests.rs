@@ -205,9 +205,7 @@ fn a_resumed_move_copies_again_what_differs_below_its_checkpoint() {
     let mut o = open(&plain(&disks), &disks);
     let m = plan_or_resume(&o, "c.p0.s0", Some("d4")).unwrap();
     let stop = AtomicBool::new(false);
-    let mut pool = o.pool().clone();
-    pool.moves.push(m.clone());
-    o.write(pool).unwrap();
+    record_move(&mut o, &m).unwrap();
     let member = moving_member(&o, &m).unwrap();
     for at in (0..3 * MIB).step_by(MIB as usize) {
         member.copy(at, &mut vec![0u8; MIB as usize]).unwrap();
