@@ -8,40 +8,17 @@
 
 mod e2e_support;
 
+use e2e_support::pool::*;
 use e2e_support::*;
 use serde_json::Value;
 use std::path::Path;
-use std::process::Command;
 
 const DRIVES: usize = 4;
-const DRIVE_BYTES: u64 = 160 * MIB;
 
 fn drive_paths(dir: &Path) -> Vec<String> {
     (0..DRIVES)
         .map(|i| dir.join(format!("d{i}")).display().to_string())
         .collect()
-}
-
-fn ok(args: &[&str], what: &str) -> Out {
-    run_ok(&mut platter(args), CMD_TIMEOUT, what)
-}
-
-/// `platter ARGS`, expected to fail with one line on stderr saying `says`.
-fn refused(args: &[&str], says: &str) {
-    let out = run(&mut platter(args), CMD_TIMEOUT);
-    let what = format!("platter {}", args.join(" "));
-    assert_eq!(out.status.code(), Some(1), "{}", out.describe(&what));
-    assert!(
-        out.stderr.contains(says),
-        "expected {says:?}: {}",
-        out.describe(&what)
-    );
-    assert_eq!(
-        out.stderr.trim_end().lines().count(),
-        1,
-        "{}",
-        out.describe(&what)
-    );
 }
 
 /// A pool `tank` of four drives in `dir/d` with three volumes.
@@ -68,36 +45,6 @@ fn make_pool(dir: &Path) -> String {
     dev
 }
 
-/// Pool `tank` of `n` drives `d0`, `d1`, ... of `drive_size` each, made
-/// in `dir/d`: that folder, and it as the devices' argument.
-fn pool_of(dir: &Path, n: usize, drive_size: &str) -> (std::path::PathBuf, String) {
-    let d = dir.join("d");
-    std::fs::create_dir(&d).unwrap();
-    let drives: Vec<String> = (0..n)
-        .map(|i| d.join(format!("d{i}")).display().to_string())
-        .collect();
-    let mut args = vec!["pool", "create", "tank", "--drive-size", drive_size];
-    args.extend(drives.iter().map(String::as_str));
-    ok(&args, "pool create");
-    let dev = d.display().to_string();
-    (d, dev)
-}
-
-/// A count from environment variable `var`, or `default`.
-fn env_count(var: &str, default: u64) -> u64 {
-    std::env::var(var)
-        .ok()
-        .and_then(|k| k.parse().ok())
-        .unwrap_or(default)
-}
-
-fn list_json(dev: &str) -> Value {
-    let out = ok(&["list", "--json", dev], "list --json");
-    let v: Value = serde_json::from_str(&out.stdout).unwrap();
-    assert_eq!(v.as_array().unwrap().len(), 1, "one pool: {v}");
-    v[0].clone()
-}
-
 /// The server of the pool: its first volume's export is the banner's.
 fn serve_pool(dir: &Path, dev: &str) -> Server {
     serve_pool_with(dir, dev, &[])
@@ -105,97 +52,6 @@ fn serve_pool(dir: &Path, dev: &str) -> Server {
 
 fn serve_pool_with(dir: &Path, dev: &str, extra: &[&str]) -> Server {
     serve_pool_first(dir, dev, "db", extra)
-}
-
-/// `serve --pool tank DEV EXTRA...`, whose banner names `first`.
-fn serve_pool_first(dir: &Path, dev: &str, first: &str, extra: &[&str]) -> Server {
-    let args = ["--pool", "tank", dev];
-    serve_pool_args(dir, first, &args, extra)
-}
-
-/// `serve ARGS EXTRA...` of a pool, whose banner names `first`.
-fn serve_pool_args(dir: &Path, first: &str, args: &[&str], extra: &[&str]) -> Server {
-    let volume = Volume {
-        spec: Spec::new("raid10", 4, "64k"),
-        name: first.into(),
-        members: Vec::new(),
-        size_bytes: 0,
-        member_size_bytes: DRIVE_BYTES,
-        interleave_bytes: 64 * KIB,
-        stripe_data_bytes: 128 * KIB,
-        member_used_bytes: Vec::new(),
-        dir: tempfile::tempdir_in(dir).unwrap(),
-    };
-    let options = ServeOptions {
-        instead_of_members: Some(args.iter().map(|a| a.to_string()).collect()),
-        extra_args: extra.iter().map(|a| a.to_string()).collect(),
-        ..ServeOptions::default()
-    };
-    Server::start_with(volume, options)
-}
-
-fn uri(s: &Server, export: &str) -> String {
-    format!("nbd+unix:///{export}?socket={}", s.socket().display())
-}
-
-fn fio(t: &Tools, uri: &str, size_bytes: u64, verify_only: bool) -> Command {
-    let mut c = t.cmd("fio");
-    c.args([
-        "--name=pool",
-        "--thread",
-        "--ioengine=nbd",
-        "--rw=randwrite",
-        "--bs=16k",
-        "--iodepth=8",
-        "--randrepeat=1",
-        "--verify=crc32c",
-        "--verify_fatal=1",
-        "--verify_state_save=0",
-    ])
-    .arg(format!("--uri={uri}"))
-    .arg(format!("--size={}", size_bytes / 4096 * 4096));
-    if verify_only {
-        c.arg("--verify_only=1");
-    }
-    c
-}
-
-/// fio on every export at once; each must finish with no error.
-fn fio_all(t: &Tools, s: &Server, volumes: &[(&str, u64)], verify_only: bool) {
-    let mut running: Vec<(String, Background)> = volumes
-        .iter()
-        .map(|(name, size)| {
-            let what = format!("fio on {name}");
-            (
-                what.clone(),
-                Background::spawn(&mut fio(t, &uri(s, name), *size, verify_only), &what),
-            )
-        })
-        .collect();
-    for (what, b) in &mut running {
-        let status = b.wait(CMD_TIMEOUT);
-        assert!(
-            status.success(),
-            "{what}: {status}\n{}\n{}",
-            b.stdout(),
-            b.stderr()
-        );
-        assert!(b.stdout().contains("err= 0"), "{what}: {}", b.stdout());
-    }
-}
-
-fn sizes(pool: &Value) -> Vec<(String, u64)> {
-    pool["volumes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| {
-            (
-                v["name"].as_str().unwrap().to_string(),
-                v["size_bytes"].as_u64().unwrap(),
-            )
-        })
-        .collect()
 }
 
 #[test]
@@ -461,19 +317,6 @@ fn a_pool_serves_its_volumes_through_one_server_and_a_lost_drive_costs_each_its_
     );
 }
 
-/// `platter status --volume NAME --json` of the pool server, parsed.
-fn live(s: &Server, name: &str) -> Value {
-    let args = [
-        "status",
-        "--volume",
-        name,
-        "--json",
-        "--control",
-        &s.control(),
-    ];
-    serde_json::from_str(&ok(&args, "status").stdout).unwrap()
-}
-
 /// The body of `GET URL` (a plain HTTP/1.1 request).
 fn http_get(url: &str) -> String {
     use std::io::{Read, Write};
@@ -492,38 +335,6 @@ fn http_get(url: &str) -> String {
     let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP answer");
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     body.to_string()
-}
-
-/// Waits (20 s at most) until volume `name` of the pool server has a
-/// rebuild under way (a spare took the lost subdisk's place).
-fn wait_rebuilding(s: &Server, name: &str) {
-    let start = std::time::Instant::now();
-    loop {
-        let st = live(s, name);
-        if !st["rebuild"].is_null() {
-            return;
-        }
-        assert!(
-            start.elapsed().as_secs() < 20,
-            "{name}: no rebuild began: {st}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-}
-
-/// Waits (2 minutes at most) until volume `name` of the pool server has
-/// no rebuild under way and every member active.
-fn wait_rebuilt(s: &Server, name: &str) {
-    let start = std::time::Instant::now();
-    loop {
-        let st = live(s, name);
-        let members = st["members"].as_array().unwrap();
-        if st["rebuild"].is_null() && members.iter().all(|m| m["state"] == "active") {
-            return;
-        }
-        assert!(start.elapsed().as_secs() < 120, "{name}: not rebuilt: {st}");
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
 }
 
 /// `printconfig` is a configuration `pool create --config` takes back:
@@ -1815,37 +1626,6 @@ fn a_pool_with_no_volume_is_served_and_takes_its_first_through_the_server() {
     assert!(out.stdout.contains("err= 0"), "{}", out.stdout);
 }
 
-/// A drive's file cut to nothing under a running server, as a pulled
-/// disk.
-fn truncate(dev: &str, drive: &str) {
-    let file = Path::new(dev).join(drive);
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(file)
-        .unwrap()
-        .set_len(0)
-        .unwrap();
-}
-
-/// The drive of each subdisk of volume `name` (of one plex), in slot
-/// order.
-fn subdisk_drives(dev: &str, name: &str) -> Vec<String> {
-    subdisk_drives_of(dev, name, 0)
-}
-
-fn drive_state(dev: &str, drive: &str) -> String {
-    let pool = list_json(dev);
-    let d = pool["drives"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["name"] == drive);
-    d.unwrap_or_else(|| panic!("no drive {drive}: {pool}"))["state"]
-        .as_str()
-        .unwrap()
-        .to_string()
-}
-
 /// md's hot spare and LVM's `lvconvert --repair`: a spare drive kept in
 /// the pool takes a failed subdisk by itself, the volume rebuilds on it
 /// under fio; with no spare left, `pool heal --control` takes free space
@@ -2725,24 +2505,6 @@ fn wait_placed(dev: &str, spare: &str) {
         assert!(start.elapsed().as_secs() < 60, "{spare}: took no subdisk");
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
-}
-
-/// The drives of plex `p` of volume `name`, in slot order.
-fn subdisk_drives_of(dev: &str, name: &str, p: usize) -> Vec<String> {
-    let pool = list_json(dev);
-    let v = pool["volumes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["name"] == name)
-        .unwrap()
-        .clone();
-    v["plexes"][p]["subdisks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|sd| sd["drive"].as_str().unwrap().to_string())
-        .collect()
 }
 
 /// How many times `a_volume_of_plexes_killed_mid_extend_keeps_its_bytes`

@@ -26,7 +26,8 @@ mod startup;
 
 pub use engine::upkeep::UNLIMITED as UNLIMITED_RATE;
 pub use manage::pool::{
-    Extended, NewSubdisks, NewVolume, OnDrives, PoolHost, Relocated, RelocatedSubdisk,
+    Extended, NewSubdisks, NewVolume, OnDrive, OnDrives, PlannedMove, PoolHost, Relocated,
+    RelocatedSubdisk,
 };
 pub use manage::{filesystem_json, layout_json};
 pub use network::conn::{CONN_MAX_BYTES, CONN_MAX_REQUESTS};

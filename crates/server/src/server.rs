@@ -937,6 +937,7 @@ fn heal_loop(pool: &crate::manage::pool::PoolServer, stop: &AtomicBool) {
         if waited >= HEAL_EVERY {
             waited = Duration::ZERO;
             pool.heal_onto_spares();
+            pool.resume_moves();
         }
     }
 }

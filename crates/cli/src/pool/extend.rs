@@ -128,6 +128,9 @@ pub fn volume_extend(args: VolumeExtendArgs) -> Result<()> {
 
 /// Grows `v` to at least `size_bytes`; returns its size before.
 pub fn extend_volume(open: &mut OpenPool, v: &PoolVolume, size_bytes: u64) -> Result<u64> {
+    open.pool()
+        .not_moving(&v.name, "extend it")
+        .map_err(CliError)?;
     if v.has_plexes() {
         return plexes::extend_plexes(open, v, size_bytes);
     }
@@ -170,6 +173,9 @@ pub struct Grown {
 /// configuration written. Step 3, the labels, is the caller's (offline
 /// [`bring_labels_up`], a server its own label writes).
 pub fn grow(open: &mut OpenPool, v: &PoolVolume, label: &Label, size_bytes: u64) -> Result<Grown> {
+    open.pool()
+        .not_moving(&v.name, "extend it")
+        .map_err(CliError)?;
     let lens = match new_lengths(open.pool(), v, label, size_bytes) {
         Ok(lens) => lens,
         // A concat without room after its last subdisk takes another.
@@ -205,6 +211,9 @@ pub fn grow(open: &mut OpenPool, v: &PoolVolume, label: &Label, size_bytes: u64)
 /// naming them as the plex's next slots (the labels say the size from
 /// then on: the reshape onto them writes them).
 pub fn add_plex_subdisks(open: &mut OpenPool, v: &PoolVolume, count: u32) -> Result<PoolVolume> {
+    open.pool()
+        .not_moving(&v.name, "extend it")
+        .map_err(CliError)?;
     let plex = v.plex();
     let len = plex
         .subdisks

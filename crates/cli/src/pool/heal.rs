@@ -239,6 +239,10 @@ fn moved(pool: &mut Pool, p: &Placed) {
         .find(|x| x.name == v)
         .expect("placed in a volume of the pool");
     v.plexes[plex].subdisks[p.slot] = p.to.clone();
+    // A move of the subdisk, or onto the drive left, ends with it.
+    let name = v.name.clone();
+    pool.moves
+        .retain(|m| !(m.volume == name && (m.plex, m.slot) == (plex, p.slot)) && m.drive != p.from);
     for d in pool.drives.iter_mut() {
         if d.name == p.to.drive {
             d.state = DriveState::Up;

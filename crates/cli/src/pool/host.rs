@@ -26,6 +26,8 @@ use super::make::{
 };
 use crate::error::{CliError, Result};
 
+mod moves;
+
 type Members = Vec<Arc<dyn Member>>;
 
 /// The pool a server serves.
@@ -40,6 +42,12 @@ struct State {
     /// Each volume's subdisks as its engine holds them, by volume name:
     /// an extend widens these.
     windows: HashMap<String, Vec<Arc<SubdiskMember>>>,
+    /// Subdisk moves the start opened over both places, for the server
+    /// to take up (once).
+    resumable: Vec<(
+        platter_server::PlannedMove,
+        Arc<platter_io::moving::MovingMember>,
+    )>,
 }
 
 impl State {
@@ -69,6 +77,7 @@ impl ServedPool {
             state: Mutex::new(State {
                 open,
                 windows: HashMap::new(),
+                resumable: Vec::new(),
             }),
             latency,
         }
@@ -94,6 +103,9 @@ impl ServedPool {
             .iter()
             .map(|w| Arc::clone(w) as Arc<dyn Member>)
             .collect();
+        if !read_only && members.len() == v.plex().subdisks.len() {
+            Self::wrap_moving(&mut state, &v, 0, &mut members);
+        }
         if !read_only {
             let finished = super::extend::finish_reshape_labels(&v, &members)?;
             if finished > 0 {
@@ -126,7 +138,11 @@ impl ServedPool {
             if windows.len() == v.plexes[p].subdisks.len() {
                 state.windows.insert(v.plex_name(p), windows.clone());
             }
-            let members: Members = windows.into_iter().map(|w| w as Arc<dyn Member>).collect();
+            let whole = windows.len() == v.plexes[p].subdisks.len();
+            let mut members: Members = windows.into_iter().map(|w| w as Arc<dyn Member>).collect();
+            if !read_only && whole {
+                Self::wrap_moving(&mut state, v, p, &mut members);
+            }
             if !read_only {
                 // What an extend cut short left: the labels it owed.
                 super::extend::plexes::bring_plex_labels_up(state.open.pool(), v, p, &members)?;
@@ -666,6 +682,42 @@ impl PoolHost for ServedPool {
             Room::Spares
         };
         self.heal_subdisks(lost, room).map_err(|e| e.0)
+    }
+
+    fn plan_move(&self, req: &Value) -> std::result::Result<platter_server::PlannedMove, String> {
+        self.plan_served_move(req).map_err(|e| e.0)
+    }
+
+    fn begin_move(
+        &self,
+        m: &platter_core::pool::SubdiskMove,
+    ) -> std::result::Result<Arc<platter_io::moving::MovingMember>, String> {
+        self.begin_served_move(m).map_err(|e| e.0)
+    }
+
+    fn run_move(
+        &self,
+        m: &platter_core::pool::SubdiskMove,
+        member: &platter_io::moving::MovingMember,
+        resumed: bool,
+        rate: u64,
+        stop: &std::sync::atomic::AtomicBool,
+    ) -> std::result::Result<Option<platter_server::OnDrive>, String> {
+        self.run_served_move(m, member, (resumed, rate), stop)
+            .map_err(|e| e.0)
+    }
+
+    fn drive_of_subdisk(&self, m: &platter_core::pool::SubdiskMove) -> Option<String> {
+        self.lock().open.pool().moving(m).map(|sd| sd.drive.clone())
+    }
+
+    fn resumable_moves(
+        &self,
+    ) -> Vec<(
+        platter_server::PlannedMove,
+        Arc<platter_io::moving::MovingMember>,
+    )> {
+        std::mem::take(&mut self.lock().resumable)
     }
 }
 

@@ -89,6 +89,17 @@ struct SubdiskJson {
     offset_bytes: u64,
     len_bytes: u64,
     state: String,
+    /// Where it is being copied (`subdisk move`), and how far the last
+    /// checkpoint the configuration holds says the copy came.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    moving: Option<MoveJson>,
+}
+
+#[derive(Serialize)]
+struct MoveJson {
+    drive: String,
+    offset_bytes: u64,
+    copied_bytes: u64,
 }
 
 pub fn list(args: ListArgs) -> Result<()> {
@@ -245,6 +256,11 @@ fn plex_json(
                 Some(h) => format!("{h:?}").to_lowercase(),
                 None => "down".into(),
             },
+            moving: pool.move_of(&v.name, p, s).map(|m| MoveJson {
+                drive: m.drive.clone(),
+                offset_bytes: m.offset_bytes,
+                copied_bytes: m.copied_bytes,
+            }),
         })
         .collect();
     let json = PlexJson {
@@ -396,6 +412,14 @@ fn render(p: &PoolJson) -> String {
                     format_size(sd.offset_bytes),
                     format_size(sd.len_bytes)
                 );
+                if let Some(m) = &sd.moving {
+                    s += &format!(
+                        "  moving to {} at {}: {}% copied (last checkpoint)\n",
+                        m.drive,
+                        format_size(m.offset_bytes),
+                        m.copied_bytes * 100 / sd.len_bytes.max(1)
+                    );
+                }
             }
         }
     }

@@ -877,6 +877,7 @@ pub(super) fn remove_in(open: &mut OpenPool, name: &str) -> Result<PoolVolume> {
     }
     let mut pool = open.pool().clone();
     pool.volumes.retain(|x| x.name != name);
+    pool.moves.retain(|m| m.volume != name);
     open.write(pool)?;
     // The configuration no longer gives the extents out; their labels
     // would only make `scan` find a volume that is gone.
@@ -1009,6 +1010,16 @@ pub(super) fn replace_in(
     }
     m.write_at(area::slot_offset_bytes(1), &[0u8; HEADER_BYTES])?;
     let mut new_pool = pool.clone();
+    // A move from or onto the drive replaced ends: its places are blank.
+    let from_it: Vec<String> = pool
+        .moves
+        .iter()
+        .filter(|m| pool.moving(m).is_some_and(|sd| sd.drive == old) || m.drive == old)
+        .map(|m| m.subdisk_name())
+        .collect();
+    new_pool
+        .moves
+        .retain(|m| !from_it.contains(&m.subdisk_name()));
     new_pool.drives[d] = Drive {
         name: old,
         uuid: random_uuid(),

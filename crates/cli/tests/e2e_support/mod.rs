@@ -18,6 +18,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+pub mod pool;
+
 use platter_testkit::serve::{collect_into, ServeProcess};
 use serde_json::Value;
 use tempfile::TempDir;

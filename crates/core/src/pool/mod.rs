@@ -277,6 +277,20 @@ impl Pool {
             .find(|m| m.volume == volume && m.plex == plex && m.slot == slot)
     }
 
+    /// Refused while a subdisk of volume `name` moves: a change of its
+    /// subdisks' lengths or count would leave the move's new place short.
+    pub fn not_moving(&self, name: &str, what: &str) -> Result<(), String> {
+        match self.moves.iter().find(|m| m.volume == name) {
+            Some(m) => Err(format!(
+                "volume {name}: subdisk {} is moving to drive {}; {what} once the move is done \
+                 (`platter subdisk move` without --to finishes it)",
+                m.subdisk_name(),
+                m.drive
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// Every extent a move copies to, with the move.
     pub fn move_targets(&self) -> impl Iterator<Item = (&SubdiskMove, Subdisk)> {
         self.moves.iter().filter_map(|m| {

@@ -41,6 +41,14 @@ impl Meta {
         self.label.lock().expect("label lock").clone()
     }
 
+    /// Runs `f` with no label being written meanwhile: a label write
+    /// that took the members before a device changed lands on none but
+    /// the old device.
+    pub(crate) fn between_writes<T>(&self, f: impl FnOnce() -> T) -> T {
+        let _held = self.label.lock().expect("label lock");
+        f()
+    }
+
     /// Applies `change`, bumps the event counter and writes the label to
     /// every member in use. A member that cannot take it is left to fail on
     /// its next I/O; the others still record the change.

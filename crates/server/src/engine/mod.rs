@@ -339,6 +339,21 @@ impl Engine {
         self.note_devices(&s);
     }
 
+    /// With the engine paused and idle (by the caller): `device` serves
+    /// `slot` in place of the device there, holding the same bytes (a
+    /// subdisk while it moves, and at its new place once moved), so the
+    /// slot's health stays. Returns the device it took the place of.
+    pub fn swap_device(&self, slot: u32, device: Arc<dyn Member>) -> Option<Arc<dyn Member>> {
+        let queue = self.io.queue(Arc::clone(&device));
+        let mut s = self.lock();
+        assert!(s.serving.is_idle(), "a device changes under an idle volume");
+        let old = s.members[slot as usize]
+            .replace(Device { device, queue })
+            .map(|d| d.device);
+        self.note_devices(&s);
+        old
+    }
+
     /// Takes the device out of `slot` (a removal) and returns it; the
     /// device closes once the caller and any I/O the engine issued to it
     /// before the slot failed have let it go. The engine must not be using

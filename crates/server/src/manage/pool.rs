@@ -12,10 +12,13 @@ use crate::server::{
 };
 use platter_core::geometry::{Geometry, GeometrySpec};
 use platter_core::label::Label;
+use platter_core::pool::SubdiskMove;
 use platter_core::volume::Health;
+use platter_io::moving::MovingMember;
 use platter_io::Member;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 /// What owns a pool's drives for its server: every write of the pool's
@@ -108,6 +111,31 @@ pub trait PoolHost: Send + Sync {
         plexes: &[Label],
         size_bytes: u64,
     ) -> Result<Vec<Label>, String>;
+    /// Plans the move `req` asks (`subdisk` V.pN.sM, `to` DRIVE[:OFFSET];
+    /// without `to`, the move the pool records, taken up again), checked
+    /// as `platter subdisk move` checks it; writes nothing.
+    fn plan_move(&self, req: &Value) -> Result<PlannedMove, String>;
+    /// Records move `m` unless it is recorded, and opens its subdisk over
+    /// its old place and its new one, for its array to serve.
+    fn begin_move(&self, m: &SubdiskMove) -> Result<Arc<MovingMember>, String>;
+    /// Copies move `m`'s subdisk through `member` (which its array
+    /// serves), recording checkpoints, then records the new place and
+    /// switches `member` to it. Some(the new place, its drive) once moved;
+    /// None when `stop` stopped it (how far it came recorded); Err when it
+    /// failed (the move given up, if the new place failed).
+    fn run_move(
+        &self,
+        m: &SubdiskMove,
+        member: &MovingMember,
+        resumed: bool,
+        rate: u64,
+        stop: &AtomicBool,
+    ) -> Result<Option<OnDrive>, String>;
+    /// The drive a subdisk of move `m` is on now.
+    fn drive_of_subdisk(&self, m: &SubdiskMove) -> Option<String>;
+    /// The moves recorded that this start opened over both places, each
+    /// once: the server takes them up.
+    fn resumable_moves(&self) -> Vec<(PlannedMove, Arc<MovingMember>)>;
 }
 
 /// What [`PoolHost::relocate`] placed.
@@ -125,6 +153,9 @@ pub struct RelocatedSubdisk {
     pub drive: String,
     pub from: String,
 }
+
+/// A subdisk with the name of its drive.
+pub type OnDrive = (Arc<dyn Member>, String);
 
 /// New subdisks, each with the name of its drive.
 pub type OnDrives = Vec<(Arc<dyn Member>, String)>;
@@ -152,7 +183,10 @@ pub struct NewVolume {
 
 mod extend_plexes;
 mod heal;
+mod relocate;
 mod remake;
+
+pub use relocate::PlannedMove;
 
 /// The pool side of a pool's server.
 pub struct PoolServer {
@@ -167,6 +201,8 @@ pub struct PoolServer {
     /// already placed again: each waits for its others before the plex
     /// is made anew.
     awaiting: Mutex<BTreeMap<String, BTreeSet<u32>>>,
+    /// The subdisk moves under way, each on a thread of its own.
+    movers: Mutex<Vec<relocate::Mover>>,
 }
 
 impl PoolServer {
@@ -183,6 +219,7 @@ impl PoolServer {
             host,
             closed: Mutex::new(false),
             awaiting: Mutex::new(BTreeMap::new()),
+            movers: Mutex::new(Vec::new()),
         }
     }
 
@@ -191,10 +228,12 @@ impl PoolServer {
         self.host.pool_name()
     }
 
-    /// Waits for a change under way; none starts after.
+    /// Waits for a change under way; none starts after. Subdisk moves
+    /// stop where they are, each recording how far it came.
     pub(crate) fn close(&self) {
         // A change that panicked leaves the lock poisoned: the stop goes on.
         *self.closed.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.stop_movers(None);
     }
 
     pub(crate) fn answer(&self, cmd: &str, req: &Value) -> Result<Value, String> {
@@ -230,6 +269,9 @@ impl PoolServer {
             let left = self.host.remove_drive(drive)?;
             tracing::info!(drive, "drive taken out of the pool");
             return Ok(left);
+        }
+        if cmd == "subdisk-move" {
+            return self.move_subdisk(req);
         }
         if cmd == "pool-heal" {
             let free_space = req
@@ -286,6 +328,8 @@ impl PoolServer {
             return Ok(json!({ "volume": name, "clients_cut": 0 }));
         };
         refuse_with_clients(&served, force)?;
+        // Its subdisks' copies stop before their new places are freed.
+        self.stop_movers(Some(name));
         let Some(served) = self.volumes.take(name) else {
             return Err(format!("volume {name} was removed meanwhile"));
         };

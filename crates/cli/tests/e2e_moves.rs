@@ -1,0 +1,152 @@
+//! Issue 44 on the real binary: a subdisk moved to another drive while
+//! its volume serves (vinum's `move`, LVM's `pvmove`), under fio
+//! --verify, the server killed mid-copy and the move taken up by the next
+//! start; a move offline; moves that would share a drive refused with one
+//! line, nothing written.
+
+mod e2e_support;
+
+use e2e_support::pool::*;
+use e2e_support::*;
+use serde_json::Value;
+
+/// Subdisk `name` (`v.p0.s1`) as `list --json` shows it.
+fn subdisk(pool: &Value, name: &str) -> Value {
+    let all = pool["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|v| v["plexes"].as_array().unwrap())
+        .flat_map(|p| p["subdisks"].as_array().unwrap());
+    all.clone()
+        .find(|s| s["name"] == name)
+        .unwrap_or_else(|| panic!("no subdisk {name}: {pool}"))
+        .clone()
+}
+
+/// Waits (2 minutes at most) until subdisk `name` lies on `drive` with no
+/// move recorded.
+fn wait_moved(dev: &str, name: &str, drive: &str) {
+    let start = std::time::Instant::now();
+    loop {
+        let sd = subdisk(&list_json(dev), name);
+        if sd["drive"] == drive && sd["moving"].is_null() {
+            return;
+        }
+        assert!(start.elapsed().as_secs() < 120, "{name} not moved: {sd}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+fn generation(dev: &str) -> u64 {
+    list_json(dev)["generation"].as_u64().unwrap()
+}
+
+/// A raid5's subdisk moves to a fifth drive while fio writes and
+/// verifies the volume; the server is killed with SIGKILL mid-copy, the
+/// move is recorded with its checkpoint, and the next start takes it up
+/// and finishes it; every byte fio wrote reads back, the check is clean.
+/// A concat's subdisk then moves offline. Moves onto the plex's own
+/// drives, of a subdisk the pool lacks, or while one moves, are refused
+/// with one line and change nothing.
+#[test]
+fn a_subdisk_moves_under_fio_and_a_kill_mid_copy_is_taken_up_by_the_next_start() {
+    let test = "a_subdisk_moves_under_fio_and_a_kill_mid_copy_is_taken_up_by_the_next_start";
+    let Some(t) = tools_with_fio_nbd(test, &["fio"]) else {
+        return;
+    };
+    let dir = temp_dir();
+    let (_d, dev) = pool_of(dir.path(), 5, "64M");
+    for (name, level, size, drives) in [
+        ("r", "raid5", "40M", "d0,d1,d2"),
+        ("c", "concat", "16M", "d3"),
+    ] {
+        let args = [
+            "volume", "create", "tank", name, "--level", level, "--size", size, "--drives", drives,
+            &dev,
+        ];
+        ok(&args, &format!("volume create {name}"));
+    }
+    let volumes = sizes(&list_json(&dev));
+    let vols: Vec<(&str, u64)> = volumes.iter().map(|(n, s)| (n.as_str(), *s)).collect();
+    let mut s = serve_pool_first(dir.path(), &dev, "r", &[]);
+    fio_all(&t, &s, &vols, false);
+
+    let ctl = s.control();
+    let before = generation(&dev);
+    let mv = |sd: &str, to: &str| {
+        vec![
+            "subdisk".to_string(),
+            "move".into(),
+            "tank".into(),
+            sd.into(),
+            "--to".into(),
+            to.into(),
+            "--control".into(),
+            ctl.clone(),
+        ]
+    };
+    let refuse = |args: Vec<String>, says: &str| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        refused(&args, says);
+    };
+    refuse(mv("r.p0.s0", "d1"), "r.p0.s1 of its plex");
+    refuse(mv("r.p0.s7", "d4"), "no subdisk r.p0.s7");
+    refuse(mv("c.p0.s0", "d4:63M"), "not inside drive");
+    assert_eq!(generation(&dev), before, "nothing written");
+
+    // Slow enough to be caught mid-copy: 2 MiB/s over a ~21 MiB subdisk.
+    let mut args = mv("r.p0.s1", "d4");
+    args.extend(["--rate".into(), "2M".into()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = ok(&args, "subdisk move r.p0.s1");
+    assert!(out.stdout.contains("moving to d4"), "{}", out.stdout);
+    refuse(mv("r.p0.s1", "d4"), "moving already");
+    fio_all(&t, &s, &[("r", vols[0].1)], false);
+    let start = std::time::Instant::now();
+    let sd = loop {
+        let sd = subdisk(&list_json(&dev), "r.p0.s1");
+        if sd["moving"]["copied_bytes"].as_u64().unwrap_or(0) > 0 {
+            break sd;
+        }
+        assert!(
+            start.elapsed().as_secs() < 20,
+            "a checkpoint is recorded as the copy goes: {sd}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert_eq!(sd["drive"], "d1", "not moved yet: {sd}");
+    // Writes land on both places while the copy runs.
+    fio_all(&t, &s, &[("r", vols[0].1)], false);
+    s.crash();
+    let sd = subdisk(&list_json(&dev), "r.p0.s1");
+    assert_eq!(
+        sd["moving"]["drive"], "d4",
+        "the kill left the move recorded: {sd}"
+    );
+
+    let s = serve_pool_first(dir.path(), &dev, "r", &[]);
+    wait_moved(&dev, "r.p0.s1", "d4");
+    wait_rebuilt(&s, "r");
+    fio_all(&t, &s, &vols, true);
+    for name in ["r", "c"] {
+        ok(
+            &["check", "--volume", name, "--control", &s.control()],
+            &format!("check {name}"),
+        );
+    }
+    drop(s);
+
+    let out = ok(
+        &["subdisk", "move", "tank", "c.p0.s0", "--to", "d4", &dev],
+        "offline move",
+    );
+    assert!(out.stdout.contains("on d4"), "{}", out.stdout);
+    assert_eq!(subdisk(&list_json(&dev), "c.p0.s0")["drive"], "d4");
+    let s = serve_pool_first(dir.path(), &dev, "r", &[]);
+    fio_all(&t, &s, &vols, true);
+    ok(
+        &["check", "--volume", "c", "--control", &s.control()],
+        "check c",
+    );
+}

@@ -1,0 +1,208 @@
+//! Subdisks moved while the pool serves (`platter subdisk move
+//! --control`, and moves a stop or a crash cut short, taken up at the
+//! start). The host records the move and opens the subdisk over both
+//! places; the array serving it takes that in the subdisk's slot (its
+//! engine paused and idle, no label being written), so that every write
+//! from then on lands on both; a mover thread copies, the host recording
+//! checkpoints and finally the new place; the array then takes the new
+//! place alone. docs/pools.md "Moving a subdisk".
+
+use super::{PoolHost, PoolServer};
+use crate::served::{Served, Volumes};
+use platter_core::pool::SubdiskMove;
+use platter_core::volume::Health;
+use platter_io::moving::MovingMember;
+use platter_io::Member;
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// A move the host planned: the array serving the subdisk and its slot.
+pub struct PlannedMove {
+    pub array: String,
+    pub slot: u32,
+    pub planned: SubdiskMove,
+    /// Recorded already (taken up again): what lies below its checkpoint
+    /// is compared before the copy goes on.
+    pub resumed: bool,
+}
+
+/// A move under way in the server: its thread and the flag that stops it.
+pub(crate) struct Mover {
+    pub(crate) subdisk: String,
+    pub(crate) volume: String,
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+}
+
+impl PoolServer {
+    /// `subdisk-move`: refused while the subdisk's array does not serve
+    /// it in service, or while it moves already; else recorded, taken by
+    /// the array over both places, and copied by a thread of its own.
+    pub(super) fn move_subdisk(&self, req: &Value) -> Result<Value, String> {
+        self.reap_movers();
+        let plan = self.host.plan_move(req)?;
+        let name = plan.planned.subdisk_name();
+        if self.moving(&name) {
+            return Err(format!("{name} is moving already"));
+        }
+        let served = self.serving(&plan)?;
+        let rate = req
+            .get("rate")
+            .and_then(Value::as_u64)
+            .unwrap_or(crate::defaults::REBUILD_BYTES_PER_SEC);
+        let member = self.host.begin_move(&plan.planned)?;
+        take_device(&served, plan.slot, Arc::clone(&member) as Arc<dyn Member>)?;
+        let answer = json!({
+            "subdisk": name,
+            "drive": plan.planned.drive,
+            "offset_bytes": plan.planned.offset_bytes,
+            "copied_bytes": plan.planned.copied_bytes,
+        });
+        tracing::info!(subdisk = %name, to = %plan.planned.drive, "subdisk move begun");
+        self.spawn_mover(plan, member, rate);
+        Ok(answer)
+    }
+
+    /// The moves the start took up (each subdisk opened over both places
+    /// by the host): each gets its thread. Called by the heal thread.
+    pub(crate) fn resume_moves(&self) {
+        for (plan, member) in self.host.resumable_moves() {
+            tracing::info!(subdisk = %plan.planned.subdisk_name(), copied_bytes = plan.planned.copied_bytes, "a subdisk move cut short goes on");
+            self.spawn_mover(plan, member, crate::defaults::REBUILD_BYTES_PER_SEC);
+        }
+    }
+
+    /// The array serving `plan`'s subdisk, which must be in service.
+    fn serving(&self, plan: &PlannedMove) -> Result<Arc<Served>, String> {
+        let served = self
+            .volumes
+            .named_or_plex(&plan.array)
+            .ok_or_else(|| format!("{} is not served: move it offline", plan.array))?;
+        let health = served.manager.engine.health();
+        if health.get(plan.slot as usize) != Some(&Health::Online) {
+            return Err(format!(
+                "{} is not in service in {} (it is {:?}): heal or replace it rather than move it",
+                plan.planned.subdisk_name(),
+                plan.array,
+                health.get(plan.slot as usize)
+            ));
+        }
+        Ok(served)
+    }
+
+    fn spawn_mover(&self, plan: PlannedMove, member: Arc<MovingMember>, rate: u64) {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (host, volumes) = (Arc::clone(&self.host), Arc::clone(&self.volumes));
+        let subdisk = plan.planned.subdisk_name();
+        let volume = plan.planned.volume.clone();
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("platter-move".into())
+            .spawn(move || run_mover(host.as_ref(), &volumes, &plan, &member, rate, &flag))
+            .expect("spawn a mover thread");
+        self.movers.lock().expect("movers").push(Mover {
+            subdisk,
+            volume,
+            stop,
+            thread,
+        });
+    }
+
+    fn moving(&self, subdisk: &str) -> bool {
+        let movers = self.movers.lock().expect("movers");
+        movers
+            .iter()
+            .any(|m| m.subdisk == subdisk && !m.thread.is_finished())
+    }
+
+    /// Forgets the movers that ended.
+    fn reap_movers(&self) {
+        let mut movers = self.movers.lock().expect("movers");
+        let (ended, going): (Vec<Mover>, Vec<Mover>) =
+            movers.drain(..).partition(|m| m.thread.is_finished());
+        *movers = going;
+        for m in ended {
+            let _ = m.thread.join();
+        }
+    }
+
+    /// Stops the movers of `volume` (every one with None) where they are,
+    /// each recording how far it came, and waits for them.
+    pub(crate) fn stop_movers(&self, volume: Option<&str>) {
+        let mut movers = self.movers.lock().expect("movers");
+        let (stopping, going): (Vec<Mover>, Vec<Mover>) = movers
+            .drain(..)
+            .partition(|m| volume.is_none_or(|v| m.volume == v));
+        *movers = going;
+        drop(movers);
+        for m in &stopping {
+            m.stop.store(true, Ordering::Release);
+        }
+        for m in stopping {
+            let _ = m.thread.join();
+        }
+    }
+}
+
+/// The mover thread: the host copies and finishes; the array then takes
+/// the new place alone (or the old one, if the move was given up).
+fn run_mover(
+    host: &dyn PoolHost,
+    volumes: &Volumes,
+    plan: &PlannedMove,
+    member: &Arc<MovingMember>,
+    rate: u64,
+    stop: &AtomicBool,
+) {
+    let name = plan.planned.subdisk_name();
+    let ended = host.run_move(&plan.planned, member, plan.resumed, rate, stop);
+    let device = match ended {
+        Ok(None) => {
+            tracing::info!(subdisk = %name, "subdisk move stopped; it goes on at the next start");
+            return;
+        }
+        Ok(Some(new_place)) => {
+            tracing::info!(subdisk = %name, drive = %plan.planned.drive, "subdisk moved");
+            new_place
+        }
+        Err(e) => {
+            tracing::error!(subdisk = %name, error = %e, "subdisk move failed");
+            let Some(drive) = member.given_up().and(host.drive_of_subdisk(&plan.planned)) else {
+                return;
+            };
+            (Arc::clone(member.from()), drive)
+        }
+    };
+    // The wrapper serves correctly either way; the plain subdisk is the
+    // cheaper path (io_uring).
+    if let Some(served) = volumes.named_or_plex(&plan.array) {
+        let (device, drive) = device;
+        served.manager.note_drive(device.describe(), &drive);
+        if let Err(e) = take_device(&served, plan.slot, device) {
+            tracing::warn!(subdisk = %name, error = %e, "the moved subdisk stays behind its mover's wrapper until the next start");
+        }
+    }
+}
+
+/// Slot `slot` of `served` served by `device` from now on: the engine
+/// paused and idle, no label being written, so that no write lands on
+/// the device it replaces after this.
+fn take_device(served: &Served, slot: u32, device: Arc<dyn Member>) -> Result<(), String> {
+    let m = &served.manager;
+    m.engine.pause();
+    m.engine.wait_idle();
+    let health = m.engine.health();
+    let out = if health.get(slot as usize) == Some(&Health::Online) {
+        m.meta.between_writes(|| m.engine.swap_device(slot, device));
+        Ok(())
+    } else {
+        Err(format!(
+            "member {slot} of {} is no longer in service",
+            served.name()
+        ))
+    };
+    m.engine.resume();
+    out
+}
