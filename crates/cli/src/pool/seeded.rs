@@ -32,7 +32,9 @@ use super::drives::{self, OpenPool};
 use super::extend::{bring_labels_up, extend_volume};
 use super::heal::{heal_in, Room};
 use super::make::{create_in, remove_in, VolumeCreateArgs};
+use super::relocate::{move_in, plan_move};
 use platter_core::pool::{DriveState, Pool, Subdisk};
+use std::sync::atomic::AtomicBool;
 
 const MIB: u64 = 1 << 20;
 const DRIVES: u8 = 4;
@@ -48,6 +50,8 @@ enum Change {
     Remove(String),
     /// The drive is lost: its redundant volumes' subdisks placed anew.
     Heal(usize),
+    /// A subdisk (volume, slot) moved to a drive (`subdisk move`).
+    Move(String, usize, String),
 }
 
 fn new_pool(disks: &[Arc<MemoryMember>]) {
@@ -83,6 +87,13 @@ fn pick_change(rng: &mut Rng, heals: &mut Option<Rng>, pool: &Pool, n: &mut u32)
             .collect();
         if h.below(5) == 0 && !up.is_empty() {
             return Change::Heal(up[h.below(up.len() as u64) as usize]);
+        }
+        // A third stream, so that the seeds replay their heals as before.
+        if h.below(4) == 0 && !pool.volumes.is_empty() {
+            let v = &pool.volumes[h.below(pool.volumes.len() as u64) as usize];
+            let slot = h.below(v.plex().subdisks.len() as u64) as usize;
+            let drive = &pool.drives[h.below(pool.drives.len() as u64) as usize].name;
+            return Change::Move(v.name.clone(), slot, drive.clone());
         }
     }
     match (rng.below(3), names.is_empty()) {
@@ -142,7 +153,36 @@ fn apply(open: &mut OpenPool, change: &Change) -> bool {
                 .collect();
             heal_in(open, &lost, Room::FreeSpace).is_ok_and(|h| !h.placed.is_empty())
         }
+        Change::Move(name, slot, drive) => {
+            let Ok(m) = plan_move(open.pool(), name, 0, *slot, drive) else {
+                return false;
+            };
+            move_in(
+                open,
+                m,
+                platter_server::UNLIMITED_RATE,
+                &AtomicBool::new(false),
+            )
+            .is_ok()
+        }
     }
+}
+
+/// A move the pool records (a cut left it), taken up and finished as
+/// `subdisk move` without --to, or `serve --pool`, would.
+fn finish_recorded_moves(disks: &[Arc<MemoryMember>], seed: u64) -> bool {
+    let mut o = open(disks, plain(disks));
+    let Some(m) = o.pool().moves.first().cloned() else {
+        return false;
+    };
+    move_in(
+        &mut o,
+        m,
+        platter_server::UNLIMITED_RATE,
+        &AtomicBool::new(false),
+    )
+    .unwrap_or_else(|e| panic!("seed {seed}: a recorded move taken up: {}", e.0));
+    true
 }
 
 /// The subdisks `now` places elsewhere than `was` did, each with its old
@@ -296,6 +336,9 @@ fn check_pool(
 struct Tally {
     made: u64,
     healed: u64,
+    /// Moves made whole, and moves a cut left recorded, taken up after.
+    moved: u64,
+    taken_up: u64,
     cut_short: u64,
     cut_finished: u64,
 }
@@ -324,6 +367,7 @@ fn run_seed(seed: u64, heals: bool, tally: &mut Tally) {
                     written.remove(name);
                 }
                 Change::Extend(..) => {}
+                Change::Move(..) => tally.moved += 1,
                 Change::Heal(_) => {
                     tally.healed += 1;
                     rebuild_moved(&disks, o.pool(), &moved(&was, o.pool()));
@@ -343,17 +387,28 @@ fn run_seed(seed: u64, heals: bool, tally: &mut Tally) {
         tally.cut_short += 1;
     }
     let now = gathered(&disks).unwrap().pool;
-    let cut_moved = moved(&was, &now);
+    // A heal's new places are blank until rebuilt; a move's hold a copy.
+    let cut_moved = match change {
+        Change::Move(..) => Vec::new(),
+        _ => moved(&was, &now),
+    };
     let blank: Vec<(String, usize)> = cut_moved.iter().map(|(v, s, ..)| (v.clone(), *s)).collect();
     check_pool(&disks, &written, &blank, seed);
     rebuild_moved(&disks, &now, &cut_moved);
     check_pool(&disks, &written, &[], seed);
+    if finish_recorded_moves(&disks, seed) {
+        tally.taken_up += 1;
+        check_pool(&disks, &written, &[], seed);
+    }
     // The pool takes the next change, whatever the cut left.
     let mut o = open(&disks, plain(&disks));
     let was = o.pool().clone();
     let next = pick_change(&mut rng, &mut heals, o.pool(), &mut n);
     apply(&mut o, &next);
-    rebuild_moved(&disks, o.pool(), &moved(&was, o.pool()));
+    // A heal's new places are rebuilt; a move's hold their copies.
+    if !matches!(next, Change::Move(..)) {
+        rebuild_moved(&disks, o.pool(), &moved(&was, o.pool()));
+    }
     written.retain(|name, _| o.pool().volume(name).is_some());
     check_pool(&disks, &written, &[], seed);
 }
@@ -391,13 +446,17 @@ fn pool_changes_cut_at_any_write_leave_every_volume_whole() {
         run_seed(seed, true, &mut tally);
     }
     crate::out::errln!(
-        "{seeds} seeds from {first}: {} changes made whole ({} heals); the cut change failed or was refused {} \
-         times, finished {} times",
-        tally.made, tally.healed, tally.cut_short, tally.cut_finished
+        "{seeds} seeds from {first}: {} changes made whole ({} heals, {} moves); the cut change failed or was refused {} \
+         times, finished {} times; {} moves a cut left recorded were taken up",
+        tally.made, tally.healed, tally.moved, tally.cut_short, tally.cut_finished, tally.taken_up
     );
     if seeds >= 16 {
         assert!(tally.made >= seeds, "the runs made too few changes");
         assert!(tally.healed > 0, "no heal was made");
+        assert!(
+            tally.moved > 0 && tally.taken_up > 0,
+            "no move was made, or none taken up"
+        );
         assert!(
             tally.cut_short > 0 && tally.cut_finished > 0,
             "cuts fell on one side"
