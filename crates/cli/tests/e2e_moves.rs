@@ -150,3 +150,139 @@ fn a_subdisk_moves_under_fio_and_a_kill_mid_copy_is_taken_up_by_the_next_start()
         "check c",
     );
 }
+
+/// Waits (2 minutes at most) until no subdisk lies on `drive` and no
+/// move is recorded.
+fn wait_emptied(dev: &str, drive: &str) {
+    let start = std::time::Instant::now();
+    loop {
+        let pool = list_json(dev);
+        let on_it = pool["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|v| v["plexes"].as_array().unwrap())
+            .flat_map(|p| p["subdisks"].as_array().unwrap())
+            .any(|s| s["drive"] == drive || !s["moving"].is_null());
+        if !on_it {
+            return;
+        }
+        assert!(
+            start.elapsed().as_secs() < 120,
+            "{drive} not emptied: {pool}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// LVM's `pvmove` of a whole drive: d1 holds a subdisk of a raid5, a
+/// mirror and a concat; `pool evacuate --control` moves all three while
+/// fio writes and verifies each volume; the server is killed with
+/// SIGKILL mid-copy and the next start takes every recorded move up; then
+/// `pool remove-drive` takes the empty drive out, and every byte fio wrote
+/// reads back, checks clean. A drive whose subdisks have nowhere to go
+/// (every other drive holds their plex, or is full) is refused whole.
+#[test]
+fn a_drive_under_three_volumes_is_evacuated_while_they_serve() {
+    let test = "a_drive_under_three_volumes_is_evacuated_while_they_serve";
+    let Some(t) = tools_with_fio_nbd(test, &["fio"]) else {
+        return;
+    };
+    let dir = temp_dir();
+    let (_d, dev) = pool_of(dir.path(), 5, "64M");
+    for (name, level, size, drives) in [
+        ("r", "raid5", "40M", "d0,d1,d2"),
+        ("m", "mirror", "12M", "d1,d3"),
+        ("c", "concat", "8M", "d1"),
+    ] {
+        let args = [
+            "volume", "create", "tank", name, "--level", level, "--size", size, "--drives", drives,
+            &dev,
+        ];
+        ok(&args, &format!("volume create {name}"));
+    }
+    let volumes = sizes(&list_json(&dev));
+    let vols: Vec<(&str, u64)> = volumes.iter().map(|(n, s)| (n.as_str(), *s)).collect();
+    let mut s = serve_pool_first(dir.path(), &dev, "r", &[]);
+    fio_all(&t, &s, &vols, false);
+    let ctl = s.control();
+    let before = list_json(&dev)["generation"].as_u64().unwrap();
+    // d0's subdisk of r can go only to d3 or d4: with both named full of
+    // a volume, it has nowhere to go.
+    let fill = [
+        "volume",
+        "create",
+        "tank",
+        "big",
+        "--level",
+        "mirror",
+        "--size",
+        "44M",
+        "--drives",
+        "d3,d4",
+        "--control",
+        &ctl,
+    ];
+    ok(&fill, "volume create big");
+    refused(
+        &["pool", "evacuate", "tank", "d0", "--control", &ctl],
+        "r.p0.s0 has nowhere to go",
+    );
+    ok(
+        &["volume", "remove", "tank", "big", "--control", &ctl],
+        "volume remove big",
+    );
+    assert_eq!(
+        list_json(&dev)["generation"].as_u64().unwrap(),
+        before + 2,
+        "the refused evacuation wrote nothing"
+    );
+
+    let out = ok(
+        &[
+            "pool",
+            "evacuate",
+            "tank",
+            "d1",
+            "--rate",
+            "4M",
+            "--control",
+            &ctl,
+        ],
+        "pool evacuate d1",
+    );
+    assert_eq!(out.stdout.matches("moving to").count(), 3, "{}", out.stdout);
+    fio_all(&t, &s, &vols, false);
+    s.crash();
+    let pool = list_json(&dev);
+    let recorded = ["r.p0.s1", "m.p0.s0", "c.p0.s0"]
+        .iter()
+        .filter(|n| !subdisk(&pool, n)["moving"].is_null())
+        .count();
+    assert!(recorded > 0, "the kill left moves recorded: {pool}");
+
+    let s = serve_pool_first(dir.path(), &dev, "r", &[]);
+    wait_emptied(&dev, "d1");
+    fio_all(&t, &s, &vols, true);
+    for name in ["r", "m", "c"] {
+        wait_rebuilt(&s, name);
+        ok(
+            &["check", "--volume", name, "--control", &s.control()],
+            &format!("check {name}"),
+        );
+    }
+    ok(
+        &[
+            "pool",
+            "remove-drive",
+            "tank",
+            "d1",
+            "--control",
+            &s.control(),
+        ],
+        "remove-drive d1",
+    );
+    drop(s);
+    let s = serve_pool_first(dir.path(), &dev, "r", &[]);
+    fio_all(&t, &s, &vols, true);
+}

@@ -688,11 +688,18 @@ impl PoolHost for ServedPool {
         self.plan_served_move(req).map_err(|e| e.0)
     }
 
-    fn begin_move(
+    fn plan_evacuation(
         &self,
-        m: &platter_core::pool::SubdiskMove,
-    ) -> std::result::Result<Arc<platter_io::moving::MovingMember>, String> {
-        self.begin_served_move(m).map_err(|e| e.0)
+        drive: &str,
+    ) -> std::result::Result<Vec<platter_server::PlannedMove>, String> {
+        self.plan_served_evacuation(drive).map_err(|e| e.0)
+    }
+
+    fn begin_moves(
+        &self,
+        moves: &[platter_core::pool::SubdiskMove],
+    ) -> std::result::Result<Vec<Arc<platter_io::moving::MovingMember>>, String> {
+        self.begin_served_moves(moves).map_err(|e| e.0)
     }
 
     fn run_move(

@@ -59,6 +59,12 @@ pub enum PoolCommand {
     /// and that room (members of 1 GiB and more, or made with `--reserve
     /// 2M`). Run it again to finish an import a crash cut short.
     Import(import::ImportArgs),
+    /// Move every subdisk off a drive (LVM's `pvmove` of a whole PV),
+    /// each to the roomiest drive that keeps its plex's rules, while the
+    /// volumes serve (--control) or offline; one configuration records
+    /// every move first, so a crash leaves each to be taken up (run again,
+    /// or the next `serve --pool`). Then `pool remove-drive` takes it out.
+    Evacuate(relocate::EvacuateArgs),
 }
 
 #[derive(Subcommand)]
@@ -107,6 +113,7 @@ pub fn run_pool(c: PoolCommand) -> Result<()> {
         PoolCommand::Heal(a) => heal::heal(a),
         PoolCommand::RemoveDrive(a) => retire::remove_drive(a),
         PoolCommand::Import(a) => import::import(a),
+        PoolCommand::Evacuate(a) => relocate::evacuate(a),
     }
 }
 

@@ -230,6 +230,133 @@ fn room_on(pool: &Pool, drive: &str, len_bytes: u64) -> Option<u64> {
         .map(|(offset, _)| offset)
 }
 
+#[derive(Args)]
+pub struct EvacuateArgs {
+    #[arg(value_name = "POOL")]
+    pool: String,
+    /// The drive to empty (its name in the pool: d1).
+    #[arg(value_name = "DRIVE")]
+    drive: String,
+    /// The most bytes a second each copy moves (as `subdisk move --rate`).
+    #[arg(long, default_value = platter_server::defaults::REBUILD_RATE,
+          value_parser = crate::control::parse_rebuild_rate)]
+    rate: u64,
+    #[command(flatten)]
+    devices: DeviceArgs,
+    #[command(flatten)]
+    control: ControlArgs,
+}
+
+pub fn evacuate(args: EvacuateArgs) -> Result<()> {
+    if let Some(control) = &args.control.control {
+        let req = json!({
+            "cmd": "pool-evacuate",
+            "pool": args.pool,
+            "drive": args.drive,
+            "rate": args.rate,
+        });
+        let done = crate::control::ask(control, req)?;
+        for m in done["moves"].as_array().into_iter().flatten() {
+            say_begun(m["subdisk"].as_str().unwrap_or("?"), m);
+        }
+        return Ok(());
+    }
+    let mut open = open_pool(Some(&args.pool), &args.devices.devices, writable())?;
+    let moves = plan_evacuation(&open, &args.drive)?;
+    if !moves.is_empty() {
+        record_moves(&mut open, &moves)?;
+    }
+    // With any a crash left recorded before.
+    let pool = open.pool().clone();
+    let off: Vec<SubdiskMove> = pool
+        .moves
+        .iter()
+        .filter(|m| pool.moving(m).is_some_and(|sd| sd.drive == args.drive))
+        .cloned()
+        .collect();
+    for m in off {
+        let name = m.subdisk_name();
+        let moved = move_in(&mut open, m, args.rate, &AtomicBool::new(false))?;
+        outln!(
+            "{name}: on {} at {} now",
+            moved.to.drive,
+            moved.to.offset_bytes
+        );
+    }
+    outln!(
+        "drive {} holds no subdisk now (generation {}); `pool remove-drive` takes it out",
+        args.drive,
+        open.pool().generation
+    );
+    Ok(())
+}
+
+/// A move for every subdisk on `drive` (those moving already keep their
+/// move), each to the roomiest drive present and up where it keeps its
+/// plex's and volume's rules; refused, naming the subdisk, when one has
+/// nowhere to go. Writes nothing.
+pub fn plan_evacuation(open: &OpenPool, drive: &str) -> Result<Vec<SubdiskMove>> {
+    let mut planned = open.pool().clone();
+    if planned.drive(drive).is_none() {
+        return Err(CliError(format!(
+            "pool {} has no drive {drive}",
+            planned.name
+        )));
+    }
+    let present = open.present_names();
+    let mut out = Vec::new();
+    for v in open.pool().volumes.clone() {
+        for (p, plex) in v.plexes.iter().enumerate() {
+            for (s, sd) in plex.subdisks.iter().enumerate() {
+                if sd.drive != drive || planned.move_of(&v.name, p, s).is_some() {
+                    continue;
+                }
+                let m = place_off(&planned, &present, (&v.name, p, s), drive)?;
+                planned.moves.push(m.clone());
+                out.push(m);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A move of subdisk (volume, plex, slot) off `leaving`, to the drive
+/// with the most free space that takes it.
+fn place_off(
+    pool: &Pool,
+    present: &[String],
+    (volume, plex, slot): (&str, usize, usize),
+    leaving: &str,
+) -> Result<SubdiskMove> {
+    let free = platter_core::pool::alloc::free_by_drive(pool);
+    let mut drives: Vec<&String> = present.iter().filter(|d| *d != leaving).collect();
+    drives.sort_by_key(|d| std::cmp::Reverse(free.get(*d).copied().unwrap_or(0)));
+    let v = pool.volume(volume).expect("walked");
+    let name = v.subdisk_name(plex, slot);
+    let mut why = Vec::new();
+    for d in drives {
+        match plan_move(pool, volume, plex, slot, d) {
+            Ok(m) => return Ok(m),
+            Err(e) => why.push(e.0.replace(&format!("{name} cannot move to "), "")),
+        }
+    }
+    Err(CliError(format!(
+        "drive {leaving} cannot be emptied: {name} has nowhere to go ({}); nothing was written",
+        if why.is_empty() {
+            "no other drive is present".to_string()
+        } else {
+            why.join("; ")
+        }
+    )))
+}
+
+/// One configuration records every move of `moves`.
+pub fn record_moves(open: &mut OpenPool, moves: &[SubdiskMove]) -> Result<()> {
+    let mut pool = open.pool().clone();
+    pool.moves.extend(moves.iter().cloned());
+    open.write(pool)
+}
+
 /// Where a finished move took a subdisk from and to.
 pub struct Moved {
     pub from: Subdisk,

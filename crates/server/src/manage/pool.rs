@@ -115,9 +115,13 @@ pub trait PoolHost: Send + Sync {
     /// without `to`, the move the pool records, taken up again), checked
     /// as `platter subdisk move` checks it; writes nothing.
     fn plan_move(&self, req: &Value) -> Result<PlannedMove, String>;
-    /// Records move `m` unless it is recorded, and opens its subdisk over
-    /// its old place and its new one, for its array to serve.
-    fn begin_move(&self, m: &SubdiskMove) -> Result<Arc<MovingMember>, String>;
+    /// Plans a move off drive `drive` of every subdisk on it not moving
+    /// already, as `pool evacuate` does; writes nothing.
+    fn plan_evacuation(&self, drive: &str) -> Result<Vec<PlannedMove>, String>;
+    /// Records the moves of `moves` not recorded yet, in one
+    /// configuration, and opens each's subdisk over its old place and its
+    /// new one, for its array to serve.
+    fn begin_moves(&self, moves: &[SubdiskMove]) -> Result<Vec<Arc<MovingMember>>, String>;
     /// Copies move `m`'s subdisk through `member` (which its array
     /// serves), recording checkpoints, then records the new place and
     /// switches `member` to it. Some(the new place, its drive) once moved;
@@ -272,6 +276,9 @@ impl PoolServer {
         }
         if cmd == "subdisk-move" {
             return self.move_subdisk(req);
+        }
+        if cmd == "pool-evacuate" {
+            return self.evacuate(req);
         }
         if cmd == "pool-heal" {
             let free_space = req

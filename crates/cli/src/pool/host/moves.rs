@@ -14,8 +14,8 @@ use serde_json::Value;
 
 use super::super::drives::plex_window;
 use super::super::relocate::{
-    copy_move, finish_move, give_up, moving_member, plan_or_resume, record_copied, record_move,
-    Copy,
+    copy_move, finish_move, give_up, moving_member, plan_evacuation, plan_or_resume, record_copied,
+    record_moves, Copy,
 };
 use super::{Members, ServedPool, State};
 use crate::error::{CliError, Result};
@@ -29,22 +29,32 @@ impl ServedPool {
             .ok_or_else(|| CliError("missing \"subdisk\"".into()))?;
         let to = req.get("to").and_then(Value::as_str);
         let planned = plan_or_resume(&state.open, name, to)?;
-        let pool = state.open.pool();
-        let v = pool.volume(&planned.volume).expect("planned");
-        Ok(PlannedMove {
-            array: v.array_name(planned.plex),
-            slot: planned.slot as u32,
-            resumed: pool.moves.contains(&planned),
-            planned,
-        })
+        Ok(planned_in(&state, planned))
     }
 
-    pub(super) fn begin_served_move(&self, m: &SubdiskMove) -> Result<Arc<MovingMember>> {
+    pub(super) fn plan_served_evacuation(&self, drive: &str) -> Result<Vec<PlannedMove>> {
+        let state = self.lock();
+        let moves = plan_evacuation(&state.open, drive)?;
+        Ok(moves.into_iter().map(|m| planned_in(&state, m)).collect())
+    }
+
+    pub(super) fn begin_served_moves(
+        &self,
+        moves: &[SubdiskMove],
+    ) -> Result<Vec<Arc<MovingMember>>> {
         let mut state = self.lock();
-        if !state.open.pool().moves.contains(m) {
-            record_move(&mut state.open, m)?;
+        let new: Vec<SubdiskMove> = moves
+            .iter()
+            .filter(|m| !state.open.pool().moves.contains(m))
+            .cloned()
+            .collect();
+        if !new.is_empty() {
+            record_moves(&mut state.open, &new)?;
         }
-        moving_member(&state.open, m)
+        moves
+            .iter()
+            .map(|m| moving_member(&state.open, m))
+            .collect()
     }
 
     pub(super) fn run_served_move(
@@ -98,6 +108,18 @@ impl ServedPool {
                 }
             }
         }
+    }
+}
+
+/// Move `m` with the array that serves its subdisk.
+fn planned_in(state: &State, planned: SubdiskMove) -> PlannedMove {
+    let pool = state.open.pool();
+    let v = pool.volume(&planned.volume).expect("planned");
+    PlannedMove {
+        array: v.array_name(planned.plex),
+        slot: planned.slot as u32,
+        resumed: pool.moves.contains(&planned),
+        planned,
     }
 }
 

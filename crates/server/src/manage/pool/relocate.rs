@@ -47,22 +47,56 @@ impl PoolServer {
         if self.moving(&name) {
             return Err(format!("{name} is moving already"));
         }
-        let served = self.serving(&plan)?;
-        let rate = req
-            .get("rate")
-            .and_then(Value::as_u64)
-            .unwrap_or(crate::defaults::REBUILD_BYTES_PER_SEC);
-        let member = self.host.begin_move(&plan.planned)?;
-        take_device(&served, plan.slot, Arc::clone(&member) as Arc<dyn Member>)?;
-        let answer = json!({
-            "subdisk": name,
-            "drive": plan.planned.drive,
-            "offset_bytes": plan.planned.offset_bytes,
-            "copied_bytes": plan.planned.copied_bytes,
-        });
-        tracing::info!(subdisk = %name, to = %plan.planned.drive, "subdisk move begun");
-        self.spawn_mover(plan, member, rate);
-        Ok(answer)
+        self.begin(vec![plan], rate_of(req))
+            .map(|mut begun| begun.remove(0))
+    }
+
+    /// `pool-evacuate`: a move of every subdisk on the drive, refused
+    /// whole when one has nowhere to go or is not served in service.
+    pub(super) fn evacuate(&self, req: &Value) -> Result<Value, String> {
+        self.reap_movers();
+        let drive = req
+            .get("drive")
+            .and_then(Value::as_str)
+            .ok_or("missing \"drive\"")?;
+        let plans = self.host.plan_evacuation(drive)?;
+        if plans.is_empty() {
+            return Err(format!(
+                "drive {drive} has no subdisk to move (none, or every one moving already)"
+            ));
+        }
+        let moves = self.begin(plans, rate_of(req))?;
+        Ok(json!({ "moves": moves }))
+    }
+
+    /// Records `plans` (one configuration), has each array take its
+    /// subdisk over both places, and starts a mover for each.
+    fn begin(&self, plans: Vec<PlannedMove>, rate: u64) -> Result<Vec<Value>, String> {
+        let mut served = Vec::new();
+        for plan in &plans {
+            served.push(self.serving(plan)?);
+        }
+        let moves: Vec<SubdiskMove> = plans.iter().map(|p| p.planned.clone()).collect();
+        let members = self.host.begin_moves(&moves)?;
+        let mut answers = Vec::new();
+        for ((plan, member), served) in plans.into_iter().zip(members).zip(served) {
+            let name = plan.planned.subdisk_name();
+            if let Err(e) = take_device(&served, plan.slot, Arc::clone(&member) as Arc<dyn Member>)
+            {
+                // Recorded: the next start takes it up.
+                tracing::warn!(subdisk = %name, error = %e, "a subdisk move waits for the next start");
+                continue;
+            }
+            answers.push(json!({
+                "subdisk": name,
+                "drive": plan.planned.drive,
+                "offset_bytes": plan.planned.offset_bytes,
+                "copied_bytes": plan.planned.copied_bytes,
+            }));
+            tracing::info!(subdisk = %name, to = %plan.planned.drive, "subdisk move begun");
+            self.spawn_mover(plan, member, rate);
+        }
+        Ok(answers)
     }
 
     /// The moves the start took up (each subdisk opened over both places
@@ -144,6 +178,13 @@ impl PoolServer {
             let _ = m.thread.join();
         }
     }
+}
+
+/// The copy rate a request asks, or the rebuilds' default.
+fn rate_of(req: &Value) -> u64 {
+    req.get("rate")
+        .and_then(Value::as_u64)
+        .unwrap_or(crate::defaults::REBUILD_BYTES_PER_SEC)
 }
 
 /// The mover thread: the host copies and finishes; the array then takes
