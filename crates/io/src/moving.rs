@@ -38,6 +38,11 @@ fn overlap(a: (u64, u64), b: (u64, u64)) -> bool {
 pub struct MovingMember {
     from: Arc<dyn Member>,
     to: Arc<dyn Member>,
+    /// The places as the copy reaches them: `from` and `to`, or the same
+    /// behind the latency a server injects into their drives (the
+    /// volume's own I/O gets it in the server's I/O layer).
+    copy_from: Arc<dyn Member>,
+    copy_to: Arc<dyn Member>,
     ranges: Mutex<Ranges>,
     changed: Condvar,
     given_up: AtomicBool,
@@ -61,6 +66,8 @@ impl MovingMember {
             "a subdisk moves to a place at least as long"
         );
         MovingMember {
+            copy_from: Arc::clone(&from),
+            copy_to: Arc::clone(&to),
             from,
             to,
             ranges: Mutex::new(Ranges::default()),
@@ -69,6 +76,14 @@ impl MovingMember {
             why: Mutex::new(None),
             switched: AtomicBool::new(false),
         }
+    }
+
+    /// The copy reaches the places through `from` and `to` (the same
+    /// places: delayed as their drives are).
+    pub fn with_copy_paths(mut self, from: Arc<dyn Member>, to: Arc<dyn Member>) -> MovingMember {
+        self.copy_from = from;
+        self.copy_to = to;
+        self
     }
 
     /// From now on every I/O goes to the new place alone: the pool's
@@ -123,9 +138,9 @@ impl MovingMember {
     /// new place gives the move up (Ok, and [`Self::given_up`] says so).
     pub fn copy(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), MemberError> {
         let _held = self.hold(offset_bytes, buf.len() as u64);
-        self.from.read_at(offset_bytes, buf)?;
+        self.copy_from.read_at(offset_bytes, buf)?;
         if !self.given_up.load(Ordering::Acquire) {
-            if let Err(e) = self.to.write_at(offset_bytes, buf) {
+            if let Err(e) = self.copy_to.write_at(offset_bytes, buf) {
                 self.give_up(&e);
             }
         }
@@ -144,18 +159,18 @@ impl MovingMember {
     ) -> Result<Checked, MemberError> {
         assert_eq!(buf.len(), spare.len());
         let _held = self.hold(offset_bytes, buf.len() as u64);
-        self.from.read_at(offset_bytes, buf)?;
+        self.copy_from.read_at(offset_bytes, buf)?;
         if self.given_up.load(Ordering::Acquire) {
             return Ok(Checked::Same);
         }
-        if let Err(e) = self.to.read_at(offset_bytes, spare) {
+        if let Err(e) = self.copy_to.read_at(offset_bytes, spare) {
             self.give_up(&e);
             return Ok(Checked::Same);
         }
         if buf == spare {
             return Ok(Checked::Same);
         }
-        if let Err(e) = self.to.write_at(offset_bytes, buf) {
+        if let Err(e) = self.copy_to.write_at(offset_bytes, buf) {
             self.give_up(&e);
         }
         Ok(Checked::Mended)
@@ -167,7 +182,7 @@ impl MovingMember {
         if self.given_up.load(Ordering::Acquire) {
             return;
         }
-        if let Err(e) = self.to.flush() {
+        if let Err(e) = self.copy_to.flush() {
             self.give_up(&e);
         }
     }
@@ -283,7 +298,11 @@ impl Member for MovingMember {
             return self.to.flush();
         }
         self.from.flush()?;
-        self.flush_new_place();
+        if !self.given_up.load(Ordering::Acquire) {
+            if let Err(e) = self.to.flush() {
+                self.give_up(&e);
+            }
+        }
         Ok(())
     }
 

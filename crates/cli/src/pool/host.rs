@@ -104,7 +104,7 @@ impl ServedPool {
             .map(|w| Arc::clone(w) as Arc<dyn Member>)
             .collect();
         if !read_only && members.len() == v.plex().subdisks.len() {
-            Self::wrap_moving(&mut state, &v, 0, &mut members);
+            self.wrap_moving(&mut state, &v, 0, &mut members);
         }
         if !read_only {
             let finished = super::extend::finish_reshape_labels(&v, &members)?;
@@ -141,7 +141,7 @@ impl ServedPool {
             let whole = windows.len() == v.plexes[p].subdisks.len();
             let mut members: Members = windows.into_iter().map(|w| w as Arc<dyn Member>).collect();
             if !read_only && whole {
-                Self::wrap_moving(&mut state, v, p, &mut members);
+                self.wrap_moving(&mut state, v, p, &mut members);
             }
             if !read_only {
                 // What an extend cut short left: the labels it owed.

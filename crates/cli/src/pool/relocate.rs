@@ -393,6 +393,17 @@ pub fn record_move(open: &mut OpenPool, m: &SubdiskMove) -> Result<()> {
 
 /// The subdisk of `m` over its old place and its new one, as open.
 pub fn moving_member(open: &OpenPool, m: &SubdiskMove) -> Result<Arc<MovingMember>> {
+    moving_member_with(open, m, &std::collections::HashMap::new())
+}
+
+/// [`moving_member`], whose copy reaches each place behind the latency
+/// `delays` names for its drive (`serve --inject`: the server's I/O layer
+/// delays the volume's own I/O, the copy's goes around it).
+pub fn moving_member_with(
+    open: &OpenPool,
+    m: &SubdiskMove,
+    delays: &std::collections::HashMap<String, platter_io::aio::Delay>,
+) -> Result<Arc<MovingMember>> {
     let pool = open.pool();
     let v = pool.volume(&m.volume).expect("checked pool");
     let sd = pool.moving(m).expect("checked pool");
@@ -401,15 +412,27 @@ pub fn moving_member(open: &OpenPool, m: &SubdiskMove) -> Result<Arc<MovingMembe
         open.drive(d)
             .ok_or_else(|| CliError(format!("drive {name} of pool {} is not present", pool.name)))
     };
-    let from = plex_window(pool, v, m.plex, m.slot, &drive(&sd.drive)?)?;
-    let to = plex_window(
+    let from: Arc<dyn Member> = plex_window(pool, v, m.plex, m.slot, &drive(&sd.drive)?)?;
+    let to: Arc<dyn Member> = plex_window(
         pool,
         &moved_volume(pool, m),
         m.plex,
         m.slot,
         &drive(&m.drive)?,
     )?;
-    Ok(Arc::new(MovingMember::new(from, to)))
+    let delayed = |place: &Arc<dyn Member>, drive: &str| -> Arc<dyn Member> {
+        match delays.get(drive) {
+            Some(d) => Arc::new(platter_io::FaultyMember::new(
+                Arc::clone(place),
+                d.spec().clone(),
+            )),
+            None => Arc::clone(place),
+        }
+    };
+    let (copy_from, copy_to) = (delayed(&from, &sd.drive), delayed(&to, &m.drive));
+    Ok(Arc::new(
+        MovingMember::new(from, to).with_copy_paths(copy_from, copy_to),
+    ))
 }
 
 /// `m`'s volume with the subdisk at its new place.

@@ -65,6 +65,11 @@ impl Delay {
         Duration::from_micros(self.spec.latency_us_of(n))
     }
 
+    /// What it injects, as a fault specification (latency only).
+    pub fn spec(&self) -> &FaultSpec {
+        &self.spec
+    }
+
     /// The latency every I/O gets at least.
     pub fn base_ns(&self) -> u64 {
         self.spec.latency_us.saturating_mul(1000)

@@ -14,8 +14,8 @@ use serde_json::Value;
 
 use super::super::drives::plex_window;
 use super::super::relocate::{
-    copy_move, finish_move, give_up, moving_member, plan_evacuation, plan_or_resume, record_copied,
-    record_moves, Copy,
+    copy_move, finish_move, give_up, moving_member_with, plan_evacuation, plan_or_resume,
+    record_copied, record_moves, Copy,
 };
 use super::{Members, ServedPool, State};
 use crate::error::{CliError, Result};
@@ -53,7 +53,7 @@ impl ServedPool {
         }
         moves
             .iter()
-            .map(|m| moving_member(&state.open, m))
+            .map(|m| moving_member_with(&state.open, m, &self.latency))
             .collect()
     }
 
@@ -82,7 +82,13 @@ impl ServedPool {
     /// Subdisk `slot` of plex `p` of `v` as the start opens it when a
     /// move of it is recorded and both its places are present: over both
     /// (not by a read-only server), kept for the server to take up.
-    pub(super) fn wrap_moving(state: &mut State, v: &PoolVolume, p: usize, members: &mut Members) {
+    pub(super) fn wrap_moving(
+        &self,
+        state: &mut State,
+        v: &PoolVolume,
+        p: usize,
+        members: &mut Members,
+    ) {
         let moves: Vec<SubdiskMove> = state
             .open
             .pool()
@@ -92,7 +98,7 @@ impl ServedPool {
             .cloned()
             .collect();
         for m in moves {
-            match moving_member(&state.open, &m) {
+            match moving_member_with(&state.open, &m, &self.latency) {
                 Ok(member) => {
                     members[m.slot] = Arc::clone(&member) as Arc<dyn Member>;
                     let plan = PlannedMove {
