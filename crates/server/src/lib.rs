@@ -26,7 +26,7 @@ mod startup;
 
 pub use engine::upkeep::UNLIMITED as UNLIMITED_RATE;
 pub use manage::pool::{
-    Extended, NewSubdisks, NewVolume, OnDrive, OnDrives, PlannedMove, PoolHost, Relocated,
+    Extended, MoveEnd, NewSubdisks, NewVolume, OnDrive, OnDrives, PlannedMove, PoolHost, Relocated,
     RelocatedSubdisk,
 };
 pub use manage::{filesystem_json, layout_json};

@@ -709,9 +709,17 @@ impl PoolHost for ServedPool {
         resumed: bool,
         rate: u64,
         stop: &std::sync::atomic::AtomicBool,
-    ) -> std::result::Result<Option<platter_server::OnDrive>, String> {
+    ) -> std::result::Result<platter_server::MoveEnd, String> {
         self.run_served_move(m, member, (resumed, rate), stop)
             .map_err(|e| e.0)
+    }
+
+    fn rebuild_move(
+        &self,
+        m: &platter_core::pool::SubdiskMove,
+        member: &platter_io::moving::MovingMember,
+    ) -> std::result::Result<platter_server::OnDrive, String> {
+        self.rebuild_served_move(m, member).map_err(|e| e.0)
     }
 
     fn drive_of_subdisk(&self, m: &platter_core::pool::SubdiskMove) -> Option<String> {

@@ -381,7 +381,36 @@ pub fn move_in(open: &mut OpenPool, m: SubdiskMove, rate: u64, stop: &AtomicBool
             m.subdisk_name()
         ))),
         Copy::GivenUp(why) => Err(give_up(open, &m, &why)),
+        Copy::SourceFailed(why) => Err(CliError(format!(
+            "{}: the move stopped, its old place failed a read ({why}); through the pool's \
+             server a redundant volume rebuilds the subdisk at its new place instead (`subdisk \
+             move --control`), or `pool heal` it once the volume has failed it",
+            m.subdisk_name()
+        ))),
     }
+}
+
+/// The old place failed: one configuration puts the subdisk at its new
+/// place (its label area zeroed first, so that a start before the
+/// rebuild takes it for a blank spare) and drops the move, for the array
+/// to rebuild it there from its redundancy, as a heal does.
+pub fn rebuild_at_new_place(
+    open: &mut OpenPool,
+    m: &SubdiskMove,
+    member: &MovingMember,
+) -> Result<()> {
+    member.to().write_at(0, &[0u8; LABEL_BYTES])?;
+    member.to().flush()?;
+    let mut pool = open.pool().clone();
+    let len_bytes = pool.moving(m).expect("recorded").len_bytes;
+    pool.moves.retain(|x| x.subdisk_name() != m.subdisk_name());
+    let v = pool
+        .volumes
+        .iter_mut()
+        .find(|v| v.name == m.volume)
+        .expect("recorded");
+    v.plexes[m.plex].subdisks[m.slot] = m.target(len_bytes);
+    open.write(pool)
 }
 
 /// One configuration records move `m` (copied 0).
@@ -450,12 +479,15 @@ pub enum Copy {
     Stopped(u64),
     /// The new place failed: why.
     GivenUp(String),
+    /// The old place failed a read: why. The subdisk's bytes are to be
+    /// had only through its plex's redundancy, if it has any.
+    SourceFailed(String),
 }
 
 /// Copies `m`'s subdisk through `member`, calling `record` with how far
 /// it came at each checkpoint (the new place flushed first); `resumed`:
 /// what lies below the recorded checkpoint is compared first. Err: the
-/// old place's read failed, or a checkpoint could not be recorded.
+/// checkpoint could not be recorded.
 pub fn copy_move(
     m: &SubdiskMove,
     member: &MovingMember,
@@ -479,11 +511,15 @@ pub fn copy_move(
             return Ok(Copy::Stopped(at.max(recorded)));
         }
         let n = COPY_CHUNK_BYTES.min(len - at) as usize;
-        if resumed && at < m.copied_bytes {
-            let checked = member.check_copy(at, &mut buf[..n], &mut spare[..n])?;
-            mended += u64::from(checked == Checked::Mended);
+        let read = if resumed && at < m.copied_bytes {
+            member
+                .check_copy(at, &mut buf[..n], &mut spare[..n])
+                .map(|checked| mended += u64::from(checked == Checked::Mended))
         } else {
-            member.copy(at, &mut buf[..n])?;
+            member.copy(at, &mut buf[..n])
+        };
+        if let Err(e) = read {
+            return Ok(Copy::SourceFailed(e.to_string()));
         }
         at += n as u64;
         if let Some(why) = member.given_up() {

@@ -124,9 +124,8 @@ pub trait PoolHost: Send + Sync {
     fn begin_moves(&self, moves: &[SubdiskMove]) -> Result<Vec<Arc<MovingMember>>, String>;
     /// Copies move `m`'s subdisk through `member` (which its array
     /// serves), recording checkpoints, then records the new place and
-    /// switches `member` to it. Some(the new place, its drive) once moved;
-    /// None when `stop` stopped it (how far it came recorded); Err when it
-    /// failed (the move given up, if the new place failed).
+    /// switches `member` to it. Err when it failed (the move given up, if
+    /// the new place failed).
     fn run_move(
         &self,
         m: &SubdiskMove,
@@ -134,7 +133,11 @@ pub trait PoolHost: Send + Sync {
         resumed: bool,
         rate: u64,
         stop: &AtomicBool,
-    ) -> Result<Option<OnDrive>, String>;
+    ) -> Result<MoveEnd, String>;
+    /// Move `m`'s old place failed a read: records the subdisk at its new
+    /// place, its label area zeroed, the move dropped, for its array to
+    /// rebuild it there; returns the new place.
+    fn rebuild_move(&self, m: &SubdiskMove, member: &MovingMember) -> Result<OnDrive, String>;
     /// The drive a subdisk of move `m` is on now.
     fn drive_of_subdisk(&self, m: &SubdiskMove) -> Option<String>;
     /// The moves recorded that this start opened over both places, each
@@ -156,6 +159,16 @@ pub struct RelocatedSubdisk {
     /// The drive it is on now, and the one it left.
     pub drive: String,
     pub from: String,
+}
+
+/// How a move's copy ended.
+pub enum MoveEnd {
+    /// At the new place, with its drive.
+    Moved(OnDrive),
+    /// Stopped where it was, how far recorded.
+    Stopped,
+    /// The old place failed a read: why.
+    SourceFailed(String),
 }
 
 /// A subdisk with the name of its drive.

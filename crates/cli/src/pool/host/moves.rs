@@ -9,13 +9,13 @@ use std::sync::Arc;
 use platter_core::pool::{PoolVolume, SubdiskMove};
 use platter_io::moving::MovingMember;
 use platter_io::Member;
-use platter_server::PlannedMove;
+use platter_server::{MoveEnd, PlannedMove};
 use serde_json::Value;
 
 use super::super::drives::plex_window;
 use super::super::relocate::{
     copy_move, finish_move, give_up, moving_member_with, plan_evacuation, plan_or_resume,
-    record_copied, record_moves, Copy,
+    rebuild_at_new_place, record_copied, record_moves, Copy,
 };
 use super::{Members, ServedPool, State};
 use crate::error::{CliError, Result};
@@ -63,20 +63,32 @@ impl ServedPool {
         member: &MovingMember,
         (resumed, rate): (bool, u64),
         stop: &AtomicBool,
-    ) -> Result<Option<platter_server::OnDrive>> {
+    ) -> Result<MoveEnd> {
         let copy = copy_move(m, member, resumed, rate, stop, &mut |at| {
             record_copied(&mut self.lock().open, m, at)
         })?;
         let mut state = self.lock();
         match copy {
-            Copy::Stopped(_) => Ok(None),
+            Copy::Stopped(_) => Ok(MoveEnd::Stopped),
             Copy::GivenUp(why) => Err(give_up(&mut state.open, m, &why)),
+            Copy::SourceFailed(why) => Ok(MoveEnd::SourceFailed(why)),
             Copy::Done => {
                 finish_move(&mut state.open, m, member)?;
                 let w = new_window(&mut state, m)?;
-                Ok(Some((w, m.drive.clone())))
+                Ok(MoveEnd::Moved((w, m.drive.clone())))
             }
         }
+    }
+
+    pub(super) fn rebuild_served_move(
+        &self,
+        m: &SubdiskMove,
+        member: &MovingMember,
+    ) -> Result<platter_server::OnDrive> {
+        let mut state = self.lock();
+        rebuild_at_new_place(&mut state.open, m, member)?;
+        let w = new_window(&mut state, m)?;
+        Ok((w, m.drive.clone()))
     }
 
     /// Subdisk `slot` of plex `p` of `v` as the start opens it when a

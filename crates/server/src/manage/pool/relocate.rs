@@ -7,7 +7,7 @@
 //! checkpoints and finally the new place; the array then takes the new
 //! place alone. docs/pools.md "Moving a subdisk".
 
-use super::{PoolHost, PoolServer};
+use super::{MoveEnd, PoolHost, PoolServer};
 use crate::served::{Served, Volumes};
 use platter_core::pool::SubdiskMove;
 use platter_core::volume::Health;
@@ -200,13 +200,17 @@ fn run_mover(
     let name = plan.planned.subdisk_name();
     let ended = host.run_move(&plan.planned, member, plan.resumed, rate, stop);
     let device = match ended {
-        Ok(None) => {
+        Ok(MoveEnd::Stopped) => {
             tracing::info!(subdisk = %name, "subdisk move stopped; it goes on at the next start");
             return;
         }
-        Ok(Some(new_place)) => {
+        Ok(MoveEnd::Moved(new_place)) => {
             tracing::info!(subdisk = %name, drive = %plan.planned.drive, "subdisk moved");
             new_place
+        }
+        Ok(MoveEnd::SourceFailed(why)) => {
+            rebuild_instead(host, volumes, plan, member, &why);
+            return;
         }
         Err(e) => {
             tracing::error!(subdisk = %name, error = %e, "subdisk move failed");
@@ -224,6 +228,43 @@ fn run_mover(
         if let Err(e) = take_device(&served, plan.slot, device) {
             tracing::warn!(subdisk = %name, error = %e, "the moved subdisk stays behind its mover's wrapper until the next start");
         }
+    }
+}
+
+/// The old place failed a read mid-copy: an array whose redundancy
+/// covers the subdisk rebuilds it at the new place (a heal onto it);
+/// one without gives the move up, the subdisk staying where it is.
+fn rebuild_instead(
+    host: &dyn PoolHost,
+    volumes: &Volumes,
+    plan: &PlannedMove,
+    member: &MovingMember,
+    why: &str,
+) {
+    let name = plan.planned.subdisk_name();
+    let Some(served) = volumes.named_or_plex(&plan.array) else {
+        return;
+    };
+    let m = &served.manager;
+    let health = m.engine.health();
+    let covered = m.engine.with_volume(|v| {
+        let g = v.geometry();
+        g.redundancy() > 0
+            && g.serves_all(|s| s != plan.slot && health[s as usize] == Health::Online)
+    });
+    if !covered {
+        tracing::error!(subdisk = %name, error = %why, "subdisk move stopped: its old place failed a read and its plex has nothing to rebuild it from; it stays where it is, the move recorded");
+        return;
+    }
+    tracing::warn!(subdisk = %name, error = %why, "the old place failed a read mid-move: the subdisk is rebuilt at its new place from the others");
+    let placed = host
+        .rebuild_move(&plan.planned, member)
+        .and_then(|(device, drive)| {
+            m.note_drive(device.describe(), &drive);
+            m.replace_slot(plan.slot, device)
+        });
+    if let Err(e) = placed {
+        tracing::error!(subdisk = %name, error = %e, "the subdisk could not be rebuilt at its new place");
     }
 }
 
