@@ -352,3 +352,57 @@ fn a_move_whose_old_place_fails_a_read_is_rebuilt_at_its_new_place() {
         &format!("check r ({r_moved})"),
     );
 }
+
+/// A subdisk of a plex of a volume of several moves as a volume's does:
+/// the plex's array takes it over both places, fio verifies the volume
+/// through both plexes, and the plex's check is clean. Onto a drive the
+/// other plex uses, it is refused (one drive's loss would cost both).
+#[test]
+fn a_plex_s_subdisk_moves_while_its_volume_serves() {
+    let test = "a_plex_s_subdisk_moves_while_its_volume_serves";
+    let Some(t) = tools_with_fio_nbd(test, &["fio"]) else {
+        return;
+    };
+    let dir = temp_dir();
+    let (_d, dev) = pool_of(dir.path(), 5, "64M");
+    let args = [
+        "volume", "create", "tank", "u", "--plex", "raid5:3", "--plex", "concat", "--size", "24M",
+        &dev,
+    ];
+    ok(&args, "volume create u");
+    let pool = list_json(&dev);
+    let concat_drive = subdisk(&pool, "u.p1.s0")["drive"].as_str().unwrap().to_string();
+    let used: Vec<String> = (0..3)
+        .map(|s| subdisk(&pool, &format!("u.p0.s{s}"))["drive"].as_str().unwrap().to_string())
+        .chain([concat_drive.clone()])
+        .collect();
+    let free = (0..5)
+        .map(|i| format!("d{i}"))
+        .find(|d| !used.contains(d))
+        .unwrap();
+    let size = sizes(&pool)[0].1;
+    let s = serve_pool_first(dir.path(), &dev, "u", &[]);
+    fio_all(&t, &s, &[("u", size)], false);
+    refused(
+        &[
+            "subdisk", "move", "tank", "u.p1.s0", "--to", &used[0], "--control", &s.control(),
+        ],
+        "plex u.p0 of its volume",
+    );
+    ok(
+        &[
+            "subdisk", "move", "tank", "u.p1.s0", "--to", &free, "--rate", "8M", "--control",
+            &s.control(),
+        ],
+        "subdisk move u.p1.s0",
+    );
+    fio_all(&t, &s, &[("u", size)], false);
+    wait_moved(&dev, "u.p1.s0", &free);
+    fio_all(&t, &s, &[("u", size)], true);
+    for array in ["u", "u.p0", "u.p1"] {
+        ok(
+            &["check", "--volume", array, "--control", &s.control()],
+            &format!("check {array}"),
+        );
+    }
+}
