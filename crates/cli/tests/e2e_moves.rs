@@ -371,9 +371,17 @@ fn a_plex_s_subdisk_moves_while_its_volume_serves() {
     ];
     ok(&args, "volume create u");
     let pool = list_json(&dev);
-    let concat_drive = subdisk(&pool, "u.p1.s0")["drive"].as_str().unwrap().to_string();
+    let concat_drive = subdisk(&pool, "u.p1.s0")["drive"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let used: Vec<String> = (0..3)
-        .map(|s| subdisk(&pool, &format!("u.p0.s{s}"))["drive"].as_str().unwrap().to_string())
+        .map(|s| {
+            subdisk(&pool, &format!("u.p0.s{s}"))["drive"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
         .chain([concat_drive.clone()])
         .collect();
     let free = (0..5)
@@ -385,13 +393,28 @@ fn a_plex_s_subdisk_moves_while_its_volume_serves() {
     fio_all(&t, &s, &[("u", size)], false);
     refused(
         &[
-            "subdisk", "move", "tank", "u.p1.s0", "--to", &used[0], "--control", &s.control(),
+            "subdisk",
+            "move",
+            "tank",
+            "u.p1.s0",
+            "--to",
+            &used[0],
+            "--control",
+            &s.control(),
         ],
         "plex u.p0 of its volume",
     );
     ok(
         &[
-            "subdisk", "move", "tank", "u.p1.s0", "--to", &free, "--rate", "8M", "--control",
+            "subdisk",
+            "move",
+            "tank",
+            "u.p1.s0",
+            "--to",
+            &free,
+            "--rate",
+            "8M",
+            "--control",
             &s.control(),
         ],
         "subdisk move u.p1.s0",

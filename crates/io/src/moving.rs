@@ -22,13 +22,18 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use crate::error::MemberError;
 use crate::member::Member;
 
-/// The ranges in use: the one the copy holds, and the writes in flight
-/// (as many as the member's queue lets in, a bounded few).
+/// The ranges in use: those the copy holds (one being read, one being
+/// written: [`COPY_HOLDS_MAX`]), and the writes in flight (as many as the
+/// member's queue lets in, a bounded few).
 #[derive(Default)]
 struct Ranges {
-    copying: Option<(u64, u64)>,
+    copying: Vec<(u64, u64)>,
     writing: Vec<(u64, u64)>,
 }
+
+/// Ranges the copy holds at once: it reads the next while it writes the
+/// last, so that a drive's latency is paid once a chunk, not twice.
+pub const COPY_HOLDS_MAX: usize = 2;
 
 fn overlap(a: (u64, u64), b: (u64, u64)) -> bool {
     a.0 < b.1 && b.0 < a.1
@@ -137,14 +142,21 @@ impl MovingMember {
     /// the new. Err: the old place's read failed. A failed write to the
     /// new place gives the move up (Ok, and [`Self::given_up`] says so).
     pub fn copy(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), MemberError> {
-        let _held = self.hold(offset_bytes, buf.len() as u64);
-        self.copy_from.read_at(offset_bytes, buf)?;
-        if !self.given_up.load(Ordering::Acquire) {
-            if let Err(e) = self.copy_to.write_at(offset_bytes, buf) {
-                self.give_up(&e);
-            }
-        }
+        self.read_held(offset_bytes, buf)?.write(buf);
         Ok(())
+    }
+
+    /// The first half of a copy: the range held and read from the old
+    /// place; [`CopyHold::write`] (on another thread, say, while the next
+    /// range is read) writes it to the new place and lets it go.
+    pub fn read_held(
+        &self,
+        offset_bytes: u64,
+        buf: &mut [u8],
+    ) -> Result<CopyHold<'_>, MemberError> {
+        let held = self.hold(offset_bytes, buf.len() as u64);
+        self.copy_from.read_at(offset_bytes, buf)?;
+        Ok(held)
     }
 
     /// Compares a range already copied (below a checkpoint a crash may
@@ -192,12 +204,19 @@ impl MovingMember {
     fn hold(&self, offset: u64, len: u64) -> CopyHold<'_> {
         let range = (offset, offset.saturating_add(len));
         let mut r = self.lock();
-        assert!(r.copying.is_none(), "one copy at a time");
-        r.copying = Some(range);
+        assert!(
+            r.copying.len() < COPY_HOLDS_MAX,
+            "the copy holds two ranges at most"
+        );
+        assert!(
+            r.copying.iter().all(|&c| !overlap(c, range)),
+            "the copy's ranges are apart"
+        );
+        r.copying.push(range);
         while r.writing.iter().any(|&w| overlap(w, range)) {
             r = self.changed.wait(r).unwrap_or_else(|e| e.into_inner());
         }
-        CopyHold { m: self }
+        CopyHold { m: self, range }
     }
 
     /// Runs a write or trim of `len` bytes at `offset`: on the old place,
@@ -214,7 +233,7 @@ impl MovingMember {
         let range = (offset, offset.saturating_add(len));
         {
             let mut r = self.lock();
-            while r.copying.is_some_and(|c| overlap(c, range)) {
+            while r.copying.iter().any(|&c| overlap(c, range)) {
                 r = self.changed.wait(r).unwrap_or_else(|e| e.into_inner());
             }
             r.writing.push(range);
@@ -240,13 +259,40 @@ impl MovingMember {
 }
 
 /// The copy's hold on a range, let go on drop.
-struct CopyHold<'a> {
+pub struct CopyHold<'a> {
     m: &'a MovingMember,
+    range: (u64, u64),
+}
+
+impl CopyHold<'_> {
+    /// Where the range held ends.
+    pub fn end_bytes(&self) -> u64 {
+        self.range.1
+    }
+
+    /// Writes `buf` (the range's bytes, read by
+    /// [`MovingMember::read_held`]) to the new place, then lets the range
+    /// go. A failed write gives the move up.
+    pub fn write(self, buf: &[u8]) {
+        assert_eq!(buf.len() as u64, self.range.1 - self.range.0);
+        if !self.m.given_up.load(Ordering::Acquire) {
+            if let Err(e) = self.m.copy_to.write_at(self.range.0, buf) {
+                self.m.give_up(&e);
+            }
+        }
+    }
 }
 
 impl Drop for CopyHold<'_> {
     fn drop(&mut self) {
-        self.m.lock().copying = None;
+        let mut r = self.m.lock();
+        let at = r
+            .copying
+            .iter()
+            .position(|&c| c == self.range)
+            .expect("held");
+        r.copying.swap_remove(at);
+        drop(r);
         self.m.changed.notify_all();
     }
 }
