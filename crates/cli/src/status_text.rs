@@ -207,6 +207,18 @@ fn work(s: &mut String, v: &Value) {
         );
     }
     recording(s, &v["recording"]);
+    for m in v["moves"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            s,
+            "  Moving:     {} to {} {:.1}% ({}/{}), {}",
+            text(&m["subdisk"]),
+            text(&m["to"]),
+            m["percent"].as_f64().unwrap_or(0.0),
+            format_size(num(&m["copied_bytes"])),
+            format_size(num(&m["total_bytes"])),
+            limit(m)
+        );
+    }
     // Live only: the connections on the volume now.
     if let Some(n) = v["clients"].as_u64() {
         let _ = writeln!(s, "  Clients:    {n} connected");

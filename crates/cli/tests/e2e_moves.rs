@@ -102,6 +102,12 @@ fn a_subdisk_moves_under_fio_and_a_kill_mid_copy_is_taken_up_by_the_next_start()
     let out = ok(&args, "subdisk move r.p0.s1");
     assert!(out.stdout.contains("moving to d4"), "{}", out.stdout);
     refuse(mv("r.p0.s1", "d4"), "moving already");
+    // Its progress, live: status --json and the text form.
+    let st = live(&s, "r");
+    assert_eq!(st["moves"][0]["subdisk"], "r.p0.s1", "{st}");
+    assert_eq!(st["moves"][0]["to"], "d4", "{st}");
+    let text = ok(&["status", "--volume", "r", "--control", &ctl], "status r").stdout;
+    assert!(text.contains("Moving:     r.p0.s1 to d4"), "{text}");
     fio_all(&t, &s, &[("r", vols[0].1)], false);
     let start = std::time::Instant::now();
     let sd = loop {

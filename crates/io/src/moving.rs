@@ -16,7 +16,7 @@
 //! makes the new place the member: the old one is not touched again.
 
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crate::error::MemberError;
@@ -53,6 +53,9 @@ pub struct MovingMember {
     given_up: AtomicBool,
     why: Mutex<Option<String>>,
     switched: AtomicBool,
+    /// The end of the furthest range the copy wrote (or checked), for
+    /// progress.
+    copied_bytes: AtomicU64,
 }
 
 /// What [`MovingMember::check_copy`] found of a range below the copy's
@@ -80,6 +83,7 @@ impl MovingMember {
             given_up: AtomicBool::new(false),
             why: Mutex::new(None),
             switched: AtomicBool::new(false),
+            copied_bytes: AtomicU64::new(0),
         }
     }
 
@@ -118,6 +122,16 @@ impl MovingMember {
     /// The old place.
     pub fn from(&self) -> &Arc<dyn Member> {
         &self.from
+    }
+
+    /// How far the copy has come (the end of the furthest range written
+    /// or compared), for progress; not a checkpoint.
+    pub fn copied_bytes(&self) -> u64 {
+        self.copied_bytes.load(Ordering::Acquire)
+    }
+
+    fn copied_to(&self, end: u64) {
+        self.copied_bytes.fetch_max(end, Ordering::AcqRel);
     }
 
     /// Why the move was given up (the new place's error), if it was.
@@ -179,6 +193,7 @@ impl MovingMember {
             self.give_up(&e);
             return Ok(Checked::Same);
         }
+        self.copied_to(offset_bytes + buf.len() as u64);
         if buf == spare {
             return Ok(Checked::Same);
         }
@@ -280,6 +295,7 @@ impl CopyHold<'_> {
                 self.m.give_up(&e);
             }
         }
+        self.m.copied_to(self.range.1);
     }
 }
 

@@ -878,6 +878,12 @@ fn answer(control: &Control, req: &Value) -> Result<Value, String> {
         let at = managers.iter().position(|x| Arc::ptr_eq(x, m));
         let clients = at.map_or(0, |i| served[i].io.client_count());
         answer["clients"] = json!(clients);
+        if let (Some(pool), Some(name)) = (&control.pool, answer["name"].as_str()) {
+            let moves = pool.moves_json(name);
+            if !moves.is_empty() {
+                answer["moves"] = json!(moves);
+            }
+        }
     }
     Ok(answer)
 }

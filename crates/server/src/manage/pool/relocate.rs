@@ -32,6 +32,9 @@ pub struct PlannedMove {
 pub(crate) struct Mover {
     pub(crate) subdisk: String,
     pub(crate) volume: String,
+    to: String,
+    member: Arc<MovingMember>,
+    rate: u64,
     stop: Arc<AtomicBool>,
     thread: JoinHandle<()>,
 }
@@ -131,14 +134,19 @@ impl PoolServer {
         let (host, volumes) = (Arc::clone(&self.host), Arc::clone(&self.volumes));
         let subdisk = plan.planned.subdisk_name();
         let volume = plan.planned.volume.clone();
+        let to = plan.planned.drive.clone();
         let flag = Arc::clone(&stop);
+        let moving = Arc::clone(&member);
         let thread = std::thread::Builder::new()
             .name("platter-move".into())
-            .spawn(move || run_mover(host.as_ref(), &volumes, &plan, &member, rate, &flag))
+            .spawn(move || run_mover(host.as_ref(), &volumes, &plan, &moving, rate, &flag))
             .expect("spawn a mover thread");
         self.movers.lock().expect("movers").push(Mover {
             subdisk,
             volume,
+            to,
+            member,
+            rate,
             stop,
             thread,
         });
@@ -149,6 +157,29 @@ impl PoolServer {
         movers
             .iter()
             .any(|m| m.subdisk == subdisk && !m.thread.is_finished())
+    }
+
+    /// The moves under way of array `array`'s volume (`v` or `v.p1`), for
+    /// `status`: each subdisk, where it goes, how far its copy came.
+    pub(crate) fn moves_json(&self, array: &str) -> Vec<Value> {
+        let volume = platter_core::pool::split_plex_name(array).map_or(array, |(v, _)| v);
+        let movers = self.movers.lock().expect("movers");
+        movers
+            .iter()
+            .filter(|m| m.volume == volume && !m.thread.is_finished())
+            .map(|m| {
+                let total = m.member.size_bytes();
+                let copied = m.member.copied_bytes();
+                json!({
+                    "subdisk": m.subdisk,
+                    "to": m.to,
+                    "copied_bytes": copied,
+                    "total_bytes": total,
+                    "percent": copied as f64 * 100.0 / total.max(1) as f64,
+                    "rate_limit_bytes_per_sec": (m.rate != crate::UNLIMITED_RATE).then_some(m.rate),
+                })
+            })
+            .collect()
     }
 
     /// Forgets the movers that ended.
