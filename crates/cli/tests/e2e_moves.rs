@@ -435,3 +435,93 @@ fn a_plex_s_subdisk_moves_while_its_volume_serves() {
         );
     }
 }
+
+/// Kills of the pool's server (SIGKILL) at seeded moments of a move: the
+/// record, the copy, a checkpoint, the finish. Each time the next start
+/// takes the move up (or finds it done, or never begun: then it is asked
+/// again) and finishes it; every byte fio wrote before reads back and the
+/// check is clean. The subdisk goes back and forth between two drives.
+/// `PLATTER_MOVE_KILLS` sets how many (CI: 4).
+#[test]
+fn subdisk_moves_killed_at_seeded_moments_keep_every_byte() {
+    let test = "subdisk_moves_killed_at_seeded_moments_keep_every_byte";
+    let Some(t) = tools_with_fio_nbd(test, &["fio"]) else {
+        return;
+    };
+    let kills = env_count("PLATTER_MOVE_KILLS", 4);
+    let dir = temp_dir();
+    let (_d, dev) = pool_of(dir.path(), 4, "48M");
+    let args = [
+        "volume", "create", "tank", "r", "--level", "raid5", "--size", "24M", "--drives",
+        "d0,d1,d2", &dev,
+    ];
+    ok(&args, "volume create r");
+    let size = sizes(&list_json(&dev))[0].1;
+    let s = serve_pool_first(dir.path(), &dev, "r", &[]);
+    fio_all(&t, &s, &[("r", size)], false);
+    drop(s);
+    let mut outcomes = std::collections::BTreeMap::new();
+    for seed in 0..kills {
+        let mut rng = platter_testkit::rng::Rng::new(0x6d0e + seed);
+        let delay = std::time::Duration::from_millis(rng.below(2500));
+        let from = subdisk(&list_json(&dev), "r.p0.s1")["drive"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let to = if from == "d1" { "d3" } else { "d1" };
+        let mut s = serve_pool_first(dir.path(), &dev, "r", &[]);
+        let args = [
+            "subdisk",
+            "move",
+            "tank",
+            "r.p0.s1",
+            "--to",
+            to,
+            "--rate",
+            "8M",
+            "--control",
+            &s.control(),
+        ];
+        ok(&args, "subdisk move");
+        std::thread::sleep(delay);
+        s.crash();
+        let story = format!("seed {seed}: r.p0.s1 from {from} to {to}, killed after {delay:?}");
+        println!("{story}");
+        let sd = subdisk(&list_json(&dev), "r.p0.s1");
+        let left = if sd["drive"] == to {
+            "moved"
+        } else if sd["moving"].is_null() {
+            "not begun"
+        } else {
+            "recorded"
+        };
+        *outcomes.entry(left).or_insert(0) += 1;
+        let s = serve_pool_first(dir.path(), &dev, "r", &[]);
+        if left == "not begun" {
+            let args = [
+                "subdisk",
+                "move",
+                "tank",
+                "r.p0.s1",
+                "--to",
+                to,
+                "--control",
+                &s.control(),
+            ];
+            ok(&args, &format!("{story}: move again"));
+        }
+        wait_moved(&dev, "r.p0.s1", to);
+        wait_rebuilt(&s, "r");
+        ok(
+            &["check", "--volume", "r", "--control", &s.control()],
+            &format!("{story}: check"),
+        );
+        let out = run_ok(
+            &mut fio(&t, &uri(&s, "r"), size, true),
+            CMD_TIMEOUT,
+            &format!("{story}: fio verify"),
+        );
+        assert!(out.stdout.contains("err= 0"), "{story}: {}", out.stdout);
+    }
+    println!("{test}: {kills} kills: {outcomes:?}");
+}
