@@ -399,6 +399,7 @@ pub fn rebuild_at_new_place(
     m: &SubdiskMove,
     member: &MovingMember,
 ) -> Result<()> {
+    still_recorded(open, m)?;
     member.to().write_at(0, &[0u8; LABEL_BYTES])?;
     member.to().flush()?;
     let mut pool = open.pool().clone();
@@ -691,25 +692,43 @@ impl<'a> Flow<'a> {
     }
 }
 
+/// Refused when the pool no longer records move `m` (a heal, a
+/// `replace-drive` or a removal ended it meanwhile): its copy must not
+/// decide where the subdisk is.
+fn still_recorded(open: &OpenPool, m: &SubdiskMove) -> Result<()> {
+    let name = m.subdisk_name();
+    let recorded = open.pool().moves.iter().any(|x| {
+        x.subdisk_name() == name && x.drive == m.drive && x.offset_bytes == m.offset_bytes
+    });
+    if recorded {
+        Ok(())
+    } else {
+        Err(CliError(format!(
+            "the move of {name} to {} is no longer recorded (a heal, a drive replaced or the \
+             volume removed ended it)",
+            m.drive
+        )))
+    }
+}
+
 /// The configuration's checkpoint of `m`, raised to `copied_bytes`.
 pub fn record_copied(open: &mut OpenPool, m: &SubdiskMove, copied_bytes: u64) -> Result<()> {
+    still_recorded(open, m)?;
     let mut pool = open.pool().clone();
     let rec = pool
         .moves
         .iter_mut()
         .find(|x| x.subdisk_name() == m.subdisk_name())
-        .ok_or_else(|| {
-            CliError(format!(
-                "the move of {} is no longer recorded",
-                m.subdisk_name()
-            ))
-        })?;
+        .expect("still recorded");
     rec.copied_bytes = rec.copied_bytes.max(copied_bytes);
     open.write(pool)
 }
 
 /// The new place failed: the move is dropped, the subdisk stays.
 pub fn give_up(open: &mut OpenPool, m: &SubdiskMove, why: &str) -> CliError {
+    if let Err(e) = still_recorded(open, m) {
+        return e;
+    }
     let mut pool = open.pool().clone();
     pool.moves.retain(|x| x.subdisk_name() != m.subdisk_name());
     let dropped = open.write(pool);
@@ -729,6 +748,7 @@ pub fn give_up(open: &mut OpenPool, m: &SubdiskMove, why: &str) -> CliError {
 /// new place; from then on `member` uses only that, and the old place's
 /// label is zeroed.
 pub fn finish_move(open: &mut OpenPool, m: &SubdiskMove, member: &MovingMember) -> Result<Moved> {
+    still_recorded(open, m)?;
     member.from().flush()?;
     member.flush_new_place();
     if let Some(why) = member.given_up() {

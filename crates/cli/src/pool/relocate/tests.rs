@@ -224,3 +224,33 @@ fn a_resumed_move_copies_again_what_differs_below_its_checkpoint() {
     assert_eq!(pool.volume("c").unwrap().plexes[0].subdisks[0].drive, "d4");
     assert!(subdisk_bytes(&disks, &pool, "c.p0.s0") == before);
 }
+
+/// The story this guards: a heal placed a moving subdisk elsewhere while
+/// its copy ran (the old place had failed), dropping the move; the copy,
+/// ending, would then have written the configuration that put the
+/// subdisk at the move's new place, over the heal's. A move the pool no
+/// longer records now finishes, records and gives up nothing.
+#[test]
+fn a_move_the_pool_no_longer_records_changes_nothing_at_its_end() {
+    let disks = disks();
+    pool_on(&disks);
+    let mut o = open(&plain(&disks), &disks);
+    let m = plan_or_resume(&o, "c.p0.s0", Some("d4")).unwrap();
+    record_move(&mut o, &m).unwrap();
+    let member = moving_member(&o, &m).unwrap();
+    let mut pool = o.pool().clone();
+    pool.moves.clear();
+    o.write(pool).unwrap();
+    let generation = o.pool().generation;
+    for e in [
+        finish_move(&mut o, &m, &member).map(|_| ()).unwrap_err(),
+        record_copied(&mut o, &m, MIB).unwrap_err(),
+        rebuild_at_new_place(&mut o, &m, &member).unwrap_err(),
+        give_up(&mut o, &m, "why"),
+    ] {
+        assert!(e.0.contains("no longer recorded"), "{}", e.0);
+    }
+    let pool = gathered(&disks).unwrap().pool;
+    assert_eq!(pool.generation, generation, "nothing written");
+    assert_eq!(pool.volume("c").unwrap().plexes[0].subdisks[0].drive, "d3");
+}

@@ -50,8 +50,13 @@ impl PoolServer {
         if self.moving(&name) {
             return Err(format!("{name} is moving already"));
         }
-        self.begin(vec![plan], rate_of(req))
-            .map(|mut begun| begun.remove(0))
+        let mut begun = self.begin(vec![plan], rate_of(req))?;
+        begun.pop().ok_or_else(|| {
+            format!(
+                "{name} is recorded to move, but its array no longer serves it in service: the \
+                 next start takes the move up"
+            )
+        })
     }
 
     /// `pool-evacuate`: a move of every subdisk on the drive, refused
