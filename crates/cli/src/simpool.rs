@@ -33,6 +33,14 @@ pub struct PoolSimArgs {
     /// idle.
     #[arg(long = "workload", value_name = "VOLUME=WORKLOAD", required = true)]
     workloads: Vec<String>,
+    /// A subdisk move to model beside the loads, SUBDISK=DRIVE[:OFFSET]
+    /// (as `subdisk move --to`; repeat for an evacuation's moves): its
+    /// copy reads the subdisk's extent and writes the new one, 1 MiB at a
+    /// time, each side one I/O in flight, unthrottled (`--rate
+    /// unlimited`); the table gains its read and write sides, and a line
+    /// says how long it takes alone and beside the loads.
+    #[arg(long = "move", value_name = "SUBDISK=DRIVE[:OFFSET]")]
+    moves: Vec<String>,
     /// The seed: the same seed gives the same numbers.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -72,13 +80,87 @@ pub fn run(a: PoolSimArgs) -> Result<()> {
             WorkloadSpec::parse(spec_text).map_err(|e| format!("--workload {w}: {e}"))?;
         runs.push(volume_run(&pool, v, workload, disk_bytes)?);
     }
+    let mut moved = Vec::new();
+    for m in &a.moves {
+        let (read, write, len) = move_runs(&pool, m, disk_bytes)?;
+        moved.push((m.clone(), runs.len(), len));
+        runs.push(read);
+        runs.push(write);
+    }
     let n = pool.drives.len() as u32;
     let drives = || -> Box<dyn platter_sim::members::ServiceModel> {
         Box::new(DiskModel::new(&spec, n, HostModel::default()))
     };
     let results = run_pool(&drives, &runs, a.seed).map_err(CliError)?;
     print(&results, &runs, a.json);
+    for (what, at, len) in moved {
+        let took = |r: &platter_sim::bench::BenchReport| r.elapsed_ns as f64 / 1e9;
+        let (read, write) = (&results[at], &results[at + 1]);
+        let alone = took(&read.alone).max(took(&write.alone));
+        let together = took(&read.together).max(took(&write.together));
+        if a.json {
+            let j = json!({ "move": what, "bytes": len, "alone_s": alone, "together_s": together });
+            outln!("{j}");
+            continue;
+        }
+        outln!(
+            "move {what}: {} copied in {alone:.2} s alone, {together:.2} s beside the loads \
+             (their cost to the volumes: the together columns)",
+            platter_core::units::format_size(len)
+        );
+    }
     Ok(())
+}
+
+/// A move's two sides as runs on the shared drives: a sequential read of
+/// the subdisk's extent and a sequential write of the new one, each a
+/// concat of one window; and the bytes it copies.
+fn move_runs(pool: &Pool, text: &str, disk_bytes: u64) -> Result<(VolumeRun, VolumeRun, u64)> {
+    let (name, to) = text
+        .split_once('=')
+        .ok_or_else(|| CliError(format!("--move {text}: expected SUBDISK=DRIVE[:OFFSET]")))?;
+    let (volume, plex, slot) = crate::pool::relocate::parse_subdisk_name(pool, name)?;
+    let m = crate::pool::relocate::plan_move(pool, &volume, plex, slot, to)
+        .map_err(|e| CliError(format!("--move {text}: {}", e.0)))?;
+    let sd = pool.moving(&m).expect("planned").clone();
+    let to = m.target(sd.len_bytes);
+    let side = |sd: &platter_core::pool::Subdisk, write: bool| -> Result<VolumeRun> {
+        if sd.end_bytes() > disk_bytes {
+            return Err(CliError(format!(
+                "--move {text}: {} ends past the modelled drive's {disk_bytes} bytes",
+                sd.drive
+            )));
+        }
+        let drive = pool
+            .drives
+            .iter()
+            .position(|d| d.name == sd.drive)
+            .expect("checked");
+        let data = sd.len_bytes.saturating_sub(DATA_OFFSET_BYTES) / (1 << 20) * (1 << 20);
+        Ok(VolumeRun {
+            name: format!("{name}>{}", if write { "write" } else { "read" }),
+            geometry: GeometrySpec {
+                level: Level::Concat,
+                parity_layout: platter_core::ParityLayout::DEFAULT,
+                copies: 1,
+                interleave_bytes: 1 << 20,
+                data_offset_bytes: DATA_OFFSET_BYTES,
+                member_data_bytes: vec![data],
+            },
+            windows: vec![Window {
+                drive: drive as u32,
+                offset_bytes: sd.offset_bytes,
+                len_bytes: sd.len_bytes,
+            }],
+            workload: WorkloadSpec::Dd(platter_sim::workload::dd::Dd {
+                write,
+                block_bytes: 1 << 20,
+                queue_depth: 1,
+                total_bytes: data,
+            }),
+        })
+    };
+    Ok((side(&sd, false)?, side(&to, true)?, sd.len_bytes))
 }
 
 /// Volume `v` of `pool` as the simulator runs it: its plex's layout over

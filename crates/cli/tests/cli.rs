@@ -855,7 +855,55 @@ fn sim_pool_says_what_volumes_on_the_same_drives_cost_each_other() {
             "{v}"
         );
     }
+    // A move of one of db's subdisks to free space on its own drive,
+    // beside both loads: slower than alone, and the volumes slower than
+    // without it.
+    let moving = ok(&[
+        "sim",
+        "pool",
+        conf,
+        "--workload",
+        "db=raidtest:p=4,n=300,read=70",
+        "--workload",
+        "bulk=dd:total=32M,qd=2",
+        "--move",
+        "db.p0.s0=d0",
+        "--json",
+    ]);
+    let rows: Vec<serde_json::Value> = moving
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        rows.len(),
+        5,
+        "db, bulk, the move's two sides, its line: {moving}"
+    );
+    let m = &rows[4];
+    assert_eq!(m["move"], "db.p0.s0=d0", "{m}");
+    let (alone, together) = (
+        m["alone_s"].as_f64().unwrap(),
+        m["together_s"].as_f64().unwrap(),
+    );
+    assert!(alone > 0.0 && together > alone, "{m}");
+    let latency = |v: &serde_json::Value| v["together"]["mean_latency_ms"].as_f64().unwrap();
+    assert!(
+        latency(&rows[0]) > latency(&lines[0]),
+        "db slower beside the move: {moving}"
+    );
     let refused = |args: &[&str], says: &str| assert_refused(&platter(args), says);
+    refused(
+        &[
+            "sim",
+            "pool",
+            conf,
+            "--workload",
+            "db=dd",
+            "--move",
+            "db.p0.s0=d1",
+        ],
+        "db.p0.s1 of its plex",
+    );
     refused(
         &["sim", "pool", conf, "--workload", "db"],
         "expected VOLUME=WORKLOAD",
