@@ -722,6 +722,10 @@ impl PoolHost for ServedPool {
         self.rebuild_served_move(m, member).map_err(|e| e.0)
     }
 
+    fn drive_delay(&self, drive: &str) -> Option<Delay> {
+        self.latency.get(drive).cloned()
+    }
+
     fn drive_of_subdisk(&self, m: &platter_core::pool::SubdiskMove) -> Option<String> {
         self.lock().open.pool().moving(m).map(|sd| sd.drive.clone())
     }

@@ -208,7 +208,11 @@ impl Drop for Layer {
 
 impl IoLayer for Layer {
     fn queue(&self, device: Arc<dyn Member>) -> Arc<dyn MemberQueue> {
-        let delay = self.shared.config.delays.get(device.describe()).cloned();
+        self.queue_delayed(device, None)
+    }
+
+    fn queue_delayed(&self, device: Arc<dyn Member>, delay: Option<Delay>) -> Arc<dyn MemberQueue> {
+        let delay = delay.or_else(|| self.shared.config.delays.get(device.describe()).cloned());
         let queue = Arc::new(Queue::new(device, Arc::clone(&self.shared), delay));
         let mut w = self.shared.watch();
         w.queues.retain(|q| q.strong_count() > 0);

@@ -164,6 +164,14 @@ pub trait MemberQueue: Send + Sync {
 pub trait IoLayer: Send + Sync {
     fn queue(&self, device: Arc<dyn Member>) -> Arc<dyn MemberQueue>;
 
+    /// [`IoLayer::queue`] with `delay` injected, whatever the device's
+    /// name (a pool's subdisk at a new place, whose name the layer was not
+    /// given at its start); `None`: as [`IoLayer::queue`].
+    fn queue_delayed(&self, device: Arc<dyn Member>, delay: Option<Delay>) -> Arc<dyn MemberQueue> {
+        let _ = delay;
+        self.queue(device)
+    }
+
     /// What performs the I/O, for `stats` (`io-uring`, `threads`).
     fn backend(&self) -> &'static str {
         "threads"

@@ -343,8 +343,15 @@ impl Engine {
     /// `slot` in place of the device there, holding the same bytes (a
     /// subdisk while it moves, and at its new place once moved), so the
     /// slot's health stays. Returns the device it took the place of.
-    pub fn swap_device(&self, slot: u32, device: Arc<dyn Member>) -> Option<Arc<dyn Member>> {
-        let queue = self.io.queue(Arc::clone(&device));
+    /// `delay`: the latency injected into it, when its name is not one
+    /// the I/O layer was given (`serve --inject`).
+    pub fn swap_device(
+        &self,
+        slot: u32,
+        device: Arc<dyn Member>,
+        delay: Option<platter_io::aio::Delay>,
+    ) -> Option<Arc<dyn Member>> {
+        let queue = self.io.queue_delayed(Arc::clone(&device), delay);
         let mut s = self.lock();
         assert!(s.serving.is_idle(), "a device changes under an idle volume");
         let old = s.members[slot as usize]

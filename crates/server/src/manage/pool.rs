@@ -140,6 +140,8 @@ pub trait PoolHost: Send + Sync {
     fn rebuild_move(&self, m: &SubdiskMove, member: &MovingMember) -> Result<OnDrive, String>;
     /// The drive a subdisk of move `m` is on now.
     fn drive_of_subdisk(&self, m: &SubdiskMove) -> Option<String>;
+    /// The latency `serve --inject` gives drive `drive`, if any.
+    fn drive_delay(&self, drive: &str) -> Option<platter_io::aio::Delay>;
     /// The moves recorded that this start opened over both places, each
     /// once: the server takes them up.
     fn resumable_moves(&self) -> Vec<(PlannedMove, Arc<MovingMember>)>;

@@ -89,8 +89,8 @@ impl PoolServer {
         let mut answers = Vec::new();
         for ((plan, member), served) in plans.into_iter().zip(members).zip(served) {
             let name = plan.planned.subdisk_name();
-            if let Err(e) = take_device(&served, plan.slot, Arc::clone(&member) as Arc<dyn Member>)
-            {
+            let device = Arc::clone(&member) as Arc<dyn Member>;
+            if let Err(e) = take_device(&served, plan.slot, device, None) {
                 // Recorded: the next start takes it up.
                 tracing::warn!(subdisk = %name, error = %e, "a subdisk move waits for the next start");
                 continue;
@@ -261,7 +261,7 @@ fn run_mover(
     if let Some(served) = volumes.named_or_plex(&plan.array) {
         let (device, drive) = device;
         served.manager.note_drive(device.describe(), &drive);
-        if let Err(e) = take_device(&served, plan.slot, device) {
+        if let Err(e) = take_device(&served, plan.slot, device, host.drive_delay(&drive)) {
             tracing::warn!(subdisk = %name, error = %e, "the moved subdisk stays behind its mover's wrapper until the next start");
         }
     }
@@ -307,13 +307,19 @@ fn rebuild_instead(
 /// Slot `slot` of `served` served by `device` from now on: the engine
 /// paused and idle, no label being written, so that no write lands on
 /// the device it replaces after this.
-fn take_device(served: &Served, slot: u32, device: Arc<dyn Member>) -> Result<(), String> {
+fn take_device(
+    served: &Served,
+    slot: u32,
+    device: Arc<dyn Member>,
+    delay: Option<platter_io::aio::Delay>,
+) -> Result<(), String> {
     let m = &served.manager;
     m.engine.pause();
     m.engine.wait_idle();
     let health = m.engine.health();
     let out = if health.get(slot as usize) == Some(&Health::Online) {
-        m.meta.between_writes(|| m.engine.swap_device(slot, device));
+        m.meta
+            .between_writes(|| m.engine.swap_device(slot, device, delay));
         Ok(())
     } else {
         Err(format!(
