@@ -269,6 +269,25 @@ fn a_drive_under_three_volumes_is_evacuated_while_they_serve() {
 
     let s = serve_pool_first(dir.path(), &dev, "r", &[]);
     wait_emptied(&dev, "d1");
+    // Marked as it is emptied: nothing new goes there.
+    assert_eq!(drive_state(&dev, "d1"), "leaving");
+    refused(
+        &[
+            "volume",
+            "create",
+            "tank",
+            "x",
+            "--level",
+            "concat",
+            "--size",
+            "4M",
+            "--drives",
+            "d1",
+            "--control",
+            &s.control(),
+        ],
+        "drive d1 is being emptied",
+    );
     fio_all(&t, &s, &vols, true);
     for name in ["r", "m", "c"] {
         wait_rebuilt(&s, name);

@@ -301,7 +301,7 @@ fn place_one(
         .iter()
         .filter(|d| !used.contains(d.as_str()))
         .filter_map(|d| pool.drive(d))
-        .filter(|d| d.state != DriveState::Failed)
+        .filter(|d| !matches!(d.state, DriveState::Failed | DriveState::Leaving))
         .map(|d| (d, spares.contains(&d.name)))
         .filter(|&(d, spare)| spare || (room == Room::FreeSpace && d.state == DriveState::Up))
         .map(|(d, spare)| {

@@ -698,8 +698,9 @@ impl PoolHost for ServedPool {
     fn begin_moves(
         &self,
         moves: &[platter_core::pool::SubdiskMove],
+        leaving: Option<&str>,
     ) -> std::result::Result<Vec<Arc<platter_io::moving::MovingMember>>, String> {
-        self.begin_served_moves(moves).map_err(|e| e.0)
+        self.begin_served_moves(moves, leaving).map_err(|e| e.0)
     }
 
     fn run_move(

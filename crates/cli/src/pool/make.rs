@@ -716,6 +716,11 @@ fn allowed_drives(open: &OpenPool, named: &[String]) -> Result<Vec<String>> {
                      replace-drive` puts a new device in its place"
                 )))
             }
+            DriveState::Leaving => {
+                return Err(CliError(format!(
+                    "drive {n} is being emptied (`pool evacuate`): nothing new is placed on it"
+                )))
+            }
         }
     }
     Ok(named.to_vec())

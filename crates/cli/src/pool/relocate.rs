@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use platter_core::label::LABEL_BYTES;
 use platter_core::pool::alloc::{free_extents, ALIGN_BYTES};
-use platter_core::pool::{move_shares_a_drive, Pool, PoolVolume, Subdisk, SubdiskMove};
+use platter_core::pool::{move_shares_a_drive, DriveState, Pool, PoolVolume, Subdisk, SubdiskMove};
 use platter_io::moving::{Checked, CopyHold, MovingMember};
 use platter_io::Member;
 use serde_json::{json, Value};
@@ -263,9 +263,7 @@ pub fn evacuate(args: EvacuateArgs) -> Result<()> {
     }
     let mut open = open_pool(Some(&args.pool), &args.devices.devices, writable())?;
     let moves = plan_evacuation(&open, &args.drive)?;
-    if !moves.is_empty() {
-        record_moves(&mut open, &moves)?;
-    }
+    record_moves(&mut open, &moves, Some(&args.drive))?;
     // With any a crash left recorded before.
     let pool = open.pool().clone();
     let off: Vec<SubdiskMove> = pool
@@ -350,10 +348,30 @@ fn place_off(
     )))
 }
 
-/// One configuration records every move of `moves`.
-pub fn record_moves(open: &mut OpenPool, moves: &[SubdiskMove]) -> Result<()> {
+/// One configuration records every move of `moves`, and marks drive
+/// `leaving` (an evacuation's, when up) as being emptied: nothing new is
+/// placed on it from then on.
+pub fn record_moves(
+    open: &mut OpenPool,
+    moves: &[SubdiskMove],
+    leaving: Option<&str>,
+) -> Result<()> {
     let mut pool = open.pool().clone();
     pool.moves.extend(moves.iter().cloned());
+    let mut marked = false;
+    if let Some(d) = pool
+        .drives
+        .iter_mut()
+        .find(|d| Some(d.name.as_str()) == leaving)
+    {
+        if d.state == DriveState::Up {
+            d.state = DriveState::Leaving;
+            marked = true;
+        }
+    }
+    if moves.is_empty() && !marked {
+        return Ok(());
+    }
     open.write(pool)
 }
 
@@ -416,9 +434,7 @@ pub fn rebuild_at_new_place(
 
 /// One configuration records move `m` (copied 0).
 pub fn record_move(open: &mut OpenPool, m: &SubdiskMove) -> Result<()> {
-    let mut pool = open.pool().clone();
-    pool.moves.push(m.clone());
-    open.write(pool)
+    record_moves(open, std::slice::from_ref(m), None)
 }
 
 /// The subdisk of `m` over its old place and its new one, as open.

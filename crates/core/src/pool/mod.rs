@@ -116,6 +116,9 @@ pub enum DriveState {
     /// nothing new is placed on it; `pool replace-drive` puts a new
     /// device in its place, up.
     Failed,
+    /// Being emptied (`pool evacuate`): its subdisks move off it and
+    /// nothing new is placed on it; `pool remove-drive` takes it out.
+    Leaving,
 }
 
 impl DriveState {
@@ -125,6 +128,7 @@ impl DriveState {
             DriveState::Up => "up",
             DriveState::Spare => "spare",
             DriveState::Failed => "failed",
+            DriveState::Leaving => "leaving",
         }
     }
 
@@ -133,8 +137,9 @@ impl DriveState {
             "up" => Ok(DriveState::Up),
             "spare" => Ok(DriveState::Spare),
             "failed" => Ok(DriveState::Failed),
+            "leaving" => Ok(DriveState::Leaving),
             _ => Err(format!(
-                "drive state '{word}' is not one of up, spare, failed"
+                "drive state '{word}' is not one of up, spare, failed, leaving"
             )),
         }
     }

@@ -100,7 +100,12 @@ fn a_drive_state_round_trips_and_a_spare_holds_nothing() {
         ..drive("d4", 5, 100 * MIB)
     });
     pool.drives[0].state = DriveState::Failed;
+    pool.drives[3].state = DriveState::Leaving;
     let text = text::render(&pool);
+    assert!(
+        text.contains("device /tmp/pool/d3 state leaving\n"),
+        "{text}"
+    );
     assert!(text.contains("device /tmp/pool/d4 state spare\n"), "{text}");
     assert!(
         text.contains("device /tmp/pool/d0 state failed\n"),
@@ -111,7 +116,7 @@ fn a_drive_state_round_trips_and_a_spare_holds_nothing() {
     let typo = text.replace("state spare", "state spar");
     let e = text::parse(&typo, Strictness::Stored).unwrap_err();
     assert!(
-        e.contains("drive d4") && e.contains("up, spare, failed"),
+        e.contains("drive d4") && e.contains("up, spare, failed, leaving"),
         "{e}"
     );
     pool.volumes[2].plexes[0].subdisks[1].drive = "d4".into();

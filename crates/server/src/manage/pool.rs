@@ -119,9 +119,14 @@ pub trait PoolHost: Send + Sync {
     /// already, as `pool evacuate` does; writes nothing.
     fn plan_evacuation(&self, drive: &str) -> Result<Vec<PlannedMove>, String>;
     /// Records the moves of `moves` not recorded yet, in one
-    /// configuration, and opens each's subdisk over its old place and its
+    /// configuration (with drive `leaving`, an evacuation's, marked as
+    /// being emptied), and opens each's subdisk over its old place and its
     /// new one, for its array to serve.
-    fn begin_moves(&self, moves: &[SubdiskMove]) -> Result<Vec<Arc<MovingMember>>, String>;
+    fn begin_moves(
+        &self,
+        moves: &[SubdiskMove],
+        leaving: Option<&str>,
+    ) -> Result<Vec<Arc<MovingMember>>, String>;
     /// Copies move `m`'s subdisk through `member` (which its array
     /// serves), recording checkpoints, then records the new place and
     /// switches `member` to it. Err when it failed (the move given up, if

@@ -41,6 +41,7 @@ impl ServedPool {
     pub(super) fn begin_served_moves(
         &self,
         moves: &[SubdiskMove],
+        leaving: Option<&str>,
     ) -> Result<Vec<Arc<MovingMember>>> {
         let mut state = self.lock();
         let new: Vec<SubdiskMove> = moves
@@ -48,9 +49,7 @@ impl ServedPool {
             .filter(|m| !state.open.pool().moves.contains(m))
             .cloned()
             .collect();
-        if !new.is_empty() {
-            record_moves(&mut state.open, &new)?;
-        }
+        record_moves(&mut state.open, &new, leaving)?;
         moves
             .iter()
             .map(|m| moving_member_with(&state.open, m, &self.latency))

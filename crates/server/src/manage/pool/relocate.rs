@@ -50,7 +50,7 @@ impl PoolServer {
         if self.moving(&name) {
             return Err(format!("{name} is moving already"));
         }
-        let mut begun = self.begin(vec![plan], rate_of(req))?;
+        let mut begun = self.begin(vec![plan], rate_of(req), None)?;
         begun.pop().ok_or_else(|| {
             format!(
                 "{name} is recorded to move, but its array no longer serves it in service: the \
@@ -73,19 +73,24 @@ impl PoolServer {
                 "drive {drive} has no subdisk to move (none, or every one moving already)"
             ));
         }
-        let moves = self.begin(plans, rate_of(req))?;
+        let moves = self.begin(plans, rate_of(req), Some(drive))?;
         Ok(json!({ "moves": moves }))
     }
 
     /// Records `plans` (one configuration), has each array take its
     /// subdisk over both places, and starts a mover for each.
-    fn begin(&self, plans: Vec<PlannedMove>, rate: u64) -> Result<Vec<Value>, String> {
+    fn begin(
+        &self,
+        plans: Vec<PlannedMove>,
+        rate: u64,
+        leaving: Option<&str>,
+    ) -> Result<Vec<Value>, String> {
         let mut served = Vec::new();
         for plan in &plans {
             served.push(self.serving(plan)?);
         }
         let moves: Vec<SubdiskMove> = plans.iter().map(|p| p.planned.clone()).collect();
-        let members = self.host.begin_moves(&moves)?;
+        let members = self.host.begin_moves(&moves, leaving)?;
         let mut answers = Vec::new();
         for ((plan, member), served) in plans.into_iter().zip(members).zip(served) {
             let name = plan.planned.subdisk_name();
