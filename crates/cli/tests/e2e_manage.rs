@@ -312,9 +312,17 @@ fn remove_refuses_an_active_member_and_takes_out_a_failed_one() {
         "{}",
         out.describe(test)
     );
+    // The handle goes once every I/O the engine issued to it has let it
+    // go: a member I/O thread finishing its last one may hold it a moment
+    // longer on a loaded machine (a CI run beside benchmarks saw it open
+    // at the first look). What this guards is a handle kept for good.
+    let start = std::time::Instant::now();
+    while holds_open(s.pid(), &old) && start.elapsed() < std::time::Duration::from_secs(5) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     assert!(
         !holds_open(s.pid(), &old),
-        "{test}: {old} is still open after remove"
+        "{test}: {old} is still open 5 s after remove"
     );
     let st = live_status(&s);
     assert_eq!(st["members"][2]["state"], "removed", "{st}");
