@@ -167,7 +167,10 @@ pub fn plan_move(
     let (drive, offset) = match to.split_once(':') {
         Some((d, o)) => (
             d,
-            Some(platter_core::units::parse_size(o).map_err(CliError)?),
+            Some(
+                platter_core::units::parse_size(o)
+                    .map_err(|e| CliError(format!("--to {to}: the offset: {e}")))?,
+            ),
         ),
         None => (to, None),
     };

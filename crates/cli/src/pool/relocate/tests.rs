@@ -116,6 +116,11 @@ fn a_move_that_would_share_a_drive_or_find_no_room_is_refused_by_name() {
     refused("c.p0.s0", "d4:22M", &["not inside drive"]);
     refused("r.p0.s3", "d4", &["no subdisk r.p0.s3"]);
     refused("r.p0.s1", "d9", &["no drive d9"]);
+    refused(
+        "r.p0.s1",
+        "d4:abc",
+        &["--to d4:abc: the offset", "invalid size"],
+    );
     let mut pool = o.pool().clone();
     pool.drives[4].size_bytes = DRIVE_BYTES;
     let mut full = pool.clone();
