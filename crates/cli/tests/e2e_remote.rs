@@ -866,9 +866,13 @@ fn reads_prefer_the_near_copy_unless_it_is_write_mostly() {
         "{test}: {near} reads on the near copy, {far} on the far one: {}",
         live["read_policy"]
     );
+    // The far copy takes 5 ms; the near one a fraction of a millisecond,
+    // but on a loaded machine (a CI run beside a 20,000-seed soak) it was
+    // measured at 443 us against the far's 3,704: 4 times apart still
+    // says which is far, 10 was the quiet machine's margin.
     let latency = &live["read_policy"]["latency_us"];
     assert!(
-        latency[1].as_u64() > latency[0].as_u64().map(|l| 10 * l),
+        latency[1].as_u64() > latency[0].as_u64().map(|l| 4 * l),
         "{test}: measured latencies {latency}"
     );
     s.stop();
