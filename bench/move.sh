@@ -5,7 +5,8 @@
 # about 513 MiB) and a concat `c` on d3. Each run, clients idle:
 # `subdisk move r.p0.s1 --to d4 --rate unlimited` (timed until `list`
 # shows it moved), then `pool evacuate d4 --rate unlimited` (timed until
-# d4 is empty). The reference, measured in the same run: 1 MiB
+# d4 is empty; then `pool remove-drive d4` and `pool add-drive` it again,
+# up, as a retired drive comes back). The reference, measured in the same run: 1 MiB
 # sequential reads and writes (fio, iodepth 1) of a scratch file on the
 # same filesystem, served by nbdkit's file plugin (with its delay filter at
 # --latency); the slower of the two is "the slower drive's bandwidth", as
@@ -106,6 +107,13 @@ wait_on_drive() {
     die "$1 did not reach $2"
 }
 
+# retire_and_return DRIVE: an evacuated drive (leaving) taken out and
+# added again, up, for the next run to move onto.
+retire_and_return() {
+    "$PLATTER" pool remove-drive tank "$1" --control "$CTL" >/dev/null
+    "$PLATTER" pool add-drive tank --drive "$1=$WORK/pool/$1" --control "$CTL" >/dev/null
+}
+
 # wait_empty DRIVE
 wait_empty() {
     for _ in $(seq 6000); do
@@ -140,6 +148,7 @@ for run in $(seq 1 "$RUNS"); do
     "$PLATTER" pool evacuate tank d4 --rate unlimited --control "$CTL" >/dev/null
     wait_empty d4
     echo "$(now) - $t0" | bc >"$OUT/evac-$run.secs"
+    retire_and_return d4
 
     echo "== run $run/$RUNS: 4k random reads on r, idle and during a move at the default rate"
     job=(--name=clients --ioengine=nbd "--uri=$URI_R" --rw=randread --bs=4k --iodepth=8
@@ -151,6 +160,7 @@ for run in $(seq 1 "$RUNS"); do
     wait_on_drive r.p0.s1 d4
     "$PLATTER" pool evacuate tank d4 --rate unlimited --control "$CTL" >/dev/null
     wait_empty d4
+    retire_and_return d4
 done
 grep -q "panicked" "$OUT/pool.log" && die "the server panicked: see $OUT/pool.log"
 

@@ -268,6 +268,9 @@ impl PoolServer {
         if self.config.read_only {
             return Err(format!("{cmd}: the server is read-only"));
         }
+        // Ended movers let their subdisks' old places (and drives) go: a
+        // drive emptied and taken out is then free to be used again.
+        self.reap_movers();
         let pool = self.host.pool_name();
         if let Some(asked) = req.get("pool").and_then(Value::as_str) {
             if asked != pool {

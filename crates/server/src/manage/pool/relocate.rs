@@ -193,7 +193,7 @@ impl PoolServer {
     }
 
     /// Forgets the movers that ended.
-    fn reap_movers(&self) {
+    pub(super) fn reap_movers(&self) {
         let mut movers = self.movers.lock().expect("movers");
         let (ended, going): (Vec<Mover>, Vec<Mover>) =
             movers.drain(..).partition(|m| m.thread.is_finished());
