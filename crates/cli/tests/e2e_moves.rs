@@ -12,16 +12,10 @@ use serde_json::Value;
 
 /// Subdisk `name` (`v.p0.s1`) as `list --json` shows it.
 fn subdisk(pool: &Value, name: &str) -> Value {
-    let all = pool["volumes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|v| v["plexes"].as_array().unwrap())
-        .flat_map(|p| p["subdisks"].as_array().unwrap());
-    all.clone()
+    all_subdisks(pool)
+        .into_iter()
         .find(|s| s["name"] == name)
         .unwrap_or_else(|| panic!("no subdisk {name}: {pool}"))
-        .clone()
 }
 
 /// Waits (2 minutes at most) until subdisk `name` lies on `drive` with no
@@ -57,16 +51,13 @@ fn a_subdisk_moves_under_fio_and_a_kill_mid_copy_is_taken_up_by_the_next_start()
     };
     let dir = temp_dir();
     let (_d, dev) = pool_of(dir.path(), 5, "64M");
-    for (name, level, size, drives) in [
-        ("r", "raid5", "40M", "d0,d1,d2"),
-        ("c", "concat", "16M", "d3"),
-    ] {
-        let args = [
-            "volume", "create", "tank", name, "--level", level, "--size", size, "--drives", drives,
-            &dev,
-        ];
-        ok(&args, &format!("volume create {name}"));
-    }
+    create_volumes(
+        &dev,
+        &[
+            ("r", "raid5", "40M", "d0,d1,d2"),
+            ("c", "concat", "16M", "d3"),
+        ],
+    );
     let volumes = sizes(&list_json(&dev));
     let vols: Vec<(&str, u64)> = volumes.iter().map(|(n, s)| (n.as_str(), *s)).collect();
     let mut s = serve_pool_first(dir.path(), &dev, "r", &[]);
@@ -163,12 +154,8 @@ fn wait_emptied(dev: &str, drive: &str) {
     let start = std::time::Instant::now();
     loop {
         let pool = list_json(dev);
-        let on_it = pool["volumes"]
-            .as_array()
-            .unwrap()
+        let on_it = all_subdisks(&pool)
             .iter()
-            .flat_map(|v| v["plexes"].as_array().unwrap())
-            .flat_map(|p| p["subdisks"].as_array().unwrap())
             .any(|s| s["drive"] == drive || !s["moving"].is_null());
         if !on_it {
             return;
@@ -196,17 +183,14 @@ fn a_drive_under_three_volumes_is_evacuated_while_they_serve() {
     };
     let dir = temp_dir();
     let (_d, dev) = pool_of(dir.path(), 5, "64M");
-    for (name, level, size, drives) in [
-        ("r", "raid5", "40M", "d0,d1,d2"),
-        ("m", "mirror", "12M", "d1,d3"),
-        ("c", "concat", "8M", "d1"),
-    ] {
-        let args = [
-            "volume", "create", "tank", name, "--level", level, "--size", size, "--drives", drives,
-            &dev,
-        ];
-        ok(&args, &format!("volume create {name}"));
-    }
+    create_volumes(
+        &dev,
+        &[
+            ("r", "raid5", "40M", "d0,d1,d2"),
+            ("m", "mirror", "12M", "d1,d3"),
+            ("c", "concat", "8M", "d1"),
+        ],
+    );
     let volumes = sizes(&list_json(&dev));
     let vols: Vec<(&str, u64)> = volumes.iter().map(|(n, s)| (n.as_str(), *s)).collect();
     let mut s = serve_pool_first(dir.path(), &dev, "r", &[]);
@@ -327,16 +311,13 @@ fn a_move_whose_old_place_fails_a_read_is_rebuilt_at_its_new_place() {
     };
     let dir = temp_dir();
     let (d, dev) = pool_of(dir.path(), 5, "64M");
-    for (name, level, size, drives) in [
-        ("r", "raid5", "40M", "d0,d1,d2"),
-        ("c", "concat", "8M", "d1"),
-    ] {
-        let args = [
-            "volume", "create", "tank", name, "--level", level, "--size", size, "--drives", drives,
-            &dev,
-        ];
-        ok(&args, &format!("volume create {name}"));
-    }
+    create_volumes(
+        &dev,
+        &[
+            ("r", "raid5", "40M", "d0,d1,d2"),
+            ("c", "concat", "8M", "d1"),
+        ],
+    );
     let pool = list_json(&dev);
     let at = |name: &str| subdisk(&pool, name)["offset_bytes"].as_u64().unwrap() + 512 * KIB;
     let bad = format!(

@@ -1256,17 +1256,14 @@ fn a_drive_replaced_while_the_pool_is_served_rebuilds_every_volume_on_it() {
     };
     let dir = temp_dir();
     let (d, dev) = pool_of(dir.path(), DRIVES, "64M");
-    for (name, level, size, only) in [
-        ("db", "raid10", "16M", "d0,d1,d2,d3"),
-        ("bulk", "raid5", "24M", "d0,d1,d2,d3"),
-        ("scratch", "concat", "4M", "d3"),
-    ] {
-        let args = [
-            "volume", "create", "tank", name, "--level", level, "--size", size, "--drives", only,
-            &dev,
-        ];
-        ok(&args, &format!("volume create {name}"));
-    }
+    create_volumes(
+        &dev,
+        &[
+            ("db", "raid10", "16M", "d0,d1,d2,d3"),
+            ("bulk", "raid5", "24M", "d0,d1,d2,d3"),
+            ("scratch", "concat", "4M", "d3"),
+        ],
+    );
     let volumes = sizes(&list_json(&dev));
     let v: Vec<(&str, u64)> = volumes.iter().map(|(n, b)| (n.as_str(), *b)).collect();
     let mut s = serve_pool_with(dir.path(), &dev, &["--rebuild-rate", "2M"]);
@@ -1955,16 +1952,13 @@ fn a_boxed_in_raid5_grows_onto_new_subdisks_by_a_reshape_while_served() {
     };
     let dir = temp_dir();
     let (_, dev) = pool_of(dir.path(), 7, "64M");
-    for (name, level, size, on) in [
-        ("r", "raid5", "24M", "d0,d1,d2"),
-        ("block", "concat", "8M", "d0"),
-    ] {
-        let args = [
-            "volume", "create", "tank", name, "--level", level, "--size", size, "--drives", on,
-            &dev,
-        ];
-        ok(&args, &format!("volume create {name}"));
-    }
+    create_volumes(
+        &dev,
+        &[
+            ("r", "raid5", "24M", "d0,d1,d2"),
+            ("block", "concat", "8M", "d0"),
+        ],
+    );
     let written = sizes(&list_json(&dev))[0].1;
     let mut s = serve_pool_first(dir.path(), &dev, "r", &["--rebuild-rate", "4M"]);
     fio_all(&t, &s, &[("r", written)], false);

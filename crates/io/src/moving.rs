@@ -214,6 +214,25 @@ impl MovingMember {
         }
     }
 
+    /// `op` where the member lies: the new place alone once switched;
+    /// else the old place (its error the member's), then the new one
+    /// unless the move was given up (its error gives the move up).
+    fn on_places(
+        &self,
+        op: impl Fn(&dyn Member) -> Result<(), MemberError>,
+    ) -> Result<(), MemberError> {
+        if self.switched.load(Ordering::Acquire) {
+            return op(self.to.as_ref());
+        }
+        op(self.from.as_ref())?;
+        if !self.given_up.load(Ordering::Acquire) {
+            if let Err(e) = op(self.to.as_ref()) {
+                self.give_up(&e);
+            }
+        }
+        Ok(())
+    }
+
     /// Holds `len` bytes at `offset` for the copy: waits for the writes
     /// in flight over them; new ones wait until the guard drops.
     fn hold(&self, offset: u64, len: u64) -> CopyHold<'_> {
@@ -253,13 +272,7 @@ impl MovingMember {
             }
             r.writing.push(range);
         }
-        let out = op(self.from.as_ref()).map(|()| {
-            if !self.given_up.load(Ordering::Acquire) {
-                if let Err(e) = op(self.to.as_ref()) {
-                    self.give_up(&e);
-                }
-            }
-        });
+        let out = self.on_places(op);
         let mut r = self.lock();
         let at = r
             .writing
@@ -356,16 +369,7 @@ impl Member for MovingMember {
     }
 
     fn flush(&self) -> Result<(), MemberError> {
-        if self.switched.load(Ordering::Acquire) {
-            return self.to.flush();
-        }
-        self.from.flush()?;
-        if !self.given_up.load(Ordering::Acquire) {
-            if let Err(e) = self.to.flush() {
-                self.give_up(&e);
-            }
-        }
-        Ok(())
+        self.on_places(|m| m.flush())
     }
 
     fn trim(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), MemberError> {
@@ -373,29 +377,11 @@ impl Member for MovingMember {
     }
 
     fn check_size(&self) -> Result<(), MemberError> {
-        if self.switched.load(Ordering::Acquire) {
-            return self.to.check_size();
-        }
-        self.from.check_size()?;
-        if !self.given_up.load(Ordering::Acquire) {
-            if let Err(e) = self.to.check_size() {
-                self.give_up(&e);
-            }
-        }
-        Ok(())
+        self.on_places(|m| m.check_size())
     }
 
     fn reserve(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), MemberError> {
-        if self.switched.load(Ordering::Acquire) {
-            return self.to.reserve(offset_bytes, len_bytes);
-        }
-        self.from.reserve(offset_bytes, len_bytes)?;
-        if !self.given_up.load(Ordering::Acquire) {
-            if let Err(e) = self.to.reserve(offset_bytes, len_bytes) {
-                self.give_up(&e);
-            }
-        }
-        Ok(())
+        self.on_places(|m| m.reserve(offset_bytes, len_bytes))
     }
 
     fn connection_lost(&self) -> bool {

@@ -49,7 +49,15 @@ pub struct SubdiskMoveArgs {
     /// move a crash or a stop cut short.
     #[arg(long, value_name = "DRIVE[:OFFSET]")]
     to: Option<String>,
-    /// The most bytes a second the copy moves (as `serve --rebuild-rate`;
+    #[command(flatten)]
+    copy: CopyArgs,
+}
+
+/// How a move's copy runs, and where: what `subdisk move` and `pool
+/// evacuate` share.
+#[derive(Args)]
+pub struct CopyArgs {
+    /// The most bytes a second each copy moves (as `serve --rebuild-rate`;
     /// unlimited: no limit), so that clients keep a share of the drives.
     #[arg(long, default_value = platter_server::defaults::REBUILD_RATE,
           value_parser = crate::control::parse_rebuild_rate)]
@@ -61,21 +69,21 @@ pub struct SubdiskMoveArgs {
 }
 
 pub fn subdisk_move(args: SubdiskMoveArgs) -> Result<()> {
-    if let Some(control) = &args.control.control {
+    if let Some(control) = &args.copy.control.control {
         let req = json!({
             "cmd": "subdisk-move",
             "pool": args.pool,
             "subdisk": args.subdisk,
             "to": args.to,
-            "rate": args.rate,
+            "rate": args.copy.rate,
         });
         let done = crate::control::ask(control, req)?;
         say_begun(&args.subdisk, &done);
         return Ok(());
     }
-    let mut open = open_pool(Some(&args.pool), &args.devices.devices, writable())?;
+    let mut open = open_pool(Some(&args.pool), &args.copy.devices.devices, writable())?;
     let m = plan_or_resume(&open, &args.subdisk, args.to.as_deref())?;
-    let moved = move_in(&mut open, m, args.rate, &AtomicBool::new(false))?;
+    let moved = move_in(&mut open, m, args.copy.rate, &AtomicBool::new(false))?;
     outln!(
         "{}: on {} at {} now (was on {} at {}; generation {})",
         args.subdisk,
@@ -229,23 +237,17 @@ pub struct EvacuateArgs {
     /// The drive to empty (its name in the pool: d1).
     #[arg(value_name = "DRIVE")]
     drive: String,
-    /// The most bytes a second each copy moves (as `subdisk move --rate`).
-    #[arg(long, default_value = platter_server::defaults::REBUILD_RATE,
-          value_parser = crate::control::parse_rebuild_rate)]
-    rate: u64,
     #[command(flatten)]
-    devices: DeviceArgs,
-    #[command(flatten)]
-    control: ControlArgs,
+    copy: CopyArgs,
 }
 
 pub fn evacuate(args: EvacuateArgs) -> Result<()> {
-    if let Some(control) = &args.control.control {
+    if let Some(control) = &args.copy.control.control {
         let req = json!({
             "cmd": "pool-evacuate",
             "pool": args.pool,
             "drive": args.drive,
-            "rate": args.rate,
+            "rate": args.copy.rate,
         });
         let done = crate::control::ask(control, req)?;
         for m in done["moves"].as_array().into_iter().flatten() {
@@ -253,7 +255,7 @@ pub fn evacuate(args: EvacuateArgs) -> Result<()> {
         }
         return Ok(());
     }
-    let mut open = open_pool(Some(&args.pool), &args.devices.devices, writable())?;
+    let mut open = open_pool(Some(&args.pool), &args.copy.devices.devices, writable())?;
     let moves = plan_evacuation(&open, &args.drive)?;
     record_moves(&mut open, &moves, Some(&args.drive))?;
     // With any a crash left recorded before.
@@ -266,7 +268,7 @@ pub fn evacuate(args: EvacuateArgs) -> Result<()> {
         .collect();
     for m in off {
         let name = m.subdisk_name();
-        let moved = move_in(&mut open, m, args.rate, &AtomicBool::new(false))?;
+        let moved = move_in(&mut open, m, args.copy.rate, &AtomicBool::new(false))?;
         outln!(
             "{name}: on {} at {} now",
             moved.to.drive,

@@ -246,3 +246,28 @@ pub fn subdisk_drives_of(dev: &str, name: &str, p: usize) -> Vec<String> {
         .map(|sd| sd["drive"].as_str().unwrap().to_string())
         .collect()
 }
+
+/// Offline, on pool `tank` at `dev`: a volume for each (name, level,
+/// size, drives), its subdisks on the drives named (`--drives`).
+pub fn create_volumes(dev: &str, volumes: &[(&str, &str, &str, &str)]) {
+    for (name, level, size, drives) in volumes {
+        let args = [
+            "volume", "create", "tank", name, "--level", level, "--size", size, "--drives", drives,
+            dev,
+        ];
+        ok(&args, &format!("volume create {name}"));
+    }
+}
+
+/// Every subdisk `list --json` shows of a pool, across its volumes and
+/// plexes.
+pub fn all_subdisks(pool: &Value) -> Vec<Value> {
+    pool["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|v| v["plexes"].as_array().unwrap())
+        .flat_map(|p| p["subdisks"].as_array().unwrap())
+        .cloned()
+        .collect()
+}

@@ -2,6 +2,7 @@ use std::sync::Arc;
 
 use platter_core::pool::{DriveState, Pool};
 use platter_core::Level;
+use platter_io::error::{MemberError, MemberErrorKind, Op};
 use platter_io::memory::MemoryMember;
 use platter_io::Member;
 
@@ -258,4 +259,70 @@ fn a_move_the_pool_no_longer_records_changes_nothing_at_its_end() {
     let pool = gathered(&disks).unwrap().pool;
     assert_eq!(pool.generation, generation, "nothing written");
     assert_eq!(pool.volume("c").unwrap().plexes[0].subdisks[0].drive, "d3");
+}
+
+/// A drive whose writes past `from_bytes` fail (full, or failing there);
+/// its pool area, before them, still takes the configuration.
+struct FullPast {
+    inner: Arc<MemoryMember>,
+    from_bytes: u64,
+}
+
+impl Member for FullPast {
+    fn describe(&self) -> &str {
+        self.inner.describe()
+    }
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn read_at(&self, offset_bytes: u64, buf: &mut [u8]) -> std::result::Result<(), MemberError> {
+        self.inner.read_at(offset_bytes, buf)
+    }
+    fn write_at(&self, offset_bytes: u64, data: &[u8]) -> std::result::Result<(), MemberError> {
+        if offset_bytes + data.len() as u64 > self.from_bytes {
+            return Err(MemberError::new(
+                MemberErrorKind::NoSpace,
+                "full",
+                Op::Write,
+                offset_bytes,
+                data.len() as u64,
+            ));
+        }
+        self.inner.write_at(offset_bytes, data)
+    }
+    fn flush(&self) -> std::result::Result<(), MemberError> {
+        Ok(())
+    }
+    fn trim(&self, offset_bytes: u64, len_bytes: u64) -> std::result::Result<(), MemberError> {
+        self.inner.trim(offset_bytes, len_bytes)
+    }
+}
+
+/// The new place fills up (or fails) half way through the copy: the
+/// move is given up, named with the drive's error, the configuration
+/// drops it, and the subdisk stays where it was with every byte.
+#[test]
+fn a_new_place_that_fills_up_gives_the_move_up_and_keeps_the_subdisk() {
+    let disks = disks();
+    pool_on(&disks);
+    let before = subdisk_bytes(&disks, &gathered(&disks).unwrap().pool, "c.p0.s0");
+    let mut drives = plain(&disks);
+    drives[4] = Arc::new(FullPast {
+        inner: Arc::clone(&disks[4]),
+        from_bytes: 3 * MIB,
+    });
+    let mut o = open(&drives, &disks);
+    let m = plan_or_resume(&o, "c.p0.s0", Some("d4")).unwrap();
+    let e = move_in(&mut o, m, UNLIMITED, &AtomicBool::new(false))
+        .map(|_| ())
+        .unwrap_err();
+    assert!(
+        e.0.contains("was given up") && e.0.contains("no space left"),
+        "{}",
+        e.0
+    );
+    let pool = gathered(&disks).unwrap().pool;
+    assert!(pool.moves.is_empty(), "the move is dropped");
+    assert_eq!(pool.volume("c").unwrap().plexes[0].subdisks[0].drive, "d3");
+    assert!(subdisk_bytes(&disks, &pool, "c.p0.s0") == before);
 }

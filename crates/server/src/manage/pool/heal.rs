@@ -204,10 +204,17 @@ impl PoolServer {
 /// it has some, and its members in use hold all of its data (a member
 /// rebuilding holds nothing above its cursor).
 pub(super) fn rebuilds_inside(m: &Manager) -> bool {
+    rebuilds_without(m, None)
+}
+
+/// [`rebuilds_inside`], with member `lost` counted out as well (one
+/// still in use whose device fails: a moving subdisk's old place).
+pub(super) fn rebuilds_without(m: &Manager, lost: Option<u32>) -> bool {
     let health = m.engine.health();
     m.engine.with_volume(|v| {
         let g = v.geometry();
-        g.redundancy() > 0 && g.serves_all(|s| health[s as usize] == Health::Online)
+        g.redundancy() > 0
+            && g.serves_all(|s| Some(s) != lost && health[s as usize] == Health::Online)
     })
 }
 

@@ -287,13 +287,7 @@ fn rebuild_instead(
         return;
     };
     let m = &served.manager;
-    let health = m.engine.health();
-    let covered = m.engine.with_volume(|v| {
-        let g = v.geometry();
-        g.redundancy() > 0
-            && g.serves_all(|s| s != plan.slot && health[s as usize] == Health::Online)
-    });
-    if !covered {
+    if !super::heal::rebuilds_without(m, Some(plan.slot)) {
         tracing::error!(subdisk = %name, error = %why, "subdisk move stopped: its old place failed a read and its plex has nothing to rebuild it from; it stays where it is, the move recorded");
         return;
     }
