@@ -60,6 +60,10 @@ enum Command {
     /// A pool's subdisks: `subdisk move POOL V.pN.sM --to DRIVE`.
     #[command(subcommand)]
     Subdisk(pool::SubdiskCommand),
+    /// A volume's plexes: `plex detach POOL VOLUME PLEX [--as NAME]`
+    /// splits a mirror of plexes, `plex attach` joins the plex back.
+    #[command(subcommand)]
+    Plex(pool::PlexCommand),
     /// List pools found on devices: drives, volumes, plexes and subdisks,
     /// with states and sizes (vinum's list, LVM's lvs). Reads only.
     List(pool::ListArgs),
@@ -243,6 +247,7 @@ fn main() -> ExitCode {
         Command::Pool(c) => pool::run_pool(c),
         Command::Volume(c) => pool::run_volume(c),
         Command::Subdisk(c) => pool::run_subdisk(c),
+        Command::Plex(c) => pool::run_plex(c),
         Command::List(a) => pool::list(a),
         Command::Printconfig(a) => pool::printconfig(a),
         Command::Status(args) => return exit(status::run(args), error_code),
@@ -311,6 +316,7 @@ fn on_closed(command: &Command) -> out::OnClosed {
         | Command::Pool(_)
         | Command::Volume(_)
         | Command::Subdisk(_)
+        | Command::Plex(_)
         | Command::Reshape(_)
         | Command::Serve(_)
         | Command::Wipe(_) => Finish,

@@ -511,6 +511,16 @@ fn pool_volumes(
             }
         }
     }
+    // A detached plex served as a volume of its own (`plex detach --as`).
+    for name in pool.detached.iter().filter_map(|d| d.as_volume.as_deref()) {
+        let maps = (&mut member_drives, &mut member_delays);
+        match host.start_of_detached(name, (args.read_only, true), maps) {
+            Ok(start) => volumes.push(start),
+            Err(e) => {
+                tracing::warn!(volume = %name, error = %e.0, "detached plex not served");
+            }
+        }
+    }
     Ok((volumes, member_delays, member_drives))
 }
 

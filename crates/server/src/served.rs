@@ -34,6 +34,13 @@ impl Served {
         self.plexes.read().expect("plexes lock").clone()
     }
 
+    /// Plex `name` taken out (detached).
+    pub fn take_plex(&self, name: &str) -> Option<Arc<Served>> {
+        let mut plexes = self.plexes.write().expect("plexes lock");
+        let at = plexes.iter().position(|p| p.name() == name)?;
+        Some(plexes.remove(at))
+    }
+
     /// Plex `new` in the place of the one of its name (added when none
     /// is served: a plex that could not start); returns the one it took
     /// the place of.

@@ -132,6 +132,13 @@ pub struct ServeConfig {
 }
 
 impl ServeConfig {
+    /// This configuration, read-only also when `read_only`.
+    pub fn or_read_only(&self, read_only: bool) -> ServeConfig {
+        let mut config = self.clone();
+        config.read_only |= read_only;
+        config
+    }
+
     /// How members that join while serving are opened (spares, replacements,
     /// returning members); the command line opens those it starts with.
     pub fn member_open_options(&self) -> OpenOptions {
@@ -260,6 +267,8 @@ pub(crate) struct Starting {
     resync_regions: u64,
     /// A volume of several plexes: each plex's array, served under it.
     plexes: Vec<Arc<crate::served::Served>>,
+    /// Kept read-only though the server is not (`PoolStart::Plexes`).
+    read_only: bool,
 }
 
 /// A members' list and the spares a volume starts with.
@@ -279,6 +288,10 @@ pub enum PoolStart {
     Plexes {
         plexes: Vec<(String, OpenVolume, Members)>,
         assemble: AssemblePlexes,
+        /// Served read-only whatever the server's setting (a detached
+        /// plex served as a volume of its own: its labels and data stay
+        /// as they were at the split).
+        read_only: bool,
     },
 }
 
@@ -379,7 +392,11 @@ fn start_volumes(
     for start in volumes {
         starting.push(match start {
             PoolStart::Array(volume, spares) => start_volume(*volume, spares, config)?,
-            PoolStart::Plexes { plexes, assemble } => start_plexes(plexes, assemble, config)?,
+            PoolStart::Plexes {
+                plexes,
+                assemble,
+                read_only,
+            } => start_plexes(plexes, assemble, &config.or_read_only(read_only))?,
         });
     }
     check_export_names(&starting)?;
@@ -436,6 +453,7 @@ pub(crate) fn start_volume(
         engine,
         resync_regions,
         plexes: Vec::new(),
+        read_only: config.read_only,
     })
 }
 
@@ -468,7 +486,9 @@ pub(crate) fn keep_volume(
         engine,
         resync_regions,
         plexes,
+        read_only,
     } = s;
+    let config = &config.or_read_only(read_only);
     crate::manage::leftout::log_at_start(
         &opened.left_out,
         opened.assembly.label.event_counter,
@@ -510,13 +530,17 @@ pub(crate) fn keep_volume(
         .name("platter-upkeep".into())
         .spawn(move || upkeep::run(e, m, u))
         .map_err(io_err("cannot start the upkeep thread"))?;
-    Ok(Arc::new(crate::served::Served {
+    let served = Arc::new(crate::served::Served {
         io: Arc::new(io),
         manager,
         alerts,
         upkeep_thread: Mutex::new(Some(upkeep_thread)),
         plexes: std::sync::RwLock::new(plexes),
-    }))
+    });
+    if !config.read_only {
+        crate::manage::pool::split::rejoin_at_start(&served);
+    }
+    Ok(served)
 }
 
 /// What the banner says: the first export, and the others after it.

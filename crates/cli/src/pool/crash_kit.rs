@@ -120,6 +120,7 @@ pub fn empty_pool(drives: u8, drive_bytes: u64) -> Pool {
             .collect(),
         volumes: Vec::new(),
         moves: Vec::new(),
+        detached: Vec::new(),
     }
 }
 

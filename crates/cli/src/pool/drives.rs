@@ -463,6 +463,7 @@ mod tests {
             drives,
             volumes,
             moves: Vec::new(),
+            detached: Vec::new(),
         }
     }
 

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use platter_core::label::Label;
-use platter_core::pool::DriveState;
 use platter_core::pool::PoolVolume;
+use platter_core::pool::{DetachedPlex, DriveState};
 use platter_io::aio::Delay;
 use platter_io::assembly::assemble_devices;
 use platter_io::assembly::OpenVolume;
@@ -27,6 +27,7 @@ use super::make::{
 use crate::error::{CliError, Result};
 
 mod moves;
+mod split;
 
 type Members = Vec<Arc<dyn Member>>;
 
@@ -128,11 +129,16 @@ impl ServedPool {
     }
 
     /// A volume of several plexes: each plex's subdisks on the drives
-    /// present, labelled and blank apart.
-    pub fn open_plexes(&self, v: &PoolVolume, read_only: bool) -> Result<Vec<(Members, Members)>> {
+    /// present, labelled and blank apart, for each plex `which` names.
+    pub fn open_plexes(
+        &self,
+        v: &PoolVolume,
+        read_only: bool,
+        which: &[usize],
+    ) -> Result<Vec<(Members, Members)>> {
         let mut state = self.lock();
         let mut out = Vec::new();
-        for p in 0..v.plexes.len() {
+        for &p in which {
             let windows = super::drives::plex_windows(state.open.pool(), v, p, &state.open.drives)?;
             // Kept by slot when every subdisk is there: an extend widens them.
             if windows.len() == v.plexes[p].subdisks.len() {
@@ -165,8 +171,11 @@ impl ServedPool {
         maps: (&mut HashMap<String, String>, &mut HashMap<String, Delay>),
     ) -> Result<PoolStart> {
         let (member_drives, member_delays) = maps;
+        // A detached plex is not the mirror's: it serves without it.
+        let attached = self.lock().open.pool().attached_plexes(v);
+        let absent = v.plexes.len() - attached.len();
         let mut tried = Vec::new();
-        for (members, blank) in self.open_plexes(v, read_only)? {
+        for (members, blank) in self.open_plexes(v, read_only, &attached)? {
             let all: Vec<String> = members
                 .iter()
                 .chain(&blank)
@@ -177,7 +186,7 @@ impl ServedPool {
         }
         let serving = tried.iter().filter(|t| t.is_ok()).count();
         let mut plexes = Vec::new();
-        for (p, t) in tried.into_iter().enumerate() {
+        for (&p, t) in attached.iter().zip(tried) {
             let t = match t {
                 // Made anew only while another plex holds the data.
                 Err(_) if serving > 0 && !read_only => match self.remake_plex(v, p) {
@@ -203,9 +212,13 @@ impl ServedPool {
                     .map_err(|e| e.0)?;
             }
             let (labelled, blank) = blank_apart(members).map_err(|e| e.0)?;
-            assemble_checked(labelled, blank, run).map_err(|e| e.0)
+            assemble_without(labelled, blank, run, absent).map_err(|e| e.0)
         });
-        Ok(PoolStart::Plexes { plexes, assemble })
+        Ok(PoolStart::Plexes {
+            plexes,
+            assemble,
+            read_only: false,
+        })
     }
 
     /// Plex `p` of `v`, which does not assemble, made anew when every
@@ -731,6 +744,26 @@ impl PoolHost for ServedPool {
         self.lock().open.pool().moving(m).map(|sd| sd.drive.clone())
     }
 
+    fn plan_detach(&self, req: &Value) -> std::result::Result<DetachedPlex, String> {
+        self.plan_detach_str(req)
+    }
+
+    fn detach_plex(&self, d: &DetachedPlex) -> std::result::Result<(), String> {
+        self.detach_str(d)
+    }
+
+    fn start_detached(&self, name: &str) -> std::result::Result<NewVolume, String> {
+        self.start_detached_str(name)
+    }
+
+    fn plan_attach(&self, req: &Value) -> std::result::Result<DetachedPlex, String> {
+        self.plan_attach_str(req)
+    }
+
+    fn attach_plex(&self, d: &DetachedPlex) -> std::result::Result<NewVolume, String> {
+        self.attach_str(d)
+    }
+
     fn resumable_moves(
         &self,
     ) -> Vec<(
@@ -759,10 +792,22 @@ fn blank_apart(members: Members) -> Result<(Members, Members)> {
 /// plex made anew, stands for a missing one: it becomes a spare and is
 /// rebuilt), as `serve` checks a partial member list (`--run`).
 fn assemble_checked(members: Members, blank: Members, run: bool) -> Result<(OpenVolume, Members)> {
+    assemble_without(members, blank, run, 0)
+}
+
+/// [`assemble_checked`] for an array `absent` of whose members are left
+/// out on purpose (a mirror's detached plexes): as many missing need no
+/// `--run`.
+fn assemble_without(
+    members: Members,
+    blank: Members,
+    run: bool,
+    absent: usize,
+) -> Result<(OpenVolume, Members)> {
     let names: Vec<String> = members.iter().map(|m| m.describe().to_string()).collect();
     let given = crate::partial::Given::Named(&names);
     let vol = assemble_devices(members).map_err(CliError::from)?;
-    crate::partial::check(&vol.assembly, given, blank.len(), run)?;
+    crate::partial::check(&vol.assembly, given, blank.len() + absent, run)?;
     Ok((vol, blank))
 }
 

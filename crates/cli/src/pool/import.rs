@@ -398,6 +398,7 @@ fn pool_of(
             }],
         }],
         moves: Vec::new(),
+        detached: Vec::new(),
     })
 }
 

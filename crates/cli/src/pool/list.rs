@@ -241,6 +241,15 @@ fn plex_json(
         }
         Err(e) => (format!("down: {e}"), Vec::new()),
     };
+    // Split off its volume: its own array's state is the volume's no more.
+    let state = match pool.detached_plex(&v.name, p) {
+        Some(d) => match (&d.as_volume, d.writable) {
+            (Some(name), true) => format!("detached (served as {name}, writable)"),
+            (Some(name), false) => format!("detached (served as {name}, read-only)"),
+            (None, _) => "detached".to_string(),
+        },
+        None => state,
+    };
     let subdisks = plex
         .subdisks
         .iter()

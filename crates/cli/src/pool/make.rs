@@ -403,6 +403,7 @@ fn make_pool(
         // A move is the state of a pool's copying, not its layout: the
         // new pool has each subdisk where its `sd` line puts it.
         moves: Vec::new(),
+        detached: Vec::new(),
     };
     for (((name, _), m), state) in specs.iter().zip(&devices).zip(states) {
         pool.drives.push(Drive {
@@ -875,6 +876,19 @@ pub(super) fn remove_in(open: &mut OpenPool, name: &str) -> Result<PoolVolume> {
             open.pool().name
         )));
     };
+    if let Some(d) = open
+        .pool()
+        .detached
+        .iter()
+        .find(|d| d.volume == name && d.as_volume.is_some())
+    {
+        return Err(CliError(format!(
+            "volume {name}: its plex {} is served as volume {}; attach it first (`platter plex \
+             attach`), or copy what you need from it",
+            d.plex_name(),
+            d.as_volume.as_deref().unwrap_or_default()
+        )));
+    }
     let mut members = Vec::new();
     for p in 0..v.plexes.len() {
         let windows = drives::plex_windows(open.pool(), &v, p, &open.drives)?;
@@ -883,6 +897,7 @@ pub(super) fn remove_in(open: &mut OpenPool, name: &str) -> Result<PoolVolume> {
     let mut pool = open.pool().clone();
     pool.volumes.retain(|x| x.name != name);
     pool.moves.retain(|m| m.volume != name);
+    pool.detached.retain(|d| d.volume != name);
     open.write(pool)?;
     // The configuration no longer gives the extents out; their labels
     // would only make `scan` find a volume that is gone.

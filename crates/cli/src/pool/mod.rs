@@ -16,10 +16,12 @@ pub mod relocate;
 mod retire;
 #[cfg(test)]
 mod seeded;
+mod split;
 
 use clap::{Args, Subcommand};
 
 pub use list::{list, printconfig, ListArgs, PrintconfigArgs};
+pub use split::{run_plex, PlexCommand};
 
 use crate::error::Result;
 

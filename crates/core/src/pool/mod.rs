@@ -53,6 +53,31 @@ pub struct Pool {
     /// each still serves from where its `sd` line puts it until the
     /// change that finishes the move puts it at its new place.
     pub moves: Vec<SubdiskMove>,
+    /// Plexes split off their volumes (`platter plex detach`): each holds
+    /// the volume as it was at the split until `plex attach` joins it back.
+    pub detached: Vec<DetachedPlex>,
+}
+
+/// A plex split off its volume of several plexes (vinum's `detach`, LVM's
+/// `lvconvert --splitmirrors`): the volume serves without it and its
+/// write-intent bitmap keeps what changes meanwhile; the plex holds the
+/// volume's bytes as they were at the split.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DetachedPlex {
+    pub volume: String,
+    pub plex: usize,
+    /// Served as a volume of its own under this name (`--as`).
+    pub as_volume: Option<String>,
+    /// Whether that volume takes writes: joined back, the plex is then
+    /// revived whole (what changed on it is known to nothing).
+    pub writable: bool,
+}
+
+impl DetachedPlex {
+    /// The name of the plex (`v.p1`).
+    pub fn plex_name(&self) -> String {
+        format!("{}.p{}", self.volume, self.plex)
+    }
 }
 
 /// A subdisk on its way to another extent (LVM's `pvmove`): writes go to
@@ -282,6 +307,40 @@ impl Pool {
             .find(|m| m.volume == volume && m.plex == plex && m.slot == slot)
     }
 
+    /// The split of plex `plex` of volume `volume`, if it is detached.
+    pub fn detached_plex(&self, volume: &str, plex: usize) -> Option<&DetachedPlex> {
+        self.detached
+            .iter()
+            .find(|d| d.volume == volume && d.plex == plex)
+    }
+
+    /// The plexes of `v` its mirror serves (those not detached).
+    pub fn attached_plexes(&self, v: &PoolVolume) -> Vec<usize> {
+        (0..v.plexes.len())
+            .filter(|&p| self.detached_plex(&v.name, p).is_none())
+            .collect()
+    }
+
+    /// The detached plex served as volume `name`.
+    pub fn served_as(&self, name: &str) -> Option<&DetachedPlex> {
+        self.detached
+            .iter()
+            .find(|d| d.as_volume.as_deref() == Some(name))
+    }
+
+    /// Refused while a plex of volume `name` is detached: its mirror's
+    /// slot is held for it.
+    pub fn none_detached(&self, name: &str, what: &str) -> Result<(), String> {
+        match self.detached.iter().find(|d| d.volume == name) {
+            Some(d) => Err(format!(
+                "volume {name}: plex {} is detached; {what} once it is attached again (`platter \
+                 plex attach`)",
+                d.plex_name()
+            )),
+            None => Ok(()),
+        }
+    }
+
     /// Refused while a subdisk of volume `name` moves: a change of its
     /// subdisks' lengths or count would leave the move's new place short.
     pub fn not_moving(&self, name: &str, what: &str) -> Result<(), String> {
@@ -341,6 +400,7 @@ impl Pool {
             self.check_volume(v)?;
         }
         self.check_moves()?;
+        self.check_detached()?;
         self.check_overlaps()
     }
 
@@ -390,6 +450,70 @@ impl Pool {
                     m.drive
                 ));
             }
+        }
+        Ok(())
+    }
+
+    /// A detached plex is one of a volume of several plexes, split once;
+    /// every volume keeps a plex attached; the name it is served as is
+    /// no other volume's or array's, and a writable one is served.
+    fn check_detached(&self) -> Result<(), String> {
+        let mut seen = BTreeSet::new();
+        for d in &self.detached {
+            let name = d.plex_name();
+            let Some(v) = self.volume(&d.volume).filter(|v| d.plex < v.plexes.len()) else {
+                return Err(format!(
+                    "plex {name} is detached, but the pool does not have it"
+                ));
+            };
+            if !v.has_plexes() {
+                return Err(format!(
+                    "plex {name} is detached, but volume {:?} has one plex",
+                    v.name
+                ));
+            }
+            if !seen.insert(name.clone()) {
+                return Err(format!("plex {name} is detached twice"));
+            }
+            if self.attached_plexes(v).is_empty() {
+                return Err(format!("volume {:?} has every plex detached", v.name));
+            }
+            if self
+                .moves
+                .iter()
+                .any(|m| m.volume == d.volume && m.plex == d.plex)
+            {
+                return Err(format!(
+                    "plex {name} is detached while a subdisk of it moves"
+                ));
+            }
+            match &d.as_volume {
+                Some(as_name) => self.check_served_as(&name, as_name)?,
+                None if d.writable => {
+                    return Err(format!(
+                        "plex {name} is detached writable but not served as a volume"
+                    ))
+                }
+                None => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn check_served_as(&self, plex: &str, as_name: &str) -> Result<(), String> {
+        check_name("volume", as_name)?;
+        if self.volume(as_name).is_some() || self.array(as_name).is_some() {
+            return Err(format!(
+                "plex {plex} is served as {as_name:?}, which names a volume or plex of the pool"
+            ));
+        }
+        let twice = self
+            .detached
+            .iter()
+            .filter(|o| o.as_volume.as_deref() == Some(as_name))
+            .count();
+        if twice > 1 {
+            return Err(format!("two detached plexes are served as {as_name:?}"));
         }
         Ok(())
     }

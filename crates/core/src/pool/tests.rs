@@ -68,6 +68,7 @@ fn sample() -> Pool {
             ),
         ],
         moves: Vec::new(),
+        detached: Vec::new(),
     }
 }
 
@@ -607,6 +608,7 @@ fn arb_pool() -> impl Strategy<Value = Pool> {
                     .collect(),
                 volumes: Vec::new(),
                 moves: Vec::new(),
+                detached: Vec::new(),
             };
             let orgs = proptest::collection::vec((0usize..6, 1u64..16, 1u32..5), nvols);
             (Just(pool), orgs)

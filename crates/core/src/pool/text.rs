@@ -19,8 +19,8 @@
 //! `#` starts a comment.
 
 use super::{
-    parse_uuid, split_plex_name, uuid_text, Drive, DriveState, Plex, Pool, PoolVolume, Subdisk,
-    SubdiskMove,
+    parse_uuid, split_plex_name, uuid_text, DetachedPlex, Drive, DriveState, Plex, Pool,
+    PoolVolume, Subdisk, SubdiskMove,
 };
 use crate::level::{Level, ParityLayout};
 use crate::units::{parse_size, SECTOR_BYTES};
@@ -67,6 +67,17 @@ pub fn render(pool: &Pool) -> String {
             sectors(m.offset_bytes),
             sectors(m.copied_bytes)
         );
+    }
+    for d in &pool.detached {
+        out += &format!("detach plex {}", d.plex_name());
+        if let Some(name) = &d.as_volume {
+            out += &format!(" as {name}");
+        }
+        out += if d.writable {
+            " access rw\n"
+        } else {
+            " access ro\n"
+        };
     }
     out
 }
@@ -135,6 +146,7 @@ struct Builder {
     drives: Vec<Drive>,
     volumes: Vec<PoolVolume>,
     moves: Vec<SubdiskMove>,
+    detached: Vec<DetachedPlex>,
 }
 
 /// The `key value` pairs after a line's leading words, each key once and
@@ -229,10 +241,11 @@ impl Builder {
             "plex" => self.plex_line(words),
             "sd" => self.sd_line(words),
             "move" => self.move_line(words),
+            "detach" => self.detach_line(words),
             other => Err(unknown_word(
                 "a line",
                 other,
-                &["pool", "drive", "volume", "plex", "sd", "move"],
+                &["pool", "drive", "volume", "plex", "sd", "move", "detach"],
             )),
         }
     }
@@ -257,6 +270,7 @@ impl Builder {
             drives: Vec::new(),
             volumes: Vec::new(),
             moves: Vec::new(),
+            detached: Vec::new(),
         });
         Ok(())
     }
@@ -392,6 +406,31 @@ impl Builder {
         Ok(())
     }
 
+    /// `detach plex V.pN [as NAME] access ro|rw`.
+    fn detach_line(&mut self, words: &[&str]) -> Result<(), String> {
+        let known = ["plex", "as", "access"];
+        let pairs = Pairs::new("a detached plex", &words[1..], &known)?;
+        let name = pairs.need("plex")?;
+        let (volume, plex) = split_plex_name(name)
+            .ok_or_else(|| format!("detach: plex '{name}' is not named VOLUME.pN"))?;
+        let writable = match pairs.get("access").unwrap_or("ro") {
+            "ro" => false,
+            "rw" => true,
+            other => {
+                return Err(format!(
+                    "detach of {name}: access '{other}' is not one of ro, rw"
+                ))
+            }
+        };
+        self.detached.push(DetachedPlex {
+            volume: volume.to_string(),
+            plex,
+            as_volume: pairs.get("as").map(str::to_string),
+            writable,
+        });
+        Ok(())
+    }
+
     fn volume_named(&mut self, name: &str, what: &str) -> Result<&mut PoolVolume, String> {
         self.volumes
             .iter_mut()
@@ -405,6 +444,7 @@ impl Builder {
         pool.drives = self.drives;
         pool.volumes = self.volumes;
         pool.moves = self.moves;
+        pool.detached = self.detached;
         for plex in pool.volumes.iter_mut().flat_map(|v| v.plexes.iter_mut()) {
             if plex.copies == 0 {
                 plex.copies = default_copies(plex.org, plex.subdisks.len() as u32);

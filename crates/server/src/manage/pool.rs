@@ -12,7 +12,7 @@ use crate::server::{
 };
 use platter_core::geometry::{Geometry, GeometrySpec};
 use platter_core::label::Label;
-use platter_core::pool::SubdiskMove;
+use platter_core::pool::{DetachedPlex, SubdiskMove};
 use platter_core::volume::Health;
 use platter_io::moving::MovingMember;
 use platter_io::Member;
@@ -149,6 +149,23 @@ pub trait PoolHost: Send + Sync {
     fn drive_delay(&self, drive: &str) -> Option<platter_io::aio::Delay>;
     /// The moves recorded that this start opened over both places, each
     /// once: the server takes them up.
+    /// Checks the split `req` asks (`volume`, `plex` as `v.p1` or its
+    /// number, `as`, `writable`) as `plex detach` does; writes nothing.
+    fn plan_detach(&self, req: &Value) -> Result<DetachedPlex, String>;
+    /// Records split `d`, the server having paused and emptied the volume
+    /// and flushed its plexes.
+    fn detach_plex(&self, d: &DetachedPlex) -> Result<(), String>;
+    /// Volume `name`, a detached plex served as a volume of its own: the
+    /// plex's array and the mirror over it alone (read-only unless the
+    /// split said writable).
+    fn start_detached(&self, name: &str) -> Result<NewVolume, String>;
+    /// The split `req` (`volume`, `plex`) names, checked as `plex attach`
+    /// checks it; writes nothing.
+    fn plan_attach(&self, req: &Value) -> Result<DetachedPlex, String>;
+    /// Records plex `d` attached again, the server having stopped a
+    /// volume served as it; returns the plex's array to serve, which the
+    /// volume's mirror takes back.
+    fn attach_plex(&self, d: &DetachedPlex) -> Result<NewVolume, String>;
     fn resumable_moves(&self) -> Vec<(PlannedMove, Arc<MovingMember>)>;
 }
 
@@ -209,6 +226,7 @@ mod extend_plexes;
 mod heal;
 mod relocate;
 mod remake;
+pub(crate) mod split;
 
 pub use relocate::PlannedMove;
 
@@ -303,6 +321,12 @@ impl PoolServer {
         if cmd == "pool-evacuate" {
             return self.evacuate(req);
         }
+        if cmd == "plex-detach" {
+            return self.detach_plex(req);
+        }
+        if cmd == "plex-attach" {
+            return self.attach_plex(req);
+        }
         if cmd == "pool-heal" {
             let free_space = req
                 .get("free_space")
@@ -335,7 +359,11 @@ impl PoolServer {
         };
         let starting = match new.start {
             PoolStart::Array(volume, spares) => start_volume(*volume, spares, &config),
-            PoolStart::Plexes { plexes, assemble } => start_plexes(plexes, assemble, &config),
+            PoolStart::Plexes {
+                plexes,
+                assemble,
+                read_only,
+            } => start_plexes(plexes, assemble, &config.or_read_only(read_only)),
         }
         .map_err(|e| later(e.to_string()))?;
         let size_bytes = starting.export.size_bytes;

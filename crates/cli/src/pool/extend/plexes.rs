@@ -102,6 +102,7 @@ pub fn plan_plexes(
     size_bytes: u64,
 ) -> Result<PlexesGrowth> {
     pool.not_moving(&v.name, "extend it").map_err(CliError)?;
+    pool.none_detached(&v.name, "extend it").map_err(CliError)?;
     let plex_bytes = size_bytes
         .checked_add(mirror.data_offset_bytes)
         .ok_or_else(|| CliError("--size is too large".into()))?;

@@ -66,7 +66,7 @@ impl PoolServer {
 
     /// The array the host made, served as a plex (no export, no
     /// recording of its own).
-    fn serve_plex(&self, made: super::NewVolume) -> Result<Arc<Served>, String> {
+    pub(super) fn serve_plex(&self, made: super::NewVolume) -> Result<Arc<Served>, String> {
         let config = self.config_for(made.member_drives, made.member_delays);
         let PoolStart::Array(array, spares) = made.start else {
             return Err("a plex is an array, not a mirror of plexes".into());
