@@ -136,8 +136,7 @@ fn a_detached_plex_holds_the_volume_at_the_split_and_attaches_back_reviving_what
     );
     assert_eq!(generation(&dev), before, "nothing written");
     let written = run(
-        &mut t
-            .cmd("qemu-io")
+        t.cmd("qemu-io")
             .args(["-f", "raw", "-c", "write 0 64k", &snap]),
         CMD_TIMEOUT,
     );
