@@ -254,6 +254,113 @@ fn a_volume_of_plexes_keeps_them_on_drives_apart() {
     assert!(e.contains("named as plex 0 of volume \"mirrored\""), "{e}");
 }
 
+/// A detached plex round-trips with the name it is served as and its
+/// access; the rules refuse a split that could not be served or joined
+/// back: of a volume of one plex, of every plex, twice, served under a
+/// name the pool has, writable with nowhere to write it, or while a
+/// subdisk of it moves.
+#[test]
+fn a_detached_plex_round_trips_and_keeps_the_split_s_rules() {
+    let mut pool = sample();
+    pool.drives.push(drive("d4", 5, 100 * MIB));
+    let mut v = volume(
+        "mirrored",
+        Level::Raid5,
+        (0..3).map(|i| sd(&format!("d{i}"), 70, 10)).collect(),
+    );
+    v.plexes.push(
+        volume("x", Level::Concat, vec![sd("d4", 1, 20)])
+            .plexes
+            .remove(0),
+    );
+    pool.volumes.push(v);
+    pool.detached.push(DetachedPlex {
+        volume: "mirrored".into(),
+        plex: 1,
+        as_volume: Some("backup".into()),
+        writable: false,
+    });
+    pool.check().unwrap();
+    let text = text::render(&pool);
+    assert!(
+        text.contains("detach plex mirrored.p1 as backup access ro\n"),
+        "{text}"
+    );
+    assert_eq!(text::parse(&text, Strictness::Stored).unwrap(), pool);
+    assert_eq!(pool.attached_plexes(&pool.volumes[3]), vec![0]);
+    assert_eq!(pool.served_as("backup").map(|d| d.plex), Some(1));
+    assert!(pool
+        .none_detached("mirrored", "extend it")
+        .unwrap_err()
+        .contains("plex mirrored.p1 is detached"));
+    let refused = |f: &dyn Fn(&mut Pool), words: &[&str]| {
+        let mut p = pool.clone();
+        f(&mut p);
+        let e = p.check().unwrap_err();
+        assert!(words.iter().all(|w| e.contains(w)), "{e}");
+    };
+    refused(
+        &|p| {
+            p.detached[0].volume = "db".into();
+            p.detached[0].plex = 0;
+        },
+        &["one plex"],
+    );
+    refused(&|p| p.detached[0].plex = 2, &["does not have"]);
+    refused(
+        &|p| {
+            let mut every = p.detached[0].clone();
+            every.plex = 0;
+            every.as_volume = None;
+            p.detached.push(every);
+        },
+        &["every plex detached"],
+    );
+    refused(
+        &|p| {
+            let mut twice = p.detached[0].clone();
+            twice.as_volume = None;
+            p.detached.push(twice);
+        },
+        &["detached twice"],
+    );
+    refused(
+        &|p| p.detached[0].as_volume = Some("db".into()),
+        &["names a volume"],
+    );
+    refused(
+        &|p| p.detached[0].as_volume = Some("mirrored.p0".into()),
+        &["names a volume or plex"],
+    );
+    refused(
+        &|p| {
+            p.detached[0].as_volume = None;
+            p.detached[0].writable = true;
+        },
+        &["writable but not served"],
+    );
+    refused(
+        &|p| {
+            p.moves.push(SubdiskMove {
+                volume: "mirrored".into(),
+                plex: 1,
+                slot: 0,
+                drive: "d3".into(),
+                offset_bytes: 70 * MIB,
+                copied_bytes: 0,
+            })
+        },
+        &["detached while a subdisk of it moves"],
+    );
+    for bad in [
+        "detach plex mirrored.p1 access rx",
+        "detach plex mirrored access ro",
+    ] {
+        let text = text.replace("detach plex mirrored.p1 as backup access ro", bad);
+        assert!(text::parse(&text, Strictness::Stored).is_err(), "{bad}");
+    }
+}
+
 #[test]
 fn a_hand_written_template_takes_units_and_defaults() {
     let t = "pool tank\n\

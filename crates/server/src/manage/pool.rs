@@ -386,6 +386,7 @@ impl PoolServer {
             return Ok(json!({ "volume": name, "clients_cut": 0 }));
         };
         refuse_with_clients(&served, force)?;
+        self.refuse_served_split(name)?;
         // Its subdisks' copies stop before their new places are freed.
         self.stop_movers(Some(name));
         let Some(served) = self.volumes.take(name) else {
@@ -409,6 +410,25 @@ impl PoolServer {
         })?;
         tracing::info!(volume = %name, clients_cut = clients, "volume removed");
         Ok(json!({ "volume": name, "clients_cut": clients }))
+    }
+
+    /// A volume whose detached plex is served as a volume of its own
+    /// (`plex detach --as`) is not removed under it.
+    fn refuse_served_split(&self, name: &str) -> Result<(), String> {
+        for other in self.volumes.all().iter().filter(|s| s.name() != name) {
+            let ours = other.plexes().into_iter().find(|p| {
+                platter_core::pool::split_plex_name(p.name()).map(|(v, _)| v) == Some(name)
+            });
+            if let Some(plex) = ours {
+                return Err(format!(
+                    "volume {name}: its plex {} is served as volume {}; attach it first (`platter \
+                     plex attach`), or copy what you need from it",
+                    plex.name(),
+                    other.name()
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// A failed drive's place taken by a new device: refused while a

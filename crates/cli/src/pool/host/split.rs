@@ -60,18 +60,18 @@ impl ServedPool {
 
     /// Records `d` attached; its array, to serve as the mirror's plex.
     pub(super) fn attach_served(&self, d: &DetachedPlex) -> Result<NewVolume> {
-        let v = {
-            let mut state = self.lock();
-            let next = plan_attach(state.open.pool(), &d.volume, d.plex)?;
-            state.open.write(next)?;
-            state.volume(&d.volume)?
-        };
+        let v = self.lock().volume(&d.volume)?;
+        // Assembled before anything is written: a plex that cannot serve
+        // all of its data (a drive of it lost meanwhile) stays detached.
         let (members, blank) = self
             .open_plexes(&v, false, &[d.plex])?
             .pop()
             .expect("one plex asked");
         let (member_drives, member_delays) = self.placed(&v, &members, &blank);
         let (volume, spares) = assemble_checked(members, blank, false).and_then(serving_plex)?;
+        let mut state = self.lock();
+        let next = plan_attach(state.open.pool(), &d.volume, d.plex)?;
+        state.open.write(next)?;
         Ok(NewVolume {
             start: PoolStart::Array(Box::new(volume), spares),
             member_drives,

@@ -90,17 +90,14 @@ fn plexes_in_order(served: &Served) -> Result<Vec<Arc<Served>>, String> {
     let count = served.manager.engine.health().len();
     let mut plexes = served.plexes();
     plexes.sort_by_key(|p| plex_index(p.name()));
-    if !plexes
-        .iter()
-        .map(|p| plex_index(p.name()))
-        .eq((0..count).map(Some))
-    {
+    if let Some(p) = (0..count).find(|&p| !plexes.iter().any(|x| plex_index(x.name()) == Some(p))) {
         return Err(format!(
-            "volume {}: a plex of it is not served (it could not start): extend it once every \
-             plex serves",
+            "volume {0}: plex {0}.p{p} is not served (detached, or it could not start): extend \
+             it once every plex serves (`platter plex attach` joins a detached one back)",
             served.name()
         ));
     }
+    plexes.truncate(count);
     Ok(plexes)
 }
 
