@@ -962,6 +962,7 @@ fn heal_loop(pool: &crate::manage::pool::PoolServer, stop: &AtomicBool) {
             waited = Duration::ZERO;
             pool.heal_onto_spares();
             pool.resume_moves();
+            pool.tend_converts();
         }
     }
 }

@@ -121,6 +121,7 @@ pub fn empty_pool(drives: u8, drive_bytes: u64) -> Pool {
         volumes: Vec::new(),
         moves: Vec::new(),
         detached: Vec::new(),
+        converts: Vec::new(),
     }
 }
 

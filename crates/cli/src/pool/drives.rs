@@ -464,6 +464,7 @@ mod tests {
             volumes,
             moves: Vec::new(),
             detached: Vec::new(),
+            converts: Vec::new(),
         }
     }
 

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use platter_core::label::Label;
 use platter_core::pool::PoolVolume;
-use platter_core::pool::{DetachedPlex, DriveState};
+use platter_core::pool::{DetachedPlex, DriveState, PlexConvert};
 use platter_io::aio::Delay;
 use platter_io::assembly::assemble_devices;
 use platter_io::assembly::OpenVolume;
@@ -26,6 +26,7 @@ use super::make::{
 };
 use crate::error::{CliError, Result};
 
+mod convert;
 mod moves;
 mod split;
 
@@ -49,6 +50,9 @@ struct State {
         platter_server::PlannedMove,
         Arc<platter_io::moving::MovingMember>,
     )>,
+    /// Whether each volume's convert has its new plex in its slot of the
+    /// mirror, once known (`convert_in_slot`).
+    in_slot: HashMap<String, bool>,
 }
 
 impl State {
@@ -79,6 +83,7 @@ impl ServedPool {
                 open,
                 windows: HashMap::new(),
                 resumable: Vec::new(),
+                in_slot: HashMap::new(),
             }),
             latency,
         }
@@ -172,10 +177,19 @@ impl ServedPool {
     ) -> Result<PoolStart> {
         let (member_drives, member_delays) = maps;
         // A detached plex is not the mirror's: it serves without it.
-        let attached = self.lock().open.pool().attached_plexes(v);
-        let absent = v.plexes.len() - attached.len();
+        let pool = self.pool();
+        let attached = pool.attached_plexes(v);
+        let absent = pool.mirror_slots(v) - attached.len();
+        // A convert's new plex serves its old plex's slot once it holds it.
+        let opened: Vec<usize> = attached
+            .iter()
+            .map(|&p| match pool.convert_of(&v.name) {
+                Some(c) if c.from == p && self.convert_in_slot(c) => c.into,
+                _ => p,
+            })
+            .collect();
         let mut tried = Vec::new();
-        for (members, blank) in self.open_plexes(v, read_only, &attached)? {
+        for (members, blank) in self.open_plexes(v, read_only, &opened)? {
             let all: Vec<String> = members
                 .iter()
                 .chain(&blank)
@@ -186,10 +200,10 @@ impl ServedPool {
         }
         let serving = tried.iter().filter(|t| t.is_ok()).count();
         let mut plexes = Vec::new();
-        for (&p, t) in attached.iter().zip(tried) {
+        for ((&p, &opened), t) in attached.iter().zip(&opened).zip(tried) {
             let t = match t {
                 // Made anew only while another plex holds the data.
-                Err(_) if serving > 0 && !read_only => match self.remake_plex(v, p) {
+                Err(_) if serving > 0 && !read_only => match self.remake_plex(v, opened) {
                     Ok(Some((members, blank))) => {
                         assemble_checked(members, blank, run).and_then(serving_plex)
                     }
@@ -762,6 +776,41 @@ impl PoolHost for ServedPool {
 
     fn attach_plex(&self, d: &DetachedPlex) -> std::result::Result<NewVolume, String> {
         self.attach_str(d)
+    }
+
+    fn begin_convert(
+        &self,
+        req: &Value,
+        plex_bytes: u64,
+    ) -> std::result::Result<PlexConvert, String> {
+        self.begin_served_convert(req, plex_bytes).map_err(|e| e.0)
+    }
+
+    fn make_convert_plex(&self, c: &PlexConvert) -> std::result::Result<NewVolume, String> {
+        self.make_served_convert(c).map_err(|e| e.0)
+    }
+
+    fn finish_convert(&self, c: &PlexConvert) -> std::result::Result<(), String> {
+        self.finish_served_convert(c).map_err(|e| e.0)
+    }
+
+    fn converts(&self) -> Vec<(PlexConvert, bool)> {
+        let converts = self.lock().open.pool().converts.clone();
+        converts
+            .into_iter()
+            .map(|c| {
+                let in_slot = self.convert_in_slot(&c);
+                (c, in_slot)
+            })
+            .collect()
+    }
+
+    fn convert_drives(&self, c: &PlexConvert) -> Vec<String> {
+        let pool = self.pool();
+        pool.volume(&c.volume)
+            .and_then(|v| v.plexes.get(c.into))
+            .map(|p| p.subdisks.iter().map(|sd| sd.drive.clone()).collect())
+            .unwrap_or_default()
     }
 
     fn resumable_moves(

@@ -399,6 +399,7 @@ fn pool_of(
         }],
         moves: Vec::new(),
         detached: Vec::new(),
+        converts: Vec::new(),
     })
 }
 

@@ -248,7 +248,11 @@ fn plex_json(
             (Some(name), false) => format!("detached (served as {name}, read-only)"),
             (None, _) => "detached".to_string(),
         },
-        None => state,
+        None => match pool.convert_of(&v.name) {
+            Some(c) if c.into == p => format!("converting: replaces {}", v.plex_name(c.from)),
+            Some(c) if c.from == p => format!("{state}, being replaced by {}", v.plex_name(c.into)),
+            _ => state,
+        },
     };
     let subdisks = plex
         .subdisks

@@ -244,6 +244,40 @@ impl VolumeCreateArgs {
     }
 }
 
+impl VolumeCreateArgs {
+    /// A plex named `name` of `level` holding `size_bytes` of array data,
+    /// the rest from request `req` (`volume convert`'s new plex).
+    pub(super) fn for_plex(
+        pool: &str,
+        name: &str,
+        level: Level,
+        req: &Value,
+        size_bytes: u64,
+    ) -> std::result::Result<Self, String> {
+        let number = |k: &str| req.get(k).and_then(Value::as_u64);
+        let small = |n: u64| u32::try_from(n).map_err(|_| format!("{n} is too large"));
+        Ok(VolumeCreateArgs {
+            pool: pool.into(),
+            name: name.into(),
+            level: Some(level),
+            plexes: Vec::new(),
+            size: size_bytes,
+            interleave: number("interleave_bytes").unwrap_or(64 << 10),
+            layout: req
+                .get("layout")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            copies: small(number("copies").unwrap_or(2))?,
+            subdisks: number("subdisks").map(small).transpose()?,
+            drives: Vec::new(),
+            devices: DeviceArgs {
+                devices: Vec::new(),
+            },
+            control: ControlArgs { control: None },
+        })
+    }
+}
+
 #[derive(Args)]
 pub struct VolumeRemoveArgs {
     #[arg(value_name = "POOL")]
@@ -404,6 +438,7 @@ fn make_pool(
         // new pool has each subdisk where its `sd` line puts it.
         moves: Vec::new(),
         detached: Vec::new(),
+        converts: Vec::new(),
     };
     for (((name, _), m), state) in specs.iter().zip(&devices).zip(states) {
         pool.drives.push(Drive {
@@ -898,6 +933,7 @@ pub(super) fn remove_in(open: &mut OpenPool, name: &str) -> Result<PoolVolume> {
     pool.volumes.retain(|x| x.name != name);
     pool.moves.retain(|m| m.volume != name);
     pool.detached.retain(|d| d.volume != name);
+    pool.converts.retain(|c| c.volume != name);
     open.write(pool)?;
     // The configuration no longer gives the extents out; their labels
     // would only make `scan` find a volume that is gone.

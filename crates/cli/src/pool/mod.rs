@@ -2,6 +2,7 @@
 //! subdisks, plexes and volumes (vinum's objects; docs/pools.md), and
 //! `platter list` / `printconfig`, which show them.
 
+mod convert;
 #[cfg(test)]
 mod crash_kit;
 pub mod drives;
@@ -87,6 +88,13 @@ pub enum VolumeCommand {
     /// clients see the new size when they next connect. A crash part way
     /// is finished by running it again, or by the next `serve --pool`.
     Extend(extend::VolumeExtendArgs),
+    /// Change a volume's organisation by plex (vinum's way): a plex of a
+    /// volume of several plexes is replaced by a new plex of another
+    /// level or interleave on drives none of its plexes use, revived from
+    /// the others while the volume serves; the old plex's subdisks are
+    /// then free. Through the pool's server (--control); a crash part
+    /// way is taken up by the next `serve --pool`.
+    Convert(convert::VolumeConvertArgs),
 }
 
 #[derive(Subcommand)]
@@ -124,6 +132,7 @@ pub fn run_volume(c: VolumeCommand) -> Result<()> {
         VolumeCommand::Create(a) => make::volume_create(a),
         VolumeCommand::Remove(a) => make::volume_remove(a),
         VolumeCommand::Extend(a) => extend::volume_extend(a),
+        VolumeCommand::Convert(a) => convert::volume_convert(a),
     }
 }
 

@@ -125,6 +125,18 @@ pub fn label_plex(
     p: usize,
     open: &[Option<Arc<dyn Member>>],
 ) -> Result<Vec<Arc<SubdiskMember>>> {
+    label_plex_as(pool, v, p, open, &v.plex_name(p))
+}
+
+/// [`label_plex`], the array named `name` (a convert's new plex takes the
+/// name of the plex it replaces).
+pub fn label_plex_as(
+    pool: &Pool,
+    v: &PoolVolume,
+    p: usize,
+    open: &[Option<Arc<dyn Member>>],
+    name: &str,
+) -> Result<Vec<Arc<SubdiskMember>>> {
     let plex = &v.plexes[p];
     let windows = drives::plex_windows(pool, v, p, open)?;
     let subdisks: Vec<Arc<dyn Member>> = windows
@@ -146,11 +158,11 @@ pub fn label_plex(
     }
     let smallest = plex.subdisks.iter().map(|s| s.len_bytes).min().unwrap_or(0);
     let spec = ArraySpec {
-        name: v.plex_name(p),
+        name: name.to_string(),
         ..spec_of(v, plex)
     };
     label_subdisks(&spec, subdisks, subdisk_reserve_bytes(smallest))
-        .map_err(|e| CliError(format!("plex {}: {}", v.plex_name(p), e.0)))?;
+        .map_err(|e| CliError(format!("plex {name}: {}", e.0)))?;
     Ok(windows)
 }
 

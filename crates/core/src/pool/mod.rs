@@ -56,6 +56,25 @@ pub struct Pool {
     /// Plexes split off their volumes (`platter plex detach`): each holds
     /// the volume as it was at the split until `plex attach` joins it back.
     pub detached: Vec<DetachedPlex>,
+    /// Plexes being made anew in another organisation (`platter volume
+    /// convert`): the new plex holds its place until it is revived.
+    pub converts: Vec<PlexConvert>,
+}
+
+/// A plex of a volume of several plexes being replaced by one of another
+/// organisation (vinum's way of changing a volume's organisation: attach
+/// a plex of the new one, revive it, remove the old). The new plex is the
+/// volume's last in the configuration, on drives no other plex uses, but
+/// is no slot of the volume's mirror until it takes plex `from`'s: then,
+/// revived, the configuration that ends the change puts it at `from` and
+/// drops the old plex, in one generation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlexConvert {
+    pub volume: String,
+    /// The plex replaced: a slot of the volume's mirror.
+    pub from: usize,
+    /// The plex replacing it, the volume's last.
+    pub into: usize,
 }
 
 /// A plex split off its volume of several plexes (vinum's `detach`, LVM's
@@ -314,11 +333,23 @@ impl Pool {
             .find(|d| d.volume == volume && d.plex == plex)
     }
 
-    /// The plexes of `v` its mirror serves (those not detached).
+    /// The plexes of `v` its mirror serves (those not detached, nor a
+    /// plex a convert makes, which takes its old plex's slot).
     pub fn attached_plexes(&self, v: &PoolVolume) -> Vec<usize> {
         (0..v.plexes.len())
             .filter(|&p| self.detached_plex(&v.name, p).is_none())
+            .filter(|&p| self.convert_of(&v.name).is_none_or(|c| c.into != p))
             .collect()
+    }
+
+    /// The convert under way of volume `volume`, if one is.
+    pub fn convert_of(&self, volume: &str) -> Option<&PlexConvert> {
+        self.converts.iter().find(|c| c.volume == volume)
+    }
+
+    /// The slots of `v`'s mirror: its plexes but a convert's new one.
+    pub fn mirror_slots(&self, v: &PoolVolume) -> usize {
+        v.plexes.len() - usize::from(self.convert_of(&v.name).is_some())
     }
 
     /// The detached plex served as volume `name`.
@@ -401,6 +432,7 @@ impl Pool {
         }
         self.check_moves()?;
         self.check_detached()?;
+        self.check_converts()?;
         self.check_overlaps()
     }
 
@@ -495,6 +527,50 @@ impl Pool {
                     ))
                 }
                 None => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// A convert names a volume of several plexes once, replaces one of
+    /// its plexes by its last, neither detached, with no subdisk moving.
+    fn check_converts(&self) -> Result<(), String> {
+        let mut seen = BTreeSet::new();
+        for c in &self.converts {
+            let Some(v) = self.volume(&c.volume) else {
+                return Err(format!(
+                    "a convert names volume {:?}, which the pool does not have",
+                    c.volume
+                ));
+            };
+            if !seen.insert(c.volume.as_str()) {
+                return Err(format!("volume {:?} is converted twice at once", c.volume));
+            }
+            if v.plexes.len() < 3 || c.into + 1 != v.plexes.len() || c.from >= c.into {
+                return Err(format!(
+                    "volume {:?}: a convert replaces one of its plexes by its last one (plex {} \
+                     into {} of {})",
+                    c.volume,
+                    c.from,
+                    c.into,
+                    v.plexes.len()
+                ));
+            }
+            if self
+                .detached
+                .iter()
+                .any(|d| d.volume == c.volume && (d.plex == c.from || d.plex == c.into))
+            {
+                return Err(format!(
+                    "volume {:?}: a plex it converts is detached",
+                    c.volume
+                ));
+            }
+            if self.moves.iter().any(|m| m.volume == c.volume) {
+                return Err(format!(
+                    "volume {:?} is converted while a subdisk of it moves",
+                    c.volume
+                ));
             }
         }
         Ok(())

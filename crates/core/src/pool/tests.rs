@@ -69,6 +69,7 @@ fn sample() -> Pool {
         ],
         moves: Vec::new(),
         detached: Vec::new(),
+        converts: Vec::new(),
     }
 }
 
@@ -716,6 +717,7 @@ fn arb_pool() -> impl Strategy<Value = Pool> {
                 volumes: Vec::new(),
                 moves: Vec::new(),
                 detached: Vec::new(),
+                converts: Vec::new(),
             };
             let orgs = proptest::collection::vec((0usize..6, 1u64..16, 1u32..5), nvols);
             (Just(pool), orgs)

@@ -19,8 +19,8 @@
 //! `#` starts a comment.
 
 use super::{
-    parse_uuid, split_plex_name, uuid_text, DetachedPlex, Drive, DriveState, Plex, Pool,
-    PoolVolume, Subdisk, SubdiskMove,
+    parse_uuid, split_plex_name, uuid_text, DetachedPlex, Drive, DriveState, Plex, PlexConvert,
+    Pool, PoolVolume, Subdisk, SubdiskMove,
 };
 use crate::level::{Level, ParityLayout};
 use crate::units::{parse_size, SECTOR_BYTES};
@@ -78,6 +78,12 @@ pub fn render(pool: &Pool) -> String {
         } else {
             " access ro\n"
         };
+    }
+    for c in &pool.converts {
+        out += &format!(
+            "convert plex {}.p{} into {}.p{}\n",
+            c.volume, c.from, c.volume, c.into
+        );
     }
     out
 }
@@ -147,6 +153,7 @@ struct Builder {
     volumes: Vec<PoolVolume>,
     moves: Vec<SubdiskMove>,
     detached: Vec<DetachedPlex>,
+    converts: Vec<PlexConvert>,
 }
 
 /// The `key value` pairs after a line's leading words, each key once and
@@ -242,10 +249,13 @@ impl Builder {
             "sd" => self.sd_line(words),
             "move" => self.move_line(words),
             "detach" => self.detach_line(words),
+            "convert" => self.convert_line(words),
             other => Err(unknown_word(
                 "a line",
                 other,
-                &["pool", "drive", "volume", "plex", "sd", "move", "detach"],
+                &[
+                    "pool", "drive", "volume", "plex", "sd", "move", "detach", "convert",
+                ],
             )),
         }
     }
@@ -271,6 +281,7 @@ impl Builder {
             volumes: Vec::new(),
             moves: Vec::new(),
             detached: Vec::new(),
+            converts: Vec::new(),
         });
         Ok(())
     }
@@ -431,6 +442,29 @@ impl Builder {
         Ok(())
     }
 
+    /// `convert plex V.pN into V.pM`.
+    fn convert_line(&mut self, words: &[&str]) -> Result<(), String> {
+        let pairs = Pairs::new("a convert", &words[1..], &["plex", "into"])?;
+        let plex = |key: &str| {
+            let name = pairs.need(key)?;
+            split_plex_name(name)
+                .ok_or_else(|| format!("convert: plex '{name}' is not named VOLUME.pN"))
+        };
+        let (volume, from) = plex("plex")?;
+        let (other, into) = plex("into")?;
+        if other != volume {
+            return Err(format!(
+                "convert: plex {volume}.p{from} into a plex of another volume ({other})"
+            ));
+        }
+        self.converts.push(PlexConvert {
+            volume: volume.to_string(),
+            from,
+            into,
+        });
+        Ok(())
+    }
+
     fn volume_named(&mut self, name: &str, what: &str) -> Result<&mut PoolVolume, String> {
         self.volumes
             .iter_mut()
@@ -445,6 +479,7 @@ impl Builder {
         pool.volumes = self.volumes;
         pool.moves = self.moves;
         pool.detached = self.detached;
+        pool.converts = self.converts;
         for plex in pool.volumes.iter_mut().flat_map(|v| v.plexes.iter_mut()) {
             if plex.copies == 0 {
                 plex.copies = default_copies(plex.org, plex.subdisks.len() as u32);

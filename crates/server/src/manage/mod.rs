@@ -827,7 +827,7 @@ fn answer(control: &Control, req: &Value) -> Result<Value, String> {
         Some(
             cmd @ ("volume-create" | "volume-extend" | "volume-remove" | "pool-replace-drive"
             | "pool-add-drive" | "pool-heal" | "pool-remove-drive" | "subdisk-move"
-            | "pool-evacuate" | "plex-detach" | "plex-attach"),
+            | "pool-evacuate" | "plex-detach" | "plex-attach" | "volume-convert"),
         ) => {
             let pool = control.pool.as_ref().ok_or_else(|| {
                 format!("{cmd}: this server serves no pool (`platter serve --pool`)")

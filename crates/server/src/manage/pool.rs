@@ -12,7 +12,7 @@ use crate::server::{
 };
 use platter_core::geometry::{Geometry, GeometrySpec};
 use platter_core::label::Label;
-use platter_core::pool::{DetachedPlex, SubdiskMove};
+use platter_core::pool::{DetachedPlex, PlexConvert, SubdiskMove};
 use platter_core::volume::Health;
 use platter_io::moving::MovingMember;
 use platter_io::Member;
@@ -166,6 +166,23 @@ pub trait PoolHost: Send + Sync {
     /// volume served as it; returns the plex's array to serve, which the
     /// volume's mirror takes back.
     fn attach_plex(&self, d: &DetachedPlex) -> Result<NewVolume, String>;
+    /// Places the new plex convert `req` asks (`volume`, `plex`, `level`,
+    /// `interleave_bytes`, `layout`, `subdisks`, `drives`), with at least
+    /// `plex_bytes` of array data on drives no plex of the volume uses,
+    /// and records it with the convert; writes no label.
+    fn begin_convert(&self, req: &Value, plex_bytes: u64) -> Result<PlexConvert, String>;
+    /// Labels convert `c`'s new plex as a new array named as the plex it
+    /// replaces, its data zeroed (the server has stopped the old one);
+    /// returns the array, which the mirror takes into that slot.
+    fn make_convert_plex(&self, c: &PlexConvert) -> Result<NewVolume, String>;
+    /// Ends convert `c`, its new plex in step: one configuration puts it
+    /// in the old plex's place; the old plex's labels are zeroed.
+    fn finish_convert(&self, c: &PlexConvert) -> Result<(), String>;
+    /// The converts the pool records, each with whether its new plex
+    /// holds its slot of the mirror.
+    fn converts(&self) -> Vec<(PlexConvert, bool)>;
+    /// The drives convert `c`'s new plex lies on.
+    fn convert_drives(&self, c: &PlexConvert) -> Vec<String>;
     fn resumable_moves(&self) -> Vec<(PlannedMove, Arc<MovingMember>)>;
 }
 
@@ -222,6 +239,7 @@ pub struct NewVolume {
     pub member_delays: HashMap<String, platter_io::aio::Delay>,
 }
 
+mod convert;
 mod extend_plexes;
 mod heal;
 mod relocate;
@@ -326,6 +344,9 @@ impl PoolServer {
         }
         if cmd == "plex-attach" {
             return self.attach_plex(req);
+        }
+        if cmd == "volume-convert" {
+            return self.convert(req);
         }
         if cmd == "pool-heal" {
             let free_space = req

@@ -103,6 +103,13 @@ pub fn plan_plexes(
 ) -> Result<PlexesGrowth> {
     pool.not_moving(&v.name, "extend it").map_err(CliError)?;
     pool.none_detached(&v.name, "extend it").map_err(CliError)?;
+    if let Some(c) = pool.convert_of(&v.name) {
+        return Err(CliError(format!(
+            "volume {}: plex {} is being converted; extend it once that is done",
+            v.name,
+            v.plex_name(c.from)
+        )));
+    }
     let plex_bytes = size_bytes
         .checked_add(mirror.data_offset_bytes)
         .ok_or_else(|| CliError("--size is too large".into()))?;

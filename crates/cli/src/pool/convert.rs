@@ -1,0 +1,231 @@
+//! `platter volume convert` (vinum's way of changing a volume's
+//! organisation: attach a plex of the new organisation, revive it, remove
+//! the old): a plex of a volume of several plexes replaced by a new plex
+//! of another level or interleave, on drives no plex of the volume uses,
+//! while the volume serves.
+//!
+//! Order, so that a crash at any step leaves the volume's bytes whole on
+//! its other plexes and the change taken up at the next start: one
+//! configuration records the new plex (the volume's last) and the convert
+//! (`convert plex V.pF into V.pN`); the mirror stops using the old plex;
+//! the new plex's subdisks are labelled as a new array named as the old
+//! plex, its data zeroed; the mirror takes it into the old plex's slot and
+//! rebuilds it from the others; once it is in step one configuration puts
+//! it at the old plex's place and drops the old plex, whose subdisks'
+//! labels are then zeroed. A start finds which plex holds the slot by the
+//! mirror's label on the new plex (docs/pools.md "Changing a volume's
+//! organisation").
+
+use std::sync::Arc;
+
+use clap::Args;
+use platter_core::label::{Label, LABEL_BYTES};
+use platter_core::pool::{PlexConvert, Pool, PoolVolume};
+use platter_core::Level;
+use platter_io::assembly::read_label_area;
+use platter_io::Member;
+use serde_json::{json, Value};
+
+use super::drives::{plex_windows, OpenPool};
+use super::make::{place, VolumeCreateArgs};
+use super::split::volume_and_plex;
+use crate::error::{CliError, Result};
+use crate::out::outln;
+use platter_core::units::parse_size;
+
+#[derive(Args)]
+pub struct VolumeConvertArgs {
+    #[arg(value_name = "POOL")]
+    pool: String,
+    #[arg(value_name = "VOLUME")]
+    volume: String,
+    /// The plex to replace, as `list` names it (db.p0), or its number.
+    #[arg(long, value_name = "PLEX")]
+    plex: String,
+    /// The new plex's level.
+    #[arg(long, value_name = "LEVEL", value_parser = crate::values::level())]
+    level: Level,
+    /// The new plex's interleave (any multiple of 512: 126s, 64k).
+    #[arg(long, value_name = "SIZE", default_value = "64k", value_parser = parse_size)]
+    interleave: u64,
+    /// raid5/raid6 parity placement (left-symmetric by default).
+    #[arg(long, value_name = "NAME", value_parser = crate::values::layout())]
+    layout: Option<String>,
+    /// The new plex's subdisks (default as `volume create`).
+    #[arg(long, value_name = "N")]
+    subdisks: Option<u32>,
+    /// Only these drives (comma-separated names); never one a plex of the
+    /// volume uses.
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    drives: Vec<String>,
+    /// The pool's server's control socket (`serve --pool`): the new plex
+    /// is revived from the others while the volume serves, so a convert
+    /// runs through the server.
+    #[arg(long, value_name = "PATH")]
+    control: std::path::PathBuf,
+}
+
+pub fn volume_convert(args: VolumeConvertArgs) -> Result<()> {
+    let control = &args.control;
+    let req = json!({
+        "cmd": "volume-convert",
+        "pool": args.pool,
+        "volume": args.volume,
+        "plex": args.plex,
+        "level": args.level.to_string(),
+        "interleave_bytes": args.interleave,
+        "layout": args.layout,
+        "subdisks": args.subdisks,
+        "drives": args.drives,
+    });
+    let done = crate::control::ask(control, req)?;
+    outln!(
+        "volume {}: plex {} is being replaced by a {} plex on {}; `platter status --control` \
+         follows its revive, and `platter list` shows the old plex gone once it is done",
+        done["volume"].as_str().unwrap_or("?"),
+        done["plex"].as_str().unwrap_or("?"),
+        done["level"].as_str().unwrap_or("?"),
+        done["drives"]
+            .as_array()
+            .map(|d| d
+                .iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(", "))
+            .unwrap_or_default(),
+    );
+    Ok(())
+}
+
+/// The configuration with the convert `req` asks recorded and its new
+/// plex placed (at least `plex_bytes` of array data), or why not.
+pub fn plan_convert(open: &OpenPool, req: &Value, plex_bytes: u64) -> Result<(Pool, PlexConvert)> {
+    let pool = open.pool();
+    let text = |k: &str| req.get(k).and_then(Value::as_str);
+    let missing = |k: &str| CliError(format!("missing \"{k}\""));
+    let (v, from) = volume_and_plex(
+        pool,
+        text("volume").ok_or_else(|| missing("volume"))?,
+        text("plex").ok_or_else(|| missing("plex"))?,
+    )?;
+    if let Some(c) = pool.convert_of(&v.name) {
+        return Err(CliError(format!(
+            "volume {}: plex {} is being converted already",
+            v.name,
+            v.plex_name(c.from)
+        )));
+    }
+    pool.none_detached(&v.name, "convert it")
+        .map_err(CliError)?;
+    pool.not_moving(&v.name, "convert it").map_err(CliError)?;
+    let level: Level = text("level")
+        .ok_or_else(|| missing("level"))?
+        .parse()
+        .map_err(CliError)?;
+    let used: Vec<&String> = v
+        .plexes
+        .iter()
+        .flat_map(|p| p.subdisks.iter().map(|sd| &sd.drive))
+        .collect();
+    let asked: Vec<String> = req
+        .get("drives")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Some(d) = asked.iter().find(|d| used.contains(d)) {
+        return Err(CliError(format!(
+            "drive {d} holds a plex of volume {}: the new plex goes on drives none of its plexes \
+             use",
+            v.name
+        )));
+    }
+    let allowed: Vec<String> = pool
+        .drives
+        .iter()
+        .filter(|d| d.state.takes_new_subdisks() && !used.contains(&&d.name))
+        .filter(|d| asked.is_empty() || asked.contains(&d.name))
+        .filter(|d| open.present_names().contains(&d.name))
+        .map(|d| d.name.clone())
+        .collect();
+    let args = VolumeCreateArgs::for_plex(
+        &pool.name,
+        &v.plex_name(v.plexes.len()),
+        level,
+        req,
+        plex_bytes,
+    )
+    .map_err(CliError)?;
+    let plex = place(open, &args, &allowed)?;
+    let mut next = pool.clone();
+    let into = v.plexes.len();
+    let nv = next
+        .volumes
+        .iter_mut()
+        .find(|x| x.name == v.name)
+        .expect("found above");
+    nv.plexes.push(plex);
+    let c = PlexConvert {
+        volume: v.name.clone(),
+        from,
+        into,
+    };
+    next.converts.push(c.clone());
+    next.check().map_err(CliError)?;
+    Ok((next, c))
+}
+
+/// The configuration that ends convert `c`: the new plex in the old
+/// one's place, the old one gone.
+pub fn finished(pool: &Pool, c: &PlexConvert) -> Pool {
+    let mut next = pool.clone();
+    next.converts.retain(|x| x.volume != c.volume);
+    let v = next
+        .volumes
+        .iter_mut()
+        .find(|x| x.name == c.volume)
+        .expect("a convert's volume");
+    let new = v.plexes.remove(c.into);
+    v.plexes[c.from] = new;
+    next
+}
+
+/// Whether convert `c`'s new plex holds its slot of the volume's mirror:
+/// its subdisks assemble and its data begins with the mirror's label (the
+/// mirror wrote it there when it took the plex).
+pub fn new_in_slot(open: &OpenPool, v: &PoolVolume, c: &PlexConvert) -> bool {
+    let Some(new) = mirror_label_on(open, v, c.into) else {
+        return false;
+    };
+    (0..v.plexes.len())
+        .filter(|&p| p != c.from && p != c.into)
+        .find_map(|p| mirror_label_on(open, v, p))
+        .is_some_and(|other| other.volume_uuid == new.volume_uuid)
+}
+
+/// The mirror's label as plex `p` of `v` holds it, if it assembles and
+/// holds one.
+pub fn mirror_label_on(open: &OpenPool, v: &PoolVolume, p: usize) -> Option<Label> {
+    let windows = plex_windows(open.pool(), v, p, &open.drives).ok()?;
+    if windows.len() != v.plexes[p].subdisks.len() {
+        return None;
+    }
+    let members: Vec<Arc<dyn Member>> = windows.into_iter().map(|w| w as Arc<dyn Member>).collect();
+    let plex = super::plexes::plex_members(v, std::iter::once(members)).ok()?;
+    let area = read_label_area(plex[0].as_ref()).ok()?;
+    Label::decode(&area).ok()
+}
+
+/// The old plex's subdisks, gone from the configuration, lose their
+/// labels: a scan must not find an array that is no more.
+pub fn erase_old_plex(open: &OpenPool, v: &PoolVolume, c: &PlexConvert) -> Result<()> {
+    for w in plex_windows(open.pool(), v, c.from, &open.drives)? {
+        w.write_at(0, &[0u8; LABEL_BYTES])?;
+        w.flush()?;
+    }
+    Ok(())
+}
