@@ -189,7 +189,15 @@ impl ServedPool {
             })
             .collect();
         let mut tried = Vec::new();
-        for (members, blank) in self.open_plexes(v, read_only, &opened)? {
+        let opened_plexes = self.open_plexes(v, read_only, &opened)?;
+        // Kept by the slot's name, as the server serves it.
+        for (&slot, &p) in attached.iter().zip(&opened).filter(|(s, p)| s != p) {
+            let mut state = self.lock();
+            if let Some(w) = state.windows.remove(&v.plex_name(p)) {
+                state.windows.insert(v.plex_name(slot), w);
+            }
+        }
+        for (members, blank) in opened_plexes {
             let all: Vec<String> = members
                 .iter()
                 .chain(&blank)

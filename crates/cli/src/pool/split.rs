@@ -61,7 +61,7 @@ pub struct DetachArgs {
     pool: String,
     #[arg(value_name = "VOLUME")]
     volume: String,
-    /// The plex, as `list` names it (db.p1), or its number (1).
+    /// The plex, as `list` names it (db.p1), or its number alone.
     #[arg(value_name = "PLEX")]
     plex: String,
     /// Serve the detached plex as a volume of this name (by the pool's
@@ -84,7 +84,7 @@ pub struct AttachArgs {
     pool: String,
     #[arg(value_name = "VOLUME")]
     volume: String,
-    /// The detached plex, as `list` names it (db.p1), or its number (1).
+    /// The detached plex, as `list` names it (db.p1), or its number alone.
     #[arg(value_name = "PLEX")]
     plex: String,
     /// Cut off the clients of the volume the plex is served as (--as).
