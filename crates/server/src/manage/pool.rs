@@ -540,6 +540,17 @@ impl PoolServer {
             .get("size_bytes")
             .and_then(Value::as_u64)
             .ok_or("missing \"size_bytes\"")?;
+        if let Some((c, _)) = self
+            .host
+            .converts()
+            .into_iter()
+            .find(|(c, _)| c.volume == name)
+        {
+            return Err(format!(
+                "volume {name}: plex {name}.p{} is being converted; extend it once that is done",
+                c.from
+            ));
+        }
         if req.get("add_subdisks").and_then(Value::as_bool) == Some(true) {
             return self.extend_adding(name, size_bytes);
         }

@@ -31,16 +31,29 @@ impl PoolServer {
             .filter(|s| !s.plexes().is_empty())
             .ok_or_else(|| {
                 format!(
-                    "volume {volume} is not a volume of several plexes served here: convert \
-                     replaces a plex of one"
+                    "volume {volume} has one plex, or is not served here: convert replaces a \
+                     plex of a volume of several plexes, whose others hold its bytes while the \
+                     new one is revived"
                 )
             })?;
+        if let Some((c, _)) = self
+            .host
+            .converts()
+            .into_iter()
+            .find(|(c, _)| c.volume == volume)
+        {
+            return Err(format!(
+                "volume {volume}: plex {volume}.p{} is being converted already; one at a time",
+                c.from
+            ));
+        }
         let label = served.manager.meta.label();
         let health = served.manager.engine.health();
-        if health.iter().any(|h| *h != Health::Online) {
+        if let Some(p) = health.iter().position(|h| *h != Health::Online) {
             return Err(format!(
-                "volume {volume} is not whole ({health:?}): let it rebuild first; a convert \
-                 revives the new plex from the others"
+                "volume {volume} is not whole (plex {volume}.p{p} is {:?}): let it rebuild \
+                 first; a convert revives the new plex from the others",
+                health[p]
             ));
         }
         let slot_bytes = label

@@ -1,0 +1,266 @@
+//! Issue 44 on the real binary: a volume's organisation changed by plex
+//! (`platter volume convert`, vinum's attach-revive-remove) while it
+//! serves: a concat plex becomes raid5 with the volume's bytes unchanged
+//! (sha256) through a SIGKILL mid-revive; a plex converted under fio; the
+//! server killed at seeded moments of converts, each taken up or never
+//! begun; bad requests refused with one line, nothing written.
+
+mod e2e_support;
+
+use e2e_support::pool::*;
+use e2e_support::*;
+use serde_json::Value;
+
+fn generation(dev: &str) -> u64 {
+    list_json(dev)["generation"].as_u64().unwrap()
+}
+
+fn volume_of(pool: &Value, name: &str) -> Value {
+    pool["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == name)
+        .unwrap_or_else(|| panic!("no volume {name}: {pool}"))
+        .clone()
+}
+
+/// Waits (2 minutes at most) until volume `name` has two plexes again,
+/// plex `p` of organisation `org`.
+fn wait_converted(dev: &str, name: &str, p: usize, org: &str) {
+    let start = std::time::Instant::now();
+    loop {
+        let v = volume_of(&list_json(dev), name);
+        let plexes = v["plexes"].as_array().unwrap();
+        if plexes.len() == 2 && plexes[p]["org"] == org {
+            return;
+        }
+        assert!(start.elapsed().as_secs() < 120, "{name} not converted: {v}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+fn convert(ctl: &str, volume: &str, plex: &str, level: &str, more: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = ["volume", "convert", "tank", volume, "--plex", plex]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.extend(["--level".to_string(), level.to_string()]);
+    args.extend(more.iter().map(|s| s.to_string()));
+    args.extend(["--control".to_string(), ctl.to_string()]);
+    args
+}
+
+fn strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
+fn check_clean(s: &Server, names: &[&str]) {
+    for name in names {
+        let out = ok(
+            &["check", "--volume", name, "--control", &s.control()],
+            &format!("check {name}"),
+        );
+        assert!(
+            out.stdout.contains(" 0 mismatched"),
+            "{name}: {}",
+            out.stdout
+        );
+    }
+}
+
+/// A volume of a concat and a mirror plex: the concat plex becomes a
+/// raid5 of three subdisks with a 126s interleave while the volume serves
+/// (revived at 4 MiB/s), the server killed with SIGKILL in the middle of
+/// the revive; the next start goes on, the old plex's drive is freed, and
+/// the volume's sha256 is the same before, during and after. Then its
+/// mirror plex becomes a stripe while fio writes and verifies the volume.
+/// Refused with one line, nothing written: a volume of one plex, a drive
+/// a plex of the volume uses, a plex the volume lacks, a second convert
+/// while one runs, an extend while one runs.
+#[test]
+fn a_concat_plex_becomes_raid5_with_the_bytes_unchanged_through_a_kill() {
+    let test = "a_concat_plex_becomes_raid5_with_the_bytes_unchanged_through_a_kill";
+    let Some(t) = tools_with_fio_nbd(test, &["fio", "nbdcopy", "sha256sum"]) else {
+        return;
+    };
+    let dir = temp_dir();
+    let (_d, dev) = pool_of(dir.path(), 7, "64M");
+    ok(
+        &[
+            "volume", "create", "tank", "u", "--plex", "concat", "--plex", "mirror:2", "--size",
+            "24M", "--drives", "d0,d1,d2", &dev,
+        ],
+        "volume create u",
+    );
+    create_volumes(&dev, &[("one", "concat", "8M", "d6")]);
+    let size = 24 * MIB;
+    let mut s = serve_pool_first(dir.path(), &dev, "u", &["--rebuild-rate", "4M"]);
+    fio_all(&t, &s, &[("u", size)], false);
+    let before = volume_sha256(&t, &uri(&s, "u"), "u before");
+    let ctl = s.control();
+
+    let generation_before = generation(&dev);
+    refused(
+        &strs(&convert(&ctl, "one", "0", "raid5", &[])),
+        "has one plex",
+    );
+    refused(
+        &strs(&convert(&ctl, "u", "0", "raid5", &["--drives", "d1,d3,d4"])),
+        "drive d1 holds a plex of volume u",
+    );
+    refused(&strs(&convert(&ctl, "u", "5", "raid5", &[])), "no plex 5");
+    assert_eq!(generation(&dev), generation_before, "nothing written");
+
+    let out = ok(
+        &strs(&convert(
+            &ctl,
+            "u",
+            "u.p0",
+            "raid5",
+            &[
+                "--subdisks",
+                "3",
+                "--interleave",
+                "126s",
+                "--drives",
+                "d3,d4,d5",
+            ],
+        )),
+        "convert u.p0",
+    );
+    assert!(
+        out.stdout.contains("raid5 plex on d3, d4, d5"),
+        "{}",
+        out.stdout
+    );
+    let generation_before = generation(&dev);
+    refused(
+        &strs(&convert(&ctl, "u", "1", "stripe", &[])),
+        "being converted already",
+    );
+    refused(
+        &[
+            "volume",
+            "extend",
+            "tank",
+            "u",
+            "--size",
+            "28M",
+            "--control",
+            &ctl,
+        ],
+        "being converted",
+    );
+    assert_eq!(generation(&dev), generation_before, "nothing written");
+    let v = volume_of(&list_json(&dev), "u");
+    assert_eq!(v["plexes"][2]["state"], "converting: replaces u.p0", "{v}");
+    wait_rebuilding(&s, "u");
+    assert_eq!(volume_sha256(&t, &uri(&s, "u"), "u mid-revive"), before);
+    s.crash();
+    s.start_again_unchecked();
+    wait_converted(&dev, "u", 0, "raid5");
+    let v = volume_of(&list_json(&dev), "u");
+    assert_eq!(v["plexes"][0]["interleave_bytes"], 126 * 512, "{v}");
+    let pool = list_json(&dev);
+    let d0 = pool["drives"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == "d0")
+        .unwrap()
+        .clone();
+    assert_eq!(d0["free_bytes"].as_u64(), Some(63 * MIB), "d0 freed: {d0}");
+    assert_eq!(volume_sha256(&t, &uri(&s, "u"), "u after"), before);
+    fio_all(&t, &s, &[("u", size)], true);
+    check_clean(&s, &["u", "u.p0"]);
+
+    // Its mirror plex becomes a stripe while fio writes and verifies.
+    let mut load = Background::spawn(&mut fio(&t, &uri(&s, "u"), size, false), "fio on u");
+    ok(
+        &strs(&convert(&ctl, "u", "1", "stripe", &["--subdisks", "2"])),
+        "convert u.p1",
+    );
+    wait_converted(&dev, "u", 1, "stripe");
+    assert!(load.wait(CMD_TIMEOUT).success(), "{}", load.stderr());
+    assert!(load.stdout().contains("err= 0"), "{}", load.stdout());
+    fio_all(&t, &s, &[("u", size)], true);
+    check_clean(&s, &["u", "u.p0"]);
+    s.stop_expecting_errors("TERM", &[]);
+}
+
+/// The server killed with SIGKILL at seeded moments of a convert (while
+/// the command runs, or while the new plex is revived): after each kill
+/// the next start finishes the convert or it never began, the volume
+/// holds the bytes fio wrote, and its copies check clean. Plex 1 turns
+/// from a mirror to a stripe and back, each time onto the drives the
+/// last one freed. `PLATTER_CONVERT_KILLS=N` runs N kills (CI runs 3).
+#[test]
+fn a_volume_killed_at_seeded_moments_of_converts_keeps_its_bytes() {
+    let test = "a_volume_killed_at_seeded_moments_of_converts_keeps_its_bytes";
+    let Some(t) = tools_with_fio_nbd(test, &["fio"]) else {
+        return;
+    };
+    let kills = env_count("PLATTER_CONVERT_KILLS", 3);
+    let dir = temp_dir();
+    let (_d, dev) = pool_of(dir.path(), 7, "64M");
+    ok(
+        &[
+            "volume",
+            "create",
+            "tank",
+            "u",
+            "--plex",
+            "raid5:3",
+            "--plex",
+            "mirror:2",
+            "--size",
+            "24M",
+            "--drives",
+            "d0,d1,d2,d3,d4",
+            &dev,
+        ],
+        "volume create u",
+    );
+    let size = 24 * MIB;
+    let mut s = serve_pool_first(dir.path(), &dev, "u", &["--rebuild-rate", "8M"]);
+    fio_all(&t, &s, &[("u", size)], false);
+    let mut seed: u64 = 0x44c0_ffee;
+    let (mut began, mut never) = (0, 0);
+    for k in 0..kills {
+        let stripe_now = volume_of(&list_json(&dev), "u")["plexes"][1]["org"] == "stripe";
+        let (level, count) = if stripe_now {
+            ("mirror", "2")
+        } else {
+            ("stripe", "2")
+        };
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        // Half while the command runs (its writes take milliseconds),
+        // half while the new plex is revived.
+        let delay_ms = (seed >> 33) % if k % 2 == 0 { 150 } else { 3000 };
+        let args = convert(&s.control(), "u", "1", level, &["--subdisks", count]);
+        let mut cmd = platter(&strs(&args));
+        let mut running = Background::spawn(&mut cmd, "convert");
+        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+        s.crash();
+        let _ = running.wait(CMD_TIMEOUT);
+        s.start_again_unchecked();
+        let v = volume_of(&list_json(&dev), "u");
+        if v["plexes"].as_array().unwrap().len() == 3 {
+            began += 1;
+            wait_converted(&dev, "u", 1, level);
+        } else if v["plexes"][1]["org"] == level {
+            began += 1;
+        } else {
+            never += 1;
+        }
+        wait_rebuilt(&s, "u");
+        fio_all(&t, &s, &[("u", size)], true);
+        check_clean(&s, &["u", "u.p0"]);
+        eprintln!("kill {k} after {delay_ms} ms: the convert began {began}, never {never}");
+    }
+    fio_all(&t, &s, &[("u", size)], false);
+    s.stop_expecting_errors("TERM", &[]);
+}
