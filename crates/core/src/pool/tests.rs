@@ -362,6 +362,82 @@ fn a_detached_plex_round_trips_and_keeps_the_split_s_rules() {
     }
 }
 
+/// A convert round-trips; its new plex holds its extents but is no slot
+/// of the mirror (`attached_plexes`, `mirror_slots`); the rules refuse a
+/// convert into a plex not the volume's last, of a volume of two plexes,
+/// twice, of a detached plex, or while a subdisk of the volume moves.
+#[test]
+fn a_convert_round_trips_and_keeps_its_rules() {
+    let mut pool = sample();
+    pool.drives.push(drive("d4", 5, 100 * MIB));
+    pool.drives.push(drive("d5", 6, 100 * MIB));
+    let mut v = volume(
+        "mirrored",
+        Level::Raid5,
+        (0..3).map(|i| sd(&format!("d{i}"), 70, 10)).collect(),
+    );
+    for d in ["d4", "d5"] {
+        v.plexes.push(
+            volume("x", Level::Concat, vec![sd(d, 1, 20)])
+                .plexes
+                .remove(0),
+        );
+    }
+    pool.volumes.push(v);
+    pool.converts.push(PlexConvert {
+        volume: "mirrored".into(),
+        from: 1,
+        into: 2,
+    });
+    pool.check().unwrap();
+    let text = text::render(&pool);
+    assert!(text.contains("convert plex mirrored.p1 into mirrored.p2\n"), "{text}");
+    assert_eq!(text::parse(&text, Strictness::Stored).unwrap(), pool);
+    let v = &pool.volumes[3];
+    assert_eq!(pool.attached_plexes(v), vec![0, 1]);
+    assert_eq!(pool.mirror_slots(v), 2);
+    assert_eq!(free_extents(&pool, "d5"), vec![(21 * MIB, 79 * MIB)]);
+    let refused = |f: &dyn Fn(&mut Pool), words: &[&str]| {
+        let mut p = pool.clone();
+        f(&mut p);
+        let e = p.check().unwrap_err();
+        assert!(words.iter().all(|w| e.contains(w)), "{e}");
+    };
+    refused(&|p| p.converts[0].into = 1, &["by its last one"]);
+    refused(&|p| p.converts[0].from = 2, &["by its last one"]);
+    refused(
+        &|p| {
+            p.volumes[3].plexes.pop();
+        },
+        &["by its last one"],
+    );
+    refused(
+        &|p| {
+            let again = p.converts[0].clone();
+            p.converts.push(again);
+        },
+        &["converted twice"],
+    );
+    refused(
+        &|p| {
+            p.detached.push(DetachedPlex {
+                volume: "mirrored".into(),
+                plex: 1,
+                as_volume: None,
+                writable: false,
+            })
+        },
+        &["a plex it converts is detached"],
+    );
+    refused(&|p| p.converts[0].volume = "nothing".into(), &["does not have"]);
+    assert!(text::parse(
+        &text.replace("into mirrored.p2", "into db.p2"),
+        Strictness::Stored
+    )
+    .unwrap_err()
+    .contains("another volume"));
+}
+
 #[test]
 fn a_hand_written_template_takes_units_and_defaults() {
     let t = "pool tank\n\
