@@ -288,3 +288,73 @@ fn a_written_copy_is_revived_whole_and_kills_mid_split_and_mid_revive_recover() 
     assert!(log.contains("plex attached again"), "{}", tail(&log, 4000));
     s.stop_expecting_errors("TERM", &[]);
 }
+
+/// The server killed with SIGKILL at seeded moments of detaches and
+/// attaches (while the command runs, or while the plex is revived): after
+/// each kill the next start serves the volume with the plex out and its
+/// copy (`snap`) holding the volume as it was at the split, or with the
+/// plex back and revived; fio's bytes verify on the volume and its copies
+/// check clean. `PLATTER_SPLIT_KILLS=N` runs N kills (CI runs 4).
+#[test]
+fn a_volume_killed_at_seeded_moments_of_splits_keeps_its_bytes_and_its_copy() {
+    let test = "a_volume_killed_at_seeded_moments_of_splits_keeps_its_bytes_and_its_copy";
+    let Some(t) = tools_with_fio_nbd(test, &["fio", "nbdcopy", "sha256sum"]) else {
+        return;
+    };
+    let kills = e2e_support::pool::env_count("PLATTER_SPLIT_KILLS", 4);
+    let dir = temp_dir();
+    let (_d, dev) = pool_of(dir.path(), 5, "64M");
+    ok(
+        &[
+            "volume", "create", "tank", "u", "--plex", "raid5:3", "--plex", "concat", "--size",
+            "24M", &dev,
+        ],
+        "volume create u",
+    );
+    let size = 24 * MIB;
+    let mut s = serve_pool_first(dir.path(), &dev, "u", &["--rebuild-rate", "8M"]);
+    fio_all(&t, &s, &[("u", size)], false);
+    let mut seed: u64 = 0x5b11_7000;
+    let mut at_split = String::new();
+    let mut outcomes = std::collections::BTreeMap::new();
+    for k in 0..kills {
+        let detached = plex_state(&dev, "u.p1").starts_with("detached");
+        if !detached {
+            at_split = volume_sha256(&t, &uri(&s, "u"), "u before the split");
+        }
+        let (verb, more): (&str, &[&str]) = if detached {
+            ("attach", &[])
+        } else {
+            ("detach", &["--as", "snap"])
+        };
+        let mut args = vec!["u", "1"];
+        args.extend(more);
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let delay_ms = (seed >> 33) % if k % 4 < 2 { 100 } else { 2000 };
+        let cmd_args = plex(verb, &s.control(), &args);
+        let mut running = Background::spawn(&mut platter(&strs(&cmd_args)), verb);
+        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+        s.crash();
+        let _ = running.wait(CMD_TIMEOUT);
+        s.start_again_unchecked();
+        let now = plex_state(&dev, "u.p1");
+        if now.starts_with("detached") {
+            assert_eq!(
+                volume_sha256(&t, &uri(&s, "snap"), "snap"),
+                at_split,
+                "kill {k}: the copy is the volume at the split"
+            );
+        } else {
+            wait_rebuilt(&s, "u");
+            check_clean(&s, &["u", "u.p1"]);
+        }
+        *outcomes.entry(format!("{verb} -> {now}")).or_insert(0) += 1;
+        fio_all(&t, &s, &[("u", size)], true);
+        // What the next attach revives.
+        fio_all(&t, &s, &[("u", size)], false);
+    }
+    eprintln!("outcomes: {outcomes:?}");
+    s.stop_expecting_errors("TERM", &[]);
+}

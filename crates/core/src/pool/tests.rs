@@ -391,7 +391,10 @@ fn a_convert_round_trips_and_keeps_its_rules() {
     });
     pool.check().unwrap();
     let text = text::render(&pool);
-    assert!(text.contains("convert plex mirrored.p1 into mirrored.p2\n"), "{text}");
+    assert!(
+        text.contains("convert plex mirrored.p1 into mirrored.p2\n"),
+        "{text}"
+    );
     assert_eq!(text::parse(&text, Strictness::Stored).unwrap(), pool);
     let v = &pool.volumes[3];
     assert_eq!(pool.attached_plexes(v), vec![0, 1]);
@@ -429,7 +432,10 @@ fn a_convert_round_trips_and_keeps_its_rules() {
         },
         &["a plex it converts is detached"],
     );
-    refused(&|p| p.converts[0].volume = "nothing".into(), &["does not have"]);
+    refused(
+        &|p| p.converts[0].volume = "nothing".into(),
+        &["does not have"],
+    );
     assert!(text::parse(
         &text.replace("into mirrored.p2", "into db.p2"),
         Strictness::Stored
