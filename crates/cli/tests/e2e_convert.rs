@@ -75,9 +75,10 @@ fn check_clean(s: &Server, names: &[&str]) {
 /// the revive; the next start goes on, the old plex's drive is freed, and
 /// the volume's sha256 is the same before, during and after. Then its
 /// mirror plex becomes a stripe while fio writes and verifies the volume.
-/// Refused with one line, nothing written: a volume of one plex, a drive
-/// a plex of the volume uses, a plex the volume lacks, a second convert
-/// while one runs, an extend while one runs.
+/// Refused with one line, nothing written: a new plex whose drives are
+/// too small to hold the volume, a volume of one plex, a drive a plex of
+/// the volume uses, a plex the volume lacks, a second convert while one
+/// runs, an extend while one runs.
 #[test]
 fn a_concat_plex_becomes_raid5_with_the_bytes_unchanged_through_a_kill() {
     let test = "a_concat_plex_becomes_raid5_with_the_bytes_unchanged_through_a_kill";
@@ -100,7 +101,33 @@ fn a_concat_plex_becomes_raid5_with_the_bytes_unchanged_through_a_kill() {
     let before = volume_sha256(&t, &uri(&s, "u"), "u before");
     let ctl = s.control();
 
+    // A drive too small to hold a copy of the volume.
+    let small = format!("d7={dev}/d7");
+    ok(
+        &[
+            "pool",
+            "add-drive",
+            "tank",
+            "--drive",
+            &small,
+            "--drive-size",
+            "16M",
+            "--control",
+            &ctl,
+        ],
+        "add d7",
+    );
     let generation_before = generation(&dev);
+    refused(
+        &strs(&convert(
+            &ctl,
+            "u",
+            "0",
+            "mirror",
+            &["--subdisks", "2", "--drives", "d6,d7"],
+        )),
+        "needs 2 drives with",
+    );
     refused(
         &strs(&convert(&ctl, "one", "0", "raid5", &[])),
         "has one plex",
