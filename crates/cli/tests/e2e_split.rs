@@ -124,6 +124,12 @@ fn a_detached_plex_holds_the_volume_at_the_split_and_attaches_back_reviving_what
         plex_state(&dev, "u.p1"),
         "detached (served as snap, read-only)"
     );
+    let st = ok(&["status", "--volume", "u", "--control", &ctl], "status u").stdout;
+    assert!(
+        st.contains("its plex is detached")
+            && st.contains("brought back by: platter plex attach tank u u.p1"),
+        "{st}"
+    );
     let snap = uri(&s, "snap");
     assert_eq!(
         volume_sha256(&t, &snap, "snap"),
@@ -274,6 +280,15 @@ fn a_written_copy_is_revived_whole_and_kills_mid_split_and_mid_revive_recover() 
     );
     assert_eq!(plex_state(&dev, "u.p1"), "detached");
     s.start_again_unchecked();
+    let st = ok(
+        &["status", "--volume", "u", "--control", &s.control()],
+        "status",
+    )
+    .stdout;
+    assert!(
+        st.contains("brought back by: platter plex attach tank u u.p1"),
+        "{st}"
+    );
     fio_all(&t, &s, &[("u", 4 * MIB)], false);
     s.stop_expecting_errors("TERM", &[]);
     ok(

@@ -359,7 +359,9 @@ pub fn serve_pool(
     let registration = register(&config, bound.control_path.as_deref(), listed_as);
     let pool = host.map(|host| {
         let parts = (config.clone(), control_path.clone(), Arc::clone(&served));
-        Arc::new(crate::manage::pool::PoolServer::new(parts, host))
+        let pool = Arc::new(crate::manage::pool::PoolServer::new(parts, host));
+        pool.note_detached_at_start();
+        pool
     });
     let threads = Threads::start(bound, &config, &shared, &conns, pool, &stop);
     if config.stdio {
@@ -689,6 +691,7 @@ fn manager(
                 .map(|m| (m.slot, m))
                 .collect(),
         ),
+        detached: Mutex::new(BTreeMap::new()),
         control_path,
         superseded: std::mem::take(&mut opened.superseded),
         member_drives: Mutex::new(Arc::clone(&config.member_drives)),

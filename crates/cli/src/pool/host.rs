@@ -821,6 +821,10 @@ impl PoolHost for ServedPool {
             .unwrap_or_default()
     }
 
+    fn detached_plexes(&self) -> Vec<DetachedPlex> {
+        self.lock().open.pool().detached.clone()
+    }
+
     fn resumable_moves(
         &self,
     ) -> Vec<(

@@ -72,6 +72,10 @@ pub struct Manager {
     /// The members the volume started without, by slot, until a device
     /// takes the slot again (`status` says why each is out).
     pub left_out: Mutex<BTreeMap<u32, LeftOutMember>>,
+    /// Slots whose member is out on purpose (a pool's detached plex), by
+    /// slot: the command that brings it back, for `status` to say instead
+    /// of `re-add`.
+    pub detached: Mutex<BTreeMap<u32, String>>,
     /// The control socket's path, for the commands `status` suggests.
     pub control_path: Option<String>,
     /// Devices set aside at start: their slot went to another member.
@@ -319,7 +323,13 @@ impl Manager {
                             .map(|d| d.describe().to_string());
                         LeftOutMember::while_serving(label, s, path)
                     });
-                m.json(label.event_counter, self.control_path.as_deref())
+                let mut j = m.json(label.event_counter, self.control_path.as_deref());
+                if let Some(attach) = self.detached.lock().expect("detached").get(&s) {
+                    j["reason"] = json!("detached");
+                    j["detail"] = json!("its plex is detached (`platter plex detach`)");
+                    j["remedy"] = json!(attach);
+                }
+                j
             })
             .collect()
     }
@@ -346,6 +356,7 @@ impl Manager {
     /// holds.
     pub(crate) fn forget_left_out(&self, slot: u32) {
         self.left_out.lock().expect("left out").remove(&slot);
+        self.detached.lock().expect("detached").remove(&slot);
     }
 
     /// A slot named by number or by its device's path.

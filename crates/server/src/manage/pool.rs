@@ -183,6 +183,8 @@ pub trait PoolHost: Send + Sync {
     fn converts(&self) -> Vec<(PlexConvert, bool)>;
     /// The drives convert `c`'s new plex lies on.
     fn convert_drives(&self, c: &PlexConvert) -> Vec<String>;
+    /// The plexes the pool records detached.
+    fn detached_plexes(&self) -> Vec<DetachedPlex>;
     fn resumable_moves(&self) -> Vec<(PlannedMove, Arc<MovingMember>)>;
 }
 

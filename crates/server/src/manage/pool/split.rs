@@ -26,6 +26,7 @@ use crate::plex::PlexMember;
 use crate::served::Served;
 use crate::server::{keep_volume, start_plexes, PoolStart};
 use platter_core::label::{Label, SlotState};
+use platter_core::pool::DetachedPlex;
 use platter_core::volume::{Health, Request};
 use platter_io::assembly::read_label_area;
 use platter_io::Member;
@@ -61,6 +62,7 @@ impl PoolServer {
                 self.host.detach_plex(&d)?;
                 m.engine
                     .mark_faulty(d.plex as u32, "its plex is detached".into());
+                self.note_detached(m, &d);
                 Ok(())
             });
             m.engine.resume();
@@ -89,6 +91,30 @@ impl PoolServer {
                 .map(|s| s.manager.engine.size_bytes()));
         }
         Ok(answer)
+    }
+
+    /// `status` of the volume names `plex attach` for the plex's slot.
+    fn note_detached(&self, m: &Manager, d: &DetachedPlex) {
+        let control = self.control_path.as_deref().unwrap_or("CONTROL");
+        let attach = format!(
+            "platter plex attach {} {} {} --control {control}",
+            self.host.pool_name(),
+            d.volume,
+            d.plex_name()
+        );
+        m.detached
+            .lock()
+            .expect("detached")
+            .insert(d.plex as u32, attach);
+    }
+
+    /// At the start: each detached plex's slot noted as `detach` notes it.
+    pub(crate) fn note_detached_at_start(&self) {
+        for d in self.host.detached_plexes() {
+            if let Some(v) = self.volumes.named(&d.volume) {
+                self.note_detached(&v.manager, &d);
+            }
+        }
     }
 
     /// Serves volume `as_name`, a detached plex.
