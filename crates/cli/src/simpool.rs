@@ -31,7 +31,7 @@ pub struct PoolSimArgs {
     /// A volume's load, VOLUME=WORKLOAD (NAME[:key=value,...], as `sweep
     /// --workload`); repeat for each volume that works. The others stay
     /// idle.
-    #[arg(long = "workload", value_name = "VOLUME=WORKLOAD", required = true)]
+    #[arg(long = "workload", value_name = "VOLUME=WORKLOAD", required_unless_present_any = ["moves", "revives"])]
     workloads: Vec<String>,
     /// A subdisk move to model beside the loads, SUBDISK=DRIVE[:OFFSET]
     /// (as `subdisk move --to`; repeat for an evacuation's moves): its
@@ -41,6 +41,13 @@ pub struct PoolSimArgs {
     /// says how long it takes alone and beside the loads.
     #[arg(long = "move", value_name = "SUBDISK=DRIVE[:OFFSET]")]
     moves: Vec<String>,
+    /// A plex's revive to model beside the loads, VOLUME.pN (`plex attach`
+    /// of a plex written elsewhere, or a convert's new plex: the whole
+    /// plex): the volume's bytes read through another of its plexes and
+    /// written through this one's layout, 1 MiB at a time, unthrottled;
+    /// a line says how long it takes alone and beside the loads.
+    #[arg(long = "revive", value_name = "PLEX")]
+    revives: Vec<String>,
     /// The seed: the same seed gives the same numbers.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -83,7 +90,13 @@ pub fn run(a: PoolSimArgs) -> Result<()> {
     let mut moved = Vec::new();
     for m in &a.moves {
         let (read, write, len) = move_runs(&pool, m, disk_bytes)?;
-        moved.push((m.clone(), runs.len(), len));
+        moved.push((format!("move {m}"), runs.len(), len));
+        runs.push(read);
+        runs.push(write);
+    }
+    for r in &a.revives {
+        let (read, write, len) = revive_runs(&pool, r, disk_bytes)?;
+        moved.push((format!("revive {r}"), runs.len(), len));
         runs.push(read);
         runs.push(write);
     }
@@ -99,12 +112,13 @@ pub fn run(a: PoolSimArgs) -> Result<()> {
         let alone = took(&read.alone).max(took(&write.alone));
         let together = took(&read.together).max(took(&write.together));
         if a.json {
-            let j = json!({ "move": what, "bytes": len, "alone_s": alone, "together_s": together });
+            let (kind, name) = what.split_once(' ').expect("kind and name");
+            let j = json!({ kind: name, "bytes": len, "alone_s": alone, "together_s": together });
             outln!("{j}");
             continue;
         }
         outln!(
-            "move {what}: {} copied in {alone:.2} s alone, {together:.2} s beside the loads \
+            "{what}: {} copied in {alone:.2} s alone, {together:.2} s beside the loads \
              (their cost to the volumes: the together columns)",
             platter_core::units::format_size(len)
         );
@@ -171,7 +185,76 @@ fn volume_run(
     workload: WorkloadSpec,
     disk_bytes: u64,
 ) -> Result<VolumeRun> {
-    let plex = v.one_plex_only("sim pool").map_err(CliError)?;
+    v.one_plex_only("sim pool --workload").map_err(CliError)?;
+    plex_run(pool, v, 0, workload, disk_bytes)
+}
+
+/// A plex's revive (`plex attach`, `volume convert`) as two runs on the
+/// shared drives: the volume's bytes read front to back through another
+/// plex of it (the first one else), 1 MiB at a time, and written through
+/// the revived plex's layout; and the bytes it copies.
+fn revive_runs(pool: &Pool, text: &str, disk_bytes: u64) -> Result<(VolumeRun, VolumeRun, u64)> {
+    let (volume, p) = platter_core::pool::split_plex_name(text)
+        .ok_or_else(|| CliError(format!("--revive {text}: expected a plex, VOLUME.pN")))?;
+    let v = pool
+        .volume(volume)
+        .filter(|v| v.has_plexes() && p < v.plexes.len())
+        .ok_or_else(|| {
+            CliError(format!(
+                "--revive {text}: pool {} has no plex {text} of a volume of several plexes",
+                pool.name
+            ))
+        })?;
+    let from = (0..v.plexes.len())
+        .find(|&q| q != p && pool.convert_of(volume).is_none_or(|c| c.into != q))
+        .expect("a volume of several plexes");
+    let capacity = |q: usize| -> u64 {
+        let plex = &v.plexes[q];
+        let n = plex.subdisks.len() as u64;
+        let each = plex
+            .subdisks
+            .iter()
+            .map(|sd| sd.len_bytes.saturating_sub(DATA_OFFSET_BYTES))
+            .min()
+            .unwrap_or(0);
+        match plex.org {
+            Level::Concat => plex
+                .subdisks
+                .iter()
+                .map(|sd| sd.len_bytes.saturating_sub(DATA_OFFSET_BYTES))
+                .sum(),
+            Level::Mirror => each,
+            Level::Raid10 => each * n / u64::from(plex.copies.max(1)),
+            Level::Raid5 | Level::Raid6 => each * (n - u64::from(plex.org.parity_members())),
+            Level::Stripe => each * n,
+        }
+    };
+    let bytes = capacity(from).min(capacity(p)) / (1 << 20) * (1 << 20);
+    let dd = |write: bool| {
+        WorkloadSpec::Dd(platter_sim::workload::dd::Dd {
+            write,
+            block_bytes: 1 << 20,
+            queue_depth: 1,
+            total_bytes: bytes,
+        })
+    };
+    let mut read = plex_run(pool, v, from, dd(false), disk_bytes)?;
+    read.name = format!("{text}<{}", v.plex_name(from));
+    let mut write = plex_run(pool, v, p, dd(true), disk_bytes)?;
+    write.name = format!("{text}>write");
+    Ok((read, write, bytes))
+}
+
+/// Plex `p` of volume `v` as the simulator runs it: its layout over its
+/// subdisks' windows of the drives (in the pool's drive order).
+fn plex_run(
+    pool: &Pool,
+    v: &PoolVolume,
+    p: usize,
+    workload: WorkloadSpec,
+    disk_bytes: u64,
+) -> Result<VolumeRun> {
+    let plex = &v.plexes[p];
     let mut windows = Vec::new();
     for sd in &plex.subdisks {
         let drive = pool

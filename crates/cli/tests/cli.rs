@@ -926,6 +926,89 @@ fn sim_pool_says_what_volumes_on_the_same_drives_cost_each_other() {
     );
 }
 
+/// `sim pool --revive V.pN`: a plex's revive (a convert's new plex, or an
+/// attach of a plex written elsewhere) as a read through another plex and
+/// a write through the revived one, beside another volume's load on the
+/// same drives: it takes longer beside the load than alone, and the load
+/// is slower beside it. A plex a volume lacks, or of a volume of one
+/// plex, is refused.
+#[test]
+fn sim_pool_says_how_long_a_plex_revive_takes_beside_other_volumes() {
+    let dir = temp_dir();
+    let d = dir.path().join("d");
+    fs::create_dir(&d).unwrap();
+    let drives: Vec<String> = (0..5)
+        .map(|i| d.join(format!("d{i}")).display().to_string())
+        .collect();
+    let mut args = vec!["pool", "create", "tank", "--drive-size", "8G"];
+    args.extend(drives.iter().map(String::as_str));
+    let ok = |args: &[&str]| {
+        let out = platter(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    ok(&args);
+    let dev = d.display().to_string();
+    ok(&[
+        "volume", "create", "tank", "bulk", "--level", "stripe", "--size", "2G", "--drives",
+        "d0,d1", &dev,
+    ]);
+    ok(&[
+        "volume", "create", "tank", "m", "--plex", "concat", "--plex", "stripe:2", "--size",
+        "256M", "--drives", "d4,d0,d1", &dev,
+    ]);
+    let conf = dir.path().join("tank.conf");
+    fs::write(&conf, ok(&["printconfig", "tank", &dev])).unwrap();
+    let conf = conf.to_str().unwrap();
+    let out = ok(&[
+        "sim",
+        "pool",
+        conf,
+        "--workload",
+        "bulk=dd:total=64M,qd=2",
+        "--revive",
+        "m.p1",
+        "--json",
+    ]);
+    let rows: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        rows.len(),
+        4,
+        "bulk, the revive's two sides, its line: {out}"
+    );
+    let r = &rows[3];
+    assert_eq!(r["revive"], "m.p1", "{r}");
+    // The volume, and the room its mirror keeps before it in each plex.
+    let bytes = r["bytes"].as_u64().unwrap();
+    assert!((256 << 20..=260 << 20).contains(&bytes), "{r}");
+    let (alone, together) = (
+        r["alone_s"].as_f64().unwrap(),
+        r["together_s"].as_f64().unwrap(),
+    );
+    assert!(alone > 0.0 && together > alone, "{r}");
+    let latency = |v: &serde_json::Value, k: &str| v[k]["mean_latency_ms"].as_f64().unwrap();
+    assert!(
+        latency(&rows[0], "together") > latency(&rows[0], "alone"),
+        "bulk slower beside the revive: {out}"
+    );
+    let refused = |args: &[&str], says: &str| assert_refused(&platter(args), says);
+    refused(
+        &["sim", "pool", conf, "--revive", "m.p5"],
+        "has no plex m.p5",
+    );
+    refused(
+        &["sim", "pool", conf, "--revive", "bulk.p0"],
+        "has no plex bulk.p0 of a volume of several plexes",
+    );
+}
+
 #[test]
 fn sweep_simple_members_model_a_served_volume() {
     // The members `serve --inject mN=latency=2ms` makes, behind a link:
