@@ -229,3 +229,52 @@ pub fn erase_old_plex(open: &OpenPool, v: &PoolVolume, c: &PlexConvert) -> Resul
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use platter_core::pool::text::{self, Strictness};
+
+    const CONVERTING: &str = "\
+pool tank
+drive d0 size 64M device /dev/d0
+drive d1 size 64M device /dev/d1
+drive d2 size 64M device /dev/d2
+drive d3 size 64M device /dev/d3
+volume v
+plex name v.p0 org concat vol v
+sd name v.p0.s0 drive d0 driveoffset 1M len 22M plex v.p0
+plex name v.p1 org concat vol v
+sd name v.p1.s0 drive d1 driveoffset 1M len 22M plex v.p1
+plex name v.p2 org stripe interleave 126s vol v
+sd name v.p2.s0 drive d2 driveoffset 1M len 12M plex v.p2
+sd name v.p2.s1 drive d3 driveoffset 1M len 12M plex v.p2
+convert plex v.p0 into v.p2
+";
+
+    /// The configuration that ends a convert has the new plex where the
+    /// old one was, the old one's extents free, no convert line; a
+    /// template taken by `pool create --config` mid-convert makes the
+    /// volume as it serves (the new plex left out).
+    #[test]
+    fn a_finished_convert_puts_the_new_plex_in_the_old_one_s_place() {
+        let mut pool = text::parse(CONVERTING, Strictness::Template).unwrap();
+        for (i, d) in pool.drives.iter_mut().enumerate() {
+            d.uuid = [i as u8 + 1; 16];
+        }
+        pool.check().unwrap();
+        let c = pool.converts[0].clone();
+        let done = finished(&pool, &c);
+        done.check().unwrap();
+        let v = done.volume("v").unwrap();
+        assert_eq!(v.plexes.len(), 2);
+        assert_eq!(v.plexes[0].org, Level::Stripe);
+        assert_eq!(v.plexes[0].interleave_bytes, 126 * 512);
+        assert_eq!(v.plexes[1].subdisks[0].drive, "d1");
+        assert!(done.converts.is_empty());
+        assert!(done.subdisks().all(|(_, sd)| sd.drive != "d0"));
+        let made = super::super::make::without_converts(pool);
+        assert_eq!(made[0].plexes.len(), 2);
+        assert_eq!(made[0].plexes[0].org, Level::Concat);
+    }
+}

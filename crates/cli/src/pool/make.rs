@@ -395,6 +395,19 @@ pub fn pool_create(args: PoolCreateArgs) -> Result<()> {
     result
 }
 
+/// A template's volumes as they serve: a convert's new plex (the state
+/// of a change under way, as a move is) is left out.
+pub(super) fn without_converts(mut template: Pool) -> Vec<PoolVolume> {
+    for c in std::mem::take(&mut template.converts) {
+        if let Some(v) = template.volumes.iter_mut().find(|v| v.name == c.volume) {
+            if c.into < v.plexes.len() {
+                v.plexes.remove(c.into);
+            }
+        }
+    }
+    template.volumes
+}
+
 fn make_pool(
     args: &PoolCreateArgs,
     template: Option<Pool>,
@@ -426,7 +439,7 @@ fn make_pool(
         // Labels made now say each volume's size: an extend's record of
         // it is not carried over.
         volumes: template
-            .map(|t| t.volumes)
+            .map(without_converts)
             .unwrap_or_default()
             .into_iter()
             .map(|v| PoolVolume {
