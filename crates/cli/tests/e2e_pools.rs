@@ -2181,9 +2181,18 @@ fn a_volume_of_two_unlike_plexes_serves_through_the_loss_of_one_and_rebuilds_it(
     let before = member_reads(&s, "v");
     fio_all(&t, &s, &[("v", size)], true);
     let after = member_reads(&s, "v");
+    // Both plexes read, unless the balancing measured one far slower
+    // (docs/tuning.md: a copy over 1.5x the fastest's latency weighs
+    // more). A CI run beside a build sent a whole verify pass to the
+    // concat plex ([364, 916] -> [364, 2196]): the raid5 plex's engine
+    // was slowed by the load, as the weights are meant to notice.
+    let latency = live(&s, "v")["read_policy"]["latency_us"].clone();
+    let us = |i: usize| latency[i].as_f64().unwrap_or(0.0);
+    // (Both measured: the writes just before went to both plexes.)
+    let lopsided = us(0).min(us(1)) > 0.0 && us(0).max(us(1)) > 1.5 * us(0).min(us(1));
     assert!(
-        after[0] > before[0] && after[1] > before[1],
-        "the reads go to both plexes: {before:?} -> {after:?}"
+        (after[0] > before[0] && after[1] > before[1]) || lopsided,
+        "the reads go to both plexes: {before:?} -> {after:?} (latency {latency})"
     );
     ok(
         &["check", "--volume", "v", "--control", &s.control()],
