@@ -228,9 +228,8 @@ pub fn plan_detach(pool: &Pool, d: &DetachedPlex) -> Result<Pool> {
     let v = pool.volume(&d.volume).expect("named by the caller");
     if pool.attached_plexes(v).len() < 2 {
         return Err(CliError(format!(
-            "plex {name} is the last plex volume {} serves from: detaching it would leave the \
-             volume nothing to serve",
-            d.volume
+            "plex {name} is the last plex its volume serves from: detaching it would leave the \
+             volume nothing to serve"
         )));
     }
     pool.not_moving(&d.volume, "detach a plex")
