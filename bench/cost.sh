@@ -8,12 +8,15 @@
 #
 #   bench/cost.sh [--level LEVEL]... [--rw RW] [--bs SIZE] [--iodepth N]
 #                 [--runtime SECS] [--members N] [--platter BIN]
+#                 [--pin SERVER_CPUS:CLIENT_CPUS]
 #
 # --level nbdkit measures nbdkit's file plugin serving one tmpfs file of the
 # members' total size, for reference.
 # Defaults: --level stripe --level raid5, --rw write, --bs 1M, --iodepth 8,
 # --runtime 6, 4 members of 400 MiB in /dev/shm, 64k interleave. Each level
 # gets a 4 s warm-up job first (the members' pages exist afterwards).
+# --pin 1:0 runs the server under `taskset -c 1` and fio under `taskset -c
+# 0` (as bench/serve.sh --pin): the server's cost on a CPU of its own.
 
 set -euo pipefail
 
@@ -24,6 +27,8 @@ IODEPTH=8
 RUNTIME=6
 MEMBERS=4
 PLATTER=""
+SERVER_PIN=()
+CLIENT_PIN=()
 
 die() { echo "cost.sh: $*" >&2; exit 2; }
 
@@ -36,7 +41,10 @@ while [ $# -gt 0 ]; do
         --runtime) RUNTIME="$2"; shift 2 ;;
         --members) MEMBERS="$2"; shift 2 ;;
         --platter) PLATTER="$2"; shift 2 ;;
-        -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --pin)
+            [[ "$2" =~ ^[0-9,-]+:[0-9,-]+$ ]] || { echo "cost.sh: --pin wants SERVER_CPUS:CLIENT_CPUS (1:0), not $2" >&2; exit 1; }
+            SERVER_PIN=(taskset -c "${2%%:*}"); CLIENT_PIN=(taskset -c "${2##*:}"); shift 2 ;;
+        -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument $1 (see --help)" ;;
     esac
 done
@@ -76,18 +84,18 @@ for level in "${LEVELS[@]}"; do
         command -v nbdkit >/dev/null || die "needs nbdkit (Debian: apt-get install nbdkit)"
         rm -f "${paths[@]}"
         truncate -s $((MEMBERS * 400))M "$d/reference.img"
-        nbdkit --unix "$d/sock" --foreground --exit-with-parent \
+        "${SERVER_PIN[@]}" nbdkit --unix "$d/sock" --foreground --exit-with-parent \
             file "$d/reference.img" >"$d/log" 2>&1 &
         uri="nbd+unix:///?socket=$d/sock"
     else
         "$PLATTER" create --level "$level" --interleave 64k --name v "${paths[@]}" >/dev/null
-        NO_COLOR=1 "$PLATTER" serve --socket "$d/sock" "${paths[@]}" >"$d/log" 2>&1 &
+        NO_COLOR=1 "${SERVER_PIN[@]}" "$PLATTER" serve --socket "$d/sock" "${paths[@]}" >"$d/log" 2>&1 &
         uri="nbd+unix:///v?socket=$d/sock"
     fi
     SERVER=$!
     for _ in $(seq 100); do [ -S "$d/sock" ] && break; sleep 0.1; done
     [ -S "$d/sock" ] || die "$level: the server did not listen: $(tail -n 3 "$d/log")"
-    job=(fio --name=cost --ioengine=nbd "--uri=$uri" "--rw=$RW"
+    job=("${CLIENT_PIN[@]}" fio --name=cost --ioengine=nbd "--uri=$uri" "--rw=$RW"
          "--bs=$BS" "--iodepth=$IODEPTH" --size=1G --time_based --output-format=json)
     "${job[@]}" --runtime=4 --output="$d/warm.json" >/dev/null
     read -r u0 s0 < <(cpu_ticks "$SERVER")
