@@ -74,7 +74,9 @@ fn check_clean(s: &Server, names: &[&str]) {
 /// (revived at 4 MiB/s), the server killed with SIGKILL in the middle of
 /// the revive; the next start goes on, the old plex's drive is freed, and
 /// the volume's sha256 is the same before, during and after. Then its
-/// mirror plex becomes a stripe while fio writes and verifies the volume.
+/// mirror plex becomes a stripe while fio writes and verifies the volume,
+/// and, recorded offline, a mirror again at the next start, the volume's
+/// sha256 unchanged.
 /// Refused with one line, nothing written: a new plex whose drives are
 /// too small to hold the volume, a volume of one plex, a drive a plex of
 /// the volume uses, a plex the volume lacks, a second convert while one
@@ -213,6 +215,38 @@ fn a_concat_plex_becomes_raid5_with_the_bytes_unchanged_through_a_kill() {
     assert!(load.stdout().contains("err= 0"), "{}", load.stdout());
     fio_all(&t, &s, &[("u", size)], true);
     check_clean(&s, &["u", "u.p0"]);
+    let written = volume_sha256(&t, &uri(&s, "u"), "u written");
+
+    // Offline: recorded, and done by the next start while it serves.
+    s.stop_expecting_errors("TERM", &[]);
+    let out = ok(
+        &[
+            "volume",
+            "convert",
+            "tank",
+            "u",
+            "--plex",
+            "1",
+            "--level",
+            "mirror",
+            "--subdisks",
+            "2",
+            &dev,
+        ],
+        "offline convert",
+    );
+    assert!(
+        out.stdout.contains("the next `serve --pool` revives it"),
+        "{}",
+        out.stdout
+    );
+    let v = volume_of(&list_json(&dev), "u");
+    assert_eq!(v["plexes"][2]["state"], "converting: replaces u.p1", "{v}");
+    s.start_again_unchecked();
+    wait_converted(&dev, "u", 1, "mirror");
+    wait_rebuilt(&s, "u");
+    assert_eq!(volume_sha256(&t, &uri(&s, "u"), "u after"), written);
+    check_clean(&s, &["u", "u.p0", "u.p1"]);
     s.stop_expecting_errors("TERM", &[]);
 }
 

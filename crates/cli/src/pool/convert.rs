@@ -19,16 +19,17 @@
 use std::sync::Arc;
 
 use clap::Args;
-use platter_core::label::{Label, LABEL_BYTES};
+use platter_core::label::{Label, SlotState, LABEL_BYTES};
 use platter_core::pool::{PlexConvert, Pool, PoolVolume};
 use platter_core::Level;
 use platter_io::assembly::read_label_area;
 use platter_io::Member;
 use serde_json::{json, Value};
 
-use super::drives::{plex_windows, OpenPool};
-use super::make::{place, VolumeCreateArgs};
+use super::drives::{open_pool, plex_windows, OpenPool};
+use super::make::{place, writable, VolumeCreateArgs};
 use super::split::volume_and_plex;
+use super::{ControlArgs, DeviceArgs};
 use crate::error::{CliError, Result};
 use crate::out::outln;
 use platter_core::units::parse_size;
@@ -58,15 +59,13 @@ pub struct VolumeConvertArgs {
     /// volume uses.
     #[arg(long, value_name = "NAMES", value_delimiter = ',')]
     drives: Vec<String>,
-    /// The pool's server's control socket (`serve --pool`): the new plex
-    /// is revived from the others while the volume serves, so a convert
-    /// runs through the server.
-    #[arg(long, value_name = "PATH")]
-    control: std::path::PathBuf,
+    #[command(flatten)]
+    devices: DeviceArgs,
+    #[command(flatten)]
+    control: ControlArgs,
 }
 
 pub fn volume_convert(args: VolumeConvertArgs) -> Result<()> {
-    let control = &args.control;
     let req = json!({
         "cmd": "volume-convert",
         "pool": args.pool,
@@ -78,6 +77,9 @@ pub fn volume_convert(args: VolumeConvertArgs) -> Result<()> {
         "subdisks": args.subdisks,
         "drives": args.drives,
     });
+    let Some(control) = &args.control.control else {
+        return convert_offline(&args, &req);
+    };
     let done = crate::control::ask(control, req)?;
     outln!(
         "volume {}: plex {} is being replaced by a {} plex on {}; `platter status --control` \
@@ -93,6 +95,64 @@ pub fn volume_convert(args: VolumeConvertArgs) -> Result<()> {
                 .collect::<Vec<_>>()
                 .join(", "))
             .unwrap_or_default(),
+    );
+    Ok(())
+}
+
+/// Offline, the convert is recorded and its new plex placed; the next
+/// `serve --pool` swaps it in and revives it (as it takes up a convert a
+/// crash cut short). Refused unless every plex of the volume is in step.
+fn convert_offline(args: &VolumeConvertArgs, req: &Value) -> Result<()> {
+    let mut open = open_pool(Some(&args.pool), &args.devices.devices, writable())?;
+    let (v, _) = volume_and_plex(open.pool(), &args.volume, &args.plex)?;
+    let labels: Vec<Option<Label>> = (0..v.plexes.len())
+        .map(|p| mirror_label_on(&open, &v, p))
+        .collect();
+    let newest = labels
+        .iter()
+        .flatten()
+        .max_by_key(|l| l.event_counter)
+        .ok_or_else(|| CliError(format!("volume {}: no plex of it can be read", v.name)))?;
+    let behind = (0..v.plexes.len()).find(|&p| {
+        let entry = newest.slots.get(p);
+        !labels[p].as_ref().is_some_and(|own| {
+            own.event_counter + 1 >= newest.event_counter
+                && entry.is_some_and(|e| e.state == SlotState::Active && e.left_at_events == 0)
+        })
+    });
+    if let Some(p) = behind {
+        return Err(CliError(format!(
+            "volume {} is not whole (plex {} is out of step): let it rebuild first; a convert \
+             revives the new plex from the others",
+            v.name,
+            v.plex_name(p)
+        )));
+    }
+    let slot_bytes = newest
+        .slots
+        .iter()
+        .map(|e| e.data_size_bytes)
+        .max()
+        .unwrap_or(0);
+    let plex_bytes = newest
+        .data_offset_bytes
+        .checked_add(slot_bytes)
+        .ok_or_else(|| CliError("the volume's size overflows".into()))?;
+    let (next, c) = plan_convert(&open, req, plex_bytes)?;
+    open.write(next)?;
+    let drives: Vec<String> = open.pool().volume(&v.name).expect("kept").plexes[c.into]
+        .subdisks
+        .iter()
+        .map(|sd| sd.drive.clone())
+        .collect();
+    outln!(
+        "volume {}: plex {} is to be replaced by a {} plex on {} (generation {}); the next \
+         `serve --pool` revives it while serving and then frees the old plex",
+        v.name,
+        v.plex_name(c.from),
+        args.level,
+        drives.join(", "),
+        open.pool().generation
     );
     Ok(())
 }

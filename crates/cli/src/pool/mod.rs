@@ -92,8 +92,9 @@ pub enum VolumeCommand {
     /// volume of several plexes is replaced by a new plex of another
     /// level or interleave on drives none of its plexes use, revived from
     /// the others while the volume serves; the old plex's subdisks are
-    /// then free. Through the pool's server (--control); a crash part
-    /// way is taken up by the next `serve --pool`.
+    /// then free. Through the pool's server (--control), or recorded
+    /// offline for the next `serve --pool` to do; a crash part way is
+    /// taken up by the next `serve --pool`.
     Convert(convert::VolumeConvertArgs),
 }
 
