@@ -11,10 +11,6 @@ use e2e_support::pool::*;
 use e2e_support::*;
 use serde_json::Value;
 
-fn generation(dev: &str) -> u64 {
-    list_json(dev)["generation"].as_u64().unwrap()
-}
-
 fn volume_of(pool: &Value, name: &str) -> Value {
     pool["volumes"]
         .as_array()
@@ -49,24 +45,6 @@ fn convert(ctl: &str, volume: &str, plex: &str, level: &str, more: &[&str]) -> V
     args.extend(more.iter().map(|s| s.to_string()));
     args.extend(["--control".to_string(), ctl.to_string()]);
     args
-}
-
-fn strs(args: &[String]) -> Vec<&str> {
-    args.iter().map(String::as_str).collect()
-}
-
-fn check_clean(s: &Server, names: &[&str]) {
-    for name in names {
-        let out = ok(
-            &["check", "--volume", name, "--control", &s.control()],
-            &format!("check {name}"),
-        );
-        assert!(
-            out.stdout.contains(" 0 mismatched"),
-            "{name}: {}",
-            out.stdout
-        );
-    }
 }
 
 /// A volume of a concat and a mirror plex: the concat plex becomes a

@@ -32,10 +32,6 @@ fn wait_moved(dev: &str, name: &str, drive: &str) {
     }
 }
 
-fn generation(dev: &str) -> u64 {
-    list_json(dev)["generation"].as_u64().unwrap()
-}
-
 /// A raid5's subdisk moves to a fifth drive while fio writes and
 /// verifies the volume; the server is killed with SIGKILL mid-copy, the
 /// move is recorded with its checkpoint, and the next start takes it up

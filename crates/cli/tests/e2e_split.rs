@@ -10,10 +10,6 @@ mod e2e_support;
 use e2e_support::pool::*;
 use e2e_support::*;
 
-fn generation(dev: &str) -> u64 {
-    list_json(dev)["generation"].as_u64().unwrap()
-}
-
 /// Plex `name`'s state as `list --json` shows it.
 fn plex_state(dev: &str, name: &str) -> String {
     let pool = list_json(dev);
@@ -35,10 +31,6 @@ fn plex(verb: &str, ctl: &str, args: &[&str]) -> Vec<String> {
     all
 }
 
-fn strs(args: &[String]) -> Vec<&str> {
-    args.iter().map(String::as_str).collect()
-}
-
 /// The regions an attach says it revives, and of how many.
 fn revived_regions(said: &str) -> (u64, u64) {
     let words: Vec<&str> = said.split_whitespace().collect();
@@ -50,20 +42,6 @@ fn revived_regions(said: &str) -> (u64, u64) {
         words[at - 1].parse().unwrap(),
         words[at + 2].parse().unwrap(),
     )
-}
-
-fn check_clean(s: &Server, names: &[&str]) {
-    for name in names {
-        let out = ok(
-            &["check", "--volume", name, "--control", &s.control()],
-            &format!("check {name}"),
-        );
-        assert!(
-            out.stdout.contains(" 0 mismatched"),
-            "{name}: {}",
-            out.stdout
-        );
-    }
 }
 
 /// A raid5-and-concat volume under fio: its concat plex detached as

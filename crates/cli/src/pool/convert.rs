@@ -16,18 +16,16 @@
 //! mirror's label on the new plex (docs/pools.md "Changing a volume's
 //! organisation").
 
-use std::sync::Arc;
-
 use clap::Args;
-use platter_core::label::{Label, SlotState, LABEL_BYTES};
+use platter_core::label::LABEL_BYTES;
 use platter_core::pool::{PlexConvert, Pool, PoolVolume};
 use platter_core::Level;
-use platter_io::assembly::read_label_area;
 use platter_io::Member;
 use serde_json::{json, Value};
 
 use super::drives::{open_pool, plex_windows, OpenPool};
 use super::make::{place, writable, VolumeCreateArgs};
+use super::plexes::{mirror_label_on, MirrorLabels};
 use super::split::volume_and_plex;
 use super::{ControlArgs, DeviceArgs};
 use crate::error::{CliError, Result};
@@ -105,22 +103,8 @@ pub fn volume_convert(args: VolumeConvertArgs) -> Result<()> {
 fn convert_offline(args: &VolumeConvertArgs, req: &Value) -> Result<()> {
     let mut open = open_pool(Some(&args.pool), &args.devices.devices, writable())?;
     let (v, _) = volume_and_plex(open.pool(), &args.volume, &args.plex)?;
-    let labels: Vec<Option<Label>> = (0..v.plexes.len())
-        .map(|p| mirror_label_on(&open, &v, p))
-        .collect();
-    let newest = labels
-        .iter()
-        .flatten()
-        .max_by_key(|l| l.event_counter)
-        .ok_or_else(|| CliError(format!("volume {}: no plex of it can be read", v.name)))?;
-    let behind = (0..v.plexes.len()).find(|&p| {
-        let entry = newest.slots.get(p);
-        !labels[p].as_ref().is_some_and(|own| {
-            own.event_counter + 1 >= newest.event_counter
-                && entry.is_some_and(|e| e.state == SlotState::Active && e.left_at_events == 0)
-        })
-    });
-    if let Some(p) = behind {
+    let labels = MirrorLabels::read(&open, &v)?;
+    if let Some(p) = (0..v.plexes.len()).find(|&p| !labels.in_step(p)) {
         return Err(CliError(format!(
             "volume {} is not whole (plex {} is out of step): let it rebuild first; a convert \
              revives the new plex from the others",
@@ -128,6 +112,7 @@ fn convert_offline(args: &VolumeConvertArgs, req: &Value) -> Result<()> {
             v.plex_name(p)
         )));
     }
+    let newest = &labels.newest;
     let slot_bytes = newest
         .slots
         .iter()
@@ -258,26 +243,16 @@ pub fn finished(pool: &Pool, c: &PlexConvert) -> Pool {
 /// its subdisks assemble and its data begins with the mirror's label (the
 /// mirror wrote it there when it took the plex).
 pub fn new_in_slot(open: &OpenPool, v: &PoolVolume, c: &PlexConvert) -> bool {
-    let Some(new) = mirror_label_on(open, v, c.into) else {
+    // Every subdisk of it present: a part of a plex is not taken for it.
+    let whole = plex_windows(open.pool(), v, c.into, &open.drives)
+        .is_ok_and(|w| w.len() == v.plexes[c.into].subdisks.len());
+    let Some(new) = mirror_label_on(open, v, c.into).filter(|_| whole) else {
         return false;
     };
     (0..v.plexes.len())
         .filter(|&p| p != c.from && p != c.into)
         .find_map(|p| mirror_label_on(open, v, p))
         .is_some_and(|other| other.volume_uuid == new.volume_uuid)
-}
-
-/// The mirror's label as plex `p` of `v` holds it, if it assembles and
-/// holds one.
-pub fn mirror_label_on(open: &OpenPool, v: &PoolVolume, p: usize) -> Option<Label> {
-    let windows = plex_windows(open.pool(), v, p, &open.drives).ok()?;
-    if windows.len() != v.plexes[p].subdisks.len() {
-        return None;
-    }
-    let members: Vec<Arc<dyn Member>> = windows.into_iter().map(|w| w as Arc<dyn Member>).collect();
-    let plex = super::plexes::plex_members(v, std::iter::once(members)).ok()?;
-    let area = read_label_area(plex[0].as_ref()).ok()?;
-    Label::decode(&area).ok()
 }
 
 /// The old plex's subdisks, gone from the configuration, lose their

@@ -291,19 +291,37 @@ impl ServedPool {
                 "plex {plex}: a subdisk of it is still lost, or none of them is blank"
             ))
         })?;
-        let names: Vec<String> = members
-            .iter()
-            .chain(&blank)
-            .map(|m| m.describe().to_string())
-            .collect();
-        let (mut member_drives, mut member_delays) = (HashMap::new(), HashMap::new());
-        self.places(&v, &names, &mut member_drives, &mut member_delays);
+        self.plex_to_serve(&v, members, blank)
+    }
+
+    /// A plex's array over its subdisks `members` and `blank` (its
+    /// spares), assembled as the server serves a plex, with the drives and
+    /// latencies of its subdisks.
+    fn plex_to_serve(&self, v: &PoolVolume, members: Members, blank: Members) -> Result<NewVolume> {
+        let (member_drives, member_delays) = self.placed(v, &members, &blank);
         let (volume, spares) = assemble_checked(members, blank, false).and_then(serving_plex)?;
         Ok(NewVolume {
             start: PoolStart::Array(Box::new(volume), spares),
             member_drives,
             member_delays,
         })
+    }
+
+    /// The drives and latencies of subdisks `members` and `blank` of `v`.
+    fn placed(
+        &self,
+        v: &PoolVolume,
+        members: &Members,
+        blank: &Members,
+    ) -> (HashMap<String, String>, HashMap<String, Delay>) {
+        let names: Vec<String> = members
+            .iter()
+            .chain(blank)
+            .map(|m| m.describe().to_string())
+            .collect();
+        let (mut drives, mut delays) = (HashMap::new(), HashMap::new());
+        self.places(v, &names, &mut drives, &mut delays);
+        (drives, delays)
     }
 
     /// A volume of plexes' extend through the server: the plan, the
@@ -767,23 +785,23 @@ impl PoolHost for ServedPool {
     }
 
     fn plan_detach(&self, req: &Value) -> std::result::Result<DetachedPlex, String> {
-        self.plan_detach_str(req)
+        self.plan_served_detach(req).map_err(|e| e.0)
     }
 
     fn detach_plex(&self, d: &DetachedPlex) -> std::result::Result<(), String> {
-        self.detach_str(d)
+        self.detach_served(d).map_err(|e| e.0)
     }
 
     fn start_detached(&self, name: &str) -> std::result::Result<NewVolume, String> {
-        self.start_detached_str(name)
+        self.start_served_detached(name).map_err(|e| e.0)
     }
 
     fn plan_attach(&self, req: &Value) -> std::result::Result<DetachedPlex, String> {
-        self.plan_attach_str(req)
+        self.plan_served_attach(req).map_err(|e| e.0)
     }
 
     fn attach_plex(&self, d: &DetachedPlex) -> std::result::Result<NewVolume, String> {
-        self.attach_str(d)
+        self.attach_served(d).map_err(|e| e.0)
     }
 
     fn begin_convert(

@@ -9,12 +9,12 @@
 
 use std::sync::Arc;
 
-use platter_core::label::LABEL_BYTES;
+use platter_core::label::{Label, SlotState, LABEL_BYTES};
 use platter_core::pool::{Plex, Pool, PoolVolume, MAX_PLEXES};
 use platter_core::volume::{Limits, Volume};
 use platter_core::Level;
 use platter_io::aio::layer::{Layer, LayerConfig};
-use platter_io::assembly::assemble_devices;
+use platter_io::assembly::{assemble_devices, read_label_area};
 use platter_io::subdisk::SubdiskMember;
 use platter_io::Member;
 use platter_server::engine::Engine;
@@ -196,4 +196,59 @@ fn plex_engine(subdisks: Vec<Arc<dyn Member>>) -> Result<Arc<Engine>> {
         by_slot,
         Arc::new(Layer::threads(LayerConfig::default())),
     ))
+}
+
+/// The mirror's label as plex `p` of `v` holds it, read offline through an
+/// engine over the plex's subdisks present (`None`: it does not assemble,
+/// or holds none).
+pub fn mirror_label_on(open: &drives::OpenPool, v: &PoolVolume, p: usize) -> Option<Label> {
+    let windows = drives::plex_windows(open.pool(), v, p, &open.drives).ok()?;
+    let members: Vec<Arc<dyn Member>> = windows.into_iter().map(|w| w as Arc<dyn Member>).collect();
+    let plex = plex_members(v, std::iter::once(members)).ok()?;
+    let area = read_label_area(plex[0].as_ref()).ok()?;
+    Label::decode(&area).ok()
+}
+
+/// A volume of plexes as its plexes' copies of the mirror's label tell
+/// it, offline: the newest, and which plexes hold the volume's bytes.
+pub struct MirrorLabels {
+    pub newest: Label,
+    in_step: Vec<bool>,
+}
+
+impl MirrorLabels {
+    /// Read from every plex of `v`; refused when none can be read.
+    pub fn read(open: &drives::OpenPool, v: &PoolVolume) -> Result<MirrorLabels> {
+        let labels: Vec<Option<Label>> = (0..v.plexes.len())
+            .map(|p| mirror_label_on(open, v, p))
+            .collect();
+        let newest = labels
+            .iter()
+            .flatten()
+            .max_by_key(|l| l.event_counter)
+            .cloned()
+            .ok_or_else(|| CliError(format!("volume {}: no plex of it can be read", v.name)))?;
+        // In use and in step: its slot active and never left in the
+        // newest label, its own label at most a change behind (the
+        // labels are written plex after plex).
+        let in_step = labels
+            .iter()
+            .enumerate()
+            .map(|(p, own)| {
+                own.as_ref().is_some_and(|own| {
+                    own.event_counter + 1 >= newest.event_counter
+                        && newest
+                            .slots
+                            .get(p)
+                            .is_some_and(|e| e.state == SlotState::Active && e.left_at_events == 0)
+                })
+            })
+            .collect();
+        Ok(MirrorLabels { newest, in_step })
+    }
+
+    /// Whether plex `p` holds the volume's bytes.
+    pub fn in_step(&self, p: usize) -> bool {
+        self.in_step.get(p).copied().unwrap_or(false)
+    }
 }

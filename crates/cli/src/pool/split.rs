@@ -15,17 +15,13 @@
 //! written and the next start records it (docs/pools.md "Splitting a
 //! volume").
 
-use std::sync::Arc;
-
 use clap::{Args, Subcommand};
-use platter_core::label::{Label, SlotState};
 use platter_core::pool::{DetachedPlex, Pool, PoolVolume};
-use platter_io::assembly::read_label_area;
-use platter_io::Member;
 use serde_json::{json, Value};
 
-use super::drives::{open_pool, plex_windows, OpenPool};
+use super::drives::{open_pool, OpenPool};
 use super::make::writable;
+use super::plexes::MirrorLabels;
 use super::{ControlArgs, DeviceArgs};
 use crate::error::{CliError, Result};
 use crate::out::outln;
@@ -258,27 +254,15 @@ pub fn plan_attach(pool: &Pool, volume: &str, p: usize) -> Result<Pool> {
 /// its slot in the newest of the mirror's labels is in use and in step,
 /// and another plex's is too.
 fn check_in_sync(open: &OpenPool, v: &PoolVolume, p: usize) -> Result<()> {
-    let labels = mirror_labels(open, v);
-    let newest = labels
-        .iter()
-        .flatten()
-        .max_by_key(|l| l.event_counter)
-        .ok_or_else(|| CliError(format!("volume {}: no plex of it can be read", v.name)))?;
-    let in_step = |q: usize| {
-        let entry = &newest.slots.get(q);
-        labels[q].as_ref().is_some_and(|own| {
-            own.event_counter + 1 >= newest.event_counter
-                && entry.is_some_and(|e| e.state == SlotState::Active && e.left_at_events == 0)
-        })
-    };
-    if !in_step(p) {
+    let labels = MirrorLabels::read(open, v)?;
+    if !labels.in_step(p) {
         return Err(CliError(format!(
             "plex {} does not hold the volume's bytes now (it failed, is being rebuilt, or cannot \
              be read): nothing to split off",
             v.plex_name(p)
         )));
     }
-    if !(0..v.plexes.len()).any(|q| q != p && in_step(q)) {
+    if !(0..v.plexes.len()).any(|q| q != p && labels.in_step(q)) {
         return Err(CliError(format!(
             "no other plex of volume {} holds all of its bytes: detaching {} would leave it \
              nothing to serve",
@@ -287,19 +271,4 @@ fn check_in_sync(open: &OpenPool, v: &PoolVolume, p: usize) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// The mirror's label as each plex holds it, by plex (`None`: the plex
-/// cannot be assembled or read).
-fn mirror_labels(open: &OpenPool, v: &PoolVolume) -> Vec<Option<Label>> {
-    (0..v.plexes.len())
-        .map(|p| {
-            let windows = plex_windows(open.pool(), v, p, &open.drives).ok()?;
-            let members: Vec<Arc<dyn Member>> =
-                windows.into_iter().map(|w| w as Arc<dyn Member>).collect();
-            let plex = super::plexes::plex_members(v, std::iter::once(members)).ok()?;
-            let area = read_label_area(plex[0].as_ref()).ok()?;
-            Label::decode(&area).ok()
-        })
-        .collect()
 }

@@ -271,3 +271,29 @@ pub fn all_subdisks(pool: &Value) -> Vec<Value> {
         .cloned()
         .collect()
 }
+
+/// The pool's configuration generation, as `list` says it.
+pub fn generation(dev: &str) -> u64 {
+    list_json(dev)["generation"].as_u64().unwrap()
+}
+
+/// An argument list as the `&str`s `ok` and `refused` take.
+pub fn strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
+/// `platter check` of each array named, through the server: no copy or
+/// parity disagrees.
+pub fn check_clean(s: &Server, names: &[&str]) {
+    for name in names {
+        let out = ok(
+            &["check", "--volume", name, "--control", &s.control()],
+            &format!("check {name}"),
+        );
+        assert!(
+            out.stdout.contains(" 0 mismatched"),
+            "{name}: {}",
+            out.stdout
+        );
+    }
+}

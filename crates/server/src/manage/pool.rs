@@ -542,12 +542,7 @@ impl PoolServer {
             .get("size_bytes")
             .and_then(Value::as_u64)
             .ok_or("missing \"size_bytes\"")?;
-        if let Some((c, _)) = self
-            .host
-            .converts()
-            .into_iter()
-            .find(|(c, _)| c.volume == name)
-        {
+        if let Some(c) = self.converting(name) {
             return Err(format!(
                 "volume {name}: plex {name}.p{} is being converted; extend it once that is done",
                 c.from

@@ -2,14 +2,12 @@
 //! recorded, labelled when the server swaps it in, and put in the old
 //! plex's place once the mirror has revived it (`convert.rs`).
 
-use std::collections::HashMap;
-
 use platter_core::pool::PlexConvert;
-use platter_server::{NewVolume, PoolStart};
+use platter_server::NewVolume;
 use serde_json::Value;
 
 use super::super::convert::{erase_old_plex, finished, new_in_slot, plan_convert};
-use super::{assemble_checked, blank_apart, serving_plex, ServedPool};
+use super::{blank_apart, ServedPool};
 use crate::error::Result;
 
 impl ServedPool {
@@ -43,19 +41,7 @@ impl ServedPool {
             .map(|w| w as std::sync::Arc<dyn platter_io::Member>)
             .collect();
         let (members, blank) = blank_apart(members)?;
-        let names: Vec<String> = members
-            .iter()
-            .chain(&blank)
-            .map(|m| m.describe().to_string())
-            .collect();
-        let (mut member_drives, mut member_delays) = (HashMap::new(), HashMap::new());
-        self.places(&v, &names, &mut member_drives, &mut member_delays);
-        let (volume, spares) = assemble_checked(members, blank, false).and_then(serving_plex)?;
-        Ok(NewVolume {
-            start: PoolStart::Array(Box::new(volume), spares),
-            member_drives,
-            member_delays,
-        })
+        self.plex_to_serve(&v, members, blank)
     }
 
     pub(super) fn finish_served_convert(&self, c: &PlexConvert) -> Result<()> {

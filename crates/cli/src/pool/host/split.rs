@@ -67,16 +67,11 @@ impl ServedPool {
             .open_plexes(&v, false, &[d.plex])?
             .pop()
             .expect("one plex asked");
-        let (member_drives, member_delays) = self.placed(&v, &members, &blank);
-        let (volume, spares) = assemble_checked(members, blank, false).and_then(serving_plex)?;
+        let plex = self.plex_to_serve(&v, members, blank)?;
         let mut state = self.lock();
         let next = plan_attach(state.open.pool(), &d.volume, d.plex)?;
         state.open.write(next)?;
-        Ok(NewVolume {
-            start: PoolStart::Array(Box::new(volume), spares),
-            member_drives,
-            member_delays,
-        })
+        Ok(plex)
     }
 
     /// How a server starts volume `name`, a detached plex served as a
@@ -109,7 +104,7 @@ impl ServedPool {
         maps.0.extend(drives);
         maps.1.extend(delays);
         let (array, spares) = assemble_checked(members, blank, run).and_then(serving_plex)?;
-        let others = v.plexes.len() - 1;
+        let others = pool.mirror_slots(&v) - 1;
         let as_name = name.to_string();
         let assemble: platter_server::AssemblePlexes = Box::new(move |members| {
             let (labelled, blank) = blank_apart(members).map_err(|e| e.0)?;
@@ -126,7 +121,7 @@ impl ServedPool {
         })
     }
 
-    fn start_served_detached(&self, name: &str) -> Result<NewVolume> {
+    pub(super) fn start_served_detached(&self, name: &str) -> Result<NewVolume> {
         let (mut member_drives, mut member_delays) = (HashMap::new(), HashMap::new());
         let start = self.start_of_detached(
             name,
@@ -138,44 +133,5 @@ impl ServedPool {
             member_drives,
             member_delays,
         })
-    }
-
-    /// The drives and latencies of subdisks `members` and `blank` of `v`.
-    fn placed(
-        &self,
-        v: &platter_core::pool::PoolVolume,
-        members: &super::Members,
-        blank: &super::Members,
-    ) -> (HashMap<String, String>, HashMap<String, Delay>) {
-        let names: Vec<String> = members
-            .iter()
-            .chain(blank)
-            .map(|m| m.describe().to_string())
-            .collect();
-        let (mut drives, mut delays) = (HashMap::new(), HashMap::new());
-        self.places(v, &names, &mut drives, &mut delays);
-        (drives, delays)
-    }
-}
-
-impl ServedPool {
-    pub(super) fn plan_detach_str(&self, req: &Value) -> std::result::Result<DetachedPlex, String> {
-        self.plan_served_detach(req).map_err(|e| e.0)
-    }
-
-    pub(super) fn detach_str(&self, d: &DetachedPlex) -> std::result::Result<(), String> {
-        self.detach_served(d).map_err(|e| e.0)
-    }
-
-    pub(super) fn start_detached_str(&self, name: &str) -> std::result::Result<NewVolume, String> {
-        self.start_served_detached(name).map_err(|e| e.0)
-    }
-
-    pub(super) fn plan_attach_str(&self, req: &Value) -> std::result::Result<DetachedPlex, String> {
-        self.plan_served_attach(req).map_err(|e| e.0)
-    }
-
-    pub(super) fn attach_str(&self, d: &DetachedPlex) -> std::result::Result<NewVolume, String> {
-        self.attach_served(d).map_err(|e| e.0)
     }
 }

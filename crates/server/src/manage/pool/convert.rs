@@ -36,12 +36,7 @@ impl PoolServer {
                      new one is revived"
                 )
             })?;
-        if let Some((c, _)) = self
-            .host
-            .converts()
-            .into_iter()
-            .find(|(c, _)| c.volume == volume)
-        {
+        if let Some(c) = self.converting(volume) {
             return Err(format!(
                 "volume {volume}: plex {volume}.p{} is being converted already; one at a time",
                 c.from
@@ -108,6 +103,15 @@ impl PoolServer {
             mirror.spares.lock().expect("spares").push(member);
         }
         Ok(())
+    }
+
+    /// The convert under way of volume `volume`, if one is.
+    pub(super) fn converting(&self, volume: &str) -> Option<PlexConvert> {
+        self.host
+            .converts()
+            .into_iter()
+            .map(|(c, _)| c)
+            .find(|c| c.volume == volume)
     }
 
     /// Each convert the pool records, looked at by the heal thread: ended
