@@ -183,7 +183,8 @@ fn a_detached_plex_holds_the_volume_at_the_split_and_attaches_back_reviving_what
 /// with the plex out and its copy served; killed while a revive runs
 /// (rebuild rate 1 MiB/s), the next start finishes it; an attach made
 /// offline is revived by the next start. fio verifies after each, and
-/// every copy checks clean.
+/// every copy checks clean. A detached plex whose drive is then cut to
+/// nothing is refused attach, naming the subdisk, and stays detached.
 #[test]
 fn a_written_copy_is_revived_whole_and_kills_mid_split_and_mid_revive_recover() {
     let test = "a_written_copy_is_revived_whole_and_kills_mid_split_and_mid_revive_recover";
@@ -279,6 +280,18 @@ fn a_written_copy_is_revived_whole_and_kills_mid_split_and_mid_revive_recover() 
     check_clean(&s, &["u", "u.p1"]);
     let log = s.log();
     assert!(log.contains("plex attached again"), "{}", tail(&log, 4000));
+
+    // A detached plex whose drive is lost meanwhile cannot come back: the
+    // attach is refused and it stays detached, the volume served.
+    let ctl = s.control();
+    ok(&strs(&plex("detach", &ctl, &["u", "1"])), "detach");
+    let drive = subdisk_drives_of(&dev, "u", 1)[0].clone();
+    truncate(&dev, &drive);
+    let before = generation(&dev);
+    refused(&strs(&plex("attach", &ctl, &["u", "1"])), "shrank from");
+    assert_eq!(generation(&dev), before, "nothing written");
+    assert_eq!(plex_state(&dev, "u.p1").split(' ').next(), Some("detached"));
+    fio_all(&t, &s, &[("u", size)], true);
     s.stop_expecting_errors("TERM", &[]);
 }
 
