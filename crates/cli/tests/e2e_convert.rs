@@ -303,3 +303,141 @@ fn a_volume_killed_at_seeded_moments_of_converts_keeps_its_bytes() {
     fio_all(&t, &s, &[("u", size)], false);
     s.stop_expecting_errors("TERM", &[]);
 }
+
+/// A convert given up (`volume convert --abort`), the way out of one
+/// whose new plex cannot be revived: until it, a convert once begun could
+/// only end, and a new plex on a failing drive left the volume a copy
+/// short with nothing to do but replace the drive. Through the server,
+/// mid-revive while fio writes the volume: the new plex leaves the
+/// mirror, its drives are freed, and the old plex serves again, revived
+/// with what was written since it left (fio verifies, the copies check
+/// clean). Offline, after a SIGKILL mid-revive: the configuration drops
+/// the convert and the next start takes the old plex back. Refused with
+/// one line, nothing written: an abort with no convert under way, and
+/// one with the options of a new plex.
+#[test]
+fn a_convert_given_up_serves_the_old_plex_again_with_what_was_written() {
+    let test = "a_convert_given_up_serves_the_old_plex_again_with_what_was_written";
+    let Some(t) = tools_with_fio_nbd(test, &["fio", "nbdcopy", "sha256sum"]) else {
+        return;
+    };
+    let dir = temp_dir();
+    let (_d, dev) = pool_of(dir.path(), 6, "64M");
+    ok(
+        &[
+            "volume", "create", "tank", "u", "--plex", "concat", "--plex", "mirror:2", "--size",
+            "24M", "--drives", "d0,d1,d2", &dev,
+        ],
+        "volume create u",
+    );
+    let size = 24 * MIB;
+    let mut s = serve_pool_first(dir.path(), &dev, "u", &["--rebuild-rate", "1M"]);
+    fio_all(&t, &s, &[("u", size)], false);
+    let ctl = s.control();
+    let abort = |ctl: &str| {
+        vec![
+            "volume".to_string(),
+            "convert".into(),
+            "tank".into(),
+            "u".into(),
+            "--abort".into(),
+            "--control".into(),
+            ctl.to_string(),
+        ]
+    };
+    let generation_before = generation(&dev);
+    refused(&strs(&abort(&ctl)), "volume u has no convert under way");
+    let args = [
+        "volume",
+        "convert",
+        "tank",
+        "u",
+        "--abort",
+        "--level",
+        "raid5",
+        "--control",
+        &ctl,
+    ];
+    let out = run(&mut platter(&args), CMD_TIMEOUT);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        out.describe("abort --level")
+    );
+    assert!(
+        out.stderr
+            .contains("'--abort' cannot be used with '--level <LEVEL>'"),
+        "{}",
+        out.describe("abort --level")
+    );
+    assert_eq!(generation(&dev), generation_before, "nothing written");
+
+    let to_raid5 = convert(&ctl, "u", "0", "raid5", &["--drives", "d3,d4,d5"]);
+    ok(&strs(&to_raid5), "convert u.p0");
+    wait_rebuilding(&s, "u");
+    let mut load = Background::spawn(&mut fio(&t, &uri(&s, "u"), size, false), "fio on u");
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let out = ok(&strs(&abort(&ctl)), "abort mid-revive");
+    eprintln!("{}", out.stdout.trim_end());
+    assert!(
+        out.stdout
+            .contains("the convert is given up; plex u.p0 serves again"),
+        "{}",
+        out.stdout
+    );
+    assert!(load.wait(CMD_TIMEOUT).success(), "{}", load.stderr());
+    assert!(load.stdout().contains("err= 0"), "{}", load.stdout());
+    let v = volume_of(&list_json(&dev), "u");
+    assert_eq!(v["plexes"].as_array().unwrap().len(), 2, "{v}");
+    assert_eq!(v["plexes"][0]["org"], "concat", "{v}");
+    assert_all_free(&dev, &["d3", "d4", "d5"]);
+    wait_rebuilt(&s, "u");
+    fio_all(&t, &s, &[("u", size)], true);
+    check_clean(&s, &["u", "u.p0"]);
+    let written = volume_sha256(&t, &uri(&s, "u"), "u written");
+
+    // Killed mid-revive, given up offline, taken back by the next start.
+    ok(&strs(&to_raid5), "convert u.p0 again");
+    wait_rebuilding(&s, "u");
+    s.crash();
+    let out = ok(
+        &["volume", "convert", "tank", "u", "--abort", &dev],
+        "offline abort",
+    );
+    assert!(
+        out.stdout
+            .contains("the next `serve --pool` takes the plex back"),
+        "{}",
+        out.stdout
+    );
+    assert_all_free(&dev, &["d3", "d4", "d5"]);
+    s.start_again_unchecked();
+    wait_rebuilt(&s, "u");
+    let v = volume_of(&list_json(&dev), "u");
+    assert_eq!(v["plexes"][0]["org"], "concat", "{v}");
+    assert_eq!(volume_sha256(&t, &uri(&s, "u"), "u after"), written);
+    fio_all(&t, &s, &[("u", size)], true);
+    check_clean(&s, &["u", "u.p0"]);
+    s.stop_expecting_errors("TERM", &[]);
+}
+
+/// Every drive named has all of its room free (a 64 MiB drive: 63 MiB
+/// past the pool area).
+fn assert_all_free(dev: &str, drives: &[&str]) {
+    let pool = list_json(dev);
+    for name in drives {
+        let d = pool["drives"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["name"] == *name)
+            .unwrap_or_else(|| panic!("no drive {name}: {pool}"))
+            .clone();
+        assert_eq!(
+            d["free_bytes"].as_u64(),
+            Some(63 * MIB),
+            "{name} freed: {d}"
+        );
+    }
+}

@@ -39,11 +39,17 @@ pub struct VolumeConvertArgs {
     #[arg(value_name = "VOLUME")]
     volume: String,
     /// The plex to replace, as `list` names it (db.p0), or its number.
-    #[arg(long, value_name = "PLEX")]
-    plex: String,
+    #[arg(long, value_name = "PLEX", required_unless_present = "abort")]
+    plex: Option<String>,
     /// The new plex's level.
-    #[arg(long, value_name = "LEVEL", value_parser = crate::values::level())]
-    level: Level,
+    #[arg(long, value_name = "LEVEL", value_parser = crate::values::level(), required_unless_present = "abort")]
+    level: Option<Level>,
+    /// Give up the convert under way: the new plex is dropped (its
+    /// subdisks freed, their labels zeroed) and the old plex serves again,
+    /// revived with what the volume wrote since the convert began. For a
+    /// new plex that cannot be made or revived (a drive of it failing).
+    #[arg(long, conflicts_with_all = ["plex", "level", "layout", "subdisks", "drives"])]
+    abort: bool,
     /// The new plex's interleave (any multiple of 512: 126s, 64k).
     #[arg(long, value_name = "SIZE", default_value = "64k", value_parser = parse_size)]
     interleave: u64,
@@ -64,12 +70,15 @@ pub struct VolumeConvertArgs {
 }
 
 pub fn volume_convert(args: VolumeConvertArgs) -> Result<()> {
+    if args.abort {
+        return abort(&args);
+    }
     let req = json!({
         "cmd": "volume-convert",
         "pool": args.pool,
         "volume": args.volume,
         "plex": args.plex,
-        "level": args.level.to_string(),
+        "level": args.level.map(|l| l.to_string()),
         "interleave_bytes": args.interleave,
         "layout": args.layout,
         "subdisks": args.subdisks,
@@ -102,7 +111,8 @@ pub fn volume_convert(args: VolumeConvertArgs) -> Result<()> {
 /// crash cut short). Refused unless every plex of the volume is in step.
 fn convert_offline(args: &VolumeConvertArgs, req: &Value) -> Result<()> {
     let mut open = open_pool(Some(&args.pool), &args.devices.devices, writable())?;
-    let (v, _) = volume_and_plex(open.pool(), &args.volume, &args.plex)?;
+    let plex = args.plex.as_deref().expect("clap asks for --plex");
+    let (v, _) = volume_and_plex(open.pool(), &args.volume, plex)?;
     let labels = MirrorLabels::read(&open, &v)?;
     if let Some(p) = (0..v.plexes.len()).find(|&p| !labels.in_step(p)) {
         return Err(CliError(format!(
@@ -135,7 +145,7 @@ fn convert_offline(args: &VolumeConvertArgs, req: &Value) -> Result<()> {
          `serve --pool` revives it while serving and then frees the old plex",
         v.name,
         v.plex_name(c.from),
-        args.level,
+        args.level.expect("clap asks for --level"),
         drives.join(", "),
         open.pool().generation
     );
@@ -255,14 +265,99 @@ pub fn new_in_slot(open: &OpenPool, v: &PoolVolume, c: &PlexConvert) -> bool {
         .is_some_and(|other| other.volume_uuid == new.volume_uuid)
 }
 
-/// The old plex's subdisks, gone from the configuration, lose their
-/// labels: a scan must not find an array that is no more.
-pub fn erase_old_plex(open: &OpenPool, v: &PoolVolume, c: &PlexConvert) -> Result<()> {
-    for w in plex_windows(open.pool(), v, c.from, &open.drives)? {
+/// The configuration that gives convert `c` up: the new plex gone, the
+/// old one the volume's again.
+pub fn aborted(pool: &Pool, c: &PlexConvert) -> Pool {
+    let mut next = pool.clone();
+    next.converts.retain(|x| x.volume != c.volume);
+    let v = next
+        .volumes
+        .iter_mut()
+        .find(|x| x.name == c.volume)
+        .expect("a convert's volume");
+    v.plexes.remove(c.into);
+    next
+}
+
+/// Plex `p`'s subdisks, gone from the configuration (`open` still reads
+/// them from `v`), lose their labels: a scan must not find an array that
+/// is no more.
+pub fn erase_plex(open: &OpenPool, v: &PoolVolume, p: usize) -> Result<()> {
+    for w in plex_windows(open.pool(), v, p, &open.drives)? {
         w.write_at(0, &[0u8; LABEL_BYTES])?;
         w.flush()?;
     }
     Ok(())
+}
+
+/// `volume convert --abort`: through the server, the new plex out of the
+/// mirror and the old one back in; offline, the configuration without the
+/// convert (the next start takes the old plex back as an attach does).
+fn abort(args: &VolumeConvertArgs) -> Result<()> {
+    if let Some(control) = &args.control.control {
+        let req = json!({
+            "cmd": "volume-convert",
+            "pool": args.pool,
+            "volume": args.volume,
+            "abort": true,
+        });
+        let done = crate::control::ask(control, req)?;
+        let how = if done["whole"] == true {
+            "the whole plex".to_string()
+        } else {
+            format!(
+                "the {} region(s) of {} written since the convert began",
+                done["missed_regions"], done["regions"]
+            )
+        };
+        outln!(
+            "volume {}: the convert is given up; plex {} serves again, reviving {how}",
+            done["volume"].as_str().unwrap_or("?"),
+            done["plex"].as_str().unwrap_or("?"),
+        );
+        return Ok(());
+    }
+    let mut open = open_pool(Some(&args.pool), &args.devices.devices, writable())?;
+    let c = open
+        .pool()
+        .convert_of(&args.volume)
+        .cloned()
+        .ok_or_else(|| no_convert(open.pool(), &args.volume))?;
+    let v = open
+        .pool()
+        .volume(&c.volume)
+        .cloned()
+        .expect("a convert's volume");
+    let labels = MirrorLabels::read(&open, &v)?;
+    if !(0..v.plexes.len()).any(|p| p != c.from && p != c.into && labels.in_step(p)) {
+        return Err(CliError(format!(
+            "no plex of volume {} but the convert's holds all of its bytes now: giving the \
+             convert up would lose them",
+            v.name
+        )));
+    }
+    open.write(aborted(open.pool(), &c))?;
+    if let Err(e) = erase_plex(&open, &v, c.into) {
+        crate::out::errln!(
+            "platter: the dropped plex's labels could not be zeroed: {}",
+            e.0
+        );
+    }
+    outln!(
+        "volume {}: the convert of plex {} is given up (generation {}); the next `serve --pool` \
+         takes the plex back, reviving on it what the volume wrote since the convert began",
+        v.name,
+        v.plex_name(c.from),
+        open.pool().generation
+    );
+    Ok(())
+}
+
+fn no_convert(pool: &Pool, volume: &str) -> CliError {
+    match pool.volume(volume) {
+        Some(_) => CliError(format!("volume {volume} has no convert under way")),
+        None => CliError(format!("pool {} has no volume {volume}", pool.name)),
+    }
 }
 
 #[cfg(test)]

@@ -227,6 +227,10 @@ impl ServedPool {
                 }
             }
         }
+        // With every plex the pool has given, a member the mirror's labels
+        // expect and no plex is is gone for good (the new plex of a convert
+        // given up): nothing is left to wait for.
+        let run = run || plexes.len() == attached.len();
         let (pool, volume) = (self.lock().open.pool().clone(), v.clone());
         let assemble: platter_server::AssemblePlexes = Box::new(move |members| {
             if !read_only {
@@ -818,6 +822,14 @@ impl PoolHost for ServedPool {
 
     fn finish_convert(&self, c: &PlexConvert) -> std::result::Result<(), String> {
         self.finish_served_convert(c).map_err(|e| e.0)
+    }
+
+    fn reopen_convert_old(&self, c: &PlexConvert) -> std::result::Result<NewVolume, String> {
+        self.reopen_served_convert(c).map_err(|e| e.0)
+    }
+
+    fn abort_convert(&self, c: &PlexConvert) -> std::result::Result<(), String> {
+        self.abort_served_convert(c).map_err(|e| e.0)
     }
 
     fn converts(&self) -> Vec<(PlexConvert, bool)> {

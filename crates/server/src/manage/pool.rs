@@ -178,6 +178,12 @@ pub trait PoolHost: Send + Sync {
     /// Ends convert `c`, its new plex in step: one configuration puts it
     /// in the old plex's place; the old plex's labels are zeroed.
     fn finish_convert(&self, c: &PlexConvert) -> Result<(), String>;
+    /// Convert `c`'s old plex assembled again, nothing written to its
+    /// data: a convert given up serves it in its slot once more.
+    fn reopen_convert_old(&self, c: &PlexConvert) -> Result<NewVolume, String>;
+    /// Gives convert `c` up, its new plex out of the mirror: one
+    /// configuration drops the new plex; its subdisks' labels are zeroed.
+    fn abort_convert(&self, c: &PlexConvert) -> Result<(), String>;
     /// The converts the pool records, each with whether its new plex
     /// holds its slot of the mirror.
     fn converts(&self) -> Vec<(PlexConvert, bool)>;

@@ -6,7 +6,7 @@ use platter_core::pool::PlexConvert;
 use platter_server::NewVolume;
 use serde_json::Value;
 
-use super::super::convert::{erase_old_plex, finished, new_in_slot, plan_convert};
+use super::super::convert::{aborted, erase_plex, finished, new_in_slot, plan_convert};
 use super::{blank_apart, ServedPool};
 use crate::error::Result;
 
@@ -51,8 +51,34 @@ impl ServedPool {
         state.open.write(next)?;
         state.in_slot.remove(&c.volume);
         // The old plex is no more: a scan must not take it for an array.
-        if let Err(e) = erase_old_plex(&state.open, &v, c) {
+        if let Err(e) = erase_plex(&state.open, &v, c.from) {
             tracing::warn!(volume = %c.volume, error = %e.0, "the old plex's labels could not be zeroed");
+        }
+        Ok(())
+    }
+
+    /// Convert `c`'s old plex assembled to serve again, nothing written
+    /// but the labels its array owes: a convert given up puts it back.
+    pub(super) fn reopen_served_convert(&self, c: &PlexConvert) -> Result<NewVolume> {
+        let v = self.lock().volume(&c.volume)?;
+        let (members, blank) = self
+            .open_plexes(&v, false, &[c.from])?
+            .pop()
+            .expect("one plex asked");
+        self.plex_to_serve(&v, members, blank)
+    }
+
+    /// Gives convert `c` up (the server has taken its new plex out of the
+    /// mirror): one configuration drops the new plex, whose subdisks'
+    /// labels are then zeroed.
+    pub(super) fn abort_served_convert(&self, c: &PlexConvert) -> Result<()> {
+        let mut state = self.lock();
+        let v = state.volume(&c.volume)?;
+        let next = aborted(state.open.pool(), c);
+        state.open.write(next)?;
+        state.in_slot.remove(&c.volume);
+        if let Err(e) = erase_plex(&state.open, &v, c.into) {
+            tracing::warn!(volume = %c.volume, error = %e.0, "the dropped plex's labels could not be zeroed");
         }
         Ok(())
     }

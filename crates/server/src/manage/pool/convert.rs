@@ -11,6 +11,7 @@
 //! yet is swapped in again, one being rebuilt is waited for.
 
 use super::heal::another_plex_serves;
+use super::split::rejoin;
 use super::{stop_served, PoolServer};
 use crate::plex::PlexMember;
 use crate::served::Served;
@@ -36,6 +37,9 @@ impl PoolServer {
                      new one is revived"
                 )
             })?;
+        if req.get("abort").and_then(Value::as_bool) == Some(true) {
+            return self.abort_convert(&served);
+        }
         if let Some(c) = self.converting(volume) {
             return Err(format!(
                 "volume {volume}: plex {volume}.p{} is being converted already; one at a time",
@@ -103,6 +107,71 @@ impl PoolServer {
             mirror.spares.lock().expect("spares").push(member);
         }
         Ok(())
+    }
+
+    /// `volume convert --abort`: the new plex out of the mirror and
+    /// stopped, the configuration without it, and the old plex, assembled
+    /// before anything changed, back in its slot by the mirror's re-add
+    /// (only the regions written since it left) or rebuilt whole.
+    fn abort_convert(&self, volume: &Arc<Served>) -> Result<Value, String> {
+        let c = self
+            .host
+            .converts()
+            .into_iter()
+            .find(|(c, _)| c.volume == volume.name());
+        let Some((c, in_slot)) = c else {
+            return Err(format!("volume {} has no convert under way", volume.name()));
+        };
+        let name = format!("{}.p{}", c.volume, c.from);
+        let mirror = &volume.manager;
+        let health = mirror.engine.health().get(c.from).copied();
+        if in_slot && health == Some(Health::Online) {
+            return Err(format!(
+                "the plex replacing {name} is in step already: the convert ends within a \
+                 second; convert the volume again to change it back"
+            ));
+        }
+        if !another_plex_serves(volume, &name) {
+            return Err(format!(
+                "no other plex of volume {} holds all of its data: giving the convert up now \
+                 would leave plex {name} nothing to be revived from",
+                c.volume
+            ));
+        }
+        // A start that found the old plex still in its slot serves it.
+        let back = in_slot || health != Some(Health::Online);
+        let old = match back {
+            true => Some(self.host.reopen_convert_old(&c)?),
+            false => None,
+        };
+        if in_slot {
+            mirror
+                .engine
+                .mark_faulty(c.from as u32, "its convert is given up".into());
+            mirror
+                .spares
+                .lock()
+                .expect("spares")
+                .retain(|m| m.describe() != name);
+            if let Some(new) = volume.take_plex(&name) {
+                stop_served(&new);
+            }
+        }
+        self.host.abort_convert(&c)?;
+        let mut answer = match old {
+            Some(made) => {
+                let plex = self.serve_plex(made)?;
+                let member: Arc<dyn platter_io::Member> =
+                    Arc::new(PlexMember::new(Arc::clone(&plex.manager.engine), &name));
+                volume.swap_plex(plex);
+                rejoin(mirror, c.from as u32, &name, member)?
+            }
+            None => json!({ "whole": false, "missed_regions": 0, "regions": 0 }),
+        };
+        tracing::info!(volume = %c.volume, plex = %name, revived = %answer, "convert given up");
+        answer["volume"] = json!(c.volume);
+        answer["plex"] = json!(name);
+        Ok(answer)
     }
 
     /// The convert under way of volume `volume`, if one is.

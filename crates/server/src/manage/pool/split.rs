@@ -195,7 +195,12 @@ fn flush_plexes(m: &Manager) -> Result<(), String> {
 /// Plex `member` back in slot `slot` of the mirror `m`: re-added (only
 /// the regions written while it was out revived) when its label is the
 /// last it had before it left, else rebuilt whole.
-fn rejoin(m: &Manager, slot: u32, name: &str, member: Arc<dyn Member>) -> Result<Value, String> {
+pub(super) fn rejoin(
+    m: &Manager,
+    slot: u32,
+    name: &str,
+    member: Arc<dyn Member>,
+) -> Result<Value, String> {
     let regions = m
         .engine
         .with_volume(|v| v.intent_status().map_or(0, |b| b.layout.regions));
