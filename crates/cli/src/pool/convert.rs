@@ -111,9 +111,32 @@ pub fn volume_convert(args: VolumeConvertArgs) -> Result<()> {
 /// crash cut short). Refused unless every plex of the volume is in step.
 fn convert_offline(args: &VolumeConvertArgs, req: &Value) -> Result<()> {
     let mut open = open_pool(Some(&args.pool), &args.devices.devices, writable())?;
-    let plex = args.plex.as_deref().expect("clap asks for --plex");
-    let (v, _) = volume_and_plex(open.pool(), &args.volume, plex)?;
-    let labels = MirrorLabels::read(&open, &v)?;
+    let c = convert_in(&mut open, req)?;
+    let v = open.pool().volume(&c.volume).cloned().expect("converting");
+    let drives: Vec<String> = v.plexes[c.into]
+        .subdisks
+        .iter()
+        .map(|sd| sd.drive.clone())
+        .collect();
+    outln!(
+        "volume {}: plex {} is to be replaced by a {} plex on {} (generation {}); the next \
+         `serve --pool` revives it while serving and then frees the old plex",
+        v.name,
+        v.plex_name(c.from),
+        args.level.expect("clap asks for --level"),
+        drives.join(", "),
+        open.pool().generation
+    );
+    Ok(())
+}
+
+/// Offline, the convert `req` asks checked against the mirror's labels
+/// (every plex in step), its new plex placed and the convert recorded.
+pub(super) fn convert_in(open: &mut OpenPool, req: &Value) -> Result<PlexConvert> {
+    let plex = req["plex"].as_str().unwrap_or_default();
+    let volume = req["volume"].as_str().unwrap_or_default();
+    let (v, _) = volume_and_plex(open.pool(), volume, plex)?;
+    let labels = MirrorLabels::read(open, &v)?;
     if let Some(p) = (0..v.plexes.len()).find(|&p| !labels.in_step(p)) {
         return Err(CliError(format!(
             "volume {} is not whole (plex {} is out of step): let it rebuild first; a convert \
@@ -133,23 +156,9 @@ fn convert_offline(args: &VolumeConvertArgs, req: &Value) -> Result<()> {
         .data_offset_bytes
         .checked_add(slot_bytes)
         .ok_or_else(|| CliError("the volume's size overflows".into()))?;
-    let (next, c) = plan_convert(&open, req, plex_bytes)?;
+    let (next, c) = plan_convert(open, req, plex_bytes)?;
     open.write(next)?;
-    let drives: Vec<String> = open.pool().volume(&v.name).expect("kept").plexes[c.into]
-        .subdisks
-        .iter()
-        .map(|sd| sd.drive.clone())
-        .collect();
-    outln!(
-        "volume {}: plex {} is to be replaced by a {} plex on {} (generation {}); the next \
-         `serve --pool` revives it while serving and then frees the old plex",
-        v.name,
-        v.plex_name(c.from),
-        args.level.expect("clap asks for --level"),
-        drives.join(", "),
-        open.pool().generation
-    );
-    Ok(())
+    Ok(c)
 }
 
 /// The configuration with the convert `req` asks recorded and its new
@@ -318,31 +327,7 @@ fn abort(args: &VolumeConvertArgs) -> Result<()> {
         return Ok(());
     }
     let mut open = open_pool(Some(&args.pool), &args.devices.devices, writable())?;
-    let c = open
-        .pool()
-        .convert_of(&args.volume)
-        .cloned()
-        .ok_or_else(|| no_convert(open.pool(), &args.volume))?;
-    let v = open
-        .pool()
-        .volume(&c.volume)
-        .cloned()
-        .expect("a convert's volume");
-    let labels = MirrorLabels::read(&open, &v)?;
-    if !(0..v.plexes.len()).any(|p| p != c.from && p != c.into && labels.in_step(p)) {
-        return Err(CliError(format!(
-            "no plex of volume {} but the convert's holds all of its bytes now: giving the \
-             convert up would lose them",
-            v.name
-        )));
-    }
-    open.write(aborted(open.pool(), &c))?;
-    if let Err(e) = erase_plex(&open, &v, c.into) {
-        crate::out::errln!(
-            "platter: the dropped plex's labels could not be zeroed: {}",
-            e.0
-        );
-    }
+    let (v, c) = abort_in(&mut open, &args.volume)?;
     outln!(
         "volume {}: the convert of plex {} is given up (generation {}); the next `serve --pool` \
          takes the plex back, reviving on it what the volume wrote since the convert began",
@@ -351,6 +336,38 @@ fn abort(args: &VolumeConvertArgs) -> Result<()> {
         open.pool().generation
     );
     Ok(())
+}
+
+/// Offline, the convert of `volume` given up: the configuration without
+/// it, then the dropped plex's labels zeroed. Refused unless a plex
+/// other than the convert's two holds the volume's bytes.
+pub(super) fn abort_in(open: &mut OpenPool, volume: &str) -> Result<(PoolVolume, PlexConvert)> {
+    let c = open
+        .pool()
+        .convert_of(volume)
+        .cloned()
+        .ok_or_else(|| no_convert(open.pool(), volume))?;
+    let v = open
+        .pool()
+        .volume(&c.volume)
+        .cloned()
+        .expect("a convert's volume");
+    let labels = MirrorLabels::read(open, &v)?;
+    if !(0..v.plexes.len()).any(|p| p != c.from && p != c.into && labels.in_step(p)) {
+        return Err(CliError(format!(
+            "no plex of volume {} but the convert's holds all of its bytes now: giving the \
+             convert up would lose them",
+            v.name
+        )));
+    }
+    open.write(aborted(open.pool(), &c))?;
+    if let Err(e) = erase_plex(open, &v, c.into) {
+        crate::out::errln!(
+            "platter: the dropped plex's labels could not be zeroed: {}",
+            e.0
+        );
+    }
+    Ok((v, c))
 }
 
 fn no_convert(pool: &Pool, volume: &str) -> CliError {

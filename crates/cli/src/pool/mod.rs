@@ -17,6 +17,8 @@ pub mod relocate;
 mod retire;
 #[cfg(test)]
 mod seeded;
+#[cfg(test)]
+mod seeded_plexes;
 mod split;
 
 use clap::{Args, Subcommand};

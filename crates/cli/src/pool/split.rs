@@ -114,9 +114,7 @@ fn detach(args: DetachArgs) -> Result<()> {
         as_volume: args.as_volume,
         writable: args.writable,
     };
-    let detached = plan_detach(open.pool(), &d)?;
-    check_in_sync(&open, &v, p)?;
-    open.write(detached)?;
+    detach_in(&mut open, &d)?;
     say_detached(&json!({
         "plex": d.plex_name(),
         "volume": d.volume,
@@ -155,8 +153,7 @@ fn attach(args: AttachArgs) -> Result<()> {
     }
     let mut open = open_pool(Some(&args.pool), &args.devices.devices, writable())?;
     let (v, p) = volume_and_plex(open.pool(), &args.volume, &args.plex)?;
-    let attached = plan_attach(open.pool(), &v.name, p)?;
-    open.write(attached)?;
+    attach_in(&mut open, &v.name, p)?;
     outln!(
         "plex {} attached to volume {} (generation {}); the next `serve --pool` revives on it \
          what the volume wrote since the detach (all of it if it was written elsewhere)",
@@ -181,6 +178,22 @@ fn say_attached(done: &Value) {
         done["plex"].as_str().unwrap_or("?"),
         done["volume"].as_str().unwrap_or("?"),
     );
+}
+
+/// Offline, plex `d` split off: checked in step in the mirror's labels,
+/// then recorded.
+pub(super) fn detach_in(open: &mut OpenPool, d: &DetachedPlex) -> Result<()> {
+    let detached = plan_detach(open.pool(), d)?;
+    let v = open.pool().volume(&d.volume).cloned().expect("planned");
+    check_in_sync(open, &v, d.plex)?;
+    open.write(detached)
+}
+
+/// Offline, plex `p` of `volume` recorded attached; the next start
+/// revives it.
+pub(super) fn attach_in(open: &mut OpenPool, volume: &str, p: usize) -> Result<()> {
+    let attached = plan_attach(open.pool(), volume, p)?;
+    open.write(attached)
 }
 
 /// Volume `volume` of several plexes and its plex `plex` (`v.p1`, `p1` or
