@@ -114,9 +114,18 @@ pub struct Pace {
     pub recent_ns: u64,
     /// What those I/Os moved, on average (flushes count as 0 bytes).
     pub recent_bytes: u64,
-    /// How long the oldest I/O still out has been (0: none is): a device
-    /// that stopped answering shows here at once, long before an answer
-    /// moves the average.
+    /// How long the device has had an I/O on it without answering any
+    /// (0: none is on it): the age of the oldest I/O on the device, or the
+    /// time since its last answer if that is less. A device that stopped
+    /// answering shows here at once, long before an answer moves the
+    /// average. I/Os waiting for a slot or a queue thread, and one whose
+    /// thread waits for the CPU mid-call while the device answers others,
+    /// do not make it old: on a machine whose CPUs are busy they wait for
+    /// the CPU, not the device, and counted they kept a tmpfs member's
+    /// writes off the submitting thread for good (each handed over, each
+    /// waiting, at 0.7 of the IOPS with the server on one CPU). A device
+    /// that leaves one I/O unanswered while it answers others is found by
+    /// `--member-timeout` instead.
     pub oldest_out_ns: u64,
     /// I/Os being performed on callers' threads now.
     pub here_now: u32,

@@ -65,6 +65,8 @@ struct QueueState {
     pending: VecDeque<(u64, MemberOp)>,
     /// I/Os holding a slot and waiting for one of the queue's threads.
     ready: VecDeque<Started>,
+    /// When the device last answered an I/O ([`MemberQueue::pace`]).
+    last_done: Option<Instant>,
     /// I/Os holding a slot that the submitting thread starts itself, once
     /// it has let go of the lock, on a member that keeps requests in
     /// flight on its own ([`Member::start`]: no thread waits them out).
@@ -95,6 +97,12 @@ pub(super) struct Started {
 
 struct Waiting {
     since: Instant,
+    /// When it reached the device (a queue thread's call, the ring, the
+    /// member's own start, a caller's thread): its age from here, not
+    /// from `since`, tells a device that stopped answering
+    /// ([`MemberQueue::pace`]). Time spent waiting for a slot or for a
+    /// queue thread to run is the machine's, not the device's.
+    on_device: Option<Instant>,
     op: OpSummary,
     done: IoDone,
 }
@@ -144,6 +152,7 @@ impl Queue {
             state: Mutex::new(QueueState {
                 pending: VecDeque::new(),
                 ready: VecDeque::new(),
+                last_done: None,
                 direct: VecDeque::new(),
                 in_slot: 0,
                 waiting: BTreeMap::new(),
@@ -176,6 +185,7 @@ impl Queue {
             seq,
             Waiting {
                 since: Instant::now(),
+                on_device: None,
                 op: OpSummary::of(op),
                 done,
             },
@@ -231,7 +241,7 @@ impl Queue {
                 let Some(s) = st.direct.pop_front() else {
                     return;
                 };
-                if !st.waiting.contains_key(&s.seq) {
+                if !Self::reaches_device(&mut st, s.seq) {
                     // Timed out before it was sent.
                     self.free_slot(&mut st);
                     continue;
@@ -259,10 +269,16 @@ impl Queue {
     fn dispatch(self: &Arc<Self>, st: &mut QueueState, started: Started) {
         let probe = st.slotted.is_multiple_of(PROBE_EVERY);
         let started = match &self.layer.ring {
-            Some(ring) if !probe => match ring.try_push(self, started) {
-                Ok(()) => return,
-                Err(back) => back,
-            },
+            Some(ring) if !probe => {
+                let seq = started.seq;
+                match ring.try_push(self, started) {
+                    Ok(()) => {
+                        Self::reaches_device(st, seq);
+                        return;
+                    }
+                    Err(back) => back,
+                }
+            }
             _ => started,
         };
         st.ready.push_back(started);
@@ -359,7 +375,9 @@ impl Queue {
     /// Takes I/O `seq` off the outstanding list; `None` if the watchdog
     /// already timed it out (its answer is then dropped).
     fn take(&self, seq: u64) -> Option<Waiting> {
-        let Some(w) = self.lock().waiting.remove(&seq) else {
+        let mut st = self.lock();
+        st.last_done = Some(Instant::now());
+        let Some(w) = st.waiting.remove(&seq) else {
             tracing::debug!(
                 member = self.device.describe(),
                 "a member I/O answered after its timeout; the answer is dropped"
@@ -395,7 +413,7 @@ impl Queue {
                     return;
                 }
             };
-            if !st.waiting.contains_key(&started.seq) {
+            if !Self::reaches_device(&mut st, started.seq) {
                 // Timed out while it waited: the device must not see it.
                 self.free_slot(&mut st);
                 continue;
@@ -407,6 +425,18 @@ impl Queue {
             let call_ns = u64::try_from(call.elapsed().as_nanos()).unwrap_or(u64::MAX);
             drop(op);
             self.slot_done(seq, at, result, Some(call_ns), true);
+        }
+    }
+
+    /// Notes I/O `seq` as on its way to the device now; false when the
+    /// watchdog has timed it out already.
+    fn reaches_device(st: &mut QueueState, seq: u64) -> bool {
+        match st.waiting.get_mut(&seq) {
+            Some(w) => {
+                w.on_device.get_or_insert_with(Instant::now);
+                true
+            }
+            None => false,
         }
     }
 
@@ -484,7 +514,12 @@ impl MemberQueue for QueueHandle {
     fn perform_here(&self, op: MemberOp, done: IoDone) -> Option<Completed> {
         let q = &self.0;
         q.layer.counted();
-        let seq = Queue::register(&mut q.lock(), &op, done);
+        let seq = {
+            let mut st = q.lock();
+            let seq = Queue::register(&mut st, &op, done);
+            Queue::reaches_device(&mut st, seq);
+            seq
+        };
         q.here_now.fetch_add(1, Ordering::Relaxed);
         let start = Instant::now();
         if let Some(delay) = &q.delay {
@@ -514,12 +549,15 @@ impl MemberQueue for QueueHandle {
     }
 
     fn pace(&self) -> Pace {
-        let oldest = self
-            .0
-            .lock()
-            .waiting
-            .first_key_value()
-            .map(|(_, w)| w.since);
+        // The oldest I/O on the device (slots are given oldest first, so
+        // it is among the first few outstanding), or the device's last
+        // answer if later: a device that answers I/O after I/O is not
+        // stalled, though one of them waits for the CPU mid-call.
+        let oldest = {
+            let st = self.0.lock();
+            let on_device = st.waiting.values().find_map(|w| w.on_device);
+            on_device.map(|o| st.last_done.map_or(o, |d| o.max(d)))
+        };
         let floor_ns = self.0.delay.as_ref().map_or(0, Delay::base_ns);
         Pace {
             recent_ns: self.0.recent_ns.load(Ordering::Relaxed).max(floor_ns),

@@ -22,10 +22,12 @@ pub(super) const INLINE_IO_NS_MAX: u64 = 40_000;
 /// About a memory copy at 2 GB/s, on a busy machine.
 pub(super) const INLINE_NS_PER_KIB: u64 = 500;
 
-/// ... unless one of the member's I/Os has been out this long: the device
+/// ... unless the member has had an I/O on it this long without
+/// answering any ([`platter_io::aio::Pace::oldest_out_ns`]): the device
 /// may have stopped answering, and no more threads should wait in it.
 /// Well above a fast I/O, so that one preempted by the scheduler on a busy
-/// machine rarely trips it.
+/// machine rarely trips it; I/Os queued for a slot or a thread do not
+/// count.
 pub(super) const INLINE_STALL_NS: u64 = 1_000_000;
 
 /// ... or this many of its I/Os are being performed on callers' threads
