@@ -313,8 +313,9 @@ fn a_volume_killed_at_seeded_moments_of_converts_keeps_its_bytes() {
 /// with what was written since it left (fio verifies, the copies check
 /// clean). Offline, after a SIGKILL mid-revive: the configuration drops
 /// the convert and the next start takes the old plex back. Refused with
-/// one line, nothing written: an abort with no convert under way, and
-/// one with the options of a new plex.
+/// one line, nothing written: an abort with no convert under way, one
+/// with the options of a new plex, and one whose old plex's drive was cut
+/// to nothing (the convert then goes on to its end, the bytes unchanged).
 #[test]
 fn a_convert_given_up_serves_the_old_plex_again_with_what_was_written() {
     let test = "a_convert_given_up_serves_the_old_plex_again_with_what_was_written";
@@ -418,6 +419,24 @@ fn a_convert_given_up_serves_the_old_plex_again_with_what_was_written() {
     assert_eq!(v["plexes"][0]["org"], "concat", "{v}");
     assert_eq!(volume_sha256(&t, &uri(&s, "u"), "u after"), written);
     fio_all(&t, &s, &[("u", size)], true);
+    check_clean(&s, &["u", "u.p0"]);
+
+    // An old plex that cannot be assembled any more (its drive cut to
+    // nothing) cannot be given back: the abort is refused before anything
+    // changes, and the convert goes on to its end.
+    let ctl = s.control();
+    ok(
+        &strs(&convert(&ctl, "u", "0", "raid5", &["--drives", "d3,d4,d5"])),
+        "convert u.p0",
+    );
+    wait_rebuilding(&s, "u");
+    truncate(&dev, "d0");
+    let generation_before = generation(&dev);
+    refused(&strs(&abort(&ctl)), "shrank from");
+    assert_eq!(generation(&dev), generation_before, "nothing written");
+    wait_converted(&dev, "u", 0, "raid5");
+    wait_rebuilt(&s, "u");
+    assert_eq!(volume_sha256(&t, &uri(&s, "u"), "u converted"), written);
     check_clean(&s, &["u", "u.p0"]);
     s.stop_expecting_errors("TERM", &[]);
 }
