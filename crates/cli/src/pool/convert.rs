@@ -18,7 +18,7 @@
 
 use clap::Args;
 use platter_core::label::LABEL_BYTES;
-use platter_core::pool::{PlexConvert, Pool, PoolVolume};
+use platter_core::pool::{Plex, PlexConvert, Pool, PoolVolume};
 use platter_core::Level;
 use platter_io::Member;
 use serde_json::{json, Value};
@@ -26,7 +26,7 @@ use serde_json::{json, Value};
 use super::drives::{open_pool, plex_windows, OpenPool};
 use super::make::{place, writable, VolumeCreateArgs};
 use super::plexes::{mirror_label_on, MirrorLabels};
-use super::split::volume_and_plex;
+use super::split::{revived, volume_and_plex};
 use super::{ControlArgs, DeviceArgs};
 use crate::error::{CliError, Result};
 use crate::out::outln;
@@ -246,16 +246,10 @@ pub fn plan_convert(open: &OpenPool, req: &Value, plex_bytes: u64) -> Result<(Po
 /// The configuration that ends convert `c`: the new plex in the old
 /// one's place, the old one gone.
 pub fn finished(pool: &Pool, c: &PlexConvert) -> Pool {
-    let mut next = pool.clone();
-    next.converts.retain(|x| x.volume != c.volume);
-    let v = next
-        .volumes
-        .iter_mut()
-        .find(|x| x.name == c.volume)
-        .expect("a convert's volume");
-    let new = v.plexes.remove(c.into);
-    v.plexes[c.from] = new;
-    next
+    ended(pool, c, |plexes| {
+        let new = plexes.remove(c.into);
+        plexes[c.from] = new;
+    })
 }
 
 /// Whether convert `c`'s new plex holds its slot of the volume's mirror:
@@ -277,6 +271,14 @@ pub fn new_in_slot(open: &OpenPool, v: &PoolVolume, c: &PlexConvert) -> bool {
 /// The configuration that gives convert `c` up: the new plex gone, the
 /// old one the volume's again.
 pub fn aborted(pool: &Pool, c: &PlexConvert) -> Pool {
+    ended(pool, c, |plexes| {
+        plexes.remove(c.into);
+    })
+}
+
+/// The configuration without convert `c`'s line, its volume's plexes as
+/// `keep` leaves them.
+fn ended(pool: &Pool, c: &PlexConvert, keep: impl FnOnce(&mut Vec<Plex>)) -> Pool {
     let mut next = pool.clone();
     next.converts.retain(|x| x.volume != c.volume);
     let v = next
@@ -284,7 +286,7 @@ pub fn aborted(pool: &Pool, c: &PlexConvert) -> Pool {
         .iter_mut()
         .find(|x| x.name == c.volume)
         .expect("a convert's volume");
-    v.plexes.remove(c.into);
+    keep(&mut v.plexes);
     next
 }
 
@@ -311,14 +313,7 @@ fn abort(args: &VolumeConvertArgs) -> Result<()> {
             "abort": true,
         });
         let done = crate::control::ask(control, req)?;
-        let how = if done["whole"] == true {
-            "the whole plex".to_string()
-        } else {
-            format!(
-                "the {} region(s) of {} written since the convert began",
-                done["missed_regions"], done["regions"]
-            )
-        };
+        let how = revived(&done, "the convert began");
         outln!(
             "volume {}: the convert is given up; plex {} serves again, reviving {how}",
             done["volume"].as_str().unwrap_or("?"),

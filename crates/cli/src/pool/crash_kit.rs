@@ -12,6 +12,8 @@ use platter_io::error::{MemberError, MemberErrorKind, Op};
 use platter_io::memory::MemoryMember;
 use platter_io::Member;
 
+use super::drives::OpenPool;
+
 /// A drive that a crash cuts off: the write numbered `torn_at` (of
 /// every drive's writes, counted together) lands only its first
 /// `keep_bytes`, and nothing after it lands at all.
@@ -66,6 +68,42 @@ impl Member for Crashing {
         }
         self.inner.trim(offset_bytes, len_bytes)
     }
+}
+
+/// A new pool `tank` on `disks` ([`empty_pool`], each disk a drive of
+/// `drive_bytes`), its configuration written to every one.
+pub fn write_empty_pool(disks: &[Arc<MemoryMember>], drive_bytes: u64) {
+    let drives = u8::try_from(disks.len()).expect("a few drives");
+    let pool = empty_pool(drives, drive_bytes);
+    for (d, m) in disks.iter().enumerate() {
+        super::drives::write_slot(m.as_ref(), &pool, d, 0).unwrap();
+    }
+}
+
+/// Pool `tank` on `disks` opened as a command opens it, its drives read
+/// and written through `over` (the disks themselves, [`plain`], or
+/// [`crashing`] ones).
+pub fn open_over(disks: &[Arc<MemoryMember>], over: Vec<Arc<dyn Member>>) -> OpenPool {
+    OpenPool::over(
+        gathered(disks).unwrap(),
+        over.into_iter().map(Some).collect(),
+    )
+}
+
+/// The disks as the pool's drives, nothing cut.
+pub fn plain(disks: &[Arc<MemoryMember>]) -> Vec<Arc<dyn Member>> {
+    disks
+        .iter()
+        .map(|d| Arc::clone(d) as Arc<dyn Member>)
+        .collect()
+}
+
+/// A whole number from the environment, for a seeded test's seeds.
+pub fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 /// Pool `tank` as the commands gather it from `disks`.

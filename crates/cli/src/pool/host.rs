@@ -163,6 +163,19 @@ impl ServedPool {
         Ok(out)
     }
 
+    /// [`Self::open_plexes`] of plex `p` alone.
+    pub fn open_plex(
+        &self,
+        v: &PoolVolume,
+        read_only: bool,
+        p: usize,
+    ) -> Result<(Members, Members)> {
+        Ok(self
+            .open_plexes(v, read_only, &[p])?
+            .pop()
+            .expect("one plex asked"))
+    }
+
     /// How a server starts volume `v` of several plexes: each plex's array
     /// assembled from its subdisks (a blank one its spare; `--run` as a
     /// partial member list needs), one that cannot serve all of its data

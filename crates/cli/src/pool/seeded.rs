@@ -27,8 +27,8 @@ use platter_io::memory::MemoryMember;
 use platter_io::Member;
 use platter_testkit::rng::Rng;
 
-use super::crash_kit::{crashing, empty_pool, gathered};
-use super::drives::{self, OpenPool};
+use super::crash_kit::{crashing, env_u64, gathered, open_over, plain, write_empty_pool};
+use super::drives::OpenPool;
 use super::extend::{bring_labels_up, extend_volume};
 use super::heal::{heal_in, Room};
 use super::make::{create_in, remove_in, VolumeCreateArgs};
@@ -52,27 +52,6 @@ enum Change {
     Heal(usize),
     /// A subdisk (volume, slot) moved to a drive (`subdisk move`).
     Move(String, usize, String),
-}
-
-fn new_pool(disks: &[Arc<MemoryMember>]) {
-    let pool = empty_pool(DRIVES, DRIVE_BYTES);
-    for (d, m) in disks.iter().enumerate() {
-        drives::write_slot(m.as_ref(), &pool, d, 0).unwrap();
-    }
-}
-
-fn open(disks: &[Arc<MemoryMember>], over: Vec<Arc<dyn Member>>) -> OpenPool {
-    OpenPool::over(
-        gathered(disks).unwrap(),
-        over.into_iter().map(Some).collect(),
-    )
-}
-
-fn plain(disks: &[Arc<MemoryMember>]) -> Vec<Arc<dyn Member>> {
-    disks
-        .iter()
-        .map(|d| Arc::clone(d) as Arc<dyn Member>)
-        .collect()
 }
 
 /// Picks the next change from `rng`; with `heals` (a second stream, so
@@ -171,7 +150,7 @@ fn apply(open: &mut OpenPool, change: &Change) -> bool {
 /// A move the pool records (a cut left it), taken up and finished as
 /// `subdisk move` without --to, or `serve --pool`, would.
 fn finish_recorded_moves(disks: &[Arc<MemoryMember>], seed: u64) -> bool {
-    let mut o = open(disks, plain(disks));
+    let mut o = open_over(disks, plain(disks));
     let Some(m) = o.pool().moves.first().cloned() else {
         return false;
     };
@@ -269,7 +248,7 @@ fn check_pool(
     blank: &[(String, usize)],
     seed: u64,
 ) {
-    let open = open(disks, plain(disks));
+    let open = open_over(disks, plain(disks));
     open.pool()
         .check()
         .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
@@ -350,11 +329,11 @@ fn run_seed(seed: u64, heals: bool, tally: &mut Tally) {
     let disks: Vec<Arc<MemoryMember>> = (0..DRIVES)
         .map(|i| Arc::new(MemoryMember::new(format!("mem{i}"), DRIVE_BYTES)))
         .collect();
-    new_pool(&disks);
+    write_empty_pool(&disks, DRIVE_BYTES);
     let mut written = BTreeMap::new();
     let mut n = 0;
     for _ in 0..1 + rng.below(6) {
-        let mut o = open(&disks, plain(&disks));
+        let mut o = open_over(&disks, plain(&disks));
         let was = o.pool().clone();
         let change = pick_change(&mut rng, &mut heals, o.pool(), &mut n);
         if apply(&mut o, &change) {
@@ -375,12 +354,12 @@ fn run_seed(seed: u64, heals: bool, tally: &mut Tally) {
             }
         }
     }
-    let o = open(&disks, plain(&disks));
+    let o = open_over(&disks, plain(&disks));
     let was = o.pool().clone();
     let change = pick_change(&mut rng, &mut heals, o.pool(), &mut n);
     let torn_at = rng.below(24) as usize;
     let keep_bytes = [0, 512, 4096, 1 << 20][rng.below(4) as usize];
-    let mut cut = open(&disks, crashing(&disks, torn_at, keep_bytes));
+    let mut cut = open_over(&disks, crashing(&disks, torn_at, keep_bytes));
     if apply(&mut cut, &change) {
         tally.cut_finished += 1;
     } else {
@@ -401,7 +380,7 @@ fn run_seed(seed: u64, heals: bool, tally: &mut Tally) {
         check_pool(&disks, &written, &[], seed);
     }
     // The pool takes the next change, whatever the cut left.
-    let mut o = open(&disks, plain(&disks));
+    let mut o = open_over(&disks, plain(&disks));
     let was = o.pool().clone();
     let next = pick_change(&mut rng, &mut heals, o.pool(), &mut n);
     apply(&mut o, &next);
@@ -425,13 +404,6 @@ fn run_seed(seed: u64, heals: bool, tally: &mut Tally) {
 /// once took the new subdisk, zeros where no pattern was written, for
 /// one whose bytes changed; it now checks the new one reads zeros.
 const REGRESSION_SEEDS: [u64; 4] = [1363, 1683, 2885, 30026];
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 #[test]
 fn pool_changes_cut_at_any_write_leave_every_volume_whole() {

@@ -39,8 +39,8 @@ use platter_testkit::rng::Rng;
 use serde_json::json;
 
 use super::convert::{abort_in, convert_in, erase_plex, finished, new_in_slot};
-use super::crash_kit::{crashing, empty_pool, gathered};
-use super::drives::{self, plex_windows, OpenPool};
+use super::crash_kit::{crashing, env_u64, open_over, plain, write_empty_pool};
+use super::drives::{plex_windows, OpenPool};
 use super::make::{create_in, VolumeCreateArgs};
 use super::plexes::{label_plex_as, mirror_label_on, plex_members, MirrorLabels};
 use super::split::{attach_in, detach_in};
@@ -78,20 +78,6 @@ enum Change {
     Abort,
 }
 
-fn open(disks: &[Arc<MemoryMember>], over: Vec<Arc<dyn Member>>) -> OpenPool {
-    OpenPool::over(
-        gathered(disks).unwrap(),
-        over.into_iter().map(Some).collect(),
-    )
-}
-
-fn plain(disks: &[Arc<MemoryMember>]) -> Vec<Arc<dyn Member>> {
-    disks
-        .iter()
-        .map(|d| Arc::clone(d) as Arc<dyn Member>)
-        .collect()
-}
-
 fn volume(pool: &Pool) -> PoolVolume {
     pool.volume("u").cloned().expect("the run's volume")
 }
@@ -123,11 +109,8 @@ fn bytes_on(open: &OpenPool, v: &PoolVolume, p: usize) -> Option<Vec<u8>> {
 /// A new volume of the plexes seed `rng` picks, each plex written the
 /// volume's bytes at the mirror's data offset.
 fn make_volume(disks: &[Arc<MemoryMember>], rng: &mut Rng, bytes: &[u8]) {
-    let pool = empty_pool(DRIVES, DRIVE_BYTES);
-    for (d, m) in disks.iter().enumerate() {
-        drives::write_slot(m.as_ref(), &pool, d, 0).unwrap();
-    }
-    let mut o = open(disks, plain(disks));
+    write_empty_pool(disks, DRIVE_BYTES);
+    let mut o = open_over(disks, plain(disks));
     let mut args = VolumeCreateArgs::new("tank", "u", Level::Concat, VOLUME_BYTES);
     args.level = None;
     let plexes = FIRST_PLEXES[rng.below(FIRST_PLEXES.len() as u64) as usize];
@@ -240,7 +223,7 @@ fn revive(o: &OpenPool, v: &PoolVolume, from: usize, to: usize, data_offset: u64
 /// rule, the volume's bytes on every plex the start serves from and on
 /// every plex split off, and on one plex at least.
 fn check_start(disks: &[Arc<MemoryMember>], bytes: &[u8], seed: u64) -> Pool {
-    let o = open(disks, plain(disks));
+    let o = open_over(disks, plain(disks));
     let pool = o.pool().clone();
     pool.check().unwrap_or_else(|e| panic!("seed {seed}: {e}"));
     let v = volume(&pool);
@@ -273,7 +256,7 @@ fn check_start(disks: &[Arc<MemoryMember>], bytes: &[u8], seed: u64) -> Pool {
 /// the dropped plex's subdisks (`gone`, as the configuration before it
 /// placed them) hold no label.
 fn check_settled(disks: &[Arc<MemoryMember>], bytes: &[u8], gone: &[(String, u64)], seed: u64) {
-    let o = open(disks, plain(disks));
+    let o = open_over(disks, plain(disks));
     let v = volume(o.pool());
     assert!(o.pool().converts.is_empty(), "seed {seed}");
     for p in 0..v.plexes.len() {
@@ -326,17 +309,17 @@ fn run_seed(seed: u64, tally: &mut Tally) {
     let bytes = pattern(seed);
     make_volume(&disks, &mut rng, &bytes);
     for _ in 0..rng.below(4) {
-        let mut o = open(&disks, plain(&disks));
+        let mut o = open_over(&disks, plain(&disks));
         let change = pick_change(&mut rng, o.pool());
         if apply(&mut o, &change).is_ok() {
             tally.made += 1;
         }
     }
-    let o = open(&disks, plain(&disks));
+    let o = open_over(&disks, plain(&disks));
     let change = pick_change(&mut rng, o.pool());
     let torn_at = rng.below(40) as usize;
     let keep_bytes = [0, 512, 4096, 1 << 20][rng.below(4) as usize];
-    let mut cut = open(&disks, crashing(&disks, torn_at, keep_bytes));
+    let mut cut = open_over(&disks, crashing(&disks, torn_at, keep_bytes));
     match apply(&mut cut, &change) {
         Ok(()) => tally.cut_finished += 1,
         Err(_) => tally.cut_short += 1,
@@ -344,7 +327,7 @@ fn run_seed(seed: u64, tally: &mut Tally) {
     let pool = check_start(&disks, &bytes, seed);
     if let Some(c) = pool.convert_of("u").cloned() {
         tally.taken_up += 1;
-        let mut o = open(&disks, plain(&disks));
+        let mut o = open_over(&disks, plain(&disks));
         let ended = rng.below(3) != 0;
         let taken = match ended {
             true => carry_on(&mut o, &c),
@@ -358,17 +341,10 @@ fn run_seed(seed: u64, tally: &mut Tally) {
         check_settled(&disks, &bytes, &left_behind(&pool, &c, ended), seed);
     }
     // The pool takes the next change, whatever the cut left.
-    let mut o = open(&disks, plain(&disks));
+    let mut o = open_over(&disks, plain(&disks));
     let next = pick_change(&mut rng, o.pool());
     let _ = apply(&mut o, &next);
     check_start(&disks, &bytes, seed);
-}
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 #[test]

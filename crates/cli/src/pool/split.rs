@@ -165,19 +165,24 @@ fn attach(args: AttachArgs) -> Result<()> {
 }
 
 fn say_attached(done: &Value) {
-    let how = if done["whole"] == true {
-        "the whole plex".to_string()
-    } else {
-        format!(
-            "the {} region(s) of {} written since the detach",
-            done["missed_regions"], done["regions"]
-        )
-    };
+    let how = revived(done, "the detach");
     outln!(
         "plex {} attached to volume {}: reviving {how}; `platter status --control` follows it",
         done["plex"].as_str().unwrap_or("?"),
         done["volume"].as_str().unwrap_or("?"),
     );
+}
+
+/// What the server's answer `done` says a plex taken back revives: all of
+/// it, or the regions written since `since`.
+pub(super) fn revived(done: &Value, since: &str) -> String {
+    if done["whole"] == true {
+        return "the whole plex".to_string();
+    }
+    format!(
+        "the {} region(s) of {} written since {since}",
+        done["missed_regions"], done["regions"]
+    )
 }
 
 /// Offline, plex `d` split off: checked in step in the mirror's labels,

@@ -121,11 +121,10 @@ pub struct Pace {
     /// average. I/Os waiting for a slot or a queue thread, and one whose
     /// thread waits for the CPU mid-call while the device answers others,
     /// do not make it old: on a machine whose CPUs are busy they wait for
-    /// the CPU, not the device, and counted they kept a tmpfs member's
-    /// writes off the submitting thread for good (each handed over, each
-    /// waiting, at 0.7 of the IOPS with the server on one CPU). A device
-    /// that leaves one I/O unanswered while it answers others is found by
-    /// `--member-timeout` instead.
+    /// the CPU, not the device, and counted they would keep a fast
+    /// member's I/O off the submitting thread, each I/O handed over making
+    /// the next one wait. A device that leaves one I/O unanswered while it
+    /// answers others is found by `--member-timeout` instead.
     pub oldest_out_ns: u64,
     /// I/Os being performed on callers' threads now.
     pub here_now: u32,

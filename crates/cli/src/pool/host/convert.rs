@@ -61,10 +61,7 @@ impl ServedPool {
     /// but the labels its array owes: a convert given up puts it back.
     pub(super) fn reopen_served_convert(&self, c: &PlexConvert) -> Result<NewVolume> {
         let v = self.lock().volume(&c.volume)?;
-        let (members, blank) = self
-            .open_plexes(&v, false, &[c.from])?
-            .pop()
-            .expect("one plex asked");
+        let (members, blank) = self.open_plex(&v, false, c.from)?;
         self.plex_to_serve(&v, members, blank)
     }
 

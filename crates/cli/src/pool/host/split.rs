@@ -63,10 +63,7 @@ impl ServedPool {
         let v = self.lock().volume(&d.volume)?;
         // Assembled before anything is written: a plex that cannot serve
         // all of its data (a drive of it lost meanwhile) stays detached.
-        let (members, blank) = self
-            .open_plexes(&v, false, &[d.plex])?
-            .pop()
-            .expect("one plex asked");
+        let (members, blank) = self.open_plex(&v, false, d.plex)?;
         let plex = self.plex_to_serve(&v, members, blank)?;
         let mut state = self.lock();
         let next = plan_attach(state.open.pool(), &d.volume, d.plex)?;
@@ -96,10 +93,7 @@ impl ServedPool {
             .cloned()
             .expect("checked by Pool::check");
         let read_only = read_only || !d.writable;
-        let (members, blank) = self
-            .open_plexes(&v, read_only, &[d.plex])?
-            .pop()
-            .expect("one plex asked");
+        let (members, blank) = self.open_plex(&v, read_only, d.plex)?;
         let (drives, delays) = self.placed(&v, &members, &blank);
         maps.0.extend(drives);
         maps.1.extend(delays);

@@ -6,7 +6,7 @@ use platter_io::error::{MemberError, MemberErrorKind, Op};
 use platter_io::memory::MemoryMember;
 use platter_io::Member;
 
-use super::super::crash_kit::{crashing, empty_pool, gathered, volume};
+use super::super::crash_kit::{crashing, empty_pool, gathered, plain, volume};
 use super::super::drives::{self, OpenPool};
 use super::*;
 
@@ -21,13 +21,6 @@ fn disks() -> Vec<Arc<MemoryMember>> {
 
 fn all(disks: &[Arc<dyn Member>]) -> Vec<Option<Arc<dyn Member>>> {
     disks.iter().cloned().map(Some).collect()
-}
-
-fn plain(disks: &[Arc<MemoryMember>]) -> Vec<Arc<dyn Member>> {
-    disks
-        .iter()
-        .map(|d| Arc::clone(d) as Arc<dyn Member>)
-        .collect()
 }
 
 /// Pool `tank` of five drives: raid5 `r` on d0-d2 at 1 MiB and a concat

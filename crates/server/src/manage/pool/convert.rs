@@ -11,7 +11,6 @@
 //! yet is swapped in again, one being rebuilt is waited for.
 
 use super::heal::another_plex_serves;
-use super::split::rejoin;
 use super::{stop_served, PoolServer};
 use crate::plex::PlexMember;
 use crate::served::Served;
@@ -140,10 +139,7 @@ impl PoolServer {
         }
         // A start that found the old plex still in its slot serves it.
         let back = in_slot || health != Some(Health::Online);
-        let old = match back {
-            true => Some(self.host.reopen_convert_old(&c)?),
-            false => None,
-        };
+        let old = back.then(|| self.host.reopen_convert_old(&c)).transpose()?;
         if in_slot {
             mirror
                 .engine
@@ -159,13 +155,7 @@ impl PoolServer {
         }
         self.host.abort_convert(&c)?;
         let mut answer = match old {
-            Some(made) => {
-                let plex = self.serve_plex(made)?;
-                let member: Arc<dyn platter_io::Member> =
-                    Arc::new(PlexMember::new(Arc::clone(&plex.manager.engine), &name));
-                volume.swap_plex(plex);
-                rejoin(mirror, c.from as u32, &name, member)?
-            }
+            Some(made) => self.serve_back(volume, c.from, &name, made)?,
             None => json!({ "whole": false, "missed_regions": 0, "regions": 0 }),
         };
         tracing::info!(volume = %c.volume, plex = %name, revived = %answer, "convert given up");

@@ -20,7 +20,7 @@
 //! [`rejoin_at_start`] does the same.
 
 use super::heal::plex_index;
-use super::{refuse_with_clients, stop_served, PoolServer};
+use super::{refuse_with_clients, stop_served, NewVolume, PoolServer};
 use crate::manage::Manager;
 use crate::plex::PlexMember;
 use crate::served::Served;
@@ -154,14 +154,30 @@ impl PoolServer {
             }
         }
         let made = self.host.attach_plex(&d)?;
-        let plex = self.serve_plex(made)?;
-        let member = Arc::new(PlexMember::new(Arc::clone(&plex.manager.engine), &name));
-        served.swap_plex(plex);
-        let mut answer = rejoin(&served.manager, d.plex as u32, &name, member)?;
+        let mut answer = self.serve_back(&served, d.plex, &name, made)?;
         tracing::info!(plex = %name, volume = %d.volume, revived = %answer, "plex attached");
         answer["plex"] = json!(name);
         answer["volume"] = json!(d.volume);
         Ok(answer)
+    }
+}
+
+impl PoolServer {
+    /// Plex array `made` served as plex `name` of `volume` and taken back
+    /// into its mirror's slot `slot` ([`rejoin`]); the answer says how it
+    /// is revived.
+    pub(super) fn serve_back(
+        &self,
+        volume: &Served,
+        slot: usize,
+        name: &str,
+        made: NewVolume,
+    ) -> Result<Value, String> {
+        let plex = self.serve_plex(made)?;
+        let member: Arc<dyn Member> =
+            Arc::new(PlexMember::new(Arc::clone(&plex.manager.engine), name));
+        volume.swap_plex(plex);
+        rejoin(&volume.manager, slot as u32, name, member)
     }
 }
 
