@@ -18,7 +18,7 @@
 
 use clap::Args;
 use platter_core::label::LABEL_BYTES;
-use platter_core::pool::{Plex, PlexConvert, Pool, PoolVolume};
+use platter_core::pool::{Plex, PlexConvert, Pool, PoolVolume, VolumeCopy};
 use platter_core::Level;
 use platter_io::Member;
 use serde_json::{json, Value};
@@ -38,8 +38,9 @@ pub struct VolumeConvertArgs {
     pool: String,
     #[arg(value_name = "VOLUME")]
     volume: String,
-    /// The plex to replace, as `list` names it (db.p0), or its number.
-    #[arg(long, value_name = "PLEX", required_unless_present = "abort")]
+    /// The plex to replace, as `list` names it (db.p0), or its number; a
+    /// volume of one plex needs none.
+    #[arg(long, value_name = "PLEX")]
     plex: Option<String>,
     /// The new plex's level.
     #[arg(long, value_name = "LEVEL", value_parser = crate::values::level(), required_unless_present = "abort")]
@@ -111,6 +112,28 @@ pub fn volume_convert(args: VolumeConvertArgs) -> Result<()> {
 /// crash cut short). Refused unless every plex of the volume is in step.
 fn convert_offline(args: &VolumeConvertArgs, req: &Value) -> Result<()> {
     let mut open = open_pool(Some(&args.pool), &args.devices.devices, writable())?;
+    if open
+        .pool()
+        .volume(&args.volume)
+        .is_some_and(|v| !v.has_plexes())
+    {
+        let copy = copy_in(&mut open, req)?;
+        let drives: Vec<&str> = copy
+            .plex
+            .subdisks
+            .iter()
+            .map(|sd| sd.drive.as_str())
+            .collect();
+        outln!(
+            "volume {}: its plex is to be replaced by a {} plex on {} (generation {}); the next \
+             `serve --pool` copies the volume onto it while serving, then frees the old plex",
+            copy.volume,
+            copy.plex.org,
+            drives.join(", "),
+            open.pool().generation
+        );
+        return Ok(());
+    }
     let c = convert_in(&mut open, req)?;
     let v = open.pool().volume(&c.volume).cloned().expect("converting");
     let drives: Vec<String> = v.plexes[c.into]
@@ -128,6 +151,24 @@ fn convert_offline(args: &VolumeConvertArgs, req: &Value) -> Result<()> {
         open.pool().generation
     );
     Ok(())
+}
+
+/// Offline, the convert `req` asks of a volume of one plex recorded: its
+/// new plex placed for the size its labels say.
+pub(super) fn copy_in(open: &mut OpenPool, req: &Value) -> Result<VolumeCopy> {
+    let volume = need(req, "volume")?;
+    let v = open
+        .pool()
+        .volume(volume)
+        .cloned()
+        .ok_or_else(|| no_convert(open.pool(), volume))?;
+    let members = open.subdisks(&v)?;
+    let assembled = platter_io::assembly::assemble_devices(members)
+        .map_err(|e| CliError(format!("volume {volume}: {e}")))?;
+    let volume_bytes = assembled.assembly.label.volume_size_bytes;
+    let (next, copy) = plan_copy(open, req, volume_bytes)?;
+    open.write(next)?;
+    Ok(copy)
 }
 
 /// Offline, the convert `req` asks checked against the mirror's labels
@@ -165,13 +206,13 @@ pub(super) fn convert_in(open: &mut OpenPool, req: &Value) -> Result<PlexConvert
 /// plex placed (at least `plex_bytes` of array data), or why not.
 pub fn plan_convert(open: &OpenPool, req: &Value, plex_bytes: u64) -> Result<(Pool, PlexConvert)> {
     let pool = open.pool();
-    let text = |k: &str| req.get(k).and_then(Value::as_str);
-    let missing = |k: &str| CliError(format!("missing \"{k}\""));
-    let (v, from) = volume_and_plex(
-        pool,
-        text("volume").ok_or_else(|| missing("volume"))?,
-        text("plex").ok_or_else(|| missing("plex"))?,
-    )?;
+    let volume = need(req, "volume")?;
+    let Some(plex) = req.get("plex").and_then(Value::as_str) else {
+        return Err(CliError(format!(
+            "volume {volume} has several plexes: name the one to replace (--plex)"
+        )));
+    };
+    let (v, from) = volume_and_plex(pool, volume, plex)?;
     if let Some(c) = pool.convert_of(&v.name) {
         return Err(CliError(format!(
             "volume {}: plex {} is being converted already",
@@ -181,11 +222,73 @@ pub fn plan_convert(open: &OpenPool, req: &Value, plex_bytes: u64) -> Result<(Po
     }
     pool.none_detached(&v.name, "convert it")
         .map_err(CliError)?;
+    let plex = place_new_plex(open, &v, req, plex_bytes)?;
+    let mut next = pool.clone();
+    let into = v.plexes.len();
+    let nv = next
+        .volumes
+        .iter_mut()
+        .find(|x| x.name == v.name)
+        .expect("found above");
+    nv.plexes.push(plex);
+    let c = PlexConvert {
+        volume: v.name.clone(),
+        from,
+        into,
+    };
+    next.converts.push(c.clone());
+    next.check().map_err(CliError)?;
+    Ok((next, c))
+}
+
+/// The configuration with the convert `req` asks of a volume of one plex
+/// recorded (a copy into a new plex of at least `volume_bytes` of array
+/// data, the volume's size), or why not.
+pub fn plan_copy(open: &OpenPool, req: &Value, volume_bytes: u64) -> Result<(Pool, VolumeCopy)> {
+    let pool = open.pool();
+    let volume = need(req, "volume")?;
+    let v = pool
+        .volume(volume)
+        .cloned()
+        .ok_or_else(|| CliError(format!("pool {} has no volume {volume}", pool.name)))?;
+    assert!(!v.has_plexes(), "a copy is of a volume of one plex");
+    if let Some(plex) = req.get("plex").and_then(Value::as_str) {
+        let p0 = v.plex_name(0);
+        if ![p0.as_str(), "p0", "0"].contains(&plex) {
+            return Err(CliError(format!(
+                "volume {volume} has one plex, {p0}: it is the one a convert replaces"
+            )));
+        }
+    }
+    if pool.copy_of(volume).is_some() {
+        return Err(CliError(format!(
+            "volume {volume} is being converted already; one at a time"
+        )));
+    }
+    let plex = place_new_plex(open, &v, req, volume_bytes)?;
+    let copy = VolumeCopy {
+        volume: v.name.clone(),
+        plex,
+    };
+    let mut next = pool.clone();
+    next.copies.push(copy.clone());
+    next.check().map_err(CliError)?;
+    Ok((next, copy))
+}
+
+fn need<'a>(req: &'a Value, key: &str) -> Result<&'a str> {
+    req.get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| CliError(format!("missing \"{key}\"")))
+}
+
+/// The new plex `req` asks for volume `v`, at least `plex_bytes` of array
+/// data, placed on drives up that no plex of `v` uses (of those `req`
+/// names, if it names any).
+fn place_new_plex(open: &OpenPool, v: &PoolVolume, req: &Value, plex_bytes: u64) -> Result<Plex> {
+    let pool = open.pool();
     pool.not_moving(&v.name, "convert it").map_err(CliError)?;
-    let level: Level = text("level")
-        .ok_or_else(|| missing("level"))?
-        .parse()
-        .map_err(CliError)?;
+    let level: Level = need(req, "level")?.parse().map_err(CliError)?;
     let used: Vec<&String> = v
         .plexes
         .iter()
@@ -224,23 +327,7 @@ pub fn plan_convert(open: &OpenPool, req: &Value, plex_bytes: u64) -> Result<(Po
         plex_bytes,
     )
     .map_err(CliError)?;
-    let plex = place(open, &args, &allowed)?;
-    let mut next = pool.clone();
-    let into = v.plexes.len();
-    let nv = next
-        .volumes
-        .iter_mut()
-        .find(|x| x.name == v.name)
-        .expect("found above");
-    nv.plexes.push(plex);
-    let c = PlexConvert {
-        volume: v.name.clone(),
-        from,
-        into,
-    };
-    next.converts.push(c.clone());
-    next.check().map_err(CliError)?;
-    Ok((next, c))
+    place(open, &args, &allowed)
 }
 
 /// The configuration that ends convert `c`: the new plex in the old
@@ -322,6 +409,15 @@ fn abort(args: &VolumeConvertArgs) -> Result<()> {
         return Ok(());
     }
     let mut open = open_pool(Some(&args.pool), &args.devices.devices, writable())?;
+    if open.pool().copy_of(&args.volume).is_some() {
+        abort_copy_in(&mut open, &args.volume)?;
+        outln!(
+            "volume {}: the convert is given up (generation {}); its plex serves it as before",
+            args.volume,
+            open.pool().generation
+        );
+        return Ok(());
+    }
     let (v, c) = abort_in(&mut open, &args.volume)?;
     outln!(
         "volume {}: the convert of plex {} is given up (generation {}); the next `serve --pool` \
@@ -363,6 +459,47 @@ pub(super) fn abort_in(open: &mut OpenPool, volume: &str) -> Result<(PoolVolume,
         );
     }
     Ok((v, c))
+}
+
+/// The copy of volume `volume` (of one plex) given up: the configuration
+/// without it, then the new plex's labels zeroed. The volume's own plex
+/// held every byte throughout.
+pub(super) fn abort_copy_in(open: &mut OpenPool, volume: &str) -> Result<()> {
+    let pool = open.pool();
+    let copy = pool
+        .copy_of(volume)
+        .cloned()
+        .ok_or_else(|| no_convert(pool, volume))?;
+    let both = copy.with_new_plex(pool.volume(volume).expect("a copy's volume"));
+    open.write(copy_dropped(open.pool(), volume))?;
+    if let Err(e) = erase_plex(open, &both, 1) {
+        crate::out::errln!(
+            "platter: the dropped plex's labels could not be zeroed: {}",
+            e.0
+        );
+    }
+    Ok(())
+}
+
+/// The configuration without volume `volume`'s copy.
+pub fn copy_dropped(pool: &Pool, volume: &str) -> Pool {
+    let mut next = pool.clone();
+    next.copies.retain(|c| c.volume != volume);
+    next
+}
+
+/// The configuration that ends volume `volume`'s copy: its new plex the
+/// volume's only one.
+pub fn copy_finished(pool: &Pool, volume: &str) -> Pool {
+    let mut next = copy_dropped(pool, volume);
+    let copy = pool.copy_of(volume).expect("a copy under way");
+    let v = next
+        .volumes
+        .iter_mut()
+        .find(|v| v.name == volume)
+        .expect("a copy's volume");
+    v.plexes = vec![copy.plex.clone()];
+    next
 }
 
 fn no_convert(pool: &Pool, volume: &str) -> CliError {

@@ -160,6 +160,7 @@ pub fn empty_pool(drives: u8, drive_bytes: u64) -> Pool {
         moves: Vec::new(),
         detached: Vec::new(),
         converts: Vec::new(),
+        copies: Vec::new(),
     }
 }
 

@@ -465,6 +465,7 @@ mod tests {
             moves: Vec::new(),
             detached: Vec::new(),
             converts: Vec::new(),
+            copies: Vec::new(),
         }
     }
 

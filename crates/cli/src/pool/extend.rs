@@ -131,6 +131,9 @@ pub fn extend_volume(open: &mut OpenPool, v: &PoolVolume, size_bytes: u64) -> Re
     open.pool()
         .not_moving(&v.name, "extend it")
         .map_err(CliError)?;
+    open.pool()
+        .not_converting(&v.name, "extend it")
+        .map_err(CliError)?;
     if v.has_plexes() {
         return plexes::extend_plexes(open, v, size_bytes);
     }
@@ -176,6 +179,9 @@ pub fn grow(open: &mut OpenPool, v: &PoolVolume, label: &Label, size_bytes: u64)
     open.pool()
         .not_moving(&v.name, "extend it")
         .map_err(CliError)?;
+    open.pool()
+        .not_converting(&v.name, "extend it")
+        .map_err(CliError)?;
     let lens = match new_lengths(open.pool(), v, label, size_bytes) {
         Ok(lens) => lens,
         // A concat without room after its last subdisk takes another.
@@ -213,6 +219,9 @@ pub fn grow(open: &mut OpenPool, v: &PoolVolume, label: &Label, size_bytes: u64)
 pub fn add_plex_subdisks(open: &mut OpenPool, v: &PoolVolume, count: u32) -> Result<PoolVolume> {
     open.pool()
         .not_moving(&v.name, "extend it")
+        .map_err(CliError)?;
+    open.pool()
+        .not_converting(&v.name, "extend it")
         .map_err(CliError)?;
     let plex = v.plex();
     let len = plex

@@ -400,6 +400,7 @@ fn pool_of(
         moves: Vec::new(),
         detached: Vec::new(),
         converts: Vec::new(),
+        copies: Vec::new(),
     })
 }
 

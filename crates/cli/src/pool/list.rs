@@ -201,6 +201,14 @@ fn volume_json(pool: &Pool, v: &PoolVolume, open: &[Option<Handle>]) -> Result<V
         plexes.push(json);
         states.push(state);
     }
+    // The plex a convert by copy fills: the volume's no more than a
+    // spare is, until the copy ends.
+    if let Some(c) = pool.copy_of(&v.name) {
+        let both = c.with_new_plex(v);
+        let (mut json, _, _) = plex_json(pool, &both, 1, open)?;
+        json.state = format!("converting: replaces {}", v.plex_name(0));
+        plexes.push(json);
+    }
     let state = if !v.has_plexes() {
         states.pop().expect("a plex")
     } else if states.iter().all(|s| s == "up") {

@@ -398,6 +398,7 @@ pub fn pool_create(args: PoolCreateArgs) -> Result<()> {
 /// A template's volumes as they serve: a convert's new plex (the state
 /// of a change under way, as a move is) is left out.
 pub(super) fn without_converts(mut template: Pool) -> Vec<PoolVolume> {
+    template.copies.clear();
     for c in std::mem::take(&mut template.converts) {
         if let Some(v) = template.volumes.iter_mut().find(|v| v.name == c.volume) {
             if c.into < v.plexes.len() {
@@ -452,6 +453,7 @@ fn make_pool(
         moves: Vec::new(),
         detached: Vec::new(),
         converts: Vec::new(),
+        copies: Vec::new(),
     };
     for (((name, _), m), state) in specs.iter().zip(&devices).zip(states) {
         pool.drives.push(Drive {
@@ -935,6 +937,13 @@ pub(super) fn remove_in(open: &mut OpenPool, name: &str) -> Result<PoolVolume> {
              attach`), or copy what you need from it",
             d.plex_name(),
             d.as_volume.as_deref().unwrap_or_default()
+        )));
+    }
+    if open.pool().copy_of(name).is_some() {
+        return Err(CliError(format!(
+            "volume {name} is being converted; give the convert up first (`platter volume \
+             convert {} {name} --abort`), then remove it",
+            open.pool().name
         )));
     }
     let mut members = Vec::new();

@@ -59,6 +59,22 @@ pub struct Pool {
     /// Plexes being made anew in another organisation (`platter volume
     /// convert`): the new plex holds its place until it is revived.
     pub converts: Vec<PlexConvert>,
+    /// Volumes of one plex being converted by copy: each new plex holds
+    /// its extents, and is no plex of its volume, until the copy ends.
+    pub copies: Vec<VolumeCopy>,
+}
+
+/// A volume of one plex being made another organisation (`volume
+/// convert` of a volume with no mirror above its plex): the new plex, on
+/// drives the volume does not use, is an array of its own that a copy
+/// fills while the volume serves from its plex (every write landing on
+/// both behind the copy); the configuration that ends the change makes
+/// the new plex the volume's only one. Written as the volume's plex
+/// `V.p1` and `convert plex V.p0 into V.p1` (docs/on-disk-format.md).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VolumeCopy {
+    pub volume: String,
+    pub plex: Plex,
 }
 
 /// A plex of a volume of several plexes being replaced by one of another
@@ -75,6 +91,19 @@ pub struct PlexConvert {
     pub from: usize,
     /// The plex replacing it, the volume's last.
     pub into: usize,
+}
+
+impl VolumeCopy {
+    /// Volume `v` (this copy's) as if the new plex were its second: how
+    /// the configuration writes it, and how the new plex's subdisks are
+    /// named (`v.p1.s0`) and opened.
+    pub fn with_new_plex(&self, v: &PoolVolume) -> PoolVolume {
+        assert_eq!(v.name, self.volume);
+        let mut both = v.clone();
+        both.plexes.truncate(1);
+        both.plexes.push(self.plex.clone());
+        both
+    }
 }
 
 /// A plex split off its volume of several plexes (vinum's `detach`, LVM's
@@ -347,6 +376,25 @@ impl Pool {
         self.converts.iter().find(|c| c.volume == volume)
     }
 
+    /// The copy under way into a new plex of volume `volume` (a volume of
+    /// one plex), if one is.
+    pub fn copy_of(&self, volume: &str) -> Option<&VolumeCopy> {
+        self.copies.iter().find(|c| c.volume == volume)
+    }
+
+    /// Refused while volume `name` is converted, by copy or by plex: its
+    /// plexes are changing.
+    pub fn not_converting(&self, name: &str, what: &str) -> Result<(), String> {
+        if self.copy_of(name).is_some() || self.convert_of(name).is_some() {
+            return Err(format!(
+                "volume {name} is being converted; {what} once the convert is done or given up \
+                 (`platter volume convert {} {name} --abort`)",
+                self.name
+            ));
+        }
+        Ok(())
+    }
+
     /// The slots of `v`'s mirror: its plexes but a convert's new one.
     pub fn mirror_slots(&self, v: &PoolVolume) -> usize {
         v.plexes.len() - usize::from(self.convert_of(&v.name).is_some())
@@ -394,13 +442,21 @@ impl Pool {
         })
     }
 
-    /// Every subdisk of the pool with the volume it belongs to.
+    /// Every subdisk of the pool with the volume it belongs to, a copy's
+    /// new plex's with the volume it is made for.
     pub fn subdisks(&self) -> impl Iterator<Item = (&PoolVolume, &Subdisk)> {
-        self.volumes.iter().flat_map(|v| {
-            v.plexes
-                .iter()
-                .flat_map(move |p| p.subdisks.iter().map(move |s| (v, s)))
-        })
+        let copies = self.copies.iter().filter_map(|c| {
+            let v = self.volume(&c.volume)?;
+            Some(c.plex.subdisks.iter().map(move |s| (v, s)))
+        });
+        self.volumes
+            .iter()
+            .flat_map(|v| {
+                v.plexes
+                    .iter()
+                    .flat_map(move |p| p.subdisks.iter().map(move |s| (v, s)))
+            })
+            .chain(copies.flatten())
     }
 
     /// Checks every rule a configuration keeps; the error is one line
@@ -433,6 +489,7 @@ impl Pool {
         self.check_moves()?;
         self.check_detached()?;
         self.check_converts()?;
+        self.check_volume_copies()?;
         self.check_overlaps()
     }
 
@@ -572,6 +629,40 @@ impl Pool {
                     c.volume
                 ));
             }
+        }
+        Ok(())
+    }
+
+    /// A copy names a volume of one plex once, with no other change of
+    /// its plexes under way, and its new plex keeps a plex's rules on
+    /// drives the volume's plex does not use.
+    fn check_volume_copies(&self) -> Result<(), String> {
+        let mut seen = BTreeSet::new();
+        for c in &self.copies {
+            let Some(v) = self.volume(&c.volume) else {
+                return Err(format!(
+                    "a convert names volume {:?}, which the pool does not have",
+                    c.volume
+                ));
+            };
+            if !seen.insert(c.volume.as_str()) {
+                return Err(format!("volume {:?} is converted twice at once", c.volume));
+            }
+            if v.plexes.len() != 1 || self.convert_of(&v.name).is_some() {
+                return Err(format!(
+                    "volume {:?}: a convert by copy is of a volume of one plex",
+                    c.volume
+                ));
+            }
+            if self.moves.iter().any(|m| m.volume == c.volume) {
+                return Err(format!(
+                    "volume {:?} is converted while a subdisk of it moves",
+                    c.volume
+                ));
+            }
+            let both = c.with_new_plex(v);
+            self.check_plex(&both, 1)?;
+            check_plexes_apart(&both)?;
         }
         Ok(())
     }
@@ -748,6 +839,15 @@ impl Pool {
                         v.subdisk_name(p, s),
                     ));
                 }
+            }
+        }
+        for c in &self.copies {
+            for (s, sd) in c.plex.subdisks.iter().enumerate() {
+                by_drive.entry(sd.drive.clone()).or_default().push((
+                    sd.offset_bytes,
+                    sd.end_bytes(),
+                    format!("{}.p1.s{s}", c.volume),
+                ));
             }
         }
         for (m, to) in self.move_targets() {

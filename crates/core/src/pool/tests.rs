@@ -70,6 +70,7 @@ fn sample() -> Pool {
         moves: Vec::new(),
         detached: Vec::new(),
         converts: Vec::new(),
+        copies: Vec::new(),
     }
 }
 
@@ -800,6 +801,7 @@ fn arb_pool() -> impl Strategy<Value = Pool> {
                 moves: Vec::new(),
                 detached: Vec::new(),
                 converts: Vec::new(),
+                copies: Vec::new(),
             };
             let orgs = proptest::collection::vec((0usize..6, 1u64..16, 1u32..5), nvols);
             (Just(pool), orgs)

@@ -20,7 +20,7 @@
 
 use super::{
     parse_uuid, split_plex_name, uuid_text, DetachedPlex, Drive, DriveState, Plex, PlexConvert,
-    Pool, PoolVolume, Subdisk, SubdiskMove,
+    Pool, PoolVolume, Subdisk, SubdiskMove, VolumeCopy,
 };
 use crate::level::{Level, ParityLayout};
 use crate::units::{parse_size, SECTOR_BYTES};
@@ -58,6 +58,9 @@ pub fn render(pool: &Pool) -> String {
         for (p, plex) in v.plexes.iter().enumerate() {
             render_plex(&mut out, v, p, plex);
         }
+        if let Some(c) = pool.copy_of(&v.name) {
+            render_plex(&mut out, v, v.plexes.len(), &c.plex);
+        }
     }
     for m in &pool.moves {
         out += &format!(
@@ -84,6 +87,9 @@ pub fn render(pool: &Pool) -> String {
             "convert plex {}.p{} into {}.p{}\n",
             c.volume, c.from, c.volume, c.into
         );
+    }
+    for c in &pool.copies {
+        out += &format!("convert plex {0}.p0 into {0}.p1\n", c.volume);
     }
     out
 }
@@ -282,6 +288,7 @@ impl Builder {
             moves: Vec::new(),
             detached: Vec::new(),
             converts: Vec::new(),
+            copies: Vec::new(),
         });
         Ok(())
     }
@@ -485,11 +492,34 @@ impl Builder {
                 plex.copies = default_copies(plex.org, plex.subdisks.len() as u32);
             }
         }
+        pool.copies = take_copies(&mut pool.volumes, &mut pool.converts);
         if strictness == Strictness::Stored {
             pool.check()?;
         }
         Ok(pool)
     }
+}
+
+/// The converts of volumes of one plex (two plexes written, `convert plex
+/// V.p0 into V.p1`: no mirror has a slot for the new plex) taken out as
+/// copies, their new plexes out of the volumes.
+fn take_copies(volumes: &mut [PoolVolume], converts: &mut Vec<PlexConvert>) -> Vec<VolumeCopy> {
+    let mut copies = Vec::new();
+    converts.retain(|c| {
+        let Some(v) = volumes.iter_mut().find(|v| v.name == c.volume) else {
+            return true;
+        };
+        if v.plexes.len() != 2 || (c.from, c.into) != (0, 1) {
+            return true;
+        }
+        let plex = v.plexes.pop().expect("two plexes");
+        copies.push(VolumeCopy {
+            volume: c.volume.clone(),
+            plex,
+        });
+        false
+    });
+    copies
 }
 
 /// A mirror copies to every subdisk, raid10 keeps two copies (md's

@@ -72,7 +72,12 @@ pub struct ExportVolume {
     /// The export as offered at the start; its description, size and
     /// hints are the engine's at each handshake.
     pub export: platter_nbd::ExportInfo,
-    pub engine: Arc<Engine>,
+    /// What serves the export: the volume's engine, or, while a volume of
+    /// one plex is converted by copy, an engine in front of its old and
+    /// new arrays. A submission holds it read for as long as it hands a
+    /// request in, so that none lands on an engine after it was swapped
+    /// out ([`ExportVolume::swap_engine`]).
+    engine: std::sync::RwLock<Arc<Engine>>,
     /// Notes each request while a recording runs (`record.rs`).
     pub recorder: Arc<crate::manage::record::Recorder>,
     /// The export's description as things stand (members online, whether
@@ -96,12 +101,28 @@ impl ExportVolume {
     ) -> ExportVolume {
         ExportVolume {
             export,
-            engine,
+            engine: std::sync::RwLock::new(engine),
             recorder,
             describe,
             clients: Mutex::new(Default::default()),
             closed: AtomicBool::new(false),
         }
+    }
+
+    /// The engine serving the export now.
+    pub fn engine(&self) -> Arc<Engine> {
+        Arc::clone(&self.engine.read().expect("export engine"))
+    }
+
+    /// `engine` serves the export from now on; returns the engine it
+    /// replaces. No submission is under way to the old engine when this
+    /// returns, and its requests in flight have ended: the caller keeps
+    /// both engines' members in step (each write acknowledged so far is
+    /// on the members the new engine reads).
+    pub fn swap_engine(&self, engine: Arc<Engine>) -> Arc<Engine> {
+        let mut serving = self.engine.write().expect("export engine");
+        serving.wait_idle();
+        std::mem::replace(&mut *serving, engine)
     }
 
     /// Takes no more clients; returns how many it has.
@@ -148,9 +169,10 @@ impl ExportVolume {
     /// size it was told, NBD has no resize notice), its members' health.
     fn export_now(&self) -> platter_nbd::ExportInfo {
         let mut export = self.export.clone();
-        export.description = (self.describe)(&self.engine);
-        export.size_bytes = self.engine.size_bytes();
-        let (stripe_bytes, spins) = self.engine.shape();
+        let engine = self.engine();
+        export.description = (self.describe)(&engine);
+        export.size_bytes = engine.size_bytes();
+        let (stripe_bytes, spins) = engine.shape();
         crate::startup::export_hints(&mut export, stripe_bytes, &spins);
         export
     }
@@ -446,7 +468,8 @@ fn work(conn: &Arc<Conn>) -> io::Result<()> {
             let Some(job) = next_request(conn, &mut reader)? else {
                 break;
             };
-            let fast_members = conn.volume().engine.member_io_ns_avg() < CORK_MEMBER_IO_NS_MAX;
+            let engine = conn.volume().engine();
+            let fast_members = engine.member_io_ns_avg() < CORK_MEMBER_IO_NS_MAX;
             let cork = job.more_buffered && corked_run < CORK_REQUESTS_MAX && fast_members;
             let corked_run_before = corked_run;
             corked_run = if cork { corked_run + 1 } else { 0 };
@@ -465,7 +488,7 @@ fn work(conn: &Arc<Conn>) -> io::Result<()> {
             // any I/O the engine did leave for this thread.
             let keep = !fast_members
                 && job.payload_bytes() <= KEEP_READER_PAYLOAD_BYTES_MAX
-                && !conn.volume().engine.sends_on_submit();
+                && !engine.sends_on_submit();
             let mut reader = keep.then_some(reader);
             if !cork && corked_run_before > 0 {
                 // Replies corked for earlier requests leave before this
@@ -473,7 +496,9 @@ fn work(conn: &Arc<Conn>) -> io::Result<()> {
                 // write).
                 conn.replies.flush();
             }
-            if let Some(work) = run(conn, job) {
+            let serving = conn.volume().engine.read().expect("export engine");
+            let engine = Arc::clone(&serving);
+            if let Some(work) = run(conn, job, &engine, serving) {
                 if !work.is_empty() {
                     reader = None;
                 }
@@ -554,8 +579,15 @@ fn acquire(conn: &Conn, bytes: u64) {
 
 /// Starts one request in the engine; the reply is queued when it ends.
 /// What is left is the I/O of members fast enough for this thread to
-/// perform ([`Engine::submit_client`]).
-fn run(conn: &Arc<Conn>, job: Job) -> Option<InlineIos<'_>> {
+/// perform ([`Engine::submit_client`]). `serving` (the export's engine,
+/// `engine`, held read) is let go once the request is handed in.
+fn run<'e>(
+    conn: &Arc<Conn>,
+    job: Job,
+    engine: &'e Arc<Engine>,
+    serving: std::sync::RwLockReadGuard<'_, Arc<Engine>>,
+) -> Option<InlineIos<'e>> {
+    debug_assert!(Arc::ptr_eq(engine, &serving));
     let Job {
         cookie,
         offset_bytes,
@@ -568,7 +600,6 @@ fn run(conn: &Arc<Conn>, job: Job) -> Option<InlineIos<'_>> {
     let finish = move |result: Result<Reply, VolumeError>| {
         c.reply(cookie, offset_bytes, result, release_bytes)
     };
-    let engine: &Arc<Engine> = &conn.volume().engine;
     let submitted = if then_flush {
         let e2 = Arc::clone(engine);
         engine.submit_client(
@@ -581,6 +612,7 @@ fn run(conn: &Arc<Conn>, job: Job) -> Option<InlineIos<'_>> {
     } else {
         engine.submit_client(req, Box::new(finish))
     };
+    drop(serving);
     match submitted {
         Ok(work) => Some(work),
         Err(_) => {
