@@ -56,7 +56,7 @@ fn convert(ctl: &str, volume: &str, plex: &str, level: &str, more: &[&str]) -> V
 /// and, recorded offline, a mirror again at the next start, the volume's
 /// sha256 unchanged.
 /// Refused with one line, nothing written: a new plex whose drives are
-/// too small to hold the volume, a volume of one plex, a drive a plex of
+/// too small to hold the volume, a second plex of a volume of one, a drive a plex of
 /// the volume uses, a plex the volume lacks, a second convert while one
 /// runs, an extend while one runs.
 #[test]
@@ -109,8 +109,8 @@ fn a_concat_plex_becomes_raid5_with_the_bytes_unchanged_through_a_kill() {
         "needs 2 drives with",
     );
     refused(
-        &strs(&convert(&ctl, "one", "0", "raid5", &[])),
-        "has one plex",
+        &strs(&convert(&ctl, "one", "1", "raid5", &[])),
+        "has one plex, one.p0",
     );
     refused(
         &strs(&convert(&ctl, "u", "0", "raid5", &["--drives", "d1,d3,d4"])),
@@ -459,4 +459,198 @@ fn assert_all_free(dev: &str, drives: &[&str]) {
             "{name} freed: {d}"
         );
     }
+}
+
+/// Waits (2 minutes at most) until volume `name` is of one plex again, of
+/// organisation `org`, its convert's copy ended.
+fn wait_copied(dev: &str, name: &str, org: &str) {
+    let start = std::time::Instant::now();
+    loop {
+        let v = volume_of(&list_json(dev), name);
+        let plexes = v["plexes"].as_array().unwrap();
+        if plexes.len() == 1 && plexes[0]["org"] == org {
+            return;
+        }
+        assert!(start.elapsed().as_secs() < 120, "{name} not converted: {v}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// Waits (20 s at most) until volume `name`'s convert by copy has copied
+/// some bytes, and returns its status.
+fn wait_copying(s: &Server, name: &str) -> Value {
+    let start = std::time::Instant::now();
+    loop {
+        let st = live(s, name);
+        if st["convert"]["copied_bytes"].as_u64().unwrap_or(0) > 0 {
+            return st;
+        }
+        assert!(
+            start.elapsed().as_secs() < 20,
+            "{name}: no copy began: {st}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// A volume of one plex (a plain concat, with no mirror above it) becomes
+/// a raid5 of three subdisks while fio writes and verifies it: the copy
+/// runs behind the volume's writes and the raid5's array then serves the
+/// export alone; the concat's drive is free after. Recorded offline as a
+/// stripe, the server SIGKILLed in the middle of the copy, the next start
+/// copies again and ends it, the volume's sha256 unchanged. A convert
+/// given up through the server mid-copy leaves the volume on its plex,
+/// the new plex's drives free. Refused meanwhile, nothing written: a
+/// second convert, an extend, a remove.
+#[test]
+fn a_volume_of_one_plex_becomes_raid5_while_fio_writes() {
+    let test = "a_volume_of_one_plex_becomes_raid5_while_fio_writes";
+    let Some(t) = tools_with_fio_nbd(test, &["fio", "nbdcopy", "sha256sum"]) else {
+        return;
+    };
+    let dir = temp_dir();
+    let (_d, dev) = pool_of(dir.path(), 6, "64M");
+    create_volumes(&dev, &[("c", "concat", "16M", "d0")]);
+    let size = 16 * MIB;
+    let mut s = serve_pool_first(dir.path(), &dev, "c", &["--rebuild-rate", "2M"]);
+    fio_all(&t, &s, &[("c", size)], false);
+    let ctl = s.control();
+
+    let mut load = Background::spawn(&mut fio(&t, &uri(&s, "c"), size, false), "fio on c");
+    let args = [
+        "volume",
+        "convert",
+        "tank",
+        "c",
+        "--level",
+        "raid5",
+        "--subdisks",
+        "3",
+        "--interleave",
+        "126s",
+        "--drives",
+        "d1,d2,d3",
+        "--control",
+        &ctl,
+    ];
+    let out = ok(&args, "convert c");
+    assert!(
+        out.stdout.contains("raid5 plex on d1, d2, d3"),
+        "{}",
+        out.stdout
+    );
+    let generation_before = generation(&dev);
+    refused(&args, "being converted already");
+    refused(
+        &[
+            "volume",
+            "extend",
+            "tank",
+            "c",
+            "--size",
+            "20M",
+            "--control",
+            &ctl,
+        ],
+        "being converted",
+    );
+    refused(
+        &["volume", "remove", "tank", "c", "--control", &ctl],
+        "being converted",
+    );
+    assert_eq!(generation(&dev), generation_before, "nothing written");
+    let v = volume_of(&list_json(&dev), "c");
+    assert_eq!(v["plexes"][1]["state"], "converting: replaces c.p0", "{v}");
+    wait_copied(&dev, "c", "raid5");
+    assert!(load.wait(CMD_TIMEOUT).success(), "{}", load.stderr());
+    assert!(load.stdout().contains("err= 0"), "{}", load.stdout());
+    fio_all(&t, &s, &[("c", size)], true);
+    check_clean(&s, &["c"]);
+    assert_eq!(subdisk_drives(&dev, "c"), ["d1", "d2", "d3"]);
+    assert!(
+        all_subdisks(&list_json(&dev))
+            .iter()
+            .all(|sd| sd["drive"] != "d0"),
+        "d0 freed"
+    );
+    let written = volume_sha256(&t, &uri(&s, "c"), "c written");
+
+    // Offline: recorded; the next start copies while it serves, and a
+    // SIGKILL mid-copy leaves the volume on its plex to copy again.
+    s.stop_expecting_errors("TERM", &[]);
+    let out = ok(
+        &[
+            "volume",
+            "convert",
+            "tank",
+            "c",
+            "--level",
+            "stripe",
+            "--subdisks",
+            "2",
+            "--drives",
+            "d4,d5",
+            &dev,
+        ],
+        "offline convert",
+    );
+    assert!(
+        out.stdout.contains("copies the volume onto it"),
+        "{}",
+        out.stdout
+    );
+    s.start_again_unchecked();
+    wait_copying(&s, "c");
+    assert_eq!(volume_sha256(&t, &uri(&s, "c"), "c mid-copy"), written);
+    s.crash();
+    s.start_again_unchecked();
+    wait_copied(&dev, "c", "stripe");
+    assert_eq!(volume_sha256(&t, &uri(&s, "c"), "c after"), written);
+    check_clean(&s, &["c"]);
+
+    // Given up mid-copy: the stripe serves on, the new plex's drive free.
+    let args = [
+        "volume",
+        "convert",
+        "tank",
+        "c",
+        "--level",
+        "concat",
+        "--drives",
+        "d0",
+        "--control",
+        &ctl,
+    ];
+    ok(&args, "convert c back");
+    wait_copying(&s, "c");
+    let out = ok(
+        &[
+            "volume",
+            "convert",
+            "tank",
+            "c",
+            "--abort",
+            "--control",
+            &ctl,
+        ],
+        "abort",
+    );
+    assert!(
+        out.stdout.contains("the convert is given up"),
+        "{}",
+        out.stdout
+    );
+    let v = volume_of(&list_json(&dev), "c");
+    assert_eq!(v["plexes"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v["plexes"][0]["org"], "stripe", "{v}");
+    assert!(
+        all_subdisks(&list_json(&dev))
+            .iter()
+            .all(|sd| sd["drive"] != "d0"),
+        "d0 freed again"
+    );
+    assert_eq!(volume_sha256(&t, &uri(&s, "c"), "c given up"), written);
+    fio_all(&t, &s, &[("c", size)], true);
+    check_clean(&s, &["c"]);
+    s.stop_expecting_errors("TERM", &[]);
 }

@@ -35,6 +35,10 @@ pub struct PlexMember {
     /// again (the plex grows, before its mirror, when the volume is
     /// extended).
     size_bytes: AtomicU64,
+    /// The bytes of the plex this member shows, when fewer than its
+    /// engine's (a volume whose array holds more than the volume's size:
+    /// a convert by copy copies the volume, not the array).
+    limit_bytes: u64,
 }
 
 impl PlexMember {
@@ -45,6 +49,16 @@ impl PlexMember {
             engine,
             name: name.into(),
             size_bytes,
+            limit_bytes: u64::MAX,
+        }
+    }
+
+    /// [`PlexMember::new`] showing the first `limit_bytes` of the plex
+    /// only.
+    pub fn bounded(engine: Arc<Engine>, name: impl Into<String>, limit_bytes: u64) -> PlexMember {
+        PlexMember {
+            limit_bytes,
+            ..PlexMember::new(engine, name)
         }
     }
 
@@ -99,7 +113,7 @@ impl Member for PlexMember {
     }
 
     fn size_bytes(&self) -> u64 {
-        let now = self.engine.size_bytes();
+        let now = self.engine.size_bytes().min(self.limit_bytes);
         self.size_bytes.store(now, Ordering::Relaxed);
         now
     }

@@ -124,6 +124,14 @@ impl Volumes {
         self.all().into_iter().find(|s| s.name() == name)
     }
 
+    /// `s` in the place of the volume of its name (the same export, served
+    /// by another array); returns the one it replaced.
+    pub fn replace(&self, s: Arc<Served>) -> Option<Arc<Served>> {
+        let mut list = self.list.write().expect("volumes lock");
+        let at = list.iter().position(|x| x.name() == s.name())?;
+        Some(std::mem::replace(&mut list[at], s))
+    }
+
     /// Adds `s`; refused when a volume of its name is served (an export
     /// name must pick one volume).
     pub fn add(&self, s: Arc<Served>) -> Result<(), String> {

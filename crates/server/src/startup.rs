@@ -252,12 +252,10 @@ pub(crate) fn export_info(
         description: describe_export(geometry, name, &opened.assembly.health),
         // While a reshape runs, the size it had: a client reconnects after
         // the reshape (and a restart) to see the new one.
-        size_bytes: opened
-            .assembly
-            .old_geometry
-            .as_ref()
-            .unwrap_or(geometry)
-            .volume_size_bytes(),
+        size_bytes: opened.assembly.old_geometry.as_ref().map_or_else(
+            || told_bytes(&opened.assembly.label, geometry),
+            |old| old.volume_size_bytes(),
+        ),
         transmission_flags: flags,
         block_min_bytes: block_min,
         block_preferred_bytes: block_min,
@@ -897,5 +895,16 @@ mod tests {
                 assert!(!every_aligned_request_holds_a_stripe(p / 2, s), "{s}: {p}");
             }
         }
+    }
+}
+
+/// A volume's size as its labels record it, when less than its layout
+/// holds (a convert by copy made its array in whole stripes of its own
+/// and kept the volume's size); else the layout's.
+fn told_bytes(label: &platter_core::label::Label, geometry: &Geometry) -> u64 {
+    let holds = geometry.volume_size_bytes();
+    match label.volume_size_bytes {
+        0 => holds,
+        said => said.min(holds),
     }
 }

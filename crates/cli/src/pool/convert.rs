@@ -400,6 +400,14 @@ fn abort(args: &VolumeConvertArgs) -> Result<()> {
             "abort": true,
         });
         let done = crate::control::ask(control, req)?;
+        if done["copy"] == true {
+            outln!(
+                "volume {}: the convert is given up; its plex serves it as before, the new \
+                 plex's subdisks are free",
+                done["volume"].as_str().unwrap_or("?"),
+            );
+            return Ok(());
+        }
         let how = revived(&done, "the convert began");
         outln!(
             "volume {}: the convert is given up; plex {} serves again, reviving {how}",

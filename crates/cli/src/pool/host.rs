@@ -27,6 +27,7 @@ use super::make::{
 use crate::error::{CliError, Result};
 
 mod convert;
+mod copy;
 mod moves;
 mod split;
 
@@ -53,6 +54,9 @@ struct State {
     /// Whether each volume's convert has its new plex in its slot of the
     /// mirror, once known (`convert_in_slot`).
     in_slot: HashMap<String, bool>,
+    /// Volumes whose copy into a new plex has ended, as they were before:
+    /// their old plex's labels are zeroed once its array has stopped.
+    copied: HashMap<String, PoolVolume>,
 }
 
 impl State {
@@ -84,6 +88,7 @@ impl ServedPool {
                 windows: HashMap::new(),
                 resumable: Vec::new(),
                 in_slot: HashMap::new(),
+                copied: HashMap::new(),
             }),
             latency,
         }
@@ -862,6 +867,50 @@ impl PoolHost for ServedPool {
             .and_then(|v| v.plexes.get(c.into))
             .map(|p| p.subdisks.iter().map(|sd| sd.drive.clone()).collect())
             .unwrap_or_default()
+    }
+
+    fn begin_copy(
+        &self,
+        req: &Value,
+        volume_bytes: u64,
+    ) -> std::result::Result<Vec<String>, String> {
+        self.begin_served_copy(req, volume_bytes).map_err(|e| e.0)
+    }
+
+    fn make_copy_plex(
+        &self,
+        volume: &str,
+        volume_bytes: u64,
+    ) -> std::result::Result<NewVolume, String> {
+        self.make_served_copy(volume, volume_bytes).map_err(|e| e.0)
+    }
+
+    fn run_copy(
+        &self,
+        volume: &str,
+        member: &platter_io::moving::MovingMember,
+        rate: u64,
+        stop: &std::sync::atomic::AtomicBool,
+    ) -> std::result::Result<bool, String> {
+        self.run_served_copy(volume, member, rate, stop)
+            .map_err(|e| e.0)
+    }
+
+    fn finish_copy(&self, volume: &str) -> std::result::Result<(), String> {
+        self.finish_served_copy(volume).map_err(|e| e.0)
+    }
+
+    fn erase_copied(&self, volume: &str) {
+        self.erase_served_copied(volume);
+    }
+
+    fn abort_copy(&self, volume: &str) -> std::result::Result<(), String> {
+        self.abort_served_copy(volume).map_err(|e| e.0)
+    }
+
+    fn copies(&self) -> Vec<String> {
+        let pool = self.pool();
+        pool.copies.iter().map(|c| c.volume.clone()).collect()
     }
 
     fn detached_plexes(&self) -> Vec<DetachedPlex> {

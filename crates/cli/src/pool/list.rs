@@ -293,9 +293,13 @@ fn plex_json(
         copies: plex.copies,
         subdisks,
     };
-    let assembled = assembled
-        .ok()
-        .map(|a| (a.assembly.geometry.volume_size_bytes(), a));
+    let assembled = assembled.ok().map(|a| {
+        // A convert's array may hold more than the volume's size, which
+        // its labels say (the export's, `startup::export_info`).
+        let holds = a.assembly.geometry.volume_size_bytes();
+        let said = a.assembly.label.volume_size_bytes;
+        (if said == 0 { holds } else { said.min(holds) }, a)
+    });
     Ok((json, state, assembled))
 }
 

@@ -270,6 +270,12 @@ impl Engine {
         }
     }
 
+    /// The I/O layer the engine's members are reached through: an engine
+    /// made in front of this one's volume uses the same.
+    pub fn io(&self) -> Arc<dyn IoLayer> {
+        Arc::clone(&self.io)
+    }
+
     pub fn size_bytes(&self) -> u64 {
         self.lock().serving.size_bytes()
     }

@@ -890,9 +890,13 @@ fn answer(control: &Control, req: &Value) -> Result<Value, String> {
         let clients = at.map_or(0, |i| served[i].io.client_count());
         answer["clients"] = json!(clients);
         if let (Some(pool), Some(name)) = (&control.pool, answer["name"].as_str()) {
+            let copy = pool.copy_json(name);
             let moves = pool.moves_json(name);
             if !moves.is_empty() {
                 answer["moves"] = json!(moves);
+            }
+            if let Some(copy) = copy {
+                answer["convert"] = copy;
             }
         }
     }

@@ -189,6 +189,37 @@ pub trait PoolHost: Send + Sync {
     fn converts(&self) -> Vec<(PlexConvert, bool)>;
     /// The drives convert `c`'s new plex lies on.
     fn convert_drives(&self, c: &PlexConvert) -> Vec<String>;
+    /// Places the new plex that a convert of volume of one plex `req`
+    /// asks (as [`PoolHost::begin_convert`]), with at least
+    /// `volume_bytes` of array data, and records the copy into it; writes
+    /// no label. Returns the drives it lies on.
+    fn begin_copy(&self, req: &Value, volume_bytes: u64) -> Result<Vec<String>, String>;
+    /// Labels the new plex of volume `volume`'s copy as a new array named
+    /// as the volume, its data zeroed, its labels saying the volume's
+    /// size `volume_bytes` (its array may hold more); returns it to serve.
+    fn make_copy_plex(&self, volume: &str, volume_bytes: u64) -> Result<NewVolume, String>;
+    /// Copies volume `volume` through `member` (its plex to its new plex)
+    /// at `rate` until done (Ok(true), the new plex flushed) or `stop`
+    /// (Ok(false): nothing is recorded, a copy begins again at the next
+    /// start). Err: a place failed.
+    fn run_copy(
+        &self,
+        volume: &str,
+        member: &MovingMember,
+        rate: u64,
+        stop: &AtomicBool,
+    ) -> Result<bool, String>;
+    /// One configuration makes volume `volume`'s new plex its only one
+    /// (the copy is done, no write in flight).
+    fn finish_copy(&self, volume: &str) -> Result<(), String>;
+    /// Zeroes the labels of the plex volume `volume`'s finished copy left
+    /// (the server has stopped its array).
+    fn erase_copied(&self, volume: &str);
+    /// Gives volume `volume`'s copy up, its new plex's array stopped: one
+    /// configuration drops it; its subdisks' labels are zeroed.
+    fn abort_copy(&self, volume: &str) -> Result<(), String>;
+    /// The volumes whose copy into a new plex the pool records.
+    fn copies(&self) -> Vec<String>;
     /// The plexes the pool records detached.
     fn detached_plexes(&self) -> Vec<DetachedPlex>;
     fn resumable_moves(&self) -> Vec<(PlannedMove, Arc<MovingMember>)>;
@@ -248,6 +279,7 @@ pub struct NewVolume {
 }
 
 mod convert;
+mod copy;
 mod extend_plexes;
 mod heal;
 mod relocate;
@@ -271,6 +303,8 @@ pub struct PoolServer {
     awaiting: Mutex<BTreeMap<String, BTreeSet<u32>>>,
     /// The subdisk moves under way, each on a thread of its own.
     movers: Mutex<Vec<relocate::Mover>>,
+    /// The copies of volumes of one plex into new plexes, by volume.
+    copiers: Mutex<BTreeMap<String, copy::Copier>>,
 }
 
 impl PoolServer {
@@ -288,6 +322,7 @@ impl PoolServer {
             closed: Mutex::new(false),
             awaiting: Mutex::new(BTreeMap::new()),
             movers: Mutex::new(Vec::new()),
+            copiers: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -302,6 +337,7 @@ impl PoolServer {
         // A change that panicked leaves the lock poisoned: the stop goes on.
         *self.closed.lock().unwrap_or_else(|e| e.into_inner()) = true;
         self.stop_movers(None);
+        self.stop_copies();
     }
 
     pub(crate) fn answer(&self, cmd: &str, req: &Value) -> Result<Value, String> {
@@ -408,6 +444,14 @@ impl PoolServer {
     /// host takes it out of the pool.
     fn remove(&self, name: &str, req: &Value) -> Result<Value, String> {
         let force = req.get("force").and_then(Value::as_bool).unwrap_or(false);
+        // Refused before the volume stops: its copy's front serves it.
+        if self.host.copies().iter().any(|v| v == name) {
+            return Err(format!(
+                "volume {name} is being converted; give the convert up first (`platter volume \
+                 convert {} {name} --abort`), then remove it",
+                self.host.pool_name()
+            ));
+        }
         let Some(served) = self.volumes.named(name) else {
             // In the pool but not served (it could not start): nothing
             // to stop.
@@ -590,6 +634,7 @@ impl PoolServer {
         });
         m.engine.resume();
         let grown = grown?;
+        served.io.clear_size_cap();
         tracing::info!(volume = %name, old_bytes, size_bytes = grown.volume_size_bytes, "volume extended");
         Ok(json!({
             "volume": name,
@@ -654,6 +699,7 @@ impl PoolServer {
         }
         match m.grow_onto(plan, members) {
             Ok(summary) => {
+                served.io.clear_size_cap();
                 tracing::info!(volume = %name, count, "volume growing onto new subdisks");
                 Ok(json!({ "volume": name, "subdisks_added": count, "reshape": summary }))
             }
@@ -670,12 +716,20 @@ impl PoolServer {
 /// A volume stopped for good: no new request, clients cut off, upkeep
 /// ended, its last writes flushed and its labels marked.
 fn stop_served(served: &Served) {
+    served.manager.engine.close_to_clients();
+    served.io.disconnect_clients();
+    stop_array(served);
+}
+
+/// `served`'s array stopped (its upkeep, its last flush, its labels
+/// marked clean), its plexes' after it; its export is left alone (a
+/// convert by copy hands it to another engine).
+fn stop_array(served: &Served) {
     // The labels' hook holds the engine: the volume's memory and threads
     // go once its last connection does.
     served.manager.engine.clear_event_hook();
     served.manager.stop_reconnecting();
     served.manager.engine.close_to_clients();
-    served.io.disconnect_clients();
     stop_upkeep(served);
     if let Err(e) = finish_volume(served) {
         // Its data is given up: only the erase that follows matters.

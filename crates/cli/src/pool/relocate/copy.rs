@@ -68,6 +68,21 @@ pub fn copy_move(
     copy.pipelined(from, stop, &mut pace, record)
 }
 
+/// Copies the whole of `member` from its start, the new place flushed at
+/// each eighth and at the end (a volume copied into a new plex: nothing
+/// is recorded on the way, so a copy cut short begins again).
+pub fn copy_whole(member: &MovingMember, rate: u64, stop: &AtomicBool) -> Result<Copy> {
+    let mut pace = Pace::new(rate);
+    let len = member.size_bytes();
+    let copy = Copying {
+        member,
+        len,
+        every: checkpoint_bytes(len),
+        recorded: 0,
+    };
+    copy.pipelined(0, stop, &mut pace, &mut |_| Ok(()))
+}
+
 /// What lies below `m`'s recorded checkpoint, compared and copied again
 /// where the places differ: Ok(where the copy goes on), or Err(how the
 /// copy ended there).

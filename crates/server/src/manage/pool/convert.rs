@@ -25,6 +25,9 @@ impl PoolServer {
             .get("volume")
             .and_then(Value::as_str)
             .ok_or("missing \"volume\"")?;
+        if let Some(served) = self.volumes.named(volume).filter(|s| s.plexes().is_empty()) {
+            return self.convert_by_copy(&served, req);
+        }
         let served = self
             .volumes
             .named(volume)
@@ -180,16 +183,14 @@ impl PoolServer {
         if self.config.read_only {
             return;
         }
-        let converts = self.host.converts();
-        if converts.is_empty() {
-            return;
-        }
         let Ok(closed) = self.closed.try_lock() else {
             return;
         };
         if *closed {
             return;
         }
+        self.tend_copies();
+        let converts = self.host.converts();
         for (c, new_in_slot) in converts {
             let Some(volume) = self.volumes.named(&c.volume) else {
                 continue;

@@ -20,7 +20,7 @@ use reader::{next_request, Reader};
 use std::io::{self, Read};
 use std::net::Shutdown;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -78,6 +78,10 @@ pub struct ExportVolume {
     /// request in, so that none lands on an engine after it was swapped
     /// out ([`ExportVolume::swap_engine`]).
     engine: std::sync::RwLock<Arc<Engine>>,
+    /// The export's size when its engine holds more (an array made for a
+    /// volume by a convert, in whole stripes of its own): u64::MAX when
+    /// the engine's size is the export's.
+    size_cap_bytes: AtomicU64,
     /// Notes each request while a recording runs (`record.rs`).
     pub recorder: Arc<crate::manage::record::Recorder>,
     /// The export's description as things stand (members online, whether
@@ -99,8 +103,16 @@ impl ExportVolume {
         recorder: Arc<crate::manage::record::Recorder>,
         describe: Box<dyn Fn(&Engine) -> String + Send + Sync>,
     ) -> ExportVolume {
+        // Told less than its engine holds at the start: the volume's size
+        // as its labels record it (`startup::export_info`).
+        let cap = if export.size_bytes < engine.size_bytes() {
+            export.size_bytes
+        } else {
+            u64::MAX
+        };
         ExportVolume {
             export,
+            size_cap_bytes: AtomicU64::new(cap),
             engine: std::sync::RwLock::new(engine),
             recorder,
             describe,
@@ -119,10 +131,33 @@ impl ExportVolume {
     /// returns, and its requests in flight have ended: the caller keeps
     /// both engines' members in step (each write acknowledged so far is
     /// on the members the new engine reads).
+    /// The export keeps the size it had: a larger engine's bytes past it
+    /// are not offered.
     pub fn swap_engine(&self, engine: Arc<Engine>) -> Arc<Engine> {
         let mut serving = self.engine.write().expect("export engine");
         serving.wait_idle();
+        let told = self.size_bytes_of(&serving);
+        if engine.size_bytes() > told {
+            self.size_cap_bytes.store(told, Ordering::SeqCst);
+        }
         std::mem::replace(&mut *serving, engine)
+    }
+
+    /// The export's size now.
+    pub fn size_bytes(&self) -> u64 {
+        self.size_bytes_of(&self.engine())
+    }
+
+    fn size_bytes_of(&self, engine: &Engine) -> u64 {
+        engine
+            .size_bytes()
+            .min(self.size_cap_bytes.load(Ordering::SeqCst))
+    }
+
+    /// The export's size follows its engine's again (the volume was
+    /// extended: its labels say the new size).
+    pub fn clear_size_cap(&self) {
+        self.size_cap_bytes.store(u64::MAX, Ordering::SeqCst);
     }
 
     /// Takes no more clients; returns how many it has.
@@ -171,7 +206,7 @@ impl ExportVolume {
         let mut export = self.export.clone();
         let engine = self.engine();
         export.description = (self.describe)(&engine);
-        export.size_bytes = engine.size_bytes();
+        export.size_bytes = self.size_bytes_of(&engine);
         let (stripe_bytes, spins) = engine.shape();
         crate::startup::export_hints(&mut export, stripe_bytes, &spins);
         export

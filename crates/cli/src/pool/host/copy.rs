@@ -1,0 +1,136 @@
+//! `volume convert` of a volume of one plex through the pool's server:
+//! the new plex placed and recorded, labelled as the volume's array when
+//! the server begins the copy, and made the volume's once the copy is
+//! done (`convert.rs`, `platter_server`'s `manage/pool/copy.rs`).
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use platter_io::moving::MovingMember;
+use platter_io::Member;
+use platter_server::NewVolume;
+use serde_json::Value;
+
+use super::super::convert::{abort_copy_in, copy_finished, erase_plex, plan_copy};
+use super::super::drives::labels_of;
+use super::super::plexes::label_plex_as;
+use super::super::relocate::{copy_whole, Copy};
+use super::{blank_apart, ServedPool};
+use crate::error::{CliError, Result};
+
+impl ServedPool {
+    pub(super) fn begin_served_copy(&self, req: &Value, volume_bytes: u64) -> Result<Vec<String>> {
+        let mut state = self.lock();
+        let (next, copy) = plan_copy(&state.open, req, volume_bytes)?;
+        state.open.write(next)?;
+        Ok(copy
+            .plex
+            .subdisks
+            .iter()
+            .map(|sd| sd.drive.clone())
+            .collect())
+    }
+
+    pub(super) fn make_served_copy(&self, volume: &str, volume_bytes: u64) -> Result<NewVolume> {
+        let (both, windows) = {
+            let mut state = self.lock();
+            let pool = state.open.pool().clone();
+            let v = state.volume(volume)?;
+            let copy = pool
+                .copy_of(volume)
+                .ok_or_else(|| CliError(format!("volume {volume} has no convert under way")))?;
+            let both = copy.with_new_plex(&v);
+            // Named as the volume: once the copy ends it is the volume's array.
+            let windows = label_plex_as(&pool, &both, 1, &state.open.drives, volume)?;
+            let members: Vec<Arc<dyn Member>> = windows
+                .iter()
+                .map(|w| Arc::clone(w) as Arc<dyn Member>)
+                .collect();
+            say_volume_size(&members, volume_bytes)?;
+            state.windows.insert(both.plex_name(1), windows.clone());
+            (both, windows)
+        };
+        let members = windows.into_iter().map(|w| w as Arc<dyn Member>).collect();
+        let (members, blank) = blank_apart(members)?;
+        self.plex_to_serve(&both, members, blank)
+    }
+
+    pub(super) fn run_served_copy(
+        &self,
+        volume: &str,
+        member: &MovingMember,
+        rate: u64,
+        stop: &AtomicBool,
+    ) -> Result<bool> {
+        match copy_whole(member, rate, stop)? {
+            Copy::Done => {}
+            Copy::Stopped(_) => return Ok(false),
+            Copy::GivenUp(why) => {
+                return Err(CliError(format!(
+                    "volume {volume}: the new plex failed a write: {why}"
+                )))
+            }
+            Copy::SourceFailed(why) => {
+                return Err(CliError(format!(
+                    "volume {volume}: its plex failed a read: {why}"
+                )))
+            }
+        }
+        Ok(true)
+    }
+
+    pub(super) fn finish_served_copy(&self, volume: &str) -> Result<()> {
+        let mut state = self.lock();
+        let v = state.volume(volume)?;
+        let next = copy_finished(state.open.pool(), volume);
+        state.open.write(next)?;
+        let new_name = v.plex_name(1);
+        if let Some(w) = state.windows.remove(&new_name) {
+            state.windows.insert(v.name.clone(), w);
+        }
+        state.copied.insert(v.name.clone(), v);
+        Ok(())
+    }
+
+    pub(super) fn erase_served_copied(&self, volume: &str) {
+        let mut state = self.lock();
+        let Some(old) = state.copied.remove(volume) else {
+            return;
+        };
+        // The old plex is no more: a scan must not take it for an array.
+        if let Err(e) = erase_plex(&state.open, &old, 0) {
+            tracing::warn!(volume, error = %e.0, "the old plex's labels could not be zeroed");
+        }
+    }
+
+    pub(super) fn abort_served_copy(&self, volume: &str) -> Result<()> {
+        let mut state = self.lock();
+        abort_copy_in(&mut state.open, volume)?;
+        state.windows.remove(&format!("{volume}.p1"));
+        Ok(())
+    }
+}
+
+/// The new plex's labels, just written, say the volume's size: its array
+/// holds whole stripes of its own, which may be more, and the volume's
+/// clients are told what they were told before (`startup::export_info`).
+fn say_volume_size(members: &[Arc<dyn Member>], volume_bytes: u64) -> Result<()> {
+    for (m, label) in members.iter().zip(labels_of(members)?) {
+        let Some(mut label) = label else {
+            return Err(CliError(format!(
+                "{}: its new label does not read back",
+                m.describe()
+            )));
+        };
+        if volume_bytes > label.volume_size_bytes {
+            return Err(CliError(format!(
+                "the new plex holds {} bytes, fewer than the volume's {volume_bytes}",
+                label.volume_size_bytes
+            )));
+        }
+        label.volume_size_bytes = volume_bytes;
+        m.write_at(0, &label.encode())?;
+        m.flush()?;
+    }
+    Ok(())
+}
