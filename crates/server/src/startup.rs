@@ -820,6 +820,17 @@ pub(crate) fn alert_start(engine: &Engine, forced_slots: &[u32], opened: &Opened
     }
 }
 
+/// A volume's size as its labels record it, when less than its layout
+/// holds (a convert by copy made its array in whole stripes of its own
+/// and kept the volume's size); else the layout's.
+fn told_bytes(label: &platter_core::label::Label, geometry: &Geometry) -> u64 {
+    let holds = geometry.volume_size_bytes();
+    match label.volume_size_bytes {
+        0 => holds,
+        said => said.min(holds),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -895,16 +906,5 @@ mod tests {
                 assert!(!every_aligned_request_holds_a_stripe(p / 2, s), "{s}: {p}");
             }
         }
-    }
-}
-
-/// A volume's size as its labels record it, when less than its layout
-/// holds (a convert by copy made its array in whole stripes of its own
-/// and kept the volume's size); else the layout's.
-fn told_bytes(label: &platter_core::label::Label, geometry: &Geometry) -> u64 {
-    let holds = geometry.volume_size_bytes();
-    match label.volume_size_bytes {
-        0 => holds,
-        said => said.min(holds),
     }
 }

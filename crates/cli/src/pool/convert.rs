@@ -564,4 +564,88 @@ convert plex v.p0 into v.p2
         assert_eq!(made[0].plexes.len(), 2);
         assert_eq!(made[0].plexes[0].org, Level::Concat);
     }
+
+    const COPYING: &str = "\
+pool tank
+drive d0 size 64M device /dev/d0
+drive d1 size 64M device /dev/d1
+drive d2 size 64M device /dev/d2
+drive d3 size 64M device /dev/d3
+volume c
+plex name c.p0 org concat vol c
+sd name c.p0.s0 drive d0 driveoffset 1M len 17M plex c.p0
+plex name c.p1 org raid5 interleave 126s vol c
+sd name c.p1.s0 drive d1 driveoffset 1M len 10M plex c.p1
+sd name c.p1.s1 drive d2 driveoffset 1M len 10M plex c.p1
+sd name c.p1.s2 drive d3 driveoffset 1M len 10M plex c.p1
+convert plex c.p0 into c.p1
+";
+
+    fn copying() -> Pool {
+        let mut pool = text::parse(COPYING, Strictness::Template).unwrap();
+        for (i, d) in pool.drives.iter_mut().enumerate() {
+            d.uuid = [i as u8 + 1; 16];
+        }
+        pool.check().unwrap();
+        pool
+    }
+
+    /// A convert of a volume of one plex reads as a copy: the volume keeps
+    /// its one plex (every command that handles a volume of one plex sees
+    /// it so), the new plex holds its extents, and the text written back
+    /// is the text read. Its end makes the new plex the volume's only one.
+    #[test]
+    fn a_convert_of_a_volume_of_one_plex_is_a_copy_into_a_plex_apart() {
+        let pool = copying();
+        let v = pool.volume("c").unwrap();
+        assert_eq!(v.plexes.len(), 1, "the new plex is no plex of the volume");
+        assert!(pool.converts.is_empty());
+        let copy = pool.copy_of("c").unwrap();
+        assert_eq!(copy.plex.org, Level::Raid5);
+        assert_eq!(pool.subdisks().count(), 4, "its extents are held");
+        let again = text::parse(&text::render(&pool), Strictness::Stored).unwrap();
+        assert_eq!(again, pool);
+        assert!(pool.not_converting("c", "extend it").is_err());
+        let done = copy_finished(&pool, "c");
+        done.check().unwrap();
+        assert!(done.copies.is_empty());
+        assert_eq!(done.volume("c").unwrap().plexes, vec![copy.plex.clone()]);
+        assert!(done.subdisks().all(|(_, sd)| sd.drive != "d0"));
+        let dropped = copy_dropped(&pool, "c");
+        dropped.check().unwrap();
+        assert_eq!(dropped.subdisks().count(), 1);
+        let made = super::super::make::without_converts(pool);
+        assert_eq!(made[0].plexes.len(), 1);
+        assert_eq!(made[0].plexes[0].org, Level::Concat);
+    }
+
+    /// A copy's new plex keeps a plex's rules: not on its volume's drive,
+    /// not over another subdisk; and a volume has one change at a time.
+    #[test]
+    fn a_copy_that_breaks_a_rule_is_refused_by_check() {
+        let mut shared = copying();
+        shared.copies[0].plex.subdisks[0].drive = "d0".into();
+        shared.copies[0].plex.subdisks[0].offset_bytes = 40 << 20;
+        assert!(shared.check().is_err(), "on the volume's own drive");
+        // Another volume's subdisk at 1M-5M of d1, under the copy's 1M-11M.
+        let mut other = copying();
+        other.volumes.push(platter_core::pool::PoolVolume {
+            name: "o".into(),
+            size_bytes: None,
+            plexes: vec![Plex {
+                subdisks: vec![platter_core::pool::Subdisk {
+                    drive: "d1".into(),
+                    offset_bytes: 1 << 20,
+                    len_bytes: 4 << 20,
+                }],
+                ..other.volume("c").unwrap().plexes[0].clone()
+            }],
+        });
+        let e = other.check().unwrap_err();
+        assert!(e.contains("overlap"), "{e}");
+        let mut twice = copying();
+        let again = twice.copies[0].clone();
+        twice.copies.push(again);
+        assert!(twice.check().is_err(), "converted twice at once");
+    }
 }
