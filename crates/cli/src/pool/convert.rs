@@ -22,15 +22,17 @@ use platter_core::pool::{Plex, PlexConvert, Pool, PoolVolume, VolumeCopy};
 use platter_core::Level;
 use platter_io::Member;
 use serde_json::{json, Value};
+use std::sync::Arc;
 
-use super::drives::{open_pool, plex_windows, OpenPool};
+use super::drives::{labels_of, open_pool, plex_windows, OpenPool};
 use super::make::{place, writable, VolumeCreateArgs};
-use super::plexes::{mirror_label_on, MirrorLabels};
+use super::plexes::{label_plex_as, mirror_label_on, MirrorLabels};
 use super::split::{revived, volume_and_plex};
 use super::{ControlArgs, DeviceArgs};
 use crate::error::{CliError, Result};
 use crate::out::outln;
 use platter_core::units::parse_size;
+use platter_io::subdisk::SubdiskMember;
 
 #[derive(Args)]
 pub struct VolumeConvertArgs {
@@ -487,6 +489,39 @@ pub(super) fn abort_copy_in(open: &mut OpenPool, volume: &str) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The new plex of a copy (plex 1 of `both`, its volume with the new
+/// plex second) labelled as a new array named as the volume, its data
+/// zeroed, its labels saying the volume's size `volume_bytes`: its array
+/// holds whole stripes of its own, which may be more, and the volume's
+/// clients are told what they were told before (`startup::export_info`
+/// in the server). Returns its subdisks.
+pub fn label_copy_plex(
+    pool: &Pool,
+    both: &PoolVolume,
+    drives: &[Option<Arc<dyn Member>>],
+    volume_bytes: u64,
+) -> Result<Vec<Arc<SubdiskMember>>> {
+    let windows = label_plex_as(pool, both, 1, drives, &both.name)?;
+    for w in &windows {
+        let Some(mut label) = labels_of(&[Arc::clone(w) as Arc<dyn Member>])?.remove(0) else {
+            return Err(CliError(format!(
+                "{}: its new label does not read back",
+                w.describe()
+            )));
+        };
+        if volume_bytes > label.volume_size_bytes {
+            return Err(CliError(format!(
+                "the new plex holds {} bytes, fewer than the volume's {volume_bytes}",
+                label.volume_size_bytes
+            )));
+        }
+        label.volume_size_bytes = volume_bytes;
+        w.write_at(0, &label.encode())?;
+        w.flush()?;
+    }
+    Ok(windows)
 }
 
 /// The configuration without volume `volume`'s copy.

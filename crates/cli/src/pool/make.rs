@@ -821,7 +821,14 @@ pub(super) fn place(open: &OpenPool, args: &VolumeCreateArgs, allowed: &[String]
         // which only grows with it); no subdisk is larger than this.
         let largest = args.size.saturating_add(subdisk_reserve_bytes(args.size)) + ALIGN_BYTES;
         let reserve = subdisk_reserve_bytes(largest);
-        place_concat(open.pool(), allowed, args.size, reserve, count).map_err(short)?
+        place_concat(
+            open.pool(),
+            allowed,
+            (args.size, args.interleave),
+            reserve,
+            count,
+        )
+        .map_err(short)?
     } else {
         let data = data_per_subdisk(level, count, copies, args.interleave, args.size)?;
         place_spread(open.pool(), allowed, count, subdisk_bytes(data)).map_err(short)?

@@ -18,6 +18,8 @@ mod retire;
 #[cfg(test)]
 mod seeded;
 #[cfg(test)]
+mod seeded_copies;
+#[cfg(test)]
 mod seeded_plexes;
 mod split;
 

@@ -113,14 +113,17 @@ fn shortage(count: u32, len_bytes: u64, room: &[(String, u64, u64)]) -> String {
 
 /// Places subdisks for a concat of `data_bytes`, each subdisk costing
 /// `overhead_bytes` of its own (its label and bitmap area) besides its
-/// share of the data: the largest free extents first, fewest subdisks.
+/// share of the data, of which only whole `interleave_bytes` count (md's
+/// linear rounds each member down to its chunk): the largest free extents
+/// first, fewest subdisks.
 pub fn place_concat(
     pool: &Pool,
     drives: &[String],
-    data_bytes: u64,
+    (data_bytes, interleave_bytes): (u64, u64),
     overhead_bytes: u64,
     max_subdisks: u32,
 ) -> Result<Vec<Subdisk>, String> {
+    let il = interleave_bytes.max(1);
     let mut extents: Vec<(String, u64, u64)> = drives
         .iter()
         .flat_map(|d| {
@@ -138,10 +141,11 @@ pub fn place_concat(
             break;
         }
         let want = left
+            .next_multiple_of(il)
             .saturating_add(overhead_bytes)
             .next_multiple_of(ALIGN_BYTES);
         let take = want.min(len);
-        left = left.saturating_sub(take - overhead_bytes);
+        left = left.saturating_sub((take - overhead_bytes) / il * il);
         out.push(Subdisk {
             drive,
             offset_bytes: offset,

@@ -11,9 +11,7 @@ use platter_io::Member;
 use platter_server::NewVolume;
 use serde_json::Value;
 
-use super::super::convert::{abort_copy_in, copy_finished, erase_plex, plan_copy};
-use super::super::drives::labels_of;
-use super::super::plexes::label_plex_as;
+use super::super::convert::{abort_copy_in, copy_finished, erase_plex, label_copy_plex, plan_copy};
 use super::super::relocate::{copy_whole, Copy};
 use super::{blank_apart, ServedPool};
 use crate::error::{CliError, Result};
@@ -40,13 +38,7 @@ impl ServedPool {
                 .copy_of(volume)
                 .ok_or_else(|| CliError(format!("volume {volume} has no convert under way")))?;
             let both = copy.with_new_plex(&v);
-            // Named as the volume: once the copy ends it is the volume's array.
-            let windows = label_plex_as(&pool, &both, 1, &state.open.drives, volume)?;
-            let members: Vec<Arc<dyn Member>> = windows
-                .iter()
-                .map(|w| Arc::clone(w) as Arc<dyn Member>)
-                .collect();
-            say_volume_size(&members, volume_bytes)?;
+            let windows = label_copy_plex(&pool, &both, &state.open.drives, volume_bytes)?;
             state.windows.insert(both.plex_name(1), windows.clone());
             (both, windows)
         };
@@ -109,28 +101,4 @@ impl ServedPool {
         state.windows.remove(&format!("{volume}.p1"));
         Ok(())
     }
-}
-
-/// The new plex's labels, just written, say the volume's size: its array
-/// holds whole stripes of its own, which may be more, and the volume's
-/// clients are told what they were told before (`startup::export_info`).
-fn say_volume_size(members: &[Arc<dyn Member>], volume_bytes: u64) -> Result<()> {
-    for (m, label) in members.iter().zip(labels_of(members)?) {
-        let Some(mut label) = label else {
-            return Err(CliError(format!(
-                "{}: its new label does not read back",
-                m.describe()
-            )));
-        };
-        if volume_bytes > label.volume_size_bytes {
-            return Err(CliError(format!(
-                "the new plex holds {} bytes, fewer than the volume's {volume_bytes}",
-                label.volume_size_bytes
-            )));
-        }
-        label.volume_size_bytes = volume_bytes;
-        m.write_at(0, &label.encode())?;
-        m.flush()?;
-    }
-    Ok(())
 }
