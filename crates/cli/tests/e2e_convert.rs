@@ -654,3 +654,81 @@ fn a_volume_of_one_plex_becomes_raid5_while_fio_writes() {
     check_clean(&s, &["c"]);
     s.stop_expecting_errors("TERM", &[]);
 }
+
+/// A convert by copy whose new plex loses a drive mid-copy (its file cut
+/// to nothing, as a pulled disk): the copy stops, the volume serves on
+/// from its plex with every byte, `status` says why, and `--abort` gives
+/// the convert up, the volume of one plex as before and `check` clean.
+#[test]
+fn a_copy_whose_new_plex_fails_leaves_the_volume_on_its_plex() {
+    let test = "a_copy_whose_new_plex_fails_leaves_the_volume_on_its_plex";
+    let Some(t) = tools_with_fio_nbd(test, &["fio", "nbdcopy", "sha256sum"]) else {
+        return;
+    };
+    let dir = temp_dir();
+    let (_d, dev) = pool_of(dir.path(), 4, "64M");
+    create_volumes(&dev, &[("c", "concat", "16M", "d0")]);
+    let size = 16 * MIB;
+    let mut s = serve_pool_first(dir.path(), &dev, "c", &["--rebuild-rate", "2M"]);
+    fio_all(&t, &s, &[("c", size)], false);
+    let before = volume_sha256(&t, &uri(&s, "c"), "c before");
+    let ctl = s.control();
+    ok(
+        &[
+            "volume",
+            "convert",
+            "tank",
+            "c",
+            "--level",
+            "stripe",
+            "--subdisks",
+            "2",
+            "--drives",
+            "d1,d2",
+            "--control",
+            &ctl,
+        ],
+        "convert c",
+    );
+    wait_copying(&s, "c");
+    truncate(&dev, "d2");
+    let start = std::time::Instant::now();
+    let failed = loop {
+        let st = live(&s, "c");
+        if let Some(why) = st["convert"]["failed"].as_str() {
+            break why.to_string();
+        }
+        assert!(
+            start.elapsed().as_secs() < 30,
+            "the copy did not stop: {st}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(failed.contains("new plex"), "{failed}");
+    assert_eq!(volume_sha256(&t, &uri(&s, "c"), "c after the loss"), before);
+    fio_all(&t, &s, &[("c", size)], true);
+    let out = ok(
+        &[
+            "volume",
+            "convert",
+            "tank",
+            "c",
+            "--abort",
+            "--control",
+            &ctl,
+        ],
+        "abort",
+    );
+    assert!(
+        out.stdout.contains("the convert is given up"),
+        "{}",
+        out.stdout
+    );
+    let v = volume_of(&list_json(&dev), "c");
+    assert_eq!(v["plexes"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v["plexes"][0]["org"], "concat", "{v}");
+    assert_eq!(v["size_bytes"], size, "{v}");
+    fio_all(&t, &s, &[("c", size)], false);
+    check_clean(&s, &["c"]);
+    s.stop_expecting_errors("TERM", &["could not be zeroed", "failed"]);
+}

@@ -81,10 +81,18 @@ pub fn remove_drive_in(open: &mut OpenPool, name: &str) -> Result<bool> {
             }
         }
     }
+    for c in &pool.copies {
+        for (s, sd) in c.plex.subdisks.iter().enumerate() {
+            if sd.drive == name {
+                on_it.push(format!("{}.p1.s{s}", c.volume));
+            }
+        }
+    }
     if !on_it.is_empty() {
         return Err(CliError(format!(
             "drive {name} holds subdisks {}: `platter pool heal` places a failed drive's \
-             elsewhere, `platter volume remove` frees a volume's",
+             elsewhere, `platter volume remove` frees a volume's, `platter volume convert \
+             --abort` a convert's new plex's",
             on_it.join(", ")
         )));
     }
