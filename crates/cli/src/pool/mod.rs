@@ -95,10 +95,12 @@ pub enum VolumeCommand {
     /// Change a volume's organisation by plex (vinum's way): a plex of a
     /// volume of several plexes is replaced by a new plex of another
     /// level or interleave on drives none of its plexes use, revived from
-    /// the others while the volume serves; the old plex's subdisks are
-    /// then free. Through the pool's server (--control), or recorded
-    /// offline for the next `serve --pool` to do; a crash part way is
-    /// taken up by the next `serve --pool`.
+    /// the others while the volume serves; a volume of one plex is copied
+    /// into the new plex while it serves (no --plex), keeping its size.
+    /// The old plex's subdisks are then free. Through the pool's server
+    /// (--control), or recorded offline for the next `serve --pool` to
+    /// do; a crash part way is taken up by the next `serve --pool` (a
+    /// copy begins again). --abort gives a convert up.
     Convert(convert::VolumeConvertArgs),
 }
 
