@@ -43,9 +43,10 @@ pub struct PoolSimArgs {
     moves: Vec<String>,
     /// A plex's revive to model beside the loads, VOLUME.pN (`plex attach`
     /// of a plex written elsewhere, or a convert's new plex: the whole
-    /// plex): the volume's bytes read through another of its plexes and
-    /// written through this one's layout, 1 MiB at a time, unthrottled;
-    /// a line says how long it takes alone and beside the loads.
+    /// plex): the volume's bytes read through another of its plexes (a
+    /// volume of one plex being converted: its plex) and written through
+    /// this one's layout, 1 MiB at a time, unthrottled; a line says how
+    /// long it takes alone and beside the loads.
     #[arg(long = "revive", value_name = "PLEX")]
     revives: Vec<String>,
     /// The seed: the same seed gives the same numbers.
@@ -196,12 +197,22 @@ fn volume_run(
 fn revive_runs(pool: &Pool, text: &str, disk_bytes: u64) -> Result<(VolumeRun, VolumeRun, u64)> {
     let (volume, p) = platter_core::pool::split_plex_name(text)
         .ok_or_else(|| CliError(format!("--revive {text}: expected a plex, VOLUME.pN")))?;
-    let v = pool
-        .volume(volume)
-        .filter(|v| v.has_plexes() && p < v.plexes.len())
+    // A convert by copy's new plex is filled from the volume's one plex.
+    let copy = pool
+        .copy_of(volume)
+        .filter(|_| p == 1)
+        .zip(pool.volume(volume))
+        .map(|(c, v)| c.with_new_plex(v));
+    let v = copy
+        .or_else(|| {
+            pool.volume(volume)
+                .filter(|v| v.has_plexes() && p < v.plexes.len())
+                .cloned()
+        })
         .ok_or_else(|| {
             CliError(format!(
-                "--revive {text}: pool {} has no plex {text} of a volume of several plexes",
+                "--revive {text}: pool {} has no plex {text} of a volume of several plexes, nor \
+                 a convert's new plex",
                 pool.name
             ))
         })?;
@@ -238,9 +249,9 @@ fn revive_runs(pool: &Pool, text: &str, disk_bytes: u64) -> Result<(VolumeRun, V
             total_bytes: bytes,
         })
     };
-    let mut read = plex_run(pool, v, from, dd(false), disk_bytes)?;
+    let mut read = plex_run(pool, &v, from, dd(false), disk_bytes)?;
     read.name = format!("{text}<{}", v.plex_name(from));
-    let mut write = plex_run(pool, v, p, dd(true), disk_bytes)?;
+    let mut write = plex_run(pool, &v, p, dd(true), disk_bytes)?;
     write.name = format!("{text}>write");
     Ok((read, write, bytes))
 }

@@ -1007,6 +1007,44 @@ fn sim_pool_says_how_long_a_plex_revive_takes_beside_other_volumes() {
         &["sim", "pool", conf, "--revive", "bulk.p0"],
         "has no plex bulk.p0 of a volume of several plexes",
     );
+
+    // A volume of one plex converted by copy (recorded offline) onto the
+    // loaded volume's drives: its new plex is filled from its plex, the
+    // volume's 128 MiB, slower beside the load.
+    ok(&[
+        "volume", "create", "tank", "one", "--level", "concat", "--size", "128M", "--drives", "d2",
+        &dev,
+    ]);
+    ok(&[
+        "volume",
+        "convert",
+        "tank",
+        "one",
+        "--level",
+        "stripe",
+        "--subdisks",
+        "2",
+        "--drives",
+        "d0,d1",
+        &dev,
+    ]);
+    let copying = dir.path().join("copying.conf");
+    fs::write(&copying, ok(&["printconfig", "tank", &dev])).unwrap();
+    let copying = copying.to_str().unwrap();
+    let out = ok(&[
+        "sim",
+        "pool",
+        copying,
+        "--workload",
+        "bulk=dd:total=64M,qd=2",
+        "--revive",
+        "one.p1",
+        "--json",
+    ]);
+    let r: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!(r["revive"], "one.p1", "{out}");
+    assert_eq!(r["bytes"], 128u64 << 20, "{r}");
+    assert!(r["together_s"].as_f64() > r["alone_s"].as_f64(), "{r}");
 }
 
 #[test]
