@@ -497,8 +497,9 @@ fn wait_copying(s: &Server, name: &str) -> Value {
 /// a raid5 of three subdisks while fio writes and verifies it: the copy
 /// runs behind the volume's writes and the raid5's array then serves the
 /// export alone; the concat's drive is free after. Recorded offline as a
-/// stripe, the server SIGKILLed in the middle of the copy, the next start
-/// copies again and ends it, the volume's sha256 unchanged. A convert
+/// stripe, the server SIGKILLed in the middle of the copy past a
+/// checkpoint, the next start goes on from the checkpoint and ends it,
+/// the volume's sha256 unchanged. A convert
 /// given up through the server mid-copy leaves the volume on its plex,
 /// the new plex's drives free. Refused meanwhile, nothing written: a
 /// second convert, an extend, a remove.
@@ -601,9 +602,23 @@ fn a_volume_of_one_plex_becomes_raid5_while_fio_writes() {
     );
     s.start_again_unchecked();
     wait_copying(&s, "c");
+    let start = std::time::Instant::now();
+    while !volume_of(&list_json(&dev), "c")["plexes"][1]["state"]
+        .as_str()
+        .unwrap_or("")
+        .contains("copied")
+    {
+        assert!(start.elapsed().as_secs() < 20, "no checkpoint recorded");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     assert_eq!(volume_sha256(&t, &uri(&s, "c"), "c mid-copy"), written);
     s.crash();
     s.start_again_unchecked();
+    let st = wait_copying(&s, "c");
+    assert!(
+        st["convert"]["resumed_from_bytes"].as_u64().unwrap_or(0) > 0,
+        "the copy goes on from its checkpoint: {st}"
+    );
     wait_copied(&dev, "c", "stripe");
     assert_eq!(volume_sha256(&t, &uri(&s, "c"), "c after"), written);
     check_clean(&s, &["c"]);

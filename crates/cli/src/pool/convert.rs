@@ -271,6 +271,7 @@ pub fn plan_copy(open: &OpenPool, req: &Value, volume_bytes: u64) -> Result<(Poo
     let copy = VolumeCopy {
         volume: v.name.clone(),
         plex,
+        copied_bytes: 0,
     };
     let mut next = pool.clone();
     next.copies.push(copy.clone());
@@ -522,6 +523,16 @@ pub fn label_copy_plex(
         w.flush()?;
     }
     Ok(windows)
+}
+
+/// The configuration with volume `volume`'s copy recorded `copied_bytes`
+/// far (its new plex flushed that far).
+pub fn copy_recorded(pool: &Pool, volume: &str, copied_bytes: u64) -> Pool {
+    let mut next = pool.clone();
+    for c in next.copies.iter_mut().filter(|c| c.volume == volume) {
+        c.copied_bytes = copied_bytes;
+    }
+    next
 }
 
 /// The configuration without volume `volume`'s copy.

@@ -908,9 +908,12 @@ impl PoolHost for ServedPool {
         self.abort_served_copy(volume).map_err(|e| e.0)
     }
 
-    fn copies(&self) -> Vec<String> {
+    fn copies(&self) -> Vec<(String, u64)> {
         let pool = self.pool();
-        pool.copies.iter().map(|c| c.volume.clone()).collect()
+        pool.copies
+            .iter()
+            .map(|c| (c.volume.clone(), c.copied_bytes))
+            .collect()
     }
 
     fn detached_plexes(&self) -> Vec<DetachedPlex> {

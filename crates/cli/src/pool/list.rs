@@ -206,7 +206,14 @@ fn volume_json(pool: &Pool, v: &PoolVolume, open: &[Option<Handle>]) -> Result<V
     if let Some(c) = pool.copy_of(&v.name) {
         let both = c.with_new_plex(v);
         let (mut json, _, _) = plex_json(pool, &both, 1, open)?;
-        json.state = format!("converting: replaces {}", v.plex_name(0));
+        json.state = match c.copied_bytes {
+            0 => format!("converting: replaces {}", v.plex_name(0)),
+            n => format!(
+                "converting: replaces {}, {} copied",
+                v.plex_name(0),
+                format_size(n)
+            ),
+        };
         plexes.push(json);
     }
     let state = if !v.has_plexes() {

@@ -33,7 +33,7 @@ use crate::error::{CliError, Result};
 use crate::out::outln;
 
 mod copy;
-pub use copy::{copy_move, copy_whole, Copy};
+pub use copy::{copy_from, copy_move, Checkpoint, Copy};
 
 #[derive(Args)]
 pub struct SubdiskMoveArgs {

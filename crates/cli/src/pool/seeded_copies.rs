@@ -2,13 +2,16 @@
 //! through a seeded run of converts by copy: begun as `volume convert`
 //! records them (`copy_in`), carried on as the pool's server carries them
 //! (the new plex labelled as the volume's array saying the volume's size,
-//! the volume's bytes copied into it and flushed, then the configuration
-//! that makes it the volume's plex, then the old plex's labels zeroed),
+//! unless a checkpoint says it holds some already; the volume's bytes
+//! copied into it, a checkpoint recorded halfway with the new plex
+//! flushed, then the configuration that makes it the volume's plex, then
+//! the old plex's labels zeroed),
 //! or given up (`volume convert --abort`, `abort_copy_in`). The last
 //! change is cut off at a seeded write, at a seeded length, as a kill -9
 //! or a power cut would leave the drives. After it, as `serve --pool`
-//! would find them: the configuration gathers and keeps every rule, and
-//! the plex it names holds the volume's bytes at the volume's size. A
+//! would find them: the configuration gathers and keeps every rule, the
+//! plex it names holds the volume's bytes at the volume's size, and a
+//! copy's checkpoint never runs ahead of what its new plex holds. A
 //! copy the cut left recorded is then carried on or given up, after
 //! which the dropped plex's subdisks hold no label, and the pool takes
 //! the next change.
@@ -34,7 +37,9 @@ use platter_io::Member;
 use platter_testkit::rng::Rng;
 use serde_json::json;
 
-use super::convert::{abort_copy_in, copy_finished, copy_in, erase_plex, label_copy_plex};
+use super::convert::{
+    abort_copy_in, copy_finished, copy_in, copy_recorded, erase_plex, label_copy_plex,
+};
 use super::crash_kit::{crashing, env_u64, open_over, plain, write_empty_pool};
 use super::drives::{plex_windows, OpenPool};
 use super::make::{create_in, VolumeCreateArgs};
@@ -144,13 +149,24 @@ fn apply(o: &mut OpenPool, change: &Change) -> Result<()> {
 fn carry_on(o: &mut OpenPool) -> Result<()> {
     let pool = o.pool().clone();
     let v = volume(&pool);
-    let both = pool.copy_of("c").expect("a copy").with_new_plex(&v);
+    let copy = pool.copy_of("c").expect("a copy");
+    let both = copy.with_new_plex(&v);
     let told = told_bytes(o, &v)?;
-    label_copy_plex(&pool, &both, &o.drives, told)?;
+    // Taken up past a checkpoint, the new plex keeps what it holds (the
+    // server compares below the checkpoint; with no client writing, the
+    // copy again writes the same bytes).
+    if copy.copied_bytes == 0 {
+        label_copy_plex(&pool, &both, &o.drives, told)?;
+    }
     let (from, to) = (array(o, &both, 0)?, array(o, &both, 1)?);
+    let halfway = told / 2 / COPY_CHUNK_BYTES * COPY_CHUNK_BYTES;
     let mut buf = vec![0u8; COPY_CHUNK_BYTES as usize];
     let mut at = 0;
     while at < told {
+        if at == halfway && halfway > copy.copied_bytes {
+            to.flush()?;
+            o.write(copy_recorded(o.pool(), "c", halfway))?;
+        }
         let n = COPY_CHUNK_BYTES.min(told - at) as usize;
         from.read_at(at, &mut buf[..n])?;
         to.write_at(at, &buf[..n])?;
@@ -181,6 +197,17 @@ fn check_start(disks: &[Arc<MemoryMember>], bytes: &[u8], size: u64, seed: u64) 
         on == bytes,
         "seed {seed}: the volume's plex lost its bytes: {pool:?}"
     );
+    // A copy's checkpoint never runs ahead of what its new plex holds.
+    if let Some(c) = pool.copy_of("c").filter(|c| c.copied_bytes > 0) {
+        let mut copied = vec![0u8; c.copied_bytes as usize];
+        array(&o, &c.with_new_plex(&v), 1)
+            .and_then(|m| Ok(m.read_at(0, &mut copied)?))
+            .unwrap_or_else(|e| panic!("seed {seed}: the new plex: {}", e.0));
+        assert!(
+            copied[..] == bytes[..copied.len()],
+            "seed {seed}: the new plex lacks bytes below the checkpoint: {pool:?}"
+        );
+    }
     pool
 }
 
@@ -218,6 +245,8 @@ struct Tally {
     cut_finished: u64,
     ended: u64,
     given_up: u64,
+    /// Copies taken up past a checkpoint.
+    past_checkpoint: u64,
 }
 
 fn run_seed(seed: u64, tally: &mut Tally) {
@@ -244,7 +273,8 @@ fn run_seed(seed: u64, tally: &mut Tally) {
         Err(_) => tally.cut_short += 1,
     }
     let pool = check_start(&disks, &bytes, size, seed);
-    if pool.copy_of("c").is_some() {
+    if let Some(c) = pool.copy_of("c") {
+        tally.past_checkpoint += u64::from(c.copied_bytes > 0);
         let mut o = open_over(&disks, plain(&disks));
         let ended = rng.below(3) != 0;
         let taken = match ended {
@@ -276,12 +306,14 @@ fn copies_cut_at_any_write_leave_the_volume_whole_at_its_size() {
     }
     crate::out::errln!(
         "{seeds} seeds from {first}: {} converts made whole; the cut change failed {} times, \
-         finished {} times; copies a cut left recorded: {} ended, {} given up",
+         finished {} times; copies a cut left recorded: {} ended, {} given up, {} past a \
+         checkpoint",
         tally.made,
         tally.cut_short,
         tally.cut_finished,
         tally.ended,
-        tally.given_up
+        tally.given_up,
+        tally.past_checkpoint
     );
     if seeds >= 16 {
         assert!(
@@ -292,5 +324,6 @@ fn copies_cut_at_any_write_leave_the_volume_whole_at_its_size() {
             tally.ended > 0 && tally.given_up > 0,
             "no copy a cut left was ended, or none given up"
         );
+        assert!(tally.past_checkpoint > 0, "no cut fell past a checkpoint");
     }
 }

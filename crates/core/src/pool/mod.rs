@@ -75,6 +75,10 @@ pub struct Pool {
 pub struct VolumeCopy {
     pub volume: String,
     pub plex: Plex,
+    /// How far the copy had come when this generation was written: it
+    /// goes on from here, after comparing what lies below (writes a crash
+    /// cut short may have reached one plex and not the other).
+    pub copied_bytes: u64,
 }
 
 /// A plex of a volume of several plexes being replaced by one of another
@@ -658,6 +662,12 @@ impl Pool {
                 return Err(format!(
                     "volume {:?} is converted while a subdisk of it moves",
                     c.volume
+                ));
+            }
+            if !c.copied_bytes.is_multiple_of(SECTOR_BYTES) {
+                return Err(format!(
+                    "volume {:?}: {} bytes copied is not whole sectors",
+                    c.volume, c.copied_bytes
                 ));
             }
             let both = c.with_new_plex(v);

@@ -89,7 +89,11 @@ pub fn render(pool: &Pool) -> String {
         );
     }
     for c in &pool.copies {
-        out += &format!("convert plex {0}.p0 into {0}.p1\n", c.volume);
+        out += &format!(
+            "convert plex {0}.p0 into {0}.p1 copied {1}\n",
+            c.volume,
+            sectors(c.copied_bytes)
+        );
     }
     out
 }
@@ -159,7 +163,8 @@ struct Builder {
     volumes: Vec<PoolVolume>,
     moves: Vec<SubdiskMove>,
     detached: Vec<DetachedPlex>,
-    converts: Vec<PlexConvert>,
+    /// Each with the `copied` it was written with (a copy's checkpoint).
+    converts: Vec<(PlexConvert, Option<u64>)>,
 }
 
 /// The `key value` pairs after a line's leading words, each key once and
@@ -451,7 +456,7 @@ impl Builder {
 
     /// `convert plex V.pN into V.pM`.
     fn convert_line(&mut self, words: &[&str]) -> Result<(), String> {
-        let pairs = Pairs::new("a convert", &words[1..], &["plex", "into"])?;
+        let pairs = Pairs::new("a convert", &words[1..], &["plex", "into", "copied"])?;
         let plex = |key: &str| {
             let name = pairs.need(key)?;
             split_plex_name(name)
@@ -464,11 +469,12 @@ impl Builder {
                 "convert: plex {volume}.p{from} into a plex of another volume ({other})"
             ));
         }
-        self.converts.push(PlexConvert {
+        let c = PlexConvert {
             volume: volume.to_string(),
             from,
             into,
-        });
+        };
+        self.converts.push((c, pairs.size("copied")?));
         Ok(())
     }
 
@@ -486,13 +492,13 @@ impl Builder {
         pool.volumes = self.volumes;
         pool.moves = self.moves;
         pool.detached = self.detached;
-        pool.converts = self.converts;
+        let converts = self.converts;
         for plex in pool.volumes.iter_mut().flat_map(|v| v.plexes.iter_mut()) {
             if plex.copies == 0 {
                 plex.copies = default_copies(plex.org, plex.subdisks.len() as u32);
             }
         }
-        pool.copies = take_copies(&mut pool.volumes, &mut pool.converts);
+        (pool.converts, pool.copies) = take_copies(&mut pool.volumes, converts)?;
         if strictness == Strictness::Stored {
             pool.check()?;
         }
@@ -502,24 +508,33 @@ impl Builder {
 
 /// The converts of volumes of one plex (two plexes written, `convert plex
 /// V.p0 into V.p1`: no mirror has a slot for the new plex) taken out as
-/// copies, their new plexes out of the volumes.
-fn take_copies(volumes: &mut [PoolVolume], converts: &mut Vec<PlexConvert>) -> Vec<VolumeCopy> {
-    let mut copies = Vec::new();
-    converts.retain(|c| {
-        let Some(v) = volumes.iter_mut().find(|v| v.name == c.volume) else {
-            return true;
-        };
-        if v.plexes.len() != 2 || (c.from, c.into) != (0, 1) {
-            return true;
+/// copies, their new plexes out of the volumes; the others stay converts,
+/// which have no `copied`.
+fn take_copies(
+    volumes: &mut [PoolVolume],
+    converts: Vec<(PlexConvert, Option<u64>)>,
+) -> Result<(Vec<PlexConvert>, Vec<VolumeCopy>), String> {
+    let (mut plain, mut copies) = (Vec::new(), Vec::new());
+    for (c, copied) in converts {
+        let v = volumes.iter_mut().find(|v| v.name == c.volume);
+        match v {
+            Some(v) if v.plexes.len() == 2 && (c.from, c.into) == (0, 1) => {
+                copies.push(VolumeCopy {
+                    volume: c.volume.clone(),
+                    plex: v.plexes.pop().expect("two plexes"),
+                    copied_bytes: copied.unwrap_or(0),
+                });
+            }
+            _ if copied.is_some() => {
+                return Err(format!(
+                    "convert plex {}.p{}: `copied` is a convert of a volume of one plex's",
+                    c.volume, c.from
+                ))
+            }
+            _ => plain.push(c),
         }
-        let plex = v.plexes.pop().expect("two plexes");
-        copies.push(VolumeCopy {
-            volume: c.volume.clone(),
-            plex,
-        });
-        false
-    });
-    copies
+    }
+    Ok((plain, copies))
 }
 
 /// A mirror copies to every subdisk, raid10 keeps two copies (md's

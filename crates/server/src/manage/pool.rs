@@ -218,8 +218,9 @@ pub trait PoolHost: Send + Sync {
     /// Gives volume `volume`'s copy up, its new plex's array stopped: one
     /// configuration drops it; its subdisks' labels are zeroed.
     fn abort_copy(&self, volume: &str) -> Result<(), String>;
-    /// The volumes whose copy into a new plex the pool records.
-    fn copies(&self) -> Vec<String>;
+    /// The volumes whose copy into a new plex the pool records, each with
+    /// how far the copy had come when last recorded.
+    fn copies(&self) -> Vec<(String, u64)>;
     /// The plexes the pool records detached.
     fn detached_plexes(&self) -> Vec<DetachedPlex>;
     fn resumable_moves(&self) -> Vec<(PlannedMove, Arc<MovingMember>)>;
@@ -445,7 +446,7 @@ impl PoolServer {
     fn remove(&self, name: &str, req: &Value) -> Result<Value, String> {
         let force = req.get("force").and_then(Value::as_bool).unwrap_or(false);
         // Refused before the volume stops: its copy's front serves it.
-        if self.host.copies().iter().any(|v| v == name) {
+        if self.host.copies().iter().any(|(v, _)| v == name) {
             return Err(format!(
                 "volume {name} is being converted; give the convert up first (`platter volume \
                  convert {} {name} --abort`), then remove it",

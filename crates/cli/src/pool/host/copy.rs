@@ -11,8 +11,11 @@ use platter_io::Member;
 use platter_server::NewVolume;
 use serde_json::Value;
 
-use super::super::convert::{abort_copy_in, copy_finished, erase_plex, label_copy_plex, plan_copy};
-use super::super::relocate::{copy_whole, Copy};
+use super::super::convert::{
+    abort_copy_in, copy_finished, copy_recorded, erase_plex, label_copy_plex, plan_copy,
+};
+use super::super::drives::plex_windows;
+use super::super::relocate::{copy_from, Checkpoint, Copy};
 use super::{blank_apart, ServedPool};
 use crate::error::{CliError, Result};
 
@@ -38,7 +41,19 @@ impl ServedPool {
                 .copy_of(volume)
                 .ok_or_else(|| CliError(format!("volume {volume} has no convert under way")))?;
             let both = copy.with_new_plex(&v);
-            let windows = label_copy_plex(&pool, &both, &state.open.drives, volume_bytes)?;
+            // A copy taken up below a checkpoint keeps what it copied.
+            let windows = if copy.copied_bytes > 0 {
+                let windows = plex_windows(&pool, &both, 1, &state.open.drives)?;
+                if windows.len() != copy.plex.subdisks.len() {
+                    return Err(CliError(format!(
+                        "volume {volume}: a drive of its new plex is missing; the copy goes on \
+                         once it is back, or `volume convert --abort` gives it up"
+                    )));
+                }
+                windows
+            } else {
+                label_copy_plex(&pool, &both, &state.open.drives, volume_bytes)?
+            };
             state.windows.insert(both.plex_name(1), windows.clone());
             (both, windows)
         };
@@ -54,7 +69,22 @@ impl ServedPool {
         rate: u64,
         stop: &AtomicBool,
     ) -> Result<bool> {
-        match copy_whole(member, rate, stop)? {
+        let copied = self
+            .pool()
+            .copy_of(volume)
+            .map(|c| c.copied_bytes)
+            .ok_or_else(|| CliError(format!("volume {volume} has no convert under way")))?;
+        let from = Checkpoint {
+            name: volume.to_string(),
+            recorded_bytes: copied,
+            resumed: copied > 0,
+        };
+        let mut record = |at: u64| {
+            let mut state = self.lock();
+            let next = copy_recorded(state.open.pool(), volume, at);
+            state.open.write(next)
+        };
+        match copy_from(&from, member, rate, stop, &mut record)? {
             Copy::Done => {}
             Copy::Stopped(_) => return Ok(false),
             Copy::GivenUp(why) => {

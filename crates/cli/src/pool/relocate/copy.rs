@@ -50,9 +50,33 @@ pub fn copy_move(
     stop: &AtomicBool,
     record: &mut dyn FnMut(u64) -> Result<()>,
 ) -> Result<Copy> {
+    let from = Checkpoint {
+        name: m.subdisk_name(),
+        recorded_bytes: m.copied_bytes,
+        resumed,
+    };
+    copy_from(&from, member, rate, stop, record)
+}
+
+/// Where a copy begins: what `name` (a subdisk, a volume) had copied when
+/// last recorded, and whether it was (what lies below is compared).
+pub struct Checkpoint {
+    pub name: String,
+    pub recorded_bytes: u64,
+    pub resumed: bool,
+}
+
+/// [`copy_move`] of any copy through `member`, from checkpoint `from`.
+pub fn copy_from(
+    from: &Checkpoint,
+    member: &MovingMember,
+    rate: u64,
+    stop: &AtomicBool,
+    record: &mut dyn FnMut(u64) -> Result<()>,
+) -> Result<Copy> {
     let mut pace = Pace::new(rate);
-    let from = if resumed {
-        match compare_below(m, member, stop, &mut pace)? {
+    let at = if from.resumed {
+        match compare_below(from, member, stop, &mut pace)? {
             Ok(at) => at,
             Err(end) => return Ok(end),
         }
@@ -63,42 +87,27 @@ pub fn copy_move(
         member,
         len: member.size_bytes(),
         every: checkpoint_bytes(member.size_bytes()),
-        recorded: m.copied_bytes,
+        recorded: from.recorded_bytes,
     };
-    copy.pipelined(from, stop, &mut pace, record)
+    copy.pipelined(at, stop, &mut pace, record)
 }
 
-/// Copies the whole of `member` from its start, the new place flushed at
-/// each eighth and at the end (a volume copied into a new plex: nothing
-/// is recorded on the way, so a copy cut short begins again).
-pub fn copy_whole(member: &MovingMember, rate: u64, stop: &AtomicBool) -> Result<Copy> {
-    let mut pace = Pace::new(rate);
-    let len = member.size_bytes();
-    let copy = Copying {
-        member,
-        len,
-        every: checkpoint_bytes(len),
-        recorded: 0,
-    };
-    copy.pipelined(0, stop, &mut pace, &mut |_| Ok(()))
-}
-
-/// What lies below `m`'s recorded checkpoint, compared and copied again
+/// What lies below `m`'s checkpoint, compared and copied again
 /// where the places differ: Ok(where the copy goes on), or Err(how the
 /// copy ended there).
 fn compare_below(
-    m: &SubdiskMove,
+    m: &Checkpoint,
     member: &MovingMember,
     stop: &AtomicBool,
     pace: &mut Pace,
 ) -> Result<std::result::Result<u64, Copy>> {
-    let below = m.copied_bytes.min(member.size_bytes());
+    let below = m.recorded_bytes.min(member.size_bytes());
     let mut buf = vec![0u8; COPY_CHUNK_BYTES as usize];
     let mut spare = vec![0u8; COPY_CHUNK_BYTES as usize];
     let (mut at, mut mended) = (0, 0u64);
     while at < below {
         if stop.load(Ordering::Acquire) {
-            return Ok(Err(Copy::Stopped(m.copied_bytes)));
+            return Ok(Err(Copy::Stopped(m.recorded_bytes)));
         }
         let n = COPY_CHUNK_BYTES.min(below - at) as usize;
         match member.check_copy(at, &mut buf[..n], &mut spare[..n]) {
@@ -112,7 +121,7 @@ fn compare_below(
         pace.after(n as u64);
     }
     if mended > 0 {
-        tracing::warn!(subdisk = %m.subdisk_name(), chunks = mended, "a move taken up again found chunks below its checkpoint unequal (writes a crash cut short) and copied them again");
+        tracing::warn!(copy = %m.name, chunks = mended, "a move taken up again found chunks below its checkpoint unequal (writes a crash cut short) and copied them again");
     }
     Ok(Ok(at))
 }

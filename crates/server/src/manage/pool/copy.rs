@@ -43,6 +43,9 @@ pub(crate) struct Copier {
 
 struct Running {
     member: Arc<MovingMember>,
+    /// The checkpoint it began from: what lies below is compared, not
+    /// copied again.
+    resumed_from_bytes: u64,
     /// The volume's own array (its plex), which served the export before.
     old: Arc<Served>,
     /// The new plex's array, filled by the copy.
@@ -64,7 +67,7 @@ impl PoolServer {
         if req.get("abort").and_then(Value::as_bool) == Some(true) {
             return self.abort_copy(&volume);
         }
-        if self.host.copies().contains(&volume) {
+        if self.host.copies().iter().any(|(v, _)| *v == volume) {
             return Err(format!(
                 "volume {volume} is being converted already; one at a time"
             ));
@@ -95,6 +98,12 @@ impl PoolServer {
     /// engine over both arrays, and the copier started.
     fn begin_copy(&self, served: &Arc<Served>) -> Result<(), String> {
         let volume = served.name().to_string();
+        let resumed_from_bytes = self
+            .host
+            .copies()
+            .into_iter()
+            .find(|(v, _)| *v == volume)
+            .map_or(0, |(_, copied)| copied);
         // The volume's size as its clients see it: its array may hold more.
         let size_bytes = served.io.size_bytes();
         let made = self.host.make_copy_plex(&volume, size_bytes)?;
@@ -129,6 +138,7 @@ impl PoolServer {
         let copier = Copier {
             running: Some(Running {
                 member,
+                resumed_from_bytes,
                 old: Arc::clone(served),
                 new,
                 stop,
@@ -174,7 +184,7 @@ impl PoolServer {
         for volume in &known {
             self.reap_copier(volume);
         }
-        for volume in self.host.copies() {
+        for (volume, _) in self.host.copies() {
             if self.copiers.lock().expect("copiers").contains_key(&volume) {
                 continue;
             }
@@ -250,7 +260,7 @@ impl PoolServer {
     /// the export back on the volume's plex, the new plex's array stopped
     /// and dropped from the configuration.
     fn abort_copy(&self, volume: &str) -> Result<Value, String> {
-        if !self.host.copies().iter().any(|v| v == volume) {
+        if !self.host.copies().iter().any(|(v, _)| v == volume) {
             return Err(format!("volume {volume} has no convert under way"));
         }
         let c = self.copiers.lock().expect("copiers").remove(volume);
@@ -293,14 +303,15 @@ impl PoolServer {
     pub(crate) fn copy_json(&self, volume: &str) -> Option<Value> {
         let copiers = self.copiers.lock().expect("copiers");
         let c = copiers.get(volume)?;
-        let (copied, total) = c
-            .running
-            .as_ref()
-            .map_or((0, 0), |r| (r.member.copied_bytes(), r.member.size_bytes()));
+        let (copied, total, resumed) = c.running.as_ref().map_or((0, 0, 0), |r| {
+            let m = &r.member;
+            (m.copied_bytes(), m.size_bytes(), r.resumed_from_bytes)
+        });
         Some(json!({
             "to": format!("{volume}.p1"),
             "copied_bytes": copied,
             "total_bytes": total,
+            "resumed_from_bytes": resumed,
             "percent": copied as f64 * 100.0 / total.max(1) as f64,
             "failed": c.failed,
         }))
