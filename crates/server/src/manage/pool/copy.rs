@@ -108,31 +108,13 @@ impl PoolServer {
         let size_bytes = served.io.size_bytes();
         let made = self.host.make_copy_plex(&volume, size_bytes)?;
         let new = self.serve_plex(made)?;
-        let old_engine = Arc::clone(&served.manager.engine);
-        if new.manager.engine.size_bytes() < size_bytes {
-            stop_array(&new);
-            return Err(format!(
-                "the new plex holds {} bytes, fewer than the volume's {size_bytes}",
-                new.manager.engine.size_bytes()
-            ));
-        }
-        let from: Arc<dyn Member> = Arc::new(PlexMember::bounded(
-            old_engine,
-            format!("{volume}.p0"),
-            size_bytes,
-        ));
-        let to: Arc<dyn Member> = Arc::new(PlexMember::bounded(
-            Arc::clone(&new.manager.engine),
-            format!("{volume}.p1"),
-            size_bytes,
-        ));
-        let member = Arc::new(MovingMember::new(from, to));
-        let front = front_engine(&served.manager.engine, size_bytes, Arc::clone(&member))?;
-        let was = served.io.swap_engine(Arc::clone(&front));
-        assert!(
-            Arc::ptr_eq(&was, &served.manager.engine),
-            "the volume's own array served its export"
-        );
+        let (front, member) = match hand_to_front(served, &new, size_bytes) {
+            Ok(both) => both,
+            Err(e) => {
+                stop_array(&new);
+                return Err(e);
+            }
+        };
         let stop = Arc::new(AtomicBool::new(false));
         let thread = self.spawn_copier(&volume, (front, Arc::clone(&member)), Arc::clone(&stop));
         let copier = Copier {
@@ -341,6 +323,43 @@ impl Running {
             .swap_engine(Arc::clone(&self.old.manager.engine));
         stop_array(&self.new);
     }
+}
+
+/// `served`'s export handed to a front engine over its own array and
+/// `new`, each shown `size_bytes` long; returns the front and its member.
+fn hand_to_front(
+    served: &Served,
+    new: &Served,
+    size_bytes: u64,
+) -> Result<(Arc<Engine>, Arc<MovingMember>), String> {
+    let volume = served.name();
+    let held = new.manager.engine.size_bytes();
+    if held < size_bytes {
+        return Err(format!(
+            "the new plex holds {held} bytes, fewer than the volume's {size_bytes}"
+        ));
+    }
+    let from = PlexMember::bounded(
+        Arc::clone(&served.manager.engine),
+        format!("{volume}.p0"),
+        size_bytes,
+    );
+    let to = PlexMember::bounded(
+        Arc::clone(&new.manager.engine),
+        format!("{volume}.p1"),
+        size_bytes,
+    );
+    let member = Arc::new(MovingMember::new(Arc::new(from), Arc::new(to)));
+    let front = front_engine(&served.manager.engine, size_bytes, Arc::clone(&member))?;
+    let was = served.io.swap_engine(Arc::clone(&front));
+    if !Arc::ptr_eq(&was, &served.manager.engine) {
+        // Another engine than the volume's own served it: leave it be.
+        served.io.swap_engine(was);
+        return Err(format!(
+            "volume {volume} is not served by its own array now"
+        ));
+    }
+    Ok((front, member))
 }
 
 /// The copy done: with the front engine paused and idle (no write half
