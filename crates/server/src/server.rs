@@ -269,6 +269,10 @@ pub(crate) struct Starting {
     plexes: Vec<Arc<crate::served::Served>>,
     /// Kept read-only though the server is not (`PoolStart::Plexes`).
     read_only: bool,
+    /// The recording of the clients' requests it takes over (a convert by
+    /// copy's new array, which serves its volume's export once the copy
+    /// ends); a new one else.
+    pub(crate) recorder: Option<Arc<crate::manage::record::Recorder>>,
 }
 
 /// A members' list and the spares a volume starts with.
@@ -456,6 +460,7 @@ pub(crate) fn start_volume(
         resync_regions,
         plexes: Vec::new(),
         read_only: config.read_only,
+        recorder: None,
     })
 }
 
@@ -489,6 +494,7 @@ pub(crate) fn keep_volume(
         resync_regions,
         plexes,
         read_only,
+        recorder,
     } = s;
     let config = &config.or_read_only(read_only);
     crate::manage::leftout::log_at_start(
@@ -503,8 +509,9 @@ pub(crate) fn keep_volume(
     startup::mark_in_use(&meta, &engine);
     let upkeep = start_upkeep(config, &meta);
     startup::start_resync(&opened, &engine, &upkeep, resync_regions, config.read_only);
-    let recorder = Arc::new(crate::manage::record::Recorder::default());
-    if let Some((path, limit_bytes)) = &config.record {
+    let taken_over = recorder.is_some();
+    let recorder = recorder.unwrap_or_default();
+    if let Some((path, limit_bytes)) = config.record.as_ref().filter(|_| !taken_over) {
         recorder
             .start(path, *limit_bytes)
             .map_err(ServeError::Refused)?;

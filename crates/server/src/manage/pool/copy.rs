@@ -107,7 +107,10 @@ impl PoolServer {
         // The volume's size as its clients see it: its array may hold more.
         let size_bytes = served.io.size_bytes();
         let made = self.host.make_copy_plex(&volume, size_bytes)?;
-        let new = self.serve_plex(made)?;
+        // Its manager answers for the volume once the copy ends: the
+        // recording the clients' requests go to is the export's.
+        let recorder = Some(Arc::clone(&served.io.recorder));
+        let new = self.serve_plex_recording(made, recorder)?;
         let (front, member) = match hand_to_front(served, &new, size_bytes) {
             Ok(both) => both,
             Err(e) => {

@@ -67,11 +67,22 @@ impl PoolServer {
     /// The array the host made, served as a plex (no export, no
     /// recording of its own).
     pub(super) fn serve_plex(&self, made: super::NewVolume) -> Result<Arc<Served>, String> {
+        self.serve_plex_recording(made, None)
+    }
+
+    /// [`Self::serve_plex`], its clients' requests noted by `recorder`
+    /// (a convert by copy's new array: its volume's export's).
+    pub(super) fn serve_plex_recording(
+        &self,
+        made: super::NewVolume,
+        recorder: Option<Arc<crate::manage::record::Recorder>>,
+    ) -> Result<Arc<Served>, String> {
         let config = self.config_for(made.member_drives, made.member_delays);
         let PoolStart::Array(array, spares) = made.start else {
             return Err("a plex is an array, not a mirror of plexes".into());
         };
-        let starting = start_volume(*array, spares, &config).map_err(|e| e.to_string())?;
+        let mut starting = start_volume(*array, spares, &config).map_err(|e| e.to_string())?;
+        starting.recorder = recorder;
         keep_volume(starting, &config, None).map_err(|e| e.to_string())
     }
 
