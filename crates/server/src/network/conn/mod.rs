@@ -104,8 +104,10 @@ impl ExportVolume {
         describe: Box<dyn Fn(&Engine) -> String + Send + Sync>,
     ) -> ExportVolume {
         // Told less than its engine holds at the start: the volume's size
-        // as its labels record it (`startup::export_info`).
-        let cap = if export.size_bytes < engine.size_bytes() {
+        // as its labels record it (`startup::export_info`). A reshape's
+        // old size is not a cap: the new one is served once it ends.
+        let reshaping = engine.reshape_progress().is_some();
+        let cap = if export.size_bytes < engine.size_bytes() && !reshaping {
             export.size_bytes
         } else {
             u64::MAX
