@@ -553,6 +553,17 @@ pub fn printable(name: &str) -> Cow<'_, str> {
 }
 
 impl Label {
+    /// The volume's size as clients are told it, its layout holding
+    /// `holds_bytes`: what the label says, when less (a convert by copy
+    /// made its array in whole stripes of its own and kept the volume's
+    /// size), else the layout's; 0 (never said) is the layout's.
+    pub fn told_bytes(&self, holds_bytes: u64) -> u64 {
+        match self.volume_size_bytes {
+            0 => holds_bytes,
+            said => said.min(holds_bytes),
+        }
+    }
+
     /// Checks every invariant listed on [`Label`].
     pub fn validate(&self) -> Result<(), LabelError> {
         self.validate_header()?;

@@ -253,7 +253,12 @@ pub(crate) fn export_info(
         // While a reshape runs, the size it had: a client reconnects after
         // the reshape (and a restart) to see the new one.
         size_bytes: opened.assembly.old_geometry.as_ref().map_or_else(
-            || told_bytes(&opened.assembly.label, geometry),
+            || {
+                opened
+                    .assembly
+                    .label
+                    .told_bytes(geometry.volume_size_bytes())
+            },
             |old| old.volume_size_bytes(),
         ),
         transmission_flags: flags,
@@ -817,17 +822,6 @@ pub(crate) fn alert_start(engine: &Engine, forced_slots: &[u32], opened: &Opened
                 health.len()
             ),
         ));
-    }
-}
-
-/// A volume's size as its labels record it, when less than its layout
-/// holds (a convert by copy made its array in whole stripes of its own
-/// and kept the volume's size); else the layout's.
-fn told_bytes(label: &platter_core::label::Label, geometry: &Geometry) -> u64 {
-    let holds = geometry.volume_size_bytes();
-    match label.volume_size_bytes {
-        0 => holds,
-        said => said.min(holds),
     }
 }
 

@@ -187,3 +187,23 @@ pub fn volume(name: &str, org: Level, at_mib: u64, len_mib: u64, drives: &[&str]
         }],
     }
 }
+
+/// Each dropped plex's subdisk in `gone` (drive, offset) holds no label:
+/// a scan must not take what a change gave up or ended for an array.
+pub fn assert_unlabelled(
+    disks: &[Arc<MemoryMember>],
+    pool: &Pool,
+    gone: &[(String, u64)],
+    seed: u64,
+) {
+    for (drive, offset) in gone {
+        let d = pool.drives.iter().position(|d| &d.name == drive);
+        let m = &disks[d.expect("a drive of the pool")];
+        let mut label = vec![0u8; platter_core::label::LABEL_BYTES];
+        m.read_at(*offset, &mut label).unwrap();
+        assert!(
+            label.iter().all(|&b| b == 0),
+            "seed {seed}: a dropped plex's subdisk on {drive} at {offset} keeps its label"
+        );
+    }
+}

@@ -304,8 +304,7 @@ fn plex_json(
         // A convert's array may hold more than the volume's size, which
         // its labels say (the export's, `startup::export_info`).
         let holds = a.assembly.geometry.volume_size_bytes();
-        let said = a.assembly.label.volume_size_bytes;
-        (if said == 0 { holds } else { said.min(holds) }, a)
+        (a.assembly.label.told_bytes(holds), a)
     });
     Ok((json, state, assembled))
 }

@@ -28,7 +28,6 @@
 
 use std::sync::Arc;
 
-use platter_core::label::LABEL_BYTES;
 use platter_core::pool::{Pool, PoolVolume};
 use platter_core::Level;
 use platter_io::assembly::assemble_devices;
@@ -40,7 +39,7 @@ use serde_json::json;
 use super::convert::{
     abort_copy_in, copy_finished, copy_in, copy_recorded, erase_plex, label_copy_plex,
 };
-use super::crash_kit::{crashing, env_u64, open_over, plain, write_empty_pool};
+use super::crash_kit::{assert_unlabelled, crashing, env_u64, open_over, plain, write_empty_pool};
 use super::drives::{plex_windows, OpenPool};
 use super::make::{create_in, VolumeCreateArgs};
 use super::plexes::plex_members;
@@ -93,9 +92,7 @@ fn told_bytes(o: &OpenPool, v: &PoolVolume) -> Result<u64> {
     let a = assemble_devices(members)
         .map_err(|e| CliError(format!("volume {}: {e}", v.name)))?
         .assembly;
-    Ok(a.label
-        .volume_size_bytes
-        .min(a.geometry.volume_size_bytes()))
+    Ok(a.label.told_bytes(a.geometry.volume_size_bytes()))
 }
 
 /// A new volume of one plex of the organisation seed `rng` picks, its
@@ -211,20 +208,6 @@ fn check_start(disks: &[Arc<MemoryMember>], bytes: &[u8], size: u64, seed: u64) 
     pool
 }
 
-/// The dropped plex's subdisks (drive, offset) hold no label.
-fn check_unlabelled(disks: &[Arc<MemoryMember>], pool: &Pool, gone: &[(String, u64)], seed: u64) {
-    for (drive, offset) in gone {
-        let d = pool.drives.iter().position(|d| &d.name == drive);
-        let m = &disks[d.expect("a drive of the pool")];
-        let mut label = vec![0u8; LABEL_BYTES];
-        m.read_at(*offset, &mut label).unwrap();
-        assert!(
-            label.iter().all(|&b| b == 0),
-            "seed {seed}: a dropped plex's subdisk on {drive} at {offset} keeps its label"
-        );
-    }
-}
-
 /// The subdisks the copy recorded in `pool` leaves behind: the volume's
 /// old plex when it ends, the new plex when it is given up.
 fn left_behind(pool: &Pool, ended: bool) -> Vec<(String, u64)> {
@@ -288,7 +271,7 @@ fn run_seed(seed: u64, tally: &mut Tally) {
         }
         let after = check_start(&disks, &bytes, size, seed);
         assert!(after.copies.is_empty(), "seed {seed}");
-        check_unlabelled(&disks, &after, &left_behind(&pool, ended), seed);
+        assert_unlabelled(&disks, &after, &left_behind(&pool, ended), seed);
     }
     let mut o = open_over(&disks, plain(&disks));
     let next = pick_change(&mut rng, o.pool());

@@ -39,7 +39,7 @@ use platter_testkit::rng::Rng;
 use serde_json::json;
 
 use super::convert::{abort_in, convert_in, erase_plex, finished, new_in_slot};
-use super::crash_kit::{crashing, env_u64, open_over, plain, write_empty_pool};
+use super::crash_kit::{assert_unlabelled, crashing, env_u64, open_over, plain, write_empty_pool};
 use super::drives::{plex_windows, OpenPool};
 use super::make::{create_in, VolumeCreateArgs};
 use super::plexes::{label_plex_as, mirror_label_on, plex_members, MirrorLabels};
@@ -266,16 +266,7 @@ fn check_settled(disks: &[Arc<MemoryMember>], bytes: &[u8], gone: &[(String, u64
             v.plex_name(p)
         );
     }
-    for (drive, offset) in gone {
-        let d = o.pool().drives.iter().position(|d| &d.name == drive);
-        let m = &disks[d.expect("a drive of the pool")];
-        let mut label = vec![0u8; LABEL_BYTES];
-        m.read_at(*offset, &mut label).unwrap();
-        assert!(
-            label.iter().all(|&b| b == 0),
-            "seed {seed}: a dropped plex's subdisk on {drive} at {offset} keeps its label"
-        );
-    }
+    assert_unlabelled(disks, o.pool(), gone, seed);
 }
 
 /// The subdisks (drive, offset) of the plex convert `c` leaves behind:
